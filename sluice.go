@@ -1,0 +1,383 @@
+// Package sluice is a rate limiter for Go services and the contract its parts share.
+//
+// A limiter decides, per key, whether n more events fit under a Limit now. Six algorithms
+// (see Algorithm) are written once as pure integer state machines in internal/algo; every
+// store runs exactly those machines, so the in-process store (package memory) and the Redis
+// store (package redisstore) give identical Decisions for identical inputs and clocks.
+//
+// Everything else is a decorator around the Limiter interface, composed like http.Handler
+// middleware:
+//
+//	request -> httplimit -> observe -> failover -> memory | redisstore -> Decision
+//
+// # Time and rounding
+//
+// All decisions use integer microseconds since the Unix epoch; no floating point takes part.
+// A Period is truncated to whole microseconds. The bucket algorithms (GCRA, TokenBucket,
+// LeakyBucket) space events by the emission interval T = ceil(Period/Rate) microseconds, so
+// the realised rate is Period/T ≤ Rate: rounding never admits more than the configured rate,
+// and the shortfall is below one microsecond per event (for 3 per second, T = 333334 µs and
+// the realised rate is 2.999994/s). A limit whose T would be below 1 µs is invalid.
+//
+// # Costs
+//
+// AllowN spends n units. n == 0 spends nothing and reports whether one more unit would be
+// allowed now (see Limiter). A cost larger than the limit can ever allow (Limit.MaxCost) is
+// an error wrapping ErrCostExceedsLimit rather than a denial: no amount of waiting would let
+// it pass, so a Retry-After would be a lie.
+package sluice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Algorithm selects the state machine that decides a Limit. The zero value is GCRA.
+//
+// Error bounds are stated against an exact sliding window of length Period, i.e. the largest
+// number of units admitted in any interval (t-Period, t]:
+//
+//	SlidingLog     exactly Rate (it is the exact sliding window)
+//	FixedWindow    2·Rate (Rate at the end of one window, Rate at the start of the next)
+//	SlidingWindow  at most 2·Rate in the worst case; for steady traffic it is within the
+//	               approximation error of weighting the previous window by overlap
+//	               (Cloudflare measured 0.003% wrong decisions on real traffic)
+//	GCRA, TokenBucket, LeakyBucket
+//	               Burst + Rate·d/Period in any interval of length d: Burst at once,
+//	               then one unit every T (so at most Burst + Rate - 1 in one Period)
+type Algorithm uint8
+
+const (
+	// GCRA is the generic cell rate algorithm (virtual scheduling): one timestamp per key,
+	// the theoretical arrival time, with tolerance (Burst-1)·T.
+	GCRA Algorithm = iota
+	// TokenBucket holds up to Burst tokens refilled continuously at Rate per Period.
+	TokenBucket
+	// LeakyBucket is the leaky bucket as a meter: a level that drains at Rate per Period,
+	// capacity Burst.
+	LeakyBucket
+	// FixedWindow counts events in windows of length Period aligned to multiples of Period
+	// since the Unix epoch.
+	FixedWindow
+	// SlidingWindow is the sliding window counter: the current window's count plus the
+	// previous window's count weighted by its overlap with the sliding window.
+	SlidingWindow
+	// SlidingLog keeps the timestamps of admitted events (at most Rate of them) and is exact.
+	SlidingLog
+
+	numAlgorithms
+)
+
+var algorithmNames = [numAlgorithms]string{
+	GCRA:          "gcra",
+	TokenBucket:   "token_bucket",
+	LeakyBucket:   "leaky_bucket",
+	FixedWindow:   "fixed_window",
+	SlidingWindow: "sliding_window",
+	SlidingLog:    "sliding_log",
+}
+
+// Algorithms lists every algorithm, in declaration order.
+func Algorithms() []Algorithm {
+	return []Algorithm{GCRA, TokenBucket, LeakyBucket, FixedWindow, SlidingWindow, SlidingLog}
+}
+
+// String returns the algorithm's snake_case name, as used in configuration files.
+func (a Algorithm) String() string {
+	if a < numAlgorithms {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("algorithm(%d)", uint8(a))
+}
+
+// Valid reports whether a names one of the six algorithms.
+func (a Algorithm) Valid() bool { return a < numAlgorithms }
+
+// ParseAlgorithm parses an algorithm name as printed by String. It also accepts hyphens for
+// underscores and is case-insensitive.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	norm := strings.ReplaceAll(strings.ToLower(strings.TrimSpace(s)), "-", "_")
+	for i, name := range algorithmNames {
+		if norm == name {
+			return Algorithm(i), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown algorithm %q (want one of %s)", ErrInvalidLimit, s, strings.Join(algorithmNames[:], ", "))
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (a Algorithm) MarshalText() ([]byte, error) {
+	if !a.Valid() {
+		return nil, fmt.Errorf("%w: unknown algorithm %d", ErrInvalidLimit, uint8(a))
+	}
+	return []byte(a.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (a *Algorithm) UnmarshalText(b []byte) error {
+	v, err := ParseAlgorithm(string(b))
+	if err != nil {
+		return err
+	}
+	*a = v
+	return nil
+}
+
+// Limit is Rate events per Period, decided by Algorithm.
+//
+// Burst is the bucket depth for GCRA, TokenBucket and LeakyBucket: how many units may pass at
+// once after a quiet spell. Zero means Rate. The window algorithms ignore Burst.
+//
+// The zero Limit is invalid (Rate 0); use PerSecond and friends or fill every field.
+type Limit struct {
+	Algorithm Algorithm
+	Rate      int64
+	Period    time.Duration
+	Burst     int64
+}
+
+// PerSecond returns a GCRA limit of rate events per second with burst rate.
+func PerSecond(rate int64) Limit { return Limit{Algorithm: GCRA, Rate: rate, Period: time.Second} }
+
+// PerMinute returns a GCRA limit of rate events per minute with burst rate.
+func PerMinute(rate int64) Limit { return Limit{Algorithm: GCRA, Rate: rate, Period: time.Minute} }
+
+// PerHour returns a GCRA limit of rate events per hour with burst rate.
+func PerHour(rate int64) Limit { return Limit{Algorithm: GCRA, Rate: rate, Period: time.Hour} }
+
+// PerDay returns a GCRA limit of rate events per 24 hours with burst rate. The day is a
+// rolling 24 hours (or, for FixedWindow, a UTC day), never a local calendar day.
+func PerDay(rate int64) Limit { return Limit{Algorithm: GCRA, Rate: rate, Period: 24 * time.Hour} }
+
+// With returns a copy of l decided by algorithm a.
+func (l Limit) With(a Algorithm) Limit { l.Algorithm = a; return l }
+
+// WithBurst returns a copy of l with the given burst.
+func (l Limit) WithBurst(burst int64) Limit { l.Burst = burst; return l }
+
+// MaxPeriod is the longest Period a Limit may have (about 31 years). It keeps every
+// intermediate of every algorithm below 2^53 microseconds, where Lua's doubles are exact.
+const MaxPeriod = 1 << 50 * time.Microsecond
+
+// MaxRate is the largest Rate or Burst a Limit may have. It keeps counts exact in Lua and
+// the sliding log bounded.
+const MaxRate = 1 << 40
+
+// MaxLogRate is the largest Rate a SlidingLog limit may have: the log keeps one timestamp
+// per admitted unit in the window, so its memory is proportional to Rate.
+const MaxLogRate = 1 << 20
+
+// Validate reports whether l can be decided. The error wraps ErrInvalidLimit and names the
+// offending field.
+func (l Limit) Validate() error {
+	switch {
+	case !l.Algorithm.Valid():
+		return fmt.Errorf("%w: unknown algorithm %d", ErrInvalidLimit, uint8(l.Algorithm))
+	case l.Rate <= 0:
+		return fmt.Errorf("%w: rate must be positive, got %d", ErrInvalidLimit, l.Rate)
+	case l.Rate > MaxRate:
+		return fmt.Errorf("%w: rate %d exceeds the maximum %d", ErrInvalidLimit, l.Rate, int64(MaxRate))
+	case l.Period < time.Microsecond:
+		return fmt.Errorf("%w: period must be at least 1µs, got %v", ErrInvalidLimit, l.Period)
+	case l.Period > MaxPeriod:
+		return fmt.Errorf("%w: period %v exceeds the maximum %v", ErrInvalidLimit, l.Period, MaxPeriod)
+	case l.Burst < 0:
+		return fmt.Errorf("%w: burst must not be negative, got %d", ErrInvalidLimit, l.Burst)
+	case l.Burst > MaxRate:
+		return fmt.Errorf("%w: burst %d exceeds the maximum %d", ErrInvalidLimit, l.Burst, int64(MaxRate))
+	}
+	switch l.Algorithm {
+	case GCRA, TokenBucket, LeakyBucket:
+		if l.Rate > l.Period.Microseconds() {
+			return fmt.Errorf("%w: %d per %v spaces events less than 1µs apart; use a longer period or a window algorithm",
+				ErrInvalidLimit, l.Rate, l.Period)
+		}
+		// Burst·T must stay below 2^53 µs for the Lua transcription to be exact.
+		t := ceilDiv(l.Period.Microseconds(), l.Rate)
+		if b := l.EffectiveBurst(); b > (1<<53)/t {
+			return fmt.Errorf("%w: burst %d × interval %dµs exceeds 2^53µs", ErrInvalidLimit, b, t)
+		}
+	case SlidingLog:
+		if l.Rate > MaxLogRate {
+			return fmt.Errorf("%w: sliding_log keeps one timestamp per unit; rate %d exceeds its maximum %d (use sliding_window)",
+				ErrInvalidLimit, l.Rate, int64(MaxLogRate))
+		}
+	}
+	return nil
+}
+
+// EffectiveBurst is the bucket depth the bucket algorithms use: Burst, or Rate when Burst is 0.
+// For the window algorithms it is Rate.
+func (l Limit) EffectiveBurst() int64 {
+	switch l.Algorithm {
+	case GCRA, TokenBucket, LeakyBucket:
+		if l.Burst > 0 {
+			return l.Burst
+		}
+	}
+	return l.Rate
+}
+
+// MaxCost is the largest cost the limit can ever allow in one call: the burst for the bucket
+// algorithms, Rate for the window algorithms.
+func (l Limit) MaxCost() int64 { return l.EffectiveBurst() }
+
+// String formats l as "10/1s gcra burst 20".
+func (l Limit) String() string {
+	s := fmt.Sprintf("%d/%v %v", l.Rate, l.Period, l.Algorithm)
+	if l.Burst > 0 {
+		s += fmt.Sprintf(" burst %d", l.Burst)
+	}
+	return s
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// Path says how a Decision was reached. The zero value means the store decided.
+type Path uint8
+
+const (
+	// PathStore: the store decided.
+	PathStore Path = iota
+	// PathOpen: the store failed and the policy fails open; the request was allowed without
+	// consulting any state.
+	PathOpen
+	// PathClosed: the store failed and the policy fails closed; the request was denied
+	// without consulting any state (the error wraps ErrStoreUnavailable).
+	PathClosed
+	// PathLocal: the store failed and an in-process limiter with a share of the limit decided.
+	PathLocal
+)
+
+var pathNames = [...]string{"store", "open", "closed", "local"}
+
+func (p Path) String() string {
+	if int(p) < len(pathNames) {
+		return pathNames[p]
+	}
+	return fmt.Sprintf("path(%d)", uint8(p))
+}
+
+// Decision is everything the limiter saw and decided. Headers and logs are built from it.
+type Decision struct {
+	// Allowed reports whether the n units were admitted (and spent).
+	Allowed bool
+	// Limit is the limit that was applied.
+	Limit Limit
+	// Remaining is how many more units would be allowed right now, after this call.
+	// It is never negative.
+	Remaining int64
+	// ResetAfter is the time until the key's state is back to empty (a full bucket, an
+	// empty window): after it, Remaining would be Limit.MaxCost(). Never negative.
+	ResetAfter time.Duration
+	// RetryAfter is the time until the same cost would be allowed, if nothing else is spent
+	// meanwhile. It is 0 when Allowed (and for a cost that would pass now), never negative.
+	RetryAfter time.Duration
+	// Path says whether the store decided or a failure mode did.
+	Path Path
+}
+
+// Limiter decides whether events fit under a limit.
+//
+// Implementations are safe for concurrent use. The key identifies who is limited; a store
+// keeps separate state for each (key, Limit), so one key may carry several limits (10/s and
+// 1000/h) at once, and a key moved to a different Limit (a tier upgrade) starts afresh under
+// it while its state under the old Limit expires.
+type Limiter interface {
+	// AllowN spends n units of key's quota under limit, if they fit, and reports the
+	// decision. Denied requests spend nothing. n == 0 spends nothing: the Decision reports
+	// whether one more unit would be allowed now (Allowed, RetryAfter) and the current
+	// Remaining.
+	//
+	// Errors wrap ErrInvalidLimit, ErrInvalidCost, ErrCostExceedsLimit or ErrInvalidKey for
+	// bad input, and other errors for store failures.
+	AllowN(ctx context.Context, key string, limit Limit, n int64) (Decision, error)
+	// Reset forgets key's state under limit.
+	Reset(ctx context.Context, key string, limit Limit) error
+}
+
+// Request is one (key, limit, cost) in a multi-limit decision.
+type Request struct {
+	Key   string
+	Limit Limit
+	N     int64
+}
+
+// MultiLimiter is implemented by stores that can decide several requests atomically, all
+// or nothing: either every request fits and all are spent, or nothing is spent.
+//
+// The returned Decisions are in request order. When the batch is denied, every Decision has
+// Allowed false; a request that alone would have passed has RetryAfter 0, and the ones that
+// blocked have the time until they would pass. No Decision spends anything in that case.
+//
+// A store that cannot make a particular batch atomic (for example keys in different Redis
+// Cluster slots) returns an error wrapping ErrNotAtomic without spending anything.
+type MultiLimiter interface {
+	AllowMulti(ctx context.Context, reqs []Request) ([]Decision, error)
+}
+
+// Allow is AllowN(ctx, key, limit, 1).
+func Allow(ctx context.Context, l Limiter, key string, limit Limit) (Decision, error) {
+	return l.AllowN(ctx, key, limit, 1)
+}
+
+// MaxKeyLen is the longest key a store accepts.
+const MaxKeyLen = 64 << 10
+
+// CheckRequest validates a key, limit and cost the way every store does before deciding.
+func CheckRequest(key string, limit Limit, n int64) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	if err := limit.Validate(); err != nil {
+		return err
+	}
+	if n < 0 {
+		return fmt.Errorf("%w: cost must not be negative, got %d", ErrInvalidCost, n)
+	}
+	if n > limit.MaxCost() {
+		return fmt.Errorf("%w: cost %d exceeds the %d that %v can ever allow", ErrCostExceedsLimit, n, limit.MaxCost(), limit)
+	}
+	return nil
+}
+
+// CheckKey reports whether key is acceptable to a store: not empty, at most MaxKeyLen bytes.
+// Any bytes are allowed.
+func CheckKey(key string) error {
+	if key == "" {
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	}
+	if len(key) > MaxKeyLen {
+		return fmt.Errorf("%w: key of %d bytes exceeds %d", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	return nil
+}
+
+// IsBadInput reports whether err is about the caller's input (limit, cost or key) rather
+// than a failure of the store. Bad input is never failed open.
+func IsBadInput(err error) bool {
+	return errors.Is(err, ErrInvalidLimit) || errors.Is(err, ErrInvalidCost) ||
+		errors.Is(err, ErrCostExceedsLimit) || errors.Is(err, ErrInvalidKey)
+}
+
+// Sentinel errors. Stores wrap them with %w and detail.
+var (
+	// ErrInvalidLimit: the Limit cannot be decided (see Limit.Validate).
+	ErrInvalidLimit = errors.New("sluice: invalid limit")
+	// ErrInvalidCost: a negative cost.
+	ErrInvalidCost = errors.New("sluice: invalid cost")
+	// ErrCostExceedsLimit: the cost is larger than the limit can ever allow (Limit.MaxCost).
+	ErrCostExceedsLimit = errors.New("sluice: cost exceeds limit")
+	// ErrInvalidKey: an empty key or one longer than MaxKeyLen.
+	ErrInvalidKey = errors.New("sluice: invalid key")
+	// ErrStoreUnavailable: the store could not decide and the policy fails closed. HTTP
+	// front ends answer 503, not 429.
+	ErrStoreUnavailable = errors.New("sluice: store unavailable")
+	// ErrNotAtomic: a MultiLimiter cannot decide this batch atomically.
+	ErrNotAtomic = errors.New("sluice: batch cannot be decided atomically")
+	// ErrClosed: the limiter has been closed.
+	ErrClosed = errors.New("sluice: limiter closed")
+)
