@@ -195,10 +195,12 @@ func (l Limit) Validate() error {
 			return fmt.Errorf("%w: %d per %v spaces events less than 1µs apart; use a longer period or a window algorithm",
 				ErrInvalidLimit, l.Rate, l.Period)
 		}
-		// Burst·T must stay below 2^53 µs for the Lua transcription to be exact.
+		// The time to fill a whole bucket, Burst·T, stays below MaxPeriod so that every
+		// intermediate is exact in Lua.
 		t := ceilDiv(l.Period.Microseconds(), l.Rate)
-		if b := l.EffectiveBurst(); b > (1<<53)/t {
-			return fmt.Errorf("%w: burst %d × interval %dµs exceeds 2^53µs", ErrInvalidLimit, b, t)
+		if b := l.EffectiveBurst(); b > int64(MaxPeriod/time.Microsecond)/t {
+			return fmt.Errorf("%w: burst %d × interval %dµs exceeds the maximum %v to refill a bucket",
+				ErrInvalidLimit, b, t, MaxPeriod)
 		}
 	case SlidingLog:
 		if l.Rate > MaxLogRate {

@@ -1,0 +1,179 @@
+// Package algo holds sluice's six rate-limiting algorithms as pure state machines:
+//
+//	decide(state, now, params, cost) -> (state', result)
+//
+// They are the specification every store runs: package memory calls them directly, and the
+// Redis store runs Lua transcriptions of them (redisstore/lua, one file per function, each
+// naming the function here that it mirrors). A differential test holds the two to identical
+// results.
+//
+// # Rules every function follows
+//
+//   - Time is integer microseconds since the Unix epoch; durations are integer microseconds.
+//     No floating point. Every intermediate stays below 2^53 for limits that pass
+//     sluice.Limit.Validate, so Lua's doubles compute the same values exactly.
+//   - cost n > 0 spends n units if they fit, all or nothing; a denial spends nothing and
+//     leaves the state unchanged. n == 0 only looks: the result says whether one unit would
+//     be allowed now (Allowed, RetryAfter) and how many remain, and the state is unchanged.
+//     Callers validate n ≤ Params.MaxCost beforehand (sluice.CheckRequest).
+//   - Time going backwards (an NTP step, a failover to a host whose clock is behind) never
+//     grants quota: each machine treats "now" as no earlier than the latest time its state
+//     records, so elapsed time is never negative; results are never negative.
+//   - A fresh key is the zero State; the functions never need to tell "absent" from a
+//     state they wrote, and the zero State is the same as an expired one.
+//
+// # Results
+//
+//   - Remaining: units that would be allowed right now after this call.
+//   - ResetAfter: time until the state is equivalent to empty (full bucket, empty windows);
+//     the same instant as State.ExpiresAt, used for Redis TTLs and the memory sweeper.
+//   - RetryAfter: for a denial, the exact time until the same cost is allowed if nothing else
+//     is spent: allowed at now+RetryAfter, denied at now+RetryAfter-1µs. 0 when allowed.
+package algo
+
+import (
+	"math/bits"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Params is a validated sluice.Limit in integer microseconds.
+type Params struct {
+	Rate   int64 // events per Period
+	Period int64 // µs, ≥ 1
+	Burst  int64 // bucket depth for the bucket algorithms; Rate for the windows
+	T      int64 // emission interval ceil(Period/Rate) µs, bucket algorithms only
+	Algo   sluice.Algorithm
+}
+
+// ParamsOf converts a limit that passed Validate.
+func ParamsOf(l sluice.Limit) Params {
+	p := Params{
+		Rate:   l.Rate,
+		Period: l.Period.Microseconds(),
+		Burst:  l.EffectiveBurst(),
+		Algo:   l.Algorithm,
+	}
+	p.T = (p.Period + p.Rate - 1) / p.Rate
+	return p
+}
+
+// MaxCost is the largest cost the limit can ever allow.
+func (p Params) MaxCost() int64 { return p.Burst }
+
+// Result is the outcome of one decision, in microseconds.
+type Result struct {
+	Allowed    bool
+	Remaining  int64
+	ResetAfter int64
+	RetryAfter int64
+}
+
+// State is the per-key state of every algorithm except SlidingLog, which keeps a Log.
+// Each algorithm uses the fields its doc comment names; the zero State is a fresh key.
+type State struct {
+	A, B, C int64
+}
+
+// Decide runs p.Algo on a fixed-size state. It must not be called for SlidingLog.
+func Decide(s State, now int64, p Params, n int64) (State, Result) {
+	switch p.Algo {
+	case sluice.TokenBucket:
+		return TokenBucket(s, now, p, n)
+	case sluice.LeakyBucket:
+		return LeakyBucket(s, now, p, n)
+	case sluice.FixedWindow:
+		return FixedWindow(s, now, p, n)
+	case sluice.SlidingWindow:
+		return SlidingWindow(s, now, p, n)
+	default:
+		return GCRA(s, now, p, n)
+	}
+}
+
+// ExpiresAt is the instant (µs) from which s is equivalent to the zero State under p:
+// deleting it then changes no future decision. A state that has never admitted anything
+// expires at once (0).
+func ExpiresAt(s State, p Params) int64 {
+	switch p.Algo {
+	case sluice.TokenBucket:
+		// full when now - empty ≥ Burst·T
+		if s == (State{}) {
+			return 0
+		}
+		return s.A + p.Burst*p.T
+	case sluice.LeakyBucket:
+		return s.B + s.A // last conformance time + level
+	case sluice.FixedWindow:
+		if s.B == 0 {
+			return 0
+		}
+		return s.A + p.Period
+	case sluice.SlidingWindow:
+		switch {
+		case s.C > 0:
+			return s.A + 2*p.Period // the current window weighs on the next one
+		case s.B > 0:
+			return s.A + p.Period
+		}
+		return 0
+	default:
+		return s.A
+	}
+}
+
+func max64(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+func min64(a, b int64) int64 {
+	if a < b {
+		return a
+	}
+	return b
+}
+
+func nonNeg(a int64) int64 { return max64(a, 0) }
+
+// floorDiv is ⌊a/b⌋ for b > 0 and any a (Go's / truncates toward zero).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// MulDiv returns ⌊a·b/c⌋ for a, b ≥ 0, c > 0 when the result fits in int64, without
+// overflowing the product. The Lua scripts compute the same value by binary long division
+// (see redisstore/lua), keeping every intermediate below 3·c < 2^53.
+func MulDiv(a, b, c int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	return int64(q)
+}
+
+// MulDivCeil returns ⌈a·b/c⌉ under the same conditions as MulDiv.
+func MulDivCeil(a, b, c int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	q, r := bits.Div64(hi, lo, uint64(c))
+	if r != 0 {
+		q++
+	}
+	return int64(q)
+}
+
+// Decision converts r into the public Decision for limit l.
+func (r Result) Decision(l sluice.Limit) sluice.Decision {
+	return sluice.Decision{
+		Allowed:    r.Allowed,
+		Limit:      l,
+		Remaining:  r.Remaining,
+		ResetAfter: time.Duration(r.ResetAfter) * time.Microsecond,
+		RetryAfter: time.Duration(r.RetryAfter) * time.Microsecond,
+	}
+}

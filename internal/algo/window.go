@@ -1,0 +1,108 @@
+package algo
+
+// windowStart is the start of the Period-long window holding now: a multiple of Period since
+// the Unix epoch (so a 24h window is a UTC day, whatever the local zone).
+func windowStart(now, period int64) int64 { return floorDiv(now, period) * period }
+
+// FixedWindow counts units in windows [k·Period, (k+1)·Period) since the Unix epoch.
+//
+// State: A = the start of the window counted (µs), B = the units admitted in it. A cost n is
+// allowed when B + n ≤ Rate.
+//
+// Remaining = Rate - B. ResetAfter = the time to the window's end (0 when nothing is
+// counted). RetryAfter = the time to the window's end, where the count restarts at 0.
+//
+// Error bound: up to 2·Rate in an interval of length Period — Rate at the end of one window
+// and Rate at the start of the next — which is exactly what clients synchronised to wall
+// clock boundaries produce.
+//
+// If now falls in a window before A (time went backwards), the count of A's window applies.
+func FixedWindow(s State, now int64, p Params, n int64) (State, Result) {
+	c := cost(n)
+	if w := windowStart(now, p.Period); w > s.A {
+		s = State{A: w}
+	}
+	untilEnd := s.A + p.Period - now
+	if s.B+c > p.Rate {
+		return s, Result{
+			Remaining:  p.Rate - s.B,
+			ResetAfter: untilEnd,
+			RetryAfter: untilEnd,
+		}
+	}
+	if n > 0 {
+		s.B += c
+	}
+	r := Result{Allowed: true, Remaining: p.Rate - s.B}
+	if s.B > 0 {
+		r.ResetAfter = untilEnd
+	}
+	return s, r
+}
+
+// SlidingWindow is the sliding window counter: it keeps the counts of the current and the
+// previous fixed window and estimates the count of the sliding window (now-Period, now] as
+//
+//	prev·(Period-e)/Period + cur,   e = now - start of the current window
+//
+// (the formula Cloudflare describes), rounding the weighted term up, so the comparison
+// prev·(Period-e)/Period + cur + n ≤ Rate is evaluated exactly in integers.
+//
+// State: A = the start of the current window, B = prev, C = cur.
+//
+// Remaining = Rate - ⌈prev·(Period-e)/Period⌉ - cur. ResetAfter = until both windows have
+// aged out. RetryAfter is exact: the earliest instant at which the decaying weight of the
+// previous window (or, when cur itself is full, of the current one, a window later) leaves
+// room for n, computed with ⌊·⌋ divisions that are exact in both Go and Lua.
+//
+// Error bound: the estimate assumes the previous window's units were spread evenly. Against
+// an exact sliding window it admits at most 2·Rate in an interval of length Period (all of
+// the previous window's units bunched at its end), and for traffic that is not bunched at
+// window edges it is close: the simulator (package sim) measures it on the patterns.
+//
+// If now is before the current window (time went backwards), e is taken as 0: the previous
+// window weighs in fully.
+func SlidingWindow(s State, now int64, p Params, n int64) (State, Result) {
+	c := cost(n)
+	P := p.Period
+	switch w := windowStart(now, P); {
+	case w == s.A+P:
+		s = State{A: w, B: s.C}
+	case w > s.A+P:
+		s = State{A: w}
+	}
+	e := min64(nonNeg(now-s.A), P)
+	weighted := MulDivCeil(s.B, P-e, P)
+	resetAfter := func(cur int64) int64 {
+		switch {
+		case cur > 0:
+			return s.A + 2*P - now
+		case s.B > 0:
+			return s.A + P - now
+		}
+		return 0
+	}
+	if weighted+s.C+c > p.Rate {
+		var at int64
+		if x := p.Rate - s.C - c; x >= 0 {
+			// Room appears in this window once prev·(P-e) ≤ x·P.
+			at = s.A + P - MulDiv(x, P, s.B)
+		} else {
+			// cur alone is too full: wait for the next window, where cur becomes prev.
+			at = s.A + 2*P - MulDiv(p.Rate-c, P, s.C)
+		}
+		return s, Result{
+			Remaining:  nonNeg(p.Rate - weighted - s.C),
+			ResetAfter: resetAfter(s.C),
+			RetryAfter: at - now,
+		}
+	}
+	if n > 0 {
+		s.C += c
+	}
+	return s, Result{
+		Allowed:    true,
+		Remaining:  nonNeg(p.Rate - weighted - s.C),
+		ResetAfter: resetAfter(s.C),
+	}
+}
