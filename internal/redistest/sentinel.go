@@ -1,0 +1,52 @@
+package redistest
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Sentinel is a redis-server in Sentinel mode monitoring one primary, owned by a test.
+type Sentinel struct {
+	*Server
+	// Name is the monitored master's name, as clients ask Sentinel for it.
+	Name string
+}
+
+// StartSentinel starts a Sentinel (quorum 1) monitoring primary under name, waits until it
+// reports the primary's address, and stops it when the test ends.
+func StartSentinel(tb testing.TB, primary *Server, name string) *Sentinel {
+	tb.Helper()
+	s := newServer(tb)
+	conf := filepath.Join(s.dir, "sentinel.conf")
+	body := fmt.Sprintf("bind 127.0.0.1\nprotected-mode no\ndir %s\nlogfile redis.log\n"+
+		"sentinel monitor %s 127.0.0.1 %d 1\n"+
+		"sentinel down-after-milliseconds %s 1000\n"+
+		"sentinel failover-timeout %s 5000\n",
+		s.dir, name, primary.Port(), name, name)
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		tb.Fatalf("redistest: write sentinel.conf: %v", err)
+	}
+	s.conf = []string{conf, "--sentinel"}
+	s.launchNew()
+
+	want := primary.Addr()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		reply, err := s.Do("SENTINEL", "GET-MASTER-ADDR-BY-NAME", name)
+		if err == nil {
+			host, port, ok := strings.Cut(reply, "\n")
+			if ok && net.JoinHostPort(host, port) == want {
+				return &Sentinel{Server: s, Name: name}
+			}
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: sentinel on %s does not report %s for %q: %q %v", s.Addr(), want, name, reply, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,416 @@
+// Package redistest starts real redis-server processes for tests: a standalone server
+// (Start), a 3-primary cluster (StartCluster) and a Sentinel watching a server
+// (StartSentinel). Each listens on a free loopback port with its own data directory and is
+// stopped when the test ends.
+//
+// Servers can be hurt the way production servers are: Kill (SIGKILL), Pause and Resume
+// (SIGSTOP, SIGCONT), and Restart on the same port and data directory. Commands are sent
+// with Do (a small RESP client) or CLI (the redis-cli binary).
+//
+// redis-server and redis-cli must be installed. When they are missing, the test fails (it
+// never skips) with a message saying how to install them.
+package redistest
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// InstallHint says how to get the binaries the tests need.
+const InstallHint = "install Redis 7 with `apt-get install redis-server` (Debian/Ubuntu) " +
+	"or run `make test`, which installs it when missing"
+
+// startTimeout bounds how long a server may take to accept commands.
+const startTimeout = 15 * time.Second
+
+// Binary returns the path of the named Redis binary (redis-server or redis-cli), failing tb
+// with InstallHint when it is not installed.
+func Binary(tb testing.TB, name string) string {
+	tb.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		tb.Fatalf("redistest: %s not found in PATH: %v; %s", name, err, InstallHint)
+	}
+	return path
+}
+
+// Option configures a server before it starts.
+type Option func(*config)
+
+type config struct {
+	args []string
+}
+
+// WithConfig sets a redis.conf directive, as `--name value...` on the command line, for
+// example WithConfig("maxmemory", "1mb") or WithConfig("appendonly", "yes").
+func WithConfig(name string, values ...string) Option {
+	return func(c *config) {
+		c.args = append(c.args, "--"+name)
+		c.args = append(c.args, values...)
+	}
+}
+
+// Server is a redis-server process owned by a test. Its methods may be called from any
+// goroutine.
+type Server struct {
+	tb   testing.TB
+	bin  string
+	dir  string
+	port int
+	conf []string // leading arguments: a config file, --sentinel
+	args []string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
+}
+
+// Start starts a standalone redis-server on a free loopback port, waits until it accepts
+// commands, and stops it when the test ends. The server has no persistence (save "",
+// appendonly no) unless options say otherwise, so a Restart starts empty.
+func Start(tb testing.TB, opts ...Option) *Server {
+	tb.Helper()
+	return start(tb, nil, opts)
+}
+
+func start(tb testing.TB, base []string, opts []Option) *Server {
+	tb.Helper()
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
+	s := newServer(tb)
+	s.args = append(append([]string{
+		"--bind", "127.0.0.1",
+		"--protected-mode", "no",
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", s.dir,
+		"--logfile", "redis.log",
+		"--daemonize", "no",
+		"--enable-debug-command", "yes",
+	}, base...), c.args...)
+	s.launchNew()
+	return s
+}
+
+func newServer(tb testing.TB) *Server {
+	tb.Helper()
+	s := &Server{
+		tb:  tb,
+		bin: Binary(tb, "redis-server"),
+		dir: tb.TempDir(),
+	}
+	tb.Cleanup(s.cleanup)
+	return s
+}
+
+// launchNew picks a free port and launches, retrying when the port was taken meanwhile.
+func (s *Server) launchNew() {
+	s.tb.Helper()
+
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		s.port, err = freePort()
+		if err != nil {
+			break
+		}
+		if err = s.launch(); err == nil {
+			return
+		}
+	}
+	s.tb.Fatalf("redistest: start redis-server: %v", err)
+}
+
+// Addr is the server's "127.0.0.1:port".
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// Port is the server's TCP port. It stays the same across Restart.
+func (s *Server) Port() int { return s.port }
+
+// URL is "redis://127.0.0.1:port".
+func (s *Server) URL() string { return "redis://" + s.Addr() }
+
+// Dir is the server's data directory (holding redis.log). It stays the same across Restart.
+func (s *Server) Dir() string { return s.dir }
+
+// Log returns the server's log file so far.
+func (s *Server) Log() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	return string(b)
+}
+
+// launch starts the process on s.port and waits until it answers PING.
+func (s *Server) launch() error {
+	args := append(append(append([]string(nil), s.conf...), "--port", strconv.Itoa(s.port)), s.args...)
+	cmd := exec.Command(s.bin, args...)
+	cmd.Dir = s.dir
+	var stderr bytes.Buffer
+	cmd.Stdout = &stderr
+	cmd.Stderr = &stderr
+	// Die with the test binary, and keep terminal signals (Ctrl-C) to the test.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("%s: %w", s.bin, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+
+	s.mu.Lock()
+	s.cmd, s.done = cmd, done
+	s.mu.Unlock()
+
+	deadline := time.Now().Add(startTimeout)
+	for {
+		select {
+		case <-done:
+			return fmt.Errorf("redis-server on port %d exited at start: %s\n%s", s.port, stderr.String(), tail(s.Log(), 20))
+		default:
+		}
+		reply, err := s.Do("PING")
+		if err == nil && reply == "PONG" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			s.kill()
+			return fmt.Errorf("redis-server on port %d not ready after %v (last: %q, %v)\n%s", s.port, startTimeout, reply, err, tail(s.Log(), 20))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Kill sends SIGKILL and waits for the process to exit. The port and data directory are
+// kept for Restart. Killing a stopped server is a no-op.
+func (s *Server) Kill() {
+	s.tb.Helper()
+	s.kill()
+}
+
+func (s *Server) kill() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-done
+}
+
+// Pause sends SIGSTOP: the server keeps its connections but answers nothing until Resume.
+func (s *Server) Pause() { s.tb.Helper(); s.signal(syscall.SIGSTOP) }
+
+// Resume sends SIGCONT to a paused server.
+func (s *Server) Resume() { s.tb.Helper(); s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		s.tb.Errorf("redistest: signal %v: server on port %d is not running", sig, s.port)
+		return
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.tb.Errorf("redistest: signal %v to port %d: %v", sig, s.port, err)
+	}
+}
+
+// Restart kills the server if it is running and starts it again on the same port and data
+// directory (so a cluster node keeps its identity), waiting until it accepts commands.
+// Without persistence options the restarted server is empty.
+func (s *Server) Restart() {
+	s.tb.Helper()
+	s.kill()
+	// The port was just released; another process may grab it in between, and the kernel
+	// may briefly refuse the bind. Retry for a while before giving up.
+	var err error
+	for deadline := time.Now().Add(startTimeout); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if err = s.launch(); err == nil {
+			return
+		}
+	}
+	s.tb.Fatalf("redistest: restart: %v", err)
+}
+
+// Running reports whether the process is alive (it may be paused).
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	done := s.done
+	s.mu.Unlock()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (s *Server) cleanup() {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd != nil {
+		_ = cmd.Process.Signal(syscall.SIGCONT) // a paused process cannot be waited on cleanly
+	}
+	s.kill()
+}
+
+// Do sends one command over a fresh connection and returns the reply formatted as text:
+// simple strings and bulk strings as they are, integers in decimal, nil as "(nil)", arrays
+// one element per line (nested arrays flattened). An error reply is returned as an error.
+func (s *Server) Do(args ...string) (string, error) {
+	return Do(s.Addr(), args...)
+}
+
+// MustDo is Do that fails the test on error.
+func (s *Server) MustDo(args ...string) string {
+	s.tb.Helper()
+	reply, err := s.Do(args...)
+	if err != nil {
+		s.tb.Fatalf("redistest: %s on %s: %v", strings.Join(args, " "), s.Addr(), err)
+	}
+	return reply
+}
+
+// CLI runs redis-cli against the server with the given arguments and returns its output.
+func (s *Server) CLI(args ...string) (string, error) {
+	return cli(s.tb, append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(s.port)}, args...)...)
+}
+
+// Info returns one field of INFO (for example "evicted_keys" or "used_memory").
+func (s *Server) Info(field string) (string, error) {
+	reply, err := s.Do("INFO")
+	if err != nil {
+		return "", err
+	}
+	return InfoField(reply, field)
+}
+
+// InfoField extracts field from the text of an INFO reply.
+func InfoField(info, field string) (string, error) {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("redistest: no %q in INFO", field)
+}
+
+func cli(tb testing.TB, args ...string) (string, error) {
+	out, err := exec.Command(Binary(tb, "redis-cli"), args...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("redis-cli %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// Do sends one command to addr over a fresh connection (see Server.Do).
+func Do(addr string, args ...string) (string, error) {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := conn.Write(b.Bytes()); err != nil {
+		return "", err
+	}
+	var out strings.Builder
+	if err := readReply(bufio.NewReader(conn), &out); err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(out.String(), "\n"), nil
+}
+
+// ReplyError is an error reply from Redis, such as "ERR unknown command".
+type ReplyError string
+
+func (e ReplyError) Error() string { return string(e) }
+
+func readReply(r *bufio.Reader, out *strings.Builder) error {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	line = strings.TrimSuffix(line, "\r\n")
+	if line == "" {
+		return errors.New("redistest: empty reply line")
+	}
+	switch line[0] {
+	case '+', ':':
+		out.WriteString(line[1:])
+		out.WriteByte('\n')
+	case '-':
+		return ReplyError(line[1:])
+	case '$':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil {
+			return fmt.Errorf("redistest: bad bulk length %q", line)
+		}
+		if n < 0 {
+			out.WriteString("(nil)\n")
+			return nil
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return err
+		}
+		out.Write(buf[:n])
+		out.WriteByte('\n')
+	case '*':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil {
+			return fmt.Errorf("redistest: bad array length %q", line)
+		}
+		if n < 0 {
+			out.WriteString("(nil)\n")
+		}
+		for i := 0; i < n; i++ {
+			if err := readReply(r, out); err != nil {
+				return err
+			}
+		}
+	default:
+		return fmt.Errorf("redistest: unexpected reply %q", line)
+	}
+	return nil
+}
+
+// freePort returns a TCP port that was free on 127.0.0.1 a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func tail(s string, lines int) string {
+	parts := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(parts) > lines {
+		parts = parts[len(parts)-lines:]
+	}
+	return strings.Join(parts, "\n")
+}
