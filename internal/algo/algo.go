@@ -102,7 +102,7 @@ func ExpiresAt(s State, p Params) int64 {
 		if s == (State{}) {
 			return 0
 		}
-		return s.A + p.Burst*p.T
+		return s.B + p.Burst*p.T - s.A // last spend + time to refill the missing credit
 	case sluice.LeakyBucket:
 		return s.B + s.A // last conformance time + level
 	case sluice.FixedWindow:
@@ -111,13 +111,7 @@ func ExpiresAt(s State, p Params) int64 {
 		}
 		return s.A + p.Period
 	case sluice.SlidingWindow:
-		switch {
-		case s.C > 0:
-			return s.A + 2*p.Period // the current window weighs on the next one
-		case s.B > 0:
-			return s.A + p.Period
-		}
-		return 0
+		return slidingFullAt(s, p.Period)
 	default:
 		return s.A
 	}

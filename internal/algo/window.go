@@ -41,24 +41,29 @@ func FixedWindow(s State, now int64, p Params, n int64) (State, Result) {
 }
 
 // SlidingWindow is the sliding window counter: it keeps the counts of the current and the
-// previous fixed window and estimates the count of the sliding window (now-Period, now] as
+// previous fixed window and estimates the units in the sliding window (now-Period, now] as
 //
-//	prev·(Period-e)/Period + cur,   e = now - start of the current window
+//	⌊prev·(Period-e-1)/Period⌋ + cur,   e = now - start of the current window
 //
-// (the formula Cloudflare describes), rounding the weighted term up, so the comparison
-// prev·(Period-e)/Period + cur + n ≤ Rate is evaluated exactly in integers.
+// This is the formula Cloudflare describes, prev·(Period-e)/Period + cur, made exact on a
+// microsecond grid: Period-e-1 is the number of the previous window's microseconds that lie
+// inside (now-Period, now], and the previous window contributes whole units only. With it a
+// client sending at exactly the limit is never denied (the continuous formula denies it at
+// every event, counting the unit that left the window one Period ago). A cost n is allowed
+// when estimate + n ≤ Rate.
 //
 // State: A = the start of the current window, B = prev, C = cur.
 //
-// Remaining = Rate - ⌈prev·(Period-e)/Period⌉ - cur. ResetAfter = until both windows have
-// aged out. RetryAfter is exact: the earliest instant at which the decaying weight of the
-// previous window (or, when cur itself is full, of the current one, a window later) leaves
-// room for n, computed with ⌊·⌋ divisions that are exact in both Go and Lua.
+// Remaining = Rate - estimate. ResetAfter = until the estimate is back to 0 for good (the
+// weight of the last counted window has decayed below one unit). RetryAfter is exact: the
+// earliest instant at which the decaying weight of the previous window (or, when cur itself
+// is too full, of the current one, a window later) leaves room for n, found with ceiling
+// divisions that are exact in both Go and Lua.
 //
 // Error bound: the estimate assumes the previous window's units were spread evenly. Against
 // an exact sliding window it admits at most 2·Rate in an interval of length Period (all of
-// the previous window's units bunched at its end), and for traffic that is not bunched at
-// window edges it is close: the simulator (package sim) measures it on the patterns.
+// the previous window's units bunched at its end, then Rate more); for traffic that is not
+// bunched at window edges it is close: the simulator (package sim) measures it.
 //
 // If now is before the current window (time went backwards), e is taken as 0: the previous
 // window weighs in fully.
@@ -71,29 +76,20 @@ func SlidingWindow(s State, now int64, p Params, n int64) (State, Result) {
 	case w > s.A+P:
 		s = State{A: w}
 	}
-	e := min64(nonNeg(now-s.A), P)
-	weighted := MulDivCeil(s.B, P-e, P)
-	resetAfter := func(cur int64) int64 {
-		switch {
-		case cur > 0:
-			return s.A + 2*P - now
-		case s.B > 0:
-			return s.A + P - now
-		}
-		return 0
-	}
+	e := min64(nonNeg(now-s.A), P-1)
+	weighted := MulDiv(s.B, P-e-1, P)
 	if weighted+s.C+c > p.Rate {
 		var at int64
 		if x := p.Rate - s.C - c; x >= 0 {
-			// Room appears in this window once prev·(P-e) ≤ x·P.
-			at = s.A + P - MulDiv(x, P, s.B)
+			// Room appears in this window once ⌊prev·(P-e-1)/P⌋ ≤ x.
+			at = s.A + P - MulDivCeil(x+1, P, s.B)
 		} else {
 			// cur alone is too full: wait for the next window, where cur becomes prev.
-			at = s.A + 2*P - MulDiv(p.Rate-c, P, s.C)
+			at = s.A + 2*P - MulDivCeil(p.Rate-c+1, P, s.C)
 		}
 		return s, Result{
 			Remaining:  nonNeg(p.Rate - weighted - s.C),
-			ResetAfter: resetAfter(s.C),
+			ResetAfter: nonNeg(slidingFullAt(s, P) - now),
 			RetryAfter: at - now,
 		}
 	}
@@ -103,6 +99,18 @@ func SlidingWindow(s State, now int64, p Params, n int64) (State, Result) {
 	return s, Result{
 		Allowed:    true,
 		Remaining:  nonNeg(p.Rate - weighted - s.C),
-		ResetAfter: resetAfter(s.C),
+		ResetAfter: nonNeg(slidingFullAt(s, P) - now),
 	}
+}
+
+// slidingFullAt is the instant from which a SlidingWindow state estimates 0 for good: the
+// weight of its last non-empty window has fallen below one unit.
+func slidingFullAt(s State, P int64) int64 {
+	switch {
+	case s.C > 0:
+		return s.A + 2*P - (P+s.C-1)/s.C
+	case s.B > 0:
+		return s.A + P - (P+s.B-1)/s.B
+	}
+	return 0
 }
