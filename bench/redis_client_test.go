@@ -1,0 +1,105 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// leanGCRA is a minimal integer GCRA on Redis's clock: one string key holding the
+// theoretical arrival time in µs. ARGV: emission interval T, tolerance (burst-1)·T, cost.
+// It is the per-call work every client below sends, so the comparison measures clients.
+const leanGCRA = `
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local T, tol, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local tat = tonumber(redis.call('GET', KEYS[1])) or 0
+if tat < now then tat = now end
+local new = tat + n * T
+if new - now > tol + T then
+  return {0, new - now - tol - T}
+end
+redis.call('SET', KEYS[1], new, 'PX', math.ceil((new - now) / 1000))
+return {1, 0}
+`
+
+// gcraArgs: 1000 per second, burst 1000, cost 1.
+var gcraArgs = []string{"1000", "999000", "1"}
+
+// BenchmarkRedisClient compares Redis clients sending the same EVALSHA, one per decision,
+// to one redis-server: rueidis (auto-pipelining on one multiplexed connection) and go-redis
+// v9 without pipelining (a pool of connections), with its blocking auto-pipeliner (ordered
+// default), and with its auto-pipeliner in unordered parallel-batch mode.
+func BenchmarkRedisClient(b *testing.B) {
+	srv := redistest.Start(b)
+	sha, err := srv.Do("SCRIPT", "LOAD", leanGCRA)
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	type client struct {
+		name string
+		open func() (decideFunc, func())
+	}
+	goredisOpts := func() *goredis.Options {
+		return &goredis.Options{Addr: srv.Addr(), Protocol: 3}
+	}
+	clients := []client{
+		{"rueidis", func() (decideFunc, func()) {
+			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return func(ctx context.Context, i int) error {
+				cmd := c.B().Evalsha().Sha1(sha).Numkeys(1).Key(benchKey(i)).Arg(gcraArgs...).Build()
+				return c.Do(ctx, cmd).Error()
+			}, c.Close
+		}},
+		{"go-redis", func() (decideFunc, func()) {
+			c := goredis.NewClient(goredisOpts())
+			return evalshaGoRedis(c, sha), func() { _ = c.Close() }
+		}},
+		{"go-redis-autopipeline", func() (decideFunc, func()) {
+			c := goredis.NewClient(goredisOpts())
+			ap, err := c.AutoPipeline()
+			if err != nil {
+				b.Fatal(err)
+			}
+			return evalshaGoRedis(ap, sha), func() { _ = c.Close() }
+		}},
+		{"go-redis-autopipeline-unordered", func() (decideFunc, func()) {
+			c := goredis.NewClient(goredisOpts())
+			ap, err := c.AutoPipelineWithOptions(&goredis.AutoPipelineOptions{
+				MaxBatchSize: 300, MaxConcurrentBatches: 8, Unordered: true,
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return evalshaGoRedis(ap, sha), func() { _ = c.Close() }
+		}},
+	}
+	for _, g := range redisGoroutines {
+		for _, c := range clients {
+			b.Run(fmt.Sprintf("client=%s/goroutines=%d", c.name, g), func(b *testing.B) {
+				decide, closeFn := c.open()
+				defer closeFn()
+				runRedis(b, srv, g, decide)
+			})
+		}
+	}
+}
+
+func evalshaGoRedis(c goredis.Scripter, sha string) decideFunc {
+	args := make([]any, len(gcraArgs))
+	for i, a := range gcraArgs {
+		args[i] = a
+	}
+	return func(ctx context.Context, i int) error {
+		return c.EvalSha(ctx, sha, []string{benchKey(i)}, args...).Err()
+	}
+}

@@ -1,0 +1,136 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// redisKeys is the number of distinct keys the Redis benchmarks spread decisions over.
+const redisKeys = 100_000
+
+// redisGoroutines are the concurrency levels every Redis benchmark runs at.
+var redisGoroutines = []int{2, 64}
+
+// decideFunc makes decision number i (keys are chosen from i); it returns an error only
+// when the store failed.
+type decideFunc func(ctx context.Context, i int) error
+
+// runRedis runs b.N decisions spread over g goroutines against srv and reports, besides
+// ns/op: decisions/s, p50 and p99 latency in µs, and the Redis server time per decision and
+// calls per decision from INFO commandstats (all commands, reset before the timed part).
+func runRedis(b *testing.B, srv *redistest.Server, g int, decide decideFunc) {
+	b.Helper()
+	ctx := context.Background()
+	// A short warm-up opens connections and loads scripts outside the measurement.
+	for i := 0; i < 2*g; i++ {
+		if err := decide(ctx, i); err != nil {
+			b.Fatalf("warm-up: %v", err)
+		}
+	}
+	srv.MustDo("CONFIG", "RESETSTAT")
+
+	lat := make([][]time.Duration, g)
+	per := b.N/g + 1
+	var next atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for w := 0; w < g; w++ {
+		lat[w] = make([]time.Duration, 0, per)
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= b.N {
+					return
+				}
+				t0 := time.Now()
+				if err := decide(ctx, i); err != nil {
+					failed.CompareAndSwap(nil, err)
+					return
+				}
+				lat[w] = append(lat[w], time.Since(t0))
+			}
+		}(w)
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatalf("decision failed: %v", err)
+	}
+
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	pct := func(p float64) float64 {
+		if len(all) == 0 {
+			return 0
+		}
+		return float64(all[int(p*float64(len(all)-1))].Nanoseconds()) / 1e3
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
+	b.ReportMetric(pct(0.50), "p50-µs")
+	b.ReportMetric(pct(0.99), "p99-µs")
+
+	calls, usec, err := commandStats(srv)
+	if err != nil {
+		b.Fatalf("INFO commandstats: %v", err)
+	}
+	b.ReportMetric(usec/float64(b.N), "srv-µs/decision")
+	b.ReportMetric(float64(calls)/float64(b.N), "calls/decision")
+}
+
+// commandStats sums calls and usec over INFO commandstats, leaving out the commands the
+// harness itself sends.
+func commandStats(srv *redistest.Server) (calls int64, usec float64, err error) {
+	reply, err := srv.Do("INFO", "commandstats")
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(reply, "\n") {
+		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		switch name {
+		case "cmdstat_info", "cmdstat_config|resetstat", "cmdstat_ping", "cmdstat_hello", "cmdstat_client|setinfo", "cmdstat_client|tracking":
+			continue
+		}
+		for _, kv := range strings.Split(fields, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls":
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return 0, 0, fmt.Errorf("%s: %w", line, err)
+				}
+				calls += n
+			case "usec":
+				n, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return 0, 0, fmt.Errorf("%s: %w", line, err)
+				}
+				usec += n
+			}
+		}
+	}
+	return calls, usec, nil
+}
+
+// benchKey is the key of decision i, spread over redisKeys keys.
+func benchKey(i int) string {
+	// A multiplicative hash spreads consecutive decisions over the key space, so
+	// concurrent goroutines rarely hit the same key.
+	return "user:" + strconv.Itoa(int(uint64(i)*11400714819323198485%redisKeys))
+}
