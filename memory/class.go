@@ -1,0 +1,236 @@
+package memory
+
+import (
+	"sync"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
+)
+
+// class holds every key's state under one Limit.
+type class interface {
+	id() int
+	shardIndex(h uint64) int
+	lock(h uint64)
+	unlock(h uint64)
+	// decide takes the shard lock, decides and commits.
+	decide(key string, h uint64, now, n int64) algo.Result
+	// decideLocked decides with the shard lock held; it spends only if commit.
+	decideLocked(key string, h uint64, now, n int64, commit bool) algo.Result
+	reset(key string, h uint64)
+	sweep(now int64)
+}
+
+// shard is a lock and a table, padded so that neighbouring shards' locks do not share a
+// cache line.
+type shard[S any] struct {
+	mu     sync.Mutex
+	t      table[S]
+	cursor int
+	_      [64 - 8 - 32 - 8]byte
+}
+
+// ops adapts one algorithm's state type S to the tables.
+type ops[S any] struct {
+	// decide runs the algorithm on *s, updating it only when commit is set and the cost
+	// was allowed and non-zero.
+	decide func(s *S, now int64, p algo.Params, n int64, commit bool) algo.Result
+	// expires is when *s becomes equivalent to a fresh key (algo.ExpiresAt).
+	expires func(s *S, p algo.Params) int64
+}
+
+type gen[S any] struct {
+	st     *Store
+	cid    int
+	p      algo.Params
+	mask   uint64
+	shards []shard[S]
+	ops    ops[S]
+}
+
+func newClass(st *Store, l sluice.Limit, id int) class {
+	p := algo.ParamsOf(l)
+	switch l.Algorithm {
+	case sluice.GCRA:
+		return newGen(st, p, id, ops[int64]{
+			decide: func(s *int64, now int64, p algo.Params, n int64, commit bool) algo.Result {
+				ns, r := algo.GCRA(algo.State{A: *s}, now, p, n)
+				if commit {
+					*s = ns.A
+				}
+				return r
+			},
+			expires: func(s *int64, p algo.Params) int64 { return *s },
+		})
+	case sluice.SlidingWindow:
+		return newGen(st, p, id, ops[algo.State]{
+			decide: func(s *algo.State, now int64, p algo.Params, n int64, commit bool) algo.Result {
+				ns, r := algo.SlidingWindow(*s, now, p, n)
+				if commit {
+					*s = ns
+				}
+				return r
+			},
+			expires: func(s *algo.State, p algo.Params) int64 { return algo.ExpiresAt(*s, p) },
+		})
+	case sluice.SlidingLog:
+		return newGen(st, p, id, ops[*algo.Log]{
+			decide: func(s **algo.Log, now int64, p algo.Params, n int64, commit bool) algo.Result {
+				if *s == nil {
+					l := new(algo.Log)
+					r := algo.SlidingLog(l, now, p, n, commit)
+					if l.Len() > 0 {
+						*s = l
+					}
+					return r
+				}
+				return algo.SlidingLog(*s, now, p, n, commit)
+			},
+			expires: func(s **algo.Log, p algo.Params) int64 {
+				if l := *s; l != nil && l.Len() > 0 {
+					l.Shrink()
+					return l.Newest() + p.Period
+				}
+				return 0
+			},
+		})
+	default: // TokenBucket, LeakyBucket, FixedWindow keep two words
+		var f func(algo.State, int64, algo.Params, int64) (algo.State, algo.Result)
+		switch l.Algorithm {
+		case sluice.TokenBucket:
+			f = algo.TokenBucket
+		case sluice.LeakyBucket:
+			f = algo.LeakyBucket
+		default:
+			f = algo.FixedWindow
+		}
+		return newGen(st, p, id, ops[[2]int64]{
+			decide: func(s *[2]int64, now int64, p algo.Params, n int64, commit bool) algo.Result {
+				ns, r := f(algo.State{A: s[0], B: s[1]}, now, p, n)
+				if commit {
+					*s = [2]int64{ns.A, ns.B}
+				}
+				return r
+			},
+			expires: func(s *[2]int64, p algo.Params) int64 {
+				return algo.ExpiresAt(algo.State{A: s[0], B: s[1]}, p)
+			},
+		})
+	}
+}
+
+func newGen[S any](st *Store, p algo.Params, id int, o ops[S]) *gen[S] {
+	return &gen[S]{st: st, cid: id, p: p, mask: uint64(st.shards - 1), shards: make([]shard[S], st.shards), ops: o}
+}
+
+func (g *gen[S]) id() int { return g.cid }
+
+// The high half of the hash picks the shard and is the slot tag; the low half picks the
+// slot (see home), so the two are independent.
+func (g *gen[S]) shardIndex(h uint64) int { return int((h >> 32) & g.mask) }
+func (g *gen[S]) lock(h uint64)           { g.shards[g.shardIndex(h)].mu.Lock() }
+func (g *gen[S]) unlock(h uint64)         { g.shards[g.shardIndex(h)].mu.Unlock() }
+
+func (g *gen[S]) decide(key string, h uint64, now, n int64) algo.Result {
+	sh := &g.shards[g.shardIndex(h)]
+	sh.mu.Lock()
+	r := g.decideIn(sh, key, h, now, n, true)
+	sh.mu.Unlock()
+	return r
+}
+
+func (g *gen[S]) decideLocked(key string, h uint64, now, n int64, commit bool) algo.Result {
+	return g.decideIn(&g.shards[g.shardIndex(h)], key, h, now, n, commit)
+}
+
+func (g *gen[S]) decideIn(sh *shard[S], key string, h uint64, now, n int64, commit bool) algo.Result {
+	tag := uint32(h >> 32)
+	if i := sh.t.find(key, h, tag); i >= 0 {
+		return g.ops.decide(&sh.t.slots[i].s, now, g.p, n, commit)
+	}
+	var s S
+	r := g.ops.decide(&s, now, g.p, n, commit)
+	if commit && r.Allowed && n > 0 {
+		g.add(sh, key, h, tag, s, now)
+	}
+	return r
+}
+
+// add inserts a new key, making room first: expired state goes before the table grows, and
+// under MaxKeys the sampled entry closest to empty is evicted.
+func (g *gen[S]) add(sh *shard[S], key string, h uint64, tag uint32, s S, now int64) {
+	t := &sh.t
+	if (t.n+1)*maxLoadDen > len(t.slots)*maxLoadNum {
+		g.sweepShard(sh, now, len(t.slots))
+	}
+	if max := g.st.maxKeys; max > 0 && g.st.keys.Load() >= max && t.n > 0 {
+		g.evictNear(sh, h)
+	}
+	t.insert(key, h, tag, s, g.st.hash)
+	g.st.keys.Add(1)
+}
+
+// evictNear removes, among the first 8 entries at or after h's home position, the one
+// whose state expires first.
+func (g *gen[S]) evictNear(sh *shard[S], h uint64) {
+	t := &sh.t
+	c := len(t.slots)
+	victim, best := -1, int64(0)
+	for i, seen := home(h, c), 0; seen < 8 && seen < t.n; {
+		if e := &t.slots[i]; e.ptr != nil {
+			if exp := g.ops.expires(&e.s, g.p); victim < 0 || exp < best {
+				victim, best = i, exp
+			}
+			seen++
+		}
+		if i++; i == c {
+			i = 0
+		}
+	}
+	t.remove(victim, g.st.hash)
+	g.st.keys.Add(-1)
+}
+
+func (g *gen[S]) reset(key string, h uint64) {
+	sh := &g.shards[g.shardIndex(h)]
+	sh.mu.Lock()
+	if i := sh.t.find(key, h, uint32(h>>32)); i >= 0 {
+		sh.t.remove(i, g.st.hash)
+		g.st.keys.Add(-1)
+	}
+	sh.mu.Unlock()
+}
+
+// sweep visits about an eighth of every shard, one shard lock at a time.
+func (g *gen[S]) sweep(now int64) {
+	for i := range g.shards {
+		sh := &g.shards[i]
+		sh.mu.Lock()
+		g.sweepShard(sh, now, max(64, len(sh.t.slots)/8))
+		sh.mu.Unlock()
+	}
+}
+
+// sweepShard examines up to budget slots from the shard's cursor and deletes the state that
+// has become equivalent to empty; then it shrinks a table that has emptied out.
+func (g *gen[S]) sweepShard(sh *shard[S], now int64, budget int) {
+	t := &sh.t
+	c := len(t.slots)
+	if t.n == 0 || c == 0 {
+		return
+	}
+	i := sh.cursor % c
+	for ; budget > 0; budget-- {
+		e := &t.slots[i]
+		if e.ptr != nil && g.ops.expires(&e.s, g.p) <= now {
+			t.remove(i, g.st.hash) // a later entry may have moved into i: look again
+			g.st.keys.Add(-1)
+			continue
+		}
+		if i++; i == c {
+			i = 0
+		}
+	}
+	sh.cursor = i
+	t.shrink(g.st.hash)
+}

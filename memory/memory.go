@@ -1,0 +1,282 @@
+// Package memory is sluice's in-process store: a sluice.Limiter (and sluice.MultiLimiter)
+// for all six algorithms, running the state machines of internal/algo directly.
+//
+//	store := memory.New()
+//	defer store.Close()
+//	d, err := store.AllowN(ctx, "user:42", sluice.PerSecond(10), 1)
+//
+// # Layout and cost of a decision
+//
+// State is kept per (key, Limit). Each distinct Limit gets its own set of shards (a "class"),
+// found through a copy-on-write map; each shard is a mutex and an open-addressing table whose
+// slots hold the key (by reference) beside the state inline. A decision on an existing key
+// hashes the key once, takes one shard lock, probes slots that are usually in one cache line,
+// and allocates nothing. A hot key holds only its own shard's lock for the few nanoseconds of
+// a decision, so it never serialises unrelated keys beyond the 1/Shards that share its shard.
+//
+// A GCRA key costs a 24-byte slot (40 for SlidingWindow, 32 for the other window and bucket
+// algorithms), at 60–80% occupancy, plus the key's own bytes, which the store shares with the
+// caller's string rather than copying. SlidingLog keys hold one 8-byte timestamp per unit
+// admitted in the window.
+//
+// # Memory bound
+//
+// State that has become equivalent to empty (a full bucket, an aged-out window) is deleted
+// by an incremental sweeper: every SweepInterval it visits a bounded slice of each shard,
+// holding one shard's lock at a time, so there is never a stop-the-world scan; tables shrink
+// when they empty out. Deleting such state changes no decision.
+//
+// With MaxKeys set, inserting a key into a full store first evicts, from the same shard and
+// class, the sampled entry whose state is closest to empty (earliest expiry among up to 8
+// neighbours of the new key's position). Forgetting it grants that key the least unearned
+// quota. The cap is exact per store up to one key per concurrent insert.
+//
+// # Clock
+//
+// By default the store reads a monotonic clock anchored at the wall time of New, so a wall
+// clock step never moves decisions; WithClock substitutes a clock (tests, the simulator).
+// The algorithms never receive a time earlier than a state they wrote as if it were later:
+// internal/algo treats backwards time conservatively.
+package memory
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Store is the in-process limiter. The zero Store is not usable; call New.
+type Store struct {
+	clock    func() int64 // µs since the Unix epoch
+	shards   int
+	maxKeys  int64
+	sweepGap time.Duration
+
+	seed    maphash.Seed
+	classes atomic.Pointer[map[sluice.Limit]class]
+	last    atomic.Pointer[classRef] // the most recently used class: skips the map lookup
+	addMu   sync.Mutex
+	nextID  int
+	keys    atomic.Int64
+	closed  atomic.Bool
+	stop    chan struct{}
+	stopped chan struct{}
+}
+
+type classRef struct {
+	limit sluice.Limit
+	c     class
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithClock makes the store read now from clock instead of its monotonic clock.
+func WithClock(clock func() time.Time) Option {
+	return func(s *Store) { s.clock = func() int64 { return clock().UnixMicro() } }
+}
+
+// WithMaxKeys caps the number of (key, Limit) states held; 0 (the default) means no cap.
+// See the package doc for the eviction rule.
+func WithMaxKeys(n int64) Option { return func(s *Store) { s.maxKeys = n } }
+
+// WithSweepInterval sets how often the sweeper visits each shard (default 1s). Each visit
+// examines a bounded slice of the shard, so a full pass over a shard takes about 8 visits.
+// A non-positive interval disables background sweeping (tables still drop expired state
+// when they would otherwise grow).
+func WithSweepInterval(d time.Duration) Option { return func(s *Store) { s.sweepGap = d } }
+
+// WithShards sets the number of shards per Limit (rounded up to a power of two; default 256).
+// More shards reduce contention between unrelated keys at the cost of ~64 bytes each.
+func WithShards(n int) Option { return func(s *Store) { s.shards = n } }
+
+// New returns a Store with a background sweeper; Close stops it.
+func New(opts ...Option) *Store {
+	start := time.Now()
+	base := start.UnixMicro()
+	s := &Store{
+		clock:    func() int64 { return base + time.Since(start).Microseconds() },
+		shards:   256,
+		sweepGap: time.Second,
+		seed:     maphash.MakeSeed(),
+		stop:     make(chan struct{}),
+		stopped:  make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	n := 1
+	for n < s.shards {
+		n <<= 1
+	}
+	s.shards = n
+	empty := map[sluice.Limit]class{}
+	s.classes.Store(&empty)
+	if s.sweepGap > 0 {
+		go s.sweepLoop()
+	} else {
+		close(s.stopped)
+	}
+	return s
+}
+
+// Close stops the sweeper. Decisions after Close return ErrClosed.
+func (s *Store) Close() error {
+	if s.closed.CompareAndSwap(false, true) {
+		close(s.stop)
+		<-s.stopped
+	}
+	return nil
+}
+
+// Len returns the number of (key, Limit) states held.
+func (s *Store) Len() int { return int(s.keys.Load()) }
+
+func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
+
+// class returns the shards for limit, creating them on first use.
+func (s *Store) class(limit sluice.Limit) class {
+	if r := s.last.Load(); r != nil && r.limit == limit {
+		return r.c
+	}
+	c, ok := (*s.classes.Load())[limit]
+	if !ok {
+		s.addMu.Lock()
+		old := *s.classes.Load()
+		if c, ok = old[limit]; !ok {
+			c = newClass(s, limit, s.nextID)
+			s.nextID++
+			next := make(map[sluice.Limit]class, len(old)+1)
+			for k, v := range old {
+				next[k] = v
+			}
+			next[limit] = c
+			s.classes.Store(&next)
+		}
+		s.addMu.Unlock()
+	}
+	s.last.Store(&classRef{limit, c})
+	return c
+}
+
+// AllowN implements sluice.Limiter.
+func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
+	if err := sluice.CheckRequest(key, limit, n); err != nil {
+		return sluice.Decision{}, err
+	}
+	if s.closed.Load() {
+		return sluice.Decision{}, sluice.ErrClosed
+	}
+	r := s.class(limit).decide(key, s.hash(key), s.clock(), n)
+	return r.Decision(limit), nil
+}
+
+// Reset implements sluice.Limiter.
+func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error {
+	if err := sluice.CheckKey(key); err != nil {
+		return err
+	}
+	if err := limit.Validate(); err != nil {
+		return err
+	}
+	s.class(limit).reset(key, s.hash(key))
+	return nil
+}
+
+// AllowMulti implements sluice.MultiLimiter: the requests are decided under the locks of all
+// their shards, and spent only if every one fits. A (key, Limit) may appear only once.
+func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice.Decision, error) {
+	if s.closed.Load() {
+		return nil, sluice.ErrClosed
+	}
+	type item struct {
+		c   class
+		h   uint64
+		sh  int // global lock order
+		req int
+	}
+	items := make([]item, len(reqs))
+	seen := make(map[struct {
+		key   string
+		limit sluice.Limit
+	}]int, len(reqs))
+	for i, r := range reqs {
+		if err := sluice.CheckRequest(r.Key, r.Limit, r.N); err != nil {
+			return nil, fmt.Errorf("request %d: %w", i, err)
+		}
+		k := struct {
+			key   string
+			limit sluice.Limit
+		}{r.Key, r.Limit}
+		if j, dup := seen[k]; dup {
+			return nil, fmt.Errorf("%w: request %d repeats the key and limit of request %d", sluice.ErrInvalidKey, i, j)
+		}
+		seen[k] = i
+		c := s.class(r.Limit)
+		h := s.hash(r.Key)
+		items[i] = item{c: c, h: h, sh: c.id()*s.shards + c.shardIndex(h), req: i}
+	}
+	order := make([]item, len(items))
+	copy(order, items)
+	sort.Slice(order, func(a, b int) bool { return order[a].sh < order[b].sh })
+	for i, it := range order {
+		if i == 0 || it.sh != order[i-1].sh {
+			it.c.lock(it.h)
+		}
+	}
+	defer func() {
+		for i, it := range order {
+			if i == 0 || it.sh != order[i-1].sh {
+				it.c.unlock(it.h)
+			}
+		}
+	}()
+	now := s.clock()
+	out := make([]sluice.Decision, len(reqs))
+	all := true
+	for i, it := range items {
+		r := it.c.decideLocked(reqs[i].Key, it.h, now, reqs[i].N, false)
+		all = all && r.Allowed
+		out[i] = r.Decision(reqs[i].Limit)
+	}
+	if !all {
+		for i := range out {
+			out[i].Allowed = false
+		}
+		return out, nil
+	}
+	for i, it := range items {
+		if reqs[i].N > 0 {
+			r := it.c.decideLocked(reqs[i].Key, it.h, now, reqs[i].N, true)
+			out[i] = r.Decision(reqs[i].Limit)
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) sweepLoop() {
+	defer close(s.stopped)
+	t := time.NewTicker(s.sweepGap)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			for _, c := range *s.classes.Load() {
+				c.sweep(s.clock())
+			}
+		}
+	}
+}
+
+var (
+	_ sluice.Limiter      = (*Store)(nil)
+	_ sluice.MultiLimiter = (*Store)(nil)
+)

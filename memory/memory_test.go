@@ -1,0 +1,295 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// fakeClock is a settable clock, safe for concurrent use.
+type fakeClock struct{ us atomic.Int64 }
+
+func newFakeClock(t time.Time) *fakeClock {
+	c := &fakeClock{}
+	c.us.Store(t.UnixMicro())
+	return c
+}
+func (c *fakeClock) Now() time.Time           { return time.UnixMicro(c.us.Load()) }
+func (c *fakeClock) Advance(d time.Duration) { c.us.Add(d.Microseconds()) }
+
+var start = time.Date(2026, 11, 1, 5, 59, 0, 0, time.UTC) // an hour before US DST ends
+
+func newTestStore(t *testing.T, opts ...Option) (*Store, *fakeClock) {
+	t.Helper()
+	clk := newFakeClock(start)
+	s := New(append([]Option{WithClock(clk.Now)}, opts...)...)
+	t.Cleanup(func() { s.Close() })
+	return s, clk
+}
+
+func limitsUnderTest() []sluice.Limit {
+	var out []sluice.Limit
+	for _, a := range sluice.Algorithms() {
+		out = append(out, sluice.Limit{Algorithm: a, Rate: 20, Period: time.Second, Burst: 5})
+	}
+	return out
+}
+
+func TestConcurrentOneKeyAdmitsExactlyTheBound(t *testing.T) {
+	ctx := context.Background()
+	for _, l := range limitsUnderTest() {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			s, _ := newTestStore(t) // the clock stands still: nothing refills
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for g := 0; g < 64; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < 50; i++ {
+						d, err := s.AllowN(ctx, "hot", l, 1)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if d.Allowed {
+							admitted.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if got, want := admitted.Load(), l.MaxCost(); got != want {
+				t.Fatalf("admitted %d, want exactly %d", got, want)
+			}
+		})
+	}
+}
+
+func TestLookAndDenialSpendNothing(t *testing.T) {
+	ctx := context.Background()
+	for _, l := range limitsUnderTest() {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			s, _ := newTestStore(t)
+			for i := 0; i < 10; i++ {
+				d, err := s.AllowN(ctx, "k", l, 0)
+				if err != nil || !d.Allowed || d.Remaining != l.MaxCost() {
+					t.Fatalf("look %d: %+v %v", i, d, err)
+				}
+			}
+			if s.Len() != 0 {
+				t.Fatalf("a look created state: %d keys", s.Len())
+			}
+			d, _ := s.AllowN(ctx, "k", l, l.MaxCost())
+			if !d.Allowed || d.Remaining != 0 {
+				t.Fatalf("spending the whole allowance: %+v", d)
+			}
+			for i := 0; i < 5; i++ {
+				d, _ = s.AllowN(ctx, "k", l, 1)
+				if d.Allowed || d.RetryAfter <= 0 {
+					t.Fatalf("over the limit: %+v", d)
+				}
+			}
+			if err := s.Reset(ctx, "k", l); err != nil {
+				t.Fatal(err)
+			}
+			if d, _ = s.AllowN(ctx, "k", l, l.MaxCost()); !d.Allowed {
+				t.Fatalf("after Reset: %+v", d)
+			}
+		})
+	}
+}
+
+func TestBadInputIsAnError(t *testing.T) {
+	s, _ := newTestStore(t)
+	ctx := context.Background()
+	ok := sluice.PerSecond(10)
+	cases := []struct {
+		key   string
+		limit sluice.Limit
+		n     int64
+		want  error
+	}{
+		{"k", sluice.Limit{Rate: 0, Period: time.Second}, 1, sluice.ErrInvalidLimit},
+		{"k", sluice.Limit{Rate: 1, Period: 0}, 1, sluice.ErrInvalidLimit},
+		{"k", sluice.Limit{Rate: 1, Period: time.Second, Burst: -1}, 1, sluice.ErrInvalidLimit},
+		{"k", sluice.Limit{Algorithm: 99, Rate: 1, Period: time.Second}, 1, sluice.ErrInvalidLimit},
+		{"k", sluice.Limit{Rate: 2_000_000, Period: time.Second}, 1, sluice.ErrInvalidLimit}, // T < 1µs
+		{"k", ok, -1, sluice.ErrInvalidCost},
+		{"k", ok, 11, sluice.ErrCostExceedsLimit},
+		{"", ok, 1, sluice.ErrInvalidKey},
+		{string(make([]byte, sluice.MaxKeyLen+1)), ok, 1, sluice.ErrInvalidKey},
+	}
+	for _, c := range cases {
+		if _, err := s.AllowN(ctx, c.key, c.limit, c.n); !errors.Is(err, c.want) {
+			t.Errorf("AllowN(%.10q, %v, %d) = %v, want %v", c.key, c.limit, c.n, err, c.want)
+		}
+	}
+}
+
+func TestSweepRemovesIdleKeysOnly(t *testing.T) {
+	ctx := context.Background()
+	for _, l := range limitsUnderTest() {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			s, clk := newTestStore(t, WithSweepInterval(time.Millisecond), WithShards(4))
+			for i := 0; i < 2000; i++ {
+				if _, err := s.AllowN(ctx, fmt.Sprintf("idle-%d", i), l, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if s.Len() != 2000 {
+				t.Fatalf("holding %d keys, want 2000", s.Len())
+			}
+			// The active key keeps spending while the idle ones age out; it must never lose
+			// its state (which would show as a fresh allowance).
+			deadline := time.Now().Add(5 * time.Second)
+			for s.Len() > 1 {
+				clk.Advance(50 * time.Millisecond)
+				if _, err := s.AllowN(ctx, "active", l, 1); err != nil {
+					t.Fatal(err)
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d keys still held after idling", s.Len())
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+			// Exhaust the active key and check that sweeping keeps its state.
+			for {
+				d, _ := s.AllowN(ctx, "active", l, 1)
+				if !d.Allowed {
+					break
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+			if d, _ := s.AllowN(ctx, "active", l, 1); d.Allowed {
+				t.Fatal("the active key's state was swept")
+			}
+			if s.Len() != 1 {
+				t.Fatalf("holding %d keys, want just the active one", s.Len())
+			}
+		})
+	}
+}
+
+func TestMaxKeysEvictsClosestToEmpty(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newTestStore(t, WithMaxKeys(100), WithShards(1), WithSweepInterval(0))
+	l := sluice.PerMinute(10)
+	for i := 0; i < 1000; i++ {
+		if _, err := s.AllowN(ctx, fmt.Sprint("k", i), l, 1+int64(i%3)); err != nil {
+			t.Fatal(err)
+		}
+		if s.Len() > 100 {
+			t.Fatalf("%d keys held, cap 100", s.Len())
+		}
+	}
+	// A heavily used key survives a flood of light new keys.
+	for i := 0; i < 10; i++ {
+		s.AllowN(ctx, "heavy", l, 1)
+	}
+	for i := 0; i < 1000; i++ {
+		s.AllowN(ctx, fmt.Sprint("light", i), l, 1)
+	}
+	if d, _ := s.AllowN(ctx, "heavy", l, 1); d.Allowed {
+		t.Fatal("the exhausted key was evicted in favour of lightly used ones")
+	}
+}
+
+func TestMultiIsAllOrNothing(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newTestStore(t)
+	perSec := sluice.Limit{Rate: 10, Period: time.Second}
+	perHour := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 15, Period: time.Hour}
+	reqs := []sluice.Request{{Key: "api", Limit: perSec, N: 1}, {Key: "api", Limit: perHour, N: 1}}
+	admitted := 0
+	for i := 0; i < 12; i++ {
+		ds, err := s.AllowMulti(ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ds[0].Allowed != ds[1].Allowed {
+			t.Fatalf("split decision %+v", ds)
+		}
+		if ds[0].Allowed {
+			admitted++
+		} else if ds[0].RetryAfter == 0 || ds[1].RetryAfter != 0 {
+			t.Fatalf("the per-second limit should block, not the hourly one: %+v", ds)
+		}
+	}
+	if admitted != 10 {
+		t.Fatalf("admitted %d, want 10", admitted)
+	}
+	// The denied calls spent nothing of the hourly limit: 15-10 remain.
+	if d, _ := s.AllowN(ctx, "api", perHour, 0); d.Remaining != 5 {
+		t.Fatalf("hourly remaining %d, want 5", d.Remaining)
+	}
+	if _, err := s.AllowMulti(ctx, []sluice.Request{reqs[0], reqs[0]}); !errors.Is(err, sluice.ErrInvalidKey) {
+		t.Fatalf("duplicate request: %v", err)
+	}
+}
+
+// TestTimeZonesDoNotMatter runs the same traffic across a US daylight-saving change under
+// two local time zones: decisions are computed in UTC microseconds, so they are identical.
+func TestTimeZonesDoNotMatter(t *testing.T) {
+	run := func(zone string) []sluice.Decision {
+		loc, err := time.LoadLocation(zone)
+		if err != nil {
+			t.Fatalf("time zone %s: %v (install tzdata)", zone, err)
+		}
+		saved := time.Local
+		time.Local = loc
+		defer func() { time.Local = saved }()
+		s, clk := newTestStore(t)
+		rng := rand.New(rand.NewPCG(5, 5))
+		var out []sluice.Decision
+		for i := 0; i < 3000; i++ {
+			clk.Advance(time.Duration(rng.Int64N(int64(3 * time.Second))))
+			for _, l := range []sluice.Limit{
+				{Algorithm: sluice.FixedWindow, Rate: 50, Period: time.Hour},
+				{Algorithm: sluice.SlidingWindow, Rate: 50, Period: time.Hour},
+				sluice.PerDay(100),
+			} {
+				d, err := s.AllowN(context.Background(), "k", l, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, d)
+			}
+		}
+		return out
+	}
+	a, b := run("America/New_York"), run("Australia/Lord_Howe")
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("decision %d differs across time zones: %+v vs %+v", i, a[i], b[i])
+		}
+	}
+}
+
+func TestNoAllocationsForAnExistingKey(t *testing.T) {
+	ctx := context.Background()
+	for _, l := range limitsUnderTest() {
+		s, _ := newTestStore(t)
+		s.AllowN(ctx, "k", l, 1)
+		allocs := testing.AllocsPerRun(1000, func() { s.AllowN(ctx, "k", l, 1) })
+		if allocs != 0 {
+			t.Errorf("%v: %.1f allocations per decision", l.Algorithm, allocs)
+		}
+	}
+}
+
+func TestClosedStoreRefuses(t *testing.T) {
+	s := New()
+	s.Close()
+	s.Close()
+	if _, err := s.AllowN(context.Background(), "k", sluice.PerSecond(1), 1); !errors.Is(err, sluice.ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+}
