@@ -21,7 +21,7 @@ func newFakeClock(t time.Time) *fakeClock {
 	c.us.Store(t.UnixMicro())
 	return c
 }
-func (c *fakeClock) Now() time.Time           { return time.UnixMicro(c.us.Load()) }
+func (c *fakeClock) Now() time.Time          { return time.UnixMicro(c.us.Load()) }
 func (c *fakeClock) Advance(d time.Duration) { c.us.Add(d.Microseconds()) }
 
 var start = time.Date(2026, 11, 1, 5, 59, 0, 0, time.UTC) // an hour before US DST ends
