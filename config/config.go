@@ -1,0 +1,358 @@
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is one loaded configuration: sluice policies, envoyproxy/ratelimit domains and
+// the service settings. A *Config is immutable once returned: share it freely between
+// goroutines and never modify it (its slices included). A reload builds a new Config.
+type Config struct {
+	// Store is where limits are kept and how store failures are handled by default.
+	Store Store
+	// Admin says where the admin token comes from.
+	Admin Admin
+	// Identity says how clients are identified (client IP, API-key hashing).
+	Identity Identity
+	// Policies are the sluice policies in load order (files by name, then file order).
+	Policies []*Policy
+	// Domains are the envoyproxy/ratelimit domains, sorted by name.
+	Domains []*Domain
+	// Files are the files the configuration was loaded from, in load order. The built-in
+	// default's files are named "builtin/<name>".
+	Files []string
+	// Digest is a SHA-256 over the names and contents of Files, in hex. Two configs with
+	// the same Digest were loaded from identical files; a Watcher does not replace the
+	// config when the digest did not change.
+	Digest string
+
+	policies map[string]*Policy
+	domains  map[string]*Domain
+}
+
+// Policy returns the policy with that name.
+func (c *Config) Policy(name string) (*Policy, bool) {
+	p, ok := c.policies[name]
+	return p, ok
+}
+
+// Domain returns the envoyproxy/ratelimit domain with that name.
+func (c *Config) Domain(name string) (*Domain, bool) {
+	d, ok := c.domains[name]
+	return d, ok
+}
+
+// Store holds the store settings of the top-level "store" block.
+type Store struct {
+	// RedisURL is the Redis URL (redis://, rediss://, as go-redis parses it), already
+	// read from the environment when the file names RedisURLEnv. Empty means the
+	// in-memory store.
+	RedisURL string
+	// RedisURLEnv is the environment variable RedisURL was read from, if any.
+	RedisURLEnv string
+	// Deadline is the longest a decision may wait for the store; 0 means the default of
+	// the failover package.
+	Deadline time.Duration
+	// FailureMode is the default failure mode of policies and domains that set none;
+	// FailureUnset leaves the choice to the service (its --failure-mode flag).
+	FailureMode FailureMode
+	// LocalShare is the default share of a limit given to the in-process fallback in
+	// FailLocal mode, in (0, 1]; 0 means the failover package's default.
+	LocalShare float64
+}
+
+// Admin says where the token guarding admin endpoints comes from. The token itself is never
+// written in a configuration file: it is read from an environment variable or a file (a
+// mounted Kubernetes Secret) each time Token is called, so it can rotate without a reload.
+type Admin struct {
+	TokenEnv  string
+	TokenFile string
+}
+
+// ErrNoAdminToken is returned by Admin.Token when no token is configured or the configured
+// source is empty. Admin endpoints must then refuse every request.
+var ErrNoAdminToken = errors.New("config: no admin token configured")
+
+// Token reads the admin token now: the environment variable TokenEnv, else the file
+// TokenFile (surrounding white space trimmed). It returns an error wrapping ErrNoAdminToken
+// when neither yields a non-empty token.
+func (a Admin) Token() (string, error) {
+	if a.TokenEnv != "" {
+		if t := strings.TrimSpace(os.Getenv(a.TokenEnv)); t != "" {
+			return t, nil
+		}
+	}
+	if a.TokenFile != "" {
+		b, err := os.ReadFile(a.TokenFile)
+		if err != nil {
+			return "", fmt.Errorf("%w: %w", ErrNoAdminToken, err)
+		}
+		if t := strings.TrimSpace(string(b)); t != "" {
+			return t, nil
+		}
+	}
+	switch {
+	case a.TokenEnv != "" && a.TokenFile != "":
+		return "", fmt.Errorf("%w: $%s is empty and %s is empty", ErrNoAdminToken, a.TokenEnv, a.TokenFile)
+	case a.TokenEnv != "":
+		return "", fmt.Errorf("%w: $%s is empty", ErrNoAdminToken, a.TokenEnv)
+	case a.TokenFile != "":
+		return "", fmt.Errorf("%w: %s is empty", ErrNoAdminToken, a.TokenFile)
+	}
+	return "", ErrNoAdminToken
+}
+
+// Identity holds the top-level "identity" block: how the keys package finds who a client
+// is.
+type Identity struct {
+	// TrustedProxies are the peers whose Forwarded / X-Forwarded-For / X-Real-IP headers
+	// are believed. Empty: forwarding headers are ignored.
+	TrustedProxies []netip.Prefix
+	// IPv6Prefix is the prefix length IPv6 clients are aggregated to (default 64).
+	IPv6Prefix int
+	// APIKeySecretEnv names the environment variable holding the HMAC secret API keys are
+	// hashed with. Empty: the service picks its own (a per-process random secret).
+	APIKeySecretEnv string
+}
+
+// DefaultIPv6Prefix is Identity.IPv6Prefix when the file sets none.
+const DefaultIPv6Prefix = 64
+
+// FailureMode says what a policy does when the store cannot decide. The zero value,
+// FailureUnset, inherits: a policy inherits Store.FailureMode, and the service's default
+// applies when that is unset too.
+type FailureMode uint8
+
+const (
+	FailureUnset FailureMode = iota
+	// FailOpen allows requests without consulting the store.
+	FailOpen
+	// FailClosed denies them (HTTP 503, not 429).
+	FailClosed
+	// FailLocal decides them with an in-process limiter holding a share of the limit.
+	FailLocal
+)
+
+var failureNames = [...]string{"", "open", "closed", "local"}
+
+// String returns "open", "closed", "local", or "" for FailureUnset.
+func (m FailureMode) String() string {
+	if int(m) < len(failureNames) {
+		return failureNames[m]
+	}
+	return fmt.Sprintf("failure_mode(%d)", uint8(m))
+}
+
+// ParseFailureMode parses "open", "closed" or "local" (case-insensitive).
+func ParseFailureMode(s string) (FailureMode, error) {
+	norm := strings.ToLower(strings.TrimSpace(s))
+	for i, name := range failureNames {
+		if i > 0 && norm == name {
+			return FailureMode(i), nil
+		}
+	}
+	return FailureUnset, fmt.Errorf("unknown failure mode %q (want open, closed or local)", s)
+}
+
+// File is one configuration file's name and content, for Parse.
+type File struct {
+	Name string
+	Data []byte
+}
+
+// Load reads a configuration from path: a file, or a directory whose *.yaml and *.yml
+// files (not those whose names start with a dot, and not subdirectories) are each one
+// sluice policy file or one envoyproxy/ratelimit domain file. Symbolic links are
+// followed, so a Kubernetes ConfigMap volume loads as it is mounted.
+//
+// The error, when not about reading files, is an Errors value listing every problem of
+// every file with file:line:column and field.
+func Load(path string) (*Config, error) {
+	files, err := readFiles(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(files...)
+}
+
+func readFiles(path string) ([]File, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if !info.IsDir() {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		return []File{{Name: path, Data: data}}, nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	var files []File
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || !isYAMLName(name) {
+			continue
+		}
+		full := filepath.Join(path, name)
+		st, err := os.Stat(full) // follows symlinks
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // a dangling link mid-swap; the next event reloads
+			}
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		if !st.Mode().IsRegular() {
+			continue
+		}
+		data, err := os.ReadFile(full)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		files = append(files, File{Name: full, Data: data})
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("config: no .yaml or .yml files in directory %s", path)
+	}
+	return files, nil
+}
+
+func isYAMLName(name string) bool {
+	ext := strings.ToLower(filepath.Ext(name))
+	return ext == ".yaml" || ext == ".yml"
+}
+
+// Parse builds a configuration from files already in memory, in the given order. Each
+// file's format is detected from its content: a top-level "domain" key makes it an
+// envoyproxy/ratelimit file, anything else is read as a sluice policy file. All problems
+// of all files are returned together as an Errors value.
+func Parse(files ...File) (*Config, error) {
+	c := &Config{
+		Identity: Identity{IPv6Prefix: DefaultIPv6Prefix},
+		policies: map[string]*Policy{},
+		domains:  map[string]*Domain{},
+	}
+	var errs Errors
+	h := sha256.New()
+	m := &merger{cfg: c}
+	for _, f := range files {
+		fmt.Fprintf(h, "%d:%s\n%d:", len(f.Name), f.Name, len(f.Data))
+		h.Write(f.Data)
+		c.Files = append(c.Files, f.Name)
+
+		d := &decoder{file: f.Name}
+		root := d.parse(f.Data)
+		if root != nil {
+			if isEnvoyFile(root) {
+				if dom := d.envoyDomain(root); dom != nil && len(d.errs) == 0 {
+					m.addDomain(d, dom)
+				}
+			} else if sf := d.sluiceFile(root); sf != nil && len(d.errs) == 0 {
+				m.addSluiceFile(d, sf)
+			}
+		}
+		errs = append(errs, d.errs...)
+	}
+	if len(files) == 0 {
+		errs = append(errs, &Error{Msg: "no configuration files"})
+	}
+	if err := errs.err(); err != nil {
+		return nil, err
+	}
+	m.finish()
+	if err := checkInherited(c).err(); err != nil {
+		return nil, err
+	}
+	c.Digest = hex.EncodeToString(h.Sum(nil))
+	return c, nil
+}
+
+func isEnvoyFile(root *yaml.Node) bool {
+	if root.Kind != yaml.MappingNode {
+		return false
+	}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		if root.Content[i].Value == "domain" {
+			return true
+		}
+	}
+	return false
+}
+
+// merger combines the files of one load into a Config, checking what must be unique
+// across files.
+type merger struct {
+	cfg                       *Config
+	storeAt, adminAt, identAt *Position
+}
+
+func (m *merger) addDomain(d *decoder, dom *Domain) {
+	if prev, dup := m.cfg.domains[dom.Name]; dup {
+		d.errorf(dom.nameNode, "domain", "duplicate domain %q (already defined at %s)", dom.Name, prev.Pos)
+		return
+	}
+	m.cfg.domains[dom.Name] = dom
+	m.cfg.Domains = append(m.cfg.Domains, dom)
+}
+
+func (m *merger) addSluiceFile(d *decoder, sf *sluiceFile) {
+	once := func(set bool, n *yaml.Node, field string, at **Position) bool {
+		if !set {
+			return false
+		}
+		if *at != nil {
+			d.errorf(n, field, "already set in %s; set it in one file only", **at)
+			return false
+		}
+		p := d.pos(n)
+		*at = &p
+		return true
+	}
+	if once(sf.store != nil, sf.storeNode, "store", &m.storeAt) {
+		m.cfg.Store = *sf.store
+	}
+	if once(sf.admin != nil, sf.adminNode, "admin", &m.adminAt) {
+		m.cfg.Admin = *sf.admin
+	}
+	if once(sf.identity != nil, sf.identityNode, "identity", &m.identAt) {
+		m.cfg.Identity = *sf.identity
+	}
+	for _, p := range sf.policies {
+		if prev, dup := m.cfg.policies[p.Name]; dup {
+			d.errorf(p.nameNode, p.path+".name", "duplicate policy %q (already defined at %s)", p.Name, prev.Pos)
+			continue
+		}
+		m.cfg.policies[p.Name] = p
+		m.cfg.Policies = append(m.cfg.Policies, p)
+	}
+}
+
+// finish resolves what depends on the whole configuration: policies inherit the store's
+// failure mode and local share.
+func (m *merger) finish() {
+	c := m.cfg
+	for _, p := range c.Policies {
+		if p.FailureMode == FailureUnset {
+			p.FailureMode = c.Store.FailureMode
+		}
+		if p.LocalShare == 0 && p.FailureMode == FailLocal {
+			p.LocalShare = c.Store.LocalShare
+		}
+	}
+	slices.SortFunc(c.Domains, func(a, b *Domain) int { return strings.Compare(a.Name, b.Name) })
+}

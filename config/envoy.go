@@ -1,0 +1,578 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Entry is one key/value pair of a rate limit descriptor, as Envoy sends it and as a
+// configuration file writes it. In a file the value may be empty (any value matches), "*"
+// (any value) or end in "*" (any value with that prefix).
+type Entry struct {
+	Key   string
+	Value string
+}
+
+// Descriptor is one descriptor of an Envoy rate limit request: its entries and, when Envoy
+// sent one, the per-descriptor limit override.
+type Descriptor struct {
+	Entries []Entry
+	// Override, when not nil, replaces whatever the configuration says for this
+	// descriptor (RateLimitDescriptor.limit).
+	Override *LimitOverride
+}
+
+// LimitOverride is RateLimitDescriptor.limit: requests_per_unit per unit.
+type LimitOverride struct {
+	RequestsPerUnit uint32
+	Unit            Unit
+}
+
+// Domain is one envoyproxy/ratelimit domain: a tree of descriptors with rate limits.
+type Domain struct {
+	Name string
+	// Rules are the descriptors that carry a rate_limit block, depth first in file order.
+	Rules []*Rule
+	// Pos is where the domain is named.
+	Pos Position
+
+	root     *level
+	nameNode *yaml.Node
+}
+
+// Rule is a descriptor with a rate_limit block.
+type Rule struct {
+	// Domain is the domain's name.
+	Domain string
+	// Path is the descriptor entries from the domain down to this rule, as configured.
+	Path []Entry
+	// FullKey is the reference implementation's name for the rule and its statistics:
+	// "domain.key_value.key2" (a key without value writes the key alone).
+	FullKey string
+	// Name and Replaces are rate_limit.name and the names in rate_limit.replaces.
+	Name     string
+	Replaces []string
+	// Unlimited: the rule admits everything without touching the store.
+	Unlimited bool
+	// Shadow is the descriptor's shadow_mode: decide and count, but always answer OK.
+	Shadow bool
+	// DetailedMetric is detailed_metric: statistics name the request's values.
+	DetailedMetric bool
+	// Unit and RequestsPerUnit are as written (Unit is UnitUnknown when Unlimited); they
+	// are what Envoy's current_limit reports.
+	Unit            Unit
+	RequestsPerUnit uint32
+	// Limit is the sluice limit that decides: FixedWindow unless rate_limit.algorithm
+	// says otherwise, Rate requests_per_unit, Period the unit's length, Burst
+	// rate_limit.burst. It is the zero Limit when Unlimited or RequestsPerUnit is 0.
+	Limit sluice.Limit
+	// Pos is where the rule's rate_limit block is.
+	Pos Position
+
+	replacesPos   []Position
+	replacesField []string
+}
+
+// Blocks reports whether the rule denies every request (requests_per_unit: 0).
+func (r *Rule) Blocks() bool { return !r.Unlimited && r.RequestsPerUnit == 0 }
+
+// Status is what a Match asks the caller to do.
+type Status uint8
+
+const (
+	// NoMatch: no rule applies. Answer OK; there is no limit to report.
+	NoMatch Status = iota
+	// Limited: decide Match.Limit for Match.Key with the limiter.
+	Limited
+	// Unlimited: the rule is unlimited. Answer OK without calling the limiter; the
+	// reference reports limit_remaining 4294967295 and no current_limit.
+	Unlimited
+	// Replaced: a rule matched but another matched rule of the same request replaces it
+	// (rate_limit.replaces). Answer OK for this descriptor without calling the limiter.
+	Replaced
+	// Blocked: the rule has requests_per_unit 0. The descriptor is over the limit without
+	// calling the limiter (unless Shadow).
+	Blocked
+)
+
+var statusNames = [...]string{"no_match", "limited", "unlimited", "replaced", "blocked"}
+
+func (s Status) String() string {
+	if int(s) < len(statusNames) {
+		return statusNames[s]
+	}
+	return fmt.Sprintf("status(%d)", uint8(s))
+}
+
+// Match is the outcome of matching one descriptor.
+type Match struct {
+	Status Status
+	// Rule is the rule that matched (for a LimitOverride, a rule made from it with no
+	// name); nil for NoMatch.
+	Rule *Rule
+	// Limit is Rule.Limit, to be decided when Status is Limited.
+	Limit sluice.Limit
+	// Key identifies the counter: the domain and the request's entries (for an entry
+	// matched by a share_threshold wildcard, the wildcard pattern instead of the value,
+	// so that all those values share one counter). Two different (domain, entries) never
+	// give the same Key. Empty for NoMatch, Unlimited and Replaced.
+	Key string
+	// StatsKey names the rule in metrics: Rule.FullKey, or with the request's values where
+	// detailed_metric / value_to_metric ask for them.
+	StatsKey string
+	// Shadow is Rule.Shadow: never deny because of this descriptor.
+	Shadow bool
+}
+
+// ErrInvalidOverride is returned by Domain.Match for a LimitOverride with an unknown unit.
+var ErrInvalidOverride = errors.New("config: invalid descriptor limit override")
+
+// Match matches each descriptor of one request, as the reference implementation's
+// ShouldRateLimit does before it calls its cache:
+//
+//   - a descriptor with a LimitOverride gets that limit (fixed window, no shadow, no name);
+//   - otherwise Lookup finds its rule, if any;
+//   - every rule found contributes its replaces names, and each named, limited rule whose
+//     name is among them becomes Replaced (unlimited rules are never replaced);
+//   - an unlimited rule gives Unlimited, a rule with requests_per_unit 0 Blocked.
+//
+// The result has one Match per descriptor, in order. The only error is for an override
+// whose unit is UnitUnknown (it wraps ErrInvalidOverride).
+func (d *Domain) Match(descs []Descriptor) ([]Match, error) {
+	out := make([]Match, len(descs))
+	replaced := map[string]bool{}
+	for i, desc := range descs {
+		if o := desc.Override; o != nil {
+			if o.Unit == UnitUnknown || o.Unit.Period() == 0 {
+				return nil, fmt.Errorf("%w: descriptor %d has unit %v", ErrInvalidOverride, i, o.Unit)
+			}
+			r := &Rule{
+				Domain:          d.Name,
+				Path:            desc.Entries,
+				FullKey:         fullKey(d.Name, desc.Entries),
+				Unit:            o.Unit,
+				RequestsPerUnit: o.RequestsPerUnit,
+			}
+			if o.RequestsPerUnit > 0 {
+				r.Limit = sluice.Limit{Algorithm: sluice.FixedWindow, Rate: int64(o.RequestsPerUnit), Period: o.Unit.Period()}
+			}
+			out[i] = d.matchOf(r, desc.Entries, nil)
+			continue
+		}
+		r, steps := d.lookup(desc.Entries)
+		if r == nil {
+			continue
+		}
+		for _, name := range r.Replaces {
+			replaced[name] = true
+		}
+		out[i] = d.matchOf(r, desc.Entries, steps)
+	}
+	for i := range out {
+		m := &out[i]
+		if (m.Status == Limited || m.Status == Blocked) && m.Rule.Name != "" && replaced[m.Rule.Name] {
+			*m = Match{Status: Replaced, Rule: m.Rule, StatsKey: m.StatsKey}
+		}
+	}
+	return out, nil
+}
+
+func (d *Domain) matchOf(r *Rule, entries []Entry, steps []step) Match {
+	m := Match{Rule: r, Shadow: r.Shadow, StatsKey: statsKey(d.Name, r, entries, steps)}
+	switch {
+	case r.Unlimited:
+		m.Status = Unlimited
+		return m
+	case r.RequestsPerUnit == 0:
+		m.Status = Blocked
+	default:
+		m.Status = Limited
+		m.Limit = r.Limit
+	}
+	m.Key = counterKey(d.Name, entries, steps)
+	return m
+}
+
+// Lookup returns the rule for one descriptor's entries, or nil, by the reference
+// implementation's rules (see the package documentation): level by level, an exact
+// key/value first, then the longest matching value prefix wildcard, then the key alone;
+// no backtracking; a rule applies only at the level of the descriptor's last entry.
+func (d *Domain) Lookup(entries []Entry) *Rule {
+	r, _ := d.lookup(entries)
+	return r
+}
+
+// step records how one entry was matched.
+type step struct {
+	n        *node
+	wildcard bool
+}
+
+func (d *Domain) lookup(entries []Entry) (*Rule, []step) {
+	lvl := d.root
+	var steps []step
+	var rule *Rule
+	for i, e := range entries {
+		if lvl == nil {
+			return nil, nil
+		}
+		n, wild := lvl.find(e)
+		if n == nil {
+			return nil, nil
+		}
+		steps = append(steps, step{n, wild})
+		if n.rule != nil && i == len(entries)-1 {
+			rule = n.rule
+		}
+		if n.children == nil {
+			break
+		}
+		lvl = n.children
+	}
+	if rule == nil {
+		return nil, nil
+	}
+	return rule, steps
+}
+
+// level is one list of descriptors.
+type level struct {
+	exact     map[Entry]*node
+	wildcards []*node // value ends in '*'; longest prefix first, then file order
+	keyOnly   map[string]*node
+}
+
+type node struct {
+	key, value     string
+	prefix         string // wildcards: value without the trailing '*'
+	rule           *Rule
+	children       *level
+	valueToMetric  bool
+	shareThreshold bool
+	line           int
+}
+
+func (l *level) find(e Entry) (*node, bool) {
+	if n := l.exact[e]; n != nil {
+		return n, false
+	}
+	for _, n := range l.wildcards {
+		if n.key == e.Key && strings.HasPrefix(e.Value, n.prefix) {
+			return n, true
+		}
+	}
+	return l.keyOnly[e.Key], false
+}
+
+// fullKey is the reference implementation's descriptorKey: domain.key_value.key.
+func fullKey(domain string, entries []Entry) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	for _, e := range entries {
+		b.WriteByte('.')
+		b.WriteString(e.Key)
+		if e.Value != "" {
+			b.WriteByte('_')
+			b.WriteString(e.Value)
+		}
+	}
+	return b.String()
+}
+
+func statsKey(domain string, r *Rule, entries []Entry, steps []step) string {
+	if steps == nil {
+		return r.FullKey
+	}
+	var b strings.Builder
+	b.WriteString(domain)
+	for i, e := range entries {
+		s := steps[i]
+		b.WriteByte('.')
+		b.WriteString(e.Key)
+		switch {
+		case s.wildcard && s.n.shareThreshold:
+			b.WriteString("_" + s.n.value)
+		case r.DetailedMetric || s.n.valueToMetric:
+			if e.Value != "" {
+				b.WriteString("_" + e.Value)
+			}
+		case s.n.value != "":
+			b.WriteString("_" + s.n.value)
+		}
+	}
+	return b.String()
+}
+
+var keyEscaper = strings.NewReplacer("%", "%25", "/", "%2F", "=", "%3D")
+
+// counterKey is "envoy/<domain>/<key>=<value>/...", each part escaped so that no two
+// different inputs give the same key.
+func counterKey(domain string, entries []Entry, steps []step) string {
+	var b strings.Builder
+	b.WriteString("envoy/")
+	b.WriteString(keyEscaper.Replace(domain))
+	for i, e := range entries {
+		v := e.Value
+		if i < len(steps) && steps[i].wildcard && steps[i].n.shareThreshold {
+			v = steps[i].n.value
+		}
+		b.WriteByte('/')
+		b.WriteString(keyEscaper.Replace(e.Key))
+		b.WriteByte('=')
+		b.WriteString(keyEscaper.Replace(v))
+	}
+	return b.String()
+}
+
+// envoyDomain decodes one envoyproxy/ratelimit file.
+func (d *decoder) envoyDomain(root *yaml.Node) *Domain {
+	o := d.object(root, "", "domain", "descriptors")
+	if o == nil {
+		return nil
+	}
+	dom := &Domain{}
+	if v, ok := o.get("domain"); ok {
+		dom.Name, _ = d.str(v, "domain")
+		dom.nameNode = v
+		dom.Pos = d.pos(v)
+	}
+	if dom.Name == "" {
+		n := o.fields["domain"].key
+		d.errorf(n, "domain", "must not be empty")
+	}
+	var names map[string]bool
+	dom.root, names = d.descriptors(dom, o, "descriptors", nil)
+	// replaces must name a rule of this domain: a name that matches nothing is a typo.
+	for _, r := range dom.Rules {
+		for i, name := range r.Replaces {
+			if !names[name] {
+				d.errs = append(d.errs, &Error{
+					Pos:   r.replacesPos[i],
+					Field: r.replacesField[i],
+					Msg:   fmt.Sprintf("no rate_limit in domain %q is named %q", dom.Name, name),
+				})
+			}
+		}
+	}
+	for _, r := range dom.Rules {
+		r.replacesPos, r.replacesField = nil, nil
+	}
+	return dom
+}
+
+var descriptorFields = []string{
+	"key", "value", "rate_limit", "descriptors", "shadow_mode",
+	"detailed_metric", "value_to_metric", "share_threshold",
+}
+
+var rateLimitFields = []string{
+	"unit", "requests_per_unit", "unlimited", "name", "replaces",
+	"algorithm", "burst", // sluice extensions
+}
+
+// descriptors decodes the descriptor list under o[field] into a level; parent is the
+// entry path so far. It also returns the set of rate_limit names defined in the subtree.
+func (d *decoder) descriptors(dom *Domain, o *object, field string, parent []Entry) (*level, map[string]bool) {
+	names := map[string]bool{}
+	v, ok := o.get(field)
+	if !ok {
+		return nil, names
+	}
+	path := o.field(field)
+	items := d.seq(v, path)
+	if len(items) == 0 {
+		return nil, names
+	}
+	lvl := &level{exact: map[Entry]*node{}, keyOnly: map[string]*node{}}
+	for i, item := range items {
+		ipath := index(path, i)
+		io := d.object(item, ipath, descriptorFields...)
+		if io == nil {
+			continue
+		}
+		n := &node{line: item.Line}
+		if kv, ok := io.get("key"); ok {
+			n.key, _ = d.str(kv, io.field("key"))
+		}
+		if n.key == "" {
+			d.errorf(item, io.field("key"), "is required")
+			continue
+		}
+		if vv, ok := io.get("value"); ok {
+			n.value, _ = d.str(vv, io.field("value"))
+		}
+		wildcard := strings.HasSuffix(n.value, "*")
+		n.prefix = strings.TrimSuffix(n.value, "*")
+
+		// Duplicates: the reference rejects two descriptors with the same key and value
+		// at one level ("duplicate descriptor composite key").
+		e := Entry{n.key, n.value}
+		var prev *node
+		switch {
+		case n.value == "":
+			prev = lvl.keyOnly[n.key]
+		case wildcard:
+			for _, w := range lvl.wildcards {
+				if w.key == n.key && w.value == n.value {
+					prev = w
+				}
+			}
+		default:
+			prev = lvl.exact[e]
+		}
+		if prev != nil {
+			d.errorf(item, ipath, "duplicate descriptor key %q value %q at this level (first at line %d)", n.key, n.value, prev.line)
+			continue
+		}
+
+		var shadow, detailed bool
+		for _, f := range []struct {
+			name string
+			dst  *bool
+		}{
+			{"shadow_mode", &shadow},
+			{"detailed_metric", &detailed},
+			{"value_to_metric", &n.valueToMetric},
+			{"share_threshold", &n.shareThreshold},
+		} {
+			if fv, ok := io.get(f.name); ok {
+				*f.dst, _ = d.boolean(fv, io.field(f.name))
+			}
+		}
+		if n.shareThreshold && !wildcard {
+			fv, _ := io.get("share_threshold")
+			d.errorf(fv, io.field("share_threshold"), "applies only to wildcard values (ending in '*'), not %q", n.value)
+		}
+
+		here := append(slices.Clip(parent), e)
+		if rv, ok := io.get("rate_limit"); ok {
+			n.rule = d.rateLimit(dom, rv, io.field("rate_limit"), here)
+			if n.rule != nil {
+				n.rule.Shadow, n.rule.DetailedMetric = shadow, detailed
+				if n.rule.Name != "" {
+					names[n.rule.Name] = true
+				}
+			}
+		}
+		var sub map[string]bool
+		n.children, sub = d.descriptors(dom, io, "descriptors", here)
+		for k := range sub {
+			names[k] = true
+		}
+
+		switch {
+		case n.value == "":
+			lvl.keyOnly[n.key] = n
+		case wildcard:
+			lvl.wildcards = append(lvl.wildcards, n)
+		default:
+			lvl.exact[e] = n
+		}
+	}
+	slices.SortStableFunc(lvl.wildcards, func(a, b *node) int { return len(b.prefix) - len(a.prefix) })
+	return lvl, names
+}
+
+func (d *decoder) rateLimit(dom *Domain, n *yaml.Node, path string, at []Entry) *Rule {
+	o := d.object(n, path, rateLimitFields...)
+	if o == nil {
+		return nil
+	}
+	before := len(d.errs)
+	r := &Rule{Domain: dom.Name, Path: at, FullKey: fullKey(dom.Name, at), Pos: d.pos(n)}
+	if v, ok := o.get("unlimited"); ok {
+		r.Unlimited, _ = d.boolean(v, o.field("unlimited"))
+	}
+	if v, ok := o.get("name"); ok {
+		r.Name, _ = d.str(v, o.field("name"))
+	}
+	if v, ok := o.get("replaces"); ok {
+		for i, item := range d.seq(v, o.field("replaces")) {
+			ipath := index(o.field("replaces"), i)
+			ro := d.object(item, ipath, "name")
+			if ro == nil {
+				continue
+			}
+			nv, _ := ro.get("name")
+			name := ""
+			if nv != nil {
+				name, _ = d.str(nv, ro.field("name"))
+			}
+			switch {
+			case name == "":
+				d.errorf(item, ro.field("name"), "must not be empty")
+			case name == r.Name:
+				d.errorf(nv, ro.field("name"), "a rate limit cannot replace itself (%q)", name)
+			default:
+				r.Replaces = append(r.Replaces, name)
+				r.replacesPos = append(r.replacesPos, d.pos(nv))
+				r.replacesField = append(r.replacesField, ro.field("name"))
+			}
+		}
+	}
+
+	unitNode, hasUnit := o.get("unit")
+	rpuNode, hasRPU := o.get("requests_per_unit")
+	if r.Unlimited {
+		if hasUnit {
+			d.errorf(unitNode, o.field("unit"), "must not be set when unlimited is true")
+		}
+		for _, f := range []string{"algorithm", "burst"} {
+			if v, ok := o.get(f); ok {
+				d.errorf(v, o.field(f), "must not be set when unlimited is true")
+			}
+		}
+		// requests_per_unit is ignored when unlimited, as in the reference.
+		if len(d.errs) != before {
+			return nil
+		}
+		dom.Rules = append(dom.Rules, r)
+		return r
+	}
+	if !hasUnit {
+		d.errorf(n, o.field("unit"), "is required (second, minute, hour, day, week, month or year)")
+	} else if s, ok := d.str(unitNode, o.field("unit")); ok {
+		u, err := ParseUnit(s)
+		if err != nil {
+			d.errorf(unitNode, o.field("unit"), "%v", err)
+		}
+		r.Unit = u
+	}
+	if !hasRPU {
+		d.errorf(n, o.field("requests_per_unit"), "is required (write 0 to deny every request)")
+	} else if v, ok := d.integer(rpuNode, o.field("requests_per_unit"), 0, math.MaxUint32); ok {
+		r.RequestsPerUnit = uint32(v)
+	}
+	alg := sluice.FixedWindow
+	if v, ok := o.get("algorithm"); ok {
+		alg = d.algorithm(v, o.field("algorithm"))
+	}
+	var burst int64
+	if v, ok := o.get("burst"); ok {
+		burst, _ = d.integer(v, o.field("burst"), 1, sluice.MaxRate)
+		switch alg {
+		case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket:
+		default:
+			d.errorf(v, o.field("burst"), "applies only to gcra, token_bucket and leaky_bucket; %s ignores it (set algorithm)", alg)
+		}
+	}
+	if len(d.errs) != before {
+		return nil
+	}
+	if r.RequestsPerUnit > 0 {
+		r.Limit = sluice.Limit{Algorithm: alg, Rate: int64(r.RequestsPerUnit), Period: r.Unit.Period(), Burst: burst}
+		if err := r.Limit.Validate(); err != nil {
+			d.wrapErr(rpuNode, o.field("requests_per_unit"), err)
+			return nil
+		}
+	}
+	dom.Rules = append(dom.Rules, r)
+	return r
+}

@@ -1,0 +1,315 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// decoder walks yaml.Node trees and collects every problem with its position, so that one
+// load reports all the errors of a file together.
+type decoder struct {
+	file string
+	errs Errors
+}
+
+func (d *decoder) pos(n *yaml.Node) Position {
+	if n == nil {
+		return Position{File: d.file}
+	}
+	return Position{File: d.file, Line: n.Line, Column: n.Column}
+}
+
+func (d *decoder) errorf(n *yaml.Node, field, format string, args ...any) {
+	d.errs = append(d.errs, &Error{Pos: d.pos(n), Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+// wrapErr records err (kept for errors.Is) with a message of its own.
+func (d *decoder) wrapErr(n *yaml.Node, field string, err error) {
+	d.errs = append(d.errs, &Error{Pos: d.pos(n), Field: field, Msg: err.Error(), Err: err})
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// parse reads the single YAML document in data. It returns the document's content node, or
+// nil after recording an error.
+func (d *decoder) parse(data []byte) *yaml.Node {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			d.errorf(nil, "", "file is empty")
+			return nil
+		}
+		msg := err.Error()
+		pos := Position{File: d.file}
+		if m := yamlLine.FindStringSubmatch(msg); m != nil {
+			pos.Line, _ = strconv.Atoi(m[1])
+			msg = m[2]
+		} else {
+			msg = strings.TrimPrefix(msg, "yaml: ")
+		}
+		d.errs = append(d.errs, &Error{Pos: pos, Msg: "invalid YAML: " + msg, Err: err})
+		return nil
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		d.errorf(&extra, "", "a file holds one YAML document; found another")
+		return nil
+	}
+	if len(doc.Content) == 0 {
+		d.errorf(nil, "", "file is empty")
+		return nil
+	}
+	return deref(doc.Content[0])
+}
+
+// deref follows aliases (*anchor) to the node they name.
+func deref(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool {
+	return n == nil || (n.Kind == yaml.ScalarNode && n.Tag == "!!null")
+}
+
+// pair is one key: value of a mapping.
+type pair struct {
+	key, val *yaml.Node
+}
+
+// object is a decoded mapping whose keys were checked against the known field names.
+type object struct {
+	node   *yaml.Node
+	path   string
+	fields map[string]pair
+}
+
+func (o *object) get(name string) (*yaml.Node, bool) {
+	p, ok := o.fields[name]
+	if !ok || isNull(p.val) {
+		return nil, false
+	}
+	return p.val, true
+}
+
+func (o *object) has(name string) bool { _, ok := o.get(name); return ok }
+
+func (o *object) field(name string) string { return join(o.path, name) }
+
+// object checks that n is a mapping with only the known keys, each at most once.
+// A null node is an empty mapping. It returns nil (after recording an error) when n is
+// not a mapping.
+func (d *decoder) object(n *yaml.Node, path string, known ...string) *object {
+	n = deref(n)
+	o := &object{node: n, path: path, fields: map[string]pair{}}
+	if isNull(n) {
+		return o
+	}
+	if n.Kind != yaml.MappingNode {
+		d.errorf(n, path, "must be a mapping, got %s", kind(n))
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], deref(n.Content[i+1])
+		name := k.Value
+		if k.Kind != yaml.ScalarNode {
+			d.errorf(k, path, "keys must be plain names")
+			continue
+		}
+		if !slices.Contains(known, name) {
+			d.errorf(k, join(path, name), "unknown field (known fields: %s)", strings.Join(known, ", "))
+			continue
+		}
+		if prev, dup := o.fields[name]; dup {
+			d.errorf(k, join(path, name), "duplicate field (first set at line %d)", prev.key.Line)
+			continue
+		}
+		o.fields[name] = pair{k, v}
+	}
+	return o
+}
+
+// pairs returns the entries of a mapping in file order, rejecting duplicate keys.
+func (d *decoder) pairs(n *yaml.Node, path string) []pair {
+	n = deref(n)
+	if isNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		d.errorf(n, path, "must be a mapping, got %s", kind(n))
+		return nil
+	}
+	seen := map[string]int{}
+	var out []pair
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], deref(n.Content[i+1])
+		if k.Kind != yaml.ScalarNode {
+			d.errorf(k, path, "keys must be plain strings")
+			continue
+		}
+		if line, dup := seen[k.Value]; dup {
+			d.errorf(k, join(path, k.Value), "duplicate key (first at line %d)", line)
+			continue
+		}
+		seen[k.Value] = k.Line
+		out = append(out, pair{k, v})
+	}
+	return out
+}
+
+// seq returns the items of a sequence; null is empty.
+func (d *decoder) seq(n *yaml.Node, path string) []*yaml.Node {
+	n = deref(n)
+	if isNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		d.errorf(n, path, "must be a list, got %s", kind(n))
+		return nil
+	}
+	out := make([]*yaml.Node, len(n.Content))
+	for i, c := range n.Content {
+		out[i] = deref(c)
+	}
+	return out
+}
+
+// str returns a scalar as a string. Any scalar is accepted (as the reference
+// implementation does for descriptor values such as 123); null is "".
+func (d *decoder) str(n *yaml.Node, path string) (string, bool) {
+	n = deref(n)
+	if isNull(n) {
+		return "", true
+	}
+	if n.Kind != yaml.ScalarNode {
+		d.errorf(n, path, "must be a string, got %s", kind(n))
+		return "", false
+	}
+	return n.Value, true
+}
+
+// integer returns an integer scalar in [lo, hi].
+func (d *decoder) integer(n *yaml.Node, path string, lo, hi int64) (int64, bool) {
+	n = deref(n)
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+		d.errorf(n, path, "must be an integer, got %s", describe(n))
+		return 0, false
+	}
+	var v int64
+	if err := n.Decode(&v); err != nil {
+		d.errorf(n, path, "must be an integer, got %q", n.Value)
+		return 0, false
+	}
+	if v < lo || v > hi {
+		switch {
+		case lo == 1 && v < lo:
+			d.errorf(n, path, "must be positive, got %d", v)
+		case lo == 0 && v < lo:
+			d.errorf(n, path, "must not be negative, got %d", v)
+		default:
+			d.errorf(n, path, "must be between %d and %d, got %d", lo, hi, v)
+		}
+		return 0, false
+	}
+	return v, true
+}
+
+// number returns a float scalar (an integer is accepted too).
+func (d *decoder) number(n *yaml.Node, path string) (float64, bool) {
+	n = deref(n)
+	if n.Kind != yaml.ScalarNode || (n.Tag != "!!float" && n.Tag != "!!int") {
+		d.errorf(n, path, "must be a number, got %s", describe(n))
+		return 0, false
+	}
+	var v float64
+	if err := n.Decode(&v); err != nil {
+		d.errorf(n, path, "must be a number, got %q", n.Value)
+		return 0, false
+	}
+	return v, true
+}
+
+func (d *decoder) boolean(n *yaml.Node, path string) (bool, bool) {
+	n = deref(n)
+	if isNull(n) {
+		return false, true
+	}
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
+		d.errorf(n, path, "must be true or false, got %s", describe(n))
+		return false, false
+	}
+	var v bool
+	if err := n.Decode(&v); err != nil {
+		d.errorf(n, path, "must be true or false, got %q", n.Value)
+		return false, false
+	}
+	return v, true
+}
+
+// duration parses a Go duration ("1.5s", "250ms") with a positive value.
+func (d *decoder) duration(n *yaml.Node, path string) (time.Duration, bool) {
+	s, ok := d.str(n, path)
+	if !ok {
+		return 0, false
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil || v <= 0 {
+		d.errorf(n, path, "must be a positive duration such as 5ms or 1s, got %q", s)
+		return 0, false
+	}
+	return v, true
+}
+
+func kind(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		return describe(n)
+	}
+	return "an unsupported YAML node"
+}
+
+func describe(n *yaml.Node) string {
+	if n.Kind != yaml.ScalarNode {
+		return kind(n)
+	}
+	switch n.Tag {
+	case "!!null":
+		return "nothing"
+	case "!!str":
+		return strconv.Quote(n.Value)
+	default:
+		return n.Value
+	}
+}
+
+var plainName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_\-]*$`)
+
+// join appends a field name to a path: "policies[2]" + "rate" = "policies[2].rate";
+// names that are not plain identifiers are quoted: routes["GET /x"].
+func join(path, name string) string {
+	if !plainName.MatchString(name) {
+		return path + "[" + strconv.Quote(name) + "]"
+	}
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+func index(path string, i int) string { return fmt.Sprintf("%s[%d]", path, i) }

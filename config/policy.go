@@ -1,0 +1,643 @@
+package config
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Policy is one named sluice policy: who is limited (Key), how much (Limit, or a tier's
+// limit, or an override), which routes carry limits of their own, and what happens when the
+// store fails.
+//
+// The limit for one identity is resolved by LimitFor: a per-identity override first, then
+// the tier named by the request (TierHeader), then DefaultTier, then Limit. A request whose
+// method and path match one of Routes is limited by that route's limit as well (per
+// identity and route), so several limits apply to one request and the most restrictive
+// decides.
+type Policy struct {
+	// Name identifies the policy (metrics, logs, headers, the /v1/check API).
+	Name string
+	// Limit is the policy's own limit. Its Rate is 0 when the policy sets only tiers (then
+	// DefaultTier names the tier that applies by default).
+	Limit sluice.Limit
+	// Key says where the identity that is limited comes from.
+	Key KeySource
+	// Shadow: decide, log and send headers, but never block.
+	Shadow bool
+	// FailureMode is the policy's mode, or the store's default when the policy sets none;
+	// FailureUnset when neither does (the service's default applies).
+	FailureMode FailureMode
+	// LocalShare is the share of the limit given to the in-process fallback in FailLocal
+	// mode, in (0, 1]: local_share, or 1/expected_nodes, or the store's default; 0 lets
+	// the failover package choose.
+	LocalShare float64
+	// ExpectedNodes is expected_nodes as written (0 when the file gave local_share).
+	ExpectedNodes int
+	// TierHeader is the request header that names the client's tier, set by whatever
+	// authenticated the client. Empty: every request gets DefaultTier.
+	TierHeader string
+	// DefaultTier is the tier of requests without a (known) tier; empty means Limit.
+	DefaultTier string
+	// Tiers are the tier limits in file order.
+	Tiers []Tier
+	// Routes are the per-route limits in file order.
+	Routes []Route
+	// Overrides are the per-identity limits in file order.
+	Overrides []Override
+	// Pos is where the policy starts.
+	Pos Position
+
+	tiers     map[string]*Tier
+	overrides map[string]*Override
+	mux       *http.ServeMux
+
+	path           string
+	nameNode       *yaml.Node
+	localShareNode *yaml.Node
+}
+
+// Tier is a named limit, such as free or pro.
+type Tier struct {
+	Name  string
+	Limit sluice.Limit
+}
+
+// Route is a limit for requests matching a net/http ServeMux pattern such as
+// "GET /v1/items/{id}" or "/admin/".
+type Route struct {
+	Pattern string
+	Limit   sluice.Limit
+}
+
+// Override is a limit for one identity, replacing the tier and policy limits. For an
+// api_key policy the identity is the hashed key as the keys package prints it, so raw
+// API keys never need to be written in a configuration file.
+type Override struct {
+	ID    string
+	Limit sluice.Limit
+}
+
+// KeySource says where a policy's identity comes from.
+type KeySource struct {
+	Type KeyType
+	// Header is the request header carrying the user ID or API key; empty for KeyIP.
+	Header string
+}
+
+// KeyType is the kind of identity a policy limits. The zero value is KeyIP.
+type KeyType uint8
+
+const (
+	// KeyIP limits the client IP (behind trusted proxies, IPv6 aggregated to a prefix; see
+	// Identity).
+	KeyIP KeyType = iota
+	// KeyUser limits the user ID found in a header set by the authentication layer.
+	KeyUser
+	// KeyAPIKey limits the API key found in a header; it is HMAC-hashed before use.
+	KeyAPIKey
+)
+
+var keyTypeNames = [...]string{"ip", "user", "api_key"}
+
+// Default headers of the key sources.
+const (
+	DefaultUserHeader   = "X-User-ID"
+	DefaultAPIKeyHeader = "X-API-Key"
+)
+
+// String returns "ip", "user" or "api_key".
+func (t KeyType) String() string {
+	if int(t) < len(keyTypeNames) {
+		return keyTypeNames[t]
+	}
+	return fmt.Sprintf("key_type(%d)", uint8(t))
+}
+
+// Tier returns the limit of the named tier.
+func (p *Policy) Tier(name string) (sluice.Limit, bool) {
+	if t, ok := p.tiers[name]; ok {
+		return t.Limit, true
+	}
+	return sluice.Limit{}, false
+}
+
+// Override returns the limit configured for one identity.
+func (p *Policy) Override(id string) (sluice.Limit, bool) {
+	if o, ok := p.overrides[id]; ok {
+		return o.Limit, true
+	}
+	return sluice.Limit{}, false
+}
+
+// LimitFor returns the limit of one identity in the given tier ("" when the request named
+// none) and where it came from: "override", "tier:<name>" or "policy". A tier that is not
+// configured counts as no tier. The result is always a valid limit.
+func (p *Policy) LimitFor(id, tier string) (sluice.Limit, string) {
+	if l, ok := p.Override(id); ok {
+		return l, "override"
+	}
+	if tier != "" {
+		if l, ok := p.Tier(tier); ok {
+			return l, "tier:" + tier
+		}
+	}
+	if p.DefaultTier != "" {
+		l, _ := p.Tier(p.DefaultTier)
+		return l, "tier:" + p.DefaultTier
+	}
+	return p.Limit, "policy"
+}
+
+// Route returns the route limit that applies to r, chosen as net/http's ServeMux chooses
+// (the most specific pattern wins; host patterns; {wildcards}). A request that ServeMux
+// would only redirect (a missing trailing slash) matches no route.
+func (p *Policy) Route(r *http.Request) (Route, bool) {
+	if p.mux == nil {
+		return Route{}, false
+	}
+	h, _ := p.mux.Handler(r)
+	if rh, ok := h.(routeHandler); ok {
+		return p.Routes[rh], true
+	}
+	return Route{}, false
+}
+
+// routeHandler marks a route's index in a policy's ServeMux; it is never served.
+type routeHandler int
+
+func (routeHandler) ServeHTTP(http.ResponseWriter, *http.Request) {}
+
+// sluiceFile is what one sluice policy file holds.
+type sluiceFile struct {
+	store                              *Store
+	admin                              *Admin
+	identity                           *Identity
+	storeNode, adminNode, identityNode *yaml.Node
+	policies                           []*Policy
+}
+
+func (d *decoder) sluiceFile(root *yaml.Node) *sluiceFile {
+	o := d.object(root, "", "store", "admin", "identity", "policies")
+	if o == nil {
+		return nil
+	}
+	if len(o.fields) == 0 {
+		d.errorf(root, "", "neither a sluice policy file (store, admin, identity, policies) nor an envoyproxy/ratelimit file (domain)")
+		return nil
+	}
+	sf := &sluiceFile{}
+	if n, ok := o.get("store"); ok {
+		sf.store, sf.storeNode = d.store(n), o.fields["store"].key
+	}
+	if n, ok := o.get("admin"); ok {
+		sf.admin, sf.adminNode = d.admin(n), o.fields["admin"].key
+	}
+	if n, ok := o.get("identity"); ok {
+		sf.identity, sf.identityNode = d.identity(n), o.fields["identity"].key
+	}
+	if n, ok := o.get("policies"); ok {
+		seen := map[string]*Policy{}
+		for i, item := range d.seq(n, "policies") {
+			p := d.policy(item, index("policies", i))
+			if p == nil {
+				continue
+			}
+			if prev, dup := seen[p.Name]; dup {
+				d.errorf(p.nameNode, p.path+".name", "duplicate policy %q (already defined at %s)", p.Name, prev.Pos)
+				continue
+			}
+			seen[p.Name] = p
+			sf.policies = append(sf.policies, p)
+		}
+	}
+	return sf
+}
+
+func (d *decoder) store(n *yaml.Node) *Store {
+	o := d.object(n, "store", "redis_url", "redis_url_env", "deadline", "failure_mode", "local_share", "expected_nodes")
+	if o == nil {
+		return nil
+	}
+	s := &Store{}
+	if v, ok := o.get("redis_url"); ok {
+		s.RedisURL, _ = d.str(v, o.field("redis_url"))
+		if s.RedisURL != "" && !strings.HasPrefix(s.RedisURL, "redis://") && !strings.HasPrefix(s.RedisURL, "rediss://") && !strings.HasPrefix(s.RedisURL, "unix://") {
+			d.errorf(v, o.field("redis_url"), "must be a redis://, rediss:// or unix:// URL")
+		}
+	}
+	if v, ok := o.get("redis_url_env"); ok {
+		if o.has("redis_url") {
+			d.errorf(v, o.field("redis_url_env"), "set redis_url or redis_url_env, not both")
+		}
+		s.RedisURLEnv, _ = d.str(v, o.field("redis_url_env"))
+	}
+	if v, ok := o.get("deadline"); ok {
+		s.Deadline, _ = d.duration(v, o.field("deadline"))
+	}
+	s.FailureMode, s.LocalShare, _ = d.failure(o)
+	return s
+}
+
+// failure reads failure_mode, local_share and expected_nodes of o.
+func (d *decoder) failure(o *object) (mode FailureMode, share float64, nodes int) {
+	if v, ok := o.get("failure_mode"); ok {
+		s, _ := d.str(v, o.field("failure_mode"))
+		m, err := ParseFailureMode(s)
+		if err != nil {
+			d.errorf(v, o.field("failure_mode"), "%v", err)
+		}
+		mode = m
+	}
+	vs, hasShare := o.get("local_share")
+	vn, hasNodes := o.get("expected_nodes")
+	switch {
+	case hasShare && hasNodes:
+		d.errorf(vn, o.field("expected_nodes"), "set local_share or expected_nodes, not both")
+	case hasShare:
+		if f, ok := d.number(vs, o.field("local_share")); ok {
+			if !(f > 0 && f <= 1) {
+				d.errorf(vs, o.field("local_share"), "must be in (0, 1], got %v", f)
+			} else {
+				share = f
+			}
+		}
+	case hasNodes:
+		if v, ok := d.integer(vn, o.field("expected_nodes"), 1, 1<<20); ok {
+			nodes = int(v)
+			share = 1 / float64(v)
+		}
+	}
+	if (hasShare || hasNodes) && mode != FailureUnset && mode != FailLocal {
+		n, f := vs, "local_share"
+		if !hasShare {
+			n, f = vn, "expected_nodes"
+		}
+		d.errorf(n, o.field(f), "only applies to failure_mode local, not %s", mode)
+	}
+	return mode, share, nodes
+}
+
+func (d *decoder) admin(n *yaml.Node) *Admin {
+	o := d.object(n, "admin", "token_env", "token_file")
+	if o == nil {
+		return nil
+	}
+	a := &Admin{}
+	if v, ok := o.get("token_env"); ok {
+		a.TokenEnv, _ = d.str(v, o.field("token_env"))
+	}
+	if v, ok := o.get("token_file"); ok {
+		a.TokenFile, _ = d.str(v, o.field("token_file"))
+	}
+	return a
+}
+
+func (d *decoder) identity(n *yaml.Node) *Identity {
+	o := d.object(n, "identity", "trusted_proxies", "ipv6_prefix", "api_key_secret_env")
+	if o == nil {
+		return nil
+	}
+	id := &Identity{IPv6Prefix: DefaultIPv6Prefix}
+	if v, ok := o.get("trusted_proxies"); ok {
+		for i, item := range d.seq(v, o.field("trusted_proxies")) {
+			field := index(o.field("trusted_proxies"), i)
+			s, ok := d.str(item, field)
+			if !ok {
+				continue
+			}
+			pfx, err := parsePrefix(s)
+			if err != nil {
+				d.errorf(item, field, "must be a CIDR such as 10.0.0.0/8 or an address: %q", s)
+				continue
+			}
+			id.TrustedProxies = append(id.TrustedProxies, pfx)
+		}
+	}
+	if v, ok := o.get("ipv6_prefix"); ok {
+		if p, ok := d.integer(v, o.field("ipv6_prefix"), 1, 128); ok {
+			id.IPv6Prefix = int(p)
+		}
+	}
+	if v, ok := o.get("api_key_secret_env"); ok {
+		id.APIKeySecretEnv, _ = d.str(v, o.field("api_key_secret_env"))
+	}
+	return id
+}
+
+// parsePrefix accepts a CIDR or a single address (as a /32 or /128), normalized to its
+// masked form; IPv4-mapped IPv6 is unmapped.
+func parsePrefix(s string) (netip.Prefix, error) {
+	if !strings.Contains(s, "/") {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return netip.Prefix{}, err
+		}
+		a = a.Unmap()
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	if p.Addr().Is4In6() && p.Bits() >= 96 {
+		p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+	}
+	return p.Masked(), nil
+}
+
+var policyFields = []string{
+	"name", "algorithm", "rate", "period", "burst", "key", "shadow",
+	"failure_mode", "local_share", "expected_nodes",
+	"tier_header", "default_tier", "tiers", "routes", "overrides",
+}
+
+var limitFields = []string{"algorithm", "rate", "period", "burst"}
+
+func (d *decoder) policy(n *yaml.Node, path string) *Policy {
+	o := d.object(n, path, policyFields...)
+	if o == nil {
+		return nil
+	}
+	before := len(d.errs)
+	p := &Policy{Pos: d.pos(n), path: path}
+	if v, ok := o.get("name"); ok {
+		p.Name, _ = d.str(v, o.field("name"))
+		p.nameNode = v
+	}
+	if p.Name == "" {
+		d.errorf(n, o.field("name"), "is required")
+	} else if strings.TrimSpace(p.Name) != p.Name || strings.ContainsAny(p.Name, "\x00\n\r\t") {
+		d.errorf(p.nameNode, o.field("name"), "must not contain white space at either end or control characters")
+	}
+
+	alg := sluice.GCRA
+	if v, ok := o.get("algorithm"); ok {
+		alg = d.algorithm(v, o.field("algorithm"))
+	}
+	hasRate, hasPeriod := o.has("rate"), o.has("period")
+	if hasRate || hasPeriod || o.has("burst") || !o.has("tiers") {
+		p.Limit, _ = d.limit(o, alg)
+	}
+
+	p.Key = d.keySource(o)
+	if v, ok := o.get("shadow"); ok {
+		p.Shadow, _ = d.boolean(v, o.field("shadow"))
+	}
+	p.FailureMode, p.LocalShare, p.ExpectedNodes = d.failure(o)
+	if v, ok := o.get("local_share"); ok {
+		p.localShareNode = v
+	} else if v, ok := o.get("expected_nodes"); ok {
+		p.localShareNode = v
+	}
+
+	if v, ok := o.get("tier_header"); ok {
+		p.TierHeader, _ = d.str(v, o.field("tier_header"))
+		if !validHeaderName(p.TierHeader) {
+			d.errorf(v, o.field("tier_header"), "must be an HTTP header name, got %q", p.TierHeader)
+		}
+	}
+	p.tiers = map[string]*Tier{}
+	if v, ok := o.get("tiers"); ok {
+		field := o.field("tiers")
+		for _, kv := range d.pairs(v, field) {
+			to := d.object(kv.val, join(field, kv.key.Value), limitFields...)
+			if to == nil {
+				continue
+			}
+			if to.node != nil && isNull(to.node) || len(to.fields) == 0 {
+				d.errorf(kv.key, join(field, kv.key.Value), "needs rate and period")
+				continue
+			}
+			l, ok := d.limit(to, alg)
+			if ok {
+				p.Tiers = append(p.Tiers, Tier{Name: kv.key.Value, Limit: l})
+			}
+		}
+		for i := range p.Tiers {
+			p.tiers[p.Tiers[i].Name] = &p.Tiers[i]
+		}
+	}
+	if v, ok := o.get("default_tier"); ok {
+		p.DefaultTier, _ = d.str(v, o.field("default_tier"))
+		if _, known := p.tiers[p.DefaultTier]; !known && len(d.errs) == before {
+			d.errorf(v, o.field("default_tier"), "names no tier of this policy: %q", p.DefaultTier)
+		}
+	}
+	if o.has("tiers") && !hasRate && !hasPeriod && p.DefaultTier == "" {
+		d.errorf(o.fields["tiers"].key, o.field("default_tier"), "is required when the policy has tiers but no rate and period of its own")
+	}
+	if p.TierHeader != "" && !o.has("tiers") {
+		d.errorf(o.fields["tier_header"].key, o.field("tier_header"), "is set but the policy has no tiers")
+	}
+
+	if v, ok := o.get("routes"); ok {
+		field := o.field("routes")
+		mux := http.NewServeMux()
+		for _, kv := range d.pairs(v, field) {
+			rf := join(field, kv.key.Value)
+			if err := register(mux, kv.key.Value, routeHandler(len(p.Routes))); err != nil {
+				d.errorf(kv.key, rf, "%v", err)
+				continue
+			}
+			to := d.object(kv.val, rf, limitFields...)
+			if to == nil {
+				continue
+			}
+			if l, ok := d.limit(to, alg); ok {
+				p.Routes = append(p.Routes, Route{Pattern: kv.key.Value, Limit: l})
+			} else {
+				p.Routes = append(p.Routes, Route{Pattern: kv.key.Value}) // keep indexes aligned; the load fails anyway
+			}
+		}
+		p.mux = mux
+	}
+
+	p.overrides = map[string]*Override{}
+	if v, ok := o.get("overrides"); ok {
+		field := o.field("overrides")
+		for _, kv := range d.pairs(v, field) {
+			to := d.object(kv.val, join(field, kv.key.Value), limitFields...)
+			if to == nil {
+				continue
+			}
+			if l, ok := d.limit(to, alg); ok {
+				p.Overrides = append(p.Overrides, Override{ID: kv.key.Value, Limit: l})
+			}
+		}
+		for i := range p.Overrides {
+			p.overrides[p.Overrides[i].ID] = &p.Overrides[i]
+		}
+	}
+	return p
+}
+
+// register adds a pattern to a ServeMux, turning its panic on a malformed or conflicting
+// pattern into an error.
+func register(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			msg := fmt.Sprint(r)
+			msg = strings.TrimPrefix(msg, "http: ")
+			err = fmt.Errorf("invalid route pattern: %s", msg)
+		}
+	}()
+	if pattern == "" {
+		return fmt.Errorf("invalid route pattern: empty")
+	}
+	mux.Handle(pattern, h)
+	return nil
+}
+
+func (d *decoder) algorithm(n *yaml.Node, field string) sluice.Algorithm {
+	s, ok := d.str(n, field)
+	if !ok {
+		return sluice.GCRA
+	}
+	a, err := sluice.ParseAlgorithm(s)
+	if err != nil {
+		d.errorf(n, field, "unknown algorithm %q (want one of %s)", s, algorithmList())
+		return sluice.GCRA
+	}
+	return a
+}
+
+func algorithmList() string {
+	var names []string
+	for _, a := range sluice.Algorithms() {
+		names = append(names, a.String())
+	}
+	return strings.Join(names, ", ")
+}
+
+// limit reads algorithm, rate, period and burst of o into a validated sluice.Limit.
+// The algorithm defaults to inherit.
+func (d *decoder) limit(o *object, inherit sluice.Algorithm) (sluice.Limit, bool) {
+	before := len(d.errs)
+	l := sluice.Limit{Algorithm: inherit}
+	if v, ok := o.get("algorithm"); ok {
+		l.Algorithm = d.algorithm(v, o.field("algorithm"))
+	}
+	rateNode, hasRate := o.get("rate")
+	if hasRate {
+		l.Rate, _ = d.integer(rateNode, o.field("rate"), 1, sluice.MaxRate)
+	} else {
+		d.errorf(o.node, o.field("rate"), "is required")
+	}
+	if v, ok := o.get("period"); ok {
+		s, ok := d.str(v, o.field("period"))
+		if ok {
+			p, err := ParsePeriod(s)
+			if err != nil {
+				d.errorf(v, o.field("period"), "%v", err)
+			} else if p > sluice.MaxPeriod {
+				d.errorf(v, o.field("period"), "must be at most %v", sluice.MaxPeriod)
+			} else {
+				l.Period = p
+			}
+		}
+	} else {
+		d.errorf(o.node, o.field("period"), "is required")
+	}
+	if v, ok := o.get("burst"); ok {
+		l.Burst, _ = d.integer(v, o.field("burst"), 1, sluice.MaxRate)
+		switch l.Algorithm {
+		case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket:
+		default:
+			d.errorf(v, o.field("burst"), "applies only to gcra, token_bucket and leaky_bucket; %s ignores it", l.Algorithm)
+		}
+	}
+	if len(d.errs) != before {
+		return l, false
+	}
+	if err := l.Validate(); err != nil {
+		n := rateNode
+		if n == nil {
+			n = o.node
+		}
+		d.wrapErr(n, o.path, err)
+		return l, false
+	}
+	return l, true
+}
+
+func (d *decoder) keySource(o *object) KeySource {
+	v, ok := o.get("key")
+	if !ok {
+		return KeySource{Type: KeyIP}
+	}
+	field := o.field("key")
+	var typeNode, headerNode *yaml.Node
+	if v.Kind == yaml.ScalarNode {
+		typeNode = v
+	} else {
+		ko := d.object(v, field, "type", "header")
+		if ko == nil {
+			return KeySource{}
+		}
+		typeNode, _ = ko.get("type")
+		headerNode, _ = ko.get("header")
+		if typeNode == nil {
+			d.errorf(v, field+".type", "is required (ip, user or api_key)")
+			return KeySource{}
+		}
+		field += ".type"
+	}
+	s, _ := d.str(typeNode, field)
+	var ks KeySource
+	switch strings.ToLower(s) {
+	case "ip":
+		ks.Type = KeyIP
+	case "user":
+		ks = KeySource{Type: KeyUser, Header: DefaultUserHeader}
+	case "api_key", "api-key", "apikey":
+		ks = KeySource{Type: KeyAPIKey, Header: DefaultAPIKeyHeader}
+	default:
+		d.errorf(typeNode, field, "unknown key type %q (want ip, user or api_key)", s)
+		return ks
+	}
+	if headerNode != nil {
+		hf := o.field("key") + ".header"
+		h, _ := d.str(headerNode, hf)
+		switch {
+		case ks.Type == KeyIP:
+			d.errorf(headerNode, hf, "does not apply to key type ip (the client address comes from the connection and trusted proxies)")
+		case !validHeaderName(h):
+			d.errorf(headerNode, hf, "must be an HTTP header name, got %q", h)
+		default:
+			ks.Header = h
+		}
+	}
+	return ks
+}
+
+// validHeaderName reports whether s is an HTTP field name (RFC 9110 token).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	return !strings.ContainsFunc(s, func(r rune) bool {
+		return r > 0x7e || r <= ' ' || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, r)
+	})
+}
+
+// checkInherited reports the problems that depend on the whole configuration: a policy's
+// local_share or expected_nodes only makes sense when its resolved mode is local.
+func checkInherited(c *Config) Errors {
+	var errs Errors
+	for _, p := range c.Policies {
+		if p.localShareNode != nil && p.FailureMode != FailLocal && p.FailureMode != FailureUnset {
+			errs = append(errs, &Error{
+				Pos:   Position{File: p.Pos.File, Line: p.localShareNode.Line, Column: p.localShareNode.Column},
+				Field: p.path + ".local_share",
+				Msg:   fmt.Sprintf("only applies to failure_mode local, and this policy inherits %s from store.failure_mode", p.FailureMode),
+			})
+		}
+	}
+	return errs
+}

@@ -1,0 +1,93 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Unit is the time unit of an envoyproxy/ratelimit rate_limit block. Its names are those of
+// envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit in lower case; map it to
+// the protobuf enum by name (String), not by number.
+//
+// As in the reference implementation, a unit is a fixed length: a month is 30 days and a
+// year 365 days, and fixed windows are aligned to multiples of that length since the Unix
+// epoch (UTC), so a "week" window starts on a Thursday.
+type Unit uint8
+
+// The units, shortest first. UnitUnknown is the zero value and is never valid in a file.
+const (
+	UnitUnknown Unit = iota
+	UnitSecond
+	UnitMinute
+	UnitHour
+	UnitDay
+	UnitWeek
+	UnitMonth
+	UnitYear
+)
+
+var unitNames = [...]string{"unknown", "second", "minute", "hour", "day", "week", "month", "year"}
+
+var unitPeriods = [...]time.Duration{
+	0, time.Second, time.Minute, time.Hour, 24 * time.Hour,
+	7 * 24 * time.Hour, 30 * 24 * time.Hour, 365 * 24 * time.Hour,
+}
+
+// String returns the unit's lower-case name ("second").
+func (u Unit) String() string {
+	if int(u) < len(unitNames) {
+		return unitNames[u]
+	}
+	return fmt.Sprintf("unit(%d)", uint8(u))
+}
+
+// Period is the unit's length; 0 for UnitUnknown.
+func (u Unit) Period() time.Duration {
+	if int(u) < len(unitPeriods) {
+		return unitPeriods[u]
+	}
+	return 0
+}
+
+// ParseUnit parses a unit name, case-insensitively (SECOND, second), as the reference
+// implementation does. "unknown" and anything else is an error.
+func ParseUnit(s string) (Unit, error) {
+	norm := strings.ToLower(strings.TrimSpace(s))
+	for i, name := range unitNames {
+		if i > 0 && norm == name {
+			return Unit(i), nil
+		}
+	}
+	return UnitUnknown, fmt.Errorf("unknown unit %q (want second, minute, hour, day, week, month or year)", s)
+}
+
+// UnitOf returns the unit whose Period is exactly d, if there is one.
+func UnitOf(d time.Duration) (Unit, bool) {
+	for i, p := range unitPeriods {
+		if i > 0 && p == d {
+			return Unit(i), true
+		}
+	}
+	return UnitUnknown, false
+}
+
+// ParsePeriod parses the period of a sluice policy: a Go duration ("1s", "90s", "1m30s",
+// "24h") or one of the words second, minute, hour, day and week (7 days). It must be
+// positive.
+func ParsePeriod(s string) (time.Duration, error) {
+	norm := strings.ToLower(strings.TrimSpace(s))
+	switch norm {
+	case "second", "minute", "hour", "day", "week":
+		u, _ := ParseUnit(norm)
+		return u.Period(), nil
+	}
+	d, err := time.ParseDuration(norm)
+	if err != nil {
+		return 0, fmt.Errorf("want a duration such as 1s, 1m or 24h, or one of second, minute, hour, day, week; got %q", s)
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("must be positive, got %q", s)
+	}
+	return d, nil
+}
