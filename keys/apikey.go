@@ -1,0 +1,89 @@
+package keys
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"sync"
+)
+
+// Encoding is how a Hasher writes the 32-byte MAC.
+type Encoding uint8
+
+const (
+	// Hex: 64 lower-case hexadecimal digits. The zero value.
+	Hex Encoding = iota
+	// Base64URL: 43 characters of unpadded base64url (RFC 4648 §5).
+	Base64URL
+)
+
+// MinSecretLen is the shortest secret NewHasher accepts, in bytes. RFC 2104 recommends a
+// key at least as long as the hash output (32 bytes for SHA-256); 16 random bytes is the
+// floor below which a secret is guessable.
+const MinSecretLen = 16
+
+// ErrWeakSecret is returned by NewHasher for a secret shorter than MinSecretLen.
+var ErrWeakSecret = errors.New("keys: API key secret too short")
+
+// Hasher turns raw API keys into identifiers that are safe to store and log:
+// HMAC-SHA256(secret, key). It is safe for concurrent use.
+//
+// Create one with NewHasher; the zero Hasher has no secret and hashes nothing (Sum returns
+// "" and Identity the zero Identity), so a forgotten secret fails closed instead of
+// hashing under a known key.
+type Hasher struct {
+	secret []byte
+	enc    Encoding
+	pool   sync.Pool // of hash.Hash, keyed with secret
+}
+
+// NewHasher returns a Hasher keyed with a copy of secret. The secret must be at least
+// MinSecretLen bytes (32 random bytes are recommended) and must stay the same across
+// processes that share a store, or they will count the same API key under different keys.
+func NewHasher(secret []byte, enc Encoding) (*Hasher, error) {
+	if len(secret) < MinSecretLen {
+		return nil, fmt.Errorf("%w: %d bytes, want at least %d", ErrWeakSecret, len(secret), MinSecretLen)
+	}
+	if enc != Hex && enc != Base64URL {
+		return nil, fmt.Errorf("keys: unknown encoding %d", enc)
+	}
+	h := &Hasher{secret: append([]byte(nil), secret...), enc: enc}
+	h.pool.New = func() any { return hmac.New(sha256.New, h.secret) }
+	return h, nil
+}
+
+// Sum returns the encoded HMAC-SHA256 of apiKey. The raw key is read here and nowhere
+// else; nothing derived from it but the MAC is returned or retained.
+func (h *Hasher) Sum(apiKey string) string {
+	if h == nil || len(h.secret) == 0 {
+		return ""
+	}
+	m := h.pool.Get().(hash.Hash)
+	m.Reset()
+	m.Write([]byte(apiKey))
+	var sum [sha256.Size]byte
+	m.Sum(sum[:0])
+	m.Reset() // leave no state derived from the key in the pool
+	h.pool.Put(m)
+	if h.enc == Base64URL {
+		return base64.RawURLEncoding.EncodeToString(sum[:])
+	}
+	return hex.EncodeToString(sum[:])
+}
+
+// Identity returns the APIKey Identity for apiKey: its MAC, never the key. An empty apiKey
+// (none presented) and a zero Hasher give the zero Identity.
+func (h *Hasher) Identity(apiKey string) Identity {
+	if apiKey == "" {
+		return Identity{}
+	}
+	sum := h.Sum(apiKey)
+	if sum == "" {
+		return Identity{}
+	}
+	return Identity{Kind: APIKey, ID: sum}
+}

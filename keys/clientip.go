@@ -1,0 +1,253 @@
+package keys
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// Header names ClientIP knows how to read.
+const (
+	// HeaderForwarded is RFC 7239's Forwarded; its for= parameters are the hops.
+	HeaderForwarded = "Forwarded"
+	// HeaderXForwardedFor is X-Forwarded-For: a comma-separated list of hops, each proxy
+	// appending the address it received the request from.
+	HeaderXForwardedFor = "X-Forwarded-For"
+	// HeaderXRealIP is X-Real-IP: one address, set by the proxy.
+	HeaderXRealIP = "X-Real-IP"
+)
+
+// Default IPv4 and IPv6 aggregation prefixes of ClientIP.
+const (
+	DefaultIPv4Prefix = 32
+	DefaultIPv6Prefix = 64
+)
+
+// ErrNoClientIP is returned when the connection's peer address cannot be parsed (for
+// example a Unix socket), so there is no address to limit.
+var ErrNoClientIP = errors.New("keys: no client IP")
+
+// ClientIP finds the client address of an HTTP request. The zero value trusts no proxy:
+// the client is the connection's peer (http.Request.RemoteAddr), and forwarding headers
+// are ignored. It is safe for concurrent use as long as its fields are not modified.
+//
+// When the peer is inside TrustedProxies, the headers named in Headers are consulted in
+// order and the first one present in the request is used: its hops, read right to left,
+// are skipped while they are trusted proxies too, and the first untrusted hop is the
+// client. If every hop is trusted, the left-most hop is the client. If a hop cannot be
+// parsed (Forwarded's "unknown" or an obfuscated "_node", or garbage), the walk stops and
+// the nearest hop to its right that parsed is the client (the peer if there is none): an
+// unusable value never lets a request pick its own identity, at worst it makes the clients
+// behind one proxy share a limit. A trusted peer that sends none of the headers is the
+// client itself.
+//
+// List in Headers only headers that your trusted proxies set or append to. A header that
+// the proxy passes through untouched is written by the client and can be spoofed.
+type ClientIP struct {
+	// TrustedProxies are the prefixes of proxies whose forwarding headers are believed.
+	// IPv4-mapped IPv6 prefixes are treated as IPv4.
+	TrustedProxies []netip.Prefix
+	// Headers are the forwarding headers to read, in order of preference, when the peer
+	// is trusted. "Forwarded" is parsed per RFC 7239; any other header as a
+	// comma-separated list of addresses (an optional port, or a bracketed IPv6 address,
+	// is accepted). Nil means {"X-Forwarded-For"}.
+	Headers []string
+	// IPv4Prefix is the prefix length IPv4 clients are aggregated to; 0 means 32.
+	IPv4Prefix int
+	// IPv6Prefix is the prefix length IPv6 clients are aggregated to; 0 means 64.
+	IPv6Prefix int
+}
+
+// ParsePrefixes parses CIDR prefixes ("10.0.0.0/8", "2001:db8::/32") or single addresses
+// (taken as /32 or /128), for ClientIP.TrustedProxies.
+func ParsePrefixes(s ...string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(s))
+	for _, v := range s {
+		v = strings.TrimSpace(v)
+		if strings.IndexByte(v, '/') < 0 {
+			a, err := netip.ParseAddr(v)
+			if err != nil {
+				return nil, fmt.Errorf("keys: trusted proxy %q: %w", v, err)
+			}
+			out = append(out, netip.PrefixFrom(a, a.BitLen()))
+			continue
+		}
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			return nil, fmt.Errorf("keys: trusted proxy %q: %w", v, err)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+// Addr returns the client's address: IPv4-mapped IPv6 unmapped, zone removed, not
+// aggregated. The error wraps ErrNoClientIP when RemoteAddr cannot be parsed.
+func (c *ClientIP) Addr(r *http.Request) (netip.Addr, error) {
+	peer, ok := parseHop(r.RemoteAddr)
+	if !ok {
+		return netip.Addr{}, fmt.Errorf("%w: cannot parse remote address %q", ErrNoClientIP, r.RemoteAddr)
+	}
+	if !c.trusted(peer) {
+		return peer, nil
+	}
+	headers := c.Headers
+	if headers == nil {
+		headers = []string{HeaderXForwardedFor}
+	}
+	for _, name := range headers {
+		values := r.Header.Values(name)
+		if len(values) == 0 {
+			continue
+		}
+		var hops []string
+		if http.CanonicalHeaderKey(name) == HeaderForwarded {
+			hops = forwardedFor(values)
+		} else {
+			hops = listHops(values)
+		}
+		if len(hops) == 0 {
+			continue
+		}
+		return c.walk(peer, hops), nil
+	}
+	return peer, nil
+}
+
+// walk returns the right-most untrusted hop; see ClientIP.
+func (c *ClientIP) walk(peer netip.Addr, hops []string) netip.Addr {
+	client := peer
+	for i := len(hops) - 1; i >= 0; i-- {
+		a, ok := parseHop(hops[i])
+		if !ok {
+			return client
+		}
+		client = a
+		if !c.trusted(a) {
+			return a
+		}
+	}
+	return client
+}
+
+// Prefix returns the client's address aggregated to IPv4Prefix or IPv6Prefix bits.
+func (c *ClientIP) Prefix(r *http.Request) (netip.Prefix, error) {
+	a, err := c.Addr(r)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	bits := c.IPv6Prefix
+	if bits == 0 {
+		bits = DefaultIPv6Prefix
+	}
+	if a.Is4() {
+		bits = c.IPv4Prefix
+		if bits == 0 {
+			bits = DefaultIPv4Prefix
+		}
+	}
+	p, err := a.Prefix(bits)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("keys: aggregating %v: %w", a, err)
+	}
+	return p, nil
+}
+
+// Identity returns the IP Identity of the request's client: the address itself when the
+// prefix is a full-length one ("203.0.113.7"), else the prefix ("2001:db8:1:2::/64").
+func (c *ClientIP) Identity(r *http.Request) (Identity, error) {
+	p, err := c.Prefix(r)
+	if err != nil {
+		return Identity{}, err
+	}
+	return Identity{Kind: IP, ID: PrefixID(p)}, nil
+}
+
+// PrefixID formats p the way Identity does: the bare address for a full-length prefix,
+// the prefix in CIDR notation otherwise. Use it to write per-identity overrides.
+func PrefixID(p netip.Prefix) string {
+	if p.Bits() == p.Addr().BitLen() {
+		return p.Addr().String()
+	}
+	return p.String()
+}
+
+func (c *ClientIP) trusted(a netip.Addr) bool {
+	for _, p := range c.TrustedProxies {
+		if pa := p.Addr(); pa.Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(pa.Unmap(), p.Bits()-96)
+		}
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseHop parses one hop: "1.2.3.4", "1.2.3.4:80", "2001:db8::1", "[2001:db8::1]",
+// "[2001:db8::1]:80", optionally quoted. The result is unmapped and zone-free.
+func parseHop(s string) (netip.Addr, bool) {
+	s = strings.TrimSpace(s)
+	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
+		s = s[1 : len(s)-1]
+	}
+	var a netip.Addr
+	if strings.HasPrefix(s, "[") {
+		end := strings.IndexByte(s, ']')
+		if end < 0 {
+			return netip.Addr{}, false
+		}
+		rest := s[end+1:]
+		if rest != "" && !validPort(rest) {
+			return netip.Addr{}, false
+		}
+		v, err := netip.ParseAddr(s[1:end])
+		if err != nil || !v.Is6() {
+			return netip.Addr{}, false
+		}
+		a = v
+	} else if v, err := netip.ParseAddr(s); err == nil {
+		a = v
+	} else if ap, err := netip.ParseAddrPort(s); err == nil {
+		a = ap.Addr()
+	} else {
+		return netip.Addr{}, false
+	}
+	return a.Unmap().WithZone(""), true
+}
+
+// validPort reports whether s is ":" followed by 1-5 digits (RFC 7239 also allows an
+// obfuscated port, "_abc", which is accepted as well).
+func validPort(s string) bool {
+	if len(s) < 2 || s[0] != ':' {
+		return false
+	}
+	s = s[1:]
+	if s[0] == '_' {
+		return true
+	}
+	if len(s) > 5 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// listHops splits comma-separated header values, across every field line in order.
+func listHops(values []string) []string {
+	var hops []string
+	for _, v := range values {
+		for h := range strings.SplitSeq(v, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				hops = append(hops, h)
+			}
+		}
+	}
+	return hops
+}

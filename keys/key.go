@@ -1,0 +1,175 @@
+package keys
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Kind is the type of identity a key limits. Any non-empty string is a valid Kind; the
+// constants are the ones the rest of sluice produces.
+type Kind string
+
+const (
+	// User: an authenticated user, identified by the application's user ID.
+	User Kind = "user"
+	// APIKey: an API key, identified by its HMAC (see Hasher), never by the raw key.
+	APIKey Kind = "api_key"
+	// IP: a client address or IPv6 prefix (see ClientIP).
+	IP Kind = "ip"
+)
+
+// Identity is who is limited: a kind and an identifier of that kind. The zero Identity
+// means "no identity" (for example a request that presented no API key).
+type Identity struct {
+	Kind Kind
+	ID   string
+}
+
+// IsZero reports whether id identifies nobody (its ID is empty).
+func (id Identity) IsZero() bool { return id.ID == "" }
+
+// String returns "kind:id" with both parts escaped as in Key.String, so it is unambiguous
+// too. It never contains a raw API key, because an APIKey Identity holds only the MAC.
+func (id Identity) String() string {
+	var b strings.Builder
+	escapeTo(&b, string(id.Kind))
+	b.WriteByte(sep)
+	escapeTo(&b, id.ID)
+	return b.String()
+}
+
+// Key is everything that tells one rate-limit state from another. Route is the route the
+// limit applies to (a ServeMux pattern such as "GET /items/{id}"), empty for a limit on
+// every route; Tier is the identity's tier ("free", "pro"), empty when the policy has none.
+// Policy names the policy that owns the state, so two policies never share a counter.
+type Key struct {
+	Policy string
+	Kind   Kind
+	ID     string
+	Route  string
+	Tier   string
+}
+
+// Of returns the Key for identity id under policy, route and tier.
+func Of(policy string, id Identity, route, tier string) Key {
+	return Key{Policy: policy, Kind: id.Kind, ID: id.ID, Route: route, Tier: tier}
+}
+
+// Identity returns the identity part of k.
+func (k Key) Identity() Identity { return Identity{Kind: k.Kind, ID: k.ID} }
+
+const sep = ':'
+
+// String encodes k as "policy:kind:id:route:tier", each field escaped (see the package
+// doc). Different Keys always give different strings.
+func (k Key) String() string {
+	var b strings.Builder
+	b.Grow(len(k.Policy) + len(k.Kind) + len(k.ID) + len(k.Route) + len(k.Tier) + 8)
+	for i, f := range [...]string{k.Policy, string(k.Kind), k.ID, k.Route, k.Tier} {
+		if i > 0 {
+			b.WriteByte(sep)
+		}
+		escapeTo(&b, f)
+	}
+	return b.String()
+}
+
+// ErrMalformedKey is returned by ParseKey for a string that Key.String cannot produce.
+var ErrMalformedKey = errors.New("keys: malformed key")
+
+// ParseKey is the inverse of Key.String: ParseKey(k.String()) == k for every Key k, and
+// every other string is an error wrapping ErrMalformedKey.
+func ParseKey(s string) (Key, error) {
+	var f [5]string
+	for i := range f {
+		field := s
+		if i < len(f)-1 {
+			j := strings.IndexByte(s, sep)
+			if j < 0 {
+				return Key{}, fmt.Errorf("%w: %d fields, want 5", ErrMalformedKey, i+1)
+			}
+			field, s = s[:j], s[j+1:]
+		} else if strings.IndexByte(s, sep) >= 0 {
+			return Key{}, fmt.Errorf("%w: more than 5 fields", ErrMalformedKey)
+		}
+		v, err := unescape(field)
+		if err != nil {
+			return Key{}, err
+		}
+		f[i] = v
+	}
+	return Key{Policy: f[0], Kind: Kind(f[1]), ID: f[2], Route: f[3], Tier: f[4]}, nil
+}
+
+// mustEscape reports whether byte c is written as %XX.
+func mustEscape(c byte) bool {
+	return c == '%' || c == sep || c == '{' || c == '}' || c <= ' ' || c >= 0x7f
+}
+
+const upperhex = "0123456789ABCDEF"
+
+func escapeTo(b *strings.Builder, s string) {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if mustEscape(c) {
+			b.WriteByte('%')
+			b.WriteByte(upperhex[c>>4])
+			b.WriteByte(upperhex[c&15])
+		} else {
+			b.WriteByte(c)
+		}
+	}
+}
+
+func unescape(s string) (string, error) {
+	if strings.IndexByte(s, '%') < 0 {
+		for i := 0; i < len(s); i++ {
+			if mustEscape(s[i]) {
+				return "", fmt.Errorf("%w: unescaped byte %#x", ErrMalformedKey, s[i])
+			}
+		}
+		return s, nil
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '%':
+			if i+2 >= len(s) {
+				return "", fmt.Errorf("%w: truncated escape", ErrMalformedKey)
+			}
+			hi, ok1 := unhex(s[i+1])
+			lo, ok2 := unhex(s[i+2])
+			if !ok1 || !ok2 {
+				return "", fmt.Errorf("%w: bad escape %q", ErrMalformedKey, s[i:i+3])
+			}
+			v := hi<<4 | lo
+			if !mustEscape(v) {
+				// Key.String never escapes this byte, so accepting it would give a
+				// second spelling of the same Key.
+				return "", fmt.Errorf("%w: needless escape %q", ErrMalformedKey, s[i:i+3])
+			}
+			b.WriteByte(v)
+			i += 2
+		case mustEscape(c):
+			return "", fmt.Errorf("%w: unescaped byte %#x", ErrMalformedKey, c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), nil
+}
+
+// unhex accepts only upper-case hex digits, the ones escapeTo writes, so that every Key has
+// exactly one spelling.
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
