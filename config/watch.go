@@ -1,0 +1,301 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// Counter is what a Watcher counts reloads with. A prometheus.Counter satisfies it, so the
+// service can pass one without this package depending on Prometheus.
+type Counter interface{ Inc() }
+
+// Option configures a Watcher.
+type Option func(*watchOptions)
+
+type watchOptions struct {
+	debounce time.Duration
+	onReload func(*Config)
+	onError  func(error)
+	rejected Counter
+	reloaded Counter
+	logger   *slog.Logger
+}
+
+// DefaultDebounce is how long a Watcher waits after the last file-system event before it
+// reloads, so that an editor's or kubelet's several writes give one reload.
+const DefaultDebounce = 100 * time.Millisecond
+
+// WithDebounce sets the quiet period after file-system events before a reload
+// (DefaultDebounce if d <= 0).
+func WithDebounce(d time.Duration) Option { return func(o *watchOptions) { o.debounce = d } }
+
+// WithOnReload calls f with each new configuration after it is in force. f runs on the
+// reloading goroutine with reloads serialized; it must not call Reload.
+func WithOnReload(f func(*Config)) Option { return func(o *watchOptions) { o.onReload = f } }
+
+// WithOnError calls f with the error of each rejected reload (the old configuration stays
+// in force). Use ErrorList to get the individual problems. f must not call Reload.
+func WithOnError(f func(error)) Option { return func(o *watchOptions) { o.onError = f } }
+
+// WithRejectedCounter counts rejected reloads (invalid or unreadable configuration), for
+// example with a prometheus.Counter named sluice_config_reload_rejected_total.
+func WithRejectedCounter(c Counter) Option { return func(o *watchOptions) { o.rejected = c } }
+
+// WithReloadedCounter counts successful reloads that changed the configuration.
+func WithReloadedCounter(c Counter) Option { return func(o *watchOptions) { o.reloaded = c } }
+
+// WithLogger logs reloads (Info) and rejected reloads (Error) to l. Without it nothing is
+// logged.
+func WithLogger(l *slog.Logger) Option { return func(o *watchOptions) { o.logger = l } }
+
+// Watcher holds the configuration in force and replaces it when its files change or when
+// Reload is called (on SIGHUP, say). Readers call Config, which is one atomic load: they
+// never lock and never see a half-loaded configuration.
+//
+// A new configuration replaces the old one only if it loads without any error; otherwise
+// the old one stays, the rejection is counted (Rejected, WithRejectedCounter), logged
+// (WithLogger) and reported (WithOnError). A reload whose files are byte-for-byte the same
+// (same Config.Digest) changes nothing and calls no callback.
+//
+// Watching uses fsnotify on the directory that holds the configured path (and on the path
+// itself when it is a directory, and on the directories symbolic links lead to), so that
+// in-place writes, editors that rename a new file over the old one, and Kubernetes
+// ConfigMap volumes, whose "..data" symbolic link is replaced atomically, are all seen.
+// Symbolic links are resolved again after every event, so a swapped link is followed.
+// Events are debounced (WithDebounce).
+type Watcher struct {
+	path string
+	o    watchOptions
+
+	cur      atomic.Pointer[Config]
+	rejectN  atomic.Uint64
+	reloadN  atomic.Uint64
+	lastErr  atomic.Pointer[errBox]
+	mu       sync.Mutex // serializes reloads and the watch set
+	fsw      *fsnotify.Watcher
+	watching map[string]bool
+	done     chan struct{}
+	wg       sync.WaitGroup
+	closing  sync.Once
+}
+
+type errBox struct{ err error }
+
+// NewWatcher loads the configuration at path (a file or a directory, as Load) and starts
+// watching it. An empty path means the built-in configuration (Default), which is never
+// watched and which Reload leaves as it is. The error is the initial load's: a service
+// should refuse to start on it.
+//
+// Call Close to stop watching.
+func NewWatcher(path string, opts ...Option) (*Watcher, error) {
+	w := &Watcher{path: path, watching: map[string]bool{}, done: make(chan struct{})}
+	for _, opt := range opts {
+		opt(&w.o)
+	}
+	if w.o.debounce <= 0 {
+		w.o.debounce = DefaultDebounce
+	}
+	if w.o.logger == nil {
+		w.o.logger = slog.New(slog.DiscardHandler)
+	}
+	if path == "" {
+		w.cur.Store(Default())
+		return w, nil
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	w.path = abs
+	cfg, err := Load(abs)
+	if err != nil {
+		return nil, err
+	}
+	w.cur.Store(cfg)
+
+	w.fsw, err = fsnotify.NewWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("config: watching %s: %w", path, err)
+	}
+	w.mu.Lock()
+	err = w.rewatch()
+	w.mu.Unlock()
+	if err != nil {
+		w.fsw.Close()
+		return nil, fmt.Errorf("config: watching %s: %w", path, err)
+	}
+	w.wg.Add(1)
+	go w.loop()
+	return w, nil
+}
+
+// Config returns the configuration in force. It never returns nil.
+func (w *Watcher) Config() *Config { return w.cur.Load() }
+
+// Path is the watched path (absolute), or "" for the built-in configuration.
+func (w *Watcher) Path() string { return w.path }
+
+// Rejected is the number of rejected reloads so far.
+func (w *Watcher) Rejected() uint64 { return w.rejectN.Load() }
+
+// Reloads is the number of reloads that put a new configuration in force.
+func (w *Watcher) Reloads() uint64 { return w.reloadN.Load() }
+
+// LastError is the error of the most recent reload attempt, nil when it succeeded (or none
+// was made).
+func (w *Watcher) LastError() error {
+	if b := w.lastErr.Load(); b != nil {
+		return b.err
+	}
+	return nil
+}
+
+// Reload loads the configuration again now. It returns nil when the new configuration is in
+// force or nothing changed, and the load's error when it was rejected (the old
+// configuration stays in force). Safe to call from any goroutine, concurrently with the
+// file watcher.
+func (w *Watcher) Reload() error {
+	_, err := w.reload("reload")
+	return err
+}
+
+// Close stops watching. Config keeps returning the last configuration.
+func (w *Watcher) Close() error {
+	var err error
+	w.closing.Do(func() {
+		close(w.done)
+		if w.fsw != nil {
+			err = w.fsw.Close()
+		}
+		w.wg.Wait()
+	})
+	return err
+}
+
+func (w *Watcher) loop() {
+	defer w.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-w.done:
+			return
+		case ev, ok := <-w.fsw.Events:
+			if !ok {
+				return
+			}
+			w.o.logger.Debug("config: file event", "event", ev.String())
+			timer.Reset(w.o.debounce)
+		case err, ok := <-w.fsw.Errors:
+			if !ok {
+				return
+			}
+			w.o.logger.Error("config: file watcher", "err", err)
+		case <-timer.C:
+			w.reload("watch")
+		}
+	}
+}
+
+func (w *Watcher) reload(trigger string) (bool, error) {
+	if w.path == "" {
+		return false, nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cfg, err := Load(w.path)
+	if werr := w.rewatch(); werr != nil {
+		w.o.logger.Error("config: watching", "path", w.path, "err", werr)
+	}
+	if err != nil {
+		w.lastErr.Store(&errBox{err})
+		w.rejectN.Add(1)
+		if w.o.rejected != nil {
+			w.o.rejected.Inc()
+		}
+		w.o.logger.Error("config: reload rejected; the previous configuration stays in force",
+			"path", w.path, "trigger", trigger, "err", err)
+		if w.o.onError != nil {
+			w.o.onError(err)
+		}
+		return false, err
+	}
+	w.lastErr.Store(nil)
+	old := w.cur.Load()
+	if old != nil && old.Digest == cfg.Digest {
+		return false, nil
+	}
+	w.cur.Store(cfg)
+	w.reloadN.Add(1)
+	if w.o.reloaded != nil {
+		w.o.reloaded.Inc()
+	}
+	w.o.logger.Info("config: reloaded", "path", w.path, "trigger", trigger,
+		"files", len(cfg.Files), "policies", len(cfg.Policies), "domains", len(cfg.Domains), "digest", cfg.Digest[:12])
+	if w.o.onReload != nil {
+		w.o.onReload(cfg)
+	}
+	return true, nil
+}
+
+// rewatch makes the fsnotify watch set match the directories that matter now. For a file:
+// the directory holding it (renames over it, ConfigMap "..data" swaps) and the directory
+// its symbolic link chain ends in. For a directory: the directory (resolved), and, when the
+// path is itself a symbolic link, the directory holding the link, so that replacing the
+// link is seen. Called with w.mu held.
+func (w *Watcher) rewatch() error {
+	want := map[string]bool{}
+	parent := func(p string) {
+		if d, err := filepath.EvalSymlinks(filepath.Dir(p)); err == nil {
+			want[d] = true
+		}
+	}
+	isLink := false
+	if st, err := os.Lstat(w.path); err == nil && st.Mode()&os.ModeSymlink != 0 {
+		isLink = true
+	}
+	real, err := filepath.EvalSymlinks(w.path)
+	st, serr := os.Stat(real)
+	switch {
+	case err != nil || serr != nil: // gone for now: watch where it will reappear
+		parent(w.path)
+	case st.IsDir():
+		want[real] = true
+		if isLink {
+			parent(w.path)
+		}
+	default:
+		parent(w.path)
+		want[filepath.Dir(real)] = true
+	}
+	var errs []error
+	for d := range w.watching {
+		if !want[d] {
+			_ = w.fsw.Remove(d) // may already be gone with its directory
+			delete(w.watching, d)
+		}
+	}
+	for d := range want {
+		if w.watching[d] {
+			continue
+		}
+		if err := w.fsw.Add(d); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		w.watching[d] = true
+	}
+	if len(w.watching) == 0 {
+		errs = append(errs, fmt.Errorf("nothing to watch for %s", w.path))
+	}
+	return errors.Join(errs...)
+}
