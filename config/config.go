@@ -259,10 +259,12 @@ func Parse(files ...File) (*Config, error) {
 		root := d.parse(f.Data)
 		if root != nil {
 			if isEnvoyFile(root) {
-				if dom := d.envoyDomain(root); dom != nil && len(d.errs) == 0 {
+				// Merged even when the file has errors, so that conflicts between files
+				// are reported in the same load; the load fails anyway.
+				if dom := d.envoyDomain(root); dom != nil && dom.Name != "" {
 					m.addDomain(d, dom)
 				}
-			} else if sf := d.sluiceFile(root); sf != nil && len(d.errs) == 0 {
+			} else if sf := d.sluiceFile(root); sf != nil {
 				m.addSluiceFile(d, sf)
 			}
 		}

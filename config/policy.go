@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"regexp"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -364,7 +365,6 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 	if o == nil {
 		return nil
 	}
-	before := len(d.errs)
 	p := &Policy{Pos: d.pos(n), path: path}
 	if v, ok := o.get("name"); ok {
 		p.Name, _ = d.str(v, o.field("name"))
@@ -382,7 +382,7 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 	}
 	hasRate, hasPeriod := o.has("rate"), o.has("period")
 	if hasRate || hasPeriod || o.has("burst") || !o.has("tiers") {
-		p.Limit, _ = d.limit(o, alg)
+		p.Limit, _ = d.limitAt(o, alg, false)
 	}
 
 	p.Key = d.keySource(o)
@@ -403,9 +403,11 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 		}
 	}
 	p.tiers = map[string]*Tier{}
+	declared := map[string]bool{}
 	if v, ok := o.get("tiers"); ok {
 		field := o.field("tiers")
 		for _, kv := range d.pairs(v, field) {
+			declared[kv.key.Value] = true
 			to := d.object(kv.val, join(field, kv.key.Value), limitFields...)
 			if to == nil {
 				continue
@@ -425,7 +427,7 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 	}
 	if v, ok := o.get("default_tier"); ok {
 		p.DefaultTier, _ = d.str(v, o.field("default_tier"))
-		if _, known := p.tiers[p.DefaultTier]; !known && len(d.errs) == before {
+		if !declared[p.DefaultTier] {
 			d.errorf(v, o.field("default_tier"), "names no tier of this policy: %q", p.DefaultTier)
 		}
 	}
@@ -477,6 +479,8 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 	return p
 }
 
+var registeredAt = regexp.MustCompile(` \(registered at [^)]*\)`)
+
 // register adds a pattern to a ServeMux, turning its panic on a malformed or conflicting
 // pattern into an error.
 func register(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
@@ -484,6 +488,8 @@ func register(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
 		if r := recover(); r != nil {
 			msg := fmt.Sprint(r)
 			msg = strings.TrimPrefix(msg, "http: ")
+			msg = registeredAt.ReplaceAllString(msg, "")
+			msg = strings.Join(strings.Fields(strings.ReplaceAll(strings.ReplaceAll(msg, ":\n", ": "), "\n", "; ")), " ")
 			err = fmt.Errorf("invalid route pattern: %s", msg)
 		}
 	}()
@@ -518,9 +524,15 @@ func algorithmList() string {
 // limit reads algorithm, rate, period and burst of o into a validated sluice.Limit.
 // The algorithm defaults to inherit.
 func (d *decoder) limit(o *object, inherit sluice.Algorithm) (sluice.Limit, bool) {
+	return d.limitAt(o, inherit, true)
+}
+
+// limitAt is limit; readAlg false means o's algorithm field was read by the caller and
+// inherit is its value.
+func (d *decoder) limitAt(o *object, inherit sluice.Algorithm, readAlg bool) (sluice.Limit, bool) {
 	before := len(d.errs)
 	l := sluice.Limit{Algorithm: inherit}
-	if v, ok := o.get("algorithm"); ok {
+	if v, ok := o.get("algorithm"); ok && readAlg {
 		l.Algorithm = d.algorithm(v, o.field("algorithm"))
 	}
 	rateNode, hasRate := o.get("rate")

@@ -1,0 +1,323 @@
+package config
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice"
+)
+
+// loadErrors writes each file to a fresh directory, loads the directory and returns the
+// error messages with the directory stripped, so they read "policies.yaml:12:5: ...".
+func loadErrors(t *testing.T, files map[string]string) []string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		writeFile(t, dir, name, content)
+	}
+	_, err := Load(dir)
+	if err == nil {
+		t.Fatal("Load succeeded, want errors")
+	}
+	list := ErrorList(err)
+	if len(list) == 0 {
+		t.Fatalf("error %v carries no positions", err)
+	}
+	var out []string
+	for _, e := range list {
+		out = append(out, strings.ReplaceAll(e.Error(), dir+string(filepath.Separator), ""))
+	}
+	return out
+}
+
+func TestValidationErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		files map[string]string
+		want  []string
+	}{
+		{
+			name: "rate not positive",
+			files: map[string]string{"policies.yaml": `policies:
+  - name: a
+    rate: 0
+    period: 1s
+`},
+			want: []string{"policies.yaml:3:11: policies[0].rate: must be positive, got 0"},
+		},
+		{
+			name: "unknown field (typo)",
+			files: map[string]string{"policies.yaml": `policies:
+  - name: a
+    rate: 5
+    perod: 1s
+`},
+			want: []string{
+				"policies.yaml:4:5: policies[0].perod: unknown field (known fields: name, algorithm, rate, period, burst, key, shadow, failure_mode, local_share, expected_nodes, tier_header, default_tier, tiers, routes, overrides)",
+				"policies.yaml:2:5: policies[0].period: is required",
+			},
+		},
+		{
+			name: "bad period and algorithm, all errors of the file together",
+			files: map[string]string{"policies.yaml": `policies:
+  - name: a
+    algorithm: token-buckets
+    rate: 5
+    period: fortnight
+  - name: b
+    rate: -3
+    period: 1m
+`},
+			want: []string{
+				`policies.yaml:3:16: policies[0].algorithm: unknown algorithm "token-buckets" (want one of gcra, token_bucket, leaky_bucket, fixed_window, sliding_window, sliding_log)`,
+				`policies.yaml:5:13: policies[0].period: want a duration such as 1s, 1m or 24h, or one of second, minute, hour, day, week; got "fortnight"`,
+				"policies.yaml:7:11: policies[1].rate: must be positive, got -3",
+			},
+		},
+		{
+			name: "rate is a string",
+			files: map[string]string{"policies.yaml": `policies:
+  - name: a
+    rate: "100"
+    period: 1s
+`},
+			want: []string{`policies.yaml:3:11: policies[0].rate: must be an integer, got "100"`},
+		},
+		{
+			name: "limit rejected by sluice.Limit.Validate",
+			files: map[string]string{"policies.yaml": `policies:
+  - name: a
+    algorithm: gcra
+    rate: 2000000
+    period: 1s
+`},
+			want: []string{"policies.yaml:4:11: policies[0]: sluice: invalid limit: 2000000 per 1s spaces events less than 1µs apart; use a longer period or a window algorithm"},
+		},
+		{
+			name: "burst on a window algorithm, failure mode typo",
+			files: map[string]string{"policies.yaml": `policies:
+  - name: a
+    algorithm: fixed_window
+    rate: 10
+    period: 1s
+    burst: 20
+    failure_mode: opne
+`},
+			want: []string{
+				"policies.yaml:6:12: policies[0].burst: applies only to gcra, token_bucket and leaky_bucket; fixed_window ignores it",
+				`policies.yaml:7:19: policies[0].failure_mode: unknown failure mode "opne" (want open, closed or local)`,
+			},
+		},
+		{
+			name: "duplicate policy names, across files too",
+			files: map[string]string{
+				"a.yaml": `policies:
+  - name: api
+    rate: 1
+    period: 1s
+  - name: api
+    rate: 2
+    period: 1s
+`,
+				"b.yaml": `policies:
+  - name: api
+    rate: 3
+    period: 1s
+`},
+			want: []string{
+				`a.yaml:5:11: policies[1].name: duplicate policy "api" (already defined at a.yaml:2:5)`,
+				`b.yaml:2:11: policies[0].name: duplicate policy "api" (already defined at a.yaml:2:5)`,
+			},
+		},
+		{
+			name: "bad route pattern, conflicting routes, bad tier limit, unknown default tier",
+			files: map[string]string{"policies.yaml": `policies:
+  - name: api
+    rate: 10
+    period: 1s
+    default_tier: gold
+    tiers:
+      free: {rate: 1}
+    routes:
+      "GET /a/{id": {rate: 1, period: 1s}
+      "GET /b/{x}": {rate: 1, period: 1s}
+      "GET /b/{y}": {rate: 1, period: 1s}
+`},
+			want: []string{
+				"policies.yaml:7:13: policies[0].tiers.free.period: is required",
+				`policies.yaml:5:19: policies[0].default_tier: names no tier of this policy: "gold"`,
+				`policies.yaml:9:7: policies[0].routes["GET /a/{id"]: invalid route pattern: parsing "GET /a/{id": at offset 7: bad wildcard segment (must end with '}')`,
+				`policies.yaml:11:7: policies[0].routes["GET /b/{y}"]: invalid route pattern: pattern "GET /b/{y}" conflicts with pattern "GET /b/{x}": GET /b/{y} matches the same requests as GET /b/{x}`,
+			},
+		},
+		{
+			name: "identity and key source",
+			files: map[string]string{"policies.yaml": `identity:
+  trusted_proxies: [10.0.0.0/33, nonsense]
+  ipv6_prefix: 129
+policies:
+  - name: a
+    rate: 1
+    period: 1s
+    key: {type: ip, header: X-Forwarded-For}
+  - name: b
+    rate: 1
+    period: 1s
+    key: cookie
+`},
+			want: []string{
+				`policies.yaml:2:21: identity.trusted_proxies[0]: must be a CIDR such as 10.0.0.0/8 or an address: "10.0.0.0/33"`,
+				`policies.yaml:2:34: identity.trusted_proxies[1]: must be a CIDR such as 10.0.0.0/8 or an address: "nonsense"`,
+				"policies.yaml:3:16: identity.ipv6_prefix: must be between 1 and 128, got 129",
+				"policies.yaml:8:29: policies[0].key.header: does not apply to key type ip (the client address comes from the connection and trusted proxies)",
+				`policies.yaml:12:10: policies[1].key: unknown key type "cookie" (want ip, user or api_key)`,
+			},
+		},
+		{
+			name:  "invalid YAML",
+			files: map[string]string{"policies.yaml": "policies:\n  - name: a\n    rate: 1: 2\n"},
+			want:  []string{"policies.yaml:3: invalid YAML: mapping values are not allowed in this context"},
+		},
+		{
+			name:  "neither format",
+			files: map[string]string{"x.yaml": "hello: world\n"},
+			want: []string{
+				"x.yaml:1:1: hello: unknown field (known fields: store, admin, identity, policies)",
+				"x.yaml:1:1: neither a sluice policy file (store, admin, identity, policies) nor an envoyproxy/ratelimit file (domain)",
+			},
+		},
+		{
+			name: "store block",
+			files: map[string]string{"store.yaml": `store:
+  redis_url: localhost:6379
+  deadline: -5ms
+  failure_mode: open
+  local_share: 0.5
+`},
+			want: []string{
+				"store.yaml:2:14: store.redis_url: must be a redis://, rediss:// or unix:// URL",
+				`store.yaml:3:13: store.deadline: must be a positive duration such as 5ms or 1s, got "-5ms"`,
+				"store.yaml:5:16: store.local_share: only applies to failure_mode local, not open",
+			},
+		},
+		{
+			name: "store set in two files",
+			files: map[string]string{
+				"a.yaml": "store:\n  deadline: 5ms\n",
+				"b.yaml": "store:\n  deadline: 7ms\n",
+			},
+			want: []string{"b.yaml:1:1: store: already set in a.yaml:1:1; set it in one file only"},
+		},
+		// envoyproxy/ratelimit files.
+		{
+			name: "envoy: unknown key, bad unit, missing requests_per_unit",
+			files: map[string]string{"envoy.yaml": `domain: d
+descriptors:
+  - key: a
+    rate_limit:
+      unit: fortnight
+      requests_per_unit: 5
+  - key: b
+    ratelimit:
+      unit: second
+  - key: c
+    rate_limit:
+      unit: second
+`},
+			want: []string{
+				`envoy.yaml:5:13: descriptors[0].rate_limit.unit: unknown unit "fortnight" (want second, minute, hour, day, week, month or year)`,
+				"envoy.yaml:8:5: descriptors[1].ratelimit: unknown field (known fields: key, value, rate_limit, descriptors, shadow_mode, detailed_metric, value_to_metric, share_threshold)",
+				"envoy.yaml:12:7: descriptors[2].rate_limit.requests_per_unit: is required (write 0 to deny every request)",
+			},
+		},
+		{
+			name: "envoy: empty key, duplicate descriptor, unlimited with unit",
+			files: map[string]string{"envoy.yaml": `domain: d
+descriptors:
+  - value: x
+  - key: a
+    value: b
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: a
+    value: b
+  - key: u
+    rate_limit:
+      unlimited: true
+      unit: second
+`},
+			want: []string{
+				"envoy.yaml:3:5: descriptors[0].key: is required",
+				`envoy.yaml:7:5: descriptors[2]: duplicate descriptor key "a" value "b" at this level (first at line 4)`,
+				"envoy.yaml:12:13: descriptors[3].rate_limit.unit: must not be set when unlimited is true",
+			},
+		},
+		{
+			name: "envoy: replaces itself, replaces nothing, requests_per_unit out of range, share_threshold without wildcard",
+			files: map[string]string{"envoy.yaml": `domain: d
+descriptors:
+  - key: a
+    rate_limit:
+      name: x
+      unit: second
+      requests_per_unit: 1
+      replaces: [{name: x}]
+  - key: b
+    rate_limit:
+      unit: second
+      requests_per_unit: 4294967296
+  - key: c
+    share_threshold: true
+    rate_limit:
+      unit: second
+      requests_per_unit: 1
+      replaces: [{name: nope}]
+`},
+			want: []string{
+				`envoy.yaml:8:25: descriptors[0].rate_limit.replaces[0].name: a rate limit cannot replace itself ("x")`,
+				"envoy.yaml:12:26: descriptors[1].rate_limit.requests_per_unit: must be between 0 and 4294967295, got 4294967296",
+				`envoy.yaml:14:22: descriptors[2].share_threshold: applies only to wildcard values (ending in '*'), not ""`,
+				`envoy.yaml:18:25: descriptors[2].rate_limit.replaces[0].name: no rate_limit in domain "d" is named "nope"`,
+			},
+		},
+		{
+			name: "envoy: duplicate domain across files, empty domain",
+			files: map[string]string{
+				"a.yaml": "domain: d\ndescriptors: []\n",
+				"b.yaml": "domain: d\n",
+				"c.yaml": "domain: \"\"\n",
+			},
+			want: []string{
+				`b.yaml:1:9: domain: duplicate domain "d" (already defined at a.yaml:1:9)`,
+				"c.yaml:1:1: domain: must not be empty",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := loadErrors(t, tt.files)
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %d errors, want %d:\n%s", len(got), len(tt.want), strings.Join(got, "\n"))
+			}
+			for i := range got {
+				if !strings.HasPrefix(got[i], tt.want[i]) {
+					t.Errorf("error %d:\n got %s\nwant %s", i, got[i], tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestValidateErrorWrapsErrInvalidLimit(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "p.yaml", "policies:\n  - name: a\n    algorithm: sliding_log\n    rate: 2000000\n    period: 1h\n")
+	_, err := Load(dir)
+	if !errors.Is(err, sluice.ErrInvalidLimit) {
+		t.Fatalf("err %v does not wrap sluice.ErrInvalidLimit", err)
+	}
+	var es Errors
+	if !errors.As(err, &es) || len(es) != 1 || es[0].Pos.Line != 4 || es[0].Field != "policies[0]" {
+		t.Fatalf("errors %#v", es)
+	}
+}
