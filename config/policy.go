@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"os"
 	"regexp"
 	"strings"
 
@@ -237,6 +238,12 @@ func (d *decoder) store(n *yaml.Node) *Store {
 			d.errorf(v, o.field("redis_url_env"), "set redis_url or redis_url_env, not both")
 		}
 		s.RedisURLEnv, _ = d.str(v, o.field("redis_url_env"))
+		if s.RedisURLEnv != "" {
+			s.RedisURL = os.Getenv(s.RedisURLEnv)
+			if s.RedisURL == "" {
+				d.errorf(v, o.field("redis_url_env"), "environment variable %s is not set or empty", s.RedisURLEnv)
+			}
+		}
 	}
 	if v, ok := o.get("deadline"); ok {
 		s.Deadline, _ = d.duration(v, o.field("deadline"))

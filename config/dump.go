@@ -1,0 +1,143 @@
+package config
+
+import (
+	"encoding/json"
+	"net/url"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Dump returns the configuration as indented JSON, for a service's config endpoint and for
+// debugging: every policy and rule with its resolved limits, the files and the digest.
+// Secrets are never in it: the Redis URL's password is replaced by "xxxxx", and the admin
+// token and API-key secret appear only as the names of their sources.
+func (c *Config) Dump() ([]byte, error) {
+	type limitView struct {
+		Algorithm string `json:"algorithm"`
+		Rate      int64  `json:"rate"`
+		Period    string `json:"period"`
+		Burst     int64  `json:"burst,omitempty"`
+	}
+	lv := func(l sluice.Limit) *limitView {
+		if l.Rate == 0 {
+			return nil
+		}
+		return &limitView{l.Algorithm.String(), l.Rate, l.Period.String(), l.Burst}
+	}
+	type named struct {
+		Name  string     `json:"name"`
+		Limit *limitView `json:"limit"`
+	}
+	type policyView struct {
+		Name          string     `json:"name"`
+		Source        string     `json:"source"`
+		Limit         *limitView `json:"limit,omitempty"`
+		Key           string     `json:"key"`
+		KeyHeader     string     `json:"key_header,omitempty"`
+		Shadow        bool       `json:"shadow,omitempty"`
+		FailureMode   string     `json:"failure_mode,omitempty"`
+		LocalShare    float64    `json:"local_share,omitempty"`
+		TierHeader    string     `json:"tier_header,omitempty"`
+		DefaultTier   string     `json:"default_tier,omitempty"`
+		Tiers         []named    `json:"tiers,omitempty"`
+		Routes        []named    `json:"routes,omitempty"`
+		OverrideCount int        `json:"overrides,omitempty"`
+	}
+	type ruleView struct {
+		Key             string     `json:"key"`
+		Name            string     `json:"name,omitempty"`
+		Unit            string     `json:"unit,omitempty"`
+		RequestsPerUnit uint32     `json:"requests_per_unit"`
+		Unlimited       bool       `json:"unlimited,omitempty"`
+		Shadow          bool       `json:"shadow_mode,omitempty"`
+		Replaces        []string   `json:"replaces,omitempty"`
+		Limit           *limitView `json:"limit,omitempty"`
+		Source          string     `json:"source"`
+	}
+	type domainView struct {
+		Name   string     `json:"name"`
+		Source string     `json:"source"`
+		Rules  []ruleView `json:"rules"`
+	}
+	view := struct {
+		Digest string   `json:"digest"`
+		Files  []string `json:"files"`
+		Store  struct {
+			Redis       string  `json:"redis,omitempty"`
+			RedisEnv    string  `json:"redis_url_env,omitempty"`
+			Deadline    string  `json:"deadline,omitempty"`
+			FailureMode string  `json:"failure_mode,omitempty"`
+			LocalShare  float64 `json:"local_share,omitempty"`
+		} `json:"store"`
+		Admin struct {
+			TokenEnv  string `json:"token_env,omitempty"`
+			TokenFile string `json:"token_file,omitempty"`
+		} `json:"admin"`
+		Identity struct {
+			TrustedProxies  []string `json:"trusted_proxies"`
+			IPv6Prefix      int      `json:"ipv6_prefix"`
+			APIKeySecretEnv string   `json:"api_key_secret_env,omitempty"`
+		} `json:"identity"`
+		Policies []policyView `json:"policies"`
+		Domains  []domainView `json:"domains"`
+	}{Digest: c.Digest, Files: c.Files}
+
+	view.Store.Redis = redactURL(c.Store.RedisURL)
+	view.Store.RedisEnv = c.Store.RedisURLEnv
+	if c.Store.Deadline > 0 {
+		view.Store.Deadline = c.Store.Deadline.String()
+	}
+	view.Store.FailureMode = c.Store.FailureMode.String()
+	view.Store.LocalShare = c.Store.LocalShare
+	view.Admin.TokenEnv, view.Admin.TokenFile = c.Admin.TokenEnv, c.Admin.TokenFile
+	view.Identity.TrustedProxies = []string{}
+	for _, p := range c.Identity.TrustedProxies {
+		view.Identity.TrustedProxies = append(view.Identity.TrustedProxies, p.String())
+	}
+	view.Identity.IPv6Prefix = c.Identity.IPv6Prefix
+	view.Identity.APIKeySecretEnv = c.Identity.APIKeySecretEnv
+
+	view.Policies = []policyView{}
+	for _, p := range c.Policies {
+		pv := policyView{
+			Name: p.Name, Source: p.Pos.String(), Limit: lv(p.Limit), Key: p.Key.Type.String(), KeyHeader: p.Key.Header,
+			Shadow: p.Shadow, FailureMode: p.FailureMode.String(), LocalShare: p.LocalShare,
+			TierHeader: p.TierHeader, DefaultTier: p.DefaultTier, OverrideCount: len(p.Overrides),
+		}
+		for _, t := range p.Tiers {
+			pv.Tiers = append(pv.Tiers, named{t.Name, lv(t.Limit)})
+		}
+		for _, r := range p.Routes {
+			pv.Routes = append(pv.Routes, named{r.Pattern, lv(r.Limit)})
+		}
+		view.Policies = append(view.Policies, pv)
+	}
+	view.Domains = []domainView{}
+	for _, d := range c.Domains {
+		dv := domainView{Name: d.Name, Source: d.Pos.String(), Rules: []ruleView{}}
+		for _, r := range d.Rules {
+			rv := ruleView{
+				Key: r.FullKey, Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unlimited: r.Unlimited,
+				Shadow: r.Shadow, Replaces: r.Replaces, Limit: lv(r.Limit), Source: r.Pos.String(),
+			}
+			if r.Unit != UnitUnknown {
+				rv.Unit = r.Unit.String()
+			}
+			dv.Rules = append(dv.Rules, rv)
+		}
+		view.Domains = append(view.Domains, dv)
+	}
+	return json.MarshalIndent(view, "", "  ")
+}
+
+// redactURL hides the password of a URL.
+func redactURL(s string) string {
+	if s == "" {
+		return ""
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}

@@ -1,0 +1,251 @@
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+func TestTestdataPolicies(t *testing.T) {
+	c, err := Load("testdata/policies.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Store.RedisURL != "redis://127.0.0.1:6379/0" || c.Store.Deadline != 5*time.Millisecond ||
+		c.Store.FailureMode != FailLocal || c.Store.LocalShare != 0.25 {
+		t.Errorf("store %+v", c.Store)
+	}
+	if c.Admin.TokenEnv != "SLUICE_ADMIN_TOKEN" {
+		t.Errorf("admin %+v", c.Admin)
+	}
+	wantProxies := []netip.Prefix{
+		netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.0.0/16"), netip.MustParsePrefix("::1/128"),
+	}
+	if !slices.Equal(c.Identity.TrustedProxies, wantProxies) || c.Identity.IPv6Prefix != 64 ||
+		c.Identity.APIKeySecretEnv != "SLUICE_API_KEY_SECRET" {
+		t.Errorf("identity %+v", c.Identity)
+	}
+
+	perIP, ok := c.Policy("per-ip")
+	if !ok {
+		t.Fatal("per-ip missing")
+	}
+	if perIP.Limit != (sluice.Limit{Algorithm: sluice.SlidingWindow, Rate: 100, Period: time.Minute}) ||
+		perIP.Key != (KeySource{Type: KeyIP}) || perIP.FailureMode != FailLocal || perIP.LocalShare != 0.25 {
+		t.Errorf("per-ip %+v", perIP)
+	}
+
+	api, _ := c.Policy("api")
+	if api.Key != (KeySource{Type: KeyAPIKey, Header: "X-API-Key"}) || api.FailureMode != FailClosed || api.LocalShare != 0 {
+		t.Errorf("api key %+v mode %v share %v", api.Key, api.FailureMode, api.LocalShare)
+	}
+	gcra := func(rate int64, period time.Duration, burst int64) sluice.Limit {
+		return sluice.Limit{Algorithm: sluice.GCRA, Rate: rate, Period: period, Burst: burst}
+	}
+	for _, tt := range []struct {
+		id, tier string
+		want     sluice.Limit
+		from     string
+	}{
+		{"someone", "", gcra(60, time.Minute, 0), "tier:free"},
+		{"someone", "pro", gcra(600, time.Minute, 100), "tier:pro"},
+		{"someone", "enterprise", sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 100, Period: time.Second, Burst: 500}, "tier:enterprise"},
+		{"someone", "platinum", gcra(60, time.Minute, 0), "tier:free"}, // unknown tier: the default tier
+		{"hmac:4f2a9c", "pro", gcra(10000, time.Minute, 0), "override"},
+	} {
+		got, from := api.LimitFor(tt.id, tt.tier)
+		if got != tt.want || from != tt.from {
+			t.Errorf("LimitFor(%q, %q) = %v %s, want %v %s", tt.id, tt.tier, got, from, tt.want, tt.from)
+		}
+	}
+
+	for _, tt := range []struct {
+		method, target string
+		want           string // pattern, "" for none
+	}{
+		{"POST", "/v1/items", "POST /v1/items"},
+		{"GET", "/v1/items", ""},
+		{"GET", "/v1/items/42", "GET /v1/items/{id}"},
+		{"HEAD", "/v1/items/42", "GET /v1/items/{id}"}, // GET patterns match HEAD, as in ServeMux
+		{"DELETE", "/v1/items/42", ""},
+		{"GET", "/v1/export/2024/all.csv", "/v1/export/"},
+		{"GET", "/v1/export", ""}, // ServeMux would only redirect
+		{"GET", "/other", ""},
+	} {
+		r, ok := api.Route(httptest.NewRequest(tt.method, tt.target, nil))
+		if got := r.Pattern; got != tt.want || ok != (tt.want != "") {
+			t.Errorf("Route(%s %s) = %q %v, want %q", tt.method, tt.target, got, ok, tt.want)
+		}
+	}
+	if r, _ := api.Route(httptest.NewRequest("GET", "/v1/export/x", nil)); r.Limit != (sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 5, Period: time.Hour}) {
+		t.Errorf("export route limit %v", r.Limit)
+	}
+
+	shadow, _ := c.Policy("user-shadow")
+	if !shadow.Shadow || shadow.Key != (KeySource{Type: KeyUser, Header: "X-User-ID"}) || shadow.FailureMode != FailLocal || shadow.LocalShare != 0.5 {
+		t.Errorf("user-shadow %+v", shadow)
+	}
+	if _, ok := perIP.Route(httptest.NewRequest("GET", "/", nil)); ok {
+		t.Error("a policy without routes matched a route")
+	}
+}
+
+func TestDefaultConfig(t *testing.T) {
+	c := Default()
+	if c != Default() {
+		t.Error("Default returns different configs")
+	}
+	demo, ok := c.Policy("demo")
+	if !ok || demo.Limit != (sluice.Limit{Algorithm: sluice.GCRA, Rate: 10, Period: time.Second, Burst: 20}) {
+		t.Fatalf("demo policy %+v", demo)
+	}
+	if c.Store.RedisURL != "" {
+		t.Errorf("built-in config uses Redis %q; it must run on the memory store", c.Store.RedisURL)
+	}
+	d, ok := c.Domain("demo")
+	if !ok {
+		t.Fatal("built-in domain demo missing")
+	}
+	ms, err := d.Match([]Descriptor{e("path", "/healthz"), e("path", "/x"), e("remote_address", "1.2.3.4")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms[0].Status != Unlimited || ms[1].Status != Limited || ms[2].Status != Limited {
+		t.Errorf("demo matches %v %v %v", ms[0].Status, ms[1].Status, ms[2].Status)
+	}
+	// The embedded files load the same from disk.
+	dir := t.TempDir()
+	for _, f := range DefaultFiles() {
+		writeFile(t, dir, filepath.Base(f.Name), string(f.Data))
+	}
+	if _, err := Load(dir); err != nil {
+		t.Fatalf("built-in files written to disk: %v", err)
+	}
+}
+
+func TestDirectoryLoading(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "b-policies.yml", "policies:\n  - {name: p, rate: 1, period: 1s}\n")
+	writeFile(t, dir, "a-domain.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	writeFile(t, dir, ".hidden.yaml", "this is not: [valid")
+	writeFile(t, dir, "README.txt", "not yaml: [")
+	if err := os.Mkdir(filepath.Join(dir, "sub.yaml"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Files) != 2 || filepath.Base(c.Files[0]) != "a-domain.yaml" || filepath.Base(c.Files[1]) != "b-policies.yml" {
+		t.Errorf("files %v", c.Files)
+	}
+	if _, ok := c.Policy("p"); !ok {
+		t.Error("policy p missing")
+	}
+	if _, ok := c.Domain("d"); !ok {
+		t.Error("domain d missing")
+	}
+	c2, err := Load(dir)
+	if err != nil || c2.Digest != c.Digest {
+		t.Errorf("same files, digests %s and %s (%v)", c.Digest, c2.Digest, err)
+	}
+	writeFile(t, dir, "b-policies.yml", "policies:\n  - {name: p, rate: 2, period: 1s}\n")
+	if c3, err := Load(dir); err != nil || c3.Digest == c.Digest {
+		t.Errorf("changed file, same digest (%v)", err)
+	}
+
+	if _, err := Load(t.TempDir()); err == nil || !strings.Contains(err.Error(), "no .yaml or .yml files") {
+		t.Errorf("empty directory: %v", err)
+	}
+	if _, err := Load(filepath.Join(dir, "missing.yaml")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+func TestRedisURLFromEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	p := writeFile(t, dir, "s.yaml", "store:\n  redis_url_env: SLUICE_TEST_REDIS_URL\n")
+	t.Setenv("SLUICE_TEST_REDIS_URL", "redis://:s3cret@10.1.1.1:6379/2")
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Store.RedisURL != "redis://:s3cret@10.1.1.1:6379/2" {
+		t.Errorf("RedisURL %q", c.Store.RedisURL)
+	}
+	dump, err := c.Dump()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(dump), "s3cret") {
+		t.Errorf("Dump leaks the Redis password:\n%s", dump)
+	}
+	if !json.Valid(dump) {
+		t.Error("Dump is not JSON")
+	}
+	t.Setenv("SLUICE_TEST_REDIS_URL", "")
+	if _, err := Load(p); err == nil || !strings.Contains(err.Error(), "SLUICE_TEST_REDIS_URL is not set") {
+		t.Errorf("unset variable: %v", err)
+	}
+}
+
+func TestAdminToken(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := writeFile(t, dir, "token", "  from-file\n")
+	t.Setenv("SLUICE_TEST_TOKEN", "from-env")
+	for _, tt := range []struct {
+		admin   Admin
+		want    string
+		wantErr bool
+	}{
+		{Admin{TokenEnv: "SLUICE_TEST_TOKEN"}, "from-env", false},
+		{Admin{TokenFile: tokenFile}, "from-file", false},
+		{Admin{TokenEnv: "SLUICE_TEST_UNSET", TokenFile: tokenFile}, "from-file", false},
+		{Admin{TokenEnv: "SLUICE_TEST_UNSET"}, "", true},
+		{Admin{TokenFile: filepath.Join(dir, "nope")}, "", true},
+		{Admin{}, "", true},
+	} {
+		got, err := tt.admin.Token()
+		if got != tt.want || (err != nil) != tt.wantErr || (err != nil && !errors.Is(err, ErrNoAdminToken)) {
+			t.Errorf("%+v.Token() = %q, %v", tt.admin, got, err)
+		}
+	}
+}
+
+func TestParsePeriodAndUnits(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"1s": time.Second, "90s": 90 * time.Second, "1m30s": 90 * time.Second, "24h": 24 * time.Hour,
+		"second": time.Second, "Minute": time.Minute, "hour": time.Hour, "day": 24 * time.Hour, "week": 7 * 24 * time.Hour,
+		"250ms": 250 * time.Millisecond,
+	} {
+		if got, err := ParsePeriod(in); err != nil || got != want {
+			t.Errorf("ParsePeriod(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "0s", "-1s", "month", "1d", "fortnight"} {
+		if _, err := ParsePeriod(in); err == nil {
+			t.Errorf("ParsePeriod(%q) succeeded", in)
+		}
+	}
+	for _, u := range []Unit{UnitSecond, UnitMinute, UnitHour, UnitDay, UnitWeek, UnitMonth, UnitYear} {
+		p, err := ParseUnit(strings.ToUpper(u.String()))
+		if err != nil || p != u {
+			t.Errorf("ParseUnit(%s) = %v, %v", u, p, err)
+		}
+		if back, ok := UnitOf(u.Period()); !ok || back != u {
+			t.Errorf("UnitOf(%v) = %v", u.Period(), back)
+		}
+	}
+	if _, err := ParseUnit("unknown"); err == nil {
+		t.Error(`ParseUnit("unknown") succeeded`)
+	}
+}
