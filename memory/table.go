@@ -1,9 +1,6 @@
 package memory
 
-import (
-	"math/bits"
-	"unsafe"
-)
+import "unsafe"
 
 // slot is one key's entry. The key is held as a pointer and a length rather than a string
 // header so that a 32-bit hash tag fits beside it: a probe compares length and tag inside
@@ -34,8 +31,7 @@ const (
 
 // home is the position a hash prefers in a table of the given capacity.
 func home(h uint64, capacity int) int {
-	hi, _ := bits.Mul64(h&0xffffffff, uint64(capacity))
-	return int(hi)
+	return int((h & 0xffffffff) * uint64(capacity) >> 32)
 }
 
 // find returns the index of key's slot, or -1.
