@@ -246,7 +246,14 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 		out[i] = r.Decision(reqs[i].Limit)
 	}
 	if !all {
-		for i := range out {
+		for i, it := range items {
+			if out[i].Allowed {
+				// It would have passed alone, but nothing is spent: report the state as
+				// it is (Remaining and ResetAfter after this call), not as if spent.
+				r := it.c.decideLocked(reqs[i].Key, it.h, now, 0, false)
+				out[i] = r.Decision(reqs[i].Limit)
+				out[i].RetryAfter = 0
+			}
 			out[i].Allowed = false
 		}
 		return out, nil
