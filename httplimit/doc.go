@@ -1,0 +1,101 @@
+// Package httplimit is net/http middleware that rate-limits requests with any
+// sluice.Limiter (the memory or Redis store, or a failover/observe decorator around one),
+// and reports the limits in the standard headers.
+//
+//	mw, err := httplimit.New(httplimit.Config{
+//		Limiter: store,
+//		Policies: []httplimit.Policy{
+//			{Name: "per-ip", Limit: sluice.PerSecond(20), Key: httplimit.ByIP(clientIP)},
+//			{Name: "per-key", Tiers: map[string]sluice.Limit{"free": sluice.PerMinute(60), "pro": sluice.PerMinute(600)},
+//				Key: httplimit.ByAPIKey(hasher, httplimit.Header("X-API-Key"))},
+//			{Name: "search", Route: "GET /search", Limit: sluice.PerSecond(2), Key: httplimit.ByIP(clientIP)},
+//		},
+//		Tier: tierOf,
+//	})
+//	http.ListenAndServe(addr, mw.Handler(mux))
+//
+// Handler has the shape func(http.Handler) http.Handler, so it plugs into net/http, chi
+// (r.Use(mw.Handler)), gorilla/mux and alice as is; examples/ shows gin and echo.
+//
+// # Which policies apply
+//
+// A policy applies to a request when its Route is empty or is the pattern that
+// http.ServeMux would choose for the request among all the policies' Routes (so
+// "GET /items/{id}" and "/items/" never both apply: the more specific pattern wins, as in
+// a ServeMux; a non-canonical path such as "/items//7" matches as its canonical form),
+// its Key returns a non-zero identity, and a Limit is found for the identity (override,
+// then tier, then Policy.Limit; the zero Limit means "not limited").
+//
+// Each applying policy has its own store key, keys.Of(policy, identity, route, tier), so
+// policies never share state, a route pattern's limit is shared by all the paths it
+// matches, and a tier change starts the identity afresh under the new tier's limit.
+// Every request costs 1 unit.
+//
+// # How the decision is made
+//
+// The enforced (non-shadow) policies are decided first. When there are several and the
+// Limiter implements sluice.MultiLimiter, they are decided in one atomic call: the request
+// passes only if every policy allows it, and a request denied by any policy spends
+// nothing from any other. Otherwise (no MultiLimiter, or AllowMulti returns an error
+// wrapping sluice.ErrNotAtomic, which spends nothing) they are decided one by one in
+// Config.Policies order, stopping at the first denial: the policies before it have spent
+// their unit, the ones after it are not consulted. Put the most restrictive policy first
+// when the store is not atomic.
+//
+// The request is denied if any enforced policy denies it; the most restrictive policy
+// decides. Shadow policies are then decided one by one, only for an allowed request (a
+// denied request spends nothing, so neither would a shadow policy that were enforced).
+// They spend quota like enforced ones, are logged (Warn when they would deny) and appear
+// in the headers, but never block, and their errors are logged and ignored.
+//
+// # Headers (draft-ietf-httpapi-ratelimit-headers-11)
+//
+// Every response to a decided request carries RateLimit-Policy and RateLimit, RFC 9651
+// Lists with one Item per decided policy, in Config.Policies order, each a String naming
+// the policy:
+//
+//	RateLimit-Policy: "per-ip";q=20;w=1, "per-key";q=60;w=60;pk=:YXBpX2tleTo...:
+//	RateLimit: "per-ip";r=19;t=1, "per-key";r=0;t=3;pk=:YXBpX2tleTo...:
+//
+// q and w come from the applied Limit (see Quota: Rate per Period, in whole seconds). r is
+// Decision.Remaining. t is Decision.RetryAfter rounded up to whole seconds when it is
+// positive (a denied policy: r is 0 until then), else Decision.ResetAfter rounded up (the
+// time until the quota is whole again). In a refusal every t is capped at Retry-After, so
+// Retry-After never points before the end of an effective window (§6). pk, when
+// Policy.PartitionKey is set, is the identity "kind:id" as a Byte Sequence; for API keys
+// it holds the MAC, never the key.
+//
+// With Config.LegacyHeaders, X-RateLimit-Limit (q), X-RateLimit-Remaining (r) and
+// X-RateLimit-Reset (t, in delta-seconds, not a timestamp) describe one policy: the
+// enforced one that denied with the longest wait, else the one with the least remaining
+// (ties: the longest t).
+//
+// # Responses
+//
+// A denied request gets Retry-After in delay-seconds: the longest RetryAfter of the
+// policies that denied it, rounded up and at least 1, so a client that waits that long
+// and retries is allowed (if nothing else spent its quota meanwhile). The body is written
+// by Config.Limited, by default a 429 application/problem+json (RFC 9457) of type
+// quota-exceeded whose violated-policies lists the denying policies.
+//
+// A request that cannot be decided is never let through by this package:
+//
+//   - a limiter error wrapping sluice.ErrStoreUnavailable (a failover decorator failing
+//     closed), and any other limiter error that is not bad input (a store that is down or
+//     closed, a canceled context), is answered by Config.Unavailable, by default 503 with
+//     Retry-After: Config.UnavailableRetryAfter (1 second by default). To fail open or fall
+//     back to a local limit when the store is down, wrap the Limiter in a failover
+//     decorator; the decision it returns is then used like any other.
+//   - bad input, that is a KeyFunc error (wrapped in ErrIdentify, e.g. a Unix-socket peer
+//     with no IP) or a limiter error for which sluice.IsBadInput is true (an invalid limit
+//     or an over-long key), is answered by Config.Error, by default 500 with a problem
+//     body. Bad input is a bug or an attack, and never fails open.
+//
+// No RateLimit fields are sent in those cases: there was no decision to report.
+//
+// # Secrets
+//
+// API keys reach the middleware only through ByAPIKey, which replaces them with their
+// HMAC (keys.Hasher) before anything else sees them: store keys, log records, headers and
+// Result hold only the MAC.
+package httplimit

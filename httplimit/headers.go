@@ -1,0 +1,141 @@
+package httplimit
+
+import (
+	"math/bits"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/dunglas/httpsfv"
+	"github.com/sluicehq/sluice"
+)
+
+// Header field names, in Go's canonical form (http.Header.Get finds them by any case).
+const (
+	HeaderRateLimitPolicy = "Ratelimit-Policy"
+	HeaderRateLimit       = "Ratelimit"
+	HeaderRetryAfter      = "Retry-After"
+
+	HeaderXRateLimitLimit     = "X-Ratelimit-Limit"
+	HeaderXRateLimitRemaining = "X-Ratelimit-Remaining"
+	HeaderXRateLimitReset     = "X-Ratelimit-Reset"
+)
+
+// maxSFInteger is the largest Integer RFC 9651 can carry (15 digits).
+const maxSFInteger = 999_999_999_999_999
+
+// ceilSeconds rounds d up to whole seconds; d <= 0 gives 0.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// Quota returns the q and w parameters that describe l in RateLimit-Policy: q units per w
+// seconds. When l.Period is a whole number of seconds, q = l.Rate and w = l.Period in
+// seconds. Otherwise w is l.Period rounded up to whole seconds (the draft allows no
+// sub-second window) and q = floor(l.Rate·w/l.Period), so the advertised rate never
+// exceeds the real one. q is capped at RFC 9651's largest Integer.
+func Quota(l sluice.Limit) (q, w int64) {
+	if l.Period <= 0 || l.Rate <= 0 {
+		return 0, 0
+	}
+	if l.Period%time.Second == 0 {
+		return min(l.Rate, maxSFInteger), int64(l.Period / time.Second)
+	}
+	w = ceilSeconds(l.Period)
+	hi, lo := bits.Mul64(uint64(l.Rate), uint64(w)*uint64(time.Second))
+	if hi >= uint64(l.Period) {
+		return maxSFInteger, w
+	}
+	quo, _ := bits.Div64(hi, lo, uint64(l.Period))
+	return int64(min(quo, maxSFInteger)), w
+}
+
+// effectiveWindow is the t parameter for d, in seconds: the time until the denied cost
+// would pass when there is one, else the time until the state is back to full.
+func effectiveWindow(d sluice.Decision) int64 {
+	if d.RetryAfter > 0 {
+		return ceilSeconds(d.RetryAfter)
+	}
+	return ceilSeconds(d.ResetAfter)
+}
+
+// writeHeaders sets RateLimit-Policy, RateLimit, the legacy fields when asked for, and
+// Retry-After when retryAfter > 0 (seconds; the response is a refusal). An empty decision
+// list sets nothing.
+func writeHeaders(h http.Header, ds []PolicyDecision, retryAfter int64, legacy bool) error {
+	if len(ds) == 0 {
+		if retryAfter > 0 {
+			h.Set(HeaderRetryAfter, strconv.FormatInt(retryAfter, 10))
+		}
+		return nil
+	}
+	policies := make(httpsfv.List, 0, len(ds))
+	limits := make(httpsfv.List, 0, len(ds))
+	tightest := -1
+	var tightT int64
+	for i := range ds {
+		d := &ds[i]
+		q, w := Quota(d.Limit)
+		pi := httpsfv.NewItem(d.Policy)
+		pi.Params.Add("q", q)
+		pi.Params.Add("w", w)
+		t := effectiveWindow(d.Decision)
+		if retryAfter > 0 {
+			// Retry-After must not point earlier than the end of any effective window
+			// (draft-ietf-httpapi-ratelimit-headers-11 §6).
+			t = min(t, retryAfter)
+		}
+		li := httpsfv.NewItem(d.Policy)
+		li.Params.Add("r", min(d.Remaining, maxSFInteger))
+		li.Params.Add("t", t)
+		if d.partitionKey {
+			pk := []byte(d.Identity.String())
+			pi.Params.Add("pk", pk)
+			li.Params.Add("pk", pk)
+		}
+		policies = append(policies, pi)
+		limits = append(limits, li)
+		// The legacy fields describe one policy: the one that denied with the longest
+		// wait, else the one with the least remaining (ties: the longest window).
+		if tightest < 0 || tighter(d, &ds[tightest], t, tightT) {
+			tightest, tightT = i, t
+		}
+	}
+	pv, err := httpsfv.Marshal(policies)
+	if err != nil {
+		return err
+	}
+	lv, err := httpsfv.Marshal(limits)
+	if err != nil {
+		return err
+	}
+	h.Set(HeaderRateLimitPolicy, pv)
+	h.Set(HeaderRateLimit, lv)
+	if legacy {
+		d := &ds[tightest]
+		q, _ := Quota(d.Limit)
+		h.Set(HeaderXRateLimitLimit, strconv.FormatInt(q, 10))
+		h.Set(HeaderXRateLimitRemaining, strconv.FormatInt(d.Remaining, 10))
+		h.Set(HeaderXRateLimitReset, strconv.FormatInt(tightT, 10))
+	}
+	if retryAfter > 0 {
+		h.Set(HeaderRetryAfter, strconv.FormatInt(retryAfter, 10))
+	}
+	return nil
+}
+
+func tighter(a, b *PolicyDecision, at, bt int64) bool {
+	if a.blocks() != b.blocks() {
+		return a.blocks()
+	}
+	if a.blocks() {
+		return a.RetryAfter > b.RetryAfter
+	}
+	if a.Remaining != b.Remaining {
+		return a.Remaining < b.Remaining
+	}
+	return at > bt
+}

@@ -1,0 +1,458 @@
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/dunglas/httpsfv"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/keys"
+)
+
+// DefaultUnavailableRetryAfter is the Retry-After sent with a 503 when Config leaves it 0.
+const DefaultUnavailableRetryAfter = time.Second
+
+// ErrIdentify wraps the error of a KeyFunc that could not identify a request's client.
+var ErrIdentify = errors.New("httplimit: cannot identify client")
+
+// Config configures a Middleware.
+type Config struct {
+	// Limiter decides. If it implements sluice.MultiLimiter, the enforced policies that
+	// apply to a request are decided in one atomic call. Required.
+	Limiter sluice.Limiter
+	// Policies are the limits to apply; see Policy.
+	Policies []Policy
+	// Tier returns the request's tier ("free", "pro"), used to pick Policy.Tiers entries.
+	// Nil means every request has tier "".
+	Tier func(*http.Request) string
+	// LegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset
+	// for the tightest policy (see the package doc).
+	LegacyHeaders bool
+	// Logger receives one record per policy decision (Debug when allowed, Info when
+	// denied, Warn when a shadow policy would have denied) and one per limiter error
+	// (Error). Nil means no logging.
+	Logger *slog.Logger
+	// UnavailableRetryAfter is the Retry-After sent when the limiter fails; it is
+	// rounded up to whole seconds. 0 means DefaultUnavailableRetryAfter.
+	UnavailableRetryAfter time.Duration
+	// Limited writes the response to a denied request. RateLimit-Policy, RateLimit and
+	// Retry-After are already set on w. Nil means DefaultLimited (429 problem).
+	Limited func(w http.ResponseWriter, r *http.Request, res *Result)
+	// Unavailable writes the response when the limiter failed (the error wraps
+	// sluice.ErrStoreUnavailable, or is any other store error). Retry-After is already
+	// set. Nil means DefaultUnavailable (503 problem).
+	Unavailable func(w http.ResponseWriter, r *http.Request, err error)
+	// Error writes the response when the request could not be decided because of bad
+	// input: a KeyFunc error (wrapping ErrIdentify) or a limiter error for which
+	// sluice.IsBadInput is true. Nil means DefaultError (500 problem).
+	Error func(w http.ResponseWriter, r *http.Request, err error)
+}
+
+// Result is what the middleware decided for one request.
+type Result struct {
+	// Decisions has one entry per policy that was decided, in Config.Policies order.
+	// Policies that did not apply (another route, no identity, no limit for the tier)
+	// are absent, and so are enforced policies not consulted after an earlier one denied
+	// (non-atomic stores only) and shadow policies when the request was denied.
+	Decisions []PolicyDecision
+	// Allowed reports whether every enforced policy allowed the request.
+	Allowed bool
+	// RetryAfter is, for a denied request, the longest RetryAfter among the policies that
+	// denied it: the time until the request would pass if nothing else is spent. 0 when
+	// Allowed.
+	RetryAfter time.Duration
+}
+
+// Violated returns the names of the enforced policies that denied the request.
+func (res *Result) Violated() []string {
+	var names []string
+	for i := range res.Decisions {
+		if res.Decisions[i].blocks() {
+			names = append(names, res.Decisions[i].Policy)
+		}
+	}
+	return names
+}
+
+// PolicyDecision is one policy's decision for one request.
+type PolicyDecision struct {
+	// Policy is the policy's name.
+	Policy string
+	// Identity is who was limited (for API keys, the key's MAC).
+	Identity keys.Identity
+	// Route is the policy's route pattern, "" for every route.
+	Route string
+	// Tier is the tier whose limit applied, "" when Policy.Limit or an override did.
+	Tier string
+	// Key is the store key: keys.Of(Policy, Identity, Route, Tier).String().
+	Key string
+	// Shadow reports whether the policy only measures.
+	Shadow bool
+	// Decision is the store's decision. In an atomic denial, a policy that would have
+	// passed on its own has Allowed false and RetryAfter 0.
+	sluice.Decision
+
+	partitionKey bool
+}
+
+// blocks reports whether d is an enforced policy that denied its request.
+func (d *PolicyDecision) blocks() bool { return !d.Shadow && !d.Allowed && d.RetryAfter > 0 }
+
+// Middleware is HTTP middleware that rate-limits requests. Create it with New; it is safe
+// for concurrent use.
+type Middleware struct {
+	cfg      Config
+	policies []Policy
+	multi    sluice.MultiLimiter
+	mux      *http.ServeMux // nil when no policy has a Route
+	routes   map[string]bool
+	unavail  string
+}
+
+// New checks cfg and returns its Middleware. Every policy needs a unique, printable
+// name, at least one limit, valid limits, and a route pattern that http.ServeMux accepts
+// and that does not conflict with another policy's route.
+func New(cfg Config) (*Middleware, error) {
+	if cfg.Limiter == nil {
+		return nil, errors.New("httplimit: Config.Limiter is nil")
+	}
+	m := &Middleware{cfg: cfg, routes: map[string]bool{}}
+	m.multi, _ = cfg.Limiter.(sluice.MultiLimiter)
+	if m.cfg.Limited == nil {
+		m.cfg.Limited = DefaultLimited
+	}
+	if m.cfg.Unavailable == nil {
+		m.cfg.Unavailable = DefaultUnavailable
+	}
+	if m.cfg.Error == nil {
+		m.cfg.Error = DefaultError
+	}
+	ra := cfg.UnavailableRetryAfter
+	if ra <= 0 {
+		ra = DefaultUnavailableRetryAfter
+	}
+	m.unavail = fmt.Sprint(ceilSeconds(ra))
+	names := map[string]bool{}
+	for i, p := range cfg.Policies {
+		if err := checkPolicy(&p, names); err != nil {
+			return nil, fmt.Errorf("httplimit: policy %d (%q): %w", i, p.Name, err)
+		}
+		if p.Key == nil {
+			p.Key = ByIP(nil)
+		}
+		if p.Route != "" && !m.routes[p.Route] {
+			if m.mux == nil {
+				m.mux = http.NewServeMux()
+			}
+			if err := register(m.mux, p.Route); err != nil {
+				return nil, fmt.Errorf("httplimit: policy %d (%q): %w", i, p.Name, err)
+			}
+			m.routes[p.Route] = true
+		}
+		m.policies = append(m.policies, p)
+	}
+	return m, nil
+}
+
+func checkPolicy(p *Policy, names map[string]bool) error {
+	if p.Name == "" {
+		return errors.New("empty name")
+	}
+	if names[p.Name] {
+		return errors.New("duplicate name")
+	}
+	names[p.Name] = true
+	if _, err := httpsfv.Marshal(httpsfv.List{httpsfv.NewItem(p.Name)}); err != nil {
+		return fmt.Errorf("name is not a structured-field String (printable ASCII only): %w", err)
+	}
+	if p.Limit == (sluice.Limit{}) && len(p.Tiers) == 0 && len(p.Overrides) == 0 {
+		return fmt.Errorf("%w: no Limit, Tiers or Overrides", sluice.ErrInvalidLimit)
+	}
+	if p.Limit != (sluice.Limit{}) {
+		if err := p.Limit.Validate(); err != nil {
+			return fmt.Errorf("Limit: %w", err)
+		}
+	}
+	for tier, l := range p.Tiers {
+		if err := l.Validate(); err != nil {
+			return fmt.Errorf("tier %q: %w", tier, err)
+		}
+	}
+	for id, l := range p.Overrides {
+		if err := l.Validate(); err != nil {
+			return fmt.Errorf("override for %v: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// register adds pattern to mux, turning ServeMux's panics on bad or conflicting patterns
+// into errors.
+func register(mux *http.ServeMux, pattern string) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("route %q: %v", pattern, v)
+		}
+	}()
+	mux.Handle(pattern, http.NotFoundHandler())
+	return nil
+}
+
+// route returns the policy route pattern that r matches, or "".
+func (m *Middleware) route(r *http.Request) string {
+	if m.mux == nil {
+		return ""
+	}
+	_, p := m.mux.Handler(r)
+	if m.routes[p] {
+		return p
+	}
+	// ServeMux answers a non-canonical path ("/a//b", "/a/../b", "/dir") with a redirect
+	// and the canonical path; match that, so the route's limit cannot be dodged by
+	// spelling the path differently.
+	if len(p) > 0 && p[0] == '/' && r.URL != nil && p != r.URL.Path {
+		r2 := *r
+		u := *r.URL
+		u.Path, u.RawPath = p, ""
+		r2.URL = &u
+		if _, p = m.mux.Handler(&r2); m.routes[p] {
+			return p
+		}
+	}
+	return ""
+}
+
+// Handler returns next wrapped by the middleware; its signature is that of the usual
+// func(http.Handler) http.Handler middleware (chi's Use, alice, ...).
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		res, err := m.decide(r)
+		if err != nil {
+			m.fail(w, r, err)
+			return
+		}
+		var retry int64
+		if !res.Allowed {
+			retry = max(1, ceilSeconds(res.RetryAfter))
+		}
+		if err := writeHeaders(w.Header(), res.Decisions, retry, m.cfg.LegacyHeaders); err != nil {
+			// Names are checked by New and every integer is clamped, so this is a bug;
+			// answer like any undecidable request rather than guess.
+			m.fail(w, r, fmt.Errorf("%w: writing headers: %v", sluice.ErrInvalidLimit, err))
+			return
+		}
+		if !res.Allowed {
+			m.cfg.Limited(w, r, res)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// fail answers a request that could not be decided. Bad input (an unidentifiable client,
+// an invalid limit, cost or key) is the server's or the request's fault: 500. Any other
+// error is a store failure: 503 with Retry-After, so the request is refused (fail
+// closed); wrap the Limiter in a failover decorator to fail open instead.
+func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
+	bad := errors.Is(err, ErrIdentify) || sluice.IsBadInput(err)
+	if m.cfg.Logger != nil {
+		level := slog.LevelError
+		if errors.Is(err, context.Canceled) {
+			level = slog.LevelDebug // the client went away
+		}
+		m.cfg.Logger.LogAttrs(r.Context(), level, "rate limit not decided",
+			slog.String("error", err.Error()), slog.Bool("bad_input", bad),
+			slog.String("method", r.Method), slog.String("path", r.URL.Path))
+	}
+	if bad {
+		m.cfg.Error(w, r, err)
+		return
+	}
+	w.Header().Set(HeaderRetryAfter, m.unavail)
+	m.cfg.Unavailable(w, r, err)
+}
+
+// decide applies every policy that matches r. See the package doc for the semantics.
+func (m *Middleware) decide(r *http.Request) (*Result, error) {
+	ctx := r.Context()
+	route := m.route(r)
+	var tier string
+	if m.cfg.Tier != nil {
+		tier = m.cfg.Tier(r)
+	}
+	pending := make([]PolicyDecision, 0, len(m.policies))
+	nEnforced := 0
+	for i := range m.policies {
+		p := &m.policies[i]
+		if p.Route != "" && p.Route != route {
+			continue
+		}
+		id, err := p.Key(r)
+		if err != nil {
+			return nil, fmt.Errorf("%w: policy %q: %w", ErrIdentify, p.Name, err)
+		}
+		if id.IsZero() {
+			continue
+		}
+		limit, usedTier, ok := p.limitFor(id, tier)
+		if !ok {
+			continue
+		}
+		pending = append(pending, PolicyDecision{
+			Policy:       p.Name,
+			Identity:     id,
+			Route:        p.Route,
+			Tier:         usedTier,
+			Key:          keys.Of(p.Name, id, p.Route, usedTier).String(),
+			Shadow:       p.Shadow,
+			Decision:     sluice.Decision{Limit: limit},
+			partitionKey: p.PartitionKey,
+		})
+		if !p.Shadow {
+			nEnforced++
+		}
+	}
+
+	decided := make([]bool, len(pending))
+	res := &Result{Allowed: true}
+	if err := m.enforce(ctx, pending, decided, nEnforced); err != nil {
+		return nil, err
+	}
+	for i := range pending {
+		d := &pending[i]
+		if !decided[i] || d.Shadow || d.Allowed {
+			continue
+		}
+		res.Allowed = false
+		if d.blocks() {
+			res.RetryAfter = max(res.RetryAfter, d.RetryAfter)
+		}
+	}
+	if res.Allowed {
+		m.shadow(ctx, pending, decided)
+	}
+	res.Decisions = pending[:0]
+	for i, d := range pending {
+		if decided[i] {
+			res.Decisions = append(res.Decisions, d)
+		}
+	}
+	m.log(ctx, r, res)
+	return res, nil
+}
+
+// enforce decides the enforced policies: atomically when the limiter can, else in order,
+// stopping at the first denial.
+func (m *Middleware) enforce(ctx context.Context, pending []PolicyDecision, decided []bool, n int) error {
+	if n == 0 {
+		return nil
+	}
+	if n > 1 && m.multi != nil {
+		idx := make([]int, 0, n)
+		reqs := make([]sluice.Request, 0, n)
+		for i := range pending {
+			if !pending[i].Shadow {
+				idx = append(idx, i)
+				reqs = append(reqs, sluice.Request{Key: pending[i].Key, Limit: pending[i].Limit, N: 1})
+			}
+		}
+		ds, err := m.multi.AllowMulti(ctx, reqs)
+		switch {
+		case err == nil && len(ds) == len(reqs):
+			for j, i := range idx {
+				pending[i].set(ds[j])
+				decided[i] = true
+			}
+			return nil
+		case err == nil:
+			return fmt.Errorf("httplimit: AllowMulti returned %d decisions for %d requests", len(ds), len(reqs))
+		case !errors.Is(err, sluice.ErrNotAtomic):
+			return err
+		}
+		// ErrNotAtomic: nothing was spent; decide one by one.
+	}
+	for i := range pending {
+		d := &pending[i]
+		if d.Shadow {
+			continue
+		}
+		dec, err := m.cfg.Limiter.AllowN(ctx, d.Key, d.Limit, 1)
+		if err != nil {
+			return err
+		}
+		d.set(dec)
+		decided[i] = true
+		if !dec.Allowed {
+			return nil
+		}
+	}
+	return nil
+}
+
+// shadow decides the shadow policies one by one. Their errors are logged, never returned.
+func (m *Middleware) shadow(ctx context.Context, pending []PolicyDecision, decided []bool) {
+	for i := range pending {
+		d := &pending[i]
+		if !d.Shadow {
+			continue
+		}
+		dec, err := m.cfg.Limiter.AllowN(ctx, d.Key, d.Limit, 1)
+		if err != nil {
+			if m.cfg.Logger != nil {
+				m.cfg.Logger.LogAttrs(ctx, slog.LevelError, "shadow rate limit not decided",
+					slog.String("policy", d.Policy), slog.String("key", d.Key),
+					slog.String("error", err.Error()))
+			}
+			continue
+		}
+		d.set(dec)
+		decided[i] = true
+	}
+}
+
+func (d *PolicyDecision) set(dec sluice.Decision) {
+	limit := d.Limit
+	d.Decision = dec
+	if d.Decision.Limit == (sluice.Limit{}) {
+		d.Decision.Limit = limit
+	}
+}
+
+func (m *Middleware) log(ctx context.Context, r *http.Request, res *Result) {
+	l := m.cfg.Logger
+	if l == nil {
+		return
+	}
+	for i := range res.Decisions {
+		d := &res.Decisions[i]
+		level, msg := slog.LevelDebug, "rate limit allowed"
+		switch {
+		case d.Shadow && !d.Allowed:
+			level, msg = slog.LevelWarn, "rate limit would deny (shadow)"
+		case !d.Allowed:
+			level, msg = slog.LevelInfo, "rate limit denied"
+		}
+		if !l.Enabled(ctx, level) {
+			continue
+		}
+		l.LogAttrs(ctx, level, msg,
+			slog.String("policy", d.Policy),
+			slog.String("identity", d.Identity.String()),
+			slog.String("route", d.Route),
+			slog.String("tier", d.Tier),
+			slog.String("key", d.Key),
+			slog.String("limit", d.Limit.String()),
+			slog.Bool("allowed", d.Allowed),
+			slog.Bool("shadow", d.Shadow),
+			slog.Int64("remaining", d.Remaining),
+			slog.Duration("retry_after", d.RetryAfter),
+			slog.Duration("reset_after", d.ResetAfter),
+			slog.String("decided_by", d.Path.String()),
+			slog.String("method", r.Method),
+		)
+	}
+}

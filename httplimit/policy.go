@@ -1,0 +1,132 @@
+package httplimit
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/keys"
+)
+
+// A KeyFunc says who a request is, for one policy. The zero Identity means the policy does
+// not apply to the request (for example no API key was presented); an error means the
+// request cannot be identified and is answered by Config.Error (500 by default), never
+// let through.
+type KeyFunc func(r *http.Request) (keys.Identity, error)
+
+// Policy is one limit the middleware enforces (or, in shadow mode, only measures).
+//
+// Which Limit applies to a request is decided in this order: Overrides[identity], then
+// Tiers[tier] where tier is Config.Tier(r), then Limit. If that gives the zero Limit the
+// policy does not apply to the request (so a policy may list only the tiers it limits).
+type Policy struct {
+	// Name identifies the policy in the RateLimit-Policy and RateLimit headers, in the
+	// problem body's violated-policies, in logs and in store keys. Required, unique, and
+	// printable ASCII (it is sent as a structured-field String).
+	Name string
+	// Limit is the limit for requests whose tier has no entry in Tiers.
+	Limit sluice.Limit
+	// Tiers maps tier names (as returned by Config.Tier) to their limits.
+	Tiers map[string]sluice.Limit
+	// Overrides maps identities (as returned by Key) to their own limits, ahead of tiers.
+	// API-key identities hold the key's MAC: write keys.Hasher.Identity(rawKey), never
+	// the raw key, into this map.
+	Overrides map[keys.Identity]sluice.Limit
+	// Key identifies the client. Nil means ByIP(nil): the connection's peer address.
+	Key KeyFunc
+	// Route restricts the policy to requests that http.ServeMux would route to this
+	// pattern ("GET /items/{id}", "/admin/", "api.example.com/"), with ServeMux's
+	// precedence among all the Routes of the Config: a request matches the most specific
+	// pattern only. Empty means every request. Each route pattern keeps its own state,
+	// shared by every path it matches.
+	Route string
+	// Shadow makes the policy measure without enforcing: it is decided, logged and
+	// reported in the headers, but never blocks a request, and its store errors are
+	// logged and ignored.
+	Shadow bool
+	// PartitionKey adds the pk parameter to this policy's header items: the identity as
+	// "kind:id" (keys.Identity.String), a Byte Sequence. API keys appear as their MAC.
+	PartitionKey bool
+}
+
+// limitFor resolves the Limit for id and tier; ok is false when the policy does not apply.
+// The returned tier is the one whose limit was used, or "" for Limit and overrides.
+func (p *Policy) limitFor(id keys.Identity, tier string) (sluice.Limit, string, bool) {
+	if l, ok := p.Overrides[id]; ok {
+		return l, "", true
+	}
+	if l, ok := p.Tiers[tier]; ok {
+		return l, tier, true
+	}
+	if p.Limit == (sluice.Limit{}) {
+		return sluice.Limit{}, "", false
+	}
+	return p.Limit, "", true
+}
+
+// ByIP identifies requests by client address, found by c (nil means the zero
+// keys.ClientIP: the connection's peer, no proxy trusted). IPv6 clients are aggregated to
+// c's prefix (/64 by default).
+func ByIP(c *keys.ClientIP) KeyFunc {
+	if c == nil {
+		c = &keys.ClientIP{}
+	}
+	return c.Identity
+}
+
+// ByAPIKey identifies requests by API key: extract returns the raw key ("" when none was
+// presented, so the policy does not apply), and h replaces it with its HMAC at once. The
+// raw key is passed to nothing else. With a nil Hasher or extractor every request fails
+// with an error (500): a misconfiguration never turns into an unlimited API.
+func ByAPIKey(h *keys.Hasher, extract func(*http.Request) string) KeyFunc {
+	if h == nil || extract == nil {
+		return failing(errors.New("httplimit: ByAPIKey needs a Hasher and an extractor"))
+	}
+	return func(r *http.Request) (keys.Identity, error) {
+		return h.Identity(extract(r)), nil
+	}
+}
+
+// ByUser identifies requests by the user ID that user returns ("" for an anonymous
+// request, so the policy does not apply). user typically reads what an authentication
+// middleware that runs before this one put in the request's context. A nil user fails
+// every request with an error (500).
+func ByUser(user func(*http.Request) string) KeyFunc {
+	if user == nil {
+		return failing(errors.New("httplimit: ByUser needs a user function"))
+	}
+	return func(r *http.Request) (keys.Identity, error) {
+		if id := user(r); id != "" {
+			return keys.Identity{Kind: keys.User, ID: id}, nil
+		}
+		return keys.Identity{}, nil
+	}
+}
+
+func failing(err error) KeyFunc {
+	return func(*http.Request) (keys.Identity, error) { return keys.Identity{}, err }
+}
+
+// Global identifies every request as one client, for a limit shared by all (typically
+// on one Route).
+func Global() KeyFunc {
+	return func(*http.Request) (keys.Identity, error) {
+		return keys.Identity{Kind: "global", ID: "*"}, nil
+	}
+}
+
+// Header returns an extractor for ByAPIKey that reads the named request header.
+func Header(name string) func(*http.Request) string {
+	return func(r *http.Request) string { return strings.TrimSpace(r.Header.Get(name)) }
+}
+
+// BearerToken is an extractor for ByAPIKey that reads "Authorization: Bearer <token>"
+// (the scheme is case-insensitive, RFC 6750 §2.1).
+func BearerToken(r *http.Request) string {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(token)
+}

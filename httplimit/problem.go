@@ -1,0 +1,83 @@
+package httplimit
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// Problem types (RFC 9457 "type" members).
+const (
+	// ProblemQuotaExceeded is draft-ietf-httpapi-ratelimit-headers-11's quota-exceeded
+	// problem type, used for 429 responses.
+	ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	// ProblemBlank is RFC 9457's default type: the status code says it all.
+	ProblemBlank = "about:blank"
+)
+
+// Problem is an RFC 9457 problem details object, served as application/problem+json.
+type Problem struct {
+	Type   string `json:"type,omitempty"`
+	Title  string `json:"title,omitempty"`
+	Status int    `json:"status,omitempty"`
+	Detail string `json:"detail,omitempty"`
+	// ViolatedPolicies is the quota-exceeded extension member: the names of the policies
+	// whose quota was exceeded.
+	ViolatedPolicies []string `json:"violated-policies,omitempty"`
+}
+
+// ServeHTTP writes p with status p.Status (500 if unset). Headers already set on w, such
+// as Retry-After and the RateLimit fields, are kept.
+func (p *Problem) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	status := p.Status
+	if status == 0 {
+		status = http.StatusInternalServerError
+	}
+	body, err := json.Marshal(p)
+	if err != nil { // cannot happen: every field is a string, int or []string
+		body = []byte(`{"status":` + strconv.Itoa(status) + `}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Content-Length", strconv.Itoa(len(body)+1))
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
+
+// DefaultLimited is the default Config.Limited: a 429 quota-exceeded problem naming the
+// violated policies. The Retry-After and RateLimit fields are already set.
+func DefaultLimited(w http.ResponseWriter, r *http.Request, res *Result) {
+	p := &Problem{
+		Type:             ProblemQuotaExceeded,
+		Title:            "Request cannot be satisfied as assigned quota has been exceeded",
+		Status:           http.StatusTooManyRequests,
+		Detail:           "Retry after " + w.Header().Get(HeaderRetryAfter) + " seconds.",
+		ViolatedPolicies: res.Violated(),
+	}
+	p.ServeHTTP(w, r)
+}
+
+// DefaultUnavailable is the default Config.Unavailable: a 503 problem. Retry-After is
+// already set. The error is not shown to the client.
+func DefaultUnavailable(w http.ResponseWriter, r *http.Request, _ error) {
+	p := &Problem{
+		Type:   ProblemBlank,
+		Title:  http.StatusText(http.StatusServiceUnavailable),
+		Status: http.StatusServiceUnavailable,
+		Detail: "The rate limiter is unavailable; retry after " + w.Header().Get(HeaderRetryAfter) + " seconds.",
+	}
+	p.ServeHTTP(w, r)
+}
+
+// DefaultError is the default Config.Error: a 500 problem. The error is not shown to the
+// client.
+func DefaultError(w http.ResponseWriter, r *http.Request, _ error) {
+	p := &Problem{
+		Type:   ProblemBlank,
+		Title:  http.StatusText(http.StatusInternalServerError),
+		Status: http.StatusInternalServerError,
+		Detail: "The rate limit for this request could not be decided.",
+	}
+	p.ServeHTTP(w, r)
+}
