@@ -1,0 +1,255 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
+)
+
+// maxCallKeyBytes bounds the key bytes one script call carries, so that a batch of long
+// identities (up to sluice.MaxKeyLen each) stays a reasonable command.
+const maxCallKeyBytes = 1 << 20
+
+// item is one request in a script call.
+type item struct {
+	key  string // the Redis key
+	info *limitInfo
+	n    int64
+}
+
+// call is one caller's decision (one item) or all-or-nothing group (several), waiting for
+// a script call to carry it.
+type call struct {
+	ctx    context.Context
+	items  []item
+	res    []algo.Result
+	err    error
+	done   chan struct{} // receives once when res or err is set
+	one    [1]item
+	oneRes [1]algo.Result
+}
+
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+func getCall(ctx context.Context) *call {
+	c := callPool.Get().(*call)
+	c.ctx = ctx
+	return c
+}
+
+// putCall recycles c. Only the caller may do it, once the call has been answered: a call
+// abandoned on a cancelled context is left to the garbage collector.
+func putCall(c *call) {
+	c.ctx, c.items, c.res, c.err = nil, nil, nil, nil
+	c.one[0] = item{}
+	callPool.Put(c)
+}
+
+func (c *call) keyBytes() int {
+	n := 0
+	for _, it := range c.items {
+		n += len(it.key)
+	}
+	return n
+}
+
+// submit queues c on its server's batcher and waits for the answer or for ctx to end.
+func (s *Store) submit(ctx context.Context, c *call) error {
+	s.batcherFor(c.items[0].key).enqueue(c)
+	select {
+	case <-c.done:
+		if err := c.err; err != nil {
+			putCall(c)
+			return err
+		}
+		return nil
+	case <-ctx.Done():
+		// c stays with the batcher, which drops it unsent if it has not gone out yet.
+		return fmt.Errorf("redisstore: %w", ctx.Err())
+	}
+}
+
+func (s *Store) batcherFor(key string) *batcher {
+	if !s.cluster {
+		return s.single
+	}
+	p := &s.slots[slot(key)]
+	if b := p.Load(); b != nil {
+		return b
+	}
+	p.CompareAndSwap(nil, newBatcher(s, s.conc))
+	return p.Load()
+}
+
+// batcher coalesces the decisions bound for one server (one slot on a cluster): at most
+// max script calls are in flight; decisions arriving meanwhile queue, and each call takes
+// everything queued, up to the batch size.
+type batcher struct {
+	s   *Store
+	max int
+
+	mu      sync.Mutex
+	queue   []*call
+	running int
+}
+
+func newBatcher(s *Store, max int) *batcher { return &batcher{s: s, max: max} }
+
+func (b *batcher) enqueue(c *call) {
+	b.mu.Lock()
+	b.queue = append(b.queue, c)
+	start := b.running < b.max
+	if start {
+		b.running++
+	}
+	b.mu.Unlock()
+	if !start {
+		return
+	}
+	if !b.s.startCall() {
+		b.mu.Lock()
+		b.running--
+		queued := b.queue
+		b.queue = nil
+		b.mu.Unlock()
+		for _, c := range queued {
+			c.err = fmt.Errorf("redisstore: %w", sluice.ErrClosed)
+			c.done <- struct{}{}
+		}
+		return
+	}
+	go b.run()
+}
+
+// run sends script calls until the queue is empty.
+func (b *batcher) run() {
+	defer b.s.inflight.Done()
+	var batch []*call
+	for {
+		batch = batch[:0]
+		b.mu.Lock()
+		items, bytes, i := 0, 0, 0
+		for ; i < len(b.queue); i++ {
+			c := b.queue[i]
+			kb := c.keyBytes()
+			if len(batch) > 0 && (items+len(c.items) > b.s.batch || bytes+kb > maxCallKeyBytes) {
+				break
+			}
+			batch = append(batch, c)
+			items += len(c.items)
+			bytes += kb
+		}
+		n := copy(b.queue, b.queue[i:])
+		clear(b.queue[n:])
+		b.queue = b.queue[:n]
+		if len(batch) == 0 {
+			b.running--
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+		b.s.exec(batch)
+	}
+}
+
+// startCall registers a batch goroutine with Close, unless the store is closed.
+func (s *Store) startCall() bool {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed.Load() {
+		return false
+	}
+	s.inflight.Add(1)
+	return true
+}
+
+// smallInts are the cost arguments for the usual small costs.
+var smallInts = func() (t [64]string) {
+	for i := range t {
+		t[i] = strconv.Itoa(i)
+	}
+	return t
+}()
+
+func itoa(n int64) string {
+	if n >= 0 && n < int64(len(smallInts)) {
+		return smallInts[n]
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// exec decides batch in one script call and answers every call in it.
+func (s *Store) exec(batch []*call) {
+	live := batch[:0]
+	total := 0
+	var deadline time.Time
+	forever := false
+	for _, c := range batch {
+		if err := c.ctx.Err(); err != nil {
+			c.err = fmt.Errorf("redisstore: %w", err)
+			c.done <- struct{}{}
+			continue
+		}
+		live = append(live, c)
+		total += len(c.items)
+		if d, ok := c.ctx.Deadline(); !ok {
+			forever = true
+		} else if d.After(deadline) {
+			deadline = d
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	keys := make([]string, 0, total)
+	args := make([]string, 0, 2+len(live)+5*total)
+	now := "-"
+	if s.clock != nil {
+		now = strconv.FormatInt(s.clock().UnixMicro(), 10)
+	}
+	args = append(args, now, s.minTTL)
+	for _, c := range live {
+		args = append(args, itoa(int64(len(c.items))))
+		for _, it := range c.items {
+			keys = append(keys, it.key)
+			args = append(args, it.info.args[:]...)
+			args = append(args, itoa(it.n))
+		}
+	}
+
+	ctx := context.Background()
+	if !forever {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	vals, err := s.evalDecide(ctx, keys, args).AsIntSlice()
+	if err == nil && len(vals) != 4*total {
+		err = errorf("script returned %d values for %d requests", len(vals), total)
+	}
+	if err != nil {
+		err = wrap("decide", err)
+	}
+	v := 0
+	for _, c := range live {
+		if err != nil {
+			c.err = err
+		} else {
+			for i := range c.res {
+				c.res[i] = algo.Result{
+					Allowed:    vals[v] == 1,
+					Remaining:  vals[v+1],
+					ResetAfter: vals[v+2],
+					RetryAfter: vals[v+3],
+				}
+				v += 4
+			}
+		}
+		c.done <- struct{}{}
+	}
+}

@@ -1,0 +1,100 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/redis/rueidis"
+)
+
+// CheckEviction reads maxmemory-policy on every primary and logs a warning for each one
+// where the store's keys can be evicted (any policy but noeviction: the volatile-*
+// policies evict keys with a TTL, and every key of the store has one). It returns the
+// policy of the first primary that answered. A server that refuses CONFIG (managed Redis
+// often does) is logged at debug level and skipped; the error is returned only when no
+// primary answered. New runs it in the background.
+func (s *Store) CheckEviction(ctx context.Context) (string, error) {
+	var policy string
+	var firstErr error
+	for addr, node := range s.primaries(ctx) {
+		kv, err := node.Do(ctx, node.B().ConfigGet().Parameter("maxmemory-policy").Build()).AsStrMap()
+		if err == nil && kv["maxmemory-policy"] == "" {
+			err = errorf("CONFIG GET maxmemory-policy on %s returned no value", addr)
+		}
+		if err != nil {
+			s.logger.Debug("redisstore: cannot read maxmemory-policy; eviction safety unchecked", "addr", addr, "error", err)
+			if firstErr == nil {
+				firstErr = wrap("CONFIG GET maxmemory-policy on "+addr, err)
+			}
+			continue
+		}
+		p := kv["maxmemory-policy"]
+		if policy == "" {
+			policy = p
+		}
+		if p != "noeviction" {
+			s.logger.Warn("redisstore: Redis may evict rate-limit keys, which resets their quotas; set maxmemory-policy noeviction or give Redis enough memory",
+				"addr", addr, "maxmemory-policy", p)
+		}
+	}
+	if policy == "" && firstErr != nil {
+		return "", firstErr
+	}
+	return policy, nil
+}
+
+// EvictedKeys returns evicted_keys from INFO stats, summed over the primaries: the number
+// of keys Redis has evicted for memory since it started (or since CONFIG RESETSTAT).
+// Its growth is the signal to watch: any growth may have reset some quotas.
+func (s *Store) EvictedKeys(ctx context.Context) (int64, error) {
+	var total int64
+	nodes := s.primaries(ctx)
+	if len(nodes) == 0 {
+		return 0, errorf("no primary answered")
+	}
+	for addr, node := range nodes {
+		info, err := node.Do(ctx, node.B().Info().Section("stats").Build()).ToString()
+		if err != nil {
+			return 0, wrap("INFO stats on "+addr, err)
+		}
+		v, ok := infoField(info, "evicted_keys")
+		if !ok {
+			return 0, errorf("INFO stats on %s has no evicted_keys", addr)
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, wrap("INFO stats on "+addr, err)
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// primaries returns the nodes that are primaries. Nodes whose role cannot be read are
+// treated as primaries so that their errors surface to the caller.
+func (s *Store) primaries(ctx context.Context) map[string]rueidis.Client {
+	nodes := s.client.Nodes()
+	if len(nodes) <= 1 {
+		return nodes
+	}
+	for addr, node := range nodes {
+		info, err := node.Do(ctx, node.B().Info().Section("replication").Build()).ToString()
+		if err != nil {
+			continue
+		}
+		if role, _ := infoField(info, "role"); role == "slave" {
+			delete(nodes, addr)
+		}
+	}
+	return nodes
+}
+
+func infoField(info, field string) (string, bool) {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v, true
+		}
+	}
+	return "", false
+}

@@ -1,0 +1,94 @@
+package redisstore
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/sluicehq/sluice"
+)
+
+// DefaultPrefix starts every Redis key the store writes, unless WithPrefix says otherwise.
+const DefaultPrefix = "sluice:"
+
+// Key layout
+//
+//	<prefix>{<escaped identity>}:<algorithm>:<rate>:<period µs>:<burst>
+//
+// for example "sluice:{user:42}:gcra:10:1000000:0". The identity sits inside a Redis Cluster
+// hash tag, so every key of one identity (one per Limit) is in the same slot and a
+// multi-limit decision on it is one script call. The suffix is the whole Limit, because a
+// store keeps separate state per (key, Limit): a key moved to another Limit starts afresh
+// while its old state expires.
+//
+// Escaping keeps the hash tag and the layout unambiguous whatever bytes the identity holds:
+// '%' becomes "%25", '{' "%7B" and '}' "%7D". The escaped identity then contains no '}', so
+// the hash tag always spans exactly the whole identity (an identity with '}' cannot end it
+// early and move the key to another slot), and since '%' only ever starts an escape the
+// mapping is injective: two identities never share a key. ':' and arbitrary bytes (invalid
+// UTF-8, NUL) need no escaping: Redis keys are binary-safe and the suffix follows the
+// closing '}'.
+
+// escapeIdentity applies the escaping above. Identities without '%', '{' or '}' are
+// returned as they are.
+func escapeIdentity(id string) string {
+	if !strings.ContainsAny(id, "%{}") {
+		return id
+	}
+	var b strings.Builder
+	b.Grow(len(id) + 16)
+	for i := 0; i < len(id); i++ {
+		switch c := id[i]; c {
+		case '%':
+			b.WriteString("%25")
+		case '{':
+			b.WriteString("%7B")
+		case '}':
+			b.WriteString("%7D")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// limitSuffix is the part of the key after the identity: ":<algorithm>:<rate>:<period
+// µs>:<burst>", the Limit exactly as given (Burst 0 stays 0), so that two Limits share
+// state only when they are equal, as in every store.
+func limitSuffix(l sluice.Limit) string {
+	return ":" + l.Algorithm.String() + ":" + strconv.FormatInt(l.Rate, 10) + ":" +
+		strconv.FormatInt(l.Period.Microseconds(), 10) + ":" + strconv.FormatInt(l.Burst, 10)
+}
+
+// slot is the Redis Cluster hash slot of a key built by the store: CRC16 (XMODEM) of the
+// hash tag, mod 16384.
+func slot(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	return crc16(key) % 16384
+}
+
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc = crc<<8 ^ crc16Table[byte(crc>>8)^s[i]]
+	}
+	return crc
+}
+
+var crc16Table = func() (t [256]uint16) {
+	for i := range t {
+		crc := uint16(i) << 8
+		for b := 0; b < 8; b++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+		t[i] = crc
+	}
+	return t
+}()

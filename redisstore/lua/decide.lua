@@ -1,0 +1,111 @@
+-- decide.lua: the entry point. It mirrors the stores' decision loop rather than one
+-- function: for each request, read the key's state, run the algorithm's transcription
+-- above (each mirrors one function of internal/algo), and write the new state with a TTL
+-- equal to the time until it is equivalent to empty (algo.ExpiresAt). A state is written
+-- only when a decision spent something; a denial or a look (n == 0) leaves the key alone.
+--
+-- KEYS: one per request.
+-- ARGV[1]: now in µs since the Unix epoch, or "-" to read Redis's clock (TIME).
+-- ARGV[2]: the minimum key TTL in ms.
+-- ARGV[3...]: groups. Each group is its size g followed by g requests of five fields:
+--   algorithm (0 GCRA, 1 TokenBucket, 2 LeakyBucket, 3 FixedWindow, 4 SlidingWindow,
+--   5 SlidingLog), rate, period (µs), burst (Limit.EffectiveBurst), cost n.
+--   A group of one is an independent decision. A larger group is all or nothing
+--   (sluice.MultiLimiter): every request is decided without spending, and only if all are
+--   allowed are they decided again, spending. Requests are decided in order, so two
+--   requests on one key in one call see each other's spending.
+-- Returns four integers per request: allowed (0/1), remaining, resetAfter µs, retryAfter µs.
+
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local minttl = tonumber(ARGV[2])
+
+local function decide(key, algo, rate, period, burst, n, commit)
+  if algo == 5 then
+    return sliding_log(key, now, rate, period, n, commit, minttl)
+  end
+  local a, b, c = 0, 0, 0
+  local v = redis.call('GET', key)
+  if v then a, b, c = decode(v) end
+  local T = floor((period + rate - 1) / rate)
+  local ok, rem, reset, retry, exp, val
+  if algo == 0 then
+    ok, rem, reset, retry, a = gcra(a, now, burst, T, n)
+    if ok == 1 and n > 0 and commit then
+      exp, val = gcra_expires(a), sformat('%d', a)
+    end
+  elseif algo == 1 then
+    ok, rem, reset, retry, a, b = token_bucket(a, b, now, burst, T, n)
+    if ok == 1 and n > 0 and commit then
+      exp, val = token_bucket_expires(a, b, burst * T), sformat('%d %d', a, b)
+    end
+  elseif algo == 2 then
+    ok, rem, reset, retry, a, b = leaky_bucket(a, b, now, burst, T, n)
+    if ok == 1 and n > 0 and commit then
+      exp, val = leaky_bucket_expires(a, b), sformat('%d %d', a, b)
+    end
+  elseif algo == 3 then
+    ok, rem, reset, retry, a, b = fixed_window(a, b, now, rate, period, n)
+    if ok == 1 and n > 0 and commit then
+      exp, val = fixed_window_expires(a, b, period), sformat('%d %d', a, b)
+    end
+  else
+    ok, rem, reset, retry, a, b, c = sliding_window(a, b, c, now, rate, period, n)
+    if ok == 1 and n > 0 and commit then
+      exp, val = sliding_full_at(a, b, c, period), sformat('%d %d %d', a, b, c)
+    end
+  end
+  if val then
+    if exp > now then
+      redis.call('SET', key, val, 'PX', ttlms(exp - now, minttl))
+    else
+      redis.call('DEL', key)
+    end
+  end
+  return ok, rem, reset, retry
+end
+
+local out = {}
+local ai, ki = 3, 1
+local nargv = #ARGV
+while ai <= nargv do
+  local g = tonumber(ARGV[ai])
+  ai = ai + 1
+  if g == 1 then
+    local ok, rem, reset, retry = decide(KEYS[ki], tonumber(ARGV[ai]), tonumber(ARGV[ai + 1]),
+      tonumber(ARGV[ai + 2]), tonumber(ARGV[ai + 3]), tonumber(ARGV[ai + 4]), true)
+    local o = #out
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = ok, rem, reset, retry
+  else
+    local base = #out
+    local all = true
+    for j = 0, g - 1 do
+      local x = ai + 5 * j
+      local ok, rem, reset, retry = decide(KEYS[ki + j], tonumber(ARGV[x]), tonumber(ARGV[x + 1]),
+        tonumber(ARGV[x + 2]), tonumber(ARGV[x + 3]), tonumber(ARGV[x + 4]), false)
+      local o = base + 4 * j
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = ok, rem, reset, retry
+      if ok == 0 then all = false end
+    end
+    if all then
+      for j = 0, g - 1 do
+        local x = ai + 5 * j
+        local n = tonumber(ARGV[x + 4])
+        if n > 0 then
+          local ok, rem, reset, retry = decide(KEYS[ki + j], tonumber(ARGV[x]), tonumber(ARGV[x + 1]),
+            tonumber(ARGV[x + 2]), tonumber(ARGV[x + 3]), n, true)
+          local o = base + 4 * j
+          out[o + 1], out[o + 2], out[o + 3], out[o + 4] = ok, rem, reset, retry
+        end
+      end
+    else
+      for j = 0, g - 1 do out[base + 4 * j + 1] = 0 end
+    end
+  end
+  ai = ai + 5 * g
+  ki = ki + g
+end
+return out

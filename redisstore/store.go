@@ -1,0 +1,408 @@
+// Package redisstore is sluice's Redis store: a sluice.Limiter and sluice.MultiLimiter for
+// all six algorithms on Redis (standalone, Sentinel or Cluster), deciding exactly as the
+// in-process store (package memory) does.
+//
+//	store, err := redisstore.Open("redis://localhost:6379")
+//	if err != nil { ... }
+//	defer store.Close()
+//	d, err := store.AllowN(ctx, "user:42", sluice.PerSecond(10), 1)
+//
+// # One script, Redis's clock
+//
+// Every decision is one Lua script call that reads the key's state, runs the algorithm and
+// writes the new state, atomically. The script (lua/*.lua, embedded) is a line-by-line
+// transcription of internal/algo, in integer microseconds with every intermediate below
+// 2^53 so Lua's doubles are exact; a differential test holds it to identical Decisions
+// with the memory store. "Now" is read inside the script with TIME, so application clocks
+// never matter; WithClock supplies the caller's clock instead (tests, simulation).
+//
+// The script is loaded at start with SCRIPT LOAD on every node and called with EVALSHA. A
+// NOSCRIPT reply (after a restart, failover or SCRIPT FLUSH) is healed by sending it once
+// with EVAL, which runs it and loads it again; the caller never sees it.
+//
+// # Keys and TTLs
+//
+// One (identity, Limit) is one Redis key: a string for the fixed-size states, a sorted set
+// for SlidingLog. The layout is "<prefix>{<escaped identity>}:<algorithm>:<rate>:<period
+// µs>:<burst>" (see Store.Key): the identity inside a hash tag, escaped so that no
+// identity can collide with another or leave its slot. Every key the store writes carries a
+// TTL equal to the time until its state is equivalent to empty (algo.ExpiresAt), rounded up
+// to a millisecond; a decision that spends nothing writes nothing.
+//
+// # Coalescing
+//
+// Concurrent decisions are coalesced: while a script call is in flight, decisions arriving
+// for the same server (the same slot on a cluster) queue, and the next call decides all of
+// them at once (up to WithBatchSize), in arrival order. A lone decision is sent at once, so
+// at low load nothing waits; under load, one script call amortises Redis's per-call cost
+// over many decisions. Calls are sent through rueidis, which pipelines concurrent commands
+// on shared connections.
+//
+// # Connecting
+//
+// Open accepts these URL forms:
+//
+//	redis://[user:password@]host:port[/db]          standalone
+//	rediss://[user:password@]host:port[/db]         standalone over TLS
+//	redis://host1:port?addr=host2:port&addr=...     cluster: any nodes as seeds; the
+//	                                                client detects Cluster mode itself
+//	redis://sentinel1:26379?addr=sentinel2:26379&master_set=mymaster
+//	                                                Sentinel: the sentinels' addresses and
+//	                                                the master's name
+//
+// user:password are the ACL credentials (only a password for requirepass). Query options:
+// dial_timeout, write_timeout (durations), skip_verify (rediss only), client_name, db.
+// For anything else (certificates, Sentinel credentials) build a rueidis.Client and use New.
+//
+// # Failures
+//
+// A decision that cannot reach Redis returns the client's error wrapped (errors.As finds
+// *rueidis.RedisError for server replies such as OOM, BUSY, LOADING, READONLY or
+// CLUSTERDOWN). The store does not retry a decision whose fate is unknown, since it may
+// already have been spent; failover policies belong in a decorator (package failover).
+// A caller whose context ends while its decision is queued gets the context's error and
+// its decision is dropped unsent; once sent, it may still be spent.
+//
+// # Eviction
+//
+// Rate-limit state must not be evicted: an evicted key is a reset quota. New reads
+// maxmemory-policy on every primary and logs a warning when it is anything but
+// noeviction (volatile-* policies evict keys with a TTL, which all of the store's keys
+// have). Managed Redis often refuses CONFIG; that is logged at debug level and tolerated.
+// EvictedKeys reports the servers' evicted_keys counter, for metrics.
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
+)
+
+// Store is a sluice.Limiter and sluice.MultiLimiter backed by Redis. It is safe for
+// concurrent use. Create it with Open or New.
+type Store struct {
+	client  rueidis.Client
+	own     bool // Close closes client
+	prefix  string
+	clock   func() time.Time
+	minTTL  string // ms, as the script argument
+	logger  *slog.Logger
+	batch   int
+	conc    int // script calls in flight per batcher
+	cluster bool
+
+	single *batcher                  // standalone and Sentinel
+	slots  []atomic.Pointer[batcher] // Cluster: one per slot, made on first use
+	limits sync.Map                  // sluice.Limit -> *limitInfo
+
+	closeMu  sync.RWMutex // excludes Close from startCall
+	closed   atomic.Bool
+	inflight sync.WaitGroup // batch goroutines and the start-up check
+	noscript atomic.Int64   // NOSCRIPT replies healed; for tests
+}
+
+// Option configures a Store.
+type Option func(*options) error
+
+type options struct {
+	prefix   string
+	clock    func() time.Time
+	minTTL   time.Duration
+	logger   *slog.Logger
+	batch    int
+	inflight int
+}
+
+// WithPrefix sets the prefix of every key (default DefaultPrefix, "sluice:"). It must not
+// contain '{' or '}', which would move the hash tag out of the identity.
+func WithPrefix(prefix string) Option {
+	return func(o *options) error {
+		if strings.ContainsAny(prefix, "{}") {
+			return fmt.Errorf("redisstore: prefix %q must not contain '{' or '}'", prefix)
+		}
+		o.prefix = prefix
+		return nil
+	}
+}
+
+// WithClock makes the store decide at clock's time, passed to the script, instead of
+// Redis's TIME. It exists for tests and simulation, as memory.WithClock does.
+//
+// Key TTLs are computed in that clock but run out on Redis's: with a clock that runs slower
+// than real time (a frozen test clock), Redis would drop state the caller still considers
+// live. Combine it with WithMinTTL in that case.
+func WithClock(clock func() time.Time) Option {
+	return func(o *options) error {
+		o.clock = clock
+		return nil
+	}
+}
+
+// WithMinTTL raises every key's TTL to at least d (default 0: the TTL is exactly the time
+// until the state is empty, rounded up to a millisecond). Longer TTLs never change a
+// decision; they only keep empty state around longer.
+func WithMinTTL(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 0 {
+			return fmt.Errorf("redisstore: negative minimum TTL %v", d)
+		}
+		o.minTTL = d
+		return nil
+	}
+}
+
+// WithLogger sets the logger for warnings (eviction policy, script loading). The default
+// is slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) error {
+		o.logger = l
+		return nil
+	}
+}
+
+// WithBatchSize sets the most decisions one script call may carry (default 128). 1 turns
+// coalescing off: every decision is its own call.
+func WithBatchSize(n int) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return fmt.Errorf("redisstore: batch size must be at least 1, got %d", n)
+		}
+		o.batch = n
+		return nil
+	}
+}
+
+// WithConcurrency sets how many script calls may be in flight at once per server (per slot
+// on a cluster); default 2. Decisions arriving while that many are in flight wait for the
+// next call, which carries all of them.
+func WithConcurrency(n int) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return fmt.Errorf("redisstore: concurrency must be at least 1, got %d", n)
+		}
+		o.inflight = n
+		return nil
+	}
+}
+
+// Open connects to the Redis named by url (see the package doc for the URL forms) and
+// returns a Store that owns the connection: Close closes it.
+func Open(url string, opts ...Option) (*Store, error) {
+	copt, err := rueidis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: %w", err)
+	}
+	copt.DisableCache = true
+	client, err := rueidis.NewClient(copt)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: connect: %w", err)
+	}
+	s, err := New(client, opts...)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	s.own = true
+	return s, nil
+}
+
+// New returns a Store using client, which the caller keeps owning (Close leaves it open).
+// It loads the script and checks the eviction policy in the background, so it does not
+// fail or wait when Redis is unreachable; decisions then fail until it is back.
+func New(client rueidis.Client, opts ...Option) (*Store, error) {
+	o := options{prefix: DefaultPrefix, batch: 128, inflight: 2}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if o.logger == nil {
+		o.logger = slog.Default()
+	}
+	s := &Store{
+		client:  client,
+		prefix:  o.prefix,
+		clock:   o.clock,
+		minTTL:  strconv.FormatInt(o.minTTL.Milliseconds(), 10),
+		logger:  o.logger,
+		batch:   o.batch,
+		conc:    o.inflight,
+		cluster: client.Mode() == rueidis.ClientModeCluster,
+	}
+	if s.cluster {
+		s.slots = make([]atomic.Pointer[batcher], 16384)
+	} else {
+		s.single = newBatcher(s, s.conc)
+	}
+	s.inflight.Add(1)
+	go func() {
+		defer s.inflight.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.loadScripts(ctx); err != nil {
+			s.logger.Warn("redisstore: could not preload the decision script; it will be loaded on first use", "error", err)
+		}
+		_, _ = s.CheckEviction(ctx)
+	}()
+	return s, nil
+}
+
+// Close stops accepting decisions, waits for the script calls in flight, and closes the
+// connection if Open made it. Decisions after Close return an error wrapping
+// sluice.ErrClosed.
+func (s *Store) Close() error {
+	s.closeMu.Lock()
+	already := s.closed.Swap(true)
+	s.closeMu.Unlock()
+	if already {
+		return nil
+	}
+	s.inflight.Wait()
+	if s.own {
+		s.client.Close()
+	}
+	return nil
+}
+
+// Client returns the rueidis client the store uses.
+func (s *Store) Client() rueidis.Client { return s.client }
+
+// limitInfo is what the store derives once per Limit.
+type limitInfo struct {
+	limit  sluice.Limit
+	suffix string
+	args   [4]string // algorithm, rate, period µs, effective burst
+}
+
+func (s *Store) info(l sluice.Limit) *limitInfo {
+	if v, ok := s.limits.Load(l); ok {
+		return v.(*limitInfo)
+	}
+	p := algo.ParamsOf(l)
+	li := &limitInfo{
+		limit:  l,
+		suffix: limitSuffix(l),
+		args: [4]string{
+			strconv.Itoa(int(l.Algorithm)),
+			strconv.FormatInt(p.Rate, 10),
+			strconv.FormatInt(p.Period, 10),
+			strconv.FormatInt(p.Burst, 10),
+		},
+	}
+	v, _ := s.limits.LoadOrStore(l, li)
+	return v.(*limitInfo)
+}
+
+// Key returns the Redis key holding key's state under limit.
+func (s *Store) Key(key string, limit sluice.Limit) string {
+	return s.prefix + "{" + escapeIdentity(key) + "}" + limitSuffix(limit)
+}
+
+func (s *Store) redisKey(key string, li *limitInfo) string {
+	return s.prefix + "{" + escapeIdentity(key) + "}" + li.suffix
+}
+
+// AllowN implements sluice.Limiter.
+func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
+	if err := sluice.CheckRequest(key, limit, n); err != nil {
+		return sluice.Decision{}, err
+	}
+	if s.closed.Load() {
+		return sluice.Decision{}, fmt.Errorf("redisstore: %w", sluice.ErrClosed)
+	}
+	li := s.info(limit)
+	c := getCall(ctx)
+	c.items = c.one[:1]
+	c.res = c.oneRes[:1]
+	c.items[0] = item{key: s.redisKey(key, li), info: li, n: n}
+	if err := s.submit(ctx, c); err != nil {
+		return sluice.Decision{}, err
+	}
+	d := c.res[0].Decision(limit)
+	putCall(c)
+	return d, nil
+}
+
+// AllowMulti implements sluice.MultiLimiter: the requests are decided in one script call,
+// all or nothing. A (key, Limit) may appear only once. On a cluster every key must be in
+// one slot, which holds for several limits on one identity (its keys share a hash tag);
+// otherwise the error wraps sluice.ErrNotAtomic and nothing is spent.
+func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice.Decision, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	type ident struct {
+		key   string
+		limit sluice.Limit
+	}
+	seen := make(map[ident]int, len(reqs))
+	items := make([]item, len(reqs))
+	for i, r := range reqs {
+		if err := sluice.CheckRequest(r.Key, r.Limit, r.N); err != nil {
+			return nil, fmt.Errorf("request %d: %w", i, err)
+		}
+		id := ident{r.Key, r.Limit}
+		if j, dup := seen[id]; dup {
+			return nil, fmt.Errorf("%w: request %d repeats the key and limit of request %d", sluice.ErrInvalidKey, i, j)
+		}
+		seen[id] = i
+		li := s.info(r.Limit)
+		items[i] = item{key: s.redisKey(r.Key, li), info: li, n: r.N}
+		if s.cluster && slot(items[i].key) != slot(items[0].key) {
+			return nil, fmt.Errorf("redisstore: %w: requests 0 and %d are in different cluster slots (keys %q and %q)",
+				sluice.ErrNotAtomic, i, reqs[0].Key, r.Key)
+		}
+	}
+	if s.closed.Load() {
+		return nil, fmt.Errorf("redisstore: %w", sluice.ErrClosed)
+	}
+	c := getCall(ctx)
+	c.items = items
+	c.res = make([]algo.Result, len(items))
+	if err := s.submit(ctx, c); err != nil {
+		return nil, err
+	}
+	out := make([]sluice.Decision, len(reqs))
+	for i, r := range c.res {
+		out[i] = r.Decision(reqs[i].Limit)
+	}
+	putCall(c)
+	return out, nil
+}
+
+// Reset implements sluice.Limiter: it deletes key's state under limit.
+func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error {
+	if err := sluice.CheckKey(key); err != nil {
+		return err
+	}
+	if err := limit.Validate(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return fmt.Errorf("redisstore: %w", sluice.ErrClosed)
+	}
+	k := s.redisKey(key, s.info(limit))
+	if err := s.client.Do(ctx, s.client.B().Del().Key(k).Build()).Error(); err != nil {
+		return wrap("reset", err)
+	}
+	return nil
+}
+
+func wrap(what string, err error) error {
+	return fmt.Errorf("redisstore: %s: %w", what, err)
+}
+
+func errorf(format string, args ...any) error {
+	return errors.New("redisstore: " + fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,190 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/memory"
+)
+
+// testClock is a settable clock in µs since the Unix epoch, shared by the stores under test.
+type testClock struct{ us atomic.Int64 }
+
+func newTestClock() *testClock {
+	c := &testClock{}
+	c.us.Store(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixMicro())
+	return c
+}
+
+func (c *testClock) Now() time.Time              { return time.UnixMicro(c.us.Load()) }
+func (c *testClock) Advance(d time.Duration)     { c.us.Add(d.Microseconds()) }
+func (c *testClock) Set(us int64)                { c.us.Store(us) }
+func (c *testClock) Micros() int64               { return c.us.Load() }
+func (c *testClock) option() Option              { return WithClock(c.Now) }
+func (c *testClock) memoryOption() memory.Option { return memory.WithClock(c.Now) }
+
+// open opens a store on srv's URL, closed when the test ends.
+func open(t testing.TB, url string, opts ...Option) *Store {
+	t.Helper()
+	s, err := Open(url, opts...)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", url, err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// limitsFor returns a few limits of algorithm a, with awkward periods and bursts.
+func limitsFor(a sluice.Algorithm) []sluice.Limit {
+	base := []sluice.Limit{
+		{Rate: 5, Period: time.Second},
+		{Rate: 3, Period: 7 * time.Millisecond},
+		{Rate: 10, Period: time.Minute, Burst: 4},
+		{Rate: 7, Period: 1003 * time.Microsecond, Burst: 12},
+		{Rate: 1, Period: time.Hour},
+	}
+	for i := range base {
+		base[i].Algorithm = a
+	}
+	return base
+}
+
+func TestAllowNEveryAlgorithm(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	clock := newTestClock()
+	s := open(t, srv.URL(), clock.option(), WithMinTTL(time.Hour))
+	ctx := context.Background()
+	for _, a := range sluice.Algorithms() {
+		t.Run(a.String(), func(t *testing.T) {
+			l := sluice.Limit{Algorithm: a, Rate: 3, Period: time.Second}
+			key := "basic:" + a.String()
+			for i := int64(1); i <= 3; i++ {
+				d, err := s.AllowN(ctx, key, l, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !d.Allowed || d.Remaining != 3-i || d.Limit != l {
+					t.Fatalf("decision %d: %+v, want allowed with %d remaining", i, d, 3-i)
+				}
+			}
+			d, err := s.AllowN(ctx, key, l, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > time.Second {
+				t.Fatalf("4th decision: %+v, want denied with 0 < RetryAfter ≤ 1s", d)
+			}
+			// A look spends nothing.
+			if d2, err := s.AllowN(ctx, key, l, 0); err != nil || d2 != d {
+				t.Fatalf("look: %+v, %v; want %+v", d2, err, d)
+			}
+			if err := s.Reset(ctx, key, l); err != nil {
+				t.Fatal(err)
+			}
+			if d, err := s.AllowN(ctx, key, l, 3); err != nil || !d.Allowed {
+				t.Fatalf("after Reset: %+v, %v; want allowed", d, err)
+			}
+		})
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	s := open(t, srv.URL())
+	ctx := context.Background()
+	ok := sluice.PerSecond(10)
+	tests := []struct {
+		name  string
+		key   string
+		limit sluice.Limit
+		n     int64
+		want  error
+	}{
+		{"empty key", "", ok, 1, sluice.ErrInvalidKey},
+		{"long key", strings.Repeat("k", sluice.MaxKeyLen+1), ok, 1, sluice.ErrInvalidKey},
+		{"zero limit", "k", sluice.Limit{}, 1, sluice.ErrInvalidLimit},
+		{"negative cost", "k", ok, -1, sluice.ErrInvalidCost},
+		{"cost above burst", "k", ok, 11, sluice.ErrCostExceedsLimit},
+	}
+	for _, tt := range tests {
+		if _, err := s.AllowN(ctx, tt.key, tt.limit, tt.n); !errors.Is(err, tt.want) {
+			t.Errorf("%s: err = %v, want %v", tt.name, err, tt.want)
+		}
+	}
+	if _, err := s.AllowMulti(ctx, []sluice.Request{{Key: "k", Limit: ok, N: 1}, {Key: "k", Limit: ok, N: 1}}); !errors.Is(err, sluice.ErrInvalidKey) {
+		t.Errorf("repeated request: err = %v, want ErrInvalidKey", err)
+	}
+	if n := srv.MustDo("DBSIZE"); n != "0" {
+		t.Errorf("bad input wrote %s keys", n)
+	}
+}
+
+func TestOptionsRejected(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, opt := range []Option{WithPrefix("a{b"), WithPrefix("}"), WithBatchSize(0), WithConcurrency(0), WithMinTTL(-time.Second)} {
+		if s, err := Open(srv.URL(), opt); err == nil {
+			s.Close()
+			t.Errorf("option accepted, want an error")
+		}
+	}
+	if _, err := Open("http://localhost"); err == nil {
+		t.Error("Open accepted an http URL")
+	}
+}
+
+func TestClose(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	s, err := Open(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := s.AllowN(ctx, "k", sluice.PerSecond(1), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AllowN(ctx, "k", sluice.PerSecond(1), 1); !errors.Is(err, sluice.ErrClosed) {
+		t.Errorf("after Close: %v, want ErrClosed", err)
+	}
+	if _, err := s.AllowMulti(ctx, []sluice.Request{{Key: "k", Limit: sluice.PerSecond(1), N: 1}}); !errors.Is(err, sluice.ErrClosed) {
+		t.Errorf("AllowMulti after Close: %v, want ErrClosed", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func TestContextCancelled(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	s := open(t, srv.URL())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.AllowN(ctx, "k", sluice.PerSecond(1), 1); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled context: %v, want context.Canceled", err)
+	}
+	// A paused server: the decision returns at the caller's deadline.
+	srv.Pause()
+	defer srv.Resume()
+	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := s.AllowN(ctx, "k2", sluice.PerSecond(1), 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("paused server: %v, want DeadlineExceeded", err)
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Errorf("decision on a paused server took %v with a 50ms deadline", el)
+	}
+}
