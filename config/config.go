@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -199,37 +198,72 @@ func readFiles(path string) ([]File, error) {
 		}
 		return []File{{Name: path, Data: data}}, nil
 	}
-	entries, err := os.ReadDir(path)
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+	// Files are read from one snapshot even while links are being swapped: the directory
+	// is resolved once, and files that point into a Kubernetes ConfigMap's "..data" link
+	// are read from the directory "..data" pointed to when the read began. If the links
+	// moved during the read, it starts again.
+	for attempt := 0; ; attempt++ {
+		files, stable, err := readDirOnce(path)
+		if stable || attempt == 4 {
+			if err != nil {
+				return nil, err
+			}
+			if len(files) == 0 {
+				return nil, fmt.Errorf("config: no .yaml or .yml files in directory %s", path)
+			}
+			return files, nil
+		}
 	}
-	var files []File
+}
+
+// readDirOnce reads the configuration files of a directory and reports whether the
+// directory's links stayed put meanwhile.
+func readDirOnce(path string) (files []File, stable bool, err error) {
+	resolve := func() (real, data string) {
+		real, _ = filepath.EvalSymlinks(path)
+		if real != "" {
+			data, _ = filepath.EvalSymlinks(filepath.Join(real, "..data"))
+		}
+		return real, data
+	}
+	real, dataDir := resolve()
+	defer func() {
+		r2, d2 := resolve()
+		stable = r2 == real && d2 == dataDir
+	}()
+	if real == "" {
+		return nil, false, fmt.Errorf("config: %s: cannot resolve", path)
+	}
+	entries, err := os.ReadDir(real)
+	if err != nil {
+		return nil, false, fmt.Errorf("config: %w", err)
+	}
+	sep := string(filepath.Separator)
 	for _, e := range entries {
 		name := e.Name()
 		if strings.HasPrefix(name, ".") || !isYAMLName(name) {
 			continue
 		}
-		full := filepath.Join(path, name)
-		st, err := os.Stat(full) // follows symlinks
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				continue // a dangling link mid-swap; the next event reloads
+		src := filepath.Join(real, name)
+		if dataDir != "" {
+			if target, err := os.Readlink(src); err == nil && strings.HasPrefix(target, "..data"+sep) {
+				src = filepath.Join(dataDir, strings.TrimPrefix(target, "..data"+sep))
 			}
-			return nil, fmt.Errorf("config: %w", err)
+		}
+		st, err := os.Stat(src) // follows symlinks
+		if err != nil {
+			return nil, false, fmt.Errorf("config: %s: %w", filepath.Join(path, name), err)
 		}
 		if !st.Mode().IsRegular() {
 			continue
 		}
-		data, err := os.ReadFile(full)
+		data, err := os.ReadFile(src)
 		if err != nil {
-			return nil, fmt.Errorf("config: %w", err)
+			return nil, false, fmt.Errorf("config: %w", err)
 		}
-		files = append(files, File{Name: full, Data: data})
+		files = append(files, File{Name: filepath.Join(path, name), Data: data})
 	}
-	if len(files) == 0 {
-		return nil, fmt.Errorf("config: no .yaml or .yml files in directory %s", path)
-	}
-	return files, nil
+	return files, false, nil
 }
 
 func isYAMLName(name string) bool {
