@@ -10,6 +10,7 @@ import (
 // class holds every key's state under one Limit.
 type class interface {
 	id() int
+	maxCost() int64
 	shardIndex(h uint64) int
 	lock(h uint64)
 	unlock(h uint64)
@@ -123,7 +124,8 @@ func newGen[S any](st *Store, p algo.Params, id int, o ops[S]) *gen[S] {
 	return &gen[S]{st: st, cid: id, p: p, mask: uint64(st.shards - 1), shards: make([]shard[S], st.shards), ops: o}
 }
 
-func (g *gen[S]) id() int { return g.cid }
+func (g *gen[S]) id() int        { return g.cid }
+func (g *gen[S]) maxCost() int64 { return g.p.MaxCost() }
 
 // The high half of the hash picks the shard and is the slot tag; the low half picks the
 // slot (see home), so the two are independent.

@@ -140,13 +140,17 @@ func (s *Store) Len() int { return int(s.keys.Load()) }
 
 func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
 
-// class returns the shards for limit, creating them on first use.
-func (s *Store) class(limit sluice.Limit) class {
+// class returns the shards for limit, creating them on first use. Only a limit that passes
+// Validate gets a class, so finding one proves the limit valid.
+func (s *Store) class(limit sluice.Limit) (class, error) {
 	if r := s.last.Load(); r != nil && r.limit == limit {
-		return r.c
+		return r.c, nil
 	}
 	c, ok := (*s.classes.Load())[limit]
 	if !ok {
+		if err := limit.Validate(); err != nil {
+			return nil, err
+		}
 		s.addMu.Lock()
 		old := *s.classes.Load()
 		if c, ok = old[limit]; !ok {
@@ -162,30 +166,44 @@ func (s *Store) class(limit sluice.Limit) class {
 		s.addMu.Unlock()
 	}
 	s.last.Store(&classRef{limit, c})
-	return c
+	return c, nil
+}
+
+// check validates a request against its class: the same errors as sluice.CheckRequest,
+// without re-validating a limit that already has a class.
+func (s *Store) check(key string, limit sluice.Limit, n int64) (class, error) {
+	if key == "" || len(key) > sluice.MaxKeyLen {
+		return nil, sluice.CheckKey(key)
+	}
+	c, err := s.class(limit)
+	if err != nil {
+		return nil, err
+	}
+	if n < 0 || n > c.maxCost() {
+		return nil, sluice.CheckRequest(key, limit, n)
+	}
+	return c, nil
 }
 
 // AllowN implements sluice.Limiter.
 func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
-	if err := sluice.CheckRequest(key, limit, n); err != nil {
+	c, err := s.check(key, limit, n)
+	if err != nil {
 		return sluice.Decision{}, err
 	}
 	if s.closed.Load() {
 		return sluice.Decision{}, sluice.ErrClosed
 	}
-	r := s.class(limit).decide(key, s.hash(key), s.clock(), n)
-	return r.Decision(limit), nil
+	return c.decide(key, s.hash(key), s.clock(), n).Decision(limit), nil
 }
 
 // Reset implements sluice.Limiter.
 func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error {
-	if err := sluice.CheckKey(key); err != nil {
+	c, err := s.check(key, limit, 0)
+	if err != nil {
 		return err
 	}
-	if err := limit.Validate(); err != nil {
-		return err
-	}
-	s.class(limit).reset(key, s.hash(key))
+	c.reset(key, s.hash(key))
 	return nil
 }
 
@@ -207,7 +225,8 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 		limit sluice.Limit
 	}]int, len(reqs))
 	for i, r := range reqs {
-		if err := sluice.CheckRequest(r.Key, r.Limit, r.N); err != nil {
+		c, err := s.check(r.Key, r.Limit, r.N)
+		if err != nil {
 			return nil, fmt.Errorf("request %d: %w", i, err)
 		}
 		k := struct {
@@ -218,7 +237,6 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 			return nil, fmt.Errorf("%w: request %d repeats the key and limit of request %d", sluice.ErrInvalidKey, i, j)
 		}
 		seen[k] = i
-		c := s.class(r.Limit)
 		h := s.hash(r.Key)
 		items[i] = item{c: c, h: h, sh: c.id()*s.shards + c.shardIndex(h), req: i}
 	}
