@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"encoding/json"
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -148,6 +149,22 @@ func parseList(t *testing.T, h http.Header, name string) []sfItem {
 		out = append(out, sfItem{name: s, params: p})
 	}
 	return out
+}
+
+// decodeProblem checks w is an RFC 9457 problem+json response and decodes it.
+func decodeProblem(t *testing.T, w *httptest.ResponseRecorder) *Problem {
+	t.Helper()
+	if ct := w.Header().Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("Content-Type %q, want application/problem+json", ct)
+	}
+	var p Problem
+	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+		t.Fatalf("body %q: %v", w.Body, err)
+	}
+	if p.Status != w.Code {
+		t.Errorf("problem status %d, response status %d", p.Status, w.Code)
+	}
+	return &p
 }
 
 func retryAfter(t *testing.T, w *httptest.ResponseRecorder) time.Duration {
