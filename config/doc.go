@@ -1,0 +1,123 @@
+// Package config loads sluice's configuration: sluice's own YAML policy files and
+// envoyproxy/ratelimit configuration files, read unchanged, from a file or a directory, and
+// keeps it current with a Watcher.
+//
+//	w, err := config.NewWatcher(path, config.WithLogger(logger),
+//		config.WithRejectedCounter(rejectedTotal))   // path "" = the built-in config
+//	if err != nil { ... }                            // the initial load failed: refuse to start
+//	defer w.Close()
+//	// on SIGHUP: w.Reload()
+//	cfg := w.Config()                                // per request: one atomic load, no lock
+//	p, ok := cfg.Policy("api")                       // sluice policies
+//	d, ok := cfg.Domain("edge")                      // Envoy domains
+//	matches, err := d.Match(descriptors)
+//
+// # Files
+//
+// Load takes a file or a directory. In a directory every *.yaml and *.yml file is loaded,
+// in name order, except files whose names start with a dot (so a Kubernetes ConfigMap
+// volume loads as mounted: its "..data" link and hidden version directories are skipped,
+// and the visible links are followed). Each file is one of two formats, recognised by
+// content: a file with a top-level "domain" key is an envoyproxy/ratelimit file (one
+// domain per file, as there); any other file is a sluice policy file. Both may be mixed in
+// one directory. Policy names and domain names must be unique across the files; the
+// store, admin and identity blocks may each appear in one file only.
+//
+// A configuration that loads is immutable. Config.Digest identifies its files' contents.
+//
+// # Sluice policy files
+//
+// testdata/policies.yaml is a commented example with every field. In short:
+//
+//	store:    {redis_url | redis_url_env, deadline, failure_mode, local_share | expected_nodes}
+//	admin:    {token_env, token_file}          # where the admin token is; never the token
+//	identity: {trusted_proxies, ipv6_prefix, api_key_secret_env}
+//	policies:
+//	  - name, algorithm, rate, period, burst, key, shadow,
+//	    failure_mode, local_share | expected_nodes,
+//	    tier_header, default_tier, tiers: {name: limit}, routes: {pattern: limit},
+//	    overrides: {identity: limit}
+//
+// A limit is {rate, period, burst, algorithm}: algorithm is a name sluice.ParseAlgorithm
+// accepts and defaults to the policy's (gcra by default); period is a Go duration ("1s",
+// "90s", "24h") or second, minute, hour, day or week; burst applies only to the bucket
+// algorithms. Every limit is checked with sluice.Limit.Validate. The key is ip (default),
+// user or api_key, written as a word or as {type, header}. Routes are net/http ServeMux
+// patterns ("GET /v1/items/{id}"), checked by registering them in a ServeMux, so malformed
+// and conflicting patterns are load errors; Policy.Route matches a request exactly as
+// ServeMux would. Policy.LimitFor resolves override, tier, default tier and policy limit.
+//
+// # envoyproxy/ratelimit files
+//
+// The format of github.com/envoyproxy/ratelimit (README, "The configuration format"):
+// domain; descriptors, nested, each with key, optional value, optional rate_limit
+// {unit, requests_per_unit, unlimited, name, replaces: [{name}]}, shadow_mode,
+// detailed_metric, value_to_metric and share_threshold. Units are second, minute, hour,
+// day, week (7 days), month (30 days) and year (365 days), case-insensitive, as the
+// reference's UnitToDivider (src/utils/utilities.go) defines them; limits are fixed
+// windows aligned to the Unix epoch by default, as there. Two fields are sluice extensions
+// inside rate_limit: algorithm, to decide a descriptor with another sluice algorithm, and
+// burst, for the bucket algorithms.
+//
+// Matching mirrors the reference's GetLimit (src/config/config_impl.go) and
+// constructLimitsToCheck (src/service/ratelimit.go):
+//
+//   - A descriptor's entries are matched level by level from the domain's top-level list.
+//     At each level an entry first matches a descriptor with the same key and value, then
+//     one whose value is a wildcard ("*", or a prefix such as "foo*") matching the value,
+//     then one with the same key and no value (which matches any value). The most specific
+//     match wins; there is no backtracking to a less specific sibling at a deeper level.
+//   - A rate limit applies only if it is on the descriptor matched by the request's last
+//     entry (the request's depth equals the configuration's). A descriptor without
+//     rate_limit and without children matches but limits nothing.
+//   - unlimited: true answers OK without touching the store (Status Unlimited).
+//   - requests_per_unit: 0 denies every request (Status Blocked; no store call is needed).
+//   - replaces: every rule matched by any descriptor of one request contributes the names
+//     it replaces; each matched, limited rule with such a name is dropped from the set
+//     applied to that request (Status Replaced) and is not spent. Unlimited rules are
+//     never dropped.
+//   - shadow_mode marks the rule; the caller decides and counts but answers OK.
+//   - A descriptor's limit override (RateLimitDescriptor.limit) takes the place of the
+//     configuration for that descriptor in a known domain: a fixed window, no shadow, no
+//     name. An unknown domain matches nothing.
+//   - share_threshold on a wildcard makes every value it matches share one counter;
+//     detailed_metric and value_to_metric name the request's values in StatsKey.
+//
+// Validation follows the reference's loadDescriptors and validateYamlKeys: unknown keys,
+// an empty key, two descriptors with the same key and value at one level, an invalid unit,
+// a unit together with unlimited, an empty replaces name or a rule replacing its own name,
+// share_threshold on a value that is not a wildcard, an empty or duplicate domain.
+//
+// Where sluice deliberately differs from the reference:
+//
+//   - Among several matching prefix wildcards the longest prefix wins; the reference takes
+//     the first in file order (which makes a longer prefix listed after a shorter one
+//     unreachable). For non-overlapping wildcards the two agree.
+//   - Keys and values are compared as pairs. The reference concatenates "key_value", so
+//     key "a_b" with value "c" and key "a" with value "b_c" collide there; they do not here,
+//     and Match.Key is escaped so counters never collide either.
+//   - A wildcard is a value ending in "*"; the reference also treats a key ending in "*"
+//     without a value as a wildcard over "key_value", which is not reproduced.
+//   - requests_per_unit must be written: the reference reads a missing one as 0, which
+//     silently blocks everything. Write 0 to block.
+//   - replaces must name a rate_limit of the same domain; the reference ignores a name that
+//     matches nothing (a typo there silently disables the replacement).
+//   - Domains cannot be merged across files (the reference's MERGE_DOMAIN_CONFIG).
+//
+// # Errors
+//
+// Every problem of every file is reported in one load, as an Errors value whose items read
+//
+//	policies.yaml:12:5: policies[2].rate: must be positive, got 0
+//
+// (file:line:column, the field's path, the problem). Unknown fields are errors, so a
+// misspelt field never passes silently. Limits rejected by sluice.Limit.Validate are
+// reported the same way and wrap sluice.ErrInvalidLimit. Use ErrorList to get the items.
+//
+// # Reloading
+//
+// A Watcher (see its documentation) reloads on file changes, including editors that
+// rename over a file and ConfigMap "..data" swaps, and on demand (Reload, for SIGHUP). A
+// configuration with any error is rejected, reported and counted, and the previous one
+// stays in force. Readers get the current *Config with one atomic load.
+package config
