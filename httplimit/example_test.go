@@ -1,0 +1,98 @@
+package httplimit_test
+
+import (
+	"fmt"
+	"log"
+	"net/http"
+	"net/http/httptest"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/keys"
+	"github.com/sluicehq/sluice/memory"
+)
+
+func Example() {
+	store := memory.New()
+	defer store.Close()
+
+	// Believe X-Forwarded-For only from the load balancers.
+	proxies, err := keys.ParsePrefixes("10.0.0.0/8")
+	if err != nil {
+		log.Fatal(err)
+	}
+	clientIP := &keys.ClientIP{TrustedProxies: proxies}
+
+	mw, err := httplimit.New(httplimit.Config{
+		Limiter: store,
+		Policies: []httplimit.Policy{
+			{Name: "per-client", Limit: sluice.PerMinute(2), Key: httplimit.ByIP(clientIP)},
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "hello")
+	})
+	h := mw.Handler(mux)
+
+	for range 3 {
+		r := httptest.NewRequest("GET", "/hello", nil)
+		r.RemoteAddr = "10.1.2.3:41000" // a load balancer
+		r.Header.Set("X-Forwarded-For", "198.51.100.7")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Println(w.Code, w.Header().Get("RateLimit-Policy"), w.Header().Get("RateLimit"))
+		if w.Code == http.StatusTooManyRequests {
+			fmt.Println("Retry-After:", w.Header().Get("Retry-After"))
+			fmt.Print(w.Body)
+		}
+	}
+	// Output:
+	// 200 "per-client";q=2;w=60 "per-client";r=1;t=30
+	// 200 "per-client";q=2;w=60 "per-client";r=0;t=60
+	// 429 "per-client";q=2;w=60 "per-client";r=0;t=30
+	// Retry-After: 30
+	// {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"detail":"Retry after 30 seconds.","violated-policies":["per-client"]}
+}
+
+// Tiers and API keys: each API key is limited by its tier, and the raw key is replaced by
+// its HMAC before it reaches the store, a log line or a header.
+func Example_tiers() {
+	store := memory.New()
+	defer store.Close()
+
+	hasher, err := keys.NewHasher([]byte("load-me-from-a-secret-store-32by"), keys.Hex)
+	if err != nil {
+		log.Fatal(err)
+	}
+	tierOf := map[string]string{"key-free": "free", "key-pro": "pro"} // your key database
+	mw, err := httplimit.New(httplimit.Config{
+		Limiter: store,
+		Tier:    func(r *http.Request) string { return tierOf[r.Header.Get("X-API-Key")] },
+		Policies: []httplimit.Policy{{
+			Name: "per-key",
+			Key:  httplimit.ByAPIKey(hasher, httplimit.Header("X-API-Key")),
+			Tiers: map[string]sluice.Limit{
+				"free": sluice.PerHour(100),
+				"pro":  sluice.PerHour(10000),
+			},
+		}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	h := mw.Handler(http.NotFoundHandler())
+	for _, key := range []string{"key-free", "key-pro"} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-API-Key", key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Println(w.Header().Get("RateLimit-Policy"))
+	}
+	// Output:
+	// "per-key";q=100;w=3600
+	// "per-key";q=10000;w=3600
+}
