@@ -321,3 +321,36 @@ func TestValidateErrorWrapsErrInvalidLimit(t *testing.T) {
 		t.Fatalf("errors %#v", es)
 	}
 }
+
+// A policy's local_share is checked against the failure mode it inherits from the store.
+func TestInheritedFailureModeErrors(t *testing.T) {
+	got := loadErrors(t, map[string]string{"p.yaml": `store:
+  failure_mode: closed
+policies:
+  - name: a
+    rate: 1
+    period: 1s
+    expected_nodes: 3
+`})
+	want := "p.yaml:7:21: policies[0].expected_nodes: only applies to failure_mode local, and this policy inherits closed from store.failure_mode"
+	if len(got) != 1 || got[0] != want {
+		t.Errorf("got %q\nwant %q", got, want)
+	}
+}
+
+// Files written for the reference implementation's YAML 1.1 library use yes/no booleans.
+func TestYAML11Booleans(t *testing.T) {
+	d := loadDomain(t, `
+domain: b
+descriptors:
+  - key: a
+    shadow_mode: yes
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: u
+    rate_limit: {unlimited: yes}
+`)
+	checkMatches(t, d, []Descriptor{e("a", "1"), e("u", "1")}, []want{
+		{status: Limited, fullKey: "b.a", rate: 1, period: 1e9, alg: sluice.FixedWindow, shadow: true},
+		{status: Unlimited, fullKey: "b.u"},
+	})
+}

@@ -246,6 +246,15 @@ func (d *decoder) boolean(n *yaml.Node, path string) (bool, bool) {
 	if isNull(n) {
 		return false, true
 	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
+		// YAML 1.1 booleans, which the reference implementation's YAML library accepts.
+		switch strings.ToLower(n.Value) {
+		case "yes", "on", "y":
+			return true, true
+		case "no", "off", "n":
+			return false, true
+		}
+	}
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
 		d.errorf(n, path, "must be true or false, got %s", describe(n))
 		return false, false

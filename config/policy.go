@@ -59,9 +59,10 @@ type Policy struct {
 	overrides map[string]*Override
 	mux       *http.ServeMux
 
-	path           string
-	nameNode       *yaml.Node
-	localShareNode *yaml.Node
+	path            string
+	nameNode        *yaml.Node
+	localShareNode  *yaml.Node
+	localShareField string
 }
 
 // Tier is a named limit, such as free or pro.
@@ -398,9 +399,9 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 	}
 	p.FailureMode, p.LocalShare, p.ExpectedNodes = d.failure(o)
 	if v, ok := o.get("local_share"); ok {
-		p.localShareNode = v
+		p.localShareNode, p.localShareField = v, o.field("local_share")
 	} else if v, ok := o.get("expected_nodes"); ok {
-		p.localShareNode = v
+		p.localShareNode, p.localShareField = v, o.field("expected_nodes")
 	}
 
 	if v, ok := o.get("tier_header"); ok {
@@ -419,7 +420,7 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 			if to == nil {
 				continue
 			}
-			if to.node != nil && isNull(to.node) || len(to.fields) == 0 {
+			if len(to.fields) == 0 {
 				d.errorf(kv.key, join(field, kv.key.Value), "needs rate and period")
 				continue
 			}
@@ -653,7 +654,7 @@ func checkInherited(c *Config) Errors {
 		if p.localShareNode != nil && p.FailureMode != FailLocal && p.FailureMode != FailureUnset {
 			errs = append(errs, &Error{
 				Pos:   Position{File: p.Pos.File, Line: p.localShareNode.Line, Column: p.localShareNode.Column},
-				Field: p.path + ".local_share",
+				Field: p.localShareField,
 				Msg:   fmt.Sprintf("only applies to failure_mode local, and this policy inherits %s from store.failure_mode", p.FailureMode),
 			})
 		}
