@@ -38,12 +38,13 @@ func remaining(t *testing.T, store sluice.Limiter, p Policy, id keys.Identity) i
 func TestLayeredLimits(t *testing.T) {
 	ip := keys.Identity{Kind: keys.IP, ID: "192.0.2.1"} // httptest's RemoteAddr
 	user := keys.Identity{Kind: keys.User, ID: "alice"}
-	tests := []struct {
+	type test struct {
 		name string
 		wrap func(sluice.Limiter) sluice.Limiter
 		// After 2 allowed and 3 denied POST /orders, the per-IP and per-user state.
 		wantIP, wantUser int64
-	}{
+	}
+	tests := []test{
 		// Atomic: the 3 denied requests spent nothing anywhere.
 		{"atomic store", func(l sluice.Limiter) sluice.Limiter { return l }, 8, 3},
 		// In order (documented): each denied request spent per-ip and per-user before
@@ -51,49 +52,57 @@ func TestLayeredLimits(t *testing.T) {
 		{"store without AllowMulti", func(l sluice.Limiter) sluice.Limiter { return sequential{l} }, 5, 0},
 		{"store answering ErrNotAtomic", func(l sluice.Limiter) sluice.Limiter { return &notAtomic{Limiter: l} }, 5, 0},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			store, _ := newStore(t)
-			lim := tt.wrap(store)
-			h := mustNew(t, Config{Limiter: lim, Policies: layered()}).Handler(okHandler)
-			var codes []int
-			var last *Problem
-			for range 5 {
-				w := do(h, "POST", "/orders", "", "X-User", "alice")
-				codes = append(codes, w.Code)
-				if w.Code == http.StatusTooManyRequests {
-					last = decodeProblem(t, w)
+	for _, b := range backends(t) {
+		for _, tt := range tests {
+			t.Run(b.name+"/"+tt.name, func(t *testing.T) {
+				store, _ := b.new(t)
+				lim := tt.wrap(store)
+				h := mustNew(t, Config{Limiter: lim, Policies: layered()}).Handler(okHandler)
+				var codes []int
+				var last *Problem
+				for range 5 {
+					w := do(h, "POST", "/orders", "", "X-User", "alice")
+					codes = append(codes, w.Code)
+					if w.Code == http.StatusTooManyRequests {
+						last = decodeProblem(t, w)
+					}
 				}
-			}
-			if want := []int{200, 200, 429, 429, 429}; !slices.Equal(codes, want) {
-				t.Fatalf("statuses %v, want %v", codes, want)
-			}
-			// The most restrictive policy decided, and only it is named.
-			if !slices.Equal(last.ViolatedPolicies, []string{"orders"}) {
-				t.Errorf("violated-policies %v, want [orders]", last.ViolatedPolicies)
-			}
-			p := layered()
-			if got := remaining(t, store, p[0], ip); got != tt.wantIP {
-				t.Errorf("per-ip remaining %d, want %d", got, tt.wantIP)
-			}
-			if got := remaining(t, store, p[1], user); got != tt.wantUser {
-				t.Errorf("per-user remaining %d, want %d", got, tt.wantUser)
-			}
-			if na, ok := lim.(*notAtomic); ok && na.calls.Load() == 0 {
-				t.Error("AllowMulti was never tried")
-			}
-			// Other routes are still limited by the per-IP and per-user policies only.
-			w := do(h, "GET", "/orders", "", "X-User", "alice")
-			lims := parseList(t, w.Header(), "RateLimit")
-			if len(lims) != 2 || lims[0].name != "per-ip" || lims[1].name != "per-user" {
-				t.Errorf("GET /orders decided by %v, want per-ip and per-user", lims)
-			}
-		})
+				if want := []int{200, 200, 429, 429, 429}; !slices.Equal(codes, want) {
+					t.Fatalf("statuses %v, want %v", codes, want)
+				}
+				// The most restrictive policy decided, and only it is named.
+				if !slices.Equal(last.ViolatedPolicies, []string{"orders"}) {
+					t.Errorf("violated-policies %v, want [orders]", last.ViolatedPolicies)
+				}
+				p := layered()
+				if got := remaining(t, store, p[0], ip); got != tt.wantIP {
+					t.Errorf("per-ip remaining %d, want %d", got, tt.wantIP)
+				}
+				if got := remaining(t, store, p[1], user); got != tt.wantUser {
+					t.Errorf("per-user remaining %d, want %d", got, tt.wantUser)
+				}
+				if na, ok := lim.(*notAtomic); ok && na.calls.Load() == 0 {
+					t.Error("AllowMulti was never tried")
+				}
+				// Other routes are still limited by the per-IP and per-user policies only.
+				w := do(h, "GET", "/orders", "", "X-User", "alice")
+				lims := parseList(t, w.Header(), "RateLimit")
+				if len(lims) != 2 || lims[0].name != "per-ip" || lims[1].name != "per-user" {
+					t.Errorf("GET /orders decided by %v, want per-ip and per-user", lims)
+				}
+			})
+		}
 	}
 }
 
 func TestMostRestrictiveRetryAfter(t *testing.T) {
-	store, _ := newStore(t)
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) { testMostRestrictiveRetryAfter(t, b) })
+	}
+}
+
+func testMostRestrictiveRetryAfter(t *testing.T, b backend) {
+	store, _ := b.new(t)
 	h := mustNew(t, Config{Limiter: store, Policies: []Policy{
 		{Name: "roomy", Limit: sluice.PerHour(100)},
 		{Name: "ten", Limit: sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 1, Period: 10 * time.Second}},

@@ -313,7 +313,13 @@ func TestNewRejectsBadConfig(t *testing.T) {
 // TestConcurrentLayeredIsExact: under concurrent load on an atomic store, exactly the
 // tightest limit's worth of requests passes, and the denied ones spend nothing elsewhere.
 func TestConcurrentLayeredIsExact(t *testing.T) {
-	store, _ := newStore(t)
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) { testConcurrentLayeredIsExact(t, b) })
+	}
+}
+
+func testConcurrentLayeredIsExact(t *testing.T, b backend) {
+	store, _ := b.new(t)
 	policies := []Policy{
 		{Name: "per-ip", Limit: sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 100, Period: time.Hour}},
 		{Name: "per-user", Limit: sluice.PerHour(50), Key: ByUser(userHeader)},

@@ -20,43 +20,45 @@ func TestWaitingRetryAfterIsEnough(t *testing.T) {
 		{Rate: 10, Period: 2500 * time.Millisecond},  // sub-second remainder
 		{Rate: 1, Period: 24 * time.Hour},            // one a day
 	}
-	for _, a := range sluice.Algorithms() {
-		for _, shape := range shapes {
-			limit := shape.With(a)
-			t.Run(fmt.Sprintf("%v/%d per %v burst %d", a, limit.Rate, limit.Period, limit.Burst), func(t *testing.T) {
-				store, clk := newStore(t)
-				h := mustNew(t, Config{Limiter: store, Policies: []Policy{{Name: "p", Limit: limit}}}).Handler(okHandler)
-				for cycle := range 4 {
-					// Spend until refused.
-					n := 0
-					for ; n <= int(limit.MaxCost())+1; n++ {
-						if w := do(h, "GET", "/", ""); w.Code == http.StatusTooManyRequests {
-							break
-						} else if w.Code != http.StatusOK {
-							t.Fatalf("status %d", w.Code)
+	for _, b := range backends(t) {
+		for _, a := range sluice.Algorithms() {
+			for _, shape := range shapes {
+				limit := shape.With(a)
+				t.Run(fmt.Sprintf("%s/%v/%d per %v burst %d", b.name, a, limit.Rate, limit.Period, limit.Burst), func(t *testing.T) {
+					store, clk := b.new(t)
+					h := mustNew(t, Config{Limiter: store, Policies: []Policy{{Name: "p", Limit: limit}}}).Handler(okHandler)
+					for cycle := range 4 {
+						// Spend until refused.
+						n := 0
+						for ; n <= int(limit.MaxCost())+1; n++ {
+							if w := do(h, "GET", "/", ""); w.Code == http.StatusTooManyRequests {
+								break
+							} else if w.Code != http.StatusOK {
+								t.Fatalf("status %d", w.Code)
+							}
 						}
+						if n > int(limit.MaxCost()) {
+							t.Fatalf("cycle %d: %d requests passed a limit of %d", cycle, n, limit.MaxCost())
+						}
+						w := do(h, "GET", "/", "")
+						if w.Code != http.StatusTooManyRequests {
+							t.Fatalf("cycle %d: a retry at once got %d, want 429", cycle, w.Code)
+						}
+						wait := retryAfter(t, w)
+						clk.Advance(wait - time.Second)
+						if w := do(h, "GET", "/", ""); w.Code != http.StatusTooManyRequests {
+							t.Errorf("cycle %d: allowed after %v, before Retry-After %v: the header is later than needed",
+								cycle, wait-time.Second, wait)
+						}
+						clk.Advance(time.Second)
+						if w := do(h, "GET", "/", ""); w.Code != http.StatusOK {
+							t.Fatalf("cycle %d: waited Retry-After %v and got %d, want 200", cycle, wait, w.Code)
+						}
+						// Move the phase so the next cycle starts somewhere else in a window.
+						clk.Advance(time.Duration(cycle*137+11) * time.Millisecond)
 					}
-					if n > int(limit.MaxCost()) {
-						t.Fatalf("cycle %d: %d requests passed a limit of %d", cycle, n, limit.MaxCost())
-					}
-					w := do(h, "GET", "/", "")
-					if w.Code != http.StatusTooManyRequests {
-						t.Fatalf("cycle %d: a retry at once got %d, want 429", cycle, w.Code)
-					}
-					wait := retryAfter(t, w)
-					clk.Advance(wait - time.Second)
-					if w := do(h, "GET", "/", ""); w.Code != http.StatusTooManyRequests {
-						t.Errorf("cycle %d: allowed after %v, before Retry-After %v: the header is later than needed",
-							cycle, wait-time.Second, wait)
-					}
-					clk.Advance(time.Second)
-					if w := do(h, "GET", "/", ""); w.Code != http.StatusOK {
-						t.Fatalf("cycle %d: waited Retry-After %v and got %d, want 200", cycle, wait, w.Code)
-					}
-					// Move the phase so the next cycle starts somewhere else in a window.
-					clk.Advance(time.Duration(cycle*137+11) * time.Millisecond)
-				}
-			})
+				})
+			}
 		}
 	}
 }
