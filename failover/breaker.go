@@ -1,0 +1,133 @@
+package failover
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+)
+
+// BreakerState is the state of the circuit breaker.
+type BreakerState uint8
+
+const (
+	// BreakerClosed: the store is called for every decision. The zero value.
+	BreakerClosed BreakerState = iota
+	// BreakerHalfOpen: a few probe calls go to the store; the other decisions use the
+	// failure mode. Enough successful probes close the breaker, a failed one opens it.
+	BreakerHalfOpen
+	// BreakerOpen: the store is not called; every decision uses the failure mode.
+	BreakerOpen
+)
+
+var breakerNames = [...]string{"closed", "half_open", "open"}
+
+// String returns "closed", "half_open" or "open".
+func (s BreakerState) String() string {
+	if int(s) < len(breakerNames) {
+		return breakerNames[s]
+	}
+	return fmt.Sprintf("breaker(%d)", uint8(s))
+}
+
+// BreakerStates lists the states in order, for exporting one metric series per state.
+func BreakerStates() []BreakerState {
+	return []BreakerState{BreakerClosed, BreakerHalfOpen, BreakerOpen}
+}
+
+func stateOf(s gobreaker.State) BreakerState {
+	switch s {
+	case gobreaker.StateHalfOpen:
+		return BreakerHalfOpen
+	case gobreaker.StateOpen:
+		return BreakerOpen
+	}
+	return BreakerClosed
+}
+
+// Breaker configures the circuit breaker (sony/gobreaker). Zero fields take the defaults
+// given with each field.
+//
+// While closed, the breaker counts the store calls of the last Window in rolling
+// one-tenth buckets. It opens when ConsecutiveFailures calls in a row have failed, or when
+// at least MinCalls calls were made in the Window and the share of failures among them
+// reached FailureRatio. Open, it lets no call through for OpenFor, then turns half-open
+// and lets Probes calls through: if they all succeed it closes (counts start afresh), and
+// the first failure opens it again for another OpenFor. Recovery needs no restart.
+//
+// Only store failures count (see Kind.IsFailure): bad input, a caller's own cancellation
+// or deadline, and a closed limiter neither trip the breaker nor count as successes.
+type Breaker struct {
+	// ConsecutiveFailures opens the breaker after this many failed calls in a row
+	// (default 5).
+	ConsecutiveFailures uint32
+	// FailureRatio opens the breaker when this share of the calls in the Window failed
+	// (default 0.5), once MinCalls calls were made in it. Values outside (0, 1] take the
+	// default.
+	FailureRatio float64
+	// MinCalls is the number of calls in the Window before FailureRatio applies
+	// (default 20).
+	MinCalls uint32
+	// Window is the span over which calls are counted for FailureRatio (default 10s).
+	Window time.Duration
+	// OpenFor is how long the breaker stays open before probing (default 1s). It is also
+	// the RetryAfter of decisions denied in FailClosed mode.
+	OpenFor time.Duration
+	// Probes is how many calls go through while half-open; this many successes in a row
+	// close the breaker (default 3).
+	Probes uint32
+}
+
+func (b Breaker) withDefaults() Breaker {
+	if b.ConsecutiveFailures == 0 {
+		b.ConsecutiveFailures = 5
+	}
+	if !(b.FailureRatio > 0 && b.FailureRatio <= 1) {
+		b.FailureRatio = 0.5
+	}
+	if b.MinCalls == 0 {
+		b.MinCalls = 20
+	}
+	if b.Window <= 0 {
+		b.Window = 10 * time.Second
+	}
+	if b.OpenFor <= 0 {
+		b.OpenFor = time.Second
+	}
+	if b.Probes == 0 {
+		b.Probes = 3
+	}
+	return b
+}
+
+// settings returns the gobreaker settings for b (with defaults applied).
+func (b Breaker) settings(name string, onChange func(from, to BreakerState)) gobreaker.Settings {
+	bucket := b.Window / 10
+	if bucket <= 0 {
+		bucket = b.Window
+	}
+	st := gobreaker.Settings{
+		Name:         name,
+		MaxRequests:  b.Probes,
+		Interval:     b.Window,
+		BucketPeriod: bucket,
+		Timeout:      b.OpenFor,
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			if c.ConsecutiveFailures >= b.ConsecutiveFailures {
+				return true
+			}
+			return c.Requests >= b.MinCalls && float64(c.TotalFailures) >= b.FailureRatio*float64(c.Requests)
+		},
+		// The limiter reports only store failures as errors and excluded outcomes as
+		// errExcluded; everything else counts as a success.
+		IsExcluded: func(err error) bool { return err == errExcluded },
+	}
+	if onChange != nil {
+		st.OnStateChange = func(_ string, from, to gobreaker.State) { onChange(stateOf(from), stateOf(to)) }
+	}
+	return st
+}
+
+// errExcluded is reported to the breaker for outcomes that say nothing about the store's
+// health (bad input, the caller's own cancellation).
+var errExcluded = fmt.Errorf("failover: excluded from breaker counts")

@@ -1,0 +1,465 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memory"
+)
+
+// DefaultDeadline is how long a decision waits for the store unless WithDeadline says
+// otherwise.
+const DefaultDeadline = 5 * time.Millisecond
+
+// DefaultMaxPending is the default of WithMaxPending.
+const DefaultMaxPending = 1024
+
+// Limiter is a sluice.Limiter and sluice.MultiLimiter that decides with a primary store
+// and, when the store fails, with the failure mode of the decision's Fallback. It is safe
+// for concurrent use. Create it with New.
+type Limiter struct {
+	primary    sluice.Limiter
+	deadline   time.Duration
+	breakerCfg Breaker
+	cb         *gobreaker.TwoStepCircuitBreaker[struct{}]
+	def        Fallback
+	fbFunc     func(ctx context.Context, key string, limit sluice.Limit) Fallback
+	maxPending int64
+	onChange   func(from, to BreakerState)
+
+	localOnce sync.Once
+	local     sluice.Limiter
+	ownLocal  bool
+	localMade atomic.Bool
+
+	closeMu  sync.RWMutex // held for reading while a call registers with calls
+	closed   atomic.Bool
+	stranded atomic.Int64   // store calls abandoned at their deadline and still running
+	calls    sync.WaitGroup // store calls running (answered or not)
+}
+
+// Option configures a Limiter.
+type Option func(*Limiter)
+
+// WithDeadline sets the longest a decision waits for the store (default DefaultDeadline,
+// 5ms). A non-positive d takes the default.
+func WithDeadline(d time.Duration) Option {
+	return func(l *Limiter) {
+		if d > 0 {
+			l.deadline = d
+		}
+	}
+}
+
+// WithBreaker configures the circuit breaker; zero fields take their defaults.
+func WithBreaker(b Breaker) Option { return func(l *Limiter) { l.breakerCfg = b } }
+
+// WithDefaultMode sets the mode of decisions whose context and WithFallbackFunc choose
+// none (default FailOpen). Unset keeps the default.
+func WithDefaultMode(m Mode) Option {
+	return func(l *Limiter) {
+		if m != Unset && m <= FailLocal {
+			l.def.Mode = m
+		}
+	}
+}
+
+// WithLocalShare sets the share of each limit the in-process limiter gets in FailLocal
+// mode when the context and WithFallbackFunc choose none (default 1: the whole limit,
+// right for a single node). Use 1/N for N nodes sharing the store. A share outside
+// (0, 1] keeps the default.
+func WithLocalShare(share float64) Option {
+	return func(l *Limiter) {
+		if share > 0 && share <= 1 {
+			l.def.Share = share
+		}
+	}
+}
+
+// WithFallbackFunc sets a function choosing the Fallback of each decision from its
+// context, key and limit, for example from a per-policy table. Fields it leaves zero take
+// the defaults; a Fallback carried by the context (WithFallback) takes precedence. It is
+// called only when the store fails, and must be safe for concurrent use.
+func WithFallbackFunc(f func(ctx context.Context, key string, limit sluice.Limit) Fallback) Option {
+	return func(l *Limiter) { l.fbFunc = f }
+}
+
+// WithMaxPending bounds the store calls that may still be running after their decision
+// was released at the deadline (a store that ignores its context, a frozen server); while
+// n are, decisions use the failure mode without calling the store (Kind KindOverload), so
+// goroutines never pile up. Default DefaultMaxPending. A non-positive n takes the default.
+func WithMaxPending(n int) Option {
+	return func(l *Limiter) {
+		if n > 0 {
+			l.maxPending = int64(n)
+		}
+	}
+}
+
+// WithStateChange calls f on every breaker state change, for logs. It runs while the
+// breaker holds its lock: it must be quick and must not call the Limiter.
+func WithStateChange(f func(from, to BreakerState)) Option {
+	return func(l *Limiter) { l.onChange = f }
+}
+
+// WithLocalLimiter sets the limiter used in FailLocal mode (default: a memory store made on
+// first use, holding at most a million keys, closed by Close). The caller keeps owning
+// the limiter given here.
+func WithLocalLimiter(local sluice.Limiter) Option {
+	return func(l *Limiter) { l.local = local }
+}
+
+// New returns a Limiter deciding with primary, which the caller keeps owning (Close does
+// not close it).
+func New(primary sluice.Limiter, opts ...Option) *Limiter {
+	l := &Limiter{
+		primary:    primary,
+		deadline:   DefaultDeadline,
+		def:        Fallback{Mode: FailOpen, Share: 1},
+		maxPending: DefaultMaxPending,
+	}
+	for _, o := range opts {
+		o(l)
+	}
+	l.breakerCfg = l.breakerCfg.withDefaults()
+	l.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](l.breakerCfg.settings("sluice", l.onChange))
+	if l.local != nil {
+		l.localOnce.Do(func() {})
+		l.localMade.Store(true)
+	}
+	return l
+}
+
+// State returns the circuit breaker's state now. An open breaker whose OpenFor has passed
+// reports half-open.
+func (l *Limiter) State() BreakerState { return stateOf(l.cb.State()) }
+
+// Deadline returns the longest a decision waits for the store.
+func (l *Limiter) Deadline() time.Duration { return l.deadline }
+
+// Close stops deciding (later calls return an error wrapping sluice.ErrClosed), waits for
+// store calls still running (they end when the store honours their context or answers),
+// and closes the local limiter if New made it. It does not close the primary.
+func (l *Limiter) Close() error {
+	l.closeMu.Lock()
+	already := l.closed.Swap(true)
+	l.closeMu.Unlock()
+	if already {
+		return nil
+	}
+	l.calls.Wait()
+	if l.ownLocal {
+		if c, ok := l.local.(interface{ Close() error }); ok {
+			return c.Close()
+		}
+	}
+	return nil
+}
+
+func (l *Limiter) localLimiter() sluice.Limiter {
+	l.localOnce.Do(func() {
+		l.local = memory.New(memory.WithMaxKeys(1 << 20))
+		l.ownLocal = true
+		l.localMade.Store(true)
+	})
+	return l.local
+}
+
+// AllowN implements sluice.Limiter. Bad input is returned as is (never failed open). The
+// store decides within the deadline, unless the breaker is open; on a store failure the
+// decision's Fallback decides (see Mode). A caller whose own context ends first gets its
+// context's error.
+func (l *Limiter) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
+	if err := sluice.CheckRequest(key, limit, n); err != nil {
+		return sluice.Decision{}, err
+	}
+	rep := reportFrom(ctx)
+	d, err, failed := call(l, ctx, rep, func(ctx context.Context) (sluice.Decision, error) {
+		return l.primary.AllowN(ctx, key, limit, n)
+	})
+	if !failed {
+		return d, err
+	}
+	fb := l.resolve(ctx, key, limit)
+	if rep != nil {
+		rep.Fallback = fb
+	}
+	switch fb.Mode {
+	case FailClosed:
+		return sluice.Decision{Limit: limit, RetryAfter: l.breakerCfg.OpenFor, Path: sluice.PathClosed}, unavailable(err)
+	case FailLocal:
+		return l.allowLocal(ctx, key, ShareOf(limit, fb.Share), n)
+	default:
+		return sluice.Decision{Allowed: true, Limit: limit, Path: sluice.PathOpen}, nil
+	}
+}
+
+func (l *Limiter) allowLocal(ctx context.Context, key string, share sluice.Limit, n int64) (sluice.Decision, error) {
+	local := l.localLimiter()
+	if n > share.MaxCost() {
+		// The share can never admit this cost; the store may once it is back.
+		d, err := local.AllowN(ctx, key, share, 0)
+		if err != nil {
+			return sluice.Decision{}, err
+		}
+		d.Allowed, d.RetryAfter, d.Path = false, l.breakerCfg.OpenFor, sluice.PathLocal
+		return d, nil
+	}
+	d, err := local.AllowN(ctx, key, share, n)
+	d.Path = sluice.PathLocal
+	return d, err
+}
+
+// AllowMulti implements sluice.MultiLimiter when the primary does; otherwise it returns
+// an error wrapping sluice.ErrNotAtomic and spends nothing.
+//
+// On a store failure the batch takes the strictest mode among its requests' Fallbacks
+// (FailClosed, then FailLocal, then FailOpen): FailOpen allows every request,
+// FailClosed denies every one with an error wrapping sluice.ErrStoreUnavailable, and
+// FailLocal decides the batch atomically on the local limiter, each request under its
+// own share.
+func (l *Limiter) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice.Decision, error) {
+	ml, ok := l.primary.(sluice.MultiLimiter)
+	if !ok {
+		return nil, fmt.Errorf("failover: %w: the primary store %T has no AllowMulti", sluice.ErrNotAtomic, l.primary)
+	}
+	for i, r := range reqs {
+		if err := sluice.CheckRequest(r.Key, r.Limit, r.N); err != nil {
+			return nil, fmt.Errorf("request %d: %w", i, err)
+		}
+	}
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	rep := reportFrom(ctx)
+	ds, err, failed := call(l, ctx, rep, func(ctx context.Context) ([]sluice.Decision, error) {
+		return ml.AllowMulti(ctx, reqs)
+	})
+	if !failed {
+		return ds, err
+	}
+	fbs := make([]Fallback, len(reqs))
+	mode := FailOpen
+	for i, r := range reqs {
+		fbs[i] = l.resolve(ctx, r.Key, r.Limit)
+		if strictness(fbs[i].Mode) > strictness(mode) {
+			mode = fbs[i].Mode
+		}
+	}
+	if rep != nil {
+		rep.Fallback = Fallback{Mode: mode, Share: fbs[0].Share}
+	}
+	out := make([]sluice.Decision, len(reqs))
+	switch mode {
+	case FailClosed:
+		for i, r := range reqs {
+			out[i] = sluice.Decision{Limit: r.Limit, RetryAfter: l.breakerCfg.OpenFor, Path: sluice.PathClosed}
+		}
+		return out, unavailable(err)
+	case FailLocal:
+		return l.allowMultiLocal(ctx, reqs, fbs)
+	default:
+		for i, r := range reqs {
+			out[i] = sluice.Decision{Allowed: true, Limit: r.Limit, Path: sluice.PathOpen}
+		}
+		return out, nil
+	}
+}
+
+func (l *Limiter) allowMultiLocal(ctx context.Context, reqs []sluice.Request, fbs []Fallback) ([]sluice.Decision, error) {
+	local := l.localLimiter()
+	shared := make([]sluice.Request, len(reqs))
+	tooBig := false
+	for i, r := range reqs {
+		shared[i] = sluice.Request{Key: r.Key, Limit: ShareOf(r.Limit, fbs[i].Share), N: r.N}
+		if r.N > shared[i].Limit.MaxCost() {
+			tooBig = true
+		}
+	}
+	var out []sluice.Decision
+	var err error
+	if tooBig {
+		// Some cost can never fit its share: deny the batch, spending nothing.
+		out = make([]sluice.Decision, len(shared))
+		for i, r := range shared {
+			if out[i], err = local.AllowN(ctx, r.Key, r.Limit, 0); err != nil {
+				return nil, err
+			}
+			out[i].Allowed, out[i].RetryAfter = false, 0
+			if r.N > r.Limit.MaxCost() {
+				out[i].RetryAfter = l.breakerCfg.OpenFor
+			}
+		}
+	} else if ml, ok := local.(sluice.MultiLimiter); ok {
+		if out, err = ml.AllowMulti(ctx, shared); err != nil {
+			return nil, err
+		}
+	} else {
+		return nil, fmt.Errorf("failover: %w: the local limiter %T has no AllowMulti", sluice.ErrNotAtomic, local)
+	}
+	for i := range out {
+		out[i].Path = sluice.PathLocal
+	}
+	return out, nil
+}
+
+// Reset implements sluice.Limiter: it resets key's state in the store (within the
+// deadline, through the breaker) and in the local limiter. A store failure returns an
+// error wrapping sluice.ErrStoreUnavailable.
+func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) error {
+	if err := sluice.CheckKey(key); err != nil {
+		return err
+	}
+	if err := limit.Validate(); err != nil {
+		return err
+	}
+	_, err, failed := call(l, ctx, reportFrom(ctx), func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, l.primary.Reset(ctx, key, limit)
+	})
+	if l.localMade.Load() {
+		fb := l.resolve(ctx, key, limit)
+		_ = l.localLimiter().Reset(ctx, key, ShareOf(limit, fb.Share))
+	}
+	if failed {
+		return unavailable(err)
+	}
+	return err
+}
+
+func unavailable(cause error) error {
+	return fmt.Errorf("%w: %w", sluice.ErrStoreUnavailable, cause)
+}
+
+func strictness(m Mode) int {
+	switch m {
+	case FailClosed:
+		return 3
+	case FailLocal:
+		return 2
+	case FailOpen:
+		return 1
+	}
+	return 0
+}
+
+// resolve returns the Fallback of one decision (see Fallback for the rules).
+func (l *Limiter) resolve(ctx context.Context, key string, limit sluice.Limit) Fallback {
+	f, _ := FallbackFrom(ctx)
+	f = f.merge(Fallback{})
+	if l.fbFunc != nil && (f.Mode == Unset || f.Share == 0) {
+		f = f.merge(l.fbFunc(ctx, key, limit))
+	}
+	return f.merge(l.def)
+}
+
+type result[T any] struct {
+	v   T
+	err error
+}
+
+// Call states, for the race between a store call finishing and its caller giving up.
+const (
+	running int32 = iota
+	finished
+	abandoned
+)
+
+// call runs f, the store call, through the breaker and within the deadline. It returns
+// f's result and failed == false when the store answered (successfully, or with an error
+// that is not a store failure, such as bad input), and the cause with failed == true when
+// the failure mode must decide.
+//
+// f runs in its own goroutine so that the caller is released at the deadline even if
+// the store ignores its context; the goroutine ends when f returns, and at most
+// maxPending such goroutines outlive their callers at any time.
+func call[T any](l *Limiter, ctx context.Context, rep *Report, f func(context.Context) (T, error)) (v T, err error, failed bool) {
+	if rep != nil {
+		rep.set = true
+		defer func() {
+			rep.Breaker = l.State()
+			if failed {
+				rep.Cause = err
+				rep.Kind = Classify(err)
+			} else if err != nil {
+				rep.Kind = Classify(err)
+			}
+		}()
+	}
+	if l.closed.Load() {
+		return v, fmt.Errorf("failover: %w", sluice.ErrClosed), false
+	}
+	done, berr := l.cb.Allow()
+	if berr != nil {
+		return v, fmt.Errorf("%w: %w", ErrBreakerOpen, berr), true
+	}
+	if l.stranded.Load() >= l.maxPending {
+		done(ErrOverload)
+		return v, ErrOverload, true
+	}
+	l.closeMu.RLock()
+	if l.closed.Load() {
+		l.closeMu.RUnlock()
+		done(errExcluded)
+		return v, fmt.Errorf("failover: %w", sluice.ErrClosed), false
+	}
+	l.calls.Add(1)
+	l.closeMu.RUnlock()
+
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, l.deadline)
+	defer cancel()
+	ch := make(chan result[T], 1)
+	var state atomic.Int32
+	go func() {
+		defer l.calls.Done()
+		v, err := f(cctx)
+		ch <- result[T]{v, err}
+		if !state.CompareAndSwap(running, finished) {
+			l.stranded.Add(-1) // the caller left at the deadline
+		}
+	}()
+
+	var r result[T]
+	select {
+	case r = <-ch:
+	case <-cctx.Done():
+		if state.CompareAndSwap(running, abandoned) {
+			l.stranded.Add(1)
+			if rep != nil {
+				rep.Called, rep.StoreLatency = true, time.Since(start)
+			}
+			if cerr := ctx.Err(); cerr != nil {
+				// The caller's own context ended: nothing to say about the store.
+				done(errExcluded)
+				return v, fmt.Errorf("failover: %w", cerr), false
+			}
+			done(ErrDeadline)
+			return v, fmt.Errorf("%w (%v)", ErrDeadline, l.deadline), true
+		}
+		r = <-ch // it answered just now
+	}
+	if rep != nil {
+		rep.Called, rep.StoreLatency = true, time.Since(start)
+	}
+	if r.err == nil {
+		done(nil)
+		return r.v, nil, false
+	}
+	if ctx.Err() != nil && (errors.Is(r.err, context.Canceled) || errors.Is(r.err, context.DeadlineExceeded)) {
+		done(errExcluded)
+		return r.v, r.err, false
+	}
+	if Classify(r.err).IsFailure() {
+		done(r.err)
+		return r.v, r.err, true
+	}
+	done(errExcluded)
+	return r.v, r.err, false
+}

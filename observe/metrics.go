@@ -1,0 +1,260 @@
+package observe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/failover"
+)
+
+// Metrics are the Prometheus metrics of one or more observed limiters. Create them once
+// with NewMetrics and pass them to every New that should record into them.
+//
+// Series (with the default namespace "sluice"):
+//
+//	sluice_decisions_total{policy,result,path}   decisions; result is allowed, denied or
+//	                                             error; path is store, open, closed or local
+//	sluice_fallback_decisions_total{policy,mode,result}
+//	                                             decisions made by a failure mode (open,
+//	                                             closed, local) instead of the store
+//	sluice_store_latency_seconds{policy}         time waiting for the store, for decisions
+//	                                             that called it (including those cut at the
+//	                                             deadline)
+//	sluice_store_errors_total{kind}              store failures by failover.Kind (timeout,
+//	                                             refused, oom, busy, breaker_open, ...)
+//	sluice_breaker_state{state}                  1 for the circuit breaker's current state
+//	                                             (closed, half_open, open), 0 for the others
+//	sluice_redis_evicted_keys_total              growth of Redis's evicted_keys since the
+//	                                             first poll (see WithEvictedKeys); any
+//	                                             growth means some quotas were reset
+type Metrics struct {
+	decisions    *prometheus.CounterVec
+	fallbacks    *prometheus.CounterVec
+	storeLatency *prometheus.HistogramVec
+	storeErrors  *prometheus.CounterVec
+	breaker      *prometheus.GaugeVec
+	evicted      prometheus.Counter
+	evictErrors  prometheus.Counter
+
+	logger *slog.Logger
+
+	evictFn    func(context.Context) (int64, error)
+	evictEvery time.Duration
+	evictMu    sync.Mutex
+	evictLast  int64
+	evictSeen  bool
+
+	ctx     context.Context // ends at Close
+	cancel  context.CancelFunc
+	stopped chan struct{}
+}
+
+// MetricsOption configures Metrics.
+type MetricsOption func(*metricsConfig)
+
+type metricsConfig struct {
+	namespace  string
+	buckets    []float64
+	evictFn    func(context.Context) (int64, error)
+	evictEvery time.Duration
+	logger     *slog.Logger
+}
+
+// WithNamespace sets the metric name prefix (default "sluice").
+func WithNamespace(ns string) MetricsOption { return func(c *metricsConfig) { c.namespace = ns } }
+
+// WithLatencyBuckets sets the store latency histogram's buckets, in seconds (default 50µs
+// to about 100ms, doubling).
+func WithLatencyBuckets(b []float64) MetricsOption {
+	return func(c *metricsConfig) { c.buckets = b }
+}
+
+// WithEvictedKeys polls f every interval (default 15s when interval ≤ 0) for Redis's
+// evicted_keys counter (redisstore's Store.EvictedKeys has this signature) and adds its
+// growth to sluice_redis_evicted_keys_total. The first poll only sets the baseline; a
+// value below the previous one (a restarted server, CONFIG RESETSTAT) counts in full.
+// Growth is also logged as a warning, since each evicted key is a quota reset. Each poll
+// gets a context bounded by the interval. Close stops the polling.
+func WithEvictedKeys(f func(context.Context) (int64, error), interval time.Duration) MetricsOption {
+	return func(c *metricsConfig) {
+		c.evictFn = f
+		c.evictEvery = interval
+	}
+}
+
+// WithMetricsLogger sets the logger for eviction warnings (default slog.Default()).
+func WithMetricsLogger(l *slog.Logger) MetricsOption {
+	return func(c *metricsConfig) { c.logger = l }
+}
+
+// NewMetrics creates the metrics and registers them on reg. It fails if reg refuses
+// them (for example because they are already registered).
+func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, error) {
+	c := metricsConfig{
+		namespace: "sluice",
+		buckets:   prometheus.ExponentialBuckets(50e-6, 2, 12), // 50µs .. 102.4ms
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	if reg == nil {
+		return nil, errors.New("observe: nil prometheus.Registerer")
+	}
+	m := &Metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: c.namespace, Name: "decisions_total",
+			Help: "Rate limit decisions by policy, result (allowed, denied, error) and path (store, open, closed, local).",
+		}, []string{"policy", "result", "path"}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: c.namespace, Name: "fallback_decisions_total",
+			Help: "Decisions made by a failure mode (open, closed, local) because the store could not decide.",
+		}, []string{"policy", "mode", "result"}),
+		storeLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: c.namespace, Name: "store_latency_seconds",
+			Help:    "Time spent waiting for the store per decision that called it, including calls cut at the deadline.",
+			Buckets: c.buckets,
+		}, []string{"policy"}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: c.namespace, Name: "store_errors_total",
+			Help: "Store failures by kind (timeout, refused, reset, busy, oom, loading, readonly, clusterdown, redirect, noscript, breaker_open, overload, other).",
+		}, []string{"kind"}),
+		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: c.namespace, Name: "breaker_state",
+			Help: "Circuit breaker state: 1 for the current state (closed, half_open, open), 0 for the others.",
+		}, []string{"state"}),
+		evicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: c.namespace, Name: "redis_evicted_keys_total",
+			Help: "Growth of Redis's evicted_keys since the first poll; each evicted key is a reset quota.",
+		}),
+		evictErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: c.namespace, Name: "redis_evicted_keys_poll_errors_total",
+			Help: "Failed polls of Redis's evicted_keys.",
+		}),
+		logger:     c.logger,
+		evictFn:    c.evictFn,
+		evictEvery: c.evictEvery,
+		stopped:    make(chan struct{}),
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	cs := []prometheus.Collector{m.decisions, m.fallbacks, m.storeLatency, m.storeErrors, m.breaker}
+	if m.evictFn != nil {
+		cs = append(cs, m.evicted, m.evictErrors)
+	}
+	for i, col := range cs {
+		if err := reg.Register(col); err != nil {
+			for _, done := range cs[:i] {
+				reg.Unregister(done)
+			}
+			return nil, fmt.Errorf("observe: register metrics: %w", err)
+		}
+	}
+	m.setBreaker(failover.BreakerClosed)
+	if m.evictFn != nil {
+		if m.evictEvery <= 0 {
+			m.evictEvery = 15 * time.Second
+		}
+		go m.pollLoop()
+	} else {
+		close(m.stopped)
+	}
+	return m, nil
+}
+
+// Close stops polling evicted_keys. The metrics stay registered.
+func (m *Metrics) Close() error {
+	m.cancel()
+	<-m.stopped
+	return nil
+}
+
+func (m *Metrics) pollLoop() {
+	defer close(m.stopped)
+	t := time.NewTicker(m.evictEvery)
+	defer t.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(m.ctx, m.evictEvery)
+		if err := m.PollEvictedKeys(ctx); err != nil && m.ctx.Err() == nil {
+			m.logger.Debug("sluice: could not read Redis evicted_keys", slog.Any("error", err))
+		}
+		cancel()
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// PollEvictedKeys reads evicted_keys now and records its growth, as the background poll
+// does. It returns the poll's error; without WithEvictedKeys it does nothing.
+func (m *Metrics) PollEvictedKeys(ctx context.Context) error {
+	if m.evictFn == nil {
+		return nil
+	}
+	n, err := m.evictFn(ctx)
+	if err != nil {
+		m.evictErrors.Inc()
+		return err
+	}
+	m.evictMu.Lock()
+	defer m.evictMu.Unlock()
+	if !m.evictSeen {
+		m.evictSeen, m.evictLast = true, n
+		return nil
+	}
+	growth := n - m.evictLast
+	if n < m.evictLast {
+		growth = n // the counter restarted
+	}
+	m.evictLast = n
+	if growth > 0 {
+		m.evicted.Add(float64(growth))
+		m.logger.Warn("sluice: Redis evicted keys; some rate limit quotas were reset (set maxmemory-policy noeviction and give Redis more memory)",
+			slog.Int64("evicted", growth), slog.Int64("evicted_keys", n))
+	}
+	return nil
+}
+
+func (m *Metrics) setBreaker(s failover.BreakerState) {
+	for _, st := range failover.BreakerStates() {
+		v := 0.0
+		if st == s {
+			v = 1
+		}
+		m.breaker.WithLabelValues(st.String()).Set(v)
+	}
+}
+
+// record adds one decision to the metrics.
+func (m *Metrics) record(policy string, d sluice.Decision, err error, kind failover.Kind, breaker *failover.BreakerState, storeLatency time.Duration, called bool) {
+	result := "allowed"
+	switch {
+	case err != nil:
+		result = "error"
+	case !d.Allowed:
+		result = "denied"
+	}
+	m.decisions.WithLabelValues(policy, result, d.Path.String()).Inc()
+	if d.Path != sluice.PathStore {
+		m.fallbacks.WithLabelValues(policy, d.Path.String(), result).Inc()
+	}
+	if called {
+		m.storeLatency.WithLabelValues(policy).Observe(storeLatency.Seconds())
+	}
+	if kind.IsFailure() {
+		m.storeErrors.WithLabelValues(string(kind)).Inc()
+	}
+	if breaker != nil {
+		m.setBreaker(*breaker)
+	}
+}
