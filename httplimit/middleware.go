@@ -32,9 +32,10 @@ type Config struct {
 	// LegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset
 	// for the tightest policy (see the package doc).
 	LegacyHeaders bool
-	// Logger receives one record per policy decision (Debug when allowed, Info when
-	// denied, Warn when a shadow policy would have denied) and one per limiter error
-	// (Error). Nil means no logging.
+	// Logger receives one record per policy decision (Info when the policy denied the
+	// request, Warn when a shadow policy would have, Debug otherwise) and one per limiter
+	// error (Error). Records carry the store key and identity, never a raw API key. Nil
+	// means no logging.
 	Logger *slog.Logger
 	// UnavailableRetryAfter is the Retry-After sent when the limiter fails; it is
 	// rounded up to whole seconds. 0 means DefaultUnavailableRetryAfter.
@@ -433,8 +434,12 @@ func (m *Middleware) log(ctx context.Context, r *http.Request, res *Result) {
 		switch {
 		case d.Shadow && !d.Allowed:
 			level, msg = slog.LevelWarn, "rate limit would deny (shadow)"
-		case !d.Allowed:
+		case d.blocks():
 			level, msg = slog.LevelInfo, "rate limit denied"
+		case !d.Allowed:
+			// Passed on its own; the request was denied by another policy and this one
+			// spent nothing.
+			level, msg = slog.LevelDebug, "rate limit unspent (denied by another policy)"
 		}
 		if !l.Enabled(ctx, level) {
 			continue

@@ -52,7 +52,7 @@ func DefaultLimited(w http.ResponseWriter, r *http.Request, res *Result) {
 		Type:             ProblemQuotaExceeded,
 		Title:            "Request cannot be satisfied as assigned quota has been exceeded",
 		Status:           http.StatusTooManyRequests,
-		Detail:           "Retry after " + w.Header().Get(HeaderRetryAfter) + " seconds.",
+		Detail:           "Retry after " + seconds(w.Header().Get(HeaderRetryAfter)) + ".",
 		ViolatedPolicies: res.Violated(),
 	}
 	p.ServeHTTP(w, r)
@@ -65,7 +65,7 @@ func DefaultUnavailable(w http.ResponseWriter, r *http.Request, _ error) {
 		Type:   ProblemBlank,
 		Title:  http.StatusText(http.StatusServiceUnavailable),
 		Status: http.StatusServiceUnavailable,
-		Detail: "The rate limiter is unavailable; retry after " + w.Header().Get(HeaderRetryAfter) + " seconds.",
+		Detail: "The rate limiter is unavailable; retry after " + seconds(w.Header().Get(HeaderRetryAfter)) + ".",
 	}
 	p.ServeHTTP(w, r)
 }
@@ -80,4 +80,12 @@ func DefaultError(w http.ResponseWriter, r *http.Request, _ error) {
 		Detail: "The rate limit for this request could not be decided.",
 	}
 	p.ServeHTTP(w, r)
+}
+
+// seconds spells a delay-seconds value: "1 second", "30 seconds".
+func seconds(v string) string {
+	if v == "1" {
+		return "1 second"
+	}
+	return v + " seconds"
 }

@@ -1,0 +1,89 @@
+// Command tiers-memory runs a small API with per-tier rate limits on the in-process store.
+//
+//	go run ./examples/tiers-memory
+//	curl -i -H 'X-API-Key: demo-free-key' -X POST localhost:8080/v1/orders   # 3 times: 201, 201, 429
+//
+// The demo keys are demo-free-key, demo-pro-key and demo-enterprise-key. Limits live in
+// this process only; see tiers-redis for limits shared by several instances.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"flag"
+	"log"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sluicehq/sluice/examples/internal/tierapi"
+	"github.com/sluicehq/sluice/keys"
+	"github.com/sluicehq/sluice/memory"
+)
+
+func main() {
+	addr := flag.String("addr", "localhost:8080", "listen address")
+	trusted := flag.String("trusted-proxies", "", "comma-separated CIDRs of proxies whose X-Forwarded-For is believed")
+	flag.Parse()
+
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	proxies, err := parseProxies(*trusted)
+	if err != nil {
+		log.Fatal(err)
+	}
+	store := memory.New(memory.WithMaxKeys(1_000_000)) // bounded memory, whatever the traffic
+	defer store.Close()
+
+	h, err := tierapi.Handler(tierapi.Options{
+		Limiter:        store,
+		Secret:         secret(logger),
+		TrustedProxies: proxies,
+		Logger:         logger,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	serve(*addr, h, logger)
+}
+
+// secret reads the API-key HMAC secret from SLUICE_API_KEY_SECRET; without it, a random
+// one is fine for a single in-process store.
+func secret(logger *slog.Logger) []byte {
+	if s := os.Getenv("SLUICE_API_KEY_SECRET"); s != "" {
+		return []byte(s)
+	}
+	b := make([]byte, 32)
+	rand.Read(b)
+	logger.Info("SLUICE_API_KEY_SECRET not set: using a random secret for this process")
+	return b
+}
+
+func parseProxies(s string) ([]netip.Prefix, error) {
+	if s == "" {
+		return nil, nil
+	}
+	return keys.ParsePrefixes(strings.Split(s, ",")...)
+}
+
+// serve runs h until SIGINT or SIGTERM, then drains requests for up to 10 seconds.
+func serve(addr string, h http.Handler, logger *slog.Logger) {
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Shutdown(shutdown)
+	}()
+	logger.Info("listening", "addr", addr)
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Fatal(err)
+	}
+}
