@@ -1,8 +1,8 @@
--- decide.lua: the entry point. It mirrors the stores' decision loop rather than one
--- function: for each request, read the key's state, run the algorithm's transcription
+-- Mirrors memory.Store's decision loop (AllowN and AllowMulti in memory/memory.go, with
+-- algo.ExpiresAt): the entry point. For each request, read the key's state, run the algorithm's transcription
 -- above (each mirrors one function of internal/algo), and write the new state with a TTL
--- equal to the time until it is equivalent to empty (algo.ExpiresAt). A state is written
--- only when a decision spent something; a denial or a look (n == 0) leaves the key alone.
+-- equal to the time until it is equivalent to empty (algo.ExpiresAt), or delete the key when
+-- that time has come.
 --
 -- KEYS: one per request.
 -- ARGV[1]: now in µs since the Unix epoch, or "-" to read Redis's clock (TIME).
@@ -12,7 +12,8 @@
 --   5 SlidingLog), rate, period (µs), burst (Limit.EffectiveBurst), cost n.
 --   A group of one is an independent decision. A larger group is all or nothing
 --   (sluice.MultiLimiter): every request is decided without spending, and only if all are
---   allowed are they decided again, spending. Requests are decided in order, so two
+--   allowed are they decided again, spending (as memory.Store.AllowMulti does).
+--   Requests are decided in order, so two
 --   requests on one key in one call see each other's spending.
 -- Returns four integers per request: allowed (0/1), remaining, resetAfter µs, retryAfter µs.
 
@@ -31,37 +32,43 @@ local function decide(key, algo, rate, period, burst, n, commit)
   local v = redis.call('GET', key)
   if v then a, b, c = decode(v) end
   local T = floor((period + rate - 1) / rate)
-  local ok, rem, reset, retry, exp, val
+  local ok, rem, reset, retry, a2, b2, c2
   if algo == 0 then
-    ok, rem, reset, retry, a = gcra(a, now, burst, T, n)
-    if ok == 1 and n > 0 and commit then
-      exp, val = gcra_expires(a), sformat('%d', a)
-    end
+    ok, rem, reset, retry, a2 = gcra(a, now, burst, T, n)
+    b2, c2 = b, c
   elseif algo == 1 then
-    ok, rem, reset, retry, a, b = token_bucket(a, b, now, burst, T, n)
-    if ok == 1 and n > 0 and commit then
-      exp, val = token_bucket_expires(a, b, burst * T), sformat('%d %d', a, b)
-    end
+    ok, rem, reset, retry, a2, b2 = token_bucket(a, b, now, burst, T, n)
+    c2 = c
   elseif algo == 2 then
-    ok, rem, reset, retry, a, b = leaky_bucket(a, b, now, burst, T, n)
-    if ok == 1 and n > 0 and commit then
-      exp, val = leaky_bucket_expires(a, b), sformat('%d %d', a, b)
-    end
+    ok, rem, reset, retry, a2, b2 = leaky_bucket(a, b, now, burst, T, n)
+    c2 = c
   elseif algo == 3 then
-    ok, rem, reset, retry, a, b = fixed_window(a, b, now, rate, period, n)
-    if ok == 1 and n > 0 and commit then
-      exp, val = fixed_window_expires(a, b, period), sformat('%d %d', a, b)
-    end
+    ok, rem, reset, retry, a2, b2 = fixed_window(a, b, now, rate, period, n)
+    c2 = c
   else
-    ok, rem, reset, retry, a, b, c = sliding_window(a, b, c, now, rate, period, n)
-    if ok == 1 and n > 0 and commit then
-      exp, val = sliding_full_at(a, b, c, period), sformat('%d %d %d', a, b, c)
-    end
+    ok, rem, reset, retry, a2, b2, c2 = sliding_window(a, b, c, now, rate, period, n)
   end
-  if val then
-    if exp > now then
-      redis.call('SET', key, val, 'PX', ttlms(exp - now, minttl))
+  -- Like package memory: a key that exists takes the new state whenever it differs (a
+  -- window algorithm rolls its window even on a look or a denial); a key is created only
+  -- by a decision that spends.
+  if commit and (a2 ~= a or b2 ~= b or c2 ~= c) and (v or (ok == 1 and n > 0)) then
+    local exp, val
+    if algo == 0 then
+      exp, val = gcra_expires(a2), sformat('%d', a2)
+    elseif algo == 1 then
+      exp, val = token_bucket_expires(a2, b2, burst * T), sformat('%d %d', a2, b2)
+    elseif algo == 2 then
+      exp, val = leaky_bucket_expires(a2, b2), sformat('%d %d', a2, b2)
+    elseif algo == 3 then
+      exp, val = fixed_window_expires(a2, b2, period), sformat('%d %d', a2, b2)
     else
+      exp, val = sliding_full_at(a2, b2, c2, period), sformat('%d %d %d', a2, b2, c2)
+    end
+    local ttl = ttlms(exp - now, minttl)
+    if ttl > 0 then
+      redis.call('SET', key, val, 'PX', ttl)
+    else
+      -- The new state is equivalent to empty: no key at all.
       redis.call('DEL', key)
     end
   end
@@ -102,7 +109,18 @@ while ai <= nargv do
         end
       end
     else
-      for j = 0, g - 1 do out[base + 4 * j + 1] = 0 end
+      -- Nothing is spent. A request that would have passed alone reports the state as it
+      -- is (a look: Remaining and ResetAfter unspent) with RetryAfter 0.
+      for j = 0, g - 1 do
+        local o = base + 4 * j
+        if out[o + 1] == 1 then
+          local x = ai + 5 * j
+          local _, rem, reset = decide(KEYS[ki + j], tonumber(ARGV[x]), tonumber(ARGV[x + 1]),
+            tonumber(ARGV[x + 2]), tonumber(ARGV[x + 3]), 0, false)
+          out[o + 2], out[o + 3], out[o + 4] = rem, reset, 0
+        end
+        out[o + 1] = 0
+      end
     end
   end
   ai = ai + 5 * g

@@ -1,5 +1,6 @@
--- prelude.lua: the integer helpers of internal/algo/algo.go (nonNeg, floorDiv, MulDiv,
--- MulDivCeil) and the state codec shared by the algorithm files that follow.
+-- Mirrors algo.MulDiv, algo.MulDivCeil, algo.floorDiv, algo.nonNeg and algo.cost
+-- (internal/algo): the integer helpers, and the state codec shared by the algorithm files
+-- that follow.
 --
 -- Lua numbers are doubles. Every value below is an integer of magnitude < 2^53, where
 -- doubles are exact; sluice.Limit.Validate bounds Rate, Period and Burst·T so that this
@@ -37,12 +38,12 @@ local function muldivrem(a, b, c)
   local r0 = a - q0 * c
   local bit = 1
   while bit * 2 <= b do bit = bit * 2 end
-  local q, r = 0, 0
+  local q, r, rest = 0, 0, b
   while bit >= 1 do
     q, r = q * 2, r * 2
     if r >= c then q, r = q + 1, r - c end
-    if b >= bit then
-      b = b - bit
+    if rest >= bit then
+      rest = rest - bit
       r = r + r0
       if r >= c then q, r = q + 1, r - c end
     end

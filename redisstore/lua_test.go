@@ -1,0 +1,96 @@
+package redisstore
+
+import (
+	"math/big"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// TestLuaMulDiv checks the Lua long division against algo.MulDiv and algo.MulDivCeil on
+// products far beyond 2^53, where a plain a*b/c in doubles would be wrong.
+func TestLuaMulDiv(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	prelude, err := luaFiles.ReadFile("lua/prelude.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	harness := string(prelude) + `
+local out = {}
+for i = 1, #ARGV, 3 do
+  local a, b, c = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+  out[#out + 1] = muldiv(a, b, c)
+  out[#out + 1] = muldivceil(a, b, c)
+end
+return out
+`
+	type triple struct{ a, b, c int64 }
+	cases := []triple{
+		{0, 0, 1}, {1, 1, 1}, {0, 1 << 50, 3}, {1 << 40, 1 << 50, 1 << 50}, {(1 << 40) - 1, (1 << 50) - 1, 1 << 50},
+		{1 << 40, (1 << 50) - 1, 1 << 38}, {12345, 1 << 50, 1<<40 + 1}, {(1 << 40), (1 << 50) - 7, (1 << 40) - 1},
+		{999_999, 86_400_000_000, 86_400_000_000}, {1 << 20, 3_600_000_000, 7},
+	}
+	rng := rand.New(rand.NewPCG(7, 7))
+	for len(cases) < 3000 {
+		// a ≤ 2^40 (a count), b < 2^50 (a period), c ≤ 2^50, result below 2^53.
+		a := rng.Int64N(1<<40) + 1
+		b := rng.Int64N(1 << 50)
+		c := rng.Int64N(1<<50) + 1
+		if q := new(big.Int).Mul(big.NewInt(a), big.NewInt(b)); q.Div(q, big.NewInt(c)).Cmp(big.NewInt(1<<53-1)) >= 0 {
+			continue
+		}
+		cases = append(cases, triple{a, b, c})
+	}
+	for start := 0; start < len(cases); start += 500 {
+		chunk := cases[start:min(start+500, len(cases))]
+		args := []string{"EVAL", harness, "0"}
+		for _, c := range chunk {
+			args = append(args, strconv.FormatInt(c.a, 10), strconv.FormatInt(c.b, 10), strconv.FormatInt(c.c, 10))
+		}
+		reply, err := srv.Do(args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Split(reply, "\n")
+		if len(got) != 2*len(chunk) {
+			t.Fatalf("%d results for %d cases", len(got), len(chunk))
+		}
+		for i, c := range chunk {
+			want := []int64{algo.MulDiv(c.a, c.b, c.c), algo.MulDivCeil(c.a, c.b, c.c)}
+			for j, w := range want {
+				if got[2*i+j] != strconv.FormatInt(w, 10) {
+					t.Errorf("muldiv%s(%d, %d, %d) = %s in Lua, %d in Go", []string{"", "ceil"}[j], c.a, c.b, c.c, got[2*i+j], w)
+				}
+			}
+		}
+	}
+}
+
+// TestLuaFilesNameTheirGoFunction: every transcription names the function it mirrors.
+func TestLuaFilesNameTheirGoFunction(t *testing.T) {
+	want := map[string]string{
+		"prelude.lua":        "Mirrors algo.MulDiv",
+		"gcra.lua":           "Mirrors algo.GCRA",
+		"token_bucket.lua":   "Mirrors algo.TokenBucket",
+		"leaky_bucket.lua":   "Mirrors algo.LeakyBucket",
+		"fixed_window.lua":   "Mirrors algo.FixedWindow",
+		"sliding_window.lua": "Mirrors algo.SlidingWindow",
+		"sliding_log.lua":    "Mirrors algo.SlidingLog",
+		"decide.lua":         "memory.Store",
+	}
+	for _, name := range luaOrder {
+		src, err := luaFiles.ReadFile("lua/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		head, _, _ := strings.Cut(string(src), "\n\n")
+		if !strings.Contains(head, want[name]) {
+			t.Errorf("%s: header does not mention %q:\n%s", name, want[name], head)
+		}
+	}
+}
