@@ -1,0 +1,115 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
+)
+
+// Reserve implements sluice.Reserver for GCRA and LeakyBucket limits, running
+// algo.ReserveGCRA and algo.ReserveLeakyBucket on the key's state under its shard lock.
+// The reservation shares the key's state with AllowN, and its Cancel runs
+// algo.CancelReservation (see sluice.Reservation.Cancel for the rule). Delay is on the
+// store's clock; At is time.Now() plus Delay.
+func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
+	c, err := s.check(key, limit, n)
+	if err != nil {
+		return sluice.Reservation{}, err
+	}
+	if !algo.CanReserve(limit.Algorithm) {
+		return sluice.Reservation{}, fmt.Errorf("%w: %v cannot reserve; pacing needs gcra or leaky_bucket", sluice.ErrInvalidLimit, limit.Algorithm)
+	}
+	u, ok := c.(updater)
+	if !ok { // every class implements it; this guards a future state type
+		return sluice.Reservation{}, fmt.Errorf("%w: %v cannot reserve", sluice.ErrInvalidLimit, limit.Algorithm)
+	}
+	if s.closed.Load() {
+		return sluice.Reservation{}, sluice.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return sluice.Reservation{}, err
+	}
+	maxWait := int64(-1)
+	if deadline, ok := ctx.Deadline(); ok {
+		maxWait = max(time.Until(deadline).Microseconds(), 0)
+	}
+	h := s.hash(key)
+	var r algo.Reservation
+	u.update(key, h, s.clock(), func(st algo.State, now int64) (algo.State, bool) {
+		st, r = algo.Reserve(st, now, algo.ParamsOf(limit), n, maxWait)
+		return st, r.OK && r.After != r.Before
+	})
+	delay := time.Duration(r.Delay) * time.Microsecond
+	res := sluice.Reservation{OK: r.OK, Limit: limit, N: n, Delay: delay, At: time.Now().Add(delay)}
+	if !r.OK || r.After == r.Before {
+		return res, nil
+	}
+	return res.WithCancel(func(ctx context.Context) (bool, error) {
+		if s.closed.Load() {
+			return false, sluice.ErrClosed
+		}
+		var ok bool
+		u.update(key, h, s.clock(), func(st algo.State, now int64) (algo.State, bool) {
+			st, ok = algo.CancelReservation(st, now, r)
+			return st, ok
+		})
+		return ok, nil
+	}), nil
+}
+
+// updater is implemented by every class (gen[S]).
+type updater interface {
+	update(key string, h uint64, now int64, f func(algo.State, int64) (algo.State, bool))
+}
+
+// update runs f on key's state under the shard lock, for the algorithms with reservations
+// (GCRA keeps TAT as an int64, LeakyBucket two words), and stores f's state when f says
+// so, inserting the key if it is new.
+func (g *gen[S]) update(key string, h uint64, now int64, f func(algo.State, int64) (algo.State, bool)) {
+	sh := &g.shards[g.shardIndex(h)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	tag := uint32(h >> 32)
+	i := sh.t.find(key, h, tag)
+	var cur S
+	if i >= 0 {
+		cur = sh.t.slots[i].s
+	}
+	next, write := f(toState(cur), now)
+	if !write {
+		return
+	}
+	v := fromState[S](next)
+	if i >= 0 {
+		sh.t.slots[i].s = v
+		return
+	}
+	g.add(sh, key, h, tag, v, now)
+}
+
+// toState and fromState convert the states of the reservable algorithms.
+func toState[S any](s S) algo.State {
+	switch v := any(s).(type) {
+	case int64:
+		return algo.State{A: v}
+	case [2]int64:
+		return algo.State{A: v[0], B: v[1]}
+	}
+	return algo.State{}
+}
+
+func fromState[S any](st algo.State) S {
+	var out S
+	switch p := any(&out).(type) {
+	case *int64:
+		*p = st.A
+	case *[2]int64:
+		*p = [2]int64{st.A, st.B}
+	}
+	return out
+}
+
+var _ sluice.Reserver = (*Store)(nil)

@@ -1,0 +1,215 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+func reservableLimits() []sluice.Limit {
+	return []sluice.Limit{
+		sluice.PerSecond(10),
+		sluice.PerSecond(10).With(sluice.LeakyBucket),
+		{Algorithm: sluice.GCRA, Rate: 3, Period: time.Second, Burst: 2},
+		{Algorithm: sluice.LeakyBucket, Rate: 3, Period: time.Second, Burst: 2},
+	}
+}
+
+func TestReserveQueuesAtTheRate(t *testing.T) {
+	for _, l := range reservableLimits() {
+		t.Run(l.String(), func(t *testing.T) {
+			s, clock := newTestStore(t)
+			ctx := context.Background()
+			tInterval := time.Duration((l.Period.Microseconds()+l.Rate-1)/l.Rate) * time.Microsecond
+			burst := l.EffectiveBurst()
+			for i := int64(0); i < burst+5; i++ {
+				r, err := s.Reserve(ctx, "k", l, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := time.Duration(max(0, i-burst+1)) * tInterval
+				if !r.OK || r.Delay != want || r.N != 1 || r.Limit != l {
+					t.Fatalf("reservation %d: %+v, want OK with delay %v", i, r, want)
+				}
+			}
+			// AllowN shares the state: the key is booked ahead, so it is denied now and
+			// RetryAfter is the next free slot.
+			d, err := s.AllowN(ctx, "k", l, 1)
+			if err != nil || d.Allowed || d.RetryAfter != 6*tInterval {
+				t.Fatalf("AllowN after reservations: %+v %v, want denied with RetryAfter %v", d, err, 6*tInterval)
+			}
+			clock.Advance(6 * tInterval)
+			if d, _ := s.AllowN(ctx, "k", l, 1); !d.Allowed {
+				t.Fatalf("AllowN at the next free slot denied: %+v", d)
+			}
+		})
+	}
+}
+
+func TestReserveCancelReturnsTheSlot(t *testing.T) {
+	for _, l := range reservableLimits() {
+		t.Run(l.String(), func(t *testing.T) {
+			s, clock := newTestStore(t)
+			ctx := context.Background()
+			burst := l.EffectiveBurst()
+			if _, err := s.Reserve(ctx, "k", l, burst); err != nil { // empty the bucket
+				t.Fatal(err)
+			}
+			first, _ := s.Reserve(ctx, "k", l, 1)
+			second, _ := s.Reserve(ctx, "k", l, 1)
+			if first.Delay == 0 || second.Delay <= first.Delay {
+				t.Fatalf("delays %v, %v: want two queued reservations", first.Delay, second.Delay)
+			}
+			// The first is overtaken by the second: nothing comes back.
+			if ok, err := first.Cancel(ctx); ok || err != nil {
+				t.Fatalf("overtaken reservation given back: %v %v", ok, err)
+			}
+			// The second is the latest: its slot comes back, once.
+			if ok, err := second.Cancel(ctx); !ok || err != nil {
+				t.Fatalf("latest reservation not given back: %v %v", ok, err)
+			}
+			if ok, _ := second.Cancel(ctx); ok {
+				t.Fatal("a second Cancel gave the slot back again")
+			}
+			again, _ := s.Reserve(ctx, "k", l, 1)
+			if again.Delay != second.Delay {
+				t.Fatalf("after cancel the next reservation waits %v, want the returned slot at %v", again.Delay, second.Delay)
+			}
+			// Once its instant has come, a reservation cannot be given back.
+			clock.Advance(again.Delay)
+			if ok, _ := again.Cancel(ctx); ok {
+				t.Fatal("a reservation whose instant has come was given back")
+			}
+		})
+	}
+}
+
+func TestReserveRefusesBeyondTheDeadline(t *testing.T) {
+	s, _ := newTestStore(t)
+	l := sluice.PerSecond(10)
+	ctx := context.Background()
+	if _, err := s.Reserve(ctx, "k", l, 10); err != nil {
+		t.Fatal(err)
+	}
+	// The next slot is 100ms away on the store's (frozen) clock.
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	r, err := s.Reserve(short, "k", l, 1)
+	if err != nil || r.OK || r.Delay != 100*time.Millisecond {
+		t.Fatalf("reserve with a 50ms deadline: %+v %v, want refused with delay 100ms", r, err)
+	}
+	if ok, _ := r.Cancel(ctx); ok {
+		t.Fatal("a refused reservation was cancelled")
+	}
+	long, cancel2 := context.WithTimeout(ctx, time.Hour)
+	defer cancel2()
+	if r, err := s.Reserve(long, "k", l, 1); err != nil || !r.OK || r.Delay != 100*time.Millisecond {
+		t.Fatalf("the refusal spent something: next reservation %+v %v", r, err)
+	}
+}
+
+func TestReserveBadInput(t *testing.T) {
+	s, _ := newTestStore(t)
+	ctx := context.Background()
+	cases := []struct {
+		key   string
+		limit sluice.Limit
+		n     int64
+		want  error
+	}{
+		{"k", sluice.PerSecond(5).With(sluice.TokenBucket), 1, sluice.ErrInvalidLimit},
+		{"k", sluice.PerSecond(5).With(sluice.FixedWindow), 1, sluice.ErrInvalidLimit},
+		{"k", sluice.PerSecond(5).With(sluice.SlidingLog), 1, sluice.ErrInvalidLimit},
+		{"k", sluice.Limit{}, 1, sluice.ErrInvalidLimit},
+		{"k", sluice.PerSecond(5), 6, sluice.ErrCostExceedsLimit},
+		{"k", sluice.PerSecond(5), -1, sluice.ErrInvalidCost},
+		{"", sluice.PerSecond(5), 1, sluice.ErrInvalidKey},
+	}
+	for _, c := range cases {
+		if _, err := s.Reserve(ctx, c.key, c.limit, c.n); !errors.Is(err, c.want) {
+			t.Errorf("Reserve(%q, %v, %d) = %v, want %v", c.key, c.limit, c.n, err, c.want)
+		}
+	}
+	s.Close()
+	if _, err := s.Reserve(ctx, "k", sluice.PerSecond(5), 1); !errors.Is(err, sluice.ErrClosed) {
+		t.Errorf("closed store: %v", err)
+	}
+}
+
+// The Wait tests use the real clock: Wait sleeps in real time.
+
+func TestWaitPacesAndHonoursCancellation(t *testing.T) {
+	t.Parallel()
+	s := New()
+	t.Cleanup(func() { s.Close() })
+	l := sluice.Limit{Algorithm: sluice.GCRA, Rate: 20, Period: time.Second, Burst: 1}
+	ctx := context.Background()
+
+	start := time.Now()
+	for i := 0; i < 3; i++ {
+		if err := sluice.Wait(ctx, s, "paced", l, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if el := time.Since(start); el < 100*time.Millisecond || el > 400*time.Millisecond {
+		t.Fatalf("3 waits at 20/s burst 1 took %v, want about 100ms", el)
+	}
+
+	// A Wait cancelled while it sleeps returns promptly with the context's error and gives
+	// its slot back.
+	if _, err := s.Reserve(ctx, "c", l, 1); err != nil {
+		t.Fatal(err)
+	}
+	long := sluice.Limit{Algorithm: sluice.GCRA, Rate: 1, Period: 10 * time.Second, Burst: 1}
+	if _, err := s.Reserve(ctx, "c", long, 1); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- sluice.Wait(wctx, s, "c", long, 1) }()
+	time.Sleep(20 * time.Millisecond)
+	cancelled := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled Wait returned %v, want context.Canceled", err)
+		}
+		if el := time.Since(cancelled); el > 50*time.Millisecond {
+			t.Fatalf("cancelled Wait took %v to return", el)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("cancelled Wait did not return")
+	}
+	// The slot came back: the next reservation waits about 10s, not 20s.
+	r, err := s.Reserve(ctx, "c", long, 1)
+	if err != nil || r.Delay > 10*time.Second || r.Delay < 9*time.Second {
+		t.Fatalf("after the cancelled Wait the next reservation waits %v (%v), want about 10s", r.Delay, err)
+	}
+
+	// A deadline earlier than the reserved instant is refused at once, spending nothing.
+	dctx, cancel2 := context.WithTimeout(ctx, time.Second)
+	defer cancel2()
+	begin := time.Now()
+	if err := sluice.Wait(dctx, s, "c", long, 1); !errors.Is(err, sluice.ErrWaitExceedsDeadline) {
+		t.Fatalf("Wait beyond the deadline: %v, want ErrWaitExceedsDeadline", err)
+	}
+	if el := time.Since(begin); el > 50*time.Millisecond {
+		t.Fatalf("refusal took %v", el)
+	}
+	r2, _ := s.Reserve(ctx, "c", long, 1)
+	if r2.Delay-r.Delay < 9*time.Second {
+		t.Fatalf("the refused Wait spent a slot: delays %v then %v", r.Delay, r2.Delay)
+	}
+
+	// A done context is not even reserved.
+	if err := sluice.Wait(wctx, s, "fresh", l, 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait with a done context: %v", err)
+	}
+	if d, _ := s.AllowN(ctx, "fresh", l, 0); !d.Allowed {
+		t.Fatal("Wait with a done context spent quota")
+	}
+}

@@ -1,0 +1,171 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Reserver is implemented by stores that can pace: instead of denying a request that does
+// not fit now, Reserve spends its units at the earliest instant they fit and says when that
+// is, so that callers wait rather than fail. Many workers on many machines sharing one
+// Redis-backed Reserver thereby share one outbound quota (a third-party API allowing 50
+// requests per second, say): each acts at its reserved instant and the fleet's combined
+// stream obeys the limit.
+//
+// Only GCRA and LeakyBucket limits can be reserved; Reserve returns an error wrapping
+// ErrInvalidLimit for the others. Reservations and AllowN decisions on the same key and
+// Limit share one state: a reservation is exactly what AllowN would have allowed at the
+// reserved instant, so a key's admitted stream (reserved or not) holds to the algorithm's
+// bound, Burst + ⌊(d-1)/T⌋ units in any interval of length d.
+//
+// Reserve validates key, limit and n as AllowN does: n above Limit.MaxCost is an error
+// wrapping ErrCostExceedsLimit, not a refusal, since no wait would make it fit. n == 0
+// reserves nothing and is OK at once.
+//
+// The deadline of ctx, if it has one, is the longest the caller will wait: a reservation
+// whose instant would fall after it is refused (Reservation.OK is false) and spends
+// nothing. Without a deadline a reservation is made however far ahead its instant is.
+type Reserver interface {
+	Reserve(ctx context.Context, key string, limit Limit, n int64) (Reservation, error)
+}
+
+// Reservation is a store's promise that N units of a key's quota under Limit are spent for
+// use at At. The zero Reservation is not OK and cancels nothing.
+//
+// Copies of a Reservation share its cancellation: Cancel gives the units back at most once
+// however many copies call it.
+type Reservation struct {
+	// OK reports whether the units were reserved. When false nothing was spent: the
+	// reservation's instant would have been after the deadline of the context given to
+	// Reserve, and Delay and At say when it would have been.
+	OK bool
+	// Limit and N are the limit and cost reserved.
+	Limit Limit
+	N     int64
+	// Delay is the wait from the store's decision to the reserved instant, on the store's
+	// clock (Redis's TIME for the Redis store). 0 means at once.
+	Delay time.Duration
+	// At is the reserved instant on the local clock: the time the store's answer arrived
+	// plus Delay. Acting at At is never early by the store's clock, since the decision was
+	// made before its answer arrived.
+	At time.Time
+
+	cancel *canceler
+}
+
+// canceler gives a reservation back at most once.
+type canceler struct {
+	mu   sync.Mutex
+	done bool
+	f    func(context.Context) (bool, error)
+}
+
+// WithCancel returns a copy of r whose Cancel calls f, at most once with success, to give
+// the units back. It is for stores implementing Reserver. f reports whether the store gave
+// the units back; an error lets a later Cancel try again.
+func (r Reservation) WithCancel(f func(ctx context.Context) (bool, error)) Reservation {
+	r.cancel = &canceler{f: f}
+	return r
+}
+
+// Cancel tells the store that the reserved units will not be used and gives them back
+// where the algorithm allows, reporting whether it did. The rule is exact: the units come
+// back, and the key's state becomes exactly what it would be had the reservation never been
+// made, if and only if
+//
+//   - the reserved instant has not come (on the store's clock): a reservation with Delay 0
+//     is used at once and never comes back, and
+//   - nothing was spent on the key under the same Limit since the reservation: a later
+//     reservation or decision has taken the slots after it, and giving back a slot in front
+//     of theirs would let a newcomer take it on top of them, exceeding the bound.
+//
+// Otherwise nothing changes and Cancel returns false. This is stricter than
+// golang.org/x/time/rate, which also gives back the part of an overtaken reservation that
+// later ones did not use, at the price of its bound. Cancelling a reservation that is not
+// OK, or cancelling twice, returns false without asking the store.
+func (r Reservation) Cancel(ctx context.Context) (bool, error) {
+	c := r.cancel
+	if !r.OK || c == nil {
+		return false, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done {
+		return false, nil
+	}
+	ok, err := c.f(ctx)
+	if err != nil {
+		return false, err
+	}
+	c.done = true
+	return ok, nil
+}
+
+// ErrWaitExceedsDeadline: Wait refused to wait, since the reserved instant would fall
+// after the deadline of its context. Nothing is spent. It is not a context error: the
+// context has not expired yet.
+var ErrWaitExceedsDeadline = errors.New("sluice: wait would exceed the context deadline")
+
+// cancelBudget bounds the store round trip Wait spends giving a reservation back after its
+// context ended.
+const cancelBudget = 250 * time.Millisecond
+
+// Wait reserves n units of key's quota under limit with r and sleeps until the reserved
+// instant. It returns nil when the caller may proceed.
+//
+//   - If ctx is already done, it returns ctx.Err() without reserving.
+//   - If the reserved instant would fall after the deadline of ctx, it returns an error
+//     wrapping ErrWaitExceedsDeadline at once, having spent nothing (the store refuses the
+//     reservation; should the store's answer arrive so late that the instant has slipped
+//     past the deadline, the reservation is cancelled).
+//   - If ctx ends while it sleeps, it cancels the reservation (see Reservation.Cancel: the
+//     units come back unless a later reservation has overtaken them) and returns
+//     ctx.Err(). The cancellation is one store round trip, given at most 250ms and never
+//     beyond the reserved instant, after which there would be nothing to give back.
+//   - Errors from Reserve (bad input, a store failure) are returned as they are.
+//
+// n == 0 returns nil at once (after checking ctx).
+func Wait(ctx context.Context, r Reserver, key string, limit Limit, n int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	res, err := r.Reserve(ctx, key, limit, n)
+	if err != nil {
+		return err
+	}
+	if !res.OK {
+		return fmt.Errorf("%w: %d units of %v would wait %v", ErrWaitExceedsDeadline, n, limit, res.Delay)
+	}
+	if deadline, ok := ctx.Deadline(); ok && res.At.After(deadline) {
+		giveBack(ctx, res)
+		return fmt.Errorf("%w: %d units of %v would wait %v", ErrWaitExceedsDeadline, n, limit, res.Delay)
+	}
+	d := time.Until(res.At)
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		giveBack(ctx, res)
+		return ctx.Err()
+	}
+}
+
+// giveBack cancels res on behalf of a caller whose context has ended or will end before
+// res.At, within cancelBudget and before res.At.
+func giveBack(ctx context.Context, res Reservation) {
+	deadline := time.Now().Add(cancelBudget)
+	if res.At.Before(deadline) {
+		deadline = res.At
+	}
+	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	defer cancel()
+	_, _ = res.Cancel(cctx) // best effort: the caller's answer is its context's error
+}
