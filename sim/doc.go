@@ -1,0 +1,41 @@
+// Package sim is sluice's traffic simulator: it runs deterministic traffic patterns against
+// every algorithm on a virtual clock, through a real store (package memory, or package
+// redisstore with the client clock), and measures where each algorithm strays from the
+// exact sliding window. It backs `sluice simulate` (RunCLI) and writes a self-contained
+// HTML report with a chart per pattern and algorithm.
+//
+//	report, err := sim.Run(ctx, sim.Config{Seed: 1})
+//	report.WriteTable(os.Stdout)
+//	report.WriteHTML(f)
+//
+// # Determinism
+//
+// Every run starts its virtual clock at Epoch (2026-01-01T00:00:00Z, a boundary of every
+// window that divides a day) and moves it only to the time of the next request, so a
+// decision never depends on the host. A pattern's arrivals are drawn from a PCG generator
+// seeded with Config.Seed and the pattern's name; the same seed gives byte-identical JSON,
+// CSV, table and HTML, whatever Config.Parallel is.
+//
+// # What is measured
+//
+// For each (pattern, algorithm) pair, one Result: requests, admitted, denied; the largest
+// number of units admitted for one key in any rolling window (t-Period, t] over Rate
+// (max_window_ratio: 1 is exact, the fixed window reaches 2 at boundaries); false allows and
+// false denies against the exact sliding log, judged request by request over the run's own
+// admitted history; for the window counters the mean error of their count of the window;
+// whether every Retry-After was honest, tested by looking (a cost-0 AllowN, which spends
+// nothing) exactly at the instant it named — which must allow — and 1µs earlier — which must
+// deny — whenever nothing else was admitted on the key meanwhile; and the bytes of algorithm
+// state per key.
+//
+// Separately, for each pattern, an Estimate treats the sliding window counter as a rate
+// estimator on the raw traffic, as Cloudflare measured theirs, so that sluice's figures can
+// be set beside Cloudflare's published ones (see Patterns for the cloudflare workload).
+//
+// # Patterns
+//
+// Patterns lists the built-in ones: steady traffic at 0.5×, 1× and 2× the limit; Poisson;
+// on/off bursts; bursts synchronised to window boundaries; CDN edge batching; many keys of
+// Zipf popularity; clients that honour Retry-After; and the Cloudflare-like population. A
+// Pattern is plain data plus an arrival generator, so callers can simulate their own.
+package sim

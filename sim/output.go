@@ -1,0 +1,116 @@
+package sim
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+)
+
+// WriteJSON writes the results as an indented JSON list, one object per (pattern,
+// algorithm), with the fields documented on Result. The same seed gives the same bytes.
+func (r *Report) WriteJSON(w io.Writer) error {
+	results := r.Results
+	if results == nil {
+		results = []Result{}
+	}
+	b, err := json.MarshalIndent(results, "", "  ")
+	if err != nil {
+		return fmt.Errorf("sim: encoding JSON: %w", err)
+	}
+	b = append(b, '\n')
+	_, err = w.Write(b)
+	return err
+}
+
+// csvHeader is the first CSV row; WriteCSV's columns are in this order.
+var csvHeader = []string{
+	"pattern", "algorithm", "limit", "keys", "requests", "admitted", "denied",
+	"max_window_ratio", "false_allows", "false_denies", "false_allow_rate", "false_deny_rate",
+	"rate_error", "retry_after_checks", "retry_after_late", "retry_after_early",
+	"retry_after_honest", "state_bytes_per_key",
+}
+
+// WriteCSV writes the results as CSV with a header row; rate_error is empty where it does
+// not apply.
+func (r *Report) WriteCSV(w io.Writer) error {
+	cw := csv.NewWriter(w)
+	cw.Write(csvHeader)
+	for _, x := range r.Results {
+		rateErr := ""
+		if x.RateError != nil {
+			rateErr = ftoa(*x.RateError)
+		}
+		cw.Write([]string{
+			x.Pattern, x.Algorithm.String(), x.Limit, strconv.Itoa(x.Keys),
+			itoa(x.Requests), itoa(x.Admitted), itoa(x.Denied), ftoa(x.MaxWindowRatio),
+			itoa(x.FalseAllows), itoa(x.FalseDenies), ftoa(x.FalseAllowRate), ftoa(x.FalseDenyRate),
+			rateErr, itoa(x.RetryAfterChecks), itoa(x.RetryAfterLate), itoa(x.RetryAfterEarly),
+			strconv.FormatBool(x.RetryAfterHonest), ftoa(x.StateBytesPerKey),
+		})
+	}
+	cw.Flush()
+	if err := cw.Error(); err != nil {
+		return fmt.Errorf("sim: writing CSV: %w", err)
+	}
+	return nil
+}
+
+// WriteTable writes the results as an aligned text table for a terminal.
+func (r *Report) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "pattern\talgorithm\trequests\tadmitted\tdenied\tmax window\tfalse allow\tfalse deny\trate error\tretry-after\tstate B/key\t")
+	prev := ""
+	for _, x := range r.Results {
+		name := x.Pattern
+		if name == prev {
+			name = ""
+		}
+		prev = x.Pattern
+		rateErr := "-"
+		if x.RateError != nil {
+			rateErr = pct(*x.RateError)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.3f×\t%s\t%s\t%s\t%s\t%s\t\n",
+			name, x.Algorithm, x.Requests, x.Admitted, x.Denied, x.MaxWindowRatio,
+			pct(x.FalseAllowRate), pct(x.FalseDenyRate), rateErr, honesty(x), bytesPerKey(x.StateBytesPerKey))
+	}
+	return tw.Flush()
+}
+
+func honesty(x Result) string {
+	switch {
+	case x.RetryAfterChecks == 0:
+		return "-"
+	case x.RetryAfterHonest && x.RetryAfterEarly == 0:
+		return fmt.Sprintf("exact (%d)", x.RetryAfterChecks)
+	case x.RetryAfterHonest:
+		return fmt.Sprintf("honest, %d early", x.RetryAfterEarly)
+	}
+	return fmt.Sprintf("%d of %d LATE", x.RetryAfterLate, x.RetryAfterChecks)
+}
+
+func itoa(v int64) string   { return strconv.FormatInt(v, 10) }
+func ftoa(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+
+// pct formats a fraction as a percentage with enough digits for small rates (0.003%).
+func pct(f float64) string {
+	switch {
+	case f == 0:
+		return "0%"
+	case f < 0.0001:
+		return fmt.Sprintf("%.4f%%", 100*f)
+	case f < 0.01:
+		return fmt.Sprintf("%.3f%%", 100*f)
+	}
+	return fmt.Sprintf("%.1f%%", 100*f)
+}
+
+func bytesPerKey(b float64) string {
+	if b == float64(int64(b)) {
+		return strconv.FormatInt(int64(b), 10)
+	}
+	return fmt.Sprintf("%.1f", b)
+}

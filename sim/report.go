@@ -1,0 +1,257 @@
+package sim
+
+import (
+	_ "embed"
+	"fmt"
+	"html"
+	"html/template"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+//go:embed report.html.tmpl
+var reportTemplate string
+
+var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
+	"pct":   pct,
+	"dur":   humanDuration,
+	"ratio": func(f float64) string { return fmt.Sprintf("%.3f×", f) },
+	"bytes": bytesPerKey,
+	"retry": honesty,
+	"rateErr": func(p *float64) string {
+		if p == nil {
+			return "–"
+		}
+		return pct(*p)
+	},
+	// ratioClass grades a max_window_ratio: exact, over, or about double.
+	"ratioClass": func(f float64) string {
+		switch {
+		case f > 1.5:
+			return "bad"
+		case f > 1:
+			return "warn"
+		}
+		return "ok"
+	},
+	"nonzero": func(f float64) string {
+		if f > 0 {
+			return "warn"
+		}
+		return "ok"
+	},
+	"retryClass": func(x Result) string {
+		if !x.RetryAfterHonest {
+			return "bad"
+		}
+		return "ok"
+	},
+	"millions": func(n int64) string {
+		if n >= 1_000_000 {
+			return fmt.Sprintf("%.1f million", float64(n)/1e6)
+		}
+		return fmt.Sprintf("%d", n)
+	},
+}).Parse(reportTemplate))
+
+type reportView struct {
+	Seed       uint64
+	Store      string
+	Patterns   []patternView
+	Results    []Result
+	Estimates  []Estimate
+	Cloudflare *cloudflareView
+}
+
+type patternView struct {
+	Pattern
+	ID       string
+	LimitStr string
+	Charts   []template.HTML
+}
+
+type cloudflareView struct {
+	Published struct {
+		Requests, Sources  int64
+		WrongRate, MeanDif float64
+	}
+	Estimate  Estimate
+	Workload  string
+	Duration  time.Duration
+	Limit     sluice.Limit
+	EndToEnd  *Result // the sliding_window run, if any
+	Reference *Result // the sliding_log run, if any
+}
+
+// WriteHTML writes a self-contained HTML report: a comparison with Cloudflare's published
+// accuracy (when the cloudflare pattern ran), a summary table, and per pattern a chart per
+// algorithm of the charted key's admitted and denied requests over time and its rolling
+// window count against the limit. Everything is inline (SVG and CSS; no scripts, fonts or
+// external resources), and the same report gives the same bytes.
+func (r *Report) WriteHTML(w io.Writer) error {
+	v := reportView{Seed: r.Seed, Store: r.Store, Results: r.Results, Estimates: r.Estimates}
+	for i, p := range r.Patterns {
+		pv := patternView{Pattern: p, ID: "pattern-" + p.Name, LimitStr: fmt.Sprintf("%d per %s", p.Limit.Rate, humanDuration(p.Limit.Period))}
+		var rs []Result
+		for _, x := range r.Results {
+			if x.Pattern == p.Name {
+				rs = append(rs, x)
+			}
+		}
+		scale := chartScale(rs)
+		for _, x := range rs {
+			pv.Charts = append(pv.Charts, chartSVG(p, x, scale))
+		}
+		v.Patterns = append(v.Patterns, pv)
+		if p.Name == "cloudflare" && i < len(r.Estimates) {
+			cf := &cloudflareView{Estimate: r.Estimates[i], Workload: CloudflareWorkload, Duration: p.Duration, Limit: p.Limit}
+			cf.Published.Requests, cf.Published.Sources = CloudflareRequests, CloudflareSources
+			cf.Published.WrongRate, cf.Published.MeanDif = CloudflareWrongRate, CloudflareMeanDifference
+			for j := range rs {
+				switch rs[j].Algorithm {
+				case sluice.SlidingWindow:
+					cf.EndToEnd = &rs[j]
+				case sluice.SlidingLog:
+					cf.Reference = &rs[j]
+				}
+			}
+			v.Cloudflare = cf
+		}
+	}
+	if err := reportTmpl.Execute(w, v); err != nil {
+		return fmt.Errorf("sim: writing the HTML report: %w", err)
+	}
+	return nil
+}
+
+// scale is shared by a pattern's charts so that they compare at a glance.
+type scale struct {
+	perBin int64 // the largest admitted+denied in a bin
+	window int64 // the top of the window panel: at least 2·Rate
+	rate   int64
+}
+
+func chartScale(rs []Result) scale {
+	var s scale
+	for _, x := range rs {
+		s.rate = x.Timeline.Rate
+		s.window = max(s.window, 2*x.Timeline.Rate)
+		for i := range x.Timeline.Admitted {
+			s.perBin = max(s.perBin, x.Timeline.Admitted[i]+x.Timeline.Denied[i])
+			s.window = max(s.window, x.Timeline.Window[i])
+		}
+	}
+	s.perBin = max(s.perBin, 1)
+	return s
+}
+
+// Chart geometry, in SVG user units.
+const (
+	chartW     = 420
+	chartH     = 236
+	plotX      = 44
+	plotW      = 364
+	barsTop    = 34
+	barsH      = 78
+	windowTop  = 134
+	windowH    = 72
+	axisLabelY = 226
+)
+
+// chartSVG draws one algorithm's timeline: stacked admitted/denied bars per bin above, the
+// rolling-window count (a step line) against the limit (dashed) below. Each series is one
+// element with class "series <name>" so that tests and readers can find it.
+func chartSVG(p Pattern, x Result, s scale) template.HTML {
+	tl := x.Timeline
+	n := len(tl.Admitted)
+	bw := float64(plotW) / float64(n)
+	var b strings.Builder
+	esc := html.EscapeString
+	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %d" role="img" data-pattern="%s" data-algorithm="%s" aria-label="%s under %s">`,
+		chartW, chartH, esc(p.Name), x.Algorithm, esc(p.Name), x.Algorithm)
+	fmt.Fprintf(&b, `<text class="title" x="%d" y="14">%s</text>`, plotX, x.Algorithm)
+	fmt.Fprintf(&b, `<text class="sub" x="%d" y="14" text-anchor="end">%d admitted · %d denied · peak %.2f× limit</text>`,
+		plotX+plotW, sum(tl.Admitted), sum(tl.Denied), float64(maxOf(tl.Window))/float64(tl.Rate))
+
+	// Bars.
+	y0 := float64(barsTop + barsH)
+	fmt.Fprintf(&b, `<line class="axis" x1="%d" y1="%.1f" x2="%d" y2="%.1f"/>`, plotX, y0, plotX+plotW, y0)
+	fmt.Fprintf(&b, `<text class="tick" x="%d" y="%d" text-anchor="end">%d</text>`, plotX-4, barsTop+4, s.perBin)
+	fmt.Fprintf(&b, `<text class="tick" x="%d" y="%.1f" text-anchor="end">0</text>`, plotX-4, y0)
+	fmt.Fprintf(&b, `<text class="tick" x="%d" y="%d">requests per %s</text>`, plotX+2, barsTop-4, humanDuration(tl.BinWidth))
+	var adm, den strings.Builder
+	for i := range n {
+		x0 := float64(plotX) + float64(i)*bw
+		ha := float64(tl.Admitted[i]) / float64(s.perBin) * barsH
+		hd := float64(tl.Denied[i]) / float64(s.perBin) * barsH
+		if ha > 0 {
+			fmt.Fprintf(&adm, "M%.2f %.2fh%.2fv%.2fh%.2fz", x0, y0-ha, bw*0.85, ha, -bw*0.85)
+		}
+		if hd > 0 {
+			fmt.Fprintf(&den, "M%.2f %.2fh%.2fv%.2fh%.2fz", x0, y0-ha-hd, bw*0.85, hd, -bw*0.85)
+		}
+	}
+	fmt.Fprintf(&b, `<path class="series admitted" d="%s"><title>admitted</title></path>`, adm.String())
+	fmt.Fprintf(&b, `<path class="series denied" d="%s"><title>denied</title></path>`, den.String())
+
+	// Rolling window against the limit.
+	wy := func(v int64) float64 { return float64(windowTop+windowH) - float64(v)/float64(s.window)*windowH }
+	fmt.Fprintf(&b, `<line class="axis" x1="%d" y1="%.1f" x2="%d" y2="%.1f"/>`, plotX, wy(0), plotX+plotW, wy(0))
+	fmt.Fprintf(&b, `<text class="tick" x="%d" y="%d">units admitted in the last %s</text>`, plotX+2, windowTop-4, humanDuration(p.Limit.Period))
+	for _, v := range []int64{0, s.rate, 2 * s.rate} {
+		fmt.Fprintf(&b, `<text class="tick" x="%d" y="%.1f" text-anchor="end">%d</text>`, plotX-4, wy(v)+3, v)
+	}
+	fmt.Fprintf(&b, `<line class="series limit" x1="%d" y1="%.2f" x2="%d" y2="%.2f"><title>limit %d</title></line>`,
+		plotX, wy(s.rate), plotX+plotW, wy(s.rate), s.rate)
+	var line strings.Builder
+	fmt.Fprintf(&line, "M%d %.2f", plotX, wy(0))
+	for i := range n {
+		fmt.Fprintf(&line, "V%.2fH%.2f", wy(tl.Window[i]), float64(plotX)+float64(i+1)*bw)
+	}
+	fmt.Fprintf(&b, `<path class="series window" d="%s"><title>rolling window count</title></path>`, line.String())
+
+	// Time axis.
+	d := p.Duration
+	for _, f := range []float64{0, 0.5, 1} {
+		anchor := map[float64]string{0: "start", 0.5: "middle", 1: "end"}[f]
+		fmt.Fprintf(&b, `<text class="tick" x="%.1f" y="%d" text-anchor="%s">%s</text>`,
+			float64(plotX)+f*plotW, axisLabelY, anchor, humanDuration(time.Duration(f*float64(d)).Round(time.Second)))
+	}
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String())
+}
+
+func sum(v []int64) int64 {
+	var s int64
+	for _, x := range v {
+		s += x
+	}
+	return s
+}
+
+func maxOf(v []int64) int64 {
+	var m int64
+	for _, x := range v {
+		m = max(m, x)
+	}
+	return m
+}
+
+// humanDuration prints whole minutes and seconds the way people write them ("10 min",
+// "30 s", "250 ms").
+func humanDuration(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "0 s"
+	case d%time.Minute == 0:
+		return fmt.Sprintf("%d min", d/time.Minute)
+	case d%time.Second == 0:
+		return fmt.Sprintf("%d s", d/time.Second)
+	case d%time.Millisecond == 0 && d < time.Second:
+		return fmt.Sprintf("%d ms", d/time.Millisecond)
+	}
+	return d.String()
+}
