@@ -1,0 +1,651 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/keys"
+)
+
+// CheckRequest is the body of POST /v1/check, /v1/peek and /v1/reset. It names either a
+// sluice policy and the identity it limits (Policy, Key, and optionally Tier and a route
+// given by Method and Path) or an envoyproxy/ratelimit domain and descriptors.
+type CheckRequest struct {
+	// Policy is the name of a sluice policy; Key the identity it limits: a client IP
+	// address for key: ip policies (IPv6 aggregated to the configured prefix), a user ID
+	// for key: user, or the raw API key for key: api_key (hashed at once; it is never
+	// stored or logged).
+	Policy string `json:"policy,omitempty"`
+	Key    string `json:"key,omitempty"`
+	// Tier is the identity's tier ("free", "pro"); empty or unknown means the policy's
+	// default tier.
+	Tier string `json:"tier,omitempty"`
+	// Method, Path and Host describe the request being limited, when the policy's route
+	// limits should apply too (matched as http.ServeMux matches patterns).
+	Method string `json:"method,omitempty"`
+	Path   string `json:"path,omitempty"`
+	Host   string `json:"host,omitempty"`
+
+	// Domain and Descriptors are an Envoy-style request against an envoyproxy/ratelimit
+	// domain.
+	Domain      string       `json:"domain,omitempty"`
+	Descriptors []Descriptor `json:"descriptors,omitempty"`
+
+	// Cost is how many units the request spends (default 1; 0 only looks).
+	Cost *int64 `json:"cost,omitempty"`
+}
+
+// Descriptor is one Envoy rate limit descriptor in a CheckRequest.
+type Descriptor struct {
+	Entries []Entry `json:"entries"`
+	// Limit overrides the configured limit, as RateLimitDescriptor.limit does.
+	Limit *LimitOverride `json:"limit,omitempty"`
+	// Cost, when set, replaces the request's Cost for this descriptor (hits_addend).
+	Cost *int64 `json:"cost,omitempty"`
+}
+
+// Entry is one key/value pair of a Descriptor.
+type Entry struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// LimitOverride is a per-descriptor limit: RequestsPerUnit per Unit (second, minute,
+// hour, day, week, month, year).
+type LimitOverride struct {
+	RequestsPerUnit uint32 `json:"requests_per_unit"`
+	Unit            string `json:"unit"`
+}
+
+// CheckResponse is the answer of /v1/check and /v1/peek.
+type CheckResponse struct {
+	// Allowed reports whether the request passes (every enforced limit allowed it).
+	Allowed bool `json:"allowed"`
+	// RetryAfterMs is, for a denied request, the time until it would pass, rounded up to
+	// milliseconds.
+	RetryAfterMs int64 `json:"retry_after_ms,omitempty"`
+	// Limits has one entry per limit that applied (policy, tier, route) or per descriptor,
+	// in order.
+	Limits []LimitStatus `json:"limits"`
+}
+
+// LimitStatus is one limit's part of a CheckResponse.
+type LimitStatus struct {
+	// Name is the policy's name (a route limit's is "<policy> <pattern>"), or the
+	// rate_limit name, else the full key, of an Envoy rule.
+	Name string `json:"name,omitempty"`
+	// Status is "limited", "blocked" (requests_per_unit 0), "unlimited", "replaced" or
+	// "no_match".
+	Status string `json:"status"`
+	// OverLimit reports whether this limit is exceeded (in shadow mode too).
+	OverLimit bool `json:"over_limit"`
+	// Shadow limits are decided and reported but never deny.
+	Shadow bool `json:"shadow,omitempty"`
+	// Source says where a policy's limit came from: "policy", "tier:<name>", "override"
+	// or "route".
+	Source string `json:"source,omitempty"`
+	Route  string `json:"route,omitempty"`
+
+	Algorithm string `json:"algorithm,omitempty"`
+	Rate      int64  `json:"rate,omitempty"`
+	Period    string `json:"period,omitempty"`
+	Burst     int64  `json:"burst,omitempty"`
+
+	Remaining    int64 `json:"remaining"`
+	ResetAfterMs int64 `json:"reset_after_ms"`
+	RetryAfterMs int64 `json:"retry_after_ms"`
+	// DecidedBy is "store", or the failure mode that decided while the store was away
+	// ("open", "closed", "local").
+	DecidedBy string `json:"decided_by,omitempty"`
+}
+
+// ResetResponse is the answer of /v1/reset: the limits whose state was forgotten.
+type ResetResponse struct {
+	Reset []string `json:"reset"`
+}
+
+// maxBody bounds a request body.
+const maxBody = 64 << 10
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/check", s.handleCheck(apiCheck, false))
+	mux.HandleFunc("POST /v1/peek", s.handleCheck(apiPeek, true))
+	mux.HandleFunc("GET /v1/peek", s.handlePeekQuery)
+	mux.HandleFunc("POST /v1/reset", s.admin(s.handleReset))
+	mux.HandleFunc("GET /v1/config", s.admin(s.handleConfig))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeText(w, http.StatusOK, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.checkReady(r.Context()); err != nil {
+			writeText(w, http.StatusServiceUnavailable, "not ready: "+err.Error())
+			return
+		}
+		writeText(w, http.StatusOK, "ready")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	return mux
+}
+
+func writeText(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	fmt.Fprintln(w, msg)
+}
+
+// apiError is an error with the HTTP status it is answered with.
+type apiError struct {
+	status int
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func badRequest(format string, args ...any) error {
+	return &apiError{http.StatusBadRequest, fmt.Sprintf(format, args...)}
+}
+
+// writeError answers err as an RFC 9457 problem: its status for an apiError, 400 for bad
+// input, 503 (with Retry-After) for a store that is down or failing closed, else 500.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) string {
+	p := &httplimit.Problem{Type: httplimit.ProblemBlank}
+	code := "error"
+	var ae *apiError
+	switch {
+	case errors.As(err, &ae):
+		p.Status, p.Detail, code = ae.status, ae.msg, "invalid"
+	case sluice.IsBadInput(err):
+		p.Status, p.Detail, code = http.StatusBadRequest, err.Error(), "invalid"
+	default:
+		p.Status, code = http.StatusServiceUnavailable, "unavailable"
+		p.Detail = "The rate limiter is unavailable; retry after 1 second."
+		w.Header().Set("Retry-After", "1")
+		if !errors.Is(err, sluice.ErrStoreUnavailable) {
+			s.metrics.storeErrors.Inc()
+			s.log.LogAttrs(r.Context(), slog.LevelError, "rate limit not decided",
+				slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+		}
+	}
+	p.Title = http.StatusText(p.Status)
+	p.ServeHTTP(w, r)
+	return code
+}
+
+func decodeCheck(w http.ResponseWriter, r *http.Request) (*CheckRequest, error) {
+	var req CheckRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return nil, badRequest("malformed JSON body: %v", err)
+	}
+	if dec.More() {
+		return nil, badRequest("malformed JSON body: more than one value")
+	}
+	return &req, nil
+}
+
+func (s *Server) handleCheck(api string, peek bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		code := s.serveCheck(w, r, peek)
+		s.metrics.observe(api, code, time.Since(start))
+	}
+}
+
+func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request, peek bool) string {
+	req, err := decodeCheck(w, r)
+	if err != nil {
+		return s.writeError(w, r, err)
+	}
+	if peek {
+		zero := int64(0)
+		req.Cost = &zero
+		for i := range req.Descriptors {
+			req.Descriptors[i].Cost = nil
+		}
+	}
+	return s.answer(w, r, req, !peek)
+}
+
+// handlePeekQuery is GET /v1/peek?policy=...&key=...&tier=...&method=...&path=... or
+// ?domain=...&descriptor=k1=v1,k2=v2 (repeated, one per descriptor; keys and values
+// URL-escaped within the parameter's value).
+func (s *Server) handlePeekQuery(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	q := r.URL.Query()
+	zero := int64(0)
+	req := &CheckRequest{
+		Policy: q.Get("policy"), Key: q.Get("key"), Tier: q.Get("tier"),
+		Method: q.Get("method"), Path: q.Get("path"), Host: q.Get("host"),
+		Domain: q.Get("domain"), Cost: &zero,
+	}
+	var code string
+	for _, d := range q["descriptor"] {
+		desc, err := parseDescriptor(d)
+		if err != nil {
+			code = s.writeError(w, r, err)
+			s.metrics.observe(apiPeek, code, time.Since(start))
+			return
+		}
+		req.Descriptors = append(req.Descriptors, desc)
+	}
+	code = s.answer(w, r, req, false)
+	s.metrics.observe(apiPeek, code, time.Since(start))
+}
+
+// parseDescriptor parses "k1=v1,k2=v2", each key and value URL-unescaped.
+func parseDescriptor(s string) (Descriptor, error) {
+	var d Descriptor
+	for part := range strings.SplitSeq(s, ",") {
+		k, v, ok := strings.Cut(part, "=")
+		if !ok {
+			return d, badRequest("descriptor %q: entry %q is not key=value", s, part)
+		}
+		ku, err1 := url.QueryUnescape(k)
+		vu, err2 := url.QueryUnescape(v)
+		if err1 != nil || err2 != nil || ku == "" {
+			return d, badRequest("descriptor %q: malformed entry %q", s, part)
+		}
+		d.Entries = append(d.Entries, Entry{Key: ku, Value: vu})
+	}
+	return d, nil
+}
+
+// answer decides req and writes the CheckResponse: 200 when allowed, 429 when denied
+// (only when enforce; a peek always answers 200), with the RateLimit fields.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, req *CheckRequest, enforce bool) string {
+	cfg := s.config()
+	items, ctx, err := s.items(r.Context(), cfg, req)
+	if err != nil {
+		return s.writeError(w, r, err)
+	}
+	allowed, err := s.decide(ctx, items)
+	if err != nil {
+		return s.writeError(w, r, err)
+	}
+	if s.shadowMode {
+		allowed = true
+	}
+	resp := CheckResponse{Allowed: allowed, Limits: make([]LimitStatus, len(items))}
+	var ra time.Duration
+	if !allowed {
+		ra = retryAfter(items)
+		resp.RetryAfterMs = ceilMillis(ra)
+	}
+	for i := range items {
+		resp.Limits[i] = limitStatus(&items[i])
+	}
+	h := w.Header()
+	hra := ra
+	if !enforce {
+		hra = 0
+	}
+	if p, l, retry := rateLimitHeaders(items, hra); p != "" {
+		h.Set(httplimit.HeaderRateLimitPolicy, p)
+		h.Set(httplimit.HeaderRateLimit, l)
+		if retry != "" {
+			h.Set(httplimit.HeaderRetryAfter, retry)
+		}
+	} else if retry != "" {
+		h.Set(httplimit.HeaderRetryAfter, retry)
+	}
+	status, code := http.StatusOK, "ok"
+	if !allowed {
+		code = "over_limit"
+		if enforce {
+			status = http.StatusTooManyRequests
+		}
+		s.logDenied(ctx, req.Policy+req.Domain, items)
+	}
+	writeJSON(w, status, resp)
+	return code
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, _ := json.Marshal(v)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)+1))
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
+
+func limitStatus(it *item) LimitStatus {
+	ls := LimitStatus{
+		Name:      it.name,
+		Status:    it.status.String(),
+		OverLimit: it.over(),
+		Shadow:    it.shadow,
+		Source:    it.source,
+		Route:     it.route,
+	}
+	switch it.status {
+	case config.Limited:
+		l := it.limit
+		if it.decided && it.dec.Limit != (sluice.Limit{}) {
+			l = it.dec.Limit
+		}
+		ls.Algorithm, ls.Rate, ls.Period, ls.Burst = l.Algorithm.String(), l.Rate, l.Period.String(), l.Burst
+	case config.Blocked:
+		ls.Algorithm, ls.Period = sluice.FixedWindow.String(), it.dec.Limit.Period.String()
+	}
+	if it.decided {
+		ls.Remaining = it.dec.Remaining
+		ls.ResetAfterMs = ceilMillis(it.dec.ResetAfter)
+		ls.RetryAfterMs = ceilMillis(it.dec.RetryAfter)
+		ls.DecidedBy = it.dec.Path.String()
+	}
+	return ls
+}
+
+// items turns a CheckRequest into the items to decide, and the context to decide them
+// with (carrying the policy's failure mode).
+func (s *Server) items(ctx context.Context, cfg *config.Config, req *CheckRequest) ([]item, context.Context, error) {
+	n := int64(1)
+	if req.Cost != nil {
+		n = *req.Cost
+	}
+	if n < 0 {
+		return nil, nil, badRequest("cost must not be negative, got %d", n)
+	}
+	switch {
+	case req.Policy != "" && req.Domain != "":
+		return nil, nil, badRequest("name a policy or a domain, not both")
+	case req.Policy != "":
+		if len(req.Descriptors) > 0 {
+			return nil, nil, badRequest("descriptors belong to a domain, not to policy %q", req.Policy)
+		}
+		p, ok := cfg.Policy(req.Policy)
+		if !ok {
+			return nil, nil, &apiError{http.StatusNotFound, fmt.Sprintf("no policy named %q", req.Policy)}
+		}
+		items, err := s.policyItems(cfg, p, req, n)
+		if err != nil {
+			return nil, nil, err
+		}
+		return items, s.decisionContext(ctx, cfg, p.Name, p.FailureMode, p.LocalShare), nil
+	case req.Domain != "":
+		if len(req.Descriptors) == 0 {
+			return nil, nil, badRequest("rate limit descriptor list must not be empty")
+		}
+		descs := make([]config.Descriptor, len(req.Descriptors))
+		mults := make([]uint32, len(req.Descriptors))
+		hits := make([]int64, len(req.Descriptors))
+		for i, d := range req.Descriptors {
+			if len(d.Entries) == 0 {
+				return nil, nil, badRequest("descriptor %d has no entries", i)
+			}
+			descs[i].Entries = make([]config.Entry, len(d.Entries))
+			for j, e := range d.Entries {
+				descs[i].Entries[j] = config.Entry{Key: e.Key, Value: e.Value}
+			}
+			if d.Limit != nil {
+				u, err := config.ParseUnit(d.Limit.Unit)
+				if err != nil {
+					return nil, nil, badRequest("descriptor %d: limit: %v", i, err)
+				}
+				descs[i].Override = &config.LimitOverride{RequestsPerUnit: d.Limit.RequestsPerUnit, Unit: u}
+			}
+			hits[i] = n
+			if d.Cost != nil {
+				if *d.Cost < 0 {
+					return nil, nil, badRequest("descriptor %d: cost must not be negative", i)
+				}
+				hits[i] = *d.Cost
+			}
+		}
+		dom, ok := cfg.Domain(req.Domain)
+		if !ok {
+			s.metrics.unknownDomain.Inc()
+			items := make([]item, len(descs)) // all NoMatch, as Envoy's unknown domain
+			return items, ctx, nil
+		}
+		items, err := s.domainItems(dom, descs, mults, hits)
+		if err != nil {
+			return nil, nil, badRequest("%v", err)
+		}
+		return items, s.decisionContext(ctx, cfg, dom.Name, config.FailureUnset, 0), nil
+	}
+	return nil, nil, badRequest("name a policy (with key) or a domain (with descriptors)")
+}
+
+// policyItems are the limits of one identity under policy p: the policy's limit (an
+// override, the tier's or the policy's own) and, when the request names a method and
+// path that match one of the policy's routes, that route's limit. The store keys are the
+// ones the httplimit middleware (and so `sluice proxy`) uses for the same identity,
+// policy, route and tier, so the JSON API and the gateway share counters.
+func (s *Server) policyItems(cfg *config.Config, p *config.Policy, req *CheckRequest, n int64) ([]item, error) {
+	if req.Key == "" {
+		return nil, badRequest("policy %q needs a key (the %s it limits)", p.Name, p.Key.Type)
+	}
+	id, err := s.identity(cfg, p, req.Key)
+	if err != nil {
+		return nil, err
+	}
+	limit, source := p.LimitFor(id.ID, req.Tier)
+	keyTier := ""
+	if source == "tier:"+req.Tier && req.Tier != "" {
+		keyTier = req.Tier
+	}
+	items := []item{{
+		name:   p.Name,
+		status: config.Limited,
+		source: source,
+		key:    keys.Of(p.Name, id, "", keyTier).String(),
+		limit:  limit,
+		n:      n,
+		shadow: p.Shadow,
+	}}
+	if req.Path != "" || req.Method != "" {
+		rt, ok, err := policyRoute(p, req)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			name := RouteLimitName(p.Name, rt.Pattern)
+			items = append(items, item{
+				name:   name,
+				status: config.Limited,
+				source: "route",
+				route:  rt.Pattern,
+				key:    keys.Of(name, id, rt.Pattern, "").String(),
+				limit:  rt.Limit,
+				n:      n,
+				shadow: p.Shadow,
+			})
+		}
+	}
+	return items, nil
+}
+
+// RouteLimitName is the name of policy's limit on one route pattern, in headers, JSON
+// answers and store keys: "<policy> <pattern>".
+func RouteLimitName(policy, pattern string) string { return policy + " " + pattern }
+
+func policyRoute(p *config.Policy, req *CheckRequest) (config.Route, bool, error) {
+	method := req.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	path := req.Path
+	if !strings.HasPrefix(path, "/") {
+		return config.Route{}, false, badRequest("path must start with '/', got %q", path)
+	}
+	host := req.Host
+	if host == "" {
+		host = "localhost"
+	}
+	hr, err := http.NewRequest(method, "http://"+host+path, nil)
+	if err != nil {
+		return config.Route{}, false, badRequest("method %q, host %q, path %q: %v", method, host, path, err)
+	}
+	rt, ok := p.Route(hr)
+	return rt, ok, nil
+}
+
+// identity returns the identity a policy limits for the key of a CheckRequest.
+func (s *Server) identity(cfg *config.Config, p *config.Policy, key string) (keys.Identity, error) {
+	switch p.Key.Type {
+	case config.KeyIP:
+		addr, err := netip.ParseAddr(key)
+		if err != nil {
+			return keys.Identity{}, badRequest("policy %q limits client IPs: key %q is not an IP address", p.Name, key)
+		}
+		addr = addr.Unmap().WithZone("")
+		bits := 32
+		if addr.Is6() {
+			bits = cfg.Identity.IPv6Prefix
+			if bits <= 0 {
+				bits = config.DefaultIPv6Prefix
+			}
+		}
+		prefix, err := addr.Prefix(bits)
+		if err != nil {
+			return keys.Identity{}, badRequest("key %q: %v", key, err)
+		}
+		return keys.Identity{Kind: keys.IP, ID: keys.PrefixID(prefix)}, nil
+	case config.KeyUser:
+		return keys.Identity{Kind: keys.User, ID: key}, nil
+	case config.KeyAPIKey:
+		h, err := s.hasher(cfg)
+		if err != nil {
+			return keys.Identity{}, err
+		}
+		return h.Identity(key), nil
+	}
+	return keys.Identity{}, fmt.Errorf("server: policy %q has unknown key type %v", p.Name, p.Key.Type)
+}
+
+// admin guards an admin endpoint: it needs "Authorization: Bearer <token>" with the
+// configured token, compared in constant time. Without a configured token every request
+// is refused (403); a missing or wrong token gets 401. The token is never logged.
+func (s *Server) admin(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		want, err := s.adminToken()
+		if err != nil || want == "" {
+			s.metrics.adminDenied.Inc()
+			p := &httplimit.Problem{Type: httplimit.ProblemBlank, Status: http.StatusForbidden,
+				Title:  http.StatusText(http.StatusForbidden),
+				Detail: "Admin endpoints are disabled: no admin token is configured."}
+			p.ServeHTTP(w, r)
+			return
+		}
+		got, ok := bearer(r)
+		// Compare digests so that neither the length nor the content of the token leaks
+		// through timing.
+		gs, ws := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
+		if !ok || subtle.ConstantTimeCompare(gs[:], ws[:]) != 1 {
+			s.metrics.adminDenied.Inc()
+			s.log.LogAttrs(r.Context(), slog.LevelWarn, "admin request refused",
+				slog.String("path", r.URL.Path), slog.String("remote", r.RemoteAddr))
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
+			p := &httplimit.Problem{Type: httplimit.ProblemBlank, Status: http.StatusUnauthorized,
+				Title:  http.StatusText(http.StatusUnauthorized),
+				Detail: "A valid admin token is required (Authorization: Bearer <token>)."}
+			p.ServeHTTP(w, r)
+			return
+		}
+		next(w, r)
+	}
+}
+
+func bearer(r *http.Request) (string, bool) {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}
+
+func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	code := s.serveReset(w, r)
+	s.metrics.observe(apiReset, code, time.Since(start))
+}
+
+func (s *Server) serveReset(w http.ResponseWriter, r *http.Request) string {
+	req, err := decodeCheck(w, r)
+	if err != nil {
+		return s.writeError(w, r, err)
+	}
+	cfg := s.config()
+	items, ctx, err := s.items(r.Context(), cfg, req)
+	if err != nil {
+		return s.writeError(w, r, err)
+	}
+	resp := ResetResponse{Reset: []string{}}
+	for i := range items {
+		it := &items[i]
+		if it.status != config.Limited {
+			continue
+		}
+		if err := s.limiter.Reset(ctx, it.key, it.limit); err != nil {
+			return s.writeError(w, r, err)
+		}
+		resp.Reset = append(resp.Reset, it.name)
+	}
+	s.log.LogAttrs(ctx, slog.LevelInfo, "limits reset", slog.Any("limits", resp.Reset),
+		slog.String("policy", req.Policy), slog.String("domain", req.Domain))
+	writeJSON(w, http.StatusOK, resp)
+	return "ok"
+}
+
+func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
+	b, err := s.config().Dump()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Write(b)
+}
+
+// logDenied logs the limits that denied one request, with what the limiter saw, at Debug
+// level (the observe decorator keeps the decision log proper).
+func (s *Server) logDenied(ctx context.Context, what string, items []item) {
+	if !s.log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	for i := range items {
+		it := &items[i]
+		if !it.over() {
+			continue
+		}
+		attrs := []slog.Attr{
+			slog.String("for", what),
+			slog.String("limit", it.name),
+			slog.String("key", it.key),
+			slog.Bool("shadow", it.shadow),
+			slog.String("status", it.status.String()),
+		}
+		if it.decided {
+			attrs = append(attrs,
+				slog.String("applied", it.dec.Limit.String()),
+				slog.Int64("remaining", it.dec.Remaining),
+				slog.Duration("retry_after", it.dec.RetryAfter),
+				slog.String("decided_by", it.dec.Path.String()))
+		}
+		s.log.LogAttrs(ctx, slog.LevelDebug, "rate limit exceeded", attrs...)
+	}
+}

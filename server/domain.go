@@ -1,0 +1,61 @@
+package server
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+)
+
+// domainItems matches the descriptors of one request against an envoyproxy/ratelimit
+// domain and returns one item per descriptor. mults[i] > 1 is descriptor i's limit
+// override unit_multiplier; hits[i] its cost. The error is about the request (an override
+// with an unknown unit or an impossible period).
+func (s *Server) domainItems(dom *config.Domain, descs []config.Descriptor, mults []uint32, hits []int64) ([]item, error) {
+	matches, err := dom.Match(descs)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	items := make([]item, len(matches))
+	for i, m := range matches {
+		it := &items[i]
+		it.status, it.rule, it.shadow, it.n = m.Status, m.Rule, m.Shadow, hits[i]
+		if m.Rule == nil {
+			continue
+		}
+		it.name = m.Rule.Name
+		if it.name == "" {
+			it.name = m.Rule.FullKey
+		}
+		limit := m.Limit
+		period := m.Rule.Unit.Period()
+		if k := mults[i]; k > 1 {
+			it.unitMultiplier = k
+			if period > sluice.MaxPeriod/time.Duration(k) {
+				return nil, fmt.Errorf("descriptor %d: limit override of %d × %v is too long", i, k, m.Rule.Unit)
+			}
+			period *= time.Duration(k)
+			if limit.Rate > 0 {
+				limit.Period = period
+			}
+		}
+		switch m.Status {
+		case config.Limited:
+			if err := limit.Validate(); err != nil {
+				return nil, fmt.Errorf("descriptor %d: %w", i, err)
+			}
+			it.key, it.limit = m.Key, limit
+		case config.Blocked:
+			reset := windowReset(now, period)
+			it.dec = sluice.Decision{
+				Limit:      sluice.Limit{Algorithm: sluice.FixedWindow, Period: period},
+				RetryAfter: reset,
+				ResetAfter: reset,
+			}
+			it.decided = true
+		}
+	}
+	return items, nil
+}

@@ -1,0 +1,262 @@
+package server
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/dunglas/httpsfv"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// desc builds a descriptor from key, value pairs, as Envoy's rate limit actions do.
+func desc(kv ...string) *ratelimitv3.RateLimitDescriptor {
+	d := &ratelimitv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+func withHits(d *ratelimitv3.RateLimitDescriptor, n uint64) *ratelimitv3.RateLimitDescriptor {
+	d.HitsAddend = wrapperspb.UInt64(n)
+	return d
+}
+
+func withOverride(d *ratelimitv3.RateLimitDescriptor, rpu uint32, unit typev3.RateLimitUnit, mult uint32) *ratelimitv3.RateLimitDescriptor {
+	d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rpu, Unit: unit}
+	if mult > 0 {
+		d.Limit.UnitMultiplier = wrapperspb.UInt32(mult)
+	}
+	return d
+}
+
+type (
+	resp    = rlsv3.RateLimitResponse
+	status_ = rlsv3.RateLimitResponse_DescriptorStatus
+)
+
+const (
+	ok   = rlsv3.RateLimitResponse_OK
+	over = rlsv3.RateLimitResponse_OVER_LIMIT
+)
+
+func cur(name string, rpu uint32, unit rlsv3.RateLimitResponse_RateLimit_Unit) *rlsv3.RateLimitResponse_RateLimit {
+	return &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: rpu, Unit: unit}
+}
+
+func st(code rlsv3.RateLimitResponse_Code, limit *rlsv3.RateLimitResponse_RateLimit, remaining uint32, reset time.Duration) *status_ {
+	s := &status_{Code: code, CurrentLimit: limit, LimitRemaining: remaining}
+	if limit != nil {
+		s.DurationUntilReset = durationpb.New(reset)
+	}
+	return s
+}
+
+var (
+	noLimit   = &status_{Code: ok}
+	unlimited = &status_{Code: ok, LimitRemaining: math.MaxUint32}
+)
+
+func hdrs(kv ...string) []*corev3.HeaderValue {
+	var h []*corev3.HeaderValue
+	for i := 0; i+1 < len(kv); i += 2 {
+		h = append(h, &corev3.HeaderValue{Key: kv[i], Value: kv[i+1]})
+	}
+	return h
+}
+
+// envoyStep is one ShouldRateLimit call and its complete expected answer.
+type envoyStep struct {
+	name    string
+	req     *rlsv3.RateLimitRequest
+	want    *resp
+	wantErr codes.Code
+}
+
+func edgeReq(descs ...*ratelimitv3.RateLimitDescriptor) *rlsv3.RateLimitRequest {
+	return &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: descs}
+}
+
+const (
+	minute = rlsv3.RateLimitResponse_RateLimit_MINUTE
+	hour   = rlsv3.RateLimitResponse_RateLimit_HOUR
+	day    = rlsv3.RateLimitResponse_RateLimit_DAY
+	second = rlsv3.RateLimitResponse_RateLimit_SECOND
+)
+
+// envoySteps run in order against one server whose clock stands at t0 (20 s into the
+// minute, hour and day).
+func envoySteps() []envoyStep {
+	ra := cur("", 3, minute)
+	mk := cur("", 5, day)
+	ten := 40 * time.Second // to the end of t0's minute
+	dayLeft := 24*time.Hour - 20*time.Second
+	return []envoyStep{
+		{"first of 3 per minute", edgeReq(desc("remote_address", "1.1.1.1")), &resp{
+			OverallCode: ok, Statuses: []*status_{st(ok, ra, 2, ten)},
+			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"edge.remote_address";q=3;w=60`, "RateLimit", `"edge.remote_address";r=2;t=40`),
+		}, 0},
+		{"second", edgeReq(desc("remote_address", "1.1.1.1")), &resp{
+			OverallCode: ok, Statuses: []*status_{st(ok, ra, 1, ten)},
+			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"edge.remote_address";q=3;w=60`, "RateLimit", `"edge.remote_address";r=1;t=40`),
+		}, 0},
+		{"third", edgeReq(desc("remote_address", "1.1.1.1")), &resp{
+			OverallCode: ok, Statuses: []*status_{st(ok, ra, 0, ten)},
+			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"edge.remote_address";q=3;w=60`, "RateLimit", `"edge.remote_address";r=0;t=40`),
+		}, 0},
+		{"fourth is over the limit until the window ends", edgeReq(desc("remote_address", "1.1.1.1")), &resp{
+			OverallCode: over, Statuses: []*status_{st(over, ra, 0, ten)},
+			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"edge.remote_address";q=3;w=60`, "RateLimit", `"edge.remote_address";r=0;t=40`, "Retry-After", "40"),
+		}, 0},
+		{"another address has its own counter", edgeReq(desc("remote_address", "1.1.1.2")), &resp{
+			OverallCode: ok, Statuses: []*status_{st(ok, ra, 2, ten)},
+			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"edge.remote_address";q=3;w=60`, "RateLimit", `"edge.remote_address";r=2;t=40`),
+		}, 0},
+		{"requests_per_unit 0 blocks", edgeReq(desc("remote_address", "50.0.0.5")), &resp{
+			OverallCode: over, Statuses: []*status_{st(over, cur("", 0, hour), 0, time.Hour-20*time.Second)},
+			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"edge.remote_address_50.0.0.5";q=0;w=3600`, "RateLimit", `"edge.remote_address_50.0.0.5";r=0;t=3580`, "Retry-After", "3580"),
+		}, 0},
+		{"wildcard unlimited never touches the store", edgeReq(desc("remote_address", "10.1.2.3")), &resp{
+			OverallCode: ok, Statuses: []*status_{unlimited},
+		}, 0},
+		{"nested entries with request hits_addend 2", &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 2,
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("message_type", "marketing", "to_number", "555")}}, &resp{
+			OverallCode: ok, Statuses: []*status_{st(ok, mk, 3, dayLeft)},
+			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"edge.message_type_marketing.to_number";q=5;w=86400`, "RateLimit", `"edge.message_type_marketing.to_number";r=3;t=86380`),
+		}, 0},
+		{"descriptor hits_addend 3 overrides the request's 1", &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 1,
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{withHits(desc("message_type", "marketing", "to_number", "555"), 3)}}, &resp{
+			OverallCode: ok, Statuses: []*status_{st(ok, mk, 0, dayLeft)},
+			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"edge.message_type_marketing.to_number";q=5;w=86400`, "RateLimit", `"edge.message_type_marketing.to_number";r=0;t=86380`),
+		}, 0},
+		{"a nested entry alone matches nothing", edgeReq(desc("to_number", "555")), &resp{
+			OverallCode: ok, Statuses: []*status_{noLimit},
+		}, 0},
+		{"several descriptors: one exhausted denies, the others spend nothing",
+			edgeReq(desc("remote_address", "1.1.1.1"), desc("message_type", "marketing", "to_number", "777"), desc("unknown", "x")), &resp{
+				OverallCode: over, Statuses: []*status_{st(over, ra, 0, ten), st(ok, mk, 5, 0), noLimit},
+				ResponseHeadersToAdd: hdrs(
+					"RateLimit-Policy", `"edge.remote_address";q=3;w=60, "edge.message_type_marketing.to_number";q=5;w=86400`,
+					"RateLimit", `"edge.remote_address";r=0;t=40, "edge.message_type_marketing.to_number";r=5;t=0`,
+					"Retry-After", "40"),
+			}, 0},
+		{"the number the denied request named is untouched", edgeReq(desc("message_type", "marketing", "to_number", "777")), &resp{
+			OverallCode: ok, Statuses: []*status_{st(ok, mk, 4, dayLeft)},
+			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"edge.message_type_marketing.to_number";q=5;w=86400`, "RateLimit", `"edge.message_type_marketing.to_number";r=4;t=86380`),
+		}, 0},
+		{"limit override replaces the configured limit", edgeReq(withOverride(desc("remote_address", "4.4.4.4"), 1, typev3.RateLimitUnit_SECOND, 0)), &resp{
+			OverallCode: ok, Statuses: []*status_{st(ok, cur("", 1, second), 0, time.Second)},
+			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"edge.remote_address_4.4.4.4";q=1;w=1`, "RateLimit", `"edge.remote_address_4.4.4.4";r=0;t=1`),
+		}, 0},
+		{"override exhausted", edgeReq(withOverride(desc("remote_address", "4.4.4.4"), 1, typev3.RateLimitUnit_SECOND, 0)), &resp{
+			OverallCode: over, Statuses: []*status_{st(over, cur("", 1, second), 0, time.Second)},
+			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"edge.remote_address_4.4.4.4";q=1;w=1`, "RateLimit", `"edge.remote_address_4.4.4.4";r=0;t=1`, "Retry-After", "1"),
+		}, 0},
+		{"override with unit_multiplier: 2 per 30 s", edgeReq(withOverride(desc("remote_address", "4.4.4.4"), 2, typev3.RateLimitUnit_SECOND, 30)), &resp{
+			OverallCode: ok, Statuses: []*status_{{Code: ok, CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: 2, Unit: second, UnitMultiplier: wrapperspb.UInt32(30)},
+				LimitRemaining: 1, DurationUntilReset: durationpb.New(10 * time.Second)}},
+			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"edge.remote_address_4.4.4.4";q=2;w=30`, "RateLimit", `"edge.remote_address_4.4.4.4";r=1;t=10`),
+		}, 0},
+		{"gcra extension, burst 2", edgeReq(desc("api", "k1")), &resp{
+			OverallCode: ok, Statuses: []*status_{st(ok, cur("", 600, minute), 1, 100*time.Millisecond)},
+			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"edge.api";q=600;w=60`, "RateLimit", `"edge.api";r=1;t=1`),
+		}, 0},
+		{"gcra burst spent", edgeReq(desc("api", "k1")), &resp{
+			OverallCode: ok, Statuses: []*status_{st(ok, cur("", 600, minute), 0, 200*time.Millisecond)},
+			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"edge.api";q=600;w=60`, "RateLimit", `"edge.api";r=0;t=1`),
+		}, 0},
+		{"gcra over: duration_until_reset is the time until a retry passes", edgeReq(desc("api", "k1")), &resp{
+			OverallCode: over, Statuses: []*status_{st(over, cur("", 600, minute), 0, 100*time.Millisecond)},
+			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"edge.api";q=600;w=60`, "RateLimit", `"edge.api";r=0;t=1`, "Retry-After", "1"),
+		}, 0},
+		{"shadow mode: first", edgeReq(desc("shadow", "s")), &resp{
+			OverallCode: ok, Statuses: []*status_{st(ok, cur("", 1, minute), 0, ten)},
+			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"edge.shadow";q=1;w=60`, "RateLimit", `"edge.shadow";r=0;t=40`),
+		}, 0},
+		{"shadow mode: over the limit but OK", edgeReq(desc("shadow", "s")), &resp{
+			OverallCode: ok, Statuses: []*status_{st(ok, cur("", 1, minute), 0, ten)},
+			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"edge.shadow";q=1;w=60`, "RateLimit", `"edge.shadow";r=0;t=40`),
+		}, 0},
+		{"replaces: premium replaces the tenant default", edgeReq(desc("tenant", "acme"), desc("premium", "yes")), &resp{
+			OverallCode: ok, Statuses: []*status_{noLimit, st(ok, cur("premium", 10, minute), 9, ten)},
+			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"premium";q=10;w=60`, "RateLimit", `"premium";r=9;t=40`),
+		}, 0},
+		{"without premium the tenant default applies", edgeReq(desc("tenant", "acme")), &resp{
+			OverallCode: ok, Statuses: []*status_{st(ok, cur("tenant_default", 2, minute), 1, ten)},
+			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"tenant_default";q=2;w=60`, "RateLimit", `"tenant_default";r=1;t=40`),
+		}, 0},
+		{"is_negative_hits only looks", edgeReq(func() *ratelimitv3.RateLimitDescriptor {
+			d := withHits(desc("tenant", "acme"), 1)
+			d.IsNegativeHits = true
+			return d
+		}()), &resp{
+			OverallCode: ok, Statuses: []*status_{st(ok, cur("tenant_default", 2, minute), 1, ten)},
+			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"tenant_default";q=2;w=60`, "RateLimit", `"tenant_default";r=1;t=40`),
+		}, 0},
+		{"unknown domain limits nothing", &rlsv3.RateLimitRequest{Domain: "nope",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("remote_address", "1.1.1.1"), desc("a", "b")}}, &resp{
+			OverallCode: ok, Statuses: []*status_{noLimit, noLimit},
+		}, 0},
+		{"empty domain", &rlsv3.RateLimitRequest{Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b")}}, nil, codes.InvalidArgument},
+		{"no descriptors", &rlsv3.RateLimitRequest{Domain: "edge"}, nil, codes.InvalidArgument},
+		{"descriptor without entries", edgeReq(&ratelimitv3.RateLimitDescriptor{}), nil, codes.InvalidArgument},
+		{"override with an unknown unit", edgeReq(withOverride(desc("remote_address", "9.9.9.9"), 1, typev3.RateLimitUnit_UNKNOWN, 0)), nil, codes.InvalidArgument},
+	}
+}
+
+func TestShouldRateLimit(t *testing.T) {
+	for _, k := range stores {
+		t.Run(k.name, func(t *testing.T) {
+			r, _ := newServer(t, k, loadConfig(t, "edge.yaml"), Options{})
+			ctx := context.Background()
+			for _, step := range envoySteps() {
+				got, err := r.rls.ShouldRateLimit(ctx, step.req)
+				if step.wantErr != 0 {
+					if status.Code(err) != step.wantErr {
+						t.Fatalf("%s: error %v, want code %v", step.name, err, step.wantErr)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("%s: %v", step.name, err)
+				}
+				if !proto.Equal(got, step.want) {
+					t.Fatalf("%s:\ngot  %s\nwant %s", step.name, prototext.Format(got), prototext.Format(step.want))
+				}
+				for _, h := range got.ResponseHeadersToAdd {
+					switch h.Key {
+					case "RateLimit-Policy", "RateLimit":
+						if _, err := httpsfv.UnmarshalList([]string{h.Value}); err != nil {
+							t.Errorf("%s: %s is not a structured-field list: %v", step.name, h.Key, err)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestShouldRateLimitGlobalShadowMode: with Options.ShadowMode every answer is OK, while
+// the descriptors still report being over the limit.
+func TestShouldRateLimitGlobalShadowMode(t *testing.T) {
+	r, _ := newServer(t, stores[0], loadConfig(t, "edge.yaml"), Options{ShadowMode: true})
+	req := edgeReq(desc("remote_address", "50.0.0.5"))
+	got, err := r.rls.ShouldRateLimit(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.OverallCode != ok || got.Statuses[0].Code != over {
+		t.Fatalf("overall %v, descriptor %v; want OK overall and OVER_LIMIT for the descriptor", got.OverallCode, got.Statuses[0].Code)
+	}
+}

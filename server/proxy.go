@@ -1,0 +1,199 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/keys"
+)
+
+// ProxyOptions configures a Proxy. Limiter and Upstream are required.
+type ProxyOptions struct {
+	// Limiter decides (see Options.Limiter).
+	Limiter sluice.Limiter
+	// Upstream is where allowed requests are sent.
+	Upstream *url.URL
+	// Watcher or Config is the configuration whose sluice policies apply, as in Options.
+	Watcher *config.Watcher
+	Config  *config.Config
+	// LegacyHeaders adds X-RateLimit-Limit, -Remaining and -Reset.
+	LegacyHeaders bool
+	// Logger receives the middleware's decision records and rebuild errors. Nil discards.
+	Logger *slog.Logger
+	// Transport sends requests upstream; nil means http.DefaultTransport.
+	Transport http.RoundTripper
+}
+
+// Proxy is a reverse proxy that applies the configuration's sluice policies with the
+// httplimit middleware in front of an upstream: the gateway placement. Each policy
+// becomes a middleware policy (its limit, tiers and overrides, keyed by client IP, user
+// header or API-key header), and each of its routes one more policy named
+// RouteLimitName(policy, pattern), so the store keys are the ones the JSON API uses.
+//
+// When the configuration is reloaded the middleware is rebuilt for the next request;
+// counters live in the store and survive. A configuration the middleware cannot take
+// (see PoliciesFor) keeps the previous middleware in force, and is logged.
+type Proxy struct {
+	opts  ProxyOptions
+	proxy *httputil.ReverseProxy
+
+	hashers *hashers
+
+	mu    sync.Mutex
+	built *config.Config
+	h     http.Handler
+}
+
+// NewProxy returns a Proxy. The configuration in force must be one PoliciesFor accepts.
+func NewProxy(opts ProxyOptions) (*Proxy, error) {
+	if opts.Limiter == nil || opts.Upstream == nil {
+		return nil, errors.New("server: ProxyOptions.Limiter and Upstream are required")
+	}
+	if opts.Config == nil {
+		opts.Config = config.Default()
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	up := opts.Upstream
+	p := &Proxy{opts: opts, hashers: newHashers(opts.Logger)}
+	p.proxy = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(up)
+			pr.SetXForwarded()
+		},
+		Transport: opts.Transport,
+		ErrorLog:  slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
+	}
+	if _, err := p.handler(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Proxy) config() *config.Config {
+	if p.opts.Watcher != nil {
+		return p.opts.Watcher.Config()
+	}
+	return p.opts.Config
+}
+
+// handler returns the middleware for the configuration in force, rebuilding it after a
+// reload.
+func (p *Proxy) handler() (http.Handler, error) {
+	cfg := p.config()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if cfg == p.built {
+		return p.h, nil
+	}
+	mw, err := p.build(cfg)
+	if err != nil {
+		p.built = cfg // report once per configuration
+		if p.h == nil {
+			return nil, err
+		}
+		p.opts.Logger.Error("proxy keeps its previous policies: the new configuration cannot be applied",
+			slog.String("error", err.Error()))
+		return p.h, nil
+	}
+	p.built, p.h = cfg, mw.Handler(p.proxy)
+	return p.h, nil
+}
+
+func (p *Proxy) build(cfg *config.Config) (*httplimit.Middleware, error) {
+	h, err := p.hashers.get(cfg)
+	if err != nil {
+		return nil, err
+	}
+	policies, tier, err := PoliciesFor(cfg, h)
+	if err != nil {
+		return nil, err
+	}
+	return httplimit.New(httplimit.Config{
+		Limiter:       p.opts.Limiter,
+		Policies:      policies,
+		Tier:          tier,
+		LegacyHeaders: p.opts.LegacyHeaders,
+		Logger:        p.opts.Logger,
+	})
+}
+
+// ServeHTTP rate-limits r and, when it is allowed, forwards it upstream.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h, _ := p.handler() // never nil after NewProxy
+	h.ServeHTTP(w, r)
+}
+
+// PoliciesFor translates the sluice policies of cfg into httplimit policies and the tier
+// function of an httplimit.Config. The client IP is found as cfg.Identity says (trusted
+// proxies, IPv6 prefix); API keys are hashed with h.
+//
+// httplimit has one tier function for all policies, so the policies that have tiers must
+// all read them from the same header; and it matches route patterns across all policies
+// as one ServeMux, so two policies cannot limit the same pattern. Configurations that
+// break either rule are refused.
+func PoliciesFor(cfg *config.Config, h *keys.Hasher) ([]httplimit.Policy, func(*http.Request) string, error) {
+	ip := &keys.ClientIP{TrustedProxies: cfg.Identity.TrustedProxies, IPv6Prefix: cfg.Identity.IPv6Prefix}
+	var tierHeader, tierPolicy string
+	var out []httplimit.Policy
+	for _, p := range cfg.Policies {
+		var key httplimit.KeyFunc
+		var kind keys.Kind
+		switch p.Key.Type {
+		case config.KeyIP:
+			key, kind = httplimit.ByIP(ip), keys.IP
+		case config.KeyUser:
+			key, kind = httplimit.ByUser(httplimit.Header(p.Key.Header)), keys.User
+		case config.KeyAPIKey:
+			key, kind = httplimit.ByAPIKey(h, httplimit.Header(p.Key.Header)), keys.APIKey
+		default:
+			return nil, nil, fmt.Errorf("policy %q: unknown key type %v", p.Name, p.Key.Type)
+		}
+		if len(p.Tiers) > 0 && p.TierHeader != "" {
+			if tierHeader != "" && !equalFoldHeader(tierHeader, p.TierHeader) {
+				return nil, nil, fmt.Errorf("policies %q and %q read tiers from different headers (%s, %s); the proxy supports one tier header",
+					tierPolicy, p.Name, tierHeader, p.TierHeader)
+			}
+			tierHeader, tierPolicy = p.TierHeader, p.Name
+		}
+		limit, _ := p.LimitFor("", "")
+		hp := httplimit.Policy{Name: p.Name, Limit: limit, Key: key, Shadow: p.Shadow}
+		if len(p.Tiers) > 0 && p.TierHeader != "" {
+			hp.Tiers = make(map[string]sluice.Limit, len(p.Tiers))
+			for _, t := range p.Tiers {
+				hp.Tiers[t.Name] = t.Limit
+			}
+		}
+		if len(p.Overrides) > 0 {
+			hp.Overrides = make(map[keys.Identity]sluice.Limit, len(p.Overrides))
+			for _, o := range p.Overrides {
+				hp.Overrides[keys.Identity{Kind: kind, ID: o.ID}] = o.Limit
+			}
+		}
+		out = append(out, hp)
+		for _, rt := range p.Routes {
+			out = append(out, httplimit.Policy{
+				Name: RouteLimitName(p.Name, rt.Pattern), Route: rt.Pattern,
+				Limit: rt.Limit, Key: key, Shadow: p.Shadow,
+			})
+		}
+	}
+	var tier func(*http.Request) string
+	if tierHeader != "" {
+		tier = func(r *http.Request) string { return r.Header.Get(tierHeader) }
+	}
+	return out, tier, nil
+}
+
+func equalFoldHeader(a, b string) bool {
+	return http.CanonicalHeaderKey(a) == http.CanonicalHeaderKey(b)
+}

@@ -1,0 +1,347 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/failover"
+	"github.com/sluicehq/sluice/keys"
+	"github.com/sluicehq/sluice/observe"
+)
+
+// DefaultShutdownTimeout is how long Serve waits for requests in flight when its context
+// ends, if Options.ShutdownTimeout is 0.
+const DefaultShutdownTimeout = 15 * time.Second
+
+// DefaultReadyTimeout bounds one readiness probe of the store.
+const DefaultReadyTimeout = time.Second
+
+// RateLimitServiceName is the gRPC service this package implements, as the gRPC health
+// service knows it.
+const RateLimitServiceName = "envoy.service.ratelimit.v3.RateLimitService"
+
+// Options configures a Server. Only Limiter is required.
+type Options struct {
+	// Limiter decides. If it implements sluice.MultiLimiter, the limits of one request
+	// are decided in one atomic call. Wrap it in failover (deadlines, fail modes) and
+	// observe (logs, metrics) decorators as needed; the Server sets failover's Fallback
+	// per request from the policy's failure mode.
+	Limiter sluice.Limiter
+	// Watcher, when set, supplies the configuration in force (hot reload); its reload
+	// counters are exported as metrics. Otherwise Config is used, and config.Default()
+	// when Config is nil too.
+	Watcher *config.Watcher
+	Config  *config.Config
+	// FailureMode is the failure mode of policies and domains when neither they nor the
+	// configuration's store block name one (FailureUnset: failover's own default).
+	FailureMode config.FailureMode
+	// ShadowMode answers every request as allowed, as the reference implementation's
+	// global SHADOW_MODE: limits are still decided, counted, logged and reported.
+	ShadowMode bool
+	// AdminToken returns the token that guards the admin endpoints. Nil reads it from the
+	// configuration in force (config.Admin.Token), and from $SLUICE_ADMIN_TOKEN when the
+	// configuration has no admin block. An error or an empty token disables them: every
+	// admin request is refused.
+	AdminToken func() (string, error)
+	// Ready reports whether the store is reachable, for /readyz and the gRPC health
+	// service. Nil uses the Limiter's Ping(context.Context) error method when it has one,
+	// else the store counts as always reachable.
+	Ready func(context.Context) error
+	// Registry receives the server's metrics and is what /metrics serves. Nil creates a
+	// registry with the Go and process collectors.
+	Registry *prometheus.Registry
+	// Logger receives one record per denied request, store errors, reloads and shutdown.
+	// Nil discards.
+	Logger *slog.Logger
+	// ShutdownTimeout bounds how long Serve waits for requests in flight
+	// (DefaultShutdownTimeout when 0).
+	ShutdownTimeout time.Duration
+	// Now is the clock for windows the store does not decide (requests_per_unit 0).
+	// Nil means time.Now.
+	Now func() time.Time
+}
+
+// Server is the rate limit service: the HTTP JSON API (Handler), Envoy's rate limit
+// service over gRPC (RegisterGRPC), health, metrics and admin endpoints. It is safe for
+// concurrent use.
+type Server struct {
+	limiter    sluice.Limiter
+	multi      sluice.MultiLimiter
+	watcher    *config.Watcher
+	static     *config.Config
+	mode       config.FailureMode
+	shadowMode bool
+	adminToken func() (string, error)
+	ready      func(context.Context) error
+	registry   *prometheus.Registry
+	metrics    *metrics
+	log        *slog.Logger
+	shutdown   time.Duration
+	now        func() time.Time
+	health     *health.Server
+	draining   atomic.Bool
+	hashers    *hashers
+}
+
+// New returns a Server.
+func New(opts Options) (*Server, error) {
+	if opts.Limiter == nil {
+		return nil, errors.New("server: Options.Limiter is required")
+	}
+	s := &Server{
+		limiter:    opts.Limiter,
+		watcher:    opts.Watcher,
+		static:     opts.Config,
+		mode:       opts.FailureMode,
+		shadowMode: opts.ShadowMode,
+		adminToken: opts.AdminToken,
+		ready:      opts.Ready,
+		registry:   opts.Registry,
+		log:        opts.Logger,
+		shutdown:   opts.ShutdownTimeout,
+		now:        opts.Now,
+		health:     health.NewServer(),
+	}
+	s.multi, _ = opts.Limiter.(sluice.MultiLimiter)
+	if s.static == nil {
+		s.static = config.Default()
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if s.shutdown <= 0 {
+		s.shutdown = DefaultShutdownTimeout
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.ready == nil {
+		if p, ok := opts.Limiter.(interface{ Ping(context.Context) error }); ok {
+			s.ready = p.Ping
+		} else {
+			s.ready = func(context.Context) error { return nil }
+		}
+	}
+	if s.adminToken == nil {
+		s.adminToken = func() (string, error) {
+			a := s.config().Admin
+			if a == (config.Admin{}) {
+				a.TokenEnv = "SLUICE_ADMIN_TOKEN"
+			}
+			return a.Token()
+		}
+	}
+	if s.registry == nil {
+		s.registry = prometheus.NewRegistry()
+		s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	m, err := newMetrics(s.registry, s.watcher)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
+	s.hashers = newHashers(s.log)
+	return s, nil
+}
+
+// config returns the configuration in force.
+func (s *Server) config() *config.Config {
+	if s.watcher != nil {
+		return s.watcher.Config()
+	}
+	return s.static
+}
+
+// Registry returns the registry /metrics serves, for other collectors (the observe
+// decorator's) to register with.
+func (s *Server) Registry() *prometheus.Registry { return s.registry }
+
+// decisionContext puts on ctx the name of the policy or domain being decided, for the
+// observe decorator's log and metrics, and its failure mode (mode, share; zero values
+// inherit) for a failover decorator: the policy's, else the configuration's store
+// default, else the server's default.
+func (s *Server) decisionContext(ctx context.Context, cfg *config.Config, name string, mode config.FailureMode, share float64) context.Context {
+	ctx = observe.WithPolicy(ctx, name)
+	if mode == config.FailureUnset {
+		mode = cfg.Store.FailureMode
+	}
+	if mode == config.FailureUnset {
+		mode = s.mode
+	}
+	if share == 0 {
+		share = cfg.Store.LocalShare
+	}
+	if mode == config.FailureUnset && share == 0 {
+		return ctx
+	}
+	f := failover.Fallback{Share: share}
+	switch mode {
+	case config.FailOpen:
+		f.Mode = failover.FailOpen
+	case config.FailClosed:
+		f.Mode = failover.FailClosed
+	case config.FailLocal:
+		f.Mode = failover.FailLocal
+	}
+	return failover.WithFallback(ctx, f)
+}
+
+func (s *Server) hasher(cfg *config.Config) (*keys.Hasher, error) { return s.hashers.get(cfg) }
+
+// Handler returns the HTTP API: the JSON endpoints under /v1/, /healthz, /readyz and
+// /metrics. See the package doc.
+func (s *Server) Handler() http.Handler { return s.routes() }
+
+// RegisterGRPC registers Envoy's rate limit service and the gRPC health service on g.
+func (s *Server) RegisterGRPC(g *grpc.Server) {
+	rlsv3.RegisterRateLimitServiceServer(g, &rls{s: s})
+	healthpb.RegisterHealthServer(g, s.health)
+}
+
+// NewGRPCServer returns a gRPC server with the rate limit and health services registered
+// and keepalive settings suited to Envoy's long-lived connections.
+func (s *Server) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
+	opts = append([]grpc.ServerOption{
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Minute, Timeout: 20 * time.Second}),
+	}, opts...)
+	g := grpc.NewServer(opts...)
+	s.RegisterGRPC(g)
+	return g
+}
+
+// Serve serves the HTTP API on httpLn and gRPC on grpcLn (either may be nil) until ctx
+// ends or a listener fails, then shuts down gracefully: readiness turns false and the
+// gRPC health service reports NOT_SERVING, the listeners stop accepting, and requests in
+// flight are finished, for at most ShutdownTimeout, after which the remaining
+// connections are closed. It returns nil after a shutdown caused by ctx, else the
+// listener's error. Serve does not close the Limiter: the caller does, after Serve
+// returns, when nothing can use it any more.
+func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
+	errc := make(chan error, 2)
+	var hs *http.Server
+	if httpLn != nil {
+		hs = &http.Server{
+			Handler:           s.Handler(),
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       2 * time.Minute,
+			ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		}
+		go func() {
+			if err := hs.Serve(httpLn); !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("server: HTTP: %w", err)
+			}
+		}()
+		s.log.Info("serving HTTP", slog.String("addr", httpLn.Addr().String()))
+	}
+	var gs *grpc.Server
+	if grpcLn != nil {
+		gs = s.NewGRPCServer()
+		go func() {
+			if err := gs.Serve(grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				errc <- fmt.Errorf("server: gRPC: %w", err)
+			}
+		}()
+		s.log.Info("serving gRPC", slog.String("addr", grpcLn.Addr().String()))
+	}
+	stopProbe := s.probeReady(ctx)
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	s.draining.Store(true)
+	stopProbe()
+	s.health.Shutdown()
+	s.log.Info("shutting down: finishing requests in flight", slog.Duration("timeout", s.shutdown))
+
+	sctx, cancel := context.WithTimeout(context.Background(), s.shutdown)
+	defer cancel()
+	var wg sync.WaitGroup
+	if hs != nil {
+		wg.Go(func() {
+			if err := hs.Shutdown(sctx); err != nil {
+				s.log.Warn("HTTP requests still in flight at the shutdown deadline were cut", slog.String("error", err.Error()))
+				hs.Close()
+			}
+		})
+	}
+	if gs != nil {
+		wg.Go(func() {
+			done := make(chan struct{})
+			go func() { gs.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+			case <-sctx.Done():
+				s.log.Warn("gRPC calls still in flight at the shutdown deadline were cut")
+				gs.Stop()
+				<-done
+			}
+		})
+	}
+	wg.Wait()
+	s.log.Info("shut down")
+	return err
+}
+
+// probeReady keeps the gRPC health status in step with the store's reachability until
+// the returned function is called.
+func (s *Server) probeReady(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	set := func() {
+		st := healthpb.HealthCheckResponse_SERVING
+		if err := s.checkReady(ctx); err != nil {
+			st = healthpb.HealthCheckResponse_NOT_SERVING
+		}
+		s.health.SetServingStatus("", st)
+		s.health.SetServingStatus(RateLimitServiceName, st)
+	}
+	set()
+	go func() {
+		defer close(done)
+		t := time.NewTicker(2 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				set()
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// checkReady reports why the service is not ready: shutting down, or the store is not
+// reachable.
+func (s *Server) checkReady(ctx context.Context) error {
+	if s.draining.Load() {
+		return errors.New("shutting down")
+	}
+	ctx, cancel := context.WithTimeout(ctx, DefaultReadyTimeout)
+	defer cancel()
+	if err := s.ready(ctx); err != nil {
+		return fmt.Errorf("store not reachable: %w", err)
+	}
+	return nil
+}
