@@ -51,7 +51,23 @@ func stateOf(s gobreaker.State) BreakerState {
 // While closed, the breaker counts the store calls of the last Window in rolling
 // one-tenth buckets. It opens when ConsecutiveFailures calls in a row have failed, or when
 // at least MinCalls calls were made in the Window and the share of failures among them
-// reached FailureRatio. Open, it lets no call through for OpenFor, then turns half-open
+// reached FailureRatio; either way only once the failures have gone on for FailingFor
+// (since the first of the streak, or the first in the Window).
+//
+// FailingFor matters because stores coalesce: the Redis store decides many concurrent
+// decisions in one script call, so one slow call fails them all at the same instant. A
+// burst of failures within a millisecond is one failure of the store, not many; failures
+// that go on for FailingFor are an outage.
+//
+// While half-open, each probe is a real decision sent to the store with ProbeTimeout
+// rather than the decision deadline, and detached from the caller's cancellation: the
+// caller is still released at the deadline (its decision made by the failure mode), but
+// the probe goes on, so that a store that needs longer than a deadline to come back (a
+// new connection, a TLS handshake) is not kept out by the deadline itself. A probe
+// counts as a success only if it answered within the deadline: a slower answer counts as
+// a failure (a store that answers in 100ms is no use with a 5ms deadline), but the
+// connection it made is there for the next probe. A probe that answers after its caller left has spent its
+// units in the store on top of the fallback decision: at most Probes units per OpenFor. Open, it lets no call through for OpenFor, then turns half-open
 // and lets Probes calls through: if they all succeed it closes (counts start afresh), and
 // the first failure opens it again for another OpenFor. Recovery needs no restart.
 //
@@ -59,8 +75,11 @@ func stateOf(s gobreaker.State) BreakerState {
 // or deadline, and a closed limiter neither trip the breaker nor count as successes.
 type Breaker struct {
 	// ConsecutiveFailures opens the breaker after this many failed calls in a row
-	// (default 5).
+	// (default 5), once the first of them is FailingFor old.
 	ConsecutiveFailures uint32
+	// FailingFor is how long failures must have gone on to open the breaker (default
+	// 50ms). A negative value means no minimum.
+	FailingFor time.Duration
 	// FailureRatio opens the breaker when this share of the calls in the Window failed
 	// (default 0.5), once MinCalls calls were made in it. Values outside (0, 1] take the
 	// default.
@@ -76,11 +95,16 @@ type Breaker struct {
 	// Probes is how many calls go through while half-open; this many successes in a row
 	// close the breaker (default 3).
 	Probes uint32
+	// ProbeTimeout bounds a probe's store call (default 1s); see above.
+	ProbeTimeout time.Duration
 }
 
 func (b Breaker) withDefaults() Breaker {
 	if b.ConsecutiveFailures == 0 {
 		b.ConsecutiveFailures = 5
+	}
+	if b.FailingFor == 0 {
+		b.FailingFor = 50 * time.Millisecond
 	}
 	if !(b.FailureRatio > 0 && b.FailureRatio <= 1) {
 		b.FailureRatio = 0.5
@@ -97,6 +121,9 @@ func (b Breaker) withDefaults() Breaker {
 	if b.Probes == 0 {
 		b.Probes = 3
 	}
+	if b.ProbeTimeout <= 0 {
+		b.ProbeTimeout = time.Second
+	}
 	return b
 }
 
@@ -106,6 +133,9 @@ func (b Breaker) settings(name string, onChange func(from, to BreakerState)) gob
 	if bucket <= 0 {
 		bucket = b.Window
 	}
+	// ReadyToTrip runs under the breaker's lock, on every failure while closed, with the
+	// counts already updated: the first failure of a streak (of the window) starts it.
+	var streakStart, windowStart time.Time
 	st := gobreaker.Settings{
 		Name:         name,
 		MaxRequests:  b.Probes,
@@ -113,10 +143,18 @@ func (b Breaker) settings(name string, onChange func(from, to BreakerState)) gob
 		BucketPeriod: bucket,
 		Timeout:      b.OpenFor,
 		ReadyToTrip: func(c gobreaker.Counts) bool {
-			if c.ConsecutiveFailures >= b.ConsecutiveFailures {
+			now := time.Now()
+			if c.ConsecutiveFailures <= 1 {
+				streakStart = now
+			}
+			if c.TotalFailures <= 1 {
+				windowStart = now
+			}
+			if c.ConsecutiveFailures >= b.ConsecutiveFailures && now.Sub(streakStart) >= b.FailingFor {
 				return true
 			}
-			return c.Requests >= b.MinCalls && float64(c.TotalFailures) >= b.FailureRatio*float64(c.Requests)
+			return c.Requests >= b.MinCalls && float64(c.TotalFailures) >= b.FailureRatio*float64(c.Requests) &&
+				now.Sub(windowStart) >= b.FailingFor
 		},
 		// The limiter reports only store failures as errors and excluded outcomes as
 		// errExcluded; everything else counts as a success.

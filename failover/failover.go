@@ -41,8 +41,8 @@ type Limiter struct {
 
 	closeMu  sync.RWMutex // held for reading while a call registers with calls
 	closed   atomic.Bool
-	stranded atomic.Int64   // store calls abandoned at their deadline and still running
-	calls    sync.WaitGroup // store calls running (answered or not)
+	pending  atomic.Int64   // store calls running, including those whose callers left
+	calls    sync.WaitGroup // the same, for Close
 }
 
 // Option configures a Limiter.
@@ -91,10 +91,12 @@ func WithFallbackFunc(f func(ctx context.Context, key string, limit sluice.Limit
 	return func(l *Limiter) { l.fbFunc = f }
 }
 
-// WithMaxPending bounds the store calls that may still be running after their decision
-// was released at the deadline (a store that ignores its context, a frozen server); while
-// n are, decisions use the failure mode without calling the store (Kind KindOverload), so
-// goroutines never pile up. Default DefaultMaxPending. A non-positive n takes the default.
+// WithMaxPending bounds the store calls running at once, including those still running
+// after their caller was released at the deadline (a store that ignores its context, a
+// frozen server). While n are running, decisions use the failure mode without calling
+// the store (Kind KindOverload), so goroutines never pile up. A healthy store answers in
+// well under a millisecond, so the bound is reached only when calls hang. Default
+// DefaultMaxPending; a non-positive n takes the default.
 func WithMaxPending(n int) Option {
 	return func(l *Limiter) {
 		if n > 0 {
@@ -364,13 +366,6 @@ type result[T any] struct {
 	err error
 }
 
-// Call states, for the race between a store call finishing and its caller giving up.
-const (
-	running int32 = iota
-	finished
-	abandoned
-)
-
 // call runs f, the store call, through the breaker and within the deadline. It returns
 // f's result and failed == false when the store answered (successfully, or with an error
 // that is not a store failure, such as bad input), and the cause with failed == true when
@@ -378,7 +373,8 @@ const (
 //
 // f runs in its own goroutine so that the caller is released at the deadline even if
 // the store ignores its context; the goroutine ends when f returns, and at most
-// maxPending such goroutines outlive their callers at any time.
+// maxPending such goroutines run at any time. A half-open breaker's probe runs with
+// ProbeTimeout instead, detached from the caller (see Breaker).
 func call[T any](l *Limiter, ctx context.Context, rep *Report, f func(context.Context) (T, error)) (v T, err error, failed bool) {
 	if rep != nil {
 		rep.set = true
@@ -386,26 +382,27 @@ func call[T any](l *Limiter, ctx context.Context, rep *Report, f func(context.Co
 			rep.Breaker = l.State()
 			if failed {
 				rep.Cause = err
-				rep.Kind = Classify(err)
-			} else if err != nil {
-				rep.Kind = Classify(err)
 			}
+			rep.Kind = Classify(err)
 		}()
 	}
 	if l.closed.Load() {
 		return v, fmt.Errorf("failover: %w", sluice.ErrClosed), false
 	}
+	probe := l.cb.State() == gobreaker.StateHalfOpen
 	done, berr := l.cb.Allow()
 	if berr != nil {
 		return v, fmt.Errorf("%w: %w", ErrBreakerOpen, berr), true
 	}
-	if l.stranded.Load() >= l.maxPending {
+	if l.pending.Add(1) > l.maxPending {
+		l.pending.Add(-1)
 		done(ErrOverload)
 		return v, ErrOverload, true
 	}
 	l.closeMu.RLock()
 	if l.closed.Load() {
 		l.closeMu.RUnlock()
+		l.pending.Add(-1)
 		done(errExcluded)
 		return v, fmt.Errorf("failover: %w", sluice.ErrClosed), false
 	}
@@ -413,53 +410,93 @@ func call[T any](l *Limiter, ctx context.Context, rep *Report, f func(context.Co
 	l.closeMu.RUnlock()
 
 	start := time.Now()
-	cctx, cancel := context.WithTimeout(ctx, l.deadline)
-	defer cancel()
+	timer := time.NewTimer(l.deadline)
+	defer timer.Stop()
+	var cctx context.Context
+	var cancel context.CancelFunc
+	if probe {
+		cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), l.breakerCfg.ProbeTimeout)
+	} else {
+		cctx, cancel = context.WithTimeout(ctx, l.deadline)
+	}
 	ch := make(chan result[T], 1)
-	var state atomic.Int32
 	go func() {
 		defer l.calls.Done()
+		defer l.pending.Add(-1)
+		defer cancel()
 		v, err := f(cctx)
-		ch <- result[T]{v, err}
-		if !state.CompareAndSwap(running, finished) {
-			l.stranded.Add(-1) // the caller left at the deadline
+		if probe {
+			// The probe's outcome is the store's, whenever it comes and whoever waits;
+			// but only an answer within the deadline shows the store can serve again.
+			brk, _ := judge(context.Background(), err)
+			if brk == nil && time.Since(start) > l.deadline {
+				brk = ErrDeadline
+			}
+			done(brk)
 		}
+		ch <- result[T]{v, err} // buffered: never blocks, even when the caller has left
 	}()
 
 	var r result[T]
 	select {
 	case r = <-ch:
-	case <-cctx.Done():
-		if state.CompareAndSwap(running, abandoned) {
-			l.stranded.Add(1)
-			if rep != nil {
-				rep.Called, rep.StoreLatency = true, time.Since(start)
-			}
-			if cerr := ctx.Err(); cerr != nil {
-				// The caller's own context ended: nothing to say about the store.
-				done(errExcluded)
-				return v, fmt.Errorf("failover: %w", cerr), false
-			}
-			done(ErrDeadline)
-			return v, fmt.Errorf("%w (%v)", ErrDeadline, l.deadline), true
+	case <-timer.C:
+		r, err, failed = giveUp(l, ctx, ch, rep, start, probe, done, ErrDeadline)
+		if err != nil {
+			return v, err, failed
 		}
-		r = <-ch // it answered just now
+	case <-ctx.Done():
+		r, err, failed = giveUp(l, ctx, ch, rep, start, probe, done, nil)
+		if err != nil {
+			return v, err, failed
+		}
 	}
 	if rep != nil {
 		rep.Called, rep.StoreLatency = true, time.Since(start)
 	}
-	if r.err == nil {
-		done(nil)
-		return r.v, nil, false
+	brk, failed := judge(ctx, r.err)
+	if !probe {
+		done(brk)
 	}
-	if ctx.Err() != nil && (errors.Is(r.err, context.Canceled) || errors.Is(r.err, context.DeadlineExceeded)) {
-		done(errExcluded)
-		return r.v, r.err, false
+	return r.v, r.err, failed
+}
+
+// giveUp releases a caller whose deadline passed (cause ErrDeadline) or whose own context
+// ended (cause nil) before the store answered. If the answer has arrived meanwhile it is
+// returned with a nil error instead.
+func giveUp[T any](l *Limiter, ctx context.Context, ch chan result[T], rep *Report, start time.Time, probe bool, done func(error), cause error) (r result[T], err error, failed bool) {
+	select {
+	case r = <-ch:
+		return r, nil, false
+	default:
 	}
-	if Classify(r.err).IsFailure() {
-		done(r.err)
-		return r.v, r.err, true
+	if rep != nil {
+		rep.Called, rep.StoreLatency = true, time.Since(start)
 	}
-	done(errExcluded)
-	return r.v, r.err, false
+	if cerr := ctx.Err(); cerr != nil {
+		// The caller's own context ended: nothing to say about the store.
+		if !probe {
+			done(errExcluded)
+		}
+		return r, fmt.Errorf("failover: %w", cerr), false
+	}
+	if !probe {
+		done(cause)
+	}
+	return r, fmt.Errorf("%w (%v)", cause, l.deadline), true
+}
+
+// judge returns what the breaker is told about a store call that answered err, and
+// whether err is a store failure. ctx is the caller's: an error caused by its own
+// cancellation or deadline says nothing about the store.
+func judge(ctx context.Context, err error) (brk error, failed bool) {
+	switch {
+	case err == nil:
+		return nil, false
+	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		return errExcluded, false
+	case Classify(err).IsFailure():
+		return err, true
+	}
+	return errExcluded, false
 }

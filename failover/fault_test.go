@@ -1,0 +1,467 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/faultproxy"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// The fault tests run a failover.Limiter with its defaults (5ms deadline, breaker opening
+// after 5 consecutive failures over 50ms or half of 20 calls, 1s open, 3 probes; under
+// the race detector the deadline is faultDeadline) in front of a real
+// redis-server, under continuous load from loadGoroutines goroutines split between the
+// three modes, and hurt the server the ways production servers get hurt.
+//
+// The figures in the package doc come from this test:
+//
+//	go test ./failover -run TestFaults -count=1 -v
+const (
+	loadGoroutines = 36 // a multiple of 3: one third per mode
+	loadKeys       = 16 // keys per goroutine
+	testShare      = 0.5
+	healthyBefore  = 600 * time.Millisecond
+	healthyAfter   = 600 * time.Millisecond
+	recoverWithin  = 10 * time.Second
+)
+
+var loadModes = [3]Mode{FailOpen, FailClosed, FailLocal}
+
+// faultEnv is what a fault can hurt.
+type faultEnv struct {
+	srv   *redistest.Server
+	proxy *faultproxy.Proxy // nil unless the fault needs one
+}
+
+type fault struct {
+	name  string
+	proxy bool // connect through a fault proxy
+	// inject starts the fault; after hold, heal ends it (and may itself block until the
+	// server is healthy again).
+	inject func(t *testing.T, e *faultEnv) (heal func())
+	hold   time.Duration
+	// minFallback is the least share of decisions that must be made by a failure mode
+	// while the fault lasts (after the first 150ms), showing the fault took hold.
+	minFallback float64
+}
+
+var faults = []fault{
+	{
+		name: "sigkill+restart",
+		inject: func(t *testing.T, e *faultEnv) func() {
+			e.srv.Kill()
+			return e.srv.Restart
+		},
+		hold:        1500 * time.Millisecond,
+		minFallback: 0.9,
+	},
+	{
+		name: "sigstop-3s",
+		inject: func(t *testing.T, e *faultEnv) func() {
+			e.srv.Pause()
+			return e.srv.Resume
+		},
+		hold:        3 * time.Second,
+		minFallback: 0.9,
+	},
+	{
+		name:  "latency-50ms",
+		proxy: true,
+		inject: func(t *testing.T, e *faultEnv) func() {
+			e.proxy.SetLatency(50 * time.Millisecond)
+			return func() { e.proxy.SetLatency(0) }
+		},
+		hold:        2 * time.Second,
+		minFallback: 0.9,
+	},
+	{
+		name:  "dropped-connections",
+		proxy: true,
+		inject: func(t *testing.T, e *faultEnv) func() {
+			e.proxy.SetRefuse(true)
+			e.proxy.Cut()
+			return func() { e.proxy.SetRefuse(false) }
+		},
+		hold:        1500 * time.Millisecond,
+		minFallback: 0.9,
+	},
+	{
+		name: "maxmemory-1mb-noeviction",
+		inject: func(t *testing.T, e *faultEnv) func() {
+			e.srv.MustDo("CONFIG", "SET", "maxmemory-policy", "noeviction")
+			e.srv.MustDo("CONFIG", "SET", "maxmemory", "1mb")
+			e.srv.MustDo("DEBUG", "POPULATE", "30000", "filler", "16")
+			return func() { e.srv.MustDo("CONFIG", "SET", "maxmemory", "0") }
+		},
+		hold: 1500 * time.Millisecond,
+		// Denials write nothing, so Redis still answers them: only spending decisions
+		// fail. The breaker opens all the same.
+		minFallback: 0.5,
+	},
+	{
+		name: "debug-sleep-2s",
+		inject: func(t *testing.T, e *faultEnv) func() {
+			done := make(chan error, 1)
+			go func() {
+				_, err := e.srv.Do("DEBUG", "SLEEP", "2")
+				done <- err
+			}()
+			return func() {
+				if err := <-done; err != nil {
+					t.Errorf("DEBUG SLEEP: %v", err)
+				}
+			}
+		},
+		minFallback: 0.9,
+	},
+}
+
+// sample is one decision of the load.
+type sample struct {
+	at      time.Duration // start, since the load began
+	latency time.Duration
+	path    sluice.Path
+	mode    Mode
+	allowed bool
+	bad     string // a contract violation, or ""
+}
+
+// figures is one row of the table.
+type figures struct {
+	name                string
+	decisions           int
+	p50, p99, max       time.Duration
+	share               [4]float64 // by path, during the fault
+	toOpen, toRecover   time.Duration
+	maxOverall          time.Duration
+	storeAfterRecovered float64
+}
+
+func TestFaults(t *testing.T) {
+	var rows []figures
+	for _, f := range faults {
+		ok := t.Run(f.name, func(t *testing.T) { rows = append(rows, runFault(t, f)) })
+		if !ok {
+			continue
+		}
+	}
+	var b strings.Builder
+	b.WriteString("\n| fault | decisions | p50 | p99 | max | store | open | closed | local | breaker opened after | recovered after |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %.0f%% | %.0f%% | %.0f%% | %.0f%% | %s | %s |\n",
+			r.name, r.decisions, ms(r.p50), ms(r.p99), ms(r.max),
+			100*r.share[sluice.PathStore], 100*r.share[sluice.PathOpen], 100*r.share[sluice.PathClosed], 100*r.share[sluice.PathLocal],
+			ms(r.toOpen), ms(r.toRecover))
+	}
+	t.Log(b.String())
+}
+
+func ms(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "-"
+	case d < 10*time.Millisecond:
+		return fmt.Sprintf("%.2f ms", float64(d)/1e6)
+	case d < time.Second:
+		return fmt.Sprintf("%.0f ms", float64(d)/1e6)
+	}
+	return fmt.Sprintf("%.2f s", d.Seconds())
+}
+
+type transition struct {
+	at       time.Time
+	from, to BreakerState
+}
+
+func runFault(t *testing.T, f fault) figures {
+	e := &faultEnv{srv: redistest.Start(t)}
+	url := e.srv.URL()
+	if f.proxy {
+		e.proxy = faultproxy.Start(t, e.srv.Addr())
+		url = "redis://" + e.proxy.Addr()
+	}
+	store, err := redisstore.Open(url)
+	if err != nil {
+		t.Fatalf("redisstore.Open(%s): %v", url, err)
+	}
+	t.Cleanup(func() { store.Close() })
+
+	var tmu sync.Mutex
+	var transitions []transition
+	lim := New(store, WithDeadline(testFaultDeadline(t)), WithStateChange(func(from, to BreakerState) {
+		tmu.Lock()
+		transitions = append(transitions, transition{time.Now(), from, to})
+		tmu.Unlock()
+	}))
+	t.Cleanup(func() { lim.Close() })
+	deadline := lim.Deadline()
+
+	// The script is loaded in the background: wait until the store decides.
+	waitFor(t, 5*time.Second, "a first store decision", func() bool {
+		d, err := lim.AllowN(context.Background(), "warmup", sluice.PerSecond(1000), 1)
+		return err == nil && d.Path == sluice.PathStore
+	})
+	waitFor(t, 5*time.Second, "a closed breaker before the fault", func() bool { return lim.State() == BreakerClosed })
+
+	// The load.
+	begin := time.Now()
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	results := make([][]sample, loadGoroutines)
+	for g := 0; g < loadGoroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mode := loadModes[g%3]
+			ctx := WithFallback(context.Background(), Fallback{Mode: mode, Share: testShare})
+			limit := sluice.Limit{Algorithm: sluice.Algorithms()[g%6], Rate: 400, Period: time.Second}
+			local := ShareOf(limit, testShare)
+			keys := make([]string, loadKeys)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("%s-load-%d-%d", f.name, g, i)
+			}
+			for i := 0; !stop.Load(); i++ {
+				start := time.Now()
+				d, err := lim.AllowN(ctx, keys[i%loadKeys], limit, 1)
+				lat := time.Since(start)
+				s := sample{at: start.Sub(begin), latency: lat, path: d.Path, mode: mode, allowed: d.Allowed}
+				s.bad = check(d, err, mode, limit, local, lat, deadline)
+				results[g] = append(results[g], s)
+				time.Sleep(2 * time.Millisecond)
+			}
+		}()
+	}
+
+	time.Sleep(healthyBefore)
+	injectAt := time.Now()
+	heal := f.inject(t, e)
+	time.Sleep(f.hold)
+	heal()
+	healAt := time.Now()
+	t.Logf("fault held %v", healAt.Sub(injectAt).Round(time.Millisecond))
+
+	// Recovery: the breaker closes again, with no restart of anything on our side.
+	var recoveredAt time.Time
+	waitFor(t, recoverWithin, "the breaker to close after the fault", func() bool {
+		if lim.State() != BreakerClosed {
+			return false
+		}
+		tmu.Lock()
+		defer tmu.Unlock()
+		for _, tr := range slices.Backward(transitions) {
+			if tr.to == BreakerClosed && tr.at.After(healAt) {
+				recoveredAt = tr.at
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(healthyAfter)
+	stop.Store(true)
+	wg.Wait()
+
+	// Every decision kept the contract and the deadline.
+	var all []sample
+	for _, r := range results {
+		all = append(all, r...)
+	}
+	bad := 0
+	for _, s := range all {
+		if s.bad != "" {
+			if bad < 10 {
+				t.Errorf("decision at %v (mode %v): %s", s.at.Round(time.Millisecond), s.mode, s.bad)
+			}
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d decisions broke the contract", bad, len(all))
+	}
+
+	// The breaker opened during the fault and closed after it.
+	tmu.Lock()
+	trs := slices.Clone(transitions)
+	tmu.Unlock()
+	var openedAt time.Time
+	for _, tr := range trs {
+		if tr.to == BreakerOpen && !tr.at.Before(injectAt) {
+			openedAt = tr.at
+			break
+		}
+	}
+	if openedAt.IsZero() || openedAt.After(healAt.Add(time.Second)) {
+		t.Errorf("the breaker did not open during the fault (transitions %v)", trs)
+	}
+
+	// During the fault the failure modes decided; after recovery the store did again.
+	rel := func(at time.Time) time.Duration { return at.Sub(begin) }
+	var during []sample
+	after, afterStore := 0, 0
+	for _, s := range all {
+		switch {
+		case s.at >= rel(injectAt) && s.at < rel(healAt):
+			during = append(during, s)
+		case !recoveredAt.IsZero() && s.at > rel(recoveredAt.Add(100*time.Millisecond)):
+			after++
+			if s.path == sluice.PathStore {
+				afterStore++
+			}
+		}
+	}
+	fig := figures{name: f.name, decisions: len(during), toOpen: -1, toRecover: -1}
+	if !openedAt.IsZero() {
+		fig.toOpen = openedAt.Sub(injectAt)
+	}
+	if !recoveredAt.IsZero() {
+		fig.toRecover = recoveredAt.Sub(healAt)
+	}
+	if len(during) == 0 {
+		t.Fatal("no decisions during the fault")
+	}
+	lat := make([]time.Duration, len(during))
+	settled, fallback := 0, 0
+	for i, s := range during {
+		lat[i] = s.latency
+		fig.share[s.path] += 1 / float64(len(during))
+		if s.at >= rel(injectAt.Add(150*time.Millisecond)) {
+			settled++
+			if s.path != sluice.PathStore {
+				fallback++
+			}
+		}
+	}
+	slices.Sort(lat)
+	fig.p50, fig.p99, fig.max = lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
+	for _, s := range all {
+		fig.maxOverall = max(fig.maxOverall, s.latency)
+	}
+	if settled > 0 && float64(fallback)/float64(settled) < f.minFallback {
+		t.Errorf("only %d of %d decisions during the fault were made by a failure mode, want at least %.0f%%",
+			fallback, settled, 100*f.minFallback)
+	}
+	for _, m := range loadModes {
+		if !slices.ContainsFunc(during, func(s sample) bool { return s.path == m.Path() }) {
+			t.Errorf("no %v decision during the fault", m)
+		}
+	}
+	if after == 0 {
+		t.Error("no decisions after recovery")
+	} else if share := float64(afterStore) / float64(after); share < 0.5 {
+		t.Errorf("after recovery only %d of %d decisions were made by the store", afterStore, after)
+	} else {
+		fig.storeAfterRecovered = share
+	}
+	for _, tr := range trs {
+		t.Logf("transition at %v: %v -> %v", tr.at.Sub(begin).Round(time.Millisecond), tr.from, tr.to)
+	}
+	t.Logf("inject at %v, heal at %v", injectAt.Sub(begin).Round(time.Millisecond), healAt.Sub(begin).Round(time.Millisecond))
+	t.Logf("%d decisions, %d during the fault: p50 %v p99 %v max %v; store %.1f%% open %.1f%% closed %.1f%% local %.1f%%; opened after %v, recovered %v after healing; store share after recovery %.1f%%",
+		len(all), len(during), fig.p50, fig.p99, fig.max, 100*fig.share[0], 100*fig.share[1], 100*fig.share[2], 100*fig.share[3],
+		fig.toOpen, fig.toRecover, 100*fig.storeAfterRecovered)
+
+	// A fresh key after recovery is decided exactly, by the store. A call the store
+	// does not answer in time (a busy machine) fails closed, and its unit may or may not
+	// have been spent: the count is then only bounded.
+	ctx := WithFallback(context.Background(), Fallback{Mode: FailClosed})
+	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: time.Hour}
+	allowed, denied, unknown := 0, 0, 0
+	last := limit.Rate
+	for i := 0; i < 15; i++ {
+		d, err := lim.AllowN(ctx, f.name+"-after", limit, 1)
+		switch {
+		case d.Path == sluice.PathClosed && errors.Is(err, sluice.ErrStoreUnavailable):
+			unknown++
+		case err != nil || d.Path != sluice.PathStore:
+			t.Fatalf("after recovery, call %d: %+v, %v", i, d, err)
+		case d.Allowed:
+			allowed++
+			if d.Remaining >= last {
+				t.Errorf("call %d: remaining %d after %d", i, d.Remaining, last)
+			}
+			last = d.Remaining
+		default:
+			denied++
+			if d.RetryAfter <= 0 || d.Remaining != 0 {
+				t.Errorf("call %d: denied with RetryAfter %v, remaining %d", i, d.RetryAfter, d.Remaining)
+			}
+		}
+	}
+	if allowed > 10 || allowed+unknown < 10 || (unknown == 0 && allowed != 10) {
+		t.Errorf("after recovery %d of 15 allowed (%d denied, %d unanswered) under 10/hour, want 10", allowed, denied, unknown)
+	}
+	if unknown > 0 {
+		t.Logf("after recovery %d of 15 calls missed the deadline", unknown)
+	}
+	return fig
+}
+
+// check returns what is wrong with one decision of the load, or "".
+func check(d sluice.Decision, err error, mode Mode, limit, local sluice.Limit, lat, deadline time.Duration) string {
+	if lat > deadline+slack {
+		return fmt.Sprintf("took %v, deadline %v", lat, deadline)
+	}
+	switch d.Path {
+	case sluice.PathStore:
+		switch {
+		case err != nil:
+			return fmt.Sprintf("store path with error %v", err)
+		case d.Limit != limit:
+			return fmt.Sprintf("store decision under %v, want %v", d.Limit, limit)
+		case d.Remaining < 0 || d.Remaining > limit.MaxCost():
+			return fmt.Sprintf("remaining %d out of range", d.Remaining)
+		case d.Allowed != (d.RetryAfter == 0):
+			return fmt.Sprintf("allowed %v with RetryAfter %v", d.Allowed, d.RetryAfter)
+		}
+	case sluice.PathOpen:
+		if mode != FailOpen || !d.Allowed || err != nil {
+			return fmt.Sprintf("open decision %+v, %v in mode %v", d, err, mode)
+		}
+	case sluice.PathClosed:
+		if mode != FailClosed || d.Allowed || !errors.Is(err, sluice.ErrStoreUnavailable) {
+			return fmt.Sprintf("closed decision %+v, %v in mode %v", d, err, mode)
+		}
+	case sluice.PathLocal:
+		if mode != FailLocal || err != nil || d.Limit != local {
+			return fmt.Sprintf("local decision %+v, %v in mode %v (share %v)", d, err, mode, local)
+		}
+	default:
+		return fmt.Sprintf("unknown path %v", d.Path)
+	}
+	return ""
+}
+
+// testFaultDeadline is faultDeadline, or SLUICE_FAULT_DEADLINE when set.
+func testFaultDeadline(t *testing.T) time.Duration {
+	s := os.Getenv("SLUICE_FAULT_DEADLINE")
+	if s == "" {
+		return faultDeadline
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		t.Fatalf("SLUICE_FAULT_DEADLINE=%q: want a positive duration such as 5ms", s)
+	}
+	return d
+}
+
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
