@@ -39,10 +39,10 @@ type Limiter struct {
 	ownLocal  bool
 	localMade atomic.Bool
 
-	closeMu  sync.RWMutex // held for reading while a call registers with calls
-	closed   atomic.Bool
-	pending  atomic.Int64   // store calls running, including those whose callers left
-	calls    sync.WaitGroup // the same, for Close
+	closeMu sync.RWMutex // held for reading while a call registers with calls
+	closed  atomic.Bool
+	pending atomic.Int64   // store calls running, including those whose callers left
+	calls   sync.WaitGroup // the same, for Close
 }
 
 // Option configures a Limiter.

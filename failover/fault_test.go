@@ -172,8 +172,10 @@ func ms(d time.Duration) string {
 	switch {
 	case d < 0:
 		return "-"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.0f µs", float64(d)/1e3)
 	case d < 10*time.Millisecond:
-		return fmt.Sprintf("%.2f ms", float64(d)/1e6)
+		return fmt.Sprintf("%.1f ms", float64(d)/1e6)
 	case d < time.Second:
 		return fmt.Sprintf("%.0f ms", float64(d)/1e6)
 	}
