@@ -1,0 +1,66 @@
+-- reserve_entry.lua: the entry point of the reservation script (redisstore/reserve.go,
+-- Store.Reserve and the Cancel of its reservations). Like decide.lua it mirrors the
+-- stores' loop around one function of internal/algo: read the key's state, run the
+-- transcription above, and write the new state with a TTL equal to the time until it is
+-- equivalent to empty (algo.ExpiresAt: TAT for GCRA, LCT + X for LeakyBucket); a state
+-- equivalent to empty is deleted. The key is the one AllowN uses, so reservations and
+-- decisions share one state.
+--
+-- KEYS[1]: the key's state.
+-- ARGV[1]: now in µs since the Unix epoch, or "-" to read Redis's clock (TIME).
+-- ARGV[2]: the minimum key TTL in ms.
+-- ARGV[3]: "r" to reserve, "c" to cancel.
+-- ARGV[4..7]: algorithm (0 GCRA, 2 LeakyBucket), rate, period (µs), burst
+--   (Limit.EffectiveBurst).
+-- Reserve: ARGV[8] cost n, ARGV[9] maxWait µs (-1: no bound).
+--   Returns ok, delay, at, before a, before b, after a, after b.
+-- Cancel: ARGV[8] at, ARGV[9..12] before a, before b, after a, after b.
+--   Returns 1 if the units were given back, 0 otherwise.
+
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local minttl = tonumber(ARGV[2])
+local op = ARGV[3]
+local alg, rate, period, burst = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local T = floor((period + rate - 1) / rate)
+local key = KEYS[1]
+
+local a, b = 0, 0
+local v = redis.call('GET', key)
+if v then a, b = decode(v) end
+
+local function store(na, nb)
+  local exp, val
+  if alg == 0 then
+    exp, val = na, sformat('%d', na)
+  else
+    exp, val = nb + na, sformat('%d %d', na, nb)
+  end
+  if exp > now then
+    redis.call('SET', key, val, 'PX', ttlms(exp - now, minttl))
+  else
+    redis.call('DEL', key)
+  end
+end
+
+if op == 'r' then
+  local n, maxwait = tonumber(ARGV[8]), tonumber(ARGV[9])
+  local ok, delay, at, na, nb
+  if alg == 0 then
+    ok, delay, at, na = reserve_gcra(a, now, burst, T, n, maxwait)
+    nb = 0
+  else
+    ok, delay, at, na, nb = reserve_leaky_bucket(a, b, now, burst, T, n, maxwait)
+  end
+  if ok == 1 and n > 0 then store(na, nb) end
+  return {ok, delay, at, a, b, na, nb}
+end
+
+local at = tonumber(ARGV[8])
+local ok, na, nb = cancel_reservation(a, b, now, at, tonumber(ARGV[9]), tonumber(ARGV[10]),
+  tonumber(ARGV[11]), tonumber(ARGV[12]))
+if ok == 1 then store(na, nb) end
+return ok

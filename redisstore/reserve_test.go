@@ -1,0 +1,374 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/faultproxy"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// TestReserveMirrorsAlgo drives the reservation script and internal/algo with the same
+// clock and operations, and demands identical results: reservations with and without a
+// bound on the wait, decisions (AllowN shares the state), cancellations of recent and old
+// reservations, time steps forward, backward and across long idle spells. Lanes (one per
+// limit) run in parallel, each with its own store and clock on one server.
+func TestReserveMirrorsAlgo(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	var limits []sluice.Limit
+	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.LeakyBucket} {
+		limits = append(limits, limitsFor(a)...)
+	}
+	for i, l := range limits {
+		t.Run(l.String(), func(t *testing.T) {
+			t.Parallel()
+			clock := newTestClock()
+			s := open(t, srv.URL(), clock.option(), WithMinTTL(24*time.Hour))
+			p := algo.ParamsOf(l)
+			rng := rand.New(rand.NewPCG(uint64(i), 77))
+			keys := []string{fmt.Sprintf("mirror%d:a", i), fmt.Sprintf("mirror%d:{b}", i)}
+			state := map[string]algo.State{}
+			type pending struct {
+				key string
+				r   algo.Reservation
+				res sluice.Reservation
+			}
+			var open []pending
+			ctx := context.Background()
+			var given int
+			for op := 0; op < 2500; op++ {
+				switch x := rng.IntN(20); {
+				case x == 0:
+					clock.Advance(-time.Duration(rng.Int64N(2*p.Period)) * time.Microsecond)
+				case x == 1:
+					clock.Advance(time.Duration(rng.Int64N(50*p.Period)) * time.Microsecond)
+				default:
+					clock.Advance(time.Duration(rng.Int64N(p.T+1)) * time.Microsecond)
+				}
+				now := clock.Micros()
+				key := keys[rng.IntN(len(keys))]
+				n := rng.Int64N(min(p.MaxCost(), 3) + 1)
+				switch y := rng.IntN(10); {
+				case y < 5:
+					maxWait := []int64{-1, 0, p.T, rng.Int64N(p.Burst*p.T + 1)}[rng.IntN(4)]
+					res, got, err := s.reserve(ctx, key, l, n, maxWait)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var want algo.Reservation
+					state[key], want = algo.Reserve(state[key], now, p, n, maxWait)
+					if n == 0 {
+						want = algo.Reservation{OK: true}
+					}
+					if got != want {
+						t.Fatalf("op %d: reserve(%d, maxWait %d) = %+v, algo %+v", op, n, maxWait, got, want)
+					}
+					if res.OK != got.OK || res.Delay != time.Duration(got.Delay)*time.Microsecond {
+						t.Fatalf("op %d: reservation %+v from %+v", op, res, got)
+					}
+					if got.OK && n > 0 {
+						open = append(open, pending{key, got, res})
+					}
+				case y < 8:
+					d, err := s.AllowN(ctx, key, l, n)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var r algo.Result
+					state[key], r = algo.Decide(state[key], now, p, n)
+					if want := r.Decision(l); d != want {
+						t.Fatalf("op %d: AllowN = %+v, algo %+v", op, d, want)
+					}
+				default:
+					if len(open) == 0 {
+						continue
+					}
+					j := max(0, len(open)-1-rng.IntN(2))
+					c := open[j]
+					open = slices.Delete(open, j, j+1)
+					ok, err := c.res.Cancel(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var want bool
+					state[c.key], want = algo.CancelReservation(state[c.key], now, c.r)
+					if want && algo.ExpiresAt(state[c.key], p) <= now {
+						state[c.key] = algo.State{} // the script deletes state equivalent to empty
+					}
+					if ok != want {
+						t.Fatalf("op %d: cancel = %v, algo %v", op, ok, want)
+					}
+					if ok {
+						given++
+					}
+				}
+			}
+			if given == 0 {
+				t.Fatal("no cancellation gave anything back; the lane covers too little")
+			}
+		})
+	}
+}
+
+func TestReserveBadInputAndTTL(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	s := open(t, srv.URL())
+	ctx := context.Background()
+	for _, a := range []sluice.Algorithm{sluice.TokenBucket, sluice.FixedWindow, sluice.SlidingWindow, sluice.SlidingLog} {
+		if _, err := s.Reserve(ctx, "k", sluice.PerSecond(5).With(a), 1); !errors.Is(err, sluice.ErrInvalidLimit) {
+			t.Errorf("%v: %v, want ErrInvalidLimit", a, err)
+		}
+	}
+	if _, err := s.Reserve(ctx, "k", sluice.PerSecond(5), 6); !errors.Is(err, sluice.ErrCostExceedsLimit) {
+		t.Errorf("cost above burst: %v", err)
+	}
+	if n := srv.MustDo("DBSIZE"); n != "0" {
+		t.Fatalf("bad input wrote %s keys", n)
+	}
+	// A reservation's key lives until its state is empty again; cancelling the only
+	// reservation on a fresh key leaves nothing behind.
+	l := sluice.Limit{Algorithm: sluice.LeakyBucket, Rate: 1, Period: time.Minute, Burst: 1}
+	if _, err := s.Reserve(ctx, "ttl", l, 1); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Reserve(ctx, "ttl", l, 1) // queued a minute ahead
+	if err != nil || !r.OK || r.Delay < 59*time.Second {
+		t.Fatalf("second reservation %+v %v", r, err)
+	}
+	ttl, _ := strconv.Atoi(srv.MustDo("PTTL", s.Key("ttl", l)))
+	if ttl < 119_000 || ttl > 120_001 {
+		t.Fatalf("PTTL %d ms, want about 2 minutes (two queued units)", ttl)
+	}
+	if ok, err := r.Cancel(ctx); !ok || err != nil {
+		t.Fatalf("cancel %v %v", ok, err)
+	}
+	fresh := sluice.PerSecond(1)
+	r2, _ := s.Reserve(ctx, "fresh", fresh, 1)
+	r3, _ := s.Reserve(ctx, "fresh", fresh, 1)
+	if ok, _ := r3.Cancel(ctx); !ok {
+		t.Fatal("latest reservation not given back")
+	}
+	if ok, _ := r2.Cancel(ctx); ok {
+		t.Fatal("a reservation used at once was given back")
+	}
+	ttl, _ = strconv.Atoi(srv.MustDo("PTTL", s.Key("fresh", fresh)))
+	if ttl <= 0 || ttl > 1000 {
+		t.Fatalf("after cancel PTTL %d, want the first unit's second", ttl)
+	}
+}
+
+// TestWaitCancelledAcrossLatency: through a proxy adding 20ms each way, a Wait whose
+// context is cancelled returns promptly with the context's error, and its slot is back.
+func TestWaitCancelledAcrossLatency(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := faultproxy.Start(t, srv.Addr())
+	proxy.SetLatency(20 * time.Millisecond)
+	s := open(t, "redis://"+proxy.Addr())
+	ctx := context.Background()
+	l := sluice.Limit{Algorithm: sluice.GCRA, Rate: 1, Period: 5 * time.Second, Burst: 1}
+	if err := sluice.Wait(ctx, s, "w", l, 1); err != nil { // the free unit
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- sluice.Wait(wctx, s, "w", l, 1) }()
+	time.Sleep(200 * time.Millisecond) // reserved (one 40ms round trip) and asleep
+	cancelled := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Wait returned %v, want context.Canceled", err)
+		}
+		// One cancel round trip (40ms) plus scheduling.
+		if el := time.Since(cancelled); el > 200*time.Millisecond {
+			t.Fatalf("cancelled Wait returned after %v", el)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("cancelled Wait did not return")
+	}
+	r, err := s.Reserve(ctx, "w", l, 1)
+	if err != nil || r.Delay > 5*time.Second {
+		t.Fatalf("the cancelled slot did not come back: next waits %v (%v)", r.Delay, err)
+	}
+}
+
+// TestPacingSharedQuota: 16 workers in 4 store clients (4 connections) share one 50/s
+// quota on Redis's clock for 20 seconds, each calling sluice.Wait in a loop. The reserved
+// instants (Redis's clock) and the moments the workers proceed (local clock) are recorded.
+//
+//   - The achieved rate, over the run after the initial burst, is within 1% of 50/s both
+//     by reserved instants and by the moments the workers proceeded.
+//   - No open interval of length Burst/rate holds more than Burst reserved instants, except
+//     those containing the first instant (the initial burst: Burst at once and one unit
+//     every 20ms after it, so Burst + ⌊(d-1)/T⌋ in an interval of length d); the general
+//     bound is checked for every interval.
+//
+// Burst 1 (the strict case: never two units within 20ms) and Burst 10 run in parallel.
+func TestPacingSharedQuota(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const (
+		clients    = 4
+		perClient  = 4
+		rate       = 50
+		runFor     = 20 * time.Second
+		intervalUS = int64(time.Second/time.Microsecond) / rate
+	)
+	for _, burst := range []int64{1, 10} {
+		t.Run(fmt.Sprintf("burst%d", burst), func(t *testing.T) {
+			t.Parallel()
+			l := sluice.Limit{Algorithm: sluice.GCRA, Rate: rate, Period: time.Second, Burst: burst}
+			key := fmt.Sprintf("outbound-api-%d", burst)
+			var (
+				mu       sync.Mutex
+				reserved []int64         // Redis µs
+				proceed  []time.Time     // local
+				late     []time.Duration // proceed - At
+			)
+			ctx, cancel := context.WithTimeout(context.Background(), runFor)
+			defer cancel()
+			var wg sync.WaitGroup
+			for c := 0; c < clients; c++ {
+				store := open(t, srv.URL())
+				for w := 0; w < perClient; w++ {
+					rec := &recorder{s: store, mu: &mu, reserved: &reserved}
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for {
+							err := sluice.Wait(ctx, rec, key, l, 1)
+							now := time.Now()
+							if err != nil {
+								if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, sluice.ErrWaitExceedsDeadline) {
+									t.Error(err)
+								}
+								return
+							}
+							mu.Lock()
+							proceed = append(proceed, now)
+							late = append(late, now.Sub(rec.last.At))
+							mu.Unlock()
+						}
+					}()
+				}
+			}
+			wg.Wait()
+			slices.Sort(reserved)
+			slices.SortFunc(proceed, func(a, b time.Time) int { return a.Compare(b) })
+			if len(proceed) < 900 {
+				t.Fatalf("only %d units in %v", len(proceed), runFor)
+			}
+			p := algo.ParamsOf(l)
+			ev := make([]algoEvent, 0, len(reserved))
+			for _, at := range reserved {
+				ev = append(ev, algoEvent{at})
+			}
+			first := reserved[0]
+			afterBurst := reserved[burst-1] // the initial burst is the first Burst instants
+			// Rate over [first + 1s, first + 19s], from both clocks.
+			from, to := first+1_000_000, first+19_000_000
+			var byRedis int
+			for _, at := range reserved {
+				if at > from && at <= to {
+					byRedis++
+				}
+			}
+			t0 := proceed[0]
+			var byLocal int
+			for _, pt := range proceed {
+				if d := pt.Sub(t0); d > time.Second && d <= 19*time.Second {
+					byLocal++
+				}
+			}
+			rRedis, rLocal := float64(byRedis)/18, float64(byLocal)/18
+			for name, r := range map[string]float64{"reserved instants": rRedis, "workers proceeding": rLocal} {
+				if r < rate*0.99 || r > rate*1.01 {
+					t.Errorf("achieved rate by %s %.2f/s, want within 1%% of %d/s", name, r, rate)
+				}
+			}
+			// Windows of Burst/rate.
+			d := burst * intervalUS
+			if got := maxWindow(ev, d, afterBurst); got > burst {
+				t.Errorf("an interval of %dµs after the initial burst holds %d reserved units, burst %d", d, got, burst)
+			}
+			for _, dd := range []int64{d, p.Period, intervalUS} {
+				if got, bound := maxWindow(ev, dd, -1), burst+(dd-1)/p.T; got > bound {
+					t.Errorf("an interval of %dµs holds %d, bound %d", dd, got, bound)
+				}
+			}
+			slices.Sort(late)
+			t.Logf("burst %d: %d units; rate by Redis instants %.3f/s, by local proceed %.3f/s; "+
+				"proceed lateness p50 %v p99 %v max %v",
+				burst, len(proceed), rRedis, rLocal, late[len(late)/2], late[len(late)*99/100], late[len(late)-1])
+		})
+	}
+}
+
+type algoEvent struct{ t int64 }
+
+// maxWindow returns the most events in an open interval (x-d, x] of the sorted events,
+// counting only intervals that start at or after after (-1 for all).
+func maxWindow(ev []algoEvent, d, after int64) int64 {
+	var best int64
+	j := 0
+	for i := range ev {
+		for ev[j].t <= ev[i].t-d {
+			j++
+		}
+		if after >= 0 && ev[i].t-d < after {
+			continue // the interval (ev[i].t-d, ev[i].t] contains instants before after
+		}
+		best = max(best, int64(i-j+1))
+	}
+	return best
+}
+
+// recorder is one worker's sluice.Reserver: it records the reservations' instants on
+// Redis's clock (forgetting those whose cancellation gave them back) and the last
+// reservation, so the worker can see how late Wait let it proceed.
+type recorder struct {
+	s        *Store
+	mu       *sync.Mutex
+	reserved *[]int64
+	last     sluice.Reservation
+}
+
+func (r *recorder) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
+	maxWait := int64(-1)
+	if deadline, ok := ctx.Deadline(); ok {
+		maxWait = max(time.Until(deadline).Microseconds(), 0)
+	}
+	res, ar, err := r.s.reserve(ctx, key, limit, n, maxWait)
+	if err != nil || !res.OK {
+		return res, err
+	}
+	r.mu.Lock()
+	*r.reserved = append(*r.reserved, ar.At)
+	r.mu.Unlock()
+	r.last = res
+	inner := res
+	return res.WithCancel(func(ctx context.Context) (bool, error) {
+		ok, err := inner.Cancel(ctx)
+		if ok {
+			r.mu.Lock()
+			if i := slices.Index(*r.reserved, ar.At); i >= 0 {
+				*r.reserved = slices.Delete(*r.reserved, i, i+1)
+			}
+			r.mu.Unlock()
+		}
+		return ok, err
+	}), nil
+}
