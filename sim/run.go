@@ -115,8 +115,8 @@ type Timeline struct {
 	BinWidth time.Duration
 	Admitted []int64
 	Denied   []int64
-	// Window is the largest rolling-window count (units admitted in (t-Period, t]) seen
-	// in each bin, at its decisions or, without any, at the bin's end.
+	// Window is the largest rolling-window count (units admitted in (t-Period, t]) in
+	// each bin: after each of the key's decisions in it, and at its last microsecond.
 	Window []int64
 	Rate   int64
 }
@@ -350,8 +350,8 @@ func runOne(ctx context.Context, store StoreFunc, p Pattern, a sluice.Algorithm,
 	sampleTo := func(bin int) {
 		f := &keys[p.Focus]
 		for ; sampled < bin && sampled < timelineBins; sampled++ {
-			end := start + int64(sampled+1)*binW
-			tl.Window[sampled] = max(tl.Window[sampled], f.countAfter(end-P))
+			last := start + int64(sampled+1)*binW - 1 // the bin's last microsecond
+			tl.Window[sampled] = max(tl.Window[sampled], f.countAfter(last-P))
 		}
 	}
 	windowCounter := a == sluice.FixedWindow || a == sluice.SlidingWindow
