@@ -1,0 +1,451 @@
+package observe
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/failover"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// rawKey is an API key that must never reach the log.
+const rawKey = "sk_live_7Hq2vT9xLm4Rp8Zc"
+
+// logBuffer is a JSON slog handler's output, safe for concurrent writes.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// events returns the logged events, one map per line.
+func (b *logBuffer) events(t *testing.T) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(b.String()))
+	for sc.Scan() {
+		var ev map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("log line %q: %v", sc.Text(), err)
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+func newLogger() (*slog.Logger, *logBuffer) {
+	b := &logBuffer{}
+	return slog.New(slog.NewJSONHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug})), b
+}
+
+// redisStack is observe(failover(redisstore)) on a real server.
+type redisStack struct {
+	srv   *redistest.Server
+	store *redisstore.Store
+	fo    *failover.Limiter
+}
+
+func newRedisStack(t *testing.T, opts ...failover.Option) *redisStack {
+	t.Helper()
+	srv := redistest.Start(t)
+	store, err := redisstore.Open(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	// A deadline a healthy store meets on a busy machine under the race detector.
+	fo := failover.New(store, append([]failover.Option{failover.WithDeadline(time.Second)}, opts...)...)
+	t.Cleanup(func() { fo.Close() })
+	return &redisStack{srv: srv, store: store, fo: fo}
+}
+
+// TestDeniedDecisionLog: the log of a denial says what the limiter saw, enough to answer
+// a customer who disputes a 429.
+func TestDeniedDecisionLog(t *testing.T) {
+	st := newRedisStack(t)
+	logger, buf := newLogger()
+	lim := New(st.fo, WithLogger(logger), WithSampling(0))
+	ctx := WithPolicy(context.Background(), "per-api-key")
+	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 3, Period: time.Hour}
+	for i := 0; i < 4; i++ {
+		d, err := lim.AllowN(ctx, rawKey, limit, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed != (i < 3) {
+			t.Fatalf("call %d: allowed %v", i, d.Allowed)
+		}
+	}
+	evs := buf.events(t)
+	if len(evs) != 1 {
+		t.Fatalf("%d events with sampling 0, want only the denial:\n%s", len(evs), buf.String())
+	}
+	ev := evs[0]
+	want := map[string]any{
+		"msg":       "rate limit decision",
+		"level":     "INFO",
+		"policy":    "per-api-key",
+		"key":       HashKey(rawKey),
+		"algorithm": "fixed_window",
+		"limit":     3.0,
+		"period":    float64(time.Hour),
+		"cost":      1.0,
+		"allowed":   false,
+		"remaining": 0.0,
+		"used":      3.0, // the window's count the store saw
+		"path":      "store",
+		"breaker":   "closed",
+	}
+	for k, v := range want {
+		if ev[k] != v {
+			t.Errorf("%s = %v (%T), want %v", k, ev[k], ev[k], v)
+		}
+	}
+	if ra, _ := ev["retry_after"].(float64); ra <= 0 || ra > float64(time.Hour) {
+		t.Errorf("retry_after %v, want the time to the next window", ev["retry_after"])
+	}
+	if ev["reset_after"] != ev["retry_after"] {
+		t.Errorf("reset_after %v, retry_after %v: a full fixed window resets when it retries", ev["reset_after"], ev["retry_after"])
+	}
+	if sl, _ := ev["store_latency"].(float64); sl <= 0 {
+		t.Errorf("store_latency %v", ev["store_latency"])
+	}
+	for _, k := range []string{"error", "error_kind", "mode"} {
+		if _, ok := ev[k]; ok {
+			t.Errorf("unexpected %s=%v in a store decision", k, ev[k])
+		}
+	}
+}
+
+// leakyStore reports errors that quote the key, as a careless store might.
+type leakyStore struct{ sluice.Limiter }
+
+func (s leakyStore) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
+	return sluice.Decision{}, fmt.Errorf("store: cannot decide %q (%s): %w", key, key, errors.New("READONLY You can't write against a read only replica."))
+}
+
+// TestRawKeyNeverLogged drives every kind of event (sampled allowed, denied, bad input,
+// store failure absorbed by each mode, an error message quoting the key, reset) and
+// checks that the raw key appears nowhere in the output, and its hash does.
+func TestRawKeyNeverLogged(t *testing.T) {
+	st := newRedisStack(t, failover.WithBreaker(failover.Breaker{FailingFor: -1, OpenFor: time.Hour}))
+	logger, buf := newLogger()
+	lim := New(st.fo, WithLogger(logger), WithSampling(1))
+	ctx := context.Background()
+	limit := sluice.PerMinute(2)
+	for i := 0; i < 3; i++ { // allowed, allowed, denied
+		if _, err := lim.AllowN(ctx, rawKey, limit, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := lim.AllowN(ctx, rawKey, limit, 5); !sluice.IsBadInput(err) { // cost above the burst
+		t.Fatalf("bad input: %v", err)
+	}
+	if err := lim.Reset(ctx, rawKey, limit); err != nil {
+		t.Fatal(err)
+	}
+	st.srv.Kill()
+	for _, m := range []failover.Mode{failover.FailOpen, failover.FailClosed, failover.FailLocal} {
+		fctx := failover.WithFallback(ctx, failover.Fallback{Mode: m})
+		for i := 0; i < 7; i++ { // the breaker opens on the way
+			lim.AllowN(fctx, rawKey, limit, 1)
+		}
+	}
+	mem := memory.New()
+	defer mem.Close()
+	leaky := New(leakyStore{mem}, WithLogger(logger))
+	if _, err := leaky.AllowN(ctx, rawKey, limit, 1); err == nil {
+		t.Fatal("leaky store did not fail")
+	}
+
+	out := buf.String()
+	if strings.Contains(out, rawKey) {
+		t.Fatalf("the raw key appears in the log:\n%s", out)
+	}
+	if q := fmt.Sprintf("%q", rawKey); strings.Contains(out, q[1:len(q)-1]) {
+		t.Fatalf("the quoted raw key appears in the log")
+	}
+	evs := buf.events(t)
+	seen := map[string]bool{}
+	for _, ev := range evs {
+		if ev["key"] != HashKey(rawKey) {
+			t.Errorf("event with key %v, want the hash %s", ev["key"], HashKey(rawKey))
+		}
+		path, _ := ev["path"].(string)
+		kind, _ := ev["error_kind"].(string)
+		seen[fmt.Sprint(ev["msg"], "/", path, "/", ev["allowed"], "/", kind)] = true
+	}
+	for _, want := range []string{
+		"rate limit decision/store/true/", "rate limit decision/store/false/",
+		"rate limit decision/store/false/bad_input",
+		"rate limit decision/open/true/refused", "rate limit decision/closed/false/breaker_open",
+		"rate limit decision/local/true/breaker_open", "rate limit decision/store/false/readonly",
+		"rate limit reset//<nil>/",
+	} {
+		if !seen[want] {
+			t.Errorf("no event %s; saw %v", want, seen)
+		}
+	}
+}
+
+func TestSampling(t *testing.T) {
+	store := memory.New()
+	defer store.Close()
+	logger, buf := newLogger()
+	lim := New(store, WithLogger(logger), WithSampling(0.25))
+	ctx := context.Background()
+	for i := 0; i < 100; i++ {
+		lim.AllowN(ctx, fmt.Sprint("k", i), sluice.PerMinute(10), 1)
+	}
+	for i := 0; i < 5; i++ {
+		lim.AllowN(ctx, "hot", sluice.PerMinute(1), 1) // 1 allowed, 4 denied
+	}
+	allowed, denied := 0, 0
+	for _, ev := range buf.events(t) {
+		if ev["allowed"] == true {
+			allowed++
+		} else {
+			denied++
+		}
+	}
+	if allowed != 25 && allowed != 26 {
+		t.Errorf("%d of 101 allowed decisions logged at 0.25, want 25 or 26", allowed)
+	}
+	if denied != 4 {
+		t.Errorf("%d denials logged, want all 4", denied)
+	}
+}
+
+// metricValue returns the value of the series of name with exactly labels, or -1.
+func metricValue(t *testing.T, g prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if !labelsMatch(m, labels) {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return -1
+}
+
+func labelsMatch(m *dto.Metric, want map[string]string) bool {
+	if len(m.GetLabel()) != len(want) {
+		return false
+	}
+	for _, l := range m.GetLabel() {
+		if want[l.GetName()] != l.GetValue() {
+			return false
+		}
+	}
+	return true
+}
+
+func TestMetrics(t *testing.T) {
+	st := newRedisStack(t, failover.WithBreaker(failover.Breaker{FailingFor: -1, OpenFor: 200 * time.Millisecond, Probes: 1}))
+	reg := prometheus.NewRegistry()
+	logger, _ := newLogger()
+	m, err := NewMetrics(reg, WithEvictedKeys(st.store.EvictedKeys, time.Hour), WithMetricsLogger(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if _, err := NewMetrics(reg); err == nil {
+		t.Error("registering the metrics twice on one registry succeeded")
+	}
+	lim := New(st.fo, WithMetrics(m), WithLogger(nil))
+	ctx := WithPolicy(context.Background(), "api")
+	limit := sluice.PerMinute(2)
+	for i := 0; i < 3; i++ {
+		lim.AllowN(ctx, "user:1", limit, 1)
+	}
+	lim.AllowN(ctx, "user:1", limit, 9) // bad input
+
+	val := func(name string, labels map[string]string) float64 { return metricValue(t, reg, name, labels) }
+	checks := []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"sluice_decisions_total", map[string]string{"policy": "api", "result": "allowed", "path": "store"}, 2},
+		{"sluice_decisions_total", map[string]string{"policy": "api", "result": "denied", "path": "store"}, 1},
+		{"sluice_decisions_total", map[string]string{"policy": "api", "result": "error", "path": "store"}, 1},
+		{"sluice_store_latency_seconds", map[string]string{"policy": "api"}, 3}, // bad input never reaches the store
+		{"sluice_breaker_state", map[string]string{"state": "closed"}, 1},
+		{"sluice_breaker_state", map[string]string{"state": "open"}, 0},
+	}
+	for _, c := range checks {
+		if got := val(c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+
+	// The store dies: failures by kind, fallbacks by mode, the breaker opens.
+	st.srv.Kill()
+	octx := failover.WithFallback(ctx, failover.Fallback{Mode: failover.FailLocal})
+	for i := 0; i < 8; i++ {
+		lim.AllowN(octx, fmt.Sprint("user:", i), limit, 1)
+	}
+	if got := val("sluice_breaker_state", map[string]string{"state": "open"}); got != 1 {
+		t.Errorf("breaker open gauge %v after the store died", got)
+	}
+	if got := val("sluice_store_errors_total", map[string]string{"kind": "refused"}); got < 1 {
+		t.Errorf("refused errors %v", got)
+	}
+	if got := val("sluice_store_errors_total", map[string]string{"kind": "breaker_open"}); got < 1 {
+		t.Errorf("breaker_open errors %v", got)
+	}
+	if got := val("sluice_fallback_decisions_total", map[string]string{"policy": "api", "mode": "local", "result": "allowed"}); got != 8 {
+		t.Errorf("local fallback decisions %v, want 8", got)
+	}
+	if got := val("sluice_decisions_total", map[string]string{"policy": "api", "result": "allowed", "path": "local"}); got != 8 {
+		t.Errorf("local decisions %v, want 8", got)
+	}
+
+	// It comes back: the breaker closes, the gauge follows.
+	st.srv.Restart()
+	deadline := time.Now().Add(10 * time.Second)
+	for st.fo.State() != failover.BreakerClosed || val("sluice_breaker_state", map[string]string{"state": "closed"}) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("breaker still %v", st.fo.State())
+		}
+		lim.AllowN(ctx, "user:probe", sluice.PerSecond(100), 1)
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// Evictions: the first poll is the baseline, growth is counted.
+	if err := m.PollEvictedKeys(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := val("sluice_redis_evicted_keys_total", nil); got != 0 {
+		t.Errorf("evicted keys %v after the baseline poll", got)
+	}
+	st.srv.MustDo("CONFIG", "SET", "maxmemory-policy", "allkeys-random")
+	st.srv.MustDo("DEBUG", "POPULATE", "20000", "filler", "64")
+	st.srv.MustDo("CONFIG", "SET", "maxmemory", "2mb")
+	st.srv.Do("SET", "trigger", "eviction") // evictions run before a command
+	if err := m.PollEvictedKeys(ctx); err != nil {
+		t.Fatal(err)
+	}
+	evicted, err := st.srv.Info("evicted_keys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Redis goes on evicting in the background after the poll: the metric is at most
+	// what the server says a moment later.
+	if got := val("sluice_redis_evicted_keys_total", nil); got <= 0 || got > mustFloat(t, evicted) {
+		t.Errorf("evicted keys metric %v, server says %s", got, evicted)
+	}
+}
+
+func mustFloat(t *testing.T, s string) float64 {
+	t.Helper()
+	var f float64
+	if _, err := fmt.Sscan(s, &f); err != nil {
+		t.Fatalf("%q: %v", s, err)
+	}
+	return f
+}
+
+func TestEvictedKeysPoller(t *testing.T) {
+	var mu sync.Mutex
+	values := []int64{100, 100, 130, 5} // a restart in between
+	polls := 0
+	f := func(ctx context.Context) (int64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if polls >= len(values) {
+			return values[len(values)-1], nil
+		}
+		v := values[polls]
+		polls++
+		return v, nil
+	}
+	reg := prometheus.NewRegistry()
+	logger, buf := newLogger()
+	m, err := NewMetrics(reg, WithEvictedKeys(f, 5*time.Millisecond), WithMetricsLogger(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for metricValue(t, reg, "sluice_redis_evicted_keys_total", nil) != 35 {
+		if time.Now().After(deadline) {
+			t.Fatalf("evicted keys %v, want 30 + 5", metricValue(t, reg, "sluice_redis_evicted_keys_total", nil))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	m.Close()
+	if !strings.Contains(buf.String(), "evicted") || !strings.Contains(buf.String(), `"level":"WARN"`) {
+		t.Errorf("no eviction warning logged:\n%s", buf.String())
+	}
+}
+
+func TestAllowMultiLogsEachRequest(t *testing.T) {
+	store := memory.New()
+	defer store.Close()
+	logger, buf := newLogger()
+	lim := New(store, WithLogger(logger), WithSampling(1))
+	reqs := []sluice.Request{
+		{Key: rawKey, Limit: sluice.PerMinute(1), N: 1},
+		{Key: rawKey, Limit: sluice.PerHour(10), N: 1},
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := lim.AllowMulti(context.Background(), reqs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs := buf.events(t)
+	if len(evs) != 4 {
+		t.Fatalf("%d events for 2 batches of 2, want 4", len(evs))
+	}
+	if evs[2]["allowed"] != false || evs[3]["allowed"] != false || evs[3]["used"] != 1.0 || evs[2]["batch_size"] != 2.0 {
+		t.Errorf("denied batch events: %v", evs[2:])
+	}
+	if _, err := New(leakyStore{store}).AllowMulti(context.Background(), reqs); !errors.Is(err, sluice.ErrNotAtomic) {
+		t.Errorf("AllowMulti over a plain Limiter: %v, want ErrNotAtomic", err)
+	}
+}
