@@ -1,16 +1,19 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/failover"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/keys"
 )
@@ -196,4 +199,49 @@ func PoliciesFor(cfg *config.Config, h *keys.Hasher) ([]httplimit.Policy, func(*
 
 func equalFoldHeader(a, b string) bool {
 	return http.CanonicalHeaderKey(a) == http.CanonicalHeaderKey(b)
+}
+
+// PolicyFallback returns a failover.WithFallbackFunc function for limiters used by a
+// Proxy (or any httplimit middleware built by PoliciesFor): it reads the policy from the
+// store key (keys.Key's Policy field; a route limit's name begins with its policy's) and
+// returns that policy's failure mode and local share in the configuration in force,
+// falling back to the configuration's store defaults. Keys it cannot parse get the zero
+// Fallback (the limiter's defaults).
+func PolicyFallback(cfg func() *config.Config) func(ctx context.Context, key string, limit sluice.Limit) failover.Fallback {
+	return func(_ context.Context, key string, _ sluice.Limit) failover.Fallback {
+		c := cfg()
+		k, err := keys.ParseKey(key)
+		if err != nil {
+			return fallbackOf(c.Store.FailureMode, c.Store.LocalShare)
+		}
+		name := k.Policy
+		if k.Route != "" {
+			name = strings.TrimSuffix(name, " "+k.Route)
+		}
+		p, ok := c.Policy(name)
+		if !ok {
+			return fallbackOf(c.Store.FailureMode, c.Store.LocalShare)
+		}
+		mode, share := p.FailureMode, p.LocalShare
+		if mode == config.FailureUnset {
+			mode = c.Store.FailureMode
+		}
+		if share == 0 {
+			share = c.Store.LocalShare
+		}
+		return fallbackOf(mode, share)
+	}
+}
+
+func fallbackOf(mode config.FailureMode, share float64) failover.Fallback {
+	f := failover.Fallback{Share: share}
+	switch mode {
+	case config.FailOpen:
+		f.Mode = failover.FailOpen
+	case config.FailClosed:
+		f.Mode = failover.FailClosed
+	case config.FailLocal:
+		f.Mode = failover.FailLocal
+	}
+	return f
 }

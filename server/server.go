@@ -192,16 +192,7 @@ func (s *Server) decisionContext(ctx context.Context, cfg *config.Config, name s
 	if mode == config.FailureUnset && share == 0 {
 		return ctx
 	}
-	f := failover.Fallback{Share: share}
-	switch mode {
-	case config.FailOpen:
-		f.Mode = failover.FailOpen
-	case config.FailClosed:
-		f.Mode = failover.FailClosed
-	case config.FailLocal:
-		f.Mode = failover.FailLocal
-	}
-	return failover.WithFallback(ctx, f)
+	return failover.WithFallback(ctx, fallbackOf(mode, share))
 }
 
 func (s *Server) hasher(cfg *config.Config) (*keys.Hasher, error) { return s.hashers.get(cfg) }

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/sluicehq/sluice/server"
+)
+
+func checkCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "check",
+		Usage:     "ask a running sluice server whether a request would pass",
+		ArgsUsage: " ",
+		Description: "Sends one request to a server's JSON API and prints the decision. The exit status is\n" +
+			"0 when the request is allowed, 3 when it is denied, 1 on errors.\n\n" +
+			"  sluice check --policy demo --key 203.0.113.7\n" +
+			"  sluice check --policy api --key \"$API_KEY\" --tier pro --method POST --path /v1/items\n" +
+			"  sluice check --domain demo --descriptor remote_address=203.0.113.7\n" +
+			"  sluice check --domain edge --descriptor message_type=marketing,to_number=555 --cost 2\n" +
+			"  sluice check --peek --policy demo --key 203.0.113.7      (spend nothing)",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "server", Value: "http://localhost:8080", Usage: "the server's HTTP `URL`", Sources: cli.EnvVars("SLUICE_SERVER")},
+			&cli.StringFlag{Name: "policy", Usage: "the sluice policy `NAME`", Sources: cli.EnvVars("SLUICE_CHECK_POLICY")},
+			&cli.StringFlag{Name: "key", Usage: "the identity the policy limits: an IP address, a user ID or an API key", Sources: cli.EnvVars("SLUICE_CHECK_KEY")},
+			&cli.StringFlag{Name: "tier", Usage: "the identity's tier", Sources: cli.EnvVars("SLUICE_CHECK_TIER")},
+			&cli.StringFlag{Name: "method", Usage: "the request's method, for route limits", Sources: cli.EnvVars("SLUICE_CHECK_METHOD")},
+			&cli.StringFlag{Name: "path", Usage: "the request's path, for route limits", Sources: cli.EnvVars("SLUICE_CHECK_PATH")},
+			&cli.StringFlag{Name: "domain", Usage: "an envoyproxy/ratelimit `DOMAIN`", Sources: cli.EnvVars("SLUICE_CHECK_DOMAIN")},
+			&cli.StringSliceFlag{Name: "descriptor", Usage: "a descriptor as `KEY=VALUE[,KEY=VALUE...]` (repeat for several)", Sources: cli.EnvVars("SLUICE_CHECK_DESCRIPTORS")},
+			&cli.Int64Flag{Name: "cost", Value: 1, Usage: "units to spend", Sources: cli.EnvVars("SLUICE_CHECK_COST")},
+			&cli.BoolFlag{Name: "peek", Usage: "only look: spend nothing (GET /v1/peek)", Sources: cli.EnvVars("SLUICE_CHECK_PEEK")},
+			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "give up after this long", Sources: cli.EnvVars("SLUICE_CHECK_TIMEOUT")},
+		},
+		Action: check,
+	}
+}
+
+func check(ctx context.Context, c *cli.Command) error {
+	cost := c.Int64("cost")
+	req := server.CheckRequest{
+		Policy: c.String("policy"), Key: c.String("key"), Tier: c.String("tier"),
+		Method: c.String("method"), Path: c.String("path"),
+		Domain: c.String("domain"), Cost: &cost,
+	}
+	for _, d := range c.StringSlice("descriptor") {
+		var desc server.Descriptor
+		for part := range strings.SplitSeq(d, ",") {
+			k, v, ok := strings.Cut(part, "=")
+			if !ok || k == "" {
+				return cli.Exit(fmt.Sprintf("--descriptor %q: %q is not KEY=VALUE", d, part), exitUsage)
+			}
+			desc.Entries = append(desc.Entries, server.Entry{Key: k, Value: v})
+		}
+		req.Descriptors = append(req.Descriptors, desc)
+	}
+	if (req.Policy == "") == (req.Domain == "") {
+		return cli.Exit("name a --policy (with --key) or a --domain (with --descriptor)", exitUsage)
+	}
+	path := "/v1/check"
+	if c.Bool("peek") {
+		path = "/v1/peek"
+	}
+	body, _ := json.Marshal(req)
+	ctx, cancel := context.WithTimeout(ctx, c.Duration("timeout"))
+	defer cancel()
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.String("server"), "/")+path, bytes.NewReader(body))
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("--server: %v", err), exitUsage)
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	w := c.Root().Writer
+	switch resp.StatusCode {
+	case http.StatusOK, http.StatusTooManyRequests:
+	default:
+		fmt.Fprintf(w, "%s\n", bytes.TrimSpace(out))
+		return fmt.Errorf("server answered %s", resp.Status)
+	}
+	var cr server.CheckResponse
+	if err := json.Unmarshal(out, &cr); err != nil {
+		return fmt.Errorf("server answered %s with an unreadable body: %w", resp.Status, err)
+	}
+	pretty, _ := json.MarshalIndent(cr, "", "  ")
+	fmt.Fprintf(w, "%s\n", pretty)
+	if !cr.Allowed {
+		return cli.Exit("", exitDenied)
+	}
+	return nil
+}

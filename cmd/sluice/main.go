@@ -1,0 +1,75 @@
+// Command sluice runs the sluice rate limit service and its tools.
+//
+//	sluice serve     the rate limit service: HTTP JSON API on :8080, Envoy's rate limit
+//	                 service (gRPC) on :8081, on the in-memory store unless Redis is named
+//	sluice proxy     a reverse proxy that applies sluice policies in front of an upstream
+//	sluice check     ask a running server whether a request would pass
+//	sluice simulate  run traffic patterns against the algorithms and report their accuracy
+//	sluice version   print the version
+//
+// Every flag can also be set with the environment variable shown in its --help (for
+// example SLUICE_HTTP_ADDR for serve's --http); a flag on the command line wins.
+//
+// With no arguments at all, `go run ./cmd/sluice serve` starts a useful service on a
+// fresh machine: the in-memory store and the built-in example configuration.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/urfave/cli/v3"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args, os.Stdout, os.Stderr))
+}
+
+// Exit codes.
+const (
+	exitOK     = 0
+	exitError  = 1
+	exitUsage  = 2 // a command line that cannot be parsed
+	exitDenied = 3 // sluice check: the request would be denied
+)
+
+// run runs the command line args and returns the process's exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	app := newApp(stdout, stderr)
+	err := app.Run(ctx, args)
+	if err == nil {
+		return exitOK
+	}
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) {
+		if msg := ec.Error(); msg != "" {
+			fmt.Fprintln(stderr, "sluice:", msg)
+		}
+		return ec.ExitCode()
+	}
+	fmt.Fprintln(stderr, "sluice:", err)
+	return exitError
+}
+
+func newApp(stdout, stderr io.Writer) *cli.Command {
+	return &cli.Command{
+		Name:    "sluice",
+		Usage:   "a rate limiter: service, gateway and tools",
+		Version: version(),
+		Description: "Every flag can also be set with the environment variable shown beside it; a flag\n" +
+			"on the command line wins. Start with `sluice serve`: it runs on the in-memory\n" +
+			"store with a built-in example configuration.",
+		Writer:                stdout,
+		ErrWriter:             stderr,
+		ExitErrHandler:        func(context.Context, *cli.Command, error) {}, // run reports errors
+		Commands:              []*cli.Command{serveCommand(), proxyCommand(), checkCommand(), simulateCommand(), versionCommand()},
+		EnableShellCompletion: false,
+	}
+}

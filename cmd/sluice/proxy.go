@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/urfave/cli/v3"
+
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/server"
+)
+
+func proxyCommand() *cli.Command {
+	flags := []cli.Flag{
+		&cli.StringFlag{Name: "upstream", Usage: "the `URL` allowed requests are forwarded to (required)", Sources: cli.EnvVars("SLUICE_UPSTREAM")},
+		&cli.StringFlag{Name: "listen", Value: ":8000", Usage: "listen `ADDR`ess of the proxy", Sources: cli.EnvVars("SLUICE_PROXY_ADDR")},
+		&cli.StringFlag{Name: "admin", Usage: "listen `ADDR`ess for /healthz, /readyz and /metrics (and the JSON API on the same store); empty disables it", Sources: cli.EnvVars("SLUICE_PROXY_ADMIN_ADDR")},
+		&cli.BoolFlag{Name: "legacy-headers", Usage: "also send X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset", Sources: cli.EnvVars("SLUICE_LEGACY_HEADERS")},
+		&cli.DurationFlag{Name: "shutdown-timeout", Value: server.DefaultShutdownTimeout, Usage: "on SIGTERM or SIGINT, how long to wait for requests in flight", Sources: cli.EnvVars("SLUICE_SHUTDOWN_TIMEOUT")},
+	}
+	flags = append(flags, commonFlags()...)
+	flags = append(flags, logFlags()...)
+	return &cli.Command{
+		Name:  "proxy",
+		Usage: "a reverse proxy that applies the configuration's sluice policies in front of an upstream",
+		Description: "Every request is limited by the sluice policies of the configuration (per client IP,\n" +
+			"user or API key, with tiers, routes and overrides) and, when allowed, forwarded to\n" +
+			"--upstream. Responses carry the RateLimit-Policy and RateLimit headers; a denied\n" +
+			"request gets 429 with Retry-After and an application/problem+json body, and 503 when\n" +
+			"the store is down and the policy fails closed. Envoy domains in the configuration are\n" +
+			"ignored here. The configuration is reloaded as by serve.",
+		Flags: flags,
+		Action: func(ctx context.Context, c *cli.Command) error {
+			return proxy(ctx, c)
+		},
+	}
+}
+
+// proxyListenHook, when set by tests, is told the address the proxy listens on.
+var proxyListenHook func(addr net.Addr)
+
+func proxy(ctx context.Context, c *cli.Command) error {
+	log, err := newLogger(c, c.Root().ErrWriter)
+	if err != nil {
+		return err
+	}
+	up, err := url.Parse(c.String("upstream"))
+	if err != nil || up.Scheme == "" || up.Host == "" {
+		return cli.Exit("--upstream must be an absolute URL such as http://localhost:3000", exitUsage)
+	}
+	sf, err := readStoreFlags(c)
+	if err != nil {
+		return err
+	}
+	w, err := config.NewWatcher(c.String("config"), config.WithLogger(log))
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	defer w.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	sf.fallback = server.PolicyFallback(w.Config)
+	st, err := openStore(w.Config(), sf, log, reg)
+	if err != nil {
+		return err
+	}
+	defer st.close()
+
+	p, err := server.NewProxy(server.ProxyOptions{
+		Limiter:       st,
+		Upstream:      up,
+		Watcher:       w,
+		LegacyHeaders: c.Bool("legacy-headers"),
+		Logger:        log,
+	})
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	ln, err := net.Listen("tcp", c.String("listen"))
+	if err != nil {
+		return err
+	}
+	if proxyListenHook != nil {
+		proxyListenHook(ln.Addr())
+	}
+	hs := &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	adminDone := make(chan error, 1)
+	if a := c.String("admin"); a != "" {
+		al, err := net.Listen("tcp", a)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		srv, err := server.New(server.Options{Limiter: st, Watcher: w, FailureMode: sf.failureMode,
+			Ready: st.ready, Registry: reg, Logger: log, ShutdownTimeout: c.Duration("shutdown-timeout")})
+		if err != nil {
+			ln.Close()
+			al.Close()
+			return err
+		}
+		go func() { adminDone <- srv.Serve(ctx, al, nil) }()
+	} else {
+		adminDone <- nil
+	}
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				log.Info("SIGHUP: reloading the configuration")
+				w.Reload()
+			}
+		}
+	}()
+
+	log.Info("sluice proxy starting", slog.String("version", version()), slog.String("listen", ln.Addr().String()),
+		slog.String("upstream", up.Redacted()), slog.String("store", st.kind), slog.String("config", describeConfig(w)))
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+		cancel()
+		return errors.Join(err, <-adminDone)
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), c.Duration("shutdown-timeout"))
+	defer scancel()
+	log.Info("shutting down: finishing requests in flight")
+	err = hs.Shutdown(sctx)
+	return errors.Join(err, <-adminDone)
+}

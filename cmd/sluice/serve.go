@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/urfave/cli/v3"
+
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/server"
+)
+
+// commonFlags are the configuration and store flags of serve and proxy.
+func commonFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "config", Usage: "a configuration `PATH`: a YAML file, or a directory of them (sluice policy files and envoyproxy/ratelimit domain files, one domain per file); watched and reloaded on change and on SIGHUP. Empty: the built-in example configuration", Sources: cli.EnvVars("SLUICE_CONFIG")},
+		&cli.StringFlag{Name: "redis", Usage: "keep limits in Redis at this `URL` (redis://, rediss://; see the redisstore docs for Cluster and Sentinel), overriding the configuration's store.redis_url. Empty: the configuration's, else in memory", Sources: cli.EnvVars("SLUICE_REDIS_URL")},
+		&cli.StringFlag{Name: "failure-mode", Usage: "what to do when Redis cannot decide, for policies and domains whose configuration says nothing: open (allow), closed (deny: HTTP 503, Envoy OVER_LIMIT) or local (decide in-process with a share of each limit)", Sources: cli.EnvVars("SLUICE_FAILURE_MODE")},
+		&cli.DurationFlag{Name: "deadline", Usage: "the longest a decision waits for Redis before the failure mode decides (0: the configuration's store.deadline, else 5ms)", Sources: cli.EnvVars("SLUICE_DEADLINE")},
+		&cli.Int64Flag{Name: "max-keys", Usage: "in-memory store: the most keys kept (0: unbounded; idle keys are always swept)", Sources: cli.EnvVars("SLUICE_MAX_KEYS")},
+		&cli.FloatFlag{Name: "log-sampling", Value: -1, Usage: "the share of allowed decisions written to the decision log, in [0, 1] (denials and failures are always logged; -1: the observe package's default of 1%)", Sources: cli.EnvVars("SLUICE_LOG_SAMPLING")},
+	}
+}
+
+func serveCommand() *cli.Command {
+	flags := []cli.Flag{
+		&cli.StringFlag{Name: "http", Value: ":8080", Usage: "listen `ADDR`ess of the HTTP API (/v1/check, /v1/peek, /v1/reset, /v1/config, /healthz, /readyz, /metrics); empty disables it", Sources: cli.EnvVars("SLUICE_HTTP_ADDR")},
+		&cli.StringFlag{Name: "grpc", Value: ":8081", Usage: "listen `ADDR`ess of Envoy's rate limit service (envoy.service.ratelimit.v3) and gRPC health; empty disables it", Sources: cli.EnvVars("SLUICE_GRPC_ADDR")},
+	}
+	flags = append(flags, commonFlags()...)
+	flags = append(flags,
+		&cli.BoolFlag{Name: "shadow-mode", Usage: "answer every request as allowed while still deciding, counting and reporting limits (the reference implementation's SHADOW_MODE)", Sources: cli.EnvVars("SLUICE_SHADOW_MODE")},
+		&cli.StringFlag{Name: "admin-token-file", Usage: "read the admin token (for /v1/reset and /v1/config) from this `FILE` on every admin request, instead of the configuration's admin block (default: $SLUICE_ADMIN_TOKEN). Without a token, admin endpoints refuse every request", Sources: cli.EnvVars("SLUICE_ADMIN_TOKEN_FILE")},
+		&cli.DurationFlag{Name: "shutdown-timeout", Value: server.DefaultShutdownTimeout, Usage: "on SIGTERM or SIGINT, how long to wait for requests in flight", Sources: cli.EnvVars("SLUICE_SHUTDOWN_TIMEOUT")},
+	)
+	flags = append(flags, logFlags()...)
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "run the rate limit service: HTTP JSON API and Envoy's rate limit service (gRPC)",
+		Description: "Serves the HTTP JSON API (default :8080) and Envoy's rate limit service over gRPC\n" +
+			"(default :8081). Limits are kept in memory unless --redis or the configuration names\n" +
+			"Redis. Without --config, a built-in example configuration is used: a \"demo\" policy of\n" +
+			"10 requests/s per client IP, an \"api\" policy per API key with tiers, and an Envoy\n" +
+			"domain \"demo\".\n\n" +
+			"The configuration is reloaded when its files change and on SIGHUP; an invalid one is\n" +
+			"rejected, logged and counted (sluice_config_reload_rejected_total), and the previous\n" +
+			"one stays in force. SIGTERM or SIGINT stops accepting connections, finishes the\n" +
+			"requests in flight and closes the store.\n\n" +
+			"Try it:\n" +
+			"  curl -i -d '{\"policy\":\"demo\",\"key\":\"203.0.113.7\"}' localhost:8080/v1/check",
+		Flags: flags,
+		Action: func(ctx context.Context, c *cli.Command) error {
+			return serve(ctx, c)
+		},
+	}
+}
+
+// listenHook, when set by tests, is told the addresses serve listens on.
+var listenHook func(httpAddr, grpcAddr net.Addr)
+
+func serve(ctx context.Context, c *cli.Command) error {
+	log, err := newLogger(c, c.Root().ErrWriter)
+	if err != nil {
+		return err
+	}
+	sf, err := readStoreFlags(c)
+	if err != nil {
+		return err
+	}
+	w, err := config.NewWatcher(c.String("config"), config.WithLogger(log))
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	defer w.Close()
+	cfg := w.Config()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	st, err := openStore(cfg, sf, log, reg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := st.close(); err != nil {
+			log.Error("closing the store", slog.String("error", err.Error()))
+		} else {
+			log.Info("store closed")
+		}
+	}()
+
+	opts := server.Options{
+		Limiter:         st,
+		Watcher:         w,
+		FailureMode:     sf.failureMode,
+		ShadowMode:      c.Bool("shadow-mode"),
+		Ready:           st.ready,
+		Registry:        reg,
+		Logger:          log,
+		ShutdownTimeout: c.Duration("shutdown-timeout"),
+	}
+	if f := c.String("admin-token-file"); f != "" {
+		opts.AdminToken = config.Admin{TokenFile: f}.Token
+	}
+	srv, err := server.New(opts)
+	if err != nil {
+		return err
+	}
+
+	var hl, gl net.Listener
+	if a := c.String("http"); a != "" {
+		if hl, err = net.Listen("tcp", a); err != nil {
+			return err
+		}
+	}
+	if a := c.String("grpc"); a != "" {
+		if gl, err = net.Listen("tcp", a); err != nil {
+			if hl != nil {
+				hl.Close()
+			}
+			return err
+		}
+	}
+	if hl == nil && gl == nil {
+		return cli.Exit("--http and --grpc are both empty: nothing to serve", exitUsage)
+	}
+	if listenHook != nil {
+		listenHook(addrOf(hl), addrOf(gl))
+	}
+	attrs := []any{
+		slog.String("version", version()),
+		slog.String("store", st.kind),
+		slog.String("config", describeConfig(w)),
+		slog.String("digest", cfg.Digest),
+		slog.Int("policies", len(cfg.Policies)),
+		slog.Int("domains", len(cfg.Domains)),
+	}
+	if st.target != "" {
+		attrs = append(attrs, slog.String("redis", st.target))
+	}
+	if sf.failureMode != config.FailureUnset {
+		attrs = append(attrs, slog.String("failure_mode", sf.failureMode.String()))
+	}
+	log.Info("sluice starting", attrs...)
+
+	// SIGHUP reloads the configuration now.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				log.Info("SIGHUP: reloading the configuration")
+				w.Reload() // the Watcher logs the outcome
+			}
+		}
+	}()
+	return srv.Serve(ctx, hl, gl)
+}
+
+func addrOf(l net.Listener) net.Addr {
+	if l == nil {
+		return nil
+	}
+	return l.Addr()
+}
+
+func describeConfig(w *config.Watcher) string {
+	if w.Path() == "" {
+		return "built-in example"
+	}
+	return w.Path()
+}
+
+func readStoreFlags(c *cli.Command) (storeFlags, error) {
+	f := storeFlags{
+		redisURL: c.String("redis"),
+		deadline: c.Duration("deadline"),
+		maxKeys:  c.Int64("max-keys"),
+		sampling: c.Float("log-sampling"),
+	}
+	if s := c.String("failure-mode"); s != "" {
+		m, err := config.ParseFailureMode(s)
+		if err != nil {
+			return f, cli.Exit(fmt.Sprintf("--failure-mode: %v", err), exitUsage)
+		}
+		f.failureMode = m
+	}
+	if f.deadline < 0 {
+		return f, cli.Exit("--deadline must not be negative", exitUsage)
+	}
+	if f.sampling > 1 || (f.sampling < 0 && f.sampling != -1) {
+		return f, cli.Exit("--log-sampling must be in [0, 1], or -1 for the default", exitUsage)
+	}
+	return f, nil
+}

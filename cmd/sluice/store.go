@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/failover"
+	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/observe"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// storeFlags are the store settings a command line may give; zero values defer to the
+// configuration file.
+type storeFlags struct {
+	redisURL    string
+	failureMode config.FailureMode
+	deadline    time.Duration
+	maxKeys     int64
+	sampling    float64
+	// fallback, when set, chooses the failure mode per decision (see
+	// server.PolicyFallback); serve sets it per request on the context instead.
+	fallback func(ctx context.Context, key string, limit sluice.Limit) failover.Fallback
+}
+
+// store is the limiter chain a command decides with:
+//
+//	observe (decision log, metrics) -> failover (deadline, breaker, mode) -> redisstore
+//	observe -> memory
+//
+// The in-memory store cannot fail, so it gets no failover decorator.
+type store struct {
+	sluice.Limiter
+	ready  func(context.Context) error
+	close  func() error
+	kind   string // "memory" or "redis"
+	target string // the Redis URL with its password redacted
+}
+
+// openStore builds the chain for cfg and the flags, registering metrics on reg.
+func openStore(cfg *config.Config, f storeFlags, log *slog.Logger, reg prometheus.Registerer) (*store, error) {
+	mopts := []observe.MetricsOption{observe.WithMetricsLogger(log)}
+	rawURL := f.redisURL
+	if rawURL == "" {
+		rawURL = cfg.Store.RedisURL
+	}
+	var (
+		inner sluice.Limiter
+		st    = &store{kind: "memory", ready: func(context.Context) error { return nil }}
+	)
+	if rawURL == "" {
+		var opts []memory.Option
+		if f.maxKeys > 0 {
+			opts = append(opts, memory.WithMaxKeys(f.maxKeys))
+		}
+		m := memory.New(opts...)
+		inner, st.close = m, m.Close
+	} else {
+		st.kind, st.target = "redis", redact(rawURL)
+		rs, err := redisstore.Open(rawURL, redisstore.WithLogger(log))
+		if err != nil {
+			return nil, fmt.Errorf("redis %s: %s", st.target, scrub(err.Error(), rawURL))
+		}
+		deadline := f.deadline
+		if deadline == 0 {
+			deadline = cfg.Store.Deadline
+		}
+		fopts := []failover.Option{failover.WithDeadline(deadline)}
+		if m := modeOf(f.failureMode); m != failover.Unset {
+			fopts = append(fopts, failover.WithDefaultMode(m))
+		} else if m := modeOf(cfg.Store.FailureMode); m != failover.Unset {
+			fopts = append(fopts, failover.WithDefaultMode(m))
+		}
+		if cfg.Store.LocalShare > 0 {
+			fopts = append(fopts, failover.WithLocalShare(cfg.Store.LocalShare))
+		}
+		if f.fallback != nil {
+			fopts = append(fopts, failover.WithFallbackFunc(f.fallback))
+		}
+		fl := failover.New(rs, fopts...)
+		inner = fl
+		st.close = func() error { return errors.Join(fl.Close(), rs.Close()) }
+		client := rs.Client()
+		st.ready = func(ctx context.Context) error {
+			return client.Do(ctx, client.B().Ping().Build()).Error()
+		}
+		mopts = append(mopts, observe.WithEvictedKeys(rs.EvictedKeys, 15*time.Second))
+	}
+	metrics, err := observe.NewMetrics(reg, mopts...)
+	if err != nil {
+		st.close()
+		return nil, err
+	}
+	oopts := []observe.Option{observe.WithLogger(log), observe.WithMetrics(metrics)}
+	if f.sampling >= 0 {
+		oopts = append(oopts, observe.WithSampling(f.sampling))
+	}
+	st.Limiter = observe.New(inner, oopts...)
+	return st, nil
+}
+
+// redact returns a URL with its password replaced, for logs and errors.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// scrub removes a URL's password from msg, wherever the message quotes it.
+func scrub(msg, raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return strings.ReplaceAll(msg, raw, "(redis URL)")
+	}
+	msg = strings.ReplaceAll(msg, raw, u.Redacted())
+	if p, ok := u.User.Password(); ok && p != "" {
+		msg = strings.ReplaceAll(msg, p, "xxxxx")
+	}
+	return msg
+}
+
+func modeOf(m config.FailureMode) failover.Mode {
+	switch m {
+	case config.FailOpen:
+		return failover.FailOpen
+	case config.FailClosed:
+		return failover.FailClosed
+	case config.FailLocal:
+		return failover.FailLocal
+	}
+	return failover.Unset
+}
