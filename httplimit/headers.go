@@ -4,6 +4,8 @@ import (
 	"math/bits"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/dunglas/httpsfv"
@@ -62,26 +64,64 @@ func effectiveWindow(d sluice.Decision) int64 {
 	return ceilSeconds(d.ResetAfter)
 }
 
+// policyItems caches serialized RateLimit-Policy items without a partition key, which
+// depend only on the policy's name and Limit: at most one per (policy, tier or override)
+// of the configuration.
+type policyItems struct{ m sync.Map } // policyItemKey -> string
+
+type policyItemKey struct {
+	name  string
+	limit sluice.Limit
+}
+
+// item returns the RFC 9651 serialization of d's RateLimit-Policy item.
+func (c *policyItems) item(d *PolicyDecision) (string, error) {
+	k := policyItemKey{d.Policy, d.Limit}
+	if !d.partitionKey {
+		if v, ok := c.m.Load(k); ok {
+			return v.(string), nil
+		}
+	}
+	q, w := Quota(d.Limit)
+	pi := httpsfv.NewItem(d.Policy)
+	pi.Params.Add("q", q)
+	pi.Params.Add("w", w)
+	if d.partitionKey {
+		pi.Params.Add("pk", []byte(d.Identity.String()))
+	}
+	v, err := httpsfv.Marshal(httpsfv.List{pi})
+	if err == nil && !d.partitionKey {
+		c.m.Store(k, v)
+	}
+	return v, err
+}
+
 // writeHeaders sets RateLimit-Policy, RateLimit, the legacy fields when asked for, and
 // Retry-After when retryAfter > 0 (seconds; the response is a refusal). An empty decision
-// list sets nothing.
-func writeHeaders(h http.Header, ds []PolicyDecision, retryAfter int64, legacy bool) error {
+// list sets nothing. Each field is an RFC 9651 List serialized by httpsfv, one member per
+// decision; RateLimit-Policy members come from cache, joined with ", " as RFC 9651 §4.1.1
+// serializes a List.
+func writeHeaders(h http.Header, cache *policyItems, ds []PolicyDecision, retryAfter int64, legacy bool) error {
 	if len(ds) == 0 {
 		if retryAfter > 0 {
 			h.Set(HeaderRetryAfter, strconv.FormatInt(retryAfter, 10))
 		}
 		return nil
 	}
-	policies := make(httpsfv.List, 0, len(ds))
+	var policies strings.Builder
 	limits := make(httpsfv.List, 0, len(ds))
 	tightest := -1
 	var tightT int64
 	for i := range ds {
 		d := &ds[i]
-		q, w := Quota(d.Limit)
-		pi := httpsfv.NewItem(d.Policy)
-		pi.Params.Add("q", q)
-		pi.Params.Add("w", w)
+		pi, err := cache.item(d)
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			policies.WriteString(", ")
+		}
+		policies.WriteString(pi)
 		t := effectiveWindow(d.Decision)
 		if retryAfter > 0 {
 			// Retry-After must not point earlier than the end of any effective window
@@ -92,11 +132,8 @@ func writeHeaders(h http.Header, ds []PolicyDecision, retryAfter int64, legacy b
 		li.Params.Add("r", min(d.Remaining, maxSFInteger))
 		li.Params.Add("t", t)
 		if d.partitionKey {
-			pk := []byte(d.Identity.String())
-			pi.Params.Add("pk", pk)
-			li.Params.Add("pk", pk)
+			li.Params.Add("pk", []byte(d.Identity.String()))
 		}
-		policies = append(policies, pi)
 		limits = append(limits, li)
 		// The legacy fields describe one policy: the one that denied with the longest
 		// wait, else the one with the least remaining (ties: the longest window).
@@ -104,15 +141,11 @@ func writeHeaders(h http.Header, ds []PolicyDecision, retryAfter int64, legacy b
 			tightest, tightT = i, t
 		}
 	}
-	pv, err := httpsfv.Marshal(policies)
-	if err != nil {
-		return err
-	}
 	lv, err := httpsfv.Marshal(limits)
 	if err != nil {
 		return err
 	}
-	h.Set(HeaderRateLimitPolicy, pv)
+	h.Set(HeaderRateLimitPolicy, policies.String())
 	h.Set(HeaderRateLimit, lv)
 	if legacy {
 		d := &ds[tightest]

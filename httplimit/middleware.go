@@ -112,6 +112,7 @@ type Middleware struct {
 	mux      *http.ServeMux // nil when no policy has a Route
 	routes   map[string]bool
 	unavail  string
+	items    policyItems
 }
 
 // New checks cfg and returns its Middleware. Every policy needs a unique, printable
@@ -240,7 +241,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		if !res.Allowed {
 			retry = max(1, ceilSeconds(res.RetryAfter))
 		}
-		if err := writeHeaders(w.Header(), res.Decisions, retry, m.cfg.LegacyHeaders); err != nil {
+		if err := writeHeaders(w.Header(), &m.items, res.Decisions, retry, m.cfg.LegacyHeaders); err != nil {
 			// Names are checked by New and every integer is clamped, so this is a bug;
 			// answer like any undecidable request rather than guess.
 			m.fail(w, r, fmt.Errorf("%w: writing headers: %v", sluice.ErrInvalidLimit, err))

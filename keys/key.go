@@ -33,6 +33,7 @@ func (id Identity) IsZero() bool { return id.ID == "" }
 // too. It never contains a raw API key, because an APIKey Identity holds only the MAC.
 func (id Identity) String() string {
 	var b strings.Builder
+	b.Grow(escapedLen(string(id.Kind)) + 1 + escapedLen(id.ID))
 	escapeTo(&b, string(id.Kind))
 	b.WriteByte(sep)
 	escapeTo(&b, id.ID)
@@ -64,9 +65,14 @@ const sep = ':'
 // String encodes k as "policy:kind:id:route:tier", each field escaped (see the package
 // doc). Different Keys always give different strings.
 func (k Key) String() string {
+	fields := [...]string{k.Policy, string(k.Kind), k.ID, k.Route, k.Tier}
+	n := len(fields) - 1
+	for _, f := range fields {
+		n += escapedLen(f)
+	}
 	var b strings.Builder
-	b.Grow(len(k.Policy) + len(k.Kind) + len(k.ID) + len(k.Route) + len(k.Tier) + 8)
-	for i, f := range [...]string{k.Policy, string(k.Kind), k.ID, k.Route, k.Tier} {
+	b.Grow(n)
+	for i, f := range fields {
 		if i > 0 {
 			b.WriteByte(sep)
 		}
@@ -108,6 +114,16 @@ func mustEscape(c byte) bool {
 }
 
 const upperhex = "0123456789ABCDEF"
+
+func escapedLen(s string) int {
+	n := len(s)
+	for i := 0; i < len(s); i++ {
+		if mustEscape(s[i]) {
+			n += 2
+		}
+	}
+	return n
+}
 
 func escapeTo(b *strings.Builder, s string) {
 	for i := 0; i < len(s); i++ {

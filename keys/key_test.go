@@ -101,3 +101,12 @@ func FuzzKey(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkKeyString(b *testing.B) {
+	k := Key{Policy: "orders", Kind: APIKey, ID: "11bc132d0e499179c86c82fd1183210ff7de8f366026ce8d36020e387e0dfa55",
+		Route: "POST /v1/orders/{id}", Tier: "free"}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = k.String()
+	}
+}
