@@ -277,6 +277,15 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, req *CheckReques
 	if err != nil {
 		return s.writeError(w, r, err)
 	}
+	for i := range items {
+		// As the library does, a cost that no wait could ever allow is an error, not a
+		// denial (a Retry-After would be a lie). Envoy's API has no such answer and gets
+		// OVER_LIMIT instead.
+		if it := &items[i]; it.status == config.Limited && it.n > it.limit.MaxCost() {
+			return s.writeError(w, r, badRequest("cost %d exceeds the %d that %s (%v) can ever allow",
+				it.n, it.limit.MaxCost(), it.name, it.limit))
+		}
+	}
 	allowed, err := s.decide(ctx, items)
 	if err != nil {
 		return s.writeError(w, r, err)
