@@ -184,6 +184,11 @@ func (s *Server) launch() error {
 		if err == nil && reply == "PONG" {
 			return nil
 		}
+		// A server that demands authentication (requirepass, ACL users) is up too.
+		var rerr ReplyError
+		if errors.As(err, &rerr) && (strings.HasPrefix(string(rerr), "NOAUTH") || strings.HasPrefix(string(rerr), "WRONGPASS")) {
+			return nil
+		}
 		if time.Now().After(deadline) {
 			s.kill()
 			return fmt.Errorf("redis-server on port %d not ready after %v (last: %q, %v)\n%s", s.port, startTimeout, reply, err, tail(s.Log(), 20))

@@ -1,0 +1,160 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/memory"
+)
+
+func clusterURL(c *redistest.Cluster) string {
+	addrs := c.Addrs()
+	return "redis://" + addrs[0] + "?addr=" + strings.Join(addrs[1:], "&addr=")
+}
+
+// hostileIdentities are identities that try to break the key layout.
+var hostileIdentities = []string{
+	"{", "}", "{}", "}{", "{{}}", "a{b}c", "{user}:1", "user:1", "user}:1", ":", "::", "a:b",
+	"%", "%7D", "%257D", "%7B%7D", "\x00", "a\x00b", "\xff\xfe\xfd", "é{", strings.Repeat("}", sluice.MaxKeyLen),
+	strings.Repeat("{", sluice.MaxKeyLen), strings.Repeat("x", sluice.MaxKeyLen-1) + "}",
+}
+
+// TestHostileIdentities: identities with '{', '}', ':', '%', NUL, invalid UTF-8 and 64 KiB
+// never collide, and all keys of one identity share the slot of its hash tag.
+func TestHostileIdentities(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	clock := newTestClock()
+	s := open(t, srv.URL(), clock.option(), WithMinTTL(time.Hour))
+	// Standalone Redis has no CLUSTER KEYSLOT; redistest.Slot is an independent CRC16.
+	checkHostile(t, s, clock, func(key string) string { return fmt.Sprint(redistest.Slot(key)) })
+}
+
+func checkHostile(t *testing.T, s *Store, clock *testClock, keyslot func(string) string) {
+	t.Helper()
+	ctx := context.Background()
+	once := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 1, Period: time.Hour}
+	other := sluice.Limit{Algorithm: sluice.GCRA, Rate: 1, Period: time.Hour}
+	// Every identity's first decision is admitted: had two identities shared a key, the
+	// second would be denied.
+	for round, want := range []bool{true, false} {
+		for i, id := range hostileIdentities {
+			d, err := s.AllowN(ctx, id, once, 1)
+			if err != nil {
+				t.Fatalf("identity %d: %v", i, err)
+			}
+			if d.Allowed != want {
+				t.Errorf("round %d, identity %d (%.20q): allowed %v, want %v", round, i, id, d.Allowed, want)
+			}
+			// Several limits of one identity in one atomic call: one slot.
+			if _, err := s.AllowMulti(ctx, []sluice.Request{{Key: id, Limit: other, N: 0}, {Key: id, Limit: once, N: 0}}); err != nil {
+				t.Errorf("identity %d: multi-limit: %v", i, err)
+			}
+		}
+	}
+	for i, id := range hostileIdentities {
+		k1, k2 := s.Key(id, once), s.Key(id, other)
+		tag := "{" + escapeIdentity(id) + "}"
+		want := fmt.Sprint(slot(tag))
+		if got := keyslot(k1); got != want {
+			t.Errorf("identity %d: key slot %s, want the slot of its hash tag %s", i, got, want)
+		}
+		if got := keyslot(k2); got != want {
+			t.Errorf("identity %d: second limit's key slot %s, want %s", i, got, want)
+		}
+	}
+}
+
+// TestCluster: on a 3-primary cluster every algorithm decides as the memory store does,
+// multi-limit calls on one identity are atomic, multi-limit calls across slots are refused
+// without spending, and every key of an identity lives on the node serving its slot.
+func TestCluster(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t)
+	clock := newTestClock()
+	s := open(t, clusterURL(c), clock.option(), WithMinTTL(time.Hour))
+	if !s.cluster {
+		t.Fatal("store did not detect cluster mode")
+	}
+	mem := memory.New(clock.memoryOption(), memory.WithSweepInterval(0))
+	defer mem.Close()
+	ctx := context.Background()
+
+	ids := make([]string, 30)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("user:%d", i)
+	}
+	for _, a := range sluice.Algorithms() {
+		t.Run(a.String(), func(t *testing.T) {
+			l := sluice.Limit{Algorithm: a, Rate: 3, Period: time.Second}
+			for step := 0; step < 6; step++ {
+				clock.Advance(97 * time.Millisecond)
+				for _, id := range ids {
+					want, _ := mem.AllowN(ctx, id, l, 1)
+					got, err := s.AllowN(ctx, id, l, 1)
+					if err != nil {
+						t.Fatalf("%s: %v", id, err)
+					}
+					if got != want {
+						t.Fatalf("%s step %d: redis %+v, memory %+v", id, step, got, want)
+					}
+				}
+			}
+		})
+	}
+
+	t.Run("multi", func(t *testing.T) {
+		perSec := sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 2, Period: time.Second}
+		perHour := sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 5, Period: time.Hour}
+		perMin := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 4, Period: time.Minute}
+		for i := 0; i < 8; i++ {
+			clock.Advance(400 * time.Millisecond)
+			reqs := []sluice.Request{{Key: "api:7", Limit: perSec, N: 1}, {Key: "api:7", Limit: perHour, N: 1}, {Key: "api:7", Limit: perMin, N: 1}}
+			want, _ := mem.AllowMulti(ctx, reqs)
+			got, err := s.AllowMulti(ctx, reqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j := range want {
+				if got[j] != want[j] {
+					t.Fatalf("batch %d request %d: redis %+v, memory %+v", i, j, got[j], want[j])
+				}
+			}
+		}
+		// Keys of one identity: one slot, on the node serving it.
+		for _, l := range []sluice.Limit{perSec, perHour, perMin} {
+			k := s.Key("api:7", l)
+			owner := c.NodeForKey(k)
+			if owner.MustDo("EXISTS", k) != "1" {
+				t.Errorf("%s not on the node serving its slot", k)
+			}
+		}
+
+		// Two identities in different slots cannot be atomic; nothing is spent.
+		a, b := "user:0", ""
+		for _, id := range ids {
+			if slot(s.Key(id, perSec)) != slot(s.Key(a, perSec)) {
+				b = id
+				break
+			}
+		}
+		before, _ := s.AllowN(ctx, a, perHour, 0)
+		_, err := s.AllowMulti(ctx, []sluice.Request{{Key: a, Limit: perHour, N: 1}, {Key: b, Limit: perHour, N: 1}})
+		if !errors.Is(err, sluice.ErrNotAtomic) {
+			t.Errorf("cross-slot multi: %v, want ErrNotAtomic", err)
+		}
+		if after, _ := s.AllowN(ctx, a, perHour, 0); after != before {
+			t.Errorf("refused multi spent: before %+v, after %+v", before, after)
+		}
+	})
+
+	t.Run("hostile", func(t *testing.T) {
+		checkHostile(t, s, clock, func(key string) string { return c.Nodes[0].MustDo("CLUSTER", "KEYSLOT", key) })
+	})
+}

@@ -1,0 +1,205 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// loadRun decides continuously from 16 goroutines until stop is closed and records when
+// each failed decision started.
+type loadRun struct {
+	mu       sync.Mutex
+	failures [][2]time.Time // start and end of each failed decision
+	lastErr  error
+	ok       int
+	wg       sync.WaitGroup
+}
+
+func startLoad(s *Store, stop <-chan struct{}) *loadRun {
+	r := &loadRun{}
+	limit := sluice.Limit{Rate: 1000, Period: time.Second}
+	for g := 0; g < 16; g++ {
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Now()
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				_, err := s.AllowN(ctx, fmt.Sprintf("load:%d:%d", g, i%50), limit.With(sluice.Algorithms()[i%6]), 1)
+				cancel()
+				r.mu.Lock()
+				if err != nil {
+					r.failures = append(r.failures, [2]time.Time{start, time.Now()})
+					r.lastErr = err
+				} else {
+					r.ok++
+				}
+				r.mu.Unlock()
+			}
+		}()
+	}
+	return r
+}
+
+func (r *loadRun) waitOK(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	r.mu.Lock()
+	target := r.ok + n
+	r.mu.Unlock()
+	for {
+		r.mu.Lock()
+		ok := r.ok
+		r.mu.Unlock()
+		if ok >= target {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("load made %d of %d decisions in 10s", ok-target+n, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestScriptFlushUnderLoad: SCRIPT FLUSH in the middle of a load run causes no failed
+// decision; NOSCRIPT is healed invisibly.
+func TestScriptFlushUnderLoad(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	s := open(t, srv.URL())
+	stop := make(chan struct{})
+	load := startLoad(s, stop)
+	load.waitOK(t, 300)
+	for i := 0; i < 3; i++ {
+		srv.MustDo("SCRIPT", "FLUSH")
+		load.waitOK(t, 300)
+	}
+	close(stop)
+	load.wg.Wait()
+	if len(load.failures) > 0 {
+		t.Errorf("%d decisions failed around SCRIPT FLUSH; last: %v", len(load.failures), load.lastErr)
+	}
+	if s.noscript.Load() == 0 {
+		t.Error("no NOSCRIPT was seen: the flush did not hit the load")
+	}
+}
+
+// TestServerRestartUnderLoad: killing and restarting redis-server fails only decisions
+// in flight or made while it was down; every decision started after it is back succeeds, with the
+// script reloaded transparently.
+func TestServerRestartUnderLoad(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	s := open(t, srv.URL())
+	stop := make(chan struct{})
+	load := startLoad(s, stop)
+	load.waitOK(t, 300)
+
+	killed := time.Now()
+	srv.Kill()
+	time.Sleep(100 * time.Millisecond)
+	srv.Restart()
+	ready := time.Now()
+	load.waitOK(t, 1000)
+	close(stop)
+	load.wg.Wait()
+
+	during := 0
+	const stamp = "15:04:05.000000"
+	for _, f := range load.failures {
+		if f[1].Before(killed) || f[0].After(ready) {
+			t.Errorf("a decision made in [%v, %v] failed outside the restart [%v, %v]",
+				f[0].Format(stamp), f[1].Format(stamp), killed.Format(stamp), ready.Format(stamp))
+		} else {
+			during++
+		}
+	}
+	t.Logf("%d decisions failed during the restart (last error: %v); noscript healed %d", during, load.lastErr, s.noscript.Load())
+	if s.noscript.Load() == 0 {
+		t.Error("the restarted server had no script, yet no NOSCRIPT was healed")
+	}
+}
+
+// TestTTL: every key the store writes has a TTL equal to the time until its state is
+// empty (the Decision's ResetAfter, rounded up to a millisecond), looks and denials do not
+// create or extend keys, and keys are gone once their state is empty. Redis's own clock.
+func TestTTL(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	s := open(t, srv.URL())
+	ctx := context.Background()
+	pttl := func(key string) time.Duration {
+		v, err := strconv.ParseInt(srv.MustDo("PTTL", key), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(v) * time.Millisecond
+	}
+	var maxReset time.Duration
+	for _, a := range sluice.Algorithms() {
+		l := sluice.Limit{Algorithm: a, Rate: 3, Period: 300 * time.Millisecond}
+		id := "ttl:" + a.String()
+		key := s.Key(id, l)
+		if d, err := s.AllowN(ctx, id, l, 0); err != nil || !d.Allowed {
+			t.Fatalf("%v: look: %+v, %v", a, d, err)
+		}
+		if srv.MustDo("EXISTS", key) != "0" {
+			t.Errorf("%v: a look created the key", a)
+		}
+		var d sluice.Decision
+		for i := 0; i < 3; i++ {
+			var err error
+			if d, err = s.AllowN(ctx, id, l, 1); err != nil || !d.Allowed {
+				t.Fatalf("%v: %+v, %v", a, d, err)
+			}
+		}
+		ttl := pttl(key)
+		ceil := (d.ResetAfter + time.Millisecond - 1).Truncate(time.Millisecond)
+		if ttl <= 0 || ttl > ceil || ttl < d.ResetAfter-50*time.Millisecond {
+			t.Errorf("%v: PTTL %v, want about ResetAfter %v (≤ %v)", a, ttl, d.ResetAfter, ceil)
+		}
+		if denied, err := s.AllowN(ctx, id, l, 1); err != nil || denied.Allowed {
+			t.Fatalf("%v: 4th decision %+v, %v; want denied", a, denied, err)
+		}
+		if after := pttl(key); after > ttl {
+			t.Errorf("%v: a denial extended the TTL from %v to %v", a, ttl, after)
+		}
+		maxReset = max(maxReset, d.ResetAfter)
+	}
+	time.Sleep(maxReset + 20*time.Millisecond)
+	if keys := srv.MustDo("KEYS", "*"); keys != "" {
+		t.Errorf("keys left once every state is empty: %q", keys)
+	}
+
+	// A mixed workload: every key it leaves has a TTL.
+	for i := 0; i < 300; i++ {
+		a := sluice.Algorithms()[i%6]
+		l := sluice.Limit{Algorithm: a, Rate: int64(1 + i%5), Period: time.Duration(1+i%7) * time.Second, Burst: int64(i % 3)}
+		if _, err := s.AllowN(ctx, fmt.Sprintf("mixed:%d", i%40), l, int64(i%2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := strings.Fields(srv.MustDo("KEYS", "*"))
+	if len(keys) == 0 {
+		t.Fatal("the mixed workload wrote no keys")
+	}
+	for _, k := range keys {
+		// -2ms: the key expired since KEYS; -1ms would be a key without a TTL.
+		if ttl := pttl(k); ttl == -time.Millisecond || ttl > 8*time.Second {
+			t.Errorf("%s: PTTL %v, want a TTL within the longest period", k, ttl)
+		}
+	}
+}
