@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"time"
 
@@ -146,6 +147,8 @@ func New(cfg Config) (*Middleware, error) {
 		if p.Key == nil {
 			p.Key = ByIP(nil)
 		}
+		// Own the maps, so a caller that reuses them cannot race with requests.
+		p.Tiers, p.Overrides = maps.Clone(p.Tiers), maps.Clone(p.Overrides)
 		if p.Route != "" && !m.routes[p.Route] {
 			if m.mux == nil {
 				m.mux = http.NewServeMux()
