@@ -1,0 +1,522 @@
+package region
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"math/bits"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+//go:embed lua/sync.lua
+var syncBody string
+
+var syncSHA = func() string { s := sha1.Sum([]byte(syncBody)); return hex.EncodeToString(s[:]) }()
+
+const pool = 1_000_000 // shares are in parts per million of the limit
+
+// Global is the global mode: a sluice.Limiter that decides every request in process, from
+// this node's leased share of each limit, and reconciles with a shared Redis in the
+// background. See the package doc for the protocol, its bound and its trade-offs.
+//
+// Every limit is enforced as a bucket (rate Rate/Period, depth Limit.EffectiveBurst, the
+// GCRA/TokenBucket semantics) whatever its Algorithm: shares of a rate add up, shares of a
+// window do not.
+type Global struct {
+	client   rueidis.Client
+	shared   *redisstore.Store
+	node     string
+	interval time.Duration
+	lease    time.Duration
+	timeout  time.Duration
+	idle     time.Duration
+	logger   *slog.Logger
+	start    time.Time
+
+	mu      sync.Mutex
+	entries map[entryKey]*entry
+
+	wake    chan struct{}
+	stop    chan struct{}
+	stopped chan struct{}
+	closed  atomic.Bool
+	syncs   atomic.Int64
+	down    atomic.Bool // the last sync failed; failures are logged when this changes
+
+	onAdmit func(at time.Time, n int64) // tests: called under the entry's lock
+}
+
+type entryKey struct {
+	key   string
+	limit sluice.Limit
+}
+
+// GlobalOption configures a Global.
+type GlobalOption func(*Global) error
+
+// WithNode sets this node's identity in the shared Redis. It must be unique among the nodes
+// sharing a limit; the default is the host name, the process id and a random suffix.
+func WithNode(id string) GlobalOption {
+	return func(g *Global) error {
+		if id == "" || len(id) > 200 {
+			return fmt.Errorf("region: node id must have 1 to 200 bytes")
+		}
+		g.node = id
+		return nil
+	}
+}
+
+// WithSyncInterval sets how often the node reconciles with the shared Redis (default
+// 100ms): one pipelined round trip per interval, carrying every active limit.
+func WithSyncInterval(d time.Duration) GlobalOption {
+	return func(g *Global) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("region: sync interval %v below 1ms", d)
+		}
+		g.interval = d
+		return nil
+	}
+}
+
+// WithLease sets how long a node keeps applying its share without a successful sync
+// (default 30 sync intervals, at least 3s). After it the node fences itself (applies no
+// share, denying) until it reaches the shared Redis again; the shared Redis frees the share
+// for other nodes only after 1.5 leases, so a cut node and the others never use it at once.
+func WithLease(d time.Duration) GlobalOption {
+	return func(g *Global) error {
+		g.lease = d
+		return nil
+	}
+}
+
+// WithSyncTimeout bounds each sync round trip (default 1s).
+func WithSyncTimeout(d time.Duration) GlobalOption {
+	return func(g *Global) error {
+		if d <= 0 {
+			return fmt.Errorf("region: sync timeout %v must be positive", d)
+		}
+		g.timeout = d
+		return nil
+	}
+}
+
+// WithLogger sets the logger for sync failures (default slog.Default()).
+func WithLogger(l *slog.Logger) GlobalOption {
+	return func(g *Global) error { g.logger = l; return nil }
+}
+
+// NewGlobal returns a Global node reconciling through shared, a Redis store on the shared
+// Redis (only its client and key layout are used: Key(identity, limit)+":global" holds a
+// limit's global state, in the identity's slot). Close stops it; shared stays open.
+func NewGlobal(shared *redisstore.Store, opts ...GlobalOption) (*Global, error) {
+	g := &Global{
+		client:   shared.Client(),
+		shared:   shared,
+		interval: 100 * time.Millisecond,
+		timeout:  time.Second,
+		logger:   slog.Default(),
+		start:    time.Now(),
+		entries:  map[entryKey]*entry{},
+		wake:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		stopped:  make(chan struct{}),
+	}
+	for _, o := range opts {
+		if err := o(g); err != nil {
+			return nil, err
+		}
+	}
+	if g.node == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		g.node = host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+	}
+	if g.lease == 0 {
+		g.lease = max(30*g.interval, 3*time.Second)
+	}
+	if g.lease < 2*g.interval {
+		return nil, fmt.Errorf("region: lease %v must be at least two sync intervals (%v)", g.lease, 2*g.interval)
+	}
+	g.idle = 2 * g.lease
+	go g.loop()
+	return g, nil
+}
+
+// Node returns this node's identity.
+func (g *Global) Node() string { return g.node }
+
+// Close stops the background sync. Decisions after Close return an error wrapping
+// sluice.ErrClosed.
+func (g *Global) Close() error {
+	if g.closed.CompareAndSwap(false, true) {
+		close(g.stop)
+		<-g.stopped
+	}
+	return nil
+}
+
+// now is the node's monotonic clock in µs.
+func (g *Global) now() int64 { return time.Since(g.start).Microseconds() }
+
+// entry is one (identity, Limit) on this node: a token bucket refilled at the node's share
+// of the rate, holding at most its share of the burst.
+type entry struct {
+	mu    sync.Mutex
+	rkey  string
+	limit sluice.Limit
+	p     algo.Params
+
+	share  int64 // ppm applied now
+	credit int64 // µs of work at the full rate; a unit costs p.T
+	rem    int64 // refill remainder, in ppm·µs
+	last   int64 // local µs of the last refill
+
+	demand, admitted int64 // units since the last sync was sent
+	sentAt           int64 // local µs the last sync was sent (-1 before the first)
+	okAt             int64 // local µs the last successful sync was sent (-1: never)
+	failed           bool  // the last sync failed
+	seen             int64 // local µs of the last request
+	everShared       bool
+
+	global, globalPrev, nodes int64 // from the last sync
+
+	ready     chan struct{} // closed after the first sync attempt
+	readyOnce sync.Once
+}
+
+func (e *entry) capOf(share int64) int64 {
+	if share <= 0 {
+		return 0
+	}
+	return max(e.p.T, algo.MulDiv(e.p.Burst*e.p.T, share, pool))
+}
+
+// refill adds the work earned at the current share since last.
+func (e *entry) refill(now int64) {
+	if now <= e.last {
+		return
+	}
+	elapsed := now - e.last
+	e.last = now
+	c := e.capOf(e.share)
+	if e.share == 0 || e.credit >= c {
+		e.credit, e.rem = min(e.credit, c), 0
+		return
+	}
+	hi, lo := bits.Mul64(uint64(elapsed), uint64(e.share))
+	lo, carry := bits.Add64(lo, uint64(e.rem), 0)
+	hi += carry
+	if hi >= pool { // the quotient would not fit: more than enough to fill
+		e.credit, e.rem = c, 0
+		return
+	}
+	q, r := bits.Div64(hi, lo, pool)
+	if q >= uint64(c-e.credit) {
+		e.credit, e.rem = c, 0
+		return
+	}
+	e.credit += int64(q)
+	e.rem = int64(r)
+}
+
+// setShare switches to share at now: work earned so far at the old share is kept, up to
+// the new share's cap.
+func (e *entry) setShare(share, now int64) {
+	e.refill(now)
+	e.share = share
+	e.credit = min(e.credit, e.capOf(share))
+	if share == 0 {
+		e.rem = 0
+	}
+}
+
+// timeTo is the µs until credit reaches want at the current share, or -1 never.
+func (e *entry) timeTo(want int64) int64 {
+	if e.credit >= want {
+		return 0
+	}
+	if e.share == 0 || want > e.capOf(e.share) {
+		return -1
+	}
+	need := uint64(want-e.credit)*pool - uint64(e.rem) // < 2^50·2^20
+	return int64((need + uint64(e.share) - 1) / uint64(e.share))
+}
+
+// fence drops the share of an entry that has not synced successfully for a lease.
+func (g *Global) fence(e *entry, now int64) {
+	if e.share > 0 && (e.okAt < 0 || now-e.okAt > g.lease.Microseconds()) {
+		e.setShare(0, now)
+	}
+}
+
+func (g *Global) entry(key string, limit sluice.Limit) (*entry, bool) {
+	k := entryKey{key, limit}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e, ok := g.entries[k]; ok {
+		return e, false
+	}
+	now := g.now()
+	e := &entry{
+		rkey:   g.shared.Key(key, limit) + ":global",
+		limit:  limit,
+		p:      algo.ParamsOf(limit.With(sluice.GCRA)),
+		last:   now,
+		sentAt: -1,
+		okAt:   -1,
+		seen:   now,
+		ready:  make(chan struct{}),
+	}
+	g.entries[k] = e
+	return e, true
+}
+
+// AllowN implements sluice.Limiter. A limit this node has not seen recently waits for one
+// sync (triggered at once) before its first decision; every other decision is in process.
+// Decisions made while the shared Redis is unreachable have Path sluice.PathLocal.
+func (g *Global) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
+	if err := sluice.CheckRequest(key, limit, n); err != nil {
+		return sluice.Decision{}, err
+	}
+	if g.closed.Load() {
+		return sluice.Decision{}, fmt.Errorf("region: %w", sluice.ErrClosed)
+	}
+	e, fresh := g.entry(key, limit)
+	if fresh {
+		select {
+		case g.wake <- struct{}{}:
+		default:
+		}
+	}
+	select {
+	case <-e.ready:
+	case <-ctx.Done():
+		return sluice.Decision{}, fmt.Errorf("region: waiting for the first sync: %w", ctx.Err())
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := g.now()
+	g.fence(e, now)
+	e.refill(now)
+	e.seen = now
+	c := max(n, 1)
+	need := c * e.p.T
+	d := sluice.Decision{Limit: limit}
+	if e.failed {
+		d.Path = sluice.PathLocal
+	}
+	if e.credit >= need {
+		d.Allowed = true
+		if n > 0 {
+			e.credit -= need
+			e.demand += n
+			e.admitted += n
+			if g.onAdmit != nil {
+				g.onAdmit(g.start.Add(time.Duration(now)*time.Microsecond), n)
+			}
+		}
+	} else {
+		e.demand += n
+		wait := e.timeTo(need)
+		if wait < 0 {
+			wait = g.interval.Microseconds() // only a larger share will do: try after a sync
+		}
+		d.RetryAfter = time.Duration(wait) * time.Microsecond
+	}
+	d.Remaining = e.credit / e.p.T
+	if r := e.timeTo(e.capOf(e.share)); r > 0 {
+		d.ResetAfter = time.Duration(r) * time.Microsecond
+	}
+	return d, nil
+}
+
+// Reset implements sluice.Limiter: it forgets this node's state for key under limit (its
+// share and credit start again from nothing, at the next sync). Other nodes' shares and the
+// global state are untouched: removing them would let this node be granted shares they
+// still apply.
+func (g *Global) Reset(ctx context.Context, key string, limit sluice.Limit) error {
+	if err := sluice.CheckKey(key); err != nil {
+		return err
+	}
+	if err := limit.Validate(); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	if e, ok := g.entries[entryKey{key, limit}]; ok {
+		e.mu.Lock()
+		e.setShare(0, g.now())
+		e.credit, e.everShared = 0, true // no fresh full bucket after a reset
+		e.mu.Unlock()
+	}
+	g.mu.Unlock()
+	return nil
+}
+
+// Stats is what a node knows about one limit.
+type Stats struct {
+	// Share is the fraction of the limit (ppm) this node applies.
+	Share int64
+	// Admitted and AdmittedPrev are the units all nodes reported admitted in the current
+	// and previous window of one Period, as of the last sync (reports lag by up to a sync
+	// interval).
+	Admitted, AdmittedPrev int64
+	// Nodes is the number of nodes holding a lease on the limit.
+	Nodes int64
+	// Unreachable reports whether the last sync failed.
+	Unreachable bool
+}
+
+// Stats returns this node's view of key under limit, and false if the node holds no state
+// for it.
+func (g *Global) Stats(key string, limit sluice.Limit) (Stats, bool) {
+	g.mu.Lock()
+	e, ok := g.entries[entryKey{key, limit}]
+	g.mu.Unlock()
+	if !ok {
+		return Stats{}, false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	g.fence(e, g.now())
+	return Stats{Share: e.share, Admitted: e.global, AdmittedPrev: e.globalPrev, Nodes: e.nodes, Unreachable: e.failed}, true
+}
+
+func (g *Global) loop() {
+	defer close(g.stopped)
+	t := time.NewTicker(g.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-t.C:
+		case <-g.wake:
+		}
+		g.sync()
+	}
+}
+
+// sync reconciles every live entry in one pipelined round trip.
+func (g *Global) sync() {
+	now := g.now()
+	g.mu.Lock()
+	live := make([]*entry, 0, len(g.entries))
+	for k, e := range g.entries {
+		e.mu.Lock()
+		idle := now-e.seen > g.idle.Microseconds() && e.demand == 0
+		e.mu.Unlock()
+		if idle {
+			delete(g.entries, k) // its record in Redis lapses after a lease
+			continue
+		}
+		live = append(live, e)
+	}
+	g.mu.Unlock()
+	if len(live) == 0 {
+		return
+	}
+	type sent struct{ demand, admitted int64 }
+	sends := make([]sent, len(live))
+	cmds := make(rueidis.Commands, len(live))
+	args := make([][]string, len(live))
+	leaseUS := strconv.FormatInt(g.lease.Microseconds()*3/2, 10)
+	for i, e := range live {
+		e.mu.Lock()
+		g.fence(e, now)
+		epoch := g.interval.Microseconds()
+		if e.sentAt >= 0 {
+			epoch = now - e.sentAt
+		}
+		sends[i] = sent{e.demand, e.admitted}
+		e.demand, e.admitted, e.sentAt = 0, 0, now
+		args[i] = []string{
+			g.node,
+			strconv.FormatInt(e.share, 10),
+			strconv.FormatInt(sends[i].demand, 10),
+			strconv.FormatInt(sends[i].admitted, 10),
+			strconv.FormatInt(epoch, 10),
+			leaseUS,
+			strconv.FormatInt(e.p.Rate, 10),
+			strconv.FormatInt(e.p.Period, 10),
+			strconv.FormatInt(e.p.Burst*e.p.T, 10),
+			"-",
+		}
+		cmds[i] = g.client.B().Evalsha().Sha1(syncSHA).Numkeys(1).Key(e.rkey).Arg(args[i]...).Build()
+		e.mu.Unlock()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+	defer cancel()
+	resps := g.client.DoMulti(ctx, cmds...)
+	var retry []int
+	for i, r := range resps {
+		if err, ok := rueidis.IsRedisErr(r.Error()); ok && err.IsNoScript() {
+			retry = append(retry, i)
+		}
+	}
+	if len(retry) > 0 {
+		again := make(rueidis.Commands, len(retry))
+		for j, i := range retry {
+			again[j] = g.client.B().Eval().Script(syncBody).Numkeys(1).Key(live[i].rkey).Arg(args[i]...).Build()
+		}
+		for j, r := range g.client.DoMulti(ctx, again...) {
+			resps[retry[j]] = r
+		}
+	}
+	g.syncs.Add(1)
+	var firstErr error
+	for i, e := range live {
+		vals, err := resps[i].AsIntSlice()
+		if err == nil && len(vals) != 5 {
+			err = fmt.Errorf("sync script returned %d values, want 5", len(vals))
+		}
+		e.mu.Lock()
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			e.failed = true
+			e.demand += sends[i].demand // reported again with the next sync
+			e.admitted += sends[i].admitted
+		} else {
+			at := g.now()
+			e.failed = false
+			e.okAt = now
+			e.setShare(vals[0], at)
+			if vals[1] == 1 && !e.everShared {
+				// No node held any share for a lease and the time to fill the bucket:
+				// the global bucket is full, and this node is the only one with a share.
+				e.credit = e.capOf(e.share)
+			}
+			if e.share > 0 {
+				e.everShared = true
+			}
+			e.global, e.globalPrev, e.nodes = vals[2], vals[3], vals[4]
+		}
+		e.mu.Unlock()
+		e.readyOnce.Do(func() { close(e.ready) })
+	}
+	switch {
+	case firstErr != nil && !g.down.Swap(true):
+		g.logger.Warn("region: shared Redis unreachable; deciding from the last shares until the lease runs out",
+			"node", g.node, "lease", g.lease, "error", firstErr)
+	case firstErr == nil && g.down.Swap(false):
+		g.logger.Info("region: shared Redis reachable again", "node", g.node)
+	}
+}
+
+var _ sluice.Limiter = (*Global)(nil)

@@ -1,0 +1,308 @@
+package region
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/faultproxy"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// The global-mode tests run three nodes in one process, in two "regions": n1 and n2 reach
+// the shared redis-server directly, n3 through a TCP proxy adding latency (region B).
+// Every admission is recorded, inside the limiter, at the instant it was decided.
+
+const regionBLatency = 10 * time.Millisecond // each way: a 20ms round trip
+
+var globalLimit = sluice.Limit{Algorithm: sluice.GCRA, Rate: 200, Period: time.Second, Burst: 20}
+
+// cluster is three nodes sharing one limit.
+type cluster struct {
+	t      *testing.T
+	nodes  []*Global
+	proxy  *faultproxy.Proxy
+	start  time.Time
+	mu     sync.Mutex
+	events [][]time.Time // per node
+	paths  []map[sluice.Path]int
+}
+
+func newCluster(t *testing.T, srv *redistest.Server, opts ...GlobalOption) *cluster {
+	t.Helper()
+	c := &cluster{t: t, proxy: faultproxy.Start(t, srv.Addr())}
+	c.proxy.SetLatency(regionBLatency)
+	urls := []string{srv.URL(), srv.URL(), "redis://" + c.proxy.Addr()}
+	c.events = make([][]time.Time, len(urls))
+	c.paths = make([]map[sluice.Path]int, len(urls))
+	for i, url := range urls {
+		store, err := redisstore.Open(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { store.Close() })
+		g, err := NewGlobal(store, append([]GlobalOption{WithNode(fmt.Sprintf("n%d", i+1))}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { g.Close() })
+		g.onAdmit = func(at time.Time, n int64) {
+			c.mu.Lock()
+			for ; n > 0; n-- {
+				c.events[i] = append(c.events[i], at)
+			}
+			c.mu.Unlock()
+		}
+		c.nodes = append(c.nodes, g)
+		c.paths[i] = map[sluice.Path]int{}
+	}
+	c.start = time.Now()
+	return c
+}
+
+// phase is a stretch of time during which the listed nodes offer load.
+type phase struct {
+	d    time.Duration
+	busy []int
+}
+
+// run offers each busy node 2 requests every 3ms (about 670/s, over three times the whole
+// limit) on key, phase after phase.
+func (c *cluster) run(key string, phases []phase, between func(i int)) {
+	ctx := context.Background()
+	for pi, ph := range phases {
+		if between != nil {
+			between(pi)
+		}
+		end := time.Now().Add(ph.d)
+		var wg sync.WaitGroup
+		for _, i := range ph.busy {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				tick := time.NewTicker(3 * time.Millisecond)
+				defer tick.Stop()
+				for time.Now().Before(end) {
+					<-tick.C
+					for k := 0; k < 2; k++ {
+						d, err := c.nodes[i].AllowN(ctx, key, globalLimit, 1)
+						if err != nil {
+							c.t.Error(err)
+							return
+						}
+						c.mu.Lock()
+						c.paths[i][d.Path]++
+						c.mu.Unlock()
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+}
+
+// all returns every node's admissions as µs since the cluster started, sorted.
+func (c *cluster) all() []int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []int64
+	for _, ev := range c.events {
+		for _, at := range ev {
+			out = append(out, at.Sub(c.start).Microseconds())
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (c *cluster) count(node int, from, to time.Time) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, at := range c.events[node] {
+		if at.After(from) && !at.After(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// maxIn returns the most admissions in an open interval of length d.
+func maxIn(ev []int64, d int64) int64 {
+	var best int64
+	j := 0
+	for i := range ev {
+		for ev[j] <= ev[i]-d {
+			j++
+		}
+		best = max(best, int64(i-j+1))
+	}
+	return best
+}
+
+// overshoot returns the largest excess, over all interval lengths checked, of the
+// admissions in an interval of length d above what one limiter could admit in it,
+// Burst + ⌊(d-1)/T⌋.
+func overshoot(ev []int64, l sluice.Limit, span int64) (worst int64, at int64) {
+	T := (l.Period.Microseconds() + l.Rate - 1) / l.Rate
+	b := l.EffectiveBurst()
+	for _, d := range []int64{T, 5 * T, b * T, l.Period.Microseconds() / 2, l.Period.Microseconds(), 2 * l.Period.Microseconds(), span} {
+		if x := maxIn(ev, d) - (b + (d-1)/T); x > worst || at == 0 {
+			worst, at = x, d
+		}
+	}
+	return worst, at
+}
+
+// TestGlobalOvershootWithinBound: three nodes in two regions, under demand that moves
+// between them, for several sync intervals. The documented bound: in any interval of
+// length d the nodes together admit at most Burst + ⌊(d-1)/T⌋ + N units (N = 3 nodes,
+// from rounding each node's bucket up to one unit), whatever the sync interval.
+func TestGlobalOvershootWithinBound(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	phases := []phase{
+		{800 * time.Millisecond, []int{0, 1, 2}},
+		{800 * time.Millisecond, []int{0}},
+		{800 * time.Millisecond, []int{2}},
+		{800 * time.Millisecond, []int{1, 2}},
+	}
+	var total time.Duration
+	for _, p := range phases {
+		total += p.d
+	}
+	for _, interval := range []time.Duration{10 * time.Millisecond, 50 * time.Millisecond, 200 * time.Millisecond} {
+		t.Run(interval.String(), func(t *testing.T) {
+			t.Parallel()
+			c := newCluster(t, srv, WithSyncInterval(interval))
+			c.run("bound-"+interval.String(), phases, nil)
+			ev := c.all()
+			over, d := overshoot(ev, globalLimit, total.Microseconds())
+			if over > 3 {
+				t.Errorf("overshoot %d units in an interval of %dµs; bound 3", over, d)
+			}
+			allowed := float64(globalLimit.Burst) + float64(globalLimit.Rate)*total.Seconds()
+			t.Logf("sync %v: %d admitted of %.0f allowed (%.1f%%); worst overshoot %d units (interval %dµs)",
+				interval, len(ev), allowed, 100*float64(len(ev))/allowed, over, d)
+			if float64(len(ev)) < 0.35*allowed {
+				t.Errorf("only %d of %.0f admitted: the shares do not follow demand", len(ev), allowed)
+			}
+		})
+	}
+}
+
+// TestGlobalCutKeepsShares: with all three nodes busy, region B's node (n3) loses the
+// shared Redis. Until its lease runs out it keeps deciding from its last share, never
+// more; then it fences itself (denies); the shared Redis frees its share only after 1.5
+// leases, to the others. The global bound holds throughout, and n3 recovers its share
+// when the link comes back.
+func TestGlobalCutKeepsShares(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const interval, lease = 20 * time.Millisecond, time.Second
+	c := newCluster(t, srv, WithSyncInterval(interval), WithLease(lease), WithSyncTimeout(500*time.Millisecond))
+	key := "cut"
+	all := []int{0, 1, 2}
+	var shareAtCut int64
+	var cutAt, healAt time.Time
+	var sharesAtHeal [2]int64
+	c.run(key, []phase{{time.Second, all}, {2200 * time.Millisecond, all}, {time.Second, all}}, func(i int) {
+		switch i {
+		case 1:
+			st, ok := c.nodes[2].Stats(key, globalLimit)
+			if !ok || st.Share == 0 {
+				t.Fatalf("n3 holds no share before the cut: %+v", st)
+			}
+			shareAtCut = st.Share
+			c.proxy.SetRefuse(true)
+			c.proxy.Cut()
+			cutAt = time.Now()
+		case 2:
+			for j := range sharesAtHeal {
+				st, _ := c.nodes[j].Stats(key, globalLimit)
+				sharesAtHeal[j] = st.Share
+			}
+			c.proxy.SetRefuse(false)
+			healAt = time.Now()
+		}
+	})
+	T := time.Duration(globalLimit.Period.Nanoseconds()/globalLimit.Rate) * time.Nanosecond
+	// Within the lease: at most its share of the rate, plus its share of the burst (at
+	// least one unit), plus one.
+	within := c.count(2, cutAt, cutAt.Add(lease))
+	capUnits := max(1, globalLimit.Burst*shareAtCut/pool)
+	limit := int(float64(shareAtCut)/pool*float64(lease)/float64(T)) + int(capUnits) + 1
+	if within > limit {
+		t.Errorf("cut node admitted %d in its lease with share %d ppm; at most %d", within, shareAtCut, limit)
+	}
+	if within == 0 {
+		t.Errorf("cut node admitted nothing within its lease: it should keep its share")
+	}
+	// After the lease (and a decision's worth of slack) it admits nothing until healed.
+	if n := c.count(2, cutAt.Add(lease+interval), healAt); n != 0 {
+		t.Errorf("cut node admitted %d after its lease ran out", n)
+	}
+	c.mu.Lock()
+	local := c.paths[2][sluice.PathLocal]
+	c.mu.Unlock()
+	if local == 0 {
+		t.Error("no decision of the cut node reported PathLocal")
+	}
+	// The others took over the freed share after 1.5 leases.
+	if got := sharesAtHeal[0] + sharesAtHeal[1]; got < pool*9/10 {
+		t.Errorf("n1+n2 hold %d ppm at the end of the cut; n3's share was not freed", got)
+	}
+	late := c.count(0, healAt.Add(-400*time.Millisecond), healAt) + c.count(1, healAt.Add(-400*time.Millisecond), healAt)
+	// n3 is back after the link heals.
+	if n := c.count(2, healAt.Add(500*time.Millisecond), time.Now()); n == 0 {
+		t.Error("n3 admitted nothing after the link healed")
+	}
+	ev := c.all()
+	if over, d := overshoot(ev, globalLimit, time.Since(c.start).Microseconds()); over > 3 {
+		t.Errorf("overshoot %d units in an interval of %dµs; bound 3", over, d)
+	}
+	t.Logf("share at cut %d ppm; cut node admitted %d in its lease (limit %d); at the end of the cut n1+n2 hold %v ppm and admitted %d in its last 400ms",
+		shareAtCut, within, limit, sharesAtHeal, late)
+}
+
+// TestGlobalFirstDecisionWithoutRedis: a limit never seen, with the shared Redis
+// unreachable, is denied (no share is known) after one sync attempt, with PathLocal.
+func TestGlobalFirstDecisionWithoutRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := faultproxy.Start(t, srv.Addr())
+	store, err := redisstore.Open("redis://" + proxy.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	g, err := NewGlobal(store, WithSyncInterval(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	ctx := context.Background()
+	d, err := g.AllowN(ctx, "first", globalLimit, 1)
+	if err != nil || !d.Allowed || d.Path != sluice.PathStore {
+		t.Fatalf("first decision on a fresh limit: %+v %v, want allowed (fresh: the whole burst)", d, err)
+	}
+	proxy.SetRefuse(true)
+	proxy.Cut()
+	d, err = g.AllowN(ctx, "second", globalLimit, 1)
+	if err != nil || d.Allowed || d.Path != sluice.PathLocal || d.RetryAfter <= 0 {
+		t.Fatalf("first decision without Redis: %+v %v, want denied on PathLocal with a RetryAfter", d, err)
+	}
+	if _, err := g.AllowN(ctx, "k", globalLimit, globalLimit.Burst+1); !errors.Is(err, sluice.ErrCostExceedsLimit) {
+		t.Fatalf("cost above burst: %v", err)
+	}
+	g.Close()
+	if _, err := g.AllowN(ctx, "first", globalLimit, 1); !errors.Is(err, sluice.ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+}

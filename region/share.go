@@ -1,0 +1,110 @@
+package region
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Share is the per-region mode: a sluice.Limiter that decides every request against an inner
+// limiter (the region's own store, usually a redisstore.Store on the region's Redis) under a
+// fixed fraction of the limit it is asked for. Regions configured with fractions summing to
+// at most 1 hold the global limit together without talking to each other.
+//
+// Scaling (Scale): Rate becomes ⌊Rate·f⌋ and the bucket depth ⌊EffectiveBurst·f⌋, each at
+// least 1; Period and Algorithm are kept. The floor never gives a region more than its
+// fraction, except that each region gets at least one unit per Period and a burst of one,
+// so with very small limits the regions' sum may exceed the global limit by up to one unit
+// per region and Period.
+//
+// Decisions report the scaled Limit, the one that was applied (Remaining, RetryAfter and the
+// headers built from them describe the region's share). A cost above the scaled MaxCost is
+// an error wrapping sluice.ErrCostExceedsLimit from the inner limiter.
+//
+// Share also implements sluice.MultiLimiter and sluice.Reserver by scaling and passing
+// through, returning an error that wraps errors.ErrUnsupported when the inner limiter does
+// not.
+type Share struct {
+	inner sluice.Limiter
+	ppm   int64
+}
+
+// NewShare returns a Share applying fraction (0 < fraction ≤ 1) of every limit to inner.
+// The fraction is kept in parts per million.
+func NewShare(inner sluice.Limiter, fraction float64) (*Share, error) {
+	if !(fraction > 0 && fraction <= 1) {
+		return nil, fmt.Errorf("region: share %v must be in (0, 1]", fraction)
+	}
+	ppm := int64(fraction*1e6 + 0.5)
+	if ppm < 1 {
+		return nil, fmt.Errorf("region: share %v is below one part per million", fraction)
+	}
+	return &Share{inner: inner, ppm: ppm}, nil
+}
+
+// Scale returns l scaled to ppm parts per million (1e6 is the whole limit), as described
+// on Share.
+func Scale(l sluice.Limit, ppm int64) sluice.Limit {
+	out := l
+	out.Rate = max(1, l.Rate*ppm/1e6) // ≤ 2^40·10^6 < 2^63
+	switch l.Algorithm {
+	case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket:
+		out.Burst = max(1, l.EffectiveBurst()*ppm/1e6)
+	}
+	return out
+}
+
+// Limit returns the limit Share applies for l.
+func (s *Share) Limit(l sluice.Limit) sluice.Limit { return Scale(l, s.ppm) }
+
+// AllowN implements sluice.Limiter under the scaled limit.
+func (s *Share) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
+	if err := limit.Validate(); err != nil {
+		return sluice.Decision{}, err
+	}
+	return s.inner.AllowN(ctx, key, s.Limit(limit), n)
+}
+
+// Reset implements sluice.Limiter: it resets key's state under the scaled limit.
+func (s *Share) Reset(ctx context.Context, key string, limit sluice.Limit) error {
+	if err := limit.Validate(); err != nil {
+		return err
+	}
+	return s.inner.Reset(ctx, key, s.Limit(limit))
+}
+
+// AllowMulti implements sluice.MultiLimiter under the scaled limits.
+func (s *Share) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice.Decision, error) {
+	m, ok := s.inner.(sluice.MultiLimiter)
+	if !ok {
+		return nil, fmt.Errorf("region: %T cannot decide several limits atomically: %w", s.inner, errors.ErrUnsupported)
+	}
+	scaled := make([]sluice.Request, len(reqs))
+	for i, r := range reqs {
+		if err := r.Limit.Validate(); err != nil {
+			return nil, fmt.Errorf("request %d: %w", i, err)
+		}
+		scaled[i] = sluice.Request{Key: r.Key, Limit: s.Limit(r.Limit), N: r.N}
+	}
+	return m.AllowMulti(ctx, scaled)
+}
+
+// Reserve implements sluice.Reserver under the scaled limit.
+func (s *Share) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
+	r, ok := s.inner.(sluice.Reserver)
+	if !ok {
+		return sluice.Reservation{}, fmt.Errorf("region: %T cannot reserve: %w", s.inner, errors.ErrUnsupported)
+	}
+	if err := limit.Validate(); err != nil {
+		return sluice.Reservation{}, err
+	}
+	return r.Reserve(ctx, key, s.Limit(limit), n)
+}
+
+var (
+	_ sluice.Limiter      = (*Share)(nil)
+	_ sluice.MultiLimiter = (*Share)(nil)
+	_ sluice.Reserver     = (*Share)(nil)
+)
