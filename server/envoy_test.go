@@ -42,8 +42,9 @@ func withOverride(d *ratelimitv3.RateLimitDescriptor, rpu uint32, unit typev3.Ra
 }
 
 type (
-	resp    = rlsv3.RateLimitResponse
-	status_ = rlsv3.RateLimitResponse_DescriptorStatus
+	ratelimitDescriptor = ratelimitv3.RateLimitDescriptor
+	resp                = rlsv3.RateLimitResponse
+	status_             = rlsv3.RateLimitResponse_DescriptorStatus
 )
 
 const (

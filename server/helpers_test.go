@@ -63,7 +63,7 @@ var stores = []storeKind{
 }
 
 // loadConfig loads the named files of testdata into one configuration.
-func loadConfig(t *testing.T, names ...string) *config.Config {
+func loadConfig(t testing.TB, names ...string) *config.Config {
 	t.Helper()
 	var files []config.File
 	for _, n := range names {
@@ -91,7 +91,7 @@ type running struct {
 }
 
 // serve starts s on 127.0.0.1:0 for HTTP and gRPC, stopped at the end of the test.
-func serve(t *testing.T, s *Server) *running {
+func serve(t testing.TB, s *Server) *running {
 	t.Helper()
 	hl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
