@@ -25,7 +25,7 @@ var globalLimit = sluice.Limit{Algorithm: sluice.GCRA, Rate: 200, Period: time.S
 
 // cluster is three nodes sharing one limit.
 type cluster struct {
-	t      *testing.T
+	t      testing.TB
 	nodes  []*Global
 	proxy  *faultproxy.Proxy
 	start  time.Time
@@ -34,7 +34,7 @@ type cluster struct {
 	paths  []map[sluice.Path]int
 }
 
-func newCluster(t *testing.T, srv *redistest.Server, opts ...GlobalOption) *cluster {
+func newCluster(t testing.TB, srv *redistest.Server, opts ...GlobalOption) *cluster {
 	t.Helper()
 	c := &cluster{t: t, proxy: faultproxy.Start(t, srv.Addr())}
 	c.proxy.SetLatency(regionBLatency)
