@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"time"
 
@@ -50,7 +51,7 @@ type memLib struct {
 	mayDeny bool
 }
 
-// memLibs lists sluice's memory store for each algorithm, then the peers.
+// memLibs lists sluice's memory store for each algorithm, the floor, then the peers.
 func memLibs() []memLib {
 	var libs []memLib
 	for _, alg := range sluice.Algorithms() {
@@ -61,6 +62,7 @@ func memLibs() []memLib {
 		})
 	}
 	return append(libs,
+		memLib{name: "floor", new: newFloor},
 		memLib{name: "x-time-rate", new: newXRate},
 		memLib{name: "sethvargo", new: newSethvargo},
 		memLib{name: "ulule", new: newUlule},
@@ -114,6 +116,21 @@ func (m *sluiceMem) warm(ctx context.Context, key string) error {
 }
 
 func (m *sluiceMem) close() { m.s.Close() }
+
+// floor is no limiter: it hashes the key, which reads the key's bytes as every library
+// must, and admits. Its ns/op is what the benchmark itself costs at each key count
+// (walking the key slice, cache misses on the key headers and bytes, RunParallel).
+type floor struct{ seed maphash.Seed }
+
+func newFloor() (memLimiter, error) { return &floor{seed: maphash.MakeSeed()}, nil }
+
+func (f *floor) allow(_ context.Context, key string) (bool, error) {
+	return maphash.String(f.seed, key) != 0 || len(key) > 0, nil
+}
+
+func (f *floor) warm(ctx context.Context, key string) error { return warmOne(ctx, f, key) }
+
+func (f *floor) close() {}
 
 // xRate is golang.org/x/time/rate the way its docs suggest for many keys: a sync.Map of
 // *rate.Limiter. It never forgets a key.
