@@ -153,7 +153,7 @@ func Patterns(scale float64) []Pattern {
 		},
 		{
 			Name:        "cloudflare",
-			Description: "Cloudflare's accuracy workload, synthesised: many sources under one threshold of 60/min for 10 minutes, mostly well behaved (see the comparison above). Charted: a source at 1.1× the threshold.",
+			Description: "Cloudflare's accuracy workload, synthesised: many sources under one threshold of 60/min for 10 minutes, mostly well behaved, compared in the report with Cloudflare's published figures. Charted: a source at 1.1× the threshold.",
 			Limit:       CloudflareLimit, Duration: 10 * time.Minute, Keys: scaleInt(4000, scale),
 			Arrivals: func(r *rand.Rand) []Arrival { return cloudflare(r, 10*time.Minute, scaleInt(4000, scale)) },
 		},
