@@ -310,9 +310,15 @@ func TestPacingSharedQuota(t *testing.T) {
 				}
 			}
 			slices.Sort(late)
+			local := make([]algoEvent, len(proceed))
+			for i, pt := range proceed {
+				local[i] = algoEvent{pt.Sub(t0).Microseconds()}
+			}
 			t.Logf("burst %d: %d units; rate by Redis instants %.3f/s, by local proceed %.3f/s; "+
-				"proceed lateness p50 %v p99 %v max %v",
-				burst, len(proceed), rRedis, rLocal, late[len(late)/2], late[len(late)*99/100], late[len(late)-1])
+				"proceed lateness p50 %v p99 %v max %v; most in 1s: %d reserved, %d proceeding; most in %dms: %d reserved, %d proceeding",
+				burst, len(proceed), rRedis, rLocal, late[len(late)/2], late[len(late)*99/100], late[len(late)-1],
+				maxWindow(ev, 1_000_000, afterBurst), maxWindow(local, 1_000_000, local[burst-1].t),
+				d/1000, maxWindow(ev, d, afterBurst), maxWindow(local, d, local[burst-1].t))
 		})
 	}
 }
@@ -371,4 +377,40 @@ func (r *recorder) Reserve(ctx context.Context, key string, limit sluice.Limit, 
 		}
 		return ok, err
 	}), nil
+}
+
+// TestReserveCluster: on a 3-primary cluster, reservations and their cancellation work for
+// identities in every slot, and the state is the key AllowN uses, on the node serving it.
+func TestReserveCluster(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t)
+	addrs := c.Addrs()
+	url := "redis://" + addrs[0] + "?addr=" + addrs[1] + "&addr=" + addrs[2]
+	s := open(t, url)
+	ctx := context.Background()
+	for _, l := range []sluice.Limit{
+		{Algorithm: sluice.GCRA, Rate: 1, Period: time.Minute, Burst: 1},
+		{Algorithm: sluice.LeakyBucket, Rate: 1, Period: time.Minute, Burst: 1},
+	} {
+		for i := 0; i < 20; i++ {
+			id := fmt.Sprintf("tenant:{%d}", i)
+			first, err := s.Reserve(ctx, id, l, 1)
+			if err != nil || !first.OK || first.Delay != 0 {
+				t.Fatalf("%v %s: first reservation %+v %v", l, id, first, err)
+			}
+			second, err := s.Reserve(ctx, id, l, 1)
+			if err != nil || second.Delay < 59*time.Second {
+				t.Fatalf("%v %s: second reservation %+v %v", l, id, second, err)
+			}
+			if d, err := s.AllowN(ctx, id, l, 1); err != nil || d.Allowed || d.RetryAfter < 119*time.Second {
+				t.Fatalf("%v %s: AllowN does not see the reservations: %+v %v", l, id, d, err)
+			}
+			if ok, err := second.Cancel(ctx); !ok || err != nil {
+				t.Fatalf("%v %s: cancel %v %v", l, id, ok, err)
+			}
+			if n := c.NodeForKey(s.Key(id, l)).MustDo("EXISTS", s.Key(id, l)); n != "1" {
+				t.Fatalf("%v %s: state not on the node serving its slot", l, id)
+			}
+		}
+	}
 }
