@@ -5,6 +5,7 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
@@ -13,7 +14,9 @@ import (
 )
 
 func Example() {
-	store := memory.New()
+	// A fixed clock keeps the output stable; production code uses memory.New().
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	store := memory.New(memory.WithClock(func() time.Time { return now }))
 	defer store.Close()
 
 	// Believe X-Forwarded-For only from the load balancers.
