@@ -33,6 +33,9 @@ type Limiter struct {
 	fbFunc     func(ctx context.Context, key string, limit sluice.Limit) Fallback
 	maxPending int64
 	onChange   func(from, to BreakerState)
+	state      atomic.Uint32 // the breaker's state as of its last change (BreakerState)
+
+	inline     bool
 
 	localOnce sync.Once
 	local     sluice.Limiter
@@ -105,6 +108,13 @@ func WithMaxPending(n int) Option {
 	}
 }
 
+// WithInlineCalls calls the store on the caller's goroutine, with the deadline in its
+// context, instead of on a goroutine of its own. It saves a goroutine and two scheduler
+// hand-offs per decision, but the decision then returns only when the store gives up:
+// use it only with a store that returns promptly when its context ends, as the memory
+// and Redis stores of this module do. Half-open probes still run on their own goroutine.
+func WithInlineCalls() Option { return func(l *Limiter) { l.inline = true } }
+
 // WithStateChange calls f on every breaker state change, for logs. It runs while the
 // breaker holds its lock: it must be quick and must not call the Limiter.
 func WithStateChange(f func(from, to BreakerState)) Option {
@@ -131,7 +141,12 @@ func New(primary sluice.Limiter, opts ...Option) *Limiter {
 		o(l)
 	}
 	l.breakerCfg = l.breakerCfg.withDefaults()
-	l.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](l.breakerCfg.settings("sluice", l.onChange))
+	l.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](l.breakerCfg.settings("sluice", func(from, to BreakerState) {
+		l.state.Store(uint32(to))
+		if l.onChange != nil {
+			l.onChange(from, to)
+		}
+	}))
 	if l.local != nil {
 		l.localOnce.Do(func() {})
 		l.localMade.Store(true)
@@ -379,7 +394,7 @@ func call[T any](l *Limiter, ctx context.Context, rep *Report, f func(context.Co
 	if rep != nil {
 		rep.set = true
 		defer func() {
-			rep.Breaker = l.State()
+			rep.Breaker = BreakerState(l.state.Load())
 			if failed {
 				rep.Cause = err
 			}
@@ -389,11 +404,14 @@ func call[T any](l *Limiter, ctx context.Context, rep *Report, f func(context.Co
 	if l.closed.Load() {
 		return v, fmt.Errorf("failover: %w", sluice.ErrClosed), false
 	}
-	probe := l.cb.State() == gobreaker.StateHalfOpen
 	done, berr := l.cb.Allow()
 	if berr != nil {
 		return v, fmt.Errorf("%w: %w", ErrBreakerOpen, berr), true
 	}
+	// Allow has made any due change (open to half-open), so the mirror is current: a call
+	// let through half-open is a probe. (If the breaker closes meanwhile, treating the
+	// call as a probe or not makes no difference to it.)
+	probe := BreakerState(l.state.Load()) == BreakerHalfOpen
 	if l.pending.Add(1) > l.maxPending {
 		l.pending.Add(-1)
 		done(ErrOverload)
@@ -410,14 +428,33 @@ func call[T any](l *Limiter, ctx context.Context, rep *Report, f func(context.Co
 	l.closeMu.RUnlock()
 
 	start := time.Now()
-	timer := time.NewTimer(l.deadline)
-	defer timer.Stop()
+	if l.inline && !probe {
+		cctx, cancel := context.WithTimeout(ctx, l.deadline)
+		v, err = f(cctx)
+		cancel()
+		l.pending.Add(-1)
+		l.calls.Done()
+		if rep != nil {
+			rep.Called, rep.StoreLatency = true, time.Since(start)
+		}
+		brk, failed := judge(ctx, err)
+		done(brk)
+		if failed && errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w (%v): %w", ErrDeadline, l.deadline, err)
+		}
+		return v, err, failed
+	}
 	var cctx context.Context
 	var cancel context.CancelFunc
+	var expired <-chan struct{} // closed at the deadline
 	if probe {
 		cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), l.breakerCfg.ProbeTimeout)
+		timer, stop := context.WithTimeout(context.Background(), l.deadline)
+		defer stop()
+		expired = timer.Done()
 	} else {
 		cctx, cancel = context.WithTimeout(ctx, l.deadline)
+		expired = cctx.Done() // also closed when ctx ends; giveUp tells which
 	}
 	ch := make(chan result[T], 1)
 	go func() {
@@ -440,13 +477,13 @@ func call[T any](l *Limiter, ctx context.Context, rep *Report, f func(context.Co
 	var r result[T]
 	select {
 	case r = <-ch:
-	case <-timer.C:
-		r, err, failed = giveUp(l, ctx, ch, rep, start, probe, done, ErrDeadline)
+	case <-expired:
+		r, err, failed = giveUp(l, ctx, ch, rep, start, probe, done)
 		if err != nil {
 			return v, err, failed
 		}
 	case <-ctx.Done():
-		r, err, failed = giveUp(l, ctx, ch, rep, start, probe, done, nil)
+		r, err, failed = giveUp(l, ctx, ch, rep, start, probe, done)
 		if err != nil {
 			return v, err, failed
 		}
@@ -461,10 +498,10 @@ func call[T any](l *Limiter, ctx context.Context, rep *Report, f func(context.Co
 	return r.v, r.err, failed
 }
 
-// giveUp releases a caller whose deadline passed (cause ErrDeadline) or whose own context
-// ended (cause nil) before the store answered. If the answer has arrived meanwhile it is
-// returned with a nil error instead.
-func giveUp[T any](l *Limiter, ctx context.Context, ch chan result[T], rep *Report, start time.Time, probe bool, done func(error), cause error) (r result[T], err error, failed bool) {
+// giveUp releases a caller whose deadline passed or whose own context ended before the
+// store answered. If the answer has arrived meanwhile it is returned with a nil error
+// instead.
+func giveUp[T any](l *Limiter, ctx context.Context, ch chan result[T], rep *Report, start time.Time, probe bool, done func(error)) (r result[T], err error, failed bool) {
 	select {
 	case r = <-ch:
 		return r, nil, false
@@ -481,9 +518,9 @@ func giveUp[T any](l *Limiter, ctx context.Context, ch chan result[T], rep *Repo
 		return r, fmt.Errorf("failover: %w", cerr), false
 	}
 	if !probe {
-		done(cause)
+		done(ErrDeadline)
 	}
-	return r, fmt.Errorf("%w (%v)", cause, l.deadline), true
+	return r, fmt.Errorf("%w (%v)", ErrDeadline, l.deadline), true
 }
 
 // judge returns what the breaker is told about a store call that answered err, and

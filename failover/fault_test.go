@@ -168,6 +168,17 @@ func TestFaults(t *testing.T) {
 	t.Log(b.String())
 }
 
+// TestFaultsInline repeats the faults where the server hangs with WithInlineCalls: the
+// Redis store returns when its context ends, so decisions keep their deadline without a
+// goroutine per call.
+func TestFaultsInline(t *testing.T) {
+	for _, f := range faults {
+		if f.name == "sigstop-3s" || f.name == "debug-sleep-2s" || f.name == "latency-50ms" {
+			t.Run(f.name, func(t *testing.T) { runFault(t, f, WithInlineCalls()) })
+		}
+	}
+}
+
 func ms(d time.Duration) string {
 	switch {
 	case d < 0:
@@ -187,7 +198,7 @@ type transition struct {
 	from, to BreakerState
 }
 
-func runFault(t *testing.T, f fault) figures {
+func runFault(t *testing.T, f fault, opts ...Option) figures {
 	e := &faultEnv{srv: redistest.Start(t)}
 	url := e.srv.URL()
 	if f.proxy {
@@ -202,11 +213,11 @@ func runFault(t *testing.T, f fault) figures {
 
 	var tmu sync.Mutex
 	var transitions []transition
-	lim := New(store, WithDeadline(testFaultDeadline(t)), WithStateChange(func(from, to BreakerState) {
+	lim := New(store, append([]Option{WithDeadline(testFaultDeadline(t)), WithStateChange(func(from, to BreakerState) {
 		tmu.Lock()
 		transitions = append(transitions, transition{time.Now(), from, to})
 		tmu.Unlock()
-	}))
+	})}, opts...)...)
 	t.Cleanup(func() { lim.Close() })
 	deadline := lim.Deadline()
 
