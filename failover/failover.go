@@ -35,7 +35,7 @@ type Limiter struct {
 	onChange   func(from, to BreakerState)
 	state      atomic.Uint32 // the breaker's state as of its last change (BreakerState)
 
-	inline     bool
+	inline bool
 
 	localOnce sync.Once
 	local     sluice.Limiter
