@@ -77,6 +77,20 @@ func (r *Report) WriteTable(w io.Writer) error {
 			name, x.Algorithm, x.Requests, x.Admitted, x.Denied, x.MaxWindowRatio,
 			pct(x.FalseAllowRate), pct(x.FalseDenyRate), rateErr, honesty(x), bytesPerKey(x.StateBytesPerKey))
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(r.Estimates) == 0 {
+		return nil
+	}
+	fmt.Fprintf(w, "\nThe sliding window counter as a rate estimator, every request counted (Cloudflare published %s wrong, %s average difference on %d million requests):\n\n",
+		pct(CloudflareWrongRate), pct(CloudflareMeanDifference), CloudflareRequests/1_000_000)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "pattern\trequests\twrong (sluice)\tavg difference (sluice)\twrong (as published)\tavg difference (as published)\t")
+	for _, e := range r.Estimates {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t\n", e.Pattern, e.Requests,
+			pct(e.Discrete.WrongRate), pct(e.Discrete.MeanDifference), pct(e.Continuous.WrongRate), pct(e.Continuous.MeanDifference))
+	}
 	return tw.Flush()
 }
 
