@@ -30,7 +30,10 @@ import (
 //	sluice_store_errors_total{kind}              store failures by failover.Kind (timeout,
 //	                                             refused, oom, busy, breaker_open, ...)
 //	sluice_breaker_state{state}                  1 for the circuit breaker's current state
-//	                                             (closed, half_open, open), 0 for the others
+//	                                             (closed, half_open, open), 0 for the others,
+//	                                             as of the last decision through a
+//	                                             failover.Limiter (give each breaker its own
+//	                                             Metrics, e.g. with WithNamespace)
 //	sluice_redis_evicted_keys_total              growth of Redis's evicted_keys since the
 //	                                             first poll (see WithEvictedKeys); any
 //	                                             growth means some quotas were reset

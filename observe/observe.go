@@ -13,7 +13,8 @@
 //
 // Each event has the message "rate limit decision" and these attributes:
 //
-//	policy         the policy name (WithPolicy on the context, else WithDefaultPolicy)
+//	policy         the policy name (WithBatchPolicies for a request of a batch, else
+//	               WithPolicy on the context, else WithDefaultPolicy)
 //	key            the key hashed (HashKey, or WithKeyHash); the raw key never appears,
 //	               and an error message that quotes it has it replaced by the hash
 //	algorithm      gcra, token_bucket, ..., and limit, period, burst of the applied Limit
@@ -157,11 +158,28 @@ func PolicyFrom(ctx context.Context) (string, bool) {
 	return p, ok
 }
 
+type batchPoliciesKey struct{}
+
+// WithBatchPolicies returns a context naming the policy of each request of an AllowMulti
+// batch made with it, in request order (a front end deciding several policies at once).
+// Requests beyond the names, and empty names, take the policy of WithPolicy.
+func WithBatchPolicies(ctx context.Context, names ...string) context.Context {
+	return context.WithValue(ctx, batchPoliciesKey{}, names)
+}
+
 func (l *Limiter) policyOf(ctx context.Context) string {
 	if p, ok := PolicyFrom(ctx); ok && p != "" {
 		return p
 	}
 	return l.policy
+}
+
+// batchPolicyOf returns the policy of request i of a batch.
+func (l *Limiter) batchPolicyOf(ctx context.Context, i int) string {
+	if names, _ := ctx.Value(batchPoliciesKey{}).([]string); i >= 0 && i < len(names) && names[i] != "" {
+		return names[i]
+	}
+	return l.policyOf(ctx)
 }
 
 // AllowN implements sluice.Limiter.
@@ -176,7 +194,8 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit sluice.Limit, n 
 
 // AllowMulti implements sluice.MultiLimiter when the inner limiter does; otherwise it
 // returns an error wrapping sluice.ErrNotAtomic. Each request of the batch is logged and
-// counted as a decision of its own, with batch and batch_size attributes.
+// counted as a decision of its own, with batch and batch_size attributes, under the
+// policy WithBatchPolicies names for it.
 func (l *Limiter) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice.Decision, error) {
 	ml, ok := l.inner.(sluice.MultiLimiter)
 	if !ok {
@@ -227,7 +246,7 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) err
 // observe logs and records one decision. batch is the request's index in an AllowMulti
 // batch of size, or -1.
 func (l *Limiter) observe(ctx context.Context, rep *failover.Report, elapsed time.Duration, r sluice.Request, d sluice.Decision, err error, batch, size int) {
-	policy := l.policyOf(ctx)
+	policy := l.batchPolicyOf(ctx, batch)
 	kind := rep.Kind
 	storeLatency, called := rep.StoreLatency, rep.Called
 	var breaker *failover.BreakerState

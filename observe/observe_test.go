@@ -433,14 +433,18 @@ func TestAllowMultiLogsEachRequest(t *testing.T) {
 		{Key: rawKey, Limit: sluice.PerMinute(1), N: 1},
 		{Key: rawKey, Limit: sluice.PerHour(10), N: 1},
 	}
+	ctx := WithBatchPolicies(WithPolicy(context.Background(), "fallback"), "per-minute")
 	for i := 0; i < 2; i++ {
-		if _, err := lim.AllowMulti(context.Background(), reqs); err != nil {
+		if _, err := lim.AllowMulti(ctx, reqs); err != nil {
 			t.Fatal(err)
 		}
 	}
 	evs := buf.events(t)
 	if len(evs) != 4 {
 		t.Fatalf("%d events for 2 batches of 2, want 4", len(evs))
+	}
+	if evs[0]["policy"] != "per-minute" || evs[1]["policy"] != "fallback" {
+		t.Errorf("batch policies %v, %v", evs[0]["policy"], evs[1]["policy"])
 	}
 	if evs[2]["allowed"] != false || evs[3]["allowed"] != false || evs[3]["used"] != 1.0 || evs[2]["batch_size"] != 2.0 {
 		t.Errorf("denied batch events: %v", evs[2:])
