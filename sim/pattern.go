@@ -39,9 +39,9 @@ type Pattern struct {
 	Focus int
 	// HonourRetryAfter makes the pattern closed-loop as described above.
 	HonourRetryAfter bool
-	// Arrivals returns the arrivals (for HonourRetryAfter, the demand) sorted by At. It is
-	// called once per run with a generator seeded from the run's seed and the pattern's
-	// name, and must depend on nothing else.
+	// Arrivals returns the arrivals (for HonourRetryAfter, the demand); Run puts them in
+	// order of At (stably) if they are not. It is called once per Run with a generator
+	// seeded from the run's seed and the pattern's name, and must depend on nothing else.
 	Arrivals func(r *rand.Rand) []Arrival
 }
 

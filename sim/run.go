@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -149,6 +150,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	var total int64
 	for i, p := range cfg.Patterns {
 		arrivals[i] = p.Arrivals(patternRand(cfg.Seed, p.Name))
+		if !slices.IsSortedFunc(arrivals[i], func(a, b Arrival) int { return cmpInt64(a.At, b.At) }) {
+			slices.SortStableFunc(arrivals[i], func(a, b Arrival) int { return cmpInt64(a.At, b.At) })
+		}
+		for _, a := range arrivals[i] {
+			if a.Key < 0 || int(a.Key) >= p.Keys || a.At < 0 {
+				return nil, fmt.Errorf("sim: pattern %s: arrival %+v outside %d keys or before the start", p.Name, a, p.Keys)
+			}
+		}
 		total += int64(len(arrivals[i])) * int64(len(cfg.Algorithms))
 	}
 

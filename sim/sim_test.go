@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -81,6 +82,7 @@ func spread(from time.Duration, n int, gap time.Duration) []time.Duration {
 func TestAcrossABoundary(t *testing.T) {
 	limit := sluice.Limit{Rate: 10, Period: time.Second}
 	at := append(spread(990*time.Millisecond, 10, time.Millisecond), spread(1000*time.Millisecond, 15, time.Millisecond)...)
+	slices.Reverse(at) // Run orders arrivals by time itself
 	p := fixed("boundary-by-hand", limit, 2*time.Second, at...)
 	r, err := Run(context.Background(), Config{Patterns: []Pattern{p}, Seed: 1})
 	if err != nil {
@@ -326,6 +328,14 @@ func TestBadConfig(t *testing.T) {
 		{"focus out of range", func(p Pattern) Pattern { p.Focus = 1; return p }},
 		{"no duration", func(p Pattern) Pattern { p.Duration = 0; return p }},
 		{"invalid limit", func(p Pattern) Pattern { p.Limit.Rate = 0; return p }},
+		{"arrival for a key out of range", func(p Pattern) Pattern {
+			p.Arrivals = func(*rand.Rand) []Arrival { return []Arrival{{At: 0, Key: 1}} }
+			return p
+		}},
+		{"arrival before the start", func(p Pattern) Pattern {
+			p.Arrivals = func(*rand.Rand) []Arrival { return []Arrival{{At: -1}} }
+			return p
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
