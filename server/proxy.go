@@ -205,14 +205,14 @@ func equalFoldHeader(a, b string) bool {
 // Proxy (or any httplimit middleware built by PoliciesFor): it reads the policy from the
 // store key (keys.Key's Policy field; a route limit's name begins with its policy's) and
 // returns that policy's failure mode and local share in the configuration in force,
-// falling back to the configuration's store defaults. Keys it cannot parse get the zero
+// resolved as the Server does with def as its Options.FailureMode. Keys it cannot parse get the zero
 // Fallback (the limiter's defaults).
-func PolicyFallback(cfg func() *config.Config) func(ctx context.Context, key string, limit sluice.Limit) failover.Fallback {
+func PolicyFallback(cfg func() *config.Config, def config.FailureMode) func(ctx context.Context, key string, limit sluice.Limit) failover.Fallback {
 	return func(_ context.Context, key string, _ sluice.Limit) failover.Fallback {
 		c := cfg()
 		k, err := keys.ParseKey(key)
 		if err != nil {
-			return fallbackOf(c.Store.FailureMode, c.Store.LocalShare)
+			return fallbackOf(resolveMode(c, config.FailureUnset, def), c.Store.LocalShare)
 		}
 		name := k.Policy
 		if k.Route != "" {
@@ -220,12 +220,9 @@ func PolicyFallback(cfg func() *config.Config) func(ctx context.Context, key str
 		}
 		p, ok := c.Policy(name)
 		if !ok {
-			return fallbackOf(c.Store.FailureMode, c.Store.LocalShare)
+			return fallbackOf(resolveMode(c, config.FailureUnset, def), c.Store.LocalShare)
 		}
-		mode, share := p.FailureMode, p.LocalShare
-		if mode == config.FailureUnset {
-			mode = c.Store.FailureMode
-		}
+		mode, share := resolveMode(c, p.FailureMode, def), p.LocalShare
 		if share == 0 {
 			share = c.Store.LocalShare
 		}

@@ -50,8 +50,9 @@ type Options struct {
 	// when Config is nil too.
 	Watcher *config.Watcher
 	Config  *config.Config
-	// FailureMode is the failure mode of policies and domains when neither they nor the
-	// configuration's store block name one (FailureUnset: failover's own default).
+	// FailureMode, when set, overrides the configuration's store.failure_mode: it is the
+	// failure mode of every policy and domain that does not name its own (see
+	// resolveMode). FailureUnset leaves the configuration's, else failover's default.
 	FailureMode config.FailureMode
 	// ShadowMode answers every request as allowed, as the reference implementation's
 	// global SHADOW_MODE: limits are still decided, counted, logged and reported.
@@ -176,16 +177,10 @@ func (s *Server) Registry() *prometheus.Registry { return s.registry }
 
 // decisionContext puts on ctx the name of the policy or domain being decided, for the
 // observe decorator's log and metrics, and its failure mode (mode, share; zero values
-// inherit) for a failover decorator: the policy's, else the configuration's store
-// default, else the server's default.
+// inherit) for a failover decorator (see resolveMode).
 func (s *Server) decisionContext(ctx context.Context, cfg *config.Config, name string, mode config.FailureMode, share float64) context.Context {
 	ctx = observe.WithPolicy(ctx, name)
-	if mode == config.FailureUnset {
-		mode = cfg.Store.FailureMode
-	}
-	if mode == config.FailureUnset {
-		mode = s.mode
-	}
+	mode = resolveMode(cfg, mode, s.mode)
 	if share == 0 {
 		share = cfg.Store.LocalShare
 	}
@@ -335,4 +330,18 @@ func (s *Server) checkReady(ctx context.Context) error {
 		return fmt.Errorf("store not reachable: %w", err)
 	}
 	return nil
+}
+
+// resolveMode is the failure mode of one decision: a policy's own mode, else the
+// server's (the --failure-mode flag), else the configuration's store default. The config
+// package folds the store default into each policy's FailureMode, so a policy mode equal
+// to the store default counts as inherited and the server's mode overrides it.
+func resolveMode(cfg *config.Config, policy, server config.FailureMode) config.FailureMode {
+	if server != config.FailureUnset && (policy == config.FailureUnset || policy == cfg.Store.FailureMode) {
+		return server
+	}
+	if policy == config.FailureUnset {
+		return cfg.Store.FailureMode
+	}
+	return policy
 }

@@ -71,7 +71,7 @@ func proxy(ctx context.Context, c *cli.Command) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	sf.fallback = server.PolicyFallback(w.Config)
+	sf.fallback = server.PolicyFallback(w.Config, sf.failureMode)
 	st, err := openStore(w.Config(), sf, log, reg)
 	if err != nil {
 		return err

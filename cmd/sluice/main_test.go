@@ -1,0 +1,404 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger and reads of a
+// test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// runCmd runs the command line in-process and returns its exit code and output.
+func runCmd(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb syncBuffer
+	code := run(context.Background(), append([]string{"sluice"}, args...), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestHelpAndVersion(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--help"}, []string{"serve", "proxy", "check", "simulate", "version"}},
+		{[]string{"serve", "--help"}, []string{"--http", "$SLUICE_HTTP_ADDR", "--grpc", "$SLUICE_GRPC_ADDR", "--config", "$SLUICE_CONFIG",
+			"--redis", "$SLUICE_REDIS_URL", "--failure-mode", "$SLUICE_FAILURE_MODE", "--shadow-mode", "--admin-token-file"}},
+		{[]string{"proxy", "--help"}, []string{"--upstream", "$SLUICE_UPSTREAM", "--listen", "$SLUICE_PROXY_ADDR", "--config"}},
+		{[]string{"check", "--help"}, []string{"--server", "$SLUICE_SERVER", "--policy", "--descriptor", "--peek"}},
+		{[]string{"simulate", "--help"}, []string{"-pattern", "-algorithms"}},
+		{[]string{"version"}, []string{"sluice ", "go1."}},
+	} {
+		code, out, errOut := runCmd(t, tc.args...)
+		if code != 0 {
+			t.Errorf("%v: exit %d, stderr %s", tc.args, code, errOut)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out+errOut, w) {
+				t.Errorf("%v: output lacks %q:\n%s%s", tc.args, w, out, errOut)
+			}
+		}
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"serve", "--failure-mode", "sideways", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"},
+		{"serve", "--http", "", "--grpc", ""},
+		{"serve", "--log-level", "loud"},
+		{"proxy", "--upstream", "not a url"},
+		{"check"},
+		{"check", "--domain", "d", "--descriptor", "novalue"},
+	} {
+		if code, _, errOut := runCmd(t, args...); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d (usage); stderr %s", args, code, exitUsage, errOut)
+		}
+	}
+	code, _, errOut := runCmd(t, "serve", "--config", "/nonexistent/sluice.yaml")
+	if code != exitError || !strings.Contains(errOut, "nonexistent") {
+		t.Errorf("missing config: exit %d, stderr %s", code, errOut)
+	}
+}
+
+// started runs `sluice serve args...` in-process until the test ends and returns its
+// HTTP base URL, gRPC address and log.
+func started(t *testing.T, args ...string) (string, string, *syncBuffer) {
+	t.Helper()
+	addrs := make(chan [2]net.Addr, 1)
+	listenHook = func(h, g net.Addr) { addrs <- [2]net.Addr{h, g} }
+	t.Cleanup(func() { listenHook = nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, append([]string{"sluice", "serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"}, args...), &out, &errb)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("serve exited %d: %s", code, errb.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("serve did not stop within 30s")
+		}
+		if strings.Contains(errb.String(), "sluice starting") && !strings.Contains(errb.String(), "store closed") {
+			t.Errorf("the store was not closed at shutdown:\n%s", errb.String())
+		}
+	})
+	select {
+	case a := <-addrs:
+		return "http://" + a[0].String(), a[1].String(), &errb
+	case code := <-done:
+		t.Fatalf("serve exited %d: %s", code, errb.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("serve did not listen within 30s: %s", errb.String())
+	}
+	return "", "", nil
+}
+
+func rlsClient(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return rlsv3.NewRateLimitServiceClient(conn)
+}
+
+func descriptor(kv ...string) *ratelimitv3.RateLimitDescriptor {
+	d := &ratelimitv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+// TestServeBuiltIn: with no flags but addresses, serve runs the built-in example on the
+// in-memory store, and `sluice check` talks to it.
+func TestServeBuiltIn(t *testing.T) {
+	base, grpcAddr, _ := started(t)
+	// The built-in demo policy: 10/s per IP with bursts of 20.
+	for i := range 20 {
+		code, out, errOut := runCmd(t, "check", "--server", base, "--policy", "demo", "--key", "198.51.100.1")
+		if code != exitOK {
+			t.Fatalf("check %d: exit %d: %s %s", i, code, out, errOut)
+		}
+	}
+	code, out, _ := runCmd(t, "check", "--server", base, "--policy", "demo", "--key", "198.51.100.1")
+	if code != exitDenied || !strings.Contains(out, `"allowed": false`) {
+		t.Fatalf("21st check: exit %d: %s", code, out)
+	}
+	code, out, _ = runCmd(t, "check", "--server", base, "--peek", "--policy", "demo", "--key", "198.51.100.2")
+	if code != exitOK || !strings.Contains(out, `"remaining": 20`) {
+		t.Fatalf("peek: exit %d: %s", code, out)
+	}
+	code, out, _ = runCmd(t, "check", "--server", base, "--domain", "demo", "--descriptor", "path=/healthz")
+	if code != exitOK || !strings.Contains(out, `"unlimited"`) {
+		t.Fatalf("domain check: exit %d: %s", code, out)
+	}
+	if code, _, _ := runCmd(t, "check", "--server", base, "--policy", "nope", "--key", "x"); code != exitError {
+		t.Fatalf("unknown policy: exit %d, want %d", code, exitError)
+	}
+	// The built-in Envoy domain "demo" over gRPC.
+	resp, err := rlsClient(t, grpcAddr).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+		Domain: "demo", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("remote_address", "198.51.100.1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 100 || resp.Statuses[0].LimitRemaining != 99 {
+		t.Fatalf("ShouldRateLimit: %v", resp)
+	}
+}
+
+// TestServeRedisFailureModes: serve on Redis (named by the environment variable) answers
+// within its deadline while Redis is frozen (SIGSTOP), as --failure-mode says: open
+// allows, closed denies (Envoy OVER_LIMIT, HTTP 503).
+func TestServeRedisFailureModes(t *testing.T) {
+	for _, mode := range []string{"open", "closed"} {
+		t.Run(mode, func(t *testing.T) {
+			srv := redistest.Start(t)
+			t.Setenv("SLUICE_REDIS_URL", srv.URL())
+			base, grpcAddr, log := started(t, "--failure-mode", mode, "--deadline", "50ms", "--log-level", "warn")
+			rls := rlsClient(t, grpcAddr)
+			// With Redis up the store decides (the first calls may be slow on a busy
+			// machine: connecting, loading the script).
+			for i := 0; ; i++ {
+				req := &rlsv3.RateLimitRequest{Domain: "demo", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("remote_address", fmt.Sprint("198.51.100.", i))}}
+				resp, err := rls.ShouldRateLimit(context.Background(), req)
+				if err == nil && resp.OverallCode == rlsv3.RateLimitResponse_OK && resp.Statuses[0].LimitRemaining == 99 {
+					break
+				}
+				if i == 50 {
+					t.Fatalf("with Redis up: %v %v", resp, err)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			req := &rlsv3.RateLimitRequest{Domain: "demo", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("remote_address", "198.51.100.200")}}
+			srv.Pause()
+			defer srv.Resume()
+			var worst time.Duration
+			for range 20 {
+				start := time.Now()
+				resp, err := rls.ShouldRateLimit(context.Background(), req)
+				worst = max(worst, time.Since(start))
+				if err != nil {
+					t.Fatalf("frozen Redis: %v", err)
+				}
+				want := rlsv3.RateLimitResponse_OK
+				if mode == "closed" {
+					want = rlsv3.RateLimitResponse_OVER_LIMIT
+				}
+				if resp.OverallCode != want {
+					t.Fatalf("frozen Redis, %s: %v", mode, resp)
+				}
+			}
+			// 20 ms deadline; the bound leaves room for a loaded 2-core machine.
+			if worst > time.Second {
+				t.Fatalf("slowest answer with Redis frozen: %v", worst)
+			}
+			rp, err := http.Post(base+"/v1/check", "application/json", strings.NewReader(`{"policy":"demo","key":"198.51.100.9"}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rp.Body.Close()
+			wantStatus := map[string]int{"open": 200, "closed": 503}[mode]
+			if rp.StatusCode != wantStatus {
+				t.Fatalf("/v1/check with Redis frozen, %s: %d, want %d", mode, rp.StatusCode, wantStatus)
+			}
+			srv.Resume()
+			if strings.Contains(log.String(), srv.URL()) && strings.Contains(srv.URL(), "@") {
+				t.Fatal("the Redis URL with its password was logged")
+			}
+			t.Logf("%s: slowest answer while Redis was frozen: %v", mode, worst)
+		})
+	}
+}
+
+// TestProxyCommand: `sluice proxy` in front of a test upstream limits, sends the headers
+// and answers 429 with a problem body.
+func TestProxyCommand(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "upstream") }))
+	defer up.Close()
+	cfg := filepath.Join(t.TempDir(), "p.yaml")
+	os.WriteFile(cfg, []byte("policies:\n  - {name: per-ip, key: ip, algorithm: fixed_window, rate: 2, period: hour}\n"), 0o644)
+	addrs := make(chan net.Addr, 1)
+	proxyListenHook = func(a net.Addr) { addrs <- a }
+	defer func() { proxyListenHook = nil }()
+	ctx, cancel := context.WithCancel(context.Background())
+	var errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"sluice", "proxy", "--upstream", up.URL, "--listen", "127.0.0.1:0", "--config", cfg}, io.Discard, &errb)
+	}()
+	var base string
+	select {
+	case a := <-addrs:
+		base = "http://" + a.String()
+	case code := <-done:
+		t.Fatalf("proxy exited %d: %s", code, errb.String())
+	}
+	for i, want := range []int{200, 200, 429} {
+		rp, err := http.Get(base + "/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(rp.Body)
+		rp.Body.Close()
+		if rp.StatusCode != want {
+			t.Fatalf("request %d: %d, want %d", i, rp.StatusCode, want)
+		}
+		if rp.Header.Get("RateLimit-Policy") != `"per-ip";q=2;w=3600` {
+			t.Fatalf("request %d: RateLimit-Policy %q", i, rp.Header.Get("RateLimit-Policy"))
+		}
+		if want == 200 && string(body) != "upstream" {
+			t.Fatalf("request %d: body %q", i, body)
+		}
+		if want == 429 {
+			var p struct {
+				Type     string   `json:"type"`
+				Violated []string `json:"violated-policies"`
+			}
+			if json.Unmarshal(body, &p); rp.Header.Get("Content-Type") != "application/problem+json" || len(p.Violated) != 1 {
+				t.Fatalf("429: %s %q", rp.Header.Get("Content-Type"), body)
+			}
+		}
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("proxy exited %d: %s", code, errb.String())
+	}
+}
+
+// TestBinarySignals builds the sluice binary and runs it as an operator would: it reloads
+// on SIGHUP, keeps the old configuration when the new one is invalid, and on SIGTERM
+// finishes and exits 0.
+func TestBinarySignals(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "sluice")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "edge.yaml")
+	write := func(rpu int) {
+		os.WriteFile(cfgPath, fmt.Appendf(nil, "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", rpu), 0o644)
+	}
+	write(7)
+	cmd := exec.Command(bin, "serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--config", dir, "--log-format", "json")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := make(chan map[string]any, 100)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				lines <- m
+			}
+		}
+		close(lines)
+	}()
+	waitLog := func(msg string) map[string]any {
+		t.Helper()
+		timeout := time.After(20 * time.Second)
+		for {
+			select {
+			case m, ok := <-lines:
+				if !ok {
+					t.Fatalf("sluice exited before logging %q", msg)
+				}
+				if m["msg"] == msg {
+					return m
+				}
+			case <-timeout:
+				t.Fatalf("no %q log line within 20s", msg)
+			}
+		}
+	}
+	grpcAddr := waitLog("serving gRPC")["addr"].(string)
+	rls := rlsClient(t, grpcAddr)
+	limit := func() uint32 {
+		t.Helper()
+		resp, err := rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("k", "v")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Statuses[0].CurrentLimit.GetRequestsPerUnit()
+	}
+	if l := limit(); l != 7 {
+		t.Fatalf("limit %d, want 7", l)
+	}
+	cmd.Process.Signal(syscall.SIGHUP)
+	waitLog("SIGHUP: reloading the configuration")
+	os.WriteFile(cfgPath, []byte("domain: edge\ndescriptors: [{key: k, rate_limit: {unit: eon, requests_per_unit: 1}}]\n"), 0o644)
+	cmd.Process.Signal(syscall.SIGHUP)
+	waitLog("SIGHUP: reloading the configuration")
+	for range 10 {
+		if l := limit(); l != 7 {
+			t.Fatalf("an invalid configuration took effect: limit %d", l)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	write(9)
+	cmd.Process.Signal(syscall.SIGHUP)
+	deadline := time.Now().Add(10 * time.Second)
+	for limit() != 9 {
+		if time.Now().After(deadline) {
+			t.Fatal("the valid configuration was not in force 10s after SIGHUP")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	waitLog("store closed")
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("sluice exited with %v after SIGTERM", err)
+	}
+}
