@@ -152,8 +152,8 @@ func maxIn(ev []int64, d int64) int64 {
 func overshoot(ev []int64, l sluice.Limit, span int64) (worst int64, at int64) {
 	T := (l.Period.Microseconds() + l.Rate - 1) / l.Rate
 	b := l.EffectiveBurst()
-	for _, d := range []int64{T, 5 * T, b * T, l.Period.Microseconds() / 2, l.Period.Microseconds(), 2 * l.Period.Microseconds(), span} {
-		if x := maxIn(ev, d) - (b + (d-1)/T); x > worst || at == 0 {
+	for i, d := range []int64{T, 5 * T, b * T, l.Period.Microseconds() / 2, l.Period.Microseconds(), 2 * l.Period.Microseconds(), span} {
+		if x := maxIn(ev, d) - (b + (d-1)/T); x > worst || i == 0 {
 			worst, at = x, d
 		}
 	}

@@ -67,16 +67,22 @@ if w ~= win then
 end
 cur = cur + admitted
 
--- This node's demand, in milli-units per second over the last epoch.
+-- This node's demand, in milli-units per second: the last epoch's, averaged over about
+-- 50ms when epochs are shorter (a few requests per epoch are a noisy sample).
 if epoch < 1000 then epoch = 1000 end
 if demand > 1000000 then demand = 1000000 end
 local me = nodes[node]
 if not me then
-  me = {e = 0, g = 0, d = 0}
+  me = {e = 0, g = 0, d = -1}
   nodes[node] = me
   order[#order + 1] = node
 end
-me.d = floor(demand * 1000000000 / epoch)
+local sample = floor(demand * 1000000000 / epoch)
+if me.d < 0 or epoch >= 50000 then
+  me.d = sample
+else
+  me.d = floor(me.d + (sample - me.d) * epoch / 50000)
+end
 
 -- Targets: max-min fair shares of the pool by demand (each node's need is its demand as a
 -- fraction of the rate, plus 10% headroom); what is left is split equally.
