@@ -253,8 +253,17 @@ func (e *entry) timeTo(want int64) int64 {
 	if e.share == 0 || want > e.capOf(e.share) {
 		return -1
 	}
-	need := uint64(want-e.credit)*pool - uint64(e.rem) // < 2^50·2^20
-	return int64((need + uint64(e.share) - 1) / uint64(e.share))
+	// ⌈((want-credit)·pool - rem) / share⌉, in 128 bits: (want-credit)·pool may pass 2^64.
+	hi, lo := bits.Mul64(uint64(want-e.credit), pool)
+	lo, borrow := bits.Sub64(lo, uint64(e.rem), 0)
+	hi -= borrow
+	lo, carry := bits.Add64(lo, uint64(e.share-1), 0)
+	hi += carry
+	if hi >= uint64(e.share) {
+		return -1 // longer than int64 µs: never, in practice
+	}
+	q, _ := bits.Div64(hi, lo, uint64(e.share))
+	return int64(min(q, 1<<62))
 }
 
 // fence drops the share of an entry that has not synced successfully for a lease.

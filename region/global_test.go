@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
 	"github.com/sluicehq/sluice/internal/faultproxy"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
@@ -306,3 +307,45 @@ func TestGlobalFirstDecisionWithoutRedis(t *testing.T) {
 		t.Fatalf("after Close: %v", err)
 	}
 }
+
+// TestBucketArithmetic checks the node bucket's integer arithmetic at the extremes of a
+// valid limit: refill and waits neither overflow nor grant more than the share.
+func TestBucketArithmetic(t *testing.T) {
+	tests := []struct {
+		limit sluice.Limit
+		share int64
+	}{
+		{sluice.Limit{Rate: 1 << 40, Period: 1 << 50 * time.Microsecond, Burst: 1 << 40}, 1},
+		{sluice.Limit{Rate: 1, Period: sluice.MaxPeriod, Burst: 1}, pool},
+		{sluice.Limit{Rate: 200, Period: time.Second, Burst: 20}, 333_333},
+	}
+	for _, tt := range tests {
+		if err := tt.limit.Validate(); err != nil {
+			t.Fatalf("%v: %v", tt.limit, err)
+		}
+		e := &entry{limit: tt.limit, p: algoParams(tt.limit)}
+		e.setShare(tt.share, 0)
+		c := e.capOf(tt.share)
+		if c < e.p.T {
+			t.Fatalf("%v: cap %d below one unit", tt.limit, c)
+		}
+		w := e.timeTo(c)
+		if w <= 0 {
+			t.Fatalf("%v share %d: time to fill %d", tt.limit, tt.share, w)
+		}
+		e.refill(w - 1)
+		if e.credit >= c {
+			t.Fatalf("%v share %d: full 1µs before the computed time (%d)", tt.limit, tt.share, w)
+		}
+		e.refill(w)
+		if e.credit != c {
+			t.Fatalf("%v share %d: credit %d at the computed time, cap %d", tt.limit, tt.share, e.credit, c)
+		}
+		e.refill(w + 1<<55) // a very long idle spell
+		if e.credit != c {
+			t.Fatalf("%v: credit %d after a long idle spell, cap %d", tt.limit, e.credit, c)
+		}
+	}
+}
+
+func algoParams(l sluice.Limit) algo.Params { return algo.ParamsOf(l.With(sluice.GCRA)) }
