@@ -25,8 +25,9 @@ var redisGoroutines = []int{2, 64}
 type decideFunc func(ctx context.Context, i int) error
 
 // runRedis runs b.N decisions spread over g goroutines against srv and reports, besides
-// ns/op: decisions/s, p50 and p99 latency in µs, and the Redis server time per decision and
-// calls per decision from INFO commandstats (all commands, reset before the timed part).
+// ns/op: decisions/s, p50 and p99 latency in µs, the Redis server time per decision and
+// decisions per call from INFO commandstats (reset before the timed part), and the server's
+// CPU time per decision from INFO cpu.
 func runRedis(b *testing.B, srv *redistest.Server, g int, decide decideFunc) {
 	b.Helper()
 	ctx := context.Background()
@@ -37,6 +38,10 @@ func runRedis(b *testing.B, srv *redistest.Server, g int, decide decideFunc) {
 		}
 	}
 	srv.MustDo("CONFIG", "RESETSTAT")
+	cpu0, err := serverCPU(srv)
+	if err != nil {
+		b.Fatalf("INFO cpu: %v", err)
+	}
 
 	lat := make([][]time.Duration, g)
 	per := b.N/g + 1
@@ -83,12 +88,41 @@ func runRedis(b *testing.B, srv *redistest.Server, g int, decide decideFunc) {
 	b.ReportMetric(pct(0.50), "p50-µs")
 	b.ReportMetric(pct(0.99), "p99-µs")
 
+	cpu1, err := serverCPU(srv)
+	if err != nil {
+		b.Fatalf("INFO cpu: %v", err)
+	}
 	calls, usec, err := commandStats(srv)
 	if err != nil {
 		b.Fatalf("INFO commandstats: %v", err)
 	}
 	b.ReportMetric(usec/float64(b.N), "srv-µs/decision")
-	b.ReportMetric(float64(calls)/float64(b.N), "calls/decision")
+	b.ReportMetric(float64(b.N)/float64(max(calls, 1)), "decisions/call")
+	b.ReportMetric((cpu1-cpu0)*1e6/float64(b.N), "srv-cpu-µs/decision")
+}
+
+// serverCPU is the CPU time redis-server has used (user + sys, seconds, from INFO cpu). Its
+// growth per decision includes the network work that commandstats leaves out, and unlike
+// commandstats it does not count time the process spent waiting for a CPU on a busy
+// machine.
+func serverCPU(srv *redistest.Server) (float64, error) {
+	reply, err := srv.Do("INFO", "cpu")
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	for _, f := range []string{"used_cpu_user", "used_cpu_sys"} {
+		v, err := redistest.InfoField(reply, f)
+		if err != nil {
+			return 0, err
+		}
+		x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			return 0, err
+		}
+		total += x
+	}
+	return total, nil
 }
 
 // commandStats sums calls and usec over INFO commandstats for the commands clients sent.

@@ -24,12 +24,34 @@ if not now then
 end
 local minttl = tonumber(ARGV[2])
 
+-- The states of every string key in the call, read at once with MGET (one command instead
+-- of one GET per request); cache[key] is the key's current value, or false when absent,
+-- and is kept up to date by decide's writes. Sorted-set keys (SlidingLog) are not cached.
+local cache = {}
+do
+  local strkeys = {}
+  local ai, ki = 3, 1
+  while ai <= #ARGV do
+    local g = tonumber(ARGV[ai])
+    for j = 0, g - 1 do
+      if ARGV[ai + 1 + 5 * j] ~= '5' then strkeys[#strkeys + 1] = KEYS[ki + j] end
+    end
+    ai, ki = ai + 1 + 5 * g, ki + g
+  end
+  for i = 1, #strkeys, 1000 do
+    local last = i + 999
+    if last > #strkeys then last = #strkeys end
+    local vals = redis.call('MGET', unpack(strkeys, i, last))
+    for j = i, last do cache[strkeys[j]] = vals[j - i + 1] end
+  end
+end
+
 local function decide(key, algo, rate, period, burst, n, commit)
   if algo == 5 then
     return sliding_log(key, now, rate, period, n, commit, minttl)
   end
   local a, b, c = 0, 0, 0
-  local v = redis.call('GET', key)
+  local v = cache[key]
   if v then a, b, c = decode(v) end
   local T = floor((period + rate - 1) / rate)
   local ok, rem, reset, retry, a2, b2, c2
@@ -67,9 +89,11 @@ local function decide(key, algo, rate, period, burst, n, commit)
     local ttl = ttlms(exp - now, minttl)
     if ttl > 0 then
       redis.call('SET', key, val, 'PX', ttl)
+      cache[key] = val
     else
       -- The new state is equivalent to empty: no key at all.
       redis.call('DEL', key)
+      cache[key] = false
     end
   end
   return ok, rem, reset, retry

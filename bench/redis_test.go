@@ -1,0 +1,115 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	goredis "github.com/redis/go-redis/v9"
+	ulule "github.com/ulule/limiter/v3"
+	ululeredis "github.com/ulule/limiter/v3/drivers/store/redis"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// redisLib is one Redis-backed limiter under comparison, deciding 1000 per second per key.
+type redisLib struct {
+	name string
+	open func(b *testing.B, srv *redistest.Server) (decideFunc, func())
+}
+
+func redisLibs() []redisLib {
+	libs := []redisLib{
+		{"redis_rate", func(b *testing.B, srv *redistest.Server) (decideFunc, func()) {
+			c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+			l := redis_rate.NewLimiter(c)
+			limit := redis_rate.PerSecond(1000)
+			return func(ctx context.Context, i int) error {
+				_, err := l.Allow(ctx, benchKey(i), limit)
+				return err
+			}, func() { _ = c.Close() }
+		}},
+		{"ulule", func(b *testing.B, srv *redistest.Server) (decideFunc, func()) {
+			c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+			store, err := ululeredis.NewStore(c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			l := ulule.New(store, ulule.Rate{Period: time.Second, Limit: 1000})
+			return func(ctx context.Context, i int) error {
+				_, err := l.Get(ctx, benchKey(i))
+				return err
+			}, func() { _ = c.Close() }
+		}},
+	}
+	for _, a := range sluice.Algorithms() {
+		limit := sluice.Limit{Algorithm: a, Rate: 1000, Period: time.Second}
+		if a == sluice.SlidingLog {
+			limit.Rate = 100 // one timestamp per unit: keep the log of a hot key small
+		}
+		libs = append(libs, redisLib{"sluice-" + a.String(), func(b *testing.B, srv *redistest.Server) (decideFunc, func()) {
+			s, err := redisstore.Open(srv.URL())
+			if err != nil {
+				b.Fatal(err)
+			}
+			return func(ctx context.Context, i int) error {
+				_, err := s.AllowN(ctx, benchKey(i), limit, 1)
+				return err
+			}, func() { _ = s.Close() }
+		}})
+	}
+	return libs
+}
+
+// BenchmarkRedis runs sluice's Redis store (each algorithm) and go-redis/redis_rate v10 and
+// ulule/limiter v3 (Redis store) side by side on one redis-server: 100k prewarmed keys, 2 and
+// 64 goroutines. See bench/README.md for the command and the latest table.
+func BenchmarkRedis(b *testing.B) {
+	srv := redistest.Start(b, redistest.WithConfig("maxmemory-policy", "noeviction"))
+	for _, lib := range redisLibs() {
+		decide, closeFn := lib.open(b, srv)
+		prewarmRedis(b, decide)
+		for _, g := range redisGoroutines {
+			b.Run(fmt.Sprintf("lib=%s/goroutines=%d", lib.name, g), func(b *testing.B) {
+				runRedis(b, srv, g, decide)
+			})
+		}
+		closeFn()
+		srv.MustDo("FLUSHALL")
+	}
+}
+
+// prewarmRedis makes one decision on each of the redisKeys keys.
+func prewarmRedis(b *testing.B, decide decideFunc) {
+	b.Helper()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for g := 0; g < 64; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= redisKeys {
+					return
+				}
+				// benchKey(i) for i < redisKeys covers every key once.
+				if err := decide(context.Background(), i); err != nil {
+					failed.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatalf("prewarm: %v", err)
+	}
+}

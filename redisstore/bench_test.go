@@ -1,0 +1,138 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+const benchKeys = 100_000
+
+var benchKeyNames = func() []string {
+	k := make([]string, benchKeys)
+	for i := range k {
+		k[i] = "user:" + strconv.Itoa(i)
+	}
+	return k
+}()
+
+// benchKey spreads consecutive decisions over the key space.
+func benchKey(i int) string { return benchKeyNames[uint64(i)*11400714819323198485%benchKeys] }
+
+// BenchmarkAllowN decides on 100k prewarmed keys from 2 and 64 goroutines against one
+// redis-server, for every algorithm, with coalescing (the default) and without
+// (WithBatchSize(1)). Besides ns/op it reports decisions/s, p50/p99 latency, the Redis
+// server time per decision and the decisions per script call (INFO commandstats).
+//
+//	go test -run '^$' -bench BenchmarkAllowN -benchtime 200000x ./redisstore
+func BenchmarkAllowN(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, batch := range []int{128, 1} {
+		s := open(b, srv.URL(), WithBatchSize(batch))
+		for _, a := range sluice.Algorithms() {
+			limit := sluice.Limit{Algorithm: a, Rate: 1000, Period: time.Second}
+			if a == sluice.SlidingLog {
+				limit.Rate = 100
+			}
+			prewarm(b, s, limit)
+			for _, g := range []int{2, 64} {
+				b.Run(fmt.Sprintf("batch=%d/%v/goroutines=%d", batch, a, g), func(b *testing.B) {
+					runBench(b, srv, g, func(ctx context.Context, i int) error {
+						_, err := s.AllowN(ctx, benchKey(i), limit, 1)
+						return err
+					})
+				})
+			}
+		}
+	}
+}
+
+// prewarm makes one decision on every key.
+func prewarm(b *testing.B, s *Store, limit sluice.Limit) {
+	b.Helper()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 64; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < benchKeys; i = int(next.Add(1)) - 1 {
+				if _, err := s.AllowN(context.Background(), benchKeyNames[i], limit, 1); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// runBench runs b.N decisions over g goroutines and reports decisions/s, p50-µs, p99-µs,
+// srv-µs/decision (script time from INFO commandstats) and decisions/call.
+func runBench(b *testing.B, srv *redistest.Server, g int, decide func(context.Context, int) error) {
+	ctx := context.Background()
+	srv.MustDo("CONFIG", "RESETSTAT")
+	lat := make([][]time.Duration, g)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for w := 0; w < g; w++ {
+		lat[w] = make([]time.Duration, 0, b.N/g+1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < b.N; i = int(next.Add(1)) - 1 {
+				t0 := time.Now()
+				if err := decide(ctx, i); err != nil {
+					b.Error(err)
+					return
+				}
+				lat[w] = append(lat[w], time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	pct := func(p float64) float64 { return float64(all[int(p*float64(len(all)-1))].Nanoseconds()) / 1e3 }
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
+	b.ReportMetric(pct(0.5), "p50-µs")
+	b.ReportMetric(pct(0.99), "p99-µs")
+	calls, usec := scriptStats(b, srv)
+	b.ReportMetric(usec/float64(b.N), "srv-µs/decision")
+	b.ReportMetric(float64(b.N)/float64(max(calls, 1)), "decisions/call")
+}
+
+// scriptStats sums calls and usec of the script commands in INFO commandstats.
+func scriptStats(b *testing.B, srv *redistest.Server) (calls int64, usec float64) {
+	for _, line := range strings.Split(srv.MustDo("INFO", "commandstats"), "\n") {
+		name, fields, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if !strings.HasPrefix(name, "cmdstat_eval") {
+			continue
+		}
+		for _, kv := range strings.Split(fields, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls":
+				n, _ := strconv.ParseInt(v, 10, 64)
+				calls += n
+			case "usec":
+				f, _ := strconv.ParseFloat(v, 64)
+				usec += f
+			}
+		}
+	}
+	return calls, usec
+}
