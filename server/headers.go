@@ -18,6 +18,8 @@ import (
 // requests_per_unit 0 rule is listed with q=0.
 func rateLimitHeaders(items []item, ra time.Duration) (policy, limit, retry string) {
 	var pb, lb strings.Builder
+	pb.Grow(64 * len(items))
+	lb.Grow(64 * len(items))
 	raSec := ceilSeconds(ra)
 	for i := range items {
 		it := &items[i]
@@ -69,20 +71,24 @@ const maxSFInteger = 999_999_999_999_999
 // value gives a valid field.
 func sfString(b *strings.Builder, s string) {
 	b.WriteByte('"')
+	from := 0 // s[from:i] is plain and not yet written
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
+		if c >= 0x20 && c <= 0x7e && c != '"' && c != '\\' {
+			continue
+		}
+		b.WriteString(s[from:i])
+		from = i + 1
+		if c == '"' || c == '\\' {
 			b.WriteByte('\\')
 			b.WriteByte(c)
-		case c < 0x20 || c > 0x7e:
-			b.WriteByte('%')
-			b.WriteByte("0123456789ABCDEF"[c>>4])
-			b.WriteByte("0123456789ABCDEF"[c&15])
-		default:
-			b.WriteByte(c)
+			continue
 		}
+		b.WriteByte('%')
+		b.WriteByte("0123456789ABCDEF"[c>>4])
+		b.WriteByte("0123456789ABCDEF"[c&15])
 	}
+	b.WriteString(s[from:])
 	b.WriteByte('"')
 }
 

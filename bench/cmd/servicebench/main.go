@@ -1,0 +1,254 @@
+// Command servicebench measures `sluice serve` as a separate process on loopback, on the
+// in-memory store and on Redis, with the load generator (cmd/loadgen) as a third process:
+// ShouldRateLimit at 8 and 64 callers, POST /v1/check at 64 callers, ShouldRateLimit
+// paced at half of the 64-caller peak, and ShouldRateLimit while Redis is frozen with
+// SIGSTOP. It prints a Markdown table for bench/README.md.
+//
+//	cd bench && go run ./cmd/servicebench            # about 2 minutes
+//	cd bench && go run ./cmd/servicebench -d 5s      # shorter runs
+//
+// It needs redis-server on PATH (apt-get install redis-server) and starts its own on a
+// free port; nothing else on the machine is touched.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// result mirrors cmd/loadgen's JSON output.
+type result struct {
+	Target     string  `json:"target"`
+	Callers    int     `json:"callers"`
+	Rate       float64 `json:"rate"`
+	Requests   int64   `json:"requests"`
+	RPS        float64 `json:"rps"`
+	OverLimit  int64   `json:"over_limit"`
+	Errors     int64   `json:"errors"`
+	P50        int64   `json:"p50_us"`
+	P90        int64   `json:"p90_us"`
+	P99        int64   `json:"p99_us"`
+	P999       int64   `json:"p999_us"`
+	Max        int64   `json:"max_us"`
+	FirstError string  `json:"first_error"`
+	SlowOver   int64   `json:"slow_over"`
+}
+
+const benchConfig = `# servicebench: one Envoy domain, a generous fixed window per client so that the
+# service does full work (a store decision) for every request and answers OK.
+domain: bench
+descriptors:
+  - key: client
+    rate_limit:
+      unit: second
+      requests_per_unit: 1000
+`
+
+var (
+	dur      = flag.Duration("d", 10*time.Second, "how long each measurement runs (after a 2s warm-up)")
+	keys     = flag.Int("keys", 100000, "distinct descriptor values")
+	deadline = flag.Duration("deadline", 5*time.Millisecond, "sluice's --deadline for Redis")
+	only     = flag.String("only", "", "run only this store: memory or redis")
+)
+
+func main() {
+	flag.Parse()
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "servicebench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	dir, err := os.MkdirTemp("", "servicebench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	sluiceBin, loadgenBin := filepath.Join(dir, "sluice"), filepath.Join(dir, "loadgen")
+	// sluice is built in its own module (the repository root), the load generator in
+	// this one.
+	for _, b := range [][3]string{{sluiceBin, "./cmd/sluice", ".."}, {loadgenBin, "./cmd/loadgen", "."}} {
+		cmd := exec.Command("go", "build", "-o", b[0], b[1])
+		cmd.Dir = b[2]
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %v\n%s", b[1], err, out)
+		}
+	}
+	cfgDir := filepath.Join(dir, "config")
+	os.Mkdir(cfgDir, 0o755)
+	if err := os.WriteFile(filepath.Join(cfgDir, "bench.yaml"), []byte(benchConfig), 0o644); err != nil {
+		return err
+	}
+	redisBin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return fmt.Errorf("redis-server not found: install it with apt-get install redis-server")
+	}
+	redisPort := freePort()
+	redis := exec.Command(redisBin, "--port", strconv.Itoa(redisPort), "--bind", "127.0.0.1", "--save", "",
+		"--appendonly", "no", "--dir", dir)
+	if err := redis.Start(); err != nil {
+		return err
+	}
+	defer func() { redis.Process.Signal(syscall.SIGCONT); redis.Process.Kill(); redis.Wait() }()
+	redisURL := fmt.Sprintf("redis://127.0.0.1:%d", redisPort)
+	if err := waitTCP(fmt.Sprintf("127.0.0.1:%d", redisPort)); err != nil {
+		return err
+	}
+
+	fmt.Printf("servicebench: %d cores, GOMAXPROCS %d, %s, load average before: %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), loadavg())
+	fmt.Printf("sluice, redis-server and loadgen on one machine, loopback; %d distinct descriptors; %v per run after 2s warm-up\n\n", *keys, *dur)
+	fmt.Println("| store | API | callers | pacing | requests/s | p50 | p99 | p99.9 | max | errors |")
+	fmt.Println("|---|---|---:|---|---:|---:|---:|---:|---:|---:|")
+
+	for _, store := range []string{"memory", "redis"} {
+		if *only != "" && *only != store {
+			continue
+		}
+		httpAddr, grpcAddr := fmt.Sprintf("127.0.0.1:%d", freePort()), fmt.Sprintf("127.0.0.1:%d", freePort())
+		args := []string{"serve", "--config", cfgDir, "--http", httpAddr, "--grpc", grpcAddr,
+			"--log-level", "error", "--log-sampling", "0", "--failure-mode", "open"}
+		if store == "redis" {
+			args = append(args, "--redis", redisURL, "--deadline", deadline.String())
+		}
+		srv := exec.Command(sluiceBin, args...)
+		srv.Stderr = os.Stderr
+		if err := srv.Start(); err != nil {
+			return err
+		}
+		stop := func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() }
+		if err := waitReady("http://" + httpAddr + "/readyz"); err != nil {
+			stop()
+			return err
+		}
+		load := func(target, addr string, callers int, rate float64, extra ...string) (result, error) {
+			a := []string{"-target", target, "-addr", addr, "-c", strconv.Itoa(callers), "-d", dur.String(),
+				"-keys", strconv.Itoa(*keys), "-json"}
+			if rate > 0 {
+				a = append(a, "-rate", strconv.FormatFloat(rate, 'f', 0, 64))
+			}
+			a = append(a, extra...)
+			var out bytes.Buffer
+			cmd := exec.Command(loadgenBin, a...)
+			cmd.Stdout, cmd.Stderr = &out, os.Stderr
+			if err := cmd.Run(); err != nil {
+				return result{}, err
+			}
+			var r result
+			return r, json.Unmarshal(out.Bytes(), &r)
+		}
+		row := func(api, pacing string, r result) {
+			fmt.Printf("| %s | %s | %d | %s | %.0f | %s | %s | %s | %s | %d |\n", store, api, r.Callers, pacing, r.RPS,
+				us(r.P50), us(r.P99), us(r.P999), us(r.Max), r.Errors)
+		}
+		var peak64 float64
+		for _, c := range []int{8, 64} {
+			r, err := load("grpc", grpcAddr, c, 0)
+			if err != nil {
+				stop()
+				return err
+			}
+			row("ShouldRateLimit", "closed loop", r)
+			if c == 64 {
+				peak64 = r.RPS
+			}
+		}
+		r, err := load("grpc", grpcAddr, 64, peak64/2)
+		if err != nil {
+			stop()
+			return err
+		}
+		row("ShouldRateLimit", fmt.Sprintf("%.0f/s (half of peak)", peak64/2), r)
+		r, err = load("http", httpAddr, 64, 0)
+		if err != nil {
+			stop()
+			return err
+		}
+		row("POST /v1/check", "closed loop", r)
+
+		if store == "redis" {
+			// Freeze Redis for 3 s in the middle of a paced run at half of peak.
+			go func() {
+				time.Sleep(2*time.Second + *dur/4)
+				redis.Process.Signal(syscall.SIGSTOP)
+				time.Sleep(3 * time.Second)
+				redis.Process.Signal(syscall.SIGCONT)
+			}()
+			r, err := load("grpc", grpcAddr, 64, peak64/2, "-slow", (*deadline + 20*time.Millisecond).String())
+			if err != nil {
+				stop()
+				return err
+			}
+			row("ShouldRateLimit, Redis SIGSTOPped 3 s", fmt.Sprintf("%.0f/s", peak64/2), r)
+			fmt.Printf("\nWhile Redis was frozen: %d of %d answers took longer than the %v deadline + 20 ms; errors %d.\n",
+				r.SlowOver, r.Requests, *deadline, r.Errors)
+		}
+		stop()
+	}
+	fmt.Printf("\nload average after: %s\n", loadavg())
+	return nil
+}
+
+func us(v int64) string {
+	if v >= 1000 {
+		return fmt.Sprintf("%.2f ms", float64(v)/1000)
+	}
+	return fmt.Sprintf("%d µs", v)
+}
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func waitTCP(addr string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("%s not listening after 10s", addr)
+}
+
+func waitReady(url string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for ctx.Err() == nil {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("%s not ready after 20s", url)
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
