@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 )
 
@@ -109,17 +111,32 @@ func honesty(x Result) string {
 func itoa(v int64) string   { return strconv.FormatInt(v, 10) }
 func ftoa(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 
-// pct formats a fraction as a percentage with enough digits for small rates (0.003%).
+// pct formats a fraction as a percentage: one decimal from 1% up, three significant digits
+// below (0.479%, 0.003%), without trailing zeros.
 func pct(f float64) string {
+	v := 100 * f
 	switch {
-	case f == 0:
+	case v == 0:
 		return "0%"
-	case f < 0.0001:
-		return fmt.Sprintf("%.4f%%", 100*f)
-	case f < 0.01:
-		return fmt.Sprintf("%.3f%%", 100*f)
+	case v >= 1:
+		return fmt.Sprintf("%.1f%%", v)
 	}
-	return fmt.Sprintf("%.1f%%", 100*f)
+	prec := 2 - int(math.Floor(math.Log10(v)))
+	s := strconv.FormatFloat(v, 'f', prec, 64)
+	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	return s + "%"
+}
+
+// thousands formats n with comma separators: 387,183.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	if n < 0 {
+		return "-" + thousands(-n)
+	}
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 func bytesPerKey(b float64) string {

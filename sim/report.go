@@ -50,11 +50,14 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 		return "ok"
 	},
 	"millions": func(n int64) string {
-		if n >= 1_000_000 {
-			return fmt.Sprintf("%.1f million", float64(n)/1e6)
+		if n >= 1_000_000 && n%1_000_000 == 0 {
+			return fmt.Sprintf("%d million", n/1_000_000)
 		}
-		return fmt.Sprintf("%d", n)
+		return thousands(n)
 	},
+	"thousands": thousands,
+	"int64":     func(i int) int64 { return int64(i) },
+	"per":       per,
 }).Parse(reportTemplate))
 
 type reportView struct {
@@ -94,7 +97,7 @@ type cloudflareView struct {
 func (r *Report) WriteHTML(w io.Writer) error {
 	v := reportView{Seed: r.Seed, Store: r.Store, Results: r.Results, Estimates: r.Estimates}
 	for i, p := range r.Patterns {
-		pv := patternView{Pattern: p, ID: "pattern-" + p.Name, LimitStr: fmt.Sprintf("%d per %s", p.Limit.Rate, humanDuration(p.Limit.Period))}
+		pv := patternView{Pattern: p, ID: "pattern-" + p.Name, LimitStr: fmt.Sprintf("%d %s", p.Limit.Rate, per(p.Limit.Period))}
 		var rs []Result
 		for _, x := range r.Results {
 			if x.Pattern == p.Name {
@@ -254,4 +257,17 @@ func humanDuration(d time.Duration) string {
 		return fmt.Sprintf("%d ms", d/time.Millisecond)
 	}
 	return d.String()
+}
+
+// per says "per second", "per minute", "per hour" or "per <duration>".
+func per(d time.Duration) string {
+	switch d {
+	case time.Second:
+		return "per second"
+	case time.Minute:
+		return "per minute"
+	case time.Hour:
+		return "per hour"
+	}
+	return "per " + humanDuration(d)
 }

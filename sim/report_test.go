@@ -62,7 +62,7 @@ func TestReportRendersInChromium(t *testing.T) {
 	}
 	f.Close()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a bound for a loaded machine; it takes seconds
 	defer cancel()
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx,
 		chromedp.ExecPath(exe),

@@ -352,9 +352,9 @@ func runOne(ctx context.Context, store StoreFunc, p Pattern, a sluice.Algorithm,
 		Key: keyNames[p.Focus], BinWidth: time.Duration(binW) * time.Microsecond, Rate: limit.Rate,
 		Admitted: make([]int64, timelineBins), Denied: make([]int64, timelineBins), Window: make([]int64, timelineBins),
 	}
-	// sampled is the number of leading bins whose Window holds the count at the bin's end.
-	// Sampling bin j is exact only once no later decision before its end can come, which
-	// is when the charted key's next decision falls in a later bin.
+	// sampled is the number of leading bins whose Window includes the count at the bin's
+	// last microsecond. A bin is sampled once the charted key's next decision falls in a
+	// later bin (or the run ends), when its admitted history up to that instant is final.
 	sampled := 0
 	sampleTo := func(bin int) {
 		f := &keys[p.Focus]
