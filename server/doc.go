@@ -1,0 +1,103 @@
+// Package server is the sluice rate limit service: an HTTP JSON API, Envoy's rate limit
+// service over gRPC, health, metrics and admin endpoints, all deciding with one
+// sluice.Limiter against a configuration that can be reloaded while it serves. It is
+// what `sluice serve` runs; Proxy is what `sluice proxy` runs.
+//
+//	srv, err := server.New(server.Options{Limiter: store, Watcher: watcher})
+//	...
+//	err = srv.Serve(ctx, httpListener, grpcListener) // until ctx ends, then drains
+//
+// # Envoy's rate limit service
+//
+// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit (go-control-plane's
+// stubs) answers as the reference implementation, envoyproxy/ratelimit, does for a
+// configuration it reads unchanged (package config):
+//
+//   - each descriptor is matched in the request's domain (config.Domain.Match): the most
+//     specific rule wins; a descriptor's limit override replaces the configured limit
+//     (fixed window, with unit_multiplier); rules named in another matched rule's
+//     replaces are dropped;
+//   - hits_addend: the descriptor's, else the request's, else 1; is_negative_hits only
+//     looks (sluice spends nothing on denied requests, so there is nothing to refund);
+//   - overall_code is OVER_LIMIT when any descriptor that is not in shadow mode is over
+//     its limit (with Options.ShadowMode, never);
+//   - per descriptor: no rule (or a replaced one) is OK with no current_limit; unlimited
+//     is OK with limit_remaining 4294967295 and never touches the store;
+//     requests_per_unit 0 is OVER_LIMIT without touching the store; any other rule is
+//     decided by the store and reports code, current_limit (name, requests_per_unit,
+//     unit, unit_multiplier), limit_remaining (Decision.Remaining) and
+//     duration_until_reset (Decision.RetryAfter when over the limit, the time after
+//     which a retry passes; else Decision.ResetAfter, the time until the quota is whole).
+//     A shadow_mode descriptor over its limit answers OK;
+//   - response_headers_to_add carries RateLimit-Policy and RateLimit
+//     (draft-ietf-httpapi-ratelimit-headers-11, one item per limit, named by the rule's
+//     rate_limit name or full key) and, for OVER_LIMIT, Retry-After;
+//   - an unknown domain limits nothing (every descriptor OK); an empty domain, no
+//     descriptors, a descriptor without entries or an override with an unknown unit is
+//     InvalidArgument.
+//
+// One difference is deliberate: a request that is over the limit spends nothing, from
+// any of its descriptors. The enforced descriptors of a request are decided in one
+// atomic call when the Limiter is a sluice.MultiLimiter (the memory and Redis stores
+// are), so one exhausted descriptor does not eat the quota of the others; the reference
+// counts every hit, even refused ones. Shadow descriptors are decided after, spending
+// only when the request passes. With a Limiter that is not atomic, descriptors are
+// decided in order, stopping at the first denial; the rest are looked at (cost 0) so
+// that every status is filled in.
+//
+// When the store fails and a failover decorator fails closed, ShouldRateLimit answers
+// OVER_LIMIT for every limited descriptor (an error would let Envoy's default
+// failure_mode_deny: false allow the request). Other store errors are gRPC Unavailable,
+// and Envoy applies its own failure mode.
+//
+// # HTTP JSON API
+//
+//	POST /v1/check    decide a CheckRequest: 200 and the CheckResponse when allowed, 429
+//	                  when denied (Retry-After, RateLimit-Policy, RateLimit)
+//	POST /v1/peek     the same, spending nothing; always 200
+//	GET  /v1/peek     ?policy=&key=&tier=&method=&path= or ?domain=&descriptor=k=v,k2=v2
+//	POST /v1/reset    forget the state of a CheckRequest's limits (admin)
+//	GET  /v1/config   the configuration in force, secrets redacted (admin)
+//	GET  /healthz     200 while the process serves (liveness)
+//	GET  /readyz      200 when the store answers a ping and the server is not draining
+//	GET  /metrics     Prometheus metrics: the server's, the observe decorator's if it was
+//	                  registered on Options.Registry, Go and process collectors
+//
+// A CheckRequest names a sluice policy and the identity it limits (client IP, user ID or
+// raw API key, hashed at once with HMAC-SHA256 and never stored or logged), or an Envoy
+// domain and descriptors. For a policy, the limit is the identity's override, else its
+// tier's, else the policy's; a method and path matching one of the policy's routes add
+// the route's limit, decided atomically with it. The store keys are those the httplimit
+// middleware uses, so the JSON API, `sluice proxy` and an application's middleware on
+// the same store share counters. A cost the limit can never allow is 400 (it is an error
+// in sluice, not a denial); bad input is 400 with an RFC 9457 problem body, an unknown
+// policy 404, and a store that is down (or fails closed) 503 with Retry-After.
+//
+// Admin endpoints need "Authorization: Bearer <token>". The token comes from
+// Options.AdminToken, else the configuration's admin block (an environment variable or
+// a file, read on every request so it can rotate), else $SLUICE_ADMIN_TOKEN; it is
+// compared in constant time and never logged. Without a token every admin request is
+// refused with 403.
+//
+// # Configuration and reload
+//
+// Every request reads the configuration in force once (config.Watcher.Config, an
+// atomic load), so a reload never splits a request between two configurations and never
+// blocks one. An invalid configuration is rejected by the Watcher and the previous one
+// stays; the reloads and rejections are exported as sluice_config_reloads_total and
+// sluice_config_reload_rejected_total. The store itself (memory or Redis, its URL) is
+// chosen at start; a reload that changes it takes effect at the next start.
+//
+// # Failure modes
+//
+// The failure mode of each decision is put on its context for a failover decorator
+// (failover.WithFallback): the policy's own mode, else Options.FailureMode (the
+// --failure-mode flag), else the configuration's store.failure_mode. Envoy domains have
+// no mode of their own.
+//
+// # Shutdown
+//
+// When Serve's context ends, /readyz and the gRPC health service turn to not serving,
+// the listeners close, requests in flight are finished (at most ShutdownTimeout), and
+// Serve returns; the caller then closes the store.
+package server
