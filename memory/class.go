@@ -53,16 +53,7 @@ func newClass(st *Store, l sluice.Limit, id int) class {
 	p := algo.ParamsOf(l)
 	switch l.Algorithm {
 	case sluice.GCRA:
-		return newGen(st, p, id, ops[int64]{
-			decide: func(s *int64, now int64, p algo.Params, n int64, commit bool) algo.Result {
-				ns, r := algo.GCRA(algo.State{A: *s}, now, p, n)
-				if commit {
-					*s = ns.A
-				}
-				return r
-			},
-			expires: func(s *int64, p algo.Params) int64 { return *s },
-		})
+		return newGCRAClass(st, p, id)
 	case sluice.SlidingWindow:
 		return newGen(st, p, id, ops[algo.State]{
 			decide: func(s *algo.State, now int64, p algo.Params, n int64, commit bool) algo.Result {

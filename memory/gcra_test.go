@@ -1,0 +1,122 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// TestGCRALockFreeUnderRebuilds races lock-free decisions against inserts that rebuild the
+// one shard's table over and over, and against multi-limit batches that freeze slots. With
+// the clock standing still every key must admit exactly its burst, never more.
+func TestGCRALockFreeUnderRebuilds(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newTestStore(t, WithShards(1), WithSweepInterval(0))
+	const nkeys, burst = 3000, 7
+	a := sluice.PerHour(burst)
+	b := sluice.PerMinute(1000) // a second class, for batches
+	keys := make([]string, nkeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("key-%d", i)
+	}
+	admitted := make([]atomic.Int64, nkeys)
+	batched := make([]atomic.Int64, nkeys) // admitted by batches, the only spenders of b
+	var wg sync.WaitGroup
+	for g := 0; g < 12; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 1))
+			for i := 0; i < 6000; i++ {
+				k := rng.IntN(nkeys)
+				if g%4 == 0 { // a batch: both limits or neither
+					ds, err := s.AllowMulti(ctx, []sluice.Request{{Key: keys[k], Limit: a, N: 1}, {Key: keys[k], Limit: b, N: 1}})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if ds[0].Allowed != ds[1].Allowed {
+						t.Errorf("split batch decision %+v", ds)
+						return
+					}
+					if ds[0].Allowed {
+						admitted[k].Add(1)
+						batched[k].Add(1)
+					}
+					continue
+				}
+				d, err := s.AllowN(ctx, keys[k], a, 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted[k].Add(1)
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	for k := range admitted {
+		got := admitted[k].Load()
+		if got > burst {
+			t.Fatalf("key %d admitted %d, burst %d", k, got, burst)
+		}
+		// What the store says is left must agree with what was admitted.
+		d, _ := s.AllowN(ctx, keys[k], a, 0)
+		if got+d.Remaining != burst {
+			t.Fatalf("key %d: admitted %d + remaining %d != %d", k, got, d.Remaining, burst)
+		}
+		if d, _ := s.AllowN(ctx, keys[k], b, 0); batched[k].Load()+d.Remaining != b.MaxCost() {
+			t.Fatalf("key %d: batches admitted %d but b has %d left of %d", k, batched[k].Load(), d.Remaining, b.MaxCost())
+		}
+	}
+}
+
+// TestGCRASweepAndResetWithLockFreeReaders: sweeping, resets and rebuilds while readers
+// decide; afterwards every idle key is gone and the table holds only live keys.
+func TestGCRASweepAndResetWithLockFreeReaders(t *testing.T) {
+	ctx := context.Background()
+	s, clk := newTestStore(t, WithShards(2), WithSweepInterval(time.Millisecond))
+	l := sluice.PerSecond(5)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := fmt.Sprintf("k%d", (i*7+g)%500)
+				if i%50 == 0 {
+					s.Reset(ctx, k, l)
+				}
+				if _, err := s.AllowN(ctx, k, l, 1); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}(g)
+	}
+	time.Sleep(200 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	clk.Advance(2 * time.Second)
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Len() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d keys left after idling", s.Len())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
