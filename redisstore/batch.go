@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -154,6 +155,10 @@ func (b *batcher) run() {
 		}
 		b.mu.Unlock()
 		b.s.exec(batch)
+		// The callers just answered are runnable; most will decide again at once. Let
+		// them queue before taking the next batch, or it would carry one or two
+		// decisions while the rest wait for the call after it.
+		runtime.Gosched()
 	}
 }
 

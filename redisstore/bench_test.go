@@ -36,8 +36,9 @@ func benchKey(i int) string { return benchKeyNames[uint64(i)*1140071481932319848
 //	go test -run '^$' -bench BenchmarkAllowN -benchtime 200000x ./redisstore
 func BenchmarkAllowN(b *testing.B) {
 	srv := redistest.Start(b)
-	for _, batch := range []int{128, 1} {
-		s := open(b, srv.URL(), WithBatchSize(batch))
+	for _, cfg := range []struct{ batch, conc int }{{128, 1}, {128, 2}, {128, 4}, {1, 2}} {
+		batch := cfg.batch
+		s := open(b, srv.URL(), WithBatchSize(batch), WithConcurrency(cfg.conc))
 		for _, a := range sluice.Algorithms() {
 			limit := sluice.Limit{Algorithm: a, Rate: 1000, Period: time.Second}
 			if a == sluice.SlidingLog {
@@ -45,7 +46,7 @@ func BenchmarkAllowN(b *testing.B) {
 			}
 			prewarm(b, s, limit)
 			for _, g := range []int{2, 64} {
-				b.Run(fmt.Sprintf("batch=%d/%v/goroutines=%d", batch, a, g), func(b *testing.B) {
+				b.Run(fmt.Sprintf("batch=%d/conc=%d/%v/goroutines=%d", batch, cfg.conc, a, g), func(b *testing.B) {
 					runBench(b, srv, g, func(ctx context.Context, i int) error {
 						_, err := s.AllowN(ctx, benchKey(i), limit, 1)
 						return err
