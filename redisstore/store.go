@@ -106,10 +106,11 @@ type Store struct {
 	slots  []atomic.Pointer[batcher] // Cluster: one per slot, made on first use
 	limits sync.Map                  // sluice.Limit -> *limitInfo
 
-	closeMu  sync.RWMutex // excludes Close from startCall
-	closed   atomic.Bool
-	inflight sync.WaitGroup // batch goroutines and the start-up check
-	noscript atomic.Int64   // NOSCRIPT replies healed; for tests
+	stopStart context.CancelFunc // ends the start-up script load and eviction check
+	closeMu   sync.RWMutex       // excludes Close from startCall
+	closed    atomic.Bool
+	inflight  sync.WaitGroup // batch goroutines and the start-up check
+	noscript  atomic.Int64   // NOSCRIPT replies healed; for tests
 }
 
 // Option configures a Store.
@@ -245,10 +246,11 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 	} else {
 		s.single = newBatcher(s, s.conc)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	s.stopStart = cancel
 	s.inflight.Add(1)
 	go func() {
 		defer s.inflight.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := s.loadScripts(ctx); err != nil {
 			s.logger.Warn("redisstore: could not preload the decision script; it will be loaded on first use", "error", err)
@@ -268,6 +270,7 @@ func (s *Store) Close() error {
 	if already {
 		return nil
 	}
+	s.stopStart()
 	s.inflight.Wait()
 	if s.own {
 		s.client.Close()
