@@ -1,6 +1,7 @@
 package server
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,6 +20,12 @@ const (
 // metrics are the server's own Prometheus metrics. Decisions, store latency and store
 // errors by kind are the observe decorator's business; these count the APIs.
 type metrics struct {
+	// byAPI holds the children of requests and duration for the known APIs and codes,
+	// so that the hot path does no label hashing or validation.
+	byAPI map[string]*apiMetrics
+	// byRule caches the descriptor counters by (domain, rule, result).
+	byRule sync.Map
+
 	requests      *prometheus.CounterVec
 	duration      *prometheus.HistogramVec
 	descriptors   *prometheus.CounterVec
@@ -82,43 +89,71 @@ func newMetrics(reg prometheus.Registerer, w *config.Watcher) (*metrics, error) 
 			return nil, err
 		}
 	}
+	m.byAPI = map[string]*apiMetrics{}
+	for _, api := range []string{apiGRPC, apiCheck, apiPeek, apiReset} {
+		am := &apiMetrics{codes: map[string]prometheus.Counter{}, duration: m.duration.WithLabelValues(api)}
+		for _, code := range []string{"ok", "over_limit", "invalid", "unavailable", "error"} {
+			am.codes[code] = m.requests.WithLabelValues(api, code)
+		}
+		m.byAPI[api] = am
+	}
 	return m, nil
 }
 
+type apiMetrics struct {
+	codes    map[string]prometheus.Counter
+	duration prometheus.Observer
+}
+
 func (m *metrics) observe(api, code string, d time.Duration) {
-	m.requests.WithLabelValues(api, code).Inc()
-	m.duration.WithLabelValues(api).Observe(d.Seconds())
+	am := m.byAPI[api]
+	c, ok := am.codes[code]
+	if !ok {
+		c = m.requests.WithLabelValues(api, code)
+	}
+	c.Inc()
+	am.duration.Observe(d.Seconds())
+}
+
+// ruleKey identifies one descriptor counter by its label values: rule is the rule's
+// full key, "override" for a limit override (its key holds request values, which must
+// not become label values), "" for no rule.
+type ruleKey struct {
+	domain, rule, result string
 }
 
 // descriptor counts one answered Envoy descriptor.
 func (m *metrics) descriptor(domain string, it *item) {
-	rule := ""
+	k := ruleKey{domain: domain}
 	switch {
 	case it.rule == nil:
 	case it.rule.Pos.File == "":
-		// A limit override from the request: its key holds request values, which must
-		// not become label values.
-		rule = "override"
+		k.rule = "override" // made from the request's limit override
 	default:
-		rule = it.rule.FullKey
+		k.rule = it.rule.FullKey
 	}
-	var result string
 	switch it.status {
 	case config.NoMatch:
-		result = "no_match"
+		k.result = "no_match"
 	case config.Unlimited:
-		result = "unlimited"
+		k.result = "unlimited"
 	case config.Replaced:
-		result = "replaced"
+		k.result = "replaced"
 	default:
 		switch {
 		case it.over() && it.shadow:
-			result = "shadow_over_limit"
+			k.result = "shadow_over_limit"
 		case it.over():
-			result = "over_limit"
+			k.result = "over_limit"
 		default:
-			result = "ok"
+			k.result = "ok"
 		}
 	}
-	m.descriptors.WithLabelValues(domain, rule, result).Inc()
+	if c, ok := m.byRule.Load(k); ok {
+		c.(prometheus.Counter).Inc()
+		return
+	}
+	c := m.descriptors.WithLabelValues(k.domain, k.rule, k.result)
+	m.byRule.Store(k, c)
+	c.Inc()
 }

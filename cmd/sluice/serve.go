@@ -39,6 +39,7 @@ func serveCommand() *cli.Command {
 		&cli.BoolFlag{Name: "shadow-mode", Usage: "answer every request as allowed while still deciding, counting and reporting limits (the reference implementation's SHADOW_MODE)", Sources: cli.EnvVars("SLUICE_SHADOW_MODE")},
 		&cli.StringFlag{Name: "admin-token-file", Usage: "read the admin token (for /v1/reset and /v1/config) from this `FILE` on every admin request, instead of the configuration's admin block (default: $SLUICE_ADMIN_TOKEN). Without a token, admin endpoints refuse every request", Sources: cli.EnvVars("SLUICE_ADMIN_TOKEN_FILE")},
 		&cli.DurationFlag{Name: "shutdown-timeout", Value: server.DefaultShutdownTimeout, Usage: "on SIGTERM or SIGINT, how long to wait for requests in flight", Sources: cli.EnvVars("SLUICE_SHUTDOWN_TIMEOUT")},
+		&cli.StringFlag{Name: "pprof", Usage: "serve Go's net/http/pprof profiles on this `ADDR`ess (keep it on loopback); empty disables it", Sources: cli.EnvVars("SLUICE_PPROF_ADDR")},
 	)
 	flags = append(flags, logFlags()...)
 	return &cli.Command{
@@ -132,6 +133,13 @@ func serve(ctx context.Context, c *cli.Command) error {
 	}
 	if listenHook != nil {
 		listenHook(addrOf(hl), addrOf(gl))
+	}
+	if a := c.String("pprof"); a != "" {
+		stop, err := servePprof(a, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	attrs := []any{
 		slog.String("version", version()),

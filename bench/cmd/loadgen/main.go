@@ -42,7 +42,8 @@ type Result struct {
 	Callers     int     `json:"callers"`
 	Rate        float64 `json:"rate,omitempty"` // the paced rate asked for; 0 for closed loop
 	Seconds     float64 `json:"seconds"`
-	Requests    int64   `json:"requests"`
+	Requests    int64   `json:"requests"` // measured (after the warm-up)
+	Total       int64   `json:"total"`    // sent, warm-up included
 	RPS         float64 `json:"rps"`
 	OverLimit   int64   `json:"over_limit"`
 	Errors      int64   `json:"errors"`
@@ -51,6 +52,7 @@ type Result struct {
 	P99         int64   `json:"p99_us"`
 	P999        int64   `json:"p999_us"`
 	Max         int64   `json:"max_us"`
+	P99Sched    int64   `json:"p99_sched_us,omitempty"` // with -rate: from the scheduled start
 	FirstError  string  `json:"first_error,omitempty"`
 	SlowOver    int64   `json:"slow_over,omitempty"` // requests slower than -slow
 	SlowBoundUS int64   `json:"slow_bound_us,omitempty"`
@@ -150,6 +152,9 @@ func main() {
 	}
 	fmt.Printf("%s c=%d rate=%.0f: %.0f req/s, p50 %dµs p90 %dµs p99 %dµs p99.9 %dµs max %dµs, over_limit %d, errors %d",
 		res.Target, res.Callers, res.Rate, res.RPS, res.P50, res.P90, res.P99, res.P999, res.Max, res.OverLimit, res.Errors)
+	if res.P99Sched > 0 {
+		fmt.Printf(", p99 from schedule %dµs", res.P99Sched)
+	}
 	if res.SlowBoundUS > 0 {
 		fmt.Printf(", slower than %dµs: %d", res.SlowBoundUS, res.SlowOver)
 	}
@@ -174,8 +179,9 @@ func runLoad(send func(context.Context, *rand.Rand) (bool, error), callers int, 
 	}
 
 	type shard struct {
-		lat        []int64
+		lat, sched []int64
 		over, errs int64
+		total      int64
 		slowN      int64
 		firstErr   error
 		_          [64]byte
@@ -199,15 +205,20 @@ func runLoad(send func(context.Context, *rand.Rand) (bool, error), callers int, 
 				if !sched.Before(end) {
 					return
 				}
+				sent := time.Now()
 				ctx, cancel := context.WithTimeout(context.Background(), timeout)
 				over, err := send(ctx, rng)
 				cancel()
 				done := time.Now()
+				sh.total++
 				if sched.Before(measureFrom) {
 					continue
 				}
-				lat := done.Sub(sched)
+				lat := done.Sub(sent)
 				sh.lat = append(sh.lat, lat.Microseconds())
+				if interval > 0 {
+					sh.sched = append(sh.sched, done.Sub(sched).Microseconds())
+				}
 				if slow > 0 && lat > slow {
 					sh.slowN++
 				}
@@ -225,14 +236,16 @@ func runLoad(send func(context.Context, *rand.Rand) (bool, error), callers int, 
 	}
 	wg.Wait()
 
-	var all []int64
+	var all, sched []int64
 	res := Result{Callers: callers, Rate: rate, Seconds: duration.Seconds(), SlowBoundUS: slow.Microseconds()}
 	for i := range shards {
 		sh := &shards[i]
 		all = append(all, sh.lat...)
+		sched = append(sched, sh.sched...)
 		res.OverLimit += sh.over
 		res.Errors += sh.errs
 		res.SlowOver += sh.slowN
+		res.Total += sh.total
 		if res.FirstError == "" && sh.firstErr != nil {
 			res.FirstError = sh.firstErr.Error()
 		}
@@ -250,6 +263,10 @@ func runLoad(send func(context.Context, *rand.Rand) (bool, error), callers int, 
 	res.P50, res.P90, res.P99, res.P999 = pct(0.50), pct(0.90), pct(0.99), pct(0.999)
 	if len(all) > 0 {
 		res.Max = all[len(all)-1]
+	}
+	if len(sched) > 0 {
+		slices.Sort(sched)
+		res.P99Sched = sched[int(0.99*float64(len(sched)-1))]
 	}
 	return res
 }

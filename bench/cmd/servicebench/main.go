@@ -35,6 +35,8 @@ type result struct {
 	Callers    int     `json:"callers"`
 	Rate       float64 `json:"rate"`
 	Requests   int64   `json:"requests"`
+	Total      int64   `json:"total"`
+	P99Sched   int64   `json:"p99_sched_us"`
 	RPS        float64 `json:"rps"`
 	OverLimit  int64   `json:"over_limit"`
 	Errors     int64   `json:"errors"`
@@ -45,6 +47,9 @@ type result struct {
 	Max        int64   `json:"max_us"`
 	FirstError string  `json:"first_error"`
 	SlowOver   int64   `json:"slow_over"`
+
+	// CPU time per request (µs), measured by servicebench.
+	cpuSluice, cpuRedis, cpuLoadgen float64
 }
 
 const benchConfig = `# servicebench: one Envoy domain, a generous fixed window per client so that the
@@ -111,8 +116,8 @@ func run() error {
 
 	fmt.Printf("servicebench: %d cores, GOMAXPROCS %d, %s, load average before: %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), loadavg())
 	fmt.Printf("sluice, redis-server and loadgen on one machine, loopback; %d distinct descriptors; %v per run after 2s warm-up\n\n", *keys, *dur)
-	fmt.Println("| store | API | callers | pacing | requests/s | p50 | p99 | p99.9 | max | errors |")
-	fmt.Println("|---|---|---:|---|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| store | API | callers | pacing | requests/s | p50 | p99 | p99.9 | max | errors | CPU µs/request: sluice / redis / loadgen |")
+	fmt.Println("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
 
 	for _, store := range []string{"memory", "redis"} {
 		if *only != "" && *only != store {
@@ -144,15 +149,27 @@ func run() error {
 			var out bytes.Buffer
 			cmd := exec.Command(loadgenBin, a...)
 			cmd.Stdout, cmd.Stderr = &out, os.Stderr
+			s0, r0 := cpuOf(srv.Process.Pid), cpuOf(redis.Process.Pid)
 			if err := cmd.Run(); err != nil {
 				return result{}, err
 			}
 			var r result
-			return r, json.Unmarshal(out.Bytes(), &r)
+			if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+				return r, err
+			}
+			if r.Total > 0 {
+				n := float64(r.Total)
+				r.cpuSluice = float64(cpuOf(srv.Process.Pid)-s0) / n
+				r.cpuLoadgen = float64((cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Microseconds()) / n
+				if store == "redis" {
+					r.cpuRedis = float64(cpuOf(redis.Process.Pid)-r0) / n
+				}
+			}
+			return r, nil
 		}
 		row := func(api, pacing string, r result) {
-			fmt.Printf("| %s | %s | %d | %s | %.0f | %s | %s | %s | %s | %d |\n", store, api, r.Callers, pacing, r.RPS,
-				us(r.P50), us(r.P99), us(r.P999), us(r.Max), r.Errors)
+			fmt.Printf("| %s | %s | %d | %s | %.0f | %s | %s | %s | %s | %d | %.0f / %.0f / %.0f |\n", store, api, r.Callers, pacing, r.RPS,
+				us(r.P50), us(r.P99), us(r.P999), us(r.Max), r.Errors, r.cpuSluice, r.cpuRedis, r.cpuLoadgen)
 		}
 		var peak64 float64
 		for _, c := range []int{8, 64} {
@@ -182,19 +199,19 @@ func run() error {
 		if store == "redis" {
 			// Freeze Redis for 3 s in the middle of a paced run at half of peak.
 			go func() {
-				time.Sleep(2*time.Second + *dur/4)
+				time.Sleep(*dur / 4)
 				redis.Process.Signal(syscall.SIGSTOP)
 				time.Sleep(3 * time.Second)
 				redis.Process.Signal(syscall.SIGCONT)
 			}()
-			r, err := load("grpc", grpcAddr, 64, peak64/2, "-slow", (*deadline + 20*time.Millisecond).String())
+			r, err := load("grpc", grpcAddr, 64, peak64/2, "-slow", (*deadline + 20*time.Millisecond).String(), "-warmup", "0s")
 			if err != nil {
 				stop()
 				return err
 			}
 			row("ShouldRateLimit, Redis SIGSTOPped 3 s", fmt.Sprintf("%.0f/s", peak64/2), r)
-			fmt.Printf("\nWhile Redis was frozen: %d of %d answers took longer than the %v deadline + 20 ms; errors %d.\n",
-				r.SlowOver, r.Requests, *deadline, r.Errors)
+			fmt.Printf("\nRun with Redis frozen for 3 s: %d of %d answers took longer than the %v deadline + 20 ms (slowest %s); errors %d.\n\n",
+				r.SlowOver, r.Requests, *deadline, us(r.Max), r.Errors)
 		}
 		stop()
 	}
@@ -243,6 +260,23 @@ func waitReady(url string) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return fmt.Errorf("%s not ready after 20s", url)
+}
+
+// cpuOf returns the CPU time (user + system) process pid has used, in microseconds.
+func cpuOf(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name (which is in parentheses and may hold spaces).
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	const ticksPerSecond = 100 // USER_HZ on Linux
+	return (ut + st) * (1e6 / ticksPerSecond)
 }
 
 func loadavg() string {
