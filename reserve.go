@@ -79,13 +79,15 @@ func (r Reservation) WithCancel(f func(ctx context.Context) (bool, error)) Reser
 //   - the reserved instant has not come (on the store's clock): a reservation with Delay 0
 //     is used at once and never comes back, and
 //   - nothing was spent on the key under the same Limit since the reservation: a later
-//     reservation or decision has taken the slots after it, and giving back a slot in front
-//     of theirs would let a newcomer take it on top of them, exceeding the bound.
+//     reservation or decision has taken the slots after it, and one timestamp (GCRA's
+//     TAT, the leaky bucket's level) cannot hold a hole in front of them.
 //
 // Otherwise nothing changes and Cancel returns false. This is stricter than
 // golang.org/x/time/rate, which also gives back the part of an overtaken reservation that
-// later ones did not use, at the price of its bound. Cancelling a reservation that is not
-// OK, or cancelling twice, returns false without asking the store.
+// later ones did not reserve, scheduling newcomers into slots later reservations hold (two
+// units in one emission interval, drawing on the burst allowance). Here a cancelled
+// reservation either leaves no trace or changes nothing. Cancelling a reservation that is
+// not OK, or cancelling twice, returns false without asking the store.
 func (r Reservation) Cancel(ctx context.Context) (bool, error) {
 	c := r.cancel
 	if !r.OK || c == nil {

@@ -114,13 +114,15 @@ func ReserveLeakyBucket(s State, now int64, p Params, n, maxWait int64) (State, 
 //     and can never be given back), and
 //   - nothing has been spent on the key since: its state is still r.After. A later
 //     decision or reservation took the slots after r's; giving r's back would leave a hole
-//     that a single TAT (or level) cannot represent, and handing it out again would put a
-//     new reservation on top of the later one's slots.
+//     that a single TAT (or level) cannot represent.
 //
 // Otherwise the state is unchanged and nothing is given back. This is stricter than
 // golang.org/x/time/rate, which in the second case gives back the part of r not overtaken
-// (n minus the units reserved after it): that can place two units in one emission slot and
-// so exceed the bound stated above; here the bound holds with any mix of cancellations.
+// (n minus the units reserved after it). That partial return schedules newcomers into
+// emission slots that later reservations already hold (two units in one slot, drawing on
+// the burst allowance); the rule here keeps every schedule exactly as if the cancelled
+// reservation had never been made, which a store can check with one comparison (the Lua
+// script does) and a test can state exactly.
 func CancelReservation(s State, now int64, r Reservation) (State, bool) {
 	if !r.OK || r.After == r.Before || now >= r.At || s != r.After {
 		return s, false
