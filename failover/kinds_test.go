@@ -1,0 +1,118 @@
+package failover
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// TestRedisErrorKinds provokes real Redis failures and checks how the Redis store's
+// errors are classified, so that Classify is held to what the store really returns.
+func TestRedisErrorKinds(t *testing.T) {
+	tests := []struct {
+		name   string
+		inject func(t *testing.T, srv *redistest.Server) (heal func())
+		want   Kind
+	}{
+		{
+			name: "long script",
+			inject: func(t *testing.T, srv *redistest.Server) func() {
+				srv.MustDo("CONFIG", "SET", "busy-reply-threshold", "20")
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					srv.Do("EVAL", "while true do end", "0") // ends with SCRIPT KILL
+				}()
+				time.Sleep(100 * time.Millisecond)
+				return func() {
+					srv.MustDo("SCRIPT", "KILL")
+					<-done
+				}
+			},
+			want: KindBusy,
+		},
+		{
+			name: "maxmemory",
+			inject: func(t *testing.T, srv *redistest.Server) func() {
+				srv.MustDo("CONFIG", "SET", "maxmemory-policy", "noeviction")
+				srv.MustDo("CONFIG", "SET", "maxmemory", "1mb")
+				srv.MustDo("DEBUG", "POPULATE", "30000", "filler", "16")
+				return func() { srv.MustDo("CONFIG", "SET", "maxmemory", "0") }
+			},
+			want: KindOOM,
+		},
+		{
+			name: "replica",
+			inject: func(t *testing.T, srv *redistest.Server) func() {
+				srv.MustDo("CONFIG", "SET", "replica-serve-stale-data", "yes")
+				srv.MustDo("REPLICAOF", "127.0.0.1", "1") // a primary that never answers
+				return func() { srv.MustDo("REPLICAOF", "NO", "ONE") }
+			},
+			want: KindReadOnly,
+		},
+		{
+			name: "killed",
+			inject: func(t *testing.T, srv *redistest.Server) func() {
+				srv.Kill()
+				return srv.Restart
+			},
+			want: KindRefused,
+		},
+		{
+			name: "frozen",
+			inject: func(t *testing.T, srv *redistest.Server) func() {
+				srv.Pause()
+				return srv.Resume
+			},
+			want: KindTimeout,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			store, err := redisstore.Open(srv.URL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer store.Close()
+			lim := New(store, WithDeadline(300*time.Millisecond), WithDefaultMode(FailClosed),
+				WithBreaker(Breaker{ConsecutiveFailures: 1 << 30, MinCalls: 1 << 30}))
+			defer lim.Close()
+			limit := sluice.PerMinute(1000)
+			waitFor(t, 5*time.Second, "a store decision", func() bool {
+				d, err := lim.AllowN(context.Background(), "warm", limit, 1)
+				return err == nil && d.Path == sluice.PathStore
+			})
+
+			heal := tt.inject(t, srv)
+			var rep Report
+			for i := 0; i < 20; i++ { // the first calls may still ride an old connection
+				rep = Report{}
+				d, err := lim.AllowN(WithReport(context.Background(), &rep), "k"+string(rune('a'+i)), limit, 1)
+				if d.Path == sluice.PathStore {
+					continue
+				}
+				if d.Path != sluice.PathClosed || err == nil {
+					t.Fatalf("%+v, %v", d, err)
+				}
+				if rep.Kind == tt.want {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			t.Logf("cause: %v", rep.Cause)
+			if rep.Kind != tt.want {
+				t.Errorf("kind %q (cause %v), want %q", rep.Kind, rep.Cause, tt.want)
+			}
+			heal()
+			waitFor(t, 10*time.Second, "the store to decide again", func() bool {
+				d, err := lim.AllowN(context.Background(), "after", limit, 1)
+				return err == nil && d.Path == sluice.PathStore
+			})
+		})
+	}
+}
