@@ -81,7 +81,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "loadgen: -c, -keys, -descriptors and -conns must be positive")
 		os.Exit(2)
 	}
-	var send func(ctx context.Context, rng *rand.Rand) (over bool, err error)
+	var send func(ctx context.Context, caller int, rng *rand.Rand) (over bool, err error)
 	switch *target {
 	case "grpc":
 		clients := make([]rlsv3.RateLimitServiceClient, *conns)
@@ -94,15 +94,26 @@ func main() {
 			defer conn.Close()
 			clients[i] = rlsv3.NewRateLimitServiceClient(conn)
 		}
-		var next atomic.Uint64
-		send = func(ctx context.Context, rng *rand.Rand) (bool, error) {
-			req := &rlsv3.RateLimitRequest{Domain: *domain, Descriptors: make([]*ratelimitv3.RateLimitDescriptor, *descriptors)}
-			for i := range req.Descriptors {
-				req.Descriptors[i] = &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{
-					{Key: *key, Value: *prefix + strconv.Itoa(rng.IntN(*keys))}}}
+		// The descriptor values, formatted once; each caller reuses one request (gRPC
+		// has marshalled it when Invoke returns), so that building requests costs the
+		// generator next to nothing.
+		values := make([]string, *keys)
+		for i := range values {
+			values[i] = *prefix + strconv.Itoa(i)
+		}
+		reqs := make([]*rlsv3.RateLimitRequest, *callers)
+		for c := range reqs {
+			reqs[c] = &rlsv3.RateLimitRequest{Domain: *domain, Descriptors: make([]*ratelimitv3.RateLimitDescriptor, *descriptors)}
+			for i := range reqs[c].Descriptors {
+				reqs[c].Descriptors[i] = &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: *key}}}
 			}
-			c := clients[next.Add(1)%uint64(len(clients))]
-			resp, err := c.ShouldRateLimit(ctx, req)
+		}
+		send = func(ctx context.Context, caller int, rng *rand.Rand) (bool, error) {
+			req := reqs[caller]
+			for _, d := range req.Descriptors {
+				d.Entries[0].Value = values[rng.IntN(len(values))]
+			}
+			resp, err := clients[caller%len(clients)].ShouldRateLimit(ctx, req)
 			if err != nil {
 				return false, err
 			}
@@ -111,7 +122,7 @@ func main() {
 	case "http":
 		client := &http.Client{Transport: &http.Transport{MaxIdleConns: *callers * 2, MaxIdleConnsPerHost: *callers * 2}}
 		url := "http://" + *addr + "/v1/check"
-		send = func(ctx context.Context, rng *rand.Rand) (bool, error) {
+		send = func(ctx context.Context, _ int, rng *rand.Rand) (bool, error) {
 			var b bytes.Buffer
 			b.WriteString(`{"domain":`)
 			json.NewEncoder(&b).Encode(*domain)
@@ -165,7 +176,7 @@ func main() {
 }
 
 // runLoad runs the callers for warmup+duration and measures the last duration.
-func runLoad(send func(context.Context, *rand.Rand) (bool, error), callers int, rate float64, warmup, duration, timeout, slow time.Duration) Result {
+func runLoad(send func(context.Context, int, *rand.Rand) (bool, error), callers int, rate float64, warmup, duration, timeout, slow time.Duration) Result {
 	start := time.Now()
 	measureFrom := start.Add(warmup)
 	end := measureFrom.Add(duration)
@@ -207,7 +218,7 @@ func runLoad(send func(context.Context, *rand.Rand) (bool, error), callers int, 
 				}
 				sent := time.Now()
 				ctx, cancel := context.WithTimeout(context.Background(), timeout)
-				over, err := send(ctx, rng)
+				over, err := send(ctx, c, rng)
 				cancel()
 				done := time.Now()
 				sh.total++

@@ -67,6 +67,7 @@ var (
 	keys     = flag.Int("keys", 100000, "distinct descriptor values")
 	deadline = flag.Duration("deadline", 5*time.Millisecond, "sluice's --deadline for Redis")
 	only     = flag.String("only", "", "run only this store: memory or redis")
+	prebuilt = flag.String("sluice", "", "use this sluice binary instead of building ../cmd/sluice")
 )
 
 func main() {
@@ -86,7 +87,11 @@ func run() error {
 	sluiceBin, loadgenBin := filepath.Join(dir, "sluice"), filepath.Join(dir, "loadgen")
 	// sluice is built in its own module (the repository root), the load generator in
 	// this one.
-	for _, b := range [][3]string{{sluiceBin, "./cmd/sluice", ".."}, {loadgenBin, "./cmd/loadgen", "."}} {
+	builds := [][3]string{{sluiceBin, "./cmd/sluice", ".."}, {loadgenBin, "./cmd/loadgen", "."}}
+	if *prebuilt != "" {
+		sluiceBin, builds = *prebuilt, builds[1:]
+	}
+	for _, b := range builds {
 		cmd := exec.Command("go", "build", "-o", b[0], b[1])
 		cmd.Dir = b[2]
 		if out, err := cmd.CombinedOutput(); err != nil {
