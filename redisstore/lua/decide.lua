@@ -24,11 +24,12 @@ if not now then
 end
 local minttl = tonumber(ARGV[2])
 
--- The states of every string key in the call, read at once with MGET (one command instead
--- of one GET per request); cache[key] is the key's current value, or false when absent,
--- and is kept up to date by decide's writes. Sorted-set keys (SlidingLog) are not cached.
+-- cache[key] is a string key's current value, or false when absent, kept up to date by
+-- decide's writes. A call deciding several requests reads all their states at once with
+-- MGET (one command instead of one GET per request); a single request reads with GET.
+-- Sorted-set keys (SlidingLog) are not cached.
 local cache = {}
-do
+if #KEYS > 1 then
   local strkeys = {}
   local ai, ki = 3, 1
   while ai <= #ARGV do
@@ -52,6 +53,10 @@ local function decide(key, algo, rate, period, burst, n, commit)
   end
   local a, b, c = 0, 0, 0
   local v = cache[key]
+  if v == nil then
+    v = redis.call('GET', key)
+    cache[key] = v
+  end
   if v then a, b, c = decode(v) end
   local T = floor((period + rate - 1) / rate)
   local ok, rem, reset, retry, a2, b2, c2
