@@ -38,24 +38,34 @@ import (
 
 // Result is what one run measured. Latencies are in microseconds.
 type Result struct {
-	Target      string  `json:"target"`
-	Callers     int     `json:"callers"`
-	Rate        float64 `json:"rate,omitempty"` // the paced rate asked for; 0 for closed loop
-	Seconds     float64 `json:"seconds"`
-	Requests    int64   `json:"requests"` // measured (after the warm-up)
-	Total       int64   `json:"total"`    // sent, warm-up included
-	RPS         float64 `json:"rps"`
-	OverLimit   int64   `json:"over_limit"`
-	Errors      int64   `json:"errors"`
-	P50         int64   `json:"p50_us"`
-	P90         int64   `json:"p90_us"`
-	P99         int64   `json:"p99_us"`
-	P999        int64   `json:"p999_us"`
-	Max         int64   `json:"max_us"`
-	P99Sched    int64   `json:"p99_sched_us,omitempty"` // with -rate: from the scheduled start
-	FirstError  string  `json:"first_error,omitempty"`
-	SlowOver    int64   `json:"slow_over,omitempty"` // requests slower than -slow
-	SlowBoundUS int64   `json:"slow_bound_us,omitempty"`
+	Target    string  `json:"target"`
+	Callers   int     `json:"callers"`
+	Rate      float64 `json:"rate,omitempty"` // the paced rate asked for; 0 for closed loop
+	Seconds   float64 `json:"seconds"`
+	Requests  int64   `json:"requests"` // measured (after the warm-up)
+	Total     int64   `json:"total"`    // sent, warm-up included
+	RPS       float64 `json:"rps"`
+	OverLimit int64   `json:"over_limit"`
+	Errors    int64   `json:"errors"`
+	P50       int64   `json:"p50_us"`
+	P90       int64   `json:"p90_us"`
+	P99       int64   `json:"p99_us"`
+	P999      int64   `json:"p999_us"`
+	Max       int64   `json:"max_us"`
+	P99Sched  int64   `json:"p99_sched_us,omitempty"` // with -rate: from the scheduled start
+	// Timeline has one entry per -bucket of the measured time, by send time.
+	Timeline    []Bucket `json:"timeline,omitempty"`
+	FirstError  string   `json:"first_error,omitempty"`
+	SlowOver    int64    `json:"slow_over,omitempty"` // requests slower than -slow
+	SlowBoundUS int64    `json:"slow_bound_us,omitempty"`
+}
+
+// Bucket is what the requests sent in one slice of time got.
+type Bucket struct {
+	StartMs  int64 `json:"start_ms"` // since the measurement began
+	Requests int64 `json:"requests"`
+	Errors   int64 `json:"errors"`
+	MaxUS    int64 `json:"max_us"`
 }
 
 func main() {
@@ -75,6 +85,7 @@ func main() {
 		timeout     = flag.Duration("timeout", 5*time.Second, "per-request timeout")
 		slow        = flag.Duration("slow", 0, "count the requests slower than this (0: off)")
 		asJSON      = flag.Bool("json", false, "print the result as JSON")
+		bucket      = flag.Duration("bucket", 0, "with -json, report requests, errors and the slowest answer per slice of this length (0: off)")
 	)
 	flag.Parse()
 	if *callers < 1 || *keys < 1 || *descriptors < 1 || *conns < 1 {
@@ -155,7 +166,7 @@ func main() {
 		os.Exit(2)
 	}
 
-	res := runLoad(send, *callers, *rate, *warmup, *duration, *timeout, *slow)
+	res := runLoad(send, *callers, *rate, *warmup, *duration, *timeout, *slow, *bucket)
 	res.Target = *target
 	if *asJSON {
 		json.NewEncoder(os.Stdout).Encode(res)
@@ -176,7 +187,7 @@ func main() {
 }
 
 // runLoad runs the callers for warmup+duration and measures the last duration.
-func runLoad(send func(context.Context, int, *rand.Rand) (bool, error), callers int, rate float64, warmup, duration, timeout, slow time.Duration) Result {
+func runLoad(send func(context.Context, int, *rand.Rand) (bool, error), callers int, rate float64, warmup, duration, timeout, slow, bucket time.Duration) Result {
 	start := time.Now()
 	measureFrom := start.Add(warmup)
 	end := measureFrom.Add(duration)
@@ -193,6 +204,7 @@ func runLoad(send func(context.Context, int, *rand.Rand) (bool, error), callers 
 		lat, sched []int64
 		over, errs int64
 		total      int64
+		buckets    []Bucket
 		slowN      int64
 		firstErr   error
 		_          [64]byte
@@ -230,6 +242,17 @@ func runLoad(send func(context.Context, int, *rand.Rand) (bool, error), callers 
 				if interval > 0 {
 					sh.sched = append(sh.sched, done.Sub(sched).Microseconds())
 				}
+				if bucket > 0 {
+					b := int(sent.Sub(measureFrom) / bucket)
+					for len(sh.buckets) <= b {
+						sh.buckets = append(sh.buckets, Bucket{StartMs: (time.Duration(len(sh.buckets)) * bucket).Milliseconds()})
+					}
+					sh.buckets[b].Requests++
+					sh.buckets[b].MaxUS = max(sh.buckets[b].MaxUS, lat.Microseconds())
+					if err != nil {
+						sh.buckets[b].Errors++
+					}
+				}
 				if slow > 0 && lat > slow {
 					sh.slowN++
 				}
@@ -257,6 +280,15 @@ func runLoad(send func(context.Context, int, *rand.Rand) (bool, error), callers 
 		res.Errors += sh.errs
 		res.SlowOver += sh.slowN
 		res.Total += sh.total
+		for j, b := range sh.buckets {
+			for len(res.Timeline) <= j {
+				res.Timeline = append(res.Timeline, Bucket{StartMs: (time.Duration(len(res.Timeline)) * bucket).Milliseconds()})
+			}
+			t := &res.Timeline[j]
+			t.Requests += b.Requests
+			t.Errors += b.Errors
+			t.MaxUS = max(t.MaxUS, b.MaxUS)
+		}
 		if res.FirstError == "" && sh.firstErr != nil {
 			res.FirstError = sh.firstErr.Error()
 		}

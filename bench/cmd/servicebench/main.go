@@ -47,6 +47,12 @@ type result struct {
 	Max        int64   `json:"max_us"`
 	FirstError string  `json:"first_error"`
 	SlowOver   int64   `json:"slow_over"`
+	Timeline   []struct {
+		StartMs  int64 `json:"start_ms"`
+		Requests int64 `json:"requests"`
+		Errors   int64 `json:"errors"`
+		MaxUS    int64 `json:"max_us"`
+	} `json:"timeline"`
 
 	// CPU time per request (µs), measured by servicebench.
 	cpuSluice, cpuRedis, cpuLoadgen float64
@@ -203,20 +209,35 @@ func run() error {
 
 		if store == "redis" {
 			// Freeze Redis for 3 s in the middle of a paced run at half of peak.
+			freezeAt, freezeFor := 2*time.Second, 3*time.Second
 			go func() {
-				time.Sleep(*dur / 4)
+				time.Sleep(freezeAt)
 				redis.Process.Signal(syscall.SIGSTOP)
-				time.Sleep(3 * time.Second)
+				time.Sleep(freezeFor)
 				redis.Process.Signal(syscall.SIGCONT)
 			}()
-			r, err := load("grpc", grpcAddr, 64, peak64/2, "-slow", (*deadline + 20*time.Millisecond).String(), "-warmup", "0s")
+			r, err := load("grpc", grpcAddr, 64, peak64/2, "-slow", (*deadline + 20*time.Millisecond).String(),
+				"-warmup", "0s", "-bucket", "500ms")
 			if err != nil {
 				stop()
 				return err
 			}
 			row("ShouldRateLimit, Redis SIGSTOPped 3 s", fmt.Sprintf("%.0f/s", peak64/2), r)
-			fmt.Printf("\nRun with Redis frozen for 3 s: %d of %d answers took longer than the %v deadline + 20 ms (slowest %s); errors %d.\n\n",
-				r.SlowOver, r.Requests, *deadline, us(r.Max), r.Errors)
+			var frozenN, frozenErr, frozenMax int64
+			fmt.Printf("\nTimeline of that run (Redis frozen from %v to %v), by send time:\n\n", freezeAt, freezeAt+freezeFor)
+			fmt.Println("| from | requests | errors | slowest |")
+			fmt.Println("|---:|---:|---:|---:|")
+			for _, b := range r.Timeline {
+				from := time.Duration(b.StartMs) * time.Millisecond
+				mark := ""
+				if from >= freezeAt && from < freezeAt+freezeFor {
+					frozenN, frozenErr, frozenMax = frozenN+b.Requests, frozenErr+b.Errors, max(frozenMax, b.MaxUS)
+					mark = " (frozen)"
+				}
+				fmt.Printf("| %v%s | %d | %d | %s |\n", from, mark, b.Requests, b.Errors, us(b.MaxUS))
+			}
+			fmt.Printf("\nWhile Redis was frozen: %d answers, %d errors, slowest %s (deadline %v). Whole run: %d of %d answers over deadline + 20 ms.\n\n",
+				frozenN, frozenErr, us(frozenMax), *deadline, r.SlowOver, r.Requests)
 		}
 		stop()
 	}
