@@ -20,6 +20,9 @@ const redisKeys = 100_000
 // redisGoroutines are the concurrency levels every Redis benchmark runs at.
 var redisGoroutines = []int{2, 64}
 
+// redisRounds is how many times the comparisons run each entry, interleaved.
+const redisRounds = 3
+
 // decideFunc makes decision number i (keys are chosen from i); it returns an error only
 // when the store failed.
 type decideFunc func(ctx context.Context, i int) error

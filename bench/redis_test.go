@@ -69,19 +69,28 @@ func redisLibs() []redisLib {
 
 // BenchmarkRedis runs sluice's Redis store (each algorithm) and go-redis/redis_rate v10 and
 // ulule/limiter v3 (Redis store) side by side on one redis-server: 100k prewarmed keys, 2 and
-// 64 goroutines. See bench/README.md for the command and the latest table.
+// 64 goroutines, in interleaved rounds. See bench/README.md for the command and the latest
+// table.
 func BenchmarkRedis(b *testing.B) {
 	srv := redistest.Start(b, redistest.WithConfig("maxmemory-policy", "noeviction"))
-	for _, lib := range redisLibs() {
+	libs := redisLibs()
+	decides := make([]decideFunc, len(libs))
+	for i, lib := range libs {
 		decide, closeFn := lib.open(b, srv)
+		defer closeFn()
 		prewarmRedis(b, decide)
+		decides[i] = decide
+	}
+	// Every library's keys stay live side by side (their key prefixes differ); rounds
+	// interleave the libraries so that load from elsewhere on the machine hits them alike.
+	for round := 0; round < redisRounds; round++ {
 		for _, g := range redisGoroutines {
-			b.Run(fmt.Sprintf("lib=%s/goroutines=%d", lib.name, g), func(b *testing.B) {
-				runRedis(b, srv, g, decide)
-			})
+			for i, lib := range libs {
+				b.Run(fmt.Sprintf("round=%d/lib=%s/goroutines=%d", round, lib.name, g), func(b *testing.B) {
+					runRedis(b, srv, g, decides[i])
+				})
+			}
 		}
-		closeFn()
-		srv.MustDo("FLUSHALL")
 	}
 }
 
