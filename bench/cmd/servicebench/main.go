@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -56,6 +57,9 @@ type result struct {
 
 	// CPU time per request (µs), measured by servicebench.
 	cpuSluice, cpuRedis, cpuLoadgen float64
+	// storeShare is the share of decisions the store made (the rest were made by the
+	// failure mode: the store missed the deadline or the breaker was open).
+	storeShare float64
 }
 
 const benchConfig = `# servicebench: one Envoy domain, a generous fixed window per client so that the
@@ -71,7 +75,8 @@ descriptors:
 var (
 	dur      = flag.Duration("d", 10*time.Second, "how long each measurement runs (after a 2s warm-up)")
 	keys     = flag.Int("keys", 100000, "distinct descriptor values")
-	deadline = flag.Duration("deadline", 5*time.Millisecond, "sluice's --deadline for Redis")
+	deadline = flag.Duration("deadline", 100*time.Millisecond, "sluice's --deadline for Redis in the throughput runs: long enough that the store decides (nearly) every request, so that they measure the store path, not the failure mode")
+	freezeDL = flag.Duration("freeze-deadline", 5*time.Millisecond, "sluice's --deadline for the run that freezes Redis (the failover package's default)")
 	only     = flag.String("only", "", "run only this store: memory or redis")
 	prebuilt = flag.String("sluice", "", "use this sluice binary instead of building ../cmd/sluice")
 )
@@ -126,27 +131,31 @@ func run() error {
 	}
 
 	fmt.Printf("servicebench: %d cores, GOMAXPROCS %d, %s, load average before: %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), loadavg())
-	fmt.Printf("sluice, redis-server and loadgen on one machine, loopback; %d distinct descriptors; %v per run after 2s warm-up\n\n", *keys, *dur)
-	fmt.Println("| store | API | callers | pacing | requests/s | p50 | p99 | p99.9 | max | errors | CPU µs/request: sluice / redis / loadgen |")
-	fmt.Println("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Printf("sluice, redis-server and loadgen on one machine, loopback; %d distinct descriptors; %v per run after 2s warm-up; Redis deadline %v (%v in the freeze run)\n\n", *keys, *dur, *deadline, *freezeDL)
+	fmt.Println("| store | API | callers | pacing | requests/s | p50 | p99 | p99.9 | max | errors | decided by the store | CPU µs/request: sluice / redis / loadgen |")
+	fmt.Println("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 
 	for _, store := range []string{"memory", "redis"} {
 		if *only != "" && *only != store {
 			continue
 		}
 		httpAddr, grpcAddr := fmt.Sprintf("127.0.0.1:%d", freePort()), fmt.Sprintf("127.0.0.1:%d", freePort())
-		args := []string{"serve", "--config", cfgDir, "--http", httpAddr, "--grpc", grpcAddr,
-			"--log-level", "error", "--log-sampling", "0", "--failure-mode", "open"}
-		if store == "redis" {
-			args = append(args, "--redis", redisURL, "--deadline", deadline.String())
-		}
-		srv := exec.Command(sluiceBin, args...)
-		srv.Stderr = os.Stderr
-		if err := srv.Start(); err != nil {
-			return err
+		var srv *exec.Cmd
+		start := func(dl time.Duration) error {
+			args := []string{"serve", "--config", cfgDir, "--http", httpAddr, "--grpc", grpcAddr,
+				"--log-level", "error", "--log-sampling", "0", "--failure-mode", "open"}
+			if store == "redis" {
+				args = append(args, "--redis", redisURL, "--deadline", dl.String())
+			}
+			srv = exec.Command(sluiceBin, args...)
+			srv.Stderr = os.Stderr
+			if err := srv.Start(); err != nil {
+				return err
+			}
+			return waitReady("http://" + httpAddr + "/readyz")
 		}
 		stop := func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() }
-		if err := waitReady("http://" + httpAddr + "/readyz"); err != nil {
+		if err := start(*deadline); err != nil {
 			stop()
 			return err
 		}
@@ -161,12 +170,21 @@ func run() error {
 			cmd := exec.Command(loadgenBin, a...)
 			cmd.Stdout, cmd.Stderr = &out, os.Stderr
 			s0, r0 := cpuOf(srv.Process.Pid), cpuOf(redis.Process.Pid)
+			p0 := decisionsByPath("http://" + httpAddr + "/metrics")
 			if err := cmd.Run(); err != nil {
 				return result{}, err
 			}
 			var r result
 			if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 				return r, err
+			}
+			p1 := decisionsByPath("http://" + httpAddr + "/metrics")
+			var all float64
+			for path, v := range p1 {
+				all += v - p0[path]
+			}
+			if all > 0 {
+				r.storeShare = (p1["store"] - p0["store"]) / all
 			}
 			if r.Total > 0 {
 				n := float64(r.Total)
@@ -179,8 +197,8 @@ func run() error {
 			return r, nil
 		}
 		row := func(api, pacing string, r result) {
-			fmt.Printf("| %s | %s | %d | %s | %.0f | %s | %s | %s | %s | %d | %.0f / %.0f / %.0f |\n", store, api, r.Callers, pacing, r.RPS,
-				us(r.P50), us(r.P99), us(r.P999), us(r.Max), r.Errors, r.cpuSluice, r.cpuRedis, r.cpuLoadgen)
+			fmt.Printf("| %s | %s | %d | %s | %.0f | %s | %s | %s | %s | %d | %.2f%% | %.0f / %.0f / %.0f |\n", store, api, r.Callers, pacing, r.RPS,
+				us(r.P50), us(r.P99), us(r.P999), us(r.Max), r.Errors, 100*r.storeShare, r.cpuSluice, r.cpuRedis, r.cpuLoadgen)
 		}
 		var peak64 float64
 		for _, c := range []int{8, 64} {
@@ -208,7 +226,13 @@ func run() error {
 		row("POST /v1/check", "closed loop", r)
 
 		if store == "redis" {
-			// Freeze Redis for 3 s in the middle of a paced run at half of peak.
+			// Restart with the default deadline, and freeze Redis for 3 s in the middle
+			// of a paced run at half of peak.
+			stop()
+			if err := start(*freezeDL); err != nil {
+				stop()
+				return err
+			}
 			freezeAt, freezeFor := 2*time.Second, 3*time.Second
 			go func() {
 				time.Sleep(freezeAt)
@@ -216,7 +240,7 @@ func run() error {
 				time.Sleep(freezeFor)
 				redis.Process.Signal(syscall.SIGCONT)
 			}()
-			r, err := load("grpc", grpcAddr, 64, peak64/2, "-slow", (*deadline + 20*time.Millisecond).String(),
+			r, err := load("grpc", grpcAddr, 64, peak64/2, "-slow", (*freezeDL + 20*time.Millisecond).String(),
 				"-warmup", "0s", "-bucket", "500ms")
 			if err != nil {
 				stop()
@@ -237,7 +261,7 @@ func run() error {
 				fmt.Printf("| %v%s | %d | %d | %s |\n", from, mark, b.Requests, b.Errors, us(b.MaxUS))
 			}
 			fmt.Printf("\nWhile Redis was frozen: %d answers, %d errors, slowest %s (deadline %v). Whole run: %d of %d answers over deadline + 20 ms.\n\n",
-				frozenN, frozenErr, us(frozenMax), *deadline, r.SlowOver, r.Requests)
+				frozenN, frozenErr, us(frozenMax), *freezeDL, r.SlowOver, r.Requests)
 		}
 		stop()
 	}
@@ -286,6 +310,28 @@ func waitReady(url string) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return fmt.Errorf("%s not ready after 20s", url)
+}
+
+// decisionsByPath sums sluice_decisions_total (the observe decorator's) by path.
+func decisionsByPath(url string) map[string]float64 {
+	out := map[string]float64{}
+	resp, err := http.Get(url)
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for line := range strings.Lines(string(b)) {
+		if !strings.HasPrefix(line, "sluice_decisions_total{") {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, `path="`)
+		path, _, _ := strings.Cut(rest, `"`)
+		f := strings.Fields(line)
+		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		out[path] += v
+	}
+	return out
 }
 
 // cpuOf returns the CPU time (user + system) process pid has used, in microseconds.
