@@ -3,7 +3,7 @@ package region
 import (
 	"context"
 	"errors"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,61 +41,48 @@ func TestScale(t *testing.T) {
 }
 
 // TestPerRegionShares: two regions, each deciding against its own redis-server with half
-// of a 100/s limit, both saturated for 1.5s: each admits its half, and together they stay
-// within what one limiter would admit.
+// of a 100/s burst-10 limit, both offered four times the limit for 3 seconds on a shared
+// clock (the stores' WithClock, so the count is exact): each admits exactly its half, a
+// burst of 5 then one unit every 20ms over the 2997.5ms spanned, 5 + 149 = 154, and together
+// what one limiter would.
 func TestPerRegionShares(t *testing.T) {
 	t.Parallel()
 	l := sluice.Limit{Algorithm: sluice.GCRA, Rate: 100, Period: time.Second, Burst: 10}
 	ctx := context.Background()
-	var counts [2]int
-	var elapsed [2]time.Duration
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	const runFor = 1500 * time.Millisecond
-	for i := range counts {
+	var us atomic.Int64
+	us.Store(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC).UnixMicro())
+	clock := func() time.Time { return time.UnixMicro(us.Load()) }
+	var shares [2]*Share
+	for i := range shares {
 		srv := redistest.Start(t)
-		store, err := redisstore.Open(srv.URL())
+		store, err := redisstore.Open(srv.URL(), redisstore.WithClock(clock), redisstore.WithMinTTL(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { store.Close() })
-		share, err := NewShare(store, 0.5)
-		if err != nil {
+		if shares[i], err = NewShare(store, 0.5); err != nil {
 			t.Fatal(err)
 		}
-		start := time.Now()
-		for w := 0; w < 4; w++ { // four workers per region, offering far more than 50/s
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for time.Since(start) < runFor {
-					d, err := share.AllowN(ctx, "tenant", l, 1)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					mu.Lock()
-					if d.Allowed {
-						counts[i]++
-						elapsed[i] = time.Since(start)
-					}
-					mu.Unlock()
-					if d.Limit.Rate != 50 || d.Limit.Burst != 5 {
-						t.Errorf("decision reports %v, want the region's share", d.Limit)
-						return
-					}
-					time.Sleep(time.Millisecond)
-				}
-			}()
-		}
 	}
-	wg.Wait()
+	var counts [2]int
+	for step := 0; step < 1200; step++ { // 400 requests per second per region
+		for i, s := range shares {
+			d, err := s.AllowN(ctx, "tenant", l, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Limit.Rate != 50 || d.Limit.Burst != 5 {
+				t.Fatalf("decision reports %v, want the region's share", d.Limit)
+			}
+			if d.Allowed {
+				counts[i]++
+			}
+		}
+		us.Add(2500)
+	}
 	for i, n := range counts {
-		// At most half the burst plus half the rate over the time it ran; at least most
-		// of it (the loop offers four times the share).
-		most := 5 + 50*elapsed[i].Seconds()
-		if float64(n) > most+1 || float64(n) < most*0.5 {
-			t.Errorf("region %d admitted %d in %v, want about (at most) %.0f", i, n, elapsed[i], most)
+		if n != 5+149 {
+			t.Errorf("region %d admitted %d in 3s, want 154", i, n)
 		}
 	}
 	if _, err := (&Share{inner: memory.New(), ppm: 500_000}).Reserve(ctx, "k", l, 1); err != nil {
