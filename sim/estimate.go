@@ -43,16 +43,6 @@ type EstimatorAccuracy struct {
 	MeanDifference float64 `json:"mean_difference"`
 }
 
-// Cloudflare's published figures for its sliding window counter: 400 million requests from
-// 270,000 sources; 0.003% wrongly allowed or rate limited; 6% average difference between
-// real and approximate rate.
-const (
-	CloudflareRequests       = 400_000_000
-	CloudflareSources        = 270_000
-	CloudflareWrongRate      = 0.00003
-	CloudflareMeanDifference = 0.06
-)
-
 // estimate computes the Estimate of p's arrivals (for a closed-loop pattern, its demand).
 func estimate(p Pattern, arrivals []Arrival) Estimate {
 	P := p.Limit.Period.Microseconds()
@@ -60,46 +50,66 @@ func estimate(p Pattern, arrivals []Arrival) Estimate {
 	keys := make([]keyState, p.Keys)
 	start := Epoch.UnixMicro()
 	var near int64
-	var disc, cont struct {
-		wa, wd int64
-		diff   float64
-	}
+	var disc, cont judged
 	for _, a := range arrivals {
-		t := start + a.At
-		k := &keys[a.Key]
-		exact := k.inWindow(t, P) + 1
-		k.win = append(k.win, t)
-		k.estimate(t, P, false) // rolls the fixed windows
-		k.cur++
-		e := t - k.wStart
-		d := algo.MulDiv(k.prev, P-e-1, P) + k.cur
-		c := float64(k.prev)*float64(P-e)/float64(P) + float64(k.cur)
-
-		disc.diff += math.Abs(float64(d-exact)) / float64(exact)
-		cont.diff += math.Abs(c-float64(exact)) / float64(exact)
-		over := exact > R
+		exact, d, c := keys[a.Key].count(start+a.At, P)
+		disc.add(exact, d > R, float64(d), R)
+		cont.add(exact, c > float64(R), c, R)
 		if 2*exact > R {
 			near++
-		}
-		switch {
-		case d <= R && over:
-			disc.wa++
-		case d > R && !over:
-			disc.wd++
-		}
-		switch {
-		case c <= float64(R) && over:
-			cont.wa++
-		case c > float64(R) && !over:
-			cont.wd++
 		}
 	}
 	n := int64(len(arrivals))
 	out := Estimate{Pattern: p.Name, Requests: n, Keys: p.Keys}
 	if n > 0 {
 		out.NearThreshold = float64(near) / float64(n)
-		out.Discrete = EstimatorAccuracy{disc.wa, disc.wd, float64(disc.wa+disc.wd) / float64(n), disc.diff / float64(n)}
-		out.Continuous = EstimatorAccuracy{cont.wa, cont.wd, float64(cont.wa+cont.wd) / float64(n), cont.diff / float64(n)}
+		out.Discrete = disc.accuracy(n)
+		out.Continuous = cont.accuracy(n)
 	}
 	return out
+}
+
+// count records one request at t (µs) on the key, counting every request, and returns the
+// exact number of requests in (t-P, t], this one included, and the sliding window
+// counter's two estimates of it: sluice's discrete ⌊prev·(P-e-1)/P⌋ + cur and the
+// continuous prev·(P-e)/P + cur as Cloudflare published it.
+func (k *keyState) count(t, P int64) (exact, discrete int64, continuous float64) {
+	exact = k.inWindow(t, P) + 1
+	k.win = append(k.win, t)
+	k.estimate(t, P, false) // rolls the fixed windows
+	k.cur++
+	e := t - k.wStart
+	discrete = algo.MulDiv(k.prev, P-e-1, P) + k.cur
+	continuous = float64(k.prev)*float64(P-e)/float64(P) + float64(k.cur)
+	return exact, discrete, continuous
+}
+
+// judged accumulates one estimator's verdicts on requests.
+type judged struct {
+	wrongAllows, wrongDenies int64
+	diff                     float64 // sum of |estimate - exact| / exact
+}
+
+// add judges one request: the exact count and whether the estimate exceeds the threshold R.
+func (j *judged) add(exact int64, over bool, est float64, R int64) {
+	j.diff += math.Abs(est-float64(exact)) / float64(exact)
+	switch {
+	case !over && exact > R:
+		j.wrongAllows++
+	case over && exact <= R:
+		j.wrongDenies++
+	}
+}
+
+func (j *judged) merge(o judged) {
+	j.wrongAllows += o.wrongAllows
+	j.wrongDenies += o.wrongDenies
+	j.diff += o.diff
+}
+
+func (j judged) accuracy(n int64) EstimatorAccuracy {
+	if n == 0 {
+		return EstimatorAccuracy{}
+	}
+	return EstimatorAccuracy{j.wrongAllows, j.wrongDenies, float64(j.wrongAllows+j.wrongDenies) / float64(n), j.diff / float64(n)}
 }

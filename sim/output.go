@@ -93,7 +93,68 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t\n", e.Pattern, e.Requests,
 			pct(e.Discrete.WrongRate), pct(e.Discrete.MeanDifference), pct(e.Continuous.WrongRate), pct(e.Continuous.MeanDifference))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, a := range r.Populations {
+		if err := a.writeTable(w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeTable writes the population's figures beside Cloudflare's, and the sensitivity
+// table.
+func (a PopulationAccuracy) writeTable(w io.Writer) error {
+	fmt.Fprintf(w, "\nBeside Cloudflare's published accuracy: the whole population of the %s pattern, %s sources, %s requests over %s, threshold %s:\n\n",
+		a.Pattern, thousands(int64(a.Sources)), thousands(a.Requests), humanDuration(a.Duration), a.Limit)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "\tCloudflare (published)\tsluice\tas published\t")
+	fmt.Fprintf(tw, "requests\t%s\t%s\t%s\t\n", thousands(CloudflareRequests), thousands(a.Requests), thousands(a.Requests))
+	fmt.Fprintf(tw, "wrongly allowed or rate limited\t%s\t%s\t%s\t\n", pct(CloudflareWrongRate), pct(a.Discrete.WrongRate), pct(a.Continuous.WrongRate))
+	fmt.Fprintf(tw, "average difference\t%s\t%s\t%s\t\n", pct(CloudflareMeanDifference), pct(a.Discrete.MeanDifference), pct(a.Continuous.MeanDifference))
+	fmt.Fprintf(tw, "sources let through above the threshold\t%d, < %s above\t%s\t%s\t\n", CloudflareMissedSources, pct(CloudflareMissedOvershoot), missed(a.Discrete), missed(a.Continuous))
+	fmt.Fprintf(tw, "sources limited, never above it\tnone\t%d of %d\t%d of %d\t\n", a.Discrete.FalseFlagged, a.Discrete.Flagged, a.Continuous.FalseFlagged, a.Continuous.Flagged)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\n%s of these requests come from sources within ±50%% of the threshold. Among the requests of %s such sources\n"+
+		"(%s requests), the estimator errs on %s, with an average difference of %s; on the others' on %s, with %s.\n",
+		pct(a.NearShare), thousands(int64(a.Near.Sources)), thousands(a.Near.Requests), pct(a.Near.Discrete.WrongRate),
+		pct(a.Near.Discrete.MeanDifference), pct(a.Rest.Discrete.WrongRate), pct(a.Rest.Discrete.MeanDifference))
+	fmt.Fprintf(w, "\nBy share of requests from near-threshold sources:\n\n")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "near-threshold share\twrong (sluice)\tavg difference (sluice)\twrong (as published)\tavg difference (as published)\t")
+	for _, s := range a.Sensitivity {
+		share := pct(s.NearShare)
+		if s.Population {
+			share += " (this population's)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", share, pct(s.Discrete.WrongRate), pct(s.Discrete.MeanDifference), pct(s.Continuous.WrongRate), pct(s.Continuous.MeanDifference))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nCloudflare's %s wrong corresponds to a near-threshold share of %s; its %s average difference to %s.\n",
+		pct(CloudflareWrongRate), shareOrNone(a.ImpliedNearShare), pct(CloudflareMeanDifference), shareOrNone(a.DifferenceNearShare))
+	return nil
+}
+
+// missed describes the sources an estimator let through despite traffic above the
+// threshold.
+func missed(e PopulationEstimator) string {
+	if e.Missed == 0 {
+		return fmt.Sprintf("0 of %d", e.Exceeded)
+	}
+	return fmt.Sprintf("%d of %d, ≤ %s above", e.Missed, e.Exceeded, pct(e.MissedPeak-1))
+}
+
+func shareOrNone(s float64) string {
+	if s == 0 {
+		return "no share"
+	}
+	return pct(s)
 }
 
 func honesty(x Result) string {

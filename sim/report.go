@@ -58,6 +58,8 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"thousands": thousands,
 	"int64":     func(i int) int64 { return int64(i) },
 	"per":       per,
+	"missed":    missed,
+	"share":     shareOrNone,
 }).Parse(reportTemplate))
 
 type reportView struct {
@@ -80,22 +82,25 @@ type cloudflareView struct {
 	Published struct {
 		Requests, Sources  int64
 		WrongRate, MeanDif float64
+		Missed             int
+		Overshoot          float64
 	}
-	Estimate  Estimate
-	Workload  string
-	Duration  time.Duration
-	Limit     sluice.Limit
-	EndToEnd  *Result // the sliding_window run, if any
-	Reference *Result // the sliding_log run, if any
+	Population PopulationAccuracy
+	Sample     Estimate // the pattern's own traffic
+	SampleKeys int
+	Workload   string
+	EndToEnd   *Result // the sliding_window run, if any
+	Reference  *Result // the sliding_log run, if any
 }
 
 // WriteHTML writes a self-contained HTML report: a comparison with Cloudflare's published
-// accuracy (when the cloudflare pattern ran), a summary table, and per pattern a chart per
+// accuracy (on the population of the first pattern that has one: the cloudflare pattern), a summary table, and per pattern a chart per
 // algorithm of the charted key's admitted and denied requests over time and its rolling
 // window count against the limit. Everything is inline (SVG and CSS; no scripts, fonts or
 // external resources), and the same report gives the same bytes.
 func (r *Report) WriteHTML(w io.Writer) error {
 	v := reportView{Seed: r.Seed, Store: r.Store, Results: r.Results, Estimates: r.Estimates}
+	pop := 0 // index in r.Populations
 	for i, p := range r.Patterns {
 		pv := patternView{Pattern: p, ID: "pattern-" + p.Name, LimitStr: fmt.Sprintf("%d %s", p.Limit.Rate, per(p.Limit.Period))}
 		var rs []Result
@@ -109,10 +114,11 @@ func (r *Report) WriteHTML(w io.Writer) error {
 			pv.Charts = append(pv.Charts, chartSVG(p, x, scale))
 		}
 		v.Patterns = append(v.Patterns, pv)
-		if p.Name == "cloudflare" && i < len(r.Estimates) {
-			cf := &cloudflareView{Estimate: r.Estimates[i], Workload: CloudflareWorkload, Duration: p.Duration, Limit: p.Limit}
+		if p.Population != nil && v.Cloudflare == nil && pop < len(r.Populations) && i < len(r.Estimates) {
+			cf := &cloudflareView{Population: r.Populations[pop], Sample: r.Estimates[i], SampleKeys: p.Keys, Workload: CloudflareWorkload}
 			cf.Published.Requests, cf.Published.Sources = CloudflareRequests, CloudflareSources
 			cf.Published.WrongRate, cf.Published.MeanDif = CloudflareWrongRate, CloudflareMeanDifference
+			cf.Published.Missed, cf.Published.Overshoot = CloudflareMissedSources, CloudflareMissedOvershoot
 			for j := range rs {
 				switch rs[j].Algorithm {
 				case sluice.SlidingWindow:
@@ -122,6 +128,9 @@ func (r *Report) WriteHTML(w io.Writer) error {
 				}
 			}
 			v.Cloudflare = cf
+		}
+		if p.Population != nil {
+			pop++
 		}
 	}
 	if err := reportTmpl.Execute(w, v); err != nil {

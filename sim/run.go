@@ -58,6 +58,9 @@ type Report struct {
 	Results  []Result
 	// Estimates has one Estimate per pattern, in pattern order.
 	Estimates []Estimate
+	// Populations has one PopulationAccuracy per pattern with a Population, in pattern
+	// order.
+	Populations []PopulationAccuracy
 }
 
 // Result is what one pattern did under one algorithm.
@@ -143,6 +146,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err := p.check(); err != nil {
 			return nil, err
 		}
+		if p.Population != nil {
+			if err := p.Population.check(); err != nil {
+				return nil, fmt.Errorf("sim: pattern %s: %w", p.Name, err)
+			}
+		}
 	}
 
 	// Arrivals are generated once per pattern and shared, read-only, by its runs.
@@ -159,6 +167,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			}
 		}
 		total += int64(len(arrivals[i])) * int64(len(cfg.Algorithms))
+		if p.Population != nil {
+			total += p.Population.expectedRequests()
+		}
 	}
 
 	var done atomic.Int64
@@ -206,11 +217,18 @@ feed:
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	estimates := make([]Estimate, len(cfg.Patterns))
+	report := &Report{Seed: cfg.Seed, Store: cfg.StoreName, Patterns: cfg.Patterns, Results: results}
 	for i, p := range cfg.Patterns {
-		estimates[i] = estimate(p, arrivals[i])
+		report.Estimates = append(report.Estimates, estimate(p, arrivals[i]))
+		if p.Population != nil {
+			a, err := p.Population.measure(ctx, p.Name, cfg.Seed, cfg.Parallel, progress)
+			if err != nil {
+				return nil, err
+			}
+			report.Populations = append(report.Populations, a)
+		}
 	}
-	return &Report{Seed: cfg.Seed, Store: cfg.StoreName, Patterns: cfg.Patterns, Results: results, Estimates: estimates}, nil
+	return report, nil
 }
 
 func (p Pattern) check() error {

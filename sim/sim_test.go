@@ -13,7 +13,7 @@ import (
 )
 
 // testScale keeps the built-in patterns small enough for -race: 3 s of single-key traffic,
-// 100 Zipf keys, 400 Cloudflare-like sources.
+// 100 Zipf keys, a sample of 2,700 Cloudflare-like sources from a population of 27,000.
 const testScale = 0.1
 
 var (
@@ -252,9 +252,9 @@ func TestRetryAfterClients(t *testing.T) {
 
 // TestEstimator checks the sliding window counter as an estimator: the discrete overlap
 // never misjudges evenly spaced traffic at the limit, where the published continuous
-// formula denies nearly every request; and on the Cloudflare-like workload its average
-// difference from the real rate is of the order Cloudflare published (6%), and its wrong
-// decisions few.
+// formula denies nearly every request; and on the Cloudflare-like sample, nearly all far
+// below the threshold, its wrong decisions are few. (The population behind the Cloudflare
+// comparison is tested in population_test.go.)
 func TestEstimator(t *testing.T) {
 	r := smallReport(t)
 	est := map[string]Estimate{}
@@ -271,14 +271,11 @@ func TestEstimator(t *testing.T) {
 		t.Errorf("continuous estimator on steady-1x: %+v, want %d wrong denies (all but the first period)", s.Continuous, want)
 	}
 	cf := est["cloudflare"]
-	if cf.Requests < 20_000 {
-		t.Fatalf("cloudflare workload has %d requests", cf.Requests)
+	if cf.Requests < 20_000 || cf.Keys != 2700 {
+		t.Fatalf("cloudflare sample: %d requests from %d sources", cf.Requests, cf.Keys)
 	}
-	if d := cf.Discrete.MeanDifference; d < 0.02 || d > 0.15 {
-		t.Errorf("cloudflare workload: mean difference %v, want within 2%%–15%%", d)
-	}
-	if w := cf.Discrete.WrongRate; w <= 0 || w > 0.01 {
-		t.Errorf("cloudflare workload: wrong decisions %v, want in (0, 1%%]", w)
+	if w := cf.Discrete.WrongRate; w > 0.002 {
+		t.Errorf("cloudflare sample: wrong decisions %v, want below 0.2%%", w)
 	}
 }
 

@@ -1,0 +1,436 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Population is a crowd of independent sources under one threshold, each sending Poisson
+// traffic at its own mean rate, the rates drawn from a Pareto distribution: most sources
+// slow, a few fast. It models the traffic behind Cloudflare's published accuracy figures
+// (see CloudflarePopulation), at the scale Cloudflare measured, without a store: the
+// sliding window counter keeps one counter pair per source, so each source is judged on
+// its own traffic alone and the crowd can be streamed one source at a time.
+type Population struct {
+	// Sources is the number of sources.
+	Sources int
+	// Limit is the threshold: Rate requests per Period, for each source.
+	Limit sluice.Limit
+	// Duration is the span of the traffic, from Epoch.
+	Duration time.Duration
+	// MinRate (requests per Period, > 0) and Alpha (> 1) are the Pareto distribution of
+	// the sources' mean rates: a share (MinRate/x)^Alpha of sources send more than x.
+	MinRate, Alpha float64
+	// NearSources is the number of extra sources, drawn from the same distribution
+	// restricted to the near-threshold band [Rate/2, 3·Rate/2], on which the estimator is
+	// measured where it can err (PopulationAccuracy.Near).
+	NearSources int
+}
+
+// nearBand is the band of mean rates, as multiples of the threshold, whose sources are
+// near it: within ±50%.
+const nearLow, nearHigh = 0.5, 1.5
+
+// PopulationAccuracy is how the sliding window counter fared as a rate estimator on a
+// Population, measured as Estimate measures it on a pattern (every request counted, each
+// judged by whether the estimate and the exact count of the last Period fall on the same
+// side of the threshold), and also per source, as Cloudflare reported part of its figures.
+//
+// The wrong-decision rate of a crowd is governed by how much of its traffic comes from
+// sources near the threshold: far below it the estimate, a few percent off, never crosses
+// it. Since each source is judged on its own traffic, a crowd's rate is exactly the
+// request-weighted mean of its sources' rates; Sensitivity uses that to show the rate for
+// any share of near-threshold traffic, mixing Near and Rest.
+type PopulationAccuracy struct {
+	Pattern  string        `json:"pattern"`
+	Sources  int           `json:"sources"`
+	Requests int64         `json:"requests"`
+	Duration time.Duration `json:"duration"`
+	Limit    string        `json:"limit"`
+	MinRate  float64       `json:"min_rate"`
+	Alpha    float64       `json:"alpha"`
+	// SourcesAbove is the number of sources whose mean rate is above the threshold.
+	SourcesAbove int `json:"sources_above"`
+	// Discrete is sluice's estimator, ⌊prev·(Period-e-1)/Period⌋ + cur; Continuous the
+	// formula as Cloudflare published it, prev·(Period-e)/Period + cur.
+	Discrete   PopulationEstimator `json:"discrete"`
+	Continuous PopulationEstimator `json:"continuous"`
+	// NearShare is the share of the population's requests sent by sources whose mean rate
+	// is within ±50% of the threshold.
+	NearShare float64 `json:"near_share"`
+	// Near is the estimator on the NearSources extra near-threshold sources alone: its
+	// error rate among near-threshold requests, the property of the estimator that does
+	// not depend on how much of a crowd's traffic is near the threshold.
+	Near Stratum `json:"near"`
+	// Rest is the estimator on the population's sources outside the band.
+	Rest Stratum `json:"rest"`
+	// Sensitivity is the wrong-decision rate and the average difference of crowds made of
+	// Rest and Near traffic in various proportions, by increasing NearShare: 0.01%, 0.1%,
+	// 1%, 10%, this population's own share, and 100% (Near alone).
+	Sensitivity []SensitivityRow `json:"sensitivity"`
+	// ImpliedNearShare is the share of near-threshold traffic at which such a crowd's
+	// wrong-decision rate under sluice's estimator is Cloudflare's 0.003%, or 0 when no
+	// share gives it.
+	ImpliedNearShare float64 `json:"implied_near_share"`
+	// DifferenceNearShare is likewise the share at which the average difference is
+	// Cloudflare's 6%, or 0 when no share gives it.
+	DifferenceNearShare float64 `json:"difference_near_share"`
+}
+
+// PopulationEstimator is one estimator's figures over a whole population.
+type PopulationEstimator struct {
+	EstimatorAccuracy
+	// Exceeded is the number of sources whose exact count exceeded the threshold at one
+	// of their requests at least.
+	Exceeded int `json:"exceeded"`
+	// Missed is the number of those whose estimate never did: sources let through despite
+	// traffic above the threshold (Cloudflare's false negatives: 3).
+	Missed int `json:"missed"`
+	// MissedPeak is the highest exact count over the threshold among the Missed sources
+	// (Cloudflare: their rate was less than 15% above it, a peak below 1.15).
+	MissedPeak float64 `json:"missed_peak"`
+	// Flagged is the number of sources whose estimate exceeded the threshold at one of
+	// their requests at least: the sources a limiter would have started to limit.
+	Flagged int `json:"flagged"`
+	// FalseFlagged is the number of Flagged sources whose exact count never exceeded the
+	// threshold (Cloudflare's false positives: none).
+	FalseFlagged int `json:"false_flagged"`
+}
+
+// Stratum is the estimators' figures on part of a population's sources.
+type Stratum struct {
+	Sources    int               `json:"sources"`
+	Requests   int64             `json:"requests"`
+	Discrete   EstimatorAccuracy `json:"discrete"`
+	Continuous EstimatorAccuracy `json:"continuous"`
+}
+
+// SensitivityRow is the estimators' figures on a crowd whose share NearShare of requests
+// comes from near-threshold sources (like Near's) and the rest from sources away from it
+// (like Rest's).
+type SensitivityRow struct {
+	NearShare float64 `json:"near_share"`
+	// Population marks the row at the population's own NearShare.
+	Population bool  `json:"population,omitempty"`
+	Discrete   Rates `json:"discrete"`
+	Continuous Rates `json:"continuous"`
+}
+
+// Rates is a wrong-decision rate and an average difference, as in EstimatorAccuracy.
+type Rates struct {
+	WrongRate      float64 `json:"wrong_rate"`
+	MeanDifference float64 `json:"mean_difference"`
+}
+
+// sensitivityShares are the near-threshold shares every Sensitivity table shows.
+var sensitivityShares = []float64{0.0001, 0.001, 0.01, 0.1, 1}
+
+// check reports what makes the population unusable.
+func (p Population) check() error {
+	switch {
+	case p.Sources < 1 || p.NearSources < 0:
+		return fmt.Errorf("population of %d sources (%d near)", p.Sources, p.NearSources)
+	case p.Duration <= 0:
+		return fmt.Errorf("population over %v", p.Duration)
+	case !(p.MinRate > 0) || !(p.Alpha > 1) || math.IsInf(p.MinRate, 0) || math.IsInf(p.Alpha, 0):
+		return fmt.Errorf("population rates Pareto(min %v, alpha %v): want min > 0 and alpha > 1", p.MinRate, p.Alpha)
+	}
+	return p.Limit.Validate()
+}
+
+// rate draws a mean rate (requests per Period) from the Pareto distribution.
+func (p Population) rate(r *rand.Rand) float64 {
+	return p.MinRate * math.Pow(1-r.Float64(), -1/p.Alpha) // 1-u is in (0, 1]
+}
+
+// nearRate draws a mean rate from the distribution restricted to the near band.
+func (p Population) nearRate(r *rand.Rand) float64 {
+	R := float64(p.Limit.Rate)
+	lo, hi := max(nearLow*R, p.MinRate), max(nearHigh*R, p.MinRate)
+	slo, shi := math.Pow(p.MinRate/lo, p.Alpha), math.Pow(p.MinRate/hi, p.Alpha) // survival at each end
+	s := slo - r.Float64()*(slo-shi)
+	return p.MinRate * math.Pow(s, -1/p.Alpha)
+}
+
+func (p Population) near(rate float64) bool {
+	R := float64(p.Limit.Rate)
+	return rate >= nearLow*R && rate <= nearHigh*R
+}
+
+// sample returns the arrivals of keys sources drawn from the population, over d: key 0 is
+// the fastest, the others by decreasing rate.
+func (p Population) sample(r *rand.Rand, keys int, d time.Duration) []Arrival {
+	rates := make([]float64, keys)
+	for i := range rates {
+		rates[i] = p.rate(r)
+	}
+	slices.SortFunc(rates, func(a, b float64) int { return -cmpFloat(a, b) })
+	var out []Arrival
+	for k, rate := range rates {
+		out = append(out, poisson(r, d, rate/p.Limit.Period.Seconds(), int32(k))...)
+	}
+	sortArrivals(out)
+	return out
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// tally accumulates the verdicts on a set of sources.
+type tally struct {
+	sources    int
+	requests   int64
+	disc, cont judged
+	dSrc, cSrc sourceVerdicts
+	above      int
+}
+
+type sourceVerdicts struct {
+	exceeded, missed, flagged, falseFlagged int
+	missedPeak                              int64 // the largest exact count among missed sources
+}
+
+func (v *sourceVerdicts) add(exceeded, flagged bool, peak int64) {
+	if exceeded {
+		v.exceeded++
+		if !flagged {
+			v.missed++
+			v.missedPeak = max(v.missedPeak, peak)
+		}
+	}
+	if flagged {
+		v.flagged++
+		if !exceeded {
+			v.falseFlagged++
+		}
+	}
+}
+
+func (v *sourceVerdicts) merge(o sourceVerdicts) {
+	v.exceeded += o.exceeded
+	v.missed += o.missed
+	v.flagged += o.flagged
+	v.falseFlagged += o.falseFlagged
+	v.missedPeak = max(v.missedPeak, o.missedPeak)
+}
+
+func (t *tally) merge(o tally) {
+	t.sources += o.sources
+	t.requests += o.requests
+	t.disc.merge(o.disc)
+	t.cont.merge(o.cont)
+	t.dSrc.merge(o.dSrc)
+	t.cSrc.merge(o.cSrc)
+	t.above += o.above
+}
+
+func (t tally) stratum() Stratum {
+	return Stratum{Sources: t.sources, Requests: t.requests, Discrete: t.disc.accuracy(t.requests), Continuous: t.cont.accuracy(t.requests)}
+}
+
+func (t tally) estimator(j judged, v sourceVerdicts, R int64) PopulationEstimator {
+	return PopulationEstimator{
+		EstimatorAccuracy: j.accuracy(t.requests),
+		Exceeded:          v.exceeded, Missed: v.missed, MissedPeak: float64(v.missedPeak) / float64(R),
+		Flagged: v.flagged, FalseFlagged: v.falseFlagged,
+	}
+}
+
+// traffic calls each with the instants (µs after the start) of a source's Poisson
+// requests at rate (per Period), in order, drawn from r.
+func (p Population) traffic(r *rand.Rand, rate float64, each func(at int64)) {
+	end := float64(p.Duration.Microseconds())
+	gap := float64(p.Limit.Period.Microseconds()) / rate
+	for at := r.ExpFloat64() * gap; at < end; at += r.ExpFloat64() * gap {
+		each(int64(at))
+	}
+}
+
+// judge streams one source's traffic at rate through k, which it resets first, and adds
+// the verdicts to t.
+func (p Population) judge(k *keyState, r *rand.Rand, rate float64, t *tally) {
+	*k = keyState{win: k.win[:0]}
+	P, R := p.Limit.Period.Microseconds(), p.Limit.Rate
+	start := Epoch.UnixMicro()
+	var exceeded, dFlag, cFlag bool
+	var peak int64
+	p.traffic(r, rate, func(at int64) {
+		exact, d, c := k.count(start+at, P)
+		t.requests++
+		t.disc.add(exact, d > R, float64(d), R)
+		t.cont.add(exact, c > float64(R), c, R)
+		exceeded = exceeded || exact > R
+		dFlag = dFlag || d > R
+		cFlag = cFlag || c > float64(R)
+		peak = max(peak, exact)
+	})
+	t.sources++
+	if rate > float64(R) {
+		t.above++
+	}
+	t.dSrc.add(exceeded, dFlag, peak)
+	t.cSrc.add(exceeded, cFlag, peak)
+}
+
+// seedSource seeds pcg for source i of the population (near: of the extra near-threshold
+// sources) of the named pattern: every source has its own generator.
+func seedSource(pcg *rand.PCG, seed uint64, name string, i int, near bool) {
+	h := fnv.New64a()
+	io.WriteString(h, name+"/population")
+	stream := h.Sum64() ^ uint64(i)*0x9e3779b97f4a7c15
+	if near {
+		stream = ^stream
+	}
+	pcg.Seed(seed, stream)
+}
+
+// populationChunk is the number of sources a worker takes at a time. Chunks are summed in
+// order, so the figures do not depend on how many workers there are.
+const populationChunk = 1024
+
+// measure computes the PopulationAccuracy of p for the given pattern name and seed. Each
+// source's rate and traffic come from its own generator, seeded from the seed, the name
+// and the source's index.
+func (p Population) measure(ctx context.Context, name string, seed uint64, parallel int, progress func(int64)) (PopulationAccuracy, error) {
+	if err := p.check(); err != nil {
+		return PopulationAccuracy{}, fmt.Errorf("sim: pattern %s: %w", name, err)
+	}
+	if parallel <= 0 {
+		parallel = runtime.GOMAXPROCS(0)
+	}
+	// Chunks [0, crowd) are the population, split into near and rest; the following ones
+	// the extra near-threshold sources.
+	crowd := (p.Sources + populationChunk - 1) / populationChunk
+	chunks := crowd + (p.NearSources+populationChunk-1)/populationChunk
+	type result struct{ near, rest, extra tally }
+	results := make([]result, chunks)
+	var next atomic.Int64
+	var failed atomic.Bool
+	var wg sync.WaitGroup
+	for range max(1, min(parallel, chunks)) {
+		wg.Go(func() {
+			pcg := rand.NewPCG(0, 0)
+			r := rand.New(pcg)
+			var k keyState
+			for {
+				c := int(next.Add(1) - 1)
+				if c >= chunks || failed.Load() {
+					return
+				}
+				if ctx.Err() != nil {
+					failed.Store(true)
+					return
+				}
+				res := &results[c]
+				var n int64
+				if c < crowd {
+					for i := c * populationChunk; i < min((c+1)*populationChunk, p.Sources); i++ {
+						seedSource(pcg, seed, name, i, false)
+						rate := p.rate(r)
+						t := &res.rest
+						if p.near(rate) {
+							t = &res.near
+						}
+						before := t.requests
+						p.judge(&k, r, rate, t)
+						n += t.requests - before
+					}
+				} else {
+					for i := (c - crowd) * populationChunk; i < min((c-crowd+1)*populationChunk, p.NearSources); i++ {
+						seedSource(pcg, seed, name, i, true)
+						p.judge(&k, r, p.nearRate(r), &res.extra)
+					}
+					n = res.extra.requests
+				}
+				if progress != nil {
+					progress(n)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return PopulationAccuracy{}, err
+	}
+	var near, rest, extra tally
+	for _, res := range results {
+		near.merge(res.near)
+		rest.merge(res.rest)
+		extra.merge(res.extra)
+	}
+	all := near
+	all.merge(rest)
+
+	R := p.Limit.Rate
+	out := PopulationAccuracy{
+		Pattern: name, Sources: p.Sources, Requests: all.requests, Duration: p.Duration,
+		Limit:   fmt.Sprintf("%d %s", p.Limit.Rate, per(p.Limit.Period)),
+		MinRate: p.MinRate, Alpha: p.Alpha, SourcesAbove: all.above,
+		Discrete:   all.estimator(all.disc, all.dSrc, R),
+		Continuous: all.estimator(all.cont, all.cSrc, R),
+		Near:       extra.stratum(),
+		Rest:       rest.stratum(),
+	}
+	if all.requests > 0 {
+		out.NearShare = float64(near.requests) / float64(all.requests)
+	}
+	mix := func(s float64, near, rest EstimatorAccuracy) Rates {
+		return Rates{
+			WrongRate:      s*near.WrongRate + (1-s)*rest.WrongRate,
+			MeanDifference: s*near.MeanDifference + (1-s)*rest.MeanDifference,
+		}
+	}
+	shares := append([]float64{}, sensitivityShares...)
+	if !slices.Contains(shares, out.NearShare) {
+		shares = append(shares, out.NearShare)
+	}
+	slices.Sort(shares)
+	for _, s := range shares {
+		out.Sensitivity = append(out.Sensitivity, SensitivityRow{
+			NearShare: s, Population: s == out.NearShare,
+			Discrete:   mix(s, out.Near.Discrete, out.Rest.Discrete),
+			Continuous: mix(s, out.Near.Continuous, out.Rest.Continuous),
+		})
+	}
+	out.ImpliedNearShare = mixShare(CloudflareWrongRate, out.Near.Discrete.WrongRate, out.Rest.Discrete.WrongRate)
+	out.DifferenceNearShare = mixShare(CloudflareMeanDifference, out.Near.Discrete.MeanDifference, out.Rest.Discrete.MeanDifference)
+	return out, nil
+}
+
+// mixShare is the share s in [0, 1] with s·near + (1−s)·rest = target, or 0 if there is
+// none (or near = rest).
+func mixShare(target, near, rest float64) float64 {
+	if near == rest {
+		return 0
+	}
+	s := (target - rest) / (near - rest)
+	if s < 0 || s > 1 {
+		return 0
+	}
+	return s
+}
+
+// expectedRequests is about how many requests measure will judge, for progress.
+func (p Population) expectedRequests() int64 {
+	mean := p.MinRate * p.Alpha / (p.Alpha - 1)
+	periods := float64(p.Duration) / float64(p.Limit.Period)
+	return int64(float64(p.Sources)*mean*periods + float64(p.NearSources)*float64(p.Limit.Rate)*periods*0.8)
+}
