@@ -235,6 +235,7 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 		hs = &http.Server{
 			Handler:           s.Handler(),
 			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       30 * time.Second,
 			IdleTimeout:       2 * time.Minute,
 			ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		}
