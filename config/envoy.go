@@ -147,7 +147,7 @@ var ErrInvalidOverride = errors.New("config: invalid descriptor limit override")
 // whose unit is UnitUnknown (it wraps ErrInvalidOverride).
 func (d *Domain) Match(descs []Descriptor) ([]Match, error) {
 	out := make([]Match, len(descs))
-	replaced := map[string]bool{}
+	var replaced map[string]bool // made only when a rule replaces others (reading nil is fine)
 	for i, desc := range descs {
 		if o := desc.Override; o != nil {
 			if o.Unit == UnitUnknown || o.Unit.Period() == 0 {
@@ -171,6 +171,9 @@ func (d *Domain) Match(descs []Descriptor) ([]Match, error) {
 			continue
 		}
 		for _, name := range r.Replaces {
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
 			replaced[name] = true
 		}
 		out[i] = d.matchOf(r, desc.Entries, steps)
