@@ -261,10 +261,12 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 	go func() {
 		defer s.inflight.Done()
 		defer cancel()
-		if err := s.loadScripts(ctx); err != nil {
+		if err := s.loadScripts(ctx); err != nil && !s.closed.Load() {
 			s.logger.Warn("redisstore: could not preload the decision script; it will be loaded on first use", "error", err)
 		}
-		_, _ = s.CheckEviction(ctx)
+		if !s.closed.Load() {
+			_, _ = s.CheckEviction(ctx)
+		}
 	}()
 	return s, nil
 }
