@@ -153,7 +153,8 @@ func (g *gen[S]) decideIn(sh *shard[S], key string, h uint64, now, n int64, comm
 // under MaxKeys the sampled entry closest to empty is evicted.
 func (g *gen[S]) add(sh *shard[S], key string, h uint64, tag uint32, s S, now int64) {
 	t := &sh.t
-	if (t.n+1)*maxLoadDen > len(t.slots)*maxLoadNum {
+	if (t.n+1)*maxLoadDen > len(t.slots)*maxLoadNum && g.st.sweepGap > 0 {
+		g.st.sweepTime(now)
 		g.sweepShard(sh, now, len(t.slots))
 	}
 	if max := g.st.maxKeys; max > 0 && g.st.keys.Load() >= max && t.n > 0 {

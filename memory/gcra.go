@@ -215,7 +215,8 @@ func (g *gcraClass) update(key string, h uint64, now int64, f func(algo.State, i
 func (g *gcraClass) insert(sh *gshard, key string, h uint64, tat, now int64) {
 	full := func(a *garray) bool { return a == nil || (a.used+1)*maxLoadDen > len(a.slots)*maxLoadNum }
 	a := sh.arr.Load()
-	if full(a) && a != nil {
+	if full(a) && a != nil && g.st.sweepGap > 0 {
+		g.st.sweepTime(now)
 		g.sweepShard(sh, now, len(a.slots)) // may rebuild
 		a = sh.arr.Load()
 	}

@@ -53,7 +53,7 @@ import (
 
 // Store is the in-process limiter. The zero Store is not usable; call New.
 type Store struct {
-	clock    func() int64 // µs since the Unix epoch
+	clock    func() int64 // µs since the Unix epoch; read through now()
 	shards   int
 	maxKeys  int64
 	sweepGap time.Duration
@@ -64,6 +64,7 @@ type Store struct {
 	addMu   sync.Mutex
 	nextID  int
 	keys    atomic.Int64
+	sweptAt atomic.Int64 // the latest time any sweep deleted state as of
 	closed  atomic.Bool
 	stop    chan struct{}
 	stopped chan struct{}
@@ -87,9 +88,10 @@ func WithClock(clock func() time.Time) Option {
 func WithMaxKeys(n int64) Option { return func(s *Store) { s.maxKeys = n } }
 
 // WithSweepInterval sets how often the sweeper visits each shard (default 1s). Each visit
-// examines a bounded slice of the shard, so a full pass over a shard takes about 8 visits.
-// A non-positive interval disables background sweeping (tables still drop expired state
-// when they would otherwise grow).
+// examines a bounded slice of the shard, so a full pass over a shard takes about 8 visits;
+// tables also drop expired state when they would otherwise grow. A non-positive interval
+// disables sweeping altogether: state stays until Reset or, under WithMaxKeys, eviction
+// (for simulations and tests that replay time).
 func WithSweepInterval(d time.Duration) Option { return func(s *Store) { s.sweepGap = d } }
 
 // WithShards sets the number of shards per Limit (rounded up to a power of two; default 256).
@@ -139,6 +141,30 @@ func (s *Store) Close() error {
 func (s *Store) Len() int { return int(s.keys.Load()) }
 
 func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
+
+// now is the time decisions are made at: the clock, but never earlier than the time of the
+// latest sweep. State is deleted once it is equivalent to empty as of the sweep's time;
+// a clock that then stepped back (only a WithClock clock can) would otherwise see that
+// state missing at a time when it still counted. Deciding at the later time is exactly as
+// generous as the state itself would have been then (internal/algo never grants more at an
+// earlier time than at a later one), so sweeping stays invisible.
+func (s *Store) now() int64 {
+	now := s.clock()
+	if sw := s.sweptAt.Load(); now < sw {
+		return sw
+	}
+	return now
+}
+
+// sweepTime records that a sweep deletes state as of now.
+func (s *Store) sweepTime(now int64) {
+	for {
+		sw := s.sweptAt.Load()
+		if now <= sw || s.sweptAt.CompareAndSwap(sw, now) {
+			return
+		}
+	}
+}
 
 // class returns the shards for limit, creating them on first use. Only a limit that passes
 // Validate gets a class, so finding one proves the limit valid.
@@ -194,7 +220,7 @@ func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n in
 	if s.closed.Load() {
 		return sluice.Decision{}, sluice.ErrClosed
 	}
-	return c.decide(key, s.hash(key), s.clock(), n).Decision(limit), nil
+	return c.decide(key, s.hash(key), s.now(), n).Decision(limit), nil
 }
 
 // Reset implements sluice.Limiter.
@@ -255,7 +281,7 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 			}
 		}
 	}()
-	now := s.clock()
+	now := s.now()
 	out := make([]sluice.Decision, len(reqs))
 	all := true
 	for i, it := range items {
@@ -295,7 +321,9 @@ func (s *Store) sweepLoop() {
 			return
 		case <-t.C:
 			for _, c := range *s.classes.Load() {
-				c.sweep(s.clock())
+				now := s.now()
+				s.sweepTime(now)
+				c.sweep(now)
 			}
 		}
 	}

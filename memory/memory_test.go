@@ -246,7 +246,7 @@ func TestTimeZonesDoNotMatter(t *testing.T) {
 		saved := time.Local
 		time.Local = loc
 		defer func() { time.Local = saved }()
-		s, clk := newTestStore(t)
+		s, clk := newTestStore(t, WithSweepInterval(0)) // no goroutine runs while time.Local changes
 		rng := rand.New(rand.NewPCG(5, 5))
 		var out []sluice.Decision
 		for i := 0; i < 3000; i++ {
@@ -291,5 +291,51 @@ func TestClosedStoreRefuses(t *testing.T) {
 	s.Close()
 	if _, err := s.AllowN(context.Background(), "k", sluice.PerSecond(1), 1); !errors.Is(err, sluice.ErrClosed) {
 		t.Fatalf("after Close: %v", err)
+	}
+}
+
+// TestSweepIsInvisibleToABackwardsClock: state swept as expired at a later reading of the
+// clock must not turn into fresh quota when the clock steps back; the store decides at the
+// latest time it swept at.
+func TestSweepIsInvisibleToABackwardsClock(t *testing.T) {
+	ctx := context.Background()
+	for _, l := range limitsUnderTest() {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			s, clk := newTestStore(t, WithSweepInterval(time.Millisecond), WithShards(1))
+			for {
+				if d, _ := s.AllowN(ctx, "k", l, 1); !d.Allowed {
+					break
+				}
+			}
+			before := clk.Now()
+			clk.Advance(time.Hour) // everything expires; the sweeper deletes it
+			deadline := time.Now().Add(5 * time.Second)
+			for s.Len() > 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("state not swept")
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+			clk.us.Store(before.UnixMicro()) // an NTP step back to where the key was exhausted
+			d, err := s.AllowN(ctx, "k", l, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Decided at the sweep's time: an hour on, so a full allowance is right; what
+			// must not happen is a mix (a fresh state at the old time): ResetAfter then
+			// would be measured from the old time.
+			if d.Remaining != l.MaxCost() || d.ResetAfter != 0 {
+				t.Fatalf("after the step back: %+v", d)
+			}
+			d, _ = s.AllowN(ctx, "k", l, 1)
+			if !d.Allowed {
+				t.Fatalf("spend after the step back: %+v", d)
+			}
+			// The spend is stamped at the sweep's time, an hour after 'before': its state
+			// lasts until then plus the period, not just a period after 'before'.
+			if d.ResetAfter <= 0 {
+				t.Fatalf("no state after spending: %+v", d)
+			}
+		})
 	}
 }

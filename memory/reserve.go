@@ -38,7 +38,7 @@ func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n i
 	}
 	h := s.hash(key)
 	var r algo.Reservation
-	u.update(key, h, s.clock(), func(st algo.State, now int64) (algo.State, bool) {
+	u.update(key, h, s.now(), func(st algo.State, now int64) (algo.State, bool) {
 		st, r = algo.Reserve(st, now, algo.ParamsOf(limit), n, maxWait)
 		return st, r.OK && r.After != r.Before
 	})
@@ -52,7 +52,7 @@ func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n i
 			return false, sluice.ErrClosed
 		}
 		var ok bool
-		u.update(key, h, s.clock(), func(st algo.State, now int64) (algo.State, bool) {
+		u.update(key, h, s.now(), func(st algo.State, now int64) (algo.State, bool) {
 			st, ok = algo.CancelReservation(st, now, r)
 			return st, ok
 		})
