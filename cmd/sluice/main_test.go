@@ -158,18 +158,31 @@ func descriptor(kv ...string) *ratelimitv3.RateLimitDescriptor {
 // in-memory store, and `sluice check` talks to it.
 func TestServeBuiltIn(t *testing.T) {
 	base, grpcAddr, _ := started(t)
-	// The built-in demo policy: 10/s per IP with bursts of 20.
+	// The built-in demo policy: 10/s per IP with bursts of 20. The first 20 pass at once;
+	// after that the bucket refills one unit per 100ms, so on a slow machine a few more may
+	// pass before the first denial — but never more than the time taken allows.
+	began := time.Now()
 	for i := range 20 {
 		code, out, errOut := runCmd(t, "check", "--server", base, "--policy", "demo", "--key", "198.51.100.1")
 		if code != exitOK {
 			t.Fatalf("check %d: exit %d: %s %s", i, code, out, errOut)
 		}
 	}
-	code, out, _ := runCmd(t, "check", "--server", base, "--policy", "demo", "--key", "198.51.100.1")
-	if code != exitDenied || !strings.Contains(out, `"allowed": false`) {
-		t.Fatalf("21st check: exit %d: %s", code, out)
+	extra := 0
+	for {
+		code, out, _ := runCmd(t, "check", "--server", base, "--policy", "demo", "--key", "198.51.100.1")
+		if code == exitDenied && strings.Contains(out, `"allowed": false`) {
+			break
+		}
+		if code != exitOK {
+			t.Fatalf("check after the burst: exit %d: %s", code, out)
+		}
+		extra++
+		if refill := int(time.Since(began)/(100*time.Millisecond)) + 1; extra > refill {
+			t.Fatalf("%d checks passed after the burst of 20 in %v: more than the refill allows", extra, time.Since(began))
+		}
 	}
-	code, out, _ = runCmd(t, "check", "--server", base, "--peek", "--policy", "demo", "--key", "198.51.100.2")
+	code, out, _ := runCmd(t, "check", "--server", base, "--peek", "--policy", "demo", "--key", "198.51.100.2")
 	if code != exitOK || !strings.Contains(out, `"remaining": 20`) {
 		t.Fatalf("peek: exit %d: %s", code, out)
 	}
