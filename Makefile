@@ -2,9 +2,20 @@
 GO ?= go
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: test deps vet unit bench fmt
+.PHONY: test deps vet unit modules bench fmt
 
-test: deps vet unit
+test: deps vet unit modules
+
+# The nested modules keep peer libraries and web frameworks out of the main go.mod: the
+# gin and echo examples run their tests; bench/ is vetted, which compiles every benchmark.
+# -mod=mod lets them pick up dependencies the main module gained since their go.sum.
+NESTED_TESTED := examples/gin examples/echo
+modules:
+	@for d in $(NESTED_TESTED); do \
+		echo "== $$d"; \
+		(cd $$d && $(GO) vet -mod=mod ./... && $(GO) test -mod=mod -race -count=1 ./...) || exit 1; \
+	done
+	@echo "== bench"; cd bench && $(GO) vet -mod=mod ./...
 
 # deps installs redis-server (the Redis store, failure and service tests) and chromium (the
 # simulator report test) from the OS packages when they are missing.
