@@ -54,22 +54,32 @@ const CloudflareWorkload = "each source sends Poisson traffic at its own mean ra
 // What the post publishes fixes the population where it can; the rest is assumed, each
 // assumption here with what it rests on:
 //
-//   - The threshold is 50 requests per minute, the post's worked example (CloudflareLimit).
-//   - Each source sends Poisson traffic at a constant mean rate: the estimator "assumes a
-//     constant rate of requests during the previous sampling period", and Poisson is
-//     constant-rate traffic from independent clients.
+//   - The threshold is 50 requests per minute, the post's worked example: "Let's say I set
+//     a limit of 50 requests per minute on an API endpoint" (CloudflareLimit). The
+//     thresholds behind the figures are not given.
+//   - The sample spans a day. Its span is not given; the limiter then handled "several
+//     billion requests per day", so 400 million requests are a fraction of a day's. Over
+//     a day, 1,481 requests per source (400 million over 270,000) is 1.03 a minute.
+//   - 10 of the 270,000 sources send above the threshold on average: a handful. How many
+//     did is not given; the post implies at least five ("3 sources have been allowed
+//     despite generating traffic slightly above the threshold", and "None of the mitigated
+//     sources was below the threshold" speaks of more than one mitigated).
 //   - The mean rates are Pareto-distributed (a power-law tail: most sources slow, a few
-//     fast), the usual heavy-tailed model of per-client request rates. Its two parameters
-//     are fixed by two figures: the mean, 1,481 requests per source (400 million over
-//     270,000) in the assumed span of a day, 1.03 per minute; and the share of sources above
-//     the threshold, an assumed 10 in 270,000 ("a handful"). Of the two Pareto laws that
-//     fit, this is the lighter-tailed one (Alpha ≈ 2.3, MinRate ≈ 0.58 per minute); the
-//     other (Alpha ≈ 1.0) would spread rates over ten orders of magnitude.
-//   - As the post describes counting, "every request that matches the rule is counted per
-//     client IP address", and how the analysis judged a request is not said: each request
-//     is judged wrong when the estimate and the exact count of the last minute fall on
-//     opposite sides of the threshold, and the average difference is the mean over requests
-//     of |estimate − exact| / exact (Estimate).
+//     fast), the usual heavy-tailed model of per-client request rates, with the mean and
+//     the share above the threshold just stated. Of the two Pareto laws that fit, this is
+//     the lighter-tailed one (Alpha ≈ 2.29, MinRate ≈ 0.58 per minute); in the other
+//     (Alpha ≈ 1.002) the median source would send one request every four hours and a few
+//     very fast ones would carry the mean.
+//   - Each source sends Poisson traffic at its mean rate: the estimator "assumes a constant
+//     rate of requests during the previous sampling period", and Poisson is constant-rate
+//     traffic from independent clients.
+//   - "Every request that matches the rule is counted per client IP address"; how the
+//     analysis judged a request is not said. Every request is counted (the estimator alone,
+//     no mitigation feeding back), and judged wrong when the estimate and the exact count
+//     of the last minute fall on opposite sides of the threshold; the average difference
+//     is the mean over requests of |estimate − exact| / exact (Estimate). A source is let
+//     through despite traffic above the threshold when its exact count exceeded it and its
+//     estimate never did, and limited below it when the reverse.
 //
 // With 270,000 sources over a day, the population sends about 400 million requests:
 // Cloudflare's sample size.

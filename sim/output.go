@@ -120,7 +120,7 @@ func (a PopulationAccuracy) writeTable(w io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(w, "\n%s of these requests come from sources within ±50%% of the threshold. Among the requests of %s such sources\n"+
-		"(%s requests), the estimator errs on %s, with an average difference of %s; on the others' on %s, with %s.\n",
+		"(%s requests), the estimator errs on %s, with an average difference of %s; on the other sources' requests on %s, with %s.\n",
 		pct(a.NearShare), thousands(int64(a.Near.Sources)), thousands(a.Near.Requests), pct(a.Near.Discrete.WrongRate),
 		pct(a.Near.Discrete.MeanDifference), pct(a.Rest.Discrete.WrongRate), pct(a.Rest.Discrete.MeanDifference))
 	fmt.Fprintf(w, "\nBy share of requests from near-threshold sources:\n\n")

@@ -252,12 +252,14 @@ func maxOf(v []int64) int64 {
 	return m
 }
 
-// humanDuration prints whole minutes and seconds the way people write them ("10 min",
-// "30 s", "250 ms").
+// humanDuration prints whole hours, minutes and seconds the way people write them ("24 h",
+// "10 min", "30 s", "250 ms").
 func humanDuration(d time.Duration) string {
 	switch {
 	case d == 0:
 		return "0 s"
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%d h", d/time.Hour)
 	case d%time.Minute == 0:
 		return fmt.Sprintf("%d min", d/time.Minute)
 	case d%time.Second == 0:
