@@ -35,23 +35,36 @@ func ceilSeconds(d time.Duration) int64 {
 }
 
 // Quota returns the q and w parameters that describe l in RateLimit-Policy: q units per w
-// seconds. When l.Period is a whole number of seconds, q = l.Rate and w = l.Period in
-// seconds. Otherwise w is l.Period rounded up to whole seconds (the draft allows no
-// sub-second window) and q = floor(l.Rate·w/l.Period), so the advertised rate never
-// exceeds the real one. q is capped at RFC 9651's largest Integer.
+// seconds. For the window algorithms, and for a bucket whose Burst is at most its Rate,
+// that is Rate per Period. A bucket whose Burst exceeds its Rate is advertised as its
+// bucket: Burst units per Burst·T (T = ceil(Period/Rate), the time to refill it), which
+// states the same sustained rate and keeps the RateLimit field's r (up to Burst) within q.
+//
+// When the window is a whole number of seconds it is used as is. Otherwise w is rounded up
+// to whole seconds (the draft allows no sub-second window) and q = floor(units·w/window),
+// so the advertised rate never exceeds the real one. q is capped at RFC 9651's largest
+// Integer.
 func Quota(l sluice.Limit) (q, w int64) {
 	if l.Period <= 0 || l.Rate <= 0 {
 		return 0, 0
 	}
-	if l.Period%time.Second == 0 {
-		return min(l.Rate, maxSFInteger), int64(l.Period / time.Second)
+	units, window := l.Rate, l.Period
+	switch l.Algorithm {
+	case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket:
+		if b := l.EffectiveBurst(); b > l.Rate {
+			t := (l.Period.Microseconds() + l.Rate - 1) / l.Rate
+			units, window = b, time.Duration(b)*time.Duration(t)*time.Microsecond
+		}
 	}
-	w = ceilSeconds(l.Period)
-	hi, lo := bits.Mul64(uint64(l.Rate), uint64(w)*uint64(time.Second))
-	if hi >= uint64(l.Period) {
+	if window%time.Second == 0 {
+		return min(units, maxSFInteger), int64(window / time.Second)
+	}
+	w = ceilSeconds(window)
+	hi, lo := bits.Mul64(uint64(units), uint64(w)*uint64(time.Second))
+	if hi >= uint64(window) {
 		return maxSFInteger, w
 	}
-	quo, _ := bits.Div64(hi, lo, uint64(l.Period))
+	quo, _ := bits.Div64(hi, lo, uint64(window))
 	return int64(min(quo, maxSFInteger)), w
 }
 

@@ -1,0 +1,30 @@
+package httplimit
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+func TestQuotaKeepsRemainingWithinQ(t *testing.T) {
+	cases := []struct {
+		l    sluice.Limit
+		q, w int64
+	}{
+		{sluice.PerSecond(10), 10, 1},
+		{sluice.PerSecond(10).WithBurst(20), 20, 2},   // the bucket: 20 per 2s
+		{sluice.PerMinute(600).WithBurst(2), 600, 60}, // burst below rate: r ≤ 2 ≤ q
+		{sluice.PerSecond(3).WithBurst(5), 4, 2},      // 5 per 1.66667s, rounded down to whole seconds
+		{sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: time.Second, Burst: 99}, 10, 1},
+	}
+	for _, c := range cases {
+		q, w := Quota(c.l)
+		if q != c.q || w != c.w {
+			t.Errorf("Quota(%v) = q=%d w=%d, want q=%d w=%d", c.l, q, w, c.q, c.w)
+		}
+		if c.l.EffectiveBurst() > c.l.Rate && q < c.l.EffectiveBurst() {
+			t.Errorf("%v: q=%d below the burst a client can see as r", c.l, q)
+		}
+	}
+}
