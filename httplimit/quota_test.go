@@ -15,7 +15,7 @@ func TestQuotaKeepsRemainingWithinQ(t *testing.T) {
 		{sluice.PerSecond(10), 10, 1},
 		{sluice.PerSecond(10).WithBurst(20), 20, 2},   // the bucket: 20 per 2s
 		{sluice.PerMinute(600).WithBurst(2), 600, 60}, // burst below rate: r ≤ 2 ≤ q
-		{sluice.PerSecond(3).WithBurst(5), 4, 2},      // 5 per 1.66667s, rounded down to whole seconds
+		{sluice.PerSecond(3).WithBurst(5), 5, 2},      // 5 per 1.66667s: floor(5·2/1.66667) per 2s
 		{sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: time.Second, Burst: 99}, 10, 1},
 	}
 	for _, c := range cases {
