@@ -189,6 +189,8 @@ func TestWatcherReloads(t *testing.T) {
 			}
 			tt.change(t, dir)
 			waitFor(t, "the new configuration", func() bool { return rateOf(w.Config()) == 2 })
+			// The callback runs just after the new configuration is in force.
+			waitFor(t, "the reload callback", func() bool { return seen.Load() == w.Config() })
 			if reloaded.n.Load() < 1 || w.Reloads() < 1 || seen.Load() != w.Config() {
 				t.Errorf("reload not reported: counter %d, Reloads %d, callback %p vs %p",
 					reloaded.n.Load(), w.Reloads(), seen.Load(), w.Config())
