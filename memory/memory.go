@@ -10,9 +10,12 @@
 // State is kept per (key, Limit). Each distinct Limit gets its own set of shards (a "class"),
 // found through a copy-on-write map; each shard is a mutex and an open-addressing table whose
 // slots hold the key (by reference) beside the state inline. A decision on an existing key
-// hashes the key once, takes one shard lock, probes slots that are usually in one cache line,
-// and allocates nothing. A hot key holds only its own shard's lock for the few nanoseconds of
-// a decision, so it never serialises unrelated keys beyond the 1/Shards that share its shard.
+// hashes the key once, probes slots that are usually in one cache line, and allocates
+// nothing. For GCRA it takes no lock at all: the TAT is one word, updated by compare-and-swap
+// in the key's own slot (see gcra.go for why that is safe against concurrent inserts,
+// deletions and rebuilds), so a decision writes only that slot's cache line. The other
+// algorithms take the key's shard lock for the few nanoseconds of a decision, so a hot key
+// never serialises unrelated keys beyond the 1/Shards that share its shard.
 //
 // A GCRA key costs a 24-byte slot (40 for SlidingWindow, 32 for the other window and bucket
 // algorithms), at 60–80% occupancy, plus the key's own bytes, which the store shares with the
