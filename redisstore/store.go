@@ -27,7 +27,9 @@
 // µs>:<burst>" (see Store.Key): the identity inside a hash tag, escaped so that no
 // identity can collide with another or leave its slot. Every key the store writes carries a
 // TTL equal to the time until its state is equivalent to empty (algo.ExpiresAt), rounded up
-// to a millisecond; a decision that spends nothing writes nothing.
+// to a millisecond. A decision that spends nothing never creates a key; on an existing key it
+// writes only what the algorithm changed (a window algorithm moving to a new window), as the
+// memory store keeps it.
 //
 // # Coalescing
 //
