@@ -376,8 +376,10 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 		li := s.info(r.Limit)
 		items[i] = item{key: s.redisKey(r.Key, li), info: li, n: r.N}
 		if s.cluster && slot(items[i].key) != slot(items[0].key) {
-			return nil, fmt.Errorf("redisstore: %w: requests 0 and %d are in different cluster slots (keys %q and %q)",
-				sluice.ErrNotAtomic, i, reqs[0].Key, r.Key)
+			// The keys themselves stay out of the message: they may be identities that
+			// must not reach logs.
+			return nil, fmt.Errorf("redisstore: %w: requests 0 and %d are in different cluster slots (%d and %d)",
+				sluice.ErrNotAtomic, i, slot(items[0].key), slot(items[i].key))
 		}
 	}
 	if s.closed.Load() {
