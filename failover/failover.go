@@ -331,10 +331,7 @@ func (l *Limiter) allowMultiLocal(ctx context.Context, reqs []sluice.Request, fb
 // deadline, through the breaker) and in the local limiter. A store failure returns an
 // error wrapping sluice.ErrStoreUnavailable.
 func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) error {
-	if err := sluice.CheckKey(key); err != nil {
-		return err
-	}
-	if err := limit.Validate(); err != nil {
+	if err := sluice.CheckRequest(key, limit, 0); err != nil {
 		return err
 	}
 	_, err, failed := call(l, ctx, reportFrom(ctx), func(ctx context.Context) (struct{}, error) {

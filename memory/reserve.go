@@ -90,11 +90,10 @@ func (g *gen[S]) update(key string, h uint64, now int64, f func(algo.State, int6
 	g.add(sh, key, h, tag, v, now)
 }
 
-// toState and fromState convert the states of the reservable algorithms.
+// toState and fromState convert the two-word state of LeakyBucket, the reservable
+// algorithm kept in a gen table (GCRA has its own class, gcraClass).
 func toState[S any](s S) algo.State {
 	switch v := any(s).(type) {
-	case int64:
-		return algo.State{A: v}
 	case [2]int64:
 		return algo.State{A: v[0], B: v[1]}
 	}
@@ -104,8 +103,6 @@ func toState[S any](s S) algo.State {
 func fromState[S any](st algo.State) S {
 	var out S
 	switch p := any(&out).(type) {
-	case *int64:
-		*p = st.A
 	case *[2]int64:
 		*p = [2]int64{st.A, st.B}
 	}

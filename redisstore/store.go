@@ -401,10 +401,7 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 
 // Reset implements sluice.Limiter: it deletes key's state under limit.
 func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error {
-	if err := sluice.CheckKey(key); err != nil {
-		return err
-	}
-	if err := limit.Validate(); err != nil {
+	if err := sluice.CheckRequest(key, limit, 0); err != nil {
 		return err
 	}
 	if s.closed.Load() {

@@ -359,10 +359,7 @@ func (g *Global) AllowN(ctx context.Context, key string, limit sluice.Limit, n i
 // global state are untouched: removing them would let this node be granted shares they
 // still apply.
 func (g *Global) Reset(ctx context.Context, key string, limit sluice.Limit) error {
-	if err := sluice.CheckKey(key); err != nil {
-		return err
-	}
-	if err := limit.Validate(); err != nil {
+	if err := sluice.CheckRequest(key, limit, 0); err != nil {
 		return err
 	}
 	g.mu.Lock()

@@ -13,11 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/urfave/cli/v3"
 
-	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/server"
 )
 
@@ -59,23 +56,11 @@ func proxy(ctx context.Context, c *cli.Command) error {
 	if err != nil || up.Scheme == "" || up.Host == "" {
 		return cli.Exit("--upstream must be an absolute URL such as http://localhost:3000", exitUsage)
 	}
-	sf, err := readStoreFlags(c)
+	sf, w, reg, st, err := startStore(c, log, true)
 	if err != nil {
 		return err
-	}
-	w, err := config.NewWatcher(c.String("config"), config.WithLogger(log))
-	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
 	}
 	defer w.Close()
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	sf.fallback = server.PolicyFallback(w.Config, sf.failureMode)
-	st, err := openStore(w.Config(), sf, log, reg)
-	if err != nil {
-		return err
-	}
 	defer st.close()
 
 	p, err := server.NewProxy(server.ProxyOptions{

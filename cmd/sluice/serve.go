@@ -10,8 +10,6 @@ import (
 	"runtime/debug"
 	"syscall"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/urfave/cli/v3"
 
 	"github.com/sluicehq/sluice/config"
@@ -72,23 +70,12 @@ func serve(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	sf, err := readStoreFlags(c)
+	sf, w, reg, st, err := startStore(c, log, false)
 	if err != nil {
 		return err
-	}
-	w, err := config.NewWatcher(c.String("config"), config.WithLogger(log))
-	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
 	}
 	defer w.Close()
 	cfg := w.Config()
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	st, err := openStore(cfg, sf, log, reg)
-	if err != nil {
-		return err
-	}
 	if st.kind == "redis" && os.Getenv("GOGC") == "" {
 		// On Redis the process keeps no per-key state, so its live heap is a few MB and
 		// the default GOGC=100 collects many times a second under load. Trading some

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/urfave/cli/v3"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
@@ -17,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/observe"
 	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/server"
 )
 
 // storeFlags are the store settings a command line may give; zero values defer to the
@@ -47,6 +50,33 @@ type store struct {
 }
 
 // openStore builds the chain for cfg and the flags, registering metrics on reg.
+// startStore is the set-up serve and proxy share: read the store flags, start the
+// configuration watcher, and open the store on a fresh metrics registry. With
+// perPolicyFallback the store picks each decision's failure mode from its policy (proxy);
+// serve passes the mode per request on the context instead. The caller closes the watcher
+// and the store.
+func startStore(c *cli.Command, log *slog.Logger, perPolicyFallback bool) (storeFlags, *config.Watcher, *prometheus.Registry, *store, error) {
+	sf, err := readStoreFlags(c)
+	if err != nil {
+		return sf, nil, nil, nil, err
+	}
+	w, err := config.NewWatcher(c.String("config"), config.WithLogger(log))
+	if err != nil {
+		return sf, nil, nil, nil, fmt.Errorf("configuration: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if perPolicyFallback {
+		sf.fallback = server.PolicyFallback(w.Config, sf.failureMode)
+	}
+	st, err := openStore(w.Config(), sf, log, reg)
+	if err != nil {
+		w.Close()
+		return sf, nil, nil, nil, err
+	}
+	return sf, w, reg, st, nil
+}
+
 func openStore(cfg *config.Config, f storeFlags, log *slog.Logger, reg prometheus.Registerer) (*store, error) {
 	mopts := []observe.MetricsOption{observe.WithMetricsLogger(log)}
 	rawURL := f.redisURL
@@ -74,7 +104,10 @@ func openStore(cfg *config.Config, f storeFlags, log *slog.Logger, reg prometheu
 		if deadline == 0 {
 			deadline = cfg.Store.Deadline
 		}
-		fopts := []failover.Option{failover.WithDeadline(deadline)}
+		// The Redis store returns as soon as its context ends (TestFaultsInline holds it to
+		// the deadline through a frozen server), so the store is called on the request's
+		// own goroutine: no goroutine and no two scheduler hand-offs per decision.
+		fopts := []failover.Option{failover.WithDeadline(deadline), failover.WithInlineCalls()}
 		if m := modeOf(f.failureMode); m != failover.Unset {
 			fopts = append(fopts, failover.WithDefaultMode(m))
 		} else if m := modeOf(cfg.Store.FailureMode); m != failover.Unset {
