@@ -62,7 +62,7 @@ type Store struct {
 	sweepGap time.Duration
 
 	seed    maphash.Seed
-	classes atomic.Pointer[map[sluice.Limit]class]
+	classes atomic.Pointer[map[sluice.Limit]*classRef]
 	last    atomic.Pointer[classRef] // the most recently used class: skips the map lookup
 	addMu   sync.Mutex
 	nextID  int
@@ -121,7 +121,7 @@ func New(opts ...Option) *Store {
 		n <<= 1
 	}
 	s.shards = n
-	empty := map[sluice.Limit]class{}
+	empty := map[sluice.Limit]*classRef{}
 	s.classes.Store(&empty)
 	if s.sweepGap > 0 {
 		go s.sweepLoop()
@@ -170,32 +170,33 @@ func (s *Store) sweepTime(now int64) {
 }
 
 // class returns the shards for limit, creating them on first use. Only a limit that passes
-// Validate gets a class, so finding one proves the limit valid.
+// Validate gets a class, so finding one proves the limit valid. The map holds the same
+// *classRef that last points at, so switching between limits allocates nothing.
 func (s *Store) class(limit sluice.Limit) (class, error) {
 	if r := s.last.Load(); r != nil && r.limit == limit {
 		return r.c, nil
 	}
-	c, ok := (*s.classes.Load())[limit]
+	r, ok := (*s.classes.Load())[limit]
 	if !ok {
 		if err := limit.Validate(); err != nil {
 			return nil, err
 		}
 		s.addMu.Lock()
 		old := *s.classes.Load()
-		if c, ok = old[limit]; !ok {
-			c = newClass(s, limit, s.nextID)
+		if r, ok = old[limit]; !ok {
+			r = &classRef{limit, newClass(s, limit, s.nextID)}
 			s.nextID++
-			next := make(map[sluice.Limit]class, len(old)+1)
+			next := make(map[sluice.Limit]*classRef, len(old)+1)
 			for k, v := range old {
 				next[k] = v
 			}
-			next[limit] = c
+			next[limit] = r
 			s.classes.Store(&next)
 		}
 		s.addMu.Unlock()
 	}
-	s.last.Store(&classRef{limit, c})
-	return c, nil
+	s.last.Store(r)
+	return r.c, nil
 }
 
 // check validates a request against its class: the same errors as sluice.CheckRequest,
@@ -323,10 +324,10 @@ func (s *Store) sweepLoop() {
 		case <-s.stop:
 			return
 		case <-t.C:
-			for _, c := range *s.classes.Load() {
+			for _, r := range *s.classes.Load() {
 				now := s.now()
 				s.sweepTime(now)
-				c.sweep(now)
+				r.c.sweep(now)
 			}
 		}
 	}

@@ -283,6 +283,18 @@ func TestNoAllocationsForAnExistingKey(t *testing.T) {
 			t.Errorf("%v: %.1f allocations per decision", l.Algorithm, allocs)
 		}
 	}
+	// Two limits used in turn (per-second and per-hour on one key, as layered policies do).
+	s, _ := newTestStore(t)
+	a, b := sluice.PerSecond(1000), sluice.PerHour(100_000)
+	s.AllowN(ctx, "k", a, 1)
+	s.AllowN(ctx, "k", b, 1)
+	allocs := testing.AllocsPerRun(1000, func() {
+		s.AllowN(ctx, "k", a, 1)
+		s.AllowN(ctx, "k", b, 1)
+	})
+	if allocs != 0 {
+		t.Errorf("alternating limits: %.1f allocations per pair of decisions", allocs)
+	}
 }
 
 func TestClosedStoreRefuses(t *testing.T) {
