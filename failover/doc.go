@@ -25,7 +25,9 @@
 // The goroutine and its two scheduler hand-offs cost a few microseconds per decision
 // (BenchmarkOverhead). A store known to return when its context ends, as the memory and
 // Redis stores of this module do, can be called on the caller's goroutine instead with
-// WithInlineCalls; TestFaultsInline holds the Redis store to the same deadlines.
+// WithInlineCalls; TestFaultsInline holds the Redis store to the same deadlines. Inline
+// decisions that start close together share one timer (see WithInlineCalls), which
+// saves a context.WithTimeout per decision.
 //
 // # The circuit breaker
 //

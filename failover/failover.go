@@ -36,6 +36,7 @@ type Limiter struct {
 	state      atomic.Uint32 // the breaker's state as of its last change (BreakerState)
 
 	inline bool
+	shared *sharedDeadlines // the deadlines of inline decisions
 
 	localOnce sync.Once
 	local     sluice.Limiter
@@ -113,6 +114,12 @@ func WithMaxPending(n int) Option {
 // hand-offs per decision, but the decision then returns only when the store gives up:
 // use it only with a store that returns promptly when its context ends, as the memory
 // and Redis stores of this module do. Half-open probes still run on their own goroutine.
+//
+// Inline decisions (AllowN, AllowMulti; not Reset) that start within 1/16 of the deadline
+// of one another share one timer instead of a context.WithTimeout each: each waits at
+// least 15/16 of the deadline and never more than the deadline. A caller whose own
+// deadline comes first keeps it; a caller whose context is cancelled before its deadline
+// while the store is deciding is released when the store answers or at the deadline.
 func WithInlineCalls() Option { return func(l *Limiter) { l.inline = true } }
 
 // WithStateChange calls f on every breaker state change, for logs. It runs while the
@@ -141,6 +148,9 @@ func New(primary sluice.Limiter, opts ...Option) *Limiter {
 		o(l)
 	}
 	l.breakerCfg = l.breakerCfg.withDefaults()
+	if l.inline {
+		l.shared = newSharedDeadlines(l.deadline)
+	}
 	l.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](l.breakerCfg.settings("sluice", func(from, to BreakerState) {
 		l.state.Store(uint32(to))
 		if l.onChange != nil {
@@ -198,7 +208,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit sluice.Limit, n 
 		return sluice.Decision{}, err
 	}
 	rep := reportFrom(ctx)
-	d, err, failed := call(l, ctx, rep, func(ctx context.Context) (sluice.Decision, error) {
+	d, err, failed := call(l, ctx, rep, true, func(ctx context.Context) (sluice.Decision, error) {
 		return l.primary.AllowN(ctx, key, limit, n)
 	})
 	if !failed {
@@ -256,7 +266,7 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]slui
 		return nil, nil
 	}
 	rep := reportFrom(ctx)
-	ds, err, failed := call(l, ctx, rep, func(ctx context.Context) ([]sluice.Decision, error) {
+	ds, err, failed := call(l, ctx, rep, true, func(ctx context.Context) ([]sluice.Decision, error) {
 		return ml.AllowMulti(ctx, reqs)
 	})
 	if !failed {
@@ -334,7 +344,7 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) err
 	if err := sluice.CheckRequest(key, limit, 0); err != nil {
 		return err
 	}
-	_, err, failed := call(l, ctx, reportFrom(ctx), func(ctx context.Context) (struct{}, error) {
+	_, err, failed := call(l, ctx, reportFrom(ctx), false, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, l.primary.Reset(ctx, key, limit)
 	})
 	if l.localMade.Load() {
@@ -387,7 +397,11 @@ type result[T any] struct {
 // the store ignores its context; the goroutine ends when f returns, and at most
 // maxPending such goroutines run at any time. A half-open breaker's probe runs with
 // ProbeTimeout instead, detached from the caller (see Breaker).
-func call[T any](l *Limiter, ctx context.Context, rep *Report, f func(context.Context) (T, error)) (v T, err error, failed bool) {
+//
+// With WithInlineCalls, f runs on the caller's goroutine with the deadline in its
+// context; for a decision (not a Reset), that context is a shared deadline (see
+// sharedDeadlines), which ends at most the deadline after the call started.
+func call[T any](l *Limiter, ctx context.Context, rep *Report, decision bool, f func(context.Context) (T, error)) (v T, err error, failed bool) {
 	if rep != nil {
 		rep.set = true
 		defer func() {
@@ -426,9 +440,13 @@ func call[T any](l *Limiter, ctx context.Context, rep *Report, f func(context.Co
 
 	start := time.Now()
 	if l.inline && !probe {
-		cctx, cancel := context.WithTimeout(ctx, l.deadline)
-		v, err = f(cctx)
-		cancel()
+		if decision {
+			v, err = f(l.shared.context(ctx, start))
+		} else {
+			cctx, cancel := context.WithTimeout(ctx, l.deadline)
+			v, err = f(cctx)
+			cancel()
+		}
 		l.pending.Add(-1)
 		l.calls.Done()
 		if rep != nil {

@@ -1,0 +1,107 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+type ctxKey struct{}
+
+func TestSharedDeadlines(t *testing.T) {
+	const d = 40 * time.Millisecond
+	s := newSharedDeadlines(d)
+	parent := context.WithValue(context.Background(), ctxKey{}, "v")
+
+	start := time.Now()
+	c1 := s.context(parent, start)
+	at, ok := c1.Deadline()
+	if !ok || at.After(start.Add(d)) || !at.After(start.Add(d-s.slack)) {
+		t.Fatalf("deadline %v after start, want in (%v, %v]", at.Sub(start), d-s.slack, d)
+	}
+	if c1.Value(ctxKey{}) != "v" {
+		t.Errorf("the caller's values are lost")
+	}
+	if c1.Err() != nil {
+		t.Errorf("Err before the deadline: %v", c1.Err())
+	}
+
+	// A call starting within the slack shares the deadline; one starting later gets
+	// its own. Neither ends later than its own deadline.
+	c2 := s.context(parent, start.Add(s.slack/2))
+	if at2, _ := c2.Deadline(); !at2.Equal(at) || c2.Done() != c1.Done() {
+		t.Errorf("a call %v later got deadline %v, want the shared %v", s.slack/2, at2, at)
+	}
+	later := start.Add(s.slack)
+	c3 := s.context(parent, later)
+	if at3, _ := c3.Deadline(); at3.After(later.Add(d)) || !at3.After(later.Add(d-s.slack)) || c3.Done() == c1.Done() {
+		t.Errorf("a call %v later got deadline %v after its start, want its own in (%v, %v]", s.slack, at3.Sub(later), d-s.slack, d)
+	}
+	// A call that started earlier than the current shared deadline allows (a caller
+	// delayed between reading the clock and asking) never gets a later deadline.
+	c4 := s.context(parent, start.Add(-s.slack))
+	if at4, _ := c4.Deadline(); at4.After(start.Add(d - s.slack)) {
+		t.Errorf("a call that started before gets deadline %v after its start, want at most %v", at4.Sub(start.Add(-s.slack)), d)
+	}
+
+	// context.AfterFunc and derived contexts follow the shared deadline.
+	child, cancel := context.WithCancel(c1)
+	defer cancel()
+	fired := make(chan struct{})
+	context.AfterFunc(c1, func() { close(fired) })
+	stopped := context.AfterFunc(c1, func() { t.Error("a stopped AfterFunc ran") })
+	if !stopped() {
+		t.Error("stop of a pending AfterFunc returned false")
+	}
+
+	select {
+	case <-c1.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done not closed 10s after the deadline")
+	}
+	if waited := time.Since(start); waited < d-s.slack {
+		t.Errorf("Done closed after %v, before the deadline", waited)
+	}
+	if !errors.Is(c1.Err(), context.DeadlineExceeded) {
+		t.Errorf("Err after the deadline: %v", c1.Err())
+	}
+	select {
+	case <-fired:
+	case <-time.After(10 * time.Second):
+		t.Fatal("AfterFunc did not run")
+	}
+	<-child.Done()
+	if !errors.Is(child.Err(), context.DeadlineExceeded) || !errors.Is(context.Cause(child), context.DeadlineExceeded) {
+		t.Errorf("derived context: Err %v, Cause %v", child.Err(), context.Cause(child))
+	}
+	ran := make(chan struct{})
+	context.AfterFunc(c1, func() { close(ran) })
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("AfterFunc on an ended context did not run")
+	}
+}
+
+// TestSharedDeadlinesParent: a caller whose own deadline comes first, or whose context
+// has already ended, gets its own context, as context.WithTimeout would behave.
+func TestSharedDeadlinesParent(t *testing.T) {
+	s := newSharedDeadlines(time.Second)
+	now := time.Now()
+	sooner, cancel := context.WithDeadline(context.Background(), now.Add(time.Millisecond))
+	defer cancel()
+	if got := s.context(sooner, now); got != sooner {
+		t.Errorf("a caller with a sooner deadline got %v", got)
+	}
+	ended, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	if got := s.context(ended, now); got != ended {
+		t.Errorf("an ended caller got %v", got)
+	}
+	later, cancel3 := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel3()
+	if got := s.context(later, now); got == later {
+		t.Error("a caller with a later deadline got its own context")
+	}
+}
