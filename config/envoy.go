@@ -146,12 +146,22 @@ var ErrInvalidOverride = errors.New("config: invalid descriptor limit override")
 // The result has one Match per descriptor, in order. The only error is for an override
 // whose unit is UnitUnknown (it wraps ErrInvalidOverride).
 func (d *Domain) Match(descs []Descriptor) ([]Match, error) {
-	out := make([]Match, len(descs))
+	return d.AppendMatches(nil, descs)
+}
+
+// AppendMatches is Match appending the matches to dst (whose contents are kept), for a
+// caller that reuses one slice across requests. On error it returns dst unchanged.
+func (d *Domain) AppendMatches(dst []Match, descs []Descriptor) ([]Match, error) {
+	base := len(dst)
+	dst = slices.Grow(dst, len(descs))[:base+len(descs)]
+	out := dst[base:]
+	clear(out)
 	var replaced map[string]bool // made only when a rule replaces others (reading nil is fine)
+	var stepBuf [8]step
 	for i, desc := range descs {
 		if o := desc.Override; o != nil {
 			if o.Unit == UnitUnknown || o.Unit.Period() == 0 {
-				return nil, fmt.Errorf("%w: descriptor %d has unit %v", ErrInvalidOverride, i, o.Unit)
+				return dst[:base], fmt.Errorf("%w: descriptor %d has unit %v", ErrInvalidOverride, i, o.Unit)
 			}
 			r := &Rule{
 				Domain:          d.Name,
@@ -166,7 +176,7 @@ func (d *Domain) Match(descs []Descriptor) ([]Match, error) {
 			out[i] = d.matchOf(r, desc.Entries, nil)
 			continue
 		}
-		r, steps := d.lookup(desc.Entries)
+		r, steps := d.lookup(desc.Entries, stepBuf[:0])
 		if r == nil {
 			continue
 		}
@@ -184,7 +194,7 @@ func (d *Domain) Match(descs []Descriptor) ([]Match, error) {
 			*m = Match{Status: Replaced, Rule: m.Rule, StatsKey: m.StatsKey}
 		}
 	}
-	return out, nil
+	return dst, nil
 }
 
 func (d *Domain) matchOf(r *Rule, entries []Entry, steps []step) Match {
@@ -208,7 +218,7 @@ func (d *Domain) matchOf(r *Rule, entries []Entry, steps []step) Match {
 // key/value first, then the longest matching value prefix wildcard, then the key alone;
 // no backtracking; a rule applies only at the level of the descriptor's last entry.
 func (d *Domain) Lookup(entries []Entry) *Rule {
-	r, _ := d.lookup(entries)
+	r, _ := d.lookup(entries, nil)
 	return r
 }
 
@@ -218,9 +228,11 @@ type step struct {
 	wildcard bool
 }
 
-func (d *Domain) lookup(entries []Entry) (*Rule, []step) {
+// lookup returns the rule for entries and how each entry was matched, appending the
+// steps to buf (which may be nil).
+func (d *Domain) lookup(entries []Entry, buf []step) (*Rule, []step) {
 	lvl := d.root
-	var steps []step
+	steps := buf
 	var rule *Rule
 	for i, e := range entries {
 		if lvl == nil {
@@ -290,7 +302,10 @@ func fullKey(domain string, entries []Entry) string {
 }
 
 func statsKey(domain string, r *Rule, entries []Entry, steps []step) string {
-	if steps == nil {
+	if steps == nil || !r.DetailedMetric && !slices.ContainsFunc(steps, func(s step) bool { return s.n.valueToMetric }) {
+		// No request value in the name: each entry is written as the rule's own path
+		// has it (the key, and the configured value or wildcard pattern), which is what
+		// FullKey is made of.
 		return r.FullKey
 	}
 	var b strings.Builder
@@ -313,25 +328,50 @@ func statsKey(domain string, r *Rule, entries []Entry, steps []step) string {
 	return b.String()
 }
 
-var keyEscaper = strings.NewReplacer("%", "%25", "/", "%2F", "=", "%3D")
-
-// counterKey is "envoy/<domain>/<key>=<value>/...", each part escaped so that no two
-// different inputs give the same key.
+// counterKey is "envoy/<domain>/<key>=<value>/...", each part escaped ('%', '/' and '='
+// as %25, %2F, %3D) so that no two different inputs give the same key.
 func counterKey(domain string, entries []Entry, steps []step) string {
+	n := len("envoy/") + len(domain)
+	for _, e := range entries {
+		n += 2 + len(e.Key) + len(e.Value)
+	}
 	var b strings.Builder
+	b.Grow(n + 8) // room for a few escapes: one allocation in all
 	b.WriteString("envoy/")
-	b.WriteString(keyEscaper.Replace(domain))
+	writeEscaped(&b, domain)
 	for i, e := range entries {
 		v := e.Value
 		if i < len(steps) && steps[i].wildcard && steps[i].n.shareThreshold {
 			v = steps[i].n.value
 		}
 		b.WriteByte('/')
-		b.WriteString(keyEscaper.Replace(e.Key))
+		writeEscaped(&b, e.Key)
 		b.WriteByte('=')
-		b.WriteString(keyEscaper.Replace(v))
+		writeEscaped(&b, v)
 	}
 	return b.String()
+}
+
+// writeEscaped writes s with '%', '/' and '=' escaped as %25, %2F and %3D.
+func writeEscaped(b *strings.Builder, s string) {
+	from := 0 // s[from:i] is plain and not yet written
+	for i := 0; i < len(s); i++ {
+		var esc string
+		switch s[i] {
+		case '%':
+			esc = "%25"
+		case '/':
+			esc = "%2F"
+		case '=':
+			esc = "%3D"
+		default:
+			continue
+		}
+		b.WriteString(s[from:i])
+		b.WriteString(esc)
+		from = i + 1
+	}
+	b.WriteString(s[from:])
 }
 
 // envoyDomain decodes one envoyproxy/ratelimit file.

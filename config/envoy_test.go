@@ -582,3 +582,102 @@ func TestTestdataEnvoyExample(t *testing.T) {
 			{status: Limited, fullKey: "edge.api", rate: 600, period: time.Minute, alg: sluice.GCRA},
 		})
 }
+
+// TestStatsKeysPlain: a rule whose metric name holds no request value (no
+// detailed_metric, no value_to_metric on its path) is named by its FullKey, whatever the
+// request's values, through exact, wildcard, share_threshold and key-only levels; a
+// value_to_metric level still names the request's value.
+func TestStatsKeysPlain(t *testing.T) {
+	d := loadDomain(t, `
+domain: plain
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: remote_address
+    value: "10.*"
+    rate_limit: {unit: minute, requests_per_unit: 4}
+  - key: tenant
+    value: "acme-*"
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit: {unit: day, requests_per_unit: 5}
+      - key: region
+        value: "eu-*"
+        descriptors:
+          - key: user
+            value_to_metric: true
+            rate_limit: {unit: day, requests_per_unit: 6}
+`)
+	ms, err := d.Match([]Descriptor{
+		e("remote_address", "1.2.3.4"),
+		e("remote_address", "10.0.0.1"),
+		e("tenant", "acme-42"),
+		e("message_type", "marketing", "to_number", "555"),
+		e("message_type", "marketing", "region", "eu-west", "user", "bob"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{
+		"plain.remote_address",
+		"plain.remote_address_10.*",
+		"plain.tenant_acme-*",
+		"plain.message_type_marketing.to_number",
+		"plain.message_type_marketing.region_eu-*.user_bob",
+	} {
+		if ms[i].StatsKey != want {
+			t.Errorf("%d: StatsKey %q, want %q", i, ms[i].StatsKey, want)
+		}
+		if i < 4 && ms[i].StatsKey != ms[i].Rule.FullKey {
+			t.Errorf("%d: StatsKey %q, FullKey %q", i, ms[i].StatsKey, ms[i].Rule.FullKey)
+		}
+	}
+}
+
+// TestAppendMatches: AppendMatches keeps what dst holds, reuses its capacity, and
+// returns dst unchanged on error.
+func TestAppendMatches(t *testing.T) {
+	d := loadDomain(t, `
+domain: a
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 1}
+`)
+	dst := make([]Match, 1, 8)
+	dst[0].Key = "kept"
+	got, err := d.AppendMatches(dst, []Descriptor{e("k", "1"), e("x", "2")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || &got[0] != &dst[0] || got[0].Key != "kept" || got[1].Status != Limited || got[2].Status != NoMatch {
+		t.Errorf("got %+v", got)
+	}
+	bad := []Descriptor{{Entries: []Entry{{"k", "v"}}, Override: &LimitOverride{RequestsPerUnit: 1}}}
+	if got, err := d.AppendMatches(dst, bad); !errors.Is(err, ErrInvalidOverride) || len(got) != 1 {
+		t.Errorf("bad override: %d matches, %v", len(got), err)
+	}
+}
+
+// TestCounterKeyFormat pins the counter key's bytes: they name the Redis keys, so a
+// change would reset every counter on upgrade.
+func TestCounterKeyFormat(t *testing.T) {
+	d := loadDomain(t, `
+domain: d/%=
+descriptors:
+  - key: a
+    descriptors:
+      - key: "b=/"
+        rate_limit: {unit: second, requests_per_unit: 1}
+`)
+	ms, err := d.Match([]Descriptor{e("a", "x/y=z%", "b=/", "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "envoy/d%2F%25%3D/a=x%2Fy%3Dz%25/b%3D%2F="; ms[0].Key != want {
+		t.Errorf("key %q, want %q", ms[0].Key, want)
+	}
+}
