@@ -4,14 +4,20 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/failover"
 	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/observe"
 )
 
 // BenchmarkShouldRateLimit measures ShouldRateLimit over a real gRPC connection on
@@ -88,4 +94,43 @@ func BenchmarkShouldRateLimitDirect(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkShouldRateLimitChain measures ShouldRateLimit without gRPC through the chain
+// `sluice serve` builds on Redis (observe with metrics and a disabled decision log ->
+// failover with inline calls -> store), with the memory store as the store so that the
+// figure is the server's and the decorators' own work.
+func BenchmarkShouldRateLimitChain(b *testing.B) {
+	store := memory.New()
+	defer store.Close()
+	reg := prometheus.NewRegistry()
+	m, err := observe.NewMetrics(reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fl := failover.New(store, failover.WithInlineCalls(), failover.WithDeadline(100*time.Millisecond))
+	defer fl.Close()
+	lim := observe.New(fl, observe.WithMetrics(m), observe.WithSampling(0),
+		observe.WithLogger(slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))))
+	s, err := New(Options{Limiter: lim, Config: loadConfig(b, "edge.yaml"), Registry: reg, FailureMode: config.FailOpen})
+	if err != nil {
+		b.Fatal(err)
+	}
+	reqs := make([]*rlsv3.RateLimitRequest, 1024)
+	for i := range reqs {
+		reqs[i] = &rlsv3.RateLimitRequest{Domain: "edge",
+			Descriptors: []*ratelimitDescriptor{desc("api", fmt.Sprint(i))}}
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // as gRPC's, from grpc-timeout
+			if _, err := s.ShouldRateLimit(ctx, reqs[i%len(reqs)]); err != nil {
+				b.Fatal(err)
+			}
+			cancel()
+			i++
+		}
+	})
 }
