@@ -428,7 +428,7 @@ func (s *Server) items(ctx context.Context, cfg *config.Config, req *CheckReques
 			items := make([]item, len(descs)) // all NoMatch, as Envoy's unknown domain
 			return items, ctx, nil
 		}
-		items, err := s.domainItems(dom, descs, mults, hits)
+		items, err := s.domainItems(dom, descs, mults, hits, nil)
 		if err != nil {
 			return nil, nil, badRequest("%v", err)
 		}

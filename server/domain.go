@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -11,15 +12,26 @@ import (
 // domainItems matches the descriptors of one request against an envoyproxy/ratelimit
 // domain and returns one item per descriptor. mults[i] > 1 is descriptor i's limit
 // override unit_multiplier; hits[i] its cost. The error is about the request (an override
-// with an unknown unit or an impossible period).
-func (s *Server) domainItems(dom *config.Domain, descs []config.Descriptor, mults []uint32, hits []int64) ([]item, error) {
-	matches, err := dom.Match(descs)
+// with an unknown unit or an impossible period). With sc, the matches and the items are
+// made in its slices, which it keeps for the next request.
+func (s *Server) domainItems(dom *config.Domain, descs []config.Descriptor, mults []uint32, hits []int64, sc *scratch) ([]item, error) {
+	var matches []config.Match
+	var items []item
+	if sc != nil {
+		matches, items = sc.matches[:0], sc.items[:0]
+	}
+	matches, err := dom.AppendMatches(matches, descs)
 	if err != nil {
 		return nil, err
 	}
-	now := s.now()
-	items := make([]item, len(matches))
-	for i, m := range matches {
+	items = slices.Grow(items, len(matches))[:len(matches)]
+	clear(items)
+	if sc != nil {
+		sc.matches, sc.items = matches, items
+	}
+	var now time.Time // read once, for the first Blocked item
+	for i := range matches {
+		m := &matches[i]
 		it := &items[i]
 		it.status, it.rule, it.shadow, it.n = m.Status, m.Rule, m.Shadow, hits[i]
 		if m.Rule == nil {
@@ -48,6 +60,9 @@ func (s *Server) domainItems(dom *config.Domain, descs []config.Descriptor, mult
 			}
 			it.key, it.limit = m.Key, limit
 		case config.Blocked:
+			if now.IsZero() {
+				now = s.now()
+			}
 			reset := windowReset(now, period)
 			it.dec = sluice.Decision{
 				Limit:      sluice.Limit{Algorithm: sluice.FixedWindow, Period: period},

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"slices"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -62,27 +65,25 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if !ok {
 		// As the reference implementation: an unknown domain limits nothing.
 		s.metrics.unknownDomain.Inc()
-		resp := &rlsv3.RateLimitResponse{
-			OverallCode: rlsv3.RateLimitResponse_OK,
-			Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors)),
-		}
-		for i := range resp.Statuses {
-			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		resp, statuses := newResponse(len(req.Descriptors))
+		for _, m := range statuses {
+			m.st.Code = rlsv3.RateLimitResponse_OK
 		}
 		return resp, nil
 	}
 
-	descs := make([]config.Descriptor, len(req.Descriptors))
-	mults := make([]uint32, len(req.Descriptors))
+	sc := getScratch(req.Descriptors)
+	defer putScratch(sc)
+	descs, mults, hits := sc.descs, sc.mults, sc.hits
 	for i, d := range req.Descriptors {
 		if len(d.GetEntries()) == 0 {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
 		}
-		entries := make([]config.Entry, len(d.Entries))
-		for j, e := range d.Entries {
-			entries[j] = config.Entry{Key: e.GetKey(), Value: e.GetValue()}
+		from := len(sc.entries)
+		for _, e := range d.Entries {
+			sc.entries = append(sc.entries, config.Entry{Key: e.GetKey(), Value: e.GetValue()})
 		}
-		descs[i].Entries = entries
+		descs[i].Entries = sc.entries[from:len(sc.entries):len(sc.entries)]
 		if o := d.GetLimit(); o != nil {
 			u, err := config.ParseUnit(o.GetUnit().String())
 			if err != nil {
@@ -93,9 +94,6 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 				mults[i] = m.GetValue()
 			}
 		}
-	}
-	hits := make([]int64, len(req.Descriptors))
-	for i, d := range req.Descriptors {
 		hits[i] = int64(req.GetHitsAddend())
 		if hits[i] == 0 {
 			hits[i] = 1
@@ -109,7 +107,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			hits[i] = 0
 		}
 	}
-	items, err := s.domainItems(dom, descs, mults, hits)
+	items, err := s.domainItems(dom, descs, mults, hits, sc)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -127,15 +125,12 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		return nil, status.Error(codes.Unavailable, "rate limit store unavailable")
 	}
 
-	resp := &rlsv3.RateLimitResponse{
-		OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(items)),
-	}
+	resp, statuses := newResponse(len(items))
 	if !allowed && !s.shadowMode {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	for i := range items {
-		resp.Statuses[i] = descriptorStatus(&items[i])
+		descriptorStatus(&items[i], statuses[i])
 		s.metrics.descriptor(dom.Name, &items[i])
 	}
 	ra := time.Duration(0)
@@ -143,12 +138,14 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		ra = retryAfter(items)
 	}
 	if p, l, retry := rateLimitHeaders(items, ra); p != "" || retry != "" {
-		h := make([]*corev3.HeaderValue, 0, 3)
+		hb := &headerBlock{}
+		h := hb.ptrs[:0]
 		if p != "" {
-			h = append(h, &corev3.HeaderValue{Key: "RateLimit-Policy", Value: p}, &corev3.HeaderValue{Key: "RateLimit", Value: l})
+			h = hb.add(h, "RateLimit-Policy", p)
+			h = hb.add(h, "RateLimit", l)
 		}
 		if retry != "" {
-			h = append(h, &corev3.HeaderValue{Key: "Retry-After", Value: retry})
+			h = hb.add(h, "Retry-After", retry)
 		}
 		resp.ResponseHeadersToAdd = h
 	}
@@ -158,7 +155,119 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	return resp, nil
 }
 
-// descriptorStatus is one descriptor's answer, as the reference implementation fills it:
+// scratch holds the slices one ShouldRateLimit call works with, reused across calls
+// through scratchPool. Nothing in it outlives the call: the answer is made of its own
+// messages, and the strings it copies are never modified.
+type scratch struct {
+	descs   []config.Descriptor
+	entries []config.Entry
+	mults   []uint32
+	hits    []int64
+	matches []config.Match
+	items   []item
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// maxPooledScratch bounds the descriptors and entries of a scratch kept for reuse, so
+// that one huge request does not pin its memory in the pool.
+const maxPooledScratch = 64
+
+// getScratch returns a scratch with descs, mults and hits of len(descs) zero elements
+// and no entries.
+func getScratch(descs []*ratelimitv3.RateLimitDescriptor) *scratch {
+	sc := scratchPool.Get().(*scratch)
+	n, entries := len(descs), 0
+	for _, d := range descs {
+		entries += len(d.GetEntries())
+	}
+	sc.descs = slices.Grow(sc.descs[:0], n)[:n]
+	sc.mults = slices.Grow(sc.mults[:0], n)[:n]
+	sc.hits = slices.Grow(sc.hits[:0], n)[:n]
+	sc.entries = slices.Grow(sc.entries[:0], entries)
+	clear(sc.descs)
+	clear(sc.mults)
+	return sc
+}
+
+func putScratch(sc *scratch) {
+	if cap(sc.descs) > maxPooledScratch || cap(sc.entries) > maxPooledScratch ||
+		cap(sc.matches) > maxPooledScratch || cap(sc.items) > maxPooledScratch {
+		return
+	}
+	// Drop the references to the request's strings and the decisions' rules.
+	clear(sc.descs)
+	clear(sc.entries[:cap(sc.entries)])
+	clear(sc.matches[:cap(sc.matches)])
+	clear(sc.items[:cap(sc.items)])
+	scratchPool.Put(sc)
+}
+
+// response is an answer with one descriptor, allocated at once: the messages point into
+// it.
+type response struct {
+	resp   rlsv3.RateLimitResponse
+	ptr    [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	status rlsv3.RateLimitResponse_DescriptorStatus
+	limit  rlsv3.RateLimitResponse_RateLimit
+	reset  durationpb.Duration
+}
+
+// statusBlock is a descriptor status with the messages it may point to, for answers
+// with several descriptors.
+type statusBlock struct {
+	status rlsv3.RateLimitResponse_DescriptorStatus
+	limit  rlsv3.RateLimitResponse_RateLimit
+	reset  durationpb.Duration
+}
+
+// statusMem is a descriptor status to fill, with room for its current_limit and
+// duration_until_reset.
+type statusMem struct {
+	st    *rlsv3.RateLimitResponse_DescriptorStatus
+	limit *rlsv3.RateLimitResponse_RateLimit
+	reset *durationpb.Duration
+}
+
+// newResponse returns an OK answer with n descriptor statuses, and the statuses to
+// fill, in one allocation for one descriptor and three for several.
+func newResponse(n int) (*rlsv3.RateLimitResponse, []statusMem) {
+	if n == 1 {
+		r := &response{}
+		r.ptr[0] = &r.status
+		r.resp.OverallCode, r.resp.Statuses = rlsv3.RateLimitResponse_OK, r.ptr[:]
+		return &r.resp, []statusMem{{&r.status, &r.limit, &r.reset}}
+	}
+	blocks := make([]statusBlock, n)
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
+	}
+	mem := make([]statusMem, n)
+	for i := range blocks {
+		b := &blocks[i]
+		resp.Statuses[i] = &b.status
+		mem[i] = statusMem{&b.status, &b.limit, &b.reset}
+	}
+	return resp, mem
+}
+
+// headerBlock holds the (at most three) response headers of one answer in one
+// allocation.
+type headerBlock struct {
+	ptrs [3]*corev3.HeaderValue
+	vals [3]corev3.HeaderValue
+}
+
+// add appends a header to h, a slice of b.ptrs.
+func (b *headerBlock) add(h []*corev3.HeaderValue, key, value string) []*corev3.HeaderValue {
+	v := &b.vals[len(h)]
+	v.Key, v.Value = key, value
+	return append(h, v)
+}
+
+// descriptorStatus fills one descriptor's answer, as the reference implementation fills
+// it:
 //
 //   - no rule, or a replaced rule: OK, no current_limit, limit_remaining 0;
 //   - unlimited: OK, no current_limit, limit_remaining 4294967295;
@@ -167,21 +276,21 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 //   - otherwise the decision: OVER_LIMIT when over (OK in shadow mode), limit_remaining
 //     Decision.Remaining, duration_until_reset Decision.RetryAfter when over, else
 //     Decision.ResetAfter.
-func descriptorStatus(it *item) *rlsv3.RateLimitResponse_DescriptorStatus {
-	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+func descriptorStatus(it *item, m statusMem) {
+	st := m.st
+	st.Code = rlsv3.RateLimitResponse_OK
 	switch it.status {
 	case config.NoMatch, config.Replaced:
-		return st
+		return
 	case config.Unlimited:
 		st.LimitRemaining = math.MaxUint32
-		return st
+		return
 	}
 	r := it.rule
-	st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
-		Name:            r.Name,
-		RequestsPerUnit: r.RequestsPerUnit,
-		Unit:            unitProto(r.Unit),
-	}
+	st.CurrentLimit = m.limit
+	st.CurrentLimit.Name = r.Name
+	st.CurrentLimit.RequestsPerUnit = r.RequestsPerUnit
+	st.CurrentLimit.Unit = unitProto(r.Unit)
 	if it.unitMultiplier > 1 {
 		st.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(it.unitMultiplier)
 	}
@@ -195,18 +304,17 @@ func descriptorStatus(it *item) *rlsv3.RateLimitResponse_DescriptorStatus {
 		if over && it.dec.RetryAfter > 0 {
 			d = it.dec.RetryAfter
 		}
-		st.DurationUntilReset = durationpb.New(d)
+		// durationpb.New, into the answer's own memory.
+		m.reset.Seconds, m.reset.Nanos = int64(d/time.Second), int32(d%time.Second)
+		st.DurationUntilReset = m.reset
 	}
-	return st
 }
 
 // closedResponse is the answer when the store is down and the failure mode is closed:
 // every limited descriptor over the limit.
 func (s *Server) closedResponse(items []item) *rlsv3.RateLimitResponse {
-	resp := &rlsv3.RateLimitResponse{
-		OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT,
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(items)),
-	}
+	resp, statuses := newResponse(len(items))
+	resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	for i := range items {
 		it := &items[i]
 		if it.status == config.Limited {
@@ -214,7 +322,7 @@ func (s *Server) closedResponse(items []item) *rlsv3.RateLimitResponse {
 			it.dec = sluice.Decision{Limit: it.limit, Path: sluice.PathClosed, RetryAfter: time.Second}
 			it.tooBig = true // over, whatever the (unknown) state
 		}
-		resp.Statuses[i] = descriptorStatus(it)
+		descriptorStatus(it, statuses[i])
 	}
 	if s.shadowMode {
 		resp.OverallCode = rlsv3.RateLimitResponse_OK

@@ -261,3 +261,34 @@ func TestShouldRateLimitGlobalShadowMode(t *testing.T) {
 		t.Fatalf("overall %v, descriptor %v; want OK overall and OVER_LIMIT for the descriptor", got.OverallCode, got.Statuses[0].Code)
 	}
 }
+
+// TestShouldRateLimitReusesNothingStale: the slices one request works with are reused by
+// the next; a request after larger ones, with an override, a multiplier, hits and a
+// blocked rule, gets exactly its own answer.
+func TestShouldRateLimitReusesNothingStale(t *testing.T) {
+	big := edgeReq(
+		withOverride(desc("remote_address", "1.1.1.1", "x", "y"), 7, typev3.RateLimitUnit_HOUR, 3),
+		withHits(desc("message_type", "marketing", "to_number", "1"), 2),
+		desc("shadow", "s"),
+		desc("remote_address", "50.0.0.5"),
+	)
+	small := edgeReq(desc("remote_address", "2.2.2.2"))
+	want := &resp{
+		OverallCode: ok, Statuses: []*status_{st(ok, cur("", 3, minute), 2, 40*time.Second)},
+		ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"edge.remote_address";q=3;w=60`, "RateLimit", `"edge.remote_address";r=2;t=40`),
+	}
+	r, _ := newServer(t, stores[0], loadConfig(t, "edge.yaml"), Options{})
+	ctx := context.Background()
+	for range 3 {
+		if _, err := r.srv.ShouldRateLimit(ctx, big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := r.srv.ShouldRateLimit(ctx, small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(got, want) {
+		t.Errorf("after larger requests:\n%v\nwant\n%v", prototext.Format(got), prototext.Format(want))
+	}
+}

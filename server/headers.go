@@ -2,7 +2,6 @@ package server
 
 import (
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/config"
@@ -17,9 +16,10 @@ import (
 // Items the store did not decide (no limit, unlimited, replaced) are not listed; a
 // requests_per_unit 0 rule is listed with q=0.
 func rateLimitHeaders(items []item, ra time.Duration) (policy, limit, retry string) {
-	var pb, lb strings.Builder
-	pb.Grow(64 * len(items))
-	lb.Grow(64 * len(items))
+	// Both fields are built in one buffer (on the stack for a few limits) and cut out of
+	// one string: one allocation for the two.
+	var pbuf, lbuf [128]byte
+	pb, lb := pbuf[:0], lbuf[:0]
 	raSec := ceilSeconds(ra)
 	for i := range items {
 		it := &items[i]
@@ -42,54 +42,55 @@ func rateLimitHeaders(items []item, ra time.Duration) (policy, limit, retry stri
 		if raSec > 0 {
 			t = min(t, raSec)
 		}
-		if pb.Len() > 0 {
-			pb.WriteString(", ")
-			lb.WriteString(", ")
+		if len(pb) > 0 {
+			pb = append(pb, ", "...)
+			lb = append(lb, ", "...)
 		}
-		sfString(&pb, it.name)
-		pb.WriteString(";q=")
-		pb.WriteString(strconv.FormatInt(min(q, maxSFInteger), 10))
-		pb.WriteString(";w=")
-		pb.WriteString(strconv.FormatInt(w, 10))
-		sfString(&lb, it.name)
-		lb.WriteString(";r=")
-		lb.WriteString(strconv.FormatInt(min(r, maxSFInteger), 10))
-		lb.WriteString(";t=")
-		lb.WriteString(strconv.FormatInt(t, 10))
+		pb = appendSFString(pb, it.name)
+		pb = append(pb, ";q="...)
+		pb = strconv.AppendInt(pb, min(q, maxSFInteger), 10)
+		pb = append(pb, ";w="...)
+		pb = strconv.AppendInt(pb, w, 10)
+		lb = appendSFString(lb, it.name)
+		lb = append(lb, ";r="...)
+		lb = strconv.AppendInt(lb, min(r, maxSFInteger), 10)
+		lb = append(lb, ";t="...)
+		lb = strconv.AppendInt(lb, t, 10)
 	}
 	if raSec > 0 {
 		retry = strconv.FormatInt(raSec, 10)
 	}
-	return pb.String(), lb.String(), retry
+	if len(pb) == 0 {
+		return "", "", retry
+	}
+	both := string(append(pb, lb...))
+	return both[:len(pb)], both[len(pb):], retry
 }
 
 // maxSFInteger is the largest Integer RFC 9651 can carry.
 const maxSFInteger = 999_999_999_999_999
 
-// sfString writes s as an RFC 9651 String: quoted, with '"' and '\' escaped. Bytes a
-// String cannot hold (outside printable ASCII) are written as %XX, so any descriptor
-// value gives a valid field.
-func sfString(b *strings.Builder, s string) {
-	b.WriteByte('"')
+// appendSFString appends s as an RFC 9651 String: quoted, with '"' and '\' escaped.
+// Bytes a String cannot hold (outside printable ASCII) are written as %XX, so any
+// descriptor value gives a valid field.
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
 	from := 0 // s[from:i] is plain and not yet written
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if c >= 0x20 && c <= 0x7e && c != '"' && c != '\\' {
 			continue
 		}
-		b.WriteString(s[from:i])
+		b = append(b, s[from:i]...)
 		from = i + 1
 		if c == '"' || c == '\\' {
-			b.WriteByte('\\')
-			b.WriteByte(c)
+			b = append(b, '\\', c)
 			continue
 		}
-		b.WriteByte('%')
-		b.WriteByte("0123456789ABCDEF"[c>>4])
-		b.WriteByte("0123456789ABCDEF"[c&15])
+		b = append(b, '%', "0123456789ABCDEF"[c>>4], "0123456789ABCDEF"[c&15])
 	}
-	b.WriteString(s[from:])
-	b.WriteByte('"')
+	b = append(b, s[from:]...)
+	return append(b, '"')
 }
 
 // ceilSeconds rounds d up to whole seconds; d <= 0 gives 0.

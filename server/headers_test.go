@@ -1,7 +1,6 @@
 package server
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/dunglas/httpsfv"
@@ -17,11 +16,10 @@ func TestSFString(t *testing.T) {
 		{"tab\there\n", "tab%09here%0A"},
 		{"", ""},
 	} {
-		var b strings.Builder
-		sfString(&b, tc.in)
-		it, err := httpsfv.UnmarshalItem([]string{b.String()})
+		b := string(appendSFString(nil, tc.in))
+		it, err := httpsfv.UnmarshalItem([]string{b})
 		if err != nil {
-			t.Fatalf("%q -> %s: %v", tc.in, b.String(), err)
+			t.Fatalf("%q -> %s: %v", tc.in, b, err)
 		}
 		if got := it.Value.(string); got != tc.want {
 			t.Errorf("%q -> %q, want %q", tc.in, got, tc.want)
