@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,10 +47,15 @@ type Metrics struct {
 	evicted      prometheus.Counter
 	evictErrors  prometheus.Counter
 
-	// children caches the per-decision series by label values, so that recording a
-	// decision hashes and validates no labels (WithLabelValues did both on every call,
-	// about 4% of the service's CPU under load).
-	children sync.Map // decisionLabels -> prometheus.Counter, policy string -> prometheus.Observer
+	// policies caches the per-decision series of each policy (*policyMetrics), so that
+	// recording a decision hashes and validates no labels (WithLabelValues did both on
+	// every call, about 4% of the service's CPU under load).
+	policies sync.Map // policy string -> *policyMetrics
+	// breakerStates are the breaker_state series by state; breakerMu serializes their
+	// updates and breakerNow is the state they show.
+	breakerStates []prometheus.Gauge
+	breakerMu     sync.Mutex
+	breakerNow    atomic.Int32
 
 	logger *slog.Logger
 
@@ -166,6 +172,10 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, err
 			return nil, fmt.Errorf("observe: register metrics: %w", err)
 		}
 	}
+	for _, st := range failover.BreakerStates() {
+		m.breakerStates = append(m.breakerStates, m.breaker.WithLabelValues(st.String()))
+	}
+	m.breakerNow.Store(-1)
 	m.setBreaker(failover.BreakerClosed)
 	if m.evictFn != nil {
 		if m.evictEvery <= 0 {
@@ -233,52 +243,82 @@ func (m *Metrics) PollEvictedKeys(ctx context.Context) error {
 	return nil
 }
 
+// setBreaker makes the breaker_state series show s. The series change only when s
+// differs from what they show.
 func (m *Metrics) setBreaker(s failover.BreakerState) {
-	for _, st := range failover.BreakerStates() {
+	if m.breakerNow.Load() == int32(s) {
+		return
+	}
+	m.breakerMu.Lock()
+	defer m.breakerMu.Unlock()
+	for i, g := range m.breakerStates {
 		v := 0.0
-		if st == s {
+		if failover.BreakerState(i) == s {
 			v = 1
 		}
-		m.breaker.WithLabelValues(st.String()).Set(v)
+		g.Set(v)
 	}
+	m.breakerNow.Store(int32(s))
 }
 
-// record adds one decision to the metrics.
-type decisionLabels struct{ policy, result, path string }
+// The result label values of sluice_decisions_total, by index.
+const (
+	resultAllowed = iota
+	resultDenied
+	resultError
+	numResults
+)
 
-func (m *Metrics) decision(policy, result, path string) prometheus.Counter {
-	k := decisionLabels{policy, result, path}
-	if c, ok := m.children.Load(k); ok {
-		return c.(prometheus.Counter)
+var resultNames = [numResults]string{"allowed", "denied", "error"}
+
+// numPaths is the number of sluice.Path values (store, open, closed, local).
+const numPaths = int(sluice.PathLocal) + 1
+
+// policyMetrics are one policy's per-decision series, each made on first use (so that
+// no series appears before it has counted something).
+type policyMetrics struct {
+	decisions [numResults][numPaths]atomic.Pointer[prometheus.Counter]
+	latency   prometheus.Observer
+}
+
+func (m *Metrics) policy(name string) *policyMetrics {
+	if p, ok := m.policies.Load(name); ok {
+		return p.(*policyMetrics)
 	}
-	c := m.decisions.WithLabelValues(policy, result, path)
-	m.children.Store(k, c)
+	p, _ := m.policies.LoadOrStore(name, &policyMetrics{latency: m.storeLatency.WithLabelValues(name)})
+	return p.(*policyMetrics)
+}
+
+// decision returns the sluice_decisions_total series of one policy, result and path.
+func (m *Metrics) decision(p *policyMetrics, policy string, result int, path sluice.Path) prometheus.Counter {
+	if int(path) >= numPaths {
+		return m.decisions.WithLabelValues(policy, resultNames[result], path.String())
+	}
+	slot := &p.decisions[result][path]
+	if c := slot.Load(); c != nil {
+		return *c
+	}
+	c := m.decisions.WithLabelValues(policy, resultNames[result], path.String())
+	slot.CompareAndSwap(nil, &c) // a concurrent first use made the same series
 	return c
 }
 
-func (m *Metrics) latency(policy string) prometheus.Observer {
-	if o, ok := m.children.Load(policy); ok {
-		return o.(prometheus.Observer)
-	}
-	o := m.storeLatency.WithLabelValues(policy)
-	m.children.Store(policy, o)
-	return o
-}
-
+// record adds one decision to the metrics.
 func (m *Metrics) record(policy string, d sluice.Decision, err error, kind failover.Kind, breaker *failover.BreakerState, storeLatency time.Duration, called bool) {
-	result := "allowed"
+	result := resultAllowed
 	switch {
 	case err != nil:
-		result = "error"
+		result = resultError
 	case !d.Allowed:
-		result = "denied"
+		result = resultDenied
 	}
-	m.decision(policy, result, d.Path.String()).Inc()
+	p := m.policy(policy)
+	m.decision(p, policy, result, d.Path).Inc()
 	if d.Path != sluice.PathStore {
-		m.fallbacks.WithLabelValues(policy, d.Path.String(), result).Inc()
+		m.fallbacks.WithLabelValues(policy, d.Path.String(), resultNames[result]).Inc()
 	}
 	if called {
-		m.latency(policy).Observe(storeLatency.Seconds())
+		p.latency.Observe(storeLatency.Seconds())
 	}
 	if kind.IsFailure() {
 		m.storeErrors.WithLabelValues(string(kind)).Inc()
