@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"runtime"
 	"strconv"
 	"sync"
@@ -173,19 +175,10 @@ func (s *Store) startCall() bool {
 	return true
 }
 
-// smallInts are the cost arguments for the usual small costs.
-var smallInts = func() (t [64]string) {
-	for i := range t {
-		t[i] = strconv.Itoa(i)
-	}
-	return t
-}()
-
-func itoa(n int64) string {
-	if n >= 0 && n < int64(len(smallInts)) {
-		return smallInts[n]
-	}
-	return strconv.FormatInt(n, 10)
+// appendFloat appends x as the little-endian IEEE-754 double the decision script reads
+// (decide.lua). Every value it carries is an integer below 2^53, exact as a double.
+func appendFloat(b []byte, x int64) []byte {
+	return binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(x)))
 }
 
 // exec decides batch in one script call and answers every call in it.
@@ -212,20 +205,24 @@ func (s *Store) exec(batch []*call) {
 		return
 	}
 	keys := make([]string, 0, total)
-	args := make([]string, 0, 2+len(live)+5*total)
+	reqs := make([]byte, 0, 40*total)
+	var groups []byte
+	for _, c := range live {
+		if len(c.items) > 1 {
+			groups = appendFloat(groups, int64(len(keys)+1))
+			groups = appendFloat(groups, int64(len(c.items)))
+		}
+		for _, it := range c.items {
+			keys = append(keys, it.key)
+			reqs = append(reqs, it.info.packed[:]...)
+			reqs = appendFloat(reqs, it.n)
+		}
+	}
 	now := "-"
 	if s.clock != nil {
 		now = strconv.FormatInt(s.clock().UnixMicro(), 10)
 	}
-	args = append(args, now, s.minTTL)
-	for _, c := range live {
-		args = append(args, itoa(int64(len(c.items))))
-		for _, it := range c.items {
-			keys = append(keys, it.key)
-			args = append(args, it.info.args[:]...)
-			args = append(args, itoa(it.n))
-		}
-	}
+	args := []string{now, s.minTTL, string(reqs), string(groups)}
 
 	ctx := context.Background()
 	if !forever {

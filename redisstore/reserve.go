@@ -105,7 +105,7 @@ func (s *Store) reserve(ctx context.Context, key string, limit sluice.Limit, n, 
 	args := make([]string, 0, 9)
 	args = append(args, s.scriptNow(), s.minTTL, "r")
 	args = append(args, li.args[:]...)
-	args = append(args, itoa(n), strconv.FormatInt(maxWait, 10))
+	args = append(args, strconv.FormatInt(n, 10), strconv.FormatInt(maxWait, 10))
 	vals, err := s.eval(ctx, reserveScript, []string{k}, args).AsIntSlice()
 	recv := time.Now()
 	if err == nil && len(vals) != 7 {

@@ -1,30 +1,37 @@
 -- Mirrors algo.FixedWindow (internal/algo/window.go), algo.windowStart, and algo.ExpiresAt
--- for FixedWindow.
+-- for FixedWindow, for one request (the arguments and results of gcra in gcra.lua).
 -- State: a = the start of the window counted (µs), b = the units admitted in it.
--- Returns allowed, remaining, resetAfter, retryAfter, a', b'.
 local function window_start(now, period)
   return floordiv(now, period) * period
 end
 
-local function fixed_window(a, b, now, rate, period, n)
+local function fixed_window(key, v, rate, period, burst, n, commit)
+  local a0, b0 = decode(v)
+  local a, b = a0, b0
   local c = cost(n)
   local w = window_start(now, period)
   if w > a then
     a, b = w, 0
   end
   local until_end = a + period - now
+  local ok, rem, reset, retry
   if b + c > rate then
-    return 0, rate - b, until_end, until_end, a, b
+    ok, rem, reset, retry = 0, rate - b, until_end, until_end
+  else
+    if n > 0 then
+      b = b + c
+    end
+    reset = 0
+    if b > 0 then reset = until_end end
+    ok, rem, retry = 1, rate - b, 0
   end
-  if n > 0 then
-    b = b + c
+  -- Like package memory: a key that exists takes the new state whenever it differs (the
+  -- window rolls even on a look or a denial); a key is created only by a decision that
+  -- spends. ExpiresAt: the window's end, or now when it holds nothing.
+  if commit and (a ~= a0 or b ~= b0) and (v or (ok == 1 and n > 0)) then
+    local exp = 0
+    if b > 0 then exp = a + period end
+    put(key, spack('<dd', a, b), exp)
   end
-  local reset = 0
-  if b > 0 then reset = until_end end
-  return 1, rate - b, reset, 0, a, b
-end
-
-local function fixed_window_expires(a, b, period)
-  if b == 0 then return 0 end
-  return a + period
+  return ok, rem, reset, retry
 end

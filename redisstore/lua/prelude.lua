@@ -1,6 +1,10 @@
 -- Mirrors algo.MulDiv, algo.MulDivCeil, algo.floorDiv, algo.nonNeg and algo.cost
--- (internal/algo): the integer helpers, and the state codec shared by the algorithm files
--- that follow.
+-- (internal/algo): the integer helpers; and the clock, the state codec and the state
+-- writes shared by the algorithm files that follow, which mirror the stores' read,
+-- decide, write loop around each function of internal/algo.
+--
+-- ARGV[1]: now in µs since the Unix epoch, or "-" to read Redis's clock (TIME).
+-- ARGV[2]: the minimum key TTL in ms.
 --
 -- Lua numbers are doubles. Every value below is an integer of magnitude < 2^53, where
 -- doubles are exact; sluice.Limit.Validate bounds Rate, Period and Burst·T so that this
@@ -69,23 +73,71 @@ local function cost(n)
   return n
 end
 
--- State codec: a fixed-size state (algo.State's A, B, C) is one string key holding the
--- fields it uses as decimal integers separated by spaces ("A", "A B" or "A B C").
-local sfind, ssub, sformat = string.find, string.sub, string.format
+-- now is the decision's instant (µs); minttl the minimum key TTL (ms).
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local minttl = tonumber(ARGV[2])
 
+-- State codec: a fixed-size state (algo.State's A, B, C) is one string key holding the
+-- fields it uses ("A", "A B" or "A B C") as little-endian IEEE-754 doubles, 8, 16 or 24
+-- bytes. Every field is an integer below 2^53, so the doubles are exact. Binary, not
+-- decimal text: formatting and parsing decimal numbers (sprintf and strtod inside Lua and
+-- Redis) took a third of the server's time per decision.
+local sformat, spack, sunpack = string.format, struct.pack, struct.unpack
+
+-- decode returns a state's three fields from a key's value (false when the key is
+-- absent). A value of any other length (written by something other than this store)
+-- reads as the empty state.
 local function decode(v)
-  local i = sfind(v, ' ', 1, true)
-  if not i then return tonumber(v), 0, 0 end
-  local j = sfind(v, ' ', i + 1, true)
-  if not j then return tonumber(ssub(v, 1, i - 1)), tonumber(ssub(v, i + 1)), 0 end
-  return tonumber(ssub(v, 1, i - 1)), tonumber(ssub(v, i + 1, j - 1)), tonumber(ssub(v, j + 1))
+  if not v then return 0, 0, 0 end
+  local l = #v
+  if l == 8 then
+    return (sunpack('<d', v)), 0, 0
+  elseif l == 16 then
+    local a, b = sunpack('<dd', v)
+    return a, b, 0
+  elseif l == 24 then
+    local a, b, c = sunpack('<ddd', v)
+    return a, b, c
+  end
+  return 0, 0, 0
 end
 
 -- ttlms converts the µs until a state is equivalent to empty into a key TTL in whole
 -- milliseconds, rounded up (a key never expires while its state still matters) and raised
 -- to the store's minimum.
-local function ttlms(us, minttl)
+local function ttlms(us)
   local ms = floor((us + 999) / 1000)
   if ms < minttl then ms = minttl end
   return ms
+end
+
+-- int formats an integer for a command argument. redis.call would format a Lua number
+-- with "%.17g", the slow floating-point path of printf; "%d" is the integer path.
+local function int(x)
+  return sformat('%d', x)
+end
+
+-- written[key] is the value this call last wrote to key (false: deleted), so that two
+-- requests on one key in one call see each other's spending.
+local written = {}
+
+-- put stores a key's new state val, which becomes equivalent to empty at exp
+-- (algo.ExpiresAt): SET with a TTL of ttlms(exp - now), or DEL when that is not positive.
+-- With a minimum TTL, a state equivalent to empty is kept for that long (as package
+-- memory keeps it until its sweep): a clock that steps back then still sees it.
+-- (ttlms and int are inline: this runs for every decision that spends.)
+local function put(key, val, exp)
+  local ttl = floor((exp - now + 999) / 1000)
+  if ttl < minttl then ttl = minttl end
+  if ttl > 0 then
+    redis.call('SET', key, val, 'PX', sformat('%d', ttl))
+    written[key] = val
+  else
+    redis.call('DEL', key)
+    written[key] = false
+  end
 end

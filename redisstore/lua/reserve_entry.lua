@@ -7,8 +7,7 @@
 -- decisions share one state.
 --
 -- KEYS[1]: the key's state.
--- ARGV[1]: now in µs since the Unix epoch, or "-" to read Redis's clock (TIME).
--- ARGV[2]: the minimum key TTL in ms.
+-- ARGV[1], ARGV[2]: now and the minimum TTL (prelude.lua).
 -- ARGV[3]: "r" to reserve, "c" to cancel.
 -- ARGV[4..7]: algorithm (0 GCRA, 2 LeakyBucket), rate, period (µs), burst
 --   (Limit.EffectiveBurst).
@@ -17,30 +16,20 @@
 -- Cancel: ARGV[8] at, ARGV[9..12] before a, before b, after a, after b.
 --   Returns 1 if the units were given back, 0 otherwise.
 
-local now = tonumber(ARGV[1])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local minttl = tonumber(ARGV[2])
 local op = ARGV[3]
 local alg, rate, period, burst = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local T = floor((period + rate - 1) / rate)
 local key = KEYS[1]
 
-local a, b = 0, 0
-local v = redis.call('GET', key)
-if v then a, b = decode(v) end
+local a, b = decode(redis.call('GET', key))
 
+-- store writes the new state, or deletes the key when the state is equivalent to empty
+-- (ExpiresAt, the TAT for GCRA and LCT + level for LeakyBucket, has come).
 local function store(na, nb)
-  local exp, val
-  if alg == 0 then
-    exp, val = na, sformat('%d', na)
-  else
-    exp, val = nb + na, sformat('%d %d', na, nb)
-  end
+  local val, exp = spack('<d', na), na
+  if alg ~= 0 then val, exp = spack('<dd', na, nb), nb + na end
   if exp > now then
-    redis.call('SET', key, val, 'PX', ttlms(exp - now, minttl))
+    put(key, val, exp)
   else
     redis.call('DEL', key)
   end

@@ -3,18 +3,19 @@
 -- that share the timestamp, so that equal timestamps stay distinct. The key's TTL is the
 -- time until its newest timestamp leaves the window; expired members are removed at every
 -- decision (ZREMRANGEBYSCORE), and Redis deletes the key when the last one goes.
--- Returns allowed, remaining, resetAfter, retryAfter.
-local function sliding_log(key, now, rate, P, n, commit, minttl)
+-- The arguments and results of gcra in gcra.lua; v is unused (the log is not a string).
+local function sliding_log(key, v, rate, P, burst, n, commit)
   local c = cost(n)
   -- Log.expire: drop the timestamps at or before now-Period.
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - P)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - P))
   local held = redis.call('ZCARD', key)
   local newest = 0
   if held > 0 then
-    newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+    newest = tonumber(redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')[2])
   end
   if held + c > rate then
-    local oldest = tonumber(redis.call('ZRANGE', key, held + c - rate - 1, held + c - rate - 1, 'WITHSCORES')[2])
+    local i = int(held + c - rate - 1)
+    local oldest = tonumber(redis.call('ZRANGE', key, i, i, 'WITHSCORES')[2])
     local reset = 0
     if held > 0 then reset = nonneg(newest + P - now) end
     return 0, nonneg(rate - held), reset, oldest + P - now
@@ -22,7 +23,8 @@ local function sliding_log(key, now, rate, P, n, commit, minttl)
   if n > 0 and commit then
     local t = now
     if newest > t then t = newest end
-    local j = redis.call('ZCOUNT', key, t, t)
+    local ts = int(t)
+    local j = redis.call('ZCOUNT', key, ts, ts)
     -- ZADD in chunks: unpack is bounded by Lua's C stack.
     local i = 0
     while i < c do
@@ -30,15 +32,15 @@ local function sliding_log(key, now, rate, P, n, commit, minttl)
       local last = i + 500
       if last > c then last = c end
       for k = i, last - 1 do
-        args[#args + 1] = t
-        args[#args + 1] = sformat('%d:%d', t, j + k)
+        args[#args + 1] = ts
+        args[#args + 1] = ts .. ':' .. int(j + k)
       end
       redis.call('ZADD', key, unpack(args))
       i = last
     end
     held = held + c
     newest = t
-    redis.call('PEXPIRE', key, ttlms(newest + P - now, minttl))
+    redis.call('PEXPIRE', key, int(ttlms(newest + P - now)))
   end
   local reset = 0
   if held > 0 then reset = nonneg(newest + P - now) end

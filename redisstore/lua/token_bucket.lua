@@ -1,7 +1,10 @@
--- Mirrors algo.TokenBucket (internal/algo/bucket.go), and algo.ExpiresAt for TokenBucket.
+-- Mirrors algo.TokenBucket (internal/algo/bucket.go), and algo.ExpiresAt for TokenBucket,
+-- for one request (the arguments and results of gcra in gcra.lua).
 -- State: a = credit (µs of refill), b = time of the last spend. The zero state (a key that
--- does not exist) is a full bucket. Returns allowed, remaining, resetAfter, retryAfter, a', b'.
-local function token_bucket(a, b, now, burst, T, n)
+-- does not exist) is a full bucket.
+local function token_bucket(key, v, rate, period, burst, n, commit)
+  local a, b = decode(v)
+  local T = floor((period + rate - 1) / rate)
   local c = cost(n)
   local bt = burst * T
   local credit, last = bt, now
@@ -14,16 +17,13 @@ local function token_bucket(a, b, now, burst, T, n)
   local wait = last - now
   local need = c * T
   if credit < need then
-    return 0, floor(credit / T), wait + bt - credit, wait + need - credit, a, b
+    return 0, floor(credit / T), wait + bt - credit, wait + need - credit
   end
   if n > 0 then
     credit = credit - need
-    a, b = credit, last
+    -- The state changes only when units are spent. ExpiresAt: the bucket is full again
+    -- once the missing credit has refilled after the last spend.
+    if commit then put(key, spack('<dd', credit, last), last + bt - credit) end
   end
-  return 1, floor(credit / T), wait + bt - credit, 0, a, b
-end
-
-local function token_bucket_expires(a, b, bt)
-  if a == 0 and b == 0 then return 0 end
-  return b + bt - a
+  return 1, floor(credit / T), wait + bt - credit, 0
 end
