@@ -203,6 +203,10 @@ func (s *Server) RegisterGRPC(g *grpc.Server) {
 	healthpb.RegisterHealthServer(g, s.health)
 }
 
+// grpcWindow is the gRPC server's HTTP/2 flow-control window, per stream and per
+// connection.
+const grpcWindow = 1 << 20
+
 // NewGRPCServer returns a gRPC server with the rate limit and health services registered
 // and keepalive settings suited to Envoy's long-lived connections.
 func (s *Server) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
@@ -213,6 +217,15 @@ func (s *Server) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 		// large: with 8 workers per CPU, stack growth still took 13% of the CPU under
 		// load; with 64 it is gone, and idle workers cost only their stacks.
 		grpc.NumStreamWorkers(uint32(64 * runtime.GOMAXPROCS(0))),
+		// Fixed flow-control windows. With the defaults, grpc-go sizes windows by
+		// bandwidth-delay estimation, which sends a PING each time data arrives and none is
+		// outstanding: under load, one PING (and its ACK to read) per round trip per
+		// connection, and a WINDOW_UPDATE every 16 KiB, for messages of a hundred bytes
+		// that never need a larger window. Fixed 1 MiB windows send neither (a
+		// WINDOW_UPDATE every 256 KiB): under 64 callers, 0.37 instead of 0.46 reads
+		// per ShouldRateLimit.
+		grpc.InitialWindowSize(grpcWindow),
+		grpc.InitialConnWindowSize(grpcWindow),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Minute, Timeout: 20 * time.Second}),
 	}, opts...)
