@@ -11,7 +11,9 @@
 //	loadgen -target grpc -addr 127.0.0.1:8081 -c 64 -rate 15000 -d 10s
 //
 // Each request names a random descriptor out of -keys distinct values (domain -domain,
-// entry -key=<prefix><n>), -descriptors per request.
+// entry -key=<prefix><n>), -descriptors per request. Over gRPC the callers share -conns
+// connections, each announcing Envoy's fixed 256 MiB flow-control windows (-window), so
+// that, like Envoy, the generator sends no bandwidth-delay PINGs.
 package main
 
 import (
@@ -24,6 +26,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -68,12 +71,18 @@ type Bucket struct {
 	MaxUS    int64 `json:"max_us"`
 }
 
+// envoyWindow is Envoy's default HTTP/2 flow-control window for a stream and for a
+// connection (256 MiB, both fixed).
+const envoyWindow = 256 << 20
+
 func main() {
 	var (
 		target      = flag.String("target", "grpc", "grpc (ShouldRateLimit) or http (POST /v1/check)")
 		addr        = flag.String("addr", "127.0.0.1:8081", "the server's address")
 		callers     = flag.Int("c", 64, "concurrent callers")
 		conns       = flag.Int("conns", 4, "gRPC connections the callers share")
+		window      = flag.Int("window", envoyWindow, "gRPC: the HTTP/2 stream and connection flow-control windows the generator announces, in bytes; the default is Envoy's (initial_stream_window_size and initial_connection_window_size), fixed; 0: grpc-go's, sized by bandwidth-delay PINGs, which Envoy does not send")
+		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the generator to this file")
 		duration    = flag.Duration("d", 10*time.Second, "how long to measure")
 		warmup      = flag.Duration("warmup", 2*time.Second, "how long to send before measuring")
 		rate        = flag.Float64("rate", 0, "pace the callers to this many requests/s in total (0: closed loop, as fast as answers come)")
@@ -97,7 +106,11 @@ func main() {
 	case "grpc":
 		clients := make([]rlsv3.RateLimitServiceClient, *conns)
 		for i := range clients {
-			conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+			if *window > 0 {
+				opts = append(opts, grpc.WithInitialWindowSize(int32(*window)), grpc.WithInitialConnWindowSize(int32(*window)))
+			}
+			conn, err := grpc.NewClient(*addr, opts...)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "loadgen:", err)
 				os.Exit(1)
@@ -166,6 +179,15 @@ func main() {
 		os.Exit(2)
 	}
 
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen:", err)
+			os.Exit(1)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 	res := runLoad(send, *callers, *rate, *warmup, *duration, *timeout, *slow, *bucket)
 	res.Target = *target
 	if *asJSON {
