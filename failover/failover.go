@@ -208,9 +208,16 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit sluice.Limit, n 
 		return sluice.Decision{}, err
 	}
 	rep := reportFrom(ctx)
-	d, err, failed := call(l, ctx, rep, true, func(ctx context.Context) (sluice.Decision, error) {
-		return l.primary.AllowN(ctx, key, limit, n)
-	})
+	var d sluice.Decision
+	var err error
+	var failed bool
+	if l.inline {
+		d, err, failed = l.allowInline(ctx, rep, key, limit, n)
+	} else {
+		d, err, failed = call(l, ctx, rep, true, func(ctx context.Context) (sluice.Decision, error) {
+			return l.primary.AllowN(ctx, key, limit, n)
+		})
+	}
 	if !failed {
 		return d, err
 	}
@@ -403,41 +410,12 @@ type result[T any] struct {
 // sharedDeadlines), which ends at most the deadline after the call started.
 func call[T any](l *Limiter, ctx context.Context, rep *Report, decision bool, f func(context.Context) (T, error)) (v T, err error, failed bool) {
 	if rep != nil {
-		rep.set = true
-		defer func() {
-			rep.Breaker = BreakerState(l.state.Load())
-			if failed {
-				rep.Cause = err
-			}
-			rep.Kind = Classify(err)
-		}()
+		defer rep.fill(l, &err, &failed)
 	}
-	if l.closed.Load() {
-		return v, fmt.Errorf("failover: %w", sluice.ErrClosed), false
+	done, probe, err, failed, ok := l.enter(rep)
+	if !ok {
+		return v, err, failed
 	}
-	done, berr := l.cb.Allow()
-	if berr != nil {
-		return v, fmt.Errorf("%w: %w", ErrBreakerOpen, berr), true
-	}
-	// Allow has made any due change (open to half-open), so the mirror is current: a call
-	// let through half-open is a probe. (If the breaker closes meanwhile, treating the
-	// call as a probe or not makes no difference to it.)
-	probe := BreakerState(l.state.Load()) == BreakerHalfOpen
-	if l.pending.Add(1) > l.maxPending {
-		l.pending.Add(-1)
-		done(ErrOverload)
-		return v, ErrOverload, true
-	}
-	l.closeMu.RLock()
-	if l.closed.Load() {
-		l.closeMu.RUnlock()
-		l.pending.Add(-1)
-		done(errExcluded)
-		return v, fmt.Errorf("failover: %w", sluice.ErrClosed), false
-	}
-	l.calls.Add(1)
-	l.closeMu.RUnlock()
-
 	start := time.Now()
 	if l.inline && !probe {
 		if decision {
@@ -447,18 +425,98 @@ func call[T any](l *Limiter, ctx context.Context, rep *Report, decision bool, f 
 			v, err = f(cctx)
 			cancel()
 		}
-		l.pending.Add(-1)
-		l.calls.Done()
-		if rep != nil {
-			rep.Called, rep.StoreLatency = true, time.Since(start)
-		}
-		brk, failed := judge(ctx, err)
-		done(brk)
-		if failed && errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("%w (%v): %w", ErrDeadline, l.deadline, err)
-		}
+		err, failed = l.leaveInline(ctx, rep, start, err, done)
 		return v, err, failed
 	}
+	return callAsync(l, ctx, rep, probe, start, done, f)
+}
+
+// allowInline is call for AllowN with WithInlineCalls, without a closure to allocate
+// (except for a probe).
+func (l *Limiter) allowInline(ctx context.Context, rep *Report, key string, limit sluice.Limit, n int64) (d sluice.Decision, err error, failed bool) {
+	if rep != nil {
+		defer rep.fill(l, &err, &failed)
+	}
+	done, probe, err, failed, ok := l.enter(rep)
+	if !ok {
+		return d, err, failed
+	}
+	start := time.Now()
+	if probe {
+		return callAsync(l, ctx, rep, probe, start, done, func(ctx context.Context) (sluice.Decision, error) {
+			return l.primary.AllowN(ctx, key, limit, n)
+		})
+	}
+	d, err = l.primary.AllowN(l.shared.context(ctx, start), key, limit, n)
+	err, failed = l.leaveInline(ctx, rep, start, err, done)
+	return d, err, failed
+}
+
+// fill records in r the outcome of a call: the breaker's state, and the error.
+func (r *Report) fill(l *Limiter, err *error, failed *bool) {
+	r.set = true
+	r.Breaker = BreakerState(l.state.Load())
+	if *failed {
+		r.Cause = *err
+	}
+	r.Kind = Classify(*err)
+}
+
+// enter lets a store call through the breaker, the pending bound and Close. When ok is
+// false, the call must not be made and err, failed are its outcome; otherwise the caller
+// calls the store and then done, l.pending.Add(-1) and l.calls.Done (leaveInline, or
+// callAsync's goroutine). probe reports a half-open breaker's probe.
+func (l *Limiter) enter(rep *Report) (done func(error), probe bool, err error, failed, ok bool) {
+	if rep != nil {
+		rep.set = true
+	}
+	if l.closed.Load() {
+		return nil, false, fmt.Errorf("failover: %w", sluice.ErrClosed), false, false
+	}
+	done, berr := l.cb.Allow()
+	if berr != nil {
+		return nil, false, fmt.Errorf("%w: %w", ErrBreakerOpen, berr), true, false
+	}
+	// Allow has made any due change (open to half-open), so the mirror is current: a call
+	// let through half-open is a probe. (If the breaker closes meanwhile, treating the
+	// call as a probe or not makes no difference to it.)
+	probe = BreakerState(l.state.Load()) == BreakerHalfOpen
+	if l.pending.Add(1) > l.maxPending {
+		l.pending.Add(-1)
+		done(ErrOverload)
+		return nil, false, ErrOverload, true, false
+	}
+	l.closeMu.RLock()
+	if l.closed.Load() {
+		l.closeMu.RUnlock()
+		l.pending.Add(-1)
+		done(errExcluded)
+		return nil, false, fmt.Errorf("failover: %w", sluice.ErrClosed), false, false
+	}
+	l.calls.Add(1)
+	l.closeMu.RUnlock()
+	return done, probe, nil, false, true
+}
+
+// leaveInline ends an inline store call that started at start and answered err: it
+// reports the call to the breaker and returns the error to return and whether the
+// failure mode must decide.
+func (l *Limiter) leaveInline(ctx context.Context, rep *Report, start time.Time, err error, done func(error)) (error, bool) {
+	l.pending.Add(-1)
+	l.calls.Done()
+	if rep != nil {
+		rep.Called, rep.StoreLatency = true, time.Since(start)
+	}
+	brk, failed := judge(ctx, err)
+	done(brk)
+	if failed && errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("%w (%v): %w", ErrDeadline, l.deadline, err)
+	}
+	return err, failed
+}
+
+// callAsync runs f, let through by enter, in a goroutine of its own (see call).
+func callAsync[T any](l *Limiter, ctx context.Context, rep *Report, probe bool, start time.Time, done func(error), f func(context.Context) (T, error)) (v T, err error, failed bool) {
 	var cctx context.Context
 	var cancel context.CancelFunc
 	var expired <-chan struct{} // closed at the deadline
