@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice"
 )
 
 type ctxKey struct{}
@@ -103,5 +105,23 @@ func TestSharedDeadlinesParent(t *testing.T) {
 	defer cancel3()
 	if got := s.context(later, now); got == later {
 		t.Error("a caller with a later deadline got its own context")
+	}
+}
+
+// TestNewReport: the Report of NewReport is the one the Limiter fills, and the context
+// keeps its parent's values.
+func TestNewReport(t *testing.T) {
+	parent := context.WithValue(context.Background(), ctxKey{}, "v")
+	ctx, rep := NewReport(parent)
+	if reportFrom(ctx) != rep || ctx.Value(ctxKey{}) != "v" {
+		t.Fatalf("reportFrom %p, want %p; value %v", reportFrom(ctx), rep, ctx.Value(ctxKey{}))
+	}
+	l := New(newFaultyStore(t), WithInlineCalls())
+	defer l.Close()
+	if _, err := l.AllowN(ctx, "k", sluice.PerSecond(1), 1); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Filled() || !rep.Called {
+		t.Errorf("report %+v", rep)
 	}
 }

@@ -40,6 +40,28 @@ func WithReport(ctx context.Context, r *Report) context.Context {
 	return context.WithValue(ctx, reportKey{}, r)
 }
 
+// NewReport returns a context asking the Limiter to fill a new Report, and the Report:
+// WithReport(ctx, new(Report)) in one allocation instead of two.
+func NewReport(ctx context.Context) (context.Context, *Report) {
+	c := &reportCtx{Context: ctx}
+	return c, &c.r
+}
+
+// reportCtx is a context carrying a Report of its own.
+type reportCtx struct {
+	context.Context
+	r Report
+}
+
+func (c *reportCtx) Value(key any) any {
+	if _, ok := key.(reportKey); ok {
+		return &c.r
+	}
+	return c.Context.Value(key)
+}
+
+func (c *reportCtx) String() string { return "failover.NewReport" }
+
 func reportFrom(ctx context.Context) *Report {
 	r, _ := ctx.Value(reportKey{}).(*Report)
 	return r

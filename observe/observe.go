@@ -184,11 +184,11 @@ func (l *Limiter) batchPolicyOf(ctx context.Context, i int) string {
 
 // AllowN implements sluice.Limiter.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
-	var rep failover.Report
+	rctx, rep := failover.NewReport(ctx)
 	start := time.Now()
-	d, err := l.inner.AllowN(failover.WithReport(ctx, &rep), key, limit, n)
+	d, err := l.inner.AllowN(rctx, key, limit, n)
 	elapsed := time.Since(start)
-	l.observe(ctx, &rep, elapsed, sluice.Request{Key: key, Limit: limit, N: n}, d, err, -1, 0)
+	l.observe(ctx, rep, elapsed, sluice.Request{Key: key, Limit: limit, N: n}, d, err, -1, 0)
 	return d, err
 }
 
@@ -201,9 +201,9 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]slui
 	if !ok {
 		return nil, &notAtomicError{inner: l.inner}
 	}
-	var rep failover.Report
+	rctx, rep := failover.NewReport(ctx)
 	start := time.Now()
-	ds, err := ml.AllowMulti(failover.WithReport(ctx, &rep), reqs)
+	ds, err := ml.AllowMulti(rctx, reqs)
 	elapsed := time.Since(start)
 	for i, r := range reqs {
 		var d sluice.Decision
@@ -212,7 +212,7 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]slui
 		} else {
 			d.Limit = r.Limit
 		}
-		l.observe(ctx, &rep, elapsed, r, d, err, i, len(reqs))
+		l.observe(ctx, rep, elapsed, r, d, err, i, len(reqs))
 	}
 	return ds, err
 }
