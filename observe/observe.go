@@ -176,7 +176,12 @@ func (l *Limiter) policyOf(ctx context.Context) string {
 
 // batchPolicyOf returns the policy of request i of a batch.
 func (l *Limiter) batchPolicyOf(ctx context.Context, i int) string {
-	if names, _ := ctx.Value(batchPoliciesKey{}).([]string); i >= 0 && i < len(names) && names[i] != "" {
+	if i < 0 {
+		// Not in a batch: no need to look for batch names (a walk up the whole context
+		// chain when there are none).
+		return l.policyOf(ctx)
+	}
+	if names, _ := ctx.Value(batchPoliciesKey{}).([]string); i < len(names) && names[i] != "" {
 		return names[i]
 	}
 	return l.policyOf(ctx)
