@@ -23,12 +23,17 @@ local run = {[0] = gcra, token_bucket, leaky_bucket, fixed_window, sliding_windo
 -- Every state is read at once with MGET (SlidingLog keys, sorted sets, read as false and
 -- are read by sliding_log itself). unpack is bounded by Lua's C stack: chunks of 1000.
 local nkeys = #KEYS
-local vals = {}
-for i = 1, nkeys, 1000 do
-  local last = i + 999
-  if last > nkeys then last = nkeys end
-  local got = redis.call('MGET', unpack(KEYS, i, last))
-  for j = i, last do vals[j] = got[j - i + 1] end
+local vals
+if nkeys <= 1000 then
+  vals = redis.call('MGET', unpack(KEYS))
+else
+  vals = {}
+  for i = 1, nkeys, 1000 do
+    local last = i + 999
+    if last > nkeys then last = nkeys end
+    local got = redis.call('MGET', unpack(KEYS, i, last))
+    for j = i, last do vals[j] = got[j - i + 1] end
+  end
 end
 
 local reqs, groups = ARGV[3], ARGV[4]

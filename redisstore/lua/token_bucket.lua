@@ -1,17 +1,19 @@
 -- Mirrors algo.TokenBucket (internal/algo/bucket.go), and algo.ExpiresAt for TokenBucket,
 -- for one request (the arguments and results of gcra in gcra.lua).
 -- State: a = credit (µs of refill), b = time of the last spend. The zero state (a key that
--- does not exist) is a full bucket.
+-- does not exist) is a full bucket. algo.cost and algo.nonNeg are inline (see gcra.lua).
 local function token_bucket(key, v, rate, period, burst, n, commit)
   local a, b = decode(v)
   local T = floor((period + rate - 1) / rate)
-  local c = cost(n)
+  local c = n
+  if c == 0 then c = 1 end
   local bt = burst * T
   local credit, last = bt, now
   if a ~= 0 or b ~= 0 then
     last = b
     if last < now then last = now end
-    credit = a + nonneg(now - b)
+    credit = a
+    if now > b then credit = a + now - b end
     if credit > bt then credit = bt end
   end
   local wait = last - now
