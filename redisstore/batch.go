@@ -7,6 +7,7 @@ import (
 	"math"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -181,6 +182,18 @@ func appendFloat(b []byte, x int64) []byte {
 	return binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(x)))
 }
 
+// putFloat writes x into f as appendFloat does, and returns it as a slice.
+func putFloat(f *[8]byte, x int64) []byte {
+	binary.LittleEndian.PutUint64(f[:], math.Float64bits(float64(x)))
+	return f[:]
+}
+
+// readFloat reads the little-endian double at the start of b, an integer the decision
+// script wrote.
+func readFloat(b []byte) int64 {
+	return int64(math.Float64frombits(binary.LittleEndian.Uint64(b)))
+}
+
 // exec decides batch in one script call and answers every call in it.
 func (s *Store) exec(batch []*call) {
 	live := batch[:0]
@@ -205,24 +218,26 @@ func (s *Store) exec(batch []*call) {
 		return
 	}
 	keys := make([]string, 0, total)
-	reqs := make([]byte, 0, 40*total)
-	var groups []byte
+	// The requests are written into a strings.Builder, whose String does not copy.
+	var reqs, groups strings.Builder
+	reqs.Grow(40 * total)
+	var f [8]byte
 	for _, c := range live {
 		if len(c.items) > 1 {
-			groups = appendFloat(groups, int64(len(keys)+1))
-			groups = appendFloat(groups, int64(len(c.items)))
+			groups.Write(putFloat(&f, int64(len(keys)+1)))
+			groups.Write(putFloat(&f, int64(len(c.items))))
 		}
 		for _, it := range c.items {
 			keys = append(keys, it.key)
-			reqs = append(reqs, it.info.packed[:]...)
-			reqs = appendFloat(reqs, it.n)
+			reqs.Write(it.info.packed[:])
+			reqs.Write(putFloat(&f, it.n))
 		}
 	}
 	now := "-"
 	if s.clock != nil {
 		now = strconv.FormatInt(s.clock().UnixMicro(), 10)
 	}
-	args := []string{now, s.minTTL, string(reqs), string(groups)}
+	args := []string{now, s.minTTL, reqs.String(), groups.String()}
 
 	ctx := context.Background()
 	if !forever {
@@ -230,26 +245,25 @@ func (s *Store) exec(batch []*call) {
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
-	vals, err := s.evalDecide(ctx, keys, args).AsIntSlice()
-	if err == nil && len(vals) != 4*total {
-		err = errorf("script returned %d values for %d requests", len(vals), total)
+	vals, err := s.evalDecide(ctx, keys, args).AsBytes()
+	if err == nil && len(vals) != 32*total {
+		err = errorf("script returned %d bytes for %d requests, want %d", len(vals), total, 32*total)
 	}
 	if err != nil {
 		err = wrap("decide", err)
 	}
-	v := 0
 	for _, c := range live {
 		if err != nil {
 			c.err = err
 		} else {
 			for i := range c.res {
 				c.res[i] = algo.Result{
-					Allowed:    vals[v] == 1,
-					Remaining:  vals[v+1],
-					ResetAfter: vals[v+2],
-					RetryAfter: vals[v+3],
+					Allowed:    readFloat(vals) == 1,
+					Remaining:  readFloat(vals[8:]),
+					ResetAfter: readFloat(vals[16:]),
+					RetryAfter: readFloat(vals[24:]),
 				}
-				v += 4
+				vals = vals[32:]
 			}
 		}
 		c.done <- struct{}{}
