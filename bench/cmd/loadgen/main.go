@@ -13,7 +13,8 @@
 // Each request names a random descriptor out of -keys distinct values (domain -domain,
 // entry -key=<prefix><n>), -descriptors per request. Over gRPC the callers share -conns
 // connections, each announcing Envoy's fixed 256 MiB flow-control windows (-window), so
-// that, like Envoy, the generator sends no bandwidth-delay PINGs.
+// that, like Envoy, the generator sends no bandwidth-delay PINGs. It runs on one P
+// (-procs) unless told otherwise, to leave the server as much of the machine as it can.
 package main
 
 import (
@@ -26,6 +27,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"slices"
@@ -84,6 +86,7 @@ func main() {
 		conns       = flag.Int("conns", 4, "gRPC connections the callers share")
 		window      = flag.Int("window", envoyWindow, "gRPC: the HTTP/2 stream and connection flow-control windows the generator announces, in bytes; the default is Envoy's (initial_stream_window_size and initial_connection_window_size), fixed; 0: grpc-go's, sized by bandwidth-delay PINGs, which Envoy does not send")
 		cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the generator to this file")
+		procs       = flag.Int("procs", 1, "GOMAXPROCS of the generator (0: Go's default, one per core); ignored when $GOMAXPROCS is set")
 		duration    = flag.Duration("d", 10*time.Second, "how long to measure")
 		warmup      = flag.Duration("warmup", 2*time.Second, "how long to send before measuring")
 		rate        = flag.Float64("rate", 0, "pace the callers to this many requests/s in total (0: closed loop, as fast as answers come)")
@@ -180,6 +183,13 @@ func main() {
 		os.Exit(2)
 	}
 
+	if *procs > 0 && os.Getenv("GOMAXPROCS") == "" {
+		// The generator shares the machine with the server (and Redis). On one P its
+		// goroutines hand off to each other on one thread; on two, every hand-off may
+		// wake the other thread (a futex call) and idle threads spin looking for work:
+		// about a sixth more CPU per request on two cores, taken from the server.
+		runtime.GOMAXPROCS(*procs)
+	}
 	if os.Getenv("GOGC") == "" {
 		// The generator's live heap is a few MB (the latencies, which hold no pointers):
 		// collect less often, so that it takes less of the CPU it shares with the server.
