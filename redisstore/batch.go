@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
 )
@@ -63,8 +65,8 @@ func (c *call) keyBytes() int {
 }
 
 // submit queues c on its server's batcher and waits for the answer or for ctx to end.
-func (s *Store) submit(ctx context.Context, c *call) error {
-	s.batcherFor(c.items[0].key).enqueue(c)
+func (s *Store) submit(ctx context.Context, cn *conn, c *call) error {
+	cn.batcherFor(s, c.items[0].key).enqueue(c)
 	select {
 	case <-c.done:
 		if err := c.err; err != nil {
@@ -78,15 +80,15 @@ func (s *Store) submit(ctx context.Context, c *call) error {
 	}
 }
 
-func (s *Store) batcherFor(key string) *batcher {
-	if !s.cluster {
-		return s.single
+func (cn *conn) batcherFor(s *Store, key string) *batcher {
+	if !cn.cluster {
+		return cn.single
 	}
-	p := &s.slots[slot(key)]
+	p := &cn.slots[slot(key)]
 	if b := p.Load(); b != nil {
 		return b
 	}
-	p.CompareAndSwap(nil, newBatcher(s, s.conc))
+	p.CompareAndSwap(nil, newBatcher(s, cn, s.conc))
 	return p.Load()
 }
 
@@ -95,6 +97,7 @@ func (s *Store) batcherFor(key string) *batcher {
 // everything queued, up to the batch size.
 type batcher struct {
 	s   *Store
+	cn  *conn
 	max int
 
 	mu      sync.Mutex
@@ -102,7 +105,7 @@ type batcher struct {
 	running int
 }
 
-func newBatcher(s *Store, max int) *batcher { return &batcher{s: s, max: max} }
+func newBatcher(s *Store, cn *conn, max int) *batcher { return &batcher{s: s, cn: cn, max: max} }
 
 func (b *batcher) enqueue(c *call) {
 	b.mu.Lock()
@@ -157,7 +160,7 @@ func (b *batcher) run() {
 			return
 		}
 		b.mu.Unlock()
-		b.s.exec(batch)
+		b.s.exec(b.cn.client, batch)
 		// The callers just answered are runnable; most will decide again at once. Let
 		// them queue before taking the next batch, or it would carry one or two
 		// decisions while the rest wait for the call after it.
@@ -195,7 +198,7 @@ func readFloat(b []byte) int64 {
 }
 
 // exec decides batch in one script call and answers every call in it.
-func (s *Store) exec(batch []*call) {
+func (s *Store) exec(client rueidis.Client, batch []*call) {
 	live := batch[:0]
 	total := 0
 	var deadline time.Time
@@ -245,7 +248,7 @@ func (s *Store) exec(batch []*call) {
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
-	vals, err := s.evalDecide(ctx, keys, args).AsBytes()
+	vals, err := s.evalDecide(ctx, client, keys, args).AsBytes()
 	if err == nil && len(vals) != 32*total {
 		err = errorf("script returned %d bytes for %d requests, want %d", len(vals), total, 32*total)
 	}

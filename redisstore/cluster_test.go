@@ -79,7 +79,7 @@ func TestCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	clock := newTestClock()
 	s := open(t, clusterURL(c), clock.option(), WithMinTTL(time.Hour))
-	if !s.cluster {
+	if !s.conn.Load().cluster {
 		t.Fatal("store did not detect cluster mode")
 	}
 	mem := memory.New(clock.memoryOption(), memory.WithSweepInterval(0))

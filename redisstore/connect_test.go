@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"log/slog"
 	"math/big"
 	"net"
@@ -17,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,7 +69,7 @@ func TestOpenCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	// One seed is enough: the client discovers the other nodes.
 	s := open(t, "redis://"+c.Addrs()[1])
-	if !s.cluster {
+	if !s.conn.Load().cluster {
 		t.Fatal("cluster not detected from a single seed")
 	}
 	decideOnce(t, s)
@@ -218,5 +220,93 @@ func TestEvictedKeys(t *testing.T) {
 	after, err := s.EvictedKeys(ctx)
 	if err != nil || after <= before {
 		t.Errorf("EvictedKeys after filling 12 MiB into 4 MiB = %d, %v; want growth", after, err)
+	}
+}
+
+// TestConnectRetry: with WithConnectRetry, Open succeeds while Redis is down; decisions
+// fail at once with an error wrapping ErrNotConnected and the refused connection; once
+// Redis is up the store connects by itself and decides. Without the option Open fails.
+func TestConnectRetry(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	srv.Kill()
+
+	if s, err := Open(srv.URL()); err == nil {
+		s.Close()
+		t.Fatal("Open without WithConnectRetry succeeded with Redis down")
+	}
+
+	s, err := Open(srv.URL(), WithConnectRetry())
+	if err != nil {
+		t.Fatalf("Open with WithConnectRetry: %v", err)
+	}
+	defer s.Close()
+	if s.Client() != nil {
+		t.Error("Client() is not nil before the store connected")
+	}
+	ctx := context.Background()
+	start := time.Now()
+	_, err = s.AllowN(ctx, "k", sluice.PerSecond(5), 1)
+	if !errors.Is(err, ErrNotConnected) || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("decision while Redis is down: %v, want ErrNotConnected wrapping ECONNREFUSED", err)
+	}
+	if _, err := s.AllowMulti(ctx, []sluice.Request{{Key: "k", Limit: sluice.PerSecond(5), N: 1}}); !errors.Is(err, ErrNotConnected) {
+		t.Errorf("AllowMulti while Redis is down: %v", err)
+	}
+	if err := s.Reset(ctx, "k", sluice.PerSecond(5)); !errors.Is(err, ErrNotConnected) {
+		t.Errorf("Reset while Redis is down: %v", err)
+	}
+	if _, err := s.Reserve(ctx, "k", sluice.PerSecond(5), 1); !errors.Is(err, ErrNotConnected) {
+		t.Errorf("Reserve while Redis is down: %v", err)
+	}
+	if _, err := s.EvictedKeys(ctx); !errors.Is(err, ErrNotConnected) {
+		t.Errorf("EvictedKeys while Redis is down: %v", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("failing decisions took %v: they must not wait for Redis", d)
+	}
+
+	srv.Restart()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		d, err := s.AllowN(ctx, "k", sluice.PerSecond(5), 1)
+		if err == nil {
+			if !d.Allowed || d.Remaining != 4 {
+				t.Fatalf("first decision after connecting: %+v", d)
+			}
+			break
+		}
+		if !errors.Is(err, ErrNotConnected) {
+			t.Fatalf("decision while connecting: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the store did not connect within 15 s of Redis starting: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if s.Client() == nil {
+		t.Error("Client() is nil after connecting")
+	}
+}
+
+// TestConnectRetryCloseWhileConnecting: Close stops the connect loop at once.
+func TestConnectRetryCloseWhileConnecting(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	srv.Kill()
+	s, err := Open(srv.URL(), WithConnectRetry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // a few attempts
+	start := time.Now()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Close took %v while connecting", d)
+	}
+	if _, err := s.AllowN(context.Background(), "k", sluice.PerSecond(5), 1); !errors.Is(err, sluice.ErrClosed) {
+		t.Errorf("decision after Close: %v, want ErrClosed", err)
 	}
 }

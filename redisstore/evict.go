@@ -17,7 +17,11 @@ import (
 func (s *Store) CheckEviction(ctx context.Context) (string, error) {
 	var policy string
 	var firstErr error
-	for addr, node := range s.primaries(ctx) {
+	nodes, err := s.primaries(ctx)
+	if err != nil {
+		return "", err
+	}
+	for addr, node := range nodes {
 		kv, err := node.Do(ctx, node.B().ConfigGet().Parameter("maxmemory-policy").Build()).AsStrMap()
 		if err == nil && kv["maxmemory-policy"] == "" {
 			err = errorf("CONFIG GET maxmemory-policy on %s returned no value", addr)
@@ -49,7 +53,10 @@ func (s *Store) CheckEviction(ctx context.Context) (string, error) {
 // Its growth is the signal to watch: any growth may have reset some quotas.
 func (s *Store) EvictedKeys(ctx context.Context) (int64, error) {
 	var total int64
-	nodes := s.primaries(ctx)
+	nodes, err := s.primaries(ctx)
+	if err != nil {
+		return 0, err
+	}
 	if len(nodes) == 0 {
 		return 0, errorf("no primary answered")
 	}
@@ -73,10 +80,14 @@ func (s *Store) EvictedKeys(ctx context.Context) (int64, error) {
 
 // primaries returns the nodes that are primaries. Nodes whose role cannot be read are
 // treated as primaries so that their errors surface to the caller.
-func (s *Store) primaries(ctx context.Context) map[string]rueidis.Client {
-	nodes := s.client.Nodes()
+func (s *Store) primaries(ctx context.Context) (map[string]rueidis.Client, error) {
+	cn, err := s.connected()
+	if err != nil {
+		return nil, err
+	}
+	nodes := cn.client.Nodes()
 	if len(nodes) <= 1 {
-		return nodes
+		return nodes, nil
 	}
 	for addr, node := range nodes {
 		info, err := node.Do(ctx, node.B().Info().Section("replication").Build()).ToString()
@@ -87,7 +98,7 @@ func (s *Store) primaries(ctx context.Context) map[string]rueidis.Client {
 			delete(nodes, addr)
 		}
 	}
-	return nodes
+	return nodes, nil
 }
 
 func infoField(info, field string) (string, bool) {

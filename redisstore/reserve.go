@@ -53,8 +53,7 @@ func newScript(files ...string) script {
 }
 
 // eval runs sc with EVALSHA, healing a NOSCRIPT reply with EVAL as evalDecide does.
-func (s *Store) eval(ctx context.Context, sc script, keys, args []string) rueidis.RedisResult {
-	c := s.client
+func (s *Store) eval(ctx context.Context, c rueidis.Client, sc script, keys, args []string) rueidis.RedisResult {
 	res := c.Do(ctx, c.B().Evalsha().Sha1(sc.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 	if err, ok := rueidis.IsRedisErr(res.Error()); ok && err.IsNoScript() {
 		s.noscript.Add(1)
@@ -106,7 +105,11 @@ func (s *Store) reserve(ctx context.Context, key string, limit sluice.Limit, n, 
 	args = append(args, s.scriptNow(), s.minTTL, "r")
 	args = append(args, li.args[:]...)
 	args = append(args, strconv.FormatInt(n, 10), strconv.FormatInt(maxWait, 10))
-	vals, err := s.eval(ctx, reserveScript, []string{k}, args).AsIntSlice()
+	cn, err := s.connected()
+	if err != nil {
+		return sluice.Reservation{}, algo.Reservation{}, err
+	}
+	vals, err := s.eval(ctx, cn.client, reserveScript, []string{k}, args).AsIntSlice()
 	recv := time.Now()
 	if err == nil && len(vals) != 7 {
 		err = errorf("reserve script returned %d values, want 7", len(vals))
@@ -142,7 +145,11 @@ func (s *Store) cancel(ctx context.Context, k string, li *limitInfo, r algo.Rese
 	for _, v := range []int64{r.At, r.Before.A, r.Before.B, r.After.A, r.After.B} {
 		args = append(args, strconv.FormatInt(v, 10))
 	}
-	ok, err := s.eval(ctx, reserveScript, []string{k}, args).AsInt64()
+	cn, err := s.connected()
+	if err != nil {
+		return false, err
+	}
+	ok, err := s.eval(ctx, cn.client, reserveScript, []string{k}, args).AsInt64()
 	if err != nil {
 		return false, wrap("cancel reservation", err)
 	}

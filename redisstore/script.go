@@ -50,8 +50,7 @@ var decideScript = func() script {
 // evalDecide runs the decision script with EVALSHA. A NOSCRIPT reply (after a restart, a
 // failover or SCRIPT FLUSH) means the script did not run; it is sent again with EVAL, which
 // also loads it into the server's script cache, so the caller never sees it.
-func (s *Store) evalDecide(ctx context.Context, keys, args []string) rueidis.RedisResult {
-	c := s.client
+func (s *Store) evalDecide(ctx context.Context, c rueidis.Client, keys, args []string) rueidis.RedisResult {
 	res := c.Do(ctx, c.B().Evalsha().Sha1(decideScript.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 	if err, ok := rueidis.IsRedisErr(res.Error()); ok && err.IsNoScript() {
 		s.noscript.Add(1)
@@ -63,9 +62,9 @@ func (s *Store) evalDecide(ctx context.Context, keys, args []string) rueidis.Red
 // loadScripts loads the decision script on every node (every primary of a cluster), so
 // that the first decisions find it cached. Failures are returned but harmless: EVALSHA
 // heals a missing script.
-func (s *Store) loadScripts(ctx context.Context) error {
+func (s *Store) loadScripts(ctx context.Context, client rueidis.Client) error {
 	var first error
-	for addr, node := range s.client.Nodes() {
+	for addr, node := range client.Nodes() {
 		sha, err := node.Do(ctx, node.B().ScriptLoad().Script(decideScript.body).Build()).ToString()
 		if err == nil && sha != decideScript.sha {
 			err = errorf("SCRIPT LOAD on %s returned %s, want %s", addr, sha, decideScript.sha)

@@ -54,6 +54,11 @@
 //
 // # Connecting
 //
+// Open connects before it returns, and fails when Redis cannot be reached; with
+// WithConnectRetry it returns at once and keeps connecting in the background, decisions
+// failing fast (ErrNotConnected) until it succeeds: what a service wants when it may
+// start before its Redis. After the first connection, rueidis reconnects by itself.
+//
 // Open accepts these URL forms:
 //
 //	redis://[user:password@]host:port[/db]          standalone
@@ -106,25 +111,46 @@ import (
 // Store is a sluice.Limiter and sluice.MultiLimiter backed by Redis. It is safe for
 // concurrent use. Create it with Open or New.
 type Store struct {
-	client  rueidis.Client
-	own     bool // Close closes client
-	prefix  string
-	clock   func() time.Time
-	minTTL  string // ms, as the script argument
-	logger  *slog.Logger
-	batch   int
-	conc    int // script calls in flight per batcher
-	cluster bool
+	conn   atomic.Pointer[conn] // nil until connected (see WithConnectRetry)
+	own    bool                 // Close closes the client
+	prefix string
+	clock  func() time.Time
+	minTTL string // ms, as the script argument
+	logger *slog.Logger
+	batch  int
+	conc   int      // script calls in flight per batcher
+	limits sync.Map // sluice.Limit -> *limitInfo
 
-	single *batcher                  // standalone and Sentinel
-	slots  []atomic.Pointer[batcher] // Cluster: one per slot, made on first use
-	limits sync.Map                  // sluice.Limit -> *limitInfo
-
-	stopStart context.CancelFunc // ends the start-up script load and eviction check
-	closeMu   sync.RWMutex       // excludes Close from startCall
+	dialErr   atomic.Pointer[error] // the last failed connection attempt, while there is no conn
+	stop      context.Context       // ends when Close starts: the start-up work and connect loop stop
+	stopStart context.CancelFunc
+	closeMu   sync.RWMutex // excludes Close from startCall and from attaching a connection
 	closed    atomic.Bool
-	inflight  sync.WaitGroup // batch goroutines and the start-up check
+	inflight  sync.WaitGroup // batch goroutines, the start-up work and the connect loop
 	noscript  atomic.Int64   // NOSCRIPT replies healed; for tests
+}
+
+// conn is a connected client and the batchers that send to it.
+type conn struct {
+	client  rueidis.Client
+	cluster bool
+	single  *batcher                  // standalone and Sentinel
+	slots   []atomic.Pointer[batcher] // Cluster: one per slot, made on first use
+}
+
+// ErrNotConnected is wrapped by the errors of decisions made before a store opened with
+// WithConnectRetry has reached Redis; the error also wraps the last connection error.
+var ErrNotConnected = errors.New("redisstore: not connected to Redis yet")
+
+// connected returns the connection, or an error wrapping ErrNotConnected.
+func (s *Store) connected() (*conn, error) {
+	if cn := s.conn.Load(); cn != nil {
+		return cn, nil
+	}
+	if p := s.dialErr.Load(); p != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotConnected, *p)
+	}
+	return nil, ErrNotConnected
 }
 
 // Option configures a Store.
@@ -137,6 +163,7 @@ type options struct {
 	logger   *slog.Logger
 	batch    int
 	inflight int
+	retry    bool
 }
 
 // WithPrefix sets the prefix of every key (default DefaultPrefix, "sluice:"). It must not
@@ -211,69 +238,143 @@ func WithConcurrency(n int) Option {
 	}
 }
 
+// WithConnectRetry makes Open succeed when Redis cannot be reached yet (it is down, or
+// starts after the application): the store keeps trying to connect in the background,
+// every 100 ms at first and backing off to every 5 s, and until it succeeds every
+// decision fails at once with an error wrapping ErrNotConnected and the last connection
+// error, so that a failover decorator applies its failure mode. A service should not exit
+// or wait because its Redis is down when it starts. Without it, Open returns the
+// connection error. A malformed URL is an error either way. New ignores it.
+func WithConnectRetry() Option {
+	return func(o *options) error {
+		o.retry = true
+		return nil
+	}
+}
+
 // Open connects to the Redis named by url (see the package doc for the URL forms) and
-// returns a Store that owns the connection: Close closes it.
+// returns a Store that owns the connection: Close closes it. See WithConnectRetry for a
+// Redis that is not reachable yet.
 func Open(url string, opts ...Option) (*Store, error) {
 	copt, err := rueidis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
 	copt.DisableCache = true
-	client, err := rueidis.NewClient(copt)
+	o, err := buildOptions(opts)
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: connect: %w", err)
-	}
-	s, err := New(client, opts...)
-	if err != nil {
-		client.Close()
 		return nil, err
 	}
+	client, err := rueidis.NewClient(copt)
+	if err != nil && !o.retry {
+		return nil, fmt.Errorf("redisstore: connect: %w", err)
+	}
+	s := newStore(o)
 	s.own = true
+	if err == nil {
+		s.attach(client)
+		return s, nil
+	}
+	err = fmt.Errorf("redisstore: connect: %w", err)
+	s.dialErr.Store(&err)
+	s.logger.Warn("redisstore: Redis is not reachable; decisions fail until it is, retrying in the background", "error", err)
+	s.inflight.Add(1)
+	go s.connectLoop(copt)
 	return s, nil
+}
+
+// connectLoop tries to connect until it succeeds or Close starts.
+func (s *Store) connectLoop(copt rueidis.ClientOption) {
+	defer s.inflight.Done()
+	wait := 100 * time.Millisecond
+	for {
+		select {
+		case <-s.stop.Done():
+			return
+		case <-time.After(wait):
+		}
+		client, err := rueidis.NewClient(copt)
+		if err == nil {
+			s.closeMu.RLock()
+			defer s.closeMu.RUnlock()
+			if s.closed.Load() {
+				client.Close()
+				return
+			}
+			s.attach(client)
+			s.logger.Info("redisstore: connected to Redis")
+			return
+		}
+		err = fmt.Errorf("redisstore: connect: %w", err)
+		s.dialErr.Store(&err)
+		if wait = 2 * wait; wait > 5*time.Second {
+			wait = 5 * time.Second
+		}
+	}
 }
 
 // New returns a Store using client, which the caller keeps owning (Close leaves it open).
 // It loads the script and checks the eviction policy in the background, so it does not
 // fail or wait when Redis is unreachable; decisions then fail until it is back.
 func New(client rueidis.Client, opts ...Option) (*Store, error) {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	s := newStore(o)
+	s.attach(client)
+	return s, nil
+}
+
+func buildOptions(opts []Option) (options, error) {
 	o := options{prefix: DefaultPrefix, batch: 128, inflight: 2}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
-			return nil, err
+			return o, err
 		}
 	}
 	if o.logger == nil {
 		o.logger = slog.Default()
 	}
+	return o, nil
+}
+
+func newStore(o options) *Store {
 	s := &Store{
-		client:  client,
-		prefix:  o.prefix,
-		clock:   o.clock,
-		minTTL:  strconv.FormatInt(o.minTTL.Milliseconds(), 10),
-		logger:  o.logger,
-		batch:   o.batch,
-		conc:    o.inflight,
-		cluster: client.Mode() == rueidis.ClientModeCluster,
+		prefix: o.prefix,
+		clock:  o.clock,
+		minTTL: strconv.FormatInt(o.minTTL.Milliseconds(), 10),
+		logger: o.logger,
+		batch:  o.batch,
+		conc:   o.inflight,
 	}
-	if s.cluster {
-		s.slots = make([]atomic.Pointer[batcher], 16384)
+	s.stop, s.stopStart = context.WithCancel(context.Background())
+	return s
+}
+
+// attach makes client the store's connection, and loads the script and checks the
+// eviction policy in the background.
+func (s *Store) attach(client rueidis.Client) {
+	cn := &conn{client: client, cluster: client.Mode() == rueidis.ClientModeCluster}
+	if cn.cluster {
+		cn.slots = make([]atomic.Pointer[batcher], 16384)
 	} else {
-		s.single = newBatcher(s, s.conc)
+		cn.single = newBatcher(s, cn, s.conc)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	s.stopStart = cancel
+	s.conn.Store(cn)
+	s.dialErr.Store(nil)
 	s.inflight.Add(1)
 	go func() {
 		defer s.inflight.Done()
+		ctx, cancel := context.WithTimeout(s.stop, 5*time.Second)
 		defer cancel()
-		if err := s.loadScripts(ctx); err != nil && !s.closed.Load() {
+		if err := s.loadScripts(ctx, client); err != nil && !s.closed.Load() {
 			s.logger.Warn("redisstore: could not preload the decision script; it will be loaded on first use", "error", err)
 		}
 		if !s.closed.Load() {
 			_, _ = s.CheckEviction(ctx)
 		}
 	}()
-	return s, nil
 }
 
 // Close stops accepting decisions, waits for the script calls in flight, and closes the
@@ -288,14 +389,20 @@ func (s *Store) Close() error {
 	}
 	s.stopStart()
 	s.inflight.Wait()
-	if s.own {
-		s.client.Close()
+	if cn := s.conn.Load(); cn != nil && s.own {
+		cn.client.Close()
 	}
 	return nil
 }
 
-// Client returns the rueidis client the store uses.
-func (s *Store) Client() rueidis.Client { return s.client }
+// Client returns the rueidis client the store uses, or nil while a store opened with
+// WithConnectRetry has not connected yet.
+func (s *Store) Client() rueidis.Client {
+	if cn := s.conn.Load(); cn != nil {
+		return cn.client
+	}
+	return nil
+}
 
 // limitInfo is what the store derives once per Limit.
 type limitInfo struct {
@@ -342,12 +449,16 @@ func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n in
 	if s.closed.Load() {
 		return sluice.Decision{}, fmt.Errorf("redisstore: %w", sluice.ErrClosed)
 	}
+	cn, err := s.connected()
+	if err != nil {
+		return sluice.Decision{}, err
+	}
 	li := s.info(limit)
 	c := getCall(ctx)
 	c.items = c.one[:1]
 	c.res = c.oneRes[:1]
 	c.items[0] = item{key: s.redisKey(key, li), info: li, n: n}
-	if err := s.submit(ctx, c); err != nil {
+	if err := s.submit(ctx, cn, c); err != nil {
 		return sluice.Decision{}, err
 	}
 	d := c.res[0].Decision(limit)
@@ -367,6 +478,10 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 		key   string
 		limit sluice.Limit
 	}
+	cn, err := s.connected()
+	if err != nil {
+		return nil, err
+	}
 	seen := make(map[ident]int, len(reqs))
 	items := make([]item, len(reqs))
 	for i, r := range reqs {
@@ -380,7 +495,7 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 		seen[id] = i
 		li := s.info(r.Limit)
 		items[i] = item{key: s.redisKey(r.Key, li), info: li, n: r.N}
-		if s.cluster && slot(items[i].key) != slot(items[0].key) {
+		if cn.cluster && slot(items[i].key) != slot(items[0].key) {
 			// The keys themselves stay out of the message: they may be identities that
 			// must not reach logs.
 			return nil, fmt.Errorf("redisstore: %w: requests 0 and %d are in different cluster slots (%d and %d)",
@@ -393,7 +508,7 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 	c := getCall(ctx)
 	c.items = items
 	c.res = make([]algo.Result, len(items))
-	if err := s.submit(ctx, c); err != nil {
+	if err := s.submit(ctx, cn, c); err != nil {
 		return nil, err
 	}
 	out := make([]sluice.Decision, len(reqs))
@@ -412,8 +527,12 @@ func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error
 	if s.closed.Load() {
 		return fmt.Errorf("redisstore: %w", sluice.ErrClosed)
 	}
+	cn, err := s.connected()
+	if err != nil {
+		return err
+	}
 	k := s.redisKey(key, s.info(limit))
-	if err := s.client.Do(ctx, s.client.B().Del().Key(k).Build()).Error(); err != nil {
+	if err := cn.client.Do(ctx, cn.client.B().Del().Key(k).Build()).Error(); err != nil {
 		return wrap("reset", err)
 	}
 	return nil
