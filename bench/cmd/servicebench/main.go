@@ -79,6 +79,7 @@ var (
 	freezeDL = flag.Duration("freeze-deadline", 5*time.Millisecond, "sluice's --deadline for the run that freezes Redis (the failover package's default)")
 	only     = flag.String("only", "", "run only this store: memory or redis")
 	prebuilt = flag.String("sluice", "", "use this sluice binary instead of building ../cmd/sluice")
+	procs    = flag.Int("sluice-procs", 0, "run sluice with GOMAXPROCS set to this (0: Go's default, one per core)")
 )
 
 func main() {
@@ -131,7 +132,11 @@ func run() error {
 	}
 
 	fmt.Printf("servicebench: %d cores, GOMAXPROCS %d, %s, load average before: %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), loadavg())
-	fmt.Printf("sluice, redis-server and loadgen on one machine, loopback; %d distinct descriptors; %v per run after 2s warm-up; Redis deadline %v (%v in the freeze run)\n\n", *keys, *dur, *deadline, *freezeDL)
+	sluiceProcs := "Go's default"
+	if *procs > 0 {
+		sluiceProcs = strconv.Itoa(*procs)
+	}
+	fmt.Printf("sluice (GOMAXPROCS %s), redis-server and loadgen (one P) on one machine, loopback; %d distinct descriptors; %v per run after 2s warm-up; Redis deadline %v (%v in the freeze run)\n\n", sluiceProcs, *keys, *dur, *deadline, *freezeDL)
 	fmt.Println("| store | API | callers | pacing | requests/s | p50 | p99 | p99.9 | max | errors | decided by the store | CPU µs/request: sluice / redis / loadgen |")
 	fmt.Println("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 
@@ -149,6 +154,9 @@ func run() error {
 			}
 			srv = exec.Command(sluiceBin, args...)
 			srv.Stderr = os.Stderr
+			if *procs > 0 {
+				srv.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(*procs))
+			}
 			if err := srv.Start(); err != nil {
 				return err
 			}
