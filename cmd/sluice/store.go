@@ -96,7 +96,10 @@ func openStore(cfg *config.Config, f storeFlags, log *slog.Logger, reg prometheu
 		inner, st.close = m, m.Close
 	} else {
 		st.kind, st.target = "redis", redact(rawURL)
-		rs, err := redisstore.Open(rawURL, redisstore.WithLogger(log))
+		// A Redis that is down when the service starts is a store failure like any other:
+		// serve starts, the failure mode answers, /readyz reports it, and the store
+		// connects in the background.
+		rs, err := redisstore.Open(rawURL, redisstore.WithLogger(log), redisstore.WithConnectRetry())
 		if err != nil {
 			return nil, fmt.Errorf("redis %s: %s", st.target, scrub(err.Error(), rawURL))
 		}
@@ -122,8 +125,12 @@ func openStore(cfg *config.Config, f storeFlags, log *slog.Logger, reg prometheu
 		fl := failover.New(rs, fopts...)
 		inner = fl
 		st.close = func() error { return errors.Join(fl.Close(), rs.Close()) }
-		client := rs.Client()
 		st.ready = func(ctx context.Context) error {
+			client := rs.Client()
+			if client == nil {
+				_, err := rs.EvictedKeys(ctx) // not connected: the error says why
+				return err
+			}
 			return client.Do(ctx, client.B().Ping().Build()).Error()
 		}
 		mopts = append(mopts, observe.WithEvictedKeys(rs.EvictedKeys, 15*time.Second))
