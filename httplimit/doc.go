@@ -61,7 +61,10 @@
 // Decision.Remaining. t is Decision.RetryAfter rounded up to whole seconds when it is
 // positive (a denied policy: r is 0 until then), else Decision.ResetAfter rounded up (the
 // time until the quota is whole again). In a refusal every t is capped at Retry-After, so
-// Retry-After never points before the end of an effective window (§6). pk, when
+// Retry-After never points before the end of an effective window (§6). A decision that
+// failed open (Decision.Path sluice.PathOpen: the store was down) is named in
+// RateLimit-Policy but left out of RateLimit and the legacy fields: its quota is
+// unknown, and r=0 would tell clients to stop while every request is allowed. pk, when
 // Policy.PartitionKey is set, is the identity "kind:id" as a Byte Sequence; for API keys
 // it holds the MAC, never the key.
 //

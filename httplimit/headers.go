@@ -135,6 +135,11 @@ func writeHeaders(h http.Header, cache *policyItems, ds []PolicyDecision, retryA
 			policies.WriteString(", ")
 		}
 		policies.WriteString(pi)
+		if d.Path == sluice.PathOpen {
+			// Failed open: the policy applies but its quota is unknown. r=0 would tell
+			// well-behaved clients to stop while every request is being allowed.
+			continue
+		}
 		t := effectiveWindow(d.Decision)
 		if retryAfter > 0 {
 			// Retry-After must not point earlier than the end of any effective window
@@ -154,13 +159,15 @@ func writeHeaders(h http.Header, cache *policyItems, ds []PolicyDecision, retryA
 			tightest, tightT = i, t
 		}
 	}
-	lv, err := httpsfv.Marshal(limits)
-	if err != nil {
-		return err
-	}
 	h.Set(HeaderRateLimitPolicy, policies.String())
-	h.Set(HeaderRateLimit, lv)
-	if legacy {
+	if len(limits) > 0 {
+		lv, err := httpsfv.Marshal(limits)
+		if err != nil {
+			return err
+		}
+		h.Set(HeaderRateLimit, lv)
+	}
+	if legacy && tightest >= 0 {
 		d := &ds[tightest]
 		q, _ := Quota(d.Limit)
 		h.Set(HeaderXRateLimitLimit, strconv.FormatInt(q, 10))

@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -177,5 +178,34 @@ func TestLegacyHeaders(t *testing.T) {
 	}
 	if got := w.Header().Get("X-RateLimit-Remaining"); got != "0" {
 		t.Errorf("denied: X-RateLimit-Remaining %q, want 0", got)
+	}
+}
+
+// openLimiter answers as a failover decorator does when its store is down and the policy
+// fails open.
+type openLimiter struct{}
+
+func (openLimiter) AllowN(_ context.Context, _ string, l sluice.Limit, _ int64) (sluice.Decision, error) {
+	return sluice.Decision{Allowed: true, Limit: l, Path: sluice.PathOpen}, nil
+}
+
+func (openLimiter) Reset(context.Context, string, sluice.Limit) error { return nil }
+
+// TestHeadersFailOpen: a decision that failed open is named in RateLimit-Policy but left
+// out of RateLimit and the legacy fields: its quota is unknown, and r=0 would tell
+// clients to stop while every request is allowed.
+func TestHeadersFailOpen(t *testing.T) {
+	cfg := Config{Limiter: openLimiter{}, LegacyHeaders: true, Policies: []Policy{{Name: "burst", Limit: sluice.PerSecond(5)}}}
+	w := do(mustNew(t, cfg).Handler(okHandler), "GET", "/", "")
+	if w.Code != 200 {
+		t.Fatalf("status %d", w.Code)
+	}
+	if got := w.Header().Get("RateLimit-Policy"); got != `"burst";q=5;w=1` {
+		t.Errorf("RateLimit-Policy %q", got)
+	}
+	for _, name := range []string{"RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"} {
+		if got := w.Header().Get(name); got != "" {
+			t.Errorf("%s = %q on a fail-open decision", name, got)
+		}
 	}
 }

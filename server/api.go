@@ -309,7 +309,9 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, req *CheckReques
 	}
 	if p, l, retry := rateLimitHeaders(items, hra); p != "" {
 		h.Set(httplimit.HeaderRateLimitPolicy, p)
-		h.Set(httplimit.HeaderRateLimit, l)
+		if l != "" {
+			h.Set(httplimit.HeaderRateLimit, l)
+		}
 		if retry != "" {
 			h.Set(httplimit.HeaderRetryAfter, retry)
 		}

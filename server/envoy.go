@@ -142,7 +142,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		h := hb.ptrs[:0]
 		if p != "" {
 			h = hb.add(h, "RateLimit-Policy", p)
-			h = hb.add(h, "RateLimit", l)
+			if l != "" {
+				h = hb.add(h, "RateLimit", l)
+			}
 		}
 		if retry != "" {
 			h = hb.add(h, "Retry-After", retry)

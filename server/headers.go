@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/httplimit"
 )
@@ -13,7 +14,9 @@ import (
 // in delay-seconds when the request is denied (ra > 0). They are the same fields the
 // httplimit middleware sends: one Item per limit, a String naming it, with q and w in the
 // policy field and r and t in the RateLimit field; t is capped at Retry-After in a refusal.
-// Items the store did not decide (no limit, unlimited, replaced) are not listed; a
+// Items the store did not decide (no limit, unlimited, replaced) are not listed, and an
+// item whose decision failed open is listed in the policy field only (its quota is
+// unknown), so limit may be empty when policy is not; a
 // requests_per_unit 0 rule is listed with q=0.
 func rateLimitHeaders(items []item, ra time.Duration) (policy, limit, retry string) {
 	// Both fields are built in one buffer (on the stack for a few limits) and cut out of
@@ -44,13 +47,20 @@ func rateLimitHeaders(items []item, ra time.Duration) (policy, limit, retry stri
 		}
 		if len(pb) > 0 {
 			pb = append(pb, ", "...)
-			lb = append(lb, ", "...)
 		}
 		pb = appendSFString(pb, it.name)
 		pb = append(pb, ";q="...)
 		pb = strconv.AppendInt(pb, min(q, maxSFInteger), 10)
 		pb = append(pb, ";w="...)
 		pb = strconv.AppendInt(pb, w, 10)
+		if it.dec.Path == sluice.PathOpen {
+			// Failed open: the policy applies but its quota is unknown. r=0 would tell
+			// well-behaved clients to stop while every request is being allowed.
+			continue
+		}
+		if len(lb) > 0 {
+			lb = append(lb, ", "...)
+		}
 		lb = appendSFString(lb, it.name)
 		lb = append(lb, ";r="...)
 		lb = strconv.AppendInt(lb, min(r, maxSFInteger), 10)

@@ -2,8 +2,12 @@ package server
 
 import (
 	"testing"
+	"time"
 
 	"github.com/dunglas/httpsfv"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
 )
 
 // TestSFString: any name gives a String that a structured-field parser reads back, with
@@ -24,5 +28,24 @@ func TestSFString(t *testing.T) {
 		if got := it.Value.(string); got != tc.want {
 			t.Errorf("%q -> %q, want %q", tc.in, got, tc.want)
 		}
+	}
+}
+
+// TestHeadersFailOpen: a limit whose decision failed open is in RateLimit-Policy but not in
+// RateLimit (its quota is unknown: r=0 would tell clients to stop while all pass).
+func TestHeadersFailOpen(t *testing.T) {
+	lim := sluice.PerSecond(10)
+	store := item{name: "a", status: config.Limited, decided: true, limit: lim,
+		dec: sluice.Decision{Allowed: true, Limit: lim, Remaining: 9, ResetAfter: time.Second}}
+	open := item{name: "b", status: config.Limited, decided: true, limit: lim,
+		dec: sluice.Decision{Allowed: true, Limit: lim, Path: sluice.PathOpen}}
+
+	p, l, _ := rateLimitHeaders([]item{open, store}, 0)
+	if p != `"b";q=10;w=1, "a";q=10;w=1` || l != `"a";r=9;t=1` {
+		t.Errorf("open then store: policy %q, limit %q", p, l)
+	}
+	p, l, _ = rateLimitHeaders([]item{open}, 0)
+	if p != `"b";q=10;w=1` || l != "" {
+		t.Errorf("open only: policy %q, limit %q", p, l)
 	}
 }
