@@ -241,6 +241,11 @@ func (w *Watcher) reload(trigger string) (bool, error) {
 	}
 	w.o.logger.Info("config: reloaded", "path", w.path, "trigger", trigger,
 		"files", len(cfg.Files), "policies", len(cfg.Policies), "domains", len(cfg.Domains), "digest", cfg.Digest[:12])
+	if old != nil && old.Store != cfg.Store {
+		// The store is opened once, at start; policies and domains change in place.
+		w.o.logger.Warn("config: the store settings changed; the running store keeps the old ones until the service restarts",
+			"path", w.path)
+	}
 	if w.o.onReload != nil {
 		w.o.onReload(cfg)
 	}

@@ -1,10 +1,13 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -375,5 +378,36 @@ func TestWatcherConcurrentReaders(t *testing.T) {
 	}
 	if w.Rejected() != 0 {
 		t.Errorf("%d rejected reloads: %v", w.Rejected(), w.LastError())
+	}
+}
+
+// TestWatcherWarnsOfStoreChanges: a reload that changes the store block is applied (its
+// policies are in force) and logs that the store keeps its settings until a restart.
+func TestWatcherWarnsOfStoreChanges(t *testing.T) {
+	dir := t.TempDir()
+	path := writeFile(t, dir, "policies.yaml", "store:\n  deadline: 5ms\n"+policyFile(1))
+	var logs bytes.Buffer
+	w, err := NewWatcher(path, WithDebounce(time.Hour), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+
+	writeFile(t, dir, "policies.yaml", "store:\n  deadline: 5ms\n"+policyFile(2))
+	if err := w.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(logs.String(), "store settings changed") {
+		t.Errorf("a reload that kept the store block warned:\n%s", logs.String())
+	}
+	writeFile(t, dir, "policies.yaml", "store:\n  deadline: 9ms\n"+policyFile(3))
+	if err := w.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if rateOf(w.Config()) != 3 || w.Config().Store.Deadline != 9*time.Millisecond {
+		t.Errorf("after the reload: rate %d, deadline %v", rateOf(w.Config()), w.Config().Store.Deadline)
+	}
+	if !strings.Contains(logs.String(), "store settings changed") {
+		t.Errorf("no warning that the store keeps its settings:\n%s", logs.String())
 	}
 }
