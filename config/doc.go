@@ -119,5 +119,8 @@
 // A Watcher (see its documentation) reloads on file changes, including editors that
 // rename over a file and ConfigMap "..data" swaps, and on demand (Reload, for SIGHUP). A
 // configuration with any error is rejected, reported and counted, and the previous one
-// stays in force. Readers get the current *Config with one atomic load.
+// stays in force. Readers get the current *Config with one atomic load. Policies, domains
+// and failure modes take effect at once; the store block (Redis URL, deadline) is read
+// when the service opens its store, at start, so a reload that changes it logs a warning
+// that the change waits for a restart.
 package config
