@@ -80,6 +80,7 @@ var (
 	only     = flag.String("only", "", "run only this store: memory or redis")
 	prebuilt = flag.String("sluice", "", "use this sluice binary instead of building ../cmd/sluice")
 	procs    = flag.Int("sluice-procs", 0, "run sluice with GOMAXPROCS set to this (0: Go's default, one per core)")
+	redisHz  = flag.Int("redis-hz", 10, "redis-server's hz (10 is Redis's default; 100 runs its periodic work, key expiry among it, in ten times smaller pieces: see bench/README.md)")
 )
 
 func main() {
@@ -121,7 +122,7 @@ func run() error {
 	}
 	redisPort := freePort()
 	redis := exec.Command(redisBin, "--port", strconv.Itoa(redisPort), "--bind", "127.0.0.1", "--save", "",
-		"--appendonly", "no", "--dir", dir)
+		"--appendonly", "no", "--dir", dir, "--hz", strconv.Itoa(*redisHz))
 	if err := redis.Start(); err != nil {
 		return err
 	}
@@ -136,7 +137,7 @@ func run() error {
 	if *procs > 0 {
 		sluiceProcs = strconv.Itoa(*procs)
 	}
-	fmt.Printf("sluice (GOMAXPROCS %s), redis-server and loadgen (one P) on one machine, loopback; %d distinct descriptors; %v per run after 2s warm-up; Redis deadline %v (%v in the freeze run)\n\n", sluiceProcs, *keys, *dur, *deadline, *freezeDL)
+	fmt.Printf("sluice (GOMAXPROCS %s), redis-server (hz %d) and loadgen (one P) on one machine, loopback; %d distinct descriptors; %v per run after 2s warm-up; Redis deadline %v (%v in the freeze run)\n\n", sluiceProcs, *redisHz, *keys, *dur, *deadline, *freezeDL)
 	fmt.Println("| store | API | callers | pacing | requests/s | p50 | p99 | p99.9 | max | errors | decided by the store | CPU µs/request: sluice / redis / loadgen |")
 	fmt.Println("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 
