@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -186,5 +187,19 @@ func TestContextCancelled(t *testing.T) {
 	}
 	if el := time.Since(start); el > time.Second {
 		t.Errorf("decision on a paused server took %v with a 50ms deadline", el)
+	}
+	// No deadline, cancelled while waiting: the decision returns at the cancellation,
+	// whether it went out on the caller's goroutine (the first one, with the batcher
+	// idle) or queued behind the calls in flight.
+	for i := range 4 {
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(50*time.Millisecond, cancel)
+		start := time.Now()
+		if _, err := s.AllowN(ctx, fmt.Sprint("k3-", i), sluice.PerSecond(1), 1); !errors.Is(err, context.Canceled) {
+			t.Errorf("paused server, cancelled: %v, want context.Canceled", err)
+		}
+		if el := time.Since(start); el > time.Second {
+			t.Errorf("decision %d on a paused server took %v, cancelled after 50ms", i, el)
+		}
 	}
 }
