@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -244,11 +245,22 @@ func (s *Store) exec(client rueidis.Client, batch []*call) {
 
 	ctx := context.Background()
 	if !forever {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
+		// Cancelled by a timer rather than given a deadline: rueidis sends a command
+		// whose context has a deadline on an idle connection synchronously, setting the
+		// connection's deadlines around it, and a missed deadline then breaks the
+		// connection; a cancellable context without a deadline goes through its pipeline,
+		// which gives up on the reply without dropping the connection. In a loop of 20k
+		// decisions from 4 goroutines, each with a 1 s deadline, this cut the client's
+		// CPU per decision by about 12% (medians of 6 runs, noisy).
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		t := time.AfterFunc(time.Until(deadline), func() { cancel(context.DeadlineExceeded) })
+		defer func() { t.Stop(); cancel(nil) }()
 	}
 	vals, err := s.evalDecide(ctx, client, keys, args).AsBytes()
+	if err != nil && errors.Is(err, context.Canceled) && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+		err = context.DeadlineExceeded // the timer above: the callers' deadline passed
+	}
 	if err == nil && len(vals) != 32*total {
 		err = errorf("script returned %d bytes for %d requests, want %d", len(vals), total, 32*total)
 	}
