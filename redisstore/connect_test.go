@@ -310,3 +310,22 @@ func TestConnectRetryCloseWhileConnecting(t *testing.T) {
 		t.Errorf("decision after Close: %v, want ErrClosed", err)
 	}
 }
+
+// TestHzHint: a Redis at the default hz 10 gets an info line advising hz 100; one at hz
+// 100 does not.
+func TestHzHint(t *testing.T) {
+	t.Parallel()
+	for _, hz := range []string{"10", "100"} {
+		t.Run("hz="+hz, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t, redistest.WithConfig("hz", hz))
+			var logs syncBuffer
+			s := open(t, srv.URL(), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+			s.checkHz(context.Background())
+			got := strings.Contains(logs.String(), "hz 100 lowers")
+			if got != (hz == "10") {
+				t.Errorf("hz %s: hint logged %v; log:\n%s", hz, got, logs.String())
+			}
+		})
+	}
+}

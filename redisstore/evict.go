@@ -48,6 +48,28 @@ func (s *Store) CheckEviction(ctx context.Context) (string, error) {
 	return policy, nil
 }
 
+// checkHz logs, at info level, the primaries whose hz is below 50. Every key of the store
+// expires when its state is empty, often milliseconds after it was written, and Redis
+// expires keys in a periodic task run hz times a second; at the default hz 10 that task
+// holds the server for milliseconds every 100 ms under load, which is most of the store's
+// p99 latency (bench/README.md). A server that refuses CONFIG is skipped.
+func (s *Store) checkHz(ctx context.Context) {
+	nodes, err := s.primaries(ctx)
+	if err != nil {
+		return
+	}
+	for addr, node := range nodes {
+		kv, err := node.Do(ctx, node.B().ConfigGet().Parameter("hz").Build()).AsStrMap()
+		if err != nil {
+			continue
+		}
+		if hz, err := strconv.Atoi(kv["hz"]); err == nil && hz < 50 {
+			s.logger.Info("redisstore: Redis runs its periodic work (key expiry among it) at hz "+kv["hz"]+"; hz 100 lowers the store's tail latency",
+				"addr", addr, "hz", hz)
+		}
+	}
+}
+
 // EvictedKeys returns evicted_keys from INFO stats, summed over the primaries: the number
 // of keys Redis has evicted for memory since it started (or since CONFIG RESETSTAT).
 // Its growth is the signal to watch: any growth may have reset some quotas.

@@ -61,8 +61,9 @@
 // written, so Redis expires many keys a second, and does it in its periodic task (hz
 // times a second, 10 by default), holding other commands meanwhile. At half of peak that
 // is where the p99 comes from: 4.9 ms at hz 10, 1.0 ms at hz 100 for GCRA. Run a Redis
-// that serves rate limits with hz 100 (redis.conf), and consider WithMinTTL, which trades
-// memory for fewer keys created and expired.
+// that serves rate limits with hz 100 (redis.conf; the store logs a hint at start when a
+// primary's hz is below 50), and consider WithMinTTL, which trades memory for fewer keys
+// created and expired.
 //
 // # Connecting
 //
@@ -385,6 +386,7 @@ func (s *Store) attach(client rueidis.Client) {
 		}
 		if !s.closed.Load() {
 			_, _ = s.CheckEviction(ctx)
+			s.checkHz(ctx)
 		}
 	}()
 }
