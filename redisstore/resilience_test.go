@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -207,6 +209,50 @@ func TestTTL(t *testing.T) {
 		// -2ms: the key expired since KEYS; -1ms would be a key without a TTL.
 		if ttl := pttl(k); ttl == -time.Millisecond || ttl > 8*time.Second {
 			t.Errorf("%s: PTTL %v, want a TTL within the longest period", k, ttl)
+		}
+	}
+}
+
+// TestForeignStateReadsAsEmpty: a key holding what this store never writes (decimal
+// text from an older encoding, a value of the wrong size, NaN, a negative or fractional
+// field) decides as an empty state, and the decision replaces it with a real one.
+func TestForeignStateReadsAsEmpty(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	s := open(t, srv.URL())
+	ctx := context.Background()
+	f64 := func(xs ...float64) string {
+		var b []byte
+		for _, x := range xs {
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x))
+		}
+		return string(b)
+	}
+	values := map[string]string{
+		"text16":   "1732912345678901",
+		"text8":    "12345678",
+		"short":    "abc",
+		"nan":      f64(math.NaN(), 5),
+		"negative": f64(-1e15, 7),
+		"fraction": f64(1.5e15+0.5, 3),
+		"huge":     f64(1e300, 1e300),
+	}
+	for _, a := range sluice.Algorithms() {
+		if a == sluice.SlidingLog {
+			continue // a sorted set, not a string
+		}
+		l := sluice.Limit{Algorithm: a, Rate: 5, Period: time.Minute}
+		for name, v := range values {
+			id := "foreign:" + name
+			key := s.Key(id, l)
+			srv.MustDo("SET", key, v, "PX", "60000")
+			d, err := s.AllowN(ctx, id, l, 1)
+			if err != nil || !d.Allowed || d.Remaining != 4 {
+				t.Errorf("%v, %s: %+v, %v; want allowed with 4 remaining, as on an empty state", a, name, d, err)
+			}
+			if d2, err := s.AllowN(ctx, id, l, 1); err != nil || !d2.Allowed || d2.Remaining != 3 {
+				t.Errorf("%v, %s: second decision %+v, %v; want 3 remaining (the state was replaced)", a, name, d2, err)
+			}
 		}
 	}
 }

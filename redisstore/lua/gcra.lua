@@ -6,7 +6,10 @@
 -- are inline (a Lua function call costs more than this arithmetic).
 local function gcra(key, v, rate, period, burst, n, commit)
   local a = 0
-  if v and #v == 8 then a = sunpack('<d', v) end
+  if v and #v == 8 then
+    a = sunpack('<d', v)
+    if not field(a) then a = 0 end -- as decode does
+  end
   local T = floor((period + rate - 1) / rate)
   local c = n
   if c == 0 then c = 1 end

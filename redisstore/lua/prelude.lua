@@ -88,21 +88,31 @@ local minttl = tonumber(ARGV[2])
 -- Redis) took a third of the server's time per decision.
 local sformat, spack, sunpack = string.format, struct.pack, struct.unpack
 
+-- field reports whether x can be a state field: an integer in [0, 2^53). NaN fails every
+-- comparison, so it is not one either.
+local function field(x)
+  return x >= 0 and x < TWO53 and floor(x) == x
+end
+
 -- decode returns a state's three fields from a key's value (false when the key is
--- absent). A value of any other length (written by something other than this store)
--- reads as the empty state.
+-- absent). A value of any other length, or whose fields are not integers in [0, 2^53)
+-- (written by something other than this store, such as a version that kept decimal
+-- text), reads as the empty state: it may grant a fresh quota once, but never locks a
+-- client out with a garbage state.
 local function decode(v)
   if not v then return 0, 0, 0 end
   local l = #v
+  local a, b, c = 0, 0, 0
   if l == 8 then
-    return (sunpack('<d', v)), 0, 0
+    a = sunpack('<d', v)
   elseif l == 16 then
-    local a, b = sunpack('<dd', v)
-    return a, b, 0
+    a, b = sunpack('<dd', v)
   elseif l == 24 then
-    local a, b, c = sunpack('<ddd', v)
-    return a, b, c
+    a, b, c = sunpack('<ddd', v)
+  else
+    return 0, 0, 0
   end
+  if field(a) and field(b) and field(c) then return a, b, c end
   return 0, 0, 0
 end
 
