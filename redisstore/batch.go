@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -237,11 +236,7 @@ func (s *Store) exec(client rueidis.Client, batch []*call) {
 			reqs.Write(putFloat(&f, it.n))
 		}
 	}
-	now := "-"
-	if s.clock != nil {
-		now = strconv.FormatInt(s.clock().UnixMicro(), 10)
-	}
-	args := []string{now, s.minTTL, reqs.String(), groups.String()}
+	args := []string{s.scriptNow(), s.minTTL, reqs.String(), groups.String()}
 
 	ctx := context.Background()
 	if !forever {
@@ -257,7 +252,7 @@ func (s *Store) exec(client rueidis.Client, batch []*call) {
 		t := time.AfterFunc(time.Until(deadline), func() { cancel(context.DeadlineExceeded) })
 		defer func() { t.Stop(); cancel(nil) }()
 	}
-	vals, err := s.evalDecide(ctx, client, keys, args).AsBytes()
+	vals, err := s.eval(ctx, client, decideScript, keys, args).AsBytes()
 	if err != nil && errors.Is(err, context.Canceled) && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 		err = context.DeadlineExceeded // the timer above: the callers' deadline passed
 	}

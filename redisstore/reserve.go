@@ -2,14 +2,9 @@ package redisstore
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
-
-	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
@@ -36,38 +31,6 @@ import (
 
 var reserveScript = newScript("prelude.lua", "reserve_gcra.lua", "reserve_leaky_bucket.lua",
 	"reserve_cancel.lua", "reserve_entry.lua")
-
-func newScript(files ...string) script {
-	var b strings.Builder
-	for _, name := range files {
-		src, err := luaFiles.ReadFile("lua/" + name)
-		if err != nil {
-			panic("redisstore: missing embedded " + name) // a build error, not input
-		}
-		b.Write(src)
-		b.WriteByte('\n')
-	}
-	body := b.String()
-	sum := sha1.Sum([]byte(body))
-	return script{body: body, sha: hex.EncodeToString(sum[:])}
-}
-
-// eval runs sc with EVALSHA, healing a NOSCRIPT reply with EVAL as evalDecide does.
-func (s *Store) eval(ctx context.Context, c rueidis.Client, sc script, keys, args []string) rueidis.RedisResult {
-	res := c.Do(ctx, c.B().Evalsha().Sha1(sc.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
-	if err, ok := rueidis.IsRedisErr(res.Error()); ok && err.IsNoScript() {
-		s.noscript.Add(1)
-		res = c.Do(ctx, c.B().Eval().Script(sc.body).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
-	}
-	return res
-}
-
-func (s *Store) scriptNow() string {
-	if s.clock != nil {
-		return strconv.FormatInt(s.clock().UnixMicro(), 10)
-	}
-	return "-"
-}
 
 // Reserve implements sluice.Reserver for GCRA and LeakyBucket limits (see the package doc
 // of sluice for the semantics, and the comment above for how it runs on Redis). The

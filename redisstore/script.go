@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"embed"
 	"encoding/hex"
+	"strconv"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -32,9 +33,12 @@ type script struct {
 	sha  string
 }
 
-var decideScript = func() script {
+var decideScript = newScript(luaOrder...)
+
+// newScript concatenates the embedded files into one script.
+func newScript(files ...string) script {
 	var b strings.Builder
-	for _, name := range luaOrder {
+	for _, name := range files {
 		src, err := luaFiles.ReadFile("lua/" + name)
 		if err != nil {
 			panic("redisstore: missing embedded " + name) // a build error, not input
@@ -45,18 +49,26 @@ var decideScript = func() script {
 	body := b.String()
 	sum := sha1.Sum([]byte(body))
 	return script{body: body, sha: hex.EncodeToString(sum[:])}
-}()
+}
 
-// evalDecide runs the decision script with EVALSHA. A NOSCRIPT reply (after a restart, a
-// failover or SCRIPT FLUSH) means the script did not run; it is sent again with EVAL, which
-// also loads it into the server's script cache, so the caller never sees it.
-func (s *Store) evalDecide(ctx context.Context, c rueidis.Client, keys, args []string) rueidis.RedisResult {
-	res := c.Do(ctx, c.B().Evalsha().Sha1(decideScript.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+// eval runs sc with EVALSHA. A NOSCRIPT reply (after a restart, a failover or SCRIPT
+// FLUSH) means the script did not run; it is sent again with EVAL, which also loads it
+// into the server's script cache, so the caller never sees it.
+func (s *Store) eval(ctx context.Context, c rueidis.Client, sc script, keys, args []string) rueidis.RedisResult {
+	res := c.Do(ctx, c.B().Evalsha().Sha1(sc.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 	if err, ok := rueidis.IsRedisErr(res.Error()); ok && err.IsNoScript() {
 		s.noscript.Add(1)
-		res = c.Do(ctx, c.B().Eval().Script(decideScript.body).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+		res = c.Do(ctx, c.B().Eval().Script(sc.body).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 	}
 	return res
+}
+
+// scriptNow is the scripts' first argument: the store's clock in µs, or "-" for Redis's.
+func (s *Store) scriptNow() string {
+	if s.clock != nil {
+		return strconv.FormatInt(s.clock().UnixMicro(), 10)
+	}
+	return "-"
 }
 
 // loadScripts loads the decision script on every node (every primary of a cluster), so

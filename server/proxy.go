@@ -231,14 +231,19 @@ func PolicyFallback(cfg func() *config.Config, def config.FailureMode) func(ctx 
 }
 
 func fallbackOf(mode config.FailureMode, share float64) failover.Fallback {
-	f := failover.Fallback{Share: share}
-	switch mode {
+	return failover.Fallback{Mode: FailoverMode(mode), Share: share}
+}
+
+// FailoverMode maps a configured failure mode to the failover package's; FailureUnset
+// maps to failover.Unset (the decorator's default applies).
+func FailoverMode(m config.FailureMode) failover.Mode {
+	switch m {
 	case config.FailOpen:
-		f.Mode = failover.FailOpen
+		return failover.FailOpen
 	case config.FailClosed:
-		f.Mode = failover.FailClosed
+		return failover.FailClosed
 	case config.FailLocal:
-		f.Mode = failover.FailLocal
+		return failover.FailLocal
 	}
-	return f
+	return failover.Unset
 }

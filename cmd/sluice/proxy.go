@@ -8,9 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -108,20 +105,7 @@ func proxy(ctx context.Context, c *cli.Command) error {
 		adminDone <- nil
 	}
 
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				log.Info("SIGHUP: reloading the configuration")
-				w.Reload()
-			}
-		}
-	}()
+	defer reloadOnSIGHUP(ctx, w, log)()
 
 	log.Info("sluice proxy starting", slog.String("version", version()), slog.String("listen", ln.Addr().String()),
 		slog.String("upstream", up.Redacted()), slog.String("store", st.kind), slog.String("config", describeConfig(w)))

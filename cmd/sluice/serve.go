@@ -152,21 +152,7 @@ func serve(ctx context.Context, c *cli.Command) error {
 	}
 	log.Info("sluice starting", attrs...)
 
-	// SIGHUP reloads the configuration now.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				log.Info("SIGHUP: reloading the configuration")
-				w.Reload() // the Watcher logs the outcome
-			}
-		}
-	}()
+	defer reloadOnSIGHUP(ctx, w, log)()
 	return srv.Serve(ctx, hl, gl)
 }
 
@@ -205,4 +191,26 @@ func readStoreFlags(c *cli.Command) (storeFlags, error) {
 		return f, cli.Exit("--log-sampling must be in [0, 1], or -1 for the default", exitUsage)
 	}
 	return f, nil
+}
+
+// reloadOnSIGHUP reloads w's configuration on every SIGHUP until ctx ends or the returned
+// function is called.
+func reloadOnSIGHUP(ctx context.Context, w *config.Watcher, log *slog.Logger) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-done:
+				return
+			case <-hup:
+				log.Info("SIGHUP: reloading the configuration")
+				w.Reload() // the Watcher logs the outcome
+			}
+		}
+	}()
+	return func() { signal.Stop(hup); close(done) }
 }

@@ -111,9 +111,9 @@ func openStore(cfg *config.Config, f storeFlags, log *slog.Logger, reg prometheu
 		// the deadline through a frozen server), so the store is called on the request's
 		// own goroutine: no goroutine and no two scheduler hand-offs per decision.
 		fopts := []failover.Option{failover.WithDeadline(deadline), failover.WithInlineCalls()}
-		if m := modeOf(f.failureMode); m != failover.Unset {
+		if m := server.FailoverMode(f.failureMode); m != failover.Unset {
 			fopts = append(fopts, failover.WithDefaultMode(m))
-		} else if m := modeOf(cfg.Store.FailureMode); m != failover.Unset {
+		} else if m := server.FailoverMode(cfg.Store.FailureMode); m != failover.Unset {
 			fopts = append(fopts, failover.WithDefaultMode(m))
 		}
 		if cfg.Store.LocalShare > 0 {
@@ -168,16 +168,4 @@ func scrub(msg, raw string) string {
 		msg = strings.ReplaceAll(msg, p, "xxxxx")
 	}
 	return msg
-}
-
-func modeOf(m config.FailureMode) failover.Mode {
-	switch m {
-	case config.FailOpen:
-		return failover.FailOpen
-	case config.FailClosed:
-		return failover.FailClosed
-	case config.FailLocal:
-		return failover.FailLocal
-	}
-	return failover.Unset
 }

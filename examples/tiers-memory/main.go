@@ -8,22 +8,13 @@
 package main
 
 import (
-	"context"
 	"crypto/rand"
-	"errors"
 	"flag"
 	"log"
 	"log/slog"
-	"net/http"
-	"net/netip"
 	"os"
-	"os/signal"
-	"strings"
-	"syscall"
-	"time"
 
 	"github.com/sluicehq/sluice/examples/internal/tierapi"
-	"github.com/sluicehq/sluice/keys"
 	"github.com/sluicehq/sluice/memory"
 )
 
@@ -33,7 +24,7 @@ func main() {
 	flag.Parse()
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	proxies, err := parseProxies(*trusted)
+	proxies, err := tierapi.ParseProxies(*trusted)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -49,7 +40,9 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	serve(*addr, h, logger)
+	if err := tierapi.Serve(*addr, h, logger); err != nil {
+		log.Fatal(err)
+	}
 }
 
 // secret reads the API-key HMAC secret from SLUICE_API_KEY_SECRET; without it, a random
@@ -62,28 +55,4 @@ func secret(logger *slog.Logger) []byte {
 	rand.Read(b)
 	logger.Info("SLUICE_API_KEY_SECRET not set: using a random secret for this process")
 	return b
-}
-
-func parseProxies(s string) ([]netip.Prefix, error) {
-	if s == "" {
-		return nil, nil
-	}
-	return keys.ParsePrefixes(strings.Split(s, ",")...)
-}
-
-// serve runs h until SIGINT or SIGTERM, then drains requests for up to 10 seconds.
-func serve(addr string, h http.Handler, logger *slog.Logger) {
-	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		srv.Shutdown(shutdown)
-	}()
-	logger.Info("listening", "addr", addr)
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		log.Fatal(err)
-	}
 }

@@ -14,21 +14,12 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"log"
 	"log/slog"
-	"net/http"
-	"net/netip"
 	"os"
-	"os/signal"
-	"strings"
-	"syscall"
-	"time"
 
 	"github.com/sluicehq/sluice/examples/internal/tierapi"
-	"github.com/sluicehq/sluice/keys"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -45,12 +36,9 @@ func main() {
 		// count the same key under a different Redis key.
 		log.Fatal("set SLUICE_API_KEY_SECRET (at least 16 bytes), the same on every instance")
 	}
-	var proxies []netip.Prefix
-	if *trusted != "" {
-		var err error
-		if proxies, err = keys.ParsePrefixes(strings.Split(*trusted, ",")...); err != nil {
-			log.Fatal(err)
-		}
+	proxies, err := tierapi.ParseProxies(*trusted)
+	if err != nil {
+		log.Fatal(err)
 	}
 	store, err := redisstore.Open(*redisURL, redisstore.WithLogger(logger))
 	if err != nil {
@@ -68,17 +56,7 @@ func main() {
 		log.Fatal(err)
 	}
 
-	srv := &http.Server{Addr: *addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		srv.Shutdown(shutdown)
-	}()
-	logger.Info("listening", "addr", *addr, "redis", *redisURL)
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := tierapi.Serve(*addr, h, logger); err != nil {
 		log.Fatal(err)
 	}
 }

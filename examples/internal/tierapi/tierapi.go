@@ -4,11 +4,17 @@
 package tierapi
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -118,4 +124,30 @@ func reply(w http.ResponseWriter, status int, v any) {
 	if err := json.NewEncoder(w).Encode(v); err != nil {
 		fmt.Println("tierapi: writing response:", err)
 	}
+}
+
+// ParseProxies parses the comma-separated CIDRs of a -trusted-proxies flag ("" is none).
+func ParseProxies(s string) ([]netip.Prefix, error) {
+	if s == "" {
+		return nil, nil
+	}
+	return keys.ParsePrefixes(strings.Split(s, ",")...)
+}
+
+// Serve runs h on addr until SIGINT or SIGTERM, then drains requests for up to 10 seconds.
+func Serve(addr string, h http.Handler, logger *slog.Logger) error {
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Shutdown(shutdown)
+	}()
+	logger.Info("listening", "addr", addr)
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
 }
