@@ -435,11 +435,9 @@ func (s *Store) info(l sluice.Limit) *limitInfo {
 	}
 	p := algo.ParamsOf(l)
 	li := &limitInfo{limit: l, suffix: limitSuffix(l)}
+	b := li.packed[:0]
 	for i, x := range []int64{int64(l.Algorithm), p.Rate, p.Period, p.Burst} {
 		li.args[i] = strconv.FormatInt(x, 10)
-	}
-	b := li.packed[:0]
-	for _, x := range []int64{int64(l.Algorithm), p.Rate, p.Period, p.Burst} {
 		b = appendFloat(b, x)
 	}
 	v, _ := s.limits.LoadOrStore(l, li)
