@@ -109,6 +109,12 @@ func (c *policyItems) item(d *PolicyDecision) (string, error) {
 	return v, err
 }
 
+// Advertised reports whether d's counts belong in the RateLimit field. A decision that
+// failed open (sluice.PathOpen: the store was down) is not: its policy applies but its
+// quota is unknown, and r=0 would tell well-behaved clients to stop while every request
+// is allowed. Its policy is still named in RateLimit-Policy.
+func Advertised(d sluice.Decision) bool { return d.Path != sluice.PathOpen }
+
 // writeHeaders sets RateLimit-Policy, RateLimit, the legacy fields when asked for, and
 // Retry-After when retryAfter > 0 (seconds; the response is a refusal). An empty decision
 // list sets nothing. Each field is an RFC 9651 List serialized by httpsfv, one member per
@@ -135,9 +141,7 @@ func writeHeaders(h http.Header, cache *policyItems, ds []PolicyDecision, retryA
 			policies.WriteString(", ")
 		}
 		policies.WriteString(pi)
-		if d.Path == sluice.PathOpen {
-			// Failed open: the policy applies but its quota is unknown. r=0 would tell
-			// well-behaved clients to stop while every request is being allowed.
+		if !Advertised(d.Decision) {
 			continue
 		}
 		t := effectiveWindow(d.Decision)

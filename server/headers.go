@@ -4,7 +4,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/httplimit"
 )
@@ -53,9 +52,7 @@ func rateLimitHeaders(items []item, ra time.Duration) (policy, limit, retry stri
 		pb = strconv.AppendInt(pb, min(q, maxSFInteger), 10)
 		pb = append(pb, ";w="...)
 		pb = strconv.AppendInt(pb, w, 10)
-		if it.dec.Path == sluice.PathOpen {
-			// Failed open: the policy applies but its quota is unknown. r=0 would tell
-			// well-behaved clients to stop while every request is being allowed.
+		if !httplimit.Advertised(it.dec) {
 			continue
 		}
 		if len(lb) > 0 {
