@@ -2,7 +2,10 @@ package bench
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +19,11 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
+)
+
+var (
+	redisLibsFlag = flag.String("redis-libs", "", "comma-separated libraries the Redis benchmarks open and prewarm (default: all; -bench only filters what runs)")
+	redisMinTTL   = flag.Duration("redis-min-ttl", 0, "redisstore.WithMinTTL for sluice's rows of the Redis benchmarks")
 )
 
 // redisLib is one Redis-backed limiter under comparison, deciding 1000 per second per key.
@@ -54,7 +62,7 @@ func redisLibs() []redisLib {
 			limit.Rate = 100 // one timestamp per unit: keep the log of a hot key small
 		}
 		libs = append(libs, redisLib{"sluice-" + a.String(), func(b *testing.B, srv *redistest.Server) (decideFunc, func()) {
-			s, err := redisstore.Open(srv.URL())
+			s, err := redisstore.Open(srv.URL(), redisstore.WithMinTTL(*redisMinTTL))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -64,7 +72,17 @@ func redisLibs() []redisLib {
 			}, func() { _ = s.Close() }
 		}})
 	}
-	return libs
+	if *redisLibsFlag == "" {
+		return libs
+	}
+	want := strings.Split(*redisLibsFlag, ",")
+	var keep []redisLib
+	for _, l := range libs {
+		if slices.Contains(want, l.name) {
+			keep = append(keep, l)
+		}
+	}
+	return keep
 }
 
 // BenchmarkRedis runs sluice's Redis store (each algorithm) and go-redis/redis_rate v10 and

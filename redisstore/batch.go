@@ -105,6 +105,33 @@ type batcher struct {
 	running int
 }
 
+// keySet finds a key repeated within one script call. The script keeps what it wrote to
+// each key for a later request on the same key only when told to (ARGV[5]): the
+// bookkeeping costs Redis a table insert and lookup per decision, and repeated keys are
+// rare outside hot keys.
+type keySet map[string]struct{}
+
+var keySetPool = sync.Pool{New: func() any { return keySet{} }}
+
+// repeats reports whether keys holds a key twice.
+func repeats(keys []string) bool {
+	switch len(keys) {
+	case 0, 1:
+		return false
+	case 2:
+		return keys[0] == keys[1]
+	}
+	set := keySetPool.Get().(keySet)
+	defer func() { clear(set); keySetPool.Put(set) }()
+	for _, k := range keys {
+		if _, ok := set[k]; ok {
+			return true
+		}
+		set[k] = struct{}{}
+	}
+	return false
+}
+
 func newBatcher(s *Store, cn *conn, max int) *batcher { return &batcher{s: s, cn: cn, max: max} }
 
 func (b *batcher) enqueue(c *call) {
@@ -236,7 +263,11 @@ func (s *Store) exec(client rueidis.Client, batch []*call) {
 			reqs.Write(putFloat(&f, it.n))
 		}
 	}
-	args := []string{s.scriptNow(), s.minTTL, reqs.String(), groups.String()}
+	track := "0"
+	if repeats(keys) {
+		track = "1"
+	}
+	args := []string{s.scriptNow(), s.minTTL, reqs.String(), groups.String(), track}
 
 	ctx := context.Background()
 	if !forever {

@@ -203,3 +203,28 @@ func TestContextCancelled(t *testing.T) {
 		}
 	}
 }
+
+// TestRepeats: the script is told to track its writes exactly when a key repeats in a call
+// (a miss would let two requests on one key spend the same state).
+func TestRepeats(t *testing.T) {
+	for _, tc := range []struct {
+		keys []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"a"}, false},
+		{[]string{"a", "b"}, false},
+		{[]string{"a", "a"}, true},
+		{[]string{"a", "b", "c", "d"}, false},
+		{[]string{"a", "b", "c", "a"}, true},
+		{[]string{"x{1}", "x{2}", "x{1}"}, true},
+	} {
+		if got := repeats(tc.keys); got != tc.want {
+			t.Errorf("repeats(%q) = %v, want %v", tc.keys, got, tc.want)
+		}
+		// Twice: the pooled set must come back empty.
+		if got := repeats(tc.keys); got != tc.want {
+			t.Errorf("repeats(%q) second time = %v, want %v", tc.keys, got, tc.want)
+		}
+	}
+}

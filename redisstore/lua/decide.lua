@@ -14,8 +14,9 @@
 --   its requests (at least 2). A request in no group is an independent decision. A group
 --   is decided without spending, and only if all its requests are allowed are they
 --   decided again, spending (as memory.Store.AllowMulti does).
--- Requests are decided in order, so two requests on one key in one call see each other's
--- spending (written, in prelude.lua).
+-- ARGV[5]: "1" when a key appears more than once among KEYS, "0" when every key is
+--   distinct. Requests are decided in order, so two requests on one key in one call see
+--   each other's spending (written, in prelude.lua), which is tracked only with "1".
 -- Returns four integers per request, allowed (0/1), remaining, resetAfter µs and
 -- retryAfter µs, as one string of little-endian doubles: one bulk reply is cheaper for
 -- Redis to write and for the client to read than 4·n integer replies.
@@ -39,6 +40,16 @@ else
 end
 
 local reqs, groups = ARGV[3], ARGV[4]
+track = ARGV[5] == '1'
+-- state is the value request i decides on: what an earlier request in this call wrote
+-- to its key, else what MGET read.
+local function state(i, key)
+  if track then
+    local v = written[key]
+    if v ~= nil then return v end
+  end
+  return vals[i]
+end
 local out = {}
 local pos, gpos = 1, 1
 local gfirst, gsize = 0, 0
@@ -50,8 +61,11 @@ while i <= nkeys do
     local algo, rate, period, burst, n
     algo, rate, period, burst, n, pos = sunpack('<ddddd', reqs, pos)
     local key = KEYS[i]
-    local v = written[key]
-    if v == nil then v = vals[i] end
+    local v = vals[i]
+    if track then
+      local w = written[key]
+      if w ~= nil then v = w end
+    end
     local o = 4 * i
     out[o - 3], out[o - 2], out[o - 1], out[o] = run[algo](key, v, rate, period, burst, n, true)
     i = i + 1
@@ -65,8 +79,7 @@ while i <= nkeys do
     local all = true
     for j = 0, gsize - 1 do
       local r, key = g[j], KEYS[i + j]
-      local v = written[key]
-      if v == nil then v = vals[i + j] end
+      local v = state(i + j, key)
       local o = 4 * (i + j)
       out[o - 3], out[o - 2], out[o - 1], out[o] = run[r[1]](key, v, r[2], r[3], r[4], r[5], false)
       if out[o - 3] == 0 then all = false end
@@ -76,16 +89,14 @@ while i <= nkeys do
       local o = 4 * (i + j)
       if all then
         if r[5] > 0 then
-          local v = written[key]
-          if v == nil then v = vals[i + j] end
+          local v = state(i + j, key)
           out[o - 3], out[o - 2], out[o - 1], out[o] = run[r[1]](key, v, r[2], r[3], r[4], r[5], true)
         end
       else
         -- Nothing is spent. A request that would have passed alone reports the state as
         -- it is (a look: Remaining and ResetAfter unspent) with RetryAfter 0.
         if out[o - 3] == 1 then
-          local v = written[key]
-          if v == nil then v = vals[i + j] end
+          local v = state(i + j, key)
           local _, rem, reset = run[r[1]](key, v, r[2], r[3], r[4], 0, false)
           out[o - 2], out[o - 1], out[o] = rem, reset, 0
         end

@@ -132,11 +132,20 @@ local function int(x)
 end
 
 -- written[key] is the value this call last wrote to key (false: deleted), so that two
--- requests on one key in one call see each other's spending.
+-- requests on one key in one call see each other's spending. A caller that knows its
+-- keys are distinct sets track to false (decide.lua), and nothing is recorded.
 local written = {}
+local track = true
+
+-- ttls[ms] is ms formatted for a command argument: requests on fresh keys of one limit,
+-- and every TTL raised to the minimum, share a TTL, so most calls format few.
+local ttls = {}
 
 -- put stores a key's new state val, which becomes equivalent to empty at exp
--- (algo.ExpiresAt): SET with a TTL of ttlms(exp - now), or DEL when that is not positive.
+-- (algo.ExpiresAt): PSETEX with a TTL of ttlms(exp - now), or DEL when that is not
+-- positive. (PSETEX rather than SET ... PX: one argument fewer to convert and no options
+-- to parse; with the TTL memo above, 1,660 fewer Redis instructions per decision, of
+-- 31,800, counted by bench/cmd/rediscost.)
 -- With a minimum TTL, a state equivalent to empty is kept for that long (as package
 -- memory keeps it until its sweep): a clock that steps back then still sees it.
 -- (ttlms and int are inline: this runs for every decision that spends.)
@@ -144,10 +153,15 @@ local function put(key, val, exp)
   local ttl = floor((exp - now + 999) / 1000)
   if ttl < minttl then ttl = minttl end
   if ttl > 0 then
-    redis.call('SET', key, val, 'PX', sformat('%d', ttl))
-    written[key] = val
+    local arg = ttls[ttl]
+    if not arg then
+      arg = sformat('%d', ttl)
+      ttls[ttl] = arg
+    end
+    redis.call('PSETEX', key, arg, val)
+    if track then written[key] = val end
   else
     redis.call('DEL', key)
-    written[key] = false
+    if track then written[key] = false end
   end
 end

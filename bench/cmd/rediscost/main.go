@@ -39,6 +39,8 @@ var (
 	nkeys     = flag.Int("keys", 100_000, "distinct keys")
 	decisions = flag.Int("decisions", 39_000, "decisions in the measured part")
 	batch     = flag.Int("batch", 26, "decisions per script call (redisstore.WithBatchSize)")
+	minTTL    = flag.Duration("min-ttl", 0, "redisstore.WithMinTTL")
+	keep      = flag.String("keep", "", "copy the measured callgrind dump to this file (for callgrind_annotate)")
 )
 
 func main() {
@@ -100,10 +102,21 @@ func run() error {
 	if err := exec.Command("callgrind_control", "-d", pid).Run(); err != nil {
 		return fmt.Errorf("callgrind_control: %w", err)
 	}
-	total, evalsha, err := instructions(out + "." + pid + ".2")
+	dump := out + "." + pid + ".2"
+	total, evalsha, err := instructions(dump)
 	if err != nil {
 		// callgrind names dumps <file>.<n> when the pid is already in the name.
-		if total, evalsha, err = instructions(out + ".2"); err != nil {
+		dump = out + ".2"
+		if total, evalsha, err = instructions(dump); err != nil {
+			return err
+		}
+	}
+	if *keep != "" {
+		b, err := os.ReadFile(dump)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(*keep, b, 0o644); err != nil {
 			return err
 		}
 	}
@@ -118,7 +131,7 @@ func waitOpen(url string, batch int) (*redisstore.Store, error) {
 	var err error
 	for i := 0; i < 300; i++ {
 		var s *redisstore.Store
-		if s, err = redisstore.Open(url, redisstore.WithBatchSize(batch)); err == nil {
+		if s, err = redisstore.Open(url, redisstore.WithBatchSize(batch), redisstore.WithMinTTL(*minTTL)); err == nil {
 			return s, nil
 		}
 		time.Sleep(200 * time.Millisecond)
