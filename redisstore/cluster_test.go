@@ -68,6 +68,10 @@ func checkHostile(t *testing.T, s *Store, clock *testClock, keyslot func(string)
 		if got := keyslot(k2); got != want {
 			t.Errorf("identity %d: second limit's key slot %s, want %s", i, got, want)
 		}
+		// The store routes a decision by idSlot, without building the key.
+		if got := fmt.Sprint(idSlot(id)); got != want {
+			t.Errorf("identity %d: idSlot %s, want the key's slot %s", i, got, want)
+		}
 	}
 }
 

@@ -34,21 +34,33 @@ func escapeIdentity(id string) string {
 	if !strings.ContainsAny(id, "%{}") {
 		return id
 	}
-	var b strings.Builder
-	b.Grow(len(id) + 16)
+	return string(appendEscaped(make([]byte, 0, len(id)+16), id))
+}
+
+// appendEscaped appends id, escaped as above, to b.
+func appendEscaped(b []byte, id string) []byte {
+	if !strings.ContainsAny(id, "%{}") {
+		return append(b, id...)
+	}
 	for i := 0; i < len(id); i++ {
 		switch c := id[i]; c {
 		case '%':
-			b.WriteString("%25")
+			b = append(b, "%25"...)
 		case '{':
-			b.WriteString("%7B")
+			b = append(b, "%7B"...)
 		case '}':
-			b.WriteString("%7D")
+			b = append(b, "%7D"...)
 		default:
-			b.WriteByte(c)
+			b = append(b, c)
 		}
 	}
-	return b.String()
+	return b
+}
+
+// idSlot is the cluster slot of every key of identity id: the CRC16 of its hash tag, the
+// escaped identity (never empty, as an identity is not).
+func idSlot(id string) uint16 {
+	return crc16(escapeIdentity(id)) % 16384
 }
 
 // limitSuffix is the part of the key after the identity: ":<algorithm>:<rate>:<period

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -253,6 +254,76 @@ func TestForeignStateReadsAsEmpty(t *testing.T) {
 			if d2, err := s.AllowN(ctx, id, l, 1); err != nil || !d2.Allowed || d2.Remaining != 3 {
 				t.Errorf("%v, %s: second decision %+v, %v; want 3 remaining (the state was replaced)", a, name, d2, err)
 			}
+		}
+	}
+}
+
+// TestCancelledCallsKeepKeysIntact: script calls are built in buffers that are reused from
+// call to call, which is safe only once a call has been answered. Under load, with
+// deadlines so short that many calls are cancelled (some while still queued to be
+// written), every key Redis ends up holding must be one the store was asked to decide
+// on, and the decisions that completed must have been counted on their own keys.
+func TestCancelledCallsKeepKeysIntact(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	s := open(t, srv.URL(), WithMinTTL(time.Hour))
+	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 1_000_000, Period: time.Hour}
+	const goroutines, perG = 32, 300
+	want := map[string]bool{}
+	for g := 0; g < goroutines; g++ {
+		for i := 0; i < perG; i++ {
+			want[s.Key(fmt.Sprintf("cancel:%d:%d", g, i%7), limit)] = true
+		}
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	done := map[string]int64{} // completed, allowed decisions per identity
+	var errsN atomic.Int64     // decisions that ran out of time
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < perG; i++ {
+				id := fmt.Sprintf("cancel:%d:%d", g, i%7)
+				// Deadlines from 20 µs to 2 ms: a call whose every decision's deadline
+				// passes is cancelled inside rueidis, queued or in flight.
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(20+(g*perG+i)*7919%1980)*time.Microsecond)
+				d, err := s.AllowN(ctx, id, limit, 1)
+				cancel()
+				if err != nil {
+					errsN.Add(1)
+				}
+				if err == nil && d.Allowed {
+					mu.Lock()
+					done[id]++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if errsN.Load() == 0 {
+		t.Fatal("no decision ran out of time: the test did not exercise cancelled calls")
+	}
+	time.Sleep(50 * time.Millisecond) // calls abandoned by their callers may still land
+	keys := strings.Fields(srv.MustDo("KEYS", "*"))
+	if len(keys) == 0 {
+		t.Fatal("no keys written")
+	}
+	for _, k := range keys {
+		if !want[k] {
+			t.Errorf("Redis holds key %q, which no decision named", k)
+		}
+	}
+	// A fixed window's count is the units spent in the window: at least every completed
+	// admission (abandoned calls may have spent too), and no more than were attempted.
+	for id, n := range done {
+		d, err := s.AllowN(context.Background(), id, limit, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := limit.Rate - d.Remaining; c < n || c > perG {
+			t.Errorf("%s: %d units counted, %d admissions completed (at most %d attempted)", id, c, n, perG)
 		}
 	}
 }

@@ -450,7 +450,16 @@ func (s *Store) Key(key string, limit sluice.Limit) string {
 }
 
 func (s *Store) redisKey(key string, li *limitInfo) string {
-	return s.prefix + "{" + escapeIdentity(key) + "}" + li.suffix
+	return string(s.appendKey(nil, key, li))
+}
+
+// appendKey appends the Redis key of identity key under li's Limit to b.
+func (s *Store) appendKey(b []byte, key string, li *limitInfo) []byte {
+	b = append(b, s.prefix...)
+	b = append(b, '{')
+	b = appendEscaped(b, key)
+	b = append(b, '}')
+	return append(b, li.suffix...)
 }
 
 // AllowN implements sluice.Limiter.
@@ -469,7 +478,7 @@ func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n in
 	c := getCall(ctx)
 	c.items = c.one[:1]
 	c.res = c.oneRes[:1]
-	c.items[0] = item{key: s.redisKey(key, li), info: li, n: n}
+	c.items[0] = item{id: key, info: li, n: n}
 	if err := s.submit(ctx, cn, c); err != nil {
 		return sluice.Decision{}, err
 	}
@@ -506,12 +515,12 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 		}
 		seen[id] = i
 		li := s.info(r.Limit)
-		items[i] = item{key: s.redisKey(r.Key, li), info: li, n: r.N}
-		if cn.cluster && slot(items[i].key) != slot(items[0].key) {
+		items[i] = item{id: r.Key, info: li, n: r.N}
+		if cn.cluster && idSlot(r.Key) != idSlot(reqs[0].Key) {
 			// The keys themselves stay out of the message: they may be identities that
 			// must not reach logs.
 			return nil, fmt.Errorf("redisstore: %w: requests 0 and %d are in different cluster slots (%d and %d)",
-				sluice.ErrNotAtomic, i, slot(items[0].key), slot(items[i].key))
+				sluice.ErrNotAtomic, i, idSlot(reqs[0].Key), idSlot(r.Key))
 		}
 	}
 	if s.closed.Load() {
