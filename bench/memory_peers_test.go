@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sethvargo "github.com/sethvargo/go-limiter"
@@ -63,6 +64,7 @@ func memLibs() []memLib {
 	}
 	return append(libs,
 		memLib{name: "floor", new: newFloor},
+		memLib{name: "floor-cas", new: newFloorCAS},
 		memLib{name: "x-time-rate", new: newXRate},
 		memLib{name: "sethvargo", new: newSethvargo},
 		memLib{name: "ulule", new: newUlule},
@@ -131,6 +133,38 @@ func (f *floor) allow(_ context.Context, key string) (bool, error) {
 func (f *floor) warm(ctx context.Context, key string) error { return warmOne(ctx, f, key) }
 
 func (f *floor) close() {}
+
+// floorCAS is no limiter either: it is the least any limiter that keeps state per key must
+// do per decision. It hashes the key, reads the clock, and advances one word per key with
+// a compare-and-swap (a GCRA TAT with no table lookup, key comparison or limit
+// arithmetic). The words are a fixed array of 2^21, chosen by the key's hash (keys that
+// collide share one: a floor, not a limiter). Because both benchmark goroutines walk every
+// key, each decision's word was last written by the other core: its ns/op is mostly the
+// one cache-line transfer per decision that no design can avoid in this benchmark.
+type floorCAS struct {
+	seed  maphash.Seed
+	start time.Time
+	words []atomic.Int64
+}
+
+func newFloorCAS() (memLimiter, error) {
+	return &floorCAS{seed: maphash.MakeSeed(), start: time.Now(), words: make([]atomic.Int64, 1<<21)}, nil
+}
+
+func (f *floorCAS) allow(_ context.Context, key string) (bool, error) {
+	w := &f.words[maphash.String(f.seed, key)&(1<<21-1)]
+	now := int64(time.Since(f.start))
+	for {
+		old := w.Load()
+		if w.CompareAndSwap(old, max(old, now)+1) {
+			return true, nil
+		}
+	}
+}
+
+func (f *floorCAS) warm(ctx context.Context, key string) error { return warmOne(ctx, f, key) }
+
+func (f *floorCAS) close() {}
 
 // xRate is golang.org/x/time/rate the way its docs suggest for many keys: a sync.Map of
 // *rate.Limiter. It never forgets a key.
