@@ -17,8 +17,8 @@
 // algorithms take the key's shard lock for the few nanoseconds of a decision, so a hot key
 // never serialises unrelated keys beyond the 1/Shards that share its shard.
 //
-// A GCRA key costs a 24-byte slot (40 for SlidingWindow, 32 for the other window and bucket
-// algorithms), at 60–80% occupancy, plus the key's own bytes, which the store shares with the
+// A GCRA key costs a 24-byte slot at 51–70% occupancy (40 bytes for SlidingWindow, 32 for
+// the other window and bucket algorithms, at 60–80%), plus the key's own bytes, which the store shares with the
 // caller's string rather than copying. SlidingLog keys hold one 8-byte timestamp per unit
 // admitted in the window.
 //
