@@ -33,6 +33,7 @@ type decideFunc func(ctx context.Context, i int) error
 // CPU time per decision from INFO cpu.
 func runRedis(b *testing.B, srv *redistest.Server, g int, decide decideFunc) {
 	b.Helper()
+	settleRedis(b, srv)
 	ctx := context.Background()
 	// A short warm-up opens connections and loads scripts outside the measurement.
 	for i := 0; i < 2*g; i++ {
@@ -102,6 +103,36 @@ func runRedis(b *testing.B, srv *redistest.Server, g int, decide decideFunc) {
 	b.ReportMetric(usec/float64(b.N), "srv-µs/decision")
 	b.ReportMetric(float64(b.N)/float64(max(calls, 1)), "decisions/call")
 	b.ReportMetric((cpu1-cpu0)*1e6/float64(b.N), "srv-cpu-µs/decision")
+}
+
+// settleRedis waits until redis-server has stopped expiring keys (INFO stats expired_keys
+// unchanged for 300 ms; at most 5 s). The entry before may have written keys that live
+// for up to a second (redis_rate's TTLs are whole seconds, ulule's windows are one
+// second); Redis expires them in its periodic task, which would otherwise run during this
+// entry and be charged to it: sluice's GCRA, measured right after ulule, lost a third of
+// its throughput that way.
+func settleRedis(b *testing.B, srv *redistest.Server) {
+	b.Helper()
+	expired := func() string {
+		info, err := srv.Do("INFO", "stats")
+		if err != nil {
+			b.Fatalf("INFO stats: %v", err)
+		}
+		v, err := redistest.InfoField(info, "expired_keys")
+		if err != nil {
+			b.Fatalf("INFO stats: %v", err)
+		}
+		return v
+	}
+	last, since := expired(), time.Now()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		if v := expired(); v != last {
+			last, since = v, time.Now()
+		} else if time.Since(since) >= 300*time.Millisecond {
+			return
+		}
+	}
 }
 
 // serverCPU is the CPU time redis-server has used (user + sys, seconds, from INFO cpu). Its

@@ -40,6 +40,7 @@ func BenchmarkRedisPaced(b *testing.B) {
 			prewarmRedis(b, decide)
 			peak := closedLoopRate(b, decide, 64, 100_000)
 			b.Run(fmt.Sprintf("hz=%s/lib=%s/rate=half-peak", hz, lib.name), func(b *testing.B) {
+				settleRedis(b, srv)
 				runPaced(b, decide, peak/2)
 				b.ReportMetric(peak, "peak-decisions/s")
 			})
