@@ -117,7 +117,7 @@ func runBench(b *testing.B, srv *redistest.Server, g int, decide func(context.Co
 }
 
 // scriptStats sums calls and usec of the script commands in INFO commandstats.
-func scriptStats(b *testing.B, srv *redistest.Server) (calls int64, usec float64) {
+func scriptStats(tb testing.TB, srv *redistest.Server) (calls int64, usec float64) {
 	for _, line := range strings.Split(srv.MustDo("INFO", "commandstats"), "\n") {
 		name, fields, _ := strings.Cut(strings.TrimSpace(line), ":")
 		if !strings.HasPrefix(name, "cmdstat_eval") {

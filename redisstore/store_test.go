@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -225,6 +226,47 @@ func TestRepeats(t *testing.T) {
 		// Twice: the pooled set must come back empty.
 		if got := repeats(tc.keys); got != tc.want {
 			t.Errorf("repeats(%q) second time = %v, want %v", tc.keys, got, tc.want)
+		}
+	}
+}
+
+// TestExtraCallsWaitForEnoughDecisions: with two script calls in flight, a third goes out
+// only once minExtraCall decisions wait for it; fewer wait for one of the two to return
+// and then share a call.
+func TestExtraCallsWaitForEnoughDecisions(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	s := open(t, srv.URL(), WithConcurrency(3))
+	ctx := context.Background()
+	limit := sluice.Limit{Rate: 1000, Period: time.Second}
+	if _, err := s.AllowN(ctx, "warm", limit, 1); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		decisions int
+		calls     int64
+	}{
+		{5, 3},                // 1, 1, then the 3 that waited, together
+		{2 + minExtraCall, 3}, // 1, 1, and a third call once minExtraCall wait
+		{3 + minExtraCall, 4}, // ... and the one after it, once a call returns
+	} {
+		srv.MustDo("CONFIG", "RESETSTAT")
+		srv.Pause() // the calls reach Redis's socket, and wait there
+		var wg sync.WaitGroup
+		for i := 0; i < tc.decisions; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := s.AllowN(ctx, fmt.Sprintf("extra:%d:%d", tc.decisions, i), limit, 1); err != nil {
+					t.Error(err)
+				}
+			}()
+			time.Sleep(20 * time.Millisecond) // one at a time, in order
+		}
+		srv.Resume()
+		wg.Wait()
+		if calls, _ := scriptStats(t, srv); calls != tc.calls {
+			t.Errorf("%d decisions made %d script calls, want %d", tc.decisions, calls, tc.calls)
 		}
 	}
 }
