@@ -136,13 +136,14 @@ func repeats(keys []string) bool {
 }
 
 // minExtraCall is how many decisions must be waiting before a third (or later) call goes
-// out while two are in flight. Two calls keep Redis busy at low load, and a decision that
-// waits for one of them to come back often shares the next call with another; a third
-// call pays off only when it carries enough decisions that Redis's cost per call is spread
-// thin. Measured at 64 goroutines with the client on one core (GCRA, 100k keys): 2 calls
-// at most, 169–208k decisions/s; 3 at most, 204–235k; 3 with this rule, 210–231k, while
-// with 2 goroutines decisions still pair up in a call 30% of the time, as with 2 (with 3
-// and no rule, never: every lone decision paid Redis a whole call).
+// out while two are in flight (WithConcurrency above 2). Two calls keep Redis busy at low
+// load, and a decision that waits for one of them to come back often shares the next call
+// with another; a further call pays off only when it carries enough decisions that
+// Redis's cost per call is spread thin. Measured with WithConcurrency(3) at 64 goroutines,
+// the client on one core (GCRA, 100k keys): 2 calls at most (the default), 169–208k
+// decisions/s; 3 at most, 204–235k; 3 with this rule, 210–231k, while with 2 goroutines
+// decisions still pair up in a call 30% of the time, as with 2 (with 3 and no rule, never:
+// every lone decision paid Redis a whole call).
 const minExtraCall = 8
 
 func newBatcher(s *Store, cn *conn, max int) *batcher { return &batcher{s: s, cn: cn, max: max} }

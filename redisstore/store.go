@@ -241,11 +241,16 @@ func WithBatchSize(n int) Option {
 }
 
 // WithConcurrency sets how many script calls may be in flight at once per server (per slot
-// on a cluster); default 3. Decisions arriving while that many are in flight wait for the
+// on a cluster); default 2. Decisions arriving while that many are in flight wait for the
 // next call, which carries all of them; beyond two calls in flight, a new one starts only
-// when at least 8 decisions are waiting for it (see minExtraCall). With the client on
-// one core of its own, 3 made about 10% more decisions/s than 2 at 64 goroutines; with
-// the client sharing a 2-core machine with Redis, 2, 3 and 4 were alike.
+// when at least 8 decisions are waiting for it (see minExtraCall).
+//
+// More calls in flight trade Redis's time for the client's throughput: each call carries
+// fewer decisions, and Redis pays its cost per call more often. At 64 goroutines on 100k
+// keys (bench/README.md), 3 made 3.58× redis_rate's decisions/s against 3.00× with 2 when
+// the client had a core of its own, at 3.00 µs of Redis time per decision against 2.61;
+// on a 2-core machine shared with Redis, 2.95× against 2.79×, at 3.22 µs against 2.98.
+// Redis is usually what many clients share, so the default spends less of it.
 func WithConcurrency(n int) Option {
 	return func(o *options) error {
 		if n < 1 {
@@ -345,7 +350,7 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 }
 
 func buildOptions(opts []Option) (options, error) {
-	o := options{prefix: DefaultPrefix, batch: 128, inflight: 3}
+	o := options{prefix: DefaultPrefix, batch: 128, inflight: 2}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return o, err
