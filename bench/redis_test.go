@@ -24,6 +24,7 @@ import (
 var (
 	redisLibsFlag = flag.String("redis-libs", "", "comma-separated libraries the Redis benchmarks open and prewarm (default: all; -bench only filters what runs)")
 	redisMinTTL   = flag.Duration("redis-min-ttl", 0, "redisstore.WithMinTTL for sluice's rows of the Redis benchmarks")
+	redisConc     = flag.Int("redis-concurrency", 0, "redisstore.WithConcurrency for sluice's rows of the Redis benchmarks (0: the store's default)")
 )
 
 // redisLib is one Redis-backed limiter under comparison, deciding 1000 per second per key.
@@ -62,7 +63,11 @@ func redisLibs() []redisLib {
 			limit.Rate = 100 // one timestamp per unit: keep the log of a hot key small
 		}
 		libs = append(libs, redisLib{"sluice-" + a.String(), func(b *testing.B, srv *redistest.Server) (decideFunc, func()) {
-			s, err := redisstore.Open(srv.URL(), redisstore.WithMinTTL(*redisMinTTL))
+			opts := []redisstore.Option{redisstore.WithMinTTL(*redisMinTTL)}
+			if *redisConc > 0 {
+				opts = append(opts, redisstore.WithConcurrency(*redisConc))
+			}
+			s, err := redisstore.Open(srv.URL(), opts...)
 			if err != nil {
 				b.Fatal(err)
 			}
