@@ -113,10 +113,14 @@ while i <= nkeys do
 end
 
 -- struct.pack takes its values on Lua's C stack: at most 1000 at a time.
+local nout = #out
+if nout <= 1000 then
+  return spack('<' .. string.rep('d', nout), unpack(out))
+end
 local parts = {}
-for j = 1, #out, 1000 do
+for j = 1, nout, 1000 do
   local last = j + 999
-  if last > #out then last = #out end
+  if last > nout then last = nout end
   parts[#parts + 1] = spack('<' .. string.rep('d', last - j + 1), unpack(out, j, last))
 end
 return table.concat(parts)

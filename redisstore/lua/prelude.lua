@@ -74,10 +74,12 @@ local function cost(n)
 end
 
 -- now is the decision's instant (µs); minttl the minimum key TTL (ms).
-local now = tonumber(ARGV[1])
-if not now then
+local now
+if ARGV[1] == '-' then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
 end
 local minttl = tonumber(ARGV[2])
 
