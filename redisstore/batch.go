@@ -326,7 +326,7 @@ func (s *Store) exec(client rueidis.Client, batch []*call, bufs *callBufs) {
 		t := time.AfterFunc(time.Until(deadline), func() { cancel(context.DeadlineExceeded) })
 		defer func() { t.Stop(); cancel(nil) }()
 	}
-	vals, err := s.eval(ctx, client, decideScript, keys, args).AsBytes()
+	vals, err := s.eval(ctx, client, scriptFor(live), keys, args).AsBytes()
 	if err != nil && errors.Is(err, context.Canceled) && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 		err = context.DeadlineExceeded // the timer above: the callers' deadline passed
 	}

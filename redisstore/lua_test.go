@@ -6,7 +6,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -91,6 +93,35 @@ func TestLuaFilesNameTheirGoFunction(t *testing.T) {
 		head, _, _ := strings.Cut(string(src), "\n\n")
 		if !strings.Contains(head, want[name]) {
 			t.Errorf("%s: header does not mention %q:\n%s", name, want[name], head)
+		}
+	}
+}
+
+// TestScriptFor: a call of one algorithm goes through that algorithm's own script, any mix
+// through the general one, which defines all six.
+func TestScriptFor(t *testing.T) {
+	s := &Store{}
+	calls := func(algs ...sluice.Algorithm) []*call {
+		var out []*call
+		for _, a := range algs {
+			out = append(out, &call{items: []item{{id: "k", info: s.info(sluice.Limit{Algorithm: a, Rate: 1, Period: time.Second})}}})
+		}
+		return out
+	}
+	for _, a := range sluice.Algorithms() {
+		if got := scriptFor(calls(a, a, a)); got.sha != decideScripts[a].sha {
+			t.Errorf("%v only: got script %s, want %s", a, got.sha, decideScripts[a].sha)
+		}
+		if !strings.Contains(decideScripts[a].body, "\nrun["+strconv.Itoa(int(a))+"] = ") {
+			t.Errorf("%v's script does not register it", a)
+		}
+	}
+	if got := scriptFor(calls(sluice.GCRA, sluice.FixedWindow)); got.sha != decideScript.sha {
+		t.Errorf("mixed call: got script %s, want the general one", got.sha)
+	}
+	for a := range sluice.Algorithms() {
+		if !strings.Contains(decideScript.body, "\nrun["+strconv.Itoa(a)+"] = ") {
+			t.Errorf("the general script does not register algorithm %d", a)
 		}
 	}
 }

@@ -21,7 +21,8 @@
 -- retryAfter µs, as one string of little-endian doubles: one bulk reply is cheaper for
 -- Redis to write and for the client to read than 4·n integer replies.
 
-local run = {[0] = gcra, token_bucket, leaky_bucket, fixed_window, sliding_window, sliding_log}
+-- run (prelude.lua) holds the algorithms this script was made with: all six, or the one
+-- every request of the call uses (script.go).
 
 -- Every state is read at once with MGET (SlidingLog keys, sorted sets, read as false and
 -- are read by sliding_log itself). unpack is bounded by Lua's C stack: chunks of 1000.

@@ -1,9 +1,6 @@
--- Mirrors algo.FixedWindow (internal/algo/window.go), algo.windowStart, and algo.ExpiresAt
--- for FixedWindow, for one request (the arguments and results of gcra in gcra.lua).
+-- Mirrors algo.FixedWindow (internal/algo/window.go) and algo.ExpiresAt for FixedWindow,
+-- for one request (the arguments and results of gcra in gcra.lua).
 -- State: a = the start of the window counted (µs), b = the units admitted in it.
-local function window_start(now, period)
-  return floordiv(now, period) * period
-end
 
 -- algo.cost and algo.windowStart are inline in fixed_window (see gcra.lua).
 local function fixed_window(key, v, rate, period, burst, n, commit)
@@ -37,3 +34,4 @@ local function fixed_window(key, v, rate, period, burst, n, commit)
   end
   return ok, rem, reset, retry
 end
+run[3] = fixed_window

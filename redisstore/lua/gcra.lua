@@ -32,3 +32,4 @@ local function gcra(key, v, rate, period, burst, n, commit)
   if rem < 0 then rem = 0 end
   return 1, rem, tat - now, 0
 end
+run[0] = gcra

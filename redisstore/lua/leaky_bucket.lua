@@ -21,3 +21,4 @@ local function leaky_bucket(key, v, rate, period, burst, n, commit)
   end
   return 1, floor((bt - level) / T), wait + level, 0
 end
+run[2] = leaky_bucket

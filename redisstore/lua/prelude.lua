@@ -1,6 +1,6 @@
--- Mirrors algo.MulDiv, algo.MulDivCeil, algo.floorDiv, algo.nonNeg and algo.cost
--- (internal/algo): the integer helpers; and the clock, the state codec and the state
--- writes shared by the algorithm files that follow, which mirror the stores' read,
+-- Mirrors algo.MulDiv, algo.MulDivCeil, algo.floorDiv, algo.nonNeg, algo.windowStart and
+-- algo.cost (internal/algo): the integer helpers; and the clock, the state codec and the
+-- state writes shared by the algorithm files that follow, which mirror the stores' read,
 -- decide, write loop around each function of internal/algo.
 --
 -- ARGV[1]: now in µs since the Unix epoch, or "-" to read Redis's clock (TIME).
@@ -65,6 +65,12 @@ local function muldivceil(a, b, c)
   local q, r = muldivrem(a, b, c)
   if r > 0 then return q + 1 end
   return q
+end
+
+-- Mirrors algo.windowStart: the start of the window of length period holding now, windows
+-- aligned to multiples of period since the Unix epoch (FixedWindow, SlidingWindow).
+local function window_start(now, period)
+  return floordiv(now, period) * period
 end
 
 -- Mirrors algo.cost: the cost a call is evaluated at (1 for a look).
@@ -132,6 +138,11 @@ end
 local function int(x)
   return sformat('%d', x)
 end
+
+-- run[a] is the function deciding algorithm number a (decide.lua's ARGV[3]): each
+-- algorithm file that follows registers its own, so a script made of some of them decides
+-- only those.
+local run = {}
 
 -- written[key] is the value this call last wrote to key (false: deleted), so that two
 -- requests on one key in one call see each other's spending. A caller that knows its

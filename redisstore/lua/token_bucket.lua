@@ -29,3 +29,4 @@ local function token_bucket(key, v, rate, period, burst, n, commit)
   end
   return 1, floor(credit / T), wait + bt - credit, 0
 end
+run[1] = token_bucket
