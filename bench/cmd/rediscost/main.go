@@ -5,6 +5,8 @@
 //
 //	cd bench && go run ./cmd/rediscost                       # GCRA, 26 decisions per call
 //	cd bench && go run ./cmd/rediscost -algorithm token_bucket -decisions 20000
+//	cd bench && go run ./cmd/rediscost -batch 1 -decisions 8000   # lone decisions
+//	cd bench && go run ./cmd/rediscost -keep /tmp/cg.out && callgrind_annotate --inclusive=yes /tmp/cg.out
 //
 // It starts redis-server under `valgrind --tool=callgrind` on a free loopback port,
 // decides once on each of -keys keys (the warm-up), has callgrind dump and reset its
