@@ -291,7 +291,7 @@ func (s *Store) exec(client rueidis.Client, batch []*call, bufs *callBufs) {
 			groups = appendFloat(groups, int64(len(c.items)))
 		}
 		for _, it := range c.items {
-			kb = s.appendKey(kb, it.id, it.info)
+			kb = s.appendKey(kb, it.id, it.info.suffix)
 			ends = append(ends, len(kb))
 			reqs = append(reqs, it.info.packed[:]...)
 			reqs = appendFloat(reqs, it.n)

@@ -162,3 +162,14 @@ func TestCluster(t *testing.T) {
 		checkHostile(t, s, clock, func(key string) string { return c.Nodes[0].MustDo("CLUSTER", "KEYSLOT", key) })
 	})
 }
+
+// slot is the Redis Cluster hash slot of a key, found as Redis finds it: CRC16 (XMODEM) of
+// the hash tag, mod 16384. The tests hold idSlot, which the store routes by, to it.
+func slot(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	return crc16(key) % 16384
+}

@@ -71,17 +71,6 @@ func limitSuffix(l sluice.Limit) string {
 		strconv.FormatInt(l.Period.Microseconds(), 10) + ":" + strconv.FormatInt(l.Burst, 10)
 }
 
-// slot is the Redis Cluster hash slot of a key built by the store: CRC16 (XMODEM) of the
-// hash tag, mod 16384.
-func slot(key string) uint16 {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	return crc16(key) % 16384
-}
-
 func crc16(s string) uint16 {
 	var crc uint16
 	for i := 0; i < len(s); i++ {

@@ -16,18 +16,19 @@ import (
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
+// algoFiles[a] is the file that transcribes algorithm a.
+var algoFiles = [...]string{
+	sluice.GCRA:          "gcra.lua",
+	sluice.TokenBucket:   "token_bucket.lua",
+	sluice.LeakyBucket:   "leaky_bucket.lua",
+	sluice.FixedWindow:   "fixed_window.lua",
+	sluice.SlidingWindow: "sliding_window.lua",
+	sluice.SlidingLog:    "sliding_log.lua",
+}
+
 // luaOrder is the order the files are concatenated in: helpers, then one file per
 // algorithm (each mirrors a function of internal/algo), then the entry point.
-var luaOrder = []string{
-	"prelude.lua",
-	"gcra.lua",
-	"token_bucket.lua",
-	"leaky_bucket.lua",
-	"fixed_window.lua",
-	"sliding_window.lua",
-	"sliding_log.lua",
-	"decide.lua",
-}
+var luaOrder = append(append([]string{"prelude.lua"}, algoFiles[:]...), "decide.lua")
 
 // script is the decision script and its SHA1, as Redis names it in EVALSHA.
 type script struct {
@@ -44,17 +45,8 @@ type script struct {
 var decideScript = newScript(luaOrder...)
 
 // decideScripts[a] decides only algorithm a.
-var decideScripts = func() [sluice.SlidingLog + 1]script {
-	files := [...]string{
-		sluice.GCRA:          "gcra.lua",
-		sluice.TokenBucket:   "token_bucket.lua",
-		sluice.LeakyBucket:   "leaky_bucket.lua",
-		sluice.FixedWindow:   "fixed_window.lua",
-		sluice.SlidingWindow: "sliding_window.lua",
-		sluice.SlidingLog:    "sliding_log.lua",
-	}
-	var out [sluice.SlidingLog + 1]script
-	for a, f := range files {
+var decideScripts = func() (out [len(algoFiles)]script) {
+	for a, f := range algoFiles {
 		out[a] = newScript("prelude.lua", f, "decide.lua")
 	}
 	return out

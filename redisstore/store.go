@@ -460,20 +460,21 @@ func (s *Store) info(l sluice.Limit) *limitInfo {
 
 // Key returns the Redis key holding key's state under limit.
 func (s *Store) Key(key string, limit sluice.Limit) string {
-	return s.prefix + "{" + escapeIdentity(key) + "}" + limitSuffix(limit)
+	return string(s.appendKey(nil, key, limitSuffix(limit)))
 }
 
 func (s *Store) redisKey(key string, li *limitInfo) string {
-	return string(s.appendKey(nil, key, li))
+	return string(s.appendKey(nil, key, li.suffix))
 }
 
-// appendKey appends the Redis key of identity key under li's Limit to b.
-func (s *Store) appendKey(b []byte, key string, li *limitInfo) []byte {
+// appendKey appends to b the Redis key of identity key under the Limit whose limitSuffix
+// is suffix (the layout in key.go).
+func (s *Store) appendKey(b []byte, key, suffix string) []byte {
 	b = append(b, s.prefix...)
 	b = append(b, '{')
 	b = appendEscaped(b, key)
 	b = append(b, '}')
-	return append(b, li.suffix...)
+	return append(b, suffix...)
 }
 
 // AllowN implements sluice.Limiter.
@@ -519,6 +520,10 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 	}
 	seen := make(map[ident]int, len(reqs))
 	items := make([]item, len(reqs))
+	first := uint16(0)
+	if cn.cluster {
+		first = idSlot(reqs[0].Key)
+	}
 	for i, r := range reqs {
 		if err := sluice.CheckRequest(r.Key, r.Limit, r.N); err != nil {
 			return nil, fmt.Errorf("request %d: %w", i, err)
@@ -530,11 +535,13 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 		seen[id] = i
 		li := s.info(r.Limit)
 		items[i] = item{id: r.Key, info: li, n: r.N}
-		if cn.cluster && idSlot(r.Key) != idSlot(reqs[0].Key) {
-			// The keys themselves stay out of the message: they may be identities that
-			// must not reach logs.
-			return nil, fmt.Errorf("redisstore: %w: requests 0 and %d are in different cluster slots (%d and %d)",
-				sluice.ErrNotAtomic, i, idSlot(reqs[0].Key), idSlot(r.Key))
+		if cn.cluster {
+			if sl := idSlot(r.Key); sl != first {
+				// The keys themselves stay out of the message: they may be identities
+				// that must not reach logs.
+				return nil, fmt.Errorf("redisstore: %w: requests 0 and %d are in different cluster slots (%d and %d)",
+					sluice.ErrNotAtomic, i, first, sl)
+			}
 		}
 	}
 	if s.closed.Load() {

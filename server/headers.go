@@ -44,25 +44,10 @@ func rateLimitHeaders(items []item, ra time.Duration) (policy, limit, retry stri
 		if raSec > 0 {
 			t = min(t, raSec)
 		}
-		if len(pb) > 0 {
-			pb = append(pb, ", "...)
+		pb = appendMember(pb, it.name, ";q=", min(q, maxSFInteger), ";w=", w)
+		if httplimit.Advertised(it.dec) {
+			lb = appendMember(lb, it.name, ";r=", min(r, maxSFInteger), ";t=", t)
 		}
-		pb = appendSFString(pb, it.name)
-		pb = append(pb, ";q="...)
-		pb = strconv.AppendInt(pb, min(q, maxSFInteger), 10)
-		pb = append(pb, ";w="...)
-		pb = strconv.AppendInt(pb, w, 10)
-		if !httplimit.Advertised(it.dec) {
-			continue
-		}
-		if len(lb) > 0 {
-			lb = append(lb, ", "...)
-		}
-		lb = appendSFString(lb, it.name)
-		lb = append(lb, ";r="...)
-		lb = strconv.AppendInt(lb, min(r, maxSFInteger), 10)
-		lb = append(lb, ";t="...)
-		lb = strconv.AppendInt(lb, t, 10)
 	}
 	if raSec > 0 {
 		retry = strconv.FormatInt(raSec, 10)
@@ -72,6 +57,19 @@ func rateLimitHeaders(items []item, ra time.Duration) (policy, limit, retry stri
 	}
 	both := string(append(pb, lb...))
 	return both[:len(pb)], both[len(pb):], retry
+}
+
+// appendMember appends one List member to the field b: name as a String with two
+// Integer parameters, k1 and k2 (each written with its ';' and '=').
+func appendMember(b []byte, name, k1 string, v1 int64, k2 string, v2 int64) []byte {
+	if len(b) > 0 {
+		b = append(b, ", "...)
+	}
+	b = appendSFString(b, name)
+	b = append(b, k1...)
+	b = strconv.AppendInt(b, v1, 10)
+	b = append(b, k2...)
+	return strconv.AppendInt(b, v2, 10)
 }
 
 // maxSFInteger is the largest Integer RFC 9651 can carry.
