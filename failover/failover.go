@@ -208,16 +208,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit sluice.Limit, n 
 		return sluice.Decision{}, err
 	}
 	rep := reportFrom(ctx)
-	var d sluice.Decision
-	var err error
-	var failed bool
-	if l.inline {
-		d, err, failed = l.allowInline(ctx, rep, key, limit, n)
-	} else {
-		d, err, failed = call(l, ctx, rep, true, func(ctx context.Context) (sluice.Decision, error) {
-			return l.primary.AllowN(ctx, key, limit, n)
-		})
-	}
+	d, err, failed := call(l, ctx, rep, true, allowArgs{l.primary, key, limit, n}, allowN)
 	if !failed {
 		return d, err
 	}
@@ -273,9 +264,7 @@ func (l *Limiter) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]slui
 		return nil, nil
 	}
 	rep := reportFrom(ctx)
-	ds, err, failed := call(l, ctx, rep, true, func(ctx context.Context) ([]sluice.Decision, error) {
-		return ml.AllowMulti(ctx, reqs)
-	})
+	ds, err, failed := call(l, ctx, rep, true, reqs, ml.AllowMulti)
 	if !failed {
 		return ds, err
 	}
@@ -351,9 +340,7 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) err
 	if err := sluice.CheckRequest(key, limit, 0); err != nil {
 		return err
 	}
-	_, err, failed := call(l, ctx, reportFrom(ctx), false, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, l.primary.Reset(ctx, key, limit)
-	})
+	_, err, failed := call(l, ctx, reportFrom(ctx), false, allowArgs{l.primary, key, limit, 0}, reset)
 	if l.localMade.Load() {
 		fb := l.resolve(ctx, key, limit)
 		_ = l.localLimiter().Reset(ctx, key, ShareOf(limit, fb.Share))
@@ -408,7 +395,10 @@ type result[T any] struct {
 // With WithInlineCalls, f runs on the caller's goroutine with the deadline in its
 // context; for a decision (not a Reset), that context is a shared deadline (see
 // sharedDeadlines), which ends at most the deadline after the call started.
-func call[T any](l *Limiter, ctx context.Context, rep *Report, decision bool, f func(context.Context) (T, error)) (v T, err error, failed bool) {
+//
+// f gets its arguments as a, rather than from a closure, so that the inline path (a
+// decision per call, on the hot path) allocates nothing for it.
+func call[A, T any](l *Limiter, ctx context.Context, rep *Report, decision bool, a A, f func(context.Context, A) (T, error)) (v T, err error, failed bool) {
 	if rep != nil {
 		defer rep.fill(l, &err, &failed)
 	}
@@ -419,37 +409,32 @@ func call[T any](l *Limiter, ctx context.Context, rep *Report, decision bool, f 
 	start := time.Now()
 	if l.inline && !probe {
 		if decision {
-			v, err = f(l.shared.context(ctx, start))
+			v, err = f(l.shared.context(ctx, start), a)
 		} else {
 			cctx, cancel := context.WithTimeout(ctx, l.deadline)
-			v, err = f(cctx)
+			v, err = f(cctx, a)
 			cancel()
 		}
 		err, failed = l.leaveInline(ctx, rep, start, err, done)
 		return v, err, failed
 	}
-	return callAsync(l, ctx, rep, probe, start, done, f)
+	return callAsync(l, ctx, rep, probe, start, done, a, f)
 }
 
-// allowInline is call for AllowN with WithInlineCalls, without a closure to allocate
-// (except for a probe).
-func (l *Limiter) allowInline(ctx context.Context, rep *Report, key string, limit sluice.Limit, n int64) (d sluice.Decision, err error, failed bool) {
-	if rep != nil {
-		defer rep.fill(l, &err, &failed)
-	}
-	done, probe, err, failed, ok := l.enter(rep)
-	if !ok {
-		return d, err, failed
-	}
-	start := time.Now()
-	if probe {
-		return callAsync(l, ctx, rep, probe, start, done, func(ctx context.Context) (sluice.Decision, error) {
-			return l.primary.AllowN(ctx, key, limit, n)
-		})
-	}
-	d, err = l.primary.AllowN(l.shared.context(ctx, start), key, limit, n)
-	err, failed = l.leaveInline(ctx, rep, start, err, done)
-	return d, err, failed
+// allowArgs are the arguments of a store call on one key (call's a).
+type allowArgs struct {
+	store sluice.Limiter
+	key   string
+	limit sluice.Limit
+	n     int64
+}
+
+func allowN(ctx context.Context, a allowArgs) (sluice.Decision, error) {
+	return a.store.AllowN(ctx, a.key, a.limit, a.n)
+}
+
+func reset(ctx context.Context, a allowArgs) (struct{}, error) {
+	return struct{}{}, a.store.Reset(ctx, a.key, a.limit)
 }
 
 // fill records in r the outcome of a call: the breaker's state, and the error.
@@ -516,7 +501,7 @@ func (l *Limiter) leaveInline(ctx context.Context, rep *Report, start time.Time,
 }
 
 // callAsync runs f, let through by enter, in a goroutine of its own (see call).
-func callAsync[T any](l *Limiter, ctx context.Context, rep *Report, probe bool, start time.Time, done func(error), f func(context.Context) (T, error)) (v T, err error, failed bool) {
+func callAsync[A, T any](l *Limiter, ctx context.Context, rep *Report, probe bool, start time.Time, done func(error), a A, f func(context.Context, A) (T, error)) (v T, err error, failed bool) {
 	var cctx context.Context
 	var cancel context.CancelFunc
 	var expired <-chan struct{} // closed at the deadline
@@ -534,7 +519,7 @@ func callAsync[T any](l *Limiter, ctx context.Context, rep *Report, probe bool, 
 		defer l.calls.Done()
 		defer l.pending.Add(-1)
 		defer cancel()
-		v, err := f(cctx)
+		v, err := f(cctx, a)
 		if probe {
 			// The probe's outcome is the store's, whenever it comes and whoever waits;
 			// but only an answer within the deadline shows the store can serve again.
