@@ -66,8 +66,8 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		// As the reference implementation: an unknown domain limits nothing.
 		s.metrics.unknownDomain.Inc()
 		resp, statuses := newResponse(len(req.Descriptors))
-		for _, m := range statuses {
-			m.st.Code = rlsv3.RateLimitResponse_OK
+		for i := range statuses {
+			statuses[i].status.Code = rlsv3.RateLimitResponse_OK
 		}
 		return resp, nil
 	}
@@ -130,7 +130,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	for i := range items {
-		descriptorStatus(&items[i], statuses[i])
+		descriptorStatus(&items[i], &statuses[i])
 		s.metrics.descriptor(dom.Name, &items[i])
 	}
 	ra := time.Duration(0)
@@ -205,53 +205,40 @@ func putScratch(sc *scratch) {
 	scratchPool.Put(sc)
 }
 
-// response is an answer with one descriptor, allocated at once: the messages point into
-// it.
-type response struct {
-	resp   rlsv3.RateLimitResponse
-	ptr    [1]*rlsv3.RateLimitResponse_DescriptorStatus
-	status rlsv3.RateLimitResponse_DescriptorStatus
-	limit  rlsv3.RateLimitResponse_RateLimit
-	reset  durationpb.Duration
-}
-
-// statusBlock is a descriptor status with the messages it may point to, for answers
-// with several descriptors.
+// statusBlock is a descriptor status with the messages it may point to, allocated at
+// once.
 type statusBlock struct {
 	status rlsv3.RateLimitResponse_DescriptorStatus
 	limit  rlsv3.RateLimitResponse_RateLimit
 	reset  durationpb.Duration
 }
 
-// statusMem is a descriptor status to fill, with room for its current_limit and
-// duration_until_reset.
-type statusMem struct {
-	st    *rlsv3.RateLimitResponse_DescriptorStatus
-	limit *rlsv3.RateLimitResponse_RateLimit
-	reset *durationpb.Duration
+// response is an answer with one descriptor, allocated at once: the messages point into
+// it.
+type response struct {
+	resp  rlsv3.RateLimitResponse
+	ptr   [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	block [1]statusBlock
 }
 
-// newResponse returns an OK answer with n descriptor statuses, and the statuses to
-// fill, in one allocation for one descriptor and three for several.
-func newResponse(n int) (*rlsv3.RateLimitResponse, []statusMem) {
+// newResponse returns an OK answer with n descriptor statuses, and the blocks of those
+// statuses to fill: one allocation for one descriptor, two for several.
+func newResponse(n int) (*rlsv3.RateLimitResponse, []statusBlock) {
 	if n == 1 {
 		r := &response{}
-		r.ptr[0] = &r.status
+		r.ptr[0] = &r.block[0].status
 		r.resp.OverallCode, r.resp.Statuses = rlsv3.RateLimitResponse_OK, r.ptr[:]
-		return &r.resp, []statusMem{{&r.status, &r.limit, &r.reset}}
+		return &r.resp, r.block[:]
 	}
 	blocks := make([]statusBlock, n)
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
 	}
-	mem := make([]statusMem, n)
 	for i := range blocks {
-		b := &blocks[i]
-		resp.Statuses[i] = &b.status
-		mem[i] = statusMem{&b.status, &b.limit, &b.reset}
+		resp.Statuses[i] = &blocks[i].status
 	}
-	return resp, mem
+	return resp, blocks
 }
 
 // headerBlock holds the (at most three) response headers of one answer in one
@@ -278,8 +265,8 @@ func (b *headerBlock) add(h []*corev3.HeaderValue, key, value string) []*corev3.
 //   - otherwise the decision: OVER_LIMIT when over (OK in shadow mode), limit_remaining
 //     Decision.Remaining, duration_until_reset Decision.RetryAfter when over, else
 //     Decision.ResetAfter.
-func descriptorStatus(it *item, m statusMem) {
-	st := m.st
+func descriptorStatus(it *item, m *statusBlock) {
+	st := &m.status
 	st.Code = rlsv3.RateLimitResponse_OK
 	switch it.status {
 	case config.NoMatch, config.Replaced:
@@ -289,7 +276,7 @@ func descriptorStatus(it *item, m statusMem) {
 		return
 	}
 	r := it.rule
-	st.CurrentLimit = m.limit
+	st.CurrentLimit = &m.limit
 	st.CurrentLimit.Name = r.Name
 	st.CurrentLimit.RequestsPerUnit = r.RequestsPerUnit
 	st.CurrentLimit.Unit = unitProto(r.Unit)
@@ -308,7 +295,7 @@ func descriptorStatus(it *item, m statusMem) {
 		}
 		// durationpb.New, into the answer's own memory.
 		m.reset.Seconds, m.reset.Nanos = int64(d/time.Second), int32(d%time.Second)
-		st.DurationUntilReset = m.reset
+		st.DurationUntilReset = &m.reset
 	}
 }
 
@@ -324,7 +311,7 @@ func (s *Server) closedResponse(items []item) *rlsv3.RateLimitResponse {
 			it.dec = sluice.Decision{Limit: it.limit, Path: sluice.PathClosed, RetryAfter: time.Second}
 			it.tooBig = true // over, whatever the (unknown) state
 		}
-		descriptorStatus(it, statuses[i])
+		descriptorStatus(it, &statuses[i])
 	}
 	if s.shadowMode {
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
