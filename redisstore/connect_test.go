@@ -262,6 +262,9 @@ func TestConnectRetry(t *testing.T) {
 	if _, err := s.EvictedKeys(ctx); !errors.Is(err, ErrNotConnected) {
 		t.Errorf("EvictedKeys while Redis is down: %v", err)
 	}
+	if err := s.Ping(ctx); !errors.Is(err, ErrNotConnected) {
+		t.Errorf("Ping while Redis is down: %v, want ErrNotConnected", err)
+	}
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("failing decisions took %v: they must not wait for Redis", d)
 	}
@@ -286,6 +289,9 @@ func TestConnectRetry(t *testing.T) {
 	}
 	if s.Client() == nil {
 		t.Error("Client() is nil after connecting")
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Errorf("Ping after connecting: %v", err)
 	}
 }
 

@@ -432,6 +432,20 @@ func (s *Store) Client() rueidis.Client {
 	return nil
 }
 
+// Ping reports whether Redis answers: the connection error (wrapping ErrNotConnected)
+// while a store opened with WithConnectRetry has not connected, else the outcome of a
+// PING. A readiness check (server.Options.Ready uses it when the Limiter has it).
+func (s *Store) Ping(ctx context.Context) error {
+	cn, err := s.connected()
+	if err != nil {
+		return err
+	}
+	if err := cn.client.Do(ctx, cn.client.B().Ping().Build()).Error(); err != nil {
+		return wrap("PING", err)
+	}
+	return nil
+}
+
 // limitInfo is what the store derives once per Limit.
 type limitInfo struct {
 	limit  sluice.Limit

@@ -125,14 +125,7 @@ func openStore(cfg *config.Config, f storeFlags, log *slog.Logger, reg prometheu
 		fl := failover.New(rs, fopts...)
 		inner = fl
 		st.close = func() error { return errors.Join(fl.Close(), rs.Close()) }
-		st.ready = func(ctx context.Context) error {
-			client := rs.Client()
-			if client == nil {
-				_, err := rs.EvictedKeys(ctx) // not connected: the error says why
-				return err
-			}
-			return client.Do(ctx, client.B().Ping().Build()).Error()
-		}
+		st.ready = rs.Ping
 		mopts = append(mopts, observe.WithEvictedKeys(rs.EvictedKeys, 15*time.Second))
 	}
 	metrics, err := observe.NewMetrics(reg, mopts...)
