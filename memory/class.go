@@ -14,7 +14,7 @@ type class interface {
 	shardIndex(h uint64) int
 	lock(h uint64)
 	unlock(h uint64)
-	// decide takes the shard lock, decides and commits.
+	// decide decides and commits, under the shard lock or (lockfree.go) without it.
 	decide(key string, h uint64, now, n int64) algo.Result
 	// decideLocked decides with the shard lock held; it spends only if commit.
 	decideLocked(key string, h uint64, now, n int64, commit bool) algo.Result
@@ -86,28 +86,12 @@ func newClass(st *Store, l sluice.Limit, id int) class {
 				return 0
 			},
 		})
-	default: // TokenBucket, LeakyBucket, FixedWindow keep two words
-		var f func(algo.State, int64, algo.Params, int64) (algo.State, algo.Result)
-		switch l.Algorithm {
-		case sluice.TokenBucket:
-			f = algo.TokenBucket
-		case sluice.LeakyBucket:
-			f = algo.LeakyBucket
-		default:
-			f = algo.FixedWindow
-		}
-		return newGen(st, p, id, ops[[2]int64]{
-			decide: func(s *[2]int64, now int64, p algo.Params, n int64, commit bool) algo.Result {
-				ns, r := f(algo.State{A: s[0], B: s[1]}, now, p, n)
-				if commit {
-					*s = [2]int64{ns.A, ns.B}
-				}
-				return r
-			},
-			expires: func(s *[2]int64, p algo.Params) int64 {
-				return algo.ExpiresAt(algo.State{A: s[0], B: s[1]}, p)
-			},
-		})
+	case sluice.TokenBucket:
+		return newPairClass(st, p, id, algo.TokenBucket)
+	case sluice.LeakyBucket:
+		return newPairClass(st, p, id, algo.LeakyBucket)
+	default:
+		return newPairClass(st, p, id, algo.FixedWindow)
 	}
 }
 

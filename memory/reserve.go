@@ -23,7 +23,7 @@ func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n i
 		return sluice.Reservation{}, fmt.Errorf("%w: %v cannot reserve; pacing needs gcra or leaky_bucket", sluice.ErrInvalidLimit, limit.Algorithm)
 	}
 	u, ok := c.(updater)
-	if !ok { // every class implements it; this guards a future state type
+	if !ok { // both reservable algorithms' classes implement it; this guards a new one
 		return sluice.Reservation{}, fmt.Errorf("%w: %v cannot reserve", sluice.ErrInvalidLimit, limit.Algorithm)
 	}
 	if s.closed.Load() {
@@ -60,53 +60,10 @@ func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n i
 	}), nil
 }
 
-// updater is implemented by every class (gen[S]).
+// updater is implemented by the classes of the algorithms that can reserve: gcraClass
+// and pairClass (LeakyBucket).
 type updater interface {
 	update(key string, h uint64, now int64, f func(algo.State, int64) (algo.State, bool))
-}
-
-// update runs f on key's state under the shard lock, for the algorithms with reservations
-// (GCRA keeps TAT as an int64, LeakyBucket two words), and stores f's state when f says
-// so, inserting the key if it is new.
-func (g *gen[S]) update(key string, h uint64, now int64, f func(algo.State, int64) (algo.State, bool)) {
-	sh := &g.shards[g.shardIndex(h)]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	tag := uint32(h >> 32)
-	i := sh.t.find(key, h, tag)
-	var cur S
-	if i >= 0 {
-		cur = sh.t.slots[i].s
-	}
-	next, write := f(toState(cur), now)
-	if !write {
-		return
-	}
-	v := fromState[S](next)
-	if i >= 0 {
-		sh.t.slots[i].s = v
-		return
-	}
-	g.add(sh, key, h, tag, v, now)
-}
-
-// toState and fromState convert the two-word state of LeakyBucket, the reservable
-// algorithm kept in a gen table (GCRA has its own class, gcraClass).
-func toState[S any](s S) algo.State {
-	switch v := any(s).(type) {
-	case [2]int64:
-		return algo.State{A: v[0], B: v[1]}
-	}
-	return algo.State{}
-}
-
-func fromState[S any](st algo.State) S {
-	var out S
-	switch p := any(&out).(type) {
-	case *[2]int64:
-		*p = [2]int64{st.A, st.B}
-	}
-	return out
 }
 
 var _ sluice.Reserver = (*Store)(nil)

@@ -8,18 +8,30 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice"
 )
 
-// TestGCRALockFreeUnderRebuilds races lock-free decisions against inserts that rebuild the
-// one shard's table over and over, and against multi-limit batches that freeze slots. With
-// the clock standing still every key must admit exactly its burst, never more.
-func TestGCRALockFreeUnderRebuilds(t *testing.T) {
+// lockFreeAlgs are the algorithms whose classes decide without the shard lock: GCRA
+// (gcra.go) and the two-word ones (pair.go).
+var lockFreeAlgs = []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket, sluice.FixedWindow}
+
+// TestLockFreeUnderRebuilds races lock-free decisions against inserts that rebuild the one
+// shard's table over and over, and against multi-limit batches that freeze slots. With the
+// clock standing still every key must admit exactly its burst, never more.
+func TestLockFreeUnderRebuilds(t *testing.T) {
+	for _, alg := range lockFreeAlgs {
+		t.Run(alg.String(), func(t *testing.T) { testLockFreeUnderRebuilds(t, alg) })
+	}
+}
+
+func testLockFreeUnderRebuilds(t *testing.T, alg sluice.Algorithm) {
 	ctx := context.Background()
 	s, _ := newTestStore(t, WithShards(1), WithSweepInterval(0))
 	const nkeys, burst = 3000, 7
 	a := sluice.PerHour(burst)
+	a.Algorithm = alg
 	b := sluice.PerMinute(1000) // a second class, for batches
 	keys := make([]string, nkeys)
 	for i := range keys {
@@ -79,12 +91,19 @@ func TestGCRALockFreeUnderRebuilds(t *testing.T) {
 	}
 }
 
-// TestGCRASweepAndResetWithLockFreeReaders: sweeping, resets and rebuilds while readers
+// TestSweepAndResetWithLockFreeReaders: sweeping, resets and rebuilds while readers
 // decide; afterwards every idle key is gone and the table holds only live keys.
-func TestGCRASweepAndResetWithLockFreeReaders(t *testing.T) {
+func TestSweepAndResetWithLockFreeReaders(t *testing.T) {
+	for _, alg := range lockFreeAlgs {
+		t.Run(alg.String(), func(t *testing.T) { testSweepAndResetWithLockFreeReaders(t, alg) })
+	}
+}
+
+func testSweepAndResetWithLockFreeReaders(t *testing.T, alg sluice.Algorithm) {
 	ctx := context.Background()
 	s, clk := newTestStore(t, WithShards(2), WithSweepInterval(time.Millisecond))
 	l := sluice.PerSecond(5)
+	l.Algorithm = alg
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for g := 0; g < 4; g++ {
@@ -118,5 +137,22 @@ func TestGCRASweepAndResetWithLockFreeReaders(t *testing.T) {
 			t.Fatalf("%d keys left after idling", s.Len())
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestSlotsBeginWithHeader: the generic table reaches a slot's key, meta and control word
+// by converting a slot pointer to *lhdr (hdr), which is right only if every slot type
+// starts with an lhdr.
+func TestSlotsBeginWithHeader(t *testing.T) {
+	var g gslot
+	var p pslot
+	if unsafe.Pointer(hdr(&g)) != unsafe.Pointer(&g.lhdr) || unsafe.Offsetof(g.lhdr) != 0 {
+		t.Fatal("gslot does not begin with its lhdr")
+	}
+	if unsafe.Pointer(hdr(&p)) != unsafe.Pointer(&p.lhdr) || unsafe.Offsetof(p.lhdr) != 0 {
+		t.Fatal("pslot does not begin with its lhdr")
+	}
+	if unsafe.Sizeof(g) != 24 || unsafe.Sizeof(p) != 32 {
+		t.Fatalf("slot sizes %d and %d, documented as 24 and 32", unsafe.Sizeof(g), unsafe.Sizeof(p))
 	}
 }

@@ -1,0 +1,148 @@
+package memory
+
+import (
+	"runtime"
+	"sync/atomic"
+
+	"github.com/sluicehq/sluice/internal/algo"
+)
+
+// TokenBucket (credit, last), LeakyBucket (level, last conformance time) and FixedWindow
+// (window start, count) keep two words, A and B of algo.State. Like GCRA (lockfree.go)
+// they decide an existing key without the shard lock, so a decision writes only the key's
+// own slot; two words cannot be swapped together, so the slot carries its own tiny lock:
+//
+//   - The control word holds B (a time or a count, never near the sentinels) or a
+//     sentinel: tombstone or frozen (lockfree.go), or busy.
+//   - A decision takes the slot by swapping B for busy (compare-and-swap), reads A, and
+//     releases the slot by storing the new A and then the new B. A is read or written only
+//     by whoever holds the slot: a decider that set busy, or the shard lock's holder, which
+//     replaces a control word with tombstone or frozen only after any busy has cleared.
+//   - A decider that meets busy waits: a holder runs a few tens of nanoseconds of
+//     arithmetic and stores, and calls nothing that can block. Waiting spins briefly and
+//     then yields the processor (runtime.Gosched), so a holder that was preempted gets to
+//     run even with GOMAXPROCS=1; the wait is then that of a preempted sync.Mutex holder,
+//     which is what the shard lock costs in the same case.
+//   - A decider that meets tombstone or frozen takes the shard lock.
+//
+// Slots are 32 bytes. Arrays are rebuilt above 80% full and grow when live keys would fill
+// more than 75%, so they stay 56–80% full (40–57 bytes per key; 46 at 1M keys): the
+// 48-byte-per-key budget does not allow GCRA's 70% ceiling with slots a third larger.
+type pslot struct {
+	lhdr              // ctl holds State.B
+	a    atomic.Int64 // State.A; only the slot's holder reads or writes it
+}
+
+// acquire takes the slot for its caller, returning the state's B, or reports false when
+// the slot is tombstoned or frozen. It waits out another holder.
+func (e *pslot) acquire() (int64, bool) {
+	for spins := 0; ; spins++ {
+		b := e.ctl.Load()
+		switch {
+		case b == busy:
+			if spins >= 16 {
+				runtime.Gosched()
+			}
+			continue
+		case isSentinel(b):
+			return b, false
+		}
+		if e.ctl.CompareAndSwap(b, busy) {
+			return b, true
+		}
+	}
+}
+
+func (e *pslot) seize(v int64) (algo.State, int64) {
+	for spins := 0; ; spins++ {
+		b := e.ctl.Load()
+		if b == busy {
+			if spins >= 16 {
+				runtime.Gosched()
+			}
+			continue
+		}
+		if e.ctl.CompareAndSwap(b, v) {
+			return algo.State{A: e.a.Load(), B: b}, b
+		}
+	}
+}
+
+func (e *pslot) put(s algo.State) {
+	e.a.Store(s.A)
+	e.ctl.Store(s.B)
+}
+
+func (e *pslot) peek() (algo.State, bool) {
+	b, ok := e.acquire()
+	if !ok {
+		return algo.State{}, false
+	}
+	s := algo.State{A: e.a.Load(), B: b}
+	e.ctl.Store(b)
+	return s, true
+}
+
+func (e *pslot) retire(now int64, p algo.Params) bool {
+	b, ok := e.acquire()
+	if !ok {
+		return false
+	}
+	if algo.ExpiresAt(algo.State{A: e.a.Load(), B: b}, p) <= now {
+		e.ctl.Store(tombstone)
+		return true
+	}
+	e.ctl.Store(b)
+	return false
+}
+
+func (e *pslot) apply(now int64, p algo.Params, n int64, f algoFunc) algo.Result {
+	b, _ := e.acquire() // live: the caller holds the shard lock and found it so
+	ns, r := f(algo.State{A: e.a.Load(), B: b}, now, p, n)
+	e.put(ns)
+	return r
+}
+
+func (e *pslot) change(now int64, f func(algo.State, int64) (algo.State, bool)) {
+	b, _ := e.acquire()
+	s := algo.State{A: e.a.Load(), B: b}
+	if next, write := f(s, now); write {
+		s = next
+	}
+	e.put(s)
+}
+
+type pairClass struct {
+	lockFree[pslot, *pslot]
+}
+
+func newPairClass(st *Store, p algo.Params, id int, f algoFunc) *pairClass {
+	g := new(pairClass)
+	g.init(st, p, id, f, 80, 75)
+	return g
+}
+
+// decide takes only the key's slot for an existing key whose slot is live; otherwise it
+// decides under the shard lock.
+func (g *pairClass) decide(key string, h uint64, now, n int64) algo.Result {
+	sh := g.shard(h)
+	if a := sh.arr.Load(); a != nil {
+		if i := a.find(key, h); i >= 0 {
+			e := &a.slots[i]
+			if b, ok := e.acquire(); ok {
+				old := algo.State{A: e.a.Load(), B: b}
+				ns, r := g.f(old, now, g.p, n)
+				if ns.A != old.A {
+					e.a.Store(ns.A)
+				}
+				e.ctl.Store(ns.B)
+				return r
+			}
+			// deleted, moved or frozen by a batch: take the lock
+		}
+	}
+	sh.mu.Lock()
+	r := g.decideIn(sh, key, h, now, n, true)
+	sh.mu.Unlock()
+	return r
+}
