@@ -35,12 +35,15 @@ func checkCommand() *cli.Command {
 			&cli.StringFlag{Name: "method", Usage: "the request's method, for route limits", Sources: cli.EnvVars("SLUICE_CHECK_METHOD")},
 			&cli.StringFlag{Name: "path", Usage: "the request's path, for route limits", Sources: cli.EnvVars("SLUICE_CHECK_PATH")},
 			&cli.StringFlag{Name: "domain", Usage: "an envoyproxy/ratelimit `DOMAIN`", Sources: cli.EnvVars("SLUICE_CHECK_DOMAIN")},
-			&cli.StringSliceFlag{Name: "descriptor", Usage: "a descriptor as `KEY=VALUE[,KEY=VALUE...]` (repeat for several)", Sources: cli.EnvVars("SLUICE_CHECK_DESCRIPTORS")},
+			&cli.StringSliceFlag{Name: "descriptor", Usage: "a descriptor as `KEY=VALUE[,KEY=VALUE...]`, its entries in order (repeat the flag for several descriptors; in the variable, separate them with ';')", Sources: cli.EnvVars("SLUICE_CHECK_DESCRIPTORS")},
 			&cli.Int64Flag{Name: "cost", Value: 1, Usage: "units to spend", Sources: cli.EnvVars("SLUICE_CHECK_COST")},
-			&cli.BoolFlag{Name: "peek", Usage: "only look: spend nothing (GET /v1/peek)", Sources: cli.EnvVars("SLUICE_CHECK_PEEK")},
+			&cli.BoolFlag{Name: "peek", Usage: "only look: spend nothing (/v1/peek)", Sources: cli.EnvVars("SLUICE_CHECK_PEEK")},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "give up after this long", Sources: cli.EnvVars("SLUICE_CHECK_TIMEOUT")},
 		},
-		Action: check,
+		// A descriptor's entries are separated by commas, so several descriptors in one
+		// value (the environment variable) are separated by semicolons.
+		SliceFlagSeparator: ";",
+		Action:             check,
 	}
 }
 

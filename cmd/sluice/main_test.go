@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,6 +26,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/server"
 )
 
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger and reads of a
@@ -413,5 +415,46 @@ func TestBinarySignals(t *testing.T) {
 	waitLog("store closed")
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("sluice exited with %v after SIGTERM", err)
+	}
+}
+
+// TestCheckSendsDescriptorsAsWritten: a --descriptor with several entries is one
+// descriptor with those entries in order (a nested Envoy descriptor), each --descriptor is
+// one descriptor, and the environment variable separates descriptors with ';'.
+func TestCheckSendsDescriptorsAsWritten(t *testing.T) {
+	var got []server.CheckRequest
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req server.CheckRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			t.Errorf("request body: %v", err)
+		}
+		mu.Lock()
+		got = append(got, req)
+		mu.Unlock()
+		json.NewEncoder(w).Encode(server.CheckResponse{Allowed: true})
+	}))
+	defer srv.Close()
+	want := [][]server.Descriptor{
+		{{Entries: []server.Entry{{Key: "message_type", Value: "marketing"}, {Key: "to_number", Value: "555"}}}, {Entries: []server.Entry{{Key: "user", Value: "u1"}}}},
+		{{Entries: []server.Entry{{Key: "a", Value: "1"}, {Key: "b", Value: "2"}}}, {Entries: []server.Entry{{Key: "c", Value: "3"}}}},
+	}
+	if code, out, errOut := runCmd(t, "check", "--server", srv.URL, "--domain", "edge",
+		"--descriptor", "message_type=marketing,to_number=555", "--descriptor", "user=u1"); code != exitOK {
+		t.Fatalf("exit %d: %s %s", code, out, errOut)
+	}
+	t.Setenv("SLUICE_CHECK_DESCRIPTORS", "a=1,b=2;c=3")
+	if code, out, errOut := runCmd(t, "check", "--server", srv.URL, "--domain", "edge"); code != exitOK {
+		t.Fatalf("from the environment: exit %d: %s %s", code, out, errOut)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != len(want) {
+		t.Fatalf("%d requests, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !reflect.DeepEqual(got[i].Descriptors, want[i]) {
+			t.Errorf("request %d: descriptors %+v, want %+v", i, got[i].Descriptors, want[i])
+		}
 	}
 }
