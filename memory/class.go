@@ -20,6 +20,8 @@ type class interface {
 	decideLocked(key string, h uint64, now, n int64, commit bool) algo.Result
 	reset(key string, h uint64)
 	sweep(now int64)
+	// sample offers up to m of shard i's entries, from its sweep cursor on, to best.
+	sample(i int, best *victim, m int) int
 }
 
 // shard is a lock and a table, padded so that neighbouring shards' locks do not share a
@@ -133,40 +135,36 @@ func (g *gen[S]) decideIn(sh *shard[S], key string, h uint64, now, n int64, comm
 	return r
 }
 
-// add inserts a new key, making room first: expired state goes before the table grows, and
-// under MaxKeys the sampled entry closest to empty is evicted.
+// add inserts a new key, dropping expired state first rather than growing the table.
+// Store.evictOver keeps the store under MaxKeys afterwards.
 func (g *gen[S]) add(sh *shard[S], key string, h uint64, tag uint32, s S, now int64) {
 	t := &sh.t
 	if (t.n+1)*maxLoadDen > len(t.slots)*maxLoadNum && g.st.sweepGap > 0 {
 		g.st.sweepTime(now)
 		g.sweepShard(sh, now, len(t.slots))
 	}
-	if max := g.st.maxKeys; max > 0 && g.st.keys.Load() >= max && t.n > 0 {
-		g.evictNear(sh, h)
-	}
 	t.insert(key, h, tag, s, g.st.hash)
 	g.st.keys.Add(1)
 }
 
-// evictNear removes, among the first 8 entries at or after h's home position, the one
-// whose state expires first.
-func (g *gen[S]) evictNear(sh *shard[S], h uint64) {
+// sample implements class.
+func (g *gen[S]) sample(i int, best *victim, m int) int {
+	sh := &g.shards[i]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	t := &sh.t
 	c := len(t.slots)
-	victim, best := -1, int64(0)
-	for i, seen := home(h, c), 0; seen < 8 && seen < t.n; {
-		if e := &t.slots[i]; e.ptr != nil {
-			if exp := g.ops.expires(&e.s, g.p); victim < 0 || exp < best {
-				victim, best = i, exp
-			}
-			seen++
+	offered := 0
+	for j, probed := sh.cursor%max(c, 1), 0; offered < m && probed < c; probed++ {
+		if e := &t.slots[j]; e.ptr != nil {
+			best.offer(g.cid, g, e.key(), g.ops.expires(&e.s, g.p))
+			offered++
 		}
-		if i++; i == c {
-			i = 0
+		if j++; j == c {
+			j = 0
 		}
 	}
-	t.remove(victim, g.st.hash)
-	g.st.keys.Add(-1)
+	return offered
 }
 
 func (g *gen[S]) reset(key string, h uint64) {

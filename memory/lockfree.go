@@ -235,8 +235,8 @@ func (g *lockFree[S, P]) update(key string, h uint64, now int64, f func(algo.Sta
 }
 
 // insert adds a key known to be absent, with the lock held: it drops expired state first,
-// rebuilds the array when tombstones and growth call for it, evicts under MaxKeys, and
-// publishes the slot's meta last.
+// rebuilds the array when tombstones and growth call for it, and publishes the slot's meta
+// last. Store.evictOver keeps the store under MaxKeys afterwards.
 func (g *lockFree[S, P]) insert(sh *lshard[S], key string, h uint64, s algo.State, now int64) {
 	full := func(a *larray[S]) bool { return a == nil || (a.used+1)*100 > len(a.slots)*g.maxLoad }
 	a := sh.arr.Load()
@@ -247,9 +247,6 @@ func (g *lockFree[S, P]) insert(sh *lshard[S], key string, h uint64, s algo.Stat
 	}
 	if full(a) {
 		a = g.rebuild(sh)
-	}
-	if max := g.st.maxKeys; max > 0 && g.st.keys.Load() >= max && a.live > 0 {
-		g.evictNear(a, h)
 	}
 	e := &a.slots[a.free(h)]
 	hdr(e).key.Store(unsafe.StringData(key))
@@ -317,27 +314,30 @@ func (g *lockFree[S, P]) kill(a *larray[S], i int) {
 	}
 }
 
-// evictNear tombstones, among the first 8 live entries at or after h's home position, the
-// one whose state expires first (for GCRA, the earliest TAT).
-func (g *lockFree[S, P]) evictNear(a *larray[S], h uint64) {
+// sample implements class.
+func (g *lockFree[S, P]) sample(i int, best *victim, m int) int {
+	sh := &g.shards[i]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	a := sh.arr.Load()
+	if a == nil {
+		return 0
+	}
 	c := len(a.slots)
-	victim, best := -1, int64(0)
-	for i, seen, probed := home(h, c), 0, 0; seen < 8 && probed < c; probed++ {
-		if e := &a.slots[i]; hdr(e).meta.Load() != 0 {
+	offered := 0
+	for j, probed := sh.cursor%c, 0; offered < m && probed < c; probed++ {
+		if e := &a.slots[j]; hdr(e).meta.Load() != 0 {
 			if s, ok := P(e).peek(); ok {
-				if exp := algo.ExpiresAt(s, g.p); victim < 0 || exp < best {
-					victim, best = i, exp
-				}
-				seen++
+				h := hdr(e)
+				best.offer(g.cid, g, unsafe.String(h.key.Load(), int(h.meta.Load()>>32)), algo.ExpiresAt(s, g.p))
+				offered++
 			}
 		}
-		if i++; i == c {
-			i = 0
+		if j++; j == c {
+			j = 0
 		}
 	}
-	if victim >= 0 {
-		g.kill(a, victim)
-	}
+	return offered
 }
 
 func (g *lockFree[S, P]) reset(key string, h uint64) {

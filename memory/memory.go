@@ -31,10 +31,12 @@
 // holding one shard's lock at a time, so there is never a stop-the-world scan; tables shrink
 // when they empty out. Deleting such state changes no decision.
 //
-// With MaxKeys set, inserting a key into a full store first evicts, from the same shard and
-// class, the sampled entry whose state is closest to empty (earliest expiry among up to 8
-// neighbours of the new key's position). Forgetting it grants that key the least unearned
-// quota. The cap is exact per store up to one key per concurrent insert.
+// With MaxKeys set, a decision that takes the store over the cap evicts before it returns,
+// until the store is back at the cap: each eviction samples 8 entries from shards visited
+// in turn across every Limit, and removes the one whose state is closest to empty (the
+// earliest expiry). Forgetting it grants that key the least unearned quota. The cap holds
+// whenever no decision is in flight; concurrent inserts can pass it by one key each until
+// they return.
 //
 // # Clock
 //
@@ -65,6 +67,8 @@ type Store struct {
 
 	seed    maphash.Seed
 	classes atomic.Pointer[map[sluice.Limit]*classRef]
+	list    atomic.Pointer[[]class]  // the classes in creation order, for eviction
+	evictAt atomic.Uint64            // eviction's cursor over list × shards
 	last    atomic.Pointer[classRef] // the most recently used class: skips the map lookup
 	addMu   sync.Mutex
 	nextID  int
@@ -125,6 +129,7 @@ func New(opts ...Option) *Store {
 	s.shards = n
 	empty := map[sluice.Limit]*classRef{}
 	s.classes.Store(&empty)
+	s.list.Store(new([]class))
 	if s.sweepGap > 0 {
 		go s.sweepLoop()
 	} else {
@@ -193,6 +198,8 @@ func (s *Store) class(limit sluice.Limit) (class, error) {
 				next[k] = v
 			}
 			next[limit] = r
+			list := append(append([]class(nil), *s.list.Load()...), r.c)
+			s.list.Store(&list)
 			s.classes.Store(&next)
 		}
 		s.addMu.Unlock()
@@ -226,7 +233,57 @@ func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n in
 	if s.closed.Load() {
 		return sluice.Decision{}, sluice.ErrClosed
 	}
-	return c.decide(key, s.hash(key), s.now(), n).Decision(limit), nil
+	d := c.decide(key, s.hash(key), s.now(), n).Decision(limit)
+	if s.maxKeys > 0 && s.keys.Load() > s.maxKeys {
+		s.evictOver(classKey{c.id(), key})
+	}
+	return d, nil
+}
+
+// victim is the entry eviction has found closest to empty so far, and its class.
+type victim struct {
+	c   interface{ reset(key string, h uint64) }
+	key string
+	exp int64
+	// skip are the states the decision that evicts has just written: a new key is
+	// usually the closest to empty, and evicting it would undo the decision.
+	skip []classKey
+}
+
+type classKey struct {
+	cid int
+	key string
+}
+
+func (v *victim) offer(cid int, c interface{ reset(string, uint64) }, key string, exp int64) {
+	if v.c != nil && exp >= v.exp {
+		return
+	}
+	for _, k := range v.skip {
+		if k.cid == cid && k.key == key {
+			return
+		}
+	}
+	v.c, v.key, v.exp = c, key, exp
+}
+
+// evictOver evicts until the store holds at most MaxKeys states (see the package doc),
+// sparing the states in skip. It takes one shard lock at a time, never while holding
+// another.
+func (s *Store) evictOver(skip ...classKey) {
+	list := *s.list.Load()
+	shards := len(list) * s.shards
+	for s.keys.Load() > s.maxKeys {
+		best := victim{skip: skip}
+		for probed, offered := 0, 0; probed < shards && offered < 8; probed++ {
+			k := int(s.evictAt.Add(1) % uint64(shards))
+			offered += list[k%len(list)].sample(k/len(list), &best, 8-offered)
+		}
+		if best.c == nil {
+			return // nothing evictable: the keys were deleted meanwhile, or are all spared
+		}
+		best.c.reset(best.key, s.hash(best.key))
+	}
 }
 
 // Reset implements sluice.Limiter.
@@ -286,6 +343,13 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 				it.c.unlock(it.h)
 			}
 		}
+		if s.maxKeys > 0 && s.keys.Load() > s.maxKeys {
+			skip := make([]classKey, len(items))
+			for i, it := range items {
+				skip[i] = classKey{it.c.id(), reqs[i].Key}
+			}
+			s.evictOver(skip...)
+		}
 	}()
 	now := s.now()
 	out := make([]sluice.Decision, len(reqs))
@@ -314,7 +378,7 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 			out[i] = r.Decision(reqs[i].Limit)
 		}
 	}
-	return out, nil
+	return out, nil // the deferred unlock, then evictOver
 }
 
 func (s *Store) sweepLoop() {

@@ -202,6 +202,65 @@ func TestMaxKeysEvictsClosestToEmpty(t *testing.T) {
 	}
 }
 
+// TestMaxKeysIsStoreWide: the cap counts every state of every Limit, whichever shard it
+// falls in (default shards, so most shards hold one key or none), for AllowN, AllowMulti
+// and Reserve, and an exhausted key outlives a flood of light ones from other Limits too.
+// (Before eviction was store-wide, a store capped at 100 held 271 keys of one Limit.)
+func TestMaxKeysIsStoreWide(t *testing.T) {
+	ctx := context.Background()
+	const max = 100
+	s, _ := newTestStore(t, WithMaxKeys(max), WithSweepInterval(0))
+	// Bucket algorithms only: a light key's state then ends (expires) sooner than the heavy
+	// key's, whatever its Limit. A window's state lasts to the window's end however light.
+	var limits []sluice.Limit
+	for _, alg := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket} {
+		l := sluice.PerMinute(10)
+		l.Algorithm = alg
+		limits = append(limits, l)
+	}
+	heavy := limits[0]
+	for i := 0; i < 10; i++ {
+		s.AllowN(ctx, "heavy", heavy, 1)
+	}
+	pacer := sluice.Limit{Algorithm: sluice.LeakyBucket, Rate: 10, Period: time.Minute}
+	for i := 0; i < 3000; i++ {
+		k := fmt.Sprint("k", i)
+		var err error
+		switch i % 3 {
+		case 0:
+			_, err = s.AllowN(ctx, k, limits[i%len(limits)], 1)
+		case 1:
+			_, err = s.AllowMulti(ctx, []sluice.Request{{Key: k, Limit: limits[0], N: 1}, {Key: k, Limit: limits[2], N: 1}})
+		default:
+			_, err = s.Reserve(ctx, k, pacer, 1)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Len() > max {
+			t.Fatalf("after %d inserts: %d states held, cap %d", i+1, s.Len(), max)
+		}
+	}
+	if d, _ := s.AllowN(ctx, "heavy", heavy, 1); d.Allowed {
+		t.Fatal("the exhausted key was evicted in favour of lightly used ones")
+	}
+	// Concurrent inserts may pass the cap only while they are in flight.
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 500; i++ {
+				s.AllowN(ctx, fmt.Sprint("c", g, "-", i), limits[i%len(limits)], 1)
+			}
+		}(g)
+	}
+	wg.Wait()
+	if s.Len() > max {
+		t.Fatalf("after concurrent inserts: %d states held, cap %d", s.Len(), max)
+	}
+}
+
 func TestMultiIsAllOrNothing(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newTestStore(t)

@@ -42,6 +42,9 @@ func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n i
 		st, r = algo.Reserve(st, now, algo.ParamsOf(limit), n, maxWait)
 		return st, r.OK && r.After != r.Before
 	})
+	if s.maxKeys > 0 && s.keys.Load() > s.maxKeys {
+		s.evictOver(classKey{c.id(), key})
+	}
 	delay := time.Duration(r.Delay) * time.Microsecond
 	res := sluice.Reservation{OK: r.OK, Limit: limit, N: n, Delay: delay, At: time.Now().Add(delay)}
 	if !r.OK || r.After == r.Before {
