@@ -87,9 +87,12 @@ type classRef struct {
 // Option configures a Store.
 type Option func(*Store)
 
-// WithClock makes the store read now from clock instead of its monotonic clock.
+// WithClock makes the store read now from clock instead of its monotonic clock. Times
+// before 1970-01-01T00:00:00.000001Z count as that instant: internal/algo's states are
+// epoch microseconds, and a TokenBucket emptied at the epoch itself would read as a fresh
+// key.
 func WithClock(clock func() time.Time) Option {
-	return func(s *Store) { s.clock = func() int64 { return clock().UnixMicro() } }
+	return func(s *Store) { s.clock = func() int64 { return max(clock().UnixMicro(), 1) } }
 }
 
 // WithMaxKeys caps the number of (key, Limit) states held; 0 (the default) means no cap.

@@ -410,3 +410,27 @@ func TestSweepIsInvisibleToABackwardsClock(t *testing.T) {
 		})
 	}
 }
+
+// TestClockAtTheEpoch: a clock reading the Unix epoch (or earlier) decides as at its first
+// microsecond, so a TokenBucket emptied there is not mistaken for a fresh key, and every
+// algorithm still admits exactly its burst.
+func TestClockAtTheEpoch(t *testing.T) {
+	ctx := context.Background()
+	for _, at := range []time.Time{time.Unix(0, 0), time.Unix(-3600, 0)} {
+		for _, l := range limitsUnderTest() {
+			s := New(WithClock(func() time.Time { return at }), WithSweepInterval(0))
+			admitted := int64(0)
+			for i := 0; i < 3; i++ {
+				if d, err := s.AllowN(ctx, "k", l, l.MaxCost()); err != nil {
+					t.Fatal(err)
+				} else if d.Allowed {
+					admitted++
+				}
+			}
+			s.Close()
+			if admitted != 1 {
+				t.Errorf("%v at %v: %d requests of the whole burst admitted, want 1", l, at, admitted)
+			}
+		}
+	}
+}

@@ -104,7 +104,7 @@ func (s *Store) eval(ctx context.Context, c rueidis.Client, sc script, keys, arg
 // scriptNow is the scripts' first argument: the store's clock in µs, or "-" for Redis's.
 func (s *Store) scriptNow() string {
 	if s.clock != nil {
-		return strconv.FormatInt(s.clock().UnixMicro(), 10)
+		return strconv.FormatInt(max(s.clock().UnixMicro(), 1), 10) // as memory.WithClock
 	}
 	return "-"
 }

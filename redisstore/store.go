@@ -198,7 +198,8 @@ func WithPrefix(prefix string) Option {
 }
 
 // WithClock makes the store decide at clock's time, passed to the script, instead of
-// Redis's TIME. It exists for tests and simulation, as memory.WithClock does.
+// Redis's TIME. It exists for tests and simulation, as memory.WithClock does, and like it
+// counts times before 1970-01-01T00:00:00.000001Z as that instant.
 //
 // Key TTLs are computed in that clock but run out on Redis's: with a clock that runs slower
 // than real time (a frozen test clock), Redis would drop state the caller still considers

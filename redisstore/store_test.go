@@ -270,3 +270,27 @@ func TestExtraCallsWaitForEnoughDecisions(t *testing.T) {
 		}
 	}
 }
+
+// TestClockAtTheEpoch: as memory's, on Redis with a caller's clock at the epoch.
+func TestClockAtTheEpoch(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	s := open(t, srv.URL(), WithClock(func() time.Time { return time.Unix(0, 0) }), WithMinTTL(time.Hour))
+	ctx := context.Background()
+	for _, a := range sluice.Algorithms() {
+		l := sluice.Limit{Algorithm: a, Rate: 5, Period: time.Second}
+		admitted := 0
+		for i := 0; i < 3; i++ {
+			d, err := s.AllowN(ctx, "epoch", l, l.MaxCost())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				admitted++
+			}
+		}
+		if admitted != 1 {
+			t.Errorf("%v: %d requests of the whole burst admitted, want 1", a, admitted)
+		}
+	}
+}
