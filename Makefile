@@ -1,6 +1,5 @@
 # make test: install what the tests need when it is missing, then vet and run every test.
 GO ?= go
-SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: test deps vet unit modules bench fmt
 
@@ -18,14 +17,19 @@ modules:
 	@echo "== bench"; cd bench && $(GO) vet -mod=mod ./...
 
 # deps installs redis-server (the Redis store, failure and service tests) and chromium (the
-# simulator report test) from the OS packages when they are missing.
+# simulator report test) from the OS packages when they are missing: with apt-get as root,
+# or through sudo when it needs no password. Otherwise it says what to install and stops.
 deps:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server redis-tools"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ]; then sudo=""; \
+		elif sudo -n true 2>/dev/null; then sudo="sudo -n"; \
+		else echo "make test needs:$$missing. Install them (Debian/Ubuntu: sudo apt-get install$$missing) or run make deps as root." >&2; exit 1; fi; \
+		if ! command -v apt-get >/dev/null 2>&1; then echo "make test needs:$$missing, and there is no apt-get here: install them with this system's package manager." >&2; exit 1; fi; \
 		echo "installing:$$missing"; \
-		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 	@redis-server --version
 

@@ -77,7 +77,7 @@ func TestLookAndDenialSpendNothing(t *testing.T) {
 	ctx := context.Background()
 	for _, l := range limitsUnderTest() {
 		t.Run(l.Algorithm.String(), func(t *testing.T) {
-			s, _ := newTestStore(t)
+			s, clk := newTestStore(t)
 			for i := 0; i < 10; i++ {
 				d, err := s.AllowN(ctx, "k", l, 0)
 				if err != nil || !d.Allowed || d.Remaining != l.MaxCost() {
@@ -91,11 +91,20 @@ func TestLookAndDenialSpendNothing(t *testing.T) {
 			if !d.Allowed || d.Remaining != 0 {
 				t.Fatalf("spending the whole allowance: %+v", d)
 			}
-			for i := 0; i < 5; i++ {
-				d, _ = s.AllowN(ctx, "k", l, 1)
-				if d.Allowed || d.RetryAfter <= 0 {
-					t.Fatalf("over the limit: %+v", d)
+			first, _ := s.AllowN(ctx, "k", l, 1)
+			if first.Allowed || first.RetryAfter <= 0 {
+				t.Fatalf("over the limit: %+v", first)
+			}
+			for i := 0; i < 5; i++ { // denials at the same instant see the same state
+				if d, _ = s.AllowN(ctx, "k", l, 1); d != first {
+					t.Fatalf("denial %d: %+v, the first was %+v", i, d, first)
 				}
+			}
+			// Had the denials spent anything, the unit would not fit at the first
+			// denial's RetryAfter.
+			clk.Advance(first.RetryAfter)
+			if d, _ = s.AllowN(ctx, "k", l, 1); !d.Allowed {
+				t.Fatalf("at the first denial's RetryAfter, after 5 more denials: %+v", d)
 			}
 			if err := s.Reset(ctx, "k", l); err != nil {
 				t.Fatal(err)

@@ -9,7 +9,9 @@
 //
 // # Rules every function follows
 //
-//   - Time is integer microseconds since the Unix epoch; durations are integer microseconds.
+//   - Time is integer microseconds since the Unix epoch, at least 1 (the stores count
+//     earlier clocks as 1 µs, so that no written state is the zero State); durations are
+//     integer microseconds.
 //     No floating point. Every intermediate stays below 2^53 for limits that pass
 //     sluice.Limit.Validate, so Lua's doubles compute the same values exactly.
 //   - cost n > 0 spends n units if they fit, all or nothing; a denial spends nothing and

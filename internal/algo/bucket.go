@@ -1,27 +1,29 @@
 package algo
 
-// The three bucket algorithms share one admission rule. ITU-T I.371 shows that the virtual
-// scheduling algorithm (GCRA) and the continuous-state leaky bucket are equivalent, and a token
-// bucket is the same meter read the other way up (tokens = capacity - level). With the same
-// Limit they admit exactly the same requests; they differ in what the state records, which is
-// what an operator sees in Redis and what the Lua scripts manipulate. All three:
-//
-//   - space units by the emission interval T = ceil(Period/Rate) µs, so the realised rate is
-//     Period/T ≤ Rate (the rounding never admits more; it loses < 1µs per unit);
-//   - admit a burst of Burst units at once after a quiet spell of Burst·T, then one unit
-//     every T: in any interval of length d at most Burst + ⌊d/T⌋ units, i.e. at most
-//     Burst + Rate·d/Period; in an open window of one Period, at most Burst + Rate - 1;
-//   - report Remaining = ⌊(Burst·T - level)/T⌋ (whole units that fit now),
-//     ResetAfter = level (time until the bucket is back to full / empty), and
-//     RetryAfter = level + cost·T - Burst·T when denied, where level is the bucket's
-//     fill in microseconds of work.
-
 // GCRA is the generic cell rate algorithm in its virtual-scheduling form.
 //
 // State: A = TAT, the theoretical arrival time (µs) of the next unit if the key sent at
 // exactly the rate. A TAT at or before now means a full allowance. Tolerance is
 // (Burst-1)·T: a cost of n is allowed at now when max(TAT, now) + n·T - Burst·T ≤ now, and
 // then TAT becomes max(TAT, now) + n·T.
+//
+// Remaining = ⌊(now + Burst·T - max(TAT, now))/T⌋. ResetAfter = max(TAT, now) - now, the
+// time until a full allowance. RetryAfter (denied) = max(TAT, now) + n·T - Burst·T - now,
+// exact: the same cost is allowed then and denied 1 µs earlier.
+//
+// Rounding: units are spaced by the emission interval T = ceil(Period/Rate) µs
+// (Params.T), so the realised rate Period/T is at most Rate; the rounding never admits
+// more and loses less than 1 µs per unit.
+//
+// Burst: Burst units at once after a quiet spell of Burst·T, then one unit every T.
+//
+// Error bound against an exact sliding window: in any interval of length d at most
+// Burst + ⌊d/T⌋ units, so at most Burst + Rate·d/Period, and at most Burst + Rate - 1 in an
+// open window of one Period (2·Rate - 1 with the default Burst = Rate), reached only by a
+// full burst after a quiet spell. GCRA, TokenBucket and LeakyBucket admit exactly the same
+// requests for the same Limit (ITU-T I.371: virtual scheduling and the continuous-state
+// leaky bucket are equivalent, and a token bucket is the meter read the other way up);
+// they differ in what the state records.
 //
 // Time going backwards leaves TAT ahead of now, which only shrinks the allowance.
 func GCRA(s State, now int64, p Params, n int64) (State, Result) {
@@ -52,6 +54,24 @@ func GCRA(s State, now int64, p Params, n int64) (State, Result) {
 // token = T µs, so fractional tokens are exact to 1µs; 0 ≤ A ≤ Burst·T); B = the time of the
 // last spend. The zero State is a full bucket. At now the credit is min(Burst·T,
 // A + (now-B)); a cost n is allowed when credit ≥ n·T, and spends n·T of it.
+//
+// Remaining = ⌊credit/T⌋. ResetAfter = Burst·T - credit, the time until the bucket is full
+// again. RetryAfter (denied) = n·T - credit, exact as for GCRA. When time went backwards
+// both also wait out B - now.
+//
+// Rounding: units are spaced by the emission interval T = ceil(Period/Rate) µs
+// (Params.T), so the realised rate Period/T is at most Rate; the rounding never admits
+// more and loses less than 1 µs per unit.
+//
+// Burst: Burst units at once after a quiet spell of Burst·T, then one unit every T.
+//
+// Error bound against an exact sliding window: in any interval of length d at most
+// Burst + ⌊d/T⌋ units, so at most Burst + Rate·d/Period, and at most Burst + Rate - 1 in an
+// open window of one Period (2·Rate - 1 with the default Burst = Rate), reached only by a
+// full burst after a quiet spell. GCRA, TokenBucket and LeakyBucket admit exactly the same
+// requests for the same Limit (ITU-T I.371: virtual scheduling and the continuous-state
+// leaky bucket are equivalent, and a token bucket is the meter read the other way up);
+// they differ in what the state records.
 //
 // If now is before B (time went backwards) no refill is counted until B.
 func TokenBucket(s State, now int64, p Params, n int64) (State, Result) {
@@ -88,6 +108,24 @@ func TokenBucket(s State, now int64, p Params, n int64) (State, Result) {
 // drains one µs per µs; 0 ≤ X ≤ Burst·T); B = LCT, the last conformance time. At now the
 // level is X' = max(0, X - (now-LCT)); a cost n is allowed when X' + n·T ≤ Burst·T, and then
 // X = X' + n·T, LCT = now.
+//
+// Remaining = ⌊(Burst·T - X')/T⌋. ResetAfter = X', the time until the bucket is empty.
+// RetryAfter (denied) = X' + n·T - Burst·T, exact as for GCRA. When time went backwards
+// both also wait out LCT - now.
+//
+// Rounding: units are spaced by the emission interval T = ceil(Period/Rate) µs
+// (Params.T), so the realised rate Period/T is at most Rate; the rounding never admits
+// more and loses less than 1 µs per unit.
+//
+// Burst: Burst units at once after a quiet spell of Burst·T, then one unit every T.
+//
+// Error bound against an exact sliding window: in any interval of length d at most
+// Burst + ⌊d/T⌋ units, so at most Burst + Rate·d/Period, and at most Burst + Rate - 1 in an
+// open window of one Period (2·Rate - 1 with the default Burst = Rate), reached only by a
+// full burst after a quiet spell. GCRA, TokenBucket and LeakyBucket admit exactly the same
+// requests for the same Limit (ITU-T I.371: virtual scheduling and the continuous-state
+// leaky bucket are equivalent, and a token bucket is the meter read the other way up);
+// they differ in what the state records.
 //
 // If now is before LCT (time went backwards) nothing drains until LCT.
 func LeakyBucket(s State, now int64, p Params, n int64) (State, Result) {

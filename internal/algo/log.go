@@ -83,7 +83,8 @@ func (l *Log) Shrink() {
 
 // SlidingLog is the exact sliding window: a cost n is allowed at now when the units admitted
 // in (now-Period, now] plus n are at most Rate. It keeps one timestamp per admitted unit
-// (at most Rate of them), so its memory is proportional to Rate.
+// (at most Rate of them), so its memory is proportional to Rate. Burst is not used: the
+// window's capacity, and the largest cost, is Rate.
 //
 // Remaining = Rate - held. ResetAfter = until the newest timestamp leaves the window.
 // RetryAfter is exact: with held units h and cost n, the (h+n-Rate)-th oldest timestamp t

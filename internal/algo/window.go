@@ -7,7 +7,8 @@ func windowStart(now, period int64) int64 { return floorDiv(now, period) * perio
 // FixedWindow counts units in windows [k·Period, (k+1)·Period) since the Unix epoch.
 //
 // State: A = the start of the window counted (µs), B = the units admitted in it. A cost n is
-// allowed when B + n ≤ Rate.
+// allowed when B + n ≤ Rate. There is no rounding (Rate units per window exactly), and
+// Burst is not used: the window's capacity, and the largest cost, is Rate.
 //
 // Remaining = Rate - B. ResetAfter = the time to the window's end (0 when nothing is
 // counted). RetryAfter = the time to the window's end, where the count restarts at 0.
@@ -52,7 +53,8 @@ func FixedWindow(s State, now int64, p Params, n int64) (State, Result) {
 // every event, counting the unit that left the window one Period ago). A cost n is allowed
 // when estimate + n ≤ Rate.
 //
-// State: A = the start of the current window, B = prev, C = cur.
+// State: A = the start of the current window, B = prev, C = cur. Burst is not used: the
+// window's capacity, and the largest cost, is Rate.
 //
 // Remaining = Rate - estimate. ResetAfter = until the estimate is back to 0 for good (the
 // weight of the last counted window has decayed below one unit). RetryAfter is exact: the
