@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -172,4 +174,90 @@ func slot(key string) uint16 {
 		}
 	}
 	return crc16(key) % 16384
+}
+
+// TestClusterUnderLoad: on the 3-primary cluster, concurrent decisions are coalesced per
+// slot (ten identities share one slot, the rest are spread), every identity admits exactly
+// its allowance, never more, and SCRIPT FLUSH on every primary in the middle of the load
+// fails no decision.
+func TestClusterUnderLoad(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t)
+	s := open(t, clusterURL(c))
+	ctx := context.Background()
+	const allowance = 40
+	// One unit a day per unit of allowance: nothing refills during the test.
+	limits := []sluice.Limit{
+		{Algorithm: sluice.GCRA, Rate: allowance, Period: 24 * time.Hour * allowance},
+		{Algorithm: sluice.TokenBucket, Rate: allowance, Period: 24 * time.Hour * allowance},
+		{Algorithm: sluice.SlidingLog, Rate: allowance, Period: 24 * time.Hour},
+	}
+	// Ten identities in the slot of "shared:0", and ten spread by their names.
+	var ids []string
+	want := slot(s.Key("shared:0", limits[0]))
+	for i := 0; len(ids) < 10; i++ {
+		if id := fmt.Sprint("shared:", i); slot(s.Key(id, limits[0])) == want {
+			ids = append(ids, id)
+		}
+	}
+	for i := 0; i < 10; i++ {
+		ids = append(ids, fmt.Sprint("spread:", i))
+	}
+	owner := c.NodeForKey(s.Key(ids[0], limits[0]))
+	onOwner := make([]bool, len(ids))
+	for i, id := range ids {
+		onOwner[i] = c.NodeForKey(s.Key(id, limits[0])) == owner
+	}
+	owner.MustDo("CONFIG", "RESETSTAT")
+	var sentToOwner atomic.Int64
+	admitted := make([]atomic.Int64, len(ids)*len(limits))
+	var failed atomic.Int64
+	var lastErr atomic.Value
+	var wg sync.WaitGroup
+	run := func(rounds int) {
+		for g := 0; g < 64; g++ {
+			wg.Add(1)
+			go func(g int) {
+				defer wg.Done()
+				for i := 0; i < rounds; i++ {
+					k := (g*7 + i) % len(admitted)
+					if onOwner[k%len(ids)] {
+						sentToOwner.Add(1)
+					}
+					d, err := s.AllowN(ctx, ids[k%len(ids)], limits[k/len(ids)], 1)
+					if err != nil {
+						failed.Add(1)
+						lastErr.Store(err)
+						continue
+					}
+					if d.Allowed {
+						admitted[k].Add(1)
+					}
+				}
+			}(g)
+		}
+	}
+	run(40)
+	for _, n := range c.Nodes {
+		n.MustDo("SCRIPT", "FLUSH")
+	}
+	run(40)
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d decisions failed under load with SCRIPT FLUSH; last: %v", n, lastErr.Load())
+	}
+	if s.noscript.Load() == 0 {
+		t.Error("no NOSCRIPT was healed: the flush did not hit the load")
+	}
+	// Coalescing per slot: the node holding the shared slot got far fewer script calls
+	// than decisions (ten of its identities share one slot, so their decisions share calls).
+	if calls, _ := scriptStats(t, owner); calls*2 > sentToOwner.Load() {
+		t.Errorf("the shared slot's node ran %d script calls for %d decisions: not coalesced", calls, sentToOwner.Load())
+	}
+	// 64 goroutines × 80 attempts over 60 (identity, limit) pairs: 85 attempts each.
+	for k := range admitted {
+		if got := admitted[k].Load(); got != allowance {
+			t.Errorf("%s under %v: %d admitted, want exactly %d", ids[k%len(ids)], limits[k/len(ids)], got, allowance)
+		}
+	}
 }

@@ -529,6 +529,9 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 		key   string
 		limit sluice.Limit
 	}
+	if s.closed.Load() {
+		return nil, fmt.Errorf("redisstore: %w", sluice.ErrClosed)
+	}
 	cn, err := s.connected()
 	if err != nil {
 		return nil, err
@@ -558,9 +561,6 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 					sluice.ErrNotAtomic, i, first, sl)
 			}
 		}
-	}
-	if s.closed.Load() {
-		return nil, fmt.Errorf("redisstore: %w", sluice.ErrClosed)
 	}
 	c := getCall(ctx)
 	c.items = items
@@ -602,3 +602,8 @@ func wrap(what string, err error) error {
 func errorf(format string, args ...any) error {
 	return errors.New("redisstore: " + fmt.Sprintf(format, args...))
 }
+
+var (
+	_ sluice.Limiter      = (*Store)(nil)
+	_ sluice.MultiLimiter = (*Store)(nil)
+)

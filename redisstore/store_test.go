@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
@@ -292,5 +294,41 @@ func TestClockAtTheEpoch(t *testing.T) {
 		if admitted != 1 {
 			t.Errorf("%v: %d requests of the whole burst admitted, want 1", a, admitted)
 		}
+	}
+}
+
+// TestNewLeavesTheClientOpen: a Store made with New decides on the caller's client, and
+// Close stops the store without closing that client.
+func TestNewLeavesTheClientOpen(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	s, err := New(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l := sluice.PerMinute(2)
+	for i, want := range []bool{true, true, false} {
+		d, err := s.AllowN(ctx, "owned-by-caller", l, 1)
+		if err != nil || d.Allowed != want {
+			t.Fatalf("decision %d: %+v %v, want allowed=%v", i, d, err, want)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AllowN(ctx, "owned-by-caller", l, 1); !errors.Is(err, sluice.ErrClosed) {
+		t.Errorf("after Close: %v, want ErrClosed", err)
+	}
+	if _, err := s.AllowMulti(ctx, []sluice.Request{{Key: "k", Limit: l, N: 1}}); !errors.Is(err, sluice.ErrClosed) {
+		t.Errorf("AllowMulti after Close: %v, want ErrClosed", err)
+	}
+	if got, err := client.Do(ctx, client.B().Ping().Build()).ToString(); err != nil || got != "PONG" {
+		t.Fatalf("the caller's client after the store's Close: %q %v", got, err)
 	}
 }
