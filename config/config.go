@@ -32,6 +32,12 @@ type Config struct {
 	// Files are the files the configuration was loaded from, in load order. The built-in
 	// default's files are named "builtin/<name>".
 	Files []string
+	// Warnings are what the files say that envoyproxy/ratelimit accepts, and so does this
+	// package, but that is most likely a mistake: a rate_limit without requests_per_unit
+	// (read as 0: every request denied) and a replaces name that matches no rate_limit
+	// (it replaces nothing). Each reads file:line:column: field: message. The service
+	// logs them at every load.
+	Warnings Errors
 	// Digest is a SHA-256 over the names and contents of Files, in hex. Two configs with
 	// the same Digest were loaded from identical files; a Watcher does not replace the
 	// config when the digest did not change.
@@ -303,6 +309,7 @@ func Parse(files ...File) (*Config, error) {
 			}
 		}
 		errs = append(errs, d.errs...)
+		c.Warnings = append(c.Warnings, d.warns...)
 	}
 	if len(files) == 0 {
 		errs = append(errs, &Error{Msg: "no configuration files"})

@@ -98,10 +98,10 @@
 //     and Match.Key is escaped so counters never collide either.
 //   - A wildcard is a value ending in "*"; the reference also treats a key ending in "*"
 //     without a value as a wildcard over "key_value", which is not reproduced.
-//   - requests_per_unit must be written: the reference reads a missing one as 0, which
-//     silently blocks everything. Write 0 to block.
-//   - replaces must name a rate_limit of the same domain; the reference ignores a name that
-//     matches nothing (a typo there silently disables the replacement).
+//   - A rate_limit without requests_per_unit is read as 0 (every request denied) and a
+//     replaces name that matches no rate_limit replaces nothing, as in the reference, but
+//     both are reported in Config.Warnings, which the service logs at every load: the
+//     reference accepts them silently, and they are usually a forgotten field or a typo.
 //   - Domains cannot be merged across files (the reference's MERGE_DOMAIN_CONFIG).
 //
 // # Errors

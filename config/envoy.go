@@ -392,14 +392,15 @@ func (d *decoder) envoyDomain(root *yaml.Node) *Domain {
 	}
 	var names map[string]bool
 	dom.root, names = d.descriptors(dom, o, "descriptors", nil)
-	// replaces must name a rule of this domain: a name that matches nothing is a typo.
+	// A replaces name that matches nothing replaces nothing, as in envoyproxy/ratelimit,
+	// but it is most likely a typo that leaves both limits in force: warn.
 	for _, r := range dom.Rules {
 		for i, name := range r.Replaces {
 			if !names[name] {
-				d.errs = append(d.errs, &Error{
+				d.warns = append(d.warns, &Error{
 					Pos:   r.replacesPos[i],
 					Field: r.replacesField[i],
-					Msg:   fmt.Sprintf("no rate_limit in domain %q is named %q", dom.Name, name),
+					Msg:   fmt.Sprintf("no rate_limit in domain %q is named %q: it replaces nothing", dom.Name, name),
 				})
 			}
 		}
@@ -589,7 +590,9 @@ func (d *decoder) rateLimit(dom *Domain, n *yaml.Node, path string, at []Entry) 
 		r.Unit = u
 	}
 	if !hasRPU {
-		d.errorf(n, o.field("requests_per_unit"), "is required (write 0 to deny every request)")
+		// envoyproxy/ratelimit reads a missing requests_per_unit as 0, and so does sluice,
+		// but a limit that denies everything is rarely meant without saying so: warn.
+		d.warnf(n, o.field("requests_per_unit"), "missing: read as 0, which denies every request (write 0 to say so)")
 	} else if v, ok := d.integer(rpuNode, o.field("requests_per_unit"), 0, math.MaxUint32); ok {
 		r.RequestsPerUnit = uint32(v)
 	}

@@ -681,3 +681,43 @@ descriptors:
 		t.Errorf("key %q, want %q", ms[0].Key, want)
 	}
 }
+
+// TestReferenceAcceptsWithWarnings: two things envoyproxy/ratelimit accepts silently load
+// here too, with its meaning, and are reported in Config.Warnings with file, line and
+// field: a rate_limit without requests_per_unit (0: every request denied) and a replaces
+// name that matches nothing (both limits stay in force).
+func TestReferenceAcceptsWithWarnings(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "envoy.yaml", `domain: d
+descriptors:
+  - key: a
+    rate_limit:
+      unit: second
+  - key: b
+    rate_limit:
+      name: per_b
+      unit: minute
+      requests_per_unit: 5
+      replaces: [{name: nope}]
+`)
+	c, err := Load(dir)
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	var got []string
+	for _, w := range c.Warnings {
+		got = append(got, strings.TrimPrefix(w.Error(), dir+string(filepath.Separator)))
+	}
+	wantWarn := []string{
+		"envoy.yaml:5:7: descriptors[0].rate_limit.requests_per_unit: missing: read as 0, which denies every request (write 0 to say so)",
+		`envoy.yaml:11:25: descriptors[1].rate_limit.replaces[0].name: no rate_limit in domain "d" is named "nope": it replaces nothing`,
+	}
+	if strings.Join(got, "\n") != strings.Join(wantWarn, "\n") {
+		t.Fatalf("warnings:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantWarn, "\n"))
+	}
+	d, _ := c.Domain("d")
+	checkMatches(t, d, []Descriptor{e("a", "x"), e("b", "y")}, []want{
+		{status: Blocked, fullKey: "d.a"},
+		fw(5, time.Minute, "d.b"),
+	})
+}

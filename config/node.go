@@ -17,8 +17,9 @@ import (
 // decoder walks yaml.Node trees and collects every problem with its position, so that one
 // load reports all the errors of a file together.
 type decoder struct {
-	file string
-	errs Errors
+	file  string
+	errs  Errors
+	warns Errors // accepted, as envoyproxy/ratelimit accepts them, but likely mistakes
 }
 
 func (d *decoder) pos(n *yaml.Node) Position {
@@ -30,6 +31,12 @@ func (d *decoder) pos(n *yaml.Node) Position {
 
 func (d *decoder) errorf(n *yaml.Node, field, format string, args ...any) {
 	d.errs = append(d.errs, &Error{Pos: d.pos(n), Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+// warnf records a warning (Config.Warnings): the file loads, but probably does not say
+// what its author meant.
+func (d *decoder) warnf(n *yaml.Node, field, format string, args ...any) {
+	d.warns = append(d.warns, &Error{Pos: d.pos(n), Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
 // wrapErr records err (kept for errors.Is) with a message of its own.

@@ -120,6 +120,7 @@ func NewWatcher(path string, opts ...Option) (*Watcher, error) {
 		return nil, err
 	}
 	w.cur.Store(cfg)
+	w.warn(cfg)
 
 	w.fsw, err = fsnotify.NewWatcher()
 	if err != nil {
@@ -241,6 +242,7 @@ func (w *Watcher) reload(trigger string) (bool, error) {
 	}
 	w.o.logger.Info("config: reloaded", "path", w.path, "trigger", trigger,
 		"files", len(cfg.Files), "policies", len(cfg.Policies), "domains", len(cfg.Domains), "digest", cfg.Digest[:12])
+	w.warn(cfg)
 	if old != nil && old.Store != cfg.Store {
 		// The store is opened once, at start; policies and domains change in place.
 		w.o.logger.Warn("config: the store settings changed; the running store keeps the old ones until the service restarts",
@@ -303,4 +305,11 @@ func (w *Watcher) rewatch() error {
 		errs = append(errs, fmt.Errorf("nothing to watch for %s", w.path))
 	}
 	return errors.Join(errs...)
+}
+
+// warn logs each of cfg's warnings.
+func (w *Watcher) warn(cfg *Config) {
+	for _, e := range cfg.Warnings {
+		w.o.logger.Warn("config: accepted as envoyproxy/ratelimit does, but probably a mistake", "at", e.Error())
+	}
 }

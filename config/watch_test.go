@@ -411,3 +411,26 @@ func TestWatcherWarnsOfStoreChanges(t *testing.T) {
 		t.Errorf("no warning that the store keeps its settings:\n%s", logs.String())
 	}
 }
+
+// TestWatcherLogsWarnings: a config's warnings are logged when it is first loaded and
+// again when a reload brings it in.
+func TestWatcherLogsWarnings(t *testing.T) {
+	dir := t.TempDir()
+	path := writeFile(t, dir, "envoy.yaml", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n")
+	var logs bytes.Buffer
+	w, err := NewWatcher(path, WithDebounce(time.Hour), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if n := strings.Count(logs.String(), "requests_per_unit: missing"); n != 1 {
+		t.Fatalf("%d warnings logged at load, want 1:\n%s", n, logs.String())
+	}
+	writeFile(t, dir, "envoy.yaml", "domain: d\ndescriptors:\n  - key: b\n    rate_limit:\n      unit: minute\n")
+	if err := w.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(logs.String(), "requests_per_unit: missing"); n != 2 {
+		t.Fatalf("%d warnings logged after the reload, want 2:\n%s", n, logs.String())
+	}
+}
