@@ -133,24 +133,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		descriptorStatus(&items[i], &statuses[i])
 		s.metrics.descriptor(dom.Name, &items[i])
 	}
-	ra := time.Duration(0)
-	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
-		ra = retryAfter(items)
-	}
-	if p, l, retry := rateLimitHeaders(items, ra); p != "" || retry != "" {
-		hb := &headerBlock{}
-		h := hb.ptrs[:0]
-		if p != "" {
-			h = hb.add(h, "RateLimit-Policy", p)
-			if l != "" {
-				h = hb.add(h, "RateLimit", l)
-			}
-		}
-		if retry != "" {
-			h = hb.add(h, "Retry-After", retry)
-		}
-		resp.ResponseHeadersToAdd = h
-	}
+	addHeaders(resp, items)
 	if !allowed {
 		s.logDenied(ctx, dom.Name, items)
 	}
@@ -299,8 +282,32 @@ func descriptorStatus(it *item, m *statusBlock) {
 	}
 }
 
+// addHeaders sets the answer's response_headers_to_add: RateLimit-Policy and RateLimit for
+// the items, and Retry-After when the answer is OVER_LIMIT.
+func addHeaders(resp *rlsv3.RateLimitResponse, items []item) {
+	ra := time.Duration(0)
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		ra = retryAfter(items)
+	}
+	if p, l, retry := rateLimitHeaders(items, ra); p != "" || retry != "" {
+		hb := &headerBlock{}
+		h := hb.ptrs[:0]
+		if p != "" {
+			h = hb.add(h, "RateLimit-Policy", p)
+			if l != "" {
+				h = hb.add(h, "RateLimit", l)
+			}
+		}
+		if retry != "" {
+			h = hb.add(h, "Retry-After", retry)
+		}
+		resp.ResponseHeadersToAdd = h
+	}
+}
+
 // closedResponse is the answer when the store is down and the failure mode is closed:
-// every limited descriptor over the limit.
+// every limited descriptor over the limit, with the headers of a denial (nothing remains;
+// retry after a second).
 func (s *Server) closedResponse(items []item) *rlsv3.RateLimitResponse {
 	resp, statuses := newResponse(len(items))
 	resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -316,6 +323,7 @@ func (s *Server) closedResponse(items []item) *rlsv3.RateLimitResponse {
 	if s.shadowMode {
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
 	}
+	addHeaders(resp, items)
 	return resp
 }
 

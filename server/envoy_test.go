@@ -2,7 +2,11 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"math"
+	"net/http"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +21,13 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/failover"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/redisstore"
 )
 
 // desc builds a descriptor from key, value pairs, as Envoy's rate limit actions do.
@@ -290,5 +301,98 @@ func TestShouldRateLimitReusesNothingStale(t *testing.T) {
 	}
 	if !proto.Equal(got, want) {
 		t.Errorf("after larger requests:\n%v\nwant\n%v", prototext.Format(got), prototext.Format(want))
+	}
+}
+
+// TestShouldRateLimitFailsClosed: with its Redis gone and the failure mode closed, every
+// limited descriptor is OVER_LIMIT, within the deadline, and the answer carries the headers
+// of a denial (RateLimit-Policy, RateLimit with nothing remaining, Retry-After) for Envoy to
+// pass on; an unlimited descriptor is still OK.
+func TestShouldRateLimitFailsClosed(t *testing.T) {
+	srv := redistest.Start(t)
+	rs, err := redisstore.Open(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	fl := failover.New(rs, failover.WithDeadline(20*time.Millisecond))
+	t.Cleanup(func() { fl.Close() })
+	s, err := New(Options{Limiter: fl, Config: loadConfig(t, "edge.yaml"), FailureMode: config.FailClosed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := serve(t, s)
+	srv.Kill()
+	start := time.Now()
+	got, err := r.rls.ShouldRateLimit(context.Background(), edgeReq(desc("remote_address", "1.2.3.4"), desc("remote_address", "10.1.2.3")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Errorf("answered after %v with a 20ms deadline", el)
+	}
+	if got.OverallCode != over || got.Statuses[0].Code != over || got.Statuses[1].Code != ok {
+		t.Fatalf("overall %v, descriptors %v and %v; want OVER_LIMIT, OVER_LIMIT, OK:\n%s",
+			got.OverallCode, got.Statuses[0].Code, got.Statuses[1].Code, prototext.Format(got))
+	}
+	h := map[string]string{}
+	for _, kv := range got.ResponseHeadersToAdd {
+		h[kv.Key] = kv.Value
+	}
+	if h["RateLimit-Policy"] == "" || !strings.Contains(h["RateLimit"], ";r=0;") || h["Retry-After"] != "1" {
+		t.Errorf("headers of the fail-closed answer: %v; want RateLimit-Policy, RateLimit with r=0 and Retry-After 1", h)
+	}
+}
+
+// countingLimiter counts the decisions that reach the store it wraps.
+type countingLimiter struct {
+	sluice.Limiter
+	n atomic.Int64
+}
+
+func (c *countingLimiter) AllowN(ctx context.Context, key string, l sluice.Limit, n int64) (sluice.Decision, error) {
+	c.n.Add(1)
+	return c.Limiter.AllowN(ctx, key, l, n)
+}
+
+// TestUnlimitedNeverTouchesTheStore: descriptors matching an unlimited rule (and a rule
+// with requests_per_unit 0, which blocks without counting) are answered without a store
+// call, over gRPC and HTTP; a limited descriptor makes exactly one.
+func TestUnlimitedNeverTouchesTheStore(t *testing.T) {
+	mem := memory.New()
+	t.Cleanup(func() { mem.Close() })
+	store := &countingLimiter{Limiter: mem}
+	s, err := New(Options{Limiter: store, Config: loadConfig(t, "edge.yaml")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := serve(t, s)
+	ctx := context.Background()
+	for i := 0; i < 5; i++ {
+		got, err := r.rls.ShouldRateLimit(ctx, edgeReq(desc("remote_address", fmt.Sprint("10.0.0.", i)), desc("remote_address", "50.0.0.5")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Statuses[0].Code != ok || got.Statuses[1].Code != over {
+			t.Fatalf("unlimited and blocked: %s", prototext.Format(got))
+		}
+	}
+	body := `{"domain": "edge", "descriptors": [{"entries": [{"key": "remote_address", "value": "10.9.9.9"}]}]}`
+	resp, err := http.Post(r.base+"/v1/check", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("HTTP check of an unlimited descriptor: %s", resp.Status)
+	}
+	if n := store.n.Load(); n != 0 {
+		t.Fatalf("%d store calls for unlimited and blocked descriptors, want 0", n)
+	}
+	if _, err := r.rls.ShouldRateLimit(ctx, edgeReq(desc("remote_address", "1.2.3.4"))); err != nil {
+		t.Fatal(err)
+	}
+	if n := store.n.Load(); n != 1 {
+		t.Fatalf("%d store calls for one limited descriptor, want 1", n)
 	}
 }
