@@ -2,6 +2,7 @@ package memory
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
@@ -19,9 +20,18 @@ type class interface {
 	// decideLocked decides with the shard lock held; it spends only if commit.
 	decideLocked(key string, h uint64, now, n int64, commit bool) algo.Result
 	reset(key string, h uint64)
-	sweep(now int64)
+	// sweep deletes expired state from a slice of every shard and returns how many
+	// states the class holds.
+	sweep(now int64) int
 	// sample offers up to m of shard i's entries, from its sweep cursor on, to best.
 	sample(i int, best *victim, m int) int
+	// retire takes every shard lock (in index order, AllowMulti's order) and, if the class
+	// holds no state, marks it retired and calls drop before releasing them. A retired
+	// class stores nothing more: a decision that would insert a key is computed but not
+	// kept, and its caller, seeing retired, decides again on the Limit's new class.
+	retire(drop func()) bool
+	retired() bool
+	goneFlag() *atomic.Bool // what retired reads
 }
 
 // shard is a lock and a table, padded so that neighbouring shards' locks do not share a
@@ -49,6 +59,7 @@ type gen[S any] struct {
 	mask   uint64
 	shards []shard[S]
 	ops    ops[S]
+	gone   atomic.Bool // retired: see class.retire
 }
 
 func newClass(st *Store, l sluice.Limit, id int) class {
@@ -129,7 +140,7 @@ func (g *gen[S]) decideIn(sh *shard[S], key string, h uint64, now, n int64, comm
 	}
 	var s S
 	r := g.ops.decide(&s, now, g.p, n, commit)
-	if commit && r.Allowed && n > 0 {
+	if commit && r.Allowed && n > 0 && !g.gone.Load() {
 		g.add(sh, key, h, tag, s, now)
 	}
 	return r
@@ -178,14 +189,40 @@ func (g *gen[S]) reset(key string, h uint64) {
 }
 
 // sweep visits about an eighth of every shard, one shard lock at a time.
-func (g *gen[S]) sweep(now int64) {
+func (g *gen[S]) sweep(now int64) int {
+	live := 0
 	for i := range g.shards {
 		sh := &g.shards[i]
 		sh.mu.Lock()
 		g.sweepShard(sh, now, max(64, len(sh.t.slots)/8))
+		live += sh.t.n
 		sh.mu.Unlock()
 	}
+	return live
 }
+
+// retire implements class.
+func (g *gen[S]) retire(drop func()) bool {
+	for i := range g.shards {
+		g.shards[i].mu.Lock()
+	}
+	defer func() {
+		for i := range g.shards {
+			g.shards[i].mu.Unlock()
+		}
+	}()
+	for i := range g.shards {
+		if g.shards[i].t.n > 0 {
+			return false
+		}
+	}
+	g.gone.Store(true)
+	drop()
+	return true
+}
+
+func (g *gen[S]) retired() bool          { return g.gone.Load() }
+func (g *gen[S]) goneFlag() *atomic.Bool { return &g.gone }
 
 // sweepShard examines up to budget slots from the shard's cursor and deletes the state that
 // has become equivalent to empty; then it shrinks a table that has emptied out.

@@ -112,6 +112,7 @@ type lockFree[S any, P cell[S]] struct {
 	// maxLoad and growLoad, in hundredths: rebuild above maxLoad% used, growing when more
 	// than growLoad% would be live.
 	maxLoad, growLoad int
+	gone              atomic.Bool // retired: see class.retire
 }
 
 func (g *lockFree[S, P]) init(st *Store, p algo.Params, id int, f algoFunc, maxLoad, growLoad int) {
@@ -194,7 +195,7 @@ func (g *lockFree[S, P]) decideIn(sh *lshard[S], key string, h uint64, now, n in
 	a, i := g.locate(sh, key, h)
 	if i < 0 {
 		ns, r := g.f(algo.State{}, now, g.p, n)
-		if commit && r.Allowed && n > 0 {
+		if commit && r.Allowed && n > 0 && !g.gone.Load() {
 			g.insert(sh, key, h, ns, now)
 		}
 		return r
@@ -226,7 +227,7 @@ func (g *lockFree[S, P]) update(key string, h uint64, now int64, f func(algo.Sta
 	defer sh.mu.Unlock()
 	a, i := g.locate(sh, key, h)
 	if i < 0 {
-		if next, write := f(algo.State{}, now); write {
+		if next, write := f(algo.State{}, now); write && !g.gone.Load() {
 			g.insert(sh, key, h, next, now)
 		}
 		return
@@ -350,16 +351,43 @@ func (g *lockFree[S, P]) reset(key string, h uint64) {
 }
 
 // sweep visits about an eighth of every shard, one shard lock at a time.
-func (g *lockFree[S, P]) sweep(now int64) {
+func (g *lockFree[S, P]) sweep(now int64) int {
+	live := 0
 	for i := range g.shards {
 		sh := &g.shards[i]
 		sh.mu.Lock()
 		if a := sh.arr.Load(); a != nil {
 			g.sweepShard(sh, now, max(64, len(a.slots)/8))
+			live += sh.arr.Load().live // sweepShard may have rebuilt it
 		}
 		sh.mu.Unlock()
 	}
+	return live
 }
+
+// retire implements class. An empty class has no slot a lock-free decider could find, so
+// holding the shard locks is enough.
+func (g *lockFree[S, P]) retire(drop func()) bool {
+	for i := range g.shards {
+		g.shards[i].mu.Lock()
+	}
+	defer func() {
+		for i := range g.shards {
+			g.shards[i].mu.Unlock()
+		}
+	}()
+	for i := range g.shards {
+		if a := g.shards[i].arr.Load(); a != nil && a.live > 0 {
+			return false
+		}
+	}
+	g.gone.Store(true)
+	drop()
+	return true
+}
+
+func (g *lockFree[S, P]) retired() bool          { return g.gone.Load() }
+func (g *lockFree[S, P]) goneFlag() *atomic.Bool { return &g.gone }
 
 // sweepShard tombstones state that is equivalent to empty as of now in up to budget slots
 // from the cursor, with the lock held, and rebuilds the array once tombstones outnumber

@@ -31,6 +31,12 @@
 // holding one shard's lock at a time, so there is never a stop-the-world scan; tables shrink
 // when they empty out. Deleting such state changes no decision.
 //
+// Each distinct Limit costs a class of Shards shards (about 16 KiB at the default 256)
+// besides its keys. The sweeper retires a class that holds no state and was not used since
+// its previous visit, so Limits made on the fly (per-tenant rates, Envoy's per-descriptor
+// overrides) cost nothing once idle; a decision that races the retirement is made again
+// on the Limit's new class, and loses nothing.
+//
 // With MaxKeys set, a decision that takes the store over the cap evicts before it returns,
 // until the store is back at the cap: each eviction samples 8 entries from shards visited
 // in turn across every Limit, and removes the one whose state is closest to empty (the
@@ -50,12 +56,15 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
 )
 
 // Store is the in-process limiter. The zero Store is not usable; call New.
@@ -67,9 +76,9 @@ type Store struct {
 
 	seed    maphash.Seed
 	classes atomic.Pointer[map[sluice.Limit]*classRef]
-	list    atomic.Pointer[[]class]  // the classes in creation order, for eviction
-	evictAt atomic.Uint64            // eviction's cursor over list × shards
-	last    atomic.Pointer[classRef] // the most recently used class: skips the map lookup
+	list    atomic.Pointer[[]*classRef] // the classes in creation order, for sweeping and eviction
+	evictAt atomic.Uint64               // eviction's cursor over list × shards
+	last    atomic.Pointer[classRef]    // the most recently used class: skips the map lookup
 	addMu   sync.Mutex
 	nextID  int
 	keys    atomic.Int64
@@ -82,6 +91,8 @@ type Store struct {
 type classRef struct {
 	limit sluice.Limit
 	c     class
+	gone  *atomic.Bool // the class's retired flag, read without a call through c
+	used  atomic.Bool  // looked up since the sweeper's last visit
 }
 
 // Option configures a Store.
@@ -132,7 +143,7 @@ func New(opts ...Option) *Store {
 	s.shards = n
 	empty := map[sluice.Limit]*classRef{}
 	s.classes.Store(&empty)
-	s.list.Store(new([]class))
+	s.list.Store(new([]*classRef))
 	if s.sweepGap > 0 {
 		go s.sweepLoop()
 	} else {
@@ -181,66 +192,111 @@ func (s *Store) sweepTime(now int64) {
 
 // class returns the shards for limit, creating them on first use. Only a limit that passes
 // Validate gets a class, so finding one proves the limit valid. The map holds the same
-// *classRef that last points at, so switching between limits allocates nothing.
-func (s *Store) class(limit sluice.Limit) (class, error) {
-	if r := s.last.Load(); r != nil && r.limit == limit {
-		return r.c, nil
-	}
-	r, ok := (*s.classes.Load())[limit]
-	if !ok {
-		if err := limit.Validate(); err != nil {
-			return nil, err
+// *classRef that last points at, so switching between limits allocates nothing. A class
+// the sweeper retired is replaced by a new one (see retireIdle).
+func (s *Store) class(limit sluice.Limit) (*classRef, error) {
+	r := s.last.Load()
+	if r == nil || r.limit != limit || r.gone.Load() {
+		var ok bool
+		r, ok = (*s.classes.Load())[limit]
+		if !ok || r.gone.Load() {
+			if err := limit.Validate(); err != nil {
+				return nil, err
+			}
+			r = s.addClass(limit)
 		}
+		s.last.Store(r)
+	}
+	if !r.used.Load() {
+		r.used.Store(true)
+	}
+	return r, nil
+}
+
+// addClass returns limit's live class, making it if there is none.
+func (s *Store) addClass(limit sluice.Limit) *classRef {
+	s.addMu.Lock()
+	defer s.addMu.Unlock()
+	old := *s.classes.Load()
+	if r, ok := old[limit]; ok && !r.gone.Load() {
+		return r
+	}
+	c := newClass(s, limit, s.nextID)
+	r := &classRef{limit: limit, c: c, gone: c.goneFlag()}
+	s.nextID++
+	next := maps.Clone(old)
+	next[limit] = r
+	list := append(slices.Clone(*s.list.Load()), r)
+	s.list.Store(&list)
+	s.classes.Store(&next)
+	return r
+}
+
+// retireIdle retires r's class if it holds no state, dropping it from the store so that a
+// Limit no longer used costs nothing (a class is 256 shards, about 16 KiB, whatever it
+// holds). The sweeper calls it for a class that was empty at its visit and not looked up
+// since the one before. A decision racing the retirement loses nothing: the class stores
+// no new key once retired, and the decision is made again on the Limit's new class.
+func (s *Store) retireIdle(r *classRef) {
+	r.c.retire(func() {
 		s.addMu.Lock()
+		defer s.addMu.Unlock()
 		old := *s.classes.Load()
-		if r, ok = old[limit]; !ok {
-			r = &classRef{limit, newClass(s, limit, s.nextID)}
-			s.nextID++
-			next := make(map[sluice.Limit]*classRef, len(old)+1)
-			for k, v := range old {
+		next := make(map[sluice.Limit]*classRef, len(old))
+		for k, v := range old {
+			if v != r {
 				next[k] = v
 			}
-			next[limit] = r
-			list := append(append([]class(nil), *s.list.Load()...), r.c)
-			s.list.Store(&list)
-			s.classes.Store(&next)
 		}
-		s.addMu.Unlock()
-	}
-	s.last.Store(r)
-	return r.c, nil
+		list := slices.DeleteFunc(slices.Clone(*s.list.Load()), func(x *classRef) bool { return x == r })
+		s.list.Store(&list)
+		s.classes.Store(&next)
+		s.last.CompareAndSwap(r, nil)
+	})
 }
 
 // check validates a request against its class: the same errors as sluice.CheckRequest,
 // without re-validating a limit that already has a class.
-func (s *Store) check(key string, limit sluice.Limit, n int64) (class, error) {
+func (s *Store) check(key string, limit sluice.Limit, n int64) (*classRef, error) {
 	if key == "" || len(key) > sluice.MaxKeyLen {
 		return nil, sluice.CheckKey(key)
 	}
-	c, err := s.class(limit)
+	r, err := s.class(limit)
 	if err != nil {
 		return nil, err
 	}
-	if n < 0 || n > c.maxCost() {
+	if n < 0 || n > r.c.maxCost() {
 		return nil, sluice.CheckRequest(key, limit, n)
 	}
-	return c, nil
+	return r, nil
 }
 
 // AllowN implements sluice.Limiter.
 func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
-	c, err := s.check(key, limit, n)
+	r, err := s.check(key, limit, n)
 	if err != nil {
 		return sluice.Decision{}, err
 	}
 	if s.closed.Load() {
 		return sluice.Decision{}, sluice.ErrClosed
 	}
-	d := c.decide(key, s.hash(key), s.now(), n).Decision(limit)
-	if s.maxKeys > 0 && s.keys.Load() > s.maxKeys {
-		s.evictOver(classKey{c.id(), key})
+	res := r.c.decide(key, s.hash(key), s.now(), n)
+	if r.gone.Load() || s.maxKeys > 0 {
+		return s.afterDecide(ctx, r, key, limit, n, res)
 	}
-	return d, nil
+	return res.Decision(limit), nil
+}
+
+// afterDecide is AllowN's rare work after a decision, kept out of its path: deciding again
+// if the sweeper retired the class meanwhile (nothing was kept), and eviction over MaxKeys.
+func (s *Store) afterDecide(ctx context.Context, r *classRef, key string, limit sluice.Limit, n int64, res algo.Result) (sluice.Decision, error) {
+	if r.gone.Load() {
+		return s.AllowN(ctx, key, limit, n)
+	}
+	if s.keys.Load() > s.maxKeys {
+		s.evictOver(classKey{r.c.id(), key})
+	}
+	return res.Decision(limit), nil
 }
 
 // victim is the entry eviction has found closest to empty so far, and its class.
@@ -280,7 +336,7 @@ func (s *Store) evictOver(skip ...classKey) {
 		best := victim{skip: skip}
 		for probed, offered := 0, 0; probed < shards && offered < 8; probed++ {
 			k := int(s.evictAt.Add(1) % uint64(shards))
-			offered += list[k%len(list)].sample(k/len(list), &best, 8-offered)
+			offered += list[k%len(list)].c.sample(k/len(list), &best, 8-offered)
 		}
 		if best.c == nil {
 			return // nothing evictable: the keys were deleted meanwhile, or are all spared
@@ -291,11 +347,11 @@ func (s *Store) evictOver(skip ...classKey) {
 
 // Reset implements sluice.Limiter.
 func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error {
-	c, err := s.check(key, limit, 0)
+	r, err := s.check(key, limit, 0)
 	if err != nil {
 		return err
 	}
-	c.reset(key, s.hash(key))
+	r.c.reset(key, s.hash(key))
 	return nil
 }
 
@@ -317,10 +373,11 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 		limit sluice.Limit
 	}]int, len(reqs))
 	for i, r := range reqs {
-		c, err := s.check(r.Key, r.Limit, r.N)
+		ref, err := s.check(r.Key, r.Limit, r.N)
 		if err != nil {
 			return nil, fmt.Errorf("request %d: %w", i, err)
 		}
+		c := ref.c
 		k := struct {
 			key   string
 			limit sluice.Limit
@@ -338,6 +395,17 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 	for i, it := range order {
 		if i == 0 || it.sh != order[i-1].sh {
 			it.c.lock(it.h)
+		}
+	}
+	for _, it := range items {
+		// Retirement takes every shard lock of a class, so with ours held this is stable.
+		if it.c.retired() {
+			for i, it := range order {
+				if i == 0 || it.sh != order[i-1].sh {
+					it.c.unlock(it.h)
+				}
+			}
+			return s.AllowMulti(ctx, reqs) // on the Limits' new classes
 		}
 	}
 	defer func() {
@@ -393,10 +461,13 @@ func (s *Store) sweepLoop() {
 		case <-s.stop:
 			return
 		case <-t.C:
-			for _, r := range *s.classes.Load() {
+			for _, r := range *s.list.Load() {
 				now := s.now()
 				s.sweepTime(now)
-				r.c.sweep(now)
+				live := r.c.sweep(now)
+				if used := r.used.Swap(false); live == 0 && !used {
+					s.retireIdle(r)
+				}
 			}
 		}
 	}

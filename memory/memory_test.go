@@ -443,3 +443,109 @@ func TestClockAtTheEpoch(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleLimitsAreReleased: a Limit whose keys have all expired and that goes unused for a
+// sweep interval costs the store nothing (its class is dropped); using it again works.
+func TestIdleLimitsAreReleased(t *testing.T) {
+	ctx := context.Background()
+	s, clk := newTestStore(t, WithSweepInterval(time.Millisecond))
+	for i := 0; i < 500; i++ {
+		if _, err := s.AllowN(ctx, "k", sluice.PerSecond(int64(i+1)), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(*s.list.Load()); n != 500 {
+		t.Fatalf("%d classes for 500 limits", n)
+	}
+	clk.Advance(2 * time.Second) // every state has expired
+	deadline := time.Now().Add(5 * time.Second)
+	for len(*s.list.Load()) > 0 || len(*s.classes.Load()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d classes left after idling", len(*s.list.Load()))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	l := sluice.PerMinute(1)
+	if d, _ := s.AllowN(ctx, "k", l, 1); !d.Allowed {
+		t.Fatalf("a released limit used again: %+v", d)
+	}
+	if d, _ := s.AllowN(ctx, "k", l, 1); d.Allowed {
+		t.Fatalf("its state was not kept: %+v", d)
+	}
+}
+
+// TestRetirementLosesNoDecision: classes retired over and over while decisions insert
+// keys into them: every decision's state is kept (a unit spent is never spent again),
+// whichever class it landed in.
+func TestRetirementLosesNoDecision(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newTestStore(t, WithSweepInterval(0), WithShards(4))
+	limits := []sluice.Limit{sluice.PerHour(3), {Algorithm: sluice.TokenBucket, Rate: 3, Period: time.Hour},
+		{Algorithm: sluice.SlidingWindow, Rate: 3, Period: time.Hour}}
+	pacer := sluice.Limit{Algorithm: sluice.LeakyBucket, Rate: 3, Period: time.Hour}
+	stop := make(chan struct{})
+	var retired atomic.Int64
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, r := range *s.list.Load() {
+				if r.c.retire(func() {}) { // not dropped from the map: lookups must still move on
+					retired.Add(1)
+				}
+				s.retireIdle(r)
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 2000; i++ {
+				l := limits[i%len(limits)]
+				k := fmt.Sprint("g", g)
+				if d, err := s.AllowN(ctx, k, l, 3); err != nil || !d.Allowed {
+					t.Errorf("a fresh key's whole burst: %+v %v", d, err)
+					return
+				}
+				if d, _ := s.AllowN(ctx, k, l, 1); d.Allowed {
+					t.Errorf("iteration %d: a unit beyond the burst was allowed: the burst's state was lost", i)
+					return
+				}
+				if err := s.Reset(ctx, k, l); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := s.AllowMulti(ctx, []sluice.Request{{Key: k, Limit: l, N: 3}, {Key: k + "x", Limit: limits[(i+1)%len(limits)], N: 1}}); err != nil {
+					t.Error(err)
+					return
+				}
+				if d, _ := s.AllowN(ctx, k, l, 1); d.Allowed {
+					t.Errorf("iteration %d: a unit beyond a batch's burst was allowed", i)
+					return
+				}
+				s.Reset(ctx, k, l)
+				s.Reset(ctx, k+"x", limits[(i+1)%len(limits)])
+				if r, err := s.Reserve(ctx, k, pacer, 3); err != nil || !r.OK || r.Delay != 0 {
+					t.Errorf("reserving a fresh key's burst: %+v %v", r, err)
+					return
+				}
+				if d, _ := s.AllowN(ctx, k, pacer, 1); d.Allowed {
+					t.Errorf("iteration %d: a unit beyond a reservation's burst was allowed", i)
+					return
+				}
+				s.Reset(ctx, k, pacer)
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(stop)
+	if retired.Load() == 0 {
+		t.Fatal("no class was retired: the test raced nothing")
+	}
+	t.Logf("%d retirements", retired.Load())
+}

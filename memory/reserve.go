@@ -15,13 +15,14 @@ import (
 // algo.CancelReservation (see sluice.Reservation.Cancel for the rule). Delay is on the
 // store's clock; At is time.Now() plus Delay.
 func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
-	c, err := s.check(key, limit, n)
+	ref, err := s.check(key, limit, n)
 	if err != nil {
 		return sluice.Reservation{}, err
 	}
 	if !algo.CanReserve(limit.Algorithm) {
 		return sluice.Reservation{}, fmt.Errorf("%w: %v cannot reserve; pacing needs gcra or leaky_bucket", sluice.ErrInvalidLimit, limit.Algorithm)
 	}
+	c := ref.c
 	u, ok := c.(updater)
 	if !ok { // both reservable algorithms' classes implement it; this guards a new one
 		return sluice.Reservation{}, fmt.Errorf("%w: %v cannot reserve", sluice.ErrInvalidLimit, limit.Algorithm)
@@ -42,6 +43,9 @@ func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n i
 		st, r = algo.Reserve(st, now, algo.ParamsOf(limit), n, maxWait)
 		return st, r.OK && r.After != r.Before
 	})
+	if ref.gone.Load() { // the sweeper retired the class meanwhile: nothing was kept
+		return s.Reserve(ctx, key, limit, n)
+	}
 	if s.maxKeys > 0 && s.keys.Load() > s.maxKeys {
 		s.evictOver(classKey{c.id(), key})
 	}
