@@ -158,8 +158,10 @@ func (l Limit) With(a Algorithm) Limit { l.Algorithm = a; return l }
 // WithBurst returns a copy of l with the given burst.
 func (l Limit) WithBurst(burst int64) Limit { l.Burst = burst; return l }
 
-// MaxPeriod is the longest Period a Limit may have (about 31 years). It keeps every
-// intermediate of every algorithm below 2^53 microseconds, where Lua's doubles are exact.
+// MaxPeriod is the longest Period a Limit may have (2^50 µs, about 35.7 years). It keeps
+// every intermediate of every algorithm below 2^53 microseconds, where Lua's doubles are
+// exact, for any time before the year 2180: the latest instant an algorithm computes is
+// the end of the window after the current one, now + 2·Period (2^53 µs is in 2255).
 const MaxPeriod = 1 << 50 * time.Microsecond
 
 // MaxRate is the largest Rate or Burst a Limit may have. It keeps counts exact in Lua and

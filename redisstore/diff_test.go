@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"math/big"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -179,5 +180,129 @@ func step(rng *rand.Rand, clock *testClock, limits []sluice.Limit) {
 		clock.Set(now - rng.Int64N(2*period+1))
 	default: // up to three periods
 		clock.Set(now + rng.Int64N(3*period+1))
+	}
+}
+
+// extremeLimits are limits at the edges sluice.Limit.Validate allows, where an
+// intermediate that left 2^53 would make Lua's doubles disagree with Go's integers.
+func extremeLimits(a sluice.Algorithm) []sluice.Limit {
+	maxP := sluice.MaxPeriod
+	var ls []sluice.Limit
+	switch a {
+	case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket:
+		ls = []sluice.Limit{
+			{Rate: sluice.MaxRate, Period: maxP}, // T = 1024µs, Burst·T = 2^50
+			{Rate: 1, Period: maxP},              // T = 2^50
+			{Rate: 1 << 20, Period: (1 << 20) * time.Microsecond, Burst: sluice.MaxRate}, // T = 1µs, the deepest bucket
+			{Rate: 3, Period: maxP - time.Microsecond, Burst: 2},                         // T rounded up
+		}
+	case sluice.SlidingLog:
+		ls = []sluice.Limit{{Rate: sluice.MaxLogRate, Period: maxP}, {Rate: 3, Period: maxP}}
+	default:
+		ls = []sluice.Limit{
+			{Rate: sluice.MaxRate, Period: maxP},
+			{Rate: sluice.MaxRate, Period: time.Microsecond},
+			{Rate: sluice.MaxRate - 1, Period: maxP - time.Microsecond},
+		}
+	}
+	for i := range ls {
+		ls[i].Algorithm = a
+	}
+	return ls
+}
+
+// TestDifferentialExtremes: the memory store and the Redis store agree at the largest
+// rates, bursts, periods and costs Validate allows, with the clock moving by fractions of
+// an emission interval, onto window boundaries and across maximal periods (up to 70 years
+// past the present).
+func TestDifferentialExtremes(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	clock := newTestClock()
+	start := clock.Micros()
+	mem := memory.New(clock.memoryOption(), memory.WithSweepInterval(0))
+	t.Cleanup(func() { mem.Close() })
+	red := open(t, srv.URL(), clock.option(), WithMinTTL(24*time.Hour))
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(7, 11))
+	var all []sluice.Limit
+	for _, a := range sluice.Algorithms() {
+		all = append(all, extremeLimits(a)...)
+	}
+	keys := []string{"x0", "x1"}
+	allowed, denied := 0, 0
+	for i := 0; i < 3000; i++ {
+		l := all[rng.IntN(len(all))]
+		period := l.Period.Microseconds()
+		now := clock.Micros()
+		switch p := rng.IntN(10); {
+		case p < 3: // same instant
+		case p < 5:
+			clock.Set(now + rng.Int64N(2048))
+		case p < 7: // onto this limit's next window boundary, or 1µs either side
+			clock.Set((now/period+1)*period + rng.Int64N(3) - 1)
+		case p < 8: // backwards
+			clock.Set(now - rng.Int64N(1<<20))
+		default: // a fraction of a maximal period
+			clock.Set(now + rng.Int64N(int64(sluice.MaxPeriod/time.Microsecond)/8))
+		}
+		// Times stay within two maximal periods (70 years) of the present, so that the end of
+		// a window two periods on, the largest time the algorithms compute, is below 2^53:
+		// the range sluice.MaxPeriod is sized for.
+		if clock.Micros() > start+2*int64(sluice.MaxPeriod/time.Microsecond) {
+			clock.Set(start) // a jump back: the stores must agree on that too
+		}
+		mc := l.MaxCost()
+		n := []int64{0, 1, 2, 3, mc, mc / 2, mc - 1}[rng.IntN(7)]
+		if l.Algorithm == sluice.SlidingLog {
+			n = min(n, 3) // one timestamp per unit: a million-unit log is not what this tests
+		}
+		n = min(max(n, 0), mc)
+		k := keys[rng.IntN(len(keys))]
+		want, werr := mem.AllowN(ctx, k, l, n)
+		got, gerr := red.AllowN(ctx, k, l, n)
+		if werr != nil || gerr != nil {
+			t.Fatalf("step %d %v n=%d at %d: memory err %v, redis err %v", i, l, n, clock.Micros(), werr, gerr)
+		}
+		if got != want {
+			t.Fatalf("step %d %v n=%d at %d: redis %+v, memory %+v", i, l, n, clock.Micros(), got, want)
+		}
+		if n > 0 && got.Allowed {
+			allowed++
+		} else if !got.Allowed {
+			denied++
+		}
+	}
+	if allowed < 300 || denied < 300 {
+		t.Errorf("%d spends allowed and %d denied: the run did not exercise both", allowed, denied)
+	}
+
+	// Targeted: the sliding window weighs the previous window's b units by
+	// b·(P-e-1)/P. At P = 2^50 with b odd, e is chosen so that the exact product is one
+	// short of a multiple of P; in doubles it rounds up to that multiple, and a naive
+	// floor(b·(P-e-1)/P) comes out one unit too high. The script's long division must not.
+	P := int64(sluice.MaxPeriod / time.Microsecond)
+	sw := sluice.Limit{Algorithm: sluice.SlidingWindow, Rate: sluice.MaxRate, Period: sluice.MaxPeriod}
+	bigP := big.NewInt(P)
+	for _, b := range []int64{3, 5, 12345, 1<<39 + 1} {
+		key := fmt.Sprint("sw", b)
+		w0 := (start/P + 1) * P
+		clock.Set(w0)
+		want, _ := mem.AllowN(ctx, key, sw, b)
+		got, err := red.AllowN(ctx, key, sw, b)
+		if err != nil || got != want || !got.Allowed {
+			t.Fatalf("b=%d: spending: redis %+v %v, memory %+v", b, got, err, want)
+		}
+		inv := new(big.Int).ModInverse(big.NewInt(b), bigP)
+		m := new(big.Int).Mul(big.NewInt(P-1), inv)
+		m.Mod(m, bigP) // b·m ≡ -1 (mod P)
+		clock.Set(w0 + P + (P - 1 - m.Int64()))
+		for _, n := range []int64{0, 1} {
+			want, _ := mem.AllowN(ctx, key, sw, n)
+			got, err := red.AllowN(ctx, key, sw, n)
+			if err != nil || got != want {
+				t.Fatalf("b=%d n=%d at a weight one short of an integer: redis %+v %v, memory %+v", b, n, got, err, want)
+			}
+		}
 	}
 }
