@@ -194,12 +194,40 @@ func TestTTL(t *testing.T) {
 		t.Errorf("keys left once every state is empty: %q", keys)
 	}
 
-	// A mixed workload: every key it leaves has a TTL.
-	for i := 0; i < 300; i++ {
-		a := sluice.Algorithms()[i%6]
-		l := sluice.Limit{Algorithm: a, Rate: int64(1 + i%5), Period: time.Duration(1+i%7) * time.Second, Burst: int64(i % 3)}
-		if _, err := s.AllowN(ctx, fmt.Sprintf("mixed:%d", i%40), l, int64(i%2)); err != nil {
+	// A mixed workload, single and multi-limit: every key it leaves has a TTL. The cost,
+	// burst, rate and period vary independently of the algorithm (i/6 and on), so every
+	// algorithm both spends and looks.
+	spent := map[sluice.Algorithm]int{}
+	limitOf := func(i int) sluice.Limit {
+		return sluice.Limit{Algorithm: sluice.Algorithms()[i%6], Rate: int64(1 + (i/6)%5),
+			Period: time.Duration(1+(i/30)%7) * time.Second, Burst: int64((i / 12) % 3)}
+	}
+	for i := 0; i < 600; i++ {
+		l, n := limitOf(i), int64((i/6)%2)
+		id := fmt.Sprintf("mixed:%d", i%40)
+		if i%10 == 9 {
+			l2 := limitOf(i + 1)
+			ds, err := s.AllowMulti(ctx, []sluice.Request{{Key: id, Limit: l, N: 1}, {Key: id, Limit: l2, N: 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ds[0].Allowed {
+				spent[l.Algorithm]++
+				spent[l2.Algorithm]++
+			}
+			continue
+		}
+		d, err := s.AllowN(ctx, id, l, n)
+		if err != nil {
 			t.Fatal(err)
+		}
+		if d.Allowed && n > 0 {
+			spent[l.Algorithm]++
+		}
+	}
+	for _, a := range sluice.Algorithms() {
+		if spent[a] == 0 {
+			t.Errorf("the mixed workload never spent on %v", a)
 		}
 	}
 	keys := strings.Fields(srv.MustDo("KEYS", "*"))
@@ -208,8 +236,9 @@ func TestTTL(t *testing.T) {
 	}
 	for _, k := range keys {
 		// -2ms: the key expired since KEYS; -1ms would be a key without a TTL.
-		if ttl := pttl(k); ttl == -time.Millisecond || ttl > 8*time.Second {
-			t.Errorf("%s: PTTL %v, want a TTL within the longest period", k, ttl)
+		// A sliding window's state lasts up to two periods (its current and next window).
+		if ttl := pttl(k); ttl == -time.Millisecond || ttl > 14*time.Second {
+			t.Errorf("%s: PTTL %v, want a TTL within two of the longest period", k, ttl)
 		}
 	}
 }
