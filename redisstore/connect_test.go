@@ -64,6 +64,22 @@ func TestOpenSentinel(t *testing.T) {
 	}
 }
 
+// TestOpenSentinels: the multi-sentinel URL form (addr= for the other sentinels), with
+// the first sentinel named already gone: the client asks the next.
+func TestOpenSentinels(t *testing.T) {
+	t.Parallel()
+	primary := redistest.Start(t)
+	gone := redistest.StartSentinel(t, primary, "limits")
+	alive := redistest.StartSentinel(t, primary, "limits")
+	url := "redis://" + gone.Addr() + "?addr=" + alive.Addr() + "&master_set=limits"
+	gone.Kill()
+	s := open(t, url)
+	decideOnce(t, s)
+	if primary.MustDo("EXISTS", s.Key("conn:1", sluice.PerSecond(5))) != "1" {
+		t.Error("the decision did not reach the primary named by the live sentinel")
+	}
+}
+
 func TestOpenCluster(t *testing.T) {
 	t.Parallel()
 	c := redistest.StartCluster(t)
