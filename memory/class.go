@@ -203,22 +203,29 @@ func (g *gen[S]) sweep(now int64) int {
 
 // retire implements class.
 func (g *gen[S]) retire(drop func()) bool {
-	for i := range g.shards {
-		g.shards[i].mu.Lock()
+	return underAll(len(g.shards), func(i int) *sync.Mutex { return &g.shards[i].mu }, func() bool {
+		for i := range g.shards {
+			if g.shards[i].t.n > 0 {
+				return false
+			}
+		}
+		g.gone.Store(true)
+		drop()
+		return true
+	})
+}
+
+// underAll runs f with the n locks mu(0), ..., mu(n-1) held, taken in index order.
+func underAll(n int, mu func(int) *sync.Mutex, f func() bool) bool {
+	for i := 0; i < n; i++ {
+		mu(i).Lock()
 	}
 	defer func() {
-		for i := range g.shards {
-			g.shards[i].mu.Unlock()
+		for i := 0; i < n; i++ {
+			mu(i).Unlock()
 		}
 	}()
-	for i := range g.shards {
-		if g.shards[i].t.n > 0 {
-			return false
-		}
-	}
-	g.gone.Store(true)
-	drop()
-	return true
+	return f()
 }
 
 func (g *gen[S]) retired() bool          { return g.gone.Load() }

@@ -368,22 +368,16 @@ func (g *lockFree[S, P]) sweep(now int64) int {
 // retire implements class. An empty class has no slot a lock-free decider could find, so
 // holding the shard locks is enough.
 func (g *lockFree[S, P]) retire(drop func()) bool {
-	for i := range g.shards {
-		g.shards[i].mu.Lock()
-	}
-	defer func() {
+	return underAll(len(g.shards), func(i int) *sync.Mutex { return &g.shards[i].mu }, func() bool {
 		for i := range g.shards {
-			g.shards[i].mu.Unlock()
+			if a := g.shards[i].arr.Load(); a != nil && a.live > 0 {
+				return false
+			}
 		}
-	}()
-	for i := range g.shards {
-		if a := g.shards[i].arr.Load(); a != nil && a.live > 0 {
-			return false
-		}
-	}
-	g.gone.Store(true)
-	drop()
-	return true
+		g.gone.Store(true)
+		drop()
+		return true
+	})
 }
 
 func (g *lockFree[S, P]) retired() bool          { return g.gone.Load() }
