@@ -261,3 +261,34 @@ func TestClusterUnderLoad(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterACL: on a cluster, a user allowed only sluice's keys (~sluice:*) is enough:
+// the store connects with its credentials in the cluster URL form and decides on every
+// primary, multi-limit calls included; a wrong password is refused.
+func TestClusterACL(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t)
+	for _, n := range c.Nodes {
+		n.MustDo("ACL", "SETUSER", "limiter", "on", ">s3cret", "~sluice:*", "+@all")
+	}
+	addrs := c.Addrs()
+	withUser := "redis://limiter:s3cret@" + addrs[0] + "?addr=" + strings.Join(addrs[1:], "&addr=")
+	s := open(t, withUser)
+	ctx := context.Background()
+	for i := 0; i < 20; i++ { // identities spread over the three primaries
+		if d, err := s.AllowN(ctx, fmt.Sprint("acl:", i), sluice.PerSecond(5), 1); err != nil || !d.Allowed {
+			t.Fatalf("identity %d: %+v %v", i, d, err)
+		}
+	}
+	if ds, err := s.AllowMulti(ctx, []sluice.Request{{Key: "acl:x", Limit: sluice.PerSecond(5), N: 1}, {Key: "acl:x", Limit: sluice.PerHour(50), N: 1}}); err != nil || !ds[0].Allowed {
+		t.Fatalf("multi-limit call: %+v %v", ds, err)
+	}
+	bad, err := Open("redis://limiter:wrong@" + addrs[0] + "?addr=" + strings.Join(addrs[1:], "&addr="))
+	if err == nil {
+		_, err = bad.AllowN(ctx, "acl:0", sluice.PerSecond(5), 1)
+		bad.Close()
+	}
+	if err == nil {
+		t.Error("a wrong password decided on the cluster")
+	}
+}
