@@ -26,12 +26,11 @@ type class interface {
 	// sample offers up to m of shard i's entries, from its sweep cursor on, to best.
 	sample(i int, best *victim, m int) int
 	// retire takes every shard lock (in index order, AllowMulti's order) and, if the class
-	// holds no state, marks it retired and calls drop before releasing them. A retired
-	// class stores nothing more: a decision that would insert a key is computed but not
-	// kept, and its caller, seeing retired, decides again on the Limit's new class.
+	// holds no state, sets its gone flag (classRef.gone, given to newClass) and calls drop
+	// before releasing them. A retired class stores nothing more: a decision that would
+	// insert a key is computed but not kept, and its caller, seeing the flag, decides again
+	// on the Limit's new class.
 	retire(drop func()) bool
-	retired() bool
-	goneFlag() *atomic.Bool // what retired reads
 }
 
 // shard is a lock and a table, padded so that neighbouring shards' locks do not share a
@@ -59,16 +58,17 @@ type gen[S any] struct {
 	mask   uint64
 	shards []shard[S]
 	ops    ops[S]
-	gone   atomic.Bool // retired: see class.retire
+	gone   *atomic.Bool // retired: see class.retire
 }
 
-func newClass(st *Store, l sluice.Limit, id int) class {
+// newClass makes the class for l; gone is its retired flag, which the caller reads.
+func newClass(st *Store, l sluice.Limit, id int, gone *atomic.Bool) class {
 	p := algo.ParamsOf(l)
 	switch l.Algorithm {
 	case sluice.GCRA:
-		return newGCRAClass(st, p, id)
+		return newGCRAClass(st, p, id, gone)
 	case sluice.SlidingWindow:
-		return newGen(st, p, id, ops[algo.State]{
+		return newGen(st, p, id, gone, ops[algo.State]{
 			decide: func(s *algo.State, now int64, p algo.Params, n int64, commit bool) algo.Result {
 				ns, r := algo.SlidingWindow(*s, now, p, n)
 				if commit {
@@ -79,7 +79,7 @@ func newClass(st *Store, l sluice.Limit, id int) class {
 			expires: func(s *algo.State, p algo.Params) int64 { return algo.ExpiresAt(*s, p) },
 		})
 	case sluice.SlidingLog:
-		return newGen(st, p, id, ops[*algo.Log]{
+		return newGen(st, p, id, gone, ops[*algo.Log]{
 			decide: func(s **algo.Log, now int64, p algo.Params, n int64, commit bool) algo.Result {
 				if *s == nil {
 					l := new(algo.Log)
@@ -100,16 +100,16 @@ func newClass(st *Store, l sluice.Limit, id int) class {
 			},
 		})
 	case sluice.TokenBucket:
-		return newPairClass(st, p, id, algo.TokenBucket)
+		return newPairClass(st, p, id, gone, algo.TokenBucket)
 	case sluice.LeakyBucket:
-		return newPairClass(st, p, id, algo.LeakyBucket)
+		return newPairClass(st, p, id, gone, algo.LeakyBucket)
 	default:
-		return newPairClass(st, p, id, algo.FixedWindow)
+		return newPairClass(st, p, id, gone, algo.FixedWindow)
 	}
 }
 
-func newGen[S any](st *Store, p algo.Params, id int, o ops[S]) *gen[S] {
-	return &gen[S]{st: st, cid: id, p: p, mask: uint64(st.shards - 1), shards: make([]shard[S], st.shards), ops: o}
+func newGen[S any](st *Store, p algo.Params, id int, gone *atomic.Bool, o ops[S]) *gen[S] {
+	return &gen[S]{st: st, cid: id, p: p, mask: uint64(st.shards - 1), shards: make([]shard[S], st.shards), ops: o, gone: gone}
 }
 
 func (g *gen[S]) id() int        { return g.cid }
@@ -168,7 +168,7 @@ func (g *gen[S]) sample(i int, best *victim, m int) int {
 	offered := 0
 	for j, probed := sh.cursor%max(c, 1), 0; offered < m && probed < c; probed++ {
 		if e := &t.slots[j]; e.ptr != nil {
-			best.offer(g.cid, g, e.key(), g.ops.expires(&e.s, g.p))
+			best.offer(e.key(), g.ops.expires(&e.s, g.p))
 			offered++
 		}
 		if j++; j == c {
@@ -227,9 +227,6 @@ func underAll(n int, mu func(int) *sync.Mutex, f func() bool) bool {
 	}()
 	return f()
 }
-
-func (g *gen[S]) retired() bool          { return g.gone.Load() }
-func (g *gen[S]) goneFlag() *atomic.Bool { return &g.gone }
 
 // sweepShard examines up to budget slots from the shard's cursor and deletes the state that
 // has become equivalent to empty; then it shrinks a table that has emptied out.

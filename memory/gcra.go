@@ -1,6 +1,8 @@
 package memory
 
 import (
+	"sync/atomic"
+
 	"github.com/sluicehq/sluice/internal/algo"
 )
 
@@ -56,9 +58,9 @@ type gcraClass struct {
 	lockFree[gslot, *gslot]
 }
 
-func newGCRAClass(st *Store, p algo.Params, id int) *gcraClass {
+func newGCRAClass(st *Store, p algo.Params, id int, gone *atomic.Bool) *gcraClass {
 	g := new(gcraClass)
-	g.init(st, p, id, algo.GCRA, 70, 68)
+	g.init(st, p, id, gone, algo.GCRA, 70, 68)
 	return g
 }
 

@@ -112,12 +112,12 @@ type lockFree[S any, P cell[S]] struct {
 	// maxLoad and growLoad, in hundredths: rebuild above maxLoad% used, growing when more
 	// than growLoad% would be live.
 	maxLoad, growLoad int
-	gone              atomic.Bool // retired: see class.retire
+	gone              *atomic.Bool // retired: see class.retire
 }
 
-func (g *lockFree[S, P]) init(st *Store, p algo.Params, id int, f algoFunc, maxLoad, growLoad int) {
+func (g *lockFree[S, P]) init(st *Store, p algo.Params, id int, gone *atomic.Bool, f algoFunc, maxLoad, growLoad int) {
 	*g = lockFree[S, P]{st: st, cid: id, p: p, f: f, mask: uint64(st.shards - 1),
-		shards: make([]lshard[S], st.shards), maxLoad: maxLoad, growLoad: growLoad}
+		shards: make([]lshard[S], st.shards), maxLoad: maxLoad, growLoad: growLoad, gone: gone}
 }
 
 func (g *lockFree[S, P]) id() int                 { return g.cid }
@@ -330,7 +330,7 @@ func (g *lockFree[S, P]) sample(i int, best *victim, m int) int {
 		if e := &a.slots[j]; hdr(e).meta.Load() != 0 {
 			if s, ok := P(e).peek(); ok {
 				h := hdr(e)
-				best.offer(g.cid, g, unsafe.String(h.key.Load(), int(h.meta.Load()>>32)), algo.ExpiresAt(s, g.p))
+				best.offer(unsafe.String(h.key.Load(), int(h.meta.Load()>>32)), algo.ExpiresAt(s, g.p))
 				offered++
 			}
 		}
@@ -379,9 +379,6 @@ func (g *lockFree[S, P]) retire(drop func()) bool {
 		return true
 	})
 }
-
-func (g *lockFree[S, P]) retired() bool          { return g.gone.Load() }
-func (g *lockFree[S, P]) goneFlag() *atomic.Bool { return &g.gone }
 
 // sweepShard tombstones state that is equivalent to empty as of now in up to budget slots
 // from the cursor, with the lock held, and rebuilds the array once tombstones outnumber

@@ -91,8 +91,8 @@ type Store struct {
 type classRef struct {
 	limit sluice.Limit
 	c     class
-	gone  *atomic.Bool // the class's retired flag, read without a call through c
-	used  atomic.Bool  // looked up since the sweeper's last visit
+	gone  atomic.Bool // set when c is retired (class.retire); c reads it too
+	used  atomic.Bool // looked up since the sweeper's last visit
 }
 
 // Option configures a Store.
@@ -103,7 +103,7 @@ type Option func(*Store)
 // epoch microseconds, and a TokenBucket emptied at the epoch itself would read as a fresh
 // key.
 func WithClock(clock func() time.Time) Option {
-	return func(s *Store) { s.clock = func() int64 { return max(clock().UnixMicro(), 1) } }
+	return func(s *Store) { s.clock = func() int64 { return algo.Micros(clock()) } }
 }
 
 // WithMaxKeys caps the number of (key, Limit) states held; 0 (the default) means no cap.
@@ -221,8 +221,8 @@ func (s *Store) addClass(limit sluice.Limit) *classRef {
 	if r, ok := old[limit]; ok && !r.gone.Load() {
 		return r
 	}
-	c := newClass(s, limit, s.nextID)
-	r := &classRef{limit: limit, c: c, gone: c.goneFlag()}
+	r := &classRef{limit: limit}
+	r.c = newClass(s, limit, s.nextID, &r.gone)
 	s.nextID++
 	next := maps.Clone(old)
 	next[limit] = r
@@ -294,14 +294,15 @@ func (s *Store) afterDecide(ctx context.Context, r *classRef, key string, limit 
 		return s.AllowN(ctx, key, limit, n)
 	}
 	if s.keys.Load() > s.maxKeys {
-		s.evictOver(classKey{r.c.id(), key})
+		s.evictOver(classKey{r, key})
 	}
 	return res.Decision(limit), nil
 }
 
 // victim is the entry eviction has found closest to empty so far, and its class.
 type victim struct {
-	c   interface{ reset(key string, h uint64) }
+	cur *classRef // the class whose shard is being sampled
+	r   *classRef
 	key string
 	exp int64
 	// skip are the states the decision that evicts has just written: a new key is
@@ -310,20 +311,21 @@ type victim struct {
 }
 
 type classKey struct {
-	cid int
+	r   *classRef
 	key string
 }
 
-func (v *victim) offer(cid int, c interface{ reset(string, uint64) }, key string, exp int64) {
-	if v.c != nil && exp >= v.exp {
+// offer proposes a key of the class being sampled, whose state expires at exp.
+func (v *victim) offer(key string, exp int64) {
+	if v.r != nil && exp >= v.exp {
 		return
 	}
 	for _, k := range v.skip {
-		if k.cid == cid && k.key == key {
+		if k.r == v.cur && k.key == key {
 			return
 		}
 	}
-	v.c, v.key, v.exp = c, key, exp
+	v.r, v.key, v.exp = v.cur, key, exp
 }
 
 // evictOver evicts until the store holds at most MaxKeys states (see the package doc),
@@ -332,16 +334,17 @@ func (v *victim) offer(cid int, c interface{ reset(string, uint64) }, key string
 func (s *Store) evictOver(skip ...classKey) {
 	list := *s.list.Load()
 	shards := len(list) * s.shards
-	for s.keys.Load() > s.maxKeys {
+	for shards > 0 && s.keys.Load() > s.maxKeys {
 		best := victim{skip: skip}
 		for probed, offered := 0, 0; probed < shards && offered < 8; probed++ {
 			k := int(s.evictAt.Add(1) % uint64(shards))
-			offered += list[k%len(list)].c.sample(k/len(list), &best, 8-offered)
+			best.cur = list[k%len(list)]
+			offered += best.cur.c.sample(k/len(list), &best, 8-offered)
 		}
-		if best.c == nil {
+		if best.r == nil {
 			return // nothing evictable: the keys were deleted meanwhile, or are all spared
 		}
-		best.c.reset(best.key, s.hash(best.key))
+		best.r.c.reset(best.key, s.hash(best.key))
 	}
 }
 
@@ -362,6 +365,7 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 		return nil, sluice.ErrClosed
 	}
 	type item struct {
+		r   *classRef
 		c   class
 		h   uint64
 		sh  int // global lock order
@@ -387,7 +391,7 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 		}
 		seen[k] = i
 		h := s.hash(r.Key)
-		items[i] = item{c: c, h: h, sh: c.id()*s.shards + c.shardIndex(h), req: i}
+		items[i] = item{r: ref, c: c, h: h, sh: c.id()*s.shards + c.shardIndex(h), req: i}
 	}
 	order := make([]item, len(items))
 	copy(order, items)
@@ -397,27 +401,26 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 			it.c.lock(it.h)
 		}
 	}
-	for _, it := range items {
-		// Retirement takes every shard lock of a class, so with ours held this is stable.
-		if it.c.retired() {
-			for i, it := range order {
-				if i == 0 || it.sh != order[i-1].sh {
-					it.c.unlock(it.h)
-				}
-			}
-			return s.AllowMulti(ctx, reqs) // on the Limits' new classes
-		}
-	}
-	defer func() {
+	unlock := func() {
 		for i, it := range order {
 			if i == 0 || it.sh != order[i-1].sh {
 				it.c.unlock(it.h)
 			}
 		}
+	}
+	for _, it := range items {
+		// Retirement takes every shard lock of a class, so with ours held this is stable.
+		if it.r.gone.Load() {
+			unlock()
+			return s.AllowMulti(ctx, reqs) // on the Limits' new classes
+		}
+	}
+	defer func() {
+		unlock()
 		if s.maxKeys > 0 && s.keys.Load() > s.maxKeys {
 			skip := make([]classKey, len(items))
 			for i, it := range items {
-				skip[i] = classKey{it.c.id(), reqs[i].Key}
+				skip[i] = classKey{it.r, reqs[i].Key}
 			}
 			s.evictOver(skip...)
 		}

@@ -35,7 +35,17 @@ type pslot struct {
 
 // acquire takes the slot for its caller, returning the state's B, or reports false when
 // the slot is tombstoned or frozen. It waits out another holder.
-func (e *pslot) acquire() (int64, bool) {
+func (e *pslot) acquire() (int64, bool) { return e.claim(busy, false) }
+
+func (e *pslot) seize(v int64) (algo.State, int64) {
+	b, _ := e.claim(v, true)
+	return algo.State{A: e.a.Load(), B: b}, b
+}
+
+// claim waits out a holder (spinning briefly, then yielding), then swaps the control word
+// for v and returns the word it replaced; over tombstone or frozen it swaps only if
+// sentinels is set, and otherwise reports false.
+func (e *pslot) claim(v int64, sentinels bool) (int64, bool) {
 	for spins := 0; ; spins++ {
 		b := e.ctl.Load()
 		switch {
@@ -44,26 +54,11 @@ func (e *pslot) acquire() (int64, bool) {
 				runtime.Gosched()
 			}
 			continue
-		case isSentinel(b):
+		case isSentinel(b) && !sentinels:
 			return b, false
 		}
-		if e.ctl.CompareAndSwap(b, busy) {
-			return b, true
-		}
-	}
-}
-
-func (e *pslot) seize(v int64) (algo.State, int64) {
-	for spins := 0; ; spins++ {
-		b := e.ctl.Load()
-		if b == busy {
-			if spins >= 16 {
-				runtime.Gosched()
-			}
-			continue
-		}
 		if e.ctl.CompareAndSwap(b, v) {
-			return algo.State{A: e.a.Load(), B: b}, b
+			return b, true
 		}
 	}
 }
@@ -116,9 +111,9 @@ type pairClass struct {
 	lockFree[pslot, *pslot]
 }
 
-func newPairClass(st *Store, p algo.Params, id int, f algoFunc) *pairClass {
+func newPairClass(st *Store, p algo.Params, id int, gone *atomic.Bool, f algoFunc) *pairClass {
 	g := new(pairClass)
-	g.init(st, p, id, f, 80, 75)
+	g.init(st, p, id, gone, f, 80, 75)
 	return g
 }
 

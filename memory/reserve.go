@@ -47,7 +47,7 @@ func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n i
 		return s.Reserve(ctx, key, limit, n)
 	}
 	if s.maxKeys > 0 && s.keys.Load() > s.maxKeys {
-		s.evictOver(classKey{c.id(), key})
+		s.evictOver(classKey{ref, key})
 	}
 	delay := time.Duration(r.Delay) * time.Microsecond
 	res := sluice.Reservation{OK: r.OK, Limit: limit, N: n, Delay: delay, At: time.Now().Add(delay)}

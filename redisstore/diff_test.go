@@ -28,11 +28,7 @@ import (
 func TestDifferentialMemory(t *testing.T) {
 	t.Parallel()
 	const lanesPerAlgorithm, steps = 10, 10_000
-	srv := redistest.Start(t)
-	clock := newTestClock()
-	mem := memory.New(clock.memoryOption(), memory.WithSweepInterval(0))
-	t.Cleanup(func() { mem.Close() })
-	red := open(t, srv.URL(), clock.option(), WithMinTTL(24*time.Hour))
+	clock, mem, red := pairedStores(t)
 
 	var lanes []*lane
 	for _, a := range sluice.Algorithms() {
@@ -68,6 +64,17 @@ func TestDifferentialMemory(t *testing.T) {
 			t.Errorf("%s: %v", l.name, l.err)
 		}
 	}
+}
+
+// pairedStores returns a memory store and a Redis store (on a server of its own) that
+// both read the returned clock; Redis keeps keys a day, whatever that clock says.
+func pairedStores(t *testing.T) (*testClock, *memory.Store, *Store) {
+	t.Helper()
+	srv := redistest.Start(t)
+	clock := newTestClock()
+	mem := memory.New(clock.memoryOption(), memory.WithSweepInterval(0))
+	t.Cleanup(func() { mem.Close() })
+	return clock, mem, open(t, srv.URL(), clock.option(), WithMinTTL(24*time.Hour))
 }
 
 // lane is one sequence of differential operations on its own keys.
@@ -205,10 +212,7 @@ func extremeLimits(a sluice.Algorithm) []sluice.Limit {
 			{Rate: sluice.MaxRate - 1, Period: maxP - time.Microsecond},
 		}
 	}
-	for i := range ls {
-		ls[i].Algorithm = a
-	}
-	return ls
+	return withAlgorithm(a, ls)
 }
 
 // TestDifferentialExtremes: the memory store and the Redis store agree at the largest
@@ -217,12 +221,8 @@ func extremeLimits(a sluice.Algorithm) []sluice.Limit {
 // past the present).
 func TestDifferentialExtremes(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	clock := newTestClock()
+	clock, mem, red := pairedStores(t)
 	start := clock.Micros()
-	mem := memory.New(clock.memoryOption(), memory.WithSweepInterval(0))
-	t.Cleanup(func() { mem.Close() })
-	red := open(t, srv.URL(), clock.option(), WithMinTTL(24*time.Hour))
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(7, 11))
 	var all []sluice.Limit

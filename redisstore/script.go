@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
 )
 
 //go:embed lua/*.lua
@@ -104,7 +105,7 @@ func (s *Store) eval(ctx context.Context, c rueidis.Client, sc script, keys, arg
 // scriptNow is the scripts' first argument: the store's clock in µs, or "-" for Redis's.
 func (s *Store) scriptNow() string {
 	if s.clock != nil {
-		return strconv.FormatInt(max(s.clock().UnixMicro(), 1), 10) // as memory.WithClock
+		return strconv.FormatInt(algo.Micros(s.clock()), 10)
 	}
 	return "-"
 }

@@ -53,10 +53,15 @@ func limitsFor(a sluice.Algorithm) []sluice.Limit {
 		{Rate: 7, Period: 1003 * time.Microsecond, Burst: 12},
 		{Rate: 1, Period: time.Hour},
 	}
-	for i := range base {
-		base[i].Algorithm = a
+	return withAlgorithm(a, base)
+}
+
+// withAlgorithm sets every limit's algorithm to a.
+func withAlgorithm(a sluice.Algorithm, ls []sluice.Limit) []sluice.Limit {
+	for i := range ls {
+		ls[i].Algorithm = a
 	}
-	return base
+	return ls
 }
 
 func TestAllowNEveryAlgorithm(t *testing.T) {

@@ -78,6 +78,11 @@ type State struct {
 	A, B, C int64
 }
 
+// Micros is t as the algorithms take time: microseconds since the Unix epoch, and at least
+// 1, so that no state they write is the zero State (a fresh key). A store reading a
+// caller's clock converts it with Micros.
+func Micros(t time.Time) int64 { return max(t.UnixMicro(), 1) }
+
 // Decide runs p.Algo on a fixed-size state. It must not be called for SlidingLog.
 func Decide(s State, now int64, p Params, n int64) (State, Result) {
 	switch p.Algo {
