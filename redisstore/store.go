@@ -50,11 +50,12 @@
 // # Performance
 //
 // bench/README.md has the measurements and the commands. On one redis-server on a 2-vCPU
-// machine, with 64 goroutines deciding on 100k keys, the store made 2.6–2.9× the
-// decisions/s of go-redis/redis_rate (GCRA, TokenBucket, FixedWindow: 156–187k/s, about 26
-// decisions per script call; 2.9–3.6× with the client process on one core), at about 3 µs
-// of Redis time per GCRA decision against redis_rate's 6.4–8.1; with 2 goroutines every decision
-// goes out at once and latency is the round trip's. WithBatchSize and WithConcurrency tune
+// machine, with 64 goroutines deciding on 100k keys, the store made 2.6–4.4× the
+// decisions/s of go-redis/redis_rate (GCRA, TokenBucket, FixedWindow: 127–225k/s, about 26
+// decisions per script call; the ratio moves with the VM from run to run), at 3.0–4.0 µs
+// of Redis time per GCRA decision against redis_rate's 6.4–10.9; with 2 goroutines every
+// decision goes out at once and latency is the round trip's (0.8–0.95× redis_rate's
+// decisions/s there: a decision passes through a batch goroutine, see Store.submit). WithBatchSize and WithConcurrency tune
 // the coalescing. A decision allocates nothing on the client at 64 goroutines: each call
 // is built in buffers the batch reuses once the call has been answered.
 //
@@ -66,8 +67,8 @@
 // Latency. Every key expires when its state is empty, often milliseconds after it was
 // written, so Redis expires many keys a second, and does it in its periodic task (hz
 // times a second, 10 by default), holding other commands meanwhile. At half of peak that
-// is where the p99 comes from: 2.1–2.8 ms at hz 10, 1.1–1.4 ms at hz 100 for GCRA at 100k
-// decisions/s. Run a Redis that serves rate limits with hz 100 (redis.conf; the store
+// is where the p99 comes from: 2.1–3.0 ms at hz 10, 1.1–1.6 ms at hz 100 for GCRA at
+// 90–113k decisions/s. Run a Redis that serves rate limits with hz 100 (redis.conf; the store
 // logs a hint at start when a primary's hz is below 50), and consider WithMinTTL, which
 // trades memory for fewer keys created and expired.
 //
