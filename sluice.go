@@ -14,10 +14,14 @@
 //
 // All decisions use integer microseconds since the Unix epoch; no floating point takes part.
 // A Period is truncated to whole microseconds. The bucket algorithms (GCRA, TokenBucket,
-// LeakyBucket) space events by the emission interval T = ceil(Period/Rate) microseconds, so
-// the realised rate is Period/T ≤ Rate: rounding never admits more than the configured rate,
-// and the shortfall is below one microsecond per event (for 3 per second, T = 333334 µs and
-// the realised rate is 2.999994/s). A limit whose T would be below 1 µs is invalid.
+// LeakyBucket) space events by exactly Period/Rate, counting in fractions of a microsecond
+// when Rate does not divide Period (for 7 per second, sevenths: a client sending 7 in each
+// second, spread out or all at once, is never denied); the results (RetryAfter, ResetAfter)
+// are rounded up to whole microseconds. Only a limit whose Burst·Period is too large for
+// that (above 2^50 µs once the fraction Period/Rate is in lowest terms) counts whole
+// microseconds instead, with T = ceil(Period/Rate): it then never admits more than the
+// configured rate, and falls short by less than one microsecond per event. A limit whose
+// Period/Rate would be below 1 µs is invalid.
 //
 // # Costs
 //

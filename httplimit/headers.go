@@ -10,6 +10,7 @@ import (
 
 	"github.com/dunglas/httpsfv"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
 )
 
 // Header field names, in Go's canonical form (http.Header.Get finds them by any case).
@@ -37,8 +38,9 @@ func ceilSeconds(d time.Duration) int64 {
 // Quota returns the q and w parameters that describe l in RateLimit-Policy: q units per w
 // seconds. For the window algorithms, and for a bucket whose Burst is at most its Rate,
 // that is Rate per Period. A bucket whose Burst exceeds its Rate is advertised as its
-// bucket: Burst units per Burst·T (T = ceil(Period/Rate), the time to refill it), which
-// states the same sustained rate and keeps the RateLimit field's r (up to Burst) within q.
+// bucket: Burst units per Burst·Period/Rate (the time to refill it, rounded up to a whole
+// µs), which states the same sustained rate and keeps the RateLimit field's r (up to
+// Burst) within q.
 //
 // When the window is a whole number of seconds it is used as is. Otherwise w is rounded up
 // to whole seconds (the draft allows no sub-second window) and q = floor(units·w/window),
@@ -52,8 +54,8 @@ func Quota(l sluice.Limit) (q, w int64) {
 	switch l.Algorithm {
 	case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket:
 		if b := l.EffectiveBurst(); b > l.Rate {
-			t := (l.Period.Microseconds() + l.Rate - 1) / l.Rate
-			units, window = b, time.Duration(b)*time.Duration(t)*time.Microsecond
+			refill := algo.MulDivCeil(b, l.Period.Microseconds(), l.Rate)
+			units, window = b, time.Duration(refill)*time.Microsecond
 		}
 	}
 	if window%time.Second == 0 {

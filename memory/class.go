@@ -66,6 +66,10 @@ func newClass(st *Store, l sluice.Limit, id int, gone *atomic.Bool) class {
 	p := algo.ParamsOf(l)
 	switch l.Algorithm {
 	case sluice.GCRA:
+		if p.S > 1 {
+			// The TAT has a part below 1µs (algo.Params): two words, as TokenBucket.
+			return newPairClass(st, p, id, gone, algo.GCRA)
+		}
 		return newGCRAClass(st, p, id, gone)
 	case sluice.SlidingWindow:
 		return newGen(st, p, id, gone, ops[algo.State]{

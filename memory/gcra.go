@@ -6,7 +6,9 @@ import (
 	"github.com/sluicehq/sluice/internal/algo"
 )
 
-// A GCRA key's state is one word, its TAT, kept in the slot's control word (lockfree.go),
+// A GCRA key's state is one word, its TAT, when the limit's Rate divides its Period (S = 1,
+// algo.Params; otherwise the TAT has a part below 1µs and the class keeps two words in
+// pair.go's slots). That word is kept in the slot's control word (lockfree.go),
 // so a decision on an existing key takes no lock at all: it updates the TAT with one
 // compare-and-swap, retrying if another core got there first. Slots are 24 bytes.
 //

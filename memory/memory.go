@@ -11,16 +11,16 @@
 // found through a copy-on-write map; each shard is a mutex and an open-addressing table whose
 // slots hold the key (by reference) beside the state inline. A decision on an existing key
 // hashes the key once, probes slots that are usually in one cache line, and allocates
-// nothing. For GCRA it takes no lock at all: the TAT is one word, updated by compare-and-swap
+// nothing. For GCRA (when Rate divides Period) it takes no lock at all: the TAT is one word, updated by compare-and-swap
 // in the key's own slot (see lockfree.go for why that is safe against concurrent inserts,
 // deletions and rebuilds), so a decision writes only that slot's cache line. TokenBucket,
-// LeakyBucket and FixedWindow keep two words, which a decision updates holding a mark in
+// LeakyBucket, FixedWindow and GCRA with a TAT finer than 1µs keep two words, which a decision updates holding a mark in
 // the slot's own control word (pair.go), again writing only the slot's line. SlidingWindow and
 // SlidingLog take the key's shard lock for the few nanoseconds of a decision, so a hot key
 // never serialises unrelated keys beyond the 1/Shards that share its shard.
 //
 // A GCRA key costs a 24-byte slot at 51–70% occupancy, a TokenBucket, LeakyBucket or
-// FixedWindow key a 32-byte slot at 56–80%, a SlidingWindow key a 40-byte slot at 60–80%,
+// FixedWindow key (or a GCRA key whose Rate does not divide Period) a 32-byte slot at 56–80%, a SlidingWindow key a 40-byte slot at 60–80%,
 // plus the key's own bytes, which the store shares with the caller's string rather than
 // copying. SlidingLog keys hold one 8-byte timestamp per unit admitted in the window.
 //

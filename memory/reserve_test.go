@@ -23,14 +23,17 @@ func TestReserveQueuesAtTheRate(t *testing.T) {
 		t.Run(l.String(), func(t *testing.T) {
 			s, clock := newTestStore(t)
 			ctx := context.Background()
-			tInterval := time.Duration((l.Period.Microseconds()+l.Rate-1)/l.Rate) * time.Microsecond
+			// The k-th slot after the burst is k·Period/Rate away, rounded up to a whole µs.
+			slot := func(k int64) time.Duration {
+				return time.Duration((k*l.Period.Microseconds()+l.Rate-1)/l.Rate) * time.Microsecond
+			}
 			burst := l.EffectiveBurst()
 			for i := int64(0); i < burst+5; i++ {
 				r, err := s.Reserve(ctx, "k", l, 1)
 				if err != nil {
 					t.Fatal(err)
 				}
-				want := time.Duration(max(0, i-burst+1)) * tInterval
+				want := slot(max(0, i-burst+1))
 				if !r.OK || r.Delay != want || r.N != 1 || r.Limit != l {
 					t.Fatalf("reservation %d: %+v, want OK with delay %v", i, r, want)
 				}
@@ -38,10 +41,10 @@ func TestReserveQueuesAtTheRate(t *testing.T) {
 			// AllowN shares the state: the key is booked ahead, so it is denied now and
 			// RetryAfter is the next free slot.
 			d, err := s.AllowN(ctx, "k", l, 1)
-			if err != nil || d.Allowed || d.RetryAfter != 6*tInterval {
-				t.Fatalf("AllowN after reservations: %+v %v, want denied with RetryAfter %v", d, err, 6*tInterval)
+			if err != nil || d.Allowed || d.RetryAfter != slot(6) {
+				t.Fatalf("AllowN after reservations: %+v %v, want denied with RetryAfter %v", d, err, slot(6))
 			}
-			clock.Advance(6 * tInterval)
+			clock.Advance(slot(6))
 			if d, _ := s.AllowN(ctx, "k", l, 1); !d.Allowed {
 				t.Fatalf("AllowN at the next free slot denied: %+v", d)
 			}

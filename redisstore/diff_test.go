@@ -201,7 +201,10 @@ func extremeLimits(a sluice.Algorithm) []sluice.Limit {
 			{Rate: sluice.MaxRate, Period: maxP}, // T = 1024µs, Burst·T = 2^50
 			{Rate: 1, Period: maxP},              // T = 2^50
 			{Rate: 1 << 20, Period: (1 << 20) * time.Microsecond, Burst: sluice.MaxRate}, // T = 1µs, the deepest bucket
-			{Rate: 3, Period: maxP - time.Microsecond, Burst: 2},                         // T rounded up
+			{Rate: 3, Period: maxP - 2*time.Microsecond, Burst: 2},                       // Burst·U > 2^50: whole µs, T rounded up
+			{Rate: 1<<20 - 3, Period: 1 << 30 * time.Microsecond},                        // exact units: S = 2^20-3, Burst·U just below 2^50
+			{Rate: 7, Period: maxP, Burst: 1},                                            // exact units: S = 7, Burst·U = 2^50
+			{Rate: 999_983, Period: 24 * time.Hour, Burst: 1000},                         // exact units: S = 999983
 		}
 	case sluice.SlidingLog:
 		ls = []sluice.Limit{{Rate: sluice.MaxLogRate, Period: maxP}, {Rate: 3, Period: maxP}}

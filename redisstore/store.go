@@ -452,8 +452,10 @@ func (s *Store) Ping(ctx context.Context) error {
 type limitInfo struct {
 	limit  sluice.Limit
 	suffix string
-	// packed is the request's first four fields as decide.lua reads them: algorithm,
-	// rate, period µs and effective burst, each a little-endian double.
+	// packed is the request's first four fields as decide.lua reads them, each a
+	// little-endian double: algorithm, rate and period µs (for the bucket algorithms S and
+	// U of algo.Params instead: one unit costs U/S µs, exactly Period/Rate), and effective
+	// burst.
 	packed [32]byte
 	// args are the same four fields as decimal arguments, for the reservation script.
 	args [4]string
@@ -466,7 +468,12 @@ func (s *Store) info(l sluice.Limit) *limitInfo {
 	p := algo.ParamsOf(l)
 	li := &limitInfo{limit: l, suffix: limitSuffix(l)}
 	b := li.packed[:0]
-	for i, x := range []int64{int64(l.Algorithm), p.Rate, p.Period, p.Burst} {
+	f1, f2 := p.Rate, p.Period
+	switch l.Algorithm {
+	case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket:
+		f1, f2 = p.S, p.U
+	}
+	for i, x := range []int64{int64(l.Algorithm), f1, f2, p.Burst} {
 		li.args[i] = strconv.FormatInt(x, 10)
 		b = appendFloat(b, x)
 	}

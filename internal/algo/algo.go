@@ -41,13 +41,30 @@ import (
 )
 
 // Params is a validated sluice.Limit in integer microseconds.
+//
+// The bucket algorithms (GCRA, TokenBucket, LeakyBucket) count in units of 1/S µs, in
+// which one unit of cost is exactly U: U/S = Period/Rate, the emission interval, as a
+// fraction in lowest terms (S = Rate/g, U = Period/g, g = gcd(Period, Rate)). Their
+// arithmetic is then exact whether or not Rate divides Period: a client sending Rate units
+// in every Period, in a burst at its start or spread evenly, is never denied, and no
+// interval admits more than the exact bound. When Burst·U would exceed 2^50 (MaxPeriod in
+// µs, which keeps every intermediate exact in Lua's doubles) the limit falls back to whole
+// microseconds, S = 1 and U = T = ⌈Period/Rate⌉: the realised rate is then Period/T ≤ Rate,
+// each unit losing less than 1 µs. Only limits whose Rate does not divide Period and whose
+// Burst·Period/g is that large fall back (sluice.Limit.Validate already bounds Burst·T).
 type Params struct {
 	Rate   int64 // events per Period
 	Period int64 // µs, ≥ 1
 	Burst  int64 // bucket depth for the bucket algorithms; Rate for the windows
-	T      int64 // emission interval ceil(Period/Rate) µs, bucket algorithms only
+	T      int64 // emission interval ⌈Period/Rate⌉ µs, rounded up
+	S      int64 // bucket algorithms: their time unit is 1/S µs (1 when Rate divides Period)
+	U      int64 // bucket algorithms: one unit of cost in units of 1/S µs (U/S = Period/Rate)
 	Algo   sluice.Algorithm
 }
+
+// maxScaled bounds Burst·U, the largest quantity the bucket algorithms hold, so that every
+// intermediate stays below 2^53.
+const maxScaled = 1 << 50
 
 // ParamsOf converts a limit that passed Validate.
 func ParamsOf(l sluice.Limit) Params {
@@ -58,7 +75,19 @@ func ParamsOf(l sluice.Limit) Params {
 		Algo:   l.Algorithm,
 	}
 	p.T = (p.Period + p.Rate - 1) / p.Rate
+	g := gcd(p.Period, p.Rate)
+	p.S, p.U = p.Rate/g, p.Period/g
+	if p.S > 1 && p.U > maxScaled/p.Burst {
+		p.S, p.U = 1, p.T
+	}
 	return p
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 // MaxCost is the largest cost the limit can ever allow.
@@ -105,13 +134,12 @@ func Decide(s State, now int64, p Params, n int64) (State, Result) {
 func ExpiresAt(s State, p Params) int64 {
 	switch p.Algo {
 	case sluice.TokenBucket:
-		// full when now - empty ≥ Burst·T
 		if s == (State{}) {
 			return 0
 		}
-		return s.B + p.Burst*p.T - s.A // last spend + time to refill the missing credit
+		return s.B + ceilDiv(p.Burst*p.U-s.A, p.S) // last spend + time to refill the missing credit
 	case sluice.LeakyBucket:
-		return s.B + s.A // last conformance time + level
+		return s.B + ceilDiv(s.A, p.S) // last conformance time + time to drain the level
 	case sluice.FixedWindow:
 		if s.B == 0 {
 			return 0
@@ -139,6 +167,18 @@ func min64(a, b int64) int64 {
 }
 
 func nonNeg(a int64) int64 { return max64(a, 0) }
+
+// ceilDiv is ⌈a/b⌉ for b > 0 and any a. b is often S, and S is usually 1.
+func ceilDiv(a, b int64) int64 {
+	if b == 1 {
+		return a
+	}
+	q := a / b
+	if a%b > 0 {
+		q++
+	}
+	return q
+}
 
 // floorDiv is ⌊a/b⌋ for b > 0 and any a (Go's / truncates toward zero).
 func floorDiv(a, b int64) int64 {

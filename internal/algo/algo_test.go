@@ -85,8 +85,8 @@ func bound(p Params) int64 {
 		return p.Rate
 	case sluice.FixedWindow, sluice.SlidingWindow:
 		return 2 * p.Rate
-	default: // Burst + ⌊(Period-1)/T⌋ in an open window of one Period
-		return p.Burst + (p.Period-1)/p.T
+	default: // Burst + ⌊(Period-1)·S/U⌋ in an open window of one Period
+		return p.Burst + MulDiv(p.Period-1, p.S, p.U)
 	}
 }
 
@@ -216,17 +216,58 @@ func TestSteadyClientAtLimitNeverDenied(t *testing.T) {
 		t.Run(l.String(), func(t *testing.T) {
 			m := newMachine(l)
 			p := m.p
-			// A client sending one unit every Period/Rate (rounded up to the limiter's µs
-			// resolution), starting on a window boundary.
-			gap := (p.Period + p.Rate - 1) / p.Rate
-			now := windowStart(epoch, p.Period) + p.Period
-			for i := 0; i < 5000; i++ {
+			// A client sending one unit at each instant k·Period/Rate after a window
+			// boundary, rounded up to the limiter's µs resolution: exactly the limit, with
+			// gaps of ⌊Period/Rate⌋ and ⌈Period/Rate⌉ when Rate does not divide Period.
+			start := windowStart(epoch, p.Period) + p.Period
+			for k := int64(0); k < 5000; k++ {
+				now := start + MulDivCeil(k, p.Period, p.Rate)
 				if r := m.decide(now, 1); !r.Allowed {
-					t.Fatalf("request %d at the limit denied: %+v", i, r)
+					t.Fatalf("request %d at %dµs, exactly at the limit, denied: %+v", k, now-start, r)
 				}
-				now += gap
 			}
 		})
+	}
+}
+
+// TestBurstEveryPeriodNeverDenied: a client sending its whole Rate at the start of every
+// Period is within the limit, and the bucket algorithms with Burst ≥ Rate (the default)
+// admit all of it, in every Period, including when Rate does not divide Period (7 per
+// second: each unit is 142857 1/7 µs, which rounding up to whole µs would overcharge by 6 µs
+// a second, denying the seventh unit of every other second).
+func TestBurstEveryPeriodNeverDenied(t *testing.T) {
+	for _, l := range []sluice.Limit{
+		{Rate: 7, Period: time.Second},
+		{Rate: 3, Period: time.Second, Burst: 5},
+		{Rate: 1000, Period: time.Hour},
+		{Rate: 9973, Period: time.Hour}, // a prime rate: S = 9973
+		{Rate: 10, Period: time.Second},
+	} {
+		for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket, sluice.FixedWindow, sluice.SlidingLog} {
+			if a == sluice.SlidingLog && l.Rate > 1000 {
+				continue // one timestamp per unit: the test would take minutes
+			}
+			l := l.With(a)
+			t.Run(l.String(), func(t *testing.T) {
+				m := newMachine(l)
+				p := m.p
+				start := windowStart(epoch, p.Period) + p.Period
+				for k := int64(0); k < 50; k++ {
+					now := start + k*p.Period
+					if p.Rate > 1000 { // in one call
+						if r := m.decide(now, p.Rate); !r.Allowed {
+							t.Fatalf("period %d: the whole rate at once denied: %+v", k, r)
+						}
+						continue
+					}
+					for i := int64(0); i < p.Rate; i++ {
+						if r := m.decide(now, 1); !r.Allowed {
+							t.Fatalf("period %d: unit %d of %d denied: %+v", k, i, p.Rate, r)
+						}
+					}
+				}
+			})
+		}
 	}
 }
 
@@ -338,4 +379,71 @@ func Example() {
 	// true 1 0
 	// true 0 0
 	// false 0 500000
+}
+
+func TestParamsUnits(t *testing.T) {
+	for _, c := range []struct {
+		l    sluice.Limit
+		s, u int64
+	}{
+		{sluice.PerSecond(10), 1, 100_000},
+		{sluice.PerSecond(7), 7, 1_000_000},
+		{sluice.Limit{Rate: 6, Period: time.Second, Burst: 4}, 3, 500_000},
+		{sluice.PerHour(9973), 9973, 3_600_000_000},
+		// Burst·Period/gcd above 2^50: whole µs, U = T = ⌈Period/Rate⌉.
+		{sluice.Limit{Rate: 3, Period: 1 << 49 * time.Microsecond, Burst: 3}, 1, (1<<49 + 2) / 3},
+		{sluice.Limit{Rate: 7, Period: time.Second, Burst: 2_000_000_000}, 1, 142_858},
+	} {
+		p := ParamsOf(c.l)
+		if p.S != c.s || p.U != c.u {
+			t.Errorf("%v: S, U = %d, %d, want %d, %d", c.l, p.S, p.U, c.s, c.u)
+		}
+	}
+}
+
+// TestFallbackSpacesUnitsByT: a limit that falls back to whole µs spaces units by
+// T = ⌈Period/Rate⌉ exactly, never closer, in all three bucket algorithms alike.
+func TestFallbackSpacesUnitsByT(t *testing.T) {
+	base := sluice.Limit{Rate: 3, Period: 1 << 49 * time.Microsecond, Burst: 3}
+	var ms []*machine
+	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket} {
+		ms = append(ms, newMachine(base.With(a)))
+	}
+	p := ms[0].p
+	if p.S != 1 || p.U != p.T {
+		t.Fatalf("S, U = %d, %d; want the fallback 1, %d", p.S, p.U, p.T)
+	}
+	for _, m := range ms {
+		now := epoch
+		for i := 0; i < 3; i++ {
+			if r := m.decide(now, 1); !r.Allowed {
+				t.Fatalf("%v: burst unit %d denied", p.Algo, i)
+			}
+		}
+		for i := 0; i < 5; i++ {
+			r := m.decide(now, 1)
+			if r.Allowed || r.RetryAfter != p.T {
+				t.Fatalf("%v: after the burst %+v, want a denial until the next T", m.p.Algo, r)
+			}
+			now += r.RetryAfter
+			if r := m.decide(now-1, 1); r.Allowed {
+				t.Fatalf("%v: allowed 1µs before RetryAfter", m.p.Algo)
+			}
+			if r := m.decide(now, 1); !r.Allowed {
+				t.Fatalf("%v: denied at RetryAfter", m.p.Algo)
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(5, 5))
+	now := epoch
+	for i := 0; i < 5000; i++ {
+		now += rng.Int64N(2*p.T + 1)
+		n := rng.Int64N(4)
+		want := ms[0].decide(now, n)
+		for _, m := range ms[1:] {
+			if got := m.decide(now, n); got != want {
+				t.Fatalf("step %d: %v gives %+v, gcra %+v", i, m.p.Algo, got, want)
+			}
+		}
+	}
 }

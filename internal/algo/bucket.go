@@ -1,39 +1,51 @@
 package algo
 
+// The bucket algorithms below share their arithmetic: time in units of 1/S µs, one unit
+// of cost U of them, so that U/S is exactly Period/Rate (see Params). With S = 1 (Rate
+// divides Period, the common case) that is plain microseconds and U the emission interval.
+// Every result is in whole microseconds, rounded so that it is exact at the µs grid: a
+// RetryAfter r means allowed at now+r and denied at now+r-1µs; a ResetAfter r means empty
+// at now+r (ExpiresAt) and not at now+r-1µs.
+//
+// Error bound against an exact sliding window, the same for all three: in any interval of
+// length d (µs) at most Burst + ⌊d·Rate/Period⌋ units, so at most Burst + Rate·d/Period,
+// and at most Burst + Rate - 1 in an open window of one Period (2·Rate - 1 with the default
+// Burst = Rate), reached only by a full burst after a quiet spell. (Under the fallback of
+// Params, S = 1 and U = T, read d/T for d·Rate/Period.) GCRA, TokenBucket and LeakyBucket
+// admit exactly the same requests for the same Limit (ITU-T I.371: virtual scheduling and
+// the continuous-state leaky bucket are equivalent, and a token bucket is the meter read
+// the other way up); they differ in what the state records.
+//
+// Burst: Burst units at once after a quiet spell of Burst·Period/Rate, then one unit
+// every Period/Rate: a client sending exactly Rate units per Period, evenly or in a burst
+// at the start of each Period (with Burst ≥ Rate), is never denied.
+
 // GCRA is the generic cell rate algorithm in its virtual-scheduling form.
 //
-// State: A = TAT, the theoretical arrival time (µs) of the next unit if the key sent at
-// exactly the rate. A TAT at or before now means a full allowance. Tolerance is
-// (Burst-1)·T: a cost of n is allowed at now when max(TAT, now) + n·T - Burst·T ≤ now, and
-// then TAT becomes max(TAT, now) + n·T.
+// State: the theoretical arrival time (TAT) of the next unit if the key sent at exactly the
+// rate, TAT = A - B/S µs: A is the TAT rounded up to a whole µs and B ∈ [0, S) the part
+// below it (always 0 when S = 1, so that state is one word). A TAT at or before now means a
+// full allowance. A cost of n is allowed at now when max(TAT, now) + (n·U - Burst·U)/S ≤
+// now, and TAT then becomes max(TAT, now) + n·U/S.
 //
-// Remaining = ⌊(now + Burst·T - max(TAT, now))/T⌋. ResetAfter = max(TAT, now) - now, the
-// time until a full allowance. RetryAfter (denied) = max(TAT, now) + n·T - Burst·T - now,
-// exact: the same cost is allowed then and denied 1 µs earlier.
-//
-// Rounding: units are spaced by the emission interval T = ceil(Period/Rate) µs
-// (Params.T), so the realised rate Period/T is at most Rate; the rounding never admits
-// more and loses less than 1 µs per unit.
-//
-// Burst: Burst units at once after a quiet spell of Burst·T, then one unit every T.
-//
-// Error bound against an exact sliding window: in any interval of length d at most
-// Burst + ⌊d/T⌋ units, so at most Burst + Rate·d/Period, and at most Burst + Rate - 1 in an
-// open window of one Period (2·Rate - 1 with the default Burst = Rate), reached only by a
-// full burst after a quiet spell. GCRA, TokenBucket and LeakyBucket admit exactly the same
-// requests for the same Limit (ITU-T I.371: virtual scheduling and the continuous-state
-// leaky bucket are equivalent, and a token bucket is the meter read the other way up);
-// they differ in what the state records.
+// Remaining = ⌊(Burst·U - (max(TAT, now) - now)·S)/U⌋. ResetAfter = ⌈max(TAT, now) -
+// now⌉, the time until a full allowance. RetryAfter (denied) = ⌈max(TAT, now) +
+// (n·U - Burst·U)/S - now⌉.
 //
 // Time going backwards leaves TAT ahead of now, which only shrinks the allowance.
 func GCRA(s State, now int64, p Params, n int64) (State, Result) {
+	if p.S != 1 {
+		return gcraFrac(s, now, p, n)
+	}
+	// S = 1: TAT is a whole µs (B stays 0) and U the emission interval, so none of the
+	// divisions by S is needed. The hottest path of the memory store.
 	c := cost(n)
-	bt := p.Burst * p.T
+	bt := p.Burst * p.U
 	tat := max64(s.A, now)
-	newTAT := tat + c*p.T
+	newTAT := tat + c*p.U
 	if allowAt := newTAT - bt; allowAt > now {
 		return s, Result{
-			Remaining:  nonNeg(floorDiv(now+bt-tat, p.T)),
+			Remaining:  nonNeg(floorDiv(now+bt-tat, p.U)),
 			ResetAfter: tat - now,
 			RetryAfter: allowAt - now,
 		}
@@ -43,52 +55,82 @@ func GCRA(s State, now int64, p Params, n int64) (State, Result) {
 	}
 	return s, Result{
 		Allowed:    true,
-		Remaining:  nonNeg(floorDiv(now+bt-tat, p.T)),
+		Remaining:  nonNeg(floorDiv(now+bt-tat, p.U)),
 		ResetAfter: tat - now,
 	}
 }
 
-// TokenBucket is a bucket of Burst tokens refilled continuously at one token per T.
+// gcraFrac is GCRA when S > 1: the TAT has a part below 1µs.
+func gcraFrac(s State, now int64, p Params, n int64) (State, Result) {
+	c := cost(n)
+	bt := p.Burst * p.U
+	ta, tb := now, int64(0) // max(TAT, now) = ta - tb/S
+	if s.A > now {
+		ta, tb = s.A, s.B
+	}
+	na, nb := advance(ta, tb, c*p.U, p.S)
+	if late := na - now - (nb+bt)/p.S; late > 0 {
+		return s, Result{
+			Remaining:  gcraRemaining(ta-now, tb, bt, p),
+			ResetAfter: ta - now,
+			RetryAfter: late,
+		}
+	}
+	if n > 0 {
+		s, ta, tb = State{A: na, B: nb}, na, nb
+	}
+	return s, Result{
+		Allowed:    true,
+		Remaining:  gcraRemaining(ta-now, tb, bt, p),
+		ResetAfter: ta - now,
+	}
+}
+
+// advance returns the time a - b/S + k/S (k > 0) as a whole µs rounded up and the part
+// below it, in [0, S).
+func advance(a, b, k, S int64) (int64, int64) {
+	k -= b
+	q := (k + S - 1) / S
+	return a + q, q*S - k
+}
+
+// gcraRemaining is ⌊(bt - lead)/U⌋, at least 0, where lead = ahead·S - frac is how far the
+// TAT is ahead of now in units of 1/S µs. A TAT more than the whole tolerance ahead (time
+// went backwards) leaves nothing, without computing a lead that could overflow.
+func gcraRemaining(ahead, frac, bt int64, p Params) int64 {
+	if ahead > bt/p.S+1 {
+		return 0
+	}
+	return nonNeg(floorDiv(bt-(ahead*p.S-frac), p.U))
+}
+
+// TokenBucket is a bucket of Burst tokens refilled continuously at Rate per Period.
 //
-// State: A = credit, the tokens held at time B measured in microseconds of refill (one
-// token = T µs, so fractional tokens are exact to 1µs; 0 ≤ A ≤ Burst·T); B = the time of the
-// last spend. The zero State is a full bucket. At now the credit is min(Burst·T,
-// A + (now-B)); a cost n is allowed when credit ≥ n·T, and spends n·T of it.
+// State: A = credit, the tokens held at time B, in units of 1/S µs of refill (one token =
+// U; 0 ≤ A ≤ Burst·U); B = the time of the last spend. The zero State is a full bucket. At
+// now the credit is min(Burst·U, A + (now-B)·S); a cost n is allowed when credit ≥ n·U,
+// and spends n·U of it.
 //
-// Remaining = ⌊credit/T⌋. ResetAfter = Burst·T - credit, the time until the bucket is full
-// again. RetryAfter (denied) = n·T - credit, exact as for GCRA. When time went backwards
-// both also wait out B - now.
-//
-// Rounding: units are spaced by the emission interval T = ceil(Period/Rate) µs
-// (Params.T), so the realised rate Period/T is at most Rate; the rounding never admits
-// more and loses less than 1 µs per unit.
-//
-// Burst: Burst units at once after a quiet spell of Burst·T, then one unit every T.
-//
-// Error bound against an exact sliding window: in any interval of length d at most
-// Burst + ⌊d/T⌋ units, so at most Burst + Rate·d/Period, and at most Burst + Rate - 1 in an
-// open window of one Period (2·Rate - 1 with the default Burst = Rate), reached only by a
-// full burst after a quiet spell. GCRA, TokenBucket and LeakyBucket admit exactly the same
-// requests for the same Limit (ITU-T I.371: virtual scheduling and the continuous-state
-// leaky bucket are equivalent, and a token bucket is the meter read the other way up);
-// they differ in what the state records.
+// Remaining = ⌊credit/U⌋. ResetAfter = ⌈(Burst·U - credit)/S⌉, the time until the bucket
+// is full again. RetryAfter (denied) = ⌈(n·U - credit)/S⌉. When time went backwards both
+// also wait out B - now.
 //
 // If now is before B (time went backwards) no refill is counted until B.
 func TokenBucket(s State, now int64, p Params, n int64) (State, Result) {
 	c := cost(n)
-	bt := p.Burst * p.T
+	bt := p.Burst * p.U
 	credit, last := bt, now
 	if s != (State{}) {
 		last = max64(s.B, now)
-		credit = min64(bt, s.A+nonNeg(now-s.B))
+		credit = refill(s.A, now-s.B, bt, p.S)
 	}
 	wait := last - now // > 0 only when time went backwards
-	need := c * p.T
+	need := c * p.U
 	if credit < need {
 		return s, Result{
-			Remaining:  credit / p.T,
-			ResetAfter: wait + bt - credit,
-			RetryAfter: wait + need - credit,
+			Remaining:  credit / p.U,
+			ResetAfter: wait + ceilDiv(bt-credit, p.S),
+			RetryAfter: wait + ceilDiv(need-credit, p.S),
 		}
 	}
 	if n > 0 {
@@ -97,49 +139,63 @@ func TokenBucket(s State, now int64, p Params, n int64) (State, Result) {
 	}
 	return s, Result{
 		Allowed:    true,
-		Remaining:  credit / p.T,
-		ResetAfter: wait + bt - credit,
+		Remaining:  credit / p.U,
+		ResetAfter: wait + ceilDiv(bt-credit, p.S),
 	}
+}
+
+// refill is min(full, a + max(0, el)·S), without computing a product that could overflow.
+func refill(a, el, full, S int64) int64 {
+	if el <= 0 {
+		return min64(a, full)
+	}
+	if S == 1 {
+		return min64(full, a+el)
+	}
+	if el > (full-a)/S {
+		return full
+	}
+	return a + el*S
+}
+
+// drain is max(0, x - max(0, el)·S), without computing a product that could overflow.
+func drain(x, el, S int64) int64 {
+	if el <= 0 {
+		return x
+	}
+	if S == 1 {
+		return nonNeg(x - el)
+	}
+	if el >= (x+S-1)/S {
+		return 0
+	}
+	return x - el*S
 }
 
 // LeakyBucket is the leaky bucket as a meter (ITU-T I.371's continuous-state leaky bucket).
 //
-// State: A = X, the bucket's level in microseconds of work (a unit adds T, and the level
-// drains one µs per µs; 0 ≤ X ≤ Burst·T); B = LCT, the last conformance time. At now the
-// level is X' = max(0, X - (now-LCT)); a cost n is allowed when X' + n·T ≤ Burst·T, and then
-// X = X' + n·T, LCT = now.
+// State: A = X, the bucket's level in units of 1/S µs of work (a unit adds U, and the level
+// drains S per µs; 0 ≤ X ≤ Burst·U); B = LCT, the last conformance time. At now the level
+// is X' = max(0, X - (now-LCT)·S); a cost n is allowed when X' + n·U ≤ Burst·U, and then
+// X = X' + n·U, LCT = now.
 //
-// Remaining = ⌊(Burst·T - X')/T⌋. ResetAfter = X', the time until the bucket is empty.
-// RetryAfter (denied) = X' + n·T - Burst·T, exact as for GCRA. When time went backwards
-// both also wait out LCT - now.
-//
-// Rounding: units are spaced by the emission interval T = ceil(Period/Rate) µs
-// (Params.T), so the realised rate Period/T is at most Rate; the rounding never admits
-// more and loses less than 1 µs per unit.
-//
-// Burst: Burst units at once after a quiet spell of Burst·T, then one unit every T.
-//
-// Error bound against an exact sliding window: in any interval of length d at most
-// Burst + ⌊d/T⌋ units, so at most Burst + Rate·d/Period, and at most Burst + Rate - 1 in an
-// open window of one Period (2·Rate - 1 with the default Burst = Rate), reached only by a
-// full burst after a quiet spell. GCRA, TokenBucket and LeakyBucket admit exactly the same
-// requests for the same Limit (ITU-T I.371: virtual scheduling and the continuous-state
-// leaky bucket are equivalent, and a token bucket is the meter read the other way up);
-// they differ in what the state records.
+// Remaining = ⌊(Burst·U - X')/U⌋. ResetAfter = ⌈X'/S⌉, the time until the bucket is
+// empty. RetryAfter (denied) = ⌈(X' + n·U - Burst·U)/S⌉. When time went backwards both
+// also wait out LCT - now.
 //
 // If now is before LCT (time went backwards) nothing drains until LCT.
 func LeakyBucket(s State, now int64, p Params, n int64) (State, Result) {
 	c := cost(n)
-	bt := p.Burst * p.T
+	bt := p.Burst * p.U
 	last := max64(s.B, now)
-	level := nonNeg(s.A - nonNeg(now-s.B))
+	level := drain(s.A, now-s.B, p.S)
 	wait := last - now
-	need := c * p.T
+	need := c * p.U
 	if level+need > bt {
 		return s, Result{
-			Remaining:  (bt - level) / p.T,
-			ResetAfter: wait + level,
-			RetryAfter: wait + level + need - bt,
+			Remaining:  (bt - level) / p.U,
+			ResetAfter: wait + ceilDiv(level, p.S),
+			RetryAfter: wait + ceilDiv(level+need-bt, p.S),
 		}
 	}
 	if n > 0 {
@@ -148,8 +204,8 @@ func LeakyBucket(s State, now int64, p Params, n int64) (State, Result) {
 	}
 	return s, Result{
 		Allowed:    true,
-		Remaining:  (bt - level) / p.T,
-		ResetAfter: wait + level,
+		Remaining:  (bt - level) / p.U,
+		ResetAfter: wait + ceilDiv(level, p.S),
 	}
 }
 

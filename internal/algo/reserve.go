@@ -13,8 +13,8 @@ import "github.com/sluicehq/sluice"
 //   - the state after it is exactly the state that AllowN(now+Delay, n) would leave.
 //
 // So a fleet that acts only at the reserved instants sends a stream the algorithm would have
-// admitted request by request: Burst at once after a quiet spell, then one unit every T,
-// i.e. at most Burst + ⌊(d-1)/T⌋ units in any open interval of length d. Reservations,
+// admitted request by request: Burst at once after a quiet spell, then one unit every
+// Period/Rate, i.e. at most Burst + ⌊(d-1)·S/U⌋ units in any open interval of length d. Reservations,
 // plain AllowN decisions and cancellations may be mixed on one key.
 //
 // The other four algorithms cannot reserve: TokenBucket would need credit below zero, and
@@ -46,14 +46,15 @@ func Reserve(s State, now int64, p Params, n, maxWait int64) (State, Reservation
 	return ReserveGCRA(s, now, p, n, maxWait)
 }
 
-// ReserveGCRA reserves n units under GCRA (state as in GCRA: A = TAT).
+// ReserveGCRA reserves n units under GCRA (state as in GCRA: TAT = A - B/S).
 //
-// With tat = max(TAT, now), the units may be used at max(now, tat + n·T - Burst·T), and
-// TAT becomes tat + n·T whether or not they wait: the reservation takes the next n
-// emission slots. maxWait < 0 means no bound; otherwise a delay above maxWait refuses the
-// reservation and leaves the state unchanged. n == 0 reserves nothing: OK with Delay 0.
-// The caller validates 0 ≤ n ≤ Burst, so the delay never exceeds TAT - now + T·n - Burst·T
-// ≤ TAT - now: a reservation never waits longer than the key's current backlog.
+// With tat = max(TAT, now), the units may be used at at = max(now, tat + (n·U - Burst·U)/S)
+// (rounded up to a whole µs), and TAT becomes max(tat, at) + n·U/S whether or not they
+// wait: the reservation takes the next n emission slots (max(tat, at) differs from tat
+// only by the part of a µs the rounding of at adds, when at reaches TAT's own µs). maxWait < 0 means no bound; otherwise a
+// delay above maxWait refuses the reservation and leaves the state unchanged. n == 0
+// reserves nothing: OK with Delay 0. The caller validates 0 ≤ n ≤ Burst, so the delay never
+// exceeds ⌈TAT - now⌉: a reservation never waits longer than the key's current backlog.
 //
 // Time going backwards (now before a TAT written later) is handled as in GCRA: the delay
 // is measured from now, so it includes the time until the clock catches up.
@@ -62,42 +63,52 @@ func ReserveGCRA(s State, now int64, p Params, n, maxWait int64) (State, Reserva
 	if n == 0 {
 		return s, r
 	}
-	tat := max64(s.A, now)
-	newTAT := tat + n*p.T
-	delay := nonNeg(newTAT - p.Burst*p.T - now)
+	ta, tb := now, int64(0)
+	if s.A > now {
+		ta, tb = s.A, s.B
+	}
+	na, nb := advance(ta, tb, n*p.U, p.S)
+	delay := nonNeg(na - now - (nb+p.Burst*p.U)/p.S)
 	r.Delay, r.At = delay, now+delay
 	if maxWait >= 0 && delay > maxWait {
 		r.OK = false
 		return s, r
 	}
-	s.A = newTAT
+	if delay > 0 && s.A <= r.At {
+		// The delay, rounded up to a whole µs, reaches the TAT's own µs: GCRA deciding at
+		// that instant starts from it rather than from the TAT a fraction earlier.
+		na, nb = advance(r.At, 0, n*p.U, p.S)
+	}
+	s = State{A: na, B: nb}
 	r.After = s
 	return s, r
 }
 
 // ReserveLeakyBucket reserves n units under LeakyBucket (state as in LeakyBucket: A = X,
-// the level in µs of work, B = LCT, the last conformance time).
+// the level in units of 1/S µs of work, B = LCT, the last conformance time).
 //
-// With last = max(LCT, now) and level = max(0, X - max(0, now-LCT)) (the level at last),
-// let over = level + n·T - Burst·T. If over ≤ 0 the units fit at once: X = level + n·T,
-// LCT = last, as LeakyBucket does. Otherwise they fit when the bucket has drained by over
-// after last: they may be used at last + over, and the state becomes X = Burst·T (full at
-// that instant), LCT = last + over, a conformance time in the future. Later decisions
-// before that instant see a bucket that has not yet started to drain, which is exactly
-// the backlog. maxWait and n == 0 are as in ReserveGCRA.
+// With last = max(LCT, now) and level = max(0, X - max(0, now-LCT)·S) (the level at
+// last), let over = level + n·U - Burst·U. If over ≤ 0 the units fit at once: X = level +
+// n·U, LCT = last, as LeakyBucket does. Otherwise they fit once the bucket has drained by
+// over, w = ⌈over/S⌉ µs after last: they may be used at last + w, and the state becomes
+// what LeakyBucket leaves at that instant, X = max(0, level - w·S) + n·U (Burst·U when S
+// = 1: full), LCT = last + w, a conformance time in the future. Later decisions before
+// that instant see a bucket that has not yet started to drain, which is exactly the
+// backlog. maxWait and n == 0 are as in ReserveGCRA.
 func ReserveLeakyBucket(s State, now int64, p Params, n, maxWait int64) (State, Reservation) {
 	r := Reservation{OK: true, At: now, Before: s, After: s}
 	if n == 0 {
 		return s, r
 	}
-	bt := p.Burst * p.T
+	bt := p.Burst * p.U
 	last := max64(s.B, now)
-	level := nonNeg(s.A - nonNeg(now-s.B))
-	next := State{A: level + n*p.T, B: last}
+	level := drain(s.A, now-s.B, p.S)
+	next := State{A: level + n*p.U, B: last}
 	if over := next.A - bt; over > 0 {
-		next = State{A: bt, B: last + over}
-		r.Delay = last + over - now
-		r.At = last + over
+		w := (over + p.S - 1) / p.S
+		next = State{A: drain(level, w, p.S) + n*p.U, B: last + w}
+		r.Delay = last + w - now
+		r.At = last + w
 	}
 	if maxWait >= 0 && r.Delay > maxWait {
 		r.OK = false

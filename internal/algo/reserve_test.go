@@ -20,8 +20,8 @@ func reservableLimits() []sluice.Limit {
 }
 
 // windowBound is the most units the bucket algorithms admit in an open interval of
-// length d ≥ 1: Burst + ⌊(d-1)/T⌋.
-func windowBound(p Params, d int64) int64 { return p.Burst + (d-1)/p.T }
+// length d ≥ 1: Burst + ⌊(d-1)·S/U⌋ (⌊(d-1)·Rate/Period⌋ unless Params falls back).
+func windowBound(p Params, d int64) int64 { return p.Burst + MulDiv(d-1, p.S, p.U) }
 
 // TestReserveIsAllowAtItsInstant checks the defining rule: from any state reachable by a
 // mix of decisions, reservations and cancellations, Reserve's delay is AllowN's RetryAfter

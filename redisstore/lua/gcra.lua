@@ -1,35 +1,68 @@
 -- Mirrors algo.GCRA (internal/algo/bucket.go), and algo.ExpiresAt for GCRA, for one
--- request: v is the key's value (false when absent), the limit's rate, period (µs) and
--- effective burst, the cost n; the new state is written only when commit is true.
--- State: a = TAT (µs). Returns allowed (0/1), remaining, resetAfter, retryAfter.
--- The hottest path of the store, written flat: algo.cost, algo.nonNeg and algo.floorDiv
--- are inline (a Lua function call costs more than this arithmetic).
-local function gcra(key, v, rate, period, burst, n, commit)
-  local a = 0
-  if v and #v == 8 then
-    a = sunpack('<d', v)
-    if not field(a) then a = 0 end -- as decode does
+-- request: v is the key's value (false when absent); S, U are the limit's units
+-- (algo.Params: time in 1/S µs, one unit of cost U of them, U/S = Period/Rate exactly),
+-- burst its effective burst, n the cost; the new state is written only when commit is
+-- true. State: TAT = a - b/S µs, a whole µs and the part below it (b is 0 when S = 1, and
+-- the value then 8 bytes). Returns allowed (0/1), remaining, resetAfter, retryAfter.
+-- The hottest path of the store, written flat: algo.cost, algo.nonNeg, algo.advance,
+-- algo.gcraRemaining and the state codec are inline (a Lua function call costs more than
+-- this arithmetic), and S = 1 (Rate divides Period), the common case, skips the divisions
+-- by S.
+local function gcra(key, v, S, U, burst, n, commit)
+  local a, b = 0, 0
+  if v then
+    local l = #v
+    if l == 8 then
+      a = sunpack('<d', v)
+    elseif l == 16 then
+      a, b = sunpack('<dd', v)
+    end
+    if not (field(a) and field(b)) then a, b = 0, 0 end -- as decode does
   end
-  local T = floor((period + rate - 1) / rate)
   local c = n
   if c == 0 then c = 1 end
-  local bt = burst * T
-  local tat = a
-  if tat < now then tat = now end
-  local newtat = tat + c * T
-  local allowat = newtat - bt
-  if allowat > now then
-    local rem = floor((now + bt - tat) / T)
+  local bt = burst * U
+  if S == 1 then
+    local tat = a
+    if tat < now then tat = now end
+    local newtat = tat + c * U
+    local allowat = newtat - bt
+    if allowat > now then
+      local rem = floor((now + bt - tat) / U)
+      if rem < 0 then rem = 0 end
+      return 0, rem, tat - now, allowat - now
+    end
+    if n > 0 then
+      tat = newtat
+      -- The state changes only when units are spent; ExpiresAt is the TAT.
+      if commit then put(key, spack('<d', tat), tat) end
+    end
+    local rem = floor((now + bt - tat) / U)
     if rem < 0 then rem = 0 end
-    return 0, rem, tat - now, allowat - now
+    return 1, rem, tat - now, 0
   end
-  if n > 0 then
-    tat = newtat
-    -- The state changes only when units are spent; ExpiresAt is the TAT.
-    if commit then put(key, spack('<d', tat), tat) end
+  -- max(TAT, now) = ta - tb/S
+  local ta, tb = now, 0
+  if a > now then ta, tb = a, b end
+  -- algo.advance: TAT + c·U/S as a whole µs rounded up and the part below it
+  local k = c * U - tb
+  local q = floor((k + S - 1) / S)
+  local na, nb = ta + q, q * S - k
+  local late = na - now - floor((nb + bt) / S)
+  if late <= 0 then
+    if n > 0 then
+      ta, tb = na, nb
+      if commit then put(key, spack('<dd', na, nb), na) end
+    end
   end
-  local rem = floor((now + bt - tat) / T)
-  if rem < 0 then rem = 0 end
-  return 1, rem, tat - now, 0
+  -- algo.gcraRemaining
+  local ahead = ta - now
+  local rem = 0
+  if ahead <= floor(bt / S) + 1 then
+    rem = floor((bt - (ahead * S - tb)) / U)
+    if rem < 0 then rem = 0 end
+  end
+  if late > 0 then return 0, rem, ahead, late end
+  return 1, rem, ahead, 0
 end
 run[0] = gcra

@@ -1,24 +1,43 @@
 -- Mirrors algo.LeakyBucket (internal/algo/bucket.go), and algo.ExpiresAt for LeakyBucket,
 -- for one request (the arguments and results of gcra in gcra.lua).
--- State: a = X, the level (µs of work), b = LCT, the last conformance time.
-local function leaky_bucket(key, v, rate, period, burst, n, commit)
+-- State: a = X, the level (1/S µs of work; a unit adds U), b = LCT, the last conformance
+-- time. algo.cost, algo.drain and algo.ceilDiv are inline (see gcra.lua); with S = 1 the
+-- divisions by S are skipped.
+local function leaky_bucket(key, v, S, U, burst, n, commit)
   local a, b = decode(v)
-  local T = floor((period + rate - 1) / rate)
-  local c = cost(n)
-  local bt = burst * T
+  local c = n
+  if c == 0 then c = 1 end
+  local bt = burst * U
   local last = b
   if last < now then last = now end
-  local level = nonneg(a - nonneg(now - b))
+  -- algo.drain: max(0, a - max(0, now - b)·S)
+  local level = a
+  local el = now - b
+  if el > 0 then
+    if S == 1 then
+      level = a - el
+    elseif el >= floor((a + S - 1) / S) then
+      level = 0
+    else
+      level = a - el * S
+    end
+    if level < 0 then level = 0 end
+  end
   local wait = last - now
-  local need = c * T
+  local need = c * U
   if level + need > bt then
-    return 0, floor((bt - level) / T), wait + level, wait + level + need - bt
+    local empty, over = level, level + need - bt
+    if S ~= 1 then
+      empty, over = -floor(-empty / S), -floor(-over / S)
+    end
+    return 0, floor((bt - level) / U), wait + empty, wait + over
   end
-  if n > 0 then
-    level = level + need
-    -- The state changes only when units are spent. ExpiresAt: LCT + level.
-    if commit then put(key, spack('<dd', level, last), last + level) end
-  end
-  return 1, floor((bt - level) / T), wait + level, 0
+  if n > 0 then level = level + need end
+  -- the time to drain, ⌈level/S⌉
+  local empty = level
+  if S ~= 1 then empty = -floor(-empty / S) end
+  -- The state changes only when units are spent. ExpiresAt: LCT + the time to drain.
+  if n > 0 and commit then put(key, spack('<dd', level, last), last + empty) end
+  return 1, floor((bt - level) / U), wait + empty, 0
 end
 run[2] = leaky_bucket

@@ -1,7 +1,8 @@
--- Mirrors algo.MulDiv, algo.MulDivCeil, algo.floorDiv, algo.nonNeg, algo.windowStart and
--- algo.cost (internal/algo): the integer helpers; and the clock, the state codec and the
--- state writes shared by the algorithm files that follow, which mirror the stores' read,
--- decide, write loop around each function of internal/algo.
+-- Mirrors algo.MulDiv, algo.MulDivCeil, algo.floorDiv, algo.ceilDiv, algo.drain,
+-- algo.nonNeg, algo.windowStart and algo.cost (internal/algo): the integer helpers; and
+-- the clock, the state codec and the state writes shared by the algorithm files that
+-- follow, which mirror the stores' read, decide, write loop around each function of
+-- internal/algo.
 --
 -- ARGV[1]: now in µs since the Unix epoch, or "-" to read Redis's clock (TIME).
 -- ARGV[2]: the minimum key TTL in ms.
@@ -24,6 +25,18 @@ end
 -- Mirrors algo.floorDiv: ⌊a/b⌋ for b > 0 and any |a| < 2^53.
 local function floordiv(a, b)
   return floor(a / b)
+end
+
+-- Mirrors algo.ceilDiv: ⌈a/b⌉ for b > 0 and any |a| < 2^53.
+local function ceildiv(a, b)
+  return -floor(-a / b)
+end
+
+-- Mirrors algo.drain: max(0, x - max(0, el)·S), without a product beyond the level.
+local function drain(x, el, S)
+  if el <= 0 then return x end
+  if el >= floor((x + S - 1) / S) then return 0 end
+  return x - el * S
 end
 
 -- Mirrors algo.MulDiv and algo.MulDivCeil: ⌊a·b/c⌋ and whether a remainder is left, for

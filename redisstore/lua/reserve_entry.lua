@@ -9,25 +9,30 @@
 -- KEYS[1]: the key's state.
 -- ARGV[1], ARGV[2]: now and the minimum TTL (prelude.lua).
 -- ARGV[3]: "r" to reserve, "c" to cancel.
--- ARGV[4..7]: algorithm (0 GCRA, 2 LeakyBucket), rate, period (µs), burst
---   (Limit.EffectiveBurst).
+-- ARGV[4..7]: algorithm (0 GCRA, 2 LeakyBucket), the limit's units S and U (algo.Params:
+--   one unit of cost is U/S µs, exactly Period/Rate), burst (Limit.EffectiveBurst).
 -- Reserve: ARGV[8] cost n, ARGV[9] maxWait µs (-1: no bound).
 --   Returns ok, delay, at, before a, before b, after a, after b.
 -- Cancel: ARGV[8] at, ARGV[9..12] before a, before b, after a, after b.
 --   Returns 1 if the units were given back, 0 otherwise.
 
 local op = ARGV[3]
-local alg, rate, period, burst = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local T = floor((period + rate - 1) / rate)
+local alg, S, U, burst = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local key = KEYS[1]
 
 local a, b = decode(redis.call('GET', key))
 
 -- store writes the new state, or deletes the key when the state is equivalent to empty
--- (ExpiresAt, the TAT for GCRA and LCT + level for LeakyBucket, has come).
+-- (ExpiresAt, a for GCRA and LCT + ⌈level/S⌉ for LeakyBucket, has come).
 local function store(na, nb)
-  local val, exp = spack('<d', na), na
-  if alg ~= 0 then val, exp = spack('<dd', na, nb), nb + na end
+  local val, exp
+  if alg ~= 0 then
+    val, exp = spack('<dd', na, nb), nb + ceildiv(na, S)
+  elseif nb == 0 then
+    val, exp = spack('<d', na), na
+  else
+    val, exp = spack('<dd', na, nb), na
+  end
   if exp > now then
     put(key, val, exp)
   else
@@ -39,10 +44,9 @@ if op == 'r' then
   local n, maxwait = tonumber(ARGV[8]), tonumber(ARGV[9])
   local ok, delay, at, na, nb
   if alg == 0 then
-    ok, delay, at, na = reserve_gcra(a, now, burst, T, n, maxwait)
-    nb = 0
+    ok, delay, at, na, nb = reserve_gcra(a, b, now, burst, S, U, n, maxwait)
   else
-    ok, delay, at, na, nb = reserve_leaky_bucket(a, b, now, burst, T, n, maxwait)
+    ok, delay, at, na, nb = reserve_leaky_bucket(a, b, now, burst, S, U, n, maxwait)
   end
   if ok == 1 and n > 0 then store(na, nb) end
   return {ok, delay, at, a, b, na, nb}

@@ -1,14 +1,25 @@
 -- Mirrors algo.ReserveGCRA (internal/algo/reserve.go).
--- State: a = TAT (µs). maxwait < 0 means no bound.
--- Returns ok (0/1), delay, at, a'.
-local function reserve_gcra(a, now, burst, T, n, maxwait)
-  if n == 0 then return 1, 0, now, a end
-  local tat = a
-  if tat < now then tat = now end
-  local newtat = tat + n * T
-  local delay = nonneg(newtat - burst * T - now)
+-- State: TAT = a - b/S µs (gcra.lua). S, U: the limit's units (algo.Params).
+-- maxwait < 0 means no bound.
+-- Returns ok (0/1), delay, at, a', b'.
+local function reserve_gcra(a, b, now, burst, S, U, n, maxwait)
+  if n == 0 then return 1, 0, now, a, b end
+  local ta, tb = now, 0
+  if a > now then ta, tb = a, b end
+  -- algo.advance
+  local k = n * U - tb
+  local q = floor((k + S - 1) / S)
+  local na, nb = ta + q, q * S - k
+  local delay = nonneg(na - now - floor((nb + burst * U) / S))
+  local at = now + delay
   if maxwait >= 0 and delay > maxwait then
-    return 0, delay, now + delay, a
+    return 0, delay, at, a, b
   end
-  return 1, delay, now + delay, newtat
+  if delay > 0 and a <= at then
+    -- The rounded-up delay reaches the TAT's own µs: start from at, as GCRA would.
+    k = n * U
+    q = floor((k + S - 1) / S)
+    na, nb = at + q, q * S - k
+  end
+  return 1, delay, at, na, nb
 end

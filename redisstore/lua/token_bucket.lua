@@ -1,32 +1,51 @@
 -- Mirrors algo.TokenBucket (internal/algo/bucket.go), and algo.ExpiresAt for TokenBucket,
 -- for one request (the arguments and results of gcra in gcra.lua).
--- State: a = credit (µs of refill), b = time of the last spend. The zero state (a key that
--- does not exist) is a full bucket. algo.cost and algo.nonNeg are inline (see gcra.lua).
-local function token_bucket(key, v, rate, period, burst, n, commit)
+-- State: a = credit (1/S µs of refill; one token is U), b = time of the last spend. The
+-- zero state (a key that does not exist) is a full bucket. algo.cost, algo.nonNeg,
+-- algo.refill and algo.ceilDiv are inline (see gcra.lua); with S = 1 the divisions by S
+-- are skipped.
+local function token_bucket(key, v, S, U, burst, n, commit)
   local a, b = decode(v)
-  local T = floor((period + rate - 1) / rate)
   local c = n
   if c == 0 then c = 1 end
-  local bt = burst * T
+  local bt = burst * U
   local credit, last = bt, now
   if a ~= 0 or b ~= 0 then
     last = b
     if last < now then last = now end
+    -- algo.refill: min(bt, a + max(0, now - b)·S)
     credit = a
-    if now > b then credit = a + now - b end
+    local el = now - b
+    if el > 0 then
+      if S == 1 then
+        credit = a + el
+      elseif el > floor((bt - a) / S) then
+        credit = bt
+      else
+        credit = a + el * S
+      end
+    end
     if credit > bt then credit = bt end
   end
   local wait = last - now
-  local need = c * T
+  local need = c * U
+  -- the time to refill the missing credit, ⌈(bt - credit)/S⌉
+  local tofull = bt - credit
   if credit < need then
-    return 0, floor(credit / T), wait + bt - credit, wait + need - credit
+    local short = need - credit
+    if S ~= 1 then
+      tofull, short = -floor(-tofull / S), -floor(-short / S)
+    end
+    return 0, floor(credit / U), wait + tofull, wait + short
   end
   if n > 0 then
     credit = credit - need
-    -- The state changes only when units are spent. ExpiresAt: the bucket is full again
-    -- once the missing credit has refilled after the last spend.
-    if commit then put(key, spack('<dd', credit, last), last + bt - credit) end
+    tofull = bt - credit
   end
-  return 1, floor(credit / T), wait + bt - credit, 0
+  if S ~= 1 then tofull = -floor(-tofull / S) end
+  -- The state changes only when units are spent. ExpiresAt: the bucket is full again
+  -- once the missing credit has refilled after the last spend.
+  if n > 0 and commit then put(key, spack('<dd', credit, last), last + tofull) end
+  return 1, floor(credit / U), wait + tofull, 0
 end
 run[1] = token_bucket
