@@ -17,7 +17,11 @@ local function gcra(key, v, S, U, burst, n, commit)
     elseif l == 16 then
       a, b = sunpack('<dd', v)
     end
-    if not (field(a) and field(b)) then a, b = 0, 0 end -- as decode does
+    -- field(a) and field(b), as decode checks them: x % 1 == 0 is floor(x) == x without
+    -- a call (and false for NaN and infinities)
+    if not (a >= 0 and a < TWO53 and a % 1 == 0 and b >= 0 and b < TWO53 and b % 1 == 0) then
+      a, b = 0, 0
+    end
   end
   local c = n
   if c == 0 then c = 1 end
@@ -27,8 +31,10 @@ local function gcra(key, v, S, U, burst, n, commit)
     if tat < now then tat = now end
     local newtat = tat + c * U
     local allowat = newtat - bt
+    -- rem - rem % 1 is floor(rem), exactly (|rem| < 2^53), without a call to math.floor
     if allowat > now then
-      local rem = floor((now + bt - tat) / U)
+      local rem = (now + bt - tat) / U
+      rem = rem - rem % 1
       if rem < 0 then rem = 0 end
       return 0, rem, tat - now, allowat - now
     end
@@ -37,7 +43,8 @@ local function gcra(key, v, S, U, burst, n, commit)
       -- The state changes only when units are spent; ExpiresAt is the TAT.
       if commit then put(key, spack('<d', tat), tat) end
     end
-    local rem = floor((now + bt - tat) / U)
+    local rem = (now + bt - tat) / U
+    rem = rem - rem % 1
     if rem < 0 then rem = 0 end
     return 1, rem, tat - now, 0
   end
