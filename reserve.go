@@ -19,7 +19,7 @@ import (
 // ErrInvalidLimit for the others. Reservations and AllowN decisions on the same key and
 // Limit share one state: a reservation is exactly what AllowN would have allowed at the
 // reserved instant, so a key's admitted stream (reserved or not) holds to the algorithm's
-// bound, Burst + ⌊(d-1)/T⌋ units in any interval of length d.
+// bound, Burst + ⌊(d-1)·Rate/Period⌋ units in any interval of length d.
 //
 // Reserve validates key, limit and n as AllowN does: n above Limit.MaxCost is an error
 // wrapping ErrCostExceedsLimit, not a refusal, since no wait would make it fit. n == 0

@@ -51,12 +51,13 @@ import (
 //	               (Cloudflare measured 0.003% wrong decisions on real traffic)
 //	GCRA, TokenBucket, LeakyBucket
 //	               Burst + Rate·d/Period in any interval of length d: Burst at once,
-//	               then one unit every T (so at most Burst + Rate - 1 in one Period)
+//	               then one unit every Period/Rate (so at most Burst + Rate - 1 in one
+//	               Period)
 type Algorithm uint8
 
 const (
 	// GCRA is the generic cell rate algorithm (virtual scheduling): one timestamp per key,
-	// the theoretical arrival time, with tolerance (Burst-1)·T.
+	// the theoretical arrival time, with tolerance (Burst-1)·Period/Rate.
 	GCRA Algorithm = iota
 	// TokenBucket holds up to Burst tokens refilled continuously at Rate per Period.
 	TokenBucket

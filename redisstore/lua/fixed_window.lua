@@ -8,7 +8,7 @@ local function fixed_window(key, v, rate, period, burst, n, commit)
   local a, b = a0, b0
   local c = n
   if c == 0 then c = 1 end
-  local w = floor(now / period) * period
+  local w = now - now % period -- floor(now / period) * period, exactly, without a call
   if w > a then
     a, b = w, 0
   end

@@ -17,8 +17,7 @@ local function gcra(key, v, S, U, burst, n, commit)
     elseif l == 16 then
       a, b = sunpack('<dd', v)
     end
-    -- field(a) and field(b), as decode checks them: x % 1 == 0 is floor(x) == x without
-    -- a call (and false for NaN and infinities)
+    -- the fields checked as decode checks them (prelude.lua)
     if not (a >= 0 and a < TWO53 and a % 1 == 0 and b >= 0 and b < TWO53 and b % 1 == 0) then
       a, b = 0, 0
     end

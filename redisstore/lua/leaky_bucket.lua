@@ -2,7 +2,7 @@
 -- for one request (the arguments and results of gcra in gcra.lua).
 -- State: a = X, the level (1/S µs of work; a unit adds U), b = LCT, the last conformance
 -- time. algo.cost, algo.drain and algo.ceilDiv are inline (see gcra.lua); with S = 1 the
--- divisions by S are skipped.
+-- divisions by S are skipped, and x - x % 1 is floor(x) without a call (token_bucket.lua).
 local function leaky_bucket(key, v, S, U, burst, n, commit)
   local a, b = decode(v)
   local c = n
@@ -30,7 +30,8 @@ local function leaky_bucket(key, v, S, U, burst, n, commit)
     if S ~= 1 then
       empty, over = -floor(-empty / S), -floor(-over / S)
     end
-    return 0, floor((bt - level) / U), wait + empty, wait + over
+    local rem = (bt - level) / U
+    return 0, rem - rem % 1, wait + empty, wait + over
   end
   if n > 0 then level = level + need end
   -- the time to drain, ⌈level/S⌉
@@ -38,6 +39,7 @@ local function leaky_bucket(key, v, S, U, burst, n, commit)
   if S ~= 1 then empty = -floor(-empty / S) end
   -- The state changes only when units are spent. ExpiresAt: LCT + the time to drain.
   if n > 0 and commit then put(key, spack('<dd', level, last), last + empty) end
-  return 1, floor((bt - level) / U), wait + empty, 0
+  local rem = (bt - level) / U
+  return 1, rem - rem % 1, wait + empty, 0
 end
 run[2] = leaky_bucket

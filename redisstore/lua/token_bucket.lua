@@ -3,7 +3,8 @@
 -- State: a = credit (1/S µs of refill; one token is U), b = time of the last spend. The
 -- zero state (a key that does not exist) is a full bucket. algo.cost, algo.nonNeg,
 -- algo.refill and algo.ceilDiv are inline (see gcra.lua); with S = 1 the divisions by S
--- are skipped.
+-- are skipped, and x - x % 1 is floor(x) (exact, as every value is below 2^53) without a
+-- call to math.floor.
 local function token_bucket(key, v, S, U, burst, n, commit)
   local a, b = decode(v)
   local c = n
@@ -36,7 +37,8 @@ local function token_bucket(key, v, S, U, burst, n, commit)
     if S ~= 1 then
       tofull, short = -floor(-tofull / S), -floor(-short / S)
     end
-    return 0, floor(credit / U), wait + tofull, wait + short
+    local rem = credit / U
+    return 0, rem - rem % 1, wait + tofull, wait + short
   end
   if n > 0 then
     credit = credit - need
@@ -46,6 +48,7 @@ local function token_bucket(key, v, S, U, burst, n, commit)
   -- The state changes only when units are spent. ExpiresAt: the bucket is full again
   -- once the missing credit has refilled after the last spend.
   if n > 0 and commit then put(key, spack('<dd', credit, last), last + tofull) end
-  return 1, floor(credit / U), wait + tofull, 0
+  local rem = credit / U
+  return 1, rem - rem % 1, wait + tofull, 0
 end
 run[1] = token_bucket
