@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,21 +18,58 @@ import (
 // (gcra.go) and the two-word ones (pair.go).
 var lockFreeAlgs = []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket, sluice.FixedWindow}
 
+// lockFreeCase is one lock-free class under test: an algorithm, and for the bucket
+// algorithms whether the limit's Rate divides its Period. GCRA keeps a one-word slot
+// (gcra.go) when it does and a two-word one (pair.go) when it does not, so both are run.
+type lockFreeCase struct {
+	alg        sluice.Algorithm
+	fractional bool // Rate does not divide Period (algo.Params.S > 1)
+}
+
+func (c lockFreeCase) String() string {
+	if c.fractional {
+		return c.alg.String() + "/fractional"
+	}
+	return c.alg.String()
+}
+
+// rate returns a rate for the case near want: want itself, or the next one up that
+// divides (or does not divide) period.
+func (c lockFreeCase) rate(want int64, period time.Duration) int64 {
+	for r := want; ; r++ {
+		if (period.Microseconds()%r != 0) == c.fractional {
+			return r
+		}
+	}
+}
+
+func lockFreeCases() []lockFreeCase {
+	var cs []lockFreeCase
+	for _, a := range lockFreeAlgs {
+		cs = append(cs, lockFreeCase{alg: a})
+		if a != sluice.FixedWindow {
+			cs = append(cs, lockFreeCase{alg: a, fractional: true})
+		}
+	}
+	return cs
+}
+
 // TestLockFreeUnderRebuilds races lock-free decisions against inserts that rebuild the one
 // shard's table over and over, and against multi-limit batches that freeze slots. With the
 // clock standing still every key must admit exactly its burst, never more.
 func TestLockFreeUnderRebuilds(t *testing.T) {
-	for _, alg := range lockFreeAlgs {
-		t.Run(alg.String(), func(t *testing.T) { testLockFreeUnderRebuilds(t, alg) })
+	for _, c := range lockFreeCases() {
+		t.Run(c.String(), func(t *testing.T) { testLockFreeUnderRebuilds(t, c) })
 	}
 }
 
-func testLockFreeUnderRebuilds(t *testing.T, alg sluice.Algorithm) {
+func testLockFreeUnderRebuilds(t *testing.T, c lockFreeCase) {
 	ctx := context.Background()
 	s, _ := newTestStore(t, WithShards(1), WithSweepInterval(0))
-	const nkeys, burst = 3000, 7
+	const nkeys = 3000
+	burst := c.rate(7, time.Hour)
 	a := sluice.PerHour(burst)
-	a.Algorithm = alg
+	a.Algorithm = c.alg
 	b := sluice.PerMinute(1000) // a second class, for batches
 	keys := make([]string, nkeys)
 	for i := range keys {
@@ -94,16 +132,16 @@ func testLockFreeUnderRebuilds(t *testing.T, alg sluice.Algorithm) {
 // TestSweepAndResetWithLockFreeReaders: sweeping, resets and rebuilds while readers
 // decide; afterwards every idle key is gone and the table holds only live keys.
 func TestSweepAndResetWithLockFreeReaders(t *testing.T) {
-	for _, alg := range lockFreeAlgs {
-		t.Run(alg.String(), func(t *testing.T) { testSweepAndResetWithLockFreeReaders(t, alg) })
+	for _, c := range lockFreeCases() {
+		t.Run(c.String(), func(t *testing.T) { testSweepAndResetWithLockFreeReaders(t, c) })
 	}
 }
 
-func testSweepAndResetWithLockFreeReaders(t *testing.T, alg sluice.Algorithm) {
+func testSweepAndResetWithLockFreeReaders(t *testing.T, c lockFreeCase) {
 	ctx := context.Background()
 	s, clk := newTestStore(t, WithShards(2), WithSweepInterval(time.Millisecond))
-	l := sluice.PerSecond(5)
-	l.Algorithm = alg
+	l := sluice.PerSecond(c.rate(5, time.Second))
+	l.Algorithm = c.alg
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for g := 0; g < 4; g++ {
@@ -154,5 +192,18 @@ func TestSlotsBeginWithHeader(t *testing.T) {
 	}
 	if unsafe.Sizeof(g) != 24 || unsafe.Sizeof(p) != 32 {
 		t.Fatalf("slot sizes %d and %d, documented as 24 and 32", unsafe.Sizeof(g), unsafe.Sizeof(p))
+	}
+}
+
+// TestGCRASlotKind: a GCRA limit whose Rate divides its Period keeps its TAT in one word
+// (gcraClass); one whose TAT has a part below 1µs keeps two (pairClass).
+func TestGCRASlotKind(t *testing.T) {
+	s, _ := newTestStore(t)
+	var gone atomic.Bool
+	if c := newClass(s, sluice.PerSecond(10), 0, &gone); reflect.TypeOf(c) != reflect.TypeOf(&gcraClass{}) {
+		t.Errorf("10/s: class %T, want *gcraClass", c)
+	}
+	if c := newClass(s, sluice.PerSecond(7), 1, &gone); reflect.TypeOf(c) != reflect.TypeOf(&pairClass{}) {
+		t.Errorf("7/s: class %T, want *pairClass", c)
 	}
 }
