@@ -32,7 +32,13 @@
 // identity can collide with another or leave its slot. A string holds the state's integer
 // fields (algo.State's A, then B, then C, as the algorithm uses them) as little-endian
 // IEEE-754 doubles, 8, 16 or 24 bytes: binary, because formatting and parsing decimal text
-// took a third of Redis's time per decision. Every key the store writes carries a
+// took a third of Redis's time per decision. (The bucket algorithms' fields count 1/S µs,
+// algo.Params, which for a limit whose Rate does not divide its Period differs from the
+// whole µs that versions before the exact units wrote. After such an upgrade, a key of
+// such a TokenBucket limit reads as holding fewer tokens than it did, which may deny until
+// it refills (at most Burst·Period/Rate), and one of such a LeakyBucket limit as less
+// full, which may grant up to one burst too many, once; GCRA keys and every limit whose
+// Rate divides its Period read as before.) Every key the store writes carries a
 // TTL equal to the time until its state is equivalent to empty (algo.ExpiresAt), rounded up
 // to a millisecond. A decision that spends nothing never creates a key; on an existing key it
 // writes only what the algorithm changed (a window algorithm moving to a new window), as the
