@@ -49,7 +49,9 @@
 //
 //	Burst + ⌊(d-1)/T⌋ + N
 //
-// units: what one limiter would admit, plus at most one unit per node, whatever the sync
+// units (T = ⌈Period/Rate⌉ µs: the nodes' buckets count whole microseconds, so this is
+// never more than the single limiter's exact Burst + ⌊(d-1)·Rate/Period⌋): what one
+// limiter would admit, plus at most one unit per node, whatever the sync
 // interval, the cross-region latency or the loss of the shared Redis. This is better than
 // the nodes × rate × sync interval of optimistic schemes (each node decides on stale global
 // counts), and it is paid for in utilisation instead: a node whose demand grows waits two
