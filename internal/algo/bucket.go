@@ -1,25 +1,5 @@
 package algo
 
-// The bucket algorithms below share their arithmetic: time in units of 1/S µs, one unit
-// of cost U of them, so that U/S is exactly Period/Rate (see Params). With S = 1 (Rate
-// divides Period, the common case) that is plain microseconds and U the emission interval.
-// Every result is in whole microseconds, rounded so that it is exact at the µs grid: a
-// RetryAfter r means allowed at now+r and denied at now+r-1µs; a ResetAfter r means empty
-// at now+r (ExpiresAt) and not at now+r-1µs.
-//
-// Error bound against an exact sliding window, the same for all three: in any interval of
-// length d (µs) at most Burst + ⌊d·Rate/Period⌋ units, so at most Burst + Rate·d/Period,
-// and at most Burst + Rate - 1 in an open window of one Period (2·Rate - 1 with the default
-// Burst = Rate), reached only by a full burst after a quiet spell. (Under the fallback of
-// Params, S = 1 and U = T, read d/T for d·Rate/Period.) GCRA, TokenBucket and LeakyBucket
-// admit exactly the same requests for the same Limit (ITU-T I.371: virtual scheduling and
-// the continuous-state leaky bucket are equivalent, and a token bucket is the meter read
-// the other way up); they differ in what the state records.
-//
-// Burst: Burst units at once after a quiet spell of Burst·Period/Rate, then one unit
-// every Period/Rate: a client sending exactly Rate units per Period, evenly or in a burst
-// at the start of each Period (with Burst ≥ Rate), is never denied.
-
 // GCRA is the generic cell rate algorithm in its virtual-scheduling form.
 //
 // State: the theoretical arrival time (TAT) of the next unit if the key sent at exactly the
@@ -31,6 +11,27 @@ package algo
 // Remaining = ⌊(Burst·U - (max(TAT, now) - now)·S)/U⌋. ResetAfter = ⌈max(TAT, now) -
 // now⌉, the time until a full allowance. RetryAfter (denied) = ⌈max(TAT, now) +
 // (n·U - Burst·U)/S - now⌉.
+//
+// Rounding: none in the state. GCRA, TokenBucket and LeakyBucket count time in units of
+// 1/S µs and a unit of cost as U of them, U/S = Period/Rate exactly (Params; with S = 1,
+// when Rate divides Period, plain µs). Results are rounded up to whole µs, so they are
+// exact at the µs grid: allowed at now+RetryAfter and denied 1µs earlier, empty at
+// now+ResetAfter (ExpiresAt) and not 1µs earlier. Under Params' fallback (Burst·U above
+// 2^50) units are spaced by T = ⌈Period/Rate⌉ µs instead: never closer than the rate,
+// and less than 1µs per unit apart from it.
+//
+// Burst: Burst units at once after a quiet spell of Burst·Period/Rate, then one unit every
+// Period/Rate. A client sending exactly Rate units per Period, spread out or (with Burst ≥
+// Rate, the default) in a burst at the start of each Period, is never denied.
+//
+// Error bound against an exact sliding window: in any interval of length d (µs) at most
+// Burst + ⌊d·Rate/Period⌋ units (⌊d/T⌋ under the fallback), so at most Burst +
+// Rate·d/Period, and at most Burst + Rate - 1 in an open window of one Period (2·Rate - 1
+// with the default Burst = Rate), reached only by a full burst after a quiet spell. GCRA,
+// TokenBucket and LeakyBucket admit exactly the same requests for the same Limit (ITU-T
+// I.371: virtual scheduling and the continuous-state leaky bucket are equivalent, and a
+// token bucket is the meter read the other way up); they differ in what the state
+// records.
 //
 // Time going backwards leaves TAT ahead of now, which only shrinks the allowance.
 func GCRA(s State, now int64, p Params, n int64) (State, Result) {
@@ -115,6 +116,8 @@ func gcraRemaining(ahead, frac, bt int64, p Params) int64 {
 // is full again. RetryAfter (denied) = ⌈(n·U - credit)/S⌉. When time went backwards both
 // also wait out B - now.
 //
+// Rounding, burst and error bound: as GCRA's, whose decisions TokenBucket's equal.
+//
 // If now is before B (time went backwards) no refill is counted until B.
 func TokenBucket(s State, now int64, p Params, n int64) (State, Result) {
 	c := cost(n)
@@ -182,6 +185,8 @@ func drain(x, el, S int64) int64 {
 // Remaining = ⌊(Burst·U - X')/U⌋. ResetAfter = ⌈X'/S⌉, the time until the bucket is
 // empty. RetryAfter (denied) = ⌈(X' + n·U - Burst·U)/S⌉. When time went backwards both
 // also wait out LCT - now.
+//
+// Rounding, burst and error bound: as GCRA's, whose decisions LeakyBucket's equal.
 //
 // If now is before LCT (time went backwards) nothing drains until LCT.
 func LeakyBucket(s State, now int64, p Params, n int64) (State, Result) {
