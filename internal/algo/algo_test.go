@@ -447,3 +447,25 @@ func TestFallbackSpacesUnitsByT(t *testing.T) {
 		}
 	}
 }
+
+// TestGCRAStepIsGCRA: GCRAStep and GCRAAllowed split GCRA (S = 1) without changing it.
+func TestGCRAStepIsGCRA(t *testing.T) {
+	for _, l := range testLimits {
+		p := ParamsOf(l.With(sluice.GCRA))
+		if p.S != 1 {
+			continue
+		}
+		rng := rand.New(rand.NewPCG(11, uint64(l.Rate)))
+		s, now := State{}, epoch
+		for i := 0; i < 20000; i++ {
+			now += randomStep(rng, now, p) - rng.Int64N(p.T) // sometimes backwards
+			n := 1 + rng.Int64N(p.MaxCost())
+			want, wr := GCRA(s, now, p, n)
+			next, ok := GCRAStep(s.A, now, p, n)
+			if ok != wr.Allowed || ok && (next != want.A || GCRAAllowed(next, now, p) != wr) {
+				t.Fatalf("%v step %d: GCRAStep %d %v, GCRAAllowed %+v; GCRA %+v %+v", l, i, next, ok, GCRAAllowed(next, now, p), want, wr)
+			}
+			s = want
+		}
+	}
+}

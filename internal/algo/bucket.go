@@ -61,6 +61,26 @@ func GCRA(s State, now int64, p Params, n int64) (State, Result) {
 	}
 }
 
+// GCRAStep is GCRA's admission alone, for a limit with S = 1 and a cost n > 0: the TAT a
+// spend of n at now leaves, and whether it is allowed (if not, the state is unchanged).
+// With GCRAAllowed it splits GCRA so that a caller updating the TAT by compare-and-swap
+// (the memory store's lock-free path) keeps the divisions of the results out of the
+// window between its load and its swap: GCRA(State{A: tat}, now, p, n) is
+// (State{A: next}, GCRAAllowed(next, now, p)) when ok.
+func GCRAStep(tat, now int64, p Params, n int64) (next int64, ok bool) {
+	next = max64(tat, now) + n*p.U
+	return next, next-p.Burst*p.U <= now
+}
+
+// GCRAAllowed is the Result of an allowed GCRA spend that left the TAT next (S = 1).
+func GCRAAllowed(next, now int64, p Params) Result {
+	return Result{
+		Allowed:    true,
+		Remaining:  nonNeg(floorDiv(now+p.Burst*p.U-next, p.U)),
+		ResetAfter: next - now,
+	}
+}
+
 // gcraFrac is GCRA when S > 1: the TAT has a part below 1µs.
 func gcraFrac(s State, now int64, p Params, n int64) (State, Result) {
 	c := cost(n)
