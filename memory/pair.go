@@ -29,7 +29,7 @@ import (
 // more than 75%, so they stay 56–80% full (40–57 bytes per key; 46 at 1M keys): the
 // 48-byte-per-key budget does not allow GCRA's 70% ceiling with slots a third larger.
 type pslot struct {
-	lhdr              // ctl holds State.B
+	lhdr // ctl holds State.B
 	// a is State.A. Only the slot's holder reads or writes it, so it is a plain word: the
 	// compare-and-swap that takes the slot observes the control-word store that released
 	// it, which orders every access to a (Go's memory model: an atomic operation that
