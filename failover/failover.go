@@ -208,7 +208,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit sluice.Limit, n 
 		return sluice.Decision{}, err
 	}
 	rep := reportFrom(ctx)
-	d, err, failed := call(l, ctx, rep, true, allowArgs{l.primary, key, limit, n}, allowN)
+	d, err, failed := call(l, ctx, rep, true, keyArgs{l.primary, key, limit, n}, allowN)
 	if !failed {
 		return d, err
 	}
@@ -340,7 +340,7 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) err
 	if err := sluice.CheckRequest(key, limit, 0); err != nil {
 		return err
 	}
-	_, err, failed := call(l, ctx, reportFrom(ctx), false, allowArgs{l.primary, key, limit, 0}, reset)
+	_, err, failed := call(l, ctx, reportFrom(ctx), false, keyArgs{l.primary, key, limit, 0}, reset)
 	if l.localMade.Load() {
 		fb := l.resolve(ctx, key, limit)
 		_ = l.localLimiter().Reset(ctx, key, ShareOf(limit, fb.Share))
@@ -421,19 +421,19 @@ func call[A, T any](l *Limiter, ctx context.Context, rep *Report, decision bool,
 	return callAsync(l, ctx, rep, probe, start, done, a, f)
 }
 
-// allowArgs are the arguments of a store call on one key (call's a).
-type allowArgs struct {
+// keyArgs are the arguments of a store call on one key (call's a).
+type keyArgs struct {
 	store sluice.Limiter
 	key   string
 	limit sluice.Limit
 	n     int64
 }
 
-func allowN(ctx context.Context, a allowArgs) (sluice.Decision, error) {
+func allowN(ctx context.Context, a keyArgs) (sluice.Decision, error) {
 	return a.store.AllowN(ctx, a.key, a.limit, a.n)
 }
 
-func reset(ctx context.Context, a allowArgs) (struct{}, error) {
+func reset(ctx context.Context, a keyArgs) (struct{}, error) {
 	return struct{}{}, a.store.Reset(ctx, a.key, a.limit)
 }
 

@@ -78,20 +78,19 @@ func (g *gcraClass) decide(key string, h uint64, now, n int64) algo.Result {
 				if isSentinel(old) {
 					break // deleted, moved or held by a batch: take the lock
 				}
-				if n == 0 {
-					_, r := algo.GCRA(algo.State{A: old}, now, g.p, n)
-					return r
+				if n > 0 {
+					// Only the admission between the load and the swap: under contention
+					// on one key a shorter window fails fewer swaps. The results come after.
+					next, ok := algo.GCRAStep(old, now, g.p, n)
+					if ok {
+						if e.CompareAndSwap(old, next) {
+							return algo.GCRAAllowed(next, now, g.p)
+						}
+						continue
+					}
 				}
-				// Only the admission between the load and the swap: under contention on
-				// one key a shorter window fails fewer swaps. The results come after.
-				next, ok := algo.GCRAStep(old, now, g.p, n)
-				if !ok {
-					_, r := algo.GCRA(algo.State{A: old}, now, g.p, n) // a denial writes nothing
-					return r
-				}
-				if e.CompareAndSwap(old, next) {
-					return algo.GCRAAllowed(next, now, g.p)
-				}
+				_, r := algo.GCRA(algo.State{A: old}, now, g.p, n) // a look or a denial writes nothing
+				return r
 			}
 		}
 	}

@@ -79,9 +79,7 @@ func testLockFreeUnderRebuilds(t *testing.T, c lockFreeCase) {
 	batched := make([]atomic.Int64, nkeys) // admitted by batches, the only spenders of b
 	var wg sync.WaitGroup
 	for g := 0; g < 12; g++ {
-		wg.Add(1)
-		go func(g int) {
-			defer wg.Done()
+		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(g), 1))
 			for i := 0; i < 6000; i++ {
 				k := rng.IntN(nkeys)
@@ -110,7 +108,7 @@ func testLockFreeUnderRebuilds(t *testing.T, c lockFreeCase) {
 					admitted[k].Add(1)
 				}
 			}
-		}(g)
+		})
 	}
 	wg.Wait()
 	for k := range admitted {
@@ -145,9 +143,7 @@ func testSweepAndResetWithLockFreeReaders(t *testing.T, c lockFreeCase) {
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for g := 0; g < 4; g++ {
-		wg.Add(1)
-		go func(g int) {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := 0; ; i++ {
 				select {
 				case <-stop:
@@ -163,7 +159,7 @@ func testSweepAndResetWithLockFreeReaders(t *testing.T, c lockFreeCase) {
 					return
 				}
 			}
-		}(g)
+		})
 	}
 	time.Sleep(200 * time.Millisecond)
 	close(stop)

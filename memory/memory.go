@@ -11,18 +11,20 @@
 // found through a copy-on-write map; each shard is a mutex and an open-addressing table whose
 // slots hold the key (by reference) beside the state inline. A decision on an existing key
 // hashes the key once, probes slots that are usually in one cache line, and allocates
-// nothing. For GCRA (when Rate divides Period) it takes no lock at all: the TAT is one word, updated by compare-and-swap
-// in the key's own slot (see lockfree.go for why that is safe against concurrent inserts,
-// deletions and rebuilds), so a decision writes only that slot's cache line. TokenBucket,
-// LeakyBucket, FixedWindow and GCRA with a TAT finer than 1µs keep two words, which a decision updates holding a mark in
-// the slot's own control word (pair.go), again writing only the slot's line. SlidingWindow and
-// SlidingLog take the key's shard lock for the few nanoseconds of a decision, so a hot key
-// never serialises unrelated keys beyond the 1/Shards that share its shard.
+// nothing. For GCRA (when Rate divides Period) it takes no lock at all: the TAT is one
+// word, updated by compare-and-swap in the key's own slot (see lockfree.go for why that is
+// safe against concurrent inserts, deletions and rebuilds), so a decision writes only that
+// slot's cache line. TokenBucket, LeakyBucket, FixedWindow and GCRA with a TAT finer than
+// 1µs keep two words, which a decision updates holding a mark in the slot's own control
+// word (pair.go), again writing only the slot's line. SlidingWindow and SlidingLog take the
+// key's shard lock for the few nanoseconds of a decision, so a hot key never serialises
+// unrelated keys beyond the 1/Shards that share its shard.
 //
-// A GCRA key costs a 24-byte slot at 51–70% occupancy, a TokenBucket, LeakyBucket or
-// FixedWindow key (or a GCRA key whose Rate does not divide Period) a 32-byte slot at 56–80%, a SlidingWindow key a 40-byte slot at 60–80%,
-// plus the key's own bytes, which the store shares with the caller's string rather than
-// copying. SlidingLog keys hold one 8-byte timestamp per unit admitted in the window.
+// A GCRA key costs a 24-byte slot at 51–70% occupancy; a TokenBucket, LeakyBucket or
+// FixedWindow key (or a GCRA key whose Rate does not divide Period) a 32-byte slot at
+// 56–80%; a SlidingWindow key a 40-byte slot at 60–80%; plus, for each, the key's own bytes,
+// which the store shares with the caller's string rather than copying. SlidingLog keys hold
+// one 8-byte timestamp per unit admitted in the window.
 //
 // # Memory bound
 //
@@ -241,13 +243,9 @@ func (s *Store) retireIdle(r *classRef) {
 	r.c.retire(func() {
 		s.addMu.Lock()
 		defer s.addMu.Unlock()
-		old := *s.classes.Load()
-		next := make(map[sluice.Limit]*classRef, len(old))
-		for k, v := range old {
-			if v != r {
-				next[k] = v
-			}
-		}
+		// By value, not by r.limit: the map may already hold the Limit's next class.
+		next := maps.Clone(*s.classes.Load())
+		maps.DeleteFunc(next, func(_ sluice.Limit, v *classRef) bool { return v == r })
 		list := slices.DeleteFunc(slices.Clone(*s.list.Load()), func(x *classRef) bool { return x == r })
 		s.list.Store(&list)
 		s.classes.Store(&next)
@@ -366,7 +364,6 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 	}
 	type item struct {
 		r   *classRef
-		c   class
 		h   uint64
 		sh  int // global lock order
 		req int
@@ -381,7 +378,6 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 		if err != nil {
 			return nil, fmt.Errorf("request %d: %w", i, err)
 		}
-		c := ref.c
 		k := struct {
 			key   string
 			limit sluice.Limit
@@ -391,20 +387,20 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 		}
 		seen[k] = i
 		h := s.hash(r.Key)
-		items[i] = item{r: ref, c: c, h: h, sh: c.id()*s.shards + c.shardIndex(h), req: i}
+		items[i] = item{r: ref, h: h, sh: ref.c.id()*s.shards + ref.c.shardIndex(h), req: i}
 	}
 	order := make([]item, len(items))
 	copy(order, items)
 	sort.Slice(order, func(a, b int) bool { return order[a].sh < order[b].sh })
 	for i, it := range order {
 		if i == 0 || it.sh != order[i-1].sh {
-			it.c.lock(it.h)
+			it.r.c.lock(it.h)
 		}
 	}
 	unlock := func() {
 		for i, it := range order {
 			if i == 0 || it.sh != order[i-1].sh {
-				it.c.unlock(it.h)
+				it.r.c.unlock(it.h)
 			}
 		}
 	}
@@ -429,7 +425,7 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 	out := make([]sluice.Decision, len(reqs))
 	all := true
 	for i, it := range items {
-		r := it.c.decideLocked(reqs[i].Key, it.h, now, reqs[i].N, false)
+		r := it.r.c.decideLocked(reqs[i].Key, it.h, now, reqs[i].N, false)
 		all = all && r.Allowed
 		out[i] = r.Decision(reqs[i].Limit)
 	}
@@ -438,7 +434,7 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 			if out[i].Allowed {
 				// It would have passed alone, but nothing is spent: report the state as
 				// it is (Remaining and ResetAfter after this call), not as if spent.
-				r := it.c.decideLocked(reqs[i].Key, it.h, now, 0, false)
+				r := it.r.c.decideLocked(reqs[i].Key, it.h, now, 0, false)
 				out[i] = r.Decision(reqs[i].Limit)
 				out[i].RetryAfter = 0
 			}
@@ -448,7 +444,7 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 	}
 	for i, it := range items {
 		if reqs[i].N > 0 {
-			r := it.c.decideLocked(reqs[i].Key, it.h, now, reqs[i].N, true)
+			r := it.r.c.decideLocked(reqs[i].Key, it.h, now, reqs[i].N, true)
 			out[i] = r.Decision(reqs[i].Limit)
 		}
 	}

@@ -50,9 +50,7 @@ func TestConcurrentOneKeyAdmitsExactlyTheBound(t *testing.T) {
 			var admitted atomic.Int64
 			var wg sync.WaitGroup
 			for g := 0; g < 64; g++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
+				wg.Go(func() {
 					for i := 0; i < 50; i++ {
 						d, err := s.AllowN(ctx, "hot", l, 1)
 						if err != nil {
@@ -63,7 +61,7 @@ func TestConcurrentOneKeyAdmitsExactlyTheBound(t *testing.T) {
 							admitted.Add(1)
 						}
 					}
-				}()
+				})
 			}
 			wg.Wait()
 			if got, want := admitted.Load(), l.MaxCost(); got != want {
@@ -256,13 +254,11 @@ func TestMaxKeysIsStoreWide(t *testing.T) {
 	// Concurrent inserts may pass the cap only while they are in flight.
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
-		wg.Add(1)
-		go func(g int) {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := 0; i < 500; i++ {
 				s.AllowN(ctx, fmt.Sprint("c", g, "-", i), limits[i%len(limits)], 1)
 			}
-		}(g)
+		})
 	}
 	wg.Wait()
 	if s.Len() > max {
@@ -502,9 +498,7 @@ func TestRetirementLosesNoDecision(t *testing.T) {
 	}()
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
-		wg.Add(1)
-		go func(g int) {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := 0; i < 2000; i++ {
 				l := limits[i%len(limits)]
 				k := fmt.Sprint("g", g)
@@ -540,7 +534,7 @@ func TestRetirementLosesNoDecision(t *testing.T) {
 				}
 				s.Reset(ctx, k, pacer)
 			}
-		}(g)
+		})
 	}
 	wg.Wait()
 	close(stop)

@@ -56,19 +56,21 @@
 // # Performance
 //
 // bench/README.md has the measurements and the commands. On one redis-server on a 2-vCPU
-// machine, with 64 goroutines deciding on 100k keys, the store made 2.6–4.4× the
-// decisions/s of go-redis/redis_rate (GCRA, TokenBucket, FixedWindow: 127–225k/s, about 26
-// decisions per script call; the ratio moves with the VM from run to run), at 3.0–4.0 µs
-// of Redis time per GCRA decision against redis_rate's 6.4–10.9; with 2 goroutines every
-// decision goes out at once and latency is the round trip's (0.8–0.95× redis_rate's
-// decisions/s there: a decision passes through a batch goroutine, see Store.submit). WithBatchSize and WithConcurrency tune
-// the coalescing. A decision allocates nothing on the client at 64 goroutines: each call
-// is built in buffers the batch reuses once the call has been answered.
+// machine, with 64 goroutines deciding on 100k keys, the store made 2.6–6.5× the
+// decisions/s of go-redis/redis_rate (GCRA, TokenBucket, FixedWindow: 105–225k/s, about 26
+// decisions per script call; GCRA 4.4–5.5× in all six rounds of the latest two runs; the
+// ratio moves with the VM from run to run), at 3.0–4.9 µs of Redis time per GCRA decision
+// against redis_rate's 6.4–14.1; with 2 goroutines every
+// decision goes out at once and latency is the round trip's (0.6–0.95× redis_rate's
+// decisions/s there: a decision passes through a batch goroutine, see Store.submit).
+// WithBatchSize and WithConcurrency tune the coalescing. A decision allocates nothing on
+// the client at 64 goroutines: each call is built in buffers the batch reuses once the call
+// has been answered.
 //
 // Requests and states cross into Lua as little-endian doubles, and the answer comes back
 // as one binary string: formatting and parsing decimal numbers had been a third of
 // Redis's time per decision. What is left is mostly Redis's own: the PSETEX of each
-// decision that spends is 37% of the instructions (bench/cmd/rediscost counts them).
+// decision that spends is 38% of the instructions (bench/cmd/rediscost counts them).
 //
 // Latency. Every key expires when its state is empty, often milliseconds after it was
 // written, so Redis expires many keys a second, and does it in its periodic task (hz

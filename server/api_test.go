@@ -12,9 +12,6 @@ import (
 
 	"github.com/dunglas/httpsfv"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
-	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/redisstore"
 )
 
 const (
@@ -304,15 +301,8 @@ func TestAdminDisabledWithoutToken(t *testing.T) {
 // TestReadinessFollowsRedis: /readyz and the gRPC health service report the store's
 // reachability.
 func TestReadinessFollowsRedis(t *testing.T) {
-	srv := redistest.Start(t)
-	st, err := redisstore.Open(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	client := st.Client()
-	s, err := New(Options{Limiter: st, Config: loadConfig(t, "edge.yaml"),
-		Ready: func(ctx context.Context) error { return client.Do(ctx, client.B().Ping().Build()).Error() }})
+	srv, st := openRedis(t)
+	s, err := New(Options{Limiter: st, Config: loadConfig(t, "edge.yaml"), Ready: st.Ping})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,9 +25,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/failover"
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
-	"github.com/sluicehq/sluice/redisstore"
 )
 
 // desc builds a descriptor from key, value pairs, as Envoy's rate limit actions do.
@@ -309,12 +307,7 @@ func TestShouldRateLimitReusesNothingStale(t *testing.T) {
 // of a denial (RateLimit-Policy, RateLimit with nothing remaining, Retry-After) for Envoy to
 // pass on; an unlimited descriptor is still OK.
 func TestShouldRateLimitFailsClosed(t *testing.T) {
-	srv := redistest.Start(t)
-	rs, err := redisstore.Open(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rs.Close() })
+	srv, rs := openRedis(t)
 	fl := failover.New(rs, failover.WithDeadline(20*time.Millisecond))
 	t.Cleanup(func() { fl.Close() })
 	s, err := New(Options{Limiter: fl, Config: loadConfig(t, "edge.yaml"), FailureMode: config.FailClosed})

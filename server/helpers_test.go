@@ -52,14 +52,22 @@ var stores = []storeKind{
 		return s
 	}},
 	{"redis", func(t *testing.T, now func() time.Time) sluice.Limiter {
-		srv := redistest.Start(t)
-		s, err := redisstore.Open(srv.URL(), redisstore.WithClock(now))
-		if err != nil {
-			t.Fatalf("redisstore.Open: %v", err)
-		}
-		t.Cleanup(func() { s.Close() })
+		_, s := openRedis(t, redisstore.WithClock(now))
 		return s
 	}},
+}
+
+// openRedis starts a redis-server of the test's own and opens a store on it, closed when
+// the test ends.
+func openRedis(t *testing.T, opts ...redisstore.Option) (*redistest.Server, *redisstore.Store) {
+	t.Helper()
+	srv := redistest.Start(t)
+	s, err := redisstore.Open(srv.URL(), opts...)
+	if err != nil {
+		t.Fatalf("redisstore.Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return srv, s
 }
 
 // loadConfig loads the named files of testdata into one configuration.

@@ -40,25 +40,17 @@ func GCRA(s State, now int64, p Params, n int64) (State, Result) {
 	}
 	// S = 1: TAT is a whole µs (B stays 0) and U the emission interval, so none of the
 	// divisions by S is needed. The hottest path of the memory store.
-	c := cost(n)
-	bt := p.Burst * p.U
-	tat := max64(s.A, now)
-	newTAT := tat + c*p.U
-	if allowAt := newTAT - bt; allowAt > now {
-		return s, Result{
-			Remaining:  nonNeg(floorDiv(now+bt-tat, p.U)),
-			ResetAfter: tat - now,
-			RetryAfter: allowAt - now,
-		}
+	next, ok := GCRAStep(s.A, now, p, cost(n))
+	switch {
+	case !ok:
+		r := GCRAAllowed(max64(s.A, now), now, p) // the state as it stands
+		r.Allowed, r.RetryAfter = false, next-p.Burst*p.U-now
+		return s, r
+	case n == 0:
+		return s, GCRAAllowed(max64(s.A, now), now, p)
 	}
-	if n > 0 {
-		s.A, tat = newTAT, newTAT
-	}
-	return s, Result{
-		Allowed:    true,
-		Remaining:  nonNeg(floorDiv(now+bt-tat, p.U)),
-		ResetAfter: tat - now,
-	}
+	s.A = next
+	return s, GCRAAllowed(next, now, p)
 }
 
 // GCRAStep is GCRA's admission alone, for a limit with S = 1 and a cost n > 0: the TAT a
@@ -72,7 +64,9 @@ func GCRAStep(tat, now int64, p Params, n int64) (next int64, ok bool) {
 	return next, next-p.Burst*p.U <= now
 }
 
-// GCRAAllowed is the Result of an allowed GCRA spend that left the TAT next (S = 1).
+// GCRAAllowed is the Result of an allowed GCRA spend that left the TAT next (S = 1); with
+// the TAT as it stands, that of an allowed look, and a denial's but for Allowed and
+// RetryAfter.
 func GCRAAllowed(next, now int64, p Params) Result {
 	return Result{
 		Allowed:    true,
@@ -85,10 +79,7 @@ func GCRAAllowed(next, now int64, p Params) Result {
 func gcraFrac(s State, now int64, p Params, n int64) (State, Result) {
 	c := cost(n)
 	bt := p.Burst * p.U
-	ta, tb := now, int64(0) // max(TAT, now) = ta - tb/S
-	if s.A > now {
-		ta, tb = s.A, s.B
-	}
+	ta, tb := tatFrom(s, now)
 	na, nb := advance(ta, tb, c*p.U, p.S)
 	if late := na - now - (nb+bt)/p.S; late > 0 {
 		return s, Result{
@@ -105,6 +96,15 @@ func gcraFrac(s State, now int64, p Params, n int64) (State, Result) {
 		Remaining:  gcraRemaining(ta-now, tb, bt, p),
 		ResetAfter: ta - now,
 	}
+}
+
+// tatFrom returns max(TAT, now) of GCRA state s as a whole µs rounded up and the part
+// below it (TAT = ta - tb/S).
+func tatFrom(s State, now int64) (ta, tb int64) {
+	if s.A > now {
+		return s.A, s.B
+	}
+	return now, 0
 }
 
 // advance returns the time a - b/S + k/S (k > 0) as a whole µs rounded up and the part

@@ -14,8 +14,8 @@ import "github.com/sluicehq/sluice"
 //
 // So a fleet that acts only at the reserved instants sends a stream the algorithm would have
 // admitted request by request: Burst at once after a quiet spell, then one unit every
-// Period/Rate, i.e. at most Burst + ⌊(d-1)·S/U⌋ units in any open interval of length d. Reservations,
-// plain AllowN decisions and cancellations may be mixed on one key.
+// Period/Rate, i.e. at most Burst + ⌊(d-1)·S/U⌋ units in any open interval of length d.
+// Reservations, plain AllowN decisions and cancellations may be mixed on one key.
 //
 // The other four algorithms cannot reserve: TokenBucket would need credit below zero, and
 // the window algorithms have no notion of a future slot.
@@ -48,13 +48,14 @@ func Reserve(s State, now int64, p Params, n, maxWait int64) (State, Reservation
 
 // ReserveGCRA reserves n units under GCRA (state as in GCRA: TAT = A - B/S).
 //
-// With tat = max(TAT, now), the units may be used at at = max(now, tat + (n·U - Burst·U)/S)
-// (rounded up to a whole µs), and TAT becomes max(tat, at) + n·U/S whether or not they
-// wait: the reservation takes the next n emission slots (max(tat, at) differs from tat
-// only by the part of a µs the rounding of at adds, when at reaches TAT's own µs). maxWait < 0 means no bound; otherwise a
-// delay above maxWait refuses the reservation and leaves the state unchanged. n == 0
-// reserves nothing: OK with Delay 0. The caller validates 0 ≤ n ≤ Burst, so the delay never
-// exceeds ⌈TAT - now⌉: a reservation never waits longer than the key's current backlog.
+// With tat = max(TAT, now), the units may be used at at = max(now, tat + (n·U -
+// Burst·U)/S) (rounded up to a whole µs), and TAT becomes max(tat, at) + n·U/S whether or
+// not they wait: the reservation takes the next n emission slots (max(tat, at) differs
+// from tat only by the part of a µs the rounding of at adds, when at reaches TAT's own
+// µs). maxWait < 0 means no bound; otherwise a delay above maxWait refuses the reservation
+// and leaves the state unchanged. n == 0 reserves nothing: OK with Delay 0. The caller
+// validates 0 ≤ n ≤ Burst, so the delay never exceeds ⌈TAT - now⌉: a reservation never
+// waits longer than the key's current backlog.
 //
 // Time going backwards (now before a TAT written later) is handled as in GCRA: the delay
 // is measured from now, so it includes the time until the clock catches up.
@@ -63,10 +64,7 @@ func ReserveGCRA(s State, now int64, p Params, n, maxWait int64) (State, Reserva
 	if n == 0 {
 		return s, r
 	}
-	ta, tb := now, int64(0)
-	if s.A > now {
-		ta, tb = s.A, s.B
-	}
+	ta, tb := tatFrom(s, now)
 	na, nb := advance(ta, tb, n*p.U, p.S)
 	delay := nonNeg(na - now - (nb+p.Burst*p.U)/p.S)
 	r.Delay, r.At = delay, now+delay
@@ -105,7 +103,7 @@ func ReserveLeakyBucket(s State, now int64, p Params, n, maxWait int64) (State, 
 	level := drain(s.A, now-s.B, p.S)
 	next := State{A: level + n*p.U, B: last}
 	if over := next.A - bt; over > 0 {
-		w := (over + p.S - 1) / p.S
+		w := ceilDiv(over, p.S)
 		next = State{A: drain(level, w, p.S) + n*p.U, B: last + w}
 		r.Delay = last + w - now
 		r.At = last + w

@@ -1,8 +1,8 @@
--- Mirrors algo.MulDiv, algo.MulDivCeil, algo.floorDiv, algo.ceilDiv, algo.drain,
--- algo.nonNeg, algo.windowStart and algo.cost (internal/algo): the integer helpers; and
--- the clock, the state codec and the state writes shared by the algorithm files that
--- follow, which mirror the stores' read, decide, write loop around each function of
--- internal/algo.
+-- Mirrors algo.MulDiv, algo.MulDivCeil, algo.floorDiv, algo.ceilDiv, algo.advance,
+-- algo.drain, algo.nonNeg, algo.windowStart and algo.cost (internal/algo): the integer
+-- helpers; and the clock, the state codec and the state writes shared by the algorithm
+-- files that follow, which mirror the stores' read, decide, write loop around each
+-- function of internal/algo.
 --
 -- ARGV[1]: now in µs since the Unix epoch, or "-" to read Redis's clock (TIME).
 -- ARGV[2]: the minimum key TTL in ms.
@@ -30,6 +30,14 @@ end
 -- Mirrors algo.ceilDiv: ⌈a/b⌉ for b > 0 and any |a| < 2^53.
 local function ceildiv(a, b)
   return -floor(-a / b)
+end
+
+-- Mirrors algo.advance: the time a - b/S + k/S (k > 0) as a whole µs rounded up and the
+-- part below it, in [0, S). (gcra.lua writes it inline on its hot path.)
+local function advance(a, b, k, S)
+  k = k - b
+  local q = floor((k + S - 1) / S)
+  return a + q, q * S - k
 end
 
 -- Mirrors algo.drain: max(0, x - max(0, el)·S), without a product beyond the level.

@@ -4,12 +4,10 @@
 -- Returns ok (0/1), delay, at, a', b'.
 local function reserve_gcra(a, b, now, burst, S, U, n, maxwait)
   if n == 0 then return 1, 0, now, a, b end
+  -- algo.tatFrom: max(TAT, now) = ta - tb/S
   local ta, tb = now, 0
   if a > now then ta, tb = a, b end
-  -- algo.advance
-  local k = n * U - tb
-  local q = floor((k + S - 1) / S)
-  local na, nb = ta + q, q * S - k
+  local na, nb = advance(ta, tb, n * U, S)
   local delay = nonneg(na - now - floor((nb + burst * U) / S))
   local at = now + delay
   if maxwait >= 0 and delay > maxwait then
@@ -17,9 +15,7 @@ local function reserve_gcra(a, b, now, burst, S, U, n, maxwait)
   end
   if delay > 0 and a <= at then
     -- The rounded-up delay reaches the TAT's own µs: start from at, as GCRA would.
-    k = n * U
-    q = floor((k + S - 1) / S)
-    na, nb = at + q, q * S - k
+    na, nb = advance(at, 0, n * U, S)
   end
   return 1, delay, at, na, nb
 end

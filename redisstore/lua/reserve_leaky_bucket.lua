@@ -13,7 +13,7 @@ local function reserve_leaky_bucket(a, b, now, burst, S, U, n, maxwait)
   local delay, at = 0, now
   local over = na - bt
   if over > 0 then
-    local w = floor((over + S - 1) / S)
+    local w = ceildiv(over, S)
     na, nb = drain(level, w, S) + n * U, last + w
     delay, at = last + w - now, last + w
   end
