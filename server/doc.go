@@ -79,6 +79,15 @@
 // compared in constant time and never logged. Without a token every admin request is
 // refused with 403.
 //
+// # TLS
+//
+// With Options.TLS both listeners speak TLS: HTTPS, with HTTP/2 and HTTP/1.1 offered by
+// ALPN, and gRPC over TLS. A certificate that rotates without a restart comes from the
+// configuration's GetCertificate (`sluice serve --tls-cert` re-reads its files when they
+// change), and mutual TLS from its ClientAuth: it then applies to every endpoint, so
+// health probes must present a client certificate too (or use an exec probe running
+// `sluice check`).
+//
 // # Configuration and reload
 //
 // Every request reads the configuration in force once (config.Watcher.Config, an

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -79,6 +81,11 @@ type Options struct {
 	// Now is the clock for windows the store does not decide (requests_per_unit 0).
 	// Nil means time.Now.
 	Now func() time.Time
+	// TLS, when set, makes Serve speak TLS on both listeners: HTTPS (HTTP/2 and
+	// HTTP/1.1) and gRPC over TLS. Its certificate, and its ClientAuth for mutual TLS,
+	// apply to every endpoint, the health and metrics endpoints included (a probe must
+	// then present a client certificate too). NextProtos is set by Serve.
+	TLS *tls.Config
 }
 
 // Server is the rate limit service: the HTTP JSON API (Handler), Envoy's rate limit
@@ -99,6 +106,7 @@ type Server struct {
 	shutdown   time.Duration
 	now        func() time.Time
 	health     *health.Server
+	tls        *tls.Config
 	draining   atomic.Bool
 	hashers    *hashers
 }
@@ -118,6 +126,7 @@ func New(opts Options) (*Server, error) {
 		ready:      opts.Ready,
 		registry:   opts.Registry,
 		log:        opts.Logger,
+		tls:        opts.TLS,
 		shutdown:   opts.ShutdownTimeout,
 		now:        opts.Now,
 		health:     health.NewServer(),
@@ -252,22 +261,32 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 			IdleTimeout:       2 * time.Minute,
 			ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		}
+		if s.tls != nil {
+			c := s.tls.Clone()
+			c.NextProtos = []string{"h2", "http/1.1"}
+			httpLn = tls.NewListener(httpLn, c)
+		}
 		go func() {
 			if err := hs.Serve(httpLn); !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("server: HTTP: %w", err)
 			}
 		}()
-		s.log.Info("serving HTTP", slog.String("addr", httpLn.Addr().String()))
+		s.log.Info("serving HTTP", slog.String("addr", httpLn.Addr().String()), slog.Bool("tls", s.tls != nil))
 	}
 	var gs *grpc.Server
 	if grpcLn != nil {
-		gs = s.NewGRPCServer()
+		var opts []grpc.ServerOption
+		if s.tls != nil {
+			// credentials.NewTLS clones the configuration and offers h2 by ALPN.
+			opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls)))
+		}
+		gs = s.NewGRPCServer(opts...)
 		go func() {
 			if err := gs.Serve(grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 				errc <- fmt.Errorf("server: gRPC: %w", err)
 			}
 		}()
-		s.log.Info("serving gRPC", slog.String("addr", grpcLn.Addr().String()))
+		s.log.Info("serving gRPC", slog.String("addr", grpcLn.Addr().String()), slog.Bool("tls", s.tls != nil))
 	}
 	stopProbe := s.probeReady(ctx)
 	var err error

@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -39,6 +42,9 @@ func checkCommand() *cli.Command {
 			&cli.Int64Flag{Name: "cost", Value: 1, Usage: "units to spend", Sources: cli.EnvVars("SLUICE_CHECK_COST")},
 			&cli.BoolFlag{Name: "peek", Usage: "only look: spend nothing (/v1/peek)", Sources: cli.EnvVars("SLUICE_CHECK_PEEK")},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "give up after this long", Sources: cli.EnvVars("SLUICE_CHECK_TIMEOUT")},
+			&cli.StringFlag{Name: "tls-ca", Usage: "for an https:// --server: trust the CAs in this PEM `FILE` (default: the system's)", Sources: cli.EnvVars("SLUICE_CHECK_TLS_CA")},
+			&cli.StringFlag{Name: "tls-cert", Usage: "for a server that requires client certificates: present the certificate in this PEM `FILE`; with --tls-key", Sources: cli.EnvVars("SLUICE_CHECK_TLS_CERT")},
+			&cli.StringFlag{Name: "tls-key", Usage: "the private key of --tls-cert, a PEM `FILE`", Sources: cli.EnvVars("SLUICE_CHECK_TLS_KEY")},
 		},
 		// A descriptor's entries are separated by commas, so several descriptors in one
 		// value (the environment variable) are separated by semicolons.
@@ -80,7 +86,11 @@ func check(ctx context.Context, c *cli.Command) error {
 		return cli.Exit(fmt.Sprintf("--server: %v", err), exitUsage)
 	}
 	hr.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(hr)
+	client, err := checkClient(c)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(hr)
 	if err != nil {
 		return err
 	}
@@ -106,4 +116,36 @@ func check(ctx context.Context, c *cli.Command) error {
 		return cli.Exit("", exitDenied)
 	}
 	return nil
+}
+
+// checkClient returns the HTTP client the TLS flags ask for.
+func checkClient(c *cli.Command) (*http.Client, error) {
+	ca, cert, key := c.String("tls-ca"), c.String("tls-cert"), c.String("tls-key")
+	if ca == "" && cert == "" && key == "" {
+		return http.DefaultClient, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if ca != "" {
+		b, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, cli.Exit(fmt.Sprintf("--tls-ca: %v", err), exitUsage)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(b) {
+			return nil, cli.Exit(fmt.Sprintf("--tls-ca %s: no PEM certificate in it", ca), exitUsage)
+		}
+	}
+	if cert != "" || key != "" {
+		if cert == "" || key == "" {
+			return nil, cli.Exit("--tls-cert and --tls-key go together", exitUsage)
+		}
+		kp, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, cli.Exit(fmt.Sprintf("--tls-cert %s, --tls-key %s: %v", cert, key, err), exitUsage)
+		}
+		cfg.Certificates = []tls.Certificate{kp}
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = cfg
+	return &http.Client{Transport: t}, nil
 }

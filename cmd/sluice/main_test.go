@@ -63,9 +63,10 @@ func TestHelpAndVersion(t *testing.T) {
 	}{
 		{[]string{"--help"}, []string{"serve", "proxy", "check", "simulate", "version"}},
 		{[]string{"serve", "--help"}, []string{"--http", "$SLUICE_HTTP_ADDR", "--grpc", "$SLUICE_GRPC_ADDR", "--config", "$SLUICE_CONFIG",
-			"--redis", "$SLUICE_REDIS_URL", "--failure-mode", "$SLUICE_FAILURE_MODE", "--shadow-mode", "--admin-token-file"}},
-		{[]string{"proxy", "--help"}, []string{"--upstream", "$SLUICE_UPSTREAM", "--listen", "$SLUICE_PROXY_ADDR", "--config"}},
-		{[]string{"check", "--help"}, []string{"--server", "$SLUICE_SERVER", "--policy", "--descriptor", "--peek"}},
+			"--redis", "$SLUICE_REDIS_URL", "--failure-mode", "$SLUICE_FAILURE_MODE", "--shadow-mode", "--admin-token-file",
+			"--tls-cert", "$SLUICE_TLS_CERT", "--tls-key", "--tls-client-ca"}},
+		{[]string{"proxy", "--help"}, []string{"--upstream", "$SLUICE_UPSTREAM", "--listen", "$SLUICE_PROXY_ADDR", "--config", "--tls-cert"}},
+		{[]string{"check", "--help"}, []string{"--server", "$SLUICE_SERVER", "--policy", "--descriptor", "--peek", "--tls-ca", "$SLUICE_CHECK_TLS_CA"}},
 		{[]string{"simulate", "--help"}, []string{"-pattern", "-algorithms"}},
 		{[]string{"version"}, []string{"sluice ", "go1."}},
 	} {

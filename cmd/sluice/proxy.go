@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,6 +24,7 @@ func proxyCommand() *cli.Command {
 		&cli.BoolFlag{Name: "legacy-headers", Usage: "also send X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset", Sources: cli.EnvVars("SLUICE_LEGACY_HEADERS")},
 		&cli.DurationFlag{Name: "shutdown-timeout", Value: server.DefaultShutdownTimeout, Usage: "on SIGTERM or SIGINT, how long to wait for requests in flight", Sources: cli.EnvVars("SLUICE_SHUTDOWN_TIMEOUT")},
 	}
+	flags = append(flags, listenTLSFlags()...)
 	flags = append(flags, commonFlags()...)
 	flags = append(flags, logFlags()...)
 	return &cli.Command{
@@ -33,7 +35,10 @@ func proxyCommand() *cli.Command {
 			"--upstream. Responses carry the RateLimit-Policy and RateLimit headers; a denied\n" +
 			"request gets 429 with Retry-After and an application/problem+json body, and 503 when\n" +
 			"the store is down and the policy fails closed. Envoy domains in the configuration are\n" +
-			"ignored here. The configuration is reloaded as by serve.",
+			"ignored here. The configuration is reloaded as by serve.\n\n" +
+			"With --tls-cert and --tls-key the proxy's listener speaks TLS (HTTP/2 and HTTP/1.1),\n" +
+			"and with --tls-client-ca it requires client certificates; --admin stays plain HTTP\n" +
+			"(keep it on a private address).",
 		Flags: flags,
 		Action: func(ctx context.Context, c *cli.Command) error {
 			return proxy(ctx, c)
@@ -52,6 +57,10 @@ func proxy(ctx context.Context, c *cli.Command) error {
 	up, err := url.Parse(c.String("upstream"))
 	if err != nil || up.Scheme == "" || up.Host == "" {
 		return cli.Exit("--upstream must be an absolute URL such as http://localhost:3000", exitUsage)
+	}
+	tlsCfg, err := readTLSFlags(c, log)
+	if err != nil {
+		return err
 	}
 	sf, w, reg, st, err := startStore(c, log, true)
 	if err != nil {
@@ -76,6 +85,10 @@ func proxy(ctx context.Context, c *cli.Command) error {
 	}
 	if proxyListenHook != nil {
 		proxyListenHook(ln.Addr())
+	}
+	if tlsCfg != nil {
+		tlsCfg.NextProtos = []string{"h2", "http/1.1"}
+		ln = tls.NewListener(ln, tlsCfg)
 	}
 	hs := &http.Server{
 		Handler:           p,
@@ -108,7 +121,7 @@ func proxy(ctx context.Context, c *cli.Command) error {
 	defer reloadOnSIGHUP(ctx, w, log)()
 
 	log.Info("sluice proxy starting", slog.String("version", version()), slog.String("listen", ln.Addr().String()),
-		slog.String("upstream", up.Redacted()), slog.String("store", st.kind), slog.String("config", describeConfig(w)))
+		slog.Bool("tls", tlsCfg != nil), slog.String("upstream", up.Redacted()), slog.String("store", st.kind), slog.String("config", describeConfig(w)))
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {

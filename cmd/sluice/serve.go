@@ -33,6 +33,7 @@ func serveCommand() *cli.Command {
 		&cli.StringFlag{Name: "http", Value: ":8080", Usage: "listen `ADDR`ess of the HTTP API (/v1/check, /v1/peek, /v1/reset, /v1/config, /healthz, /readyz, /metrics); empty disables it", Sources: cli.EnvVars("SLUICE_HTTP_ADDR")},
 		&cli.StringFlag{Name: "grpc", Value: ":8081", Usage: "listen `ADDR`ess of Envoy's rate limit service (envoy.service.ratelimit.v3) and gRPC health; empty disables it", Sources: cli.EnvVars("SLUICE_GRPC_ADDR")},
 	}
+	flags = append(flags, listenTLSFlags()...)
 	flags = append(flags, commonFlags()...)
 	flags = append(flags,
 		&cli.BoolFlag{Name: "shadow-mode", Usage: "answer every request as allowed while still deciding, counting and reporting limits (the reference implementation's SHADOW_MODE)", Sources: cli.EnvVars("SLUICE_SHADOW_MODE")},
@@ -53,6 +54,9 @@ func serveCommand() *cli.Command {
 			"rejected, logged and counted (sluice_config_reload_rejected_total), and the previous\n" +
 			"one stays in force. SIGTERM or SIGINT stops accepting connections, finishes the\n" +
 			"requests in flight and closes the store.\n\n" +
+			"With --tls-cert and --tls-key both listeners speak TLS (HTTPS and gRPC over TLS),\n" +
+			"and with --tls-client-ca they require client certificates (mutual TLS), health and\n" +
+			"metrics endpoints included.\n\n" +
 			"Try it:\n" +
 			"  curl -i -d '{\"policy\":\"demo\",\"key\":\"203.0.113.7\"}' localhost:8080/v1/check",
 		Flags: flags,
@@ -67,6 +71,10 @@ var listenHook func(httpAddr, grpcAddr net.Addr)
 
 func serve(ctx context.Context, c *cli.Command) error {
 	log, err := newLogger(c, c.Root().ErrWriter)
+	if err != nil {
+		return err
+	}
+	tlsCfg, err := readTLSFlags(c, log)
 	if err != nil {
 		return err
 	}
@@ -100,6 +108,7 @@ func serve(ctx context.Context, c *cli.Command) error {
 		Registry:        reg,
 		Logger:          log,
 		ShutdownTimeout: c.Duration("shutdown-timeout"),
+		TLS:             tlsCfg,
 	}
 	if f := c.String("admin-token-file"); f != "" {
 		opts.AdminToken = config.Admin{TokenFile: f}.Token
