@@ -56,13 +56,15 @@
 // # Performance
 //
 // bench/README.md has the measurements and the commands. On one redis-server on a 2-vCPU
-// machine, with 64 goroutines deciding on 100k keys, the store made 2.6–6.5× the
+// machine, with 64 goroutines deciding on 100k keys, the store made 2.7–6.5× the
 // decisions/s of go-redis/redis_rate (GCRA, TokenBucket, FixedWindow: 105–225k/s, about 26
-// decisions per script call; GCRA 4.4–5.5× in all six rounds of the latest two runs; the
-// ratio moves with the VM from run to run), at 3.0–4.9 µs of Redis time per GCRA decision
-// against redis_rate's 6.4–14.1; with 2 goroutines every
-// decision goes out at once and latency is the round trip's (0.6–0.95× redis_rate's
-// decisions/s there: a decision passes through a batch goroutine, see Store.submit).
+// decisions per script call; GCRA 4.4–5.5× in one phase of the VM, 2.7–4.3× in another,
+// where redis_rate's script ran faster: the ratio moves with the VM from run to run), at
+// 3.0–4.9 µs of Redis time per GCRA decision against redis_rate's 6.4–14.1. With 2
+// goroutines every decision goes out at once and latency is the round trip's (0.6–0.95×
+// redis_rate's decisions/s there: a decision passes through a batch goroutine, see
+// Store.submit, and a script call's fixed cost in Redis, about 62k instructions, is
+// larger than redis_rate's).
 // WithBatchSize and WithConcurrency tune the coalescing. A decision allocates nothing on
 // the client at 64 goroutines: each call is built in buffers the batch reuses once the call
 // has been answered.
