@@ -138,3 +138,64 @@ func TestScriptFor(t *testing.T) {
 		}
 	}
 }
+
+// TestWithoutUnused: a script keeps the top-level functions something outside their own
+// definition uses (directly or through another kept one), and loses the others with the
+// comment lines right above them.
+func TestWithoutUnused(t *testing.T) {
+	src := `-- header
+local x = 1
+
+-- helper used by used_helper only
+local function inner(a)
+  return a + x
+end
+
+-- used by the entry point
+local function used_helper(a)
+  return inner(a) * 2
+end
+
+-- recursive, but nothing else calls it
+local function lonely(n)
+  if n == 0 then return 0 end
+  return lonely(n - 1)
+end
+
+-- only an unused function calls it
+local function orphan_dep(a)
+  return a
+end
+
+local function unused(a)
+  -- mentions used_helper and inner in a comment only
+  return orphan_dep(a)
+end
+
+-- the entry point mentions unused only in a comment
+return used_helper(x)
+`
+	got := withoutUnused(src)
+	for _, keep := range []string{"local function inner(", "local function used_helper(", "-- helper used by used_helper only", "-- header", "return used_helper(x)"} {
+		if !strings.Contains(got, keep) {
+			t.Errorf("lost %q:\n%s", keep, got)
+		}
+	}
+	for _, drop := range []string{"lonely", "orphan_dep", "local function unused", "-- only an unused function calls it"} {
+		if strings.Contains(got, drop) {
+			t.Errorf("kept %q:\n%s", drop, got)
+		}
+	}
+	if strings.Contains(got, "\n\n\n") {
+		t.Errorf("left a run of blank lines:\n%s", got)
+	}
+
+	// The one-algorithm scripts lose the helpers their algorithm does not use; the
+	// differential tests (diff_test.go) run every script against the Go algorithms.
+	if strings.Contains(decideScripts[sluice.GCRA].body, "local function muldivrem(") {
+		t.Error("the GCRA script still defines muldivrem, which only the window algorithms use")
+	}
+	if !strings.Contains(decideScripts[sluice.SlidingWindow].body, "local function muldivrem(") {
+		t.Error("the SlidingWindow script lost muldivrem, which it uses")
+	}
+}
