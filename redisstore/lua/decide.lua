@@ -42,6 +42,7 @@ end
 
 local reqs, groups = ARGV[3], ARGV[4]
 track = ARGV[5] == '1'
+if track then written = {} end
 -- state is the value request i decides on: what an earlier request in this call wrote
 -- to its key, else what MGET read.
 local function state(i, key)

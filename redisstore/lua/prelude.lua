@@ -165,19 +165,22 @@ end
 local run = {}
 
 -- written[key] is the value this call last wrote to key (false: deleted), so that two
--- requests on one key in one call see each other's spending. A caller that knows its
--- keys are distinct sets track to false (decide.lua), and nothing is recorded.
-local written = {}
-local track = true
+-- requests on one key in one call see each other's spending. It is kept only when track
+-- is set: decide.lua sets it when a key repeats among KEYS, and makes the table then (a
+-- table per call costs Redis its allocation and collection).
+local written
+local track = false
 
--- ttls[ms] is ms formatted for a command argument: requests on fresh keys of one limit,
--- and every TTL raised to the minimum, share a TTL, so most calls format few.
-local ttls = {}
+-- lastttl is the TTL (ms) put formatted last, and lastarg that text: requests on fresh
+-- keys of one limit, and every TTL raised to the minimum, share a TTL, so most calls
+-- format few. (One remembered value, not a table of them: a table per call costs more
+-- than it saves in a call of one decision.)
+local lastttl, lastarg = -1, ''
 
 -- put stores a key's new state val, which becomes equivalent to empty at exp
 -- (algo.ExpiresAt): PSETEX with a TTL of ttlms(exp - now), or DEL when that is not
 -- positive. (PSETEX rather than SET ... PX: one argument fewer to convert and no options
--- to parse; with the TTL memo above, 1,660 fewer Redis instructions per decision, of
+-- to parse; with a TTL memo, 1,660 fewer Redis instructions per decision, of
 -- 31,800, counted by bench/cmd/rediscost.)
 -- With a minimum TTL, a state equivalent to empty is kept for that long (as package
 -- memory keeps it until its sweep): a clock that steps back then still sees it.
@@ -186,12 +189,10 @@ local function put(key, val, exp)
   local ttl = floor((exp - now + 999) / 1000)
   if ttl < minttl then ttl = minttl end
   if ttl > 0 then
-    local arg = ttls[ttl]
-    if not arg then
-      arg = sformat('%d', ttl)
-      ttls[ttl] = arg
+    if ttl ~= lastttl then
+      lastttl, lastarg = ttl, sformat('%d', ttl)
     end
-    redis.call('PSETEX', key, arg, val)
+    redis.call('PSETEX', key, lastarg, val)
     if track then written[key] = val end
   else
     redis.call('DEL', key)
