@@ -63,7 +63,7 @@
 // 3.0–4.9 µs of Redis time per GCRA decision against redis_rate's 6.4–14.1. With 2
 // goroutines every decision goes out at once and latency is the round trip's (0.6–0.95×
 // redis_rate's decisions/s there: a decision passes through a batch goroutine, see
-// Store.submit, and a script call's fixed cost in Redis, about 62k instructions, is
+// Store.submit, and a script call's fixed cost in Redis, about 54k instructions, is
 // larger than redis_rate's).
 // WithBatchSize and WithConcurrency tune the coalescing. A decision allocates nothing on
 // the client at 64 goroutines: each call is built in buffers the batch reuses once the call
