@@ -12,6 +12,10 @@
 //
 // With no arguments at all, `go run ./cmd/sluice serve` starts a useful service on a
 // fresh machine: the in-memory store and the built-in example configuration.
+//
+// serve and proxy speak TLS with --tls-cert and --tls-key (re-read when the files change,
+// so a rotated certificate needs no restart) and require client certificates with
+// --tls-client-ca; check reaches such a server with --tls-ca, --tls-cert and --tls-key.
 package main
 
 import (
