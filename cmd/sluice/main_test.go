@@ -278,22 +278,7 @@ func TestProxyCommand(t *testing.T) {
 	defer up.Close()
 	cfg := filepath.Join(t.TempDir(), "p.yaml")
 	os.WriteFile(cfg, []byte("policies:\n  - {name: per-ip, key: ip, algorithm: fixed_window, rate: 2, period: hour}\n"), 0o644)
-	addrs := make(chan net.Addr, 1)
-	proxyListenHook = func(a net.Addr) { addrs <- a }
-	defer func() { proxyListenHook = nil }()
-	ctx, cancel := context.WithCancel(context.Background())
-	var errb syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"sluice", "proxy", "--upstream", up.URL, "--listen", "127.0.0.1:0", "--config", cfg}, io.Discard, &errb)
-	}()
-	var base string
-	select {
-	case a := <-addrs:
-		base = "http://" + a.String()
-	case code := <-done:
-		t.Fatalf("proxy exited %d: %s", code, errb.String())
-	}
+	base := "http://" + startedProxy(t, "--upstream", up.URL, "--listen", "127.0.0.1:0", "--config", cfg)
 	for i, want := range []int{200, 200, 429} {
 		rp, err := http.Get(base + "/x")
 		if err != nil {
@@ -320,10 +305,33 @@ func TestProxyCommand(t *testing.T) {
 			}
 		}
 	}
-	cancel()
-	if code := <-done; code != 0 {
+}
+
+// startedProxy runs `sluice proxy args...` in-process until the test ends, when it must
+// exit 0, and returns the address it listens on.
+func startedProxy(t *testing.T, args ...string) string {
+	t.Helper()
+	addrs := make(chan net.Addr, 1)
+	proxyListenHook = func(a net.Addr) { addrs <- a }
+	t.Cleanup(func() { proxyListenHook = nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	var errb syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, append([]string{"sluice", "proxy"}, args...), io.Discard, &errb) }()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("proxy exited %d: %s", code, errb.String())
+		}
+	})
+	select {
+	case a := <-addrs:
+		return a.String()
+	case code := <-done:
+		done <- code // for the cleanup
 		t.Fatalf("proxy exited %d: %s", code, errb.String())
 	}
+	return ""
 }
 
 // TestBinarySignals builds the sluice binary and runs it as an operator would: it reloads

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -173,25 +172,10 @@ func TestProxyTLS(t *testing.T) {
 	f := newTLSFixture(t)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "upstream") }))
 	defer up.Close()
-	addrs := make(chan net.Addr, 1)
-	proxyListenHook = func(a net.Addr) { addrs <- a }
-	defer func() { proxyListenHook = nil }()
-	ctx, cancel := context.WithCancel(context.Background())
-	var errb syncBuffer
-	done := make(chan int, 1)
 	cfg := filepath.Join(f.dir, "p.yaml")
 	os.WriteFile(cfg, []byte("policies:\n  - {name: per-ip, key: ip, algorithm: fixed_window, rate: 5, period: hour}\n"), 0o644)
-	go func() {
-		done <- run(ctx, []string{"sluice", "proxy", "--upstream", up.URL, "--listen", "127.0.0.1:0", "--config", cfg,
-			"--tls-cert", f.certFile, "--tls-key", f.keyFile}, io.Discard, &errb)
-	}()
-	var base string
-	select {
-	case a := <-addrs:
-		base = "https://" + a.String()
-	case code := <-done:
-		t.Fatalf("proxy exited %d: %s", code, errb.String())
-	}
+	base := "https://" + startedProxy(t, "--upstream", up.URL, "--listen", "127.0.0.1:0", "--config", cfg,
+		"--tls-cert", f.certFile, "--tls-key", f.keyFile)
 	resp, err := f.httpsClient().Get(base + "/x")
 	if err != nil {
 		t.Fatalf("HTTPS through the proxy: %v", err)
@@ -200,10 +184,6 @@ func TestProxyTLS(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || string(b) != "upstream" || resp.Header.Get("RateLimit-Policy") == "" || resp.ProtoMajor != 2 {
 		t.Fatalf("HTTPS through the proxy: %s %s %q, RateLimit-Policy %q", resp.Proto, resp.Status, b, resp.Header.Get("RateLimit-Policy"))
-	}
-	cancel()
-	if code := <-done; code != 0 {
-		t.Fatalf("proxy exited %d: %s", code, errb.String())
 	}
 }
 
