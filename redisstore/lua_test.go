@@ -190,6 +190,18 @@ return used_helper(x)
 		t.Errorf("left a run of blank lines:\n%s", got)
 	}
 
+	// withoutUnused reads "--" as a comment wherever it is: no string in the scripts
+	// may hold one, or a name after it would be missed and its function dropped.
+	files, _ := luaFiles.ReadDir("lua")
+	for _, f := range files {
+		src, _ := luaFiles.ReadFile("lua/" + f.Name())
+		for n, line := range strings.Split(string(src), "\n") {
+			if i := strings.Index(line, "--"); i >= 0 && (strings.Count(line[:i], "'")%2 == 1 || strings.Count(line[:i], `"`)%2 == 1) {
+				t.Errorf("%s:%d: a string holds \"--\", which withoutUnused would take for a comment", f.Name(), n+1)
+			}
+		}
+	}
+
 	// The one-algorithm scripts lose the helpers their algorithm does not use; the
 	// differential tests (diff_test.go) run every script against the Go algorithms.
 	if strings.Contains(decideScripts[sluice.GCRA].body, "local function muldivrem(") {
