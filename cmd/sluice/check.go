@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
@@ -126,22 +124,19 @@ func checkClient(c *cli.Command) (*http.Client, error) {
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if ca != "" {
-		b, err := os.ReadFile(ca)
+		pool, err := loadCAs("--tls-ca", ca)
 		if err != nil {
-			return nil, cli.Exit(fmt.Sprintf("--tls-ca: %v", err), exitUsage)
+			return nil, cli.Exit(err.Error(), exitUsage)
 		}
-		cfg.RootCAs = x509.NewCertPool()
-		if !cfg.RootCAs.AppendCertsFromPEM(b) {
-			return nil, cli.Exit(fmt.Sprintf("--tls-ca %s: no PEM certificate in it", ca), exitUsage)
-		}
+		cfg.RootCAs = pool
 	}
 	if cert != "" || key != "" {
 		if cert == "" || key == "" {
 			return nil, cli.Exit("--tls-cert and --tls-key go together", exitUsage)
 		}
-		kp, err := tls.LoadX509KeyPair(cert, key)
+		kp, err := loadKeyPair(cert, key)
 		if err != nil {
-			return nil, cli.Exit(fmt.Sprintf("--tls-cert %s, --tls-key %s: %v", cert, key, err), exitUsage)
+			return nil, cli.Exit(err.Error(), exitUsage)
 		}
 		cfg.Certificates = []tls.Certificate{kp}
 	}

@@ -132,21 +132,38 @@ func (f *tlsFiles) look() string {
 
 // load reads the files; stamp is what they looked like just before.
 func (f *tlsFiles) load(stamp string) error {
-	cert, err := tls.LoadX509KeyPair(f.certFile, f.keyFile)
+	cert, err := loadKeyPair(f.certFile, f.keyFile)
 	if err != nil {
-		return fmt.Errorf("--tls-cert %s, --tls-key %s: %w", f.certFile, f.keyFile, err)
+		return err
 	}
 	var pool *x509.CertPool
 	if f.caFile != "" {
-		b, err := os.ReadFile(f.caFile)
-		if err != nil {
-			return fmt.Errorf("--tls-client-ca: %w", err)
-		}
-		pool = x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(b) {
-			return fmt.Errorf("--tls-client-ca %s: no PEM certificate in it", f.caFile)
+		if pool, err = loadCAs("--tls-client-ca", f.caFile); err != nil {
+			return err
 		}
 	}
 	f.cert, f.pool, f.stamp = &cert, pool, stamp
 	return nil
+}
+
+// loadKeyPair reads the certificate (chain) and key that --tls-cert and --tls-key name.
+func loadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
+	c, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return c, fmt.Errorf("--tls-cert %s, --tls-key %s: %w", certFile, keyFile, err)
+	}
+	return c, nil
+}
+
+// loadCAs reads the PEM file of CA certificates that flag names.
+func loadCAs(flag, file string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s %s: no PEM certificate in it", flag, file)
+	}
+	return pool, nil
 }
