@@ -259,9 +259,13 @@ const (
 	PathClosed
 	// PathLocal: the store failed and an in-process limiter with a share of the limit decided.
 	PathLocal
+	// PathCache: the store denied the same key, limit and cost earlier, and a cache of
+	// denials (package denycache) answered from that denial, which still held, without
+	// asking the store again.
+	PathCache
 )
 
-var pathNames = [...]string{"store", "open", "closed", "local"}
+var pathNames = [...]string{"store", "open", "closed", "local", "cache"}
 
 func (p Path) String() string {
 	if int(p) < len(pathNames) {
@@ -285,7 +289,8 @@ type Decision struct {
 	// RetryAfter is the time until the same cost would be allowed, if nothing else is spent
 	// meanwhile. It is 0 when Allowed (and for a cost that would pass now), never negative.
 	RetryAfter time.Duration
-	// Path says whether the store decided or a failure mode did.
+	// Path says how the decision was reached: by the store, by a failure mode, or from a
+	// denial the store made earlier (PathCache).
 	Path Path
 }
 

@@ -69,3 +69,14 @@ func TestMaxCost(t *testing.T) {
 		t.Fatalf("windows ignore burst: %d", got)
 	}
 }
+
+func TestPathString(t *testing.T) {
+	for p, want := range map[Path]string{
+		PathStore: "store", PathOpen: "open", PathClosed: "closed",
+		PathLocal: "local", PathCache: "cache", PathCache + 1: "path(5)",
+	} {
+		if got := p.String(); got != want {
+			t.Errorf("Path(%d).String() = %q, want %q", uint8(p), got, want)
+		}
+	}
+}

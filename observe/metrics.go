@@ -21,13 +21,15 @@ import (
 // Series (with the default namespace "sluice"):
 //
 //	sluice_decisions_total{policy,result,path}   decisions; result is allowed, denied or
-//	                                             error; path is store, open, closed or local
+//	                                             error; path is store, open, closed, local
+//	                                             or cache (a denycache.Cache answered)
 //	sluice_fallback_decisions_total{policy,mode,result}
 //	                                             decisions made by a failure mode (open,
 //	                                             closed, local) instead of the store
 //	sluice_store_latency_seconds{policy}         time waiting for the store, for decisions
 //	                                             that called it (including those cut at the
-//	                                             deadline)
+//	                                             deadline; not those a denycache.Cache
+//	                                             answered)
 //	sluice_store_errors_total{kind}              store failures by failover.Kind (timeout,
 //	                                             refused, oom, busy, breaker_open, ...)
 //	sluice_breaker_state{state}                  1 for the circuit breaker's current state
@@ -127,7 +129,7 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, err
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: c.namespace, Name: "decisions_total",
-			Help: "Rate limit decisions by policy, result (allowed, denied, error) and path (store, open, closed, local).",
+			Help: "Rate limit decisions by policy, result (allowed, denied, error) and path (store, open, closed, local, cache).",
 		}, []string{"policy", "result", "path"}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: c.namespace, Name: "fallback_decisions_total",
@@ -271,8 +273,13 @@ const (
 
 var resultNames = [numResults]string{"allowed", "denied", "error"}
 
-// numPaths is the number of sluice.Path values (store, open, closed, local).
-const numPaths = int(sluice.PathLocal) + 1
+// numPaths is the number of sluice.Path values (store, open, closed, local, cache).
+const numPaths = int(sluice.PathCache) + 1
+
+// failedOver reports whether a failure mode decided: the store failed.
+func failedOver(p sluice.Path) bool {
+	return p == sluice.PathOpen || p == sluice.PathClosed || p == sluice.PathLocal
+}
 
 // policyMetrics are one policy's per-decision series, each made on first use (so that
 // no series appears before it has counted something).
@@ -314,7 +321,7 @@ func (m *Metrics) record(policy string, d sluice.Decision, err error, kind failo
 	}
 	p := m.policy(policy)
 	m.decision(p, policy, result, d.Path).Inc()
-	if d.Path != sluice.PathStore {
+	if failedOver(d.Path) {
 		m.fallbacks.WithLabelValues(policy, d.Path.String(), resultNames[result]).Inc()
 	}
 	if called {

@@ -266,6 +266,9 @@ func (l *Limiter) observe(ctx context.Context, rep *failover.Report, elapsed tim
 			called = false
 		}
 	}
+	if d.Path == sluice.PathCache && err == nil {
+		called = false // answered by a denycache.Cache: no store was waited for
+	}
 	if cause == nil {
 		cause = err
 	}
@@ -280,7 +283,7 @@ func (l *Limiter) observe(ctx context.Context, rep *failover.Report, elapsed tim
 	}
 
 	level := slog.LevelInfo
-	if err != nil || d.Path != sluice.PathStore || cause != nil {
+	if err != nil || failedOver(d.Path) || cause != nil {
 		level = slog.LevelWarn
 	} else if d.Allowed && !l.sample() {
 		return
@@ -316,7 +319,7 @@ func (l *Limiter) observe(ctx context.Context, rep *failover.Report, elapsed tim
 		slog.Duration("reset_after", d.ResetAfter),
 		slog.String("path", d.Path.String()),
 	)
-	if d.Path != sluice.PathStore || rep.Fallback.Mode != failover.Unset {
+	if failedOver(d.Path) || rep.Fallback.Mode != failover.Unset {
 		attrs = append(attrs, slog.String("mode", rep.Fallback.Mode.String()))
 		if rep.Fallback.Mode == failover.FailLocal {
 			attrs = append(attrs, slog.Float64("share", rep.Fallback.Share))

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/denycache"
 	"github.com/sluicehq/sluice/failover"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
@@ -466,4 +467,93 @@ func TestAllowMultiLogsEachRequest(t *testing.T) {
 	if _, err := New(leakyStore{store}).AllowMulti(context.Background(), reqs); !errors.Is(err, sluice.ErrNotAtomic) {
 		t.Errorf("AllowMulti over a plain Limiter: %v, want ErrNotAtomic", err)
 	}
+}
+
+// TestCachedDenials: observe(failover(denycache(redisstore))), the chain sluice serve
+// builds for Redis. A denial the cache answers is logged and counted as a denial on path
+// "cache", at Info like the store's, without a store latency or a failure mode, and Redis
+// never sees it.
+func TestCachedDenials(t *testing.T) {
+	srv := redistest.Start(t)
+	store, err := redisstore.Open(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	fo := failover.New(denycache.New(store), failover.WithDeadline(time.Second))
+	defer fo.Close()
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	logger, buf := newLogger()
+	lim := New(fo, WithMetrics(m), WithLogger(logger), WithSampling(0))
+	ctx := WithPolicy(context.Background(), "api")
+	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 3, Period: time.Hour}
+	for i := range 3 {
+		if d, err := lim.AllowN(ctx, rawKey, limit, 1); err != nil || !d.Allowed {
+			t.Fatalf("request %d: %+v, %v", i, d, err)
+		}
+	}
+	if d, err := lim.AllowN(ctx, rawKey, limit, 1); err != nil || d.Allowed || d.Path != sluice.PathStore {
+		t.Fatalf("the first denial: %+v, %v", d, err)
+	}
+	calls, _ := srv.ScriptStats()
+	for range 10 {
+		if d, err := lim.AllowN(ctx, rawKey, limit, 1); err != nil || d.Allowed || d.Path != sluice.PathCache || d.RetryAfter <= 0 {
+			t.Fatalf("a repeated denial: %+v, %v", d, err)
+		}
+	}
+	if got, _ := srv.ScriptStats(); got != calls {
+		t.Errorf("Redis ran %d scripts for 10 cached denials", got-calls)
+	}
+
+	val := func(name string, labels map[string]string) float64 { return metricValue(t, reg, name, labels) }
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"sluice_decisions_total", map[string]string{"policy": "api", "result": "allowed", "path": "store"}, 3},
+		{"sluice_decisions_total", map[string]string{"policy": "api", "result": "denied", "path": "store"}, 1},
+		{"sluice_decisions_total", map[string]string{"policy": "api", "result": "denied", "path": "cache"}, 10},
+		{"sluice_store_latency_seconds", map[string]string{"policy": "api"}, 4},
+	} {
+		if got := val(c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	if strings.Contains(gatherText(t, reg), "sluice_fallback_decisions_total") {
+		t.Error("cached denials counted as fallback decisions")
+	}
+
+	evs := buf.events(t)
+	if len(evs) != 11 {
+		t.Fatalf("%d events, want the 11 denials:\n%s", len(evs), buf.String())
+	}
+	ev := evs[len(evs)-1]
+	if ev["level"] != "INFO" || ev["path"] != "cache" || ev["allowed"] != false || ev["key"] != HashKey(rawKey) {
+		t.Errorf("cached denial logged as %v", ev)
+	}
+	for _, k := range []string{"store_latency", "mode", "error"} {
+		if _, ok := ev[k]; ok {
+			t.Errorf("unexpected %s=%v in a cached denial's log", k, ev[k])
+		}
+	}
+}
+
+// gatherText returns the names of every metric family reg holds.
+func gatherText(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, mf := range mfs {
+		b.WriteString(mf.GetName() + "\n")
+	}
+	return b.String()
 }

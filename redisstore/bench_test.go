@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -111,29 +110,7 @@ func runBench(b *testing.B, srv *redistest.Server, g int, decide func(context.Co
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
 	b.ReportMetric(pct(0.5), "p50-µs")
 	b.ReportMetric(pct(0.99), "p99-µs")
-	calls, usec := scriptStats(b, srv)
+	calls, usec := srv.ScriptStats()
 	b.ReportMetric(usec/float64(b.N), "srv-µs/decision")
 	b.ReportMetric(float64(b.N)/float64(max(calls, 1)), "decisions/call")
-}
-
-// scriptStats sums calls and usec of the script commands in INFO commandstats.
-func scriptStats(tb testing.TB, srv *redistest.Server) (calls int64, usec float64) {
-	for _, line := range strings.Split(srv.MustDo("INFO", "commandstats"), "\n") {
-		name, fields, _ := strings.Cut(strings.TrimSpace(line), ":")
-		if !strings.HasPrefix(name, "cmdstat_eval") {
-			continue
-		}
-		for _, kv := range strings.Split(fields, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			switch k {
-			case "calls":
-				n, _ := strconv.ParseInt(v, 10, 64)
-				calls += n
-			case "usec":
-				f, _ := strconv.ParseFloat(v, 64)
-				usec += f
-			}
-		}
-	}
-	return calls, usec
 }

@@ -251,7 +251,7 @@ func TestClusterUnderLoad(t *testing.T) {
 	}
 	// Coalescing per slot: the node holding the shared slot got far fewer script calls
 	// than decisions (ten of its identities share one slot, so their decisions share calls).
-	if calls, _ := scriptStats(t, owner); calls*2 > sentToOwner.Load() {
+	if calls, _ := owner.ScriptStats(); calls*2 > sentToOwner.Load() {
 		t.Errorf("the shared slot's node ran %d script calls for %d decisions: not coalesced", calls, sentToOwner.Load())
 	}
 	// 64 goroutines × 80 attempts over 60 (identity, limit) pairs: 85 attempts each.

@@ -272,7 +272,7 @@ func TestExtraCallsWaitForEnoughDecisions(t *testing.T) {
 		}
 		srv.Resume()
 		wg.Wait()
-		if calls, _ := scriptStats(t, srv); calls != tc.calls {
+		if calls, _ := srv.ScriptStats(); calls != tc.calls {
 			t.Errorf("%d decisions made %d script calls, want %d", tc.decisions, calls, tc.calls)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/denycache"
 	"github.com/sluicehq/sluice/server"
 )
 
@@ -24,6 +25,8 @@ func commonFlags() []cli.Flag {
 		&cli.StringFlag{Name: "failure-mode", Usage: "what to do when Redis cannot decide: open (allow), closed (deny: HTTP 503, Envoy OVER_LIMIT) or local (decide in-process with a share of each limit). Overrides the configuration's store.failure_mode; a policy that names its own mode keeps it", Sources: cli.EnvVars("SLUICE_FAILURE_MODE")},
 		&cli.DurationFlag{Name: "deadline", Usage: "the longest a decision waits for Redis before the failure mode decides (0: the configuration's store.deadline, else 5ms)", Sources: cli.EnvVars("SLUICE_DEADLINE")},
 		&cli.Int64Flag{Name: "max-keys", Usage: "in-memory store: the most keys kept (0: unbounded; idle keys are always swept)", Sources: cli.EnvVars("SLUICE_MAX_KEYS")},
+		&cli.Int64Flag{Name: "deny-cache-bytes", Value: denycache.DefaultMaxBytes, Usage: "Redis store: remember Redis's denials in up to this many bytes and answer repeats of them in-process while they certainly hold, so a client over its limit costs Redis nothing (see the denycache package; 0 disables)", Sources: cli.EnvVars("SLUICE_DENY_CACHE_BYTES")},
+		&cli.DurationFlag{Name: "deny-cache-max-age", Value: denycache.DefaultMaxAge, Usage: "the longest a remembered denial answers without asking Redis: how long a reset made through another replica can go unseen", Sources: cli.EnvVars("SLUICE_DENY_CACHE_MAX_AGE")},
 		&cli.FloatFlag{Name: "log-sampling", Value: -1, Usage: "the share of allowed decisions written to the decision log, in [0, 1] (denials and failures are always logged; -1: the observe package's default of 1%)", Sources: cli.EnvVars("SLUICE_LOG_SAMPLING")},
 	}
 }
@@ -185,6 +188,10 @@ func readStoreFlags(c *cli.Command) (storeFlags, error) {
 		deadline: c.Duration("deadline"),
 		maxKeys:  c.Int64("max-keys"),
 		sampling: c.Float("log-sampling"),
+		denyCache: denyCacheFlags{
+			maxBytes: c.Int64("deny-cache-bytes"),
+			maxAge:   c.Duration("deny-cache-max-age"),
+		},
 	}
 	if s := c.String("failure-mode"); s != "" {
 		m, err := config.ParseFailureMode(s)
@@ -195,6 +202,12 @@ func readStoreFlags(c *cli.Command) (storeFlags, error) {
 	}
 	if f.deadline < 0 {
 		return f, cli.Exit("--deadline must not be negative", exitUsage)
+	}
+	if f.denyCache.maxBytes < 0 {
+		return f, cli.Exit("--deny-cache-bytes must not be negative (0 disables the cache)", exitUsage)
+	}
+	if f.denyCache.maxAge <= 0 {
+		return f, cli.Exit("--deny-cache-max-age must be positive", exitUsage)
 	}
 	if f.sampling > 1 || (f.sampling < 0 && f.sampling != -1) {
 		return f, cli.Exit("--log-sampling must be in [0, 1], or -1 for the default", exitUsage)

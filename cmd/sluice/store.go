@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/denycache"
 	"github.com/sluicehq/sluice/failover"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/observe"
@@ -30,17 +31,28 @@ type storeFlags struct {
 	deadline    time.Duration
 	maxKeys     int64
 	sampling    float64
+	denyCache   denyCacheFlags
 	// fallback, when set, chooses the failure mode per decision (see
 	// server.PolicyFallback); serve sets it per request on the context instead.
 	fallback func(ctx context.Context, key string, limit sluice.Limit) failover.Fallback
 }
 
+// denyCacheFlags configure the denycache.Cache in front of Redis; maxBytes 0 leaves it
+// out.
+type denyCacheFlags struct {
+	maxBytes int64
+	maxAge   time.Duration
+}
+
 // store is the limiter chain a command decides with:
 //
-//	observe (decision log, metrics) -> failover (deadline, breaker, mode) -> redisstore
+//	observe (decision log, metrics) -> failover (deadline, breaker, mode) -> denycache -> redisstore
 //	observe -> memory
 //
-// The in-memory store cannot fail, so it gets no failover decorator.
+// The in-memory store cannot fail, so it gets no failover decorator, and answers as fast
+// as a cache of its denials would, so it gets none either. The deny cache sits below
+// failover so that the requests it answers never count against the store, and its
+// denials keep answering while Redis is down.
 type store struct {
 	sluice.Limiter
 	ready  func(context.Context) error
@@ -122,7 +134,16 @@ func openStore(cfg *config.Config, f storeFlags, log *slog.Logger, reg prometheu
 		if f.fallback != nil {
 			fopts = append(fopts, failover.WithFallbackFunc(f.fallback))
 		}
-		fl := failover.New(rs, fopts...)
+		var primary sluice.Limiter = rs
+		if dc := f.denyCache; dc.maxBytes > 0 {
+			c := denycache.New(rs, denycache.WithMaxBytes(dc.maxBytes), denycache.WithMaxAge(dc.maxAge))
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Namespace: "sluice", Name: "deny_cache_entries",
+				Help: "Denials of the Redis store held by the deny cache, which answers repeats of them in-process (decisions with path=\"cache\").",
+			}, func() float64 { return float64(c.Len()) }))
+			primary = c
+		}
+		fl := failover.New(primary, fopts...)
 		inner = fl
 		st.close = func() error { return errors.Join(fl.Close(), rs.Close()) }
 		st.ready = rs.Ping

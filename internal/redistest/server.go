@@ -293,6 +293,29 @@ func (s *Server) MustDo(args ...string) string {
 	return reply
 }
 
+// ScriptStats sums the calls and microseconds of the script commands (EVAL, EVALSHA and
+// their read-only forms) in INFO commandstats.
+func (s *Server) ScriptStats() (calls int64, usec float64) {
+	for _, line := range strings.Split(s.MustDo("INFO", "commandstats"), "\n") {
+		name, fields, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if !strings.HasPrefix(name, "cmdstat_eval") {
+			continue
+		}
+		for _, kv := range strings.Split(fields, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls":
+				n, _ := strconv.ParseInt(v, 10, 64)
+				calls += n
+			case "usec":
+				f, _ := strconv.ParseFloat(v, 64)
+				usec += f
+			}
+		}
+	}
+	return calls, usec
+}
+
 // CLI runs redis-cli against the server with the given arguments and returns its output.
 func (s *Server) CLI(args ...string) (string, error) {
 	return cli(s.tb, append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(s.port)}, args...)...)

@@ -1,0 +1,360 @@
+// Package denycache answers, in-process, requests that the store has just denied and would
+// deny again, so that a client hammering a key over its limit costs the store nothing: a
+// decorator around a sluice.Limiter (typically the Redis store), in the manner of
+// envoyproxy/ratelimit's local cache of over-limit keys.
+//
+//	lim := denycache.New(redis) // 8 MiB of denials, each remembered for at most 1s
+//	d, err := lim.AllowN(ctx, key, limit, 1)
+//
+// # Why a remembered denial is exact
+//
+// When the store denies n units of key under limit with RetryAfter r, the same request is
+// denied at every moment before r has passed: under all six algorithms a key's allowance
+// only grows with time (a bucket refills, a window ages out), spending by anyone only
+// lowers it, and r is the exact time at which it first suffices (internal/algo). Until
+// then the Cache answers a request for the same key, Limit and cost n itself, with the
+// decision the store would make if nothing else were spent: not allowed, RetryAfter and
+// ResetAfter those of the denial less the time since (rounded up to the µs), and Path
+// sluice.PathCache. Remaining is the store's figure at the denial: the key's state is not
+// read again. The time of a denial is taken before the store is called, so the Cache
+// stops answering no later than the store would start allowing.
+//
+// Only what is certain is answered:
+//
+//   - AllowN with the cost of the remembered denial. Another cost asks the store (a smaller
+//     one may pass; a larger one has a longer wait), and a denial of it replaces the entry.
+//   - Denials the store made (sluice.PathStore) with a positive RetryAfter. A failure mode's
+//     denial is never remembered. Place the Cache below failover.Limiter, which then
+//     never sees the requests it answers, so remembered denials keep answering while the
+//     store is down.
+//   - AllowMulti asks the inner limiter: the other requests of a batch need the store's
+//     state. The denials in its answers are remembered for AllowN. n == 0 (a look) always
+//     asks the store.
+//
+// # Resets and staleness
+//
+// Reset through the Cache forgets the key's denial, and a denial decided while a Reset
+// was under way is not remembered. A request for the key that the store allows (another
+// cost) forgets it too: spending lengthens the wait, and an allowance of at least the
+// denied cost means the key was reset elsewhere. A reset the Cache does not see (another
+// replica's Reset, a key deleted in Redis) goes unnoticed until the denial expires;
+// WithMaxAge (default 1s) bounds how long any denial is answered without asking the
+// store, so a day-long limit's denial is checked again every second. Spending by other
+// replicas makes the true wait longer than the remembered one, as it would the store's
+// own RetryAfter ("if nothing else is spent"). Each Limit has its own entries, so a
+// changed limit asks the store.
+//
+// # Memory
+//
+// The Cache holds at most WithMaxBytes (default 8 MiB) of entries, counting each as its
+// key's bytes plus EntryOverhead, in 64 shards of one mutex and map each. A shard that
+// is full drops expired entries among a few it looks at, then arbitrary ones: losing an
+// entry costs one store call. A key too large for a shard's share is never remembered.
+// Expired entries are dropped when met; there is no background goroutine and nothing to
+// close.
+//
+// A request pays a hash of its key, and, while the Cache holds anything, one map lookup
+// under its shard's mutex: tens of nanoseconds against a Redis round trip's tens of
+// microseconds.
+package denycache
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+const (
+	// DefaultMaxBytes is the default of WithMaxBytes.
+	DefaultMaxBytes = 8 << 20
+	// DefaultMaxAge is the default of WithMaxAge.
+	DefaultMaxAge = time.Second
+	// EntryOverhead is what an entry is counted as beyond its key's bytes: the map slot's
+	// key (string header and Limit) and value, and the map's own overhead per slot.
+	EntryOverhead = 160
+
+	numShards = 64
+	// probe is how many entries a full shard looks at for expired ones before it drops
+	// arbitrary ones.
+	probe = 16
+)
+
+// Cache is a sluice.Limiter (and a sluice.MultiLimiter when the inner limiter is one) that
+// remembers the store's denials and answers repeats of them itself. See the package doc.
+// It is safe for concurrent use. Create it with New.
+type Cache struct {
+	inner    sluice.Limiter
+	maxAge   time.Duration
+	maxBytes int64
+	clock    func() time.Time // nil: the monotonic clock
+	base     time.Time
+	seed     maphash.Seed
+	entries  atomic.Int64
+	shards   [numShards]shard
+}
+
+type shard struct {
+	mu sync.Mutex
+	// gen counts Resets: a denial decided while one ran is not remembered.
+	gen   atomic.Uint64
+	bytes int64
+	m     map[slot]entry
+	_     [64 - 8 - 8 - 8 - 8]byte
+}
+
+type slot struct {
+	key   string
+	limit sluice.Limit
+}
+
+// entry is one remembered denial of n units, made at (clock time) at; it answers until
+// until = at + min(retryAfter, MaxAge).
+type entry struct {
+	n                      int64
+	at, until              time.Duration
+	remaining              int64
+	resetAfter, retryAfter time.Duration
+}
+
+// Option configures a Cache.
+type Option func(*Cache)
+
+// WithMaxBytes bounds the memory the entries take, counting each as len(key) +
+// EntryOverhead (default DefaultMaxBytes). A non-positive n keeps the default.
+func WithMaxBytes(n int64) Option {
+	return func(c *Cache) {
+		if n > 0 {
+			c.maxBytes = n
+		}
+	}
+}
+
+// WithMaxAge bounds how long a denial is answered without asking the store (default
+// DefaultMaxAge, 1s): the longest a reset the Cache does not see goes unnoticed. A
+// non-positive d keeps the default.
+func WithMaxAge(d time.Duration) Option {
+	return func(c *Cache) {
+		if d > 0 {
+			c.maxAge = d
+		}
+	}
+}
+
+// WithClock makes the Cache measure time with clock instead of the monotonic clock: for
+// tests and simulations whose store reads the same clock.
+func WithClock(clock func() time.Time) Option {
+	return func(c *Cache) { c.clock = clock }
+}
+
+// New returns a Cache in front of inner.
+func New(inner sluice.Limiter, opts ...Option) *Cache {
+	c := &Cache{inner: inner, maxAge: DefaultMaxAge, maxBytes: DefaultMaxBytes, seed: maphash.MakeSeed()}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.clock != nil {
+		c.base = c.clock()
+	} else {
+		c.base = time.Now()
+	}
+	for i := range c.shards {
+		c.shards[i].m = make(map[slot]entry)
+	}
+	return c
+}
+
+// Len returns the number of denials held, expired ones not yet dropped included.
+func (c *Cache) Len() int { return int(c.entries.Load()) }
+
+func (c *Cache) now() time.Duration {
+	if c.clock != nil {
+		return c.clock().Sub(c.base)
+	}
+	return time.Since(c.base)
+}
+
+func (c *Cache) shard(key string) *shard {
+	return &c.shards[maphash.String(c.seed, key)%numShards]
+}
+
+// AllowN implements sluice.Limiter: a repeat of a remembered denial is answered from it,
+// anything else is decided by the inner limiter.
+func (c *Cache) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
+	if n <= 0 {
+		return c.inner.AllowN(ctx, key, limit, n)
+	}
+	sh := c.shard(key)
+	if c.entries.Load() > 0 {
+		if d, ok := c.lookup(sh, key, limit, n); ok {
+			return d, nil
+		}
+	}
+	gen, start := sh.gen.Load(), c.now()
+	d, err := c.inner.AllowN(ctx, key, limit, n)
+	if err == nil {
+		c.learn(sh, gen, start, key, limit, n, d)
+	}
+	return d, err
+}
+
+// lookup answers a request for n units from a live denial of n units.
+func (c *Cache) lookup(sh *shard, key string, limit sluice.Limit, n int64) (sluice.Decision, bool) {
+	k := slot{key, limit}
+	now := c.now()
+	sh.mu.Lock()
+	e, ok := sh.m[k]
+	if ok && (now >= e.until || now < e.at) {
+		// Expired; or a WithClock clock went back before the denial, which then proves
+		// nothing about now.
+		sh.remove(c, k)
+		ok = false
+	}
+	sh.mu.Unlock()
+	if !ok || e.n != n {
+		return sluice.Decision{}, false
+	}
+	since := now - e.at
+	return sluice.Decision{
+		Limit:      limit,
+		Remaining:  e.remaining,
+		ResetAfter: ceilMicros(max(e.resetAfter-since, 0)),
+		RetryAfter: ceilMicros(e.retryAfter - since),
+		Path:       sluice.PathCache,
+	}, true
+}
+
+// ceilMicros rounds d up to a whole microsecond, the stores' resolution.
+func ceilMicros(d time.Duration) time.Duration {
+	return (d + time.Microsecond - 1) / time.Microsecond * time.Microsecond
+}
+
+// learn updates key's entry with the inner limiter's decision d on n units, which it was
+// asked at start while the shard's Reset count was gen.
+func (c *Cache) learn(sh *shard, gen uint64, start time.Duration, key string, limit sluice.Limit, n int64, d sluice.Decision) {
+	if d.Path != sluice.PathStore {
+		return
+	}
+	k := slot{key, limit}
+	if d.Allowed {
+		// The units spent make a remembered denial's wait too short; and an allowance of
+		// at least its cost proves it wrong (the key was reset where the Cache could not
+		// see it).
+		if c.entries.Load() == 0 {
+			return
+		}
+		sh.mu.Lock()
+		if _, ok := sh.m[k]; ok {
+			sh.remove(c, k)
+		}
+		sh.mu.Unlock()
+		return
+	}
+	if d.RetryAfter <= 0 {
+		return
+	}
+	size := int64(len(key)) + EntryOverhead
+	budget := c.maxBytes / numShards
+	if size > budget {
+		return
+	}
+	e := entry{
+		n: n, at: start, until: start + min(d.RetryAfter, c.maxAge),
+		remaining: d.Remaining, resetAfter: d.ResetAfter, retryAfter: d.RetryAfter,
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.gen.Load() != gen {
+		return // a Reset ran while the store decided: the denial may predate it
+	}
+	if _, ok := sh.m[k]; ok {
+		sh.remove(c, k)
+	}
+	if sh.bytes+size > budget {
+		sh.makeRoom(c, size, budget, c.now())
+	}
+	sh.m[k] = e
+	sh.bytes += size
+	c.entries.Add(1)
+}
+
+// remove deletes k's entry. The shard's mutex is held.
+func (sh *shard) remove(c *Cache, k slot) {
+	delete(sh.m, k)
+	sh.bytes -= int64(len(k.key)) + EntryOverhead
+	c.entries.Add(-1)
+}
+
+// makeRoom drops entries until need more bytes fit in budget: the expired ones among the
+// first few it looks at, then arbitrary ones (a map's iteration order is unspecified and,
+// in practice, starts at a random entry). The shard's mutex is held.
+func (sh *shard) makeRoom(c *Cache, need, budget int64, now time.Duration) {
+	looked := 0
+	for k, e := range sh.m {
+		if sh.bytes+need <= budget || looked == probe {
+			break
+		}
+		looked++
+		if now >= e.until || now < e.at {
+			sh.remove(c, k)
+		}
+	}
+	for k := range sh.m {
+		if sh.bytes+need <= budget {
+			return
+		}
+		sh.remove(c, k)
+	}
+}
+
+// Reset implements sluice.Limiter: it forgets key's denial under limit and resets the
+// inner limiter. A denial the inner limiter decides while the Reset is under way is not
+// remembered.
+func (c *Cache) Reset(ctx context.Context, key string, limit sluice.Limit) error {
+	sh := c.shard(key)
+	c.forget(sh, slot{key, limit})
+	err := c.inner.Reset(ctx, key, limit)
+	// Again: a call that began after the first forget may have been decided before the
+	// inner Reset took effect.
+	c.forget(sh, slot{key, limit})
+	return err
+}
+
+func (c *Cache) forget(sh *shard, k slot) {
+	sh.mu.Lock()
+	sh.gen.Add(1)
+	if _, ok := sh.m[k]; ok {
+		sh.remove(c, k)
+	}
+	sh.mu.Unlock()
+}
+
+// AllowMulti implements sluice.MultiLimiter when the inner limiter does; otherwise it
+// returns an error wrapping sluice.ErrNotAtomic and spends nothing. The batch is always
+// decided by the inner limiter; the denials in its answer are remembered for AllowN (a
+// request that blocked a denied batch was denied by its own state).
+func (c *Cache) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice.Decision, error) {
+	ml, ok := c.inner.(sluice.MultiLimiter)
+	if !ok {
+		return nil, fmt.Errorf("denycache: %w: the inner limiter %T has no AllowMulti", sluice.ErrNotAtomic, c.inner)
+	}
+	var buf [8]uint64
+	gens := buf[:0]
+	for _, r := range reqs {
+		gens = append(gens, c.shard(r.Key).gen.Load())
+	}
+	start := c.now()
+	ds, err := ml.AllowMulti(ctx, reqs)
+	if err == nil && len(ds) == len(reqs) {
+		for i, r := range reqs {
+			if r.N > 0 {
+				c.learn(c.shard(r.Key), gens[i], start, r.Key, r.Limit, r.N, ds[i])
+			}
+		}
+	}
+	return ds, err
+}
