@@ -1,8 +1,10 @@
 // Command servicebench measures `sluice serve` as a separate process on loopback, on the
 // in-memory store and on Redis, with the load generator (cmd/loadgen) as a third process:
 // ShouldRateLimit at 8 and 64 callers, POST /v1/check at 64 callers, ShouldRateLimit
-// paced at half of the 64-caller peak, and ShouldRateLimit while Redis is frozen with
-// SIGSTOP. It prints a Markdown table for bench/README.md.
+// paced at half of the 64-caller peak, ShouldRateLimit while Redis is frozen with
+// SIGSTOP, and a flood of ShouldRateLimit from 1,000 clients all over their limit (on
+// Redis with sluice's deny cache and without it). It prints a Markdown table for
+// bench/README.md.
 //
 //	cd bench && go run ./cmd/servicebench            # about 2 minutes
 //	cd bench && go run ./cmd/servicebench -d 5s      # shorter runs
@@ -57,19 +59,25 @@ type result struct {
 
 	// CPU time per request (µs), measured by servicebench.
 	cpuSluice, cpuRedis, cpuLoadgen float64
-	// storeShare is the share of decisions the store made (the rest were made by the
-	// failure mode: the store missed the deadline or the breaker was open).
-	storeShare float64
+	// storeShare is the share of decisions the store made, cacheShare the share the deny
+	// cache answered from the store's earlier denials; the rest were made by the failure
+	// mode (the store missed the deadline or the breaker was open).
+	storeShare, cacheShare float64
 }
 
 const benchConfig = `# servicebench: one Envoy domain, a generous fixed window per client so that the
-# service does full work (a store decision) for every request and answers OK.
+# service does full work (a store decision) for every request and answers OK; and one
+# request per hour per abuser, for the flood rows, in which every request is over the limit.
 domain: bench
 descriptors:
   - key: client
     rate_limit:
       unit: second
       requests_per_unit: 1000
+  - key: abuser
+    rate_limit:
+      unit: hour
+      requests_per_unit: 1
 `
 
 var (
@@ -138,8 +146,8 @@ func run() error {
 		sluiceProcs = strconv.Itoa(*procs)
 	}
 	fmt.Printf("sluice (GOMAXPROCS %s), redis-server (hz %d) and loadgen (one P) on one machine, loopback; %d distinct descriptors; %v per run after 2s warm-up; Redis deadline %v (%v in the freeze run)\n\n", sluiceProcs, *redisHz, *keys, *dur, *deadline, *freezeDL)
-	fmt.Println("| store | API | callers | pacing | requests/s | p50 | p99 | p99.9 | max | errors | decided by the store | CPU µs/request: sluice / redis / loadgen |")
-	fmt.Println("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| store | API | callers | pacing | requests/s | p50 | p99 | p99.9 | max | errors | decided by the store | from the deny cache | CPU µs/request: sluice / redis / loadgen |")
+	fmt.Println("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
 	for _, store := range []string{"memory", "redis"} {
 		if *only != "" && *only != store {
@@ -147,12 +155,13 @@ func run() error {
 		}
 		httpAddr, grpcAddr := fmt.Sprintf("127.0.0.1:%d", freePort()), fmt.Sprintf("127.0.0.1:%d", freePort())
 		var srv *exec.Cmd
-		start := func(dl time.Duration) error {
+		start := func(dl time.Duration, extra ...string) error {
 			args := []string{"serve", "--config", cfgDir, "--http", httpAddr, "--grpc", grpcAddr,
 				"--log-level", "error", "--log-sampling", "0", "--failure-mode", "open"}
 			if store == "redis" {
 				args = append(args, "--redis", redisURL, "--deadline", dl.String())
 			}
+			args = append(args, extra...)
 			srv = exec.Command(sluiceBin, args...)
 			srv.Stderr = os.Stderr
 			if *procs > 0 {
@@ -194,6 +203,7 @@ func run() error {
 			}
 			if all > 0 {
 				r.storeShare = (p1["store"] - p0["store"]) / all
+				r.cacheShare = (p1["cache"] - p0["cache"]) / all
 			}
 			if r.Total > 0 {
 				n := float64(r.Total)
@@ -206,8 +216,18 @@ func run() error {
 			return r, nil
 		}
 		row := func(api, pacing string, r result) {
-			fmt.Printf("| %s | %s | %d | %s | %.0f | %s | %s | %s | %s | %d | %.2f%% | %.0f / %.0f / %.0f |\n", store, api, r.Callers, pacing, r.RPS,
-				us(r.P50), us(r.P99), us(r.P999), us(r.Max), r.Errors, 100*r.storeShare, r.cpuSluice, r.cpuRedis, r.cpuLoadgen)
+			fmt.Printf("| %s | %s | %d | %s | %.0f | %s | %s | %s | %s | %d | %.2f%% | %.2f%% | %.0f / %.0f / %.0f |\n", store, api, r.Callers, pacing, r.RPS,
+				us(r.P50), us(r.P99), us(r.P999), us(r.Max), r.Errors, 100*r.storeShare, 100*r.cacheShare, r.cpuSluice, r.cpuRedis, r.cpuLoadgen)
+		}
+		// flood is 64 callers, closed loop, each request from one of 1,000 abusers already
+		// over their limit of 1 per hour.
+		flood := func(label string) error {
+			r, err := load("grpc", grpcAddr, 64, 0, "-key", "abuser", "-keys", "1000")
+			if err != nil {
+				return err
+			}
+			row("ShouldRateLimit, every request over the limit"+label, "closed loop", r)
+			return nil
 		}
 		var peak64 float64
 		for _, c := range []int{8, 64} {
@@ -233,6 +253,21 @@ func run() error {
 			return err
 		}
 		row("POST /v1/check", "closed loop", r)
+		if err := flood(""); err != nil {
+			stop()
+			return err
+		}
+		if store == "redis" {
+			stop()
+			if err := start(*deadline, "--deny-cache-bytes", "0"); err != nil {
+				stop()
+				return err
+			}
+			if err := flood(" (no deny cache)"); err != nil {
+				stop()
+				return err
+			}
+		}
 
 		if store == "redis" {
 			// Restart with the default deadline, and freeze Redis for 3 s in the middle
