@@ -470,9 +470,9 @@ func TestAllowMultiLogsEachRequest(t *testing.T) {
 }
 
 // TestCachedDenials: observe(failover(denycache(redisstore))), the chain sluice serve
-// builds for Redis. A denial the cache answers is logged and counted as a denial on path
-// "cache", at Info like the store's, without a store latency or a failure mode, and Redis
-// never sees it.
+// builds for Redis. A denial the cache answers is counted as a denial on path "cache"
+// without a store latency or a failure mode, sampled for the log like an allowed decision
+// and logged at Info, and Redis never sees it.
 func TestCachedDenials(t *testing.T) {
 	srv := redistest.Start(t)
 	store, err := redisstore.Open(srv.URL())
@@ -529,11 +529,21 @@ func TestCachedDenials(t *testing.T) {
 		t.Error("cached denials counted as fallback decisions")
 	}
 
+	// With sampling 0 the store's denial is logged, and its repeats are not.
 	evs := buf.events(t)
-	if len(evs) != 11 {
-		t.Fatalf("%d events, want the 11 denials:\n%s", len(evs), buf.String())
+	if len(evs) != 1 || evs[0]["path"] != "store" || evs[0]["allowed"] != false {
+		t.Fatalf("%d events, want only the store's denial:\n%s", len(evs), buf.String())
 	}
-	ev := evs[len(evs)-1]
+	// Sampled in, a repeat is logged at Info like the store's denial.
+	logger, buf = newLogger()
+	if d, err := New(fo, WithLogger(logger), WithSampling(1)).AllowN(ctx, rawKey, limit, 1); err != nil || d.Path != sluice.PathCache {
+		t.Fatalf("a repeated denial: %+v, %v", d, err)
+	}
+	evs = buf.events(t)
+	if len(evs) != 1 {
+		t.Fatalf("%d events with sampling 1, want 1:\n%s", len(evs), buf.String())
+	}
+	ev := evs[0]
 	if ev["level"] != "INFO" || ev["path"] != "cache" || ev["allowed"] != false || ev["key"] != HashKey(rawKey) {
 		t.Errorf("cached denial logged as %v", ev)
 	}

@@ -27,7 +27,7 @@ func commonFlags() []cli.Flag {
 		&cli.Int64Flag{Name: "max-keys", Usage: "in-memory store: the most keys kept (0: unbounded; idle keys are always swept)", Sources: cli.EnvVars("SLUICE_MAX_KEYS")},
 		&cli.Int64Flag{Name: "deny-cache-bytes", Value: denycache.DefaultMaxBytes, Usage: "Redis store: remember Redis's denials in up to this many bytes and answer repeats of them in-process while they certainly hold, so a client over its limit costs Redis nothing (see the denycache package; 0 disables)", Sources: cli.EnvVars("SLUICE_DENY_CACHE_BYTES")},
 		&cli.DurationFlag{Name: "deny-cache-max-age", Value: denycache.DefaultMaxAge, Usage: "the longest a remembered denial answers without asking Redis: how long a reset made through another replica can go unseen", Sources: cli.EnvVars("SLUICE_DENY_CACHE_MAX_AGE")},
-		&cli.FloatFlag{Name: "log-sampling", Value: -1, Usage: "the share of allowed decisions written to the decision log, in [0, 1] (denials and failures are always logged; -1: the observe package's default of 1%)", Sources: cli.EnvVars("SLUICE_LOG_SAMPLING")},
+		&cli.FloatFlag{Name: "log-sampling", Value: -1, Usage: "the share of allowed decisions, and of denials the deny cache repeated, written to the decision log, in [0, 1] (the store's denials and failures are always logged; -1: the observe package's default of 1%)", Sources: cli.EnvVars("SLUICE_LOG_SAMPLING")},
 	}
 }
 
