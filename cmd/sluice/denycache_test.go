@@ -128,3 +128,38 @@ func grepLines(s string, subs ...string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestServeDenyCacheMemory: on the in-memory store too, a client hammering a key over its
+// limit is answered from the deny cache, and the decision log writes the store's denial
+// but samples its repeats instead of writing a line per request.
+func TestServeDenyCacheMemory(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "edge.yaml")
+	if err := os.WriteFile(cfg, []byte("domain: edge\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base, grpcAddr, log := started(t, "--config", cfg, "--log-level", "info", "--log-sampling", "0")
+	rls := rlsClient(t, grpcAddr)
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("user", "u1")}}
+	for i := range 51 {
+		resp, err := rls.ShouldRateLimit(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := i > 0; (resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT) != want {
+			t.Fatalf("request %d: %v", i, resp)
+		}
+	}
+	metrics := httpGet(t, base+"/metrics")
+	for _, want := range []string{
+		`sluice_decisions_total{path="store",policy="edge",result="denied"} 1`,
+		`sluice_decisions_total{path="cache",policy="edge",result="denied"} 49`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, grepLines(metrics, "sluice_decisions_total"))
+		}
+	}
+	if n := strings.Count(log.String(), `"msg":"rate limit decision"`); n != 1 {
+		t.Errorf("%d decision log lines for 50 denials of one client, want 1 (the store's):\n%s", n, log.String())
+	}
+}

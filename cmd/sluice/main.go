@@ -13,10 +13,11 @@
 // With no arguments at all, `go run ./cmd/sluice serve` starts a useful service on a
 // fresh machine: the in-memory store and the built-in example configuration.
 //
-// On Redis, serve and proxy decide through observe -> failover -> denycache -> redisstore:
-// the deny cache (--deny-cache-bytes, default 8 MiB; 0 turns it off) answers repeats of
-// Redis's denials in-process while they certainly hold, for at most --deny-cache-max-age
-// (default 1s, the longest a reset made through another replica goes unseen).
+// On Redis, serve and proxy decide through observe -> failover -> denycache -> redisstore
+// (observe -> denycache -> memory without Redis): the deny cache (--deny-cache-bytes,
+// default 8 MiB; 0 turns it off) answers repeats of the store's denials in-process while
+// they certainly hold, for at most --deny-cache-max-age (default 1s, the longest a reset
+// made through another replica goes unseen), and the decision log samples them.
 //
 // serve and proxy speak TLS with --tls-cert and --tls-key (re-read when the files change,
 // so a rotated certificate needs no restart) and require client certificates with

@@ -37,8 +37,8 @@ type storeFlags struct {
 	fallback func(ctx context.Context, key string, limit sluice.Limit) failover.Fallback
 }
 
-// denyCacheFlags configure the denycache.Cache in front of Redis; maxBytes 0 leaves it
-// out.
+// denyCacheFlags configure the denycache.Cache in front of the store; maxBytes 0 leaves
+// it out.
 type denyCacheFlags struct {
 	maxBytes int64
 	maxAge   time.Duration
@@ -47,12 +47,14 @@ type denyCacheFlags struct {
 // store is the limiter chain a command decides with:
 //
 //	observe (decision log, metrics) -> failover (deadline, breaker, mode) -> denycache -> redisstore
-//	observe -> memory
+//	observe -> denycache -> memory
 //
-// The in-memory store cannot fail, so it gets no failover decorator, and answers as fast
-// as a cache of its denials would, so it gets none either. The deny cache sits below
-// failover so that the requests it answers never count against the store, and its
-// denials keep answering while Redis is down.
+// The in-memory store cannot fail, so it gets no failover decorator. The deny cache takes
+// a denied client's repeats off Redis; in front of either store it marks them (path
+// cache), so the decision log samples them instead of writing a line per request of a
+// client hammering a key over its limit. It sits below failover so that the requests it
+// answers never count against the store, and its denials keep answering while Redis is
+// down.
 type store struct {
 	sluice.Limiter
 	ready  func(context.Context) error
@@ -105,7 +107,7 @@ func openStore(cfg *config.Config, f storeFlags, log *slog.Logger, reg prometheu
 			opts = append(opts, memory.WithMaxKeys(f.maxKeys))
 		}
 		m := memory.New(opts...)
-		inner, st.close = m, m.Close
+		inner, st.close = withDenyCache(m, f.denyCache, reg), m.Close
 	} else {
 		st.kind, st.target = "redis", redact(rawURL)
 		// A Redis that is down when the service starts is a store failure like any other:
@@ -134,16 +136,7 @@ func openStore(cfg *config.Config, f storeFlags, log *slog.Logger, reg prometheu
 		if f.fallback != nil {
 			fopts = append(fopts, failover.WithFallbackFunc(f.fallback))
 		}
-		var primary sluice.Limiter = rs
-		if dc := f.denyCache; dc.maxBytes > 0 {
-			c := denycache.New(rs, denycache.WithMaxBytes(dc.maxBytes), denycache.WithMaxAge(dc.maxAge))
-			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Namespace: "sluice", Name: "deny_cache_entries",
-				Help: "Denials of the Redis store held by the deny cache, which answers repeats of them in-process (decisions with path=\"cache\").",
-			}, func() float64 { return float64(c.Len()) }))
-			primary = c
-		}
-		fl := failover.New(primary, fopts...)
+		fl := failover.New(withDenyCache(rs, f.denyCache, reg), fopts...)
 		inner = fl
 		st.close = func() error { return errors.Join(fl.Close(), rs.Close()) }
 		st.ready = rs.Ping
@@ -160,6 +153,20 @@ func openStore(cfg *config.Config, f storeFlags, log *slog.Logger, reg prometheu
 	}
 	st.Limiter = observe.New(inner, oopts...)
 	return st, nil
+}
+
+// withDenyCache puts a denycache.Cache configured by f in front of store, unless f turns
+// it off, and exports its size.
+func withDenyCache(store sluice.Limiter, f denyCacheFlags, reg prometheus.Registerer) sluice.Limiter {
+	if f.maxBytes <= 0 {
+		return store
+	}
+	c := denycache.New(store, denycache.WithMaxBytes(f.maxBytes), denycache.WithMaxAge(f.maxAge))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "sluice", Name: "deny_cache_entries",
+		Help: "Denials of the store held by the deny cache, which answers repeats of them in-process (decisions with path=\"cache\").",
+	}, func() float64 { return float64(c.Len()) }))
+	return c
 }
 
 // redact returns a URL with its password replaced, for logs and errors.
