@@ -3,7 +3,7 @@
 // decorator around a sluice.Limiter (typically the Redis store), in the manner of
 // envoyproxy/ratelimit's local cache of over-limit keys.
 //
-//	lim := denycache.New(redis) // 8 MiB of denials, each remembered for at most 1s
+//	lim := denycache.New(failover.New(redis)) // 8 MiB of denials, each answered for at most 1s
 //	d, err := lim.AllowN(ctx, key, limit, 1)
 //
 // # Why a remembered denial is exact
@@ -24,9 +24,13 @@
 //   - AllowN with the cost of the remembered denial. Another cost asks the store (a smaller
 //     one may pass; a larger one has a longer wait), and a denial of it replaces the entry.
 //   - Denials the store made (sluice.PathStore) with a positive RetryAfter. A failure mode's
-//     denial is never remembered. Place the Cache below failover.Limiter, which then
-//     never sees the requests it answers, so remembered denials keep answering while the
-//     store is down.
+//     denial is never remembered.
+//
+// Place the Cache above failover.Limiter (denycache.New(failover.New(redis))): the requests
+// it answers are then not store calls to the breaker, which must judge the store by its
+// own answers alone (below it, cached answers would count as successes, keeping the
+// breaker closed, or closing it half-open, while the store is down); and remembered
+// denials keep answering while the store is down.
 //   - AllowMulti asks the inner limiter: the other requests of a batch need the store's
 //     state. The denials in its answers are remembered for AllowN. n == 0 (a look) always
 //     asks the store.

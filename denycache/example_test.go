@@ -11,8 +11,8 @@ import (
 )
 
 // A client over its limit is answered from its denial until the denial could change,
-// without a store call. In production the store is Redis and the Cache sits below
-// failover.New (see the package doc).
+// without a store call. In production the store is Redis behind failover.New, and the
+// Cache goes in front of that (see the package doc).
 func Example() {
 	store := memory.New()
 	defer store.Close()

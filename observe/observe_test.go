@@ -469,7 +469,7 @@ func TestAllowMultiLogsEachRequest(t *testing.T) {
 	}
 }
 
-// TestCachedDenials: observe(failover(denycache(redisstore))), the chain sluice serve
+// TestCachedDenials: observe(denycache(failover(redisstore))), the chain sluice serve
 // builds for Redis. A denial the cache answers is counted as a denial on path "cache"
 // without a store latency or a failure mode, sampled for the log like an allowed decision
 // and logged at Info, and Redis never sees it.
@@ -480,7 +480,8 @@ func TestCachedDenials(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	fo := failover.New(denycache.New(store), failover.WithDeadline(time.Second))
+	fo := failover.New(store, failover.WithDeadline(time.Second),
+		failover.WithBreaker(failover.Breaker{FailingFor: -1, OpenFor: time.Hour}))
 	defer fo.Close()
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)
@@ -489,7 +490,8 @@ func TestCachedDenials(t *testing.T) {
 	}
 	defer m.Close()
 	logger, buf := newLogger()
-	lim := New(fo, WithMetrics(m), WithLogger(logger), WithSampling(0))
+	dc := denycache.New(fo)
+	lim := New(dc, WithMetrics(m), WithLogger(logger), WithSampling(0))
 	ctx := WithPolicy(context.Background(), "api")
 	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 3, Period: time.Hour}
 	for i := range 3 {
@@ -536,7 +538,7 @@ func TestCachedDenials(t *testing.T) {
 	}
 	// Sampled in, a repeat is logged at Info like the store's denial.
 	logger, buf = newLogger()
-	if d, err := New(fo, WithLogger(logger), WithSampling(1)).AllowN(ctx, rawKey, limit, 1); err != nil || d.Path != sluice.PathCache {
+	if d, err := New(dc, WithLogger(logger), WithSampling(1)).AllowN(ctx, rawKey, limit, 1); err != nil || d.Path != sluice.PathCache {
 		t.Fatalf("a repeated denial: %+v, %v", d, err)
 	}
 	evs = buf.events(t)
@@ -551,6 +553,25 @@ func TestCachedDenials(t *testing.T) {
 		if _, ok := ev[k]; ok {
 			t.Errorf("unexpected %s=%v in a cached denial's log", k, ev[k])
 		}
+	}
+
+	// Redis dies. Cached denials go on answering, and they are not store calls: they
+	// never reach the breaker, which opens on the failures of the other requests as if
+	// the cached ones had not been made (five cached answers between failures would
+	// otherwise count as successes and keep it closed).
+	srv.Kill()
+	for i := range 8 {
+		if d, err := lim.AllowN(ctx, fmt.Sprint("other:", i), limit, 1); err != nil || !d.Allowed || d.Path != sluice.PathOpen {
+			t.Fatalf("with Redis down, fail open: %+v, %v", d, err)
+		}
+		for range 5 {
+			if d, err := lim.AllowN(ctx, rawKey, limit, 1); err != nil || d.Path != sluice.PathCache {
+				t.Fatalf("a cached denial with Redis down: %+v, %v", d, err)
+			}
+		}
+	}
+	if s := fo.State(); s != failover.BreakerOpen {
+		t.Errorf("breaker %v after 8 failed store calls among 40 cached answers, want open", s)
 	}
 }
 

@@ -13,7 +13,7 @@
 // With no arguments at all, `go run ./cmd/sluice serve` starts a useful service on a
 // fresh machine: the in-memory store and the built-in example configuration.
 //
-// On Redis, serve and proxy decide through observe -> failover -> denycache -> redisstore
+// On Redis, serve and proxy decide through observe -> denycache -> failover -> redisstore
 // (observe -> denycache -> memory without Redis): the deny cache (--deny-cache-bytes,
 // default 8 MiB; 0 turns it off) answers repeats of the store's denials in-process while
 // they certainly hold, for at most --deny-cache-max-age (default 1s, the longest a reset

@@ -46,15 +46,16 @@ type denyCacheFlags struct {
 
 // store is the limiter chain a command decides with:
 //
-//	observe (decision log, metrics) -> failover (deadline, breaker, mode) -> denycache -> redisstore
+//	observe (decision log, metrics) -> denycache -> failover (deadline, breaker, mode) -> redisstore
 //	observe -> denycache -> memory
 //
 // The in-memory store cannot fail, so it gets no failover decorator. The deny cache takes
 // a denied client's repeats off Redis; in front of either store it marks them (path
 // cache), so the decision log samples them instead of writing a line per request of a
-// client hammering a key over its limit. It sits below failover so that the requests it
-// answers never count against the store, and its denials keep answering while Redis is
-// down.
+// client hammering a key over its limit. It sits above failover: the requests it answers
+// are not store calls and must not reach the breaker (as successes they would keep it
+// closed, or close it half-open, while Redis is down), and it remembers only the store's
+// own denials, never a failure mode's.
 type store struct {
 	sluice.Limiter
 	ready  func(context.Context) error
@@ -136,8 +137,8 @@ func openStore(cfg *config.Config, f storeFlags, log *slog.Logger, reg prometheu
 		if f.fallback != nil {
 			fopts = append(fopts, failover.WithFallbackFunc(f.fallback))
 		}
-		fl := failover.New(withDenyCache(rs, f.denyCache, reg), fopts...)
-		inner = fl
+		fl := failover.New(rs, fopts...)
+		inner = withDenyCache(fl, f.denyCache, reg)
 		st.close = func() error { return errors.Join(fl.Close(), rs.Close()) }
 		st.ready = rs.Ping
 		mopts = append(mopts, observe.WithEvictedKeys(rs.EvictedKeys, 15*time.Second))
