@@ -8,9 +8,11 @@
 //	curl -i -H 'X-API-Key: demo-free-key' -X POST localhost:8081/v1/orders   # 201
 //	curl -i -H 'X-API-Key: demo-free-key' -X POST localhost:8080/v1/orders   # 429
 //
-// Redis keys hold the API keys' HMAC, never the keys. When Redis is unreachable the API
-// answers 503 with Retry-After (fail closed); wrap the store in a failover decorator to
-// fail open or fall back to a local limit instead.
+// Redis keys hold the API keys' HMAC, never the keys. A client over its limit is answered
+// from its denial, without a Redis call, until the denial could change (package
+// denycache). When Redis is unreachable the API answers 503 with Retry-After (fail
+// closed); wrap the store in a failover decorator, under the deny cache, to fail open or
+// fall back to a local limit instead.
 package main
 
 import (
@@ -19,6 +21,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/sluicehq/sluice/denycache"
 	"github.com/sluicehq/sluice/examples/internal/tierapi"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -47,7 +50,7 @@ func main() {
 	defer store.Close()
 
 	h, err := tierapi.Handler(tierapi.Options{
-		Limiter:        store,
+		Limiter:        denycache.New(store),
 		Secret:         []byte(secret),
 		TrustedProxies: proxies,
 		Logger:         logger,
