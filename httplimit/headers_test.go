@@ -39,11 +39,10 @@ func TestHeadersParseAsStructuredFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	type want struct {
-		name    string
-		q, w    int64
-		r, t    int64
-		pk      string // "" for none
-		missing bool
+		name string
+		q, w int64
+		r, t int64
+		pk   string // "" for none
 	}
 	tests := []struct {
 		name     string

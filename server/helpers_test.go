@@ -34,10 +34,9 @@ func newClock(t time.Time) *clock {
 	return c
 }
 
-func (c *clock) Now() time.Time            { return time.Unix(0, c.ns.Load()).UTC() }
-func (c *clock) Advance(d time.Duration)   { c.ns.Add(int64(d)) }
-func (c *clock) Set(t time.Time)           { c.ns.Store(t.UnixNano()) }
-func (c *clock) since(t time.Time) float64 { return c.Now().Sub(t).Seconds() }
+func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
+func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+func (c *clock) Set(t time.Time)         { c.ns.Store(t.UnixNano()) }
 
 // storeKind is a store the end-to-end tests run on.
 type storeKind struct {
