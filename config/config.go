@@ -76,6 +76,20 @@ type Store struct {
 	// LocalShare is the default share of a limit given to the in-process fallback in
 	// FailLocal mode, in (0, 1]; 0 means the failover package's default.
 	LocalShare float64
+	// DenyCache is deny_cache: the cache of the store's denials in front of it
+	// (package denycache). The zero value leaves the service's defaults.
+	DenyCache DenyCache
+}
+
+// DenyCache is the store block's deny_cache: {max_bytes, max_age}, or deny_cache: off.
+type DenyCache struct {
+	// Off: deny_cache: off, or max_bytes: 0.
+	Off bool
+	// MaxBytes bounds the cache's memory; 0 means the service's default.
+	MaxBytes int64
+	// MaxAge is the longest a remembered denial answers without asking the store; 0
+	// means the service's default.
+	MaxAge time.Duration
 }
 
 // Admin says where the token guarding admin endpoints comes from. The token itself is never

@@ -29,7 +29,8 @@
 //
 // testdata/policies.yaml is a commented example with every field. In short:
 //
-//	store:    {redis_url | redis_url_env, deadline, failure_mode, local_share | expected_nodes}
+//	store:    {redis_url | redis_url_env, deadline, failure_mode, local_share | expected_nodes,
+//	           deny_cache: off | {max_bytes, max_age}}
 //	admin:    {token_env, token_file}          # where the admin token is; never the token
 //	identity: {trusted_proxies, ipv6_prefix, api_key_secret_env}
 //	policies:

@@ -63,11 +63,12 @@ func (c *Config) Dump() ([]byte, error) {
 		Digest string   `json:"digest"`
 		Files  []string `json:"files"`
 		Store  struct {
-			Redis       string  `json:"redis,omitempty"`
-			RedisEnv    string  `json:"redis_url_env,omitempty"`
-			Deadline    string  `json:"deadline,omitempty"`
-			FailureMode string  `json:"failure_mode,omitempty"`
-			LocalShare  float64 `json:"local_share,omitempty"`
+			Redis       string         `json:"redis,omitempty"`
+			RedisEnv    string         `json:"redis_url_env,omitempty"`
+			Deadline    string         `json:"deadline,omitempty"`
+			FailureMode string         `json:"failure_mode,omitempty"`
+			LocalShare  float64        `json:"local_share,omitempty"`
+			DenyCache   *denyCacheView `json:"deny_cache,omitempty"`
 		} `json:"store"`
 		Admin struct {
 			TokenEnv  string `json:"token_env,omitempty"`
@@ -89,6 +90,12 @@ func (c *Config) Dump() ([]byte, error) {
 	}
 	view.Store.FailureMode = c.Store.FailureMode.String()
 	view.Store.LocalShare = c.Store.LocalShare
+	if dc := c.Store.DenyCache; dc != (DenyCache{}) {
+		view.Store.DenyCache = &denyCacheView{Off: dc.Off, MaxBytes: dc.MaxBytes}
+		if dc.MaxAge > 0 {
+			view.Store.DenyCache.MaxAge = dc.MaxAge.String()
+		}
+	}
 	view.Admin.TokenEnv, view.Admin.TokenFile = c.Admin.TokenEnv, c.Admin.TokenFile
 	view.Identity.TrustedProxies = []string{}
 	for _, p := range c.Identity.TrustedProxies {
@@ -140,4 +147,11 @@ func redactURL(s string) string {
 		return "(unparsable URL)"
 	}
 	return u.Redacted()
+}
+
+// denyCacheView is Store.DenyCache in the dump, present only when the file set it.
+type denyCacheView struct {
+	Off      bool   `json:"off,omitempty"`
+	MaxBytes int64  `json:"max_bytes,omitempty"`
+	MaxAge   string `json:"max_age,omitempty"`
 }

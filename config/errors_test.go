@@ -203,6 +203,22 @@ policies:
 			},
 		},
 		{
+			name: "deny cache",
+			files: map[string]string{"store.yaml": `store:
+  deny_cache: {max_bytes: -1, max_age: 0s, size: 3}
+`},
+			want: []string{
+				"store.yaml:2:44: store.deny_cache.size: unknown field (known fields: max_bytes, max_age)",
+				"store.yaml:2:27: store.deny_cache.max_bytes: must not be negative, got -1",
+				`store.yaml:2:40: store.deny_cache.max_age: must be a positive duration such as 5ms or 1s, got "0s"`,
+			},
+		},
+		{
+			name:  "deny cache on",
+			files: map[string]string{"store.yaml": "store:\n  deny_cache: on\n"},
+			want:  []string{"store.yaml:2:15: store.deny_cache: must be off or {max_bytes, max_age}; it is on unless turned off"},
+		},
+		{
 			name: "store set in two files",
 			files: map[string]string{
 				"a.yaml": "store:\n  deadline: 5ms\n",

@@ -223,7 +223,7 @@ func (d *decoder) sluiceFile(root *yaml.Node) *sluiceFile {
 }
 
 func (d *decoder) store(n *yaml.Node) *Store {
-	o := d.object(n, "store", "redis_url", "redis_url_env", "deadline", "failure_mode", "local_share", "expected_nodes")
+	o := d.object(n, "store", "redis_url", "redis_url_env", "deadline", "failure_mode", "local_share", "expected_nodes", "deny_cache")
 	if o == nil {
 		return nil
 	}
@@ -250,7 +250,33 @@ func (d *decoder) store(n *yaml.Node) *Store {
 		s.Deadline, _ = d.duration(v, o.field("deadline"))
 	}
 	s.FailureMode, s.LocalShare, _ = d.failure(o)
+	if v, ok := o.get("deny_cache"); ok {
+		s.DenyCache = d.denyCache(v, o.field("deny_cache"))
+	}
 	return s
+}
+
+// denyCache reads deny_cache: off, or {max_bytes, max_age}.
+func (d *decoder) denyCache(n *yaml.Node, path string) DenyCache {
+	if n = deref(n); n.Kind == yaml.ScalarNode {
+		if on, ok := d.boolean(n, path); ok && on {
+			d.errorf(n, path, "must be off or {max_bytes, max_age}; it is on unless turned off")
+		}
+		return DenyCache{Off: true}
+	}
+	o := d.object(n, path, "max_bytes", "max_age")
+	if o == nil {
+		return DenyCache{}
+	}
+	var c DenyCache
+	if v, ok := o.get("max_bytes"); ok {
+		c.MaxBytes, _ = d.integer(v, o.field("max_bytes"), 0, 1<<40)
+		c.Off = c.MaxBytes == 0
+	}
+	if v, ok := o.get("max_age"); ok {
+		c.MaxAge, _ = d.duration(v, o.field("max_age"))
+	}
+	return c
 }
 
 // failure reads failure_mode, local_share and expected_nodes of o.

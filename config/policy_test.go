@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http/httptest"
@@ -21,7 +22,8 @@ func TestTestdataPolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Store.RedisURL != "redis://127.0.0.1:6379/0" || c.Store.Deadline != 5*time.Millisecond ||
-		c.Store.FailureMode != FailLocal || c.Store.LocalShare != 0.25 {
+		c.Store.FailureMode != FailLocal || c.Store.LocalShare != 0.25 ||
+		c.Store.DenyCache != (DenyCache{MaxBytes: 16 << 20, MaxAge: time.Second}) {
 		t.Errorf("store %+v", c.Store)
 	}
 	if c.Admin.TokenEnv != "SLUICE_ADMIN_TOKEN" {
@@ -168,6 +170,40 @@ func TestDirectoryLoading(t *testing.T) {
 	}
 	if _, err := Load(filepath.Join(dir, "missing.yaml")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+func TestDenyCache(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want DenyCache
+		dump string
+	}{
+		{"store:\n  deadline: 5ms\n", DenyCache{}, ""},
+		{"store:\n  deny_cache: off\n", DenyCache{Off: true}, `"deny_cache":{"off":true}`},
+		{"store:\n  deny_cache: {max_bytes: 0}\n", DenyCache{Off: true}, `"deny_cache":{"off":true}`},
+		{"store:\n  deny_cache: {max_age: 250ms}\n", DenyCache{MaxAge: 250 * time.Millisecond}, `"deny_cache":{"max_age":"250ms"}`},
+		{"store:\n  deny_cache: {max_bytes: 1048576, max_age: 2s}\n", DenyCache{MaxBytes: 1 << 20, MaxAge: 2 * time.Second}, `"deny_cache":{"max_bytes":1048576,"max_age":"2s"}`},
+	} {
+		c, err := Load(writeFile(t, t.TempDir(), "s.yaml", tc.yaml))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.yaml, err)
+		}
+		if c.Store.DenyCache != tc.want {
+			t.Errorf("%q: %+v, want %+v", tc.yaml, c.Store.DenyCache, tc.want)
+		}
+		indented, err := c.Dump()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, indented); err != nil {
+			t.Fatal(err)
+		}
+		dump := compact.String()
+		if got := strings.Contains(dump, `"deny_cache"`); got != (tc.dump != "") || !strings.Contains(dump, tc.dump) {
+			t.Errorf("%q: dump %s, want %s", tc.yaml, dump, tc.dump)
+		}
 	}
 }
 

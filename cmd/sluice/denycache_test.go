@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -21,19 +20,32 @@ import (
 // show it; an admin reset forgets the denial. --deny-cache-bytes 0 sends every request
 // to Redis.
 func TestServeDenyCache(t *testing.T) {
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "edge.yaml")
-	if err := os.WriteFile(cfg, []byte("domain: edge\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: 2\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	t.Setenv("SLUICE_ADMIN_TOKEN", "s3cret")
-	for _, on := range []bool{true, false} {
-		t.Run(fmt.Sprintf("on=%v", on), func(t *testing.T) {
-			srv := redistest.Start(t)
-			args := []string{"--redis", srv.URL(), "--config", cfg, "--deadline", "1s", "--log-level", "warn"}
-			if !on {
-				args = append(args, "--deny-cache-bytes", "0")
+	for _, tc := range []struct {
+		name  string
+		store string // a store block for the configuration, if any
+		args  []string
+		on    bool
+	}{
+		{name: "default", on: true},
+		{name: "off by flag", args: []string{"--deny-cache-bytes", "0"}},
+		{name: "off by configuration", store: "store:\n  deny_cache: off\n"},
+		{name: "flag over configuration", store: "store:\n  deny_cache: off\n", args: []string{"--deny-cache-bytes", "1048576"}, on: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			on := tc.on
+			cfg := t.TempDir()
+			files := map[string]string{"edge.yaml": "domain: edge\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: 2\n"}
+			if tc.store != "" {
+				files["store.yaml"] = tc.store
 			}
+			for name, body := range files {
+				if err := os.WriteFile(filepath.Join(cfg, name), []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			srv := redistest.Start(t)
+			args := append([]string{"--redis", srv.URL(), "--config", cfg, "--deadline", "1s", "--log-level", "warn"}, tc.args...)
 			base, grpcAddr, _ := started(t, args...)
 			rls := rlsClient(t, grpcAddr)
 			req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("user", "u1")}}

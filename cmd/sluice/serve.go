@@ -25,7 +25,7 @@ func commonFlags() []cli.Flag {
 		&cli.StringFlag{Name: "failure-mode", Usage: "what to do when Redis cannot decide: open (allow), closed (deny: HTTP 503, Envoy OVER_LIMIT) or local (decide in-process with a share of each limit). Overrides the configuration's store.failure_mode; a policy that names its own mode keeps it", Sources: cli.EnvVars("SLUICE_FAILURE_MODE")},
 		&cli.DurationFlag{Name: "deadline", Usage: "the longest a decision waits for Redis before the failure mode decides (0: the configuration's store.deadline, else 5ms)", Sources: cli.EnvVars("SLUICE_DEADLINE")},
 		&cli.Int64Flag{Name: "max-keys", Usage: "in-memory store: the most keys kept (0: unbounded; idle keys are always swept)", Sources: cli.EnvVars("SLUICE_MAX_KEYS")},
-		&cli.Int64Flag{Name: "deny-cache-bytes", Value: denycache.DefaultMaxBytes, Usage: "remember the store's denials in up to this many bytes and answer repeats of them in-process while they certainly hold, so a client over its limit costs Redis nothing and its repeats are sampled in the decision log (see the denycache package; 0 disables)", Sources: cli.EnvVars("SLUICE_DENY_CACHE_BYTES")},
+		&cli.Int64Flag{Name: "deny-cache-bytes", Value: denycache.DefaultMaxBytes, Usage: "remember the store's denials in up to this many bytes and answer repeats of them in-process while they certainly hold, so a client over its limit costs Redis nothing and its repeats are sampled in the decision log (see the denycache package; 0 disables). Overrides the configuration's store.deny_cache", Sources: cli.EnvVars("SLUICE_DENY_CACHE_BYTES")},
 		&cli.DurationFlag{Name: "deny-cache-max-age", Value: denycache.DefaultMaxAge, Usage: "the longest a remembered denial answers without asking the store: how long a reset made through another replica can go unseen", Sources: cli.EnvVars("SLUICE_DENY_CACHE_MAX_AGE")},
 		&cli.FloatFlag{Name: "log-sampling", Value: -1, Usage: "the share of allowed decisions, and of denials the deny cache repeated, written to the decision log, in [0, 1] (the store's denials and failures are always logged; -1: the observe package's default of 1%)", Sources: cli.EnvVars("SLUICE_LOG_SAMPLING")},
 	}
@@ -191,6 +191,8 @@ func readStoreFlags(c *cli.Command) (storeFlags, error) {
 		denyCache: denyCacheFlags{
 			maxBytes: c.Int64("deny-cache-bytes"),
 			maxAge:   c.Duration("deny-cache-max-age"),
+			bytesSet: c.IsSet("deny-cache-bytes"),
+			ageSet:   c.IsSet("deny-cache-max-age"),
 		},
 	}
 	if s := c.String("failure-mode"); s != "" {

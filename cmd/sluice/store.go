@@ -38,10 +38,34 @@ type storeFlags struct {
 }
 
 // denyCacheFlags configure the denycache.Cache in front of the store; maxBytes 0 leaves
-// it out.
+// it out. The set fields say whether the command line or the environment gave the value,
+// which then overrides the configuration's store.deny_cache.
 type denyCacheFlags struct {
-	maxBytes int64
-	maxAge   time.Duration
+	maxBytes         int64
+	maxAge           time.Duration
+	bytesSet, ageSet bool
+}
+
+// over returns the settings in force: the defaults, then the configuration's deny_cache,
+// then the flags that were given.
+func (f denyCacheFlags) over(c config.DenyCache) denyCacheFlags {
+	out := denyCacheFlags{maxBytes: denycache.DefaultMaxBytes, maxAge: denycache.DefaultMaxAge}
+	switch {
+	case c.Off:
+		out.maxBytes = 0
+	case c.MaxBytes > 0:
+		out.maxBytes = c.MaxBytes
+	}
+	if c.MaxAge > 0 {
+		out.maxAge = c.MaxAge
+	}
+	if f.bytesSet {
+		out.maxBytes = f.maxBytes
+	}
+	if f.ageSet {
+		out.maxAge = f.maxAge
+	}
+	return out
 }
 
 // store is the limiter chain a command decides with:
@@ -108,7 +132,7 @@ func openStore(cfg *config.Config, f storeFlags, log *slog.Logger, reg prometheu
 			opts = append(opts, memory.WithMaxKeys(f.maxKeys))
 		}
 		m := memory.New(opts...)
-		inner, st.close = withDenyCache(m, f.denyCache, reg), m.Close
+		inner, st.close = withDenyCache(m, f.denyCache.over(cfg.Store.DenyCache), reg), m.Close
 	} else {
 		st.kind, st.target = "redis", redact(rawURL)
 		// A Redis that is down when the service starts is a store failure like any other:
@@ -138,7 +162,7 @@ func openStore(cfg *config.Config, f storeFlags, log *slog.Logger, reg prometheu
 			fopts = append(fopts, failover.WithFallbackFunc(f.fallback))
 		}
 		fl := failover.New(rs, fopts...)
-		inner = withDenyCache(fl, f.denyCache, reg)
+		inner = withDenyCache(fl, f.denyCache.over(cfg.Store.DenyCache), reg)
 		st.close = func() error { return errors.Join(fl.Close(), rs.Close()) }
 		st.ready = rs.Ping
 		mopts = append(mopts, observe.WithEvictedKeys(rs.EvictedKeys, 15*time.Second))
