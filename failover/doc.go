@@ -86,6 +86,13 @@
 // was called, its latency, the failure a mode absorbed and its Kind, the Fallback and the
 // breaker state. Package observe logs and counts them.
 //
+// # With a deny cache
+//
+// A denycache.Cache goes in front of the Limiter, not behind it: the breaker must judge
+// the store by the store's own answers, and a cached denial is not one (behind the
+// Limiter, a client hammering a denied key would feed the breaker a success per request,
+// keeping it closed while the store is down, or closing it from half-open).
+//
 // # Measured behaviour under faults
 //
 // TestFaults runs 36 goroutines deciding continuously (a third in each mode, local share
