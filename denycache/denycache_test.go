@@ -12,19 +12,11 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/memory"
 )
 
-// clock is a settable clock in whole microseconds, safe for concurrent use.
-type clock struct{ us atomic.Int64 }
-
-func newClock() *clock {
-	c := &clock{}
-	c.us.Store(time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC).UnixMicro())
-	return c
-}
-func (c *clock) Now() time.Time          { return time.UnixMicro(c.us.Load()) }
-func (c *clock) Advance(d time.Duration) { c.us.Add(d.Microseconds()) }
+func newClock() *clocktest.Clock { return clocktest.New(time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)) }
 
 // counting counts the requests that reach the store.
 type counting struct {
@@ -44,7 +36,7 @@ func (c *counting) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]slu
 
 // setup returns a Cache over a memory store, the store (counting its calls) and their
 // clock.
-func setup(t *testing.T, opts ...Option) (*Cache, *counting, *clock) {
+func setup(t *testing.T, opts ...Option) (*Cache, *counting, *clocktest.Clock) {
 	t.Helper()
 	clk := newClock()
 	m := memory.New(memory.WithClock(clk.Now))

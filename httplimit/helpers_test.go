@@ -13,28 +13,18 @@ import (
 
 	"github.com/dunglas/httpsfv"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/memory"
 )
-
-// clock is a settable clock for the memory store, safe for concurrent use.
-type clock struct{ us atomic.Int64 }
 
 // start is deliberately not aligned to a second, so window boundaries and rounding of
 // Retry-After are exercised.
 var start = time.Date(2026, 11, 1, 5, 59, 0, 123_457_000, time.UTC)
 
-func newClock() *clock {
-	c := &clock{}
-	c.us.Store(start.UnixMicro())
-	return c
-}
-func (c *clock) Now() time.Time          { return time.UnixMicro(c.us.Load()) }
-func (c *clock) Advance(d time.Duration) { c.us.Add(d.Microseconds()) }
-
 // newStore returns a real memory store on a fake clock.
-func newStore(t testing.TB) (*memory.Store, *clock) {
+func newStore(t testing.TB) (*memory.Store, *clocktest.Clock) {
 	t.Helper()
-	clk := newClock()
+	clk := clocktest.New(start)
 	s := memory.New(memory.WithClock(clk.Now))
 	t.Cleanup(func() { s.Close() })
 	return s, clk

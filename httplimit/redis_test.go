@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -15,16 +16,16 @@ import (
 // backend is a real store the middleware tests run against, on a settable clock.
 type backend struct {
 	name string
-	new  func(t *testing.T) (sluice.Limiter, *clock)
+	new  func(t *testing.T) (sluice.Limiter, *clocktest.Clock)
 }
 
 var redisPrefixes atomic.Int64
 
 // newRedisStore returns a Redis store on srv deciding at a fake clock's time, with its own
 // key prefix so that subtests sharing srv never share state.
-func newRedisStore(t *testing.T, srv *redistest.Server) (*redisstore.Store, *clock) {
+func newRedisStore(t *testing.T, srv *redistest.Server) (*redisstore.Store, *clocktest.Clock) {
 	t.Helper()
-	clk := newClock()
+	clk := clocktest.New(start)
 	s, err := redisstore.Open(srv.URL(),
 		redisstore.WithClock(clk.Now),
 		// The fake clock runs slower than Redis's: keep state for the test's life.
@@ -43,8 +44,8 @@ func backends(t *testing.T) []backend {
 	t.Helper()
 	srv := redistest.Start(t)
 	return []backend{
-		{"memory", func(t *testing.T) (sluice.Limiter, *clock) { return newStore(t) }},
-		{"redis", func(t *testing.T) (sluice.Limiter, *clock) { return newRedisStore(t, srv) }},
+		{"memory", func(t *testing.T) (sluice.Limiter, *clocktest.Clock) { return newStore(t) }},
+		{"redis", func(t *testing.T) (sluice.Limiter, *clocktest.Clock) { return newRedisStore(t, srv) }},
 	}
 }
 

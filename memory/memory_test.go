@@ -11,24 +11,14 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 )
-
-// fakeClock is a settable clock, safe for concurrent use.
-type fakeClock struct{ us atomic.Int64 }
-
-func newFakeClock(t time.Time) *fakeClock {
-	c := &fakeClock{}
-	c.us.Store(t.UnixMicro())
-	return c
-}
-func (c *fakeClock) Now() time.Time          { return time.UnixMicro(c.us.Load()) }
-func (c *fakeClock) Advance(d time.Duration) { c.us.Add(d.Microseconds()) }
 
 var start = time.Date(2026, 11, 1, 5, 59, 0, 0, time.UTC) // an hour before US DST ends
 
-func newTestStore(t *testing.T, opts ...Option) (*Store, *fakeClock) {
+func newTestStore(t *testing.T, opts ...Option) (*Store, *clocktest.Clock) {
 	t.Helper()
-	clk := newFakeClock(start)
+	clk := clocktest.New(start)
 	s := New(append([]Option{WithClock(clk.Now)}, opts...)...)
 	t.Cleanup(func() { s.Close() })
 	return s, clk
@@ -392,7 +382,7 @@ func TestSweepIsInvisibleToABackwardsClock(t *testing.T) {
 				}
 				time.Sleep(2 * time.Millisecond)
 			}
-			clk.us.Store(before.UnixMicro()) // an NTP step back to where the key was exhausted
+			clk.Set(before) // an NTP step back to where the key was exhausted
 			d, err := s.AllowN(ctx, "k", l, 0)
 			if err != nil {
 				t.Fatal(err)

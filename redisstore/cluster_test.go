@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
 )
@@ -33,12 +34,12 @@ func TestHostileIdentities(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	clock := newTestClock()
-	s := open(t, srv.URL(), clock.option(), WithMinTTL(time.Hour))
+	s := open(t, srv.URL(), WithClock(clock.Now), WithMinTTL(time.Hour))
 	// Standalone Redis has no CLUSTER KEYSLOT; redistest.Slot is an independent CRC16.
 	checkHostile(t, s, clock, func(key string) string { return fmt.Sprint(redistest.Slot(key)) })
 }
 
-func checkHostile(t *testing.T, s *Store, clock *testClock, keyslot func(string) string) {
+func checkHostile(t *testing.T, s *Store, clock *clocktest.Clock, keyslot func(string) string) {
 	t.Helper()
 	ctx := context.Background()
 	once := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 1, Period: time.Hour}
@@ -84,11 +85,11 @@ func TestCluster(t *testing.T) {
 	t.Parallel()
 	c := redistest.StartCluster(t)
 	clock := newTestClock()
-	s := open(t, clusterURL(c), clock.option(), WithMinTTL(time.Hour))
+	s := open(t, clusterURL(c), WithClock(clock.Now), WithMinTTL(time.Hour))
 	if !s.conn.Load().cluster {
 		t.Fatal("store did not detect cluster mode")
 	}
-	mem := memory.New(clock.memoryOption(), memory.WithSweepInterval(0))
+	mem := memory.New(memory.WithClock(clock.Now), memory.WithSweepInterval(0))
 	defer mem.Close()
 	ctx := context.Background()
 

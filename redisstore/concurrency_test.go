@@ -21,7 +21,7 @@ func TestConcurrentOneKey(t *testing.T) {
 	clock := newTestClock() // frozen: the whole run is one instant, inside one window
 	var ss []*Store
 	for i := 0; i < stores; i++ {
-		ss = append(ss, open(t, srv.URL(), clock.option(), WithMinTTL(time.Hour)))
+		ss = append(ss, open(t, srv.URL(), WithClock(clock.Now), WithMinTTL(time.Hour)))
 	}
 	ctx := context.Background()
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
 )
@@ -68,13 +69,13 @@ func TestDifferentialMemory(t *testing.T) {
 
 // pairedStores returns a memory store and a Redis store (on a server of its own) that
 // both read the returned clock; Redis keeps keys a day, whatever that clock says.
-func pairedStores(t *testing.T) (*testClock, *memory.Store, *Store) {
+func pairedStores(t *testing.T) (*clocktest.Clock, *memory.Store, *Store) {
 	t.Helper()
 	srv := redistest.Start(t)
 	clock := newTestClock()
-	mem := memory.New(clock.memoryOption(), memory.WithSweepInterval(0))
+	mem := memory.New(memory.WithClock(clock.Now), memory.WithSweepInterval(0))
 	t.Cleanup(func() { mem.Close() })
-	return clock, mem, open(t, srv.URL(), clock.option(), WithMinTTL(24*time.Hour))
+	return clock, mem, open(t, srv.URL(), WithClock(clock.Now), WithMinTTL(24*time.Hour))
 }
 
 // lane is one sequence of differential operations on its own keys.
@@ -167,7 +168,7 @@ func (l *lane) op(ctx context.Context, i int, now int64, mem *memory.Store, red 
 }
 
 // step advances clock by a random step chosen to hit the interesting cases.
-func step(rng *rand.Rand, clock *testClock, limits []sluice.Limit) {
+func step(rng *rand.Rand, clock *clocktest.Clock, limits []sluice.Limit) {
 	l := limits[rng.IntN(len(limits))]
 	period := l.Period.Microseconds()
 	t := max(1, (period+l.Rate-1)/l.Rate)
@@ -175,18 +176,18 @@ func step(rng *rand.Rand, clock *testClock, limits []sluice.Limit) {
 	switch p := rng.IntN(100); {
 	case p < 20: // same instant
 	case p < 50: // a fraction of an emission interval
-		clock.Set(now + rng.Int64N(t/2+1))
+		clock.SetMicros(now + rng.Int64N(t/2+1))
 	case p < 70: // up to one period
-		clock.Set(now + rng.Int64N(period+1))
+		clock.SetMicros(now + rng.Int64N(period+1))
 	case p < 85: // exactly on the next window boundary, or 1µs either side
 		next := (now/period + 1) * period
-		clock.Set(next + rng.Int64N(3) - 1)
+		clock.SetMicros(next + rng.Int64N(3) - 1)
 	case p < 92: // a large jump
-		clock.Set(now + period*(1+rng.Int64N(1000)) + rng.Int64N(period))
+		clock.SetMicros(now + period*(1+rng.Int64N(1000)) + rng.Int64N(period))
 	case p < 95: // backwards (a clock step, a failover to a host behind)
-		clock.Set(now - rng.Int64N(2*period+1))
+		clock.SetMicros(now - rng.Int64N(2*period+1))
 	default: // up to three periods
-		clock.Set(now + rng.Int64N(3*period+1))
+		clock.SetMicros(now + rng.Int64N(3*period+1))
 	}
 }
 
@@ -241,19 +242,19 @@ func TestDifferentialExtremes(t *testing.T) {
 		switch p := rng.IntN(10); {
 		case p < 3: // same instant
 		case p < 5:
-			clock.Set(now + rng.Int64N(2048))
+			clock.SetMicros(now + rng.Int64N(2048))
 		case p < 7: // onto this limit's next window boundary, or 1µs either side
-			clock.Set((now/period+1)*period + rng.Int64N(3) - 1)
+			clock.SetMicros((now/period+1)*period + rng.Int64N(3) - 1)
 		case p < 8: // backwards
-			clock.Set(now - rng.Int64N(1<<20))
+			clock.SetMicros(now - rng.Int64N(1<<20))
 		default: // a fraction of a maximal period
-			clock.Set(now + rng.Int64N(int64(sluice.MaxPeriod/time.Microsecond)/8))
+			clock.SetMicros(now + rng.Int64N(int64(sluice.MaxPeriod/time.Microsecond)/8))
 		}
 		// Times stay within two maximal periods (70 years) of the present, so that the end of
 		// a window two periods on, the largest time the algorithms compute, is below 2^53:
 		// the range sluice.MaxPeriod is sized for.
 		if clock.Micros() > start+2*int64(sluice.MaxPeriod/time.Microsecond) {
-			clock.Set(start) // a jump back: the stores must agree on that too
+			clock.SetMicros(start) // a jump back: the stores must agree on that too
 		}
 		mc := l.MaxCost()
 		n := []int64{0, 1, 2, 3, mc, mc / 2, mc - 1}[rng.IntN(7)]
@@ -290,7 +291,7 @@ func TestDifferentialExtremes(t *testing.T) {
 	for _, b := range []int64{3, 5, 12345, 1<<39 + 1} {
 		key := fmt.Sprint("sw", b)
 		w0 := (start/P + 1) * P
-		clock.Set(w0)
+		clock.SetMicros(w0)
 		want, _ := mem.AllowN(ctx, key, sw, b)
 		got, err := red.AllowN(ctx, key, sw, b)
 		if err != nil || got != want || !got.Allowed {
@@ -299,7 +300,7 @@ func TestDifferentialExtremes(t *testing.T) {
 		inv := new(big.Int).ModInverse(big.NewInt(b), bigP)
 		m := new(big.Int).Mul(big.NewInt(P-1), inv)
 		m.Mod(m, bigP) // b·m ≡ -1 (mod P)
-		clock.Set(w0 + P + (P - 1 - m.Int64()))
+		clock.SetMicros(w0 + P + (P - 1 - m.Int64()))
 		for _, n := range []int64{0, 1} {
 			want, _ := mem.AllowN(ctx, key, sw, n)
 			got, err := red.AllowN(ctx, key, sw, n)

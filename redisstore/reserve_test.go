@@ -33,7 +33,7 @@ func TestReserveMirrorsAlgo(t *testing.T) {
 		t.Run(l.String(), func(t *testing.T) {
 			t.Parallel()
 			clock := newTestClock()
-			s := open(t, srv.URL(), clock.option(), WithMinTTL(24*time.Hour))
+			s := open(t, srv.URL(), WithClock(clock.Now), WithMinTTL(24*time.Hour))
 			p := algo.ParamsOf(l)
 			rng := rand.New(rand.NewPCG(uint64(i), 77))
 			keys := []string{fmt.Sprintf("mirror%d:a", i), fmt.Sprintf("mirror%d:{b}", i)}

@@ -6,32 +6,20 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/memory"
 )
 
-// testClock is a settable clock in µs since the Unix epoch, shared by the stores under test.
-type testClock struct{ us atomic.Int64 }
-
-func newTestClock() *testClock {
-	c := &testClock{}
-	c.us.Store(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixMicro())
-	return c
+// newTestClock returns a settable clock for the stores under test.
+func newTestClock() *clocktest.Clock {
+	return clocktest.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 }
-
-func (c *testClock) Now() time.Time              { return time.UnixMicro(c.us.Load()) }
-func (c *testClock) Advance(d time.Duration)     { c.us.Add(d.Microseconds()) }
-func (c *testClock) Set(us int64)                { c.us.Store(us) }
-func (c *testClock) Micros() int64               { return c.us.Load() }
-func (c *testClock) option() Option              { return WithClock(c.Now) }
-func (c *testClock) memoryOption() memory.Option { return memory.WithClock(c.Now) }
 
 // open opens a store on srv's URL, closed when the test ends.
 func open(t testing.TB, url string, opts ...Option) *Store {
@@ -68,7 +56,7 @@ func TestAllowNEveryAlgorithm(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	clock := newTestClock()
-	s := open(t, srv.URL(), clock.option(), WithMinTTL(time.Hour))
+	s := open(t, srv.URL(), WithClock(clock.Now), WithMinTTL(time.Hour))
 	ctx := context.Background()
 	for _, a := range sluice.Algorithms() {
 		t.Run(a.String(), func(t *testing.T) {

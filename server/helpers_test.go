@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/redisstore"
@@ -24,19 +25,6 @@ import (
 
 // t0 is 20 s into a minute, an hour and a day (UTC), so fixed windows end at known times.
 var t0 = time.Date(2030, 1, 1, 0, 0, 20, 0, time.UTC)
-
-// clock is a settable test clock.
-type clock struct{ ns atomic.Int64 }
-
-func newClock(t time.Time) *clock {
-	c := &clock{}
-	c.ns.Store(t.UnixNano())
-	return c
-}
-
-func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
-func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
-func (c *clock) Set(t time.Time)         { c.ns.Store(t.UnixNano()) }
 
 // storeKind is a store the end-to-end tests run on.
 type storeKind struct {
@@ -146,9 +134,9 @@ func serve(t testing.TB, s *Server) *running {
 }
 
 // newServer starts a Server on a fresh store of kind k with cfg and a clock at t0.
-func newServer(t *testing.T, k storeKind, cfg *config.Config, opts Options) (*running, *clock) {
+func newServer(t *testing.T, k storeKind, cfg *config.Config, opts Options) (*running, *clocktest.Clock) {
 	t.Helper()
-	c := newClock(t0)
+	c := clocktest.New(t0)
 	opts.Limiter = k.open(t, c.Now)
 	if opts.Config == nil && opts.Watcher == nil {
 		opts.Config = cfg

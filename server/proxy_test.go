@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/clocktest"
 )
 
 // upstream is a test backend that records what reached it.
@@ -54,7 +55,7 @@ func TestProxy(t *testing.T) {
 	t.Setenv("SERVER_TEST_API_KEY_SECRET", "0123456789abcdef0123456789abcdef")
 	for _, k := range stores {
 		t.Run(k.name, func(t *testing.T) {
-			c := newClock(t0)
+			c := clocktest.New(t0)
 			up := newUpstream(t)
 			target, _ := url.Parse(up.URL)
 			p, err := NewProxy(ProxyOptions{Limiter: k.open(t, c.Now), Upstream: target,
