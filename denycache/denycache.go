@@ -99,7 +99,6 @@ type Cache struct {
 	clock    func() time.Time // nil: the monotonic clock
 	base     time.Time
 	seed     maphash.Seed
-	entries  atomic.Int64
 	shards   [numShards]shard
 }
 
@@ -177,7 +176,13 @@ func New(inner sluice.Limiter, opts ...Option) *Cache {
 }
 
 // Len returns the number of denials held, expired ones not yet dropped included.
-func (c *Cache) Len() int { return int(c.entries.Load()) }
+func (c *Cache) Len() int {
+	var n int64
+	for i := range c.shards {
+		n += c.shards[i].n.Load()
+	}
+	return int(n)
+}
 
 func (c *Cache) now() time.Duration {
 	if c.clock != nil {
@@ -224,7 +229,7 @@ func (c *Cache) lookup(sh *shard, key string, limit sluice.Limit, n int64, now t
 	if ok && (now >= e.until || now < e.at) {
 		// Expired; or a WithClock clock went back before the denial, which then proves
 		// nothing about now.
-		sh.remove(c, k)
+		sh.remove(k)
 		ok = false
 	}
 	sh.mu.Unlock()
@@ -263,9 +268,7 @@ func (c *Cache) learn(sh *shard, gen uint64, start time.Duration, key string, li
 			return
 		}
 		sh.mu.Lock()
-		if _, ok := sh.m[k]; ok {
-			sh.remove(c, k)
-		}
+		sh.remove(k)
 		sh.mu.Unlock()
 		return
 	}
@@ -286,30 +289,29 @@ func (c *Cache) learn(sh *shard, gen uint64, start time.Duration, key string, li
 	if sh.gen.Load() != gen {
 		return // a Reset ran while the store decided: the denial may predate it
 	}
-	if _, ok := sh.m[k]; ok {
-		sh.remove(c, k)
-	}
+	sh.remove(k) // the denial replaces any earlier one
 	if sh.bytes+size > budget {
-		sh.makeRoom(c, size, budget, c.now())
+		sh.makeRoom(size, budget, start)
 	}
 	sh.m[k] = e
 	sh.bytes += size
-	c.entries.Add(1)
 	sh.n.Add(1)
 }
 
-// remove deletes k's entry. The shard's mutex is held.
-func (sh *shard) remove(c *Cache, k slot) {
+// remove deletes k's entry, if there is one. The shard's mutex is held.
+func (sh *shard) remove(k slot) {
+	if _, ok := sh.m[k]; !ok {
+		return
+	}
 	delete(sh.m, k)
 	sh.bytes -= int64(len(k.key)) + EntryOverhead
-	c.entries.Add(-1)
 	sh.n.Add(-1)
 }
 
 // makeRoom drops entries until need more bytes fit in budget: the expired ones among the
 // first few it looks at, then arbitrary ones (a map's iteration order is unspecified and,
 // in practice, starts at a random entry). The shard's mutex is held.
-func (sh *shard) makeRoom(c *Cache, need, budget int64, now time.Duration) {
+func (sh *shard) makeRoom(need, budget int64, now time.Duration) {
 	looked := 0
 	for k, e := range sh.m {
 		if sh.bytes+need <= budget || looked == probe {
@@ -317,14 +319,14 @@ func (sh *shard) makeRoom(c *Cache, need, budget int64, now time.Duration) {
 		}
 		looked++
 		if now >= e.until || now < e.at {
-			sh.remove(c, k)
+			sh.remove(k)
 		}
 	}
 	for k := range sh.m {
 		if sh.bytes+need <= budget {
 			return
 		}
-		sh.remove(c, k)
+		sh.remove(k)
 	}
 }
 
@@ -333,20 +335,19 @@ func (sh *shard) makeRoom(c *Cache, need, budget int64, now time.Duration) {
 // remembered.
 func (c *Cache) Reset(ctx context.Context, key string, limit sluice.Limit) error {
 	sh := c.shard(key)
-	c.forget(sh, slot{key, limit})
+	sh.forget(slot{key, limit})
 	err := c.inner.Reset(ctx, key, limit)
 	// Again: a call that began after the first forget may have been decided before the
 	// inner Reset took effect.
-	c.forget(sh, slot{key, limit})
+	sh.forget(slot{key, limit})
 	return err
 }
 
-func (c *Cache) forget(sh *shard, k slot) {
+// forget removes k's entry and counts a Reset.
+func (sh *shard) forget(k slot) {
 	sh.mu.Lock()
 	sh.gen.Add(1)
-	if _, ok := sh.m[k]; ok {
-		sh.remove(c, k)
-	}
+	sh.remove(k)
 	sh.mu.Unlock()
 }
 
