@@ -13,10 +13,12 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 	ulule "github.com/ulule/limiter/v3"
 	ululeredis "github.com/ulule/limiter/v3/drivers/store/redis"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/bench/internal/lean"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -57,6 +59,20 @@ func redisLibs() []redisLib {
 			}, func() { _ = c.Close() }
 		}},
 	}
+	libs = append(libs, redisLib{lean.Name, func(b *testing.B, srv *redistest.Server) (decideFunc, func()) {
+		// The yardstick of the Redis-time target (package lean): not a library.
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		bt, err := lean.NewBatcher(context.Background(), c, lean.Size, 2)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return func(ctx context.Context, i int) error {
+			return bt.Decide(ctx, benchKey(i))
+		}, func() { bt.Close(); c.Close() }
+	}})
 	for _, a := range sluice.Algorithms() {
 		limit := sluice.Limit{Algorithm: a, Rate: 1000, Period: time.Second}
 		if a == sluice.SlidingLog {

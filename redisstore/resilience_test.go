@@ -266,6 +266,7 @@ func TestForeignStateReadsAsEmpty(t *testing.T) {
 		"negative": f64(-1e15, 7),
 		"fraction": f64(1.5e15+0.5, 3),
 		"huge":     f64(1e300, 1e300),
+		"nan3":     f64(1e15, 0, math.NaN()), // three fields, the third not an integer
 	}
 	for _, a := range sluice.Algorithms() {
 		if a == sluice.SlidingLog {

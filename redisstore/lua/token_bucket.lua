@@ -6,7 +6,22 @@
 -- are skipped, and x - x % 1 is floor(x) (exact, as every value is below 2^53) without a
 -- call to math.floor.
 local function token_bucket(key, v, S, U, burst, n, commit)
-  local a, b = decode(v)
+  -- decode(v) (prelude.lua), inline: a Lua call per decision costs more than the check
+  local a, b = 0, 0
+  if v then
+    local l, c = #v, 0
+    if l == 16 then
+      a, b = sunpack('<dd', v)
+    elseif l == 8 then
+      a = sunpack('<d', v)
+    elseif l == 24 then
+      a, b, c = sunpack('<ddd', v)
+    end
+    if not (a >= 0 and a < TWO53 and a % 1 == 0 and b >= 0 and b < TWO53 and b % 1 == 0
+        and c >= 0 and c < TWO53 and c % 1 == 0) then
+      a, b = 0, 0
+    end
+  end
   local c = n
   if c == 0 then c = 1 end
   local bt = burst * U

@@ -6,6 +6,7 @@
 //	cd bench && go run ./cmd/rediscost                       # GCRA, 26 decisions per call
 //	cd bench && go run ./cmd/rediscost -algorithm token_bucket -decisions 20000
 //	cd bench && go run ./cmd/rediscost -batch 1 -decisions 8000   # lone decisions
+//	cd bench && go run ./cmd/rediscost -lean -batch 16          # issue 3's yardstick
 //	cd bench && go run ./cmd/rediscost -keep /tmp/cg.out && callgrind_annotate --inclusive=yes /tmp/cg.out
 //
 // It starts redis-server under `valgrind --tool=callgrind` on a free loopback port,
@@ -32,7 +33,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/bench/internal/lean"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -43,6 +47,7 @@ var (
 	batch     = flag.Int("batch", 26, "decisions per script call (redisstore.WithBatchSize)")
 	minTTL    = flag.Duration("min-ttl", 0, "redisstore.WithMinTTL")
 	keep      = flag.String("keep", "", "copy the measured callgrind dump to this file (for callgrind_annotate)")
+	leanFlag  = flag.Bool("lean", false, "decide with the issue's lean GCRA script (bench/internal/lean), -batch keys per call, instead of sluice's store")
 )
 
 func main() {
@@ -89,16 +94,36 @@ func run() error {
 	if alg == sluice.SlidingLog {
 		limit.Rate = 100
 	}
+	what := fmt.Sprintf("%v, %d decisions of %v", alg, *decisions, limit)
+	one := func(ctx context.Context, key string) error {
+		_, err := s.AllowN(ctx, key, limit, 1)
+		return err
+	}
+	if *leanFlag {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		// Two calls in flight, 4·batch callers: every call carries batch keys.
+		bt, err := lean.NewBatcher(context.Background(), c, *batch, 2)
+		if err != nil {
+			return err
+		}
+		defer bt.Close()
+		one = bt.Decide
+		what = fmt.Sprintf("lean GCRA script, %d decisions of 1000/s", *decisions)
+	}
 
 	// Warm-up: every key once, then reset the counters.
-	if err := decide(s, limit, *nkeys, 0); err != nil {
+	if err := decide(one, *nkeys, 0); err != nil {
 		return err
 	}
 	pid := strconv.Itoa(srv.Process.Pid)
 	if err := exec.Command("callgrind_control", "-d", pid).Run(); err != nil {
 		return fmt.Errorf("callgrind_control: %w", err)
 	}
-	if err := decide(s, limit, *decisions, 7919); err != nil {
+	if err := decide(one, *decisions, 7919); err != nil {
 		return err
 	}
 	if err := exec.Command("callgrind_control", "-d", pid).Run(); err != nil {
@@ -123,8 +148,8 @@ func run() error {
 		}
 	}
 	n := float64(*decisions)
-	fmt.Printf("%v, %d decisions of %v, %d per call: %.0f instructions per decision in redis-server, %.0f of them inside EVALSHA\n",
-		alg, *decisions, limit, *batch, float64(total)/n, float64(evalsha)/n)
+	fmt.Printf("%s, %d per call: %.0f instructions per decision in redis-server, %.0f of them inside EVALSHA\n",
+		what, *batch, float64(total)/n, float64(evalsha)/n)
 	return nil
 }
 
@@ -143,7 +168,7 @@ func waitOpen(url string, batch int) (*redisstore.Store, error) {
 
 // decide makes n decisions on keys chosen with stride (0: key i), from enough goroutines
 // that the store's batches fill up.
-func decide(s *redisstore.Store, limit sluice.Limit, n, stride int) error {
+func decide(one func(context.Context, string) error, n, stride int) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var first atomic.Value
@@ -156,7 +181,7 @@ func decide(s *redisstore.Store, limit sluice.Limit, n, stride int) error {
 				if stride > 0 {
 					k = i * stride
 				}
-				if _, err := s.AllowN(context.Background(), "user:"+strconv.Itoa(k%*nkeys), limit, 1); err != nil {
+				if err := one(context.Background(), "user:"+strconv.Itoa(k%*nkeys)); err != nil {
 					first.CompareAndSwap(nil, err)
 					return
 				}
