@@ -3,11 +3,14 @@
 // ShouldRateLimit at 8 and 64 callers, POST /v1/check at 64 callers, ShouldRateLimit
 // paced at half of the 64-caller peak, ShouldRateLimit while Redis is frozen with
 // SIGSTOP, and a flood of ShouldRateLimit from 1,000 clients all over their limit (on
-// Redis with sluice's deny cache and without it). It prints a Markdown table for
-// bench/README.md.
+// Redis with sluice's deny cache and without it). With -reference, the same rows (but
+// POST /v1/check) for envoyproxy/ratelimit on the same redis-server, then sluice on Redis
+// and the reference alternately at 64 callers, so that sluice's ratio to it comes from
+// runs seconds apart. It prints Markdown tables for bench/README.md.
 //
 //	cd bench && go run ./cmd/servicebench            # about 2 minutes
 //	cd bench && go run ./cmd/servicebench -d 5s      # shorter runs
+//	cd bench && go run ./cmd/servicebench -only redis -reference v1.4.1-0.20260122083618-3fb702589d36
 //
 // It needs redis-server on PATH (apt-get install redis-server) and starts its own on a
 // free port; nothing else on the machine is touched.
@@ -88,6 +91,7 @@ var (
 	only     = flag.String("only", "", "run only this store: memory or redis")
 	prebuilt = flag.String("sluice", "", "use this sluice binary instead of building ../cmd/sluice")
 	procs    = flag.Int("sluice-procs", 0, "run sluice with GOMAXPROCS set to this (0: Go's default, one per core)")
+	refFlag  = flag.String("reference", "", "also measure envoyproxy/ratelimit, the reference implementation, on the same redis-server: a module version to go install (github.com/envoyproxy/ratelimit/src/service_cmd@VERSION), or the path of a binary built from it; empty: skip it")
 	redisHz  = flag.Int("redis-hz", 10, "redis-server's hz (10 is Redis's default; 100 runs its periodic work, key expiry among it, in ten times smaller pieces: see bench/README.md)")
 )
 
@@ -99,43 +103,79 @@ func main() {
 	}
 }
 
+// bench holds what every measurement needs: the binaries, the configuration and the
+// redis-server every Redis-backed service shares.
+type bench struct {
+	sluiceBin, loadgenBin, refBin string
+	cfgDir, refRoot               string
+	redis                         *exec.Cmd
+	redisURL                      string
+}
+
+// service is one rate limit service process: sluice serve or the reference.
+type service struct {
+	name               string // the table's store column
+	store              string // memory, redis, or refName
+	cmd                *exec.Cmd
+	httpAddr, grpcAddr string
+}
+
+func (s *service) stop() {
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	s.cmd.Wait()
+}
+
 func run() error {
 	dir, err := os.MkdirTemp("", "servicebench")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	sluiceBin, loadgenBin := filepath.Join(dir, "sluice"), filepath.Join(dir, "loadgen")
+	b := &bench{sluiceBin: filepath.Join(dir, "sluice"), loadgenBin: filepath.Join(dir, "loadgen"),
+		cfgDir: filepath.Join(dir, "config"), refRoot: filepath.Join(dir, "runtime")}
 	// sluice is built in its own module (the repository root), the load generator in
 	// this one.
-	builds := [][3]string{{sluiceBin, "./cmd/sluice", ".."}, {loadgenBin, "./cmd/loadgen", "."}}
+	builds := [][3]string{{b.sluiceBin, "./cmd/sluice", ".."}, {b.loadgenBin, "./cmd/loadgen", "."}}
 	if *prebuilt != "" {
-		sluiceBin, builds = *prebuilt, builds[1:]
+		b.sluiceBin, builds = *prebuilt, builds[1:]
 	}
-	for _, b := range builds {
-		cmd := exec.Command("go", "build", "-o", b[0], b[1])
-		cmd.Dir = b[2]
+	for _, bd := range builds {
+		cmd := exec.Command("go", "build", "-o", bd[0], bd[1])
+		cmd.Dir = bd[2]
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %s: %v\n%s", b[1], err, out)
+			return fmt.Errorf("go build %s: %v\n%s", bd[1], err, out)
 		}
 	}
-	cfgDir := filepath.Join(dir, "config")
-	os.Mkdir(cfgDir, 0o755)
-	if err := os.WriteFile(filepath.Join(cfgDir, "bench.yaml"), []byte(benchConfig), 0o644); err != nil {
+	os.Mkdir(b.cfgDir, 0o755)
+	if err := os.WriteFile(filepath.Join(b.cfgDir, "bench.yaml"), []byte(benchConfig), 0o644); err != nil {
 		return err
+	}
+	if *refFlag != "" {
+		if b.refBin, err = reference(dir, *refFlag); err != nil {
+			return err
+		}
+		// The reference reads RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config/*.yaml: the same
+		// domain file, unchanged.
+		refCfg := filepath.Join(b.refRoot, "ratelimit", "config")
+		if err := os.MkdirAll(refCfg, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(refCfg, "bench.yaml"), []byte(benchConfig), 0o644); err != nil {
+			return err
+		}
 	}
 	redisBin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return fmt.Errorf("redis-server not found: install it with apt-get install redis-server")
 	}
 	redisPort := freePort()
-	redis := exec.Command(redisBin, "--port", strconv.Itoa(redisPort), "--bind", "127.0.0.1", "--save", "",
+	b.redis = exec.Command(redisBin, "--port", strconv.Itoa(redisPort), "--bind", "127.0.0.1", "--save", "",
 		"--appendonly", "no", "--dir", dir, "--hz", strconv.Itoa(*redisHz))
-	if err := redis.Start(); err != nil {
+	if err := b.redis.Start(); err != nil {
 		return err
 	}
-	defer func() { redis.Process.Signal(syscall.SIGCONT); redis.Process.Kill(); redis.Wait() }()
-	redisURL := fmt.Sprintf("redis://127.0.0.1:%d", redisPort)
+	defer func() { b.redis.Process.Signal(syscall.SIGCONT); b.redis.Process.Kill(); b.redis.Wait() }()
+	b.redisURL = fmt.Sprintf("redis://127.0.0.1:%d", redisPort)
 	if err := waitTCP(fmt.Sprintf("127.0.0.1:%d", redisPort)); err != nil {
 		return err
 	}
@@ -146,171 +186,306 @@ func run() error {
 		sluiceProcs = strconv.Itoa(*procs)
 	}
 	fmt.Printf("sluice (GOMAXPROCS %s), redis-server (hz %d) and loadgen (one P) on one machine, loopback; %d distinct descriptors; %v per run after 2s warm-up; Redis deadline %v (%v in the freeze run)\n\n", sluiceProcs, *redisHz, *keys, *dur, *deadline, *freezeDL)
-	fmt.Println("| store | API | callers | pacing | requests/s | p50 | p99 | p99.9 | max | errors | decided by the store | from the deny cache | CPU µs/request: sluice / redis / loadgen |")
-	fmt.Println("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-
+	fmt.Println(tableHead)
 	for _, store := range []string{"memory", "redis"} {
 		if *only != "" && *only != store {
 			continue
 		}
-		httpAddr, grpcAddr := fmt.Sprintf("127.0.0.1:%d", freePort()), fmt.Sprintf("127.0.0.1:%d", freePort())
-		var srv *exec.Cmd
-		start := func(dl time.Duration, extra ...string) error {
-			args := []string{"serve", "--config", cfgDir, "--http", httpAddr, "--grpc", grpcAddr,
-				"--log-level", "error", "--log-sampling", "0", "--failure-mode", "open"}
-			if store == "redis" {
-				args = append(args, "--redis", redisURL, "--deadline", dl.String())
-			}
-			args = append(args, extra...)
-			srv = exec.Command(sluiceBin, args...)
-			srv.Stderr = os.Stderr
-			if *procs > 0 {
-				srv.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(*procs))
-			}
-			if err := srv.Start(); err != nil {
-				return err
-			}
-			return waitReady("http://" + httpAddr + "/readyz")
-		}
-		stop := func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() }
-		if err := start(*deadline); err != nil {
-			stop()
+		if err := b.storeRows(store); err != nil {
 			return err
 		}
-		load := func(target, addr string, callers int, rate float64, extra ...string) (result, error) {
-			a := []string{"-target", target, "-addr", addr, "-c", strconv.Itoa(callers), "-d", dur.String(),
-				"-keys", strconv.Itoa(*keys), "-json"}
-			if rate > 0 {
-				a = append(a, "-rate", strconv.FormatFloat(rate, 'f', 0, 64))
-			}
-			a = append(a, extra...)
-			var out bytes.Buffer
-			cmd := exec.Command(loadgenBin, a...)
-			cmd.Stdout, cmd.Stderr = &out, os.Stderr
-			s0, r0 := cpuOf(srv.Process.Pid), cpuOf(redis.Process.Pid)
-			p0 := decisionsByPath("http://" + httpAddr + "/metrics")
-			if err := cmd.Run(); err != nil {
-				return result{}, err
-			}
-			var r result
-			if err := json.Unmarshal(out.Bytes(), &r); err != nil {
-				return r, err
-			}
-			p1 := decisionsByPath("http://" + httpAddr + "/metrics")
-			var all float64
-			for path, v := range p1 {
-				all += v - p0[path]
-			}
-			if all > 0 {
-				r.storeShare = (p1["store"] - p0["store"]) / all
-				r.cacheShare = (p1["cache"] - p0["cache"]) / all
-			}
-			if r.Total > 0 {
-				n := float64(r.Total)
-				r.cpuSluice = float64(cpuOf(srv.Process.Pid)-s0) / n
-				r.cpuLoadgen = float64((cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Microseconds()) / n
-				if store == "redis" {
-					r.cpuRedis = float64(cpuOf(redis.Process.Pid)-r0) / n
-				}
-			}
-			return r, nil
-		}
-		row := func(api, pacing string, r result) {
-			fmt.Printf("| %s | %s | %d | %s | %.0f | %s | %s | %s | %s | %d | %.2f%% | %.2f%% | %.0f / %.0f / %.0f |\n", store, api, r.Callers, pacing, r.RPS,
-				us(r.P50), us(r.P99), us(r.P999), us(r.Max), r.Errors, 100*r.storeShare, 100*r.cacheShare, r.cpuSluice, r.cpuRedis, r.cpuLoadgen)
-		}
-		// flood is 64 callers, closed loop, each request from one of 1,000 abusers already
-		// over their limit of 1 per hour.
-		flood := func(label string) error {
-			r, err := load("grpc", grpcAddr, 64, 0, "-key", "abuser", "-keys", "1000")
-			if err != nil {
-				return err
-			}
-			row("ShouldRateLimit, every request over the limit"+label, "closed loop", r)
-			return nil
-		}
-		var peak64 float64
-		for _, c := range []int{8, 64} {
-			r, err := load("grpc", grpcAddr, c, 0)
-			if err != nil {
-				stop()
-				return err
-			}
-			row("ShouldRateLimit", "closed loop", r)
-			if c == 64 {
-				peak64 = r.RPS
-			}
-		}
-		r, err := load("grpc", grpcAddr, 64, peak64/2)
-		if err != nil {
-			stop()
+	}
+	if b.refBin != "" && (*only == "" || *only == "redis") {
+		if err := b.referenceRows(); err != nil {
 			return err
 		}
-		row("ShouldRateLimit", fmt.Sprintf("%.0f/s (half of peak)", peak64/2), r)
-		r, err = load("http", httpAddr, 64, 0)
-		if err != nil {
-			stop()
+		if err := b.alternate(); err != nil {
 			return err
 		}
-		row("POST /v1/check", "closed loop", r)
-		if err := flood(""); err != nil {
-			stop()
-			return err
-		}
-		if store == "redis" {
-			stop()
-			if err := start(*deadline, "--deny-cache-bytes", "0"); err != nil {
-				stop()
-				return err
-			}
-			if err := flood(" (no deny cache)"); err != nil {
-				stop()
-				return err
-			}
-		}
-
-		if store == "redis" {
-			// Restart with the default deadline, and freeze Redis for 3 s in the middle
-			// of a paced run at half of peak.
-			stop()
-			if err := start(*freezeDL); err != nil {
-				stop()
-				return err
-			}
-			freezeAt, freezeFor := 2*time.Second, 3*time.Second
-			go func() {
-				time.Sleep(freezeAt)
-				redis.Process.Signal(syscall.SIGSTOP)
-				time.Sleep(freezeFor)
-				redis.Process.Signal(syscall.SIGCONT)
-			}()
-			r, err := load("grpc", grpcAddr, 64, peak64/2, "-slow", (*freezeDL + 20*time.Millisecond).String(),
-				"-warmup", "0s", "-bucket", "500ms")
-			if err != nil {
-				stop()
-				return err
-			}
-			row("ShouldRateLimit, Redis SIGSTOPped 3 s", fmt.Sprintf("%.0f/s", peak64/2), r)
-			var frozenN, frozenErr, frozenMax int64
-			fmt.Printf("\nTimeline of that run (Redis frozen from %v to %v), by send time:\n\n", freezeAt, freezeAt+freezeFor)
-			fmt.Println("| from | requests | errors | slowest |")
-			fmt.Println("|---:|---:|---:|---:|")
-			for _, b := range r.Timeline {
-				from := time.Duration(b.StartMs) * time.Millisecond
-				mark := ""
-				if from >= freezeAt && from < freezeAt+freezeFor {
-					frozenN, frozenErr, frozenMax = frozenN+b.Requests, frozenErr+b.Errors, max(frozenMax, b.MaxUS)
-					mark = " (frozen)"
-				}
-				fmt.Printf("| %v%s | %d | %d | %s |\n", from, mark, b.Requests, b.Errors, us(b.MaxUS))
-			}
-			fmt.Printf("\nWhile Redis was frozen: %d answers, %d errors, slowest %s (deadline %v). Whole run: %d of %d answers over deadline + 20 ms.\n\n",
-				frozenN, frozenErr, us(frozenMax), *freezeDL, r.SlowOver, r.Requests)
-		}
-		stop()
 	}
 	fmt.Printf("\nload average after: %s\n", loadavg())
 	return nil
+}
+
+const tableHead = "| store | API | callers | pacing | requests/s | p50 | p99 | p99.9 | max | errors | decided by the store | from the deny cache | CPU µs/request: service / redis / loadgen |\n" +
+	"|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+
+// startSluice starts sluice serve on store (memory or redis), with deadline dl for Redis.
+func (b *bench) startSluice(store string, dl time.Duration, extra ...string) (*service, error) {
+	s := &service{name: store, store: store,
+		httpAddr: fmt.Sprintf("127.0.0.1:%d", freePort()), grpcAddr: fmt.Sprintf("127.0.0.1:%d", freePort())}
+	args := []string{"serve", "--config", b.cfgDir, "--http", s.httpAddr, "--grpc", s.grpcAddr,
+		"--log-level", "error", "--log-sampling", "0", "--failure-mode", "open"}
+	if store == "redis" {
+		args = append(args, "--redis", b.redisURL, "--deadline", dl.String())
+	}
+	args = append(args, extra...)
+	s.cmd = exec.Command(b.sluiceBin, args...)
+	s.cmd.Stderr = os.Stderr
+	if *procs > 0 {
+		s.cmd.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(*procs))
+	}
+	if err := s.cmd.Start(); err != nil {
+		return nil, err
+	}
+	if err := waitReady("http://" + s.httpAddr + "/readyz"); err != nil {
+		s.stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// startReference starts envoyproxy/ratelimit on the shared redis-server: its defaults but
+// for the addresses, the Redis connection (a TCP socket instead of twemproxy's unix
+// socket), no log output but errors, as sluice's runs, and no stats at all
+// (DISABLE_STATS, its cheapest setting; USE_STATSD=false alone logs every timer).
+func (b *bench) startReference() (*service, error) {
+	s := &service{name: refName, store: refName,
+		httpAddr: fmt.Sprintf("127.0.0.1:%d", freePort()), grpcAddr: fmt.Sprintf("127.0.0.1:%d", freePort())}
+	host, port, _ := net.SplitHostPort(s.httpAddr)
+	ghost, gport, _ := net.SplitHostPort(s.grpcAddr)
+	s.cmd = exec.Command(b.refBin)
+	s.cmd.Env = append(os.Environ(), "HOST="+host, "PORT="+port, "GRPC_HOST="+ghost, "GRPC_PORT="+gport,
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(freePort()),
+		"DISABLE_STATS=true", "USE_STATSD=false", "LOG_LEVEL=error", "REDIS_SOCKET_TYPE=tcp",
+		"REDIS_URL="+strings.TrimPrefix(b.redisURL, "redis://"),
+		"RUNTIME_ROOT="+b.refRoot, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false")
+	s.cmd.Stderr = os.Stderr
+	if err := s.cmd.Start(); err != nil {
+		return nil, err
+	}
+	if err := waitReady("http://" + s.httpAddr + "/healthcheck"); err != nil {
+		s.stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// load runs the load generator against s and measures the CPU the processes used.
+func (b *bench) load(s *service, target string, callers int, rate float64, extra ...string) (result, error) {
+	addr := s.grpcAddr
+	if target == "http" {
+		addr = s.httpAddr
+	}
+	a := []string{"-target", target, "-addr", addr, "-c", strconv.Itoa(callers), "-d", dur.String(),
+		"-keys", strconv.Itoa(*keys), "-json"}
+	if rate > 0 {
+		a = append(a, "-rate", strconv.FormatFloat(rate, 'f', 0, 64))
+	}
+	a = append(a, extra...)
+	var out bytes.Buffer
+	cmd := exec.Command(b.loadgenBin, a...)
+	cmd.Stdout, cmd.Stderr = &out, os.Stderr
+	metrics := "http://" + s.httpAddr + "/metrics"
+	s0, r0 := cpuOf(s.cmd.Process.Pid), cpuOf(b.redis.Process.Pid)
+	p0 := decisionsByPath(metrics)
+	if err := cmd.Run(); err != nil {
+		return result{}, err
+	}
+	var r result
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		return r, err
+	}
+	p1 := decisionsByPath(metrics)
+	var all float64
+	for path, v := range p1 {
+		all += v - p0[path]
+	}
+	if all > 0 {
+		r.storeShare = (p1["store"] - p0["store"]) / all
+		r.cacheShare = (p1["cache"] - p0["cache"]) / all
+	}
+	if r.Total > 0 {
+		n := float64(r.Total)
+		r.cpuSluice = float64(cpuOf(s.cmd.Process.Pid)-s0) / n
+		r.cpuLoadgen = float64((cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Microseconds()) / n
+		if s.store != "memory" {
+			r.cpuRedis = float64(cpuOf(b.redis.Process.Pid)-r0) / n
+		}
+	}
+	return r, nil
+}
+
+// row prints one measurement of s.
+func row(s *service, api, pacing string, r result) {
+	shares := "– | –"
+	if s.store != refName {
+		shares = fmt.Sprintf("%.2f%% | %.2f%%", 100*r.storeShare, 100*r.cacheShare)
+	}
+	fmt.Printf("| %s | %s | %d | %s | %.0f | %s | %s | %s | %s | %d | %s | %.0f / %.0f / %.0f |\n", s.name, api, r.Callers, pacing, r.RPS,
+		us(r.P50), us(r.P99), us(r.P999), us(r.Max), r.Errors, shares, r.cpuSluice, r.cpuRedis, r.cpuLoadgen)
+}
+
+// common measures s at 8 and 64 callers, at half of the 64-caller peak, and (unless
+// skipHTTP) POST /v1/check at 64 callers; it returns the peak.
+func (b *bench) common(s *service, skipHTTP bool) (float64, error) {
+	var peak64 float64
+	for _, c := range []int{8, 64} {
+		r, err := b.load(s, "grpc", c, 0)
+		if err != nil {
+			return 0, err
+		}
+		row(s, "ShouldRateLimit", "closed loop", r)
+		if c == 64 {
+			peak64 = r.RPS
+		}
+	}
+	r, err := b.load(s, "grpc", 64, peak64/2)
+	if err != nil {
+		return 0, err
+	}
+	row(s, "ShouldRateLimit", fmt.Sprintf("%.0f/s (half of peak)", peak64/2), r)
+	if !skipHTTP {
+		r, err = b.load(s, "http", 64, 0)
+		if err != nil {
+			return 0, err
+		}
+		row(s, "POST /v1/check", "closed loop", r)
+	}
+	return peak64, nil
+}
+
+// flood is 64 callers, closed loop, each request from one of 1,000 abusers already over
+// their limit of 1 per hour.
+func (b *bench) flood(s *service, label string) error {
+	r, err := b.load(s, "grpc", 64, 0, "-key", "abuser", "-keys", "1000")
+	if err != nil {
+		return err
+	}
+	row(s, "ShouldRateLimit, every request over the limit"+label, "closed loop", r)
+	return nil
+}
+
+// freeze measures s paced at rate while Redis is SIGSTOPped for 3 s in the middle of
+// the run, and prints the run's timeline.
+func (b *bench) freeze(s *service, rate float64) error {
+	freezeAt, freezeFor := 2*time.Second, 3*time.Second
+	go func() {
+		time.Sleep(freezeAt)
+		b.redis.Process.Signal(syscall.SIGSTOP)
+		time.Sleep(freezeFor)
+		b.redis.Process.Signal(syscall.SIGCONT)
+	}()
+	r, err := b.load(s, "grpc", 64, rate, "-slow", (*freezeDL + 20*time.Millisecond).String(),
+		"-warmup", "0s", "-bucket", "500ms")
+	if err != nil {
+		return err
+	}
+	row(s, "ShouldRateLimit, Redis SIGSTOPped 3 s", fmt.Sprintf("%.0f/s", rate), r)
+	var frozenN, frozenErr, frozenMax int64
+	fmt.Printf("\nTimeline of that run (%s; Redis frozen from %v to %v), by send time:\n\n", s.name, freezeAt, freezeAt+freezeFor)
+	fmt.Println("| from | requests | errors | slowest |")
+	fmt.Println("|---:|---:|---:|---:|")
+	for _, t := range r.Timeline {
+		from := time.Duration(t.StartMs) * time.Millisecond
+		mark := ""
+		if from >= freezeAt && from < freezeAt+freezeFor {
+			frozenN, frozenErr, frozenMax = frozenN+t.Requests, frozenErr+t.Errors, max(frozenMax, t.MaxUS)
+			mark = " (frozen)"
+		}
+		fmt.Printf("| %v%s | %d | %d | %s |\n", from, mark, t.Requests, t.Errors, us(t.MaxUS))
+	}
+	fmt.Printf("\n%s: while Redis was frozen, %d answers, %d errors, slowest %s (sluice's deadline %v). Whole run: %d of %d answers over that deadline + 20 ms.\n\n",
+		s.name, frozenN, frozenErr, us(frozenMax), *freezeDL, r.SlowOver, r.Requests)
+	fmt.Println(tableHead)
+	return nil
+}
+
+// storeRows measures sluice on store: the common rows, the flood (on Redis with and
+// without the deny cache), and on Redis the freeze.
+func (b *bench) storeRows(store string) error {
+	s, err := b.startSluice(store, *deadline)
+	if err != nil {
+		return err
+	}
+	peak64, err := b.common(s, false)
+	if err == nil {
+		err = b.flood(s, "")
+	}
+	s.stop()
+	if err != nil || store != "redis" {
+		return err
+	}
+	if s, err = b.startSluice(store, *deadline, "--deny-cache-bytes", "0"); err != nil {
+		return err
+	}
+	err = b.flood(s, " (no deny cache)")
+	s.stop()
+	if err != nil {
+		return err
+	}
+	// The freeze runs with the default deadline.
+	if s, err = b.startSluice(store, *freezeDL); err != nil {
+		return err
+	}
+	defer s.stop()
+	return b.freeze(s, peak64/2)
+}
+
+// referenceRows measures envoyproxy/ratelimit: the common rows but POST /v1/check (its
+// JSON API differs), the flood, and the freeze.
+func (b *bench) referenceRows() error {
+	s, err := b.startReference()
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+	peak64, err := b.common(s, true)
+	if err != nil {
+		return err
+	}
+	if err := b.flood(s, ""); err != nil {
+		return err
+	}
+	return b.freeze(s, peak64/2)
+}
+
+// alternate runs sluice on Redis and the reference, both up on the same redis-server, at
+// 64 callers closed loop, alternately three times: the VM's speed changes from minute to
+// minute, and a ratio means something only between runs this close together.
+func (b *bench) alternate() error {
+	sl, err := b.startSluice("redis", *deadline)
+	if err != nil {
+		return err
+	}
+	defer sl.stop()
+	ref, err := b.startReference()
+	if err != nil {
+		return err
+	}
+	defer ref.stop()
+	fmt.Printf("\nAlternated, ShouldRateLimit at 64 callers, closed loop:\n\n")
+	fmt.Println("| round | sluice (Redis) requests/s | p99 | envoyproxy/ratelimit requests/s | p99 | ratio |")
+	fmt.Println("|---:|---:|---:|---:|---:|---:|")
+	for round := 1; round <= 3; round++ {
+		rs, err := b.load(sl, "grpc", 64, 0)
+		if err != nil {
+			return err
+		}
+		rr, err := b.load(ref, "grpc", 64, 0)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("| %d | %.0f | %s | %.0f | %s | %.2f× |\n", round, rs.RPS, us(rs.P99), rr.RPS, us(rr.P99), rs.RPS/max(rr.RPS, 1))
+	}
+	return nil
+}
+
+// refName is the reference's rows' store column.
+const refName = "envoyproxy/ratelimit, redis"
+
+// reference returns the envoyproxy/ratelimit binary that spec names: a file, or a module
+// version it installs into dir.
+func reference(dir, spec string) (string, error) {
+	if fi, err := os.Stat(spec); err == nil && !fi.IsDir() {
+		return spec, nil
+	}
+	cmd := exec.Command("go", "install", "github.com/envoyproxy/ratelimit/src/service_cmd@"+spec)
+	cmd.Env = append(os.Environ(), "GOBIN="+dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go install envoyproxy/ratelimit@%s: %v\n%s", spec, err, out)
+	}
+	return filepath.Join(dir, "service_cmd"), nil
 }
 
 func us(v int64) string {
