@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -53,14 +54,75 @@ func (it *item) over() bool {
 // blocks reports whether the item denies the request.
 func (it *item) blocks() bool { return !it.shadow && it.over() }
 
-// prepare marks the items whose cost can never be allowed.
+// prepare marks the items whose cost can never be allowed. A limit named more than once
+// in one request (Envoy sends a descriptor twice when two of a route's actions produce
+// it) is spent once per naming, so an item is judged by the cost of its key and limit up
+// to and including it.
 func prepare(items []item) {
+	var idx [8]int
+	limited := idx[:0]
 	for i := range items {
+		if items[i].status == config.Limited {
+			limited = append(limited, i)
+		}
+	}
+	var firsts [8]int
+	first := firstOf(items, limited, firsts[:0])
+	var sums [8]int64
+	sum := sums[:0]
+	if len(limited) > len(sums) {
+		sum = make([]int64, 0, len(limited))
+	}
+	sum = sum[:len(limited)]
+	for p, i := range limited {
 		it := &items[i]
-		if it.status == config.Limited && it.n > it.limit.MaxCost() {
+		f := first[p]
+		sum[f] = addCost(sum[f], it.n)
+		if sum[f] > it.limit.MaxCost() {
 			it.tooBig = true
 		}
 	}
+}
+
+// addCost is a + b, saturating: costs come from requests (hits_addend is 64 bits).
+func addCost(a, b int64) int64 {
+	if b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// firstOf returns, for each position p of idx, the first position q <= p whose item has
+// the same key and limit as item idx[p]. It appends to dst.
+func firstOf(items []item, idx []int, dst []int) []int {
+	type ident struct {
+		key   string
+		limit sluice.Limit
+	}
+	first := append(dst[:0], make([]int, len(idx))...)
+	if len(idx) <= 8 {
+		for p, i := range idx {
+			first[p] = p
+			for q := 0; q < p; q++ {
+				if j := idx[q]; items[j].key == items[i].key && items[j].limit == items[i].limit {
+					first[p] = q
+					break
+				}
+			}
+		}
+		return first
+	}
+	seen := make(map[ident]int, len(idx))
+	for p, i := range idx {
+		id := ident{items[i].key, items[i].limit}
+		q, ok := seen[id]
+		if !ok {
+			q = p
+			seen[id] = p
+		}
+		first[p] = q
+	}
+	return first
 }
 
 // decide asks the limiter about every Limited item, with the semantics of the package doc:
@@ -122,17 +184,44 @@ func (s *Server) enforce(ctx context.Context, items []item) (bool, error) {
 	case len(enforced) == 0:
 		return true, nil
 	case len(enforced) > 1 && s.multi != nil:
-		reqs := make([]sluice.Request, len(enforced))
-		for j, i := range enforced {
-			reqs[j] = sluice.Request{Key: items[i].key, Limit: items[i].limit, N: items[i].n}
+		// One store request per key and limit: a limit named twice is one request for
+		// the sum of the costs (a store takes a key and limit once per batch).
+		var firsts, reqOf [8]int
+		first := firstOf(items, enforced, firsts[:0])
+		reqs := make([]sluice.Request, 0, len(enforced))
+		req := append(reqOf[:0], first...) // the store request of each enforced item
+		for p, i := range enforced {
+			it := &items[i]
+			if f := first[p]; f < p {
+				req[p] = req[f]
+				reqs[req[p]].N += it.n // prepare ruled out a sum above the limit's MaxCost
+				continue
+			}
+			req[p] = len(reqs)
+			reqs = append(reqs, sluice.Request{Key: it.key, Limit: it.limit, N: it.n})
 		}
 		ds, err := s.multi.AllowMulti(ctx, reqs)
 		switch {
 		case err == nil && len(ds) == len(reqs):
 			allowed := true
-			for j, i := range enforced {
-				items[i].set(ds[j])
-				allowed = allowed && ds[j].Allowed
+			for _, d := range ds {
+				allowed = allowed && d.Allowed
+			}
+			// Each item reports its request's decision as if its namings were spent one
+			// after the other: Remaining after it and the namings before it, and, in a
+			// denied batch, RetryAfter 0 (it alone would pass) while that spending fits.
+			var spents [8]int64
+			spent := append(spents[:0], make([]int64, len(reqs))...)
+			for p, i := range enforced {
+				r := req[p]
+				d := ds[r]
+				spent[r] += items[i].n
+				if later := reqs[r].N - spent[r]; d.Allowed {
+					d.Remaining += later
+				} else if d.RetryAfter > 0 && spent[r] <= d.Remaining {
+					d.RetryAfter = 0
+				}
+				items[i].set(d)
 			}
 			return allowed, nil
 		case err == nil:

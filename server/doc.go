@@ -19,6 +19,10 @@
 //     replaces are dropped;
 //   - hits_addend: the descriptor's, else the request's, else 1; is_negative_hits only
 //     looks (sluice spends nothing on denied requests, so there is nothing to refund);
+//   - a descriptor named more than once in a request (two of a route's actions producing
+//     the same one) is counted once per naming, as there: each status reports the
+//     quota left after its naming and the ones before it, and a request whose namings
+//     together exceed what the limit can ever allow is over the limit;
 //   - overall_code is OVER_LIMIT when any descriptor that is not in shadow mode is over
 //     its limit (with Options.ShadowMode, never);
 //   - per descriptor: no rule (or a replaced one) is OK with no current_limit; unlimited

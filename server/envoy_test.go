@@ -389,3 +389,67 @@ func TestUnlimitedNeverTouchesTheStore(t *testing.T) {
 		t.Fatalf("%d store calls for one limited descriptor, want 1", n)
 	}
 }
+
+// onlyLimiter hides a store's AllowMulti: the server then decides descriptors one by one.
+type onlyLimiter struct{ sluice.Limiter }
+
+// TestShouldRateLimitRepeatedDescriptor: Envoy sends a descriptor twice when two of a
+// route's actions produce it, and the reference counts it once per naming. A store takes
+// a key and limit once per AllowMulti, so the server asks for the sum of the costs, and
+// reports each naming as spent after the ones before it; a sum the limit can never allow
+// denies the request without spending. (Before, the repeated key made AllowMulti fail and
+// the request was answered Unavailable.)
+func TestShouldRateLimitRepeatedDescriptor(t *testing.T) {
+	type want struct {
+		code      rlsv3.RateLimitResponse_Code
+		remaining uint32
+	}
+	twice := func(ip string, hits uint64) *rlsv3.RateLimitRequest {
+		return edgeReq(withHits(desc("remote_address", ip), hits), withHits(desc("remote_address", ip), hits))
+	}
+	type step struct {
+		name string
+		req  *rlsv3.RateLimitRequest
+		// atomic is the answer when the store decides a request's descriptors at once
+		// (a sluice.MultiLimiter), oneByOne when it cannot: the first naming is then
+		// spent before the second is denied.
+		atomic, oneByOne []want
+	}
+	steps := []step{
+		{"twice, 3 per minute", twice("1.1.1.1", 1), []want{{ok, 2}, {ok, 1}}, []want{{ok, 2}, {ok, 1}}},
+		{"twice with one left: the first naming alone would pass", twice("1.1.1.1", 1), []want{{ok, 1}, {over, 1}}, []want{{ok, 0}, {over, 0}}},
+		{"once: the denied request spent nothing (atomically)", edgeReq(desc("remote_address", "1.1.1.1")), []want{{ok, 0}}, []want{{over, 0}}},
+		{"twice 2 hits: 4 can never pass 3 per minute", twice("2.2.2.2", 2), []want{{ok, 3}, {over, 3}}, []want{{ok, 3}, {over, 3}}},
+		{"nothing was spent", edgeReq(desc("remote_address", "2.2.2.2")), []want{{ok, 2}}, []want{{ok, 2}}},
+	}
+	kinds := append([]storeKind{}, stores...)
+	kinds = append(kinds, storeKind{"one by one", func(t *testing.T, now func() time.Time) sluice.Limiter {
+		return onlyLimiter{stores[0].open(t, now)}
+	}})
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			r, _ := newServer(t, k, loadConfig(t, "edge.yaml"), Options{})
+			for _, s := range steps {
+				got, err := r.rls.ShouldRateLimit(context.Background(), s.req)
+				if err != nil {
+					t.Fatalf("%s: %v", s.name, err)
+				}
+				w := s.atomic
+				if k.name == "one by one" {
+					w = s.oneByOne
+				}
+				overall := ok
+				var g []want
+				for i, st := range got.Statuses {
+					g = append(g, want{st.Code, st.LimitRemaining})
+					if w[i].code == over {
+						overall = over
+					}
+				}
+				if fmt.Sprint(g) != fmt.Sprint(w) || got.OverallCode != overall {
+					t.Fatalf("%s: %v %v, want %v %v", s.name, got.OverallCode, g, overall, w)
+				}
+			}
+		})
+	}
+}
