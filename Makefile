@@ -6,7 +6,9 @@ GO ?= go
 test: deps vet unit modules
 
 # The nested modules keep peer libraries and web frameworks out of the main go.mod: the
-# gin and echo examples run their tests; bench/ is vetted, which compiles every benchmark.
+# gin and echo examples run their tests; bench/ is vetted, which compiles every benchmark,
+# and runs its one test, which sends the same Envoy requests to sluice and to
+# envoyproxy/ratelimit and compares the answers.
 # -mod=mod lets them pick up dependencies the main module gained since their go.sum.
 NESTED_TESTED := examples/gin examples/echo
 modules:
@@ -15,6 +17,8 @@ modules:
 		(cd $$d && $(GO) vet -mod=mod ./... && $(GO) test -mod=mod -race -count=1 ./...) || exit 1; \
 	done
 	@echo "== bench"; cd bench && $(GO) vet -mod=mod ./...
+	@echo "== bench: conformance with envoyproxy/ratelimit (go-installs it on first use)"; \
+		cd bench && $(GO) test -mod=mod -count=1 -run '^TestReferenceConformance$$' .
 
 # deps installs redis-server (the Redis store, failure and service tests) and chromium (the
 # simulator report test) from the OS packages when they are missing: with apt-get as root,

@@ -47,7 +47,19 @@
 // counts every hit, even refused ones. Shadow descriptors are decided after, spending
 // only when the request passes. With a Limiter that is not atomic, descriptors are
 // decided in order, stopping at the first denial; the rest are looked at (cost 0) so
-// that every status is filled in.
+// that every status is filled in. Two consequences, visible beside the reference: a
+// descriptor of a denied request reports the quota it still has (the reference, 0 once
+// it counted the refused hit), and one whose counter holds nothing reports
+// duration_until_reset 0, its quota being whole (the reference, the time to its window's
+// end). In a request denied before any store call (by a requests_per_unit 0 rule, or by
+// a cost its limit can never allow), the other descriptors are looked at (cost 0), so
+// one reports OK while it has any quota left. One more difference follows from the
+// stores keeping state per key and Limit: a descriptor's limit override is counted apart
+// from the configured rule of the same descriptor (the reference shares one counter
+// between them), so a client whose override changes starts the new limit afresh.
+//
+// bench's TestReferenceConformance sends random requests to this server and to
+// envoyproxy/ratelimit itself, and finds no other difference.
 //
 // When the store fails and a failover decorator fails closed, ShouldRateLimit answers
 // OVER_LIMIT for every limited descriptor (an error would let Envoy's default

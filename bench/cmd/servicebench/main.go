@@ -10,7 +10,7 @@
 //
 //	cd bench && go run ./cmd/servicebench            # about 2 minutes
 //	cd bench && go run ./cmd/servicebench -d 5s      # shorter runs
-//	cd bench && go run ./cmd/servicebench -only redis -reference v1.4.1-0.20260122083618-3fb702589d36
+//	cd bench && go run ./cmd/servicebench -only redis -reference default
 //
 // It needs redis-server on PATH (apt-get install redis-server) and starts its own on a
 // free port; nothing else on the machine is touched.
@@ -33,6 +33,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sluicehq/sluice/bench/internal/reference"
 )
 
 // result mirrors cmd/loadgen's JSON output.
@@ -91,7 +93,7 @@ var (
 	only     = flag.String("only", "", "run only this store: memory or redis")
 	prebuilt = flag.String("sluice", "", "use this sluice binary instead of building ../cmd/sluice")
 	procs    = flag.Int("sluice-procs", 0, "run sluice with GOMAXPROCS set to this (0: Go's default, one per core)")
-	refFlag  = flag.String("reference", "", "also measure envoyproxy/ratelimit, the reference implementation, on the same redis-server: a module version to go install (github.com/envoyproxy/ratelimit/src/service_cmd@VERSION), or the path of a binary built from it; empty: skip it")
+	refFlag  = flag.String("reference", "", "also measure envoyproxy/ratelimit, the reference implementation, on the same redis-server: a module version to go install (github.com/envoyproxy/ratelimit/src/service_cmd@VERSION; \"default\" for "+reference.Version+"), or the path of a binary built from it; empty: skip it")
 	redisHz  = flag.Int("redis-hz", 10, "redis-server's hz (10 is Redis's default; 100 runs its periodic work, key expiry among it, in ten times smaller pieces: see bench/README.md)")
 )
 
@@ -151,16 +153,15 @@ func run() error {
 		return err
 	}
 	if *refFlag != "" {
-		if b.refBin, err = reference(dir, *refFlag); err != nil {
+		spec := *refFlag
+		if spec == "default" {
+			spec = reference.Version
+		}
+		if b.refBin, err = reference.Install(spec); err != nil {
 			return err
 		}
-		// The reference reads RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config/*.yaml: the same
-		// domain file, unchanged.
-		refCfg := filepath.Join(b.refRoot, "ratelimit", "config")
-		if err := os.MkdirAll(refCfg, 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(refCfg, "bench.yaml"), []byte(benchConfig), 0o644); err != nil {
+		// The same domain file, unchanged.
+		if err := reference.WriteConfig(b.refRoot, "bench.yaml", []byte(benchConfig)); err != nil {
 			return err
 		}
 	}
@@ -235,30 +236,14 @@ func (b *bench) startSluice(store string, dl time.Duration, extra ...string) (*s
 	return s, nil
 }
 
-// startReference starts envoyproxy/ratelimit on the shared redis-server: its defaults but
-// for the addresses, the Redis connection (a TCP socket instead of twemproxy's unix
-// socket), no log output but errors, as sluice's runs, and no stats at all
-// (DISABLE_STATS, its cheapest setting; USE_STATSD=false alone logs every timer).
+// startReference starts envoyproxy/ratelimit on the shared redis-server, with the
+// settings of reference.Start.
 func (b *bench) startReference() (*service, error) {
-	s := &service{name: refName, store: refName,
-		httpAddr: fmt.Sprintf("127.0.0.1:%d", freePort()), grpcAddr: fmt.Sprintf("127.0.0.1:%d", freePort())}
-	host, port, _ := net.SplitHostPort(s.httpAddr)
-	ghost, gport, _ := net.SplitHostPort(s.grpcAddr)
-	s.cmd = exec.Command(b.refBin)
-	s.cmd.Env = append(os.Environ(), "HOST="+host, "PORT="+port, "GRPC_HOST="+ghost, "GRPC_PORT="+gport,
-		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(freePort()),
-		"DISABLE_STATS=true", "USE_STATSD=false", "LOG_LEVEL=error", "REDIS_SOCKET_TYPE=tcp",
-		"REDIS_URL="+strings.TrimPrefix(b.redisURL, "redis://"),
-		"RUNTIME_ROOT="+b.refRoot, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false")
-	s.cmd.Stderr = os.Stderr
-	if err := s.cmd.Start(); err != nil {
+	p, err := reference.Start(b.refBin, b.refRoot, strings.TrimPrefix(b.redisURL, "redis://"))
+	if err != nil {
 		return nil, err
 	}
-	if err := waitReady("http://" + s.httpAddr + "/healthcheck"); err != nil {
-		s.stop()
-		return nil, err
-	}
-	return s, nil
+	return &service{name: refName, store: refName, cmd: p.Cmd, httpAddr: p.HTTPAddr, grpcAddr: p.GRPCAddr}, nil
 }
 
 // load runs the load generator against s and measures the CPU the processes used.
@@ -473,20 +458,6 @@ func (b *bench) alternate() error {
 
 // refName is the reference's rows' store column.
 const refName = "envoyproxy/ratelimit, redis"
-
-// reference returns the envoyproxy/ratelimit binary that spec names: a file, or a module
-// version it installs into dir.
-func reference(dir, spec string) (string, error) {
-	if fi, err := os.Stat(spec); err == nil && !fi.IsDir() {
-		return spec, nil
-	}
-	cmd := exec.Command("go", "install", "github.com/envoyproxy/ratelimit/src/service_cmd@"+spec)
-	cmd.Env = append(os.Environ(), "GOBIN="+dir)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go install envoyproxy/ratelimit@%s: %v\n%s", spec, err, out)
-	}
-	return filepath.Join(dir, "service_cmd"), nil
-}
 
 func us(v int64) string {
 	if v >= 1000 {
