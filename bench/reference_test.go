@@ -20,10 +20,12 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/bench/internal/reference"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/server"
 )
 
@@ -94,7 +96,8 @@ var conformanceDescriptors = [][]string{
 }
 
 // TestReferenceConformance sends the same random ShouldRateLimit requests to sluice
-// (package server on the in-memory store, loaded with conformanceConfig) and to
+// (package server on the in-memory store, then on the Redis store, loaded with
+// conformanceConfig) and to
 // envoyproxy/ratelimit (on a redis-server of its own, loaded with the same file), one
 // after the other, and compares the answers field by field: overall_code; per descriptor
 // code, current_limit and limit_remaining; duration_until_reset to the second.
@@ -142,8 +145,34 @@ func TestReferenceConformance(t *testing.T) {
 	if err != nil {
 		t.Fatalf("sluice rejects the configuration the reference loads: %v", err)
 	}
-	store := memory.New()
-	defer store.Close()
+	stores := []struct {
+		name string
+		open func(t *testing.T) sluice.Limiter
+	}{
+		{"memory", func(t *testing.T) sluice.Limiter {
+			m := memory.New()
+			t.Cleanup(func() { m.Close() })
+			return m
+		}},
+		{"redis", func(t *testing.T) sluice.Limiter {
+			r, err := redisstore.Open(redistest.Start(t).URL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { r.Close() })
+			return r
+		}},
+	}
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			rs.MustDo("FLUSHALL") // the reference starts afresh too
+			conform(t, st.open(t), cfg, refProc.GRPCAddr)
+		})
+	}
+}
+
+// conform runs the comparison against sluice's server on store.
+func conform(t *testing.T, store sluice.Limiter, cfg *config.Config, refAddr string) {
 	srv, err := server.New(server.Options{Limiter: store, Config: cfg})
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +193,7 @@ func TestReferenceConformance(t *testing.T) {
 		t.Cleanup(func() { conn.Close() })
 		return rlsv3.NewRateLimitServiceClient(conn)
 	}
-	sl, ref := dial(ln.Addr().String()), dial(refProc.GRPCAddr)
+	sl, ref := dial(ln.Addr().String()), dial(refAddr)
 
 	// Minute windows (both services align them to the Unix epoch): the run, about 2 s,
 	// must end in the minute it starts in.
