@@ -17,8 +17,8 @@ modules:
 		(cd $$d && $(GO) vet -mod=mod ./... && $(GO) test -mod=mod -race -count=1 ./...) || exit 1; \
 	done
 	@echo "== bench"; cd bench && $(GO) vet -mod=mod ./...
-	@echo "== bench: conformance with envoyproxy/ratelimit (go-installs it on first use)"; \
-		cd bench && $(GO) test -mod=mod -count=1 -run '^TestReferenceConformance$$' .
+	@echo "== bench: conformance with envoyproxy/ratelimit, requests and configuration files (go-installs it on first use)"; \
+		cd bench && $(GO) test -mod=mod -count=1 -run '^TestReference' .
 
 # deps installs redis-server (the Redis store, failure and service tests) and chromium (the
 # simulator report test) from the OS packages when they are missing: with apt-get as root,

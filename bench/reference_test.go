@@ -32,12 +32,13 @@ import (
 var (
 	referenceFlag = flag.String("reference", "", "envoyproxy/ratelimit for TestReferenceConformance: a module version to go install, or a binary built from it (default: reference.Version)")
 	conformanceN  = flag.Int("conformance-requests", 3000, "requests TestReferenceConformance sends to each service")
+	seedFlag      = flag.Uint64("conformance-seed", 0, "the random seed of the reference tests (0: from the clock; each test logs the one it used)")
 )
 
 // conformanceConfig exercises every matching rule of the reference's configuration
 // format: a key with and without a value, prefix and full wildcards, nested descriptors
 // (with a deeper request than the configuration and a level without a limit), unlimited,
-// requests_per_unit 0, shadow_mode, a named rule and a rule replacing it.
+// requests_per_unit 0, shadow_mode, quota_mode, a named rule and a rule replacing it.
 const conformanceConfig = `domain: conf
 descriptors:
   - key: remote_address
@@ -69,6 +70,9 @@ descriptors:
   - key: shadow
     shadow_mode: true
     rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: quota
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
   - key: app
     rate_limit: {name: app_limit, unit: minute, requests_per_unit: 8}
   - key: app_override
@@ -89,7 +93,7 @@ var conformanceDescriptors = [][]string{
 	{"path", "/api/a"}, {"path", "/api/b"}, {"path", "/health"}, {"path", "/blocked"}, {"path", "/other"},
 	{"tenant", "t1"}, {"tenant", "t1", "plan", "free"}, {"tenant", "t2", "plan", "paid"},
 	{"tenant", "t1", "region", "eu"}, {"tenant", "t1", "region", "us"}, {"tenant", "t2", "plan", "paid", "extra", "x"},
-	{"shadow", "s1"}, {"shadow", "s2"},
+	{"shadow", "s1"}, {"shadow", "s2"}, {"quota", "q1"},
 	{"app", "a1"}, {"app", "a2"}, {"app_override", "x"},
 	{"any", "v1"}, {"any", "v2"},
 	{"unknown", "1"},
@@ -110,7 +114,8 @@ var conformanceDescriptors = [][]string{
 //     duration_until_reset are not compared (sluice reports the quota left, and 0 for an
 //     empty counter's reset), and afterwards the counters of its descriptors may differ:
 //     for them only code-free fields (current_limit) are compared from then on. Shadow
-//     descriptors likewise, once the reference's remaining reaches 0.
+//     and quota_mode descriptors likewise, once the reference's remaining reaches 0
+//     (their refused hits count there too).
 //   - In a request denied before any store call, by a rule with requests_per_unit 0 or
 //     by a cost its limit can never allow, the other descriptors are looked at (cost 0):
 //     one reports OK while it has quota left, where the reference, having counted the
@@ -122,7 +127,7 @@ var conformanceDescriptors = [][]string{
 // It needs the reference's binary: by default it go-installs reference.Version (the Go
 // module proxy must be reachable; the binary is kept in the user's cache directory).
 func TestReferenceConformance(t *testing.T) {
-	bin, err := reference.Install(*referenceFlag)
+	bin, err := reference.Install(*referenceFlag, reference.Service)
 	if err != nil {
 		t.Fatalf("envoyproxy/ratelimit is needed and could not be built: %v", err)
 	}
@@ -202,7 +207,7 @@ func conform(t *testing.T, store sluice.Limiter, cfg *config.Config, refAddr str
 	}
 	minute := time.Now().Truncate(time.Minute)
 
-	seed := uint64(time.Now().UnixNano())
+	seed := testSeed()
 	rng := rand.New(rand.NewPCG(seed, 7919))
 	t.Logf("seed %d", seed)
 	diverged := map[string]bool{} // counters that may differ, by descriptor and limit
@@ -245,6 +250,14 @@ func conform(t *testing.T, store sluice.Limiter, cfg *config.Config, refAddr str
 	if compared < *conformanceN/2 || deniedSluice < compared/10 || counted < compared/4 {
 		t.Errorf("the run compared %d requests with %d denials, and counts for %d descriptors: too few to say anything", compared, deniedSluice, counted)
 	}
+}
+
+// testSeed is -conformance-seed, or the clock's.
+func testSeed() uint64 {
+	if *seedFlag != 0 {
+		return *seedFlag
+	}
+	return uint64(time.Now().UnixNano())
 }
 
 // conformanceRequest makes a request of 1 to 3 descriptors; one in ten has a hits_addend
@@ -312,22 +325,28 @@ func compareAnswers(req *rlsv3.RateLimitRequest, a, b *rlsv3.RateLimitResponse, 
 		}
 		d := req.Descriptors[i]
 		c := counterOf(req.Domain, d)
-		shadow := d.Entries[0].Key == "shadow"
+		shadow := d.Entries[0].Key == "shadow" || d.Entries[0].Key == "quota"
 		if d.Limit != nil {
 			diverged[c] = true
 		}
-		if !diverged[c] && !(shadow && sb.LimitRemaining == 0) {
+		if !diverged[c] {
 			if sb.CurrentLimit != nil {
 				*counted++
 			}
 			if sa.Code != sb.Code && !(looked && sa.Code == rlsv3.RateLimitResponse_OK) {
 				diffs = append(diffs, fmt.Sprintf("descriptor %d: code %v, reference %v", i, sa.Code, sb.Code))
 			}
-			if !denied && sa.LimitRemaining != sb.LimitRemaining {
+			// A shadow or quota descriptor's hits that take the reference to 0 may be
+			// refused hits, which sluice does not spend: it reports the quota left and,
+			// on an empty counter, a reset of 0.
+			refused := denied || shadow && sb.LimitRemaining == 0
+			if !refused && sa.LimitRemaining != sb.LimitRemaining {
 				diffs = append(diffs, fmt.Sprintf("descriptor %d: limit_remaining %d, reference %d", i, sa.LimitRemaining, sb.LimitRemaining))
 			}
 			da, db := sa.DurationUntilReset.AsDuration(), sb.DurationUntilReset.AsDuration()
-			if (sa.DurationUntilReset == nil) != (sb.DurationUntilReset == nil) || !denied && (da-db > time.Second || db-da > time.Second) {
+			// (A quota_mode descriptor over its limit has none; in a refused request
+			// sluice only looked at it, and it is not over.)
+			if !refused && ((sa.DurationUntilReset == nil) != (sb.DurationUntilReset == nil) || da-db > time.Second || db-da > time.Second) {
 				diffs = append(diffs, fmt.Sprintf("descriptor %d: duration_until_reset %v, reference %v", i, sa.DurationUntilReset, sb.DurationUntilReset))
 			}
 		}

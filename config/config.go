@@ -313,6 +313,7 @@ func Parse(files ...File) (*Config, error) {
 		root := d.parse(f.Data)
 		if root != nil {
 			if isEnvoyFile(root) {
+				d.envoy = true
 				// Merged even when the file has errors, so that conflicts between files
 				// are reported in the same load; the load fails anyway.
 				if dom := d.envoyDomain(root); dom != nil && dom.Name != "" {

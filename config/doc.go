@@ -53,7 +53,7 @@
 // The format of github.com/envoyproxy/ratelimit (README, "The configuration format"):
 // domain; descriptors, nested, each with key, optional value, optional rate_limit
 // {unit, requests_per_unit, unlimited, name, replaces: [{name}]}, shadow_mode,
-// detailed_metric, value_to_metric and share_threshold. Units are second, minute, hour,
+// quota_mode, detailed_metric, value_to_metric and share_threshold. Units are second, minute, hour,
 // day, week (7 days), month (30 days) and year (365 days), case-insensitive, as the
 // reference's UnitToDivider (src/utils/utilities.go) defines them; limits are fixed
 // windows aligned to the Unix epoch by default, as there. Two fields are sluice extensions
@@ -78,6 +78,8 @@
 //     applied to that request (Status Replaced) and is not spent. Unlimited rules are
 //     never dropped.
 //   - shadow_mode marks the rule; the caller decides and counts but answers OK.
+//     quota_mode likewise (Match.Shadow is set for both); the reference then also names
+//     the descriptor in its response's dynamic metadata, which sluice does not send.
 //   - A descriptor's limit override (RateLimitDescriptor.limit) takes the place of the
 //     configuration for that descriptor in a known domain: a fixed window, no shadow, no
 //     name. An unknown domain matches nothing.
@@ -86,8 +88,15 @@
 //
 // Validation follows the reference's loadDescriptors and validateYamlKeys: unknown keys,
 // an empty key, two descriptors with the same key and value at one level, an invalid unit,
-// a unit together with unlimited, an empty replaces name or a rule replacing its own name,
-// share_threshold on a value that is not a wildcard, an empty or duplicate domain.
+// a valid unit together with unlimited (an invalid one is ignored there, and warned of
+// here), a requests_per_unit that is not a 32-bit unsigned
+// integer (even beside unlimited, which ignores its value), an empty replaces name or a
+// rule replacing its own name, share_threshold on a value that is not a wildcard, an
+// empty or duplicate domain. The reference checks field names against one list for the
+// whole file, so a known name where it does not belong (unit on a descriptor, say) is
+// ignored there; here too, with a warning. bench's TestReferenceConfigValidation has the
+// reference's own checker and Parse judge hundreds of mutated files and finds no other
+// difference than those listed next.
 //
 // Where sluice deliberately differs from the reference:
 //

@@ -63,6 +63,11 @@ type Rule struct {
 	Unlimited bool
 	// Shadow is the descriptor's shadow_mode: decide and count, but always answer OK.
 	Shadow bool
+	// QuotaMode is the descriptor's quota_mode: like Shadow, the descriptor never denies
+	// a request; over its limit, the reference reports it OK without
+	// duration_until_reset (and names it in its dynamic metadata, which sluice does not
+	// send).
+	QuotaMode bool
 	// DetailedMetric is detailed_metric: statistics name the request's values.
 	DetailedMetric bool
 	// Unit and RequestsPerUnit are as written (Unit is UnitUnknown when Unlimited); they
@@ -127,7 +132,7 @@ type Match struct {
 	// StatsKey names the rule in metrics: Rule.FullKey, or with the request's values where
 	// detailed_metric / value_to_metric ask for them.
 	StatsKey string
-	// Shadow is Rule.Shadow: never deny because of this descriptor.
+	// Shadow is Rule.Shadow or Rule.QuotaMode: never deny because of this descriptor.
 	Shadow bool
 }
 
@@ -198,7 +203,7 @@ func (d *Domain) AppendMatches(dst []Match, descs []Descriptor) ([]Match, error)
 }
 
 func (d *Domain) matchOf(r *Rule, entries []Entry, steps []step) Match {
-	m := Match{Rule: r, Shadow: r.Shadow, StatsKey: statsKey(d.Name, r, entries, steps)}
+	m := Match{Rule: r, Shadow: r.Shadow || r.QuotaMode, StatsKey: statsKey(d.Name, r, entries, steps)}
 	switch {
 	case r.Unlimited:
 		m.Status = Unlimited
@@ -412,7 +417,7 @@ func (d *decoder) envoyDomain(root *yaml.Node) *Domain {
 }
 
 var descriptorFields = []string{
-	"key", "value", "rate_limit", "descriptors", "shadow_mode",
+	"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode",
 	"detailed_metric", "value_to_metric", "share_threshold",
 }
 
@@ -476,12 +481,13 @@ func (d *decoder) descriptors(dom *Domain, o *object, field string, parent []Ent
 			continue
 		}
 
-		var shadow, detailed bool
+		var shadow, quota, detailed bool
 		for _, f := range []struct {
 			name string
 			dst  *bool
 		}{
 			{"shadow_mode", &shadow},
+			{"quota_mode", &quota},
 			{"detailed_metric", &detailed},
 			{"value_to_metric", &n.valueToMetric},
 			{"share_threshold", &n.shareThreshold},
@@ -499,7 +505,7 @@ func (d *decoder) descriptors(dom *Domain, o *object, field string, parent []Ent
 		if rv, ok := io.get("rate_limit"); ok {
 			n.rule = d.rateLimit(dom, rv, io.field("rate_limit"), here)
 			if n.rule != nil {
-				n.rule.Shadow, n.rule.DetailedMetric = shadow, detailed
+				n.rule.Shadow, n.rule.QuotaMode, n.rule.DetailedMetric = shadow, quota, detailed
 				if n.rule.Name != "" {
 					names[n.rule.Name] = true
 				}
@@ -566,14 +572,25 @@ func (d *decoder) rateLimit(dom *Domain, n *yaml.Node, path string, at []Entry) 
 	rpuNode, hasRPU := o.get("requests_per_unit")
 	if r.Unlimited {
 		if hasUnit {
-			d.errorf(unitNode, o.field("unit"), "must not be set when unlimited is true")
+			// The reference rejects a valid unit beside unlimited and ignores any other.
+			if s, ok := d.str(unitNode, o.field("unit")); ok {
+				if _, err := ParseUnit(s); err == nil {
+					d.errorf(unitNode, o.field("unit"), "must not be set when unlimited is true")
+				} else {
+					d.warnf(unitNode, o.field("unit"), "%q is not a unit, and unlimited ignores it (remove it)", s)
+				}
+			}
 		}
 		for _, f := range []string{"algorithm", "burst"} {
 			if v, ok := o.get(f); ok {
 				d.errorf(v, o.field(f), "must not be set when unlimited is true")
 			}
 		}
-		// requests_per_unit is ignored when unlimited, as in the reference.
+		// requests_per_unit is ignored when unlimited, as in the reference, which still
+		// requires it to be a 32-bit unsigned integer when it is written.
+		if hasRPU {
+			d.integer(rpuNode, o.field("requests_per_unit"), 0, math.MaxUint32)
+		}
 		if len(d.errs) != before {
 			return nil
 		}

@@ -682,10 +682,11 @@ descriptors:
 	}
 }
 
-// TestReferenceAcceptsWithWarnings: two things envoyproxy/ratelimit accepts silently load
-// here too, with its meaning, and are reported in Config.Warnings with file, line and
-// field: a rate_limit without requests_per_unit (0: every request denied) and a replaces
-// name that matches nothing (both limits stay in force).
+// TestReferenceAcceptsWithWarnings: what envoyproxy/ratelimit accepts silently loads here
+// too, with its meaning, and is reported in Config.Warnings with file, line and field: a
+// rate_limit without requests_per_unit (0: every request denied), a replaces name that
+// matches nothing (both limits stay in force), a field of the format where it does not
+// belong (ignored), and a unit that is not one beside unlimited (ignored).
 func TestReferenceAcceptsWithWarnings(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir, "envoy.yaml", `domain: d
@@ -699,6 +700,12 @@ descriptors:
       unit: minute
       requests_per_unit: 5
       replaces: [{name: nope}]
+  - key: c
+    unit: minute
+    rate_limit:
+      unlimited: true
+      unit: fortnight
+      key: x
 `)
 	c, err := Load(dir)
 	if err != nil {
@@ -710,14 +717,58 @@ descriptors:
 	}
 	wantWarn := []string{
 		"envoy.yaml:5:7: descriptors[0].rate_limit.requests_per_unit: missing: read as 0, which denies every request (write 0 to say so)",
+		"envoy.yaml:13:5: descriptors[2].unit: is not a field here (known fields: key, value, rate_limit, descriptors, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold): ignored, as envoyproxy/ratelimit ignores it",
+		"envoy.yaml:17:7: descriptors[2].rate_limit.key: is not a field here (known fields: unit, requests_per_unit, unlimited, name, replaces, algorithm, burst): ignored, as envoyproxy/ratelimit ignores it",
+		`envoy.yaml:16:13: descriptors[2].rate_limit.unit: "fortnight" is not a unit, and unlimited ignores it (remove it)`,
 		`envoy.yaml:11:25: descriptors[1].rate_limit.replaces[0].name: no rate_limit in domain "d" is named "nope": it replaces nothing`,
 	}
 	if strings.Join(got, "\n") != strings.Join(wantWarn, "\n") {
 		t.Fatalf("warnings:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantWarn, "\n"))
 	}
 	d, _ := c.Domain("d")
-	checkMatches(t, d, []Descriptor{e("a", "x"), e("b", "y")}, []want{
+	checkMatches(t, d, []Descriptor{e("a", "x"), e("b", "y"), e("c", "z")}, []want{
 		{status: Blocked, fullKey: "d.a"},
 		fw(5, time.Minute, "d.b"),
+		{status: Unlimited, fullKey: "d.c"},
 	})
+}
+
+// TestReferenceRejects: what envoyproxy/ratelimit rejects, and sluice used to accept: a
+// requests_per_unit that is not a 32-bit unsigned integer beside unlimited (which ignores
+// the value, not its type), and, inside a misplaced field, a name the format does not
+// know or a list of something other than mappings.
+func TestReferenceRejects(t *testing.T) {
+	for name, tc := range map[string]struct{ yaml, want string }{
+		"requests_per_unit empty beside unlimited": {"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, requests_per_unit: ''}\n",
+			`e.yaml:4:54: descriptors[0].rate_limit.requests_per_unit: must be an integer, got ""`},
+		"requests_per_unit negative beside unlimited": {"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, requests_per_unit: -1}\n",
+			"e.yaml:4:54: descriptors[0].rate_limit.requests_per_unit: must not be negative, got -1"},
+		"a valid unit beside unlimited": {"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, unit: Second}\n",
+			"e.yaml:4:41: descriptors[0].rate_limit.unit: must not be set when unlimited is true"},
+		"an unknown name inside a misplaced field": {"domain: d\ndescriptors:\n  - key: a\n    unit: {bogus: 1}\n",
+			"e.yaml:4:12: descriptors[0].unit.bogus: unknown field"},
+		"a list of scalars inside a misplaced field": {"domain: d\ndescriptors:\n  - key: a\n    name: [x]\n",
+			"e.yaml:4:12: descriptors[0].name[0]: must be a mapping"},
+	} {
+		_, err := Parse(File{Name: "e.yaml", Data: []byte(tc.yaml)})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error containing %q", name, err, tc.want)
+		}
+	}
+}
+
+// TestQuotaMode: quota_mode, like shadow_mode, makes a descriptor one that never denies.
+func TestQuotaMode(t *testing.T) {
+	c, err := Parse(File{Name: "q.yaml", Data: []byte("domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 1}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := c.Domain("d")
+	ms, err := d.Match([]Descriptor{e("a", "x"), e("b", "y")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ms[0].Shadow || !ms[0].Rule.QuotaMode || ms[0].Rule.Shadow || ms[1].Shadow || ms[1].Rule.QuotaMode {
+		t.Fatalf("a: Shadow %v QuotaMode %v; b: Shadow %v QuotaMode %v", ms[0].Shadow, ms[0].Rule.QuotaMode, ms[1].Shadow, ms[1].Rule.QuotaMode)
+	}
 }

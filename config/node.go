@@ -20,6 +20,9 @@ type decoder struct {
 	file  string
 	errs  Errors
 	warns Errors // accepted, as envoyproxy/ratelimit accepts them, but likely mistakes
+	// envoy: the file is an envoyproxy/ratelimit file, whose field names the reference
+	// checks without regard to where they are (misplaced ones are ignored there).
+	envoy bool
 }
 
 func (d *decoder) pos(n *yaml.Node) Position {
@@ -136,6 +139,14 @@ func (d *decoder) object(n *yaml.Node, path string, known ...string) *object {
 			continue
 		}
 		if !slices.Contains(known, name) {
+			if d.envoy && slices.Contains(referenceKeys, name) {
+				// envoyproxy/ratelimit checks each key against one list for the whole
+				// file (validateYamlKeys) and ignores a known key where it does not
+				// belong: the file loads there, so it loads here, with a warning.
+				d.warnf(k, join(path, name), "is not a field here (known fields: %s): ignored, as envoyproxy/ratelimit ignores it", strings.Join(known, ", "))
+				d.referenceKeysIn(v, join(path, name))
+				continue
+			}
 			d.errorf(k, join(path, name), "unknown field (known fields: %s)", strings.Join(known, ", "))
 			continue
 		}
@@ -146,6 +157,39 @@ func (d *decoder) object(n *yaml.Node, path string, known ...string) *object {
 		o.fields[name] = pair{k, v}
 	}
 	return o
+}
+
+// referenceKeys is every field name of envoyproxy/ratelimit's format (its validKeys,
+// src/config/config_impl.go), wherever it appears.
+var referenceKeys = []string{
+	"domain", "key", "value", "descriptors", "rate_limit", "unit", "requests_per_unit",
+	"unlimited", "shadow_mode", "quota_mode", "name", "replaces", "detailed_metric",
+	"value_to_metric", "share_threshold",
+}
+
+// referenceKeysIn checks an ignored value as the reference checks every value: the keys
+// of its mappings must be among referenceKeys, and its lists must hold only mappings.
+func (d *decoder) referenceKeysIn(n *yaml.Node, path string) {
+	n = deref(n)
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			if !slices.Contains(referenceKeys, k.Value) {
+				d.errorf(k, join(path, k.Value), "unknown field")
+				continue
+			}
+			d.referenceKeysIn(n.Content[i+1], join(path, k.Value))
+		}
+	case yaml.SequenceNode:
+		for i, e := range n.Content {
+			if deref(e).Kind != yaml.MappingNode {
+				d.errorf(e, index(path, i), "must be a mapping, got %s", kind(e))
+				continue
+			}
+			d.referenceKeysIn(e, index(path, i))
+		}
+	}
 }
 
 // pairs returns the entries of a mapping in file order, rejecting duplicate keys.

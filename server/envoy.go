@@ -247,7 +247,8 @@ func (b *headerBlock) add(h []*corev3.HeaderValue, key, value string) []*corev3.
 //     duration_until_reset the end of the unit's window;
 //   - otherwise the decision: OVER_LIMIT when over (OK in shadow mode), limit_remaining
 //     Decision.Remaining, duration_until_reset Decision.RetryAfter when over, else
-//     Decision.ResetAfter.
+//     Decision.ResetAfter;
+//   - quota_mode: as shadow mode, but over the limit without duration_until_reset.
 func descriptorStatus(it *item, m *statusBlock) {
 	st := &m.status
 	st.Code = rlsv3.RateLimitResponse_OK
@@ -279,6 +280,11 @@ func descriptorStatus(it *item, m *statusBlock) {
 		// durationpb.New, into the answer's own memory.
 		m.reset.Seconds, m.reset.Nanos = int64(d/time.Second), int32(d%time.Second)
 		st.DurationUntilReset = &m.reset
+	}
+	if over && r.QuotaMode && !r.Shadow {
+		// The reference answers a quota_mode descriptor over its limit with OK, its
+		// current_limit and limit_remaining, and no duration_until_reset.
+		st.DurationUntilReset = nil
 	}
 }
 

@@ -453,3 +453,28 @@ func TestShouldRateLimitRepeatedDescriptor(t *testing.T) {
 		})
 	}
 }
+
+// TestShouldRateLimitQuotaMode: a quota_mode descriptor over its limit is answered OK with
+// its current_limit and limit_remaining and no duration_until_reset, as the reference
+// answers it, and does not deny the request; with shadow_mode as well, shadow mode's
+// answer (duration_until_reset kept) wins, as there.
+func TestShouldRateLimitQuotaMode(t *testing.T) {
+	r, _ := newServer(t, stores[0], loadConfig(t, "quota.yaml"), Options{})
+	ctx := context.Background()
+	req := &rlsv3.RateLimitRequest{Domain: "quota", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("plan", "p1"), desc("both", "b1")}}
+	lim := cur("", 1, minute)
+	for i, want := range [][]*status_{
+		{st(ok, lim, 0, 40*time.Second), st(ok, lim, 0, 40*time.Second)},
+		{{Code: ok, CurrentLimit: lim}, st(ok, lim, 0, 40*time.Second)},
+	} {
+		got, err := r.rls.ShouldRateLimit(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := &resp{OverallCode: ok, Statuses: want}
+		got.ResponseHeadersToAdd = nil
+		if !proto.Equal(got, w) {
+			t.Fatalf("request %d:\ngot  %s\nwant %s", i+1, prototext.Format(got), prototext.Format(w))
+		}
+	}
+}

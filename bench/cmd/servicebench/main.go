@@ -157,7 +157,7 @@ func run() error {
 		if spec == "default" {
 			spec = reference.Version
 		}
-		if b.refBin, err = reference.Install(spec); err != nil {
+		if b.refBin, err = reference.Install(spec, reference.Service); err != nil {
 			return err
 		}
 		// The same domain file, unchanged.

@@ -20,10 +20,16 @@ import (
 // 2026-01-22, the newest the module proxy serves (it has no tagged release since v1.4.0).
 const Version = "v1.4.1-0.20260122083618-3fb702589d36"
 
-// Install returns the path of a reference binary: spec itself when it names a file, else
-// the module version spec ("" for Version), built with go install into a directory of
-// the user's cache, where later calls find it.
-func Install(spec string) (string, error) {
+// The reference's commands Install builds.
+const (
+	Service     = "service_cmd"      // the rate limit service
+	ConfigCheck = "config_check_cmd" // loads a directory of configuration files, exits 1 on an error
+)
+
+// Install returns the path of the reference's command (Service or ConfigCheck): spec
+// itself when it names a file, else built from the module version spec ("" for Version)
+// with go install into a directory of the user's cache, where later calls find it.
+func Install(spec, command string) (string, error) {
 	if spec == "" {
 		spec = Version
 	}
@@ -35,14 +41,15 @@ func Install(spec string) (string, error) {
 		cache = os.TempDir()
 	}
 	dir := filepath.Join(cache, "sluice-bench", "envoyproxy-ratelimit@"+spec)
-	bin := filepath.Join(dir, "service_cmd")
+	bin := filepath.Join(dir, command)
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
 	}
-	cmd := exec.Command("go", "install", "github.com/envoyproxy/ratelimit/src/service_cmd@"+spec)
+	pkg := "github.com/envoyproxy/ratelimit/src/" + command + "@" + spec
+	cmd := exec.Command("go", "install", pkg)
 	cmd.Env = append(os.Environ(), "GOBIN="+dir)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go install github.com/envoyproxy/ratelimit/src/service_cmd@%s (it needs the Go module proxy): %v\n%s", spec, err, out)
+		return "", fmt.Errorf("go install %s (it needs the Go module proxy): %v\n%s", pkg, err, out)
 	}
 	return bin, nil
 }
