@@ -50,6 +50,7 @@ func (c *Config) Dump() ([]byte, error) {
 		RequestsPerUnit uint32     `json:"requests_per_unit"`
 		Unlimited       bool       `json:"unlimited,omitempty"`
 		Shadow          bool       `json:"shadow_mode,omitempty"`
+		QuotaMode       bool       `json:"quota_mode,omitempty"`
 		Replaces        []string   `json:"replaces,omitempty"`
 		Limit           *limitView `json:"limit,omitempty"`
 		Source          string     `json:"source"`
@@ -125,7 +126,7 @@ func (c *Config) Dump() ([]byte, error) {
 		for _, r := range d.Rules {
 			rv := ruleView{
 				Key: r.FullKey, Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unlimited: r.Unlimited,
-				Shadow: r.Shadow, Replaces: r.Replaces, Limit: lv(r.Limit), Source: r.Pos.String(),
+				Shadow: r.Shadow, QuotaMode: r.QuotaMode, Replaces: r.Replaces, Limit: lv(r.Limit), Source: r.Pos.String(),
 			}
 			if r.Unit != UnitUnknown {
 				rv.Unit = r.Unit.String()

@@ -771,4 +771,11 @@ func TestQuotaMode(t *testing.T) {
 	if !ms[0].Shadow || !ms[0].Rule.QuotaMode || ms[0].Rule.Shadow || ms[1].Shadow || ms[1].Rule.QuotaMode {
 		t.Fatalf("a: Shadow %v QuotaMode %v; b: Shadow %v QuotaMode %v", ms[0].Shadow, ms[0].Rule.QuotaMode, ms[1].Shadow, ms[1].Rule.QuotaMode)
 	}
+	dump, err := c.Dump()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(dump), `"quota_mode": true`); n != 1 {
+		t.Errorf("the dump shows quota_mode %d times, want once:\n%s", n, dump)
+	}
 }
