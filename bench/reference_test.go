@@ -38,7 +38,8 @@ var (
 // conformanceConfig exercises every matching rule of the reference's configuration
 // format: a key with and without a value, prefix and full wildcards, nested descriptors
 // (with a deeper request than the configuration and a level without a limit), unlimited,
-// requests_per_unit 0, shadow_mode, quota_mode, a named rule and a rule replacing it.
+// requests_per_unit 0, shadow_mode, quota_mode, a named rule and a rule replacing it, and
+// a wildcard whose values share one counter (share_threshold).
 const conformanceConfig = `domain: conf
 descriptors:
   - key: remote_address
@@ -83,6 +84,10 @@ descriptors:
   - key: any
     value: "*"
     rate_limit: {unit: minute, requests_per_unit: 7}
+  - key: shared
+    value: "grp*"
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
 `
 
 // conformanceDescriptors are the descriptors requests are made of: matched by each rule
@@ -96,6 +101,7 @@ var conformanceDescriptors = [][]string{
 	{"shadow", "s1"}, {"shadow", "s2"}, {"quota", "q1"},
 	{"app", "a1"}, {"app", "a2"}, {"app_override", "x"},
 	{"any", "v1"}, {"any", "v2"},
+	{"shared", "grp1"}, {"shared", "grp2"},
 	{"unknown", "1"},
 }
 
@@ -393,12 +399,17 @@ func deniedBeforeTheStore(req *rlsv3.RateLimitRequest, b *rlsv3.RateLimitRespons
 }
 
 // counterOf names the counter a descriptor is decided on in the reference: its domain
-// and entries (a configured rule and an override share it there).
+// and entries (a configured rule and an override share it there), with the pattern in
+// place of a value that conformanceConfig's share_threshold wildcard matches.
 func counterOf(domain string, d *ratelimitv3.RateLimitDescriptor) string {
 	var b strings.Builder
 	b.WriteString(domain)
 	for _, e := range d.Entries {
-		fmt.Fprintf(&b, "|%s=%s", e.Key, e.Value)
+		v := e.Value
+		if e.Key == "shared" && strings.HasPrefix(v, "grp") && d.Limit == nil {
+			v = "grp*"
+		}
+		fmt.Fprintf(&b, "|%s=%s", e.Key, v)
 	}
 	return b.String()
 }
