@@ -94,7 +94,7 @@ descriptors:
 // above, and by none.
 var conformanceDescriptors = [][]string{
 	{"remote_address", "10.0.0.1"}, {"remote_address", "10.0.0.2"},
-	{"user", "vip"}, {"user", "u1"}, {"user", "u2"},
+	{"user", "vip"}, {"user", "u1"}, {"user", "u2"}, {"user", ""}, {"", "x"},
 	{"path", "/api/a"}, {"path", "/api/b"}, {"path", "/health"}, {"path", "/blocked"}, {"path", "/other"},
 	{"tenant", "t1"}, {"tenant", "t1", "plan", "free"}, {"tenant", "t2", "plan", "paid"},
 	{"tenant", "t1", "region", "eu"}, {"tenant", "t1", "region", "us"}, {"tenant", "t2", "plan", "paid", "extra", "x"},
@@ -285,7 +285,7 @@ func conformanceRequest(rng *rand.Rand, round int) *rlsv3.RateLimitRequest {
 		for j := 0; j < len(kv); j += 2 {
 			v := kv[j+1]
 			switch {
-			case kv[j] == "user" && v == "vip", kv[j] == "path", kv[j] == "plan", kv[j] == "region":
+			case kv[j] == "user" && v == "vip", kv[j] == "path", kv[j] == "plan", kv[j] == "region", v == "", kv[j] == "":
 			default:
 				v = fmt.Sprintf("%s-r%d", v, round)
 			}
