@@ -8,36 +8,19 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
+	"github.com/sluicehq/sluice/bench/internal/lean"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// leanGCRA is a minimal integer GCRA on Redis's clock: one string key holding the
-// theoretical arrival time in µs. ARGV: emission interval T, tolerance (burst-1)·T, cost.
-// It is the per-call work every client below sends, so the comparison measures clients.
-const leanGCRA = `
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
-local T, tol, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local tat = tonumber(redis.call('GET', KEYS[1])) or 0
-if tat < now then tat = now end
-local new = tat + n * T
-if new - now > tol + T then
-  return {0, new - now - tol - T}
-end
-redis.call('SET', KEYS[1], new, 'PX', math.ceil((new - now) / 1000))
-return {1, 0}
-`
-
-// gcraArgs: 1000 per second, burst 1000, cost 1.
-var gcraArgs = []string{"1000", "999000", "1"}
-
-// BenchmarkRedisClient compares Redis clients sending the same EVALSHA, one per decision,
-// to one redis-server: rueidis (auto-pipelining on one multiplexed connection) and go-redis
-// v9 without pipelining (a pool of connections), with its blocking auto-pipeliner (ordered
-// default), and with its auto-pipeliner in unordered parallel-batch mode.
+// BenchmarkRedisClient compares Redis clients sending the same EVALSHA, one per decision
+// (lean.Script with one key: the per-call work is the same for every client, so the
+// comparison measures clients), to one redis-server: rueidis (auto-pipelining on one
+// multiplexed connection) and go-redis v9 without pipelining (a pool of connections),
+// with its blocking auto-pipeliner (ordered default), and with its auto-pipeliner in
+// unordered parallel-batch mode.
 func BenchmarkRedisClient(b *testing.B) {
 	srv := redistest.Start(b)
-	sha, err := srv.Do("SCRIPT", "LOAD", leanGCRA)
+	sha, err := srv.Do("SCRIPT", "LOAD", lean.Script)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -56,7 +39,7 @@ func BenchmarkRedisClient(b *testing.B) {
 				b.Fatal(err)
 			}
 			return func(ctx context.Context, i int) error {
-				cmd := c.B().Evalsha().Sha1(sha).Numkeys(1).Key(benchKey(i)).Arg(gcraArgs...).Build()
+				cmd := c.B().Evalsha().Sha1(sha).Numkeys(1).Key(benchKey(i)).Arg(lean.Args...).Build()
 				return c.Do(ctx, cmd).Error()
 			}, c.Close
 		}},
@@ -103,8 +86,8 @@ func BenchmarkRedisClient(b *testing.B) {
 }
 
 func evalshaGoRedis(c goredis.Scripter, sha string) decideFunc {
-	args := make([]any, len(gcraArgs))
-	for i, a := range gcraArgs {
+	args := make([]any, len(lean.Args))
+	for i, a := range lean.Args {
 		args[i] = a
 	}
 	return func(ctx context.Context, i int) error {
