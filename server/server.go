@@ -251,6 +251,9 @@ func (s *Server) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 // listener's error. Serve does not close the Limiter: the caller does, after Serve
 // returns, when nothing can use it any more.
 func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
+	// The health status is set before the listeners serve, so that no health check
+	// finds the service unknown (at most DefaultReadyTimeout when the store is down).
+	stopProbe := s.probeReady(ctx)
 	errc := make(chan error, 2)
 	var hs *http.Server
 	if httpLn != nil {
@@ -288,7 +291,6 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 		}()
 		s.log.Info("serving gRPC", slog.String("addr", grpcLn.Addr().String()), slog.Bool("tls", s.tls != nil))
 	}
-	stopProbe := s.probeReady(ctx)
 	var err error
 	select {
 	case <-ctx.Done():
