@@ -23,6 +23,8 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/bench/internal/reference"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/denycache"
+	"github.com/sluicehq/sluice/failover"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/redisstore"
@@ -106,7 +108,8 @@ var conformanceDescriptors = [][]string{
 }
 
 // TestReferenceConformance sends the same random ShouldRateLimit requests to sluice
-// (package server on the in-memory store, then on the Redis store, loaded with
+// (package server on the in-memory store, on the Redis store, and on the Redis store
+// behind failover and the deny cache as sluice serve runs it, loaded with
 // conformanceConfig) and to
 // envoyproxy/ratelimit (on a redis-server of its own, loaded with the same file), one
 // after the other, and compares the answers field by field: overall_code; per descriptor
@@ -173,11 +176,24 @@ func TestReferenceConformance(t *testing.T) {
 			t.Cleanup(func() { r.Close() })
 			return r
 		}},
+		// As sluice serve decides on Redis: a deny cache over failover over the store.
+		{"redis behind failover and the deny cache", func(t *testing.T) sluice.Limiter {
+			r, err := redisstore.Open(redistest.Start(t).URL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { r.Close() })
+			return denycache.New(failover.New(r, failover.WithDeadline(time.Second)))
+		}},
 	}
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
 			rs.MustDo("FLUSHALL") // the reference starts afresh too
-			conform(t, st.open(t), cfg, refProc.GRPCAddr)
+			l := st.open(t)
+			conform(t, l, cfg, refProc.GRPCAddr)
+			if c, ok := l.(*denycache.Cache); ok && c.Len() == 0 {
+				t.Error("the deny cache remembered no denial: the run did not exercise it")
+			}
 		})
 	}
 }
