@@ -2,8 +2,10 @@ package bench
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +14,8 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
+var redisHzFlag = flag.String("redis-hz", "10,100", "BenchmarkRedisPaced: the redis-server hz values to run at, comma-separated")
+
 // BenchmarkRedisPaced measures latency at half of peak throughput, open loop: it first
 // finds the library's peak (64 goroutines, closed loop, 100k decisions), then schedules b.N
 // decisions at half that rate over 512 workers, and reports the achieved rate and the
@@ -19,7 +23,8 @@ import (
 // busy past it (so lateness caused by slow decisions counts: no coordinated omission), and
 // from the worker's wake-up otherwise (so the timer's own overshoot does not).
 //
-// It runs everything twice: on a redis-server with the default hz 10, and with hz 100.
+// It runs everything twice: on a redis-server with the default hz 10, and with hz 100
+// (-redis-hz sets the list).
 // Every decision writes a key that expires soon after (its TTL is the time until its state
 // is empty), and Redis's periodic task (serverCron, hz times a second: expiry, rehashing of
 // the churning key space) then holds the server for a millisecond or more every 100 ms at
@@ -28,7 +33,7 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkRedisPaced -benchtime 200000x
 func BenchmarkRedisPaced(b *testing.B) {
-	for _, hz := range []string{"10", "100"} {
+	for _, hz := range strings.Split(*redisHzFlag, ",") {
 		srv := redistest.Start(b, redistest.WithConfig("maxmemory-policy", "noeviction"), redistest.WithConfig("hz", hz))
 		for _, lib := range redisLibs() {
 			switch lib.name {
