@@ -95,7 +95,8 @@ type LimitStatus struct {
 	Status string `json:"status"`
 	// OverLimit reports whether this limit is exceeded (in shadow mode too).
 	OverLimit bool `json:"over_limit"`
-	// Shadow limits are decided and reported but never deny.
+	// Shadow limits (a policy's shadow, an Envoy rule's shadow_mode or quota_mode) are
+	// decided and reported but never deny.
 	Shadow bool `json:"shadow,omitempty"`
 	// Source says where a policy's limit came from: "policy", "tier:<name>", "override"
 	// or "route".
