@@ -9,32 +9,19 @@ package lean
 
 import (
 	"context"
+	_ "embed"
 	"fmt"
 	"strconv"
 
 	"github.com/redis/rueidis"
 )
 
-// Script decides every key of KEYS at once. ARGV: emission interval T (µs), tolerance
-// (burst-1)·T, cost. It returns, per key, 0 when allowed and the µs to wait when denied.
-const Script = `
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
-local T, tol, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local out = {}
-for i = 1, #KEYS do
-  local tat = tonumber(redis.call('GET', KEYS[i])) or 0
-  if tat < now then tat = now end
-  local new = tat + n * T
-  if new - now > tol + T then
-    out[i] = new - now - tol - T
-  else
-    redis.call('SET', KEYS[i], new, 'PX', math.ceil((new - now) / 1000))
-    out[i] = 0
-  end
-end
-return out
-`
+// Script decides every key of KEYS at once (lean.lua). ARGV: emission interval T (µs),
+// tolerance (burst-1)·T, cost. It returns, per key, 0 when allowed and the µs to wait
+// when denied.
+//
+//go:embed lean.lua
+var Script string
 
 // Args is 1000 per second with a burst of 1000, cost 1: the limit of the Redis benchmarks.
 var Args = []string{"1000", "999000", "1"}
