@@ -94,6 +94,7 @@ var (
 	prebuilt = flag.String("sluice", "", "use this sluice binary instead of building ../cmd/sluice")
 	procs    = flag.Int("sluice-procs", 0, "run sluice with GOMAXPROCS set to this (0: Go's default, one per core)")
 	refFlag  = flag.String("reference", "", "also measure envoyproxy/ratelimit, the reference implementation, on the same redis-server: a module version to go install (github.com/envoyproxy/ratelimit/src/service_cmd@VERSION; \"default\" for "+reference.Version+"), or the path of a binary built from it; empty: skip it")
+	refEnv   = flag.String("reference-env", "", "settings for the reference beyond reference.Start's, comma-separated NAME=value (USE_STATSD=true,DISABLE_STATS=false: its out-of-the-box stats)")
 	redisHz  = flag.Int("redis-hz", 10, "redis-server's hz (10 is Redis's default; 100 runs its periodic work, key expiry among it, in ten times smaller pieces: see bench/README.md)")
 )
 
@@ -237,9 +238,13 @@ func (b *bench) startSluice(store string, dl time.Duration, extra ...string) (*s
 }
 
 // startReference starts envoyproxy/ratelimit on the shared redis-server, with the
-// settings of reference.Start.
+// settings of reference.Start and -reference-env.
 func (b *bench) startReference() (*service, error) {
-	p, err := reference.Start(b.refBin, b.refRoot, strings.TrimPrefix(b.redisURL, "redis://"))
+	var env []string
+	if *refEnv != "" {
+		env = strings.Split(*refEnv, ",")
+	}
+	p, err := reference.Start(b.refBin, b.refRoot, strings.TrimPrefix(b.redisURL, "redis://"), env...)
 	if err != nil {
 		return nil, err
 	}
