@@ -36,6 +36,12 @@ type item struct {
 	// tooBig: n exceeds what the limit can ever allow; the item is over the limit without
 	// spending (see sluice.ErrCostExceedsLimit).
 	tooBig bool
+	// first is the index of the request's first Limited item naming the same key and
+	// limit (the item itself when none before it does), and sum, on that first item, the
+	// cost of all those namings; prepare sets both. req is the first item's request in
+	// enforce's store batch.
+	first, req int
+	sum        int64
 }
 
 // over reports whether the item is over its limit: denied by the store with a wait, an
@@ -57,28 +63,44 @@ func (it *item) blocks() bool { return !it.shadow && it.over() }
 // prepare marks the items whose cost can never be allowed. A limit named more than once
 // in one request (Envoy sends a descriptor twice when two of a route's actions produce
 // it) is spent once per naming, so an item is judged by the cost of its key and limit up
-// to and including it.
+// to and including it. It also sets first and sum, which enforce batches by.
 func prepare(items []item) {
-	var idx [8]int
-	limited := idx[:0]
+	type ident struct {
+		key   string
+		limit sluice.Limit
+	}
+	var index map[ident]int // for requests of many items; a scan back serves the rest
 	for i := range items {
-		if items[i].status == config.Limited {
-			limited = append(limited, i)
-		}
-	}
-	var firsts [8]int
-	first := firstOf(items, limited, firsts[:0])
-	var sums [8]int64
-	sum := sums[:0]
-	if len(limited) > len(sums) {
-		sum = make([]int64, 0, len(limited))
-	}
-	sum = sum[:len(limited)]
-	for p, i := range limited {
 		it := &items[i]
-		f := first[p]
-		sum[f] = addCost(sum[f], it.n)
-		if sum[f] > it.limit.MaxCost() {
+		if it.status != config.Limited {
+			continue
+		}
+		it.first = i
+		if len(items) <= 8 {
+			for j := range i {
+				if o := &items[j]; o.status == config.Limited && o.first == j && o.key == it.key && o.limit == it.limit {
+					it.first = j
+					break
+				}
+			}
+		} else {
+			if index == nil {
+				index = make(map[ident]int, len(items))
+			}
+			id := ident{it.key, it.limit}
+			if j, ok := index[id]; ok {
+				it.first = j
+			} else {
+				index[id] = i
+			}
+		}
+		f := &items[it.first]
+		if f == it {
+			f.sum = it.n
+		} else {
+			f.sum = addCost(f.sum, it.n)
+		}
+		if f.sum > it.limit.MaxCost() {
 			it.tooBig = true
 		}
 	}
@@ -90,39 +112,6 @@ func addCost(a, b int64) int64 {
 		return math.MaxInt64
 	}
 	return a + b
-}
-
-// firstOf returns, for each position p of idx, the first position q <= p whose item has
-// the same key and limit as item idx[p]. It appends to dst.
-func firstOf(items []item, idx []int, dst []int) []int {
-	type ident struct {
-		key   string
-		limit sluice.Limit
-	}
-	first := append(dst[:0], make([]int, len(idx))...)
-	if len(idx) <= 8 {
-		for p, i := range idx {
-			first[p] = p
-			for q := 0; q < p; q++ {
-				if j := idx[q]; items[j].key == items[i].key && items[j].limit == items[i].limit {
-					first[p] = q
-					break
-				}
-			}
-		}
-		return first
-	}
-	seen := make(map[ident]int, len(idx))
-	for p, i := range idx {
-		id := ident{items[i].key, items[i].limit}
-		q, ok := seen[id]
-		if !ok {
-			q = p
-			seen[id] = p
-		}
-		first[p] = q
-	}
-	return first
 }
 
 // decide asks the limiter about every Limited item, with the semantics of the package doc:
@@ -185,20 +174,14 @@ func (s *Server) enforce(ctx context.Context, items []item) (bool, error) {
 		return true, nil
 	case len(enforced) > 1 && s.multi != nil:
 		// One store request per key and limit: a limit named twice is one request for
-		// the sum of the costs (a store takes a key and limit once per batch).
-		var firsts, reqOf [8]int
-		first := firstOf(items, enforced, firsts[:0])
+		// the sum of the costs (a store takes a key and limit once per batch). The
+		// namings of one key and limit share its rule, so they are all enforced.
 		reqs := make([]sluice.Request, 0, len(enforced))
-		req := append(reqOf[:0], first...) // the store request of each enforced item
-		for p, i := range enforced {
-			it := &items[i]
-			if f := first[p]; f < p {
-				req[p] = req[f]
-				reqs[req[p]].N += it.n // prepare ruled out a sum above the limit's MaxCost
-				continue
+		for _, i := range enforced {
+			if it := &items[i]; it.first == i {
+				it.req = len(reqs)
+				reqs = append(reqs, sluice.Request{Key: it.key, Limit: it.limit, N: it.sum})
 			}
-			req[p] = len(reqs)
-			reqs = append(reqs, sluice.Request{Key: it.key, Limit: it.limit, N: it.n})
 		}
 		ds, err := s.multi.AllowMulti(ctx, reqs)
 		switch {
@@ -210,18 +193,18 @@ func (s *Server) enforce(ctx context.Context, items []item) (bool, error) {
 			// Each item reports its request's decision as if its namings were spent one
 			// after the other: Remaining after it and the namings before it, and, in a
 			// denied batch, RetryAfter 0 (it alone would pass) while that spending fits.
-			var spents [8]int64
-			spent := append(spents[:0], make([]int64, len(reqs))...)
-			for p, i := range enforced {
-				r := req[p]
-				d := ds[r]
-				spent[r] += items[i].n
-				if later := reqs[r].N - spent[r]; d.Allowed {
-					d.Remaining += later
-				} else if d.RetryAfter > 0 && spent[r] <= d.Remaining {
+			// The first item's sum counts down to the cost of the namings still to come.
+			for _, i := range enforced {
+				it := &items[i]
+				f := &items[it.first]
+				d := ds[f.req]
+				f.sum -= it.n
+				if d.Allowed {
+					d.Remaining += f.sum
+				} else if d.RetryAfter > 0 && reqs[f.req].N-f.sum <= d.Remaining {
 					d.RetryAfter = 0
 				}
-				items[i].set(d)
+				it.set(d)
 			}
 			return allowed, nil
 		case err == nil:
