@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -163,40 +162,27 @@ func serverCPU(srv *redistest.Server) (float64, error) {
 // Redis also counts the commands a script runs (redis.call) and includes their time in the
 // script's own usec, so when any script ran only the script commands are summed.
 func commandStats(srv *redistest.Server) (calls int64, usec float64, err error) {
-	reply, err := srv.Do("INFO", "commandstats")
+	stats, err := srv.CommandStats()
 	if err != nil {
 		return 0, 0, err
 	}
-	scripts := strings.Contains(reply, "cmdstat_eval") || strings.Contains(reply, "cmdstat_fcall")
-	for _, line := range strings.Split(reply, "\n") {
-		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
+	isScript := func(name string) bool {
+		return strings.HasPrefix(name, "eval") || strings.HasPrefix(name, "fcall")
+	}
+	scripts := false
+	for name := range stats {
+		scripts = scripts || isScript(name)
+	}
+	for name, st := range stats {
 		switch name {
-		case "cmdstat_info", "cmdstat_config|resetstat", "cmdstat_ping", "cmdstat_hello", "cmdstat_client|setinfo", "cmdstat_client|tracking":
+		case "info", "config|resetstat", "ping", "hello", "client|setinfo", "client|tracking":
 			continue
 		}
-		if scripts && !strings.HasPrefix(name, "cmdstat_eval") && !strings.HasPrefix(name, "cmdstat_fcall") {
+		if scripts && !isScript(name) {
 			continue
 		}
-		for _, kv := range strings.Split(fields, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			switch k {
-			case "calls":
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					return 0, 0, fmt.Errorf("%s: %w", line, err)
-				}
-				calls += n
-			case "usec":
-				n, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					return 0, 0, fmt.Errorf("%s: %w", line, err)
-				}
-				usec += n
-			}
-		}
+		calls += st.Calls
+		usec += st.Usec
 	}
 	return calls, usec, nil
 }

@@ -293,24 +293,56 @@ func (s *Server) MustDo(args ...string) string {
 	return reply
 }
 
-// ScriptStats sums the calls and microseconds of the script commands (EVAL, EVALSHA and
-// their read-only forms) in INFO commandstats.
-func (s *Server) ScriptStats() (calls int64, usec float64) {
-	for _, line := range strings.Split(s.MustDo("INFO", "commandstats"), "\n") {
-		name, fields, _ := strings.Cut(strings.TrimSpace(line), ":")
-		if !strings.HasPrefix(name, "cmdstat_eval") {
+// CommandStat is one command's line of INFO commandstats.
+type CommandStat struct {
+	Calls int64
+	Usec  float64
+}
+
+// CommandStats reads INFO commandstats, by command name ("eval", "evalsha",
+// "client|setinfo", ...).
+func (s *Server) CommandStats() (map[string]CommandStat, error) {
+	reply, err := s.Do("INFO", "commandstats")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]CommandStat{}
+	for _, line := range strings.Split(reply, "\n") {
+		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+		name, ok2 := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !ok2 {
 			continue
 		}
+		var st CommandStat
 		for _, kv := range strings.Split(fields, ",") {
 			k, v, _ := strings.Cut(kv, "=")
 			switch k {
 			case "calls":
-				n, _ := strconv.ParseInt(v, 10, 64)
-				calls += n
+				if st.Calls, err = strconv.ParseInt(v, 10, 64); err != nil {
+					return nil, fmt.Errorf("redistest: INFO commandstats: %s: %w", line, err)
+				}
 			case "usec":
-				f, _ := strconv.ParseFloat(v, 64)
-				usec += f
+				if st.Usec, err = strconv.ParseFloat(v, 64); err != nil {
+					return nil, fmt.Errorf("redistest: INFO commandstats: %s: %w", line, err)
+				}
 			}
+		}
+		out[name] = st
+	}
+	return out, nil
+}
+
+// ScriptStats sums the calls and microseconds of the script commands (EVAL, EVALSHA and
+// their read-only forms) in INFO commandstats.
+func (s *Server) ScriptStats() (calls int64, usec float64) {
+	stats, err := s.CommandStats()
+	if err != nil {
+		s.tb.Fatalf("redistest: %v", err)
+	}
+	for name, st := range stats {
+		if strings.HasPrefix(name, "eval") {
+			calls += st.Calls
+			usec += st.Usec
 		}
 	}
 	return calls, usec
