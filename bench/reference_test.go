@@ -168,22 +168,10 @@ func TestReferenceConformance(t *testing.T) {
 			t.Cleanup(func() { m.Close() })
 			return m
 		}},
-		{"redis", func(t *testing.T) sluice.Limiter {
-			r, err := redisstore.Open(redistest.Start(t).URL())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { r.Close() })
-			return r
-		}},
+		{"redis", func(t *testing.T) sluice.Limiter { return openRedisStore(t) }},
 		// As sluice serve decides on Redis: a deny cache over failover over the store.
 		{"redis behind failover and the deny cache", func(t *testing.T) sluice.Limiter {
-			r, err := redisstore.Open(redistest.Start(t).URL())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { r.Close() })
-			return denycache.New(failover.New(r, failover.WithDeadline(time.Second)))
+			return denycache.New(failover.New(openRedisStore(t), failover.WithDeadline(time.Second)))
 		}},
 	}
 	for _, st := range stores {
@@ -196,6 +184,16 @@ func TestReferenceConformance(t *testing.T) {
 			}
 		})
 	}
+}
+
+// openRedisStore opens a Redis store on a redis-server of the test's own.
+func openRedisStore(t *testing.T) *redisstore.Store {
+	r, err := redisstore.Open(redistest.Start(t).URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
 }
 
 // conform runs the comparison against sluice's server on store.
