@@ -85,6 +85,9 @@ func run() error {
 	}
 	defer func() { srv.Process.Kill(); srv.Wait() }()
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	// Opening the store is also how rediscost waits for the slow redis-server to accept
+	// connections; with -lean the store makes no decision (its scripts are loaded before
+	// the counters are reset, so they cost the measurement nothing).
 	s, err := waitOpen("redis://"+addr, *batch)
 	if err != nil {
 		return err
