@@ -95,6 +95,7 @@ var (
 	procs    = flag.Int("sluice-procs", 0, "run sluice with GOMAXPROCS set to this (0: Go's default, one per core)")
 	refFlag  = flag.String("reference", "", "also measure envoyproxy/ratelimit, the reference implementation, on the same redis-server: a module version to go install (github.com/envoyproxy/ratelimit/src/service_cmd@VERSION; \"default\" for "+reference.Version+"), or the path of a binary built from it; empty: skip it")
 	refEnv   = flag.String("reference-env", "", "settings for the reference beyond reference.Start's, comma-separated NAME=value (USE_STATSD=true,DISABLE_STATS=false: its out-of-the-box stats)")
+	floorRun = flag.Bool("floor", true, "also measure cmd/floor, a service that decides nothing (the transport, the load generator and the machine alone), in the common rows and the alternation")
 	redisHz  = flag.Int("redis-hz", 10, "redis-server's hz (10 is Redis's default; 100 runs its periodic work, key expiry among it, in ten times smaller pieces: see bench/README.md)")
 )
 
@@ -110,6 +111,7 @@ func main() {
 // redis-server every Redis-backed service shares.
 type bench struct {
 	sluiceBin, loadgenBin, refBin string
+	floorBin                      string
 	cfgDir, refRoot               string
 	redis                         *exec.Cmd
 	redisURL                      string
@@ -123,6 +125,9 @@ type service struct {
 	httpAddr, grpcAddr string
 }
 
+// sluice reports whether s is sluice serve, which reports its decisions in /metrics.
+func (s *service) sluice() bool { return s.store == "memory" || s.store == "redis" }
+
 func (s *service) stop() {
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	s.cmd.Wait()
@@ -135,10 +140,10 @@ func run() error {
 	}
 	defer os.RemoveAll(dir)
 	b := &bench{sluiceBin: filepath.Join(dir, "sluice"), loadgenBin: filepath.Join(dir, "loadgen"),
-		cfgDir: filepath.Join(dir, "config"), refRoot: filepath.Join(dir, "runtime")}
+		floorBin: filepath.Join(dir, "floor"), cfgDir: filepath.Join(dir, "config"), refRoot: filepath.Join(dir, "runtime")}
 	// sluice is built in its own module (the repository root), the load generator in
 	// this one.
-	builds := [][3]string{{b.sluiceBin, "./cmd/sluice", ".."}, {b.loadgenBin, "./cmd/loadgen", "."}}
+	builds := [][3]string{{b.sluiceBin, "./cmd/sluice", ".."}, {b.loadgenBin, "./cmd/loadgen", "."}, {b.floorBin, "./cmd/floor", "."}}
 	if *prebuilt != "" {
 		b.sluiceBin, builds = *prebuilt, builds[1:]
 	}
@@ -189,6 +194,11 @@ func run() error {
 	}
 	fmt.Printf("sluice (GOMAXPROCS %s), redis-server (hz %d) and loadgen (one P) on one machine, loopback; %d distinct descriptors; %v per run after 2s warm-up; Redis deadline %v (%v in the freeze run)\n\n", sluiceProcs, *redisHz, *keys, *dur, *deadline, *freezeDL)
 	fmt.Println(tableHead)
+	if *floorRun {
+		if err := b.floorRows(); err != nil {
+			return err
+		}
+	}
 	for _, store := range []string{"memory", "redis"} {
 		if *only != "" && *only != store {
 			continue
@@ -251,6 +261,21 @@ func (b *bench) startReference() (*service, error) {
 	return &service{name: refName, store: refName, cmd: p.Cmd, httpAddr: p.HTTPAddr, grpcAddr: p.GRPCAddr}, nil
 }
 
+// startFloor starts cmd/floor, the service that decides nothing.
+func (b *bench) startFloor() (*service, error) {
+	s := &service{name: floorName, store: "floor", grpcAddr: fmt.Sprintf("127.0.0.1:%d", freePort())}
+	s.cmd = exec.Command(b.floorBin, "-grpc", s.grpcAddr)
+	s.cmd.Stderr = os.Stderr
+	if err := s.cmd.Start(); err != nil {
+		return nil, err
+	}
+	if err := waitTCP(s.grpcAddr); err != nil {
+		s.stop()
+		return nil, err
+	}
+	return s, nil
+}
+
 // load runs the load generator against s and measures the CPU the processes used.
 func (b *bench) load(s *service, target string, callers int, rate float64, extra ...string) (result, error) {
 	addr := s.grpcAddr
@@ -269,6 +294,9 @@ func (b *bench) load(s *service, target string, callers int, rate float64, extra
 	metrics := "http://" + s.httpAddr + "/metrics"
 	s0, r0 := cpuOf(s.cmd.Process.Pid), cpuOf(b.redis.Process.Pid)
 	p0 := decisionsByPath(metrics)
+	if !s.sluice() {
+		p0 = nil
+	}
 	if err := cmd.Run(); err != nil {
 		return result{}, err
 	}
@@ -276,7 +304,10 @@ func (b *bench) load(s *service, target string, callers int, rate float64, extra
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		return r, err
 	}
-	p1 := decisionsByPath(metrics)
+	var p1 map[string]float64
+	if s.sluice() {
+		p1 = decisionsByPath(metrics)
+	}
 	var all float64
 	for path, v := range p1 {
 		all += v - p0[path]
@@ -289,7 +320,7 @@ func (b *bench) load(s *service, target string, callers int, rate float64, extra
 		n := float64(r.Total)
 		r.cpuSluice = float64(cpuOf(s.cmd.Process.Pid)-s0) / n
 		r.cpuLoadgen = float64((cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Microseconds()) / n
-		if s.store != "memory" {
+		if s.store == "redis" || s.store == refName {
 			r.cpuRedis = float64(cpuOf(b.redis.Process.Pid)-r0) / n
 		}
 	}
@@ -299,7 +330,7 @@ func (b *bench) load(s *service, target string, callers int, rate float64, extra
 // row prints one measurement of s.
 func row(s *service, api, pacing string, r result) {
 	shares := "– | –"
-	if s.store != refName {
+	if s.sluice() {
 		shares = fmt.Sprintf("%.2f%% | %.2f%%", 100*r.storeShare, 100*r.cacheShare)
 	}
 	fmt.Printf("| %s | %s | %d | %s | %.0f | %s | %s | %s | %s | %d | %s | %.0f / %.0f / %.0f |\n", s.name, api, r.Callers, pacing, r.RPS,
@@ -412,6 +443,17 @@ func (b *bench) storeRows(store string) error {
 	return b.freeze(s, peak64/2)
 }
 
+// floorRows measures cmd/floor: at 8 and 64 callers and at half of its own peak.
+func (b *bench) floorRows() error {
+	s, err := b.startFloor()
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+	_, err = b.common(s, true)
+	return err
+}
+
 // referenceRows measures envoyproxy/ratelimit: the common rows but POST /v1/check (its
 // JSON API differs), the flood, and the freeze.
 func (b *bench) referenceRows() error {
@@ -430,9 +472,11 @@ func (b *bench) referenceRows() error {
 	return b.freeze(s, peak64/2)
 }
 
-// alternate runs sluice on Redis and the reference, both up on the same redis-server, at
-// 64 callers closed loop, alternately three times: the VM's speed changes from minute to
-// minute, and a ratio means something only between runs this close together.
+// alternate runs sluice on Redis and the reference, both up on the same redis-server (and
+// the floor, unless -floor=false), at 64 callers closed loop, alternately three times: the
+// VM's speed changes from minute to minute, and a ratio means something only between runs
+// this close together. The floor's ratio to the reference is the most any service could
+// show in that round.
 func (b *bench) alternate() error {
 	sl, err := b.startSluice("redis", *deadline)
 	if err != nil {
@@ -444,9 +488,21 @@ func (b *bench) alternate() error {
 		return err
 	}
 	defer ref.stop()
+	var fl *service
+	if *floorRun {
+		if fl, err = b.startFloor(); err != nil {
+			return err
+		}
+		defer fl.stop()
+	}
 	fmt.Printf("\nAlternated, ShouldRateLimit at 64 callers, closed loop:\n\n")
-	fmt.Println("| round | sluice (Redis) requests/s | p99 | envoyproxy/ratelimit requests/s | p99 | ratio |")
-	fmt.Println("|---:|---:|---:|---:|---:|---:|")
+	if fl != nil {
+		fmt.Println("| round | sluice (Redis) requests/s | p99 | envoyproxy/ratelimit requests/s | p99 | ratio | floor requests/s | p99 | floor ÷ reference |")
+		fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	} else {
+		fmt.Println("| round | sluice (Redis) requests/s | p99 | envoyproxy/ratelimit requests/s | p99 | ratio |")
+		fmt.Println("|---:|---:|---:|---:|---:|---:|")
+	}
 	for round := 1; round <= 3; round++ {
 		rs, err := b.load(sl, "grpc", 64, 0)
 		if err != nil {
@@ -456,13 +512,24 @@ func (b *bench) alternate() error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("| %d | %.0f | %s | %.0f | %s | %.2f× |\n", round, rs.RPS, us(rs.P99), rr.RPS, us(rr.P99), rs.RPS/max(rr.RPS, 1))
+		fmt.Printf("| %d | %.0f | %s | %.0f | %s | %.2f× |", round, rs.RPS, us(rs.P99), rr.RPS, us(rr.P99), rs.RPS/max(rr.RPS, 1))
+		if fl != nil {
+			rf, err := b.load(fl, "grpc", 64, 0)
+			if err != nil {
+				return err
+			}
+			fmt.Printf(" %.0f | %s | %.2f× |", rf.RPS, us(rf.P99), rf.RPS/max(rr.RPS, 1))
+		}
+		fmt.Println()
 	}
 	return nil
 }
 
-// refName is the reference's rows' store column.
-const refName = "envoyproxy/ratelimit, redis"
+// refName and floorName are the reference's and the floor's rows' store column.
+const (
+	refName   = "envoyproxy/ratelimit, redis"
+	floorName = "floor (decides nothing)"
+)
 
 func us(v int64) string {
 	if v >= 1000 {
