@@ -104,6 +104,12 @@ func newClass(st *Store, l sluice.Limit, id int, gone *atomic.Bool) class {
 			},
 		})
 	case sluice.TokenBucket:
+		if p.S == 1 {
+			// TokenBucket is GCRA with another state and the same Result for every
+			// request (algo.TokenBucket): decided on GCRA's one-word state, without
+			// a lock. The Decision still reports the caller's Limit.
+			return newGCRAClass(st, algo.ParamsOf(l.With(sluice.GCRA)), id, gone)
+		}
 		return newPairClass(st, p, id, gone, algo.TokenBucket)
 	case sluice.LeakyBucket:
 		return newPairClass(st, p, id, gone, algo.LeakyBucket)

@@ -12,6 +12,11 @@ import (
 // so a decision on an existing key takes no lock at all: it updates the TAT with one
 // compare-and-swap, retrying if another core got there first. Slots are 24 bytes.
 //
+// A TokenBucket limit with S = 1 uses this class too, with the limit's GCRA Params: a
+// bucket full at time F is a TAT of F, and algo.TokenBucket's Result for every request is
+// GCRA's (TestTokenBucketIsGCRA), so the store keeps the one word instead of the bucket's
+// two.
+//
 // Arrays are rebuilt above 70% full (slots in use, tombstones included) and grow when
 // more than 68% of the slots would be live, so they are 51–70% full. A lookup walks about
 // 1.5–2.2 slots on average (linear probing), and a slot costs 34–47 bytes per key. At 80%

@@ -448,6 +448,31 @@ func TestFallbackSpacesUnitsByT(t *testing.T) {
 	}
 }
 
+// TestTokenBucketIsGCRA: TokenBucket gives GCRA's Result for every request, clock steps
+// back included (a step back spends the refill between the two readings, as GCRA's TAT
+// does), for every test limit, those with a part below 1µs too. The memory store relies on
+// it: it decides a TokenBucket limit with S = 1 on GCRA's one-word state.
+func TestTokenBucketIsGCRA(t *testing.T) {
+	for _, l := range testLimits {
+		rng := rand.New(rand.NewPCG(13, uint64(l.Rate)))
+		g, tb := newMachine(l.With(sluice.GCRA)), newMachine(l.With(sluice.TokenBucket))
+		p := g.p
+		now := epoch
+		for i := 0; i < 50000; i++ {
+			if rng.IntN(6) == 0 {
+				now -= rng.Int64N(2*p.Period + 1) // a clock step back
+			} else {
+				now += randomStep(rng, now, p)
+			}
+			n := rng.Int64N(min(p.MaxCost(), 3) + 1)
+			want := g.decide(now, n)
+			if got := tb.decide(now, n); got != want {
+				t.Fatalf("%v step %d at %d (n %d): token bucket %+v, gcra %+v", l, i, now, n, got, want)
+			}
+		}
+	}
+}
+
 // TestGCRAStepIsGCRA: GCRAStep and GCRAAllowed split GCRA (S = 1) without changing it.
 func TestGCRAStepIsGCRA(t *testing.T) {
 	for _, l := range testLimits {

@@ -133,12 +133,17 @@ func gcraRemaining(ahead, frac, bt int64, p Params) int64 {
 // and spends n·U of it.
 //
 // Remaining = ⌊credit/U⌋. ResetAfter = ⌈(Burst·U - credit)/S⌉, the time until the bucket
-// is full again. RetryAfter (denied) = ⌈(n·U - credit)/S⌉. When time went backwards both
+// is full again. RetryAfter (denied) = ⌈(n·U - credit)/S⌉.
+//
+// Rounding, burst and error bound: as GCRA's. TokenBucket is GCRA with another state and
+// the same Result for every request (TestTokenBucketIsGCRA): the bucket is full at
+// B + (Burst·U - A)/S, GCRA's TAT.
+//
+// If now is before B (time went backwards), the bucket holds A at B, and what can be spent
+// at now is A less the refill between now and B, (B - now)·S (none if that is more than
+// A): as GCRA, which measures everything from its TAT, decides. A step back never makes
+// more available than at B, and a spend is recorded at B. ResetAfter and RetryAfter then
 // also wait out B - now.
-//
-// Rounding, burst and error bound: as GCRA's, whose decisions TokenBucket's equal.
-//
-// If now is before B (time went backwards) no refill is counted until B.
 func TokenBucket(s State, now int64, p Params, n int64) (State, Result) {
 	c := cost(n)
 	bt := p.Burst * p.U
@@ -148,21 +153,31 @@ func TokenBucket(s State, now int64, p Params, n int64) (State, Result) {
 		credit = refill(s.A, now-s.B, bt, p.S)
 	}
 	wait := last - now // > 0 only when time went backwards
+	// avail is what can be spent at now: credit, less the refill still to come before B.
+	avail := credit
+	if wait > 0 {
+		if wait > credit/p.S {
+			avail = -1 // less than nothing; the product could overflow
+		} else {
+			avail = credit - wait*p.S
+		}
+	}
 	need := c * p.U
-	if credit < need {
+	if avail < need {
 		return s, Result{
-			Remaining:  credit / p.U,
+			Remaining:  nonNeg(avail) / p.U,
 			ResetAfter: wait + ceilDiv(bt-credit, p.S),
 			RetryAfter: wait + ceilDiv(need-credit, p.S),
 		}
 	}
 	if n > 0 {
 		credit -= need
+		avail -= need
 		s = State{A: credit, B: last}
 	}
 	return s, Result{
 		Allowed:    true,
-		Remaining:  credit / p.U,
+		Remaining:  avail / p.U,
 		ResetAfter: wait + ceilDiv(bt-credit, p.S),
 	}
 }

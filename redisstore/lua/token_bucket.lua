@@ -44,26 +44,39 @@ local function token_bucket(key, v, S, U, burst, n, commit)
     if credit > bt then credit = bt end
   end
   local wait = last - now
+  -- avail: what can be spent at now, credit less the refill still to come before last
+  -- (time went backwards); -1 for less than nothing, as in Go, whose product could overflow.
+  -- (credit - credit % S) / S is Go's credit/S exactly: the division has no remainder.
+  local avail = credit
+  if wait > 0 then
+    if wait > (credit - credit % S) / S then
+      avail = -1
+    else
+      avail = credit - wait * S
+    end
+  end
   local need = c * U
   -- the time to refill the missing credit, ⌈(bt - credit)/S⌉
   local tofull = bt - credit
-  if credit < need then
+  if avail < need then
     local short = need - credit
     if S ~= 1 then
       tofull, short = -floor(-tofull / S), -floor(-short / S)
     end
-    local rem = credit / U
+    if avail < 0 then avail = 0 end
+    local rem = avail / U
     return 0, rem - rem % 1, wait + tofull, wait + short
   end
   if n > 0 then
     credit = credit - need
+    avail = avail - need
     tofull = bt - credit
   end
   if S ~= 1 then tofull = -floor(-tofull / S) end
   -- The state changes only when units are spent. ExpiresAt: the bucket is full again
   -- once the missing credit has refilled after the last spend.
   if n > 0 and commit then put(key, spack('<dd', credit, last), last + tofull) end
-  local rem = credit / U
+  local rem = avail / U
   return 1, rem - rem % 1, wait + tofull, 0
 end
 run[1] = token_bucket
