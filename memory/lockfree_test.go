@@ -14,13 +14,14 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// lockFreeAlgs are the algorithms whose classes decide without the shard lock: GCRA
-// (gcra.go) and the two-word ones (pair.go).
+// lockFreeAlgs are the algorithms whose classes decide without the shard lock: GCRA and
+// TokenBucket on GCRA's state (gcra.go), and the two-word ones (pair.go).
 var lockFreeAlgs = []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket, sluice.FixedWindow}
 
 // lockFreeCase is one lock-free class under test: an algorithm, and for the bucket
-// algorithms whether the limit's Rate divides its Period. GCRA keeps a one-word slot
-// (gcra.go) when it does and a two-word one (pair.go) when it does not, so both are run.
+// algorithms whether the limit's Rate divides its Period. GCRA and TokenBucket keep a
+// one-word slot (gcra.go) when it does and a two-word one (pair.go) when it does not, so
+// both are run.
 type lockFreeCase struct {
 	alg        sluice.Algorithm
 	fractional bool // Rate does not divide Period (algo.Params.S > 1)
@@ -191,15 +192,17 @@ func TestSlotsBeginWithHeader(t *testing.T) {
 	}
 }
 
-// TestGCRASlotKind: a GCRA limit whose Rate divides its Period keeps its TAT in one word
-// (gcraClass); one whose TAT has a part below 1µs keeps two (pairClass).
+// TestGCRASlotKind: a GCRA or TokenBucket limit whose Rate divides its Period keeps GCRA's
+// TAT in one word (gcraClass); one whose TAT has a part below 1µs keeps two (pairClass).
 func TestGCRASlotKind(t *testing.T) {
 	s, _ := newTestStore(t)
 	var gone atomic.Bool
-	if c := newClass(s, sluice.PerSecond(10), 0, &gone); reflect.TypeOf(c) != reflect.TypeOf(&gcraClass{}) {
-		t.Errorf("10/s: class %T, want *gcraClass", c)
-	}
-	if c := newClass(s, sluice.PerSecond(7), 1, &gone); reflect.TypeOf(c) != reflect.TypeOf(&pairClass{}) {
-		t.Errorf("7/s: class %T, want *pairClass", c)
+	for i, a := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket} {
+		if c := newClass(s, sluice.PerSecond(10).With(a), 2*i, &gone); reflect.TypeOf(c) != reflect.TypeOf(&gcraClass{}) {
+			t.Errorf("%v 10/s: class %T, want *gcraClass", a, c)
+		}
+		if c := newClass(s, sluice.PerSecond(7).With(a), 2*i+1, &gone); reflect.TypeOf(c) != reflect.TypeOf(&pairClass{}) {
+			t.Errorf("%v 7/s: class %T, want *pairClass", a, c)
+		}
 	}
 }
