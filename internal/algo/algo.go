@@ -20,8 +20,9 @@
 //     Callers validate n ≤ Params.MaxCost beforehand (sluice.CheckRequest).
 //   - Time going backwards (an NTP step, a failover to a host whose clock is behind) never
 //     grants quota: a state that records a time later than now allows no more than it would
-//     at that time. GCRA and TokenBucket count the refill between now and that time as not
-//     yet come (a spend then waits for it); the others treat now as that time, so elapsed
+//     at that time. GCRA, TokenBucket and LeakyBucket count the refill or drain between
+//     now and that time as not yet come, and so decide alike (TestTokenBucketIsGCRA,
+//     TestLeakyBucketIsGCRA); the window algorithms treat now as that time, so elapsed
 //     time is never negative. Results are never negative.
 //   - A fresh key is the zero State; the functions never need to tell "absent" from a
 //     state they wrote, and the zero State is the same as an expired one.

@@ -452,10 +452,16 @@ func TestFallbackSpacesUnitsByT(t *testing.T) {
 // back included (a step back spends the refill between the two readings, as GCRA's TAT
 // does), for every test limit, those with a part below 1µs too. The memory store relies on
 // it: it decides a TokenBucket limit with S = 1 on GCRA's one-word state.
-func TestTokenBucketIsGCRA(t *testing.T) {
+func TestTokenBucketIsGCRA(t *testing.T) { testIsGCRA(t, sluice.TokenBucket) }
+
+// TestLeakyBucketIsGCRA: as TestTokenBucketIsGCRA, for LeakyBucket, whose level at now is
+// GCRA's TAT - now.
+func TestLeakyBucketIsGCRA(t *testing.T) { testIsGCRA(t, sluice.LeakyBucket) }
+
+func testIsGCRA(t *testing.T, a sluice.Algorithm) {
 	for _, l := range testLimits {
 		rng := rand.New(rand.NewPCG(13, uint64(l.Rate)))
-		g, tb := newMachine(l.With(sluice.GCRA)), newMachine(l.With(sluice.TokenBucket))
+		g, m := newMachine(l.With(sluice.GCRA)), newMachine(l.With(a))
 		p := g.p
 		now := epoch
 		for i := 0; i < 50000; i++ {
@@ -466,8 +472,8 @@ func TestTokenBucketIsGCRA(t *testing.T) {
 			}
 			n := rng.Int64N(min(p.MaxCost(), 3) + 1)
 			want := g.decide(now, n)
-			if got := tb.decide(now, n); got != want {
-				t.Fatalf("%v step %d at %d (n %d): token bucket %+v, gcra %+v", l, i, now, n, got, want)
+			if got := m.decide(now, n); got != want {
+				t.Fatalf("%v step %d at %d (n %d): %v %+v, gcra %+v", l, i, now, n, a, got, want)
 			}
 		}
 	}

@@ -154,14 +154,7 @@ func TokenBucket(s State, now int64, p Params, n int64) (State, Result) {
 	}
 	wait := last - now // > 0 only when time went backwards
 	// avail is what can be spent at now: credit, less the refill still to come before B.
-	avail := credit
-	if wait > 0 {
-		if wait > credit/p.S {
-			avail = -1 // less than nothing; the product could overflow
-		} else {
-			avail = credit - wait*p.S
-		}
-	}
+	avail := backRoom(credit, wait, p.S)
 	need := c * p.U
 	if avail < need {
 		return s, Result{
@@ -218,35 +211,56 @@ func drain(x, el, S int64) int64 {
 // X = X' + n·U, LCT = now.
 //
 // Remaining = ⌊(Burst·U - X')/U⌋. ResetAfter = ⌈X'/S⌉, the time until the bucket is
-// empty. RetryAfter (denied) = ⌈(X' + n·U - Burst·U)/S⌉. When time went backwards both
-// also wait out LCT - now.
+// empty. RetryAfter (denied) = ⌈(X' + n·U - Burst·U)/S⌉.
 //
-// Rounding, burst and error bound: as GCRA's, whose decisions LeakyBucket's equal.
+// Rounding, burst and error bound: as GCRA's. LeakyBucket is GCRA with another state and
+// the same Result for every request (TestLeakyBucketIsGCRA): the bucket is empty at
+// LCT + X/S, GCRA's TAT.
 //
-// If now is before LCT (time went backwards) nothing drains until LCT.
+// If now is before LCT (time went backwards), nothing drains until LCT, and the level
+// seen at now also holds the drain still to come before LCT, (LCT - now)·S: as GCRA, which
+// measures everything from its TAT, decides. A step back never leaves more room than at
+// LCT, and a spend is recorded at LCT. ResetAfter and RetryAfter then also wait out
+// LCT - now.
 func LeakyBucket(s State, now int64, p Params, n int64) (State, Result) {
 	c := cost(n)
 	bt := p.Burst * p.U
 	last := max64(s.B, now)
 	level := drain(s.A, now-s.B, p.S)
 	wait := last - now
+	room := backRoom(bt-level, wait, p.S)
 	need := c * p.U
-	if level+need > bt {
+	if need > room {
 		return s, Result{
-			Remaining:  (bt - level) / p.U,
+			Remaining:  nonNeg(room) / p.U,
 			ResetAfter: wait + ceilDiv(level, p.S),
 			RetryAfter: wait + ceilDiv(level+need-bt, p.S),
 		}
 	}
 	if n > 0 {
 		level += need
+		room -= need
 		s = State{A: level, B: last}
 	}
 	return s, Result{
 		Allowed:    true,
-		Remaining:  (bt - level) / p.U,
+		Remaining:  room / p.U,
 		ResetAfter: wait + ceilDiv(level, p.S),
 	}
+}
+
+// backRoom is x, an amount a state holds at its recorded time (TokenBucket's credit,
+// LeakyBucket's room), less the refill or drain still to come before that time when the
+// clock reads wait µs earlier: x - wait·S, or -1 when that is below zero (the product
+// could overflow).
+func backRoom(x, wait, S int64) int64 {
+	if wait <= 0 {
+		return x
+	}
+	if wait > x/S {
+		return -1
+	}
+	return x - wait*S
 }
 
 // cost is the cost a call is evaluated at: n, or 1 for a look (n == 0).

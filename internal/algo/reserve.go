@@ -86,13 +86,16 @@ func ReserveGCRA(s State, now int64, p Params, n, maxWait int64) (State, Reserva
 // the level in units of 1/S µs of work, B = LCT, the last conformance time).
 //
 // With last = max(LCT, now) and level = max(0, X - max(0, now-LCT)·S) (the level at
-// last), let over = level + n·U - Burst·U. If over ≤ 0 the units fit at once: X = level +
-// n·U, LCT = last, as LeakyBucket does. Otherwise they fit once the bucket has drained by
-// over, w = ⌈over/S⌉ µs after last: they may be used at last + w, and the state becomes
-// what LeakyBucket leaves at that instant, X = max(0, level - w·S) + n·U (Burst·U when S
-// = 1: full), LCT = last + w, a conformance time in the future. Later decisions before
-// that instant see a bucket that has not yet started to drain, which is exactly the
-// backlog. maxWait and n == 0 are as in ReserveGCRA.
+// last), let over = level + n·U - Burst·U. If over ≤ 0 the units fit at last: X = level +
+// n·U, LCT = last, as LeakyBucket does; they may be used at once, or, when time went
+// backwards (now before LCT), once the clock is within -over/S of LCT, as LeakyBucket
+// would then admit them. Otherwise they fit once the bucket has drained by over, w =
+// ⌈over/S⌉ µs after last: they may be used at last + w, and the state becomes what
+// LeakyBucket leaves at that instant, X = max(0, level - w·S) + n·U (Burst·U when S = 1:
+// full), LCT = last + w, a conformance time in the future. Later decisions before that
+// instant see a bucket that has not yet started to drain, which is exactly the backlog.
+// maxWait and n == 0 are as in ReserveGCRA. The delays are GCRA's
+// (TestReserveLeakyBucketIsReserveGCRA).
 func ReserveLeakyBucket(s State, now int64, p Params, n, maxWait int64) (State, Reservation) {
 	r := Reservation{OK: true, At: now, Before: s, After: s}
 	if n == 0 {
@@ -107,6 +110,9 @@ func ReserveLeakyBucket(s State, now int64, p Params, n, maxWait int64) (State, 
 		next = State{A: drain(level, w, p.S) + n*p.U, B: last + w}
 		r.Delay = last + w - now
 		r.At = last + w
+	} else if last > now {
+		r.Delay = nonNeg(last - now + ceilDiv(over, p.S))
+		r.At = now + r.Delay
 	}
 	if maxWait >= 0 && r.Delay > maxWait {
 		r.OK = false

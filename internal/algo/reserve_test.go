@@ -61,6 +61,53 @@ func TestReserveIsAllowAtItsInstant(t *testing.T) {
 	}
 }
 
+// TestReserveLeakyBucketIsReserveGCRA: from the same history, clock steps back included,
+// LeakyBucket's reservations have GCRA's delays and refusals, and the two keys decide alike
+// afterwards (TestLeakyBucketIsGCRA): the memory store reserves a LeakyBucket limit on
+// GCRA's state.
+func TestReserveLeakyBucketIsReserveGCRA(t *testing.T) {
+	for _, l := range testLimits {
+		rng := rand.New(rand.NewPCG(14, uint64(l.Rate)))
+		pg, pl := ParamsOf(l.With(sluice.GCRA)), ParamsOf(l.With(sluice.LeakyBucket))
+		var sg, sl State
+		now := epoch
+		for i := 0; i < 50000; i++ {
+			if rng.IntN(6) == 0 {
+				now -= rng.Int64N(2*pg.Period + 1)
+			} else {
+				now += randomStep(rng, now, pg)
+			}
+			n := rng.Int64N(min(pg.MaxCost(), 3) + 1)
+			switch rng.IntN(3) {
+			case 0:
+				maxWait := []int64{-1, 0, rng.Int64N(pg.Period)}[rng.IntN(3)]
+				var rg, rl Reservation
+				sg, rg = ReserveGCRA(sg, now, pg, n, maxWait)
+				sl, rl = ReserveLeakyBucket(sl, now, pl, n, maxWait)
+				if rg.OK != rl.OK || rg.Delay != rl.Delay || rg.At != rl.At {
+					t.Fatalf("%v step %d at %d (n %d, maxWait %d): leaky bucket %+v, gcra %+v", l, i, now, n, maxWait, rl, rg)
+				}
+				if rng.IntN(2) == 0 {
+					var okg, okl bool
+					at := now + rng.Int64N(rg.Delay+2)
+					sg, okg = CancelReservation(sg, at, rg)
+					sl, okl = CancelReservation(sl, at, rl)
+					if okg != okl {
+						t.Fatalf("%v step %d: cancel at %d: leaky bucket %v, gcra %v", l, i, at, okl, okg)
+					}
+				}
+			default:
+				var rg, rl Result
+				sg, rg = GCRA(sg, now, pg, n)
+				sl, rl = LeakyBucket(sl, now, pl, n)
+				if rg != rl {
+					t.Fatalf("%v step %d at %d (n %d): leaky bucket %+v, gcra %+v", l, i, now, n, rl, rg)
+				}
+			}
+		}
+	}
+}
+
 // TestReserveMaxWait: a reservation whose delay exceeds maxWait is refused and spends
 // nothing; one within it is made.
 func TestReserveMaxWait(t *testing.T) {

@@ -24,22 +24,36 @@ local function leaky_bucket(key, v, S, U, burst, n, commit)
     if level < 0 then level = 0 end
   end
   local wait = last - now
+  -- algo.backRoom: the room at last, less the drain still to come before last when time
+  -- went backwards; -1 for less than nothing. (room - room % S) / S is Go's room/S.
+  local room = bt - level
+  if wait > 0 then
+    if wait > (room - room % S) / S then
+      room = -1
+    else
+      room = room - wait * S
+    end
+  end
   local need = c * U
-  if level + need > bt then
+  if need > room then
     local empty, over = level, level + need - bt
     if S ~= 1 then
       empty, over = -floor(-empty / S), -floor(-over / S)
     end
-    local rem = (bt - level) / U
+    if room < 0 then room = 0 end
+    local rem = room / U
     return 0, rem - rem % 1, wait + empty, wait + over
   end
-  if n > 0 then level = level + need end
+  if n > 0 then
+    level = level + need
+    room = room - need
+  end
   -- the time to drain, ⌈level/S⌉
   local empty = level
   if S ~= 1 then empty = -floor(-empty / S) end
   -- The state changes only when units are spent. ExpiresAt: LCT + the time to drain.
   if n > 0 and commit then put(key, spack('<dd', level, last), last + empty) end
-  local rem = (bt - level) / U
+  local rem = room / U
   return 1, rem - rem % 1, wait + empty, 0
 end
 run[2] = leaky_bucket

@@ -16,6 +16,12 @@ local function reserve_leaky_bucket(a, b, now, burst, S, U, n, maxwait)
     local w = ceildiv(over, S)
     na, nb = drain(level, w, S) + n * U, last + w
     delay, at = last + w - now, last + w
+  elseif last > now then
+    -- time went backwards: the units fit at last, and LeakyBucket admits them once the
+    -- clock is within -over/S of it
+    delay = last - now + ceildiv(over, S)
+    if delay < 0 then delay = 0 end
+    at = now + delay
   end
   if maxwait >= 0 and delay > maxwait then
     return 0, delay, at, a, b

@@ -44,9 +44,9 @@ local function token_bucket(key, v, S, U, burst, n, commit)
     if credit > bt then credit = bt end
   end
   local wait = last - now
-  -- avail: what can be spent at now, credit less the refill still to come before last
-  -- (time went backwards); -1 for less than nothing, as in Go, whose product could overflow.
-  -- (credit - credit % S) / S is Go's credit/S exactly: the division has no remainder.
+  -- algo.backRoom: what can be spent at now, credit less the refill still to come before
+  -- last when time went backwards; -1 for less than nothing. (credit - credit % S) / S is
+  -- Go's credit/S exactly: the division has no remainder.
   local avail = credit
   if wait > 0 then
     if wait > (credit - credit % S) / S then
