@@ -103,15 +103,17 @@ func newClass(st *Store, l sluice.Limit, id int, gone *atomic.Bool) class {
 				return 0
 			},
 		})
-	case sluice.TokenBucket:
+	case sluice.TokenBucket, sluice.LeakyBucket:
 		if p.S == 1 {
-			// TokenBucket is GCRA with another state and the same Result for every
-			// request (algo.TokenBucket): decided on GCRA's one-word state, without
-			// a lock. The Decision still reports the caller's Limit.
+			// Both are GCRA with another state and the same Result for every request
+			// (algo.TokenBucket, algo.LeakyBucket), and LeakyBucket's reservations are
+			// GCRA's: decided on GCRA's one-word state, without a lock. The Decision
+			// still reports the caller's Limit.
 			return newGCRAClass(st, algo.ParamsOf(l.With(sluice.GCRA)), id, gone)
 		}
-		return newPairClass(st, p, id, gone, algo.TokenBucket)
-	case sluice.LeakyBucket:
+		if l.Algorithm == sluice.TokenBucket {
+			return newPairClass(st, p, id, gone, algo.TokenBucket)
+		}
 		return newPairClass(st, p, id, gone, algo.LeakyBucket)
 	default:
 		return newPairClass(st, p, id, gone, algo.FixedWindow)

@@ -12,10 +12,12 @@ import (
 // so a decision on an existing key takes no lock at all: it updates the TAT with one
 // compare-and-swap, retrying if another core got there first. Slots are 24 bytes.
 //
-// A TokenBucket limit with S = 1 uses this class too, with the limit's GCRA Params: a
-// bucket full at time F is a TAT of F, and algo.TokenBucket's Result for every request is
-// GCRA's (TestTokenBucketIsGCRA), so the store keeps the one word instead of the bucket's
-// two.
+// TokenBucket and LeakyBucket limits with S = 1 use this class too, with the limit's GCRA
+// Params: a token bucket full at time F, or a leaky bucket empty at F, is a TAT of F, and
+// algo.TokenBucket's and algo.LeakyBucket's Result for every request is GCRA's
+// (TestTokenBucketIsGCRA, TestLeakyBucketIsGCRA), as are LeakyBucket's reservations
+// (TestReserveLeakyBucketIsReserveGCRA), so the store keeps the one word instead of the
+// bucket's two.
 //
 // Arrays are rebuilt above 70% full (slots in use, tombstones included) and grow when
 // more than 68% of the slots would be live, so they are 51–70% full. A lookup walks about

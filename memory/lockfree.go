@@ -8,8 +8,8 @@ import (
 	"github.com/sluicehq/sluice/internal/algo"
 )
 
-// The lock-free classes (GCRA, and TokenBucket on GCRA's state, in gcra.go; the two-word
-// states in pair.go) decide an existing key without the shard lock: a decision finds the slot with
+// The lock-free classes (GCRA, and TokenBucket and LeakyBucket on GCRA's state, in
+// gcra.go; the two-word states in pair.go) decide an existing key without the shard lock: a decision finds the slot with
 // atomic loads and updates the state inside it, so the only cache line it writes is the
 // slot's own. Two cores deciding unrelated keys then never write a shared line, and a hot
 // key costs one line transfer per decision instead of two (the lock's and the slot's).
@@ -121,6 +121,7 @@ func (g *lockFree[S, P]) init(st *Store, p algo.Params, id int, gone *atomic.Boo
 }
 
 func (g *lockFree[S, P]) id() int                 { return g.cid }
+func (g *lockFree[S, P]) params() algo.Params     { return g.p }
 func (g *lockFree[S, P]) maxCost() int64          { return g.p.MaxCost() }
 func (g *lockFree[S, P]) shardIndex(h uint64) int { return int((h >> 32) & g.mask) }
 func (g *lockFree[S, P]) shard(h uint64) *lshard[S] {

@@ -14,12 +14,12 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// lockFreeAlgs are the algorithms whose classes decide without the shard lock: GCRA and
-// TokenBucket on GCRA's state (gcra.go), and the two-word ones (pair.go).
+// lockFreeAlgs are the algorithms whose classes decide without the shard lock: GCRA, and
+// TokenBucket and LeakyBucket on GCRA's state (gcra.go), and the two-word ones (pair.go).
 var lockFreeAlgs = []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket, sluice.FixedWindow}
 
 // lockFreeCase is one lock-free class under test: an algorithm, and for the bucket
-// algorithms whether the limit's Rate divides its Period. GCRA and TokenBucket keep a
+// algorithms whether the limit's Rate divides its Period. The bucket algorithms keep a
 // one-word slot (gcra.go) when it does and a two-word one (pair.go) when it does not, so
 // both are run.
 type lockFreeCase struct {
@@ -192,12 +192,13 @@ func TestSlotsBeginWithHeader(t *testing.T) {
 	}
 }
 
-// TestGCRASlotKind: a GCRA or TokenBucket limit whose Rate divides its Period keeps GCRA's
-// TAT in one word (gcraClass); one whose TAT has a part below 1µs keeps two (pairClass).
+// TestGCRASlotKind: a GCRA, TokenBucket or LeakyBucket limit whose Rate divides its Period
+// keeps GCRA's TAT in one word (gcraClass); one whose TAT has a part below 1µs keeps two
+// (pairClass).
 func TestGCRASlotKind(t *testing.T) {
 	s, _ := newTestStore(t)
 	var gone atomic.Bool
-	for i, a := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket} {
+	for i, a := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket} {
 		if c := newClass(s, sluice.PerSecond(10).With(a), 2*i, &gone); reflect.TypeOf(c) != reflect.TypeOf(&gcraClass{}) {
 			t.Errorf("%v 10/s: class %T, want *gcraClass", a, c)
 		}

@@ -14,17 +14,17 @@
 // nothing. For GCRA (when Rate divides Period) it takes no lock at all: the TAT is one
 // word, updated by compare-and-swap in the key's own slot (see lockfree.go for why that is
 // safe against concurrent inserts, deletions and rebuilds), so a decision writes only that
-// slot's cache line. TokenBucket, whose every Result is GCRA's (algo.TokenBucket), is
-// decided the same way on GCRA's state when Rate divides Period. LeakyBucket, FixedWindow,
-// and GCRA and TokenBucket with a TAT finer than 1µs keep two words, which a decision
-// updates holding a mark in the slot's own control word (pair.go), again writing only the
-// slot's line. SlidingWindow and SlidingLog take the
+// slot's cache line. TokenBucket and LeakyBucket, whose every Result is GCRA's
+// (algo.TokenBucket, algo.LeakyBucket), are decided the same way on GCRA's state when Rate
+// divides Period. FixedWindow, and the three bucket algorithms with a TAT finer than 1µs,
+// keep two words, which a decision updates holding a mark in the slot's own control word
+// (pair.go), again writing only the slot's line. SlidingWindow and SlidingLog take the
 // key's shard lock for the few nanoseconds of a decision, so a hot key never serialises
 // unrelated keys beyond the 1/Shards that share its shard.
 //
-// A GCRA or TokenBucket key costs a 24-byte slot at 51–70% occupancy; a LeakyBucket or
-// FixedWindow key (or a GCRA or TokenBucket key whose Rate does not divide Period) a
-// 32-byte slot at 56–80%; a SlidingWindow key a 40-byte slot at 60–80%; plus, for each, the key's own bytes,
+// A GCRA, TokenBucket or LeakyBucket key costs a 24-byte slot at 51–70% occupancy; a
+// FixedWindow key (or a bucket key whose Rate does not divide Period) a 32-byte slot at
+// 56–80%; a SlidingWindow key a 40-byte slot at 60–80%; plus, for each, the key's own bytes,
 // which the store shares with the caller's string rather than copying. SlidingLog keys hold
 // one 8-byte timestamp per unit admitted in the window.
 //

@@ -7,8 +7,8 @@ import (
 	"github.com/sluicehq/sluice/internal/algo"
 )
 
-// LeakyBucket (level, last conformance time), FixedWindow (window start, count), and GCRA
-// and TokenBucket (credit, last) when Rate does not divide Period keep two words, A and B
+// FixedWindow (window start, count), and GCRA, TokenBucket (credit, last) and LeakyBucket
+// (level, last conformance time) when Rate does not divide Period, keep two words, A and B
 // of algo.State. Like GCRA (lockfree.go)
 // they decide an existing key without the shard lock, so a decision writes only the key's
 // own slot; two words cannot be swapped together, so the slot carries its own tiny lock:

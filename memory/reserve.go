@@ -10,7 +10,9 @@ import (
 )
 
 // Reserve implements sluice.Reserver for GCRA and LeakyBucket limits, running
-// algo.ReserveGCRA and algo.ReserveLeakyBucket on the key's state under its shard lock.
+// algo.ReserveGCRA or algo.ReserveLeakyBucket on the key's state under its shard lock
+// (ReserveGCRA for a LeakyBucket limit kept on GCRA's state, whose reservations are the
+// same: algo.TestReserveLeakyBucketIsReserveGCRA).
 // The reservation shares the key's state with AllowN, and its Cancel runs
 // algo.CancelReservation (see sluice.Reservation.Cancel for the rule). Delay is on the
 // store's clock; At is time.Now() plus Delay.
@@ -39,8 +41,9 @@ func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n i
 	}
 	h := s.hash(key)
 	var r algo.Reservation
+	p := u.params() // a LeakyBucket class may keep GCRA's state (class.go)
 	u.update(key, h, s.now(), func(st algo.State, now int64) (algo.State, bool) {
-		st, r = algo.Reserve(st, now, algo.ParamsOf(limit), n, maxWait)
+		st, r = algo.Reserve(st, now, p, n, maxWait)
 		return st, r.OK && r.After != r.Before
 	})
 	if ref.gone.Load() { // the sweeper retired the class meanwhile: nothing was kept
@@ -68,9 +71,12 @@ func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n i
 }
 
 // updater is implemented by the classes of the algorithms that can reserve: gcraClass
-// and pairClass (LeakyBucket).
+// (GCRA, and LeakyBucket on GCRA's state) and pairClass (either, with S > 1).
 type updater interface {
 	update(key string, h uint64, now int64, f func(algo.State, int64) (algo.State, bool))
+	// params returns the Params the class's states are kept under, which decide which
+	// algorithm's reservation runs on them.
+	params() algo.Params
 }
 
 var _ sluice.Reserver = (*Store)(nil)
