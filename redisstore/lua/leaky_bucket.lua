@@ -24,16 +24,10 @@ local function leaky_bucket(key, v, S, U, burst, n, commit)
     if level < 0 then level = 0 end
   end
   local wait = last - now
-  -- algo.backRoom: the room at last, less the drain still to come before last when time
-  -- went backwards; -1 for less than nothing. (room - room % S) / S is Go's room/S.
+  -- what can still be added at now: the room at last, less the drain still to come
+  -- before last
   local room = bt - level
-  if wait > 0 then
-    if wait > (room - room % S) / S then
-      room = -1
-    else
-      room = room - wait * S
-    end
-  end
+  if wait > 0 then room = backroom(room, wait, S) end
   local need = c * U
   if need > room then
     local empty, over = level, level + need - bt

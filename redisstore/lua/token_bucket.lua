@@ -44,17 +44,9 @@ local function token_bucket(key, v, S, U, burst, n, commit)
     if credit > bt then credit = bt end
   end
   local wait = last - now
-  -- algo.backRoom: what can be spent at now, credit less the refill still to come before
-  -- last when time went backwards; -1 for less than nothing. (credit - credit % S) / S is
-  -- Go's credit/S exactly: the division has no remainder.
+  -- what can be spent at now: credit, less the refill still to come before last
   local avail = credit
-  if wait > 0 then
-    if wait > (credit - credit % S) / S then
-      avail = -1
-    else
-      avail = credit - wait * S
-    end
-  end
+  if wait > 0 then avail = backroom(credit, wait, S) end
   local need = c * U
   -- the time to refill the missing credit, ⌈(bt - credit)/S⌉
   local tofull = bt - credit

@@ -293,9 +293,9 @@ func (b *bench) load(s *service, target string, callers int, rate float64, extra
 	cmd.Stdout, cmd.Stderr = &out, os.Stderr
 	metrics := "http://" + s.httpAddr + "/metrics"
 	s0, r0 := cpuOf(s.cmd.Process.Pid), cpuOf(b.redis.Process.Pid)
-	p0 := decisionsByPath(metrics)
-	if !s.sluice() {
-		p0 = nil
+	var p0, p1 map[string]float64
+	if s.sluice() {
+		p0 = decisionsByPath(metrics)
 	}
 	if err := cmd.Run(); err != nil {
 		return result{}, err
@@ -304,7 +304,6 @@ func (b *bench) load(s *service, target string, callers int, rate float64, extra
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		return r, err
 	}
-	var p1 map[string]float64
 	if s.sluice() {
 		p1 = decisionsByPath(metrics)
 	}
