@@ -9,9 +9,9 @@ import (
 )
 
 // The lock-free classes (GCRA, and TokenBucket and LeakyBucket on GCRA's state, in
-// gcra.go; the two-word states in pair.go) decide an existing key without the shard lock: a decision finds the slot with
-// atomic loads and updates the state inside it, so the only cache line it writes is the
-// slot's own. Two cores deciding unrelated keys then never write a shared line, and a hot
+// gcra.go; the two-word states in pair.go) decide an existing key without the shard lock:
+// a decision finds the slot with atomic loads and updates the state inside it, so the only
+// cache line it writes is the slot's own. Two cores deciding unrelated keys then never write a shared line, and a hot
 // key costs one line transfer per decision instead of two (the lock's and the slot's).
 //
 // Every slot begins with an lhdr: the key, its meta word, and a control word that holds
