@@ -8,29 +8,25 @@ import (
 	"time"
 )
 
-// Reserver is implemented by stores that can pace: instead of denying a request that does
-// not fit now, Reserve spends its units at the earliest instant they fit and says when that
-// is, so that callers wait rather than fail. Many workers on many machines sharing one
-// Redis-backed Reserver thereby share one outbound quota (a third-party API allowing 50
-// requests per second, say): each acts at its reserved instant and the fleet's combined
-// stream obeys the limit.
+// Reservations pace instead of denying: Limiter.Reserve spends a request's units at the
+// earliest instant they fit and says when that is, so that callers wait rather than fail.
+// Many workers on many machines sharing one Redis-backed Limiter thereby share one
+// outbound quota (a third-party API allowing 50 requests per second, say): each acts at
+// its reserved instant and the fleet's combined stream obeys the limit.
 //
-// Only GCRA and LeakyBucket limits can be reserved; Reserve returns an error wrapping
-// ErrInvalidLimit for the others. Reservations and AllowN decisions on the same key and
-// Limit share one state: a reservation is exactly what AllowN would have allowed at the
+// Only GCRA, TokenBucket and LeakyBucket limits can be reserved; Reserve returns an error
+// wrapping ErrInvalidLimit for the others. Reservations and decisions on the same key and
+// Limit share one state: a reservation is exactly what Decide would have allowed at the
 // reserved instant, so a key's admitted stream (reserved or not) holds to the algorithm's
 // bound, Burst + ⌊(d-1)·Rate/Period⌋ units in any interval of length d.
 //
-// Reserve validates key, limit and n as AllowN does: n above Limit.MaxCost is an error
+// Reserve validates key, limit and n as Decide does: n above Limit.MaxCost is an error
 // wrapping ErrCostExceedsLimit, not a refusal, since no wait would make it fit. n == 0
 // reserves nothing and is OK at once.
 //
 // The deadline of ctx, if it has one, is the longest the caller will wait: a reservation
 // whose instant would fall after it is refused (Reservation.OK is false) and spends
 // nothing. Without a deadline a reservation is made however far ahead its instant is.
-type Reserver interface {
-	Reserve(ctx context.Context, key string, limit Limit, n int64) (Reservation, error)
-}
 
 // Reservation is a store's promise that N units of a key's quota under Limit are spent for
 // use at At. The zero Reservation is not OK and cancels nothing.
@@ -64,7 +60,7 @@ type canceler struct {
 }
 
 // WithCancel returns a copy of r whose Cancel calls f, at most once with success, to give
-// the units back. It is for stores implementing Reserver. f reports whether the store gave
+// the units back. It is for stores implementing Limiter.Reserve. f reports whether the store gave
 // the units back; an error lets a later Cancel try again.
 func (r Reservation) WithCancel(f func(ctx context.Context) (bool, error)) Reservation {
 	r.cancel = &canceler{f: f}
@@ -130,7 +126,7 @@ const cancelBudget = 250 * time.Millisecond
 //   - Errors from Reserve (bad input, a store failure) are returned as they are.
 //
 // n == 0 returns nil at once (after checking ctx).
-func Wait(ctx context.Context, r Reserver, key string, limit Limit, n int64) error {
+func Wait(ctx context.Context, r Limiter, key string, limit Limit, n int64) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -245,7 +245,9 @@ func (l Limit) String() string {
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
-// Path says how a Decision was reached. The zero value means the store decided.
+// Path says how a Decision was reached. The zero value means the store decided; PathOpen,
+// PathClosed and PathLocal are the decisions of the failure modes of the same names (see
+// FailureMode.Path).
 type Path uint8
 
 const (
@@ -294,48 +296,118 @@ type Decision struct {
 	Path Path
 }
 
-// Limiter decides whether events fit under a limit.
+// Limiter decides whether events fit under limits. It is the contract every store and
+// every decorator satisfies, so that a stack of them (see package stack) keeps each
+// promise below whatever wraps it.
 //
 // Implementations are safe for concurrent use. The key identifies who is limited; a store
 // keeps separate state for each (key, Limit), so one key may carry several limits (10/s and
 // 1000/h) at once, and a key moved to a different Limit (a tier upgrade) starts afresh under
 // it while its state under the old Limit expires.
 type Limiter interface {
-	// AllowN spends n units of key's quota under limit, if they fit, and reports the
-	// decision. Denied requests spend nothing. n == 0 spends nothing: the Decision reports
-	// whether one more unit would be allowed now (Allowed, RetryAfter) and the current
-	// Remaining.
+	// Decide decides reqs as one request, all or nothing, and writes the decision of
+	// reqs[i] into ds[i] (ds must have at least len(reqs) elements). Either every request
+	// fits and all are spent, or nothing is spent: then every Decision has Allowed false,
+	// a request that alone would have passed has RetryAfter 0, and the ones that blocked
+	// have the time until they would pass. A (key, Limit) may appear only once. A request
+	// with N == 0 spends nothing: its Decision reports whether one more unit would be
+	// allowed now and the current Remaining.
 	//
-	// Errors wrap ErrInvalidLimit, ErrInvalidCost, ErrCostExceedsLimit or ErrInvalidKey for
-	// bad input, and other errors for store failures.
-	AllowN(ctx context.Context, key string, limit Limit, n int64) (Decision, error)
+	// The Report says what the layers learned: whether the store was asked and how long
+	// it took, the failure a failure mode absorbed, the breaker's state.
+	//
+	// Errors wrap ErrInvalidLimit, ErrInvalidCost, ErrCostExceedsLimit or ErrInvalidKey
+	// for bad input (nothing is spent), and other errors, classified by KindOf, for store
+	// failures.
+	Decide(ctx context.Context, reqs []Request, ds []Decision) (Report, error)
+	// Reserve spends n units of key's quota under limit at the earliest instant they fit
+	// (see Reservation). Only GCRA, TokenBucket and LeakyBucket limits can be reserved;
+	// the others are an error wrapping ErrInvalidLimit.
+	Reserve(ctx context.Context, key string, limit Limit, n int64) (Reservation, error)
 	// Reset forgets key's state under limit.
 	Reset(ctx context.Context, key string, limit Limit) error
 }
 
-// Request is one (key, limit, cost) in a multi-limit decision.
+// Request is one limit of a decision: who (Key), under which Limit, at what cost (N),
+// and what the layers above the store need to know about it.
 type Request struct {
 	Key   string
 	Limit Limit
 	N     int64
+	// Policy names the policy (or Envoy rule) the limit belongs to, for decision logs and
+	// metrics. Empty means unnamed.
+	Policy string
+	// Shadow marks a limit that measures without enforcing. A store decides it like any
+	// other request; a failover decorator never lets its failure deny (it fails open),
+	// and observe reports it as shadow. Deciding shadow limits apart from the enforced
+	// ones, so that they never block, is the caller's part (package evaluator does it).
+	Shadow bool
+	// Failure says how the limit is decided when the store cannot decide it. The zero
+	// value takes the failover decorator's default.
+	Failure Failure
 }
 
-// MultiLimiter is implemented by stores that can decide several requests atomically, all
-// or nothing: either every request fits and all are spent, or nothing is spent.
-//
-// The returned Decisions are in request order. When the batch is denied, every Decision has
-// Allowed false; a request that alone would have passed has RetryAfter 0, and the ones that
-// blocked have the time until they would pass. No Decision spends anything in that case.
-//
-// A store that cannot make a particular batch atomic (for example keys in different Redis
-// Cluster slots) returns an error wrapping ErrNotAtomic without spending anything.
-type MultiLimiter interface {
-	AllowMulti(ctx context.Context, reqs []Request) ([]Decision, error)
+// Report is what the layers of a Limiter learned while deciding one call, returned with
+// its decisions. The zero Report means the store was not asked and nothing failed.
+type Report struct {
+	// StoreCalled reports whether a store was asked (false for bad input, answers from a
+	// deny cache, and an open breaker).
+	StoreCalled bool
+	// StoreLatency is the time from asking the store until its answer or the deadline.
+	StoreLatency time.Duration
+	// Failure is the store failure that a failure mode absorbed (the decisions then have
+	// Path PathOpen, PathClosed or PathLocal); nil when the store decided.
+	Failure error
+	// Kind classifies Failure, or the error Decide returned; "" when there was none.
+	Kind ErrorKind
+	// Fallback is the failure mode and share that decided, when Failure is set.
+	Fallback Failure
+	// Breaker is the circuit breaker's state after the call; BreakerNone when no
+	// breaker took part.
+	Breaker BreakerState
 }
 
-// Allow is AllowN(ctx, key, limit, 1).
+// AllowN spends n units of key's quota under limit with l, if they fit: Decide of one
+// request. Denied requests spend nothing; n == 0 only looks.
+func AllowN(ctx context.Context, l Limiter, key string, limit Limit, n int64) (Decision, error) {
+	var d [1]Decision
+	_, err := l.Decide(ctx, []Request{{Key: key, Limit: limit, N: n}}, d[:])
+	return d[0], err
+}
+
+// Allow is AllowN(ctx, l, key, limit, 1).
 func Allow(ctx context.Context, l Limiter, key string, limit Limit) (Decision, error) {
-	return l.AllowN(ctx, key, limit, 1)
+	return AllowN(ctx, l, key, limit, 1)
+}
+
+// AllowMulti decides reqs with l, all or nothing, and returns their decisions in order.
+func AllowMulti(ctx context.Context, l Limiter, reqs []Request) ([]Decision, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	ds := make([]Decision, len(reqs))
+	if _, err := l.Decide(ctx, reqs, ds); err != nil {
+		return nil, err
+	}
+	return ds, nil
+}
+
+// CheckRequests validates reqs the way every store does before deciding them, and that
+// ds can hold their decisions. Errors name the request's index.
+func CheckRequests(reqs []Request, ds []Decision) error {
+	if len(ds) < len(reqs) {
+		return fmt.Errorf("%w: %d decisions for %d requests", ErrInvalidCost, len(ds), len(reqs))
+	}
+	for i := range reqs {
+		r := &reqs[i]
+		if err := CheckRequest(r.Key, r.Limit, r.N); err != nil {
+			if len(reqs) == 1 {
+				return err
+			}
+			return fmt.Errorf("request %d: %w", i, err)
+		}
+	}
+	return nil
 }
 
 // MaxKeyLen is the longest key a store accepts.

@@ -4,7 +4,7 @@
 // envoyproxy/ratelimit's local cache of over-limit keys.
 //
 //	lim := denycache.New(failover.New(redis)) // 8 MiB of denials, each answered for at most 1s
-//	d, err := lim.AllowN(ctx, key, limit, 1)
+//	d, err := sluice.AllowN(ctx, lim, key, limit, 1)
 //
 // # Why a remembered denial is exact
 //
@@ -21,7 +21,7 @@
 //
 // Only what is certain is answered:
 //
-//   - AllowN with the cost of the remembered denial. Another cost asks the store (a smaller
+//   - A request of one limit with the cost of the remembered denial. Another cost asks the store (a smaller
 //     one may pass; a larger one has a longer wait), and a denial of it replaces the entry.
 //   - Denials the store made (sluice.PathStore) with a positive RetryAfter. A failure mode's
 //     denial is never remembered.
@@ -31,8 +31,8 @@
 // own answers alone (below it, cached answers would count as successes, keeping the
 // breaker closed, or closing it half-open, while the store is down); and remembered
 // denials keep answering while the store is down.
-//   - AllowMulti asks the inner limiter: the other requests of a batch need the store's
-//     state. The denials in its answers are remembered for AllowN. n == 0 (a look) always
+//   - A request of several limits asks the inner limiter: the other limits need the
+//     store's state. The denials in its answers are remembered. n == 0 (a look) always
 //     asks the store.
 //
 // # Resets and staleness
@@ -64,7 +64,6 @@ package denycache
 
 import (
 	"context"
-	"fmt"
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
@@ -89,8 +88,7 @@ const (
 	probe = 16
 )
 
-// Cache is a sluice.Limiter (and a sluice.MultiLimiter when the inner limiter is one) that
-// remembers the store's denials and answers repeats of them itself. See the package doc.
+// Cache is a sluice.Limiter that remembers the store's denials and answers repeats of them itself. See the package doc.
 // It is safe for concurrent use. Create it with New.
 type Cache struct {
 	inner    sluice.Limiter
@@ -195,29 +193,65 @@ func (c *Cache) shard(key string) *shard {
 	return &c.shards[maphash.String(c.seed, key)%numShards]
 }
 
-// AllowN implements sluice.Limiter: a repeat of a remembered denial is answered from it,
-// anything else is decided by the inner limiter.
-func (c *Cache) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
-	if n <= 0 {
-		return c.inner.AllowN(ctx, key, limit, n)
+// Decide implements sluice.Limiter: a request of one limit that repeats a remembered
+// denial is answered from it (the Report then says the store was not called); anything
+// else is decided by the inner limiter, and the denials in its answer are remembered (a
+// limit that blocked a denied request was denied by its own state).
+func (c *Cache) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
+	if len(reqs) == 1 && len(ds) > 0 && reqs[0].N > 0 {
+		return c.decideOne(ctx, reqs, ds)
 	}
-	sh := c.shard(key)
+	var buf [8]uint64
+	gens := buf[:0]
+	for _, r := range reqs {
+		gens = append(gens, c.shard(r.Key).gen.Load())
+	}
+	start := c.now()
+	rep, err := c.inner.Decide(ctx, reqs, ds)
+	if err == nil {
+		for i, r := range reqs {
+			if r.N > 0 {
+				c.learn(c.shard(r.Key), gens[i], start, r.Key, r.Limit, r.N, ds[i], true)
+			}
+		}
+	}
+	return rep, err
+}
+
+func (c *Cache) decideOne(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
+	r := &reqs[0]
+	sh := c.shard(r.Key)
 	// One clock reading serves the lookup and, taken before the store is asked, dates a
 	// denial the store makes no later than the store made it.
 	now, held := c.now(), false
 	if sh.n.Load() > 0 {
+		if err := sluice.CheckRequest(r.Key, r.Limit, r.N); err != nil {
+			return sluice.Report{Kind: sluice.KindBadInput}, err
+		}
 		var d sluice.Decision
 		var ok bool
-		if d, ok, held = c.lookup(sh, key, limit, n, now); ok {
-			return d, nil
+		if d, ok, held = c.lookup(sh, r.Key, r.Limit, r.N, now); ok {
+			ds[0] = d
+			return sluice.Report{}, nil
 		}
 	}
 	gen := sh.gen.Load()
-	d, err := c.inner.AllowN(ctx, key, limit, n)
+	rep, err := c.inner.Decide(ctx, reqs, ds)
 	if err == nil {
-		c.learn(sh, gen, now, key, limit, n, d, held)
+		c.learn(sh, gen, now, r.Key, r.Limit, r.N, ds[0], held)
 	}
-	return d, err
+	return rep, err
+}
+
+// AllowN is Decide of one request.
+func (c *Cache) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
+	return sluice.AllowN(ctx, c, key, limit, n)
+}
+
+// Reserve implements sluice.Limiter by asking the inner limiter: a reservation spends,
+// which only lengthens the wait of a remembered denial.
+func (c *Cache) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
+	return c.inner.Reserve(ctx, key, limit, n)
 }
 
 // lookup answers a request for n units at now from a live denial of n units. held
@@ -349,30 +383,4 @@ func (sh *shard) forget(k slot) {
 	sh.gen.Add(1)
 	sh.remove(k)
 	sh.mu.Unlock()
-}
-
-// AllowMulti implements sluice.MultiLimiter when the inner limiter does; otherwise it
-// returns an error wrapping sluice.ErrNotAtomic and spends nothing. The batch is always
-// decided by the inner limiter; the denials in its answer are remembered for AllowN (a
-// request that blocked a denied batch was denied by its own state).
-func (c *Cache) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice.Decision, error) {
-	ml, ok := c.inner.(sluice.MultiLimiter)
-	if !ok {
-		return nil, fmt.Errorf("denycache: %w: the inner limiter %T has no AllowMulti", sluice.ErrNotAtomic, c.inner)
-	}
-	var buf [8]uint64
-	gens := buf[:0]
-	for _, r := range reqs {
-		gens = append(gens, c.shard(r.Key).gen.Load())
-	}
-	start := c.now()
-	ds, err := ml.AllowMulti(ctx, reqs)
-	if err == nil && len(ds) == len(reqs) {
-		for i, r := range reqs {
-			if r.N > 0 {
-				c.learn(c.shard(r.Key), gens[i], start, r.Key, r.Limit, r.N, ds[i], true)
-			}
-		}
-	}
-	return ds, err
 }

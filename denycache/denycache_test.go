@@ -440,13 +440,13 @@ func TestAllowMulti(t *testing.T) {
 	perSec, perMin := sluice.PerSecond(10), sluice.PerMinute(2)
 	batch := []sluice.Request{{Key: "k", Limit: perSec, N: 1}, {Key: "k", Limit: perMin, N: 1}}
 	for range 2 {
-		if ds, err := c.AllowMulti(ctx, batch); err != nil || !ds[0].Allowed || !ds[1].Allowed {
+		if ds, err := sluice.AllowMulti(ctx, c, batch); err != nil || !ds[0].Allowed || !ds[1].Allowed {
 			t.Fatalf("within both limits: %+v, %v", ds, err)
 		}
 	}
 	calls := inner.calls.Load()
 	for range 2 {
-		ds, err := c.AllowMulti(ctx, batch)
+		ds, err := sluice.AllowMulti(ctx, c, batch)
 		if err != nil || ds[0].Allowed || ds[0].RetryAfter != 0 || ds[1].Allowed || ds[1].RetryAfter == 0 || ds[1].Path != sluice.PathStore {
 			t.Fatalf("over the minute's limit: %+v, %v", ds, err)
 		}
@@ -463,7 +463,7 @@ func TestAllowMulti(t *testing.T) {
 	}
 
 	plain := New(&fixed{})
-	if _, err := plain.AllowMulti(ctx, batch); !errors.Is(err, sluice.ErrNotAtomic) {
+	if _, err := sluice.AllowMulti(ctx, plain, batch); !errors.Is(err, sluice.ErrNotAtomic) {
 		t.Errorf("over a limiter without AllowMulti: %v, want ErrNotAtomic", err)
 	}
 }
@@ -518,7 +518,7 @@ func TestConcurrentChurn(t *testing.T) {
 				case 0:
 					err = c.Reset(ctx, key, limit)
 				case 1:
-					_, err = c.AllowMulti(ctx, []sluice.Request{{Key: key, Limit: limit, N: 1}, {Key: key + "!", Limit: limit, N: 2}})
+					_, err = sluice.AllowMulti(ctx, c, []sluice.Request{{Key: key, Limit: limit, N: 1}, {Key: key + "!", Limit: limit, N: 2}})
 				default:
 					_, err = c.AllowN(ctx, key, limit, 1+rng.Int64N(3))
 				}

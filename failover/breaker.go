@@ -5,44 +5,18 @@ import (
 	"time"
 
 	"github.com/sony/gobreaker/v2"
+
+	"github.com/sluicehq/sluice"
 )
 
-// BreakerState is the state of the circuit breaker.
-type BreakerState uint8
-
-const (
-	// BreakerClosed: the store is called for every decision. The zero value.
-	BreakerClosed BreakerState = iota
-	// BreakerHalfOpen: a few probe calls go to the store; the other decisions use the
-	// failure mode. Enough successful probes close the breaker, a failed one opens it.
-	BreakerHalfOpen
-	// BreakerOpen: the store is not called; every decision uses the failure mode.
-	BreakerOpen
-)
-
-var breakerNames = [...]string{"closed", "half_open", "open"}
-
-// String returns "closed", "half_open" or "open".
-func (s BreakerState) String() string {
-	if int(s) < len(breakerNames) {
-		return breakerNames[s]
-	}
-	return fmt.Sprintf("breaker(%d)", uint8(s))
-}
-
-// BreakerStates lists the states in order, for exporting one metric series per state.
-func BreakerStates() []BreakerState {
-	return []BreakerState{BreakerClosed, BreakerHalfOpen, BreakerOpen}
-}
-
-func stateOf(s gobreaker.State) BreakerState {
+func stateOf(s gobreaker.State) sluice.BreakerState {
 	switch s {
 	case gobreaker.StateHalfOpen:
-		return BreakerHalfOpen
+		return sluice.BreakerHalfOpen
 	case gobreaker.StateOpen:
-		return BreakerOpen
+		return sluice.BreakerOpen
 	}
-	return BreakerClosed
+	return sluice.BreakerClosed
 }
 
 // Breaker configures the circuit breaker (sony/gobreaker). Zero fields take the defaults
@@ -71,7 +45,7 @@ func stateOf(s gobreaker.State) BreakerState {
 // and lets Probes calls through: if they all succeed it closes (counts start afresh), and
 // the first failure opens it again for another OpenFor. Recovery needs no restart.
 //
-// Only store failures count (see Kind.IsFailure): bad input, a caller's own cancellation
+// Only store failures count (see sluice.ErrorKind.IsFailure): bad input, a caller's own cancellation
 // or deadline, and a closed limiter neither trip the breaker nor count as successes.
 type Breaker struct {
 	// ConsecutiveFailures opens the breaker after this many failed calls in a row
@@ -128,7 +102,7 @@ func (b Breaker) withDefaults() Breaker {
 }
 
 // settings returns the gobreaker settings for b (with defaults applied).
-func (b Breaker) settings(name string, onChange func(from, to BreakerState)) gobreaker.Settings {
+func (b Breaker) settings(name string, onChange func(from, to sluice.BreakerState)) gobreaker.Settings {
 	bucket := b.Window / 10
 	if bucket <= 0 {
 		bucket = b.Window

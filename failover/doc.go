@@ -5,12 +5,12 @@
 //
 //	lim := failover.New(redis,
 //		failover.WithDeadline(5*time.Millisecond), // the default
-//		failover.WithDefaultMode(failover.FailLocal),
-//		failover.WithLocalShare(1.0/3),           // three nodes share this Redis
+//		failover.WithDefault(sluice.Failure{Mode: sluice.FailLocal, Share: 1.0 / 3}), // three nodes share this Redis
+//		failover.WithLocalLimiter(memory.New()),
 //	)
 //	defer lim.Close()
-//	ctx = failover.WithFallback(ctx, failover.Fallback{Mode: failover.FailClosed}) // per call
-//	d, err := lim.AllowN(ctx, key, limit, 1)
+//	rep, err := lim.Decide(ctx, []sluice.Request{{Key: key, Limit: limit, N: 1,
+//		Failure: sluice.Failure{Mode: sluice.FailClosed}}}, ds) // per limit
 //
 // # The deadline
 //
@@ -42,49 +42,50 @@
 //
 // # Failure modes
 //
-// When the store fails or the breaker is open, the decision's Fallback decides, chosen
-// per call (see Fallback for the rules: the context, then WithFallbackFunc, then the
-// defaults):
+// When the store fails or the breaker is open, the request's limits say how it is decided:
+// each sluice.Request carries a sluice.Failure, whose zero fields take the limiter's
+// defaults (WithDefault: FailOpen and share 1 unless set). A request of several limits
+// fails as the strictest of its enforced limits says (closed, then local, then open);
+// shadow limits never deny (a request of shadow limits alone fails open):
 //
 //	FailOpen    allow; Decision.Path is sluice.PathOpen, the counts are zero (unknown)
 //	FailClosed  deny with an error wrapping sluice.ErrStoreUnavailable and the cause;
 //	            Path is sluice.PathClosed; RetryAfter is Breaker.OpenFor. Front ends
 //	            answer 503, not 429.
-//	FailLocal   decide with an in-process memory store under ShareOf(limit, share):
-//	            Rate and Burst times the share, rounded down, at least 1; Path is
-//	            sluice.PathLocal and Decision.Limit the share. With share 1/N for N nodes,
-//	            the fleet stays within the limit while the store is away. Local state is
-//	            separate from the store's: spending in one is not seen by the other.
+//	FailLocal   decide with the local limiter (WithLocalLimiter, typically a memory
+//	            store) under ShareOf(limit, share): Rate and Burst times the share,
+//	            rounded down, at least 1; all or nothing, like the store; Path is
+//	            sluice.PathLocal and Decision.Limit the share. With share 1/N for N
+//	            nodes, the fleet stays within the limit while the store is away. Local
+//	            state is separate from the store's: spending in one is not seen by the
+//	            other. Without a local limiter, FailLocal fails closed.
 //
-// The default mode is FailOpen, as for most rate limiters (a limiter's outage should not
-// become the API's). Bad input (sluice.IsBadInput) is checked before anything else and
-// returned as is: it is never failed open and never touches the breaker.
+// Bad input (sluice.IsBadInput) is checked before anything else and returned as is: it
+// is never failed open and never touches the breaker.
 //
 // # What counts as a store failure
 //
-// Classify sorts errors into Kinds. Failures: timeouts (the deadline, network timeouts),
-// refused and reset connections, and Redis replies BUSY, OOM, LOADING, READONLY,
-// MASTERDOWN, CLUSTERDOWN, MOVED/ASK/TRYAGAIN that reach the caller (a cluster client
-// follows redirections itself, so one that surfaces is a storm that did not settle), and
-// NOSCRIPT that reaches the caller (the Redis store reloads its script itself, so one
-// that surfaces could not be healed), and any unrecognised error. Not failures: bad
-// input, sluice.ErrNotAtomic, sluice.ErrClosed and the caller's own cancellation.
-// Classification works on any store: it reads error chains and Redis reply codes, with no
-// dependency on a Redis client.
-//
-// # Several limits at once
-//
-// Limiter.AllowMulti decides through the primary's AllowMulti, with the same deadline and
-// breaker, and falls back with the strictest mode among the requests' Fallbacks (closed,
-// then local, then open); a local fallback is atomic too. If the primary has no
-// AllowMulti, it returns an error wrapping sluice.ErrNotAtomic, as the MultiLimiter
-// contract allows.
+// Stores classify their own errors (sluice.StoreError, read with sluice.KindOf): the
+// Redis store sorts Redis replies and network errors into timeouts, refused and reset
+// connections, busy, out of memory, loading, read-only, cluster down, redirections and
+// missing scripts. Every class but bad input, sluice.ErrNotAtomic, sluice.ErrClosed and
+// the caller's own cancellation is a failure (sluice.ErrorKind.IsFailure), and so is an
+// error of no known class. This package adds its own: the deadline (KindTimeout), the
+// open breaker (KindBreakerOpen) and too many pending calls (KindOverload). It knows no
+// store's error codes.
 //
 // # Reports
 //
-// A *Report in the context (WithReport) is filled with what happened: whether the store
-// was called, its latency, the failure a mode absorbed and its Kind, the Fallback and the
-// breaker state. Package observe logs and counts them.
+// Decide returns a sluice.Report with what happened: whether the store was called, its
+// latency, the failure a mode absorbed and its kind, the Failure that decided and the
+// breaker's state. Package observe logs and counts them.
+//
+// # Reservations
+//
+// Reserve asks the store through the breaker, without the decision deadline: the
+// deadline of its context is the reservation's longest wait. While the store fails it
+// returns an error wrapping sluice.ErrStoreUnavailable; no failure mode makes up a
+// reservation.
 //
 // # With a deny cache
 //

@@ -11,7 +11,6 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/memory"
 )
 
 // DefaultDeadline is how long a decision waits for the store unless WithDeadline says
@@ -21,27 +20,22 @@ const DefaultDeadline = 5 * time.Millisecond
 // DefaultMaxPending is the default of WithMaxPending.
 const DefaultMaxPending = 1024
 
-// Limiter is a sluice.Limiter and sluice.MultiLimiter that decides with a primary store
-// and, when the store fails, with the failure mode of the decision's Fallback. It is safe
-// for concurrent use. Create it with New.
+// Limiter is a sluice.Limiter that decides with a primary store and, when the store
+// fails, by the failure mode of the request's limits. It is safe for concurrent use.
+// Create it with New.
 type Limiter struct {
 	primary    sluice.Limiter
+	local      sluice.Limiter
 	deadline   time.Duration
 	breakerCfg Breaker
 	cb         *gobreaker.TwoStepCircuitBreaker[struct{}]
-	def        Fallback
-	fbFunc     func(ctx context.Context, key string, limit sluice.Limit) Fallback
+	def        sluice.Failure
 	maxPending int64
-	onChange   func(from, to BreakerState)
-	state      atomic.Uint32 // the breaker's state as of its last change (BreakerState)
+	onChange   func(from, to sluice.BreakerState)
+	stateNow   atomic.Uint32 // the breaker's state as of its last change (sluice.BreakerState)
 
 	inline bool
 	shared *sharedDeadlines // the deadlines of inline decisions
-
-	localOnce sync.Once
-	local     sluice.Limiter
-	ownLocal  bool
-	localMade atomic.Bool
 
 	closeMu sync.RWMutex // held for reading while a call registers with calls
 	closed  atomic.Bool
@@ -65,41 +59,17 @@ func WithDeadline(d time.Duration) Option {
 // WithBreaker configures the circuit breaker; zero fields take their defaults.
 func WithBreaker(b Breaker) Option { return func(l *Limiter) { l.breakerCfg = b } }
 
-// WithDefaultMode sets the mode of decisions whose context and WithFallbackFunc choose
-// none (default FailOpen). Unset keeps the default.
-func WithDefaultMode(m Mode) Option {
-	return func(l *Limiter) {
-		if m != Unset && m <= FailLocal {
-			l.def.Mode = m
-		}
-	}
-}
-
-// WithLocalShare sets the share of each limit the in-process limiter gets in FailLocal
-// mode when the context and WithFallbackFunc choose none (default 1: the whole limit,
-// right for a single node). Use 1/N for N nodes sharing the store. A share outside
-// (0, 1] keeps the default.
-func WithLocalShare(share float64) Option {
-	return func(l *Limiter) {
-		if share > 0 && share <= 1 {
-			l.def.Share = share
-		}
-	}
-}
-
-// WithFallbackFunc sets a function choosing the Fallback of each decision from its
-// context, key and limit, for example from a per-policy table. Fields it leaves zero take
-// the defaults; a Fallback carried by the context (WithFallback) takes precedence. It is
-// called only when the store fails, and must be safe for concurrent use.
-func WithFallbackFunc(f func(ctx context.Context, key string, limit sluice.Limit) Fallback) Option {
-	return func(l *Limiter) { l.fbFunc = f }
+// WithDefault sets the Failure of limits whose request leaves fields of theirs zero
+// (default: FailOpen, share 1, right for a single node). Zero fields of f keep the
+// defaults; use share 1/N for N nodes sharing the store.
+func WithDefault(f sluice.Failure) Option {
+	return func(l *Limiter) { l.def = f.Or(l.def) }
 }
 
 // WithMaxPending bounds the store calls running at once, including those still running
 // after their caller was released at the deadline (a store that ignores its context, a
 // frozen server). While n are running, decisions use the failure mode without calling
-// the store (Kind KindOverload), so goroutines never pile up. A healthy store answers in
-// well under a millisecond, so the bound is reached only when calls hang. Default
+// the store (sluice.KindOverload), so goroutines never pile up. Default
 // DefaultMaxPending; a non-positive n takes the default.
 func WithMaxPending(n int) Option {
 	return func(l *Limiter) {
@@ -115,22 +85,21 @@ func WithMaxPending(n int) Option {
 // use it only with a store that returns promptly when its context ends, as the memory
 // and Redis stores of this module do. Half-open probes still run on their own goroutine.
 //
-// Inline decisions (AllowN, AllowMulti; not Reset) that start within 1/16 of the deadline
-// of one another share one timer instead of a context.WithTimeout each: each waits at
-// least 15/16 of the deadline and never more than the deadline. A caller whose own
-// deadline comes first keeps it; a caller whose context is cancelled before its deadline
-// while the store is deciding is released when the store answers or at the deadline.
+// Inline decisions (not Reset) that start within 1/16 of the deadline of one another
+// share one timer instead of a context.WithTimeout each: each waits at least 15/16 of
+// the deadline and never more than the deadline. A caller whose own deadline comes first
+// keeps it; a caller whose context is cancelled before its deadline while the store is
+// deciding is released when the store answers or at the deadline.
 func WithInlineCalls() Option { return func(l *Limiter) { l.inline = true } }
 
 // WithStateChange calls f on every breaker state change, for logs. It runs while the
 // breaker holds its lock: it must be quick and must not call the Limiter.
-func WithStateChange(f func(from, to BreakerState)) Option {
+func WithStateChange(f func(from, to sluice.BreakerState)) Option {
 	return func(l *Limiter) { l.onChange = f }
 }
 
-// WithLocalLimiter sets the limiter used in FailLocal mode (default: a memory store made on
-// first use, holding at most a million keys, closed by Close). The caller keeps owning
-// the limiter given here.
+// WithLocalLimiter sets the in-process limiter that decides in FailLocal mode, typically
+// a memory store; the caller keeps owning it. Without one, FailLocal fails closed.
 func WithLocalLimiter(local sluice.Limiter) Option {
 	return func(l *Limiter) { l.local = local }
 }
@@ -141,7 +110,7 @@ func New(primary sluice.Limiter, opts ...Option) *Limiter {
 	l := &Limiter{
 		primary:    primary,
 		deadline:   DefaultDeadline,
-		def:        Fallback{Mode: FailOpen, Share: 1},
+		def:        sluice.Failure{Mode: sluice.FailOpen, Share: 1},
 		maxPending: DefaultMaxPending,
 	}
 	for _, o := range opts {
@@ -151,29 +120,26 @@ func New(primary sluice.Limiter, opts ...Option) *Limiter {
 	if l.inline {
 		l.shared = newSharedDeadlines(l.deadline)
 	}
-	l.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](l.breakerCfg.settings("sluice", func(from, to BreakerState) {
-		l.state.Store(uint32(to))
+	l.stateNow.Store(uint32(sluice.BreakerClosed))
+	l.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](l.breakerCfg.settings("sluice", func(from, to sluice.BreakerState) {
+		l.stateNow.Store(uint32(to))
 		if l.onChange != nil {
 			l.onChange(from, to)
 		}
 	}))
-	if l.local != nil {
-		l.localOnce.Do(func() {})
-		l.localMade.Store(true)
-	}
 	return l
 }
 
 // State returns the circuit breaker's state now. An open breaker whose OpenFor has passed
 // reports half-open.
-func (l *Limiter) State() BreakerState { return stateOf(l.cb.State()) }
+func (l *Limiter) State() sluice.BreakerState { return stateOf(l.cb.State()) }
 
 // Deadline returns the longest a decision waits for the store.
 func (l *Limiter) Deadline() time.Duration { return l.deadline }
 
-// Close stops deciding (later calls return an error wrapping sluice.ErrClosed), waits for
-// store calls still running (they end when the store honours their context or answers),
-// and closes the local limiter if New made it. It does not close the primary.
+// Close stops deciding (later calls return an error wrapping sluice.ErrClosed) and waits
+// for store calls still running (they end when the store honours their context or
+// answers). It closes neither the primary nor the local limiter.
 func (l *Limiter) Close() error {
 	l.closeMu.Lock()
 	already := l.closed.Swap(true)
@@ -182,155 +148,134 @@ func (l *Limiter) Close() error {
 		return nil
 	}
 	l.calls.Wait()
-	if l.ownLocal {
-		if c, ok := l.local.(interface{ Close() error }); ok {
-			return c.Close()
+	return nil
+}
+
+// Decide implements sluice.Limiter. Bad input is returned as is (never failed open). The
+// store decides within the deadline, unless the breaker is open; on a store failure the
+// request's strictest Failure decides (see the package doc). A caller whose own context
+// ends first gets its context's error. The Report says what happened.
+func (l *Limiter) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
+	if err := sluice.CheckRequests(reqs, ds); err != nil {
+		return sluice.Report{Kind: sluice.KindBadInput}, err
+	}
+	if len(reqs) == 0 {
+		return sluice.Report{}, nil
+	}
+	a := call(l, ctx, true, decideArgs{l.primary, reqs, ds}, decide)
+	rep := a.v
+	rep.StoreCalled, rep.StoreLatency = a.called, a.latency
+	rep.Breaker = l.state()
+	if !a.failed {
+		rep.Kind = sluice.KindOf(a.err)
+		return rep, a.err
+	}
+	rep.Failure, rep.Kind = a.err, sluice.KindOf(a.err)
+	rep.Fallback = l.fallback(reqs)
+	switch rep.Fallback.Mode {
+	case sluice.FailClosed:
+		for i := range reqs {
+			ds[i] = sluice.Decision{Limit: reqs[i].Limit, RetryAfter: l.breakerCfg.OpenFor, Path: sluice.PathClosed}
+		}
+		return rep, unavailable(a.err)
+	case sluice.FailLocal:
+		return rep, l.decideLocal(ctx, reqs, ds, rep.Fallback)
+	}
+	for i := range reqs {
+		ds[i] = sluice.Decision{Allowed: true, Limit: reqs[i].Limit, Path: sluice.PathOpen}
+	}
+	return rep, nil
+}
+
+// AllowN is Decide of one request with the limiter's default Failure.
+func (l *Limiter) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
+	return sluice.AllowN(ctx, l, key, limit, n)
+}
+
+// fallback resolves the failure mode of a request whose store failed: the strictest mode
+// among its enforced limits' Failures, each completed by the defaults, and the share of
+// the first limit with that mode. A request of shadow limits alone fails open.
+func (l *Limiter) fallback(reqs []sluice.Request) sluice.Failure {
+	out := sluice.Failure{Mode: sluice.FailOpen, Share: l.def.Share}
+	for i := range reqs {
+		if reqs[i].Shadow {
+			continue
+		}
+		f := reqs[i].Failure.Or(l.def)
+		if f.Mode.Strictness() > out.Mode.Strictness() {
+			out = f
+		}
+	}
+	if out.Mode == sluice.FailLocal && l.local == nil {
+		// Asked to keep limiting, with nothing to limit with: the strict reading.
+		out.Mode = sluice.FailClosed
+	}
+	return out
+}
+
+// decideLocal decides reqs on the local limiter, all or nothing, each under its share of
+// its limit (ShareOf); a cost that can never fit its share denies the request without
+// spending.
+func (l *Limiter) decideLocal(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision, fb sluice.Failure) error {
+	shared := make([]sluice.Request, len(reqs))
+	tooBig := false
+	for i, r := range reqs {
+		share := r.Failure.Or(l.def).Share
+		if r.Failure.Mode != sluice.FailLocal && r.Failure.Mode != sluice.FailInherit {
+			share = fb.Share
+		}
+		shared[i] = r
+		shared[i].Limit = ShareOf(r.Limit, share)
+		if r.N > shared[i].Limit.MaxCost() {
+			tooBig = true
+		}
+	}
+	if tooBig {
+		// Look at every share, spending nothing; the store may admit the cost once back.
+		for i := range shared {
+			shared[i].N = 0
+		}
+	}
+	if _, err := l.local.Decide(ctx, shared, ds); err != nil {
+		return err
+	}
+	for i := range shared {
+		ds[i].Path = sluice.PathLocal
+		if tooBig {
+			ds[i].Allowed, ds[i].RetryAfter = false, 0
+			if reqs[i].N > shared[i].Limit.MaxCost() {
+				ds[i].RetryAfter = l.breakerCfg.OpenFor
+			}
 		}
 	}
 	return nil
 }
 
-func (l *Limiter) localLimiter() sluice.Limiter {
-	l.localOnce.Do(func() {
-		l.local = memory.New(memory.WithMaxKeys(1 << 20))
-		l.ownLocal = true
-		l.localMade.Store(true)
-	})
-	return l.local
-}
-
-// AllowN implements sluice.Limiter. Bad input is returned as is (never failed open). The
-// store decides within the deadline, unless the breaker is open; on a store failure the
-// decision's Fallback decides (see Mode). A caller whose own context ends first gets its
-// context's error.
-func (l *Limiter) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
+// Reserve implements sluice.Limiter. A reservation is asked of the store through the
+// breaker, but without the decision deadline: the deadline of ctx is the reservation's
+// longest wait, and pacing waits by design. When the breaker is open or the store
+// fails, the error wraps sluice.ErrStoreUnavailable (a paced worker waits and retries;
+// no failure mode makes up a reservation).
+func (l *Limiter) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
 	if err := sluice.CheckRequest(key, limit, n); err != nil {
-		return sluice.Decision{}, err
+		return sluice.Reservation{}, err
 	}
-	rep := reportFrom(ctx)
-	d, err, failed := call(l, ctx, rep, true, keyArgs{l.primary, key, limit, n}, allowN)
-	if !failed {
-		return d, err
-	}
-	fb := l.resolve(ctx, key, limit)
-	if rep != nil {
-		rep.Fallback = fb
-	}
-	switch fb.Mode {
-	case FailClosed:
-		return sluice.Decision{Limit: limit, RetryAfter: l.breakerCfg.OpenFor, Path: sluice.PathClosed}, unavailable(err)
-	case FailLocal:
-		return l.allowLocal(ctx, key, ShareOf(limit, fb.Share), n)
-	default:
-		return sluice.Decision{Allowed: true, Limit: limit, Path: sluice.PathOpen}, nil
-	}
-}
-
-func (l *Limiter) allowLocal(ctx context.Context, key string, share sluice.Limit, n int64) (sluice.Decision, error) {
-	local := l.localLimiter()
-	if n > share.MaxCost() {
-		// The share can never admit this cost; the store may once it is back.
-		d, err := local.AllowN(ctx, key, share, 0)
-		if err != nil {
-			return sluice.Decision{}, err
+	done, _, err := l.enter()
+	if err != nil {
+		if sluice.KindOf(err).IsFailure() {
+			err = unavailable(err)
 		}
-		d.Allowed, d.RetryAfter, d.Path = false, l.breakerCfg.OpenFor, sluice.PathLocal
-		return d, nil
+		return sluice.Reservation{}, err
 	}
-	d, err := local.AllowN(ctx, key, share, n)
-	d.Path = sluice.PathLocal
-	return d, err
-}
-
-// AllowMulti implements sluice.MultiLimiter when the primary does; otherwise it returns
-// an error wrapping sluice.ErrNotAtomic and spends nothing.
-//
-// On a store failure the batch takes the strictest mode among its requests' Fallbacks
-// (FailClosed, then FailLocal, then FailOpen): FailOpen allows every request,
-// FailClosed denies every one with an error wrapping sluice.ErrStoreUnavailable, and
-// FailLocal decides the batch atomically on the local limiter, each request under its
-// own share.
-func (l *Limiter) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice.Decision, error) {
-	ml, ok := l.primary.(sluice.MultiLimiter)
-	if !ok {
-		return nil, fmt.Errorf("failover: %w: the primary store %T has no AllowMulti", sluice.ErrNotAtomic, l.primary)
+	res, err := l.primary.Reserve(ctx, key, limit, n)
+	l.pending.Add(-1)
+	l.calls.Done()
+	brk, failed := judge(ctx, err)
+	done(brk)
+	if failed {
+		return sluice.Reservation{}, unavailable(err)
 	}
-	for i, r := range reqs {
-		if err := sluice.CheckRequest(r.Key, r.Limit, r.N); err != nil {
-			return nil, fmt.Errorf("request %d: %w", i, err)
-		}
-	}
-	if len(reqs) == 0 {
-		return nil, nil
-	}
-	rep := reportFrom(ctx)
-	ds, err, failed := call(l, ctx, rep, true, reqs, ml.AllowMulti)
-	if !failed {
-		return ds, err
-	}
-	fbs := make([]Fallback, len(reqs))
-	mode := FailOpen
-	for i, r := range reqs {
-		fbs[i] = l.resolve(ctx, r.Key, r.Limit)
-		if strictness(fbs[i].Mode) > strictness(mode) {
-			mode = fbs[i].Mode
-		}
-	}
-	if rep != nil {
-		rep.Fallback = Fallback{Mode: mode, Share: fbs[0].Share}
-	}
-	out := make([]sluice.Decision, len(reqs))
-	switch mode {
-	case FailClosed:
-		for i, r := range reqs {
-			out[i] = sluice.Decision{Limit: r.Limit, RetryAfter: l.breakerCfg.OpenFor, Path: sluice.PathClosed}
-		}
-		return out, unavailable(err)
-	case FailLocal:
-		return l.allowMultiLocal(ctx, reqs, fbs)
-	default:
-		for i, r := range reqs {
-			out[i] = sluice.Decision{Allowed: true, Limit: r.Limit, Path: sluice.PathOpen}
-		}
-		return out, nil
-	}
-}
-
-func (l *Limiter) allowMultiLocal(ctx context.Context, reqs []sluice.Request, fbs []Fallback) ([]sluice.Decision, error) {
-	local := l.localLimiter()
-	shared := make([]sluice.Request, len(reqs))
-	tooBig := false
-	for i, r := range reqs {
-		shared[i] = sluice.Request{Key: r.Key, Limit: ShareOf(r.Limit, fbs[i].Share), N: r.N}
-		if r.N > shared[i].Limit.MaxCost() {
-			tooBig = true
-		}
-	}
-	var out []sluice.Decision
-	var err error
-	if tooBig {
-		// Some cost can never fit its share: deny the batch, spending nothing.
-		out = make([]sluice.Decision, len(shared))
-		for i, r := range shared {
-			if out[i], err = local.AllowN(ctx, r.Key, r.Limit, 0); err != nil {
-				return nil, err
-			}
-			out[i].Allowed, out[i].RetryAfter = false, 0
-			if r.N > r.Limit.MaxCost() {
-				out[i].RetryAfter = l.breakerCfg.OpenFor
-			}
-		}
-	} else if ml, ok := local.(sluice.MultiLimiter); ok {
-		if out, err = ml.AllowMulti(ctx, shared); err != nil {
-			return nil, err
-		}
-	} else {
-		return nil, fmt.Errorf("failover: %w: the local limiter %T has no AllowMulti", sluice.ErrNotAtomic, local)
-	}
-	for i := range out {
-		out[i].Path = sluice.PathLocal
-	}
-	return out, nil
+	return res, err
 }
 
 // Reset implements sluice.Limiter: it resets key's state in the store (within the
@@ -340,52 +285,47 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) err
 	if err := sluice.CheckRequest(key, limit, 0); err != nil {
 		return err
 	}
-	_, err, failed := call(l, ctx, reportFrom(ctx), false, keyArgs{l.primary, key, limit, 0}, reset)
-	if l.localMade.Load() {
-		fb := l.resolve(ctx, key, limit)
-		_ = l.localLimiter().Reset(ctx, key, ShareOf(limit, fb.Share))
+	a := call(l, ctx, false, resetArgs{l.primary, key, limit}, reset)
+	if l.local != nil {
+		// Every share a Failure may have given it is possible; the default one is
+		// what the local limiter most likely holds.
+		_ = l.local.Reset(ctx, key, ShareOf(limit, l.def.Share))
+		if l.def.Share != 1 {
+			_ = l.local.Reset(ctx, key, limit)
+		}
 	}
-	if failed {
-		return unavailable(err)
+	if a.failed {
+		return unavailable(a.err)
 	}
-	return err
+	return a.err
 }
 
 func unavailable(cause error) error {
 	return fmt.Errorf("%w: %w", sluice.ErrStoreUnavailable, cause)
 }
 
-func strictness(m Mode) int {
-	switch m {
-	case FailClosed:
-		return 3
-	case FailLocal:
-		return 2
-	case FailOpen:
-		return 1
-	}
-	return 0
-}
-
-// resolve returns the Fallback of one decision (see Fallback for the rules).
-func (l *Limiter) resolve(ctx context.Context, key string, limit sluice.Limit) Fallback {
-	f, _ := FallbackFrom(ctx)
-	f = f.merge(Fallback{})
-	if l.fbFunc != nil && (f.Mode == Unset || f.Share == 0) {
-		f = f.merge(l.fbFunc(ctx, key, limit))
-	}
-	return f.merge(l.def)
-}
+func (l *Limiter) state() sluice.BreakerState { return sluice.BreakerState(l.stateNow.Load()) }
 
 type result[T any] struct {
 	v   T
 	err error
 }
 
-// call runs f, the store call, through the breaker and within the deadline. It returns
-// f's result and failed == false when the store answered (successfully, or with an error
-// that is not a store failure, such as bad input), and the cause with failed == true when
-// the failure mode must decide.
+// attempt is the outcome of one store call made through the breaker and the deadline.
+type attempt[T any] struct {
+	v   T
+	err error
+	// failed reports that err is a store failure: the failure mode decides.
+	failed bool
+	// called reports whether the store was called, and latency how long it was waited for.
+	called  bool
+	latency time.Duration
+}
+
+// call runs f, the store call, through the breaker and within the deadline. The attempt
+// carries f's result and failed == false when the store answered (successfully, or with
+// an error that is not a store failure, such as bad input), and the cause with failed ==
+// true when the failure mode must decide.
 //
 // f runs in its own goroutine so that the caller is released at the deadline even if
 // the store ignores its context; the goroutine ends when f returns, and at most
@@ -398,16 +338,14 @@ type result[T any] struct {
 //
 // f gets its arguments as a, rather than from a closure, so that the inline path (a
 // decision per call, on the hot path) allocates nothing for it.
-func call[A, T any](l *Limiter, ctx context.Context, rep *Report, decision bool, a A, f func(context.Context, A) (T, error)) (v T, err error, failed bool) {
-	if rep != nil {
-		defer rep.fill(l, &err, &failed)
-	}
-	done, probe, err, failed, ok := l.enter(rep)
-	if !ok {
-		return v, err, failed
+func call[A, T any](l *Limiter, ctx context.Context, decision bool, a A, f func(context.Context, A) (T, error)) attempt[T] {
+	done, probe, err := l.enter()
+	if err != nil {
+		return attempt[T]{err: err, failed: sluice.KindOf(err).IsFailure()}
 	}
 	start := time.Now()
 	if l.inline && !probe {
+		var v T
 		if decision {
 			v, err = f(l.shared.context(ctx, start), a)
 		} else {
@@ -415,93 +353,99 @@ func call[A, T any](l *Limiter, ctx context.Context, rep *Report, decision bool,
 			v, err = f(cctx, a)
 			cancel()
 		}
-		err, failed = l.leaveInline(ctx, rep, start, err, done)
-		return v, err, failed
+		out := leaveInline[T](l, ctx, start, err, done)
+		out.v = v
+		return out
 	}
-	return callAsync(l, ctx, rep, probe, start, done, a, f)
+	return callAsync(l, ctx, probe, start, done, a, f)
 }
 
-// keyArgs are the arguments of a store call on one key (call's a).
-type keyArgs struct {
+// decideArgs and resetArgs are the arguments of store calls (call's a).
+type decideArgs struct {
+	store sluice.Limiter
+	reqs  []sluice.Request
+	ds    []sluice.Decision
+}
+
+type resetArgs struct {
 	store sluice.Limiter
 	key   string
 	limit sluice.Limit
-	n     int64
 }
 
-func allowN(ctx context.Context, a keyArgs) (sluice.Decision, error) {
-	return a.store.AllowN(ctx, a.key, a.limit, a.n)
+func decide(ctx context.Context, a decideArgs) (sluice.Report, error) {
+	return a.store.Decide(ctx, a.reqs, a.ds)
 }
 
-func reset(ctx context.Context, a keyArgs) (struct{}, error) {
+func reset(ctx context.Context, a resetArgs) (struct{}, error) {
 	return struct{}{}, a.store.Reset(ctx, a.key, a.limit)
 }
 
-// fill records in r the outcome of a call: the breaker's state, and the error.
-func (r *Report) fill(l *Limiter, err *error, failed *bool) {
-	r.set = true
-	r.Breaker = BreakerState(l.state.Load())
-	if *failed {
-		r.Cause = *err
+// The causes recorded for decisions the failure mode made without an answer from the
+// store, classified for sluice.KindOf.
+var (
+	errBreakerOpen = &sluice.StoreError{Kind: sluice.KindBreakerOpen, Err: ErrBreakerOpen}
+	errOverload    = &sluice.StoreError{Kind: sluice.KindOverload, Err: ErrOverload}
+)
+
+func deadlineError(d time.Duration, cause error) error {
+	err := fmt.Errorf("%w (%v)", ErrDeadline, d)
+	if cause != nil {
+		err = fmt.Errorf("%w (%v): %w", ErrDeadline, d, cause)
 	}
-	r.Kind = Classify(*err)
+	return &sluice.StoreError{Kind: sluice.KindTimeout, Err: err}
 }
 
-// enter lets a store call through the breaker, the pending bound and Close. When ok is
-// false, the call must not be made and err, failed are its outcome; otherwise the caller
-// calls the store and then done, l.pending.Add(-1) and l.calls.Done (leaveInline, or
+// enter lets a store call through the breaker, the pending bound and Close. When err is
+// not nil, the call must not be made and err is its outcome; otherwise the caller calls
+// the store and then done, l.pending.Add(-1) and l.calls.Done (leaveInline, or
 // callAsync's goroutine). probe reports a half-open breaker's probe.
-func (l *Limiter) enter(rep *Report) (done func(error), probe bool, err error, failed, ok bool) {
-	if rep != nil {
-		rep.set = true
-	}
+func (l *Limiter) enter() (done func(error), probe bool, err error) {
 	if l.closed.Load() {
-		return nil, false, fmt.Errorf("failover: %w", sluice.ErrClosed), false, false
+		return nil, false, fmt.Errorf("failover: %w", sluice.ErrClosed)
 	}
 	done, berr := l.cb.Allow()
 	if berr != nil {
-		return nil, false, fmt.Errorf("%w: %w", ErrBreakerOpen, berr), true, false
+		return nil, false, fmt.Errorf("%w: %w", errBreakerOpen, berr)
 	}
 	// Allow has made any due change (open to half-open), so the mirror is current: a call
 	// let through half-open is a probe. (If the breaker closes meanwhile, treating the
 	// call as a probe or not makes no difference to it.)
-	probe = BreakerState(l.state.Load()) == BreakerHalfOpen
+	probe = l.state() == sluice.BreakerHalfOpen
 	if l.pending.Add(1) > l.maxPending {
 		l.pending.Add(-1)
-		done(ErrOverload)
-		return nil, false, ErrOverload, true, false
+		done(errOverload)
+		return nil, false, errOverload
 	}
 	l.closeMu.RLock()
 	if l.closed.Load() {
 		l.closeMu.RUnlock()
 		l.pending.Add(-1)
 		done(errExcluded)
-		return nil, false, fmt.Errorf("failover: %w", sluice.ErrClosed), false, false
+		return nil, false, fmt.Errorf("failover: %w", sluice.ErrClosed)
 	}
 	l.calls.Add(1)
 	l.closeMu.RUnlock()
-	return done, probe, nil, false, true
+	return done, probe, nil
 }
 
 // leaveInline ends an inline store call that started at start and answered err: it
-// reports the call to the breaker and returns the error to return and whether the
-// failure mode must decide.
-func (l *Limiter) leaveInline(ctx context.Context, rep *Report, start time.Time, err error, done func(error)) (error, bool) {
+// reports the call to the breaker and returns the attempt (without its value).
+func leaveInline[T any](l *Limiter, ctx context.Context, start time.Time, err error, done func(error)) attempt[T] {
 	l.pending.Add(-1)
 	l.calls.Done()
-	if rep != nil {
-		rep.Called, rep.StoreLatency = true, time.Since(start)
-	}
+	out := attempt[T]{called: true, latency: time.Since(start)}
 	brk, failed := judge(ctx, err)
 	done(brk)
 	if failed && errors.Is(err, context.DeadlineExceeded) {
-		err = fmt.Errorf("%w (%v): %w", ErrDeadline, l.deadline, err)
+		err = deadlineError(l.deadline, err)
 	}
-	return err, failed
+	out.err, out.failed = err, failed
+	return out
 }
 
 // callAsync runs f, let through by enter, in a goroutine of its own (see call).
-func callAsync[A, T any](l *Limiter, ctx context.Context, rep *Report, probe bool, start time.Time, done func(error), a A, f func(context.Context, A) (T, error)) (v T, err error, failed bool) {
+func callAsync[A, T any](l *Limiter, ctx context.Context, probe bool, start time.Time, done func(error), a A, f func(context.Context, A) (T, error)) attempt[T] {
 	var cctx context.Context
 	var cancel context.CancelFunc
 	var expired <-chan struct{} // closed at the deadline
@@ -536,49 +480,48 @@ func callAsync[A, T any](l *Limiter, ctx context.Context, rep *Report, probe boo
 	select {
 	case r = <-ch:
 	case <-expired:
-		r, err, failed = giveUp(l, ctx, ch, rep, start, probe, done)
-		if err != nil {
-			return v, err, failed
+		var out attempt[T]
+		if r, out = giveUp(l, ctx, ch, start, probe, done); out.err != nil {
+			return out
 		}
 	case <-ctx.Done():
-		r, err, failed = giveUp(l, ctx, ch, rep, start, probe, done)
-		if err != nil {
-			return v, err, failed
+		var out attempt[T]
+		if r, out = giveUp(l, ctx, ch, start, probe, done); out.err != nil {
+			return out
 		}
 	}
-	if rep != nil {
-		rep.Called, rep.StoreLatency = true, time.Since(start)
-	}
-	brk, failed := judge(ctx, r.err)
+	out := attempt[T]{v: r.v, err: r.err, called: true, latency: time.Since(start)}
+	var brk error
+	brk, out.failed = judge(ctx, r.err)
 	if !probe {
 		done(brk)
 	}
-	return r.v, r.err, failed
+	return out
 }
 
 // giveUp releases a caller whose deadline passed or whose own context ended before the
-// store answered. If the answer has arrived meanwhile it is returned with a nil error
-// instead.
-func giveUp[T any](l *Limiter, ctx context.Context, ch chan result[T], rep *Report, start time.Time, probe bool, done func(error)) (r result[T], err error, failed bool) {
+// store answered. If the answer has arrived meanwhile it is returned with an attempt
+// whose err is nil instead.
+func giveUp[T any](l *Limiter, ctx context.Context, ch chan result[T], start time.Time, probe bool, done func(error)) (result[T], attempt[T]) {
 	select {
-	case r = <-ch:
-		return r, nil, false
+	case r := <-ch:
+		return r, attempt[T]{}
 	default:
 	}
-	if rep != nil {
-		rep.Called, rep.StoreLatency = true, time.Since(start)
-	}
+	out := attempt[T]{called: true, latency: time.Since(start)}
 	if cerr := ctx.Err(); cerr != nil {
 		// The caller's own context ended: nothing to say about the store.
 		if !probe {
 			done(errExcluded)
 		}
-		return r, fmt.Errorf("failover: %w", cerr), false
+		out.err = fmt.Errorf("failover: %w", cerr)
+		return result[T]{}, out
 	}
 	if !probe {
 		done(ErrDeadline)
 	}
-	return r, fmt.Errorf("%w (%v)", ErrDeadline, l.deadline), true
+	out.err, out.failed = deadlineError(l.deadline, nil), true
+	return result[T]{}, out
 }
 
 // judge returns what the breaker is told about a store call that answered err, and
@@ -590,7 +533,7 @@ func judge(ctx context.Context, err error) (brk error, failed bool) {
 		return nil, false
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		return errExcluded, false
-	case Classify(err).IsFailure():
+	case sluice.KindOf(err).IsFailure():
 		return err, true
 	}
 	return errExcluded, false

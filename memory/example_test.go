@@ -29,7 +29,7 @@ func Example() {
 	// allowed=false remaining=0 retry_after=500ms
 }
 
-func ExampleStore_AllowMulti() {
+func ExampleStore_Decide() {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	store := memory.New(memory.WithClock(func() time.Time { return now }))
 	defer store.Close()
@@ -40,7 +40,7 @@ func ExampleStore_AllowMulti() {
 		{Key: "key:abc", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 3, Period: time.Hour}, N: 1},
 	}
 	for i := 0; i < 4; i++ {
-		ds, _ := store.AllowMulti(context.Background(), reqs)
+		ds, _ := sluice.AllowMulti(context.Background(), store, reqs)
 		fmt.Println(ds[0].Allowed, ds[0].RetryAfter, ds[1].Remaining)
 		now = now.Add(time.Second)
 	}

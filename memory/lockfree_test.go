@@ -85,7 +85,7 @@ func testLockFreeUnderRebuilds(t *testing.T, c lockFreeCase) {
 			for i := 0; i < 6000; i++ {
 				k := rng.IntN(nkeys)
 				if g%4 == 0 { // a batch: both limits or neither
-					ds, err := s.AllowMulti(ctx, []sluice.Request{{Key: keys[k], Limit: a, N: 1}, {Key: keys[k], Limit: b, N: 1}})
+					ds, err := sluice.AllowMulti(ctx, s, []sluice.Request{{Key: keys[k], Limit: a, N: 1}, {Key: keys[k], Limit: b, N: 1}})
 					if err != nil {
 						t.Error(err)
 						return

@@ -271,7 +271,7 @@ func (s *Store) check(key string, limit sluice.Limit, n int64) (*classRef, error
 	return r, nil
 }
 
-// AllowN implements sluice.Limiter.
+// AllowN is Decide of one request, without the slices.
 func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
 	r, err := s.check(key, limit, n)
 	if err != nil {
@@ -358,11 +358,33 @@ func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error
 	return nil
 }
 
-// AllowMulti implements sluice.MultiLimiter: the requests are decided under the locks of all
-// their shards, and spent only if every one fits. A (key, Limit) may appear only once.
-func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice.Decision, error) {
+// Decide implements sluice.Limiter: the requests are decided under the locks of all their
+// shards, and spent only if every one fits. The memory store never fails, so the Report
+// says only that the store was asked.
+func (s *Store) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
+	if len(reqs) == 1 {
+		if len(ds) == 0 {
+			return sluice.Report{}, sluice.CheckRequests(reqs, ds)
+		}
+		d, err := s.AllowN(ctx, reqs[0].Key, reqs[0].Limit, reqs[0].N)
+		if err != nil {
+			return sluice.Report{}, err
+		}
+		ds[0] = d
+		return sluice.Report{StoreCalled: true}, nil
+	}
+	if err := s.decideMulti(ctx, reqs, ds); err != nil {
+		return sluice.Report{}, err
+	}
+	return sluice.Report{StoreCalled: true}, nil
+}
+
+func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sluice.Decision) error {
+	if len(out) < len(reqs) {
+		return sluice.CheckRequests(reqs, out)
+	}
 	if s.closed.Load() {
-		return nil, sluice.ErrClosed
+		return sluice.ErrClosed
 	}
 	type item struct {
 		r   *classRef
@@ -378,14 +400,14 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 	for i, r := range reqs {
 		ref, err := s.check(r.Key, r.Limit, r.N)
 		if err != nil {
-			return nil, fmt.Errorf("request %d: %w", i, err)
+			return fmt.Errorf("request %d: %w", i, err)
 		}
 		k := struct {
 			key   string
 			limit sluice.Limit
 		}{r.Key, r.Limit}
 		if j, dup := seen[k]; dup {
-			return nil, fmt.Errorf("%w: request %d repeats the key and limit of request %d", sluice.ErrInvalidKey, i, j)
+			return fmt.Errorf("%w: request %d repeats the key and limit of request %d", sluice.ErrInvalidKey, i, j)
 		}
 		seen[k] = i
 		h := s.hash(r.Key)
@@ -410,7 +432,7 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 		// Retirement takes every shard lock of a class, so with ours held this is stable.
 		if it.r.gone.Load() {
 			unlock()
-			return s.AllowMulti(ctx, reqs) // on the Limits' new classes
+			return s.decideMulti(ctx, reqs, out) // on the Limits' new classes
 		}
 	}
 	defer func() {
@@ -424,7 +446,6 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 		}
 	}()
 	now := s.now()
-	out := make([]sluice.Decision, len(reqs))
 	all := true
 	for i, it := range items {
 		r := it.r.c.decideLocked(reqs[i].Key, it.h, now, reqs[i].N, false)
@@ -442,7 +463,7 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 			}
 			out[i].Allowed = false
 		}
-		return out, nil
+		return nil
 	}
 	for i, it := range items {
 		if reqs[i].N > 0 {
@@ -450,7 +471,7 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 			out[i] = r.Decision(reqs[i].Limit)
 		}
 	}
-	return out, nil // the deferred unlock, then evictOver
+	return nil // the deferred unlock, then evictOver
 }
 
 func (s *Store) sweepLoop() {
@@ -474,7 +495,4 @@ func (s *Store) sweepLoop() {
 	}
 }
 
-var (
-	_ sluice.Limiter      = (*Store)(nil)
-	_ sluice.MultiLimiter = (*Store)(nil)
-)
+var _ sluice.Limiter = (*Store)(nil)

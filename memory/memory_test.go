@@ -227,7 +227,7 @@ func TestMaxKeysIsStoreWide(t *testing.T) {
 		case 0:
 			_, err = s.AllowN(ctx, k, limits[i%len(limits)], 1)
 		case 1:
-			_, err = s.AllowMulti(ctx, []sluice.Request{{Key: k, Limit: limits[0], N: 1}, {Key: k, Limit: limits[2], N: 1}})
+			_, err = sluice.AllowMulti(ctx, s, []sluice.Request{{Key: k, Limit: limits[0], N: 1}, {Key: k, Limit: limits[2], N: 1}})
 		default:
 			_, err = s.Reserve(ctx, k, pacer, 1)
 		}
@@ -264,7 +264,7 @@ func TestMultiIsAllOrNothing(t *testing.T) {
 	reqs := []sluice.Request{{Key: "api", Limit: perSec, N: 1}, {Key: "api", Limit: perHour, N: 1}}
 	admitted := 0
 	for i := 0; i < 12; i++ {
-		ds, err := s.AllowMulti(ctx, reqs)
+		ds, err := sluice.AllowMulti(ctx, s, reqs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -284,7 +284,7 @@ func TestMultiIsAllOrNothing(t *testing.T) {
 	if d, _ := s.AllowN(ctx, "api", perHour, 0); d.Remaining != 5 {
 		t.Fatalf("hourly remaining %d, want 5", d.Remaining)
 	}
-	if _, err := s.AllowMulti(ctx, []sluice.Request{reqs[0], reqs[0]}); !errors.Is(err, sluice.ErrInvalidKey) {
+	if _, err := sluice.AllowMulti(ctx, s, []sluice.Request{reqs[0], reqs[0]}); !errors.Is(err, sluice.ErrInvalidKey) {
 		t.Fatalf("duplicate request: %v", err)
 	}
 }
@@ -504,7 +504,7 @@ func TestRetirementLosesNoDecision(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				if _, err := s.AllowMulti(ctx, []sluice.Request{{Key: k, Limit: l, N: 3}, {Key: k + "x", Limit: limits[(i+1)%len(limits)], N: 1}}); err != nil {
+				if _, err := sluice.AllowMulti(ctx, s, []sluice.Request{{Key: k, Limit: l, N: 3}, {Key: k + "x", Limit: limits[(i+1)%len(limits)], N: 1}}); err != nil {
 					t.Error(err)
 					return
 				}

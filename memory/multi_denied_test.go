@@ -18,10 +18,10 @@ func TestAllowMultiDeniedReportsUnspentState(t *testing.T) {
 			tight := sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 1, Period: 5 * time.Second}
 			wide := sluice.Limit{Algorithm: a, Rate: 100, Period: time.Hour}
 			reqs := []sluice.Request{{Key: "a", Limit: tight, N: 1}, {Key: "b", Limit: wide, N: 1}}
-			if _, err := s.AllowMulti(ctx, reqs); err != nil {
+			if _, err := sluice.AllowMulti(ctx, s, reqs); err != nil {
 				t.Fatal(err)
 			}
-			ds, err := s.AllowMulti(ctx, reqs)
+			ds, err := sluice.AllowMulti(ctx, s, reqs)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -79,4 +79,4 @@ type updater interface {
 	params() algo.Params
 }
 
-var _ sluice.Reserver = (*Store)(nil)
+

@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/failover"
 )
 
 // Metrics are the Prometheus metrics of one or more observed limiters. Create them once
@@ -30,7 +29,7 @@ import (
 //	                                             that called it (including those cut at the
 //	                                             deadline; not those a denycache.Cache
 //	                                             answered)
-//	sluice_store_errors_total{kind}              store failures by failover.Kind (timeout,
+//	sluice_store_errors_total{kind}              store failures by sluice.ErrorKind (timeout,
 //	                                             refused, oom, busy, breaker_open, ...)
 //	sluice_breaker_state{state}                  1 for the circuit breaker's current state
 //	                                             (closed, half_open, open), 0 for the others,
@@ -174,11 +173,11 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, err
 			return nil, fmt.Errorf("observe: register metrics: %w", err)
 		}
 	}
-	for _, st := range failover.BreakerStates() {
+	for _, st := range breakerStates {
 		m.breakerStates = append(m.breakerStates, m.breaker.WithLabelValues(st.String()))
 	}
 	m.breakerNow.Store(-1)
-	m.setBreaker(failover.BreakerClosed)
+	m.setBreaker(sluice.BreakerClosed)
 	if m.evictFn != nil {
 		if m.evictEvery <= 0 {
 			m.evictEvery = 15 * time.Second
@@ -247,7 +246,7 @@ func (m *Metrics) PollEvictedKeys(ctx context.Context) error {
 
 // setBreaker makes the breaker_state series show s. The series change only when s
 // differs from what they show.
-func (m *Metrics) setBreaker(s failover.BreakerState) {
+func (m *Metrics) setBreaker(s sluice.BreakerState) {
 	if m.breakerNow.Load() == int32(s) {
 		return
 	}
@@ -255,13 +254,16 @@ func (m *Metrics) setBreaker(s failover.BreakerState) {
 	defer m.breakerMu.Unlock()
 	for i, g := range m.breakerStates {
 		v := 0.0
-		if failover.BreakerState(i) == s {
+		if breakerStates[i] == s {
 			v = 1
 		}
 		g.Set(v)
 	}
 	m.breakerNow.Store(int32(s))
 }
+
+// breakerStates are the states sluice_breaker_state has a series for.
+var breakerStates = [...]sluice.BreakerState{sluice.BreakerClosed, sluice.BreakerHalfOpen, sluice.BreakerOpen}
 
 // The result label values of sluice_decisions_total, by index.
 const (
@@ -311,7 +313,7 @@ func (m *Metrics) decision(p *policyMetrics, policy string, result int, path slu
 }
 
 // record adds one decision to the metrics.
-func (m *Metrics) record(policy string, d sluice.Decision, err error, kind failover.Kind, breaker *failover.BreakerState, storeLatency time.Duration, called bool) {
+func (m *Metrics) record(policy string, d sluice.Decision, err error, kind sluice.ErrorKind, breaker sluice.BreakerState, storeLatency time.Duration, called bool) {
 	result := resultAllowed
 	switch {
 	case err != nil:
@@ -330,7 +332,7 @@ func (m *Metrics) record(policy string, d sluice.Decision, err error, kind failo
 	if kind.IsFailure() {
 		m.storeErrors.WithLabelValues(string(kind)).Inc()
 	}
-	if breaker != nil {
-		m.setBreaker(*breaker)
+	if breaker != sluice.BreakerNone {
+		m.setBreaker(breaker)
 	}
 }

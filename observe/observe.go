@@ -6,15 +6,13 @@
 //		observe.WithEvictedKeys(redis.EvictedKeys, 15*time.Second))
 //	...
 //	lim := observe.New(failover.New(redis), observe.WithLogger(logger), observe.WithMetrics(metrics))
-//	ctx = observe.WithPolicy(ctx, "per-api-key")
-//	d, err := lim.AllowN(ctx, key, limit, 1)
+//	rep, err := lim.Decide(ctx, []sluice.Request{{Key: key, Limit: limit, N: 1, Policy: "per-api-key"}}, ds)
 //
 // # The decision log
 //
 // Each event has the message "rate limit decision" and these attributes:
 //
-//	policy         the policy name (WithBatchPolicies for a request of a batch, else
-//	               WithPolicy on the context, else WithDefaultPolicy)
+//	policy         the request's Policy, else WithDefaultPolicy's name
 //	key            the key hashed (HashKey, or WithKeyHash); the raw key never appears,
 //	               and an error message that quotes it has it replaced by the hash
 //	algorithm      gcra, token_bucket, ..., and limit, period, burst of the applied Limit
@@ -29,13 +27,14 @@
 //	retry_after, reset_after
 //	path           store, open, closed, local or cache (who decided; cache: a
 //	               denycache.Cache repeated the store's earlier denial)
+//	shadow         true for a shadow limit (sluice.Request.Shadow)
 //	mode, share    the failure mode and local share, when a failure mode decided
-//	breaker        closed, half_open or open, when a failover.Limiter is inside
+//	breaker        closed, half_open or open, when a circuit breaker took part
 //	store_latency  time waiting for the store (absent when it was not called)
 //	latency        the whole call
 //	error, error_kind
 //	               the error returned, or the store failure that a failure mode absorbed,
-//	               and its failover.Kind
+//	               and its sluice.ErrorKind
 //
 // Allowed decisions that the store made are sampled (WithSampling, default 1%), and so are
 // denials a deny cache answered (path cache): each repeats a denial of the store's, which
@@ -50,11 +49,10 @@
 //
 // # Where the details come from
 //
-// When the inner limiter is (or wraps) a failover.Limiter, observe passes a
-// failover.Report in the context and logs what it says: store latency, the store's error
-// even when a failure mode absorbed it, the resolved mode and the breaker state.
-// Otherwise the store latency is the inner call's duration and the error is the one
-// returned.
+// Everything but the request and the decisions comes from the sluice.Report the inner
+// limiter returns: store latency (the whole inner call when the store reports none), the
+// store's error even when a failure mode absorbed it, the failure mode that decided and
+// the breaker state. observe knows no other layer.
 package observe
 
 import (
@@ -68,10 +66,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/failover"
 )
 
-// DefaultPolicy is the policy name of decisions whose context names none, unless
+// DefaultPolicy is the policy name of decisions whose request names none, unless
 // WithDefaultPolicy says otherwise.
 const DefaultPolicy = "default"
 
@@ -79,8 +76,7 @@ const DefaultPolicy = "default"
 // answered) logged unless WithSampling says otherwise.
 const DefaultSampling = 0.01
 
-// Limiter is a sluice.Limiter (and sluice.MultiLimiter) that logs and measures every
-// decision of an inner limiter. Create it with New; it is safe for concurrent use.
+// Limiter is a sluice.Limiter that logs and measures every decision of an inner limiter. Create it with New; it is safe for concurrent use.
 type Limiter struct {
 	inner    sluice.Limiter
 	logger   *slog.Logger
@@ -122,7 +118,7 @@ func WithSampling(share float64) Option {
 // the log. It must never return the key itself.
 func WithKeyHash(f func(key string) string) Option { return func(o *Limiter) { o.hash = f } }
 
-// WithDefaultPolicy sets the policy name of decisions whose context names none (default
+// WithDefaultPolicy sets the policy name of decisions whose request names none (default
 // DefaultPolicy).
 func WithDefaultPolicy(name string) Option { return func(o *Limiter) { o.policy = name } }
 
@@ -149,97 +145,75 @@ func HashKey(key string) string {
 	return "sha256:" + hex.EncodeToString(sum[:8])
 }
 
-type policyKey struct{}
-
-// WithPolicy returns a context naming the policy of the decisions made with it, for logs
-// and metrics.
-func WithPolicy(ctx context.Context, name string) context.Context {
-	return context.WithValue(ctx, policyKey{}, name)
-}
-
-// PolicyFrom returns the policy name carried by ctx, if any.
-func PolicyFrom(ctx context.Context) (string, bool) {
-	p, ok := ctx.Value(policyKey{}).(string)
-	return p, ok
-}
-
-type batchPoliciesKey struct{}
-
-// WithBatchPolicies returns a context naming the policy of each request of an AllowMulti
-// batch made with it, in request order (a front end deciding several policies at once).
-// Requests beyond the names, and empty names, take the policy of WithPolicy.
-func WithBatchPolicies(ctx context.Context, names ...string) context.Context {
-	return context.WithValue(ctx, batchPoliciesKey{}, names)
-}
-
-func (l *Limiter) policyOf(ctx context.Context) string {
-	if p, ok := PolicyFrom(ctx); ok && p != "" {
-		return p
+func (l *Limiter) policyOf(r *sluice.Request) string {
+	if r.Policy != "" {
+		return r.Policy
 	}
 	return l.policy
 }
 
-// batchPolicyOf returns the policy of request i of a batch.
-func (l *Limiter) batchPolicyOf(ctx context.Context, i int) string {
-	if i < 0 {
-		// Not in a batch: no need to look for batch names (a walk up the whole context
-		// chain when there are none).
-		return l.policyOf(ctx)
-	}
-	if names, _ := ctx.Value(batchPoliciesKey{}).([]string); i < len(names) && names[i] != "" {
-		return names[i]
-	}
-	return l.policyOf(ctx)
-}
-
-// AllowN implements sluice.Limiter.
-func (l *Limiter) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
-	rctx, rep := failover.NewReport(ctx)
+// Decide implements sluice.Limiter. Each request of a call is logged and counted as a
+// decision of its own, under its Policy; a call of several requests adds batch and
+// batch_size attributes.
+func (l *Limiter) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
 	start := time.Now()
-	d, err := l.inner.AllowN(rctx, key, limit, n)
+	rep, err := l.inner.Decide(ctx, reqs, ds)
 	elapsed := time.Since(start)
-	l.observe(ctx, rep, elapsed, sluice.Request{Key: key, Limit: limit, N: n}, d, err, -1, 0)
-	return d, err
-}
-
-// AllowMulti implements sluice.MultiLimiter when the inner limiter does; otherwise it
-// returns an error wrapping sluice.ErrNotAtomic. Each request of the batch is logged and
-// counted as a decision of its own, with batch and batch_size attributes, under the
-// policy WithBatchPolicies names for it.
-func (l *Limiter) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice.Decision, error) {
-	ml, ok := l.inner.(sluice.MultiLimiter)
-	if !ok {
-		return nil, &notAtomicError{inner: l.inner}
-	}
-	rctx, rep := failover.NewReport(ctx)
-	start := time.Now()
-	ds, err := ml.AllowMulti(rctx, reqs)
-	elapsed := time.Since(start)
-	for i, r := range reqs {
+	for i := range reqs {
 		var d sluice.Decision
 		if i < len(ds) {
 			d = ds[i]
-		} else {
-			d.Limit = r.Limit
 		}
-		l.observe(ctx, rep, elapsed, r, d, err, i, len(reqs))
+		if d.Limit == (sluice.Limit{}) {
+			d.Limit = reqs[i].Limit
+		}
+		batch := i
+		if len(reqs) == 1 {
+			batch = -1
+		}
+		l.observe(ctx, &rep, elapsed, &reqs[i], d, err, batch, len(reqs))
 	}
-	return ds, err
+	return rep, err
 }
 
-type notAtomicError struct{ inner sluice.Limiter }
-
-func (e *notAtomicError) Error() string {
-	return "observe: " + sluice.ErrNotAtomic.Error() + ": the inner limiter has no AllowMulti"
+// AllowN is Decide of one request.
+func (l *Limiter) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
+	return sluice.AllowN(ctx, l, key, limit, n)
 }
-func (e *notAtomicError) Unwrap() error { return sluice.ErrNotAtomic }
+
+// Reserve implements sluice.Limiter. Reservations are logged at Debug, their errors at
+// Warn.
+func (l *Limiter) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
+	res, err := l.inner.Reserve(ctx, key, limit, n)
+	if l.logger != nil {
+		level := slog.LevelDebug
+		if err != nil {
+			level = slog.LevelWarn
+		}
+		if l.logger.Enabled(ctx, level) {
+			attrs := []slog.Attr{
+				slog.String("key", l.hash(key)),
+				slog.String("algorithm", limit.Algorithm.String()),
+				slog.Int64("limit", limit.Rate),
+				slog.Duration("period", limit.Period),
+				slog.Int64("cost", n),
+				slog.Bool("ok", res.OK),
+				slog.Duration("delay", res.Delay),
+			}
+			if err != nil {
+				attrs = append(attrs, slog.String("error", l.redact(err.Error(), key)), slog.String("error_kind", string(sluice.KindOf(err))))
+			}
+			l.logger.LogAttrs(ctx, level, "rate limit reservation", attrs...)
+		}
+	}
+	return res, err
+}
 
 // Reset implements sluice.Limiter. Resets are logged at Info.
 func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) error {
 	err := l.inner.Reset(ctx, key, limit)
 	if l.logger != nil {
 		attrs := []slog.Attr{
-			slog.String("policy", l.policyOf(ctx)),
 			slog.String("key", l.hash(key)),
 			slog.String("algorithm", limit.Algorithm.String()),
 			slog.Int64("limit", limit.Rate),
@@ -253,35 +227,25 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) err
 	return err
 }
 
-// observe logs and records one decision. batch is the request's index in an AllowMulti
-// batch of size, or -1.
-func (l *Limiter) observe(ctx context.Context, rep *failover.Report, elapsed time.Duration, r sluice.Request, d sluice.Decision, err error, batch, size int) {
-	policy := l.batchPolicyOf(ctx, batch)
+// observe logs and records one decision. batch is the request's index in a call of size
+// requests, or -1 for a call of one.
+func (l *Limiter) observe(ctx context.Context, rep *sluice.Report, elapsed time.Duration, r *sluice.Request, d sluice.Decision, err error, batch, size int) {
+	policy := l.policyOf(r)
 	kind := rep.Kind
-	storeLatency, called := rep.StoreLatency, rep.Called
-	var breaker *failover.BreakerState
-	cause := rep.Cause
-	if rep.Filled() {
-		breaker = &rep.Breaker
-	} else {
-		// No failover.Limiter inside: the inner call is the store call.
-		storeLatency, called = elapsed, true
-		kind = failover.Classify(err)
-		if sluice.IsBadInput(err) {
-			called = false
-		}
+	if kind == "" {
+		kind = sluice.KindOf(err)
 	}
-	if d.Path == sluice.PathCache && err == nil {
-		called = false // answered by a denycache.Cache: no store was waited for
+	called := rep.StoreCalled && !(d.Path == sluice.PathCache && err == nil)
+	storeLatency := rep.StoreLatency
+	if called && storeLatency == 0 {
+		storeLatency = elapsed // a store that does not time itself: the whole call
 	}
+	cause := rep.Failure
 	if cause == nil {
 		cause = err
 	}
-	if err != nil && kind == "" {
-		kind = failover.Classify(err)
-	}
 	if l.metrics != nil {
-		l.metrics.record(policy, d, err, kind, breaker, storeLatency, called)
+		l.metrics.record(policy, d, err, kind, rep.Breaker, storeLatency, called)
 	}
 	if l.logger == nil {
 		return
@@ -297,9 +261,6 @@ func (l *Limiter) observe(ctx context.Context, rep *failover.Report, elapsed tim
 		return
 	}
 	lim := d.Limit
-	if lim.Rate == 0 {
-		lim = r.Limit
-	}
 	attrs := make([]slog.Attr, 0, 24)
 	attrs = append(attrs,
 		slog.String("policy", policy),
@@ -324,14 +285,17 @@ func (l *Limiter) observe(ctx context.Context, rep *failover.Report, elapsed tim
 		slog.Duration("reset_after", d.ResetAfter),
 		slog.String("path", d.Path.String()),
 	)
-	if failedOver(d.Path) || rep.Fallback.Mode != failover.Unset {
+	if r.Shadow {
+		attrs = append(attrs, slog.Bool("shadow", true))
+	}
+	if failedOver(d.Path) || rep.Fallback.Mode != sluice.FailInherit {
 		attrs = append(attrs, slog.String("mode", rep.Fallback.Mode.String()))
-		if rep.Fallback.Mode == failover.FailLocal {
+		if rep.Fallback.Mode == sluice.FailLocal {
 			attrs = append(attrs, slog.Float64("share", rep.Fallback.Share))
 		}
 	}
-	if breaker != nil {
-		attrs = append(attrs, slog.String("breaker", breaker.String()))
+	if rep.Breaker != sluice.BreakerNone {
+		attrs = append(attrs, slog.String("breaker", rep.Breaker.String()))
 	}
 	if called {
 		attrs = append(attrs, slog.Duration("store_latency", storeLatency))

@@ -450,7 +450,7 @@ func TestAllowMultiLogsEachRequest(t *testing.T) {
 	}
 	ctx := WithBatchPolicies(WithPolicy(context.Background(), "fallback"), "per-minute")
 	for i := 0; i < 2; i++ {
-		if _, err := lim.AllowMulti(ctx, reqs); err != nil {
+		if _, err := sluice.AllowMulti(ctx, lim, reqs); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -56,7 +56,7 @@ func checkHostile(t *testing.T, s *Store, clock *clocktest.Clock, keyslot func(s
 				t.Errorf("round %d, identity %d (%.20q): allowed %v, want %v", round, i, id, d.Allowed, want)
 			}
 			// Several limits of one identity in one atomic call: one slot.
-			if _, err := s.AllowMulti(ctx, []sluice.Request{{Key: id, Limit: other, N: 0}, {Key: id, Limit: once, N: 0}}); err != nil {
+			if _, err := sluice.AllowMulti(ctx, s, []sluice.Request{{Key: id, Limit: other, N: 0}, {Key: id, Limit: once, N: 0}}); err != nil {
 				t.Errorf("identity %d: multi-limit: %v", i, err)
 			}
 		}
@@ -123,8 +123,8 @@ func TestCluster(t *testing.T) {
 		for i := 0; i < 8; i++ {
 			clock.Advance(400 * time.Millisecond)
 			reqs := []sluice.Request{{Key: "api:7", Limit: perSec, N: 1}, {Key: "api:7", Limit: perHour, N: 1}, {Key: "api:7", Limit: perMin, N: 1}}
-			want, _ := mem.AllowMulti(ctx, reqs)
-			got, err := s.AllowMulti(ctx, reqs)
+			want, _ := sluice.AllowMulti(ctx, mem, reqs)
+			got, err := sluice.AllowMulti(ctx, s, reqs)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -152,7 +152,7 @@ func TestCluster(t *testing.T) {
 			}
 		}
 		before, _ := s.AllowN(ctx, a, perHour, 0)
-		_, err := s.AllowMulti(ctx, []sluice.Request{{Key: a, Limit: perHour, N: 1}, {Key: b, Limit: perHour, N: 1}})
+		_, err := sluice.AllowMulti(ctx, s, []sluice.Request{{Key: a, Limit: perHour, N: 1}, {Key: b, Limit: perHour, N: 1}})
 		if !errors.Is(err, sluice.ErrNotAtomic) {
 			t.Errorf("cross-slot multi: %v, want ErrNotAtomic", err)
 		}
@@ -281,7 +281,7 @@ func TestClusterACL(t *testing.T) {
 			t.Fatalf("identity %d: %+v %v", i, d, err)
 		}
 	}
-	if ds, err := s.AllowMulti(ctx, []sluice.Request{{Key: "acl:x", Limit: sluice.PerSecond(5), N: 1}, {Key: "acl:x", Limit: sluice.PerHour(50), N: 1}}); err != nil || !ds[0].Allowed {
+	if ds, err := sluice.AllowMulti(ctx, s, []sluice.Request{{Key: "acl:x", Limit: sluice.PerSecond(5), N: 1}, {Key: "acl:x", Limit: sluice.PerHour(50), N: 1}}); err != nil || !ds[0].Allowed {
 		t.Fatalf("multi-limit call: %+v %v", ds, err)
 	}
 	bad, err := Open("redis://limiter:wrong@" + addrs[0] + "?addr=" + strings.Join(addrs[1:], "&addr="))

@@ -68,7 +68,7 @@ func TestConcurrentOneKey(t *testing.T) {
 		small := sluice.Limit{Algorithm: sluice.SlidingWindow, Rate: 10, Period: time.Hour}
 		big := sluice.Limit{Algorithm: sluice.GCRA, Rate: 100, Period: time.Hour}
 		got := run(t, func(s *Store) (bool, error) {
-			ds, err := s.AllowMulti(ctx, []sluice.Request{{Key: "hotmulti", Limit: big, N: 1}, {Key: "hotmulti", Limit: small, N: 1}})
+			ds, err := sluice.AllowMulti(ctx, s, []sluice.Request{{Key: "hotmulti", Limit: big, N: 1}, {Key: "hotmulti", Limit: small, N: 1}})
 			if err != nil {
 				return false, err
 			}

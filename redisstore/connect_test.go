@@ -266,7 +266,7 @@ func TestConnectRetry(t *testing.T) {
 	if !errors.Is(err, ErrNotConnected) || !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("decision while Redis is down: %v, want ErrNotConnected wrapping ECONNREFUSED", err)
 	}
-	if _, err := s.AllowMulti(ctx, []sluice.Request{{Key: "k", Limit: sluice.PerSecond(5), N: 1}}); !errors.Is(err, ErrNotConnected) {
+	if _, err := sluice.AllowMulti(ctx, s, []sluice.Request{{Key: "k", Limit: sluice.PerSecond(5), N: 1}}); !errors.Is(err, ErrNotConnected) {
 		t.Errorf("AllowMulti while Redis is down: %v", err)
 	}
 	if err := s.Reset(ctx, "k", sluice.PerSecond(5)); !errors.Is(err, ErrNotConnected) {

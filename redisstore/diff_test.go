@@ -144,8 +144,8 @@ func (l *lane) op(ctx context.Context, i int, now int64, mem *memory.Store, red 
 		werr = mem.Reset(ctx, r.Key, r.Limit)
 		gerr = red.Reset(ctx, r.Key, r.Limit)
 	case "multi":
-		want, werr = mem.AllowMulti(ctx, op.reqs)
-		got, gerr = red.AllowMulti(ctx, op.reqs)
+		want, werr = sluice.AllowMulti(ctx, mem, op.reqs)
+		got, gerr = sluice.AllowMulti(ctx, red, op.reqs)
 	default:
 		r := op.reqs[0]
 		w, err1 := mem.AllowN(ctx, r.Key, r.Limit, r.N)

@@ -42,7 +42,7 @@ func Example() {
 }
 
 // Several limits on one identity, all or nothing: 2 per second and 3 per hour.
-func ExampleStore_AllowMulti() {
+func ExampleStore_Decide() {
 	store, err := redisstore.Open(redisURL)
 	if err != nil {
 		log.Fatal(err)
@@ -53,7 +53,7 @@ func ExampleStore_AllowMulti() {
 	perSecond := sluice.PerSecond(2)
 	perHour := sluice.PerHour(3).With(sluice.SlidingLog)
 	for i := 0; i < 4; i++ {
-		ds, err := store.AllowMulti(ctx, []sluice.Request{
+		ds, err := sluice.AllowMulti(ctx, store, []sluice.Request{
 			{Key: "api-key:7", Limit: perSecond, N: 1},
 			{Key: "api-key:7", Limit: perHour, N: 1},
 		})

@@ -119,4 +119,4 @@ func (s *Store) cancel(ctx context.Context, k string, li *limitInfo, r algo.Rese
 	return ok == 1, nil
 }
 
-var _ sluice.Reserver = (*Store)(nil)
+

@@ -246,7 +246,7 @@ func TestPacingSharedQuota(t *testing.T) {
 			for c := 0; c < clients; c++ {
 				store := open(t, srv.URL())
 				for w := 0; w < perClient; w++ {
-					rec := &recorder{s: store, mu: &mu, reserved: &reserved}
+					rec := &recorder{Store: store, s: store, mu: &mu, reserved: &reserved}
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
@@ -347,10 +347,11 @@ func maxWindow(ev []algoEvent, d, after int64) int64 {
 	return best
 }
 
-// recorder is one worker's sluice.Reserver: it records the reservations' instants on
+// recorder is one worker's sluice.Limiter: it records the reservations' instants on
 // Redis's clock (forgetting those whose cancellation gave them back) and the last
 // reservation, so the worker can see how late Wait let it proceed.
 type recorder struct {
+	*Store   // Decide and Reset; Reserve records
 	s        *Store
 	mu       *sync.Mutex
 	reserved *[]int64

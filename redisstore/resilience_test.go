@@ -207,7 +207,7 @@ func TestTTL(t *testing.T) {
 		id := fmt.Sprintf("mixed:%d", i%40)
 		if i%10 == 9 {
 			l2 := limitOf(i + 1)
-			ds, err := s.AllowMulti(ctx, []sluice.Request{{Key: id, Limit: l, N: 1}, {Key: id, Limit: l2, N: 1}})
+			ds, err := sluice.AllowMulti(ctx, s, []sluice.Request{{Key: id, Limit: l, N: 1}, {Key: id, Limit: l2, N: 1}})
 			if err != nil {
 				t.Fatal(err)
 			}

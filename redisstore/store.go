@@ -178,9 +178,9 @@ func (s *Store) connected() (*conn, error) {
 		return cn, nil
 	}
 	if p := s.dialErr.Load(); p != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNotConnected, *p)
+		return nil, &sluice.StoreError{Kind: sluice.KindRefused, Err: fmt.Errorf("%w: %w", ErrNotConnected, *p)}
 	}
-	return nil, ErrNotConnected
+	return nil, &sluice.StoreError{Kind: sluice.KindRefused, Err: ErrNotConnected}
 }
 
 // Option configures a Store.
@@ -510,7 +510,7 @@ func (s *Store) appendKey(b []byte, key, suffix string) []byte {
 	return append(b, suffix...)
 }
 
-// AllowN implements sluice.Limiter.
+// AllowN is Decide of one request, without the slices.
 func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
 	if err := sluice.CheckRequest(key, limit, n); err != nil {
 		return sluice.Decision{}, err
@@ -535,24 +535,44 @@ func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n in
 	return d, nil
 }
 
-// AllowMulti implements sluice.MultiLimiter: the requests are decided in one script call,
-// all or nothing. A (key, Limit) may appear only once. On a cluster every key must be in
-// one slot, which holds for several limits on one identity (its keys share a hash tag);
-// otherwise the error wraps sluice.ErrNotAtomic and nothing is spent.
-func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice.Decision, error) {
+// Decide implements sluice.Limiter: the requests are decided in one script call, all or
+// nothing. On a cluster every key must be in one slot, which holds for several limits on
+// one identity (its keys share a hash tag); otherwise the error wraps sluice.ErrNotAtomic
+// and nothing is spent. Errors of Redis come classified (sluice.KindOf).
+func (s *Store) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
+	if len(reqs) == 1 && len(ds) > 0 {
+		r := &reqs[0]
+		start := time.Now()
+		d, err := s.AllowN(ctx, r.Key, r.Limit, r.N)
+		rep := sluice.Report{StoreCalled: !sluice.IsBadInput(err), StoreLatency: time.Since(start), Kind: sluice.KindOf(err)}
+		if err != nil {
+			return rep, err
+		}
+		ds[0] = d
+		return rep, nil
+	}
+	start := time.Now()
+	err := s.decideMulti(ctx, reqs, ds)
+	return sluice.Report{StoreCalled: !sluice.IsBadInput(err), StoreLatency: time.Since(start), Kind: sluice.KindOf(err)}, err
+}
+
+func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sluice.Decision) error {
+	if err := sluice.CheckRequests(reqs, out); err != nil {
+		return err
+	}
 	if len(reqs) == 0 {
-		return nil, nil
+		return nil
 	}
 	type ident struct {
 		key   string
 		limit sluice.Limit
 	}
 	if s.closed.Load() {
-		return nil, fmt.Errorf("redisstore: %w", sluice.ErrClosed)
+		return fmt.Errorf("redisstore: %w", sluice.ErrClosed)
 	}
 	cn, err := s.connected()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	seen := make(map[ident]int, len(reqs))
 	items := make([]item, len(reqs))
@@ -561,12 +581,9 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 		first = idSlot(reqs[0].Key)
 	}
 	for i, r := range reqs {
-		if err := sluice.CheckRequest(r.Key, r.Limit, r.N); err != nil {
-			return nil, fmt.Errorf("request %d: %w", i, err)
-		}
 		id := ident{r.Key, r.Limit}
 		if j, dup := seen[id]; dup {
-			return nil, fmt.Errorf("%w: request %d repeats the key and limit of request %d", sluice.ErrInvalidKey, i, j)
+			return fmt.Errorf("%w: request %d repeats the key and limit of request %d", sluice.ErrInvalidKey, i, j)
 		}
 		seen[id] = i
 		li := s.info(r.Limit)
@@ -575,7 +592,7 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 			if sl := idSlot(r.Key); sl != first {
 				// The keys themselves stay out of the message: they may be identities
 				// that must not reach logs.
-				return nil, fmt.Errorf("redisstore: %w: requests 0 and %d are in different cluster slots (%d and %d)",
+				return fmt.Errorf("redisstore: %w: requests 0 and %d are in different cluster slots (%d and %d)",
 					sluice.ErrNotAtomic, i, first, sl)
 			}
 		}
@@ -584,14 +601,13 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 	c.items = items
 	c.res = make([]algo.Result, len(items))
 	if err := s.submit(ctx, cn, c); err != nil {
-		return nil, err
+		return err
 	}
-	out := make([]sluice.Decision, len(reqs))
 	for i, r := range c.res {
 		out[i] = r.Decision(reqs[i].Limit)
 	}
 	putCall(c)
-	return out, nil
+	return nil
 }
 
 // Reset implements sluice.Limiter: it deletes key's state under limit.
@@ -613,15 +629,13 @@ func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error
 	return nil
 }
 
+// wrap describes a failed call to Redis and classifies it (see failed).
 func wrap(what string, err error) error {
-	return fmt.Errorf("redisstore: %s: %w", what, err)
+	return failed(fmt.Errorf("redisstore: %s: %w", what, err))
 }
 
 func errorf(format string, args ...any) error {
 	return errors.New("redisstore: " + fmt.Sprintf(format, args...))
 }
 
-var (
-	_ sluice.Limiter      = (*Store)(nil)
-	_ sluice.MultiLimiter = (*Store)(nil)
-)
+var _ sluice.Limiter = (*Store)(nil)

@@ -116,7 +116,7 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("%s: err = %v, want %v", tt.name, err, tt.want)
 		}
 	}
-	if _, err := s.AllowMulti(ctx, []sluice.Request{{Key: "k", Limit: ok, N: 1}, {Key: "k", Limit: ok, N: 1}}); !errors.Is(err, sluice.ErrInvalidKey) {
+	if _, err := sluice.AllowMulti(ctx, s, []sluice.Request{{Key: "k", Limit: ok, N: 1}, {Key: "k", Limit: ok, N: 1}}); !errors.Is(err, sluice.ErrInvalidKey) {
 		t.Errorf("repeated request: err = %v, want ErrInvalidKey", err)
 	}
 	if n := srv.MustDo("DBSIZE"); n != "0" {
@@ -155,7 +155,7 @@ func TestClose(t *testing.T) {
 	if _, err := s.AllowN(ctx, "k", sluice.PerSecond(1), 1); !errors.Is(err, sluice.ErrClosed) {
 		t.Errorf("after Close: %v, want ErrClosed", err)
 	}
-	if _, err := s.AllowMulti(ctx, []sluice.Request{{Key: "k", Limit: sluice.PerSecond(1), N: 1}}); !errors.Is(err, sluice.ErrClosed) {
+	if _, err := sluice.AllowMulti(ctx, s, []sluice.Request{{Key: "k", Limit: sluice.PerSecond(1), N: 1}}); !errors.Is(err, sluice.ErrClosed) {
 		t.Errorf("AllowMulti after Close: %v, want ErrClosed", err)
 	}
 	if err := s.Close(); err != nil {
@@ -318,7 +318,7 @@ func TestNewLeavesTheClientOpen(t *testing.T) {
 	if _, err := s.AllowN(ctx, "owned-by-caller", l, 1); !errors.Is(err, sluice.ErrClosed) {
 		t.Errorf("after Close: %v, want ErrClosed", err)
 	}
-	if _, err := s.AllowMulti(ctx, []sluice.Request{{Key: "k", Limit: l, N: 1}}); !errors.Is(err, sluice.ErrClosed) {
+	if _, err := sluice.AllowMulti(ctx, s, []sluice.Request{{Key: "k", Limit: l, N: 1}}); !errors.Is(err, sluice.ErrClosed) {
 		t.Errorf("AllowMulti after Close: %v, want ErrClosed", err)
 	}
 	if got, err := client.Do(ctx, client.B().Ping().Build()).ToString(); err != nil || got != "PONG" {

@@ -295,7 +295,7 @@ func (g *Global) entry(key string, limit sluice.Limit) (*entry, bool) {
 	return e, true
 }
 
-// AllowN implements sluice.Limiter. A limit this node has not seen recently waits for one
+// AllowN is Decide of one request. A limit this node has not seen recently waits for one
 // sync (triggered at once) before its first decision; every other decision is in process.
 // Decisions made while the shared Redis is unreachable have Path sluice.PathLocal.
 func (g *Global) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
@@ -320,6 +320,13 @@ func (g *Global) AllowN(ctx context.Context, key string, limit sluice.Limit, n i
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := g.now()
+	d, _ := g.decideLocked(e, limit, n, now, true)
+	return d, nil
+}
+
+// decideLocked decides n units of e at now, e.mu held: it reports whether they fit and,
+// when they do and commit is set, spends them.
+func (g *Global) decideLocked(e *entry, limit sluice.Limit, n, now int64, commit bool) (sluice.Decision, bool) {
 	g.fence(e, now)
 	e.refill(now)
 	e.seen = now
@@ -329,9 +336,10 @@ func (g *Global) AllowN(ctx context.Context, key string, limit sluice.Limit, n i
 	if e.failed {
 		d.Path = sluice.PathLocal
 	}
-	if e.credit >= need {
+	fits := e.credit >= need
+	if fits {
 		d.Allowed = true
-		if n > 0 {
+		if n > 0 && commit {
 			e.credit -= need
 			e.demand += n
 			e.admitted += n
@@ -340,7 +348,9 @@ func (g *Global) AllowN(ctx context.Context, key string, limit sluice.Limit, n i
 			}
 		}
 	} else {
-		e.demand += n
+		if commit {
+			e.demand += n
+		}
 		wait := e.timeTo(need)
 		if wait < 0 {
 			wait = g.interval.Microseconds() // only a larger share will do: try after a sync
@@ -351,7 +361,7 @@ func (g *Global) AllowN(ctx context.Context, key string, limit sluice.Limit, n i
 	if r := e.timeTo(e.capOf(e.share)); r > 0 {
 		d.ResetAfter = time.Duration(r) * time.Microsecond
 	}
-	return d, nil
+	return d, fits
 }
 
 // Reset implements sluice.Limiter: it forgets this node's state for key under limit (its
@@ -525,4 +535,4 @@ func (g *Global) sync() {
 	}
 }
 
-var _ sluice.Limiter = (*Global)(nil)
+

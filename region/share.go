@@ -2,7 +2,6 @@ package region
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/sluicehq/sluice"
@@ -23,9 +22,7 @@ import (
 // headers built from them describe the region's share). A cost above the scaled MaxCost is
 // an error wrapping sluice.ErrCostExceedsLimit from the inner limiter.
 //
-// Share also implements sluice.MultiLimiter and sluice.Reserver by scaling and passing
-// through, returning an error that wraps errors.ErrUnsupported when the inner limiter does
-// not.
+// Several limits at once, reservations and resets are scaled and passed through.
 type Share struct {
 	inner sluice.Limiter
 	ppm   int64
@@ -59,12 +56,25 @@ func Scale(l sluice.Limit, ppm int64) sluice.Limit {
 // Limit returns the limit Share applies for l.
 func (s *Share) Limit(l sluice.Limit) sluice.Limit { return Scale(l, s.ppm) }
 
-// AllowN implements sluice.Limiter under the scaled limit.
-func (s *Share) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
-	if err := limit.Validate(); err != nil {
-		return sluice.Decision{}, err
+// Decide implements sluice.Limiter under the scaled limits.
+func (s *Share) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
+	var buf [4]sluice.Request
+	scaled := append(buf[:0], reqs...)
+	for i := range scaled {
+		if err := scaled[i].Limit.Validate(); err != nil {
+			if len(reqs) == 1 {
+				return sluice.Report{Kind: sluice.KindBadInput}, err
+			}
+			return sluice.Report{Kind: sluice.KindBadInput}, fmt.Errorf("request %d: %w", i, err)
+		}
+		scaled[i].Limit = s.Limit(scaled[i].Limit)
 	}
-	return s.inner.AllowN(ctx, key, s.Limit(limit), n)
+	return s.inner.Decide(ctx, scaled, ds)
+}
+
+// AllowN is Decide of one request.
+func (s *Share) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
+	return sluice.AllowN(ctx, s, key, limit, n)
 }
 
 // Reset implements sluice.Limiter: it resets key's state under the scaled limit.
@@ -75,36 +85,12 @@ func (s *Share) Reset(ctx context.Context, key string, limit sluice.Limit) error
 	return s.inner.Reset(ctx, key, s.Limit(limit))
 }
 
-// AllowMulti implements sluice.MultiLimiter under the scaled limits.
-func (s *Share) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice.Decision, error) {
-	m, ok := s.inner.(sluice.MultiLimiter)
-	if !ok {
-		return nil, fmt.Errorf("region: %T cannot decide several limits atomically: %w", s.inner, errors.ErrUnsupported)
-	}
-	scaled := make([]sluice.Request, len(reqs))
-	for i, r := range reqs {
-		if err := r.Limit.Validate(); err != nil {
-			return nil, fmt.Errorf("request %d: %w", i, err)
-		}
-		scaled[i] = sluice.Request{Key: r.Key, Limit: s.Limit(r.Limit), N: r.N}
-	}
-	return m.AllowMulti(ctx, scaled)
-}
-
-// Reserve implements sluice.Reserver under the scaled limit.
+// Reserve implements sluice.Limiter under the scaled limit.
 func (s *Share) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
-	r, ok := s.inner.(sluice.Reserver)
-	if !ok {
-		return sluice.Reservation{}, fmt.Errorf("region: %T cannot reserve: %w", s.inner, errors.ErrUnsupported)
-	}
 	if err := limit.Validate(); err != nil {
 		return sluice.Reservation{}, err
 	}
-	return r.Reserve(ctx, key, s.Limit(limit), n)
+	return s.inner.Reserve(ctx, key, s.Limit(limit), n)
 }
 
-var (
-	_ sluice.Limiter      = (*Share)(nil)
-	_ sluice.MultiLimiter = (*Share)(nil)
-	_ sluice.Reserver     = (*Share)(nil)
-)
+var _ sluice.Limiter = (*Share)(nil)

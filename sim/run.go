@@ -398,7 +398,7 @@ func runOne(ctx context.Context, store StoreFunc, p Pattern, a sluice.Algorithm,
 				continue // something was admitted since: the Retry-After no longer applies
 			}
 			clock.us.Store(pr.at)
-			d, err := lim.AllowN(ctx, keyNames[pr.key], limit, 0)
+			d, err := sluice.AllowN(ctx, lim, keyNames[pr.key], limit, 0)
 			if err != nil {
 				return fmt.Errorf("sim: %s under %v: %w", p.Name, a, err)
 			}
@@ -445,7 +445,7 @@ func runOne(ctx context.Context, store StoreFunc, p Pattern, a sluice.Algorithm,
 		}
 
 		clock.us.Store(t)
-		d, err := lim.AllowN(ctx, keyNames[arr.Key], limit, 1)
+		d, err := sluice.AllowN(ctx, lim, keyNames[arr.Key], limit, 1)
 		if err != nil {
 			return Result{}, fmt.Errorf("sim: %s under %v: %w", p.Name, a, err)
 		}

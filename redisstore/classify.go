@@ -1,0 +1,151 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+
+	"github.com/sluicehq/sluice"
+)
+
+// failed returns err, a failure of a call to Redis, as a sluice.StoreError of the kind
+// classify gives it: what the layers above read (sluice.KindOf) to choose a failure mode.
+func failed(err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *sluice.StoreError
+	if errors.As(err, &se) {
+		return err
+	}
+	return &sluice.StoreError{Kind: classify(err), Err: err}
+}
+
+// redisCodes maps the first word of a Redis error reply to its Kind.
+var redisCodes = map[string]sluice.ErrorKind{
+	"BUSY":        sluice.KindBusy,
+	"OOM":         sluice.KindOOM,
+	"LOADING":     sluice.KindLoading,
+	"READONLY":    sluice.KindReadOnly,
+	"MASTERDOWN":  sluice.KindReadOnly,
+	"CLUSTERDOWN": sluice.KindClusterDown,
+	"MOVED":       sluice.KindRedirect,
+	"ASK":         sluice.KindRedirect,
+	"TRYAGAIN":    sluice.KindRedirect,
+	"NOSCRIPT":    sluice.KindNoScript,
+}
+
+// classify returns the kind of an error of a call to Redis: a Redis error reply by its
+// leading code (BUSY, OOM, LOADING, READONLY, MASTERDOWN, CLUSTERDOWN, MOVED, ASK,
+// TRYAGAIN, NOSCRIPT), whether the reply is an error of its own in the chain or quoted
+// in a message after ": "; network errors (timeouts, refused, reset, EOF); rueidis's own
+// connection errors; context errors. Anything else is sluice.KindOther.
+//
+// MOVED, ASK and TRYAGAIN are followed by the cluster client itself, so one that
+// surfaces is a storm that did not settle; NOSCRIPT is healed by the store itself, so one
+// that surfaces could not be.
+func classify(err error) sluice.ErrorKind {
+	if err == nil {
+		return ""
+	}
+	if k := sluice.KindOf(err); k == sluice.KindBadInput || k == sluice.KindClosed {
+		return k
+	}
+	// A Redis reply is the most specific information: look for it first, as a store may
+	// wrap it in a context or network error and vice versa.
+	if k := redisKind(err); k != "" {
+		return k
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
+		return sluice.KindTimeout
+	case errors.Is(err, context.Canceled):
+		return sluice.KindCanceled
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EHOSTUNREACH),
+		errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EADDRNOTAVAIL):
+		return sluice.KindRefused
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNABORTED),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
+		return sluice.KindReset
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return sluice.KindTimeout
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return sluice.KindRefused
+	}
+	// Clients that report connection loss with their own error values (rueidis:
+	// "rueidis client is closing or unable to connect redis").
+	msg := err.Error()
+	if strings.Contains(msg, "unable to connect") || strings.Contains(msg, "connection refused") {
+		return sluice.KindRefused
+	}
+	if strings.Contains(msg, "connection reset") || strings.Contains(msg, "broken pipe") {
+		return sluice.KindReset
+	}
+	return sluice.KindOther
+}
+
+// redisKind finds a Redis error code in err's chain.
+func redisKind(err error) sluice.ErrorKind {
+	var found sluice.ErrorKind
+	walk(err, func(e error) bool {
+		msg := e.Error()
+		if k := codeKind(msg); k != "" {
+			found = k
+			return false
+		}
+		return true
+	})
+	if found != "" {
+		return found
+	}
+	// A store that formatted the reply into its message with %v rather than %w.
+	msg := err.Error()
+	for i := strings.Index(msg, ": "); i >= 0; {
+		msg = msg[i+2:]
+		if k := codeKind(msg); k != "" {
+			return k
+		}
+		i = strings.Index(msg, ": ")
+	}
+	return ""
+}
+
+// codeKind returns the Kind of a message that starts with a Redis error code.
+func codeKind(msg string) sluice.ErrorKind {
+	end := strings.IndexByte(msg, ' ')
+	if end < 0 {
+		end = len(msg)
+	}
+	return redisCodes[msg[:end]]
+}
+
+// walk calls f on err and every error in its chain, depth first, until f returns false.
+func walk(err error, f func(error) bool) bool {
+	for err != nil {
+		if !f(err) {
+			return false
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if !walk(e, f) {
+					return false
+				}
+			}
+			return true
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		default:
+			return true
+		}
+	}
+	return true
+}
