@@ -80,7 +80,7 @@ func (s *faultyStore) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]
 	if err := s.before(); err != nil {
 		return nil, err
 	}
-	return s.Store.AllowMulti(ctx, reqs)
+	return sluice.AllowMulti(ctx, s.Store, reqs)
 }
 
 func (s *faultyStore) Reset(ctx context.Context, key string, limit sluice.Limit) error {
@@ -362,7 +362,7 @@ func TestBadInputIsNeverFailedOpen(t *testing.T) {
 	// and does not trip a breaker that opens on the first failure.
 	reqs := []sluice.Request{{Key: "k", Limit: sluice.PerSecond(5), N: 1}, {Key: "k", Limit: sluice.PerSecond(5), N: 1}}
 	for i := 0; i < 3; i++ {
-		if _, err := l.AllowMulti(ctx, reqs); !sluice.IsBadInput(err) {
+		if _, err := sluice.AllowMulti(ctx, l, reqs); !sluice.IsBadInput(err) {
 			t.Fatalf("duplicate batch: %v, want bad input", err)
 		}
 	}
@@ -562,14 +562,14 @@ func TestAllowMulti(t *testing.T) {
 	}
 	t.Run("store", func(t *testing.T) {
 		l := newLimiter(t, newFaultyStore(t))
-		ds, err := l.AllowMulti(ctx, reqs)
+		ds, err := sluice.AllowMulti(ctx, l, reqs)
 		if err != nil || len(ds) != 2 || !ds[0].Allowed || ds[1].Remaining != 99 || ds[0].Path != sluice.PathStore {
 			t.Fatalf("%+v, %v", ds, err)
 		}
 	})
 	t.Run("not atomic without a MultiLimiter primary", func(t *testing.T) {
 		l := newLimiter(t, struct{ sluice.Limiter }{memoryStore(t)})
-		if _, err := l.AllowMulti(ctx, reqs); !errors.Is(err, sluice.ErrNotAtomic) {
+		if _, err := sluice.AllowMulti(ctx, l, reqs); !errors.Is(err, sluice.ErrNotAtomic) {
 			t.Fatalf("%v, want ErrNotAtomic", err)
 		}
 	})
@@ -597,7 +597,7 @@ func TestAllowMulti(t *testing.T) {
 			l := newLimiter(t, store, modes(tt.m0, tt.m1))
 			allowed := 0
 			for i := 0; i < 8; i++ {
-				ds, err := l.AllowMulti(ctx, reqs)
+				ds, err := sluice.AllowMulti(ctx, l, reqs)
 				if tt.wantPath == sluice.PathClosed {
 					if !errors.Is(err, sluice.ErrStoreUnavailable) {
 						t.Fatalf("closed: %v", err)

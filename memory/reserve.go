@@ -78,5 +78,3 @@ type updater interface {
 	// algorithm's reservation runs on them.
 	params() algo.Params
 }
-
-

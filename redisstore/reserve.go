@@ -118,5 +118,3 @@ func (s *Store) cancel(ctx context.Context, k string, li *limitInfo, r algo.Rese
 	}
 	return ok == 1, nil
 }
-
-
