@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -71,10 +72,10 @@ type Store struct {
 	// the failover package.
 	Deadline time.Duration
 	// FailureMode is the default failure mode of policies and domains that set none;
-	// FailureUnset leaves the choice to the service (its --failure-mode flag).
-	FailureMode FailureMode
+	// sluice.FailInherit leaves the choice to the service (its --failure-mode flag).
+	FailureMode sluice.FailureMode
 	// LocalShare is the default share of a limit given to the in-process fallback in
-	// FailLocal mode, in (0, 1]; 0 means the failover package's default.
+	// sluice.FailLocal mode, in (0, 1]; 0 means the failover package's default.
 	LocalShare float64
 	// DenyCache is deny_cache: the cache of the store's denials in front of it
 	// (package denycache). The zero value leaves the service's defaults.
@@ -148,42 +149,6 @@ type Identity struct {
 
 // DefaultIPv6Prefix is Identity.IPv6Prefix when the file sets none.
 const DefaultIPv6Prefix = 64
-
-// FailureMode says what a policy does when the store cannot decide. The zero value,
-// FailureUnset, inherits: a policy inherits Store.FailureMode, and the service's default
-// applies when that is unset too.
-type FailureMode uint8
-
-const (
-	FailureUnset FailureMode = iota
-	// FailOpen allows requests without consulting the store.
-	FailOpen
-	// FailClosed denies them (HTTP 503, not 429).
-	FailClosed
-	// FailLocal decides them with an in-process limiter holding a share of the limit.
-	FailLocal
-)
-
-var failureNames = [...]string{"", "open", "closed", "local"}
-
-// String returns "open", "closed", "local", or "" for FailureUnset.
-func (m FailureMode) String() string {
-	if int(m) < len(failureNames) {
-		return failureNames[m]
-	}
-	return fmt.Sprintf("failure_mode(%d)", uint8(m))
-}
-
-// ParseFailureMode parses "open", "closed" or "local" (case-insensitive).
-func ParseFailureMode(s string) (FailureMode, error) {
-	norm := strings.ToLower(strings.TrimSpace(s))
-	for i, name := range failureNames {
-		if i > 0 && norm == name {
-			return FailureMode(i), nil
-		}
-	}
-	return FailureUnset, fmt.Errorf("unknown failure mode %q (want open, closed or local)", s)
-}
 
 // File is one configuration file's name and content, for Parse.
 type File struct {
@@ -405,10 +370,10 @@ func (m *merger) addSluiceFile(d *decoder, sf *sluiceFile) {
 func (m *merger) finish() {
 	c := m.cfg
 	for _, p := range c.Policies {
-		if p.FailureMode == FailureUnset {
+		if p.FailureMode == sluice.FailInherit {
 			p.FailureMode = c.Store.FailureMode
 		}
-		if p.LocalShare == 0 && p.FailureMode == FailLocal {
+		if p.LocalShare == 0 && p.FailureMode == sluice.FailLocal {
 			p.LocalShare = c.Store.LocalShare
 		}
 	}

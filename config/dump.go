@@ -89,7 +89,7 @@ func (c *Config) Dump() ([]byte, error) {
 	if c.Store.Deadline > 0 {
 		view.Store.Deadline = c.Store.Deadline.String()
 	}
-	view.Store.FailureMode = c.Store.FailureMode.String()
+	view.Store.FailureMode = modeName(c.Store.FailureMode)
 	view.Store.LocalShare = c.Store.LocalShare
 	if dc := c.Store.DenyCache; dc != (DenyCache{}) {
 		view.Store.DenyCache = &denyCacheView{Off: dc.Off, MaxBytes: dc.MaxBytes}
@@ -109,7 +109,7 @@ func (c *Config) Dump() ([]byte, error) {
 	for _, p := range c.Policies {
 		pv := policyView{
 			Name: p.Name, Source: p.Pos.String(), Limit: lv(p.Limit), Key: p.Key.Type.String(), KeyHeader: p.Key.Header,
-			Shadow: p.Shadow, FailureMode: p.FailureMode.String(), LocalShare: p.LocalShare,
+			Shadow: p.Shadow, FailureMode: modeName(p.FailureMode), LocalShare: p.LocalShare,
 			TierHeader: p.TierHeader, DefaultTier: p.DefaultTier, OverrideCount: len(p.Overrides),
 		}
 		for _, t := range p.Tiers {
@@ -155,4 +155,12 @@ type denyCacheView struct {
 	Off      bool   `json:"off,omitempty"`
 	MaxBytes int64  `json:"max_bytes,omitempty"`
 	MaxAge   string `json:"max_age,omitempty"`
+}
+
+// modeName is a failure mode as the configuration writes it: "" when it inherits.
+func modeName(m sluice.FailureMode) string {
+	if m == sluice.FailInherit {
+		return ""
+	}
+	return m.String()
 }

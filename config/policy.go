@@ -33,9 +33,9 @@ type Policy struct {
 	// Shadow: decide, log and send headers, but never block.
 	Shadow bool
 	// FailureMode is the policy's mode, or the store's default when the policy sets none;
-	// FailureUnset when neither does (the service's default applies).
-	FailureMode FailureMode
-	// LocalShare is the share of the limit given to the in-process fallback in FailLocal
+	// sluice.FailInherit when neither does (the service's default applies).
+	FailureMode sluice.FailureMode
+	// LocalShare is the share of the limit given to the in-process fallback in sluice.FailLocal
 	// mode, in (0, 1]: local_share, or 1/expected_nodes, or the store's default; 0 lets
 	// the failover package choose.
 	LocalShare float64
@@ -280,10 +280,10 @@ func (d *decoder) denyCache(n *yaml.Node, path string) DenyCache {
 }
 
 // failure reads failure_mode, local_share and expected_nodes of o.
-func (d *decoder) failure(o *object) (mode FailureMode, share float64, nodes int) {
+func (d *decoder) failure(o *object) (mode sluice.FailureMode, share float64, nodes int) {
 	if v, ok := o.get("failure_mode"); ok {
 		s, _ := d.str(v, o.field("failure_mode"))
-		m, err := ParseFailureMode(s)
+		m, err := sluice.ParseFailureMode(s)
 		if err != nil {
 			d.errorf(v, o.field("failure_mode"), "%v", err)
 		}
@@ -308,7 +308,7 @@ func (d *decoder) failure(o *object) (mode FailureMode, share float64, nodes int
 			share = 1 / float64(v)
 		}
 	}
-	if (hasShare || hasNodes) && mode != FailureUnset && mode != FailLocal {
+	if (hasShare || hasNodes) && mode != sluice.FailInherit && mode != sluice.FailLocal {
 		n, f := vs, "local_share"
 		if !hasShare {
 			n, f = vn, "expected_nodes"
@@ -677,7 +677,7 @@ func validHeaderName(s string) bool {
 func checkInherited(c *Config) Errors {
 	var errs Errors
 	for _, p := range c.Policies {
-		if p.localShareNode != nil && p.FailureMode != FailLocal && p.FailureMode != FailureUnset {
+		if p.localShareNode != nil && p.FailureMode != sluice.FailLocal && p.FailureMode != sluice.FailInherit {
 			errs = append(errs, &Error{
 				Pos:   Position{File: p.Pos.File, Line: p.localShareNode.Line, Column: p.localShareNode.Column},
 				Field: p.localShareField,

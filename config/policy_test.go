@@ -22,7 +22,7 @@ func TestTestdataPolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Store.RedisURL != "redis://127.0.0.1:6379/0" || c.Store.Deadline != 5*time.Millisecond ||
-		c.Store.FailureMode != FailLocal || c.Store.LocalShare != 0.25 ||
+		c.Store.FailureMode != sluice.FailLocal || c.Store.LocalShare != 0.25 ||
 		c.Store.DenyCache != (DenyCache{MaxBytes: 16 << 20, MaxAge: time.Second}) {
 		t.Errorf("store %+v", c.Store)
 	}
@@ -42,12 +42,12 @@ func TestTestdataPolicies(t *testing.T) {
 		t.Fatal("per-ip missing")
 	}
 	if perIP.Limit != (sluice.Limit{Algorithm: sluice.SlidingWindow, Rate: 100, Period: time.Minute}) ||
-		perIP.Key != (KeySource{Type: KeyIP}) || perIP.FailureMode != FailLocal || perIP.LocalShare != 0.25 {
+		perIP.Key != (KeySource{Type: KeyIP}) || perIP.FailureMode != sluice.FailLocal || perIP.LocalShare != 0.25 {
 		t.Errorf("per-ip %+v", perIP)
 	}
 
 	api, _ := c.Policy("api")
-	if api.Key != (KeySource{Type: KeyAPIKey, Header: "X-API-Key"}) || api.FailureMode != FailClosed || api.LocalShare != 0 {
+	if api.Key != (KeySource{Type: KeyAPIKey, Header: "X-API-Key"}) || api.FailureMode != sluice.FailClosed || api.LocalShare != 0 {
 		t.Errorf("api key %+v mode %v share %v", api.Key, api.FailureMode, api.LocalShare)
 	}
 	gcra := func(rate int64, period time.Duration, burst int64) sluice.Limit {
@@ -93,7 +93,7 @@ func TestTestdataPolicies(t *testing.T) {
 	}
 
 	shadow, _ := c.Policy("user-shadow")
-	if !shadow.Shadow || shadow.Key != (KeySource{Type: KeyUser, Header: "X-User-ID"}) || shadow.FailureMode != FailLocal || shadow.LocalShare != 0.5 {
+	if !shadow.Shadow || shadow.Key != (KeySource{Type: KeyUser, Header: "X-User-ID"}) || shadow.FailureMode != sluice.FailLocal || shadow.LocalShare != 0.5 {
 		t.Errorf("user-shadow %+v", shadow)
 	}
 	if _, ok := perIP.Route(httptest.NewRequest("GET", "/", nil)); ok {

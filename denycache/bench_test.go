@@ -14,8 +14,14 @@ import (
 // denyAll denies every request for an hour.
 type denyAll struct{}
 
-func (denyAll) AllowN(_ context.Context, _ string, l sluice.Limit, _ int64) (sluice.Decision, error) {
-	return sluice.Decision{Limit: l, RetryAfter: time.Hour}, nil
+func (denyAll) Decide(_ context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
+	for i := range reqs {
+		ds[i] = sluice.Decision{Limit: reqs[i].Limit, RetryAfter: time.Hour}
+	}
+	return sluice.Report{StoreCalled: true}, nil
+}
+func (denyAll) Reserve(_ context.Context, _ string, l sluice.Limit, n int64) (sluice.Reservation, error) {
+	return sluice.Reservation{Limit: l, N: n, Delay: time.Hour}, nil
 }
 func (denyAll) Reset(context.Context, string, sluice.Limit) error { return nil }
 
@@ -76,7 +82,9 @@ func BenchmarkMiss(b *testing.B) {
 	big := sluice.Limit{Rate: 1e6, Period: time.Second, Burst: 1e9}
 	for _, bc := range []struct {
 		name string
-		lim  sluice.Limiter
+		lim  interface {
+			AllowN(context.Context, string, sluice.Limit, int64) (sluice.Decision, error)
+		}
 	}{{"cache", c}, {"store-alone", m}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()

@@ -24,14 +24,9 @@ type counting struct {
 	calls atomic.Int64
 }
 
-func (c *counting) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
+func (c *counting) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
 	c.calls.Add(1)
-	return c.Limiter.AllowN(ctx, key, limit, n)
-}
-
-func (c *counting) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice.Decision, error) {
-	c.calls.Add(1)
-	return c.Limiter.(sluice.MultiLimiter).AllowMulti(ctx, reqs)
+	return c.Limiter.Decide(ctx, reqs, ds)
 }
 
 // setup returns a Cache over a memory store, the store (counting its calls) and their
@@ -305,25 +300,33 @@ type gated struct {
 	entered, release chan struct{}
 }
 
-func (g *gated) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
-	d, err := g.Limiter.AllowN(ctx, key, limit, n)
+func (g *gated) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
+	rep, err := g.Limiter.Decide(ctx, reqs, ds)
 	if g.gate.Load() {
 		g.entered <- struct{}{}
 		<-g.release
 	}
-	return d, err
+	return rep, err
 }
 
-// fixed answers every request with one decision or error.
+// fixed answers every request of one limit with one decision or error. It cannot decide
+// several limits at once: a request of more is an error wrapping sluice.ErrNotAtomic.
 type fixed struct {
 	d     sluice.Decision
 	err   error
 	calls atomic.Int64
 }
 
-func (f *fixed) AllowN(context.Context, string, sluice.Limit, int64) (sluice.Decision, error) {
+func (f *fixed) Decide(_ context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
 	f.calls.Add(1)
-	return f.d, f.err
+	if len(reqs) != 1 {
+		return sluice.Report{Kind: sluice.KindNotAtomic}, fmt.Errorf("fixed: %d limits: %w", len(reqs), sluice.ErrNotAtomic)
+	}
+	ds[0] = f.d
+	return sluice.Report{StoreCalled: true}, f.err
+}
+func (f *fixed) Reserve(context.Context, string, sluice.Limit, int64) (sluice.Reservation, error) {
+	return sluice.Reservation{}, f.err
 }
 func (f *fixed) Reset(context.Context, string, sluice.Limit) error { return nil }
 
@@ -462,10 +465,108 @@ func TestAllowMulti(t *testing.T) {
 		t.Errorf("the second's limit alone: %+v", d)
 	}
 
-	plain := New(&fixed{})
+	// A limiter that cannot decide several limits at once says so; the Cache passes its
+	// error on and remembers nothing.
+	f := &fixed{d: sluice.Decision{Limit: perMin, RetryAfter: time.Minute}}
+	plain := New(f)
 	if _, err := sluice.AllowMulti(ctx, plain, batch); !errors.Is(err, sluice.ErrNotAtomic) {
-		t.Errorf("over a limiter without AllowMulti: %v, want ErrNotAtomic", err)
+		t.Errorf("over a limiter that cannot decide a batch atomically: %v, want ErrNotAtomic", err)
 	}
+	if f.calls.Load() != 1 || plain.Len() != 0 {
+		t.Errorf("%d calls, %d entries after ErrNotAtomic; want 1 and 0", f.calls.Load(), plain.Len())
+	}
+}
+
+// Reserve passes through to the inner limiter: the reservation is the store's (a twin
+// store fed the same calls makes the same one), it spends the store's quota and gives it
+// back on Cancel, its errors are the store's, and a remembered denial neither answers it
+// nor is forgotten by it.
+func TestReservePassesThrough(t *testing.T) {
+	ctx := context.Background()
+	c, inner, clk := setup(t)
+	twin := memory.New(memory.WithClock(clk.Now))
+	defer twin.Close()
+	limit := sluice.PerSecond(2)
+	for i := range 4 {
+		want, _ := twin.AllowN(ctx, "k", limit, 1)
+		if got, err := c.AllowN(ctx, "k", limit, 1); err != nil || got.Allowed != want.Allowed || got.RetryAfter != want.RetryAfter {
+			t.Fatalf("request %d: %+v, %v; the store says %+v", i, got, err, want)
+		}
+	}
+	if d, _ := c.AllowN(ctx, "k", limit, 1); d.Path != sluice.PathCache || c.Len() != 1 {
+		t.Fatalf("the denial is not remembered: %+v, Len %d", d, c.Len())
+	}
+	calls := inner.calls.Load()
+	want, err := twin.Reserve(ctx, "k", limit, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Reserve(ctx, "k", limit, 1)
+	if err != nil || got.OK != want.OK || got.Limit != want.Limit || got.N != want.N || got.Delay != want.Delay {
+		t.Fatalf("Reserve through the cache: %+v, %v; the store alone: %+v", got, err, want)
+	}
+	if !got.OK || got.Delay != 500*time.Millisecond {
+		t.Fatalf("Reserve behind a full bucket: %+v, want OK after 500ms", got)
+	}
+	if n := inner.calls.Load() - calls; n != 0 {
+		t.Errorf("Reserve made %d decisions of the inner limiter", n)
+	}
+	if c.Len() != 1 {
+		t.Errorf("Len %d after Reserve, want the denial still held", c.Len())
+	}
+	// The store holds the reservation: a look at it sees the longer wait.
+	look := func() sluice.Decision {
+		t.Helper()
+		d, err := sluice.AllowN(ctx, inner.Limiter, "k", limit, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if d, w := look(), mustAllow(t, twin, "k", limit, 0); d != w || d.Allowed {
+		t.Fatalf("the store after the reservation: %+v, the twin %+v", d, w)
+	}
+	// Cancel goes to the store too, and gives the units back there.
+	wok, werr := want.Cancel(ctx)
+	if ok, err := got.Cancel(ctx); ok != wok || err != werr || !ok {
+		t.Fatalf("Cancel: %v, %v; the store alone: %v, %v", ok, err, wok, werr)
+	}
+	if d, w := look(), mustAllow(t, twin, "k", limit, 0); d != w {
+		t.Fatalf("the store after Cancel: %+v, the twin %+v", d, w)
+	}
+	// A deadline before the reserved instant: refused by the store, nothing spent.
+	dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if res, err := c.Reserve(dctx, "k", limit, 1); err != nil || res.OK || res.Delay != 500*time.Millisecond {
+		t.Fatalf("Reserve past the deadline: %+v, %v; want refused, 500ms", res, err)
+	}
+	// The store's errors come back as they are.
+	for _, tc := range []struct {
+		limit sluice.Limit
+		n     int64
+		want  error
+	}{
+		{sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 2, Period: time.Second}, 1, sluice.ErrInvalidLimit},
+		{limit, 3, sluice.ErrCostExceedsLimit},
+		{limit, -1, sluice.ErrInvalidCost},
+	} {
+		if _, err := c.Reserve(ctx, "k", tc.limit, tc.n); !errors.Is(err, tc.want) {
+			t.Errorf("Reserve(%v, %d): %v, want %v", tc.limit, tc.n, err, tc.want)
+		}
+	}
+	down := errors.New("connection refused")
+	if _, err := New(&fixed{err: down}).Reserve(ctx, "k", limit, 1); err != down {
+		t.Errorf("Reserve over a failing limiter: %v, want its error %v", err, down)
+	}
+}
+
+func mustAllow(t *testing.T, l sluice.Limiter, key string, limit sluice.Limit, n int64) sluice.Decision {
+	t.Helper()
+	d, err := sluice.AllowN(context.Background(), l, key, limit, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // 64 goroutines on one key, the clock standing still: exactly the burst is admitted, and

@@ -50,7 +50,7 @@ func BenchmarkOverhead(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				i := 0
 				for pb.Next() {
-					if d, err := lim.AllowN(ctx, keys[i&1023], limit, 1); err != nil || d.Path != sluice.PathStore {
+					if d, err := sluice.AllowN(ctx, lim, keys[i&1023], limit, 1); err != nil || d.Path != sluice.PathStore {
 						b.Error(d, err)
 						return
 					}

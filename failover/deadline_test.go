@@ -3,6 +3,7 @@ package failover
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,20 +109,36 @@ func TestSharedDeadlinesParent(t *testing.T) {
 	}
 }
 
-// TestNewReport: the Report of NewReport is the one the Limiter fills, and the context
-// keeps its parent's values.
-func TestNewReport(t *testing.T) {
+// TestInlineReport: an inline decision returns the Report of the failover decorator (the
+// store was called, the breaker's state), and the store's context keeps the caller's
+// values.
+func TestInlineReport(t *testing.T) {
 	parent := context.WithValue(context.Background(), ctxKey{}, "v")
-	ctx, rep := NewReport(parent)
-	if reportFrom(ctx) != rep || ctx.Value(ctxKey{}) != "v" {
-		t.Fatalf("reportFrom %p, want %p; value %v", reportFrom(ctx), rep, ctx.Value(ctxKey{}))
-	}
-	l := New(newFaultyStore(t), WithInlineCalls())
+	store := &valueStore{faultyStore: newFaultyStore(t)}
+	l := New(store, WithInlineCalls())
 	defer l.Close()
-	if _, err := l.AllowN(ctx, "k", sluice.PerSecond(1), 1); err != nil {
+	ds := make([]sluice.Decision, 1)
+	rep, err := l.Decide(parent, []sluice.Request{{Key: "k", Limit: sluice.PerSecond(1), N: 1}}, ds)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if !rep.Filled() || !rep.Called {
-		t.Errorf("report %+v", rep)
+	if !rep.StoreCalled || rep.Breaker != sluice.BreakerClosed || rep.Failure != nil || rep.Kind != "" || !ds[0].Allowed {
+		t.Errorf("report %+v, decision %+v", rep, ds[0])
 	}
+	if got := store.seen.Load(); got == nil || *got != "v" {
+		t.Errorf("the store's context carried %v, want the caller's value", got)
+	}
+}
+
+// valueStore records the value of ctxKey in the context of the last decision.
+type valueStore struct {
+	*faultyStore
+	seen atomic.Pointer[string]
+}
+
+func (s *valueStore) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
+	if v, ok := ctx.Value(ctxKey{}).(string); ok {
+		s.seen.Store(&v)
+	}
+	return s.faultyStore.Decide(ctx, reqs, ds)
 }

@@ -17,12 +17,15 @@ func Example() {
 	store := memory.New() // in production: a redisstore.Store
 	defer store.Close()
 
+	local := memory.New() // decides in FailLocal mode while the store is away
+	defer local.Close()
+
 	lim := failover.New(store,
 		// The default is 5ms; this example allows more so that its output never depends
 		// on how busy the machine is.
 		failover.WithDeadline(time.Second),
-		failover.WithDefaultMode(failover.FailLocal),
-		failover.WithLocalShare(1.0/3), // three nodes share the store
+		failover.WithDefault(sluice.Failure{Mode: sluice.FailLocal, Share: 1.0 / 3}), // three nodes share the store
+		failover.WithLocalLimiter(local),
 	)
 	defer lim.Close()
 
@@ -31,24 +34,29 @@ func Example() {
 	// Output: true store <nil> closed
 }
 
-// downStore is a store whose server refuses connections.
+// downStore is a store whose server refuses connections. Like the Redis store, it
+// classifies its failures itself (sluice.StoreError).
 type downStore struct{ sluice.Limiter }
 
-func (downStore) AllowN(context.Context, string, sluice.Limit, int64) (sluice.Decision, error) {
-	return sluice.Decision{}, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+func (downStore) Decide(context.Context, []sluice.Request, []sluice.Decision) (sluice.Report, error) {
+	err := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	return sluice.Report{StoreCalled: true, Kind: sluice.KindRefused}, &sluice.StoreError{Kind: sluice.KindRefused, Err: err}
 }
 
-// Each call chooses its failure mode through the context, as a front end does from the
+// Each request chooses its failure mode in its Failure, as a front end does from the
 // request's policy.
 func Example_modes() {
-	lim := failover.New(downStore{})
+	local := memory.New()
+	defer local.Close()
+	lim := failover.New(downStore{}, failover.WithLocalLimiter(local))
 	defer lim.Close()
 
 	limit := sluice.PerMinute(9)
-	for _, m := range []failover.Mode{failover.FailOpen, failover.FailClosed, failover.FailLocal} {
-		ctx := failover.WithFallback(context.Background(), failover.Fallback{Mode: m, Share: 1.0 / 3})
-		var rep failover.Report
-		d, err := lim.AllowN(failover.WithReport(ctx, &rep), "user:42", limit, 1)
+	for _, m := range []sluice.FailureMode{sluice.FailOpen, sluice.FailClosed, sluice.FailLocal} {
+		reqs := []sluice.Request{{Key: "user:42", Limit: limit, N: 1, Failure: sluice.Failure{Mode: m, Share: 1.0 / 3}}}
+		ds := make([]sluice.Decision, 1)
+		rep, err := lim.Decide(context.Background(), reqs, ds)
+		d := ds[0]
 		fmt.Printf("%-6v allowed=%v path=%v limit=%v kind=%v error=%v\n", m, d.Allowed, d.Path, d.Limit, rep.Kind, err)
 	}
 	// Output:

@@ -163,8 +163,15 @@ func (l *Limiter) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice
 		return sluice.Report{}, nil
 	}
 	a := call(l, ctx, true, decideArgs{l.primary, reqs, ds}, decide)
-	rep := a.v
-	rep.StoreCalled, rep.StoreLatency = a.called, a.latency
+	rep := a.v // what the layers below learned
+	switch {
+	case !a.called:
+		rep.StoreCalled = false
+	case a.failed || a.err != nil:
+		rep.StoreCalled, rep.StoreLatency = true, a.latency
+	case rep.StoreCalled && rep.StoreLatency == 0:
+		rep.StoreLatency = a.latency
+	}
 	rep.Breaker = l.state()
 	if !a.failed {
 		rep.Kind = sluice.KindOf(a.err)
@@ -270,7 +277,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, limit sluice.Limit, n
 	res, err := l.primary.Reserve(ctx, key, limit, n)
 	l.pending.Add(-1)
 	l.calls.Done()
-	brk, failed := judge(ctx, err)
+	brk, failed := judge(ctx, struct{}{}, err)
 	done(brk)
 	if failed {
 		return sluice.Reservation{}, unavailable(err)
@@ -353,7 +360,7 @@ func call[A, T any](l *Limiter, ctx context.Context, decision bool, a A, f func(
 			v, err = f(cctx, a)
 			cancel()
 		}
-		out := leaveInline[T](l, ctx, start, err, done)
+		out := leaveInline(l, ctx, start, v, err, done)
 		out.v = v
 		return out
 	}
@@ -431,11 +438,11 @@ func (l *Limiter) enter() (done func(error), probe bool, err error) {
 
 // leaveInline ends an inline store call that started at start and answered err: it
 // reports the call to the breaker and returns the attempt (without its value).
-func leaveInline[T any](l *Limiter, ctx context.Context, start time.Time, err error, done func(error)) attempt[T] {
+func leaveInline[T any](l *Limiter, ctx context.Context, start time.Time, v T, err error, done func(error)) attempt[T] {
 	l.pending.Add(-1)
 	l.calls.Done()
 	out := attempt[T]{called: true, latency: time.Since(start)}
-	brk, failed := judge(ctx, err)
+	brk, failed := judge(ctx, v, err)
 	done(brk)
 	if failed && errors.Is(err, context.DeadlineExceeded) {
 		err = deadlineError(l.deadline, err)
@@ -467,7 +474,7 @@ func callAsync[A, T any](l *Limiter, ctx context.Context, probe bool, start time
 		if probe {
 			// The probe's outcome is the store's, whenever it comes and whoever waits;
 			// but only an answer within the deadline shows the store can serve again.
-			brk, _ := judge(context.Background(), err)
+			brk, _ := judge(context.Background(), v, err)
 			if brk == nil && time.Since(start) > l.deadline {
 				brk = ErrDeadline
 			}
@@ -492,7 +499,7 @@ func callAsync[A, T any](l *Limiter, ctx context.Context, probe bool, start time
 	}
 	out := attempt[T]{v: r.v, err: r.err, called: true, latency: time.Since(start)}
 	var brk error
-	brk, out.failed = judge(ctx, r.err)
+	brk, out.failed = judge(ctx, r.v, r.err)
 	if !probe {
 		done(brk)
 	}
@@ -524,12 +531,17 @@ func giveUp[T any](l *Limiter, ctx context.Context, ch chan result[T], start tim
 	return result[T]{}, out
 }
 
-// judge returns what the breaker is told about a store call that answered err, and
+// judge returns what the breaker is told about a store call that answered v and err, and
 // whether err is a store failure. ctx is the caller's: an error caused by its own
-// cancellation or deadline says nothing about the store.
-func judge(ctx context.Context, err error) (brk error, failed bool) {
+// cancellation or deadline says nothing about the store. A decision that the layer below
+// answered without asking the store (a deny cache's, whose Report says so) says nothing
+// about the store either.
+func judge[T any](ctx context.Context, v T, err error) (brk error, failed bool) {
 	switch {
 	case err == nil:
+		if rep, ok := any(v).(sluice.Report); ok && !rep.StoreCalled {
+			return errExcluded, false
+		}
 		return nil, false
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		return errExcluded, false

@@ -4,13 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -69,18 +65,18 @@ func (s *faultyStore) before() error {
 	return nil
 }
 
-func (s *faultyStore) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
+func (s *faultyStore) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
 	if err := s.before(); err != nil {
-		return sluice.Decision{}, err
+		return sluice.Report{StoreCalled: true, Kind: sluice.KindOf(err)}, err
 	}
-	return s.Store.AllowN(ctx, key, limit, n)
+	return s.Store.Decide(ctx, reqs, ds)
 }
 
-func (s *faultyStore) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice.Decision, error) {
+func (s *faultyStore) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
 	if err := s.before(); err != nil {
-		return nil, err
+		return sluice.Reservation{}, err
 	}
-	return sluice.AllowMulti(ctx, s.Store, reqs)
+	return s.Store.Reserve(ctx, key, limit, n)
 }
 
 func (s *faultyStore) Reset(ctx context.Context, key string, limit sluice.Limit) error {
@@ -91,12 +87,17 @@ func (s *faultyStore) Reset(ctx context.Context, key string, limit sluice.Limit)
 }
 
 // redisReply is an error shaped like a Redis client's error reply (its message is the
-// reply, code first), wrapped the way a store wraps it.
+// reply, code first).
 type redisReply string
 
 func (e redisReply) Error() string { return string(e) }
 
-func storeErr(reply string) error { return fmt.Errorf("redisstore: decide: %w", redisReply(reply)) }
+// storeErr is a Redis error reply as a store returns it: wrapped with what failed, and
+// classified by the store itself (a *sluice.StoreError of kind k), as the Redis store
+// does. failover knows no store's error codes: it reads the kind with sluice.KindOf.
+func storeErr(k sluice.ErrorKind, reply string) error {
+	return &sluice.StoreError{Kind: k, Err: fmt.Errorf("redisstore: decide: %w", redisReply(reply))}
+}
 
 func newLimiter(t *testing.T, primary sluice.Limiter, opts ...Option) *Limiter {
 	t.Helper()
@@ -106,59 +107,39 @@ func newLimiter(t *testing.T, primary sluice.Limiter, opts ...Option) *Limiter {
 	return l
 }
 
-func TestClassify(t *testing.T) {
-	refused := func() error {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		_, err = net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			t.Fatal("dial to a closed port succeeded")
-		}
-		return fmt.Errorf("redisstore: decide: %w", err)
-	}()
+// decideOne decides one request with l and returns its decision and the Report.
+func decideOne(ctx context.Context, l sluice.Limiter, r sluice.Request) (sluice.Decision, sluice.Report, error) {
+	var ds [1]sluice.Decision
+	rep, err := l.Decide(ctx, []sluice.Request{r}, ds[:])
+	return ds[0], rep, err
+}
+
+// TestKinds: the causes failover records for decisions it makes without the store's
+// answer, and the errors it passes through, are classified by sluice.KindOf. (How a
+// store classifies its own failures is the store's test: redisstore's classify_test.go.)
+func TestKinds(t *testing.T) {
 	tests := []struct {
 		err  error
-		want Kind
+		want sluice.ErrorKind
 	}{
 		{nil, ""},
-		{fmt.Errorf("x: %w", sluice.ErrInvalidLimit), KindBadInput},
-		{fmt.Errorf("x: %w", sluice.ErrCostExceedsLimit), KindBadInput},
-		{fmt.Errorf("x: %w", sluice.ErrInvalidKey), KindBadInput},
-		{fmt.Errorf("x: %w", sluice.ErrNotAtomic), KindNotAtomic},
-		{fmt.Errorf("x: %w", sluice.ErrClosed), KindClosed},
-		{fmt.Errorf("x: %w", context.Canceled), KindCanceled},
-		{fmt.Errorf("x: %w", context.DeadlineExceeded), KindTimeout},
-		{fmt.Errorf("x: %w", os.ErrDeadlineExceeded), KindTimeout},
-		{ErrDeadline, KindTimeout},
-		{fmt.Errorf("%w: %w", ErrBreakerOpen, errors.New("circuit breaker is open")), KindBreakerOpen},
-		{ErrOverload, KindOverload},
-		{refused, KindRefused},
-		{fmt.Errorf("x: %w", &net.OpError{Op: "read", Err: os.NewSyscallError("read", syscall.ECONNRESET)}), KindReset},
-		{fmt.Errorf("x: %w", syscall.EPIPE), KindReset},
-		{fmt.Errorf("x: %w", io.EOF), KindReset},
-		{fmt.Errorf("x: %w", io.ErrUnexpectedEOF), KindReset},
-		{errors.New("rueidis client is closing or unable to connect redis"), KindRefused},
-		{storeErr("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."), KindBusy},
-		{storeErr("OOM command not allowed when used memory > 'maxmemory'."), KindOOM},
-		{storeErr("LOADING Redis is loading the dataset in memory"), KindLoading},
-		{storeErr("READONLY You can't write against a read only replica."), KindReadOnly},
-		{storeErr("MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."), KindReadOnly},
-		{storeErr("CLUSTERDOWN The cluster is down"), KindClusterDown},
-		{storeErr("MOVED 3999 127.0.0.1:6381"), KindRedirect},
-		{storeErr("ASK 3999 127.0.0.1:6381"), KindRedirect},
-		{storeErr("TRYAGAIN Multiple keys request during rehashing of slot"), KindRedirect},
-		{storeErr("NOSCRIPT No matching script. Please use EVAL."), KindNoScript},
-		// The reply formatted into a message rather than wrapped.
-		{fmt.Errorf("redisstore: decide: %v", "OOM command not allowed"), KindOOM},
-		// A reply that wraps a timeout is still the reply.
-		{errors.Join(redisReply("LOADING loading"), context.DeadlineExceeded), KindLoading},
-		{storeErr("ERR Error running script (call to f_x): @user_script:1: bad argument"), KindOther},
-		// A word that merely starts like a code is not one.
-		{storeErr("BUSYGROUP Consumer Group name already exists"), KindOther},
+		{fmt.Errorf("x: %w", sluice.ErrInvalidLimit), sluice.KindBadInput},
+		{fmt.Errorf("x: %w", sluice.ErrCostExceedsLimit), sluice.KindBadInput},
+		{fmt.Errorf("x: %w", sluice.ErrInvalidKey), sluice.KindBadInput},
+		{fmt.Errorf("x: %w", sluice.ErrNotAtomic), sluice.KindNotAtomic},
+		{fmt.Errorf("x: %w", sluice.ErrClosed), sluice.KindClosed},
+		{fmt.Errorf("x: %w", context.Canceled), sluice.KindCanceled},
+		{fmt.Errorf("x: %w", context.DeadlineExceeded), sluice.KindTimeout},
+		// failover's own causes.
+		{deadlineError(time.Second, nil), sluice.KindTimeout},
+		{deadlineError(time.Second, context.DeadlineExceeded), sluice.KindTimeout},
+		{fmt.Errorf("%w: %w", errBreakerOpen, errors.New("circuit breaker is open")), sluice.KindBreakerOpen},
+		{errOverload, sluice.KindOverload},
+		// A store's own classification passes through, however it is wrapped.
+		{storeErr(sluice.KindLoading, "LOADING Redis is loading the dataset in memory"), sluice.KindLoading},
+		{fmt.Errorf("x: %w", storeErr(sluice.KindBusy, "BUSY Redis is busy running a script.")), sluice.KindBusy},
+		// An error no store classified is a failure all the same.
+		{errors.New("something broke"), sluice.KindOther},
 	}
 	for _, tt := range tests {
 		name := "nil"
@@ -166,12 +147,12 @@ func TestClassify(t *testing.T) {
 			name = tt.err.Error()
 		}
 		t.Run(name, func(t *testing.T) {
-			if got := Classify(tt.err); got != tt.want {
-				t.Errorf("Classify(%v) = %q, want %q", tt.err, got, tt.want)
+			if got := sluice.KindOf(tt.err); got != tt.want {
+				t.Errorf("KindOf(%v) = %q, want %q", tt.err, got, tt.want)
 			}
 			failure := tt.want.IsFailure()
 			switch tt.want {
-			case "", KindBadInput, KindNotAtomic, KindCanceled, KindClosed:
+			case "", sluice.KindBadInput, sluice.KindNotAtomic, sluice.KindCanceled, sluice.KindClosed:
 				if failure {
 					t.Errorf("%q.IsFailure() = true", tt.want)
 				}
@@ -182,26 +163,30 @@ func TestClassify(t *testing.T) {
 			}
 		})
 	}
+	// The causes still match failover's sentinels.
+	if !errors.Is(deadlineError(time.Second, nil), ErrDeadline) || !errors.Is(errBreakerOpen, ErrBreakerOpen) || !errors.Is(errOverload, ErrOverload) {
+		t.Error("a cause does not wrap its sentinel")
+	}
 }
 
 func TestParseMode(t *testing.T) {
 	tests := []struct {
 		in   string
-		want Mode
+		want sluice.FailureMode
 		err  bool
 	}{
-		{"open", FailOpen, false}, {"OPEN", FailOpen, false}, {"fail_open", FailOpen, false},
-		{"closed", FailClosed, false}, {"fail-closed", FailClosed, false},
-		{"local", FailLocal, false}, {" local ", FailLocal, false},
-		{"", Unset, false}, {"allow", Unset, true}, {"deny", Unset, true},
+		{"open", sluice.FailOpen, false}, {"OPEN", sluice.FailOpen, false}, {"fail_open", sluice.FailOpen, false},
+		{"closed", sluice.FailClosed, false}, {"fail-closed", sluice.FailClosed, false},
+		{"local", sluice.FailLocal, false}, {" local ", sluice.FailLocal, false},
+		{"", sluice.FailInherit, false}, {"allow", sluice.FailInherit, true}, {"deny", sluice.FailInherit, true},
 	}
 	for _, tt := range tests {
-		got, err := ParseMode(tt.in)
+		got, err := sluice.ParseFailureMode(tt.in)
 		if got != tt.want || (err != nil) != tt.err {
-			t.Errorf("ParseMode(%q) = %v, %v; want %v, error %v", tt.in, got, err, tt.want, tt.err)
+			t.Errorf("ParseFailureMode(%q) = %v, %v; want %v, error %v", tt.in, got, err, tt.want, tt.err)
 		}
-		if err == nil && tt.want != Unset {
-			var m Mode
+		if err == nil && tt.want != sluice.FailInherit {
+			var m sluice.FailureMode
 			b, _ := tt.want.MarshalText()
 			if err := m.UnmarshalText(b); err != nil || m != tt.want {
 				t.Errorf("round trip of %v: %v, %v", tt.want, m, err)
@@ -239,51 +224,58 @@ func TestShareOf(t *testing.T) {
 }
 
 // TestModes checks what each mode decides when the store fails, and which rule picks the
-// mode and the share.
+// mode and the share: the request's Failure, then the limiter's default.
 func TestModes(t *testing.T) {
 	limit := sluice.PerMinute(10)
-	down := storeErr("LOADING Redis is loading the dataset in memory")
+	down := storeErr(sluice.KindLoading, "LOADING Redis is loading the dataset in memory")
 	tests := []struct {
-		name     string
-		opts     []Option
-		ctx      func(context.Context) context.Context
-		wantPath sluice.Path
-		wantRate int64 // for the local path
+		name      string
+		opts      []Option
+		failure   sluice.Failure // the request's
+		wantPath  sluice.Path
+		wantRate  int64   // for the local path
+		wantShare float64 // the Report's Fallback.Share, for the local path
 	}{
 		{name: "default is open", wantPath: sluice.PathOpen},
-		{name: "default mode closed", opts: []Option{WithDefaultMode(FailClosed)}, wantPath: sluice.PathClosed},
-		{name: "default mode local, whole limit", opts: []Option{WithDefaultMode(FailLocal)}, wantPath: sluice.PathLocal, wantRate: 10},
-		{name: "default local share", opts: []Option{WithDefaultMode(FailLocal), WithLocalShare(0.5)}, wantPath: sluice.PathLocal, wantRate: 5},
+		{name: "default mode closed", opts: []Option{WithDefault(sluice.Failure{Mode: sluice.FailClosed})}, wantPath: sluice.PathClosed},
+		{name: "default mode local, whole limit", opts: []Option{WithDefault(sluice.Failure{Mode: sluice.FailLocal})},
+			wantPath: sluice.PathLocal, wantRate: 10, wantShare: 1},
+		{name: "default local share", opts: []Option{WithDefault(sluice.Failure{Mode: sluice.FailLocal, Share: 0.5})},
+			wantPath: sluice.PathLocal, wantRate: 5, wantShare: 0.5},
 		{
-			name: "func overrides default",
-			opts: []Option{WithDefaultMode(FailOpen), WithFallbackFunc(func(_ context.Context, key string, _ sluice.Limit) Fallback {
-				return Fallback{Mode: FailLocal, Share: 0.2}
-			})},
-			wantPath: sluice.PathLocal, wantRate: 2,
+			name: "defaults set in two calls", opts: []Option{
+				WithDefault(sluice.Failure{Mode: sluice.FailLocal}), WithDefault(sluice.Failure{Share: 0.5})},
+			wantPath: sluice.PathLocal, wantRate: 5, wantShare: 0.5,
 		},
 		{
-			name: "context overrides func",
-			opts: []Option{WithFallbackFunc(func(context.Context, string, sluice.Limit) Fallback { return Fallback{Mode: FailOpen} })},
-			ctx: func(ctx context.Context) context.Context {
-				return WithFallback(ctx, Fallback{Mode: FailClosed})
-			},
+			name:     "request overrides default",
+			opts:     []Option{WithDefault(sluice.Failure{Mode: sluice.FailOpen})},
+			failure:  sluice.Failure{Mode: sluice.FailLocal, Share: 0.2},
+			wantPath: sluice.PathLocal, wantRate: 2, wantShare: 0.2,
+		},
+		{
+			name:     "request mode overrides default mode",
+			opts:     []Option{WithDefault(sluice.Failure{Mode: sluice.FailOpen, Share: 0.3})},
+			failure:  sluice.Failure{Mode: sluice.FailClosed},
 			wantPath: sluice.PathClosed,
 		},
 		{
-			name: "context mode, func share",
-			opts: []Option{WithFallbackFunc(func(context.Context, string, sluice.Limit) Fallback { return Fallback{Mode: FailOpen, Share: 0.3} })},
-			ctx: func(ctx context.Context) context.Context {
-				return WithFallback(ctx, Fallback{Mode: FailLocal})
-			},
-			wantPath: sluice.PathLocal, wantRate: 3,
+			name:     "request mode, default share",
+			opts:     []Option{WithDefault(sluice.Failure{Mode: sluice.FailOpen, Share: 0.3})},
+			failure:  sluice.Failure{Mode: sluice.FailLocal},
+			wantPath: sluice.PathLocal, wantRate: 3, wantShare: 0.3,
 		},
 		{
-			name: "context share out of range defers",
-			opts: []Option{WithLocalShare(0.5)},
-			ctx: func(ctx context.Context) context.Context {
-				return WithFallback(ctx, Fallback{Mode: FailLocal, Share: 7})
-			},
-			wantPath: sluice.PathLocal, wantRate: 5,
+			name:     "request share out of range defers",
+			opts:     []Option{WithDefault(sluice.Failure{Share: 0.5})},
+			failure:  sluice.Failure{Mode: sluice.FailLocal, Share: 7},
+			wantPath: sluice.PathLocal, wantRate: 5, wantShare: 0.5,
+		},
+		{
+			name:     "request mode out of range defers",
+			opts:     []Option{WithDefault(sluice.Failure{Mode: sluice.FailClosed})},
+			failure:  sluice.Failure{Mode: 99},
+			wantPath: sluice.PathClosed,
 		},
 	}
 	for _, tt := range tests {
@@ -291,21 +283,26 @@ func TestModes(t *testing.T) {
 			store := newFaultyStore(t)
 			store.setFail(down)
 			// A breaker that never opens, so that every call reaches the store.
-			l := newLimiter(t, store, append(tt.opts, WithDeadline(time.Second),
+			l := newLimiter(t, store, append(tt.opts, WithDeadline(time.Second), WithLocalLimiter(memoryStore(t)),
 				WithBreaker(Breaker{ConsecutiveFailures: 1 << 30, MinCalls: 1 << 30}))...)
 			ctx := context.Background()
-			if tt.ctx != nil {
-				ctx = tt.ctx(ctx)
-			}
+			wantMode := map[sluice.Path]sluice.FailureMode{
+				sluice.PathOpen: sluice.FailOpen, sluice.PathClosed: sluice.FailClosed, sluice.PathLocal: sluice.FailLocal,
+			}[tt.wantPath]
 			allowed := 0
 			for i := 0; i < 12; i++ {
-				var rep Report
-				d, err := l.AllowN(WithReport(ctx, &rep), "k", limit, 1)
+				d, rep, err := decideOne(ctx, l, sluice.Request{Key: "k", Limit: limit, N: 1, Failure: tt.failure})
 				if d.Path != tt.wantPath {
 					t.Fatalf("call %d: path %v, want %v", i, d.Path, tt.wantPath)
 				}
-				if rep.Kind != KindLoading || !errors.Is(rep.Cause, down) || !rep.Called {
+				if rep.Kind != sluice.KindLoading || !errors.Is(rep.Failure, down) || !rep.StoreCalled {
 					t.Errorf("call %d: report %+v, want the LOADING cause", i, rep)
+				}
+				if rep.Fallback.Mode != wantMode || (tt.wantPath == sluice.PathLocal && rep.Fallback.Share != tt.wantShare) {
+					t.Errorf("call %d: report's Fallback %+v, want mode %v (share %v)", i, rep.Fallback, wantMode, tt.wantShare)
+				}
+				if rep.Breaker != sluice.BreakerClosed {
+					t.Errorf("call %d: report's breaker %v, want closed", i, rep.Breaker)
 				}
 				switch tt.wantPath {
 				case sluice.PathOpen:
@@ -338,9 +335,127 @@ func TestModes(t *testing.T) {
 	}
 }
 
+// TestLocalWithoutLocalLimiter: FailLocal asks to keep limiting; with no local limiter
+// to limit with, the request fails closed, whether the mode comes from the default or
+// from the request.
+func TestLocalWithoutLocalLimiter(t *testing.T) {
+	down := storeErr(sluice.KindReadOnly, "READONLY You can't write against a read only replica.")
+	limit := sluice.PerMinute(10)
+	for _, tc := range []struct {
+		name    string
+		opts    []Option
+		failure sluice.Failure
+	}{
+		{"default", []Option{WithDefault(sluice.Failure{Mode: sluice.FailLocal, Share: 0.5})}, sluice.Failure{}},
+		{"request", nil, sluice.Failure{Mode: sluice.FailLocal, Share: 0.5}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := newFaultyStore(t)
+			store.setFail(down)
+			l := newLimiter(t, store, append(tc.opts, WithBreaker(Breaker{ConsecutiveFailures: 1 << 30, MinCalls: 1 << 30}))...)
+			for i := 0; i < 3; i++ {
+				d, rep, err := decideOne(context.Background(), l, sluice.Request{Key: "k", Limit: limit, N: 1, Failure: tc.failure})
+				if d.Path != sluice.PathClosed || d.Allowed || d.Limit != limit || d.RetryAfter != time.Second {
+					t.Fatalf("call %d: %+v; want a closed denial under the whole limit", i, d)
+				}
+				if !errors.Is(err, sluice.ErrStoreUnavailable) || !errors.Is(err, down) {
+					t.Fatalf("call %d: %v; want ErrStoreUnavailable and the cause", i, err)
+				}
+				if rep.Fallback.Mode != sluice.FailClosed || rep.Kind != sluice.KindReadOnly || !errors.Is(rep.Failure, down) {
+					t.Errorf("call %d: report %+v; want the closed fallback and the READONLY cause", i, rep)
+				}
+			}
+			// The multi-limit path follows the same rule.
+			reqs := []sluice.Request{
+				{Key: "k", Limit: limit, N: 1, Failure: tc.failure},
+				{Key: "k", Limit: sluice.PerHour(100), N: 1, Failure: sluice.Failure{Mode: sluice.FailOpen}},
+			}
+			ds := make([]sluice.Decision, 2)
+			rep, err := l.Decide(context.Background(), reqs, ds)
+			if !errors.Is(err, sluice.ErrStoreUnavailable) || rep.Fallback.Mode != sluice.FailClosed ||
+				ds[0].Path != sluice.PathClosed || ds[1].Path != sluice.PathClosed || ds[0].Allowed || ds[1].Allowed {
+				t.Errorf("batch: %+v, %+v, %v; want closed", ds, rep, err)
+			}
+		})
+	}
+}
+
+// TestShadowFailsOpen: a shadow limit measures without enforcing, so its failure never
+// denies: it fails open whatever its Failure says, and it does not make a request of
+// enforced limits stricter.
+func TestShadowFailsOpen(t *testing.T) {
+	ctx := context.Background()
+	down := storeErr(sluice.KindClusterDown, "CLUSTERDOWN The cluster is down")
+	closed := sluice.Failure{Mode: sluice.FailClosed}
+	local := sluice.Failure{Mode: sluice.FailLocal, Share: 0.5}
+	open := sluice.Failure{Mode: sluice.FailOpen}
+	tests := []struct {
+		name     string
+		opts     []Option
+		reqs     []sluice.Request
+		wantPath sluice.Path
+	}{
+		{"shadow closed", nil,
+			[]sluice.Request{{Key: "s", Limit: sluice.PerMinute(10), N: 1, Shadow: true, Failure: closed}}, sluice.PathOpen},
+		{"shadow local", nil,
+			[]sluice.Request{{Key: "s", Limit: sluice.PerMinute(10), N: 1, Shadow: true, Failure: local}}, sluice.PathOpen},
+		{"shadow under a closed default", []Option{WithDefault(closed)},
+			[]sluice.Request{{Key: "s", Limit: sluice.PerMinute(10), N: 1, Shadow: true}}, sluice.PathOpen},
+		{"shadow closed with enforced open", nil, []sluice.Request{
+			{Key: "e", Limit: sluice.PerMinute(10), N: 1, Failure: open},
+			{Key: "s", Limit: sluice.PerHour(100), N: 1, Shadow: true, Failure: closed},
+		}, sluice.PathOpen},
+		{"shadow closed with enforced local", nil, []sluice.Request{
+			{Key: "e", Limit: sluice.PerMinute(10), N: 1, Failure: local},
+			{Key: "s", Limit: sluice.PerHour(100), N: 1, Shadow: true, Failure: closed},
+		}, sluice.PathLocal},
+		// The strictest of the enforced limits still decides.
+		{"shadow open with enforced closed", nil, []sluice.Request{
+			{Key: "e", Limit: sluice.PerMinute(10), N: 1, Failure: closed},
+			{Key: "s", Limit: sluice.PerHour(100), N: 1, Shadow: true, Failure: open},
+		}, sluice.PathClosed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := newFaultyStore(t)
+			store.setFail(down)
+			l := newLimiter(t, store, append(tt.opts, WithLocalLimiter(memoryStore(t)),
+				WithBreaker(Breaker{ConsecutiveFailures: 1 << 30, MinCalls: 1 << 30}))...)
+			wantMode := map[sluice.Path]sluice.FailureMode{
+				sluice.PathOpen: sluice.FailOpen, sluice.PathClosed: sluice.FailClosed, sluice.PathLocal: sluice.FailLocal,
+			}[tt.wantPath]
+			ds := make([]sluice.Decision, len(tt.reqs))
+			rep, err := l.Decide(ctx, tt.reqs, ds)
+			if rep.Fallback.Mode != wantMode || rep.Kind != sluice.KindClusterDown || !errors.Is(rep.Failure, down) {
+				t.Errorf("report %+v, want fallback %v and the CLUSTERDOWN cause", rep, wantMode)
+			}
+			for i, d := range ds {
+				if d.Path != tt.wantPath || d.Limit.Period != tt.reqs[i].Limit.Period {
+					t.Errorf("decision %d: %+v, want path %v", i, d, tt.wantPath)
+				}
+			}
+			switch tt.wantPath {
+			case sluice.PathClosed:
+				if !errors.Is(err, sluice.ErrStoreUnavailable) || ds[0].Allowed {
+					t.Errorf("closed: %+v, %v", ds, err)
+				}
+			default:
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, d := range ds {
+					if !d.Allowed {
+						t.Errorf("decision %d denied: %+v", i, d)
+					}
+				}
+			}
+		})
+	}
+}
+
 func TestBadInputIsNeverFailedOpen(t *testing.T) {
 	store := newFaultyStore(t)
-	l := newLimiter(t, store, WithDefaultMode(FailOpen), WithBreaker(Breaker{ConsecutiveFailures: 1}))
+	l := newLimiter(t, store, WithDefault(sluice.Failure{Mode: sluice.FailOpen}), WithBreaker(Breaker{ConsecutiveFailures: 1}))
 	ctx := context.Background()
 	bad := []struct {
 		key   string
@@ -353,10 +468,19 @@ func TestBadInputIsNeverFailedOpen(t *testing.T) {
 		{"k", sluice.PerSecond(1), 2},
 	}
 	for _, b := range bad {
-		d, err := l.AllowN(ctx, b.key, b.limit, b.n)
+		d, rep, err := decideOne(ctx, l, sluice.Request{Key: b.key, Limit: b.limit, N: b.n})
 		if !sluice.IsBadInput(err) || d.Allowed {
+			t.Errorf("Decide(%q, %v, %d) = %+v, %v; want bad input", b.key, b.limit, b.n, d, err)
+		}
+		if rep.Kind != sluice.KindBadInput || rep.StoreCalled || rep.Failure != nil {
+			t.Errorf("Decide(%q, %v, %d): report %+v", b.key, b.limit, b.n, rep)
+		}
+		if d, err := l.AllowN(ctx, b.key, b.limit, b.n); !sluice.IsBadInput(err) || d.Allowed {
 			t.Errorf("AllowN(%q, %v, %d) = %+v, %v; want bad input", b.key, b.limit, b.n, d, err)
 		}
+	}
+	if _, err := l.Decide(ctx, []sluice.Request{{Key: "k", Limit: sluice.PerSecond(1), N: 1}}, nil); !sluice.IsBadInput(err) {
+		t.Errorf("no room for the decision: %v, want bad input", err)
 	}
 	// Bad input detected by the store itself (a duplicate in a batch) is returned as is
 	// and does not trip a breaker that opens on the first failure.
@@ -372,7 +496,7 @@ func TestBadInputIsNeverFailedOpen(t *testing.T) {
 			t.Fatalf("store bad input: %v", err)
 		}
 	}
-	if s := l.State(); s != BreakerClosed {
+	if s := l.State(); s != sluice.BreakerClosed {
 		t.Errorf("breaker %v after bad input, want closed", s)
 	}
 	if store.calls.Load() == 0 {
@@ -386,7 +510,7 @@ func TestBadInputIsNeverFailedOpen(t *testing.T) {
 func TestDeadlineWithStoreIgnoringContext(t *testing.T) {
 	const deadline = 20 * time.Millisecond
 	store := newFaultyStore(t)
-	l := newLimiter(t, store, WithDeadline(deadline), WithDefaultMode(FailClosed),
+	l := newLimiter(t, store, WithDeadline(deadline), WithDefault(sluice.Failure{Mode: sluice.FailClosed}),
 		WithBreaker(Breaker{ConsecutiveFailures: 1 << 30, MinCalls: 1 << 30}), WithMaxPending(40))
 	release := store.setHang()
 	before := runtime.NumGoroutine()
@@ -398,9 +522,8 @@ func TestDeadlineWithStoreIgnoringContext(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 3; i++ {
-				var rep Report
 				start := time.Now()
-				d, err := l.AllowN(WithReport(context.Background(), &rep), fmt.Sprint("k", g), sluice.PerSecond(10), 1)
+				d, rep, err := decideOne(context.Background(), l, sluice.Request{Key: fmt.Sprint("k", g), Limit: sluice.PerSecond(10), N: 1})
 				took := time.Since(start)
 				if int64(took) > worst.Load() {
 					worst.Store(int64(took))
@@ -408,8 +531,14 @@ func TestDeadlineWithStoreIgnoringContext(t *testing.T) {
 				if d.Path != sluice.PathClosed || !errors.Is(err, sluice.ErrStoreUnavailable) {
 					t.Errorf("hanging store: %+v, %v; want closed", d, err)
 				}
-				if rep.Kind != KindTimeout && rep.Kind != KindOverload {
+				if rep.Kind != sluice.KindTimeout && rep.Kind != sluice.KindOverload {
 					t.Errorf("kind %q, want timeout or overload", rep.Kind)
+				}
+				if rep.Kind == sluice.KindTimeout && (!errors.Is(rep.Failure, ErrDeadline) || !rep.StoreCalled) {
+					t.Errorf("timeout: report %+v, want the deadline as the cause of a store call", rep)
+				}
+				if rep.Kind == sluice.KindOverload && (!errors.Is(rep.Failure, ErrOverload) || rep.StoreCalled) {
+					t.Errorf("overload: report %+v, want the overload as the cause, no store call", rep)
 				}
 			}
 		}()
@@ -445,34 +574,34 @@ func TestBreakerCycle(t *testing.T) {
 	var changes []string
 	openFor := 100 * time.Millisecond
 	l := newLimiter(t, store, WithBreaker(Breaker{ConsecutiveFailures: 3, FailingFor: -1, OpenFor: openFor, Probes: 2}),
-		WithStateChange(func(from, to BreakerState) {
+		WithStateChange(func(from, to sluice.BreakerState) {
 			mu.Lock()
 			changes = append(changes, from.String()+">"+to.String())
 			mu.Unlock()
 		}))
 	ctx := context.Background()
 	limit := sluice.PerSecond(1000)
-	decide := func() (sluice.Decision, Report) {
-		var rep Report
-		d, err := l.AllowN(WithReport(ctx, &rep), "k", limit, 1)
+	decide := func() (sluice.Decision, sluice.Report) {
+		d, rep, err := decideOne(ctx, l, sluice.Request{Key: "k", Limit: limit, N: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return d, rep
 	}
 
-	store.setFail(storeErr("BUSY Redis is busy running a script."))
+	store.setFail(storeErr(sluice.KindBusy, "BUSY Redis is busy running a script."))
 	for i := 0; i < 3; i++ {
 		if d, _ := decide(); d.Path != sluice.PathOpen {
 			t.Fatalf("failure %d: path %v", i, d.Path)
 		}
 	}
-	if s := l.State(); s != BreakerOpen {
+	if s := l.State(); s != sluice.BreakerOpen {
 		t.Fatalf("after 3 failures: %v, want open", s)
 	}
 	calls := store.calls.Load()
 	d, rep := decide()
-	if d.Path != sluice.PathOpen || rep.Called || rep.Kind != KindBreakerOpen || rep.Breaker != BreakerOpen {
+	if d.Path != sluice.PathOpen || rep.StoreCalled || rep.Kind != sluice.KindBreakerOpen || rep.Breaker != sluice.BreakerOpen ||
+		!errors.Is(rep.Failure, ErrBreakerOpen) {
 		t.Fatalf("open breaker: %+v %+v", d, rep)
 	}
 	if store.calls.Load() != calls {
@@ -480,10 +609,10 @@ func TestBreakerCycle(t *testing.T) {
 	}
 
 	time.Sleep(openFor + 20*time.Millisecond)
-	if s := l.State(); s != BreakerHalfOpen {
+	if s := l.State(); s != sluice.BreakerHalfOpen {
 		t.Fatalf("after OpenFor: %v, want half-open", s)
 	}
-	if _, rep := decide(); !rep.Called || rep.Breaker != BreakerOpen { // the probe fails
+	if _, rep := decide(); !rep.StoreCalled || rep.Breaker != sluice.BreakerOpen { // the probe fails
 		t.Fatalf("failed probe: %+v", rep)
 	}
 
@@ -494,7 +623,7 @@ func TestBreakerCycle(t *testing.T) {
 			t.Fatalf("probe %d: path %v", i, d.Path)
 		}
 	}
-	if s := l.State(); s != BreakerClosed {
+	if s := l.State(); s != sluice.BreakerClosed {
 		t.Fatalf("after 2 good probes: %v, want closed", s)
 	}
 	mu.Lock()
@@ -511,47 +640,58 @@ func TestBreakerFailureRatio(t *testing.T) {
 	l := newLimiter(t, store, WithBreaker(Breaker{ConsecutiveFailures: 100, FailingFor: -1, FailureRatio: 0.5, MinCalls: 10}))
 	ctx := context.Background()
 	limit := sluice.PerSecond(1000)
+	readOnly := storeErr(sluice.KindReadOnly, "READONLY You can't write against a read only replica.")
 	for i := 0; i < 9; i++ { // alternate: never two failures in a row
 		if i%2 == 0 {
-			store.setFail(storeErr("READONLY You can't write against a read only replica."))
+			store.setFail(readOnly)
 		} else {
 			store.setFail(nil)
 		}
 		l.AllowN(ctx, "k", limit, 1)
-		if s := l.State(); s != BreakerClosed {
+		if s := l.State(); s != sluice.BreakerClosed {
 			t.Fatalf("call %d: %v before MinCalls", i, s)
 		}
 	}
 	store.setFail(nil)
 	l.AllowN(ctx, "k", limit, 1) // 10 calls, 5 failures: ratio 0.5 is reached on the next failure
-	if s := l.State(); s != BreakerClosed {
+	if s := l.State(); s != sluice.BreakerClosed {
 		t.Fatalf("ratio reached on a success: %v (the breaker trips on failures)", s)
 	}
-	store.setFail(storeErr("READONLY You can't write against a read only replica."))
+	store.setFail(readOnly)
 	l.AllowN(ctx, "k", limit, 1)
-	if s := l.State(); s != BreakerOpen {
+	if s := l.State(); s != sluice.BreakerOpen {
 		t.Fatalf("6 failures in 11 calls: %v, want open", s)
 	}
 }
 
 func TestCallerCancellationIsNotAStoreFailure(t *testing.T) {
 	store := newFaultyStore(t)
-	l := newLimiter(t, store, WithDeadline(time.Second), WithDefaultMode(FailOpen), WithBreaker(Breaker{ConsecutiveFailures: 1}))
+	l := newLimiter(t, store, WithDeadline(time.Second), WithDefault(sluice.Failure{Mode: sluice.FailOpen}), WithBreaker(Breaker{ConsecutiveFailures: 1}))
 	release := store.setHang()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	var rep Report
-	d, err := l.AllowN(WithReport(ctx, &rep), "k", sluice.PerSecond(1), 1)
+	d, rep, err := decideOne(ctx, l, sluice.Request{Key: "k", Limit: sluice.PerSecond(1), N: 1})
 	if !errors.Is(err, context.DeadlineExceeded) || d.Allowed || d.Path != sluice.PathStore {
 		t.Errorf("caller deadline: %+v, %v; want the caller's context error, not a fallback", d, err)
 	}
-	if rep.Kind != KindTimeout || rep.Cause != nil {
+	if rep.Kind != sluice.KindTimeout || rep.Failure != nil {
 		t.Errorf("report %+v", rep)
 	}
 	release()
-	if s := l.State(); s != BreakerClosed {
+	if s := l.State(); s != sluice.BreakerClosed {
 		t.Errorf("breaker %v after the caller's own deadline", s)
 	}
+}
+
+// notAtomicStore is a store that cannot decide several requests in one step, as the Redis
+// store cannot when their keys are in different cluster slots.
+type notAtomicStore struct{ *memory.Store }
+
+func (s notAtomicStore) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
+	if len(reqs) > 1 {
+		return sluice.Report{Kind: sluice.KindNotAtomic}, fmt.Errorf("test store: %w", sluice.ErrNotAtomic)
+	}
+	return s.Store.Decide(ctx, reqs, ds)
 }
 
 func TestAllowMulti(t *testing.T) {
@@ -567,37 +707,47 @@ func TestAllowMulti(t *testing.T) {
 			t.Fatalf("%+v, %v", ds, err)
 		}
 	})
-	t.Run("not atomic without a MultiLimiter primary", func(t *testing.T) {
-		l := newLimiter(t, struct{ sluice.Limiter }{memoryStore(t)})
-		if _, err := sluice.AllowMulti(ctx, l, reqs); !errors.Is(err, sluice.ErrNotAtomic) {
-			t.Fatalf("%v, want ErrNotAtomic", err)
+	t.Run("not atomic primary", func(t *testing.T) {
+		// ErrNotAtomic is the store's answer, not a failure: returned as is, never failed
+		// open, never counted by the breaker.
+		l := newLimiter(t, notAtomicStore{memoryStore(t)}, WithBreaker(Breaker{ConsecutiveFailures: 1, FailingFor: -1}))
+		for i := 0; i < 3; i++ {
+			if ds, err := sluice.AllowMulti(ctx, l, reqs); !errors.Is(err, sluice.ErrNotAtomic) || ds != nil {
+				t.Fatalf("%+v, %v, want ErrNotAtomic", ds, err)
+			}
+			ds := make([]sluice.Decision, len(reqs))
+			rep, err := l.Decide(ctx, reqs, ds)
+			if !errors.Is(err, sluice.ErrNotAtomic) || rep.Kind != sluice.KindNotAtomic || rep.Failure != nil || ds[0].Allowed || ds[0].Path != sluice.PathStore {
+				t.Fatalf("%+v, %+v, %v, want ErrNotAtomic and no fallback", ds, rep, err)
+			}
+		}
+		if s := l.State(); s != sluice.BreakerClosed {
+			t.Errorf("breaker %v after ErrNotAtomic, want closed", s)
 		}
 	})
-	modes := func(m0, m1 Mode) Option {
-		return WithFallbackFunc(func(_ context.Context, _ string, limit sluice.Limit) Fallback {
-			if limit.Period == time.Minute {
-				return Fallback{Mode: m0, Share: 0.5}
-			}
-			return Fallback{Mode: m1, Share: 0.5}
-		})
-	}
 	tests := []struct {
 		name     string
-		m0, m1   Mode
+		m0, m1   sluice.FailureMode
 		wantPath sluice.Path
 	}{
-		{"open+open", FailOpen, FailOpen, sluice.PathOpen},
-		{"open+local", FailOpen, FailLocal, sluice.PathLocal},
-		{"local+closed", FailLocal, FailClosed, sluice.PathClosed},
+		{"open+open", sluice.FailOpen, sluice.FailOpen, sluice.PathOpen},
+		{"open+local", sluice.FailOpen, sluice.FailLocal, sluice.PathLocal},
+		{"local+closed", sluice.FailLocal, sluice.FailClosed, sluice.PathClosed},
+		{"inherit+local", sluice.FailInherit, sluice.FailLocal, sluice.PathLocal},
 	}
 	for _, tt := range tests {
 		t.Run("strictest mode "+tt.name, func(t *testing.T) {
 			store := newFaultyStore(t)
-			store.setFail(storeErr("CLUSTERDOWN The cluster is down"))
-			l := newLimiter(t, store, modes(tt.m0, tt.m1))
+			store.setFail(storeErr(sluice.KindClusterDown, "CLUSTERDOWN The cluster is down"))
+			l := newLimiter(t, store, WithLocalLimiter(memoryStore(t)), WithDefault(sluice.Failure{Share: 0.5}))
+			reqs := []sluice.Request{
+				{Key: "a", Limit: sluice.PerMinute(10), N: 1, Failure: sluice.Failure{Mode: tt.m0, Share: 0.5}},
+				{Key: "a", Limit: sluice.PerHour(100), N: 1, Failure: sluice.Failure{Mode: tt.m1, Share: 0.5}},
+			}
 			allowed := 0
 			for i := 0; i < 8; i++ {
-				ds, err := sluice.AllowMulti(ctx, l, reqs)
+				ds := make([]sluice.Decision, len(reqs))
+				rep, err := l.Decide(ctx, reqs, ds)
 				if tt.wantPath == sluice.PathClosed {
 					if !errors.Is(err, sluice.ErrStoreUnavailable) {
 						t.Fatalf("closed: %v", err)
@@ -605,10 +755,16 @@ func TestAllowMulti(t *testing.T) {
 				} else if err != nil {
 					t.Fatal(err)
 				}
+				if rep.Fallback.Mode.Path() != tt.wantPath || rep.Kind != sluice.KindClusterDown {
+					t.Fatalf("report %+v, want the fallback of path %v", rep, tt.wantPath)
+				}
 				for _, d := range ds {
 					if d.Path != tt.wantPath {
 						t.Fatalf("path %v, want %v", d.Path, tt.wantPath)
 					}
+				}
+				if tt.wantPath == sluice.PathLocal && (ds[0].Limit.Rate != 5 || ds[1].Limit.Rate != 50) {
+					t.Fatalf("local limits %v and %v, want the halves", ds[0].Limit, ds[1].Limit)
 				}
 				if ds[0].Allowed {
 					allowed++
@@ -633,8 +789,8 @@ func memoryStore(t *testing.T) *memory.Store {
 
 func TestLocalCostAboveShare(t *testing.T) {
 	store := newFaultyStore(t)
-	store.setFail(storeErr("OOM command not allowed when used memory > 'maxmemory'."))
-	l := newLimiter(t, store, WithDefaultMode(FailLocal), WithLocalShare(0.25))
+	store.setFail(storeErr(sluice.KindOOM, "OOM command not allowed when used memory > 'maxmemory'."))
+	l := newLimiter(t, store, WithDefault(sluice.Failure{Mode: sluice.FailLocal, Share: 0.25}), WithLocalLimiter(memoryStore(t)))
 	d, err := l.AllowN(context.Background(), "k", sluice.PerSecond(8), 4) // share allows 2
 	if err != nil || d.Allowed || d.Path != sluice.PathLocal || d.Limit.Rate != 2 || d.RetryAfter <= 0 {
 		t.Errorf("%+v, %v; want a local denial with a RetryAfter", d, err)
@@ -643,7 +799,7 @@ func TestLocalCostAboveShare(t *testing.T) {
 
 func TestReset(t *testing.T) {
 	store := newFaultyStore(t)
-	l := newLimiter(t, store, WithDefaultMode(FailLocal))
+	l := newLimiter(t, store, WithDefault(sluice.Failure{Mode: sluice.FailLocal}), WithLocalLimiter(memoryStore(t)))
 	ctx := context.Background()
 	limit := sluice.PerMinute(1)
 	if d, _ := l.AllowN(ctx, "k", limit, 1); !d.Allowed {
@@ -655,12 +811,116 @@ func TestReset(t *testing.T) {
 	if d, _ := l.AllowN(ctx, "k", limit, 1); !d.Allowed {
 		t.Fatal("denied after Reset")
 	}
-	store.setFail(storeErr("LOADING Redis is loading the dataset in memory"))
+	store.setFail(storeErr(sluice.KindLoading, "LOADING Redis is loading the dataset in memory"))
 	if err := l.Reset(ctx, "k", limit); !errors.Is(err, sluice.ErrStoreUnavailable) {
 		t.Fatalf("Reset on a failing store: %v, want ErrStoreUnavailable", err)
 	}
 	if err := l.Reset(ctx, "", limit); !sluice.IsBadInput(err) {
 		t.Fatalf("Reset with an empty key: %v", err)
+	}
+}
+
+// TestResetLocal: Reset forgets the key's state in the local limiter too.
+func TestResetLocal(t *testing.T) {
+	store := newFaultyStore(t)
+	store.setFail(storeErr(sluice.KindLoading, "LOADING Redis is loading the dataset in memory"))
+	l := newLimiter(t, store, WithDefault(sluice.Failure{Mode: sluice.FailLocal, Share: 0.5}), WithLocalLimiter(memoryStore(t)),
+		WithBreaker(Breaker{ConsecutiveFailures: 1 << 30, MinCalls: 1 << 30}))
+	ctx := context.Background()
+	limit := sluice.PerMinute(2) // a local share of 1
+	if d, err := l.AllowN(ctx, "k", limit, 1); err != nil || !d.Allowed || d.Path != sluice.PathLocal {
+		t.Fatalf("first local call: %+v, %v", d, err)
+	}
+	if d, err := l.AllowN(ctx, "k", limit, 1); err != nil || d.Allowed {
+		t.Fatalf("second local call: %+v, %v; want denied by the share", d, err)
+	}
+	if err := l.Reset(ctx, "k", limit); !errors.Is(err, sluice.ErrStoreUnavailable) {
+		t.Fatalf("Reset on a failing store: %v, want ErrStoreUnavailable", err)
+	}
+	if d, err := l.AllowN(ctx, "k", limit, 1); err != nil || !d.Allowed || d.Path != sluice.PathLocal {
+		t.Fatalf("after Reset: %+v, %v; want the local share afresh", d, err)
+	}
+}
+
+// TestReserve: a reservation goes to the store through the breaker, without the
+// decision deadline; while the store fails or the breaker is open it is an error
+// wrapping ErrStoreUnavailable, never a reservation made up by a failure mode.
+func TestReserve(t *testing.T) {
+	ctx := context.Background()
+	limit := sluice.PerSecond(10)
+	store := newFaultyStore(t)
+	l := newLimiter(t, store, WithDeadline(20*time.Millisecond), WithDefault(sluice.Failure{Mode: sluice.FailOpen}),
+		WithBreaker(Breaker{ConsecutiveFailures: 2, FailingFor: -1, OpenFor: time.Hour}))
+
+	// Through to the store, sharing its state with decisions.
+	res, err := l.Reserve(ctx, "k", limit, 10)
+	if err != nil || !res.OK || res.N != 10 || res.Limit != limit || res.Delay != 0 {
+		t.Fatalf("Reserve of the burst: %+v, %v", res, err)
+	}
+	if d, err := l.AllowN(ctx, "k", limit, 1); err != nil || d.Allowed || d.Path != sluice.PathStore {
+		t.Fatalf("after reserving the burst: %+v, %v; want a store denial", d, err)
+	}
+	res, err = l.Reserve(ctx, "k", limit, 1)
+	if err != nil || !res.OK || res.Delay <= 0 {
+		t.Fatalf("Reserve past the burst: %+v, %v; want a delay", res, err)
+	}
+	// Without the decision deadline: a store slower than it still reserves.
+	release := store.setHang()
+	timer := time.AfterFunc(100*time.Millisecond, release)
+	defer timer.Stop()
+	start := time.Now()
+	res, err = l.Reserve(ctx, "slow", limit, 1)
+	if err != nil || !res.OK {
+		t.Fatalf("Reserve on a store slower than the deadline: %+v, %v", res, err)
+	}
+	if took := time.Since(start); took < 100*time.Millisecond {
+		t.Errorf("Reserve returned after %v, before the store answered", took)
+	}
+	// Bad input, including a limit that cannot be reserved, is returned as is and does
+	// not count against the store.
+	for i := 0; i < 3; i++ {
+		if _, err := l.Reserve(ctx, "", limit, 1); !sluice.IsBadInput(err) {
+			t.Fatalf("Reserve with an empty key: %v", err)
+		}
+		if _, err := l.Reserve(ctx, "k", limit.With(sluice.FixedWindow), 1); !errors.Is(err, sluice.ErrInvalidLimit) || errors.Is(err, sluice.ErrStoreUnavailable) {
+			t.Fatalf("Reserve of a fixed window: %v, want ErrInvalidLimit", err)
+		}
+	}
+	if s := l.State(); s != sluice.BreakerClosed {
+		t.Fatalf("breaker %v after bad input, want closed", s)
+	}
+
+	// A failing store: ErrStoreUnavailable and the cause, counted by the breaker.
+	down := storeErr(sluice.KindRefused, "dial tcp: connection refused")
+	store.setFail(down)
+	for i := 0; i < 2; i++ {
+		res, err := l.Reserve(ctx, "k2", limit, 1)
+		if !errors.Is(err, sluice.ErrStoreUnavailable) || !errors.Is(err, down) || res.OK {
+			t.Fatalf("Reserve on a failing store: %+v, %v; want ErrStoreUnavailable", res, err)
+		}
+	}
+	if s := l.State(); s != sluice.BreakerOpen {
+		t.Fatalf("breaker %v after 2 failed reservations, want open", s)
+	}
+
+	// An open breaker: ErrStoreUnavailable without calling the store.
+	store.setFail(nil)
+	calls := store.calls.Load()
+	res, err = l.Reserve(ctx, "k3", limit, 1)
+	if !errors.Is(err, sluice.ErrStoreUnavailable) || !errors.Is(err, ErrBreakerOpen) || sluice.KindOf(err) != sluice.KindBreakerOpen || res.OK {
+		t.Fatalf("Reserve with the breaker open: %+v, %v; want ErrStoreUnavailable", res, err)
+	}
+	if store.calls.Load() != calls {
+		t.Error("the store was called while the breaker was open")
+	}
+	// Decisions meanwhile follow their failure mode.
+	if d, err := l.AllowN(ctx, "k3", limit, 1); err != nil || d.Path != sluice.PathOpen {
+		t.Errorf("decision with the breaker open: %+v, %v", d, err)
+	}
+
+	l.Close()
+	if _, err := l.Reserve(ctx, "k", limit, 1); !errors.Is(err, sluice.ErrClosed) || errors.Is(err, sluice.ErrStoreUnavailable) {
+		t.Errorf("Reserve after Close: %v, want ErrClosed", err)
 	}
 }
 
@@ -672,19 +932,19 @@ func TestBreakerFailingFor(t *testing.T) {
 	l := newLimiter(t, store, WithBreaker(Breaker{ConsecutiveFailures: 5, FailingFor: 100 * time.Millisecond}))
 	ctx := context.Background()
 	limit := sluice.PerSecond(1000)
-	store.setFail(storeErr("BUSY Redis is busy running a script."))
+	store.setFail(storeErr(sluice.KindBusy, "BUSY Redis is busy running a script."))
 	start := time.Now()
 	for i := 0; i < 50; i++ {
 		l.AllowN(ctx, "k", limit, 1)
 	}
 	if time.Since(start) < 100*time.Millisecond {
-		if s := l.State(); s != BreakerClosed {
+		if s := l.State(); s != sluice.BreakerClosed {
 			t.Fatalf("a burst of 50 failures within %v opened the breaker", time.Since(start))
 		}
 	}
 	time.Sleep(100 * time.Millisecond)
 	l.AllowN(ctx, "k", limit, 1)
-	if s := l.State(); s != BreakerOpen {
+	if s := l.State(); s != sluice.BreakerOpen {
 		t.Fatalf("failures for 100ms: breaker %v, want open", s)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/faultproxy"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -36,7 +37,7 @@ const (
 	recoverWithin  = 10 * time.Second
 )
 
-var loadModes = [3]Mode{FailOpen, FailClosed, FailLocal}
+var loadModes = [3]sluice.FailureMode{sluice.FailOpen, sluice.FailClosed, sluice.FailLocal}
 
 // faultEnv is what a fault can hurt.
 type faultEnv struct {
@@ -132,7 +133,7 @@ type sample struct {
 	at      time.Duration // start, since the load began
 	latency time.Duration
 	path    sluice.Path
-	mode    Mode
+	mode    sluice.FailureMode
 	allowed bool
 	bad     string // a contract violation, or ""
 }
@@ -199,7 +200,7 @@ func ms(d time.Duration) string {
 
 type transition struct {
 	at       time.Time
-	from, to BreakerState
+	from, to sluice.BreakerState
 }
 
 func runFault(t *testing.T, f fault, opts ...Option) figures {
@@ -245,7 +246,9 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 
 	var tmu sync.Mutex
 	var transitions []transition
-	lim := New(store, append([]Option{WithDeadline(testFaultDeadline(t)), WithStateChange(func(from, to BreakerState) {
+	local := memory.New()
+	t.Cleanup(func() { local.Close() })
+	lim := New(store, append([]Option{WithDeadline(testFaultDeadline(t)), WithLocalLimiter(local), WithStateChange(func(from, to sluice.BreakerState) {
 		tmu.Lock()
 		transitions = append(transitions, transition{time.Now(), from, to})
 		tmu.Unlock()
@@ -263,7 +266,8 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 		go func() {
 			defer wg.Done()
 			mode := loadModes[g%3]
-			ctx := WithFallback(context.Background(), Fallback{Mode: mode, Share: testShare})
+			ctx := context.Background()
+			failure := sluice.Failure{Mode: mode, Share: testShare}
 			limit := sluice.Limit{Algorithm: sluice.Algorithms()[g%6], Rate: 400, Period: time.Second}
 			local := ShareOf(limit, testShare)
 			keys := make([]string, loadKeys)
@@ -272,7 +276,7 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 			}
 			for i := 0; !stop.Load(); i++ {
 				start := time.Now()
-				d, err := lim.AllowN(ctx, keys[i%loadKeys], limit, 1)
+				d, _, err := decideOne(ctx, lim, sluice.Request{Key: keys[i%loadKeys], Limit: limit, N: 1, Failure: failure})
 				lat := time.Since(start)
 				s := sample{at: start.Sub(begin), latency: lat, path: d.Path, mode: mode, allowed: d.Allowed}
 				s.bad = check(d, err, mode, limit, local, lat, deadline)
@@ -298,13 +302,13 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 	// Recovery: the breaker closes again, with no restart of anything on our side.
 	var recoveredAt time.Time
 	waitFor(t, recoverWithin, fmt.Sprintf("the breaker to close after the fault (it needs %d store answers in a row within %v)", 3, deadline), func() bool {
-		if lim.State() != BreakerClosed {
+		if lim.State() != sluice.BreakerClosed {
 			return false
 		}
 		tmu.Lock()
 		defer tmu.Unlock()
 		for _, tr := range slices.Backward(transitions) {
-			if tr.to == BreakerClosed && tr.at.After(healAt) {
+			if tr.to == sluice.BreakerClosed && tr.at.After(healAt) {
 				recoveredAt = tr.at
 				return true
 			}
@@ -338,12 +342,12 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 	trs := slices.Clone(transitions)
 	tmu.Unlock()
 	var openedAt time.Time
-	atInject := BreakerClosed
+	atInject := sluice.BreakerClosed
 	for _, tr := range trs {
 		if tr.at.Before(injectAt) {
 			atInject = tr.to
 		}
-		if tr.to == BreakerOpen && !tr.at.Before(injectAt) {
+		if tr.to == sluice.BreakerOpen && !tr.at.Before(injectAt) {
 			openedAt = tr.at
 			break
 		}
@@ -369,7 +373,7 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 	}
 	fig := figures{name: f.name, decisions: len(during), toOpen: -1, toRecover: -1}
 	switch {
-	case atInject != BreakerClosed:
+	case atInject != sluice.BreakerClosed:
 		fig.toOpen = alreadyOpen
 	case !openedAt.IsZero():
 		fig.toOpen = openedAt.Sub(injectAt)
@@ -428,14 +432,15 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 	// have been spent: the count is then only bounded.
 	waitFor(t, recoverWithin, "the breaker to be closed with the load stopped", func() bool {
 		lim.AllowN(context.Background(), "poke", sluice.PerSecond(1000), 1)
-		return lim.State() == BreakerClosed
+		return lim.State() == sluice.BreakerClosed
 	})
-	ctx := WithFallback(context.Background(), Fallback{Mode: FailClosed})
+	ctx := context.Background()
+	closed := sluice.Failure{Mode: sluice.FailClosed}
 	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: time.Hour}
 	allowed, denied, unknown := 0, 0, 0
 	last := limit.Rate
 	for i := 0; i < 15; i++ {
-		d, err := lim.AllowN(ctx, f.name+"-after", limit, 1)
+		d, _, err := decideOne(ctx, lim, sluice.Request{Key: f.name + "-after", Limit: limit, N: 1, Failure: closed})
 		switch {
 		case d.Path == sluice.PathClosed && errors.Is(err, sluice.ErrStoreUnavailable):
 			unknown++
@@ -464,7 +469,7 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 }
 
 // check returns what is wrong with one decision of the load, or "".
-func check(d sluice.Decision, err error, mode Mode, limit, local sluice.Limit, lat, deadline time.Duration) string {
+func check(d sluice.Decision, err error, mode sluice.FailureMode, limit, local sluice.Limit, lat, deadline time.Duration) string {
 	if lat > deadline+slack {
 		return fmt.Sprintf("took %v, deadline %v", lat, deadline)
 	}
@@ -481,15 +486,15 @@ func check(d sluice.Decision, err error, mode Mode, limit, local sluice.Limit, l
 			return fmt.Sprintf("allowed %v with RetryAfter %v", d.Allowed, d.RetryAfter)
 		}
 	case sluice.PathOpen:
-		if mode != FailOpen || !d.Allowed || err != nil {
+		if mode != sluice.FailOpen || !d.Allowed || err != nil {
 			return fmt.Sprintf("open decision %+v, %v in mode %v", d, err, mode)
 		}
 	case sluice.PathClosed:
-		if mode != FailClosed || d.Allowed || !errors.Is(err, sluice.ErrStoreUnavailable) {
+		if mode != sluice.FailClosed || d.Allowed || !errors.Is(err, sluice.ErrStoreUnavailable) {
 			return fmt.Sprintf("closed decision %+v, %v in mode %v", d, err, mode)
 		}
 	case sluice.PathLocal:
-		if mode != FailLocal || err != nil || d.Limit != local {
+		if mode != sluice.FailLocal || err != nil || d.Limit != local {
 			return fmt.Sprintf("local decision %+v, %v in mode %v (share %v)", d, err, mode, local)
 		}
 	default:

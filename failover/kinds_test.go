@@ -2,6 +2,7 @@ package failover
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -10,13 +11,14 @@ import (
 	"github.com/sluicehq/sluice/redisstore"
 )
 
-// TestRedisErrorKinds provokes real Redis failures and checks how the Redis store's
-// errors are classified, so that Classify is held to what the store really returns.
+// TestRedisErrorKinds provokes real Redis failures and checks the Kind that the Report of
+// a decision failed over carries: the Redis store classifies its own errors, and this
+// holds its classification to what Redis really returns, as failover reads it.
 func TestRedisErrorKinds(t *testing.T) {
 	tests := []struct {
 		name   string
 		inject func(t *testing.T, srv *redistest.Server) (heal func())
-		want   Kind
+		want   sluice.ErrorKind
 	}{
 		{
 			name: "long script",
@@ -33,7 +35,7 @@ func TestRedisErrorKinds(t *testing.T) {
 					<-done
 				}
 			},
-			want: KindBusy,
+			want: sluice.KindBusy,
 		},
 		{
 			name: "maxmemory",
@@ -43,7 +45,7 @@ func TestRedisErrorKinds(t *testing.T) {
 				srv.MustDo("DEBUG", "POPULATE", "30000", "filler", "16")
 				return func() { srv.MustDo("CONFIG", "SET", "maxmemory", "0") }
 			},
-			want: KindOOM,
+			want: sluice.KindOOM,
 		},
 		{
 			name: "replica",
@@ -52,7 +54,7 @@ func TestRedisErrorKinds(t *testing.T) {
 				srv.MustDo("REPLICAOF", "127.0.0.1", "1") // a primary that never answers
 				return func() { srv.MustDo("REPLICAOF", "NO", "ONE") }
 			},
-			want: KindReadOnly,
+			want: sluice.KindReadOnly,
 		},
 		{
 			name: "killed",
@@ -60,7 +62,7 @@ func TestRedisErrorKinds(t *testing.T) {
 				srv.Kill()
 				return srv.Restart
 			},
-			want: KindRefused,
+			want: sluice.KindRefused,
 		},
 		{
 			name: "frozen",
@@ -68,7 +70,7 @@ func TestRedisErrorKinds(t *testing.T) {
 				srv.Pause()
 				return srv.Resume
 			},
-			want: KindTimeout,
+			want: sluice.KindTimeout,
 		},
 	}
 	for _, tt := range tests {
@@ -79,7 +81,7 @@ func TestRedisErrorKinds(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer store.Close()
-			lim := New(store, WithDeadline(300*time.Millisecond), WithDefaultMode(FailClosed),
+			lim := New(store, WithDeadline(300*time.Millisecond), WithDefault(sluice.Failure{Mode: sluice.FailClosed}),
 				WithBreaker(Breaker{ConsecutiveFailures: 1 << 30, MinCalls: 1 << 30}))
 			defer lim.Close()
 			limit := sluice.PerMinute(1000)
@@ -89,24 +91,28 @@ func TestRedisErrorKinds(t *testing.T) {
 			})
 
 			heal := tt.inject(t, srv)
-			var rep Report
+			var rep sluice.Report
 			for i := 0; i < 20; i++ { // the first calls may still ride an old connection
-				rep = Report{}
-				d, err := lim.AllowN(WithReport(context.Background(), &rep), "k"+string(rune('a'+i)), limit, 1)
+				var d sluice.Decision
+				var err error
+				d, rep, err = decideOne(context.Background(), lim, sluice.Request{Key: "k" + string(rune('a'+i)), Limit: limit, N: 1})
 				if d.Path == sluice.PathStore {
 					continue
 				}
 				if d.Path != sluice.PathClosed || err == nil {
 					t.Fatalf("%+v, %v", d, err)
 				}
+				if !errors.Is(err, sluice.ErrStoreUnavailable) || rep.Failure == nil || !errors.Is(err, rep.Failure) {
+					t.Fatalf("closed: %v, report %+v; want ErrStoreUnavailable and the report's cause", err, rep)
+				}
 				if rep.Kind == tt.want {
 					break
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			t.Logf("cause: %v", rep.Cause)
+			t.Logf("cause: %v", rep.Failure)
 			if rep.Kind != tt.want {
-				t.Errorf("kind %q (cause %v), want %q", rep.Kind, rep.Cause, tt.want)
+				t.Errorf("kind %q (cause %v), want %q", rep.Kind, rep.Failure, tt.want)
 			}
 			heal()
 			waitFor(t, 10*time.Second, "the store to decide again", func() bool {

@@ -1,6 +1,6 @@
 // Package httplimit is net/http middleware that rate-limits requests with any
-// sluice.Limiter (the memory or Redis store, or a failover/observe decorator around one),
-// and reports the limits in the standard headers.
+// sluice.Limiter (the production stack of package stack, or a bare store), and reports the
+// limits in the standard headers.
 //
 //	mw, err := httplimit.New(httplimit.Config{
 //		Limiter: store,
@@ -33,20 +33,14 @@
 //
 // # How the decision is made
 //
-// The enforced (non-shadow) policies are decided first. When there are several and the
-// Limiter implements sluice.MultiLimiter, they are decided in one atomic call: the request
-// passes only if every policy allows it, and a request denied by any policy spends
-// nothing from any other. Otherwise (no MultiLimiter, or AllowMulti returns an error
-// wrapping sluice.ErrNotAtomic, which spends nothing) they are decided one by one in
-// Config.Policies order, stopping at the first denial: the policies before it have spent
-// their unit, the ones after it are not consulted. Put the most restrictive policy first
-// when the store is not atomic.
-//
-// The request is denied if any enforced policy denies it; the most restrictive policy
-// decides. Shadow policies are then decided one by one, only for an allowed request (a
-// denied request spends nothing, so neither would a shadow policy that were enforced).
-// They spend quota like enforced ones, are logged (Warn when they would deny) and appear
-// in the headers, but never block, and their errors are logged and ignored.
+// The applying policies of a request are one request to the Limiter, decided all or
+// nothing (package stack builds the Limiter the service uses; the evaluation is the one
+// `sluice serve` uses too): the request passes only if every enforced policy allows it,
+// and a request denied by any policy spends nothing from any other. Shadow policies are
+// decided after, each on its own, spending only when the request passed; they never
+// block, are logged (Warn when they would deny), and their errors are logged and
+// ignored. Each policy's Name and Failure travel with its limit, for the decision log,
+// the metrics and the failure mode of the layers below.
 //
 // # Headers (draft-ietf-httpapi-ratelimit-headers-11)
 //

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dunglas/httpsfv"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/evaluator"
 	"github.com/sluicehq/sluice/keys"
 )
 
@@ -22,8 +23,9 @@ var ErrIdentify = errors.New("httplimit: cannot identify client")
 
 // Config configures a Middleware.
 type Config struct {
-	// Limiter decides. If it implements sluice.MultiLimiter, the enforced policies that
-	// apply to a request are decided in one atomic call. Required.
+	// Limiter decides: the enforced policies that apply to a request in one call, all or
+	// nothing. Build it with package stack to get the production stack (deny cache,
+	// failover, observe). Required.
 	Limiter sluice.Limiter
 	// Policies are the limits to apply; see Policy.
 	Policies []Policy
@@ -56,10 +58,10 @@ type Config struct {
 
 // Result is what the middleware decided for one request.
 type Result struct {
-	// Decisions has one entry per policy that was decided, in Config.Policies order.
+	// Decisions has one entry per policy that applied, in Config.Policies order.
 	// Policies that did not apply (another route, no identity, no limit for the tier)
-	// are absent, and so are enforced policies not consulted after an earlier one denied
-	// (non-atomic stores only) and shadow policies when the request was denied.
+	// are absent. In a denied request nothing is spent: the other policies, shadow ones
+	// included, report their state as it is.
 	Decisions []PolicyDecision
 	// Allowed reports whether every enforced policy allowed the request.
 	Allowed bool
@@ -109,7 +111,6 @@ func (d *PolicyDecision) blocks() bool { return !d.Shadow && !d.Allowed && d.Ret
 type Middleware struct {
 	cfg      Config
 	policies []Policy
-	multi    sluice.MultiLimiter
 	mux      *http.ServeMux // nil when no policy has a Route
 	routes   map[string]bool
 	unavail  string
@@ -124,7 +125,6 @@ func New(cfg Config) (*Middleware, error) {
 		return nil, errors.New("httplimit: Config.Limiter is nil")
 	}
 	m := &Middleware{cfg: cfg, routes: map[string]bool{}}
-	m.multi, _ = cfg.Limiter.(sluice.MultiLimiter)
 	if m.cfg.Limited == nil {
 		m.cfg.Limited = DefaultLimited
 	}
@@ -281,6 +281,14 @@ func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
 	m.cfg.Unavailable(w, r, err)
 }
 
+// pending is one applying policy of a request, as the evaluator decides it.
+type pending struct {
+	evaluator.Item
+	d PolicyDecision
+}
+
+func itemOf(p *pending) *evaluator.Item { return &p.Item }
+
 // decide applies every policy that matches r. See the package doc for the semantics.
 func (m *Middleware) decide(r *http.Request) (*Result, error) {
 	ctx := r.Context()
@@ -289,8 +297,7 @@ func (m *Middleware) decide(r *http.Request) (*Result, error) {
 	if m.cfg.Tier != nil {
 		tier = m.cfg.Tier(r)
 	}
-	pending := make([]PolicyDecision, 0, len(m.policies))
-	nEnforced := 0
+	items := make([]pending, 0, len(m.policies))
 	for i := range m.policies {
 		p := &m.policies[i]
 		if p.Route != "" && p.Route != route {
@@ -307,116 +314,43 @@ func (m *Middleware) decide(r *http.Request) (*Result, error) {
 		if !ok {
 			continue
 		}
-		pending = append(pending, PolicyDecision{
-			Policy:       p.Name,
-			Identity:     id,
-			Route:        p.Route,
-			Tier:         usedTier,
-			Key:          keys.Of(p.Name, id, p.Route, usedTier).String(),
-			Shadow:       p.Shadow,
-			Decision:     sluice.Decision{Limit: limit},
-			partitionKey: p.PartitionKey,
+		key := keys.Of(p.Name, id, p.Route, usedTier).String()
+		items = append(items, pending{
+			Item: evaluator.Item{Request: sluice.Request{
+				Key: key, Limit: limit, N: 1, Policy: p.Name, Shadow: p.Shadow, Failure: p.Failure,
+			}},
+			d: PolicyDecision{
+				Policy:       p.Name,
+				Identity:     id,
+				Route:        p.Route,
+				Tier:         usedTier,
+				Key:          key,
+				Shadow:       p.Shadow,
+				Decision:     sluice.Decision{Limit: limit},
+				partitionKey: p.PartitionKey,
+			},
 		})
-		if !p.Shadow {
-			nEnforced++
-		}
 	}
-
-	decided := make([]bool, len(pending))
-	res := &Result{Allowed: true}
-	if err := m.enforce(ctx, pending, decided, nEnforced); err != nil {
+	out, err := evaluator.Evaluate(ctx, m.cfg.Limiter, items, itemOf)
+	if err != nil {
 		return nil, err
 	}
-	for i := range pending {
-		d := &pending[i]
-		if !decided[i] || d.Shadow || d.Allowed {
+	if m.cfg.Logger != nil {
+		for _, e := range out.ShadowErrors {
+			m.cfg.Logger.LogAttrs(ctx, slog.LevelError, "shadow rate limit not decided", slog.String("error", e.Error()))
+		}
+	}
+	res := &Result{Allowed: out.Allowed, RetryAfter: out.RetryAfter, Decisions: make([]PolicyDecision, 0, len(items))}
+	for i := range items {
+		it := &items[i]
+		if !it.Decided {
 			continue
 		}
-		res.Allowed = false
-		if d.blocks() {
-			res.RetryAfter = max(res.RetryAfter, d.RetryAfter)
-		}
-	}
-	if res.Allowed {
-		m.shadow(ctx, pending, decided)
-	}
-	res.Decisions = pending[:0]
-	for i, d := range pending {
-		if decided[i] {
-			res.Decisions = append(res.Decisions, d)
-		}
+		it.d.set(it.Decision)
+		res.Decisions = append(res.Decisions, it.d)
 	}
 	m.log(ctx, r, res)
 	return res, nil
-}
-
-// enforce decides the enforced policies: atomically when the limiter can, else in order,
-// stopping at the first denial.
-func (m *Middleware) enforce(ctx context.Context, pending []PolicyDecision, decided []bool, n int) error {
-	if n == 0 {
-		return nil
-	}
-	if n > 1 && m.multi != nil {
-		idx := make([]int, 0, n)
-		reqs := make([]sluice.Request, 0, n)
-		for i := range pending {
-			if !pending[i].Shadow {
-				idx = append(idx, i)
-				reqs = append(reqs, sluice.Request{Key: pending[i].Key, Limit: pending[i].Limit, N: 1})
-			}
-		}
-		ds, err := m.multi.AllowMulti(ctx, reqs)
-		switch {
-		case err == nil && len(ds) == len(reqs):
-			for j, i := range idx {
-				pending[i].set(ds[j])
-				decided[i] = true
-			}
-			return nil
-		case err == nil:
-			return fmt.Errorf("httplimit: AllowMulti returned %d decisions for %d requests", len(ds), len(reqs))
-		case !errors.Is(err, sluice.ErrNotAtomic):
-			return err
-		}
-		// ErrNotAtomic: nothing was spent; decide one by one.
-	}
-	for i := range pending {
-		d := &pending[i]
-		if d.Shadow {
-			continue
-		}
-		dec, err := m.cfg.Limiter.AllowN(ctx, d.Key, d.Limit, 1)
-		if err != nil {
-			return err
-		}
-		d.set(dec)
-		decided[i] = true
-		if !dec.Allowed {
-			return nil
-		}
-	}
-	return nil
-}
-
-// shadow decides the shadow policies one by one. Their errors are logged, never returned.
-func (m *Middleware) shadow(ctx context.Context, pending []PolicyDecision, decided []bool) {
-	for i := range pending {
-		d := &pending[i]
-		if !d.Shadow {
-			continue
-		}
-		dec, err := m.cfg.Limiter.AllowN(ctx, d.Key, d.Limit, 1)
-		if err != nil {
-			if m.cfg.Logger != nil {
-				m.cfg.Logger.LogAttrs(ctx, slog.LevelError, "shadow rate limit not decided",
-					slog.String("policy", d.Policy), slog.String("key", d.Key),
-					slog.String("error", err.Error()))
-			}
-			continue
-		}
-		d.set(dec)
-		decided[i] = true
-	}
 }
 
 func (d *PolicyDecision) set(dec sluice.Decision) {

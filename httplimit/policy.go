@@ -45,6 +45,9 @@ type Policy struct {
 	// reported in the headers, but never blocks a request, and its store errors are
 	// logged and ignored.
 	Shadow bool
+	// Failure says how the policy is decided when the store cannot decide it (read by a
+	// failover decorator in the Limiter); the zero value takes the decorator's default.
+	Failure sluice.Failure
 	// PartitionKey adds the pk parameter to this policy's header items: the identity as
 	// "kind:id" (keys.Identity.String), a Byte Sequence. API keys appear as their MAC.
 	PartitionKey bool

@@ -41,10 +41,12 @@ func Example() {
 	}))
 	lim := observe.New(fo, observe.WithLogger(logger), observe.WithMetrics(metrics), observe.WithSampling(0))
 
-	ctx := observe.WithPolicy(context.Background(), "per-api-key")
+	ctx := context.Background()
+	req := []sluice.Request{{Key: "api_key:0f3a...", Limit: sluice.PerMinute(2), N: 1, Policy: "per-api-key"}}
+	ds := make([]sluice.Decision, 1)
 	for i := 0; i < 3; i++ {
-		d, _ := lim.AllowN(ctx, "api_key:0f3a...", sluice.PerMinute(2), 1)
-		fmt.Println("allowed:", d.Allowed)
+		lim.Decide(ctx, req, ds)
+		fmt.Println("allowed:", ds[0].Allowed)
 	}
 	// Output:
 	// allowed: true

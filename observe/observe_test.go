@@ -68,7 +68,15 @@ func newLogger() (*slog.Logger, *logBuffer) {
 	return slog.New(slog.NewJSONHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug})), b
 }
 
-// redisStack is observe(failover(redisstore)) on a real server.
+// decide decides one request with l: AllowN with the request's Policy, Shadow and Failure.
+func decide(ctx context.Context, l sluice.Limiter, r sluice.Request) (sluice.Decision, error) {
+	var ds [1]sluice.Decision
+	_, err := l.Decide(ctx, []sluice.Request{r}, ds[:])
+	return ds[0], err
+}
+
+// redisStack is observe(failover(redisstore)) on a real server, with a memory store as
+// the failover's local limiter (FailLocal).
 type redisStack struct {
 	srv   *redistest.Server
 	store *redisstore.Store
@@ -83,8 +91,10 @@ func newRedisStack(t *testing.T, opts ...failover.Option) *redisStack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
+	local := memory.New()
+	t.Cleanup(func() { local.Close() })
 	// A deadline a healthy store meets on a busy machine under the race detector.
-	fo := failover.New(store, append([]failover.Option{failover.WithDeadline(time.Second)}, opts...)...)
+	fo := failover.New(store, append([]failover.Option{failover.WithDeadline(time.Second), failover.WithLocalLimiter(local)}, opts...)...)
 	t.Cleanup(func() { fo.Close() })
 	return &redisStack{srv: srv, store: store, fo: fo}
 }
@@ -95,10 +105,10 @@ func TestDeniedDecisionLog(t *testing.T) {
 	st := newRedisStack(t)
 	logger, buf := newLogger()
 	lim := New(st.fo, WithLogger(logger), WithSampling(0))
-	ctx := WithPolicy(context.Background(), "per-api-key")
+	ctx := context.Background()
 	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 3, Period: time.Hour}
 	for i := 0; i < 4; i++ {
-		d, err := lim.AllowN(ctx, rawKey, limit, 1)
+		d, err := decide(ctx, lim, sluice.Request{Key: rawKey, Limit: limit, N: 1, Policy: "per-api-key"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,18 +150,32 @@ func TestDeniedDecisionLog(t *testing.T) {
 	if sl, _ := ev["store_latency"].(float64); sl <= 0 {
 		t.Errorf("store_latency %v", ev["store_latency"])
 	}
-	for _, k := range []string{"error", "error_kind", "mode"} {
+	for _, k := range []string{"error", "error_kind", "mode", "shadow"} {
 		if _, ok := ev[k]; ok {
 			t.Errorf("unexpected %s=%v in a store decision", k, ev[k])
 		}
 	}
 }
 
-// leakyStore reports errors that quote the key, as a careless store might.
+// leakyStore reports errors that quote the key, as a careless store might. It classifies
+// them, as every store does (sluice.StoreError).
 type leakyStore struct{ sluice.Limiter }
 
-func (s leakyStore) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
-	return sluice.Decision{}, fmt.Errorf("store: cannot decide %q (%s): %w", key, key, errors.New("READONLY You can't write against a read only replica."))
+func (s leakyStore) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
+	key := reqs[0].Key
+	err := fmt.Errorf("store: cannot decide %q (%s): %w", key, key, errors.New("READONLY You can't write against a read only replica."))
+	return sluice.Report{StoreCalled: true}, &sluice.StoreError{Kind: sluice.KindReadOnly, Err: err}
+}
+
+// singles decides one limit at a time with its Limiter and cannot decide several at once
+// atomically, as a store without a batch operation.
+type singles struct{ sluice.Limiter }
+
+func (s singles) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
+	if len(reqs) > 1 {
+		return sluice.Report{Kind: sluice.KindNotAtomic}, fmt.Errorf("singles: %w", sluice.ErrNotAtomic)
+	}
+	return s.Limiter.Decide(ctx, reqs, ds)
 }
 
 // TestRawKeyNeverLogged drives every kind of event (sampled allowed, denied, bad input,
@@ -175,10 +199,9 @@ func TestRawKeyNeverLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.srv.Kill()
-	for _, m := range []failover.Mode{failover.FailOpen, failover.FailClosed, failover.FailLocal} {
-		fctx := failover.WithFallback(ctx, failover.Fallback{Mode: m})
+	for _, m := range []sluice.FailureMode{sluice.FailOpen, sluice.FailClosed, sluice.FailLocal} {
 		for i := 0; i < 7; i++ { // the breaker opens on the way
-			lim.AllowN(fctx, rawKey, limit, 1)
+			decide(ctx, lim, sluice.Request{Key: rawKey, Limit: limit, N: 1, Failure: sluice.Failure{Mode: m}})
 		}
 	}
 	mem := memory.New()
@@ -302,12 +325,15 @@ func TestMetrics(t *testing.T) {
 		t.Error("registering the metrics twice on one registry succeeded")
 	}
 	lim := New(st.fo, WithMetrics(m), WithLogger(nil))
-	ctx := WithPolicy(context.Background(), "api")
+	ctx := context.Background()
 	limit := sluice.PerMinute(2)
-	for i := 0; i < 3; i++ {
-		lim.AllowN(ctx, "user:1", limit, 1)
+	api := func(key string, limit sluice.Limit, n int64) sluice.Request {
+		return sluice.Request{Key: key, Limit: limit, N: n, Policy: "api"}
 	}
-	lim.AllowN(ctx, "user:1", limit, 9) // bad input
+	for i := 0; i < 3; i++ {
+		decide(ctx, lim, api("user:1", limit, 1))
+	}
+	decide(ctx, lim, api("user:1", limit, 9)) // bad input
 
 	val := func(name string, labels map[string]string) float64 { return metricValue(t, reg, name, labels) }
 	checks := []struct {
@@ -330,9 +356,10 @@ func TestMetrics(t *testing.T) {
 
 	// The store dies: failures by kind, fallbacks by mode, the breaker opens.
 	st.srv.Kill()
-	octx := failover.WithFallback(ctx, failover.Fallback{Mode: failover.FailLocal})
 	for i := 0; i < 8; i++ {
-		lim.AllowN(octx, fmt.Sprint("user:", i), limit, 1)
+		r := api(fmt.Sprint("user:", i), limit, 1)
+		r.Failure = sluice.Failure{Mode: sluice.FailLocal}
+		decide(ctx, lim, r)
 	}
 	if got := val("sluice_breaker_state", map[string]string{"state": "open"}); got != 1 {
 		t.Errorf("breaker open gauge %v after the store died", got)
@@ -353,11 +380,11 @@ func TestMetrics(t *testing.T) {
 	// It comes back: the breaker closes, the gauge follows.
 	st.srv.Restart()
 	deadline := time.Now().Add(10 * time.Second)
-	for st.fo.State() != failover.BreakerClosed || val("sluice_breaker_state", map[string]string{"state": "closed"}) != 1 {
+	for st.fo.State() != sluice.BreakerClosed || val("sluice_breaker_state", map[string]string{"state": "closed"}) != 1 {
 		if time.Now().After(deadline) {
 			t.Fatalf("breaker still %v", st.fo.State())
 		}
-		lim.AllowN(ctx, "user:probe", sluice.PerSecond(100), 1)
+		decide(ctx, lim, api("user:probe", sluice.PerSecond(100), 1))
 		time.Sleep(20 * time.Millisecond)
 	}
 
@@ -443,12 +470,12 @@ func TestAllowMultiLogsEachRequest(t *testing.T) {
 	store := memory.New()
 	defer store.Close()
 	logger, buf := newLogger()
-	lim := New(store, WithLogger(logger), WithSampling(1))
+	lim := New(store, WithLogger(logger), WithSampling(1), WithDefaultPolicy("fallback"))
 	reqs := []sluice.Request{
-		{Key: rawKey, Limit: sluice.PerMinute(1), N: 1},
-		{Key: rawKey, Limit: sluice.PerHour(10), N: 1},
+		{Key: rawKey, Limit: sluice.PerMinute(1), N: 1, Policy: "per-minute"},
+		{Key: rawKey, Limit: sluice.PerHour(10), N: 1}, // no Policy: the default
 	}
-	ctx := WithBatchPolicies(WithPolicy(context.Background(), "fallback"), "per-minute")
+	ctx := context.Background()
 	for i := 0; i < 2; i++ {
 		if _, err := sluice.AllowMulti(ctx, lim, reqs); err != nil {
 			t.Fatal(err)
@@ -464,8 +491,169 @@ func TestAllowMultiLogsEachRequest(t *testing.T) {
 	if evs[2]["allowed"] != false || evs[3]["allowed"] != false || evs[3]["used"] != 1.0 || evs[2]["batch_size"] != 2.0 {
 		t.Errorf("denied batch events: %v", evs[2:])
 	}
-	if _, err := New(leakyStore{store}).AllowMulti(context.Background(), reqs); !errors.Is(err, sluice.ErrNotAtomic) {
-		t.Errorf("AllowMulti over a plain Limiter: %v, want ErrNotAtomic", err)
+	// A limiter that cannot decide a batch atomically says so, and observe passes its
+	// error on, logged (with its kind) for each request.
+	logger, buf = newLogger()
+	if _, err := sluice.AllowMulti(ctx, New(singles{store}, WithLogger(logger)), reqs); !errors.Is(err, sluice.ErrNotAtomic) {
+		t.Errorf("AllowMulti over a limiter without batches: %v, want ErrNotAtomic", err)
+	}
+	evs = buf.events(t)
+	if len(evs) != 2 || evs[0]["error_kind"] != "not_atomic" || evs[1]["error_kind"] != "not_atomic" || evs[0]["level"] != "WARN" {
+		t.Errorf("a batch the limiter refused: %v", evs)
+	}
+}
+
+// valueSpy is a context that records every value looked up in it.
+type valueSpy struct {
+	context.Context
+	mu   sync.Mutex
+	keys []any
+}
+
+func (c *valueSpy) Value(key any) any {
+	c.mu.Lock()
+	c.keys = append(c.keys, key)
+	c.mu.Unlock()
+	return c.Context.Value(key)
+}
+
+// downStore fails every call, classified as refused.
+type downStore struct{}
+
+var errDown = &sluice.StoreError{Kind: sluice.KindRefused, Err: errors.New("connect: connection refused")}
+
+func (downStore) Decide(context.Context, []sluice.Request, []sluice.Decision) (sluice.Report, error) {
+	return sluice.Report{StoreCalled: true}, errDown
+}
+func (downStore) Reserve(context.Context, string, sluice.Limit, int64) (sluice.Reservation, error) {
+	return sluice.Reservation{}, errDown
+}
+func (downStore) Reset(context.Context, string, sluice.Limit) error { return errDown }
+
+// TestRequestPolicyAndShadow: each request's Policy names its decisions in the log and
+// the metrics, its Shadow flag is logged, and no context value takes part (none is
+// looked up). Requests without a Policy take WithDefaultPolicy's. Through a failover
+// whose store is down, a shadow limit fails open even when its Failure says closed, and
+// the metrics count it so under its policy.
+func TestRequestPolicyAndShadow(t *testing.T) {
+	store := memory.New()
+	defer store.Close()
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	logger, buf := newLogger()
+	lim := New(store, WithLogger(logger), WithMetrics(m), WithSampling(1), WithDefaultPolicy("unnamed"))
+	ctx := &valueSpy{Context: context.Background()}
+
+	batch := []sluice.Request{
+		{Key: "user:1", Limit: sluice.PerMinute(1), N: 1, Policy: "per-user"},
+		{Key: "user:1", Limit: sluice.PerHour(100), N: 1, Policy: "per-user-shadow", Shadow: true},
+		{Key: "ip:1", Limit: sluice.PerMinute(5), N: 1},
+	}
+	ds := make([]sluice.Decision, len(batch))
+	for call := range 2 {
+		if _, err := lim.Decide(ctx, batch, ds); err != nil {
+			t.Fatal(err)
+		}
+		for i, d := range ds {
+			if d.Allowed != (call == 0) {
+				t.Fatalf("call %d, request %d: %+v", call, i, d)
+			}
+		}
+	}
+	if _, err := lim.Decide(ctx, []sluice.Request{{Key: "user:3", Limit: sluice.PerMinute(1), N: 1, Policy: "solo", Shadow: true}}, ds); err != nil || !ds[0].Allowed {
+		t.Fatalf("a shadow request alone: %+v, %v", ds[0], err)
+	}
+	ctx.mu.Lock()
+	if len(ctx.keys) != 0 {
+		t.Errorf("context values looked up: %v", ctx.keys)
+	}
+	ctx.mu.Unlock()
+
+	evs := buf.events(t)
+	if len(evs) != 7 {
+		t.Fatalf("%d events for 2 calls of 3 requests and 1 of 1, want 7:\n%s", len(evs), buf.String())
+	}
+	policies := []string{"per-user", "per-user-shadow", "unnamed"}
+	for j, ev := range evs[:6] {
+		i := j % 3
+		if ev["policy"] != policies[i] || ev["allowed"] != (j < 3) || ev["batch"] != float64(i) || ev["batch_size"] != 3.0 {
+			t.Errorf("event %d: %v, want policy %s, batch %d of 3", j, ev, policies[i], i)
+		}
+		if shadow, ok := ev["shadow"]; batch[i].Shadow != ok || ok && shadow != true {
+			t.Errorf("event %d (policy %s): shadow=%v (present %v), want present only for the shadow limit, true", j, ev["policy"], shadow, ok)
+		}
+	}
+	solo := evs[6]
+	if solo["policy"] != "solo" || solo["shadow"] != true || solo["allowed"] != true {
+		t.Errorf("the shadow request alone: %v", solo)
+	}
+	for _, k := range []string{"batch", "batch_size"} {
+		if _, ok := solo[k]; ok {
+			t.Errorf("unexpected %s=%v for a request alone", k, solo[k])
+		}
+	}
+
+	val := func(name string, labels map[string]string) float64 { return metricValue(t, reg, name, labels) }
+	for _, p := range policies {
+		for _, result := range []string{"allowed", "denied"} {
+			if got := val("sluice_decisions_total", map[string]string{"policy": p, "result": result, "path": "store"}); got != 1 {
+				t.Errorf("decisions{policy=%s, result=%s} = %v, want 1", p, result, got)
+			}
+		}
+		if got := val("sluice_store_latency_seconds", map[string]string{"policy": p}); got != 2 {
+			t.Errorf("store latency observations of %s: %v, want 2", p, got)
+		}
+	}
+	if got := val("sluice_decisions_total", map[string]string{"policy": "solo", "result": "allowed", "path": "store"}); got != 1 {
+		t.Errorf("decisions{policy=solo} = %v, want 1", got)
+	}
+	if got := val("sluice_decisions_total", map[string]string{"policy": DefaultPolicy, "result": "allowed", "path": "store"}); got != -1 {
+		t.Errorf("decisions{policy=%s} = %v: a request fell back on DefaultPolicy over WithDefaultPolicy", DefaultPolicy, got)
+	}
+
+	// The store is down, every limit asks to fail closed: the enforced one does, the
+	// shadow one fails open.
+	fo := failover.New(downStore{}, failover.WithDeadline(time.Second))
+	defer fo.Close()
+	logger, buf = newLogger()
+	flim := New(fo, WithLogger(logger), WithMetrics(m), WithSampling(1))
+	closed := sluice.Failure{Mode: sluice.FailClosed}
+	d, err := decide(context.Background(), flim, sluice.Request{Key: "user:4", Limit: sluice.PerMinute(1), N: 1, Policy: "enforced", Failure: closed})
+	if !errors.Is(err, sluice.ErrStoreUnavailable) || d.Allowed || d.Path != sluice.PathClosed {
+		t.Fatalf("an enforced limit failing closed: %+v, %v", d, err)
+	}
+	d, err = decide(context.Background(), flim, sluice.Request{Key: "user:4", Limit: sluice.PerMinute(1), N: 1, Policy: "trial", Shadow: true, Failure: closed})
+	if err != nil || !d.Allowed || d.Path != sluice.PathOpen {
+		t.Fatalf("a shadow limit with the store down: %+v, %v; want it failed open", d, err)
+	}
+	evs = buf.events(t)
+	if len(evs) != 2 {
+		t.Fatalf("%d events, want 2:\n%s", len(evs), buf.String())
+	}
+	if ev := evs[0]; ev["policy"] != "enforced" || ev["mode"] != "closed" || ev["path"] != "closed" || ev["shadow"] != nil || ev["error_kind"] != "refused" {
+		t.Errorf("the enforced limit's event: %v", ev)
+	}
+	if ev := evs[1]; ev["policy"] != "trial" || ev["mode"] != "open" || ev["path"] != "open" || ev["shadow"] != true || ev["error_kind"] != "refused" || ev["level"] != "WARN" {
+		t.Errorf("the shadow limit's event: %v", ev)
+	}
+	for _, c := range []struct {
+		labels map[string]string
+		want   float64
+	}{
+		{map[string]string{"policy": "enforced", "mode": "closed", "result": "error"}, 1},
+		{map[string]string{"policy": "trial", "mode": "open", "result": "allowed"}, 1},
+		{map[string]string{"policy": "trial", "mode": "closed", "result": "error"}, -1},
+	} {
+		if got := val("sluice_fallback_decisions_total", c.labels); got != c.want {
+			t.Errorf("sluice_fallback_decisions_total%v = %v, want %v", c.labels, got, c.want)
+		}
+	}
+	if got := val("sluice_store_errors_total", map[string]string{"kind": "refused"}); got != 2 {
+		t.Errorf("refused store errors %v, want 2", got)
 	}
 }
 
@@ -492,19 +680,20 @@ func TestCachedDenials(t *testing.T) {
 	logger, buf := newLogger()
 	dc := denycache.New(fo)
 	lim := New(dc, WithMetrics(m), WithLogger(logger), WithSampling(0))
-	ctx := WithPolicy(context.Background(), "api")
+	ctx := context.Background()
 	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 3, Period: time.Hour}
+	req := sluice.Request{Key: rawKey, Limit: limit, N: 1, Policy: "api"}
 	for i := range 3 {
-		if d, err := lim.AllowN(ctx, rawKey, limit, 1); err != nil || !d.Allowed {
+		if d, err := decide(ctx, lim, req); err != nil || !d.Allowed {
 			t.Fatalf("request %d: %+v, %v", i, d, err)
 		}
 	}
-	if d, err := lim.AllowN(ctx, rawKey, limit, 1); err != nil || d.Allowed || d.Path != sluice.PathStore {
+	if d, err := decide(ctx, lim, req); err != nil || d.Allowed || d.Path != sluice.PathStore {
 		t.Fatalf("the first denial: %+v, %v", d, err)
 	}
 	calls, _ := srv.ScriptStats()
 	for range 10 {
-		if d, err := lim.AllowN(ctx, rawKey, limit, 1); err != nil || d.Allowed || d.Path != sluice.PathCache || d.RetryAfter <= 0 {
+		if d, err := decide(ctx, lim, req); err != nil || d.Allowed || d.Path != sluice.PathCache || d.RetryAfter <= 0 {
 			t.Fatalf("a repeated denial: %+v, %v", d, err)
 		}
 	}
@@ -538,7 +727,7 @@ func TestCachedDenials(t *testing.T) {
 	}
 	// Sampled in, a repeat is logged at Info like the store's denial.
 	logger, buf = newLogger()
-	if d, err := New(dc, WithLogger(logger), WithSampling(1)).AllowN(ctx, rawKey, limit, 1); err != nil || d.Path != sluice.PathCache {
+	if d, err := decide(ctx, New(dc, WithLogger(logger), WithSampling(1)), req); err != nil || d.Path != sluice.PathCache {
 		t.Fatalf("a repeated denial: %+v, %v", d, err)
 	}
 	evs = buf.events(t)
@@ -546,7 +735,7 @@ func TestCachedDenials(t *testing.T) {
 		t.Fatalf("%d events with sampling 1, want 1:\n%s", len(evs), buf.String())
 	}
 	ev := evs[0]
-	if ev["level"] != "INFO" || ev["path"] != "cache" || ev["allowed"] != false || ev["key"] != HashKey(rawKey) {
+	if ev["level"] != "INFO" || ev["path"] != "cache" || ev["allowed"] != false || ev["key"] != HashKey(rawKey) || ev["policy"] != "api" {
 		t.Errorf("cached denial logged as %v", ev)
 	}
 	for _, k := range []string{"store_latency", "mode", "error"} {
@@ -561,16 +750,16 @@ func TestCachedDenials(t *testing.T) {
 	// otherwise count as successes and keep it closed).
 	srv.Kill()
 	for i := range 8 {
-		if d, err := lim.AllowN(ctx, fmt.Sprint("other:", i), limit, 1); err != nil || !d.Allowed || d.Path != sluice.PathOpen {
+		if d, err := decide(ctx, lim, sluice.Request{Key: fmt.Sprint("other:", i), Limit: limit, N: 1, Policy: "api"}); err != nil || !d.Allowed || d.Path != sluice.PathOpen {
 			t.Fatalf("with Redis down, fail open: %+v, %v", d, err)
 		}
 		for range 5 {
-			if d, err := lim.AllowN(ctx, rawKey, limit, 1); err != nil || d.Path != sluice.PathCache {
+			if d, err := decide(ctx, lim, req); err != nil || d.Path != sluice.PathCache {
 				t.Fatalf("a cached denial with Redis down: %+v, %v", d, err)
 			}
 		}
 	}
-	if s := fo.State(); s != failover.BreakerOpen {
+	if s := fo.State(); s != sluice.BreakerOpen {
 		t.Errorf("breaker %v after 8 failed store calls among 40 cached answers, want open", s)
 	}
 }

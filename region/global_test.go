@@ -377,3 +377,92 @@ func TestBucketArithmetic(t *testing.T) {
 }
 
 func algoParams(l sluice.Limit) algo.Params { return algo.ParamsOf(l.With(sluice.GCRA)) }
+
+// TestGlobalDecideAllOrNothing: a request of two limits that one of them denies spends
+// nothing of the other: its decision is not allowed with RetryAfter 0 (alone it would
+// pass) and the other limit's full Remaining, no unit of it is admitted, and all of that
+// Remaining is still there afterwards. A request both fit spends both.
+func TestGlobalDecideAllOrNothing(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	store, err := redisstore.Open(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	g, err := NewGlobal(store, WithNode("solo"), WithSyncInterval(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	var mu sync.Mutex
+	var admitted int64
+	g.onAdmit = func(_ time.Time, n int64) {
+		mu.Lock()
+		admitted += n
+		mu.Unlock()
+	}
+	spent := func() int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return admitted
+	}
+	// Hour-long periods: nothing refills during the test.
+	small := sluice.Limit{Algorithm: sluice.GCRA, Rate: 2, Period: time.Hour, Burst: 2}
+	big := sluice.Limit{Algorithm: sluice.GCRA, Rate: 10, Period: time.Hour, Burst: 10}
+	ctx := context.Background()
+	ds := make([]sluice.Decision, 2)
+
+	both := []sluice.Request{{Key: "tenant", Limit: small, N: 2}, {Key: "tenant", Limit: big, N: 2}}
+	if _, err := g.Decide(ctx, both, ds); err != nil {
+		t.Fatal(err)
+	}
+	if !ds[0].Allowed || !ds[1].Allowed || ds[0].Remaining != 0 || ds[1].Remaining != 8 || spent() != 4 {
+		t.Fatalf("a request both limits fit: %+v, %d units admitted; want both spent (0 and 8 left)", ds, spent())
+	}
+
+	denied := []sluice.Request{{Key: "tenant", Limit: small, N: 1}, {Key: "tenant", Limit: big, N: 3}}
+	for i := range 3 {
+		rep, err := g.Decide(ctx, denied, ds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rep.StoreCalled {
+			t.Errorf("call %d: Report %+v, want StoreCalled", i, rep)
+		}
+		if ds[0].Allowed || ds[0].RetryAfter <= 0 || ds[0].Limit != small {
+			t.Fatalf("call %d, the exhausted limit: %+v, want denied with a RetryAfter", i, ds[0])
+		}
+		if ds[1].Allowed || ds[1].RetryAfter != 0 || ds[1].Remaining != 8 || ds[1].Limit != big {
+			t.Fatalf("call %d, the limit with room: %+v, want not allowed, RetryAfter 0, Remaining 8", i, ds[1])
+		}
+	}
+	if got := spent(); got != 4 {
+		t.Fatalf("%d units admitted after the denied requests, want still 4", got)
+	}
+	// All 8 units of the big limit are still there, and no more.
+	if d, err := g.AllowN(ctx, "tenant", big, 8); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("the big limit's 8 remaining units: %+v, %v", d, err)
+	}
+	if d, err := g.AllowN(ctx, "tenant", big, 1); err != nil || d.Allowed {
+		t.Fatalf("a unit beyond them: %+v, %v", d, err)
+	}
+	if got := spent(); got != 12 {
+		t.Errorf("%d units admitted, want 12", got)
+	}
+
+	// Bad input spends nothing either; and the node offers no reservations.
+	dup := []sluice.Request{{Key: "tenant", Limit: big, N: 1}, {Key: "tenant", Limit: big, N: 1}}
+	if rep, err := g.Decide(ctx, dup, ds); !errors.Is(err, sluice.ErrInvalidKey) || rep.Kind != sluice.KindBadInput {
+		t.Errorf("a key and limit twice: %+v, %v; want ErrInvalidKey", rep, err)
+	}
+	if _, err := g.Decide(ctx, both, ds[:1]); !errors.Is(err, sluice.ErrInvalidCost) {
+		t.Errorf("two requests, room for one decision: %v; want ErrInvalidCost", err)
+	}
+	if _, err := g.Reserve(ctx, "tenant", big, 1); !errors.Is(err, sluice.ErrInvalidLimit) {
+		t.Errorf("Reserve: %v, want ErrInvalidLimit", err)
+	}
+	if got := spent(); got != 12 {
+		t.Errorf("%d units admitted after bad input, want 12", got)
+	}
+}

@@ -3,6 +3,8 @@ package region
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -85,15 +87,54 @@ func TestPerRegionShares(t *testing.T) {
 			t.Errorf("region %d admitted %d in 3s, want 154", i, n)
 		}
 	}
-	if _, err := (&Share{inner: memory.New(), ppm: 500_000}).Reserve(ctx, "k", l, 1); err != nil {
-		t.Errorf("Reserve through a share of the memory store: %v", err)
+	mem := memory.New()
+	defer mem.Close()
+	if res, err := (&Share{inner: mem, ppm: 500_000}).Reserve(ctx, "k", l, 1); err != nil || !res.OK || res.Limit != Scale(l, 500_000) {
+		t.Errorf("Reserve through a share of the memory store: %+v, %v; want it made under the share %v", res, err, Scale(l, 500_000))
 	}
-	var plain sluice.Limiter = onlyLimiter{memory.New()}
+	var plain sluice.Limiter = cannotReserve{mem}
 	s, _ := NewShare(plain, 0.5)
 	if _, err := s.Reserve(ctx, "k", l, 1); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("Reserve through a limiter that cannot: %v", err)
 	}
 }
 
-// onlyLimiter hides every capability but sluice.Limiter.
-type onlyLimiter struct{ sluice.Limiter }
+// cannotReserve is a Limiter whose Reserve always refuses.
+type cannotReserve struct{ sluice.Limiter }
+
+func (cannotReserve) Reserve(context.Context, string, sluice.Limit, int64) (sluice.Reservation, error) {
+	return sluice.Reservation{}, fmt.Errorf("cannotReserve: %w", errors.ErrUnsupported)
+}
+
+// TestShareDecide: a request of several limits is decided by the inner limiter under each
+// limit's share, all or nothing, and its decisions report the shares.
+func TestShareDecide(t *testing.T) {
+	mem := memory.New()
+	defer mem.Close()
+	s, err := NewShare(mem, 0.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	small, big := sluice.PerHour(4), sluice.PerHour(20) // shares: 2 and 10 per hour
+	reqs := []sluice.Request{{Key: "k", Limit: small, N: 2}, {Key: "k", Limit: big, N: 2}}
+	ds := make([]sluice.Decision, 2)
+	if _, err := s.Decide(ctx, reqs, ds); err != nil || !ds[0].Allowed || !ds[1].Allowed ||
+		ds[0].Limit != s.Limit(small) || ds[1].Limit != s.Limit(big) || ds[0].Remaining != 0 || ds[1].Remaining != 8 {
+		t.Fatalf("within both shares: %+v, %v", ds, err)
+	}
+	reqs[0].N, reqs[1].N = 1, 3
+	if _, err := s.Decide(ctx, reqs, ds); err != nil || ds[0].Allowed || ds[0].RetryAfter <= 0 || ds[1].Allowed || ds[1].RetryAfter != 0 || ds[1].Remaining != 8 {
+		t.Fatalf("over the small share: %+v, %v; want nothing spent", ds, err)
+	}
+	if d, err := sluice.AllowN(ctx, mem, "k", s.Limit(big), 0); err != nil || d.Remaining != 8 {
+		t.Fatalf("the big share in the store after the denial: %+v, %v; want 8 left", d, err)
+	}
+	reqs[1].Limit = sluice.Limit{Rate: 0, Period: time.Second}
+	if _, err := s.Decide(ctx, reqs, ds); !errors.Is(err, sluice.ErrInvalidLimit) || !strings.Contains(err.Error(), "request 1") {
+		t.Errorf("an invalid limit: %v, want ErrInvalidLimit naming request 1", err)
+	}
+	if reqs[1].Limit.Rate != 0 || reqs[0].Limit != small {
+		t.Errorf("Decide changed the caller's requests: %+v", reqs)
+	}
+}

@@ -274,7 +274,8 @@ func parseDescriptor(s string) (Descriptor, error) {
 // (only when enforce; a peek always answers 200), with the RateLimit fields.
 func (s *Server) answer(w http.ResponseWriter, r *http.Request, req *CheckRequest, enforce bool) string {
 	cfg := s.config()
-	items, ctx, err := s.items(r.Context(), cfg, req)
+	ctx := r.Context()
+	items, sc, err := s.items(cfg, req)
 	if err != nil {
 		return s.writeError(w, r, err)
 	}
@@ -282,22 +283,20 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, req *CheckReques
 		// As the library does, a cost that no wait could ever allow is an error, not a
 		// denial (a Retry-After would be a lie). Envoy's API has no such answer and gets
 		// OVER_LIMIT instead.
-		if it := &items[i]; it.status == config.Limited && it.n > it.limit.MaxCost() {
+		if it := &items[i]; it.status == config.Limited && it.N > it.Limit.MaxCost() {
 			return s.writeError(w, r, badRequest("cost %d exceeds the %d that %s (%v) can ever allow",
-				it.n, it.limit.MaxCost(), it.name, it.limit))
+				it.N, it.Limit.MaxCost(), it.name, it.Limit))
 		}
 	}
-	allowed, err := s.decide(ctx, items)
+	out, err := s.decide(ctx, cfg, sc, items)
 	if err != nil {
 		return s.writeError(w, r, err)
 	}
-	if s.shadowMode {
-		allowed = true
-	}
+	allowed := out.Allowed || s.shadowMode
 	resp := CheckResponse{Allowed: allowed, Limits: make([]LimitStatus, len(items))}
 	var ra time.Duration
 	if !allowed {
-		ra = retryAfter(items)
+		ra = out.RetryAfter
 		resp.RetryAfterMs = ceilMillis(ra)
 	}
 	for i := range items {
@@ -345,66 +344,66 @@ func limitStatus(it *item) LimitStatus {
 	ls := LimitStatus{
 		Name:      it.name,
 		Status:    it.status.String(),
-		OverLimit: it.over(),
-		Shadow:    it.shadow,
+		OverLimit: it.Over(),
+		Shadow:    it.Shadow,
 		Source:    it.source,
 		Route:     it.route,
 	}
 	switch it.status {
 	case config.Limited:
-		l := it.limit
-		if it.decided && it.dec.Limit != (sluice.Limit{}) {
-			l = it.dec.Limit
+		l := it.Limit
+		if it.Decided && it.Decision.Limit != (sluice.Limit{}) {
+			l = it.Decision.Limit
 		}
 		ls.Algorithm, ls.Rate, ls.Period, ls.Burst = l.Algorithm.String(), l.Rate, l.Period.String(), l.Burst
 	case config.Blocked:
-		ls.Algorithm, ls.Period = sluice.FixedWindow.String(), it.dec.Limit.Period.String()
+		ls.Algorithm, ls.Period = sluice.FixedWindow.String(), it.Decision.Limit.Period.String()
 	}
-	if it.decided {
-		ls.Remaining = it.dec.Remaining
-		ls.ResetAfterMs = ceilMillis(it.dec.ResetAfter)
-		ls.RetryAfterMs = ceilMillis(it.dec.RetryAfter)
-		ls.DecidedBy = it.dec.Path.String()
+	if it.Decided {
+		ls.Remaining = it.Decision.Remaining
+		ls.ResetAfterMs = ceilMillis(it.Decision.ResetAfter)
+		ls.RetryAfterMs = ceilMillis(it.Decision.RetryAfter)
+		ls.DecidedBy = it.Decision.Path.String()
 	}
 	return ls
 }
 
-// items turns a CheckRequest into the items to decide, and the context to decide them
-// with (carrying the policy's failure mode).
-func (s *Server) items(ctx context.Context, cfg *config.Config, req *CheckRequest) ([]item, context.Context, error) {
+// items turns a CheckRequest into the items to decide, and the scope to decide them in
+// (the policy's name and failure mode).
+func (s *Server) items(cfg *config.Config, req *CheckRequest) ([]item, scope, error) {
 	n := int64(1)
 	if req.Cost != nil {
 		n = *req.Cost
 	}
 	if n < 0 {
-		return nil, nil, badRequest("cost must not be negative, got %d", n)
+		return nil, scope{}, badRequest("cost must not be negative, got %d", n)
 	}
 	switch {
 	case req.Policy != "" && req.Domain != "":
-		return nil, nil, badRequest("name a policy or a domain, not both")
+		return nil, scope{}, badRequest("name a policy or a domain, not both")
 	case req.Policy != "":
 		if len(req.Descriptors) > 0 {
-			return nil, nil, badRequest("descriptors belong to a domain, not to policy %q", req.Policy)
+			return nil, scope{}, badRequest("descriptors belong to a domain, not to policy %q", req.Policy)
 		}
 		p, ok := cfg.Policy(req.Policy)
 		if !ok {
-			return nil, nil, &apiError{http.StatusNotFound, fmt.Sprintf("no policy named %q", req.Policy)}
+			return nil, scope{}, &apiError{http.StatusNotFound, fmt.Sprintf("no policy named %q", req.Policy)}
 		}
 		items, err := s.policyItems(cfg, p, req, n)
 		if err != nil {
-			return nil, nil, err
+			return nil, scope{}, err
 		}
-		return items, s.decisionContext(ctx, cfg, p.Name, p.FailureMode, p.LocalShare), nil
+		return items, scope{p.Name, p.FailureMode, p.LocalShare}, nil
 	case req.Domain != "":
 		if len(req.Descriptors) == 0 {
-			return nil, nil, badRequest("rate limit descriptor list must not be empty")
+			return nil, scope{}, badRequest("rate limit descriptor list must not be empty")
 		}
 		descs := make([]config.Descriptor, len(req.Descriptors))
 		mults := make([]uint32, len(req.Descriptors))
 		hits := make([]int64, len(req.Descriptors))
 		for i, d := range req.Descriptors {
 			if len(d.Entries) == 0 {
-				return nil, nil, badRequest("descriptor %d has no entries", i)
+				return nil, scope{}, badRequest("descriptor %d has no entries", i)
 			}
 			descs[i].Entries = make([]config.Entry, len(d.Entries))
 			for j, e := range d.Entries {
@@ -413,14 +412,14 @@ func (s *Server) items(ctx context.Context, cfg *config.Config, req *CheckReques
 			if d.Limit != nil {
 				u, err := config.ParseUnit(d.Limit.Unit)
 				if err != nil {
-					return nil, nil, badRequest("descriptor %d: limit: %v", i, err)
+					return nil, scope{}, badRequest("descriptor %d: limit: %v", i, err)
 				}
 				descs[i].Override = &config.LimitOverride{RequestsPerUnit: d.Limit.RequestsPerUnit, Unit: u}
 			}
 			hits[i] = n
 			if d.Cost != nil {
 				if *d.Cost < 0 {
-					return nil, nil, badRequest("descriptor %d: cost must not be negative", i)
+					return nil, scope{}, badRequest("descriptor %d: cost must not be negative", i)
 				}
 				hits[i] = *d.Cost
 			}
@@ -429,15 +428,15 @@ func (s *Server) items(ctx context.Context, cfg *config.Config, req *CheckReques
 		if !ok {
 			s.metrics.unknownDomain.Inc()
 			items := make([]item, len(descs)) // all NoMatch, as Envoy's unknown domain
-			return items, ctx, nil
+			return items, scope{name: req.Domain}, nil
 		}
 		items, err := s.domainItems(dom, descs, mults, hits, nil)
 		if err != nil {
-			return nil, nil, badRequest("%v", err)
+			return nil, scope{}, badRequest("%v", err)
 		}
-		return items, s.decisionContext(ctx, cfg, dom.Name, config.FailureUnset, 0), nil
+		return items, scope{name: dom.Name}, nil
 	}
-	return nil, nil, badRequest("name a policy (with key) or a domain (with descriptors)")
+	return nil, scope{}, badRequest("name a policy (with key) or a domain (with descriptors)")
 }
 
 // policyItems are the limits of one identity under policy p: the policy's limit (an
@@ -459,13 +458,10 @@ func (s *Server) policyItems(cfg *config.Config, p *config.Policy, req *CheckReq
 		keyTier = req.Tier
 	}
 	items := []item{{
+		Item:   limitItem(keys.Of(p.Name, id, "", keyTier).String(), limit, n, p.Shadow),
 		name:   p.Name,
 		status: config.Limited,
 		source: source,
-		key:    keys.Of(p.Name, id, "", keyTier).String(),
-		limit:  limit,
-		n:      n,
-		shadow: p.Shadow,
 	}}
 	if req.Path != "" || req.Method != "" {
 		rt, ok, err := policyRoute(p, req)
@@ -475,14 +471,11 @@ func (s *Server) policyItems(cfg *config.Config, p *config.Policy, req *CheckReq
 		if ok {
 			name := RouteLimitName(p.Name, rt.Pattern)
 			items = append(items, item{
+				Item:   limitItem(keys.Of(name, id, rt.Pattern, "").String(), rt.Limit, n, p.Shadow),
 				name:   name,
 				status: config.Limited,
 				source: "route",
 				route:  rt.Pattern,
-				key:    keys.Of(name, id, rt.Pattern, "").String(),
-				limit:  rt.Limit,
-				n:      n,
-				shadow: p.Shadow,
 			})
 		}
 	}
@@ -601,7 +594,8 @@ func (s *Server) serveReset(w http.ResponseWriter, r *http.Request) string {
 		return s.writeError(w, r, err)
 	}
 	cfg := s.config()
-	items, ctx, err := s.items(r.Context(), cfg, req)
+	ctx := r.Context()
+	items, _, err := s.items(cfg, req)
 	if err != nil {
 		return s.writeError(w, r, err)
 	}
@@ -611,7 +605,7 @@ func (s *Server) serveReset(w http.ResponseWriter, r *http.Request) string {
 		if it.status != config.Limited {
 			continue
 		}
-		if err := s.limiter.Reset(ctx, it.key, it.limit); err != nil {
+		if err := s.limiter.Reset(ctx, it.Key, it.Limit); err != nil {
 			return s.writeError(w, r, err)
 		}
 		resp.Reset = append(resp.Reset, it.name)
@@ -641,22 +635,22 @@ func (s *Server) logDenied(ctx context.Context, what string, items []item) {
 	}
 	for i := range items {
 		it := &items[i]
-		if !it.over() {
+		if !it.Over() {
 			continue
 		}
 		attrs := []slog.Attr{
 			slog.String("for", what),
 			slog.String("limit", it.name),
-			slog.String("key", it.key),
-			slog.Bool("shadow", it.shadow),
+			slog.String("key", it.Key),
+			slog.Bool("shadow", it.Shadow),
 			slog.String("status", it.status.String()),
 		}
-		if it.decided {
+		if it.Decided {
 			attrs = append(attrs,
-				slog.String("applied", it.dec.Limit.String()),
-				slog.Int64("remaining", it.dec.Remaining),
-				slog.Duration("retry_after", it.dec.RetryAfter),
-				slog.String("decided_by", it.dec.Path.String()))
+				slog.String("applied", it.Decision.Limit.String()),
+				slog.Int64("remaining", it.Decision.Remaining),
+				slog.Duration("retry_after", it.Decision.RetryAfter),
+				slog.String("decided_by", it.Decision.Path.String()))
 		}
 		s.log.LogAttrs(ctx, slog.LevelDebug, "rate limit exceeded", attrs...)
 	}

@@ -14,7 +14,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/failover"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/observe"
@@ -112,7 +112,7 @@ func BenchmarkShouldRateLimitChain(b *testing.B) {
 	defer fl.Close()
 	lim := observe.New(fl, observe.WithMetrics(m), observe.WithSampling(0),
 		observe.WithLogger(slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))))
-	s, err := New(Options{Limiter: lim, Config: loadConfig(b, "edge.yaml"), Registry: reg, FailureMode: config.FailOpen})
+	s, err := New(Options{Limiter: lim, Config: loadConfig(b, "edge.yaml"), Registry: reg, FailureMode: sluice.FailOpen})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func (s *Server) domainItems(dom *config.Domain, descs []config.Descriptor, mult
 	for i := range matches {
 		m := &matches[i]
 		it := &items[i]
-		it.status, it.rule, it.shadow, it.n = m.Status, m.Rule, m.Shadow, hits[i]
+		it.status, it.rule, it.Shadow, it.N = m.Status, m.Rule, m.Shadow, hits[i]
 		if m.Rule == nil {
 			continue
 		}
@@ -58,18 +58,18 @@ func (s *Server) domainItems(dom *config.Domain, descs []config.Descriptor, mult
 			if err := limit.Validate(); err != nil {
 				return nil, fmt.Errorf("descriptor %d: %w", i, err)
 			}
-			it.key, it.limit = m.Key, limit
+			it.Key, it.Limit = m.Key, limit
 		case config.Blocked:
 			if now.IsZero() {
 				now = s.now()
 			}
 			reset := windowReset(now, period)
-			it.dec = sluice.Decision{
+			it.Decision = sluice.Decision{
 				Limit:      sluice.Limit{Algorithm: sluice.FixedWindow, Period: period},
 				RetryAfter: reset,
 				ResetAfter: reset,
 			}
-			it.decided = true
+			it.Decided = true
 		}
 	}
 	return items, nil

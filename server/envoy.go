@@ -112,8 +112,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 
-	ctx = s.decisionContext(ctx, cfg, dom.Name, config.FailureUnset, 0)
-	allowed, err := s.decide(ctx, items)
+	out, err := s.decide(ctx, cfg, scope{name: dom.Name}, items)
 	if err != nil {
 		if errors.Is(err, sluice.ErrStoreUnavailable) {
 			// Fail closed: Envoy must deny, and only OVER_LIMIT makes it deny (an error
@@ -126,15 +125,15 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 
 	resp, statuses := newResponse(len(items))
-	if !allowed && !s.shadowMode {
+	if !out.Allowed && !s.shadowMode {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	for i := range items {
 		descriptorStatus(&items[i], &statuses[i])
 		s.metrics.descriptor(dom.Name, &items[i])
 	}
-	addHeaders(resp, items)
-	if !allowed {
+	addHeaders(resp, items, out.RetryAfter)
+	if !out.Allowed {
 		s.logDenied(ctx, dom.Name, items)
 	}
 	return resp, nil
@@ -267,15 +266,15 @@ func descriptorStatus(it *item, m *statusBlock) {
 	if it.unitMultiplier > 1 {
 		st.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(it.unitMultiplier)
 	}
-	over := it.over()
-	if over && !it.shadow {
+	over := it.Over()
+	if over && !it.Shadow {
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
-	if it.decided {
-		st.LimitRemaining = uint32(min(it.dec.Remaining, math.MaxUint32))
-		d := it.dec.ResetAfter
-		if over && it.dec.RetryAfter > 0 {
-			d = it.dec.RetryAfter
+	if it.Decided {
+		st.LimitRemaining = uint32(min(it.Decision.Remaining, math.MaxUint32))
+		d := it.Decision.ResetAfter
+		if over && it.Decision.RetryAfter > 0 {
+			d = it.Decision.RetryAfter
 		}
 		// durationpb.New, into the answer's own memory.
 		m.reset.Seconds, m.reset.Nanos = int64(d/time.Second), int32(d%time.Second)
@@ -290,10 +289,10 @@ func descriptorStatus(it *item, m *statusBlock) {
 
 // addHeaders sets the answer's response_headers_to_add: RateLimit-Policy and RateLimit for
 // the items, and Retry-After when the answer is OVER_LIMIT.
-func addHeaders(resp *rlsv3.RateLimitResponse, items []item) {
+func addHeaders(resp *rlsv3.RateLimitResponse, items []item, retryAfter time.Duration) {
 	ra := time.Duration(0)
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
-		ra = retryAfter(items)
+		ra = retryAfter
 	}
 	if p, l, retry := rateLimitHeaders(items, ra); p != "" || retry != "" {
 		hb := &headerBlock{}
@@ -320,16 +319,16 @@ func (s *Server) closedResponse(items []item) *rlsv3.RateLimitResponse {
 	for i := range items {
 		it := &items[i]
 		if it.status == config.Limited {
-			it.decided = true
-			it.dec = sluice.Decision{Limit: it.limit, Path: sluice.PathClosed, RetryAfter: time.Second}
-			it.tooBig = true // over, whatever the (unknown) state
+			it.Decided = true
+			it.Decision = sluice.Decision{Limit: it.Limit, Path: sluice.PathClosed, RetryAfter: time.Second}
+			it.TooBig = true // over, whatever the (unknown) state
 		}
 		descriptorStatus(it, &statuses[i])
 	}
 	if s.shadowMode {
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
 	}
-	addHeaders(resp, items)
+	addHeaders(resp, items, time.Second)
 	return resp
 }
 

@@ -23,7 +23,6 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/failover"
 	"github.com/sluicehq/sluice/memory"
 )
@@ -310,7 +309,7 @@ func TestShouldRateLimitFailsClosed(t *testing.T) {
 	srv, rs := openRedis(t)
 	fl := failover.New(rs, failover.WithDeadline(20*time.Millisecond))
 	t.Cleanup(func() { fl.Close() })
-	s, err := New(Options{Limiter: fl, Config: loadConfig(t, "edge.yaml"), FailureMode: config.FailClosed})
+	s, err := New(Options{Limiter: fl, Config: loadConfig(t, "edge.yaml"), FailureMode: sluice.FailClosed})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,21 +11,21 @@ import (
 )
 
 func TestResolveMode(t *testing.T) {
-	open := &config.Config{Store: config.Store{FailureMode: config.FailOpen}}
+	open := &config.Config{Store: config.Store{FailureMode: sluice.FailOpen}}
 	unset := &config.Config{}
 	for _, tc := range []struct {
 		name           string
 		cfg            *config.Config
-		policy, server config.FailureMode
-		want           config.FailureMode
+		policy, server sluice.FailureMode
+		want           sluice.FailureMode
 	}{
-		{"nothing set", unset, config.FailureUnset, config.FailureUnset, config.FailureUnset},
-		{"store default", open, config.FailureUnset, config.FailureUnset, config.FailOpen},
-		{"policy inherits the store default", open, config.FailOpen, config.FailureUnset, config.FailOpen},
-		{"the flag overrides the store default", open, config.FailureUnset, config.FailClosed, config.FailClosed},
-		{"the flag overrides an inherited mode", open, config.FailOpen, config.FailClosed, config.FailClosed},
-		{"a policy's own mode beats the flag", open, config.FailLocal, config.FailClosed, config.FailLocal},
-		{"a policy's own mode without a store default", unset, config.FailClosed, config.FailOpen, config.FailClosed},
+		{"nothing set", unset, sluice.FailInherit, sluice.FailInherit, sluice.FailInherit},
+		{"store default", open, sluice.FailInherit, sluice.FailInherit, sluice.FailOpen},
+		{"policy inherits the store default", open, sluice.FailOpen, sluice.FailInherit, sluice.FailOpen},
+		{"the flag overrides the store default", open, sluice.FailInherit, sluice.FailClosed, sluice.FailClosed},
+		{"the flag overrides an inherited mode", open, sluice.FailOpen, sluice.FailClosed, sluice.FailClosed},
+		{"a policy's own mode beats the flag", open, sluice.FailLocal, sluice.FailClosed, sluice.FailLocal},
+		{"a policy's own mode without a store default", unset, sluice.FailClosed, sluice.FailOpen, sluice.FailClosed},
 	} {
 		if got := resolveMode(tc.cfg, tc.policy, tc.server); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
@@ -49,17 +49,17 @@ policies:
 	id := keys.Identity{Kind: keys.IP, ID: "192.0.2.1"}
 	for _, tc := range []struct {
 		name string
-		def  config.FailureMode
+		def  sluice.FailureMode
 		key  string
 		want failover.Fallback
 	}{
-		{"policy mode", config.FailureUnset, keys.Of("strict", id, "", "").String(), failover.Fallback{Mode: failover.FailClosed}},
-		{"route limit of the policy", config.FailureUnset, keys.Of(RouteLimitName("strict", "POST /x"), id, "POST /x", "").String(), failover.Fallback{Mode: failover.FailClosed}},
-		{"store default", config.FailureUnset, keys.Of("lenient", id, "", "").String(), failover.Fallback{Mode: failover.FailOpen}},
-		{"flag over the store default", config.FailClosed, keys.Of("lenient", id, "", "").String(), failover.Fallback{Mode: failover.FailClosed}},
-		{"local with its own share", config.FailOpen, keys.Of("shared", id, "", "").String(), failover.Fallback{Mode: failover.FailLocal, Share: 0.25}},
-		{"unknown policy", config.FailureUnset, keys.Of("gone", id, "", "").String(), failover.Fallback{Mode: failover.FailOpen}},
-		{"not a keys.Key", config.FailClosed, "envoy/edge/k=v", failover.Fallback{Mode: failover.FailClosed}},
+		{"policy mode", sluice.FailInherit, keys.Of("strict", id, "", "").String(), failover.Fallback{Mode: failover.FailClosed}},
+		{"route limit of the policy", sluice.FailInherit, keys.Of(RouteLimitName("strict", "POST /x"), id, "POST /x", "").String(), failover.Fallback{Mode: failover.FailClosed}},
+		{"store default", sluice.FailInherit, keys.Of("lenient", id, "", "").String(), failover.Fallback{Mode: failover.FailOpen}},
+		{"flag over the store default", sluice.FailClosed, keys.Of("lenient", id, "", "").String(), failover.Fallback{Mode: failover.FailClosed}},
+		{"local with its own share", sluice.FailOpen, keys.Of("shared", id, "", "").String(), failover.Fallback{Mode: failover.FailLocal, Share: 0.25}},
+		{"unknown policy", sluice.FailInherit, keys.Of("gone", id, "", "").String(), failover.Fallback{Mode: failover.FailOpen}},
+		{"not a keys.Key", sluice.FailClosed, "envoy/edge/k=v", failover.Fallback{Mode: failover.FailClosed}},
 	} {
 		f := PolicyFallback(func() *config.Config { return cfg }, tc.def)
 		if got := f(context.Background(), tc.key, sluice.PerSecond(1)); got != tc.want {

@@ -27,17 +27,17 @@ func rateLimitHeaders(items []item, ra time.Duration) (policy, limit, retry stri
 		it := &items[i]
 		var q, w, r, t int64
 		switch {
-		case it.status == config.Limited && it.decided:
-			q, w = httplimit.Quota(it.dec.Limit)
-			r = it.dec.Remaining
-			if it.dec.RetryAfter > 0 {
-				t = ceilSeconds(it.dec.RetryAfter)
+		case it.status == config.Limited && it.Decided:
+			q, w = httplimit.Quota(it.Decision.Limit)
+			r = it.Decision.Remaining
+			if it.Decision.RetryAfter > 0 {
+				t = ceilSeconds(it.Decision.RetryAfter)
 			} else {
-				t = ceilSeconds(it.dec.ResetAfter)
+				t = ceilSeconds(it.Decision.ResetAfter)
 			}
 		case it.status == config.Blocked:
-			w = ceilSeconds(it.dec.Limit.Period)
-			t = ceilSeconds(it.dec.RetryAfter)
+			w = ceilSeconds(it.Decision.Limit.Period)
+			t = ceilSeconds(it.Decision.RetryAfter)
 		default:
 			continue
 		}
@@ -45,7 +45,7 @@ func rateLimitHeaders(items []item, ra time.Duration) (policy, limit, retry stri
 			t = min(t, raSec)
 		}
 		pb = appendMember(pb, it.name, ";q=", min(q, maxSFInteger), ";w=", w)
-		if httplimit.Advertised(it.dec) {
+		if httplimit.Advertised(it.Decision) {
 			lb = appendMember(lb, it.name, ";r=", min(r, maxSFInteger), ";t=", t)
 		}
 	}

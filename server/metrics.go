@@ -141,9 +141,9 @@ func (m *metrics) descriptor(domain string, it *item) {
 		k.result = "replaced"
 	default:
 		switch {
-		case it.over() && it.shadow:
+		case it.Over() && it.Shadow:
 			k.result = "shadow_over_limit"
-		case it.over():
+		case it.Over():
 			k.result = "over_limit"
 		default:
 			k.result = "ok"

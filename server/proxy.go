@@ -1,19 +1,16 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strings"
 	"sync"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/failover"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/keys"
 )
@@ -31,6 +28,9 @@ type ProxyOptions struct {
 	LegacyHeaders bool
 	// Logger receives the middleware's decision records and rebuild errors. Nil discards.
 	Logger *slog.Logger
+	// FailureMode, when set, overrides the configuration's store.failure_mode, as
+	// Options.FailureMode does.
+	FailureMode sluice.FailureMode
 	// Transport sends requests upstream; nil means http.DefaultTransport.
 	Transport http.RoundTripper
 }
@@ -117,7 +117,7 @@ func (p *Proxy) build(cfg *config.Config) (*httplimit.Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	policies, tier, err := PoliciesFor(cfg, h)
+	policies, tier, err := PoliciesFor(cfg, h, p.opts.FailureMode)
 	if err != nil {
 		return nil, err
 	}
@@ -138,13 +138,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // PoliciesFor translates the sluice policies of cfg into httplimit policies and the tier
 // function of an httplimit.Config. The client IP is found as cfg.Identity says (trusted
-// proxies, IPv6 prefix); API keys are hashed with h.
+// proxies, IPv6 prefix); API keys are hashed with h. Each policy's Failure is its failure
+// mode and local share, resolved as the Server does with def as its
+// Options.FailureMode.
 //
 // httplimit has one tier function for all policies, so the policies that have tiers must
 // all read them from the same header; and it matches route patterns across all policies
 // as one ServeMux, so two policies cannot limit the same pattern. Configurations that
 // break either rule are refused.
-func PoliciesFor(cfg *config.Config, h *keys.Hasher) ([]httplimit.Policy, func(*http.Request) string, error) {
+func PoliciesFor(cfg *config.Config, h *keys.Hasher, def sluice.FailureMode) ([]httplimit.Policy, func(*http.Request) string, error) {
 	ip := &keys.ClientIP{TrustedProxies: cfg.Identity.TrustedProxies, IPv6Prefix: cfg.Identity.IPv6Prefix}
 	var tierHeader, tierPolicy string
 	var out []httplimit.Policy
@@ -169,7 +171,11 @@ func PoliciesFor(cfg *config.Config, h *keys.Hasher) ([]httplimit.Policy, func(*
 			tierHeader, tierPolicy = p.TierHeader, p.Name
 		}
 		limit, _ := p.LimitFor("", "")
-		hp := httplimit.Policy{Name: p.Name, Limit: limit, Key: key, Shadow: p.Shadow}
+		failure := sluice.Failure{Mode: resolveMode(cfg, p.FailureMode, def), Share: p.LocalShare}
+		if failure.Share == 0 {
+			failure.Share = cfg.Store.LocalShare
+		}
+		hp := httplimit.Policy{Name: p.Name, Limit: limit, Key: key, Shadow: p.Shadow, Failure: failure}
 		if len(p.Tiers) > 0 && p.TierHeader != "" {
 			hp.Tiers = make(map[string]sluice.Limit, len(p.Tiers))
 			for _, t := range p.Tiers {
@@ -186,7 +192,7 @@ func PoliciesFor(cfg *config.Config, h *keys.Hasher) ([]httplimit.Policy, func(*
 		for _, rt := range p.Routes {
 			out = append(out, httplimit.Policy{
 				Name: RouteLimitName(p.Name, rt.Pattern), Route: rt.Pattern,
-				Limit: rt.Limit, Key: key, Shadow: p.Shadow,
+				Limit: rt.Limit, Key: key, Shadow: p.Shadow, Failure: failure,
 			})
 		}
 	}
@@ -199,51 +205,4 @@ func PoliciesFor(cfg *config.Config, h *keys.Hasher) ([]httplimit.Policy, func(*
 
 func equalFoldHeader(a, b string) bool {
 	return http.CanonicalHeaderKey(a) == http.CanonicalHeaderKey(b)
-}
-
-// PolicyFallback returns a failover.WithFallbackFunc function for limiters used by a
-// Proxy (or any httplimit middleware built by PoliciesFor): it reads the policy from the
-// store key (keys.Key's Policy field; a route limit's name begins with its policy's) and
-// returns that policy's failure mode and local share in the configuration in force,
-// resolved as the Server does with def as its Options.FailureMode. Keys it cannot parse get the zero
-// Fallback (the limiter's defaults).
-func PolicyFallback(cfg func() *config.Config, def config.FailureMode) func(ctx context.Context, key string, limit sluice.Limit) failover.Fallback {
-	return func(_ context.Context, key string, _ sluice.Limit) failover.Fallback {
-		c := cfg()
-		k, err := keys.ParseKey(key)
-		if err != nil {
-			return fallbackOf(resolveMode(c, config.FailureUnset, def), c.Store.LocalShare)
-		}
-		name := k.Policy
-		if k.Route != "" {
-			name = strings.TrimSuffix(name, " "+k.Route)
-		}
-		p, ok := c.Policy(name)
-		if !ok {
-			return fallbackOf(resolveMode(c, config.FailureUnset, def), c.Store.LocalShare)
-		}
-		mode, share := resolveMode(c, p.FailureMode, def), p.LocalShare
-		if share == 0 {
-			share = c.Store.LocalShare
-		}
-		return fallbackOf(mode, share)
-	}
-}
-
-func fallbackOf(mode config.FailureMode, share float64) failover.Fallback {
-	return failover.Fallback{Mode: FailoverMode(mode), Share: share}
-}
-
-// FailoverMode maps a configured failure mode to the failover package's; FailureUnset
-// maps to failover.Unset (the decorator's default applies).
-func FailoverMode(m config.FailureMode) failover.Mode {
-	switch m {
-	case config.FailOpen:
-		return failover.FailOpen
-	case config.FailClosed:
-		return failover.FailClosed
-	case config.FailLocal:
-		return failover.FailLocal
-	}
-	return failover.Unset
 }

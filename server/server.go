@@ -25,9 +25,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/failover"
 	"github.com/sluicehq/sluice/keys"
-	"github.com/sluicehq/sluice/observe"
 )
 
 // DefaultShutdownTimeout is how long Serve waits for requests in flight when its context
@@ -43,10 +41,9 @@ const RateLimitServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 
 // Options configures a Server. Only Limiter is required.
 type Options struct {
-	// Limiter decides. If it implements sluice.MultiLimiter, the limits of one request
-	// are decided in one atomic call. Wrap it in failover (deadlines, fail modes) and
-	// observe (logs, metrics) decorators as needed; the Server sets failover's Fallback
-	// per request from the policy's failure mode.
+	// Limiter decides: the limits of one request in one call, all or nothing. Package
+	// stack builds the production stack (deny cache, failover, observe); the Server
+	// names each limit's policy and failure mode in its request.
 	Limiter sluice.Limiter
 	// Watcher, when set, supplies the configuration in force (hot reload); its reload
 	// counters are exported as metrics. Otherwise Config is used, and config.Default()
@@ -56,7 +53,7 @@ type Options struct {
 	// FailureMode, when set, overrides the configuration's store.failure_mode: it is the
 	// failure mode of every policy and domain that does not name its own (see
 	// resolveMode). FailureUnset leaves the configuration's, else failover's default.
-	FailureMode config.FailureMode
+	FailureMode sluice.FailureMode
 	// ShadowMode answers every request as allowed, as the reference implementation's
 	// global SHADOW_MODE: limits are still decided, counted, logged and reported.
 	ShadowMode bool
@@ -66,8 +63,7 @@ type Options struct {
 	// admin request is refused.
 	AdminToken func() (string, error)
 	// Ready reports whether the store is reachable, for /readyz and the gRPC health
-	// service. Nil uses the Limiter's Ping(context.Context) error method when it has one,
-	// else the store counts as always reachable.
+	// service (stack.Stack.Ready). Nil counts the store as always reachable.
 	Ready func(context.Context) error
 	// Registry receives the server's metrics and is what /metrics serves. Nil creates a
 	// registry with the Go and process collectors.
@@ -93,10 +89,9 @@ type Options struct {
 // concurrent use.
 type Server struct {
 	limiter    sluice.Limiter
-	multi      sluice.MultiLimiter
 	watcher    *config.Watcher
 	static     *config.Config
-	mode       config.FailureMode
+	mode       sluice.FailureMode
 	shadowMode bool
 	adminToken func() (string, error)
 	ready      func(context.Context) error
@@ -131,7 +126,6 @@ func New(opts Options) (*Server, error) {
 		now:        opts.Now,
 		health:     health.NewServer(),
 	}
-	s.multi, _ = opts.Limiter.(sluice.MultiLimiter)
 	if s.static == nil {
 		s.static = config.Default()
 	}
@@ -145,11 +139,7 @@ func New(opts Options) (*Server, error) {
 		s.now = time.Now
 	}
 	if s.ready == nil {
-		if p, ok := opts.Limiter.(interface{ Ping(context.Context) error }); ok {
-			s.ready = p.Ping
-		} else {
-			s.ready = func(context.Context) error { return nil }
-		}
+		s.ready = func(context.Context) error { return nil }
 	}
 	if s.adminToken == nil {
 		s.adminToken = func() (string, error) {
@@ -184,21 +174,6 @@ func (s *Server) config() *config.Config {
 // Registry returns the registry /metrics serves, for other collectors (the observe
 // decorator's) to register with.
 func (s *Server) Registry() *prometheus.Registry { return s.registry }
-
-// decisionContext puts on ctx the name of the policy or domain being decided, for the
-// observe decorator's log and metrics, and its failure mode (mode, share; zero values
-// inherit) for a failover decorator (see resolveMode).
-func (s *Server) decisionContext(ctx context.Context, cfg *config.Config, name string, mode config.FailureMode, share float64) context.Context {
-	ctx = observe.WithPolicy(ctx, name)
-	mode = resolveMode(cfg, mode, s.mode)
-	if share == 0 {
-		share = cfg.Store.LocalShare
-	}
-	if mode == config.FailureUnset && share == 0 {
-		return ctx
-	}
-	return failover.WithFallback(ctx, fallbackOf(mode, share))
-}
 
 func (s *Server) hasher(cfg *config.Config) (*keys.Hasher, error) { return s.hashers.get(cfg) }
 
@@ -378,11 +353,11 @@ func (s *Server) checkReady(ctx context.Context) error {
 // server's (the --failure-mode flag), else the configuration's store default. The config
 // package folds the store default into each policy's FailureMode, so a policy mode equal
 // to the store default counts as inherited and the server's mode overrides it.
-func resolveMode(cfg *config.Config, policy, server config.FailureMode) config.FailureMode {
-	if server != config.FailureUnset && (policy == config.FailureUnset || policy == cfg.Store.FailureMode) {
+func resolveMode(cfg *config.Config, policy, server sluice.FailureMode) sluice.FailureMode {
+	if server != sluice.FailInherit && (policy == sluice.FailInherit || policy == cfg.Store.FailureMode) {
 		return server
 	}
-	if policy == config.FailureUnset {
+	if policy == sluice.FailInherit {
 		return cfg.Store.FailureMode
 	}
 	return policy

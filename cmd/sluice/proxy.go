@@ -62,15 +62,16 @@ func proxy(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	sf, w, reg, st, err := startStore(c, log, true)
+	sf, w, reg, st, err := startStore(c, log)
 	if err != nil {
 		return err
 	}
 	defer w.Close()
-	defer st.close()
+	defer st.Close()
 
 	p, err := server.NewProxy(server.ProxyOptions{
-		Limiter:       st,
+		Limiter:       st.Limiter(),
+		FailureMode:   sf.FailureMode,
 		Upstream:      up,
 		Watcher:       w,
 		LegacyHeaders: c.Bool("legacy-headers"),
@@ -106,8 +107,8 @@ func proxy(ctx context.Context, c *cli.Command) error {
 			ln.Close()
 			return err
 		}
-		srv, err := server.New(server.Options{Limiter: st, Watcher: w, FailureMode: sf.failureMode,
-			Ready: st.ready, Registry: reg, Logger: log, ShutdownTimeout: c.Duration("shutdown-timeout")})
+		srv, err := server.New(server.Options{Limiter: st.Limiter(), Watcher: w, FailureMode: sf.FailureMode,
+			Ready: st.Ready, Registry: reg, Logger: log, ShutdownTimeout: c.Duration("shutdown-timeout")})
 		if err != nil {
 			ln.Close()
 			al.Close()
@@ -121,7 +122,7 @@ func proxy(ctx context.Context, c *cli.Command) error {
 	defer reloadOnSIGHUP(ctx, w, log)()
 
 	log.Info("sluice proxy starting", slog.String("version", version()), slog.String("listen", ln.Addr().String()),
-		slog.Bool("tls", tlsCfg != nil), slog.String("upstream", up.Redacted()), slog.String("store", st.kind), slog.String("config", describeConfig(w)))
+		slog.Bool("tls", tlsCfg != nil), slog.String("upstream", up.Redacted()), slog.String("store", st.Kind()), slog.String("config", describeConfig(w)))
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/denycache"
 	"github.com/sluicehq/sluice/server"
@@ -81,13 +81,13 @@ func serve(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	sf, w, reg, st, err := startStore(c, log, false)
+	sf, w, reg, st, err := startStore(c, log)
 	if err != nil {
 		return err
 	}
 	defer w.Close()
 	cfg := w.Config()
-	if st.kind == "redis" && os.Getenv("GOGC") == "" {
+	if st.Kind() == "redis" && os.Getenv("GOGC") == "" {
 		// On Redis the process keeps no per-key state, so its live heap is a few MB and
 		// the default GOGC=100 collects many times a second under load. Trading some
 		// MB of heap for CPU: GOGC=400 cut GC from ~8% to ~2% of the CPU at 5k
@@ -95,7 +95,7 @@ func serve(ctx context.Context, c *cli.Command) error {
 		debug.SetGCPercent(400)
 	}
 	defer func() {
-		if err := st.close(); err != nil {
+		if err := st.Close(); err != nil {
 			log.Error("closing the store", slog.String("error", err.Error()))
 		} else {
 			log.Info("store closed")
@@ -103,11 +103,11 @@ func serve(ctx context.Context, c *cli.Command) error {
 	}()
 
 	opts := server.Options{
-		Limiter:         st,
+		Limiter:         st.Limiter(),
 		Watcher:         w,
-		FailureMode:     sf.failureMode,
+		FailureMode:     sf.FailureMode,
 		ShadowMode:      c.Bool("shadow-mode"),
-		Ready:           st.ready,
+		Ready:           st.Ready,
 		Registry:        reg,
 		Logger:          log,
 		ShutdownTimeout: c.Duration("shutdown-timeout"),
@@ -150,17 +150,17 @@ func serve(ctx context.Context, c *cli.Command) error {
 	}
 	attrs := []any{
 		slog.String("version", version()),
-		slog.String("store", st.kind),
+		slog.String("store", st.Kind()),
 		slog.String("config", describeConfig(w)),
 		slog.String("digest", cfg.Digest),
 		slog.Int("policies", len(cfg.Policies)),
 		slog.Int("domains", len(cfg.Domains)),
 	}
-	if st.target != "" {
-		attrs = append(attrs, slog.String("redis", st.target))
+	if st.Target() != "" {
+		attrs = append(attrs, slog.String("redis", st.Target()))
 	}
-	if sf.failureMode != config.FailureUnset {
-		attrs = append(attrs, slog.String("failure_mode", sf.failureMode.String()))
+	if sf.FailureMode != sluice.FailInherit {
+		attrs = append(attrs, slog.String("failure_mode", sf.FailureMode.String()))
 	}
 	log.Info("sluice starting", attrs...)
 
@@ -180,41 +180,6 @@ func describeConfig(w *config.Watcher) string {
 		return "built-in example"
 	}
 	return w.Path()
-}
-
-func readStoreFlags(c *cli.Command) (storeFlags, error) {
-	f := storeFlags{
-		redisURL: c.String("redis"),
-		deadline: c.Duration("deadline"),
-		maxKeys:  c.Int64("max-keys"),
-		sampling: c.Float("log-sampling"),
-		denyCache: denyCacheFlags{
-			maxBytes: c.Int64("deny-cache-bytes"),
-			maxAge:   c.Duration("deny-cache-max-age"),
-			bytesSet: c.IsSet("deny-cache-bytes"),
-			ageSet:   c.IsSet("deny-cache-max-age"),
-		},
-	}
-	if s := c.String("failure-mode"); s != "" {
-		m, err := config.ParseFailureMode(s)
-		if err != nil {
-			return f, cli.Exit(fmt.Sprintf("--failure-mode: %v", err), exitUsage)
-		}
-		f.failureMode = m
-	}
-	if f.deadline < 0 {
-		return f, cli.Exit("--deadline must not be negative", exitUsage)
-	}
-	if f.denyCache.maxBytes < 0 {
-		return f, cli.Exit("--deny-cache-bytes must not be negative (0 disables the cache)", exitUsage)
-	}
-	if f.denyCache.maxAge <= 0 {
-		return f, cli.Exit("--deny-cache-max-age must be positive", exitUsage)
-	}
-	if f.sampling > 1 || (f.sampling < 0 && f.sampling != -1) {
-		return f, cli.Exit("--log-sampling must be in [0, 1], or -1 for the default", exitUsage)
-	}
-	return f, nil
 }
 
 // reloadOnSIGHUP reloads w's configuration on every SIGHUP until ctx ends or the returned

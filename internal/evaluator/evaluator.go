@@ -1,0 +1,276 @@
+// Package evaluator decides the layered limits of one request — several policies, a
+// policy's tier or override and its route limits, the matched Envoy descriptors — as the
+// library promises: all or nothing. Both front ends use it: package httplimit (and so
+// `sluice proxy`) and package server (the JSON API and Envoy's RLS).
+//
+// A request is a slice of Items, each a sluice.Request (key, limit, cost, policy, shadow,
+// failure mode) and how it was found. Evaluate decides it:
+//
+//   - A limit named more than once (Envoy sends a descriptor twice when two of a route's
+//     actions produce it) is one request to the store for the sum of its costs, and each
+//     naming reports the quota left after it and the namings before it.
+//   - A Blocked item (requests_per_unit 0) and a limit whose summed cost exceeds what it
+//     can ever allow are over without asking the store: the request is denied and spends
+//     nothing.
+//   - Otherwise the enforced items are decided in one Decide call: all or nothing.
+//   - Shadow items are decided only after, each in a call of its own: spent when the
+//     request passed, looked at (cost 0) when it was denied. They never block, and their
+//     errors are reported, never returned.
+//   - Enforced items left undecided by a denial made before any store call are looked at
+//     (cost 0), in one call, so that every item reports its state.
+package evaluator
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Item is one limit of a request. The caller fills the Request and Blocked/Skip;
+// Evaluate fills the rest.
+type Item struct {
+	sluice.Request
+	// Skip marks an item that names no limit (no rule matched, or the rule is unlimited):
+	// it is never asked of the store and never over.
+	Skip bool
+	// Blocked marks a limit that is over without asking the store (requests_per_unit 0).
+	Blocked bool
+
+	// Decision is the store's decision, when Decided.
+	Decision sluice.Decision
+	Decided  bool
+	// TooBig reports that the item's cost (with the namings of its key and limit before
+	// it) exceeds what its limit can ever allow: it is over without spending.
+	TooBig bool
+
+	// first is the index of the request's first asked item naming the same key and limit
+	// (the item itself when none before it does), and sum, on that first item, the cost
+	// of all those namings; req is the first item's index in the enforced call.
+	first, req int
+	sum        int64
+}
+
+// asked reports whether the item is a limit the store decides.
+func (it *Item) asked() bool { return !it.Skip && !it.Blocked }
+
+// Over reports whether the item is over its limit: denied by the store with a wait, an
+// impossible cost, or Blocked. Shadow items can be over too; they never block.
+func (it *Item) Over() bool {
+	switch {
+	case it.Skip:
+		return false
+	case it.Blocked:
+		return true
+	}
+	return it.TooBig || (it.Decided && !it.Decision.Allowed && it.Decision.RetryAfter > 0)
+}
+
+// Blocks reports whether the item denies the request.
+func (it *Item) Blocks() bool { return !it.Shadow && it.Over() }
+
+// Outcome is what Evaluate decided for a request.
+type Outcome struct {
+	// Allowed reports whether no enforced item is over its limit.
+	Allowed bool
+	// RetryAfter is, for a denied request, the longest wait among the items that block it.
+	RetryAfter time.Duration
+	// Report is the enforced call's report (the zero Report when none was made).
+	Report sluice.Report
+	// ShadowErrors are the errors of shadow items, which never affect the answer.
+	ShadowErrors []error
+}
+
+// Evaluate decides the items of one request with lim (see the package doc), reaching each
+// through item. It returns an error only for the enforced call: bad input, or a store
+// failure the limiter did not absorb (with a failover decorator, FailClosed returns its
+// decisions and an error wrapping sluice.ErrStoreUnavailable).
+func Evaluate[T any](ctx context.Context, lim sluice.Limiter, items []T, item func(*T) *Item) (Outcome, error) {
+	out := Outcome{Allowed: true}
+	n := len(items)
+	at := func(i int) *Item { return item(&items[i]) }
+	prepare(n, at)
+	for i := range n {
+		if at(i).Blocks() {
+			out.Allowed = false // a blocked rule or an impossible cost: spend nothing
+		}
+	}
+	if out.Allowed {
+		allowed, rep, err := enforce(ctx, lim, n, at)
+		out.Report = rep
+		if err != nil {
+			out.Allowed = false
+			return out, err
+		}
+		out.Allowed = allowed
+	}
+	// What is left undecided: enforced items of a request denied before the store was
+	// asked (looked at, together), and shadow items (each on its own).
+	var looks []sluice.Request
+	var lookAt []int
+	for i := range n {
+		it := at(i)
+		if !it.asked() || it.Decided || it.Shadow || it.first != i {
+			continue
+		}
+		r := it.Request
+		r.N = 0
+		looks = append(looks, r)
+		lookAt = append(lookAt, i)
+	}
+	if len(looks) > 0 {
+		ds := make([]sluice.Decision, len(looks))
+		if _, err := lim.Decide(ctx, looks, ds); err != nil {
+			return out, err
+		}
+		for j, i := range lookAt {
+			it := at(i)
+			it.set(ds[j])
+			for k := i + 1; k < n; k++ {
+				if o := at(k); o.asked() && !o.Shadow && o.first == i {
+					o.set(ds[j])
+				}
+			}
+		}
+	}
+	for i := range n {
+		it := at(i)
+		if !it.asked() || it.Decided || !it.Shadow {
+			continue
+		}
+		r := it.Request
+		if !out.Allowed || it.TooBig {
+			r.N = 0
+		}
+		var d [1]sluice.Decision
+		if _, err := lim.Decide(ctx, []sluice.Request{r}, d[:]); err != nil {
+			out.ShadowErrors = append(out.ShadowErrors, fmt.Errorf("shadow limit %q: %w", it.Policy, err))
+			continue
+		}
+		it.set(d[0])
+	}
+	if !out.Allowed {
+		for i := range n {
+			if it := at(i); it.Blocks() && it.Decided {
+				out.RetryAfter = max(out.RetryAfter, it.Decision.RetryAfter)
+			}
+		}
+	}
+	return out, nil
+}
+
+// prepare marks the items whose cost can never be allowed: an item is judged by the cost
+// of its key and limit up to and including it. It also sets first and sum.
+func prepare(n int, at func(int) *Item) {
+	type ident struct {
+		key   string
+		limit sluice.Limit
+	}
+	var index map[ident]int // for requests of many items; a scan back serves the rest
+	for i := range n {
+		it := at(i)
+		it.TooBig, it.sum = false, 0
+		if !it.asked() {
+			continue
+		}
+		it.first = i
+		if n <= 8 {
+			for j := range i {
+				if o := at(j); o.asked() && o.first == j && o.Key == it.Key && o.Limit == it.Limit {
+					it.first = j
+					break
+				}
+			}
+		} else {
+			if index == nil {
+				index = make(map[ident]int, n)
+			}
+			id := ident{it.Key, it.Limit}
+			if j, ok := index[id]; ok {
+				it.first = j
+			} else {
+				index[id] = i
+			}
+		}
+		f := at(it.first)
+		if f == it {
+			f.sum = it.N
+		} else {
+			f.sum = addCost(f.sum, it.N)
+		}
+		if f.sum > it.Limit.MaxCost() {
+			it.TooBig = true
+		}
+	}
+}
+
+// addCost is a + b, saturating: costs come from requests (hits_addend is 64 bits).
+func addCost(a, b int64) int64 {
+	if b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// enforce decides the enforced asked items, in one all-or-nothing call of one request
+// per key and limit (a limit named twice is one request for the sum of its costs; the
+// namings of one key and limit share their rule, so they are all enforced).
+func enforce(ctx context.Context, lim sluice.Limiter, n int, at func(int) *Item) (bool, sluice.Report, error) {
+	var buf [8]sluice.Request
+	reqs := buf[:0]
+	for i := range n {
+		if it := at(i); it.asked() && !it.Shadow && it.first == i {
+			it.req = len(reqs)
+			r := it.Request
+			r.N = it.sum
+			reqs = append(reqs, r)
+		}
+	}
+	if len(reqs) == 0 {
+		return true, sluice.Report{}, nil
+	}
+	var dbuf [8]sluice.Decision
+	ds := dbuf[:0]
+	if len(reqs) <= len(dbuf) {
+		ds = dbuf[:len(reqs)]
+	} else {
+		ds = make([]sluice.Decision, len(reqs))
+	}
+	rep, err := lim.Decide(ctx, reqs, ds)
+	if err != nil && ds[0].Path != sluice.PathClosed {
+		return false, rep, err
+	}
+	allowed := err == nil
+	for _, d := range ds {
+		allowed = allowed && d.Allowed
+	}
+	// Each item reports its request's decision as if its namings were spent one after
+	// the other: Remaining after it and the namings before it, and, in a denied call,
+	// RetryAfter 0 (it alone would pass) while that spending fits. The first item's sum
+	// counts down to the cost of the namings still to come.
+	for i := range n {
+		it := at(i)
+		if !it.asked() || it.Shadow {
+			continue
+		}
+		f := at(it.first)
+		d := ds[f.req]
+		f.sum -= it.N
+		if d.Allowed {
+			d.Remaining += f.sum
+		} else if d.RetryAfter > 0 && reqs[f.req].N-f.sum <= d.Remaining && d.Path != sluice.PathClosed {
+			d.RetryAfter = 0
+		}
+		it.set(d)
+	}
+	return allowed, rep, err
+}
+
+func (it *Item) set(d sluice.Decision) {
+	if d.Limit == (sluice.Limit{}) {
+		d.Limit = it.Limit
+	}
+	it.Decision, it.Decided = d, true
+}

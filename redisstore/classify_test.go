@@ -1,0 +1,113 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// replyErr is an error shaped like a Redis client's error reply (its message is the
+// reply, code first).
+type replyErr string
+
+func (e replyErr) Error() string { return string(e) }
+
+// decideErr is a Redis error reply wrapped the way the store wraps it.
+func decideErr(reply string) error { return fmt.Errorf("redisstore: decide: %w", replyErr(reply)) }
+
+func TestClassify(t *testing.T) {
+	refused := func() error {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		_, err = net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			t.Fatal("dial to a closed port succeeded")
+		}
+		return fmt.Errorf("redisstore: decide: %w", err)
+	}()
+	tests := []struct {
+		err  error
+		want sluice.ErrorKind
+	}{
+		{nil, ""},
+		{fmt.Errorf("x: %w", sluice.ErrInvalidLimit), sluice.KindBadInput},
+		{fmt.Errorf("x: %w", sluice.ErrCostExceedsLimit), sluice.KindBadInput},
+		{fmt.Errorf("x: %w", sluice.ErrInvalidKey), sluice.KindBadInput},
+		{fmt.Errorf("x: %w", sluice.ErrClosed), sluice.KindClosed},
+		{fmt.Errorf("x: %w", context.Canceled), sluice.KindCanceled},
+		{fmt.Errorf("x: %w", context.DeadlineExceeded), sluice.KindTimeout},
+		{fmt.Errorf("x: %w", os.ErrDeadlineExceeded), sluice.KindTimeout},
+		{refused, sluice.KindRefused},
+		{fmt.Errorf("x: %w", &net.OpError{Op: "read", Err: os.NewSyscallError("read", syscall.ECONNRESET)}), sluice.KindReset},
+		{fmt.Errorf("x: %w", syscall.EPIPE), sluice.KindReset},
+		{fmt.Errorf("x: %w", io.EOF), sluice.KindReset},
+		{fmt.Errorf("x: %w", io.ErrUnexpectedEOF), sluice.KindReset},
+		{errors.New("rueidis client is closing or unable to connect redis"), sluice.KindRefused},
+		{decideErr("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."), sluice.KindBusy},
+		{decideErr("OOM command not allowed when used memory > 'maxmemory'."), sluice.KindOOM},
+		{decideErr("LOADING Redis is loading the dataset in memory"), sluice.KindLoading},
+		{decideErr("READONLY You can't write against a read only replica."), sluice.KindReadOnly},
+		{decideErr("MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."), sluice.KindReadOnly},
+		{decideErr("CLUSTERDOWN The cluster is down"), sluice.KindClusterDown},
+		{decideErr("MOVED 3999 127.0.0.1:6381"), sluice.KindRedirect},
+		{decideErr("ASK 3999 127.0.0.1:6381"), sluice.KindRedirect},
+		{decideErr("TRYAGAIN Multiple keys request during rehashing of slot"), sluice.KindRedirect},
+		{decideErr("NOSCRIPT No matching script. Please use EVAL."), sluice.KindNoScript},
+		// The reply formatted into a message rather than wrapped.
+		{fmt.Errorf("redisstore: decide: %v", "OOM command not allowed"), sluice.KindOOM},
+		// A reply that wraps a timeout is still the reply.
+		{errors.Join(replyErr("LOADING loading"), context.DeadlineExceeded), sluice.KindLoading},
+		{decideErr("ERR Error running script (call to f_x): @user_script:1: bad argument"), sluice.KindOther},
+		// A word that merely starts like a code is not one.
+		{decideErr("BUSYGROUP Consumer Group name already exists"), sluice.KindOther},
+	}
+	for _, tt := range tests {
+		name := "nil"
+		if tt.err != nil {
+			name = tt.err.Error()
+		}
+		t.Run(name, func(t *testing.T) {
+			if got := classify(tt.err); got != tt.want {
+				t.Errorf("classify(%v) = %q, want %q", tt.err, got, tt.want)
+			}
+			failure := tt.want.IsFailure()
+			switch tt.want {
+			case "", sluice.KindBadInput, sluice.KindCanceled, sluice.KindClosed:
+				if failure {
+					t.Errorf("%q.IsFailure() = true", tt.want)
+				}
+			default:
+				if !failure {
+					t.Errorf("%q.IsFailure() = false", tt.want)
+				}
+			}
+			// What the store returns (failed) carries the class for the layers above.
+			if got := sluice.KindOf(failed(tt.err)); tt.err != nil && got != tt.want {
+				t.Errorf("KindOf(failed(%v)) = %q, want %q", tt.err, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestFailedKeepsStoreError: an error that already carries a class keeps it.
+func TestFailedKeepsStoreError(t *testing.T) {
+	se := &sluice.StoreError{Kind: sluice.KindTimeout, Err: decideErr("LOADING Redis is loading the dataset in memory")}
+	if got := failed(fmt.Errorf("x: %w", se)); sluice.KindOf(got) != sluice.KindTimeout || !errors.Is(got, se) {
+		t.Errorf("failed(%v) = %v of kind %q, want it kept", se, got, sluice.KindOf(got))
+	}
+	if failed(nil) != nil {
+		t.Error("failed(nil) is not nil")
+	}
+}

@@ -1,0 +1,282 @@
+// Package stack builds the production decision stack from a configuration, in one fixed
+// order, so that what `sluice serve`, `sluice proxy`, the examples and the end-to-end
+// tests run is one and the same thing:
+//
+//	observe (decision log, metrics)
+//	  -> failover (deadline, circuit breaker, failure modes, local fallback)
+//	    -> denycache (repeats of the store's denials, answered in-process)
+//	      -> store: memory | redisstore
+//
+// Every layer is a sluice.Limiter and decides whole requests (sluice.Request), all or
+// nothing: what a layer needs travels in the request (policy, shadow, failure mode),
+// and what it learned comes back in the sluice.Report (store latency, breaker state,
+// failure). No layer looks below its own Limiter.
+//
+// Why this order. observe is on top, so that it sees every decision as the caller gets
+// it, failure modes and cached denials included. The deny cache is below failover: its
+// answers are decisions like the store's, bounded by the same deadline, and it reports
+// them as not having asked the store (Report.StoreCalled false), so the breaker counts
+// only the store's own answers; while the breaker is open nothing below it is asked,
+// and the failure mode decides. The memory store cannot fail, so on memory failover is
+// left out: there is nothing to fail over from.
+//
+// The local fallback of failover (failure mode local) is a memory store the stack makes
+// and owns, holding at most LocalMaxKeys keys.
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/denycache"
+	"github.com/sluicehq/sluice/failover"
+	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/observe"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// LocalMaxKeys bounds the keys of the local fallback store.
+const LocalMaxKeys = 1 << 20
+
+// Options are the settings a command line may give on top of the configuration's store
+// block. Zero values defer to the configuration, then to each package's default.
+type Options struct {
+	// RedisURL keeps limits in Redis, overriding cfg.Store.RedisURL. Both empty: memory.
+	RedisURL string
+	// FailureMode overrides cfg.Store.FailureMode as the default failure mode.
+	FailureMode sluice.FailureMode
+	// Deadline overrides cfg.Store.Deadline (failover.DefaultDeadline when both are 0).
+	Deadline time.Duration
+	// MaxKeys bounds the memory store's keys (0: unbounded).
+	MaxKeys int64
+	// DenyCache configures the deny cache; see DenyCache.
+	DenyCache DenyCache
+	// Sampling is observe's log sampling; negative takes observe.DefaultSampling.
+	Sampling float64
+	// Logger receives the decision log and the stack's own records. Nil discards.
+	Logger *slog.Logger
+	// Registry receives the metrics. Nil: a registry of the stack's own.
+	Registry prometheus.Registerer
+	// Clock, when set, is the clock of the store and the deny cache instead of the
+	// monotonic clock (memory) or the server's TIME (Redis): for tests and simulation.
+	Clock func() time.Time
+	// Breaker configures failover's circuit breaker; zero fields take its defaults.
+	Breaker failover.Breaker
+	// ConnectRetry opens the Redis store at once and keeps connecting in the background
+	// (what a service wants when it may start before its Redis); otherwise Open fails
+	// when Redis cannot be reached.
+	ConnectRetry bool
+	// RedisOptions are added to the Redis store's options.
+	RedisOptions []redisstore.Option
+}
+
+// DenyCache configures the deny cache. Off turns it off; otherwise MaxBytes and MaxAge,
+// when positive, override the configuration's store.deny_cache, which overrides the
+// package's defaults.
+type DenyCache struct {
+	Off      bool
+	MaxBytes int64
+	MaxAge   time.Duration
+}
+
+// settings returns the deny cache in force: the defaults, then the configuration's
+// deny_cache, then o. MaxBytes 0 means off.
+func (o DenyCache) settings(c config.DenyCache) (maxBytes int64, maxAge time.Duration) {
+	maxBytes, maxAge = denycache.DefaultMaxBytes, denycache.DefaultMaxAge
+	switch {
+	case c.Off:
+		maxBytes = 0
+	case c.MaxBytes > 0:
+		maxBytes = c.MaxBytes
+	}
+	if c.MaxAge > 0 {
+		maxAge = c.MaxAge
+	}
+	if o.MaxBytes > 0 {
+		maxBytes = o.MaxBytes
+	}
+	if o.MaxAge > 0 {
+		maxAge = o.MaxAge
+	}
+	if o.Off {
+		maxBytes = 0
+	}
+	return maxBytes, maxAge
+}
+
+// Stack is a built decision stack. Limiter is its top; Close closes every layer the
+// stack made, top down.
+type Stack struct {
+	limiter sluice.Limiter
+	kind    string
+	target  string
+	ready   func(context.Context) error
+	closers []func() error
+	// Failover is the failover layer (nil on memory), for its breaker state.
+	Failover *failover.Limiter
+	// Store is the bottom of the stack: a *memory.Store or a *redisstore.Store.
+	Store sluice.Limiter
+}
+
+// Limiter returns the top of the stack, which every front end decides with.
+func (s *Stack) Limiter() sluice.Limiter { return s.limiter }
+
+// Kind returns "memory" or "redis".
+func (s *Stack) Kind() string { return s.kind }
+
+// Target returns the Redis URL with its password redacted, or "" on memory.
+func (s *Stack) Target() string { return s.target }
+
+// Ready reports whether the store is reachable (always, on memory).
+func (s *Stack) Ready(ctx context.Context) error { return s.ready(ctx) }
+
+// Close closes the layers the stack made.
+func (s *Stack) Close() error {
+	var errs []error
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		errs = append(errs, s.closers[i]())
+	}
+	s.closers = nil
+	return errors.Join(errs...)
+}
+
+// Open builds the stack for cfg and o (see the package doc for the order).
+func Open(cfg *config.Config, o Options) (*Stack, error) {
+	if cfg == nil {
+		cfg = config.Default()
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	reg := o.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	st := &Stack{kind: "memory", ready: func(context.Context) error { return nil }}
+	rawURL := o.RedisURL
+	if rawURL == "" {
+		rawURL = cfg.Store.RedisURL
+	}
+	mopts := []observe.MetricsOption{observe.WithMetricsLogger(log)}
+	var lim sluice.Limiter
+	if rawURL == "" {
+		var opts []memory.Option
+		if o.MaxKeys > 0 {
+			opts = append(opts, memory.WithMaxKeys(o.MaxKeys))
+		}
+		if o.Clock != nil {
+			opts = append(opts, memory.WithClock(o.Clock))
+		}
+		m := memory.New(opts...)
+		st.closers = append(st.closers, m.Close)
+		st.Store = m
+		lim = st.withDenyCache(m, cfg, o, reg)
+	} else {
+		st.kind, st.target = "redis", Redact(rawURL)
+		ropts := []redisstore.Option{redisstore.WithLogger(log)}
+		if o.ConnectRetry {
+			ropts = append(ropts, redisstore.WithConnectRetry())
+		}
+		if o.Clock != nil {
+			ropts = append(ropts, redisstore.WithClock(o.Clock))
+		}
+		ropts = append(ropts, o.RedisOptions...)
+		rs, err := redisstore.Open(rawURL, ropts...)
+		if err != nil {
+			return nil, fmt.Errorf("redis %s: %s", st.target, Scrub(err.Error(), rawURL))
+		}
+		st.closers = append(st.closers, rs.Close)
+		st.Store, st.ready = rs, rs.Ping
+		local := memory.New(memory.WithMaxKeys(LocalMaxKeys))
+		st.closers = append(st.closers, local.Close)
+
+		deadline := o.Deadline
+		if deadline == 0 {
+			deadline = cfg.Store.Deadline
+		}
+		mode := o.FailureMode
+		if mode == sluice.FailInherit {
+			mode = cfg.Store.FailureMode
+		}
+		// The Redis store returns as soon as its context ends, so the store is called on
+		// the request's own goroutine: no goroutine and no two scheduler hand-offs per
+		// decision.
+		fl := failover.New(st.withDenyCache(rs, cfg, o, reg),
+			failover.WithDeadline(deadline),
+			failover.WithInlineCalls(),
+			failover.WithBreaker(o.Breaker),
+			failover.WithDefault(sluice.Failure{Mode: mode, Share: cfg.Store.LocalShare}),
+			failover.WithLocalLimiter(local),
+			failover.WithStateChange(func(from, to sluice.BreakerState) {
+				log.Warn("circuit breaker", slog.String("from", from.String()), slog.String("to", to.String()))
+			}),
+		)
+		st.closers = append(st.closers, fl.Close)
+		st.Failover = fl
+		lim = fl
+		mopts = append(mopts, observe.WithEvictedKeys(rs.EvictedKeys, 15*time.Second))
+	}
+	metrics, err := observe.NewMetrics(reg, mopts...)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	st.closers = append(st.closers, metrics.Close)
+	oopts := []observe.Option{observe.WithLogger(log), observe.WithMetrics(metrics)}
+	if o.Sampling >= 0 {
+		oopts = append(oopts, observe.WithSampling(o.Sampling))
+	}
+	st.limiter = observe.New(lim, oopts...)
+	return st, nil
+}
+
+// withDenyCache puts a deny cache configured by cfg and o in front of store, unless they
+// turn it off, and exports its size.
+func (s *Stack) withDenyCache(store sluice.Limiter, cfg *config.Config, o Options, reg prometheus.Registerer) sluice.Limiter {
+	maxBytes, maxAge := o.DenyCache.settings(cfg.Store.DenyCache)
+	if maxBytes <= 0 {
+		return store
+	}
+	dopts := []denycache.Option{denycache.WithMaxBytes(maxBytes), denycache.WithMaxAge(maxAge)}
+	if o.Clock != nil {
+		dopts = append(dopts, denycache.WithClock(o.Clock))
+	}
+	c := denycache.New(store, dopts...)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "sluice", Name: "deny_cache_entries",
+		Help: "Denials of the store held by the deny cache, which answers repeats of them in-process (decisions with path=\"cache\").",
+	}, func() float64 { return float64(c.Len()) }))
+	return c
+}
+
+// Redact returns a URL with its password replaced, for logs and errors.
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// Scrub removes a URL's password from msg, wherever the message quotes it.
+func Scrub(msg, raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return strings.ReplaceAll(msg, raw, "(redis URL)")
+	}
+	msg = strings.ReplaceAll(msg, raw, u.Redacted())
+	if p, ok := u.User.Password(); ok && p != "" {
+		msg = strings.ReplaceAll(msg, p, "xxxxx")
+	}
+	return msg
+}
