@@ -240,11 +240,8 @@ func WithBatchSize(n int) Option {
 // when at least 8 decisions are waiting for it (see minExtraCall).
 //
 // More calls in flight trade Redis's time for the client's throughput: each call carries
-// fewer decisions, and Redis pays its cost per call more often. At 64 goroutines on 100k
-// keys (bench/README.md), 3 made 3.58× redis_rate's decisions/s against 3.00× with 2 when
-// the client had a core of its own, at 3.00 µs of Redis time per decision against 2.61;
-// on a 2-core machine shared with Redis, 2.95× against 2.79×, at 3.22 µs against 2.98.
-// Redis is usually what many clients share, so the default spends less of it.
+// fewer decisions, and Redis pays its cost per call more often (bench/README.md). Redis is
+// usually what many clients share, so the default spends less of it.
 func WithConcurrency(n int) Option {
 	return func(o *options) error {
 		if n < 1 {
