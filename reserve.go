@@ -14,11 +14,12 @@ import (
 // outbound quota (a third-party API allowing 50 requests per second, say): each acts at
 // its reserved instant and the fleet's combined stream obeys the limit.
 //
-// Only GCRA, TokenBucket and LeakyBucket limits can be reserved; Reserve returns an error
-// wrapping ErrInvalidLimit for the others. Reservations and decisions on the same key and
-// Limit share one state: a reservation is exactly what Decide would have allowed at the
-// reserved instant, so a key's admitted stream (reserved or not) holds to the algorithm's
-// bound, Burst + ⌊(d-1)·Rate/Period⌋ units in any interval of length d.
+// Only the bucket algorithms (GCRA, TokenBucket, LeakyBucket) can be reserved, and they
+// reserve alike, as they decide alike; Reserve returns an error wrapping ErrInvalidLimit
+// for the window algorithms, which have no future slot to book. Reservations and decisions
+// on the same key and Limit share one state: a reservation is exactly what Decide would
+// have allowed at the reserved instant, so a key's admitted stream (reserved or not) holds
+// to the algorithm's bound, Burst + ⌊(d-1)·Rate/Period⌋ units in any interval of length d.
 //
 // Reserve validates key, limit and n as Decide does: n above Limit.MaxCost is an error
 // wrapping ErrCostExceedsLimit, not a refusal, since no wait would make it fit. n == 0
@@ -75,8 +76,8 @@ func (r Reservation) WithCancel(f func(ctx context.Context) (bool, error)) Reser
 //   - the reserved instant has not come (on the store's clock): a reservation with Delay 0
 //     is used at once and never comes back, and
 //   - nothing was spent on the key under the same Limit since the reservation: a later
-//     reservation or decision has taken the slots after it, and one timestamp (GCRA's
-//     TAT, the leaky bucket's level) cannot hold a hole in front of them.
+//     reservation or decision has taken the slots after it, and one state (GCRA's
+//     TAT, a bucket's credit or level) cannot hold a hole in front of them.
 //
 // Otherwise nothing changes and Cancel returns false. This is stricter than
 // golang.org/x/time/rate, which also gives back the part of an overtaken reservation that

@@ -9,10 +9,10 @@ import (
 	"github.com/sluicehq/sluice/internal/algo"
 )
 
-// Reserve implements sluice.Reserver for GCRA and LeakyBucket limits, running
-// algo.ReserveGCRA or algo.ReserveLeakyBucket on the key's state under its shard lock
-// (ReserveGCRA for a LeakyBucket limit kept on GCRA's state, whose reservations are the
-// same: algo.TestReserveLeakyBucketIsReserveGCRA).
+// Reserve implements sluice.Reserver for GCRA, TokenBucket and LeakyBucket limits, running
+// algo.Reserve on the key's state under its shard lock: ReserveGCRA for a TokenBucket or
+// LeakyBucket limit kept on GCRA's state, whose reservations are the same
+// (algo.TestReserveTokenBucketIsReserveGCRA, algo.TestReserveLeakyBucketIsReserveGCRA).
 // The reservation shares the key's state with AllowN, and its Cancel runs
 // algo.CancelReservation (see sluice.Reservation.Cancel for the rule). Delay is on the
 // store's clock; At is time.Now() plus Delay.
@@ -22,11 +22,11 @@ func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n i
 		return sluice.Reservation{}, err
 	}
 	if !algo.CanReserve(limit.Algorithm) {
-		return sluice.Reservation{}, fmt.Errorf("%w: %v cannot reserve; pacing needs gcra or leaky_bucket", sluice.ErrInvalidLimit, limit.Algorithm)
+		return sluice.Reservation{}, fmt.Errorf("%w: %v cannot reserve; pacing needs gcra, token_bucket or leaky_bucket", sluice.ErrInvalidLimit, limit.Algorithm)
 	}
 	c := ref.c
 	u, ok := c.(updater)
-	if !ok { // both reservable algorithms' classes implement it; this guards a new one
+	if !ok { // every reservable algorithm's class implements it; this guards a new one
 		return sluice.Reservation{}, fmt.Errorf("%w: %v cannot reserve", sluice.ErrInvalidLimit, limit.Algorithm)
 	}
 	if s.closed.Load() {
@@ -41,7 +41,7 @@ func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n i
 	}
 	h := s.hash(key)
 	var r algo.Reservation
-	p := u.params() // a LeakyBucket class may keep GCRA's state (class.go)
+	p := u.params() // a TokenBucket or LeakyBucket class may keep GCRA's state (class.go)
 	u.update(key, h, s.now(), func(st algo.State, now int64) (algo.State, bool) {
 		st, r = algo.Reserve(st, now, p, n, maxWait)
 		return st, r.OK && r.After != r.Before
@@ -71,7 +71,8 @@ func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n i
 }
 
 // updater is implemented by the classes of the algorithms that can reserve: gcraClass
-// (GCRA, and LeakyBucket on GCRA's state) and pairClass (either, with S > 1).
+// (GCRA, and TokenBucket and LeakyBucket on GCRA's state) and pairClass (any of the three,
+// with S > 1).
 type updater interface {
 	update(key string, h uint64, now int64, f func(algo.State, int64) (algo.State, bool))
 	// params returns the Params the class's states are kept under, which decide which

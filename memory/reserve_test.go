@@ -9,11 +9,15 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
+// reservableLimits has each reservable algorithm with S = 1 (kept on GCRA's one-word state)
+// and with S > 1 (its own two-word state).
 func reservableLimits() []sluice.Limit {
 	return []sluice.Limit{
 		sluice.PerSecond(10),
+		sluice.PerSecond(10).With(sluice.TokenBucket),
 		sluice.PerSecond(10).With(sluice.LeakyBucket),
 		{Algorithm: sluice.GCRA, Rate: 3, Period: time.Second, Burst: 2},
+		{Algorithm: sluice.TokenBucket, Rate: 3, Period: time.Second, Burst: 2},
 		{Algorithm: sluice.LeakyBucket, Rate: 3, Period: time.Second, Burst: 2},
 	}
 }
@@ -123,8 +127,8 @@ func TestReserveBadInput(t *testing.T) {
 		n     int64
 		want  error
 	}{
-		{"k", sluice.PerSecond(5).With(sluice.TokenBucket), 1, sluice.ErrInvalidLimit},
 		{"k", sluice.PerSecond(5).With(sluice.FixedWindow), 1, sluice.ErrInvalidLimit},
+		{"k", sluice.PerSecond(5).With(sluice.SlidingWindow), 1, sluice.ErrInvalidLimit},
 		{"k", sluice.PerSecond(5).With(sluice.SlidingLog), 1, sluice.ErrInvalidLimit},
 		{"k", sluice.Limit{}, 1, sluice.ErrInvalidLimit},
 		{"k", sluice.PerSecond(5), 6, sluice.ErrCostExceedsLimit},

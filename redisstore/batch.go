@@ -68,11 +68,10 @@ func (c *call) keyBytes() int {
 
 // submit queues c on its server's batcher and waits for the answer or for ctx to end.
 //
-// The caller never makes the script call itself, even when it is alone: that would save
-// two goroutine switches at low concurrency (tried: 2 goroutines on loopback, about +10%
-// decisions/s), but rueidis dials a missing or broken connection, and runs its handshake,
-// inside Do without regard to the context, so a caller could wait out a 5 s dial on a
-// paused or restarting Redis past its deadline (TestContextCancelled catches it).
+// The caller never makes the script call itself, even when it is alone: rueidis dials a
+// missing or broken connection, and runs its handshake, inside Do without regard to the
+// context, so a caller could wait out a 5 s dial on a paused or restarting Redis past its
+// deadline (TestContextCancelled catches it).
 func (s *Store) submit(ctx context.Context, cn *conn, c *call) error {
 	cn.batcherFor(s, c.items[0].id).enqueue(c)
 	select {
@@ -145,11 +144,7 @@ func repeats(keys []string) bool {
 // out while two are in flight (WithConcurrency above 2). Two calls keep Redis busy at low
 // load, and a decision that waits for one of them to come back often shares the next call
 // with another; a further call pays off only when it carries enough decisions that
-// Redis's cost per call is spread thin. Measured with WithConcurrency(3) at 64 goroutines,
-// the client on one core (GCRA, 100k keys): 2 calls at most (the default), 169–208k
-// decisions/s; 3 at most, 204–235k; 3 with this rule, 210–231k, while with 2 goroutines
-// decisions still pair up in a call 30% of the time, as with 2 (with 3 and no rule, never:
-// every lone decision paid Redis a whole call).
+// Redis's cost per call is spread thin.
 const minExtraCall = 8
 
 func newBatcher(s *Store, cn *conn, max int) *batcher { return &batcher{s: s, cn: cn, max: max} }
@@ -249,9 +244,8 @@ func readFloat(b []byte) int64 {
 }
 
 // callBufs are the buffers one batch goroutine builds its script calls in, reused from
-// call to call so that a decision allocates next to nothing (at 100k decisions/s, the
-// garbage of per-call keys and arguments had the collector running several times a
-// second, and its pauses showed in the tail latency). The strings of a call point into
+// call to call so that a decision allocates next to nothing (per-call garbage puts the
+// collector's pauses into the tail latency). The strings of a call point into
 // them (unsafe.String), so they are reused only after a call that got its reply: the
 // command has then been written and rueidis no longer reads it. After an error, such as
 // a context that ended while the command was still queued to be written, they are
@@ -324,9 +318,7 @@ func (s *Store) exec(client rueidis.Client, batch []*call, bufs *callBufs) {
 		// whose context has a deadline on an idle connection synchronously, setting the
 		// connection's deadlines around it, and a missed deadline then breaks the
 		// connection; a cancellable context without a deadline goes through its pipeline,
-		// which gives up on the reply without dropping the connection. In a loop of 20k
-		// decisions from 4 goroutines, each with a 1 s deadline, this cut the client's
-		// CPU per decision by about 12% (medians of 6 runs, noisy).
+		// which gives up on the reply without dropping the connection.
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
 		t := time.AfterFunc(time.Until(deadline), func() { cancel(context.DeadlineExceeded) })

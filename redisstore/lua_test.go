@@ -86,6 +86,7 @@ func TestLuaFilesNameTheirGoFunction(t *testing.T) {
 		"decide.lua":               "memory.Store",
 		"reserve_gcra.lua":         "Mirrors algo.ReserveGCRA",
 		"reserve_leaky_bucket.lua": "Mirrors algo.ReserveLeakyBucket",
+		"reserve_token_bucket.lua": "Mirrors algo.ReserveTokenBucket",
 		"reserve_cancel.lua":       "Mirrors algo.CancelReservation",
 		"reserve_entry.lua":        "Store.Reserve",
 	}

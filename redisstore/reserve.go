@@ -30,9 +30,9 @@ import (
 // timeout) may be retried: the check makes it idempotent.
 
 var reserveScript = newScript("prelude.lua", "reserve_gcra.lua", "reserve_leaky_bucket.lua",
-	"reserve_cancel.lua", "reserve_entry.lua")
+	"reserve_token_bucket.lua", "reserve_cancel.lua", "reserve_entry.lua")
 
-// Reserve implements sluice.Reserver for GCRA and LeakyBucket limits (see the package doc
+// Reserve implements sluice.Reserver for GCRA, TokenBucket and LeakyBucket limits (see the package doc
 // of sluice for the semantics, and the comment above for how it runs on Redis). The
 // deadline of ctx bounds the wait, measured from the moment Reserve is called.
 func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
@@ -51,7 +51,7 @@ func (s *Store) reserve(ctx context.Context, key string, limit sluice.Limit, n, 
 		return sluice.Reservation{}, algo.Reservation{}, err
 	}
 	if !algo.CanReserve(limit.Algorithm) {
-		return sluice.Reservation{}, algo.Reservation{}, fmt.Errorf("%w: %v cannot reserve; pacing needs gcra or leaky_bucket", sluice.ErrInvalidLimit, limit.Algorithm)
+		return sluice.Reservation{}, algo.Reservation{}, fmt.Errorf("%w: %v cannot reserve; pacing needs gcra, token_bucket or leaky_bucket", sluice.ErrInvalidLimit, limit.Algorithm)
 	}
 	if s.closed.Load() {
 		return sluice.Reservation{}, algo.Reservation{}, fmt.Errorf("redisstore: %w", sluice.ErrClosed)

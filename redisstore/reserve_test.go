@@ -26,7 +26,7 @@ func TestReserveMirrorsAlgo(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	var limits []sluice.Limit
-	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.LeakyBucket} {
+	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket} {
 		limits = append(limits, limitsFor(a)...)
 	}
 	for i, l := range limits {
@@ -125,7 +125,7 @@ func TestReserveBadInputAndTTL(t *testing.T) {
 	srv := redistest.Start(t)
 	s := open(t, srv.URL())
 	ctx := context.Background()
-	for _, a := range []sluice.Algorithm{sluice.TokenBucket, sluice.FixedWindow, sluice.SlidingWindow, sluice.SlidingLog} {
+	for _, a := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindow, sluice.SlidingLog} {
 		if _, err := s.Reserve(ctx, "k", sluice.PerSecond(5).With(a), 1); !errors.Is(err, sluice.ErrInvalidLimit) {
 			t.Errorf("%v: %v, want ErrInvalidLimit", a, err)
 		}
@@ -136,35 +136,41 @@ func TestReserveBadInputAndTTL(t *testing.T) {
 	if n := srv.MustDo("DBSIZE"); n != "0" {
 		t.Fatalf("bad input wrote %s keys", n)
 	}
-	// A reservation's key lives until its state is empty again; cancelling the only
-	// reservation on a fresh key leaves nothing behind.
-	l := sluice.Limit{Algorithm: sluice.LeakyBucket, Rate: 1, Period: time.Minute, Burst: 1}
-	if _, err := s.Reserve(ctx, "ttl", l, 1); err != nil {
-		t.Fatal(err)
-	}
-	r, err := s.Reserve(ctx, "ttl", l, 1) // queued a minute ahead
-	if err != nil || !r.OK || r.Delay < 59*time.Second {
-		t.Fatalf("second reservation %+v %v", r, err)
-	}
-	ttl, _ := strconv.Atoi(srv.MustDo("PTTL", s.Key("ttl", l)))
-	if ttl < 119_000 || ttl > 120_001 {
-		t.Fatalf("PTTL %d ms, want about 2 minutes (two queued units)", ttl)
-	}
-	if ok, err := r.Cancel(ctx); !ok || err != nil {
-		t.Fatalf("cancel %v %v", ok, err)
-	}
-	fresh := sluice.PerSecond(1)
-	r2, _ := s.Reserve(ctx, "fresh", fresh, 1)
-	r3, _ := s.Reserve(ctx, "fresh", fresh, 1)
-	if ok, _ := r3.Cancel(ctx); !ok {
-		t.Fatal("latest reservation not given back")
-	}
-	if ok, _ := r2.Cancel(ctx); ok {
-		t.Fatal("a reservation used at once was given back")
-	}
-	ttl, _ = strconv.Atoi(srv.MustDo("PTTL", s.Key("fresh", fresh)))
-	if ttl <= 0 || ttl > 1000 {
-		t.Fatalf("after cancel PTTL %d, want the first unit's second", ttl)
+	// A reservation's key lives until its state is empty again, and cancelling the latest
+	// reservation gives its time back.
+	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket} {
+		l := sluice.Limit{Algorithm: a, Rate: 1, Period: time.Minute, Burst: 1}
+		if _, err := s.Reserve(ctx, "ttl", l, 1); err != nil {
+			t.Fatal(err)
+		}
+		r, err := s.Reserve(ctx, "ttl", l, 1) // queued a minute ahead
+		if err != nil || !r.OK || r.Delay < 59*time.Second {
+			t.Fatalf("%v: second reservation %+v %v", a, r, err)
+		}
+		ttl, _ := strconv.Atoi(srv.MustDo("PTTL", s.Key("ttl", l)))
+		if ttl < 119_000 || ttl > 120_001 {
+			t.Fatalf("%v: PTTL %d ms, want about 2 minutes (two queued units)", a, ttl)
+		}
+		if ok, err := r.Cancel(ctx); !ok || err != nil {
+			t.Fatalf("%v: cancel %v %v", a, ok, err)
+		}
+		ttl, _ = strconv.Atoi(srv.MustDo("PTTL", s.Key("ttl", l)))
+		if ttl < 59_000 || ttl > 60_001 {
+			t.Fatalf("%v: after cancel PTTL %d ms, want about 1 minute (one unit)", a, ttl)
+		}
+		fresh := sluice.PerSecond(1).With(a)
+		r2, _ := s.Reserve(ctx, "fresh", fresh, 1)
+		r3, _ := s.Reserve(ctx, "fresh", fresh, 1)
+		if ok, _ := r3.Cancel(ctx); !ok {
+			t.Fatalf("%v: latest reservation not given back", a)
+		}
+		if ok, _ := r2.Cancel(ctx); ok {
+			t.Fatalf("%v: a reservation used at once was given back", a)
+		}
+		ttl, _ = strconv.Atoi(srv.MustDo("PTTL", s.Key("fresh", fresh)))
+		if ttl <= 0 || ttl > 1000 {
+			t.Fatalf("%v: after cancel PTTL %d, want the first unit's second", a, ttl)
+		}
 	}
 }
 
@@ -396,6 +402,7 @@ func TestReserveCluster(t *testing.T) {
 	ctx := context.Background()
 	for _, l := range []sluice.Limit{
 		{Algorithm: sluice.GCRA, Rate: 1, Period: time.Minute, Burst: 1},
+		{Algorithm: sluice.TokenBucket, Rate: 1, Period: time.Minute, Burst: 1},
 		{Algorithm: sluice.LeakyBucket, Rate: 1, Period: time.Minute, Burst: 1},
 	} {
 		for i := 0; i < 20; i++ {

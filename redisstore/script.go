@@ -39,10 +39,8 @@ type script struct {
 
 // decideScript decides any mix of algorithms. A call whose requests all use one algorithm
 // goes through that algorithm's own script (decideScripts), which defines only it: Redis
-// runs a script's whole body on every call, and the five unused algorithms' definitions
-// (closures, and the garbage they leave for Lua's collector) were 11% of the instructions
-// of a lone GCRA decision (98.5k → 87.6k per decision, bench/cmd/rediscost -batch 1; in
-// calls of 26, 29.0k → 28.3k).
+// runs a script's whole body on every call, so the five unused algorithms' definitions
+// (closures, and the garbage they leave for Lua's collector) would cost every call.
 var decideScript = newScript(luaOrder...)
 
 // decideScripts[a] decides only algorithm a.
@@ -96,9 +94,7 @@ func newScript(files ...string) script {
 // every call, so each definition creates a closure per call (and garbage for Lua's
 // collector) whether or not it is called; the prelude's helpers serve all six
 // algorithms, and a one-algorithm script (decideScripts) uses few of them (GCRA's: none
-// but put). A lone GCRA decision cost Redis 88.4k instructions with them and 80.8k
-// without (bench/cmd/rediscost -batch 1), a call of 26 decisions 28.0k and 27.8k per
-// decision.
+// but put).
 //
 // A top-level definition is a line starting "local function NAME(" up to the next line
 // that is exactly "end". A name counts as used when it occurs outside comments anywhere

@@ -18,11 +18,10 @@
 //
 // The script comes in seven builds of the same files: one per algorithm, which a call
 // whose decisions all use that algorithm runs, and one with all six for mixed calls (Redis
-// runs a script's whole body on every call, so defining only what a call uses saves a lone
-// decision 11% of Redis's work). All are loaded at start with SCRIPT LOAD on every node
-// and called with EVALSHA. A NOSCRIPT reply (after a restart, failover or SCRIPT FLUSH) is
-// healed by sending the script once with EVAL, which runs it and loads it again; the
-// caller never sees it.
+// runs a script's whole body on every call, so a call's script defines only what it uses).
+// All are loaded at start with SCRIPT LOAD on every node and called with EVALSHA. A
+// NOSCRIPT reply (after a restart, failover or SCRIPT FLUSH) is healed by sending the
+// script once with EVAL, which runs it and loads it again; the caller never sees it.
 //
 // # Keys and TTLs
 //
@@ -31,18 +30,12 @@
 // µs>:<burst>" (see Store.Key): the identity inside a hash tag, escaped so that no
 // identity can collide with another or leave its slot. A string holds the state's integer
 // fields (algo.State's A, then B, then C, as the algorithm uses them) as little-endian
-// IEEE-754 doubles, 8, 16 or 24 bytes: binary, because formatting and parsing decimal text
-// took a third of Redis's time per decision. (The bucket algorithms' fields count 1/S µs,
-// algo.Params, which for a limit whose Rate does not divide its Period differs from the
-// whole µs that versions before the exact units wrote. After such an upgrade, a key of
-// such a TokenBucket limit reads as holding fewer tokens than it did, which may deny until
-// it refills (at most Burst·Period/Rate), and one of such a LeakyBucket limit as less
-// full, which may grant up to one burst too many, once; GCRA keys and every limit whose
-// Rate divides its Period read as before.) Every key the store writes carries a
-// TTL equal to the time until its state is equivalent to empty (algo.ExpiresAt), rounded up
-// to a millisecond. A decision that spends nothing never creates a key; on an existing key it
-// writes only what the algorithm changed (a window algorithm moving to a new window), as the
-// memory store keeps it.
+// IEEE-754 doubles, 8, 16 or 24 bytes: binary, so that Redis neither formats nor parses
+// decimal text. The bucket algorithms' fields count 1/S µs (algo.Params). Every key the
+// store writes carries a TTL equal to the time until its state is equivalent to empty
+// (algo.ExpiresAt), rounded up to a millisecond. A decision that spends nothing never
+// creates a key; on an existing key it writes only what the algorithm changed (a window
+// algorithm moving to a new window), as the memory store keeps it.
 //
 // # Coalescing
 //
@@ -55,32 +48,17 @@
 //
 // # Performance
 //
-// bench/README.md has the measurements and the commands. On one redis-server on a 2-vCPU
-// machine, with 64 goroutines deciding on 100k keys, the store made 2.7–6.5× the
-// decisions/s of go-redis/redis_rate (GCRA, TokenBucket, FixedWindow: 105–225k/s, about 26
-// decisions per script call; GCRA 4.4–5.5× in one phase of the VM, 2.7–4.3× in another,
-// where redis_rate's script ran faster: the ratio moves with the VM from run to run), at
-// 3.0–4.9 µs of Redis time per GCRA decision against redis_rate's 6.4–14.1. With 2
-// goroutines every decision goes out at once and latency is the round trip's (0.6–0.95×
-// redis_rate's decisions/s there: a decision passes through a batch goroutine, see
-// Store.submit, and a script call's fixed cost in Redis, about 54k instructions, is
-// larger than redis_rate's).
-// WithBatchSize and WithConcurrency tune the coalescing. A decision allocates nothing on
-// the client at 64 goroutines: each call is built in buffers the batch reuses once the call
-// has been answered.
-//
-// Requests and states cross into Lua as little-endian doubles, and the answer comes back
-// as one binary string: formatting and parsing decimal numbers had been a third of
-// Redis's time per decision. What is left is mostly Redis's own: the PSETEX of each
-// decision that spends is 38% of the instructions (bench/cmd/rediscost counts them).
+// bench/README.md has the measurements and the commands. WithBatchSize and WithConcurrency
+// tune the coalescing. Under load a decision allocates nothing on the client: each call is
+// built in buffers the batch reuses once the call has been answered. Requests, states and
+// answers cross into Lua as little-endian doubles.
 //
 // Latency. Every key expires when its state is empty, often milliseconds after it was
-// written, so Redis expires many keys a second, and does it in its periodic task (hz
-// times a second, 10 by default), holding other commands meanwhile. At half of peak that
-// is where the p99 comes from: 2.1–3.0 ms at hz 10, 1.1–1.6 ms at hz 100 for GCRA at
-// 90–113k decisions/s. Run a Redis that serves rate limits with hz 100 (redis.conf; the store
-// logs a hint at start when a primary's hz is below 50), and consider WithMinTTL, which
-// trades memory for fewer keys created and expired.
+// written, and Redis expires keys in its periodic task (hz times a second, 10 by default),
+// holding other commands meanwhile: under load that is where the tail latency comes from.
+// Run a Redis that serves rate limits with hz 100 (redis.conf; the store logs a hint at
+// start when a primary's hz is below 50), and consider WithMinTTL, which trades memory for
+// fewer keys created and expired.
 //
 // # Connecting
 //
@@ -262,11 +240,8 @@ func WithBatchSize(n int) Option {
 // when at least 8 decisions are waiting for it (see minExtraCall).
 //
 // More calls in flight trade Redis's time for the client's throughput: each call carries
-// fewer decisions, and Redis pays its cost per call more often. At 64 goroutines on 100k
-// keys (bench/README.md), 3 made 3.58× redis_rate's decisions/s against 3.00× with 2 when
-// the client had a core of its own, at 3.00 µs of Redis time per decision against 2.61;
-// on a 2-core machine shared with Redis, 2.95× against 2.79×, at 3.22 µs against 2.98.
-// Redis is usually what many clients share, so the default spends less of it.
+// fewer decisions, and Redis pays its cost per call more often (bench/README.md). Redis is
+// usually what many clients share, so the default spends less of it.
 func WithConcurrency(n int) Option {
 	return func(o *options) error {
 		if n < 1 {

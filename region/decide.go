@@ -32,6 +32,9 @@ func (g *Global) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.
 	hs := make([]held, len(reqs))
 	seen := make(map[entryKey]int, len(reqs))
 	for i, r := range reqs {
+		if err := checkBucket(r.Limit); err != nil {
+			return sluice.Report{Kind: sluice.KindBadInput}, fmt.Errorf("request %d: %w", i, err)
+		}
 		k := entryKey{r.Key, r.Limit}
 		if j, dup := seen[k]; dup {
 			return sluice.Report{Kind: sluice.KindBadInput}, fmt.Errorf("%w: request %d repeats the key and limit of request %d", sluice.ErrInvalidKey, i, j)
@@ -83,7 +86,9 @@ func (g *Global) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.
 			continue
 		}
 		if ds[i].Allowed {
-			ds[i].RetryAfter = 0 // it alone would pass; nothing is spent
+			// It alone would pass, but nothing is spent: report the state as it is.
+			ds[i], _ = g.decideLocked(h.e, reqs[i].Limit, 0, now, false)
+			ds[i].RetryAfter = 0
 		}
 		ds[i].Allowed = false
 	}

@@ -21,9 +21,11 @@
 //
 // The protocol (the sync script, region/lua/sync.lua, runs atomically per limit):
 //
-//   - A node enforces a token bucket at its share w of the limit: refilled at w·Rate per
-//     Period, holding at most w·Burst units (rounded down, but at least one unit while w >
-//     0). Shares are integers in parts per million.
+//   - A node enforces its share w of the limit with internal/algo's TokenBucket, the
+//     limit's own state machine: ⌊w·Burst⌋ units deep (at least one while w > 0), on a
+//     clock that runs at w of real time, so that it refills at w·Rate per Period. A new
+//     share keeps what the bucket holds, up to the new depth. Shares are integers in parts
+//     per million.
 //   - The shared Redis keeps, per limit and node, the effective share e: the most that
 //     node may be applying. The sum of e over live nodes never exceeds the whole limit.
 //   - Each sync reports the share the node applies while the call is in flight and its
@@ -43,16 +45,15 @@
 // Bound. At every instant the shares nodes apply sum to at most the limit, because each is
 // at most its e and the e sum to at most the limit. A node admits in an interval of length d
 // at most its bucket's content at the start plus its refill during it, so all nodes together
-// admit at most Σ caps + Σ refills ≤ Burst + N + d/T, where N counts the nodes whose share of
-// the burst was rounded up to one unit (at most the number of nodes). So in any interval of
-// length d the fleet admits at most
+// admit at most Σ caps + Σ refills ≤ Burst + N + d·Rate/Period, where N counts the nodes
+// whose share of the burst was rounded up to one unit (at most the number of nodes). So in
+// any interval of length d the fleet admits at most
 //
-//	Burst + ⌊(d-1)/T⌋ + N
+//	Burst + ⌊(d-1)·Rate/Period⌋ + N
 //
-// units (T = ⌈Period/Rate⌉ µs: the nodes' buckets count whole microseconds, so this is
-// never more than the single limiter's exact Burst + ⌊(d-1)·Rate/Period⌋): what one
-// limiter would admit, plus at most one unit per node, whatever the sync
-// interval, the cross-region latency or the loss of the shared Redis. This is better than
+// units (Burst + ⌊(d-1)/T⌋ + N when Rate divides Period, T = Period/Rate): what one limiter
+// would admit (the bucket algorithms' bound), plus at most one unit per node, whatever the
+// sync interval, the cross-region latency or the loss of the shared Redis. This is better than
 // the nodes × rate × sync interval of optimistic schemes (each node decides on stale global
 // counts), and it is paid for in utilisation instead: a node whose demand grows waits two
 // to three sync intervals for shares to move to it, and bursts are split between nodes.
@@ -66,8 +67,9 @@
 // immediate sync, not the next tick); without the shared Redis that first decision is a
 // denial.
 //
-// Limits are enforced as buckets (rate Rate/Period, depth EffectiveBurst), whatever their
-// Algorithm: shares of a rate add up, shares of a window do not. The shared state is one
+// Only bucket limits (GCRA, TokenBucket, LeakyBucket, which decide alike) can be held
+// globally: shares of a rate add up, shares of a window do not, so a window limit is an
+// error wrapping sluice.ErrInvalidLimit. The shared state is one
 // small hash per limit (one field per node), so global mode suits a bounded set of hot
 // limits (per tenant, per upstream), not one per end user. It assumes node identities are
 // unique and that the shared Redis keeps its data: if it loses it (a restart without

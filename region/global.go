@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/bits"
 	"os"
 	"strconv"
@@ -33,9 +34,9 @@ const pool = 1_000_000 // shares are in parts per million of the limit
 // this node's leased share of each limit, and reconciles with a shared Redis in the
 // background. See the package doc for the protocol, its bound and its trade-offs.
 //
-// Every limit is enforced as a bucket (rate Rate/Period, depth Limit.EffectiveBurst, the
-// GCRA/TokenBucket semantics) whatever its Algorithm: shares of a rate add up, shares of a
-// window do not.
+// Only the bucket algorithms (GCRA, TokenBucket, LeakyBucket, which decide alike) can be
+// held globally, since shares of a rate add up and shares of a window do not; a window
+// limit is an error wrapping sluice.ErrInvalidLimit.
 type Global struct {
 	client   rueidis.Client
 	shared   *redisstore.Store
@@ -173,18 +174,21 @@ func (g *Global) Close() error {
 // now is the node's monotonic clock in µs.
 func (g *Global) now() int64 { return time.Since(g.start).Microseconds() }
 
-// entry is one (identity, Limit) on this node: a token bucket refilled at the node's share
-// of the rate, holding at most its share of the burst.
+// entry is one (identity, Limit) on this node: algo.TokenBucket under the limit with this
+// node's share of the burst, run on a clock (vnow) that advances at the node's share of
+// real time, so that the bucket refills at its share of the rate.
 type entry struct {
 	mu    sync.Mutex
 	rkey  string
 	limit sluice.Limit
-	p     algo.Params
+	full  algo.Params // the whole limit, as a TokenBucket
+	p     algo.Params // full with Burst = this node's share of it (burstOf)
 
-	share  int64 // ppm applied now
-	credit int64 // µs of work at the full rate; a unit costs p.T
-	rem    int64 // refill remainder, in ppm·µs
-	last   int64 // local µs of the last refill
+	share int64      // ppm applied now
+	st    algo.State // the bucket, on the share clock
+	vnow  int64      // the share clock, µs: Σ real µs · share/pool, at least 1
+	vrem  int64      // its remainder, in ppm·µs
+	last  int64      // local µs the share clock was last advanced
 
 	demand, admitted int64 // units since the last sync was sent
 	sentAt           int64 // local µs the last sync was sent (-1 before the first)
@@ -199,71 +203,93 @@ type entry struct {
 	readyOnce sync.Once
 }
 
-func (e *entry) capOf(share int64) int64 {
+// burstOf is the bucket depth at share: ⌊Burst·share/pool⌋ units, at least one while
+// share > 0. It never exceeds the limit's Burst, so e.full's units (S, U) serve every share.
+func (e *entry) burstOf(share int64) int64 {
 	if share <= 0 {
 		return 0
 	}
-	return max(e.p.T, algo.MulDiv(e.p.Burst*e.p.T, share, pool))
+	return max(1, algo.MulDiv(e.full.Burst, share, pool))
 }
 
-// refill adds the work earned at the current share since last.
-func (e *entry) refill(now int64) {
+// tick advances the share clock to the local time now.
+func (e *entry) tick(now int64) {
 	if now <= e.last {
 		return
 	}
 	elapsed := now - e.last
 	e.last = now
-	c := e.capOf(e.share)
-	if e.share == 0 || e.credit >= c {
-		e.credit, e.rem = min(e.credit, c), 0
+	if e.share == 0 {
 		return
 	}
+	// (elapsed·share + vrem) / pool, in 128 bits; the quotient fits (elapsed < 2^63, share ≤ pool).
 	hi, lo := bits.Mul64(uint64(elapsed), uint64(e.share))
-	lo, carry := bits.Add64(lo, uint64(e.rem), 0)
-	hi += carry
-	if hi >= pool { // the quotient would not fit: more than enough to fill
-		e.credit, e.rem = c, 0
-		return
-	}
-	q, r := bits.Div64(hi, lo, pool)
-	if q >= uint64(c-e.credit) {
-		e.credit, e.rem = c, 0
-		return
-	}
-	e.credit += int64(q)
-	e.rem = int64(r)
+	lo, carry := bits.Add64(lo, uint64(e.vrem), 0)
+	q, r := bits.Div64(hi+carry, lo, pool)
+	e.vnow += int64(q)
+	e.vrem = int64(r)
 }
 
-// setShare switches to share at now: work earned so far at the old share is kept, up to
-// the new share's cap.
-func (e *entry) setShare(share, now int64) {
-	e.refill(now)
-	e.share = share
-	e.credit = min(e.credit, e.capOf(share))
-	if share == 0 {
-		e.rem = 0
-	}
-}
-
-// timeTo is the µs until credit reaches want at the current share, or -1 never.
-func (e *entry) timeTo(want int64) int64 {
-	if e.credit >= want {
+// real is the local µs until the share clock has advanced by v µs at the current share:
+// ⌈(v·pool - vrem)/share⌉, rounded up so that the bucket has got there.
+func (e *entry) real(v int64) time.Duration {
+	if v <= 0 || e.share == 0 {
 		return 0
 	}
-	if e.share == 0 || want > e.capOf(e.share) {
-		return -1
-	}
-	// ⌈((want-credit)·pool - rem) / share⌉, in 128 bits: (want-credit)·pool may pass 2^64.
-	hi, lo := bits.Mul64(uint64(want-e.credit), pool)
-	lo, borrow := bits.Sub64(lo, uint64(e.rem), 0)
+	hi, lo := bits.Mul64(uint64(v), pool) // v·pool may pass 2^64
+	lo, borrow := bits.Sub64(lo, uint64(e.vrem), 0)
 	hi -= borrow
 	lo, carry := bits.Add64(lo, uint64(e.share-1), 0)
 	hi += carry
+	const never = math.MaxInt64 / uint64(time.Microsecond) // the longest Duration, in µs
 	if hi >= uint64(e.share) {
-		return -1 // longer than int64 µs: never, in practice
+		return time.Duration(never) * time.Microsecond
 	}
 	q, _ := bits.Div64(hi, lo, uint64(e.share))
-	return int64(min(q, 1<<62))
+	return time.Duration(min(q, never)) * time.Microsecond
+}
+
+// decide runs the node's bucket on a cost of n at the local time now, spending only if
+// allowed. ok is false when the bucket cannot allow n whatever the wait (no share, or n
+// above this node's depth): only a larger share will do.
+func (e *entry) decide(now, n int64) (r algo.Result, ok bool) { return e.try(now, n, true) }
+
+// try is decide, spending only when commit is set.
+func (e *entry) try(now, n int64, commit bool) (r algo.Result, ok bool) {
+	e.tick(now)
+	if e.share == 0 {
+		return algo.Result{}, false
+	}
+	if max(n, 1) > e.p.Burst { // algo.TokenBucket requires n ≤ Burst: report a look
+		_, r = algo.TokenBucket(e.st, e.vnow, e.p, 0)
+		r.Allowed, r.RetryAfter = false, 0
+		return r, false
+	}
+	st, r := algo.TokenBucket(e.st, e.vnow, e.p, n)
+	if r.Allowed && n > 0 && commit {
+		e.st = st
+	}
+	return r, true
+}
+
+// setShare switches to share at now. The bucket keeps what it holds, up to the new depth
+// (algo.TokenBucket clamps a credit above it), rounded down to a whole µs of refill; a
+// share of 0 empties it, so that no node holds credit beyond the share it applies.
+func (e *entry) setShare(share, now int64) {
+	e.tick(now)
+	if share == e.share {
+		return
+	}
+	switch {
+	case share == 0:
+		e.st = algo.State{B: e.vnow}
+	case e.share > 0:
+		// A bucket full in ResetAfter µs holds Burst·U - ResetAfter·S (algo.TokenBucket).
+		_, r := algo.TokenBucket(e.st, e.vnow, e.p, 0)
+		e.st = algo.State{A: max(0, e.p.Burst*e.p.U-r.ResetAfter*e.p.S), B: e.vnow}
+	}
+	e.share = share
+	e.p.Burst = e.burstOf(share)
 }
 
 // fence drops the share of an entry that has not synced successfully for a lease.
@@ -271,6 +297,15 @@ func (g *Global) fence(e *entry, now int64) {
 	if e.share > 0 && (e.okAt < 0 || now-e.okAt > g.lease.Microseconds()) {
 		e.setShare(0, now)
 	}
+}
+
+// checkBucket rejects a limit that global mode cannot hold (see Global).
+func checkBucket(l sluice.Limit) error {
+	switch l.Algorithm {
+	case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket:
+		return nil
+	}
+	return fmt.Errorf("%w: region: global mode holds only gcra, token_bucket and leaky_bucket limits, not %v: shares of a window do not add up", sluice.ErrInvalidLimit, l.Algorithm)
 }
 
 func (g *Global) entry(key string, limit sluice.Limit) (*entry, bool) {
@@ -281,16 +316,21 @@ func (g *Global) entry(key string, limit sluice.Limit) (*entry, bool) {
 		return e, false
 	}
 	now := g.now()
+	full := algo.ParamsOf(limit.With(sluice.TokenBucket))
 	e := &entry{
 		rkey:   g.shared.Key(key, limit) + ":global",
 		limit:  limit,
-		p:      algo.ParamsOf(limit.With(sluice.GCRA)),
+		full:   full,
+		p:      full,
+		st:     algo.State{B: 1}, // empty until a share fills it (see the package doc)
+		vnow:   1,
 		last:   now,
 		sentAt: -1,
 		okAt:   -1,
 		seen:   now,
 		ready:  make(chan struct{}),
 	}
+	e.p.Burst = 0
 	g.entries[k] = e
 	return e, true
 }
@@ -300,6 +340,9 @@ func (g *Global) entry(key string, limit sluice.Limit) (*entry, bool) {
 // Decisions made while the shared Redis is unreachable have Path sluice.PathLocal.
 func (g *Global) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
 	if err := sluice.CheckRequest(key, limit, n); err != nil {
+		return sluice.Decision{}, err
+	}
+	if err := checkBucket(limit); err != nil {
 		return sluice.Decision{}, err
 	}
 	if g.closed.Load() {
@@ -319,8 +362,7 @@ func (g *Global) AllowN(ctx context.Context, key string, limit sluice.Limit, n i
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	now := g.now()
-	d, _ := g.decideLocked(e, limit, n, now, true)
+	d, _ := g.decideLocked(e, limit, n, g.now(), true)
 	return d, nil
 }
 
@@ -328,40 +370,26 @@ func (g *Global) AllowN(ctx context.Context, key string, limit sluice.Limit, n i
 // when they do and commit is set, spends them.
 func (g *Global) decideLocked(e *entry, limit sluice.Limit, n, now int64, commit bool) (sluice.Decision, bool) {
 	g.fence(e, now)
-	e.refill(now)
 	e.seen = now
-	c := max(n, 1)
-	need := c * e.p.T
-	d := sluice.Decision{Limit: limit}
+	r, ok := e.try(now, n, commit)
+	if commit {
+		e.demand += n
+	}
+	if r.Allowed && n > 0 && commit {
+		e.admitted += n
+		if g.onAdmit != nil {
+			g.onAdmit(g.start.Add(time.Duration(now)*time.Microsecond), n)
+		}
+	}
+	d := sluice.Decision{Limit: limit, Allowed: r.Allowed, Remaining: r.Remaining,
+		ResetAfter: e.real(r.ResetAfter), RetryAfter: e.real(r.RetryAfter)}
+	if !ok {
+		d.RetryAfter = g.interval // only a larger share will do: try after a sync
+	}
 	if e.failed {
 		d.Path = sluice.PathLocal
 	}
-	fits := e.credit >= need
-	if fits {
-		d.Allowed = true
-		if n > 0 && commit {
-			e.credit -= need
-			e.demand += n
-			e.admitted += n
-			if g.onAdmit != nil {
-				g.onAdmit(g.start.Add(time.Duration(now)*time.Microsecond), n)
-			}
-		}
-	} else {
-		if commit {
-			e.demand += n
-		}
-		wait := e.timeTo(need)
-		if wait < 0 {
-			wait = g.interval.Microseconds() // only a larger share will do: try after a sync
-		}
-		d.RetryAfter = time.Duration(wait) * time.Microsecond
-	}
-	d.Remaining = e.credit / e.p.T
-	if r := e.timeTo(e.capOf(e.share)); r > 0 {
-		d.ResetAfter = time.Duration(r) * time.Microsecond
-	}
-	return d, fits
+	return d, r.Allowed
 }
 
 // Reset implements sluice.Limiter: it forgets this node's state for key under limit (its
@@ -372,11 +400,14 @@ func (g *Global) Reset(ctx context.Context, key string, limit sluice.Limit) erro
 	if err := sluice.CheckRequest(key, limit, 0); err != nil {
 		return err
 	}
+	if err := checkBucket(limit); err != nil {
+		return err
+	}
 	g.mu.Lock()
 	if e, ok := g.entries[entryKey{key, limit}]; ok {
 		e.mu.Lock()
 		e.setShare(0, g.now())
-		e.credit, e.everShared = 0, true // no fresh full bucket after a reset
+		e.st, e.everShared = algo.State{B: e.vnow}, true // empty: no fresh full bucket after a reset
 		e.mu.Unlock()
 	}
 	g.mu.Unlock()
@@ -467,9 +498,9 @@ func (g *Global) sync() {
 			strconv.FormatInt(sends[i].admitted, 10),
 			strconv.FormatInt(epoch, 10),
 			leaseUS,
-			strconv.FormatInt(e.p.Rate, 10),
-			strconv.FormatInt(e.p.Period, 10),
-			strconv.FormatInt(e.p.Burst*e.p.T, 10),
+			strconv.FormatInt(e.full.Rate, 10),
+			strconv.FormatInt(e.full.Period, 10),
+			strconv.FormatInt(e.full.Burst*e.full.T, 10),
 			"-",
 		}
 		cmds[i] = g.client.B().Evalsha().Sha1(syncSHA).Numkeys(1).Key(e.rkey).Arg(args[i]...).Build()
@@ -516,7 +547,7 @@ func (g *Global) sync() {
 			if vals[1] == 1 && !e.everShared {
 				// No node held any share for a lease and the time to fill the bucket:
 				// the global bucket is full, and this node is the only one with a share.
-				e.credit = e.capOf(e.share)
+				e.st = algo.State{} // algo.TokenBucket's full bucket
 			}
 			if e.share > 0 {
 				e.everShared = true
@@ -534,3 +565,5 @@ func (g *Global) sync() {
 		g.logger.Info("region: shared Redis reachable again", "node", g.node)
 	}
 }
+
+

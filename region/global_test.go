@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -336,9 +337,94 @@ func TestGlobalFirstDecisionWithoutRedis(t *testing.T) {
 	}
 }
 
-// TestBucketArithmetic checks the node bucket's integer arithmetic at the extremes of a
-// valid limit: refill and waits neither overflow nor grant more than the share.
-func TestBucketArithmetic(t *testing.T) {
+// TestGlobalRejectsWindowLimits: a window limit is an error wrapping ErrInvalidLimit,
+// for AllowN and Reset, and creates no state; it was once decided as a bucket.
+func TestGlobalRejectsWindowLimits(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	store, err := redisstore.Open(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	g, err := NewGlobal(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	ctx := context.Background()
+	for _, a := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindow, sluice.SlidingLog} {
+		l := globalLimit.With(a)
+		if d, err := g.AllowN(ctx, "w", l, 1); !errors.Is(err, sluice.ErrInvalidLimit) {
+			t.Errorf("AllowN under %v: %+v, %v; want an error wrapping ErrInvalidLimit", l, d, err)
+		}
+		if err := g.Reset(ctx, "w", l); !errors.Is(err, sluice.ErrInvalidLimit) {
+			t.Errorf("Reset under %v: %v; want an error wrapping ErrInvalidLimit", l, err)
+		}
+		if _, ok := g.Stats("w", l); ok {
+			t.Errorf("%v: state kept for a rejected limit", l)
+		}
+	}
+	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket} {
+		if _, err := g.AllowN(ctx, "b", globalLimit.With(a), 1); err != nil {
+			t.Errorf("%v: %v", a, err)
+		}
+	}
+}
+
+// newEntry is a node's bucket for l, outside any Global.
+func newEntry(l sluice.Limit) *entry {
+	full := algo.ParamsOf(l.With(sluice.TokenBucket))
+	e := &entry{limit: l, full: full, p: full, st: algo.State{B: 1}, vnow: 1}
+	e.p.Burst = 0
+	return e
+}
+
+// TestNodeBucketIsAlgo: with the whole share, a node's bucket decides every request as
+// algo.GCRA does on the same clock (and so as TokenBucket and LeakyBucket do), its
+// Results converted to local time unchanged; with a share w, as GCRA under the limit with
+// w of its burst on a clock running at w of real time.
+func TestNodeBucketIsAlgo(t *testing.T) {
+	for _, l := range []sluice.Limit{
+		{Rate: 200, Period: time.Second, Burst: 20},
+		{Rate: 7, Period: time.Second, Burst: 3}, // S > 1
+		{Rate: 3, Period: 7 * time.Millisecond},
+	} {
+		for _, share := range []int64{pool, 500_000, 333_333} {
+			rng := rand.New(rand.NewPCG(uint64(share), uint64(l.Rate)))
+			e := newEntry(l)
+			e.setShare(share, 0)
+			e.st = algo.State{} // full, as a fresh limit's first share
+			p := algo.ParamsOf(l.With(sluice.GCRA))
+			p.Burst = e.p.Burst
+			var gs algo.State
+			const start = 1_000_000
+			now := int64(0)
+			for i := 0; i < 20000; i++ {
+				now += rng.Int64N(2 * p.T)
+				n := rng.Int64N(min(p.Burst, 3) + 1)
+				got, ok := e.decide(now, n)
+				// The share clock at now: ⌊now·share/pool⌋ µs after its start.
+				v := start + now*share/pool
+				var want algo.Result
+				gs, want = algo.GCRA(gs, v, p, n)
+				if !ok || got != want {
+					t.Fatalf("%v share %d step %d: node %+v (%v), gcra %+v", l, share, i, got, ok, want)
+				}
+				if share == pool {
+					if e.real(got.RetryAfter) != time.Duration(got.RetryAfter)*time.Microsecond {
+						t.Fatalf("%v: with the whole share, RetryAfter %d became %v", l, got.RetryAfter, e.real(got.RetryAfter))
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestNodeBucketExtremes checks the share clock's integer arithmetic at the extremes of a
+// valid limit: filling takes exactly the time reported, and long idle spells neither
+// overflow nor grant more than the node's depth.
+func TestNodeBucketExtremes(t *testing.T) {
 	tests := []struct {
 		limit sluice.Limit
 		share int64
@@ -346,32 +432,31 @@ func TestBucketArithmetic(t *testing.T) {
 		{sluice.Limit{Rate: 1 << 40, Period: 1 << 50 * time.Microsecond, Burst: 1 << 40}, 1},
 		{sluice.Limit{Rate: 1, Period: sluice.MaxPeriod, Burst: 1}, pool},
 		{sluice.Limit{Rate: 200, Period: time.Second, Burst: 20}, 333_333},
+		{sluice.Limit{Rate: 7, Period: time.Second, Burst: 10}, 1},
 	}
 	for _, tt := range tests {
 		if err := tt.limit.Validate(); err != nil {
 			t.Fatalf("%v: %v", tt.limit, err)
 		}
-		e := &entry{limit: tt.limit, p: algoParams(tt.limit)}
+		e := newEntry(tt.limit)
 		e.setShare(tt.share, 0)
-		c := e.capOf(tt.share)
-		if c < e.p.T {
-			t.Fatalf("%v: cap %d below one unit", tt.limit, c)
+		depth := e.p.Burst
+		if depth < 1 {
+			t.Fatalf("%v share %d: depth %d below one unit", tt.limit, tt.share, depth)
 		}
-		w := e.timeTo(c)
-		if w <= 0 {
-			t.Fatalf("%v share %d: time to fill %d", tt.limit, tt.share, w)
+		r, ok := e.decide(0, 0)
+		w := e.real(r.ResetAfter).Microseconds()
+		if !ok || r.Remaining != 0 || w <= 0 {
+			t.Fatalf("%v share %d: a new bucket %+v (%v), time to fill %d", tt.limit, tt.share, r, ok, w)
 		}
-		e.refill(w - 1)
-		if e.credit >= c {
+		if r, _ := e.decide(w-1, 0); r.Remaining == depth {
 			t.Fatalf("%v share %d: full 1µs before the computed time (%d)", tt.limit, tt.share, w)
 		}
-		e.refill(w)
-		if e.credit != c {
-			t.Fatalf("%v share %d: credit %d at the computed time, cap %d", tt.limit, tt.share, e.credit, c)
+		if r, _ := e.decide(w, 0); r.Remaining != depth || r.ResetAfter != 0 {
+			t.Fatalf("%v share %d: %+v at the computed time %d, depth %d", tt.limit, tt.share, r, w, depth)
 		}
-		e.refill(w + 1<<55) // a very long idle spell
-		if e.credit != c {
-			t.Fatalf("%v: credit %d after a long idle spell, cap %d", tt.limit, e.credit, c)
+		if r, _ := e.decide(w+1<<55, 0); r.Remaining != depth { // a very long idle spell
+			t.Fatalf("%v: %+v after a long idle spell, depth %d", tt.limit, r, depth)
 		}
 	}
 }
@@ -464,5 +549,34 @@ func TestGlobalDecideAllOrNothing(t *testing.T) {
 	}
 	if got := spent(); got != 12 {
 		t.Errorf("%d units admitted after bad input, want 12", got)
+	}
+}
+
+// TestSetShareKeepsCredit: a share change keeps what the bucket holds, up to the new depth;
+// a bucket whose share grows starts the growth empty, and one whose share drops to 0 is
+// emptied.
+func TestSetShareKeepsCredit(t *testing.T) {
+	l := sluice.Limit{Rate: 100, Period: time.Second, Burst: 10} // one unit per 10ms
+	e := newEntry(l)
+	e.setShare(pool, 0)
+	now := int64(40_000) // 4 units earned
+	if r, _ := e.decide(now, 0); r.Remaining != 4 {
+		t.Fatalf("after 40ms at the whole share: %+v", r)
+	}
+	e.setShare(pool/5, now) // depth 2
+	if r, _ := e.decide(now, 0); r.Remaining != 2 {
+		t.Fatalf("at a fifth of the share: %+v, want the depth 2", r)
+	}
+	e.setShare(pool, now) // depth 10 again: the 2 kept, the rest to refill
+	if r, _ := e.decide(now, 0); r.Remaining != 2 || e.real(r.ResetAfter) != 80*time.Millisecond {
+		t.Fatalf("back at the whole share: %+v, want 2 and full in 80ms", r)
+	}
+	e.setShare(0, now)
+	if r, ok := e.decide(now+time.Hour.Microseconds(), 1); ok || r.Allowed {
+		t.Fatalf("without a share: %+v %v", r, ok)
+	}
+	e.setShare(pool, now+time.Hour.Microseconds()) // emptied, and nothing earned meanwhile
+	if r, _ := e.decide(now+time.Hour.Microseconds(), 0); r.Remaining != 0 {
+		t.Fatalf("after an hour without a share: %+v, want an empty bucket", r)
 	}
 }

@@ -27,6 +27,11 @@
 //   - A fresh key is the zero State; the functions never need to tell "absent" from a
 //     state they wrote, and the zero State is the same as an expired one.
 //
+// GCRA, TokenBucket and LeakyBucket are one limiter (TestTokenBucketIsGCRA,
+// TestLeakyBucketIsGCRA) kept as three functions, not one under three names, because each
+// state layout is what that algorithm's Redis keys hold across versions (a TokenBucket of
+// the previous version would read GCRA's TAT as a full bucket).
+//
 // # Results
 //
 //   - Remaining: units that would be allowed right now after this call.

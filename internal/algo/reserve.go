@@ -6,7 +6,8 @@ import "github.com/sluicehq/sluice"
 //
 // A reservation spends n units now for use at a later instant, the earliest at which the
 // algorithm would have admitted them: Reserve answers "when may I go?" rather than "may I
-// go now?". Both reservable algorithms obey one rule, which the tests check:
+// go now?". The three reservable algorithms (the bucket algorithms) obey one rule, which the
+// tests check:
 //
 //   - the delay of a reservation is exactly the RetryAfter that AllowN would report from the
 //     same state at the same now (0 when AllowN would allow), and
@@ -17,10 +18,12 @@ import "github.com/sluicehq/sluice"
 // Period/Rate, i.e. at most Burst + ⌊(d-1)·S/U⌋ units in any open interval of length d.
 // Reservations, plain AllowN decisions and cancellations may be mixed on one key.
 //
-// The other four algorithms cannot reserve: TokenBucket would need credit below zero, and
-// the window algorithms have no notion of a future slot.
+// A reservation that waits records a time in the future (GCRA's TAT, TokenBucket's last
+// spend, LeakyBucket's LCT), which later decisions read as they read a clock step back. The
+// window algorithms cannot reserve: they have no notion of a future slot.
 
-// Reservation is the outcome of ReserveGCRA or ReserveLeakyBucket, in microseconds.
+// Reservation is the outcome of ReserveGCRA, ReserveTokenBucket or ReserveLeakyBucket, in
+// microseconds.
 type Reservation struct {
 	// OK reports whether the units were reserved (and spent). A refusal spends nothing.
 	OK bool
@@ -34,13 +37,19 @@ type Reservation struct {
 	Before, After State
 }
 
-// CanReserve reports whether a has reservation functions (GCRA and LeakyBucket).
-func CanReserve(a sluice.Algorithm) bool { return a == sluice.GCRA || a == sluice.LeakyBucket }
+// CanReserve reports whether a has a reservation function: GCRA, TokenBucket and
+// LeakyBucket.
+func CanReserve(a sluice.Algorithm) bool {
+	return a == sluice.GCRA || a == sluice.TokenBucket || a == sluice.LeakyBucket
+}
 
-// Reserve runs ReserveGCRA or ReserveLeakyBucket for p.Algo. It must not be called for
-// other algorithms (see CanReserve).
+// Reserve runs ReserveGCRA, ReserveTokenBucket or ReserveLeakyBucket for p.Algo. It must
+// not be called for other algorithms (see CanReserve).
 func Reserve(s State, now int64, p Params, n, maxWait int64) (State, Reservation) {
-	if p.Algo == sluice.LeakyBucket {
+	switch p.Algo {
+	case sluice.TokenBucket:
+		return ReserveTokenBucket(s, now, p, n, maxWait)
+	case sluice.LeakyBucket:
 		return ReserveLeakyBucket(s, now, p, n, maxWait)
 	}
 	return ReserveGCRA(s, now, p, n, maxWait)
@@ -120,6 +129,29 @@ func ReserveLeakyBucket(s State, now int64, p Params, n, maxWait int64) (State, 
 	}
 	r.After = next
 	return next, r
+}
+
+// ReserveTokenBucket reserves n units under TokenBucket (state as in TokenBucket: A =
+// credit, B = the time of the last spend) by running ReserveLeakyBucket on the bucket read
+// the other way up: a credit of A at B is a level of Burst·U - A at B, and the zero State
+// is a full bucket either way (levelOf). The state after a reservation that waits is what
+// TokenBucket leaves at its instant: the credit then, less n·U, with B = that instant, in
+// the future. maxWait and n == 0 are as in ReserveGCRA; the delays are GCRA's
+// (TestReserveTokenBucketIsReserveGCRA).
+func ReserveTokenBucket(s State, now int64, p Params, n, maxWait int64) (State, Reservation) {
+	_, r := ReserveLeakyBucket(levelOf(s, p), now, p, n, maxWait)
+	r.Before, r.After = s, levelOf(r.After, p) // r.After is s again when nothing was spent
+	return r.After, r
+}
+
+// levelOf converts between TokenBucket's state and LeakyBucket's for the same p, either
+// way: credit = Burst·U - level at the same B, the zero State (a full bucket) to itself.
+// Every state either algorithm writes has B ≥ 1, so the conversion is its own inverse.
+func levelOf(s State, p Params) State {
+	if s == (State{}) {
+		return s
+	}
+	return State{A: p.Burst*p.U - s.A, B: s.B}
 }
 
 // CancelReservation gives r's units back if the algorithm allows, and reports whether it

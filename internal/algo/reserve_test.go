@@ -8,10 +8,10 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// reservableLimits returns every test limit under GCRA and LeakyBucket.
+// reservableLimits returns every test limit under GCRA, TokenBucket and LeakyBucket.
 func reservableLimits() []sluice.Limit {
 	var out []sluice.Limit
-	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.LeakyBucket} {
+	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket} {
 		for _, l := range testLimits {
 			out = append(out, l.With(a))
 		}
@@ -62,15 +62,22 @@ func TestReserveIsAllowAtItsInstant(t *testing.T) {
 }
 
 // TestReserveLeakyBucketIsReserveGCRA: from the same history, clock steps back included,
-// LeakyBucket's reservations have GCRA's delays and refusals, and the two keys decide alike
-// afterwards (TestLeakyBucketIsGCRA): the memory store reserves a LeakyBucket limit on
-// GCRA's state.
-func TestReserveLeakyBucketIsReserveGCRA(t *testing.T) {
+// LeakyBucket's reservations have GCRA's delays and refusals, cancellations give back
+// alike, and the two keys decide alike afterwards (TestLeakyBucketIsGCRA): the memory store
+// reserves a LeakyBucket limit on GCRA's state.
+func TestReserveLeakyBucketIsReserveGCRA(t *testing.T) { testReserveIsGCRA(t, sluice.LeakyBucket) }
+
+// TestReserveTokenBucketIsReserveGCRA: as TestReserveLeakyBucketIsReserveGCRA, for
+// TokenBucket; the memory store reserves a TokenBucket limit with S = 1 on GCRA's state.
+func TestReserveTokenBucketIsReserveGCRA(t *testing.T) { testReserveIsGCRA(t, sluice.TokenBucket) }
+
+func testReserveIsGCRA(t *testing.T, a sluice.Algorithm) {
 	for _, l := range testLimits {
 		rng := rand.New(rand.NewPCG(14, uint64(l.Rate)))
-		pg, pl := ParamsOf(l.With(sluice.GCRA)), ParamsOf(l.With(sluice.LeakyBucket))
-		var sg, sl State
+		pg, pa := ParamsOf(l.With(sluice.GCRA)), ParamsOf(l.With(a))
+		var sg, sa State
 		now := epoch
+		var given int
 		for i := 0; i < 50000; i++ {
 			if rng.IntN(6) == 0 {
 				now -= rng.Int64N(2*pg.Period + 1)
@@ -81,29 +88,35 @@ func TestReserveLeakyBucketIsReserveGCRA(t *testing.T) {
 			switch rng.IntN(3) {
 			case 0:
 				maxWait := []int64{-1, 0, rng.Int64N(pg.Period)}[rng.IntN(3)]
-				var rg, rl Reservation
+				var rg, ra Reservation
 				sg, rg = ReserveGCRA(sg, now, pg, n, maxWait)
-				sl, rl = ReserveLeakyBucket(sl, now, pl, n, maxWait)
-				if rg.OK != rl.OK || rg.Delay != rl.Delay || rg.At != rl.At {
-					t.Fatalf("%v step %d at %d (n %d, maxWait %d): leaky bucket %+v, gcra %+v", l, i, now, n, maxWait, rl, rg)
+				sa, ra = Reserve(sa, now, pa, n, maxWait)
+				if rg.OK != ra.OK || rg.Delay != ra.Delay || rg.At != ra.At {
+					t.Fatalf("%v step %d at %d (n %d, maxWait %d): %v %+v, gcra %+v", l, i, now, n, maxWait, a, ra, rg)
 				}
 				if rng.IntN(2) == 0 {
-					var okg, okl bool
+					var okg, oka bool
 					at := now + rng.Int64N(rg.Delay+2)
 					sg, okg = CancelReservation(sg, at, rg)
-					sl, okl = CancelReservation(sl, at, rl)
-					if okg != okl {
-						t.Fatalf("%v step %d: cancel at %d: leaky bucket %v, gcra %v", l, i, at, okl, okg)
+					sa, oka = CancelReservation(sa, at, ra)
+					if okg != oka {
+						t.Fatalf("%v step %d: cancel at %d: %v %v, gcra %v", l, i, at, a, oka, okg)
+					}
+					if oka {
+						given++
 					}
 				}
 			default:
-				var rg, rl Result
+				var rg, ra Result
 				sg, rg = GCRA(sg, now, pg, n)
-				sl, rl = LeakyBucket(sl, now, pl, n)
-				if rg != rl {
-					t.Fatalf("%v step %d at %d (n %d): leaky bucket %+v, gcra %+v", l, i, now, n, rl, rg)
+				sa, ra = Decide(sa, now, pa, n)
+				if rg != ra {
+					t.Fatalf("%v step %d at %d (n %d): %v %+v, gcra %+v", l, i, now, n, a, ra, rg)
 				}
 			}
+		}
+		if given == 0 {
+			t.Fatalf("%v: no cancellation gave anything back; the test covers too little", l)
 		}
 	}
 }

@@ -1,7 +1,7 @@
--- sync.lua: one node's reconciliation of one (identity, Limit) in global mode. It mirrors
--- region.lease (region/lease.go), the share allocation a node could otherwise compute
--- itself, run here so that every grant is made atomically against every other node's
--- effective share.
+-- sync.lua: one node's reconciliation of one (identity, Limit) in global mode
+-- (region.Global.sync). It allocates shares and keeps no bucket: each node runs its share
+-- through internal/algo's TokenBucket (region/global.go). It runs in Redis so that every
+-- grant is made atomically against every other node's effective share.
 --
 -- KEYS[1]: the hash of the limit's global state: one field per node, "e g d seen" (the
 --   effective share in ppm: the most that node may be applying; its last grant; its demand
