@@ -565,5 +565,3 @@ func (g *Global) sync() {
 		g.logger.Info("region: shared Redis reachable again", "node", g.node)
 	}
 }
-
-
