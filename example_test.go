@@ -12,7 +12,7 @@ import (
 
 func Example() {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	var store sluice.Limiter = memory.New(memory.WithClock(func() time.Time { return now }))
+	store := memory.New(memory.WithClock(func() time.Time { return now }))
 
 	// 3 requests per second, sliding window counter.
 	limit := sluice.PerSecond(3).With(sluice.SlidingWindow)

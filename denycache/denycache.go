@@ -3,7 +3,7 @@
 // decorator around a sluice.Limiter (typically the Redis store), in the manner of
 // envoyproxy/ratelimit's local cache of over-limit keys.
 //
-//	lim := denycache.New(failover.New(redis)) // 8 MiB of denials, each answered for at most 1s
+//	lim := failover.New(denycache.New(redis)) // 8 MiB of denials, each answered for at most 1s
 //	d, err := sluice.AllowN(ctx, lim, key, limit, 1)
 //
 // # Why a remembered denial is exact
@@ -21,19 +21,19 @@
 //
 // Only what is certain is answered:
 //
-//   - A request of one limit with the cost of the remembered denial. Another cost asks the store (a smaller
-//     one may pass; a larger one has a longer wait), and a denial of it replaces the entry.
-//   - Denials the store made (sluice.PathStore) with a positive RetryAfter. A failure mode's
-//     denial is never remembered.
-//
-// Place the Cache above failover.Limiter (denycache.New(failover.New(redis))): the requests
-// it answers are then not store calls to the breaker, which must judge the store by its
-// own answers alone (below it, cached answers would count as successes, keeping the
-// breaker closed, or closing it half-open, while the store is down); and remembered
-// denials keep answering while the store is down.
+//   - A request of one limit with the cost of the remembered denial. Another cost asks
+//     the store (a smaller one may pass; a larger one has a longer wait), and a denial of
+//     it replaces the entry.
+//   - Denials the store made (sluice.PathStore) with a positive RetryAfter. A failure
+//     mode's denial is never remembered.
 //   - A request of several limits asks the inner limiter: the other limits need the
 //     store's state. The denials in its answers are remembered. n == 0 (a look) always
 //     asks the store.
+//
+// The Cache reports its answers as not having asked the store (sluice.Report.StoreCalled
+// false), so a failover decorator above it judges the store by the store's own answers
+// alone: a client hammering a denied key neither keeps the breaker closed nor closes it
+// half-open while the store is down. Package stack puts it there, below failover.
 //
 // # Resets and staleness
 //

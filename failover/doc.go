@@ -89,37 +89,16 @@
 //
 // # With a deny cache
 //
-// A denycache.Cache goes in front of the Limiter, not behind it: the breaker must judge
-// the store by the store's own answers, and a cached denial is not one (behind the
-// Limiter, a client hammering a denied key would feed the breaker a success per request,
-// keeping it closed while the store is down, or closing it from half-open).
+// A denycache.Cache below the Limiter (package stack's order) is judged by its Reports:
+// an answer it gave without asking the store (Report.StoreCalled false) is neither a
+// success nor a failure to the breaker, which judges the store by the store's own
+// answers alone. A layer below that does not report so would keep the breaker closed
+// with its answers while the store is down.
 //
-// # Measured behaviour under faults
+// # Under faults
 //
-// TestFaults runs 36 goroutines deciding continuously (a third in each mode, local share
-// 1/2) through a failover.Limiter in front of a real redis-server, and hurts the server
-// mid-run. Latency is per decision while the fault lasts; the path shares are of the
-// decisions made while it lasts; "breaker opened" is from the start of the fault,
-// "recovered" from its end until the breaker is closed again (bounded by OpenFor, 1s,
-// plus three good probes, so it depends on where in its cycle the breaker was).
-// Decision deadline 20ms (the tests share two cores with everything else; see
-// faultDeadline), load average ~15 from other work on the machine:
-//
-//	go test ./failover -run 'TestFaults$' -count=1 -v
-//
-//	fault                      decisions  p50    p99     max    store  open  closed  local  breaker opened  recovered
-//	SIGKILL, restart after 1.5s    18163  2 µs   255 µs  32 ms    0%    33%    33%    33%       94 ms         1.36 s
-//	SIGSTOP 3s, SIGCONT            27988  1 µs    39 µs  42 ms    0%    34%    33%    33%       99 ms         141 ms
-//	+50ms latency each way, 2s     19068  1 µs   215 µs  23 ms    0%    33%    33%    33%       95 ms         237 ms
-//	connections cut, refused 1.5s  17096  1 µs   203 µs  37 ms    0%    33%    33%    33%       53 ms         581 ms
-//	maxmemory 1mb noeviction, 1.5s 15880  2 µs   6.0 ms  26 ms    0%    33%    33%    33%       89 ms         411 ms
-//	DEBUG SLEEP 2                  22465  1 µs    75 µs  87 ms    0%    34%    33%    33%       74 ms         1.00 s
-//
-// Once the breaker is open a decision costs microseconds; the p99 is the decisions that
-// waited out the deadline before it opened, and a max above the deadline is the machine's
-// scheduling (a busy two-core box), not the store: no decision waited for a fault to end.
-// Under maxmemory only spending decisions fail (a denial writes nothing), so a few
-// denials are still answered by the store until the breaker opens. Every
-// decision during a fault followed its mode, and every decision after recovery was
-// correct (TestFaults checks each one).
+// TestFaults hurts a real redis-server under load (SIGKILL, SIGSTOP, added latency, cut
+// connections, maxmemory, DEBUG SLEEP) and checks that every decision during the fault
+// follows its mode within the deadline plus scheduling slack, and that every decision
+// after recovery is the store's; bench/README.md has its figures.
 package failover

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -163,7 +164,10 @@ func (l *Limiter) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice
 		return sluice.Report{}, nil
 	}
 	a := call(l, ctx, true, decideArgs{l.primary, reqs, ds}, decide)
-	rep := a.v // what the layers below learned
+	if !a.failed && a.err == nil && len(a.v.ds) > 0 && &a.v.ds[0] != &ds[0] {
+		copy(ds, a.v.ds) // decided on a goroutine of its own, into its own slice
+	}
+	rep := a.v.rep // what the layers below learned
 	switch {
 	case !a.called:
 		rep.StoreCalled = false
@@ -186,7 +190,7 @@ func (l *Limiter) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice
 		}
 		return rep, unavailable(a.err)
 	case sluice.FailLocal:
-		return rep, l.decideLocal(ctx, reqs, ds, rep.Fallback)
+		return rep, l.decideLocal(ctx, reqs, ds)
 	}
 	for i := range reqs {
 		ds[i] = sluice.Decision{Allowed: true, Limit: reqs[i].Limit, Path: sluice.PathOpen}
@@ -223,14 +227,11 @@ func (l *Limiter) fallback(reqs []sluice.Request) sluice.Failure {
 // decideLocal decides reqs on the local limiter, all or nothing, each under its share of
 // its limit (ShareOf); a cost that can never fit its share denies the request without
 // spending.
-func (l *Limiter) decideLocal(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision, fb sluice.Failure) error {
+func (l *Limiter) decideLocal(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
 	shared := make([]sluice.Request, len(reqs))
 	tooBig := false
 	for i, r := range reqs {
 		share := r.Failure.Or(l.def).Share
-		if r.Failure.Mode != sluice.FailLocal && r.Failure.Mode != sluice.FailInherit {
-			share = fb.Share
-		}
 		shared[i] = r
 		shared[i].Limit = ShareOf(r.Limit, share)
 		if r.N > shared[i].Limit.MaxCost() {
@@ -364,8 +365,17 @@ func call[A, T any](l *Limiter, ctx context.Context, decision bool, a A, f func(
 		out.v = v
 		return out
 	}
+	if d, ok := any(a).(detacher[A]); ok {
+		// The call may outlive the caller's Decide (it is released at the deadline), so
+		// it must not share the caller's slices.
+		a = d.detach()
+	}
 	return callAsync(l, ctx, probe, start, done, a, f)
 }
+
+// detacher is implemented by call arguments that a call on a goroutine of its own must
+// copy first.
+type detacher[A any] interface{ detach() A }
 
 // decideArgs and resetArgs are the arguments of store calls (call's a).
 type decideArgs struct {
@@ -380,8 +390,19 @@ type resetArgs struct {
 	limit sluice.Limit
 }
 
-func decide(ctx context.Context, a decideArgs) (sluice.Report, error) {
-	return a.store.Decide(ctx, a.reqs, a.ds)
+// decided is a decision call's result: its report and the slice it wrote decisions to.
+type decided struct {
+	rep sluice.Report
+	ds  []sluice.Decision
+}
+
+func decide(ctx context.Context, a decideArgs) (decided, error) {
+	rep, err := a.store.Decide(ctx, a.reqs, a.ds)
+	return decided{rep, a.ds}, err
+}
+
+func (a decideArgs) detach() decideArgs {
+	return decideArgs{a.store, slices.Clone(a.reqs), make([]sluice.Decision, len(a.reqs))}
 }
 
 func reset(ctx context.Context, a resetArgs) (struct{}, error) {
@@ -539,7 +560,7 @@ func giveUp[T any](l *Limiter, ctx context.Context, ch chan result[T], start tim
 func judge[T any](ctx context.Context, v T, err error) (brk error, failed bool) {
 	switch {
 	case err == nil:
-		if rep, ok := any(v).(sluice.Report); ok && !rep.StoreCalled {
+		if d, ok := any(v).(decided); ok && !d.rep.StoreCalled {
 			return errExcluded, false
 		}
 		return nil, false

@@ -948,3 +948,55 @@ func TestBreakerFailingFor(t *testing.T) {
 		t.Fatalf("failures for 100ms: breaker %v, want open", s)
 	}
 }
+
+// cacheStore answers while failing like a layer below failover that decides some
+// requests without asking the store (a deny cache): its Report says the store was not
+// called.
+type cacheStore struct {
+	*faultyStore
+	cached atomic.Bool
+}
+
+func (s *cacheStore) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
+	if s.cached.Load() {
+		for i := range reqs {
+			ds[i] = sluice.Decision{Limit: reqs[i].Limit, RetryAfter: time.Second, Path: sluice.PathCache}
+		}
+		return sluice.Report{}, nil
+	}
+	return s.faultyStore.Decide(ctx, reqs, ds)
+}
+
+// TestAnswerWithoutStore: an answer of the layer below that did not ask the store is
+// passed on with StoreCalled false, and says nothing about the store to the breaker: it
+// does not break a streak of failures.
+func TestAnswerWithoutStore(t *testing.T) {
+	store := &cacheStore{faultyStore: newFaultyStore(t)}
+	l := newLimiter(t, store, WithBreaker(Breaker{ConsecutiveFailures: 3, FailingFor: -1, OpenFor: time.Hour}))
+	ctx := context.Background()
+	req := sluice.Request{Key: "k", Limit: sluice.PerSecond(10), N: 1}
+
+	d, rep, err := decideOne(ctx, l, req)
+	if err != nil || !d.Allowed || d.Path != sluice.PathStore || !rep.StoreCalled || rep.Breaker != sluice.BreakerClosed {
+		t.Fatalf("store answer: %+v, %+v, %v", d, rep, err)
+	}
+	store.setFail(storeErr(sluice.KindBusy, "BUSY Redis is busy running a script."))
+	for i := 0; i < 2; i++ {
+		if d, _, _ := decideOne(ctx, l, req); d.Path != sluice.PathOpen {
+			t.Fatalf("failure %d: %+v", i, d)
+		}
+	}
+	store.cached.Store(true)
+	d, rep, err = decideOne(ctx, l, req)
+	if err != nil || d.Allowed || d.Path != sluice.PathCache || rep.StoreCalled || rep.Failure != nil || rep.Kind != "" {
+		t.Fatalf("answer without the store: %+v, %+v, %v", d, rep, err)
+	}
+	if s := l.State(); s != sluice.BreakerClosed {
+		t.Fatalf("breaker %v after 2 failures", s)
+	}
+	store.cached.Store(false)
+	decideOne(ctx, l, req) // the third failure in a row, the cached answer not counting
+	if s := l.State(); s != sluice.BreakerOpen {
+		t.Fatalf("breaker %v after 3 store failures around a cached answer, want open", s)
+	}
+}

@@ -10,14 +10,19 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/keys"
-	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/stack"
 )
 
 func Example() {
-	// A fixed clock keeps the output stable; production code uses memory.New().
+	// The production stack (decision log and metrics, deny cache, and on Redis failover)
+	// on the in-memory store; stack.Options{RedisURL: ...} keeps limits in Redis. A fixed
+	// clock keeps the output stable; production code leaves Clock nil.
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	store := memory.New(memory.WithClock(func() time.Time { return now }))
-	defer store.Close()
+	st, err := stack.Open(nil, stack.Options{Clock: func() time.Time { return now }})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer st.Close()
 
 	// Believe X-Forwarded-For only from the load balancers.
 	proxies, err := keys.ParsePrefixes("10.0.0.0/8")
@@ -27,7 +32,7 @@ func Example() {
 	clientIP := &keys.ClientIP{TrustedProxies: proxies}
 
 	mw, err := httplimit.New(httplimit.Config{
-		Limiter: store,
+		Limiter: st.Limiter(),
 		Policies: []httplimit.Policy{
 			{Name: "per-client", Limit: sluice.PerMinute(2), Key: httplimit.ByIP(clientIP)},
 		},
@@ -64,8 +69,11 @@ func Example() {
 // Tiers and API keys: each API key is limited by its tier, and the raw key is replaced by
 // its HMAC before it reaches the store, a log line or a header.
 func Example_tiers() {
-	store := memory.New()
-	defer store.Close()
+	st, err := stack.Open(nil, stack.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer st.Close()
 
 	hasher, err := keys.NewHasher([]byte("load-me-from-a-secret-store-32by"), keys.Hex)
 	if err != nil {
@@ -73,7 +81,7 @@ func Example_tiers() {
 	}
 	tierOf := map[string]string{"key-free": "free", "key-pro": "pro"} // your key database
 	mw, err := httplimit.New(httplimit.Config{
-		Limiter: store,
+		Limiter: st.Limiter(),
 		Tier:    func(r *http.Request) string { return tierOf[r.Header.Get("X-API-Key")] },
 		Policies: []httplimit.Policy{{
 			Name: "per-key",

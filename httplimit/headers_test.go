@@ -184,8 +184,16 @@ func TestLegacyHeaders(t *testing.T) {
 // fails open.
 type openLimiter struct{}
 
-func (openLimiter) AllowN(_ context.Context, _ string, l sluice.Limit, _ int64) (sluice.Decision, error) {
-	return sluice.Decision{Allowed: true, Limit: l, Path: sluice.PathOpen}, nil
+func (openLimiter) Decide(_ context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
+	for i, r := range reqs {
+		ds[i] = sluice.Decision{Allowed: true, Limit: r.Limit, Path: sluice.PathOpen}
+	}
+	return sluice.Report{StoreCalled: true, Failure: sluice.ErrStoreUnavailable, Kind: sluice.KindRefused,
+		Fallback: sluice.Failure{Mode: sluice.FailOpen}}, nil
+}
+
+func (openLimiter) Reserve(context.Context, string, sluice.Limit, int64) (sluice.Reservation, error) {
+	return sluice.Reservation{}, sluice.ErrStoreUnavailable
 }
 
 func (openLimiter) Reset(context.Context, string, sluice.Limit) error { return nil }

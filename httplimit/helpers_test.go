@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,51 +30,47 @@ func newStore(t testing.TB) (*memory.Store, *clocktest.Clock) {
 	return s, clk
 }
 
-// recorder is a decorator that remembers every key passed to the limiter it wraps, so a
-// test can inspect exactly what reached the store.
+// recorder is a decorator that remembers every request passed to the limiter it wraps, so
+// a test can inspect exactly what reached the layers below: the keys, and how the
+// middleware grouped its policies into Decide calls.
 type recorder struct {
 	sluice.Limiter
-	mu   sync.Mutex
-	keys []string
+	mu    sync.Mutex
+	keys  []string
+	calls [][]sluice.Request
 }
 
-func (r *recorder) note(k string) { r.mu.Lock(); r.keys = append(r.keys, k); r.mu.Unlock() }
-
-func (r *recorder) AllowN(ctx context.Context, key string, l sluice.Limit, n int64) (sluice.Decision, error) {
-	r.note(key)
-	return r.Limiter.AllowN(ctx, key, l, n)
-}
-
-func (r *recorder) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice.Decision, error) {
+func (r *recorder) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
+	r.mu.Lock()
+	r.calls = append(r.calls, slices.Clone(reqs))
 	for _, q := range reqs {
-		r.note(q.Key)
+		r.keys = append(r.keys, q.Key)
 	}
-	return r.Limiter.(sluice.MultiLimiter).AllowMulti(ctx, reqs)
+	r.mu.Unlock()
+	return r.Limiter.Decide(ctx, reqs, ds)
 }
-
-// sequential hides a store's AllowMulti, as a store without atomic batches would.
-type sequential struct{ sluice.Limiter }
 
 // brokenStore is a Limiter that always fails with err: a store error that no real store can be
 // made to return on demand (for example one wrapping sluice.ErrStoreUnavailable, which is
 // what a failover decorator returns when it fails closed).
 type brokenStore struct{ err error }
 
-func (f brokenStore) AllowN(context.Context, string, sluice.Limit, int64) (sluice.Decision, error) {
-	return sluice.Decision{}, f.err
+func (f brokenStore) Decide(context.Context, []sluice.Request, []sluice.Decision) (sluice.Report, error) {
+	return sluice.Report{Kind: sluice.KindOf(f.err)}, f.err
+}
+func (f brokenStore) Reserve(context.Context, string, sluice.Limit, int64) (sluice.Reservation, error) {
+	return sluice.Reservation{}, f.err
 }
 func (f brokenStore) Reset(context.Context, string, sluice.Limit) error { return f.err }
 
-// notAtomic wraps a store whose AllowMulti cannot make a batch atomic (as Redis Cluster
-// answers for keys in different slots): it spends nothing and says ErrNotAtomic.
-type notAtomic struct {
-	sluice.Limiter
-	calls atomic.Int64
-}
-
-func (n *notAtomic) AllowMulti(context.Context, []sluice.Request) ([]sluice.Decision, error) {
-	n.calls.Add(1)
-	return nil, sluice.ErrNotAtomic
+// look returns the state of key under limit as lim sees it, spending nothing.
+func look(t *testing.T, lim sluice.Limiter, key string, limit sluice.Limit) sluice.Decision {
+	t.Helper()
+	d, err := sluice.AllowN(context.Background(), lim, key, limit, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 func mustNew(t testing.TB, cfg Config) *Middleware {

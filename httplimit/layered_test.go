@@ -1,14 +1,15 @@
 package httplimit
 
 import (
-	"context"
 	"net/http"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/keys"
+	"github.com/sluicehq/sluice/stack"
 )
 
 func userHeader(r *http.Request) string { return r.Header.Get("X-User") }
@@ -25,39 +26,37 @@ func layered() []Policy {
 	}
 }
 
-// remaining looks at a policy's state in the store without spending.
-func remaining(t *testing.T, store sluice.Limiter, p Policy, id keys.Identity) int64 {
+// remaining looks at a policy's state through lim without spending.
+func remaining(t *testing.T, lim sluice.Limiter, p Policy, id keys.Identity) int64 {
 	t.Helper()
-	d, err := store.AllowN(context.Background(), keys.Of(p.Name, id, p.Route, "").String(), p.Limit, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d.Remaining
+	return look(t, lim, keys.Of(p.Name, id, p.Route, "").String(), p.Limit).Remaining
 }
 
+// TestLayeredLimits: the applying policies of a request are one request to the Limiter,
+// decided all or nothing by any Limiter: the bare store, and the production stack of
+// decorators over it (with and without its deny cache), under a decorator of the
+// caller's. A request the route policy denies spends nothing from the others.
 func TestLayeredLimits(t *testing.T) {
 	ip := keys.Identity{Kind: keys.IP, ID: "192.0.2.1"} // httptest's RemoteAddr
 	user := keys.Identity{Kind: keys.User, ID: "alice"}
-	type test struct {
-		name string
-		wrap func(sluice.Limiter) sluice.Limiter
-		// After 2 allowed and 3 denied POST /orders, the per-IP and per-user state.
-		wantIP, wantUser int64
-	}
-	tests := []test{
-		// Atomic: the 3 denied requests spent nothing anywhere.
-		{"atomic store", func(l sluice.Limiter) sluice.Limiter { return l }, 8, 3},
-		// In order (documented): each denied request spent per-ip and per-user before
-		// the route policy refused it.
-		{"store without AllowMulti", func(l sluice.Limiter) sluice.Limiter { return sequential{l} }, 5, 0},
-		{"store answering ErrNotAtomic", func(l sluice.Limiter) sluice.Limiter { return &notAtomic{Limiter: l} }, 5, 0},
+	tests := []struct {
+		name  string
+		o     stack.Options
+		limit func(*stack.Stack) sluice.Limiter
+	}{
+		{"bare store", stack.Options{}, func(st *stack.Stack) sluice.Limiter { return st.Store }},
+		{"stack", stack.Options{}, (*stack.Stack).Limiter},
+		{"stack without deny cache", stack.Options{DenyCache: stack.DenyCache{Off: true}}, (*stack.Stack).Limiter},
 	}
 	for _, b := range backends(t) {
 		for _, tt := range tests {
 			t.Run(b.name+"/"+tt.name, func(t *testing.T) {
-				store, _ := b.new(t)
-				lim := tt.wrap(store)
-				h := mustNew(t, Config{Limiter: lim, Policies: layered()}).Handler(okHandler)
+				clk := clocktest.New(start)
+				o := tt.o
+				o.Clock = clk.Now
+				lim := tt.limit(b.open(t, o))
+				rec := &recorder{Limiter: lim}
+				h := mustNew(t, Config{Limiter: rec, Policies: layered()}).Handler(okHandler)
 				var codes []int
 				var last *Problem
 				for range 5 {
@@ -74,15 +73,26 @@ func TestLayeredLimits(t *testing.T) {
 				if !slices.Equal(last.ViolatedPolicies, []string{"orders"}) {
 					t.Errorf("violated-policies %v, want [orders]", last.ViolatedPolicies)
 				}
+				// Each request was one Decide call of its three policies.
+				if len(rec.calls) != 5 {
+					t.Errorf("%d Decide calls for 5 requests, want 5", len(rec.calls))
+				}
+				for i, c := range rec.calls {
+					var names []string
+					for _, r := range c {
+						names = append(names, r.Policy)
+					}
+					if !slices.Equal(names, []string{"per-ip", "per-user", "orders"}) {
+						t.Errorf("call %d decided policies %v, want [per-ip per-user orders] at once", i, names)
+					}
+				}
+				// The 3 denied requests spent nothing anywhere.
 				p := layered()
-				if got := remaining(t, store, p[0], ip); got != tt.wantIP {
-					t.Errorf("per-ip remaining %d, want %d", got, tt.wantIP)
+				if got := remaining(t, lim, p[0], ip); got != 8 {
+					t.Errorf("per-ip remaining %d, want 8", got)
 				}
-				if got := remaining(t, store, p[1], user); got != tt.wantUser {
-					t.Errorf("per-user remaining %d, want %d", got, tt.wantUser)
-				}
-				if na, ok := lim.(*notAtomic); ok && na.calls.Load() == 0 {
-					t.Error("AllowMulti was never tried")
+				if got := remaining(t, lim, p[1], user); got != 3 {
+					t.Errorf("per-user remaining %d, want 3", got)
 				}
 				// Other routes are still limited by the per-IP and per-user policies only.
 				w := do(h, "GET", "/orders", "", "X-User", "alice")
@@ -125,5 +135,118 @@ func testMostRestrictiveRetryAfter(t *testing.T, b backend) {
 	// The denied request spent nothing from the policy that would have let it pass.
 	if lims[0].name != "roomy" || lims[0].params["r"] != int64(99) {
 		t.Errorf("RateLimit %v, want roomy first with r=99", lims)
+	}
+}
+
+// TestDeniedRequestReportsOtherPoliciesExactly is the issue's regression: a request that
+// one policy denies spends nothing from the others, and the RateLimit field reports their
+// state exactly, through the production stack on memory and on Redis. wide (GCRA 100/min)
+// then narrow (fixed window 2/h), both per IP: after 2 allowed and 5 denied requests,
+// wide has 98 left, not fewer, and narrow none.
+func TestDeniedRequestReportsOtherPoliciesExactly(t *testing.T) {
+	wide := Policy{Name: "wide", Limit: sluice.PerMinute(100), Key: ByIP(nil)}
+	narrow := Policy{Name: "narrow", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 2, Period: time.Hour}, Key: ByIP(nil)}
+	ip := keys.Identity{Kind: keys.IP, ID: "192.0.2.1"}
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			lim, _ := b.new(t)
+			h := mustNew(t, Config{Limiter: lim, Policies: []Policy{wide, narrow}}).Handler(okHandler)
+			for i := range 7 {
+				w := do(h, "GET", "/", "")
+				if want := map[bool]int{true: 200, false: 429}[i < 2]; w.Code != want {
+					t.Fatalf("request %d: status %d, want %d", i, w.Code, want)
+				}
+				if i < 2 {
+					continue
+				}
+				// The clock stands still: wide has spent 2 of 100 (full again in 1.2s,
+				// t=2); narrow's hour window ends 59.88s after start (t=60).
+				if got, want := w.Header().Get("RateLimit"), `"wide";r=98;t=2, "narrow";r=0;t=60`; got != want {
+					t.Errorf("request %d: RateLimit %q, want %q", i, got, want)
+				}
+				if got, want := w.Header().Get("RateLimit-Policy"), `"wide";q=100;w=60, "narrow";q=2;w=3600`; got != want {
+					t.Errorf("request %d: RateLimit-Policy %q, want %q", i, got, want)
+				}
+				if got := w.Header().Get("Retry-After"); got != "60" {
+					t.Errorf("request %d: Retry-After %q, want 60", i, got)
+				}
+				if p := decodeProblem(t, w); !slices.Equal(p.ViolatedPolicies, []string{"narrow"}) {
+					t.Errorf("request %d: violated-policies %v, want [narrow]", i, p.ViolatedPolicies)
+				}
+			}
+			if got := remaining(t, lim, wide, ip); got != 98 {
+				t.Errorf("wide has %d left in the store, want 98: denied requests spent it", got)
+			}
+			if got := remaining(t, lim, narrow, ip); got != 0 {
+				t.Errorf("narrow has %d left in the store, want 0", got)
+			}
+		})
+	}
+}
+
+// TestShadowOnDeniedRequestSpendsNothing: a shadow policy is decided after the enforced
+// ones, spending only when the request passed; on a denied request it is looked at (cost
+// 0), and appears in Result.Decisions and the headers with its state as it is.
+func TestShadowOnDeniedRequestSpendsNothing(t *testing.T) {
+	hour := func(n int64) sluice.Limit {
+		return sluice.Limit{Algorithm: sluice.FixedWindow, Rate: n, Period: time.Hour}
+	}
+	gate := Policy{Name: "gate", Limit: hour(1)}
+	measure := Policy{Name: "measure", Limit: hour(10), Shadow: true}
+	ip := keys.Identity{Kind: keys.IP, ID: "192.0.2.1"}
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			lim, _ := b.new(t)
+			rec := &recorder{Limiter: lim}
+			var res *Result
+			h := mustNew(t, Config{Limiter: rec, Policies: []Policy{gate, measure},
+				Limited: func(w http.ResponseWriter, r *http.Request, r2 *Result) {
+					res = r2
+					DefaultLimited(w, r, r2)
+				},
+			}).Handler(okHandler)
+			if w := do(h, "GET", "/", ""); w.Code != 200 {
+				t.Fatalf("first request: %d", w.Code)
+			}
+			for i := range 3 {
+				res = nil
+				w := do(h, "GET", "/", "")
+				if w.Code != http.StatusTooManyRequests {
+					t.Fatalf("request %d: status %d, want 429", i+1, w.Code)
+				}
+				if got, want := w.Header().Get("RateLimit"), `"gate";r=0;t=60, "measure";r=9;t=60`; got != want {
+					t.Errorf("request %d: RateLimit %q, want %q", i+1, got, want)
+				}
+				if res == nil || len(res.Decisions) != 2 {
+					t.Fatalf("request %d: Result %+v, want gate and measure", i+1, res)
+				}
+				if d := res.Decisions[1]; d.Policy != "measure" || !d.Shadow || d.Remaining != 9 || !d.Allowed || d.Path != sluice.PathStore {
+					t.Errorf("request %d: shadow decision %+v, want measure with 9 left (it would pass)", i+1, d)
+				}
+				if !slices.Equal(res.Violated(), []string{"gate"}) {
+					t.Errorf("request %d: violated %v, want [gate]", i+1, res.Violated())
+				}
+			}
+			// Each request: the enforced policy in one call, then the shadow one on its
+			// own, at cost 1 when the request passed and 0 when it was denied.
+			var costs []int64
+			for _, c := range rec.calls {
+				if len(c) != 1 {
+					t.Fatalf("call of %d requests, want one policy per call: %+v", len(c), c)
+				}
+				if c[0].Policy == "measure" {
+					if !c[0].Shadow {
+						t.Error("the shadow policy was decided as enforced")
+					}
+					costs = append(costs, c[0].N)
+				}
+			}
+			if !slices.Equal(costs, []int64{1, 0, 0, 0}) {
+				t.Errorf("shadow costs %v, want [1 0 0 0]", costs)
+			}
+			if got := remaining(t, lim, measure, ip); got != 9 {
+				t.Errorf("measure has %d left in the store, want 9: a denied request spent it", got)
+			}
+		})
 	}
 }

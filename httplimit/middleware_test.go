@@ -125,7 +125,9 @@ func TestShadowNeverBlocks(t *testing.T) {
 		{200, "real,trial"},
 		{200, "real,trial"}, // trial would deny: reported, not enforced
 		{200, "real,trial"},
-		{429, "real"}, // denied by real: shadow policies are not consulted
+		// Denied by real: the shadow policies are looked at (cost 0), spending nothing,
+		// and reported with their state.
+		{429, "real,trial"},
 	} {
 		w := do(h, "GET", "/", "")
 		if w.Code != want.status {
@@ -134,18 +136,21 @@ func TestShadowNeverBlocks(t *testing.T) {
 		if got := strings.Join(policyNames(t, w), ","); got != want.policies {
 			t.Errorf("request %d: policies %q, want %q", i, got, want.policies)
 		}
-		if i == 1 {
+		if i >= 1 {
 			if r := parseList(t, w.Header(), "RateLimit")[1].params["r"]; r != int64(0) {
-				t.Errorf("trial r=%v, want 0", r)
+				t.Errorf("request %d: trial r=%v, want 0", i, r)
 			}
 		}
 	}
 	out := logs.String()
-	if n := strings.Count(out, "level=WARN msg=\"rate limit would deny (shadow)\" policy=trial"); n != 2 {
-		t.Errorf("%d shadow denials logged, want 2:\n%s", n, out)
+	// Requests 1 to 3 are over trial's limit, the denied one included.
+	if n := strings.Count(out, "level=WARN msg=\"rate limit would deny (shadow)\" policy=trial"); n != 3 {
+		t.Errorf("%d shadow denials logged, want 3:\n%s", n, out)
 	}
-	if !strings.Contains(out, "shadow rate limit not decided") || !strings.Contains(out, "policy=broken") {
-		t.Errorf("the broken shadow policy's error was not logged:\n%s", out)
+	// Each request, the denied one too, tried the broken shadow policy; the record names
+	// the policy and its store key.
+	if n := strings.Count(out, `level=ERROR msg="shadow rate limit not decided" policy=broken key=broken:user:xxx`); n != 4 {
+		t.Errorf("the broken shadow policy's error was logged %d times with its policy and key, want 4:\n%.2000s", n, out)
 	}
 }
 

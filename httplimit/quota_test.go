@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -25,6 +26,27 @@ func TestQuotaKeepsRemainingWithinQ(t *testing.T) {
 		}
 		if c.l.EffectiveBurst() > c.l.Rate && q < c.l.EffectiveBurst() {
 			t.Errorf("%v: q=%d below the burst a client can see as r", c.l, q)
+		}
+	}
+	// As a client sees it, through the production stack: the first request's headers
+	// advertise q and w, and r (the burst less the one spent) within q.
+	for _, b := range backends(t) {
+		for _, c := range cases {
+			t.Run(fmt.Sprintf("%s/%v", b.name, c.l), func(t *testing.T) {
+				lim, _ := b.new(t)
+				w := do(mustNew(t, Config{Limiter: lim, Policies: []Policy{{Name: "p", Limit: c.l}}}).Handler(okHandler), "GET", "/", "")
+				if w.Code != 200 {
+					t.Fatalf("status %d", w.Code)
+				}
+				pol, rl := parseList(t, w.Header(), "RateLimit-Policy")[0], parseList(t, w.Header(), "RateLimit")[0]
+				if pol.params["q"] != c.q || pol.params["w"] != c.w {
+					t.Errorf("RateLimit-Policy q=%v w=%v, want q=%d w=%d", pol.params["q"], pol.params["w"], c.q, c.w)
+				}
+				r, _ := rl.params["r"].(int64)
+				if r != c.l.MaxCost()-1 || r > c.q {
+					t.Errorf("r=%v, want %d (the burst less 1), within q=%d", rl.params["r"], c.l.MaxCost()-1, c.q)
+				}
+			})
 		}
 	}
 }

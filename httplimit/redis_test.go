@@ -1,7 +1,9 @@
 package httplimit
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,31 +13,49 @@ import (
 	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/stack"
 )
 
-// backend is a real store the middleware tests run against, on a settable clock.
+// backend is a real store under the production stack (stack.Open: observe, failover on
+// Redis, deny cache), which the end-to-end tests of the middleware run against, so that
+// the tested system is the shipped one.
 type backend struct {
 	name string
-	new  func(t *testing.T) (sluice.Limiter, *clocktest.Clock)
+	// open builds the stack on this store with o (o.Clock is the caller's).
+	open func(t *testing.T, o stack.Options) *stack.Stack
+}
+
+// new returns the stack's top Limiter deciding at a fake clock's time, and the clock.
+func (b backend) new(t *testing.T) (sluice.Limiter, *clocktest.Clock) {
+	t.Helper()
+	clk := clocktest.New(start)
+	return b.open(t, stack.Options{Clock: clk.Now}).Limiter(), clk
 }
 
 var redisPrefixes atomic.Int64
 
-// newRedisStore returns a Redis store on srv deciding at a fake clock's time, with its own
-// key prefix so that subtests sharing srv never share state.
-func newRedisStore(t *testing.T, srv *redistest.Server) (*redisstore.Store, *clocktest.Clock) {
+// openStack builds the production stack with o, on Redis at redisURL ("" for memory), and
+// closes it when the test ends. On Redis every stack has its own key prefix, so that
+// subtests sharing a server never share state, and a generous deadline: tests share two
+// cores, and a slow answer must not turn into the failure mode's decision.
+func openStack(t testing.TB, redisURL string, o stack.Options) *stack.Stack {
 	t.Helper()
-	clk := clocktest.New(start)
-	s, err := redisstore.Open(srv.URL(),
-		redisstore.WithClock(clk.Now),
-		// The fake clock runs slower than Redis's: keep state for the test's life.
-		redisstore.WithMinTTL(time.Hour),
-		redisstore.WithPrefix(fmt.Sprintf("t%d:", redisPrefixes.Add(1))))
+	if redisURL != "" {
+		o.RedisURL = redisURL
+		if o.Deadline == 0 {
+			o.Deadline = 2 * time.Second
+		}
+		o.RedisOptions = append(o.RedisOptions,
+			// A fake clock runs slower than Redis's: keep state for the test's life.
+			redisstore.WithMinTTL(time.Hour),
+			redisstore.WithPrefix(fmt.Sprintf("t%d:", redisPrefixes.Add(1))))
+	}
+	st, err := stack.Open(nil, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
-	return s, clk
+	t.Cleanup(func() { st.Close() })
+	return st
 }
 
 // backends starts one redis-server for the calling test and returns the memory and
@@ -44,17 +64,25 @@ func backends(t *testing.T) []backend {
 	t.Helper()
 	srv := redistest.Start(t)
 	return []backend{
-		{"memory", func(t *testing.T) (sluice.Limiter, *clocktest.Clock) { return newStore(t) }},
-		{"redis", func(t *testing.T) (sluice.Limiter, *clocktest.Clock) { return newRedisStore(t, srv) }},
+		{"memory", func(t *testing.T, o stack.Options) *stack.Stack { return openStack(t, "", o) }},
+		{"redis", func(t *testing.T, o stack.Options) *stack.Stack { return openStack(t, srv.URL(), o) }},
 	}
 }
 
-// TestRawAPIKeyNeverLeaksRedis scans every key in Redis (KEYS and SCAN), every log line and
-// every response header and body for the raw API key.
+// TestRawAPIKeyNeverLeaksRedis scans every key in Redis (KEYS and SCAN), every log line
+// (the middleware's and the production stack's decision log) and every response header
+// and body for the raw API key.
 func TestRawAPIKeyNeverLeaksRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	store, _ := newRedisStore(t, srv)
-	responses, logs, mac := leakSurface(t, store)
+	var stackLogs bytes.Buffer
+	clk := clocktest.New(start)
+	st := openStack(t, srv.URL(), stack.Options{Clock: clk.Now, Sampling: 1,
+		Logger: slog.New(slog.NewJSONHandler(&stackLogs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	responses, logs, mac := leakSurface(t, st.Limiter())
+	logs += stackLogs.String()
+	if !strings.Contains(stackLogs.String(), "rate limit decision") {
+		t.Errorf("the stack logged no decision; the scan of its log proved nothing:\n%s", stackLogs.String())
+	}
 
 	keysReply := srv.MustDo("KEYS", "*")
 	var scanned []string

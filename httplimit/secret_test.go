@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/keys"
+	"github.com/sluicehq/sluice/stack"
 )
 
 const rawAPIKey = "sk_live_RAWSECRET_0123456789"
@@ -77,12 +79,20 @@ func leakSurface(t *testing.T, lim sluice.Limiter) (responses, logs, mac string)
 	return out.String(), logBuf.String(), hasher.Sum(rawAPIKey)
 }
 
-// TestRawAPIKeyNeverLeaksMemory scans every key that reached the memory store, every log
-// line and every response header and body for the raw API key.
+// TestRawAPIKeyNeverLeaksMemory scans every key that reached the production stack on
+// memory (no layer rewrites keys), every log line (the middleware's and the stack's
+// decision log) and every response header and body for the raw API key.
 func TestRawAPIKeyNeverLeaksMemory(t *testing.T) {
-	store, _ := newStore(t)
-	rec := &recorder{Limiter: store}
+	var stackLogs bytes.Buffer
+	clk := clocktest.New(start)
+	st := openStack(t, "", stack.Options{Clock: clk.Now, Sampling: 1,
+		Logger: slog.New(slog.NewJSONHandler(&stackLogs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	rec := &recorder{Limiter: st.Limiter()}
 	responses, logs, mac := leakSurface(t, rec)
+	if !strings.Contains(stackLogs.String(), "rate limit decision") {
+		t.Errorf("the stack logged no decision; the scan of its log proved nothing:\n%s", stackLogs.String())
+	}
+	logs += stackLogs.String()
 	storeKeys := strings.Join(rec.keys, "\n")
 	for what, text := range map[string]string{"store keys": storeKeys, "logs": logs, "responses": responses} {
 		if strings.Contains(text, rawAPIKey) {

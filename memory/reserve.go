@@ -9,7 +9,7 @@ import (
 	"github.com/sluicehq/sluice/internal/algo"
 )
 
-// Reserve implements sluice.Reserver for GCRA, TokenBucket and LeakyBucket limits, running
+// Reserve implements sluice.Limiter for GCRA, TokenBucket and LeakyBucket limits, running
 // algo.Reserve on the key's state under its shard lock: ReserveGCRA for a TokenBucket or
 // LeakyBucket limit kept on GCRA's state, whose reservations are the same
 // (algo.TestReserveTokenBucketIsReserveGCRA, algo.TestReserveLeakyBucketIsReserveGCRA).

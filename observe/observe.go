@@ -156,6 +156,7 @@ func (l *Limiter) policyOf(r *sluice.Request) string {
 // decision of its own, under its Policy; a call of several requests adds batch and
 // batch_size attributes.
 func (l *Limiter) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
+	clear(ds[:min(len(ds), len(reqs))]) // an inner limiter that fails may write none: log no stale decision
 	start := time.Now()
 	rep, err := l.inner.Decide(ctx, reqs, ds)
 	elapsed := time.Since(start)

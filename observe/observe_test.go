@@ -657,6 +657,52 @@ func TestRequestPolicyAndShadow(t *testing.T) {
 	}
 }
 
+// TestErrorLogsNoStaleDecision: a caller reusing its decisions slice, whose next call
+// the inner limiter refuses without writing a decision (bad input), gets, and has logged
+// and counted, no decision of the earlier call.
+func TestErrorLogsNoStaleDecision(t *testing.T) {
+	store := memory.New()
+	defer store.Close()
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	logger, buf := newLogger()
+	lim := New(store, WithLogger(logger), WithMetrics(m), WithSampling(1))
+	ctx := context.Background()
+	limit := sluice.PerMinute(2)
+	ds := make([]sluice.Decision, 1)
+	if _, err := lim.Decide(ctx, []sluice.Request{{Key: rawKey, Limit: limit, N: 1, Policy: "api"}}, ds); err != nil || !ds[0].Allowed {
+		t.Fatalf("first call: %+v, %v", ds[0], err)
+	}
+	ds[0].Path = sluice.PathLocal // as a failure mode's decision would have it
+	if _, err := lim.Decide(ctx, []sluice.Request{{Key: rawKey, Limit: limit, N: 3, Policy: "api"}}, ds); !sluice.IsBadInput(err) {
+		t.Fatalf("cost above the burst: %v", err)
+	}
+	if ds[0] != (sluice.Decision{}) {
+		t.Errorf("decision after bad input: %+v, want none", ds[0])
+	}
+	evs := buf.events(t)
+	if len(evs) != 2 {
+		t.Fatalf("%d events, want 2:\n%s", len(evs), buf.String())
+	}
+	ev := evs[1]
+	if ev["allowed"] != false || ev["remaining"] != 0.0 || ev["path"] != "store" || ev["error_kind"] != "bad_input" || ev["limit"] != 2.0 {
+		t.Errorf("bad input logged as %v", ev)
+	}
+	if _, ok := ev["mode"]; ok {
+		t.Errorf("bad input logged with a failure mode: %v", ev)
+	}
+	if got := metricValue(t, reg, "sluice_decisions_total", map[string]string{"policy": "api", "result": "error", "path": "store"}); got != 1 {
+		t.Errorf("bad input counted %v times on path store, want 1", got)
+	}
+	if strings.Contains(gatherText(t, reg), "sluice_fallback_decisions_total") {
+		t.Error("bad input counted as a fallback decision")
+	}
+}
+
 // TestCachedDenials: observe(denycache(failover(redisstore))), the chain sluice serve
 // builds for Redis. A denial the cache answers is counted as a denial on path "cache"
 // without a store latency or a failure mode, sampled for the log like an allowed decision

@@ -20,7 +20,7 @@ func (g *Global) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.
 		if err == nil {
 			ds[0] = d
 		}
-		return sluice.Report{StoreCalled: err == nil}, err
+		return sluice.Report{StoreCalled: err == nil, Kind: sluice.KindOf(err)}, err
 	}
 	if g.closed.Load() {
 		return sluice.Report{}, fmt.Errorf("region: %w", sluice.ErrClosed)
@@ -90,6 +90,7 @@ func (g *Global) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.
 			ds[i], _ = g.decideLocked(h.e, reqs[i].Limit, 0, now, false)
 			ds[i].RetryAfter = 0
 		}
+		h.e.demand += reqs[i].N // denied units are demand, as in AllowN
 		ds[i].Allowed = false
 	}
 	return sluice.Report{StoreCalled: true}, nil

@@ -12,6 +12,8 @@ import (
 
 	"github.com/dunglas/httpsfv"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sluicehq/sluice/stack"
 )
 
 const (
@@ -141,6 +143,16 @@ func TestHTTPAPI(t *testing.T) {
 						cr := rp.decode(t)
 						if cr.RetryAfterMs != 40000 || !cr.Limits[0].OverLimit || cr.Limits[0].RetryAfterMs != 40000 {
 							t.Fatalf("denial %s", rp.body)
+						}
+						if rp.header.Get("Retry-After") != "40" {
+							t.Fatalf("Retry-After %q, want 40", rp.header.Get("Retry-After"))
+						}
+					}},
+				{name: "per-ip 5: the repeat of a denial is answered by the deny cache", path: "/v1/check", body: `{"policy":"per-ip","key":"203.0.113.7"}`, status: 429, allowed: no,
+					check: func(t *testing.T, rp reply) {
+						cr := rp.decode(t)
+						if l := cr.Limits[0]; cr.RetryAfterMs != 40000 || !l.OverLimit || l.Remaining != 0 || l.RetryAfterMs != 40000 || l.DecidedBy != "cache" {
+							t.Fatalf("repeated denial %s, want the same denial decided by the cache", rp.body)
 						}
 						if rp.header.Get("Retry-After") != "40" {
 							t.Fatalf("Retry-After %q, want 40", rp.header.Get("Retry-After"))
@@ -299,10 +311,11 @@ func TestAdminDisabledWithoutToken(t *testing.T) {
 }
 
 // TestReadinessFollowsRedis: /readyz and the gRPC health service report the store's
-// reachability.
+// reachability, as the stack reports it (stack.Stack.Ready).
 func TestReadinessFollowsRedis(t *testing.T) {
-	srv, st := openRedis(t)
-	s, err := New(Options{Limiter: st, Config: loadConfig(t, "edge.yaml"), Ready: st.Ping})
+	cfg := loadConfig(t, "edge.yaml")
+	srv, st := openRedisStack(t, cfg, nil, stack.Options{})
+	s, err := New(Options{Limiter: st.Limiter(), Config: cfg, Ready: st.Ready})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/denycache"
 	"github.com/sluicehq/sluice/failover"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/observe"
@@ -97,9 +98,10 @@ func BenchmarkShouldRateLimitDirect(b *testing.B) {
 }
 
 // BenchmarkShouldRateLimitChain measures ShouldRateLimit without gRPC through the chain
-// `sluice serve` builds on Redis (observe with metrics and a disabled decision log ->
-// failover with inline calls -> store), with the memory store as the store so that the
-// figure is the server's and the decorators' own work.
+// `sluice serve` builds on Redis (package stack: observe with metrics and a disabled
+// decision log -> failover with inline calls -> denycache -> store), with the memory
+// store as the store so that the figure is the server's and the decorators' own work.
+// (stack.Open leaves failover out on memory, so the chain is built here.)
 func BenchmarkShouldRateLimitChain(b *testing.B) {
 	store := memory.New()
 	defer store.Close()
@@ -108,7 +110,7 @@ func BenchmarkShouldRateLimitChain(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	fl := failover.New(store, failover.WithInlineCalls(), failover.WithDeadline(100*time.Millisecond))
+	fl := failover.New(denycache.New(store), failover.WithInlineCalls(), failover.WithDeadline(100*time.Millisecond))
 	defer fl.Close()
 	lim := observe.New(fl, observe.WithMetrics(m), observe.WithSampling(0),
 		observe.WithLogger(slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))))

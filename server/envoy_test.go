@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -23,8 +25,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/failover"
-	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/stack"
 )
 
 // desc builds a descriptor from key, value pairs, as Envoy's rate limit actions do.
@@ -304,57 +306,83 @@ func TestShouldRateLimitReusesNothingStale(t *testing.T) {
 // TestShouldRateLimitFailsClosed: with its Redis gone and the failure mode closed, every
 // limited descriptor is OVER_LIMIT, within the deadline, and the answer carries the headers
 // of a denial (RateLimit-Policy, RateLimit with nothing remaining, Retry-After) for Envoy to
-// pass on; an unlimited descriptor is still OK.
+// pass on; an unlimited descriptor is still OK. The mode comes from the --failure-mode
+// flag (Options.FailureMode; the stack's own default left open, so that only the
+// requests' Failure can close it) or from the configuration's store.failure_mode, and
+// reaches failover in the stack in each sluice.Request.
 func TestShouldRateLimitFailsClosed(t *testing.T) {
-	srv, rs := openRedis(t)
-	fl := failover.New(rs, failover.WithDeadline(20*time.Millisecond))
-	t.Cleanup(func() { fl.Close() })
-	s, err := New(Options{Limiter: fl, Config: loadConfig(t, "edge.yaml"), FailureMode: sluice.FailClosed})
+	edge, err := os.ReadFile(filepath.Join("testdata", "edge.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := serve(t, s)
-	srv.Kill()
-	start := time.Now()
-	got, err := r.rls.ShouldRateLimit(context.Background(), edgeReq(desc("remote_address", "1.2.3.4"), desc("remote_address", "10.1.2.3")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if el := time.Since(start); el > time.Second {
-		t.Errorf("answered after %v with a 20ms deadline", el)
-	}
-	if got.OverallCode != over || got.Statuses[0].Code != over || got.Statuses[1].Code != ok {
-		t.Fatalf("overall %v, descriptors %v and %v; want OVER_LIMIT, OVER_LIMIT, OK:\n%s",
-			got.OverallCode, got.Statuses[0].Code, got.Statuses[1].Code, prototext.Format(got))
-	}
-	h := map[string]string{}
-	for _, kv := range got.ResponseHeadersToAdd {
-		h[kv.Key] = kv.Value
-	}
-	if h["RateLimit-Policy"] == "" || !strings.Contains(h["RateLimit"], ";r=0;") || h["Retry-After"] != "1" {
-		t.Errorf("headers of the fail-closed answer: %v; want RateLimit-Policy, RateLimit with r=0 and Retry-After 1", h)
+	for _, tc := range []struct {
+		name  string
+		store string // the configuration's store block
+		flag  sluice.FailureMode
+	}{
+		{"flag", "", sluice.FailClosed},
+		{"configuration", "store: {failure_mode: closed}\n", sluice.FailInherit},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			files := []config.File{{Name: "edge.yaml", Data: edge}}
+			if tc.store != "" {
+				files = append(files, config.File{Name: "store.yaml", Data: []byte(tc.store)})
+			}
+			cfg, err := config.Parse(files...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv, st := openRedisStack(t, cfg, nil, stack.Options{Deadline: 20 * time.Millisecond})
+			s, err := New(Options{Limiter: st.Limiter(), Ready: st.Ready, Config: cfg, FailureMode: tc.flag})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := serve(t, s)
+			srv.Kill()
+			start := time.Now()
+			got, err := r.rls.ShouldRateLimit(context.Background(), edgeReq(desc("remote_address", "1.2.3.4"), desc("remote_address", "10.1.2.3")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if el := time.Since(start); el > time.Second {
+				t.Errorf("answered after %v with a 20ms deadline", el)
+			}
+			if got.OverallCode != over || got.Statuses[0].Code != over || got.Statuses[1].Code != ok {
+				t.Fatalf("overall %v, descriptors %v and %v; want OVER_LIMIT, OVER_LIMIT, OK:\n%s",
+					got.OverallCode, got.Statuses[0].Code, got.Statuses[1].Code, prototext.Format(got))
+			}
+			h := map[string]string{}
+			for _, kv := range got.ResponseHeadersToAdd {
+				h[kv.Key] = kv.Value
+			}
+			if h["RateLimit-Policy"] == "" || !strings.Contains(h["RateLimit"], ";r=0;") || h["Retry-After"] != "1" {
+				t.Errorf("headers of the fail-closed answer: %v; want RateLimit-Policy, RateLimit with r=0 and Retry-After 1", h)
+			}
+		})
 	}
 }
 
-// countingLimiter counts the decisions that reach the store it wraps.
+// countingLimiter counts the calls, and the requests in them, that reach the limiter it
+// wraps.
 type countingLimiter struct {
 	sluice.Limiter
-	n atomic.Int64
+	calls, reqs atomic.Int64
 }
 
-func (c *countingLimiter) AllowN(ctx context.Context, key string, l sluice.Limit, n int64) (sluice.Decision, error) {
-	c.n.Add(1)
-	return c.Limiter.AllowN(ctx, key, l, n)
+func (c *countingLimiter) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
+	c.calls.Add(1)
+	c.reqs.Add(int64(len(reqs)))
+	return c.Limiter.Decide(ctx, reqs, ds)
 }
 
 // TestUnlimitedNeverTouchesTheStore: descriptors matching an unlimited rule (and a rule
 // with requests_per_unit 0, which blocks without counting) are answered without a store
 // call, over gRPC and HTTP; a limited descriptor makes exactly one.
 func TestUnlimitedNeverTouchesTheStore(t *testing.T) {
-	mem := memory.New()
-	t.Cleanup(func() { mem.Close() })
-	store := &countingLimiter{Limiter: mem}
-	s, err := New(Options{Limiter: store, Config: loadConfig(t, "edge.yaml")})
+	cfg := loadConfig(t, "edge.yaml")
+	st := memoryStack(t, cfg)
+	store := &countingLimiter{Limiter: st.Limiter()}
+	s, err := New(Options{Limiter: store, Ready: st.Ready, Config: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,26 +406,29 @@ func TestUnlimitedNeverTouchesTheStore(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("HTTP check of an unlimited descriptor: %s", resp.Status)
 	}
-	if n := store.n.Load(); n != 0 {
+	if n := store.calls.Load(); n != 0 {
 		t.Fatalf("%d store calls for unlimited and blocked descriptors, want 0", n)
 	}
 	if _, err := r.rls.ShouldRateLimit(ctx, edgeReq(desc("remote_address", "1.2.3.4"))); err != nil {
 		t.Fatal(err)
 	}
-	if n := store.n.Load(); n != 1 {
-		t.Fatalf("%d store calls for one limited descriptor, want 1", n)
+	if n, reqs := store.calls.Load(), store.reqs.Load(); n != 1 || reqs != 1 {
+		t.Fatalf("%d store calls of %d requests for one limited descriptor, want 1 of 1", n, reqs)
 	}
 }
 
-// onlyLimiter hides a store's AllowMulti: the server then decides descriptors one by one.
-type onlyLimiter struct{ sluice.Limiter }
+// opaqueLimiter is a decorator the server knows nothing about. Before the contract
+// decided whole requests, a wrapper like it hid the store's AllowMulti and the server
+// decided descriptors one by one, spending the first naming of a denied request; now
+// every Limiter decides a request all or nothing, wrapped or not.
+type opaqueLimiter struct{ sluice.Limiter }
 
 // TestShouldRateLimitRepeatedDescriptor: Envoy sends a descriptor twice when two of a
 // route's actions produce it, and the reference counts it once per naming. A store takes
-// a key and limit once per AllowMulti, so the server asks for the sum of the costs, and
+// a key and limit once per Decide, so the server asks for the sum of the costs, and
 // reports each naming as spent after the ones before it; a sum the limit can never allow
 // denies the request without spending. (Before, the repeated key made AllowMulti fail and
-// the request was answered Unavailable.)
+// the request was answered Unavailable.) It holds through any decorator.
 func TestShouldRateLimitRepeatedDescriptor(t *testing.T) {
 	type want struct {
 		code      rlsv3.RateLimitResponse_Code
@@ -409,22 +440,21 @@ func TestShouldRateLimitRepeatedDescriptor(t *testing.T) {
 	type step struct {
 		name string
 		req  *rlsv3.RateLimitRequest
-		// atomic is the answer when the store decides a request's descriptors at once
-		// (a sluice.MultiLimiter), oneByOne when it cannot: the first naming is then
-		// spent before the second is denied.
-		atomic, oneByOne []want
+		// want is the answer of a limiter that decides a request's descriptors at once,
+		// which every sluice.Limiter now does.
+		want []want
 	}
 	steps := []step{
-		{"twice, 3 per minute", twice("1.1.1.1", 1), []want{{ok, 2}, {ok, 1}}, []want{{ok, 2}, {ok, 1}}},
-		{"twice with one left: the first naming alone would pass", twice("1.1.1.1", 1), []want{{ok, 1}, {over, 1}}, []want{{ok, 0}, {over, 0}}},
-		{"once: the denied request spent nothing (atomically)", edgeReq(desc("remote_address", "1.1.1.1")), []want{{ok, 0}}, []want{{over, 0}}},
-		{"twice 2 hits: 4 can never pass 3 per minute", twice("2.2.2.2", 2), []want{{ok, 3}, {over, 3}}, []want{{ok, 3}, {over, 3}}},
-		{"nothing was spent", edgeReq(desc("remote_address", "2.2.2.2")), []want{{ok, 2}}, []want{{ok, 2}}},
+		{"twice, 3 per minute", twice("1.1.1.1", 1), []want{{ok, 2}, {ok, 1}}},
+		{"twice with one left: the first naming alone would pass", twice("1.1.1.1", 1), []want{{ok, 1}, {over, 1}}},
+		{"once: the denied request spent nothing (atomically)", edgeReq(desc("remote_address", "1.1.1.1")), []want{{ok, 0}}},
+		{"twice 2 hits: 4 can never pass 3 per minute", twice("2.2.2.2", 2), []want{{ok, 3}, {over, 3}}},
+		{"nothing was spent", edgeReq(desc("remote_address", "2.2.2.2")), []want{{ok, 2}}},
 	}
 	kinds := append([]storeKind{}, stores...)
-	kinds = append(kinds, storeKind{"one by one", func(t *testing.T, now func() time.Time) sluice.Limiter {
-		return onlyLimiter{stores[0].open(t, now)}
-	}})
+	wrapped := stores[0]
+	wrapped.name, wrapped.wrap = "wrapped", func(l sluice.Limiter) sluice.Limiter { return opaqueLimiter{l} }
+	kinds = append(kinds, wrapped)
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
 			r, _ := newServer(t, k, loadConfig(t, "edge.yaml"), Options{})
@@ -433,10 +463,7 @@ func TestShouldRateLimitRepeatedDescriptor(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: %v", s.name, err)
 				}
-				w := s.atomic
-				if k.name == "one by one" {
-					w = s.oneByOne
-				}
+				w := s.want
 				overall := ok
 				var g []want
 				for i, st := range got.Statuses {

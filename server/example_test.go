@@ -12,7 +12,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/stack"
 	"github.com/sluicehq/sluice/server"
 )
 
@@ -38,8 +38,14 @@ descriptors:
 	if err != nil {
 		panic(err)
 	}
-	store := memory.New(memory.WithClock(func() time.Time { return now }))
-	s, err := server.New(server.Options{Limiter: store, Config: cfg, Now: func() time.Time { return now }})
+	// The production stack (decision log, metrics, deny cache, store), as `sluice serve`
+	// builds it; in memory, since the configuration names no Redis. A service closes it
+	// after Serve returns.
+	st, err := stack.Open(cfg, stack.Options{Clock: func() time.Time { return now }})
+	if err != nil {
+		panic(err)
+	}
+	s, err := server.New(server.Options{Limiter: st.Limiter(), Ready: st.Ready, Config: cfg, Now: func() time.Time { return now }})
 	if err != nil {
 		panic(err)
 	}

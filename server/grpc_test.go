@@ -6,17 +6,14 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-
-	"github.com/sluicehq/sluice/memory"
 )
 
 // TestGRPCFixedWindows: the gRPC server announces fixed 1 MiB flow-control windows (a
 // SETTINGS_INITIAL_WINDOW_SIZE and a connection WINDOW_UPDATE), which turns off
 // grpc-go's bandwidth-delay PINGs.
 func TestGRPCFixedWindows(t *testing.T) {
-	store := memory.New()
-	defer store.Close()
-	s, err := New(Options{Limiter: store})
+	st := memoryStack(t, nil)
+	s, err := New(Options{Limiter: st.Limiter(), Ready: st.Ready})
 	if err != nil {
 		t.Fatal(err)
 	}

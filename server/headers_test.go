@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/evaluator"
 )
 
 // TestSFString: any name gives a String that a structured-field parser reads back, with
@@ -35,10 +36,10 @@ func TestSFString(t *testing.T) {
 // RateLimit (its quota is unknown: r=0 would tell clients to stop while all pass).
 func TestHeadersFailOpen(t *testing.T) {
 	lim := sluice.PerSecond(10)
-	store := item{name: "a", status: config.Limited, decided: true, limit: lim,
-		dec: sluice.Decision{Allowed: true, Limit: lim, Remaining: 9, ResetAfter: time.Second}}
-	open := item{name: "b", status: config.Limited, decided: true, limit: lim,
-		dec: sluice.Decision{Allowed: true, Limit: lim, Path: sluice.PathOpen}}
+	store := item{name: "a", status: config.Limited, Item: evaluator.Item{Request: sluice.Request{Limit: lim}, Decided: true,
+		Decision: sluice.Decision{Allowed: true, Limit: lim, Remaining: 9, ResetAfter: time.Second}}}
+	open := item{name: "b", status: config.Limited, Item: evaluator.Item{Request: sluice.Request{Limit: lim}, Decided: true,
+		Decision: sluice.Decision{Allowed: true, Limit: lim, Path: sluice.PathOpen}}}
 
 	p, l, _ := rateLimitHeaders([]item{open, store}, 0)
 	if p != `"b";q=10;w=1, "a";q=10;w=1` || l != `"a";r=9;t=1` {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -19,42 +20,73 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/memory"
-	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/stack"
 )
 
 // t0 is 20 s into a minute, an hour and a day (UTC), so fixed windows end at known times.
 var t0 = time.Date(2030, 1, 1, 0, 0, 20, 0, time.UTC)
 
-// storeKind is a store the end-to-end tests run on.
+// testDeadline is the failover deadline of the Redis stacks of these tests: generous,
+// since the tests share two cores with everything else, so that a slow answer of a live
+// Redis is never taken for a store failure.
+const testDeadline = 2 * time.Second
+
+// storeKind is a store the end-to-end tests run on. open builds the production stack
+// (stack.Open: observe -> failover -> denycache -> store, as `sluice serve` and `sluice
+// proxy` run it) for cfg on a fresh store of the kind, with o's settings and now as the
+// clock of the store and the deny cache (nil: the stores' own clocks). The stack is
+// closed when the test ends.
 type storeKind struct {
 	name string
-	open func(t *testing.T, now func() time.Time) sluice.Limiter
+	open func(t testing.TB, cfg *config.Config, now func() time.Time, o stack.Options) *stack.Stack
+	// wrap, when set, is put around the stack's limiter before the server gets it.
+	wrap func(sluice.Limiter) sluice.Limiter
 }
 
 var stores = []storeKind{
-	{"memory", func(t *testing.T, now func() time.Time) sluice.Limiter {
-		s := memory.New(memory.WithClock(now))
-		t.Cleanup(func() { s.Close() })
-		return s
+	{name: "memory", open: func(t testing.TB, cfg *config.Config, now func() time.Time, o stack.Options) *stack.Stack {
+		o.Clock = now
+		return openStack(t, cfg, o)
 	}},
-	{"redis", func(t *testing.T, now func() time.Time) sluice.Limiter {
-		_, s := openRedis(t, redisstore.WithClock(now))
-		return s
+	{name: "redis", open: func(t testing.TB, cfg *config.Config, now func() time.Time, o stack.Options) *stack.Stack {
+		_, st := openRedisStack(t, cfg, now, o)
+		return st
 	}},
 }
 
-// openRedis starts a redis-server of the test's own and opens a store on it, closed when
-// the test ends.
-func openRedis(t *testing.T, opts ...redisstore.Option) (*redistest.Server, *redisstore.Store) {
+// openStack builds the production stack for cfg with o, closed when the test ends.
+func openStack(t testing.TB, cfg *config.Config, o stack.Options) *stack.Stack {
+	t.Helper()
+	st, err := stack.Open(cfg, o)
+	if err != nil {
+		t.Fatalf("stack.Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := st.Close(); err != nil {
+			t.Errorf("closing the stack: %v", err)
+		}
+	})
+	return st
+}
+
+// memoryStack is the production stack on the in-memory store with its own clock, for
+// tests about something other than the store.
+func memoryStack(t testing.TB, cfg *config.Config) *stack.Stack {
+	t.Helper()
+	return openStack(t, cfg, stack.Options{})
+}
+
+// openRedisStack starts a redis-server of the test's own and builds the production stack
+// on it (deadline testDeadline unless o sets one), closed when the test ends, before the
+// server stops.
+func openRedisStack(t testing.TB, cfg *config.Config, now func() time.Time, o stack.Options) (*redistest.Server, *stack.Stack) {
 	t.Helper()
 	srv := redistest.Start(t)
-	s, err := redisstore.Open(srv.URL(), opts...)
-	if err != nil {
-		t.Fatalf("redisstore.Open: %v", err)
+	o.RedisURL, o.Clock = srv.URL(), now
+	if o.Deadline == 0 {
+		o.Deadline = testDeadline
 	}
-	t.Cleanup(func() { s.Close() })
-	return srv, s
+	return srv, openStack(t, cfg, o)
 }
 
 // loadConfig loads the named files of testdata into one configuration.
@@ -133,18 +165,46 @@ func serve(t testing.TB, s *Server) *running {
 	return r
 }
 
-// newServer starts a Server on a fresh store of kind k with cfg and a clock at t0.
+// newServer starts a Server on the production stack of a fresh store of kind k with cfg
+// and a clock at t0, wired as `sluice serve` wires it: the stack's limiter, its readiness
+// and one metrics registry for both.
 func newServer(t *testing.T, k storeKind, cfg *config.Config, opts Options) (*running, *clocktest.Clock) {
 	t.Helper()
+	r, c, _ := newStackServer(t, k, cfg, stack.Options{}, opts)
+	return r, c
+}
+
+// newStackServer is newServer with the stack's options o (its FailureMode is
+// opts.FailureMode unless o sets one, as the --failure-mode flag sets both), and returns
+// the stack.
+func newStackServer(t *testing.T, k storeKind, cfg *config.Config, o stack.Options, opts Options) (*running, *clocktest.Clock, *stack.Stack) {
+	t.Helper()
 	c := clocktest.New(t0)
-	opts.Limiter = k.open(t, c.Now)
 	if opts.Config == nil && opts.Watcher == nil {
 		opts.Config = cfg
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	if o.Registry == nil {
+		o.Registry = opts.Registry
+	}
+	if o.FailureMode == sluice.FailInherit {
+		o.FailureMode = opts.FailureMode
+	}
+	scfg := opts.Config
+	if opts.Watcher != nil {
+		scfg = opts.Watcher.Config() // the store block in force at the start, as serve reads it
+	}
+	st := k.open(t, scfg, c.Now, o)
+	opts.Limiter, opts.Ready = st.Limiter(), st.Ready
+	if k.wrap != nil {
+		opts.Limiter = k.wrap(opts.Limiter)
 	}
 	opts.Now = c.Now
 	s, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return serve(t, s), c
+	return serve(t, s), c, st
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/stack"
 )
 
 // upstream is a test backend that records what reached it.
@@ -58,8 +59,9 @@ func TestProxy(t *testing.T) {
 			c := clocktest.New(t0)
 			up := newUpstream(t)
 			target, _ := url.Parse(up.URL)
-			p, err := NewProxy(ProxyOptions{Limiter: k.open(t, c.Now), Upstream: target,
-				Config: loadConfig(t, "policies.yaml", "edge.yaml"), LegacyHeaders: true})
+			cfg := loadConfig(t, "policies.yaml", "edge.yaml")
+			st := k.open(t, cfg, c.Now, stack.Options{})
+			p, err := NewProxy(ProxyOptions{Limiter: st.Limiter(), Upstream: target, Config: cfg, LegacyHeaders: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -137,7 +139,7 @@ func TestProxy(t *testing.T) {
 				}
 			}
 			// The JSON API and the proxy count the same: /v1/check sees the proxy's state.
-			s, err := New(Options{Limiter: p.opts.Limiter, Config: p.opts.Config, Now: c.Now})
+			s, err := New(Options{Limiter: st.Limiter(), Ready: st.Ready, Config: p.opts.Config, Now: c.Now})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -168,7 +170,7 @@ func TestProxyReload(t *testing.T) {
 	t.Cleanup(func() { w.Close() })
 	up := newUpstream(t)
 	target, _ := url.Parse(up.URL)
-	p, err := NewProxy(ProxyOptions{Limiter: stores[0].open(t, time.Now), Upstream: target, Watcher: w})
+	p, err := NewProxy(ProxyOptions{Limiter: memoryStack(t, w.Config()).Limiter(), Upstream: target, Watcher: w})
 	if err != nil {
 		t.Fatal(err)
 	}

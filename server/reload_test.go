@@ -16,7 +16,6 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/memory"
 )
 
 // reloadConfig is a domain whose one rule is named after the version.
@@ -57,9 +56,8 @@ func TestHotReloadUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { w.Close() })
-	store := memory.New()
-	t.Cleanup(func() { store.Close() })
-	s, err := New(Options{Limiter: store, Watcher: w})
+	st := memoryStack(t, w.Config())
+	s, err := New(Options{Limiter: st.Limiter(), Ready: st.Ready, Watcher: w})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,10 +187,10 @@ type slowLimiter struct {
 	once    sync.Once
 }
 
-func (l *slowLimiter) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
+func (l *slowLimiter) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
 	l.once.Do(func() { close(l.started) })
 	time.Sleep(l.delay)
-	return l.Limiter.AllowN(ctx, key, limit, n)
+	return l.Limiter.Decide(ctx, reqs, ds)
 }
 
 // TestGracefulShutdown: requests in flight when Serve's context ends are answered, new
@@ -200,10 +198,10 @@ func (l *slowLimiter) AllowN(ctx context.Context, key string, limit sluice.Limit
 func TestGracefulShutdown(t *testing.T) {
 	for _, api := range []string{"http", "grpc"} {
 		t.Run(api, func(t *testing.T) {
-			store := memory.New()
-			t.Cleanup(func() { store.Close() })
-			slow := &slowLimiter{Limiter: store, delay: 300 * time.Millisecond, started: make(chan struct{})}
-			s, err := New(Options{Limiter: slow, Config: loadConfig(t, "policies.yaml", "edge.yaml")})
+			cfg := loadConfig(t, "policies.yaml", "edge.yaml")
+			st := memoryStack(t, cfg)
+			slow := &slowLimiter{Limiter: st.Limiter(), delay: 300 * time.Millisecond, started: make(chan struct{})}
+			s, err := New(Options{Limiter: slow, Ready: st.Ready, Config: cfg})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice/internal/testcert"
-	"github.com/sluicehq/sluice/memory"
 )
 
 // TestServeTLS: with Options.TLS, Serve speaks HTTPS (HTTP/2 negotiated by ALPN) and gRPC
@@ -24,9 +23,9 @@ func TestServeTLS(t *testing.T) {
 	ca := testcert.NewCA(t, "test CA")
 	certPEM, keyPEM := ca.Server(t, "sluice")
 	pair := testcert.KeyPair(t, certPEM, keyPEM)
-	store := memory.New()
-	defer store.Close()
-	s, err := New(Options{Limiter: store, Config: loadConfig(t, "edge.yaml"), TLS: &tls.Config{Certificates: []tls.Certificate{pair}}})
+	cfg := loadConfig(t, "edge.yaml")
+	st := memoryStack(t, cfg)
+	s, err := New(Options{Limiter: st.Limiter(), Ready: st.Ready, Config: cfg, TLS: &tls.Config{Certificates: []tls.Certificate{pair}}})
 	if err != nil {
 		t.Fatal(err)
 	}

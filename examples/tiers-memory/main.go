@@ -15,7 +15,7 @@ import (
 	"os"
 
 	"github.com/sluicehq/sluice/examples/internal/tierapi"
-	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/stack"
 )
 
 func main() {
@@ -28,11 +28,16 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	store := memory.New(memory.WithMaxKeys(1_000_000)) // bounded memory, whatever the traffic
-	defer store.Close()
+	// The stack `sluice serve` runs on memory (package stack): bounded memory whatever
+	// the traffic, a deny cache and decision logs.
+	st, err := stack.Open(nil, stack.Options{MaxKeys: 1_000_000, Logger: logger, Sampling: -1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer st.Close()
 
 	h, err := tierapi.Handler(tierapi.Options{
-		Limiter:        store,
+		Limiter:        st.Limiter(),
 		Secret:         secret(logger),
 		TrustedProxies: proxies,
 		Logger:         logger,

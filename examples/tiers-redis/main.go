@@ -8,11 +8,12 @@
 //	curl -i -H 'X-API-Key: demo-free-key' -X POST localhost:8081/v1/orders   # 201
 //	curl -i -H 'X-API-Key: demo-free-key' -X POST localhost:8080/v1/orders   # 429
 //
-// Redis keys hold the API keys' HMAC, never the keys. A client over its limit is answered
-// from its denial, without a Redis call, until the denial could change (package
-// denycache). When Redis is unreachable the API answers 503 with Retry-After (fail
-// closed); wrap the store in a failover decorator, under the deny cache, to fail open or
-// fall back to a local limit instead.
+// The limiter is the stack `sluice serve` runs (package stack): Redis, a deny cache that
+// answers a client over its limit without a Redis call until the denial could change,
+// failover with a 5ms deadline, and decision logs. Redis keys hold the API keys' HMAC,
+// never the keys. When Redis is unreachable the API fails open (the default; -failure-mode
+// closed answers 503 with Retry-After, local decides in-process with a share of each
+// limit).
 package main
 
 import (
@@ -21,15 +22,16 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/sluicehq/sluice/denycache"
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/examples/internal/tierapi"
-	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/stack"
 )
 
 func main() {
 	addr := flag.String("addr", "localhost:8080", "listen address")
 	redisURL := flag.String("redis", "redis://localhost:6379", "Redis URL (standalone, Sentinel or Cluster; see package redisstore)")
 	trusted := flag.String("trusted-proxies", "", "comma-separated CIDRs of proxies whose X-Forwarded-For is believed")
+	mode := flag.String("failure-mode", "open", "when Redis cannot decide: open, closed or local")
 	flag.Parse()
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -43,14 +45,18 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	store, err := redisstore.Open(*redisURL, redisstore.WithLogger(logger))
+	fm, err := sluice.ParseFailureMode(*mode)
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer store.Close()
+	st, err := stack.Open(nil, stack.Options{RedisURL: *redisURL, FailureMode: fm, Logger: logger, Sampling: -1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer st.Close()
 
 	h, err := tierapi.Handler(tierapi.Options{
-		Limiter:        denycache.New(store),
+		Limiter:        st.Limiter(),
 		Secret:         []byte(secret),
 		TrustedProxies: proxies,
 		Logger:         logger,

@@ -79,9 +79,21 @@ type Outcome struct {
 	RetryAfter time.Duration
 	// Report is the enforced call's report (the zero Report when none was made).
 	Report sluice.Report
-	// ShadowErrors are the errors of shadow items, which never affect the answer.
+	// ShadowErrors are the errors of shadow items (each a *ShadowError), which never
+	// affect the answer.
 	ShadowErrors []error
 }
+
+// ShadowError is the error of a shadow item, reported in Outcome.ShadowErrors.
+type ShadowError struct {
+	// Index is the item's index in the request, so the caller can say which one failed.
+	Index  int
+	Policy string
+	Err    error
+}
+
+func (e *ShadowError) Error() string { return fmt.Sprintf("shadow limit %q: %v", e.Policy, e.Err) }
+func (e *ShadowError) Unwrap() error { return e.Err }
 
 // Evaluate decides the items of one request with lim (see the package doc), reaching each
 // through item. It returns an error only for the enforced call: bad input, or a store
@@ -146,7 +158,7 @@ func Evaluate[T any](ctx context.Context, lim sluice.Limiter, items []T, item fu
 		}
 		var d [1]sluice.Decision
 		if _, err := lim.Decide(ctx, []sluice.Request{r}, d[:]); err != nil {
-			out.ShadowErrors = append(out.ShadowErrors, fmt.Errorf("shadow limit %q: %w", it.Policy, err))
+			out.ShadowErrors = append(out.ShadowErrors, &ShadowError{Index: i, Policy: it.Policy, Err: err})
 			continue
 		}
 		it.set(d[0])

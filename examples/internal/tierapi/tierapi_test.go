@@ -6,13 +6,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/stack"
 )
 
 func TestTiers(t *testing.T) {
-	store := memory.New()
-	defer store.Close()
-	h, err := Handler(Options{Limiter: store, Secret: []byte("example-secret-0123456789abcdef")})
+	st, err := stack.Open(nil, stack.Options{Sampling: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	h, err := Handler(Options{Limiter: st.Limiter(), Secret: []byte("example-secret-0123456789abcdef")})
 	if err != nil {
 		t.Fatal(err)
 	}
