@@ -45,8 +45,9 @@
 // # Headers (draft-ietf-httpapi-ratelimit-headers-11)
 //
 // Every response to a decided request carries RateLimit-Policy and RateLimit, RFC 9651
-// Lists with one Item per decided policy, in Config.Policies order, each a String naming
-// the policy:
+// Lists with one Item per decided enforced policy, in Config.Policies order, each a
+// String naming the policy (shadow policies stay out unless Config.ShadowHeaders: a
+// client that obeys a shadow policy's r=0 would stop although nothing is enforced):
 //
 //	RateLimit-Policy: "per-ip";q=20;w=1, "per-key";q=60;w=60;pk=:YXBpX2tleTo...:
 //	RateLimit: "per-ip";r=19;t=1, "per-key";r=0;t=3;pk=:YXBpX2tleTo...:

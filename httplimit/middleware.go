@@ -35,6 +35,10 @@ type Config struct {
 	// LegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset
 	// for the tightest policy (see the package doc).
 	LegacyHeaders bool
+	// ShadowHeaders puts shadow policies in the headers too. By default they stay out:
+	// a client that obeys a shadow policy's remaining would stop sending although
+	// nothing is enforced.
+	ShadowHeaders bool
 	// Logger receives one record per policy decision (Info when the policy denied the
 	// request, Warn when a shadow policy would have, Debug otherwise) and one per limiter
 	// error (Error). Records carry the store key and identity, never a raw API key. Nil
@@ -244,7 +248,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		if !res.Allowed {
 			retry = max(1, ceilSeconds(res.RetryAfter))
 		}
-		if err := writeHeaders(w.Header(), &m.items, res.Decisions, retry, m.cfg.LegacyHeaders); err != nil {
+		if err := writeHeaders(w.Header(), &m.items, m.advertised(res.Decisions), retry, m.cfg.LegacyHeaders); err != nil {
 			// Names are checked by New and every integer is clamped, so this is a bug;
 			// answer like any undecidable request rather than guess.
 			m.fail(w, r, fmt.Errorf("%w: writing headers: %v", sluice.ErrInvalidLimit, err))
@@ -256,6 +260,27 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// advertised returns the decisions the headers describe: all of them with
+// Config.ShadowHeaders, else the enforced ones (a client obeying a shadow policy's r=0
+// would stop sending although nothing is enforced).
+func (m *Middleware) advertised(ds []PolicyDecision) []PolicyDecision {
+	if m.cfg.ShadowHeaders {
+		return ds
+	}
+	for i := range ds {
+		if ds[i].Shadow {
+			out := make([]PolicyDecision, 0, len(ds))
+			for _, d := range ds {
+				if !d.Shadow {
+					out = append(out, d)
+				}
+			}
+			return out
+		}
+	}
+	return ds
 }
 
 // fail answers a request that could not be decided. Bad input (an unidentifiable client,
@@ -337,7 +362,13 @@ func (m *Middleware) decide(r *http.Request) (*Result, error) {
 	}
 	if m.cfg.Logger != nil {
 		for _, e := range out.ShadowErrors {
-			m.cfg.Logger.LogAttrs(ctx, slog.LevelError, "shadow rate limit not decided", slog.String("error", e.Error()))
+			attrs := make([]slog.Attr, 0, 3)
+			if se, ok := errors.AsType[*evaluator.ShadowError](e); ok && se.Index >= 0 && se.Index < len(items) {
+				d := &items[se.Index].d
+				attrs = append(attrs, slog.String("policy", d.Policy), slog.String("key", d.Key))
+			}
+			attrs = append(attrs, slog.String("error", e.Error()))
+			m.cfg.Logger.LogAttrs(ctx, slog.LevelError, "shadow rate limit not decided", attrs...)
 		}
 	}
 	res := &Result{Allowed: out.Allowed, RetryAfter: out.RetryAfter, Decisions: make([]PolicyDecision, 0, len(items))}

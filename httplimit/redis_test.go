@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -119,6 +120,59 @@ func TestRawAPIKeyNeverLeaksRedis(t *testing.T) {
 		}
 		if strings.Contains(v, rawAPIKey) {
 			t.Errorf("Redis key %s holds the raw API key: %q", k, v)
+		}
+	}
+}
+
+// TestPolicyFailureWhenRedisIsDown: each policy's Failure travels with its limit to the
+// stack's failover layer, which decides by it when Redis is down: open (allowed, named in
+// RateLimit-Policy but not counted in RateLimit), closed (503), local (a share of the
+// limit, in-process); a request of several policies fails as its strictest enforced one
+// says, and a shadow policy's mode never denies.
+func TestPolicyFailureWhenRedisIsDown(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := clocktest.New(start)
+	st := openStack(t, srv.URL(), stack.Options{Clock: clk.Now})
+	limit := sluice.PerHour(4)
+	open := Policy{Name: "open", Limit: limit, Failure: sluice.Failure{Mode: sluice.FailOpen}}
+	closed := Policy{Name: "closed", Limit: limit, Failure: sluice.Failure{Mode: sluice.FailClosed}}
+	local := Policy{Name: "local", Limit: limit, Failure: sluice.Failure{Mode: sluice.FailLocal, Share: 0.5}}
+	shadowClosed := closed
+	shadowClosed.Name, shadowClosed.Shadow = "shadow-closed", true
+	handler := func(ps ...Policy) http.Handler {
+		return mustNew(t, Config{Limiter: st.Limiter(), Policies: ps}).Handler(okHandler)
+	}
+	hOpen, hClosed, hLocal := handler(open), handler(closed), handler(local)
+	hBoth, hShadow := handler(open, closed), handler(open, shadowClosed)
+	// Up: the store decides.
+	if w := do(hClosed, "GET", "/", ""); w.Code != 200 || w.Header().Get("RateLimit") != `"closed";r=3;t=900` {
+		t.Fatalf("Redis up: %d %q", w.Code, w.Header().Get("RateLimit"))
+	}
+	srv.Kill()
+	tests := []struct {
+		name     string
+		h        http.Handler
+		status   int
+		policy   string // RateLimit-Policy
+		rateLim  string // RateLimit
+		retryAft string
+	}{
+		{"open", hOpen, 200, `"open";q=4;w=3600`, "", ""},
+		{"closed", hClosed, 503, "", "", "1"},
+		// The local share of 4/h is 2/h, in-process and on the real clock.
+		{"local 1", hLocal, 200, `"local";q=2;w=3600`, `"local";r=1;t=1800`, ""},
+		{"local 2", hLocal, 200, `"local";q=2;w=3600`, `"local";r=0;t=3600`, ""},
+		{"local 3", hLocal, 429, `"local";q=2;w=3600`, `"local";r=0;t=1800`, "1800"},
+		{"open and closed: the strictest", hBoth, 503, "", "", "1"},
+		{"open and shadow closed: the enforced one", hShadow, 200, `"open";q=4;w=3600, "shadow-closed";q=4;w=3600`, "", ""},
+	}
+	for _, tt := range tests {
+		w := do(tt.h, "GET", "/", "")
+		h := w.Header()
+		if w.Code != tt.status || h.Get("RateLimit-Policy") != tt.policy || h.Get("RateLimit") != tt.rateLim || h.Get("Retry-After") != tt.retryAft {
+			t.Errorf("%s: %d RateLimit-Policy %q RateLimit %q Retry-After %q, want %d %q %q %q", tt.name,
+				w.Code, h.Get("RateLimit-Policy"), h.Get("RateLimit"), h.Get("Retry-After"),
+				tt.status, tt.policy, tt.rateLim, tt.retryAft)
 		}
 	}
 }

@@ -132,7 +132,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		descriptorStatus(&items[i], &statuses[i])
 		s.metrics.descriptor(dom.Name, &items[i])
 	}
-	addHeaders(resp, items, out.RetryAfter)
+	s.addHeaders(resp, items, out.RetryAfter)
 	if !out.Allowed {
 		s.logDenied(ctx, dom.Name, items)
 	}
@@ -289,12 +289,12 @@ func descriptorStatus(it *item, m *statusBlock) {
 
 // addHeaders sets the answer's response_headers_to_add: RateLimit-Policy and RateLimit for
 // the items, and Retry-After when the answer is OVER_LIMIT.
-func addHeaders(resp *rlsv3.RateLimitResponse, items []item, retryAfter time.Duration) {
+func (s *Server) addHeaders(resp *rlsv3.RateLimitResponse, items []item, retryAfter time.Duration) {
 	ra := time.Duration(0)
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		ra = retryAfter
 	}
-	if p, l, retry := rateLimitHeaders(items, ra); p != "" || retry != "" {
+	if p, l, retry := rateLimitHeaders(items, ra, s.shadowHeaders); p != "" || retry != "" {
 		hb := &headerBlock{}
 		h := hb.ptrs[:0]
 		if p != "" {
@@ -328,7 +328,7 @@ func (s *Server) closedResponse(items []item) *rlsv3.RateLimitResponse {
 	if s.shadowMode {
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
 	}
-	addHeaders(resp, items, time.Second)
+	s.addHeaders(resp, items, time.Second)
 	return resp
 }
 

@@ -107,8 +107,13 @@ const (
 )
 
 // envoySteps run in order against one server whose clock stands at t0 (20 s into the
-// minute, hour and day).
-func envoySteps() []envoyStep {
+// minute, hour and day). shadowHeaders is the server's Options.ShadowHeaders: without it a
+// shadow limit stays out of the RateLimit headers.
+func envoySteps(shadowHeaders bool) []envoyStep {
+	shadowHdrs := hdrs("RateLimit-Policy", `"edge.shadow";q=1;w=60`, "RateLimit", `"edge.shadow";r=0;t=40`)
+	if !shadowHeaders {
+		shadowHdrs = nil
+	}
 	ra := cur("", 3, minute)
 	mk := cur("", 5, day)
 	ten := 40 * time.Second // to the end of t0's minute
@@ -193,11 +198,11 @@ func envoySteps() []envoyStep {
 		}, 0},
 		{"shadow mode: first", edgeReq(desc("shadow", "s")), &resp{
 			OverallCode: ok, Statuses: []*status_{st(ok, cur("", 1, minute), 0, ten)},
-			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"edge.shadow";q=1;w=60`, "RateLimit", `"edge.shadow";r=0;t=40`),
+			ResponseHeadersToAdd: shadowHdrs,
 		}, 0},
 		{"shadow mode: over the limit but OK", edgeReq(desc("shadow", "s")), &resp{
 			OverallCode: ok, Statuses: []*status_{st(ok, cur("", 1, minute), 0, ten)},
-			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"edge.shadow";q=1;w=60`, "RateLimit", `"edge.shadow";r=0;t=40`),
+			ResponseHeadersToAdd: shadowHdrs,
 		}, 0},
 		{"replaces: premium replaces the tenant default", edgeReq(desc("tenant", "acme"), desc("premium", "yes")), &resp{
 			OverallCode: ok, Statuses: []*status_{noLimit, st(ok, cur("premium", 10, minute), 9, ten)},
@@ -227,11 +232,20 @@ func envoySteps() []envoyStep {
 }
 
 func TestShouldRateLimit(t *testing.T) {
+	type run struct {
+		k             storeKind
+		name          string
+		shadowHeaders bool
+	}
+	runs := []run{{stores[0], "memory shadow headers", true}}
 	for _, k := range stores {
-		t.Run(k.name, func(t *testing.T) {
-			r, _ := newServer(t, k, loadConfig(t, "edge.yaml"), Options{})
+		runs = append(runs, run{k, k.name, false})
+	}
+	for _, run := range runs {
+		t.Run(run.name, func(t *testing.T) {
+			r, _ := newServer(t, run.k, loadConfig(t, "edge.yaml"), Options{ShadowHeaders: run.shadowHeaders})
 			ctx := context.Background()
-			for _, step := range envoySteps() {
+			for _, step := range envoySteps(run.shadowHeaders) {
 				got, err := r.rls.ShouldRateLimit(ctx, step.req)
 				if step.wantErr != 0 {
 					if status.Code(err) != step.wantErr {

@@ -12,8 +12,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/stack"
 	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/stack"
 )
 
 // A clock that stands still, so that the output is the same on every run.

@@ -17,7 +17,7 @@ import (
 // item whose decision failed open is listed in the policy field only (its quota is
 // unknown), so limit may be empty when policy is not; a
 // requests_per_unit 0 rule is listed with q=0.
-func rateLimitHeaders(items []item, ra time.Duration) (policy, limit, retry string) {
+func rateLimitHeaders(items []item, ra time.Duration, shadow bool) (policy, limit, retry string) {
 	// Both fields are built in one buffer (on the stack for a few limits) and cut out of
 	// one string: one allocation for the two.
 	var pbuf, lbuf [128]byte
@@ -25,6 +25,9 @@ func rateLimitHeaders(items []item, ra time.Duration) (policy, limit, retry stri
 	raSec := ceilSeconds(ra)
 	for i := range items {
 		it := &items[i]
+		if it.Shadow && !shadow {
+			continue // a client obeying a shadow limit would stop though nothing is enforced
+		}
 		var q, w, r, t int64
 		switch {
 		case it.status == config.Limited && it.Decided:

@@ -26,6 +26,8 @@ type ProxyOptions struct {
 	Config  *config.Config
 	// LegacyHeaders adds X-RateLimit-Limit, -Remaining and -Reset.
 	LegacyHeaders bool
+	// ShadowHeaders puts shadow policies in the headers too (httplimit.Config).
+	ShadowHeaders bool
 	// Logger receives the middleware's decision records and rebuild errors. Nil discards.
 	Logger *slog.Logger
 	// FailureMode, when set, overrides the configuration's store.failure_mode, as
@@ -126,6 +128,7 @@ func (p *Proxy) build(cfg *config.Config) (*httplimit.Middleware, error) {
 		Policies:      policies,
 		Tier:          tier,
 		LegacyHeaders: p.opts.LegacyHeaders,
+		ShadowHeaders: p.opts.ShadowHeaders,
 		Logger:        p.opts.Logger,
 	})
 }

@@ -54,6 +54,11 @@ type Options struct {
 	// failure mode of every policy and domain that does not name its own (see
 	// resolveMode). FailureUnset leaves the configuration's, else failover's default.
 	FailureMode sluice.FailureMode
+	// ShadowHeaders puts shadow limits in the RateLimit headers (the JSON API's and
+	// Envoy's response_headers_to_add). By default they stay out: a client obeying a
+	// shadow limit's remaining would stop sending although nothing is enforced. The JSON
+	// answer's limits list them either way, marked shadow.
+	ShadowHeaders bool
 	// ShadowMode answers every request as allowed, as the reference implementation's
 	// global SHADOW_MODE: limits are still decided, counted, logged and reported.
 	ShadowMode bool
@@ -88,22 +93,23 @@ type Options struct {
 // service over gRPC (RegisterGRPC), health, metrics and admin endpoints. It is safe for
 // concurrent use.
 type Server struct {
-	limiter    sluice.Limiter
-	watcher    *config.Watcher
-	static     *config.Config
-	mode       sluice.FailureMode
-	shadowMode bool
-	adminToken func() (string, error)
-	ready      func(context.Context) error
-	registry   *prometheus.Registry
-	metrics    *metrics
-	log        *slog.Logger
-	shutdown   time.Duration
-	now        func() time.Time
-	health     *health.Server
-	tls        *tls.Config
-	draining   atomic.Bool
-	hashers    *hashers
+	limiter       sluice.Limiter
+	watcher       *config.Watcher
+	static        *config.Config
+	mode          sluice.FailureMode
+	shadowMode    bool
+	shadowHeaders bool
+	adminToken    func() (string, error)
+	ready         func(context.Context) error
+	registry      *prometheus.Registry
+	metrics       *metrics
+	log           *slog.Logger
+	shutdown      time.Duration
+	now           func() time.Time
+	health        *health.Server
+	tls           *tls.Config
+	draining      atomic.Bool
+	hashers       *hashers
 }
 
 // New returns a Server.
@@ -112,19 +118,20 @@ func New(opts Options) (*Server, error) {
 		return nil, errors.New("server: Options.Limiter is required")
 	}
 	s := &Server{
-		limiter:    opts.Limiter,
-		watcher:    opts.Watcher,
-		static:     opts.Config,
-		mode:       opts.FailureMode,
-		shadowMode: opts.ShadowMode,
-		adminToken: opts.AdminToken,
-		ready:      opts.Ready,
-		registry:   opts.Registry,
-		log:        opts.Logger,
-		tls:        opts.TLS,
-		shutdown:   opts.ShutdownTimeout,
-		now:        opts.Now,
-		health:     health.NewServer(),
+		limiter:       opts.Limiter,
+		watcher:       opts.Watcher,
+		static:        opts.Config,
+		mode:          opts.FailureMode,
+		shadowMode:    opts.ShadowMode,
+		shadowHeaders: opts.ShadowHeaders,
+		adminToken:    opts.AdminToken,
+		ready:         opts.Ready,
+		registry:      opts.Registry,
+		log:           opts.Logger,
+		tls:           opts.TLS,
+		shutdown:      opts.ShutdownTimeout,
+		now:           opts.Now,
+		health:        health.NewServer(),
 	}
 	if s.static == nil {
 		s.static = config.Default()

@@ -49,7 +49,8 @@ type Options struct {
 //	            enterprise 1000/min (partition key sent in the headers)
 //	orders      POST /v1/orders, by API key and tier: free 2/min, pro 20/min,
 //	            enterprise 200/min
-//	daily       shadow: free 500/day, pro 50000/day, measured and reported, not enforced
+//	daily       shadow: free 500/day, pro 50000/day, measured and logged, not enforced nor
+//	            advertised in the headers
 //
 // The rate limiter runs before authentication, so guessing API keys is limited per IP,
 // and unknown keys (no tier) are never stored.
