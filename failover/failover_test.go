@@ -122,15 +122,7 @@ func TestKinds(t *testing.T) {
 		err  error
 		want sluice.ErrorKind
 	}{
-		{nil, ""},
-		{fmt.Errorf("x: %w", sluice.ErrInvalidLimit), sluice.KindBadInput},
-		{fmt.Errorf("x: %w", sluice.ErrCostExceedsLimit), sluice.KindBadInput},
-		{fmt.Errorf("x: %w", sluice.ErrInvalidKey), sluice.KindBadInput},
-		{fmt.Errorf("x: %w", sluice.ErrNotAtomic), sluice.KindNotAtomic},
-		{fmt.Errorf("x: %w", sluice.ErrClosed), sluice.KindClosed},
-		{fmt.Errorf("x: %w", context.Canceled), sluice.KindCanceled},
-		{fmt.Errorf("x: %w", context.DeadlineExceeded), sluice.KindTimeout},
-		// failover's own causes.
+		// failover's own causes (sluice.KindOf itself is tested in package sluice).
 		{deadlineError(time.Second, nil), sluice.KindTimeout},
 		{deadlineError(time.Second, context.DeadlineExceeded), sluice.KindTimeout},
 		{fmt.Errorf("%w: %w", errBreakerOpen, errors.New("circuit breaker is open")), sluice.KindBreakerOpen},

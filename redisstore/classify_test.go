@@ -43,11 +43,6 @@ func TestClassify(t *testing.T) {
 	}{
 		{nil, ""},
 		{fmt.Errorf("x: %w", sluice.ErrInvalidLimit), sluice.KindBadInput},
-		{fmt.Errorf("x: %w", sluice.ErrCostExceedsLimit), sluice.KindBadInput},
-		{fmt.Errorf("x: %w", sluice.ErrInvalidKey), sluice.KindBadInput},
-		{fmt.Errorf("x: %w", sluice.ErrClosed), sluice.KindClosed},
-		{fmt.Errorf("x: %w", context.Canceled), sluice.KindCanceled},
-		{fmt.Errorf("x: %w", context.DeadlineExceeded), sluice.KindTimeout},
 		{fmt.Errorf("x: %w", os.ErrDeadlineExceeded), sluice.KindTimeout},
 		{refused, sluice.KindRefused},
 		{fmt.Errorf("x: %w", &net.OpError{Op: "read", Err: os.NewSyscallError("read", syscall.ECONNRESET)}), sluice.KindReset},
