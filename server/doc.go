@@ -3,7 +3,9 @@
 // sluice.Limiter against a configuration that can be reloaded while it serves. It is
 // what `sluice serve` runs; Proxy is what `sluice proxy` runs.
 //
-//	srv, err := server.New(server.Options{Limiter: store, Watcher: watcher})
+//	st, err := stack.Open(watcher.Config(), stack.Options{RedisURL: url})
+//	...
+//	srv, err := server.New(server.Options{Limiter: st.Limiter(), Ready: st.Ready, Watcher: watcher})
 //	...
 //	err = srv.Serve(ctx, httpListener, grpcListener) // until ctx ends, then drains
 //
@@ -42,12 +44,11 @@
 //
 // One difference is deliberate: a request that is over the limit spends nothing, from
 // any of its descriptors. The enforced descriptors of a request are decided in one
-// atomic call when the Limiter is a sluice.MultiLimiter (the memory and Redis stores
-// are), so one exhausted descriptor does not eat the quota of the others; the reference
-// counts every hit, even refused ones. Shadow descriptors are decided after, spending
-// only when the request passes. With a Limiter that is not atomic, descriptors are
-// decided in order, stopping at the first denial; the rest are looked at (cost 0) so
-// that every status is filled in. Two consequences, visible beside the reference: a
+// Decide call, all or nothing (package evaluator, shared with httplimit), so one
+// exhausted descriptor does not eat the quota of the others; the reference counts every
+// hit, even refused ones. Shadow descriptors are decided after, each on its own,
+// spending only when the request passes (and looked at, cost 0, when it is denied).
+// Two consequences, visible beside the reference: a
 // descriptor of a denied request reports the quota it still has (the reference, 0 once
 // it counted the refused hit), and one whose counter holds nothing reports
 // duration_until_reset 0, its quota being whole (the reference, the time to its window's
@@ -115,10 +116,11 @@
 //
 // # Failure modes
 //
-// The failure mode of each decision is put on its context for a failover decorator
-// (failover.WithFallback): the policy's own mode, else Options.FailureMode (the
+// Each limit carries its failure mode in its request (sluice.Request.Failure), for the
+// failover layer of the stack: the policy's own mode, else Options.FailureMode (the
 // --failure-mode flag), else the configuration's store.failure_mode. Envoy domains have
-// no mode of their own.
+// no mode of their own. Each limit also carries its policy's (or domain's) name, for the
+// decision log and the metrics.
 //
 // # Shutdown
 //
