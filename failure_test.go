@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice"
 )
@@ -81,5 +82,25 @@ func TestFailureMode(t *testing.T) {
 	}
 	if b, err := sluice.FailLocal.MarshalText(); err != nil || string(b) != "local" {
 		t.Errorf("MarshalText: %s %v", b, err)
+	}
+}
+
+// TestFillTime: Burst·Period/Rate rounded up to a µs for the buckets, Period for windows.
+func TestFillTime(t *testing.T) {
+	tests := []struct {
+		l    sluice.Limit
+		want time.Duration
+	}{
+		{sluice.PerSecond(10), time.Second},
+		{sluice.PerSecond(10).WithBurst(25), 2500 * time.Millisecond},
+		{sluice.PerSecond(3), time.Second},
+		{sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 3, Period: time.Second, Burst: 1}, 333334 * time.Microsecond},
+		{sluice.PerMinute(7).With(sluice.FixedWindow).WithBurst(100), time.Minute},
+		{sluice.Limit{}, 0},
+	}
+	for _, tt := range tests {
+		if got := tt.l.FillTime(); got != tt.want {
+			t.Errorf("%v.FillTime() = %v, want %v", tt.l, got, tt.want)
+		}
 	}
 }

@@ -35,6 +35,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strings"
 	"time"
 )
@@ -233,6 +234,28 @@ func (l Limit) EffectiveBurst() int64 {
 // MaxCost is the largest cost the limit can ever allow in one call: the burst for the bucket
 // algorithms, Rate for the window algorithms.
 func (l Limit) MaxCost() int64 { return l.EffectiveBurst() }
+
+// FillTime is the time an empty state takes to allow MaxCost again: for the bucket
+// algorithms EffectiveBurst·Period/Rate, rounded up to a whole microsecond; for the
+// window algorithms Period. It is 0 for a limit that fails Validate.
+func (l Limit) FillTime() time.Duration {
+	if l.Rate <= 0 || l.Period <= 0 {
+		return 0
+	}
+	switch l.Algorithm {
+	case GCRA, TokenBucket, LeakyBucket:
+		hi, lo := bits.Mul64(uint64(l.EffectiveBurst()), uint64(l.Period.Microseconds()))
+		if hi >= uint64(l.Rate) {
+			return 0 // beyond what Validate accepts
+		}
+		q, r := bits.Div64(hi, lo, uint64(l.Rate))
+		if r != 0 {
+			q++
+		}
+		return time.Duration(q) * time.Microsecond
+	}
+	return l.Period
+}
 
 // String formats l as "10/1s gcra burst 20".
 func (l Limit) String() string {

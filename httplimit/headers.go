@@ -10,7 +10,6 @@ import (
 
 	"github.com/dunglas/httpsfv"
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/algo"
 )
 
 // Header field names, in Go's canonical form (http.Header.Get finds them by any case).
@@ -54,8 +53,7 @@ func Quota(l sluice.Limit) (q, w int64) {
 	switch l.Algorithm {
 	case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket:
 		if b := l.EffectiveBurst(); b > l.Rate {
-			refill := algo.MulDivCeil(b, l.Period.Microseconds(), l.Rate)
-			units, window = b, time.Duration(refill)*time.Microsecond
+			units, window = b, l.FillTime()
 		}
 	}
 	if window%time.Second == 0 {

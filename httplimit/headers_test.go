@@ -44,12 +44,19 @@ func TestHeadersParseAsStructuredFields(t *testing.T) {
 		r, t int64
 		pk   string // "" for none
 	}
+	severalWithShadow := []Policy{
+		{Name: "per-ip", Limit: sluice.PerSecond(10)},
+		{Name: "per-key", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 1000, Period: time.Hour},
+			Key: ByAPIKey(hasher, Header("X-API-Key")), PartitionKey: true},
+		{Name: "shadow", Limit: sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 2, Period: 10 * time.Second}, Shadow: true},
+	}
 	tests := []struct {
-		name     string
-		policies []Policy
-		requests int // the last one is inspected
-		status   int
-		want     []want
+		name          string
+		policies      []Policy
+		shadowHeaders bool
+		requests      int // the last one is inspected
+		status        int
+		want          []want
 	}{
 		{
 			name:     "one policy",
@@ -60,15 +67,11 @@ func TestHeadersParseAsStructuredFields(t *testing.T) {
 			want: []want{{name: "default", q: 100, w: 60, r: 99, t: 1}},
 		},
 		{
-			name: "several policies with partition keys and a shadow",
-			policies: []Policy{
-				{Name: "per-ip", Limit: sluice.PerSecond(10)},
-				{Name: "per-key", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 1000, Period: time.Hour},
-					Key: ByAPIKey(hasher, Header("X-API-Key")), PartitionKey: true},
-				{Name: "shadow", Limit: sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 2, Period: 10 * time.Second}, Shadow: true},
-			},
-			requests: 3,
-			status:   200,
+			name:          "several policies with partition keys and a shadow, ShadowHeaders",
+			policies:      severalWithShadow,
+			shadowHeaders: true,
+			requests:      3,
+			status:        200,
 			want: []want{
 				{name: "per-ip", q: 10, w: 1, r: 7, t: 1},
 				// The fixed hour window started at 05:00 UTC; it ends 59.877s after start.
@@ -76,6 +79,16 @@ func TestHeadersParseAsStructuredFields(t *testing.T) {
 				// The shadow log is full after 2; the third request would be denied and
 				// would pass in 10s, when the first admitted event ages out.
 				{name: "shadow", q: 2, w: 10, r: 0, t: 10},
+			},
+		},
+		{
+			name:     "several policies with partition keys and a shadow, left out by default",
+			policies: severalWithShadow,
+			requests: 3,
+			status:   200,
+			want: []want{
+				{name: "per-ip", q: 10, w: 1, r: 7, t: 1},
+				{name: "per-key", q: 1000, w: 3600, r: 997, t: 60, pk: "api_key:" + hasher.Sum("k1")},
 			},
 		},
 		{
@@ -97,7 +110,7 @@ func TestHeadersParseAsStructuredFields(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			store, _ := newStore(t)
-			h := mustNew(t, Config{Limiter: store, Policies: tt.policies, LegacyHeaders: true}).Handler(okHandler)
+			h := mustNew(t, Config{Limiter: store, Policies: tt.policies, LegacyHeaders: true, ShadowHeaders: tt.shadowHeaders}).Handler(okHandler)
 			var w *httptest.ResponseRecorder
 			for range tt.requests {
 				w = do(h, "GET", "/", "198.51.100.1:1000", "X-API-Key", "k1")

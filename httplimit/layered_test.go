@@ -186,7 +186,8 @@ func TestDeniedRequestReportsOtherPoliciesExactly(t *testing.T) {
 
 // TestShadowOnDeniedRequestSpendsNothing: a shadow policy is decided after the enforced
 // ones, spending only when the request passed; on a denied request it is looked at (cost
-// 0), and appears in Result.Decisions and the headers with its state as it is.
+// 0), and appears in Result.Decisions (and, with ShadowHeaders, the headers) with its
+// state as it is.
 func TestShadowOnDeniedRequestSpendsNothing(t *testing.T) {
 	hour := func(n int64) sluice.Limit {
 		return sluice.Limit{Algorithm: sluice.FixedWindow, Rate: n, Period: time.Hour}
@@ -199,7 +200,7 @@ func TestShadowOnDeniedRequestSpendsNothing(t *testing.T) {
 			lim, _ := b.new(t)
 			rec := &recorder{Limiter: lim}
 			var res *Result
-			h := mustNew(t, Config{Limiter: rec, Policies: []Policy{gate, measure},
+			h := mustNew(t, Config{Limiter: rec, Policies: []Policy{gate, measure}, ShadowHeaders: true,
 				Limited: func(w http.ResponseWriter, r *http.Request, r2 *Result) {
 					res = r2
 					DefaultLimited(w, r, r2)

@@ -105,17 +105,34 @@ func TestTiersAndOverrides(t *testing.T) {
 }
 
 func TestShadowNeverBlocks(t *testing.T) {
+	// With ShadowHeaders the shadow policies are in the headers; by default they stay
+	// out (a client obeying trial's r=0 would stop although nothing is enforced), and
+	// are decided, logged and in Result all the same.
+	for _, shadowHeaders := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ShadowHeaders=%v", shadowHeaders), func(t *testing.T) {
+			testShadowNeverBlocks(t, shadowHeaders)
+		})
+	}
+}
+
+func testShadowNeverBlocks(t *testing.T, shadowHeaders bool) {
 	store, _ := newStore(t)
 	var logs bytes.Buffer
+	var results []*Result
 	h := mustNew(t, Config{
-		Limiter: store,
-		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
+		Limiter:       store,
+		ShadowHeaders: shadowHeaders,
+		Logger:        slog.New(slog.NewTextHandler(&logs, nil)),
 		Policies: []Policy{
 			{Name: "real", Limit: sluice.PerHour(3)},
 			{Name: "trial", Limit: sluice.PerHour(1), Shadow: true},
 			{Name: "broken", Limit: sluice.PerHour(1), Shadow: true, Key: ByUser(func(*http.Request) string {
 				return strings.Repeat("x", sluice.MaxKeyLen) // the store refuses this key
 			})},
+		},
+		Limited: func(w http.ResponseWriter, r *http.Request, res *Result) {
+			results = append(results, res)
+			DefaultLimited(w, r, res)
 		},
 	}).Handler(okHandler)
 	for i, want := range []struct {
@@ -133,14 +150,37 @@ func TestShadowNeverBlocks(t *testing.T) {
 		if w.Code != want.status {
 			t.Errorf("request %d: status %d, want %d", i, w.Code, want.status)
 		}
-		if got := strings.Join(policyNames(t, w), ","); got != want.policies {
-			t.Errorf("request %d: policies %q, want %q", i, got, want.policies)
+		wantPolicies := want.policies
+		if !shadowHeaders {
+			wantPolicies = "real"
 		}
-		if i >= 1 {
+		if got := strings.Join(policyNames(t, w), ","); got != wantPolicies {
+			t.Errorf("request %d: policies %q, want %q", i, got, wantPolicies)
+		}
+		for _, name := range []string{"RateLimit-Policy", "RateLimit"} {
+			var got []string
+			for _, it := range parseList(t, w.Header(), name) {
+				got = append(got, it.name)
+			}
+			if strings.Join(got, ",") != wantPolicies {
+				t.Errorf("request %d: %s names %v, want %s", i, name, got, wantPolicies)
+			}
+		}
+		if i >= 1 && shadowHeaders {
 			if r := parseList(t, w.Header(), "RateLimit")[1].params["r"]; r != int64(0) {
 				t.Errorf("request %d: trial r=%v, want 0", i, r)
 			}
 		}
+	}
+	// The denied request's Result holds trial, over its limit, as it is.
+	if len(results) != 1 || len(results[0].Decisions) != 2 {
+		t.Fatalf("Results of denied requests %+v, want one with real and trial", results)
+	}
+	if d := results[0].Decisions[1]; d.Policy != "trial" || !d.Shadow || d.Allowed || d.Remaining != 0 {
+		t.Errorf("trial in the denied request's Result: %+v, want over its limit", d)
+	}
+	if v := results[0].Violated(); len(v) != 1 || v[0] != "real" {
+		t.Errorf("violated %v, want [real]: a shadow policy never blocks", v)
 	}
 	out := logs.String()
 	// Requests 1 to 3 are over trial's limit, the denied one included.

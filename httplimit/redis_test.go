@@ -140,7 +140,8 @@ func TestPolicyFailureWhenRedisIsDown(t *testing.T) {
 	shadowClosed := closed
 	shadowClosed.Name, shadowClosed.Shadow = "shadow-closed", true
 	handler := func(ps ...Policy) http.Handler {
-		return mustNew(t, Config{Limiter: st.Limiter(), Policies: ps}).Handler(okHandler)
+		// ShadowHeaders: the shadow policy's header item shows it was decided.
+		return mustNew(t, Config{Limiter: st.Limiter(), Policies: ps, ShadowHeaders: true}).Handler(okHandler)
 	}
 	hOpen, hClosed, hLocal := handler(open), handler(closed), handler(local)
 	hBoth, hShadow := handler(open, closed), handler(open, shadowClosed)

@@ -18,7 +18,7 @@ import (
 const rawAPIKey = "sk_live_RAWSECRET_0123456789"
 
 // leakSurface drives API-key-limited traffic through every path that writes headers or
-// logs (allowed, denied, shadow, override, partition keys, legacy headers) and returns
+// logs (allowed, denied, shadow in the headers, override, partition keys, legacy headers) and returns
 // all response headers and bodies, the log output, and the MAC of rawAPIKey.
 func leakSurface(t *testing.T, lim sluice.Limiter) (responses, logs, mac string) {
 	t.Helper()
@@ -34,6 +34,7 @@ func leakSurface(t *testing.T, lim sluice.Limiter) (responses, logs, mac string)
 		Limiter:       lim,
 		Logger:        logger,
 		LegacyHeaders: true,
+		ShadowHeaders: true,
 		Tier:          func(*http.Request) string { return "free" },
 		Policies: []Policy{
 			{Name: "per-key", Key: byKey, PartitionKey: true,
