@@ -249,9 +249,20 @@ func (c *Cache) AllowN(ctx context.Context, key string, limit sluice.Limit, n in
 }
 
 // Reserve implements sluice.Limiter by asking the inner limiter: a reservation spends,
-// which only lengthens the wait of a remembered denial.
+// which only lengthens the wait of a remembered denial. Its cancellation gives units
+// back, so it forgets the key's denial under the limit, as Reset does.
 func (c *Cache) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
-	return c.inner.Reserve(ctx, key, limit, n)
+	res, err := c.inner.Reserve(ctx, key, limit, n)
+	if err != nil || !res.OK {
+		return res, err
+	}
+	sh, k := c.shard(key), slot{key, limit}
+	return res.WithCancel(func(ctx context.Context) (bool, error) {
+		sh.forget(k)
+		ok, err := res.Cancel(ctx)
+		sh.forget(k) // a denial decided while the cancel was under way predates it
+		return ok, err
+	}), nil
 }
 
 // lookup answers a request for n units at now from a live denial of n units. held

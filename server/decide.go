@@ -57,6 +57,9 @@ func (s *Server) decide(ctx context.Context, cfg *config.Config, sc scope, items
 		it.Skip = it.status != config.Limited && it.status != config.Blocked
 		it.Blocked = it.status == config.Blocked
 		it.Policy, it.Failure = name, f
+		if it.route != "" {
+			it.Policy = it.name // a route limit: "<policy> <pattern>", as the proxy names it
+		}
 	}
 	out, err := evaluator.Evaluate(ctx, s.limiter, items, itemOf)
 	for _, e := range out.ShadowErrors {
