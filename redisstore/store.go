@@ -536,9 +536,9 @@ func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n in
 }
 
 // AllowMulti implements sluice.MultiLimiter: the requests are decided in one script call,
-// all or nothing. A (key, Limit) may appear only once. On a cluster every key must be in
-// one slot, which holds for several limits on one identity (its keys share a hash tag);
-// otherwise the error wraps sluice.ErrNotAtomic and nothing is spent.
+// all or nothing. A (key, Limit) may appear only once. On a cluster, requests whose keys
+// are in several slots (several identities) are decided all or nothing too, by the
+// protocol in "Decisions across cluster slots" (Store.allowAcrossSlots).
 func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice.Decision, error) {
 	if len(reqs) == 0 {
 		return nil, nil
@@ -556,7 +556,7 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 	}
 	seen := make(map[ident]int, len(reqs))
 	items := make([]item, len(reqs))
-	first := uint16(0)
+	first, cross := uint16(0), false
 	if cn.cluster {
 		first = idSlot(reqs[0].Key)
 	}
@@ -571,14 +571,10 @@ func (s *Store) AllowMulti(ctx context.Context, reqs []sluice.Request) ([]sluice
 		seen[id] = i
 		li := s.info(r.Limit)
 		items[i] = item{id: r.Key, info: li, n: r.N}
-		if cn.cluster {
-			if sl := idSlot(r.Key); sl != first {
-				// The keys themselves stay out of the message: they may be identities
-				// that must not reach logs.
-				return nil, fmt.Errorf("redisstore: %w: requests 0 and %d are in different cluster slots (%d and %d)",
-					sluice.ErrNotAtomic, i, first, sl)
-			}
-		}
+		cross = cross || cn.cluster && idSlot(r.Key) != first
+	}
+	if cross {
+		return s.allowAcrossSlots(ctx, reqs)
 	}
 	c := getCall(ctx)
 	c.items = items
