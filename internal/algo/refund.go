@@ -12,8 +12,12 @@ import "github.com/sluicehq/sluice"
 // refund. Every refund obeys one rule, which the tests check:
 //
 //   - the state after it is never more permissive, at any instant, than the state the
-//     key would have had if the spend had never been made and every other decision had
-//     been made as it was (never over-admission), and
+//     key would have had if the spend's decision had spent nothing and every other
+//     decision had been made as it was (never over-admission). A decision that spends
+//     nothing still moves a window algorithm's state to the window of its instant, which
+//     matters only to a clock that later steps back before that window, and
+//     only as any look at at would (FixedWindow and SlidingWindow count the later
+//     window then), and
 //   - it is exactly that state, in the Results of every later decision, when the refund
 //     runs at the spend's own instant (now == at), and for the window algorithms and
 //     SlidingLog whenever the clock did not step back before the spend.

@@ -58,6 +58,7 @@ func newRefundCase(t *testing.T, rng *rand.Rand, l sluice.Limit, elapsed int64, 
 	if !m.decide(now, c.n).Allowed {
 		return c, false
 	}
+	c.ideal.decide(now, 0)
 	c.real = m
 	c.t2 = now + rng.Int64N(elapsed+1)
 	for i := rng.IntN(between + 1); i > 0; i-- {
@@ -197,7 +198,8 @@ func TestRefundKeepsElapsedTime(t *testing.T) {
 
 // TestRefundStepBackNeverGrants: with the clock stepping back anywhere (in the history,
 // between the spend and the refund, at the probes), a refund with nothing spent in between
-// never leaves a state more permissive than the one without the spend.
+// never leaves a state more permissive than the spend's decision would have left had it
+// spent nothing.
 func TestRefundStepBackNeverGrants(t *testing.T) {
 	for _, l := range allLimits() {
 		rng := rand.New(rand.NewPCG(9, uint64(l.Rate)<<8|uint64(l.Algorithm)))
@@ -209,15 +211,16 @@ func TestRefundStepBackNeverGrants(t *testing.T) {
 				now += randomStep(rng, now, p) - rng.Int64N(p.Period+1) // often backwards
 				m.decide(now, 1+rng.Int64N(p.MaxCost()))
 			}
-			t1 := now - rng.Int64N(2*p.Period)
+			t1 := now + rng.Int64N(4*p.Period) - 2*p.Period
 			ideal := m.clone()
 			n := 1 + rng.Int64N(p.MaxCost())
 			if !m.decide(t1, n).Allowed {
 				continue
 			}
+			ideal.decide(t1, 0) // the spend's decision, spending nothing: windows roll
 			t2 := t1 + rng.Int64N(2*p.T+1) - rng.Int64N(2*p.Period+1)
 			m.refund(t2, n, t1)
-			times := append(probeTimes(t2, p), t2-p.T, t2-p.Period, t1, t1-1, t1-p.Period)
+			times := append(probeTimes(t2, p), t2-p.T, t2-p.Period, t1, t1-1, t1-p.Period, t1-2*p.Period)
 			noMorePermissive(t, l.String(), m, ideal, times)
 		}
 	}
@@ -275,5 +278,23 @@ func TestRefundUntouchedStates(t *testing.T) {
 		before := m.clone()
 		m.refund(epoch, 0, epoch)
 		sameResults(t, l.String()+" n=0", m, before, probeTimes(epoch, m.p))
+	}
+}
+
+// TestRefundRolledWindowStepBack: a spend that moved a window algorithm's state to a new
+// window leaves it there after its refund, as a look at the same instant would: a clock
+// that then steps back into the old window sees the new window's count.
+func TestRefundRolledWindowStepBack(t *testing.T) {
+	for _, a := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindow} {
+		l := sluice.Limit{Algorithm: a, Rate: 10, Period: time.Second}
+		m := newMachine(l)
+		t0 := windowStart(epoch, m.p.Period)
+		m.decide(t0+10, 4)
+		look := m.clone()
+		t1 := t0 + 2*m.p.Period + 5 // two windows on: the old count is forgotten
+		look.decide(t1, 0)
+		m.decide(t1, 3)
+		m.refund(t1, 3, t1)
+		sameResults(t, a.String(), m, look, []int64{t0 + 20, t1, t1 + 1, t1 + m.p.Period})
 	}
 }
