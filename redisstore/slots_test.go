@@ -320,6 +320,7 @@ func TestAcrossSlots(t *testing.T) {
 // TestAcrossSlotsPhaseOneFailure: when one slot's primary fails the first phase (here out
 // of memory, maxmemory with noeviction, so its script cannot write), the batch returns
 // that error, and the slots that spent are refunded: their limits are exactly as before.
+// And the protocol's cost in script calls.
 func TestAcrossSlotsPhaseOneFailure(t *testing.T) {
 	t.Parallel()
 	c := redistest.StartCluster(t)
@@ -377,5 +378,37 @@ func TestAcrossSlotsPhaseOneFailure(t *testing.T) {
 		if d.Remaining != before[i].Remaining-reqs[i].N {
 			t.Errorf("request %d: remaining %d after the batch, want %d", i, d.Remaining, before[i].Remaining-reqs[i].N)
 		}
+	}
+
+	// The cost: a batch over three slots is three script calls when it is allowed (one
+	// round trip), and when the third slot denies, two more to refund the two that spent
+	// (a second round trip).
+	once := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 1, Period: time.Hour}
+	denied := []sluice.Request{{Key: ids[0], Limit: gcra, N: 1}, {Key: ids[1], Limit: fixed, N: 1}, {Key: ids[2], Limit: once, N: 1}}
+	if _, err := s.AllowN(ctx, ids[2], once, 1); err != nil {
+		t.Fatal(err)
+	}
+	if ds, err := s.AllowMulti(ctx, denied); err != nil || ds[0].Allowed { // loads the refund script
+		t.Fatalf("batch blocked by its third slot: %+v %v", ds, err)
+	}
+	calls := func(batch []sluice.Request) int64 {
+		for _, n := range nodes {
+			n.MustDo("CONFIG", "RESETSTAT")
+		}
+		if _, err := s.AllowMulti(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+		var sum int64
+		for _, n := range nodes {
+			c, _ := n.ScriptStats()
+			sum += c
+		}
+		return sum
+	}
+	if got := calls(reqs); got != 3 {
+		t.Errorf("an allowed batch over 3 slots made %d script calls, want 3", got)
+	}
+	if got := calls(denied); got != 5 {
+		t.Errorf("a batch over 3 slots denied by one made %d script calls, want 5", got)
 	}
 }

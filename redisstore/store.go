@@ -53,6 +53,51 @@
 // over many decisions. Calls are sent through rueidis, which pipelines concurrent commands
 // on shared connections.
 //
+// # Decisions across cluster slots
+//
+// A script may touch the keys of one cluster slot only, and the limits of one request are
+// often in several: a per-IP limit and a per-API-key limit are two identities. AllowMulti
+// decides such a batch all or nothing, in two phases:
+//
+//  1. Reserve. The requests are grouped by slot and every group is decided by one call of
+//     the decision script, all groups concurrently; a group spends only if all its requests
+//     fit, as a batch in one slot does, and its call also returns its now, the instant of
+//     its spends. If every group was allowed, the batch is allowed: there is nothing to
+//     commit.
+//  2. Refund. Otherwise every group that spent is given back, concurrently, by one call of
+//     the refund script (lua/refund.lua) on the same primary, which runs the refunds of
+//     internal/algo (algo.Refund, algo.RefundSlidingLog) with the spends' now, and reports
+//     each key as it then stands.
+//
+// The Decisions of a denied batch are sluice.MultiLimiter's: none is allowed; those that
+// blocked carry their RetryAfter; the others have RetryAfter 0, and the Remaining and
+// ResetAfter of their key after the refund, as if nothing had been spent.
+//
+// A refund never over-admits: a refunded key is never more permissive than had the spend's
+// decision spent nothing. FixedWindow, SlidingWindow and SlidingLog get back exactly what
+// was spent. GCRA, TokenBucket and LeakyBucket get back the spend less the time elapsed
+// between the phases on the primary's clock, time during which a concurrent spend may have
+// found the bucket full had the refunded spend not been made (giving it all back would
+// hand that time out twice); a key with a backlog thus keeps up to one round trip of
+// emission time too much per refund (see algo.RefundGCRA, which also says what a clock
+// step back between the phases does).
+//
+// Between the phases, a concurrent request may be denied by units that are then refunded:
+// under-admission, for at most the time from the first phase's answer to the refund, one
+// round trip; never over-admission.
+//
+// If a group's call fails (an error reply, a broken connection, the caller's context
+// ending), the groups that spent are refunded and the batch returns the error, to which a
+// failover decorator applies its failure mode. A call whose fate is unknown (it was sent
+// but not answered) may have spent and is not refunded, nor is one whose refund fails
+// (logged): those units stay spent until the key's state empties, under-admission again.
+// Refunds run after the caller's context has ended, for up to 5 s, and Close waits for
+// them.
+//
+// Cost: a batch across k slots that is allowed is one round trip, k script calls in
+// parallel; a denied one is two when some slot spent. These calls go to Redis directly,
+// not through the coalescing above, which a batch in one slot still uses.
+//
 // # Performance
 //
 // bench/README.md has the measurements and the commands. On one redis-server on a 2-vCPU
