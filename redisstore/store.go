@@ -80,7 +80,9 @@
 // found the bucket full had the refunded spend not been made (giving it all back would
 // hand that time out twice); a key with a backlog thus keeps up to one round trip of
 // emission time too much per refund (see algo.RefundGCRA, which also says what a clock
-// step back between the phases does).
+// step back between the phases does). Reservations (Store.Reserve) are the exception: a
+// reservation on the same key and Limit between the phases can be overtaken by up to the
+// refunded units, so do not pace with a limit that batches across slots also use.
 //
 // Between the phases, a concurrent request may be denied by units that are then refunded:
 // under-admission, for at most the time from the first phase's answer to the refund, one

@@ -24,7 +24,7 @@ import "github.com/sluicehq/sluice"
 //
 // A refund of a key whose spend has already expired or been reset changes nothing that
 // matters, and a refund of a state written by another spend than the one refunded gives
-// back no more than that rule allows. Refunds spend nothing and never deny; they do not
+// back no more than that rule allows (reservations aside: see RefundGCRA). Refunds spend nothing and never deny; they do not
 // create keys (the zero State stays the zero State). n is the refunded spend's cost
 // (n > 0); n == 0 gives nothing back.
 
@@ -62,6 +62,12 @@ func Refund(s State, now int64, p Params, n, at int64) State {
 // spend. When nothing else was spent in between, the refund is exact if the TAT before
 // the spend was not ahead of at (the bucket had no backlog), and otherwise keeps now - at
 // of emission time too many: it under-admits by at most (now-at)·Rate/Period units, once.
+//
+// Reservations (ReserveGCRA, ReserveLeakyBucket) between the spend and the refund are
+// the exception: they take slots at a reserved instant that may be after now, and the
+// refund leaves a hole before those slots that a single TAT cannot hold (as
+// CancelReservation explains), into which up to n units may then be admitted beside the
+// reserved ones. A limit that is paced with reservations should not also be refunded.
 //
 // Rounding: none. TAT' = A' - B'/S with B' ∈ [0, S), as GCRA keeps it.
 //
