@@ -61,11 +61,11 @@ func (s *Store) allowAcrossSlots(ctx context.Context, reqs []sluice.Request) ([]
 	}
 
 	dctx, release := detached(ctx)
-	s.inParallel(calls, func(c *slotCall) { c.res, c.at, c.err = s.decideSlot(dctx, cn, reqs, c.idx) })
+	inParallel(calls, func(c *slotCall) { c.res, c.at, c.err = s.decideSlot(dctx, cn, reqs, c.idx) })
 	release()
 
 	var failed error
-	spent := 0
+	var spent []*slotCall
 	for _, c := range calls {
 		if c.err != nil {
 			failed = cmp.Or(failed, c.err)
@@ -76,12 +76,11 @@ func (s *Store) allowAcrossSlots(ctx context.Context, reqs []sluice.Request) ([]
 			c.spent = c.spent && r.Allowed
 		}
 		if c.spent {
-			spent++
+			spent = append(spent, c)
 		}
 	}
-	all := spent == len(calls)
 	out := make([]sluice.Decision, len(reqs))
-	if all {
+	if len(spent) == len(calls) {
 		for _, c := range calls {
 			for j, i := range c.idx {
 				out[i] = c.res[j].Decision(reqs[i].Limit)
@@ -90,13 +89,10 @@ func (s *Store) allowAcrossSlots(ctx context.Context, reqs []sluice.Request) ([]
 		return out, nil
 	}
 
-	if spent > 0 {
+	if len(spent) > 0 {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)
 		rctx, release := detached(rctx)
-		s.inParallel(calls, func(c *slotCall) {
-			if !c.spent {
-				return
-			}
+		inParallel(spent, func(c *slotCall) {
 			if err := s.refundSlot(rctx, cn, reqs, c); err != nil {
 				// The units stay spent until the state empties: under-admission, never
 				// more. The keys stay out of the log: they may be identities.
@@ -129,7 +125,7 @@ func (s *Store) allowAcrossSlots(ctx context.Context, reqs []sluice.Request) ([]
 }
 
 // inParallel runs f for every call, the first on this goroutine.
-func (s *Store) inParallel(calls []*slotCall, f func(*slotCall)) {
+func inParallel(calls []*slotCall, f func(*slotCall)) {
 	var wg sync.WaitGroup
 	for _, c := range calls[1:] {
 		wg.Add(1)
