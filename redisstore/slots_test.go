@@ -319,8 +319,9 @@ func TestAcrossSlots(t *testing.T) {
 
 // TestAcrossSlotsPhaseOneFailure: when one slot's primary fails the first phase (here out
 // of memory, maxmemory with noeviction, so its script cannot write), the batch returns
-// that error, and the slots that spent are refunded: their limits are exactly as before.
-// And the protocol's cost in script calls.
+// that error, and the slots that spent are refunded: their limits are exactly as before;
+// likewise when the caller's deadline passes while one slot's primary is paused. And the
+// protocol's cost in script calls.
 func TestAcrossSlotsPhaseOneFailure(t *testing.T) {
 	t.Parallel()
 	c := redistest.StartCluster(t)
@@ -378,6 +379,30 @@ func TestAcrossSlotsPhaseOneFailure(t *testing.T) {
 		if d.Remaining != before[i].Remaining-reqs[i].N {
 			t.Errorf("request %d: remaining %d after the batch, want %d", i, d.Remaining, before[i].Remaining-reqs[i].N)
 		}
+	}
+
+	// The caller's deadline passes while the third slot's primary is paused (SIGSTOP):
+	// the batch returns the deadline's error, the two slots that answered are refunded all
+	// the same, and the third slot's call, whose fate was unknown, may run once its
+	// primary resumes: its unit then stays spent (under-admission, as the package doc
+	// says).
+	before = look()
+	nodes[2].Pause()
+	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = s.AllowMulti(dctx, reqs)
+	cancel()
+	nodes[2].Resume()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("with the third slot's primary paused past the deadline: %v, want the deadline's error", err)
+	}
+	after := look()
+	for i := range reqs[:3] {
+		if after[i] != before[i] {
+			t.Errorf("request %d: not refunded after the deadline:\nbefore %+v\nafter  %+v", i, before[i], after[i])
+		}
+	}
+	if r := after[3].Remaining; r != before[3].Remaining-1 && r != before[3].Remaining {
+		t.Errorf("the paused slot: remaining %d, want %d (its call ran on resuming) or %d", r, before[3].Remaining-1, before[3].Remaining)
 	}
 
 	// The cost: a batch over three slots is three script calls when it is allowed (one
