@@ -13,20 +13,18 @@ import "github.com/sluicehq/sluice"
 //
 //   - the state after it is never more permissive, at any instant, than the state the
 //     key would have had if the spend's decision had spent nothing and every other
-//     decision had been made as it was (never over-admission). A decision that spends
-//     nothing still moves a window algorithm's state to the window of its instant, which
-//     matters only to a clock that later steps back before that window, and
-//     only as any look at at would (FixedWindow and SlidingWindow count the later
-//     window then), and
-//   - it is exactly that state, in the Results of every later decision, when the refund
+//     decision had been made as it was: never over-admission. (A decision that spends
+//     nothing still moves a window algorithm's state to its instant's window, as a look
+//     does; that matters only to a clock that later steps back before that window.)
+//   - It is exactly that state, in the Results of every later decision, when the refund
 //     runs at the spend's own instant (now == at), and for the window algorithms and
 //     SlidingLog whenever the clock did not step back before the spend.
 //
 // A refund of a key whose spend has already expired or been reset changes nothing that
-// matters, and a refund of a state written by another spend than the one refunded gives
-// back no more than that rule allows (reservations aside: see RefundGCRA). Refunds spend nothing and never deny; they do not
-// create keys (the zero State stays the zero State). n is the refunded spend's cost
-// (n > 0); n == 0 gives nothing back.
+// matters, and one of a key that other decisions have spent on since gives back no more
+// than the first rule allows (reservations aside: see RefundGCRA). Refunds spend nothing
+// and never deny, and they do not create keys (the zero State stays the zero State). n is
+// the refunded spend's cost; n == 0 gives nothing back.
 
 // Refund runs the refund of p.Algo on a fixed-size state. It must not be called for
 // SlidingLog (see RefundSlidingLog).
