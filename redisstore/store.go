@@ -85,8 +85,9 @@
 // refunded units, so do not pace with a limit that batches across slots also use.
 //
 // Between the phases, a concurrent request may be denied by units that are then refunded:
-// under-admission, for at most the time from the first phase's answer to the refund, one
-// round trip; never over-admission.
+// under-admission, for at most the time from a slot's first-phase call to its refund
+// (about one round trip, plus the wait for the slowest slot's answer); never
+// over-admission.
 //
 // If a group's call fails (an error reply, a broken connection, the caller's context
 // ending), the groups that spent are refunded and the batch returns the error, to which a
