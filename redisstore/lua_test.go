@@ -89,6 +89,10 @@ func TestLuaFilesNameTheirGoFunction(t *testing.T) {
 		"reserve_token_bucket.lua": "Mirrors algo.ReserveTokenBucket",
 		"reserve_cancel.lua":       "Mirrors algo.CancelReservation",
 		"reserve_entry.lua":        "Store.Reserve",
+		"refund_bucket.lua":        "Mirrors algo.RefundGCRA, algo.RefundTokenBucket, algo.RefundLeakyBucket",
+		"refund_window.lua":        "Mirrors algo.RefundFixedWindow and algo.RefundSlidingWindow",
+		"refund_log.lua":           "Mirrors algo.RefundSlidingLog",
+		"refund.lua":               "Store.allowAcrossSlots",
 	}
 	files, err := luaFiles.ReadDir("lua")
 	if err != nil {

@@ -1,4 +1,4 @@
-// Package redisstore is sluice's Redis store: a sluice.Limiter and sluice.MultiLimiter for
+// Package redisstore is sluice's Redis store: a sluice.Limiter for
 // all six algorithms on Redis (standalone, Sentinel or Cluster), deciding exactly as the
 // in-process store (package memory) does.
 //
@@ -45,6 +45,54 @@
 // at low load nothing waits; under load, one script call amortises Redis's per-call cost
 // over many decisions. Calls are sent through rueidis, which pipelines concurrent commands
 // on shared connections.
+//
+// # Decisions across cluster slots
+//
+// A script may touch the keys of one cluster slot only, and the limits of one request are
+// often in several: a per-IP limit and a per-API-key limit are two identities. Decide
+// decides such a batch all or nothing, in two phases:
+//
+//  1. Reserve. The requests are grouped by slot and every group is decided by one call of
+//     the decision script, all groups concurrently; a group spends only if all its requests
+//     fit, as a batch in one slot does, and its call also returns its now, the instant of
+//     its spends. If every group was allowed, the batch is allowed: there is nothing to
+//     commit.
+//  2. Refund. Otherwise every group that spent is given back, concurrently, by one call of
+//     the refund script (lua/refund.lua) on the same primary, which runs the refunds of
+//     internal/algo (algo.Refund, algo.RefundSlidingLog) with the spends' now, and reports
+//     each key as it then stands.
+//
+// The Decisions of a denied batch are sluice.Limiter.Decide's: none is allowed; those that
+// blocked carry their RetryAfter; the others have RetryAfter 0, and the Remaining and
+// ResetAfter of their key after the refund, as if nothing had been spent.
+//
+// A refund never over-admits: a refunded key is never more permissive than had the spend's
+// decision spent nothing. FixedWindow, SlidingWindow and SlidingLog get back exactly what
+// was spent. GCRA, TokenBucket and LeakyBucket get back the spend less the time elapsed
+// between the phases on the primary's clock, time during which a concurrent spend may have
+// found the bucket full had the refunded spend not been made (giving it all back would
+// hand that time out twice); a key with a backlog thus keeps up to one round trip of
+// emission time too much per refund (see algo.RefundGCRA, which also says what a clock
+// step back between the phases does). Reservations (Store.Reserve) are the exception: a
+// reservation on the same key and Limit between the phases can be overtaken by up to the
+// refunded units, so do not pace with a limit that batches across slots also use.
+//
+// Between the phases, a concurrent request may be denied by units that are then refunded:
+// under-admission, for at most the time from a slot's first-phase call to its refund
+// (about one round trip, plus the wait for the slowest slot's answer); never
+// over-admission.
+//
+// If a group's call fails (an error reply, a broken connection, the caller's context
+// ending), the groups that spent are refunded and the batch returns the error, to which a
+// failover decorator applies its failure mode. A call whose fate is unknown (it was sent
+// but not answered) may have spent and is not refunded, nor is one whose refund fails
+// (logged): those units stay spent until the key's state empties, under-admission again.
+// Refunds run after the caller's context has ended, for up to 5 s, and Close waits for
+// them.
+//
+// Cost: a batch across k slots that is allowed is one round trip, k script calls in
+// parallel; a denied one is two when some slot spent. These calls go to Redis directly,
+// not through the coalescing above, which a batch in one slot still uses.
 //
 // # Performance
 //
@@ -116,7 +164,7 @@ import (
 	"github.com/sluicehq/sluice/internal/algo"
 )
 
-// Store is a sluice.Limiter and sluice.MultiLimiter backed by Redis. It is safe for
+// Store is a sluice.Limiter backed by Redis. It is safe for
 // concurrent use. Create it with Open or New.
 type Store struct {
 	conn   atomic.Pointer[conn] // nil until connected (see WithConnectRetry)
@@ -511,9 +559,9 @@ func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n in
 }
 
 // Decide implements sluice.Limiter: the requests are decided in one script call, all or
-// nothing. On a cluster every key must be in one slot, which holds for several limits on
-// one identity (its keys share a hash tag); otherwise the error wraps sluice.ErrNotAtomic
-// and nothing is spent. Errors of Redis come classified (sluice.KindOf).
+// nothing. On a cluster, requests whose keys are in several slots (several identities)
+// are decided all or nothing too, by the protocol in "Decisions across cluster slots"
+// (Store.allowAcrossSlots). Errors of Redis come classified (sluice.KindOf).
 func (s *Store) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
 	if len(reqs) == 1 && len(ds) > 0 {
 		r := &reqs[0]
@@ -551,7 +599,7 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 	}
 	seen := make(map[ident]int, len(reqs))
 	items := make([]item, len(reqs))
-	first := uint16(0)
+	first, cross := uint16(0), false
 	if cn.cluster {
 		first = idSlot(reqs[0].Key)
 	}
@@ -563,14 +611,15 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 		seen[id] = i
 		li := s.info(r.Limit)
 		items[i] = item{id: r.Key, info: li, n: r.N}
-		if cn.cluster {
-			if sl := idSlot(r.Key); sl != first {
-				// The keys themselves stay out of the message: they may be identities
-				// that must not reach logs.
-				return fmt.Errorf("redisstore: %w: requests 0 and %d are in different cluster slots (%d and %d)",
-					sluice.ErrNotAtomic, i, first, sl)
-			}
+		cross = cross || cn.cluster && idSlot(r.Key) != first
+	}
+	if cross {
+		ds, err := s.allowAcrossSlots(ctx, reqs)
+		if err != nil {
+			return err
 		}
+		copy(out, ds)
+		return nil
 	}
 	c := getCall(ctx)
 	c.items = items

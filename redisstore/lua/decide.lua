@@ -17,6 +17,7 @@
 -- ARGV[5]: "1" when a key appears more than once among KEYS, "0" when every key is
 --   distinct. Requests are decided in order, so two requests on one key in one call see
 --   each other's spending (written, in prelude.lua), which is tracked only with "1".
+-- ARGV[6]: absent, or "1" to append the call's now after the results (below).
 -- Returns four integers per request, allowed (0/1), remaining, resetAfter µs and
 -- retryAfter µs, as one string of little-endian doubles: one bulk reply is cheaper for
 -- Redis to write and for the client to read than 4·n integer replies.
@@ -116,15 +117,7 @@ while i <= nkeys do
   end
 end
 
--- struct.pack takes its values on Lua's C stack: at most 1000 at a time.
-local nout = #out
-if nout <= 1000 then
-  return spack('<' .. string.rep('d', nout), unpack(out))
-end
-local parts = {}
-for j = 1, nout, 1000 do
-  local last = j + 999
-  if last > nout then last = nout end
-  parts[#parts + 1] = spack('<' .. string.rep('d', last - j + 1), unpack(out, j, last))
-end
-return table.concat(parts)
+-- ARGV[6] (the cross-slot protocol, Store.allowAcrossSlots): "1" appends now, the instant
+-- the call decided at, which a refund of its spends needs.
+if ARGV[6] == '1' then out[#out + 1] = now end
+return pack(out)

@@ -208,3 +208,19 @@ local function put(key, val, exp)
     if track then written[key] = false end
   end
 end
+
+-- pack returns the integers of out as one string of little-endian doubles, the scripts'
+-- reply. struct.pack takes its values on Lua's C stack: at most 1000 at a time.
+local function pack(out)
+  local nout = #out
+  if nout <= 1000 then
+    return spack('<' .. string.rep('d', nout), unpack(out))
+  end
+  local parts = {}
+  for j = 1, nout, 1000 do
+    local last = j + 999
+    if last > nout then last = nout end
+    parts[#parts + 1] = spack('<' .. string.rep('d', last - j + 1), unpack(out, j, last))
+  end
+  return table.concat(parts)
+end

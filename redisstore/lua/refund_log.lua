@@ -1,0 +1,39 @@
+-- Mirrors algo.RefundSlidingLog (internal/algo/refund.go) on the sorted set of
+-- sliding_log.lua, for one refund (the arguments of refund_gcra in refund_bucket.lua; v is
+-- unused). After the expired members go, the n members with the latest timestamps at or
+-- before at are removed. The members of one timestamp t are "t:0" to "t:k-1"
+-- (sliding_log.lua names the next "t:k"), and they are interchangeable, so the ones
+-- removed are the last names, "t:k-m" to "t:k-1", which keeps that true. The key's TTL
+-- follows its newest member, as sliding_log.lua sets it.
+local function refund_sliding_log(key, v, rate, P, burst, n, at)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - P))
+  local left = n
+  local hi = int(at)
+  while left > 0 do
+    local top = redis.call('ZREVRANGEBYSCORE', key, hi, '-inf', 'WITHSCORES', 'LIMIT', '0', '1')
+    if #top == 0 then break end
+    local ts = int(tonumber(top[2]))
+    local k = redis.call('ZCOUNT', key, ts, ts)
+    local m = k
+    if m > left then m = left end
+    -- ZREM in chunks: unpack is bounded by Lua's C stack.
+    local j = k - m
+    while j < k do
+      local names = {}
+      local last = j + 500
+      if last > k then last = k end
+      for i = j, last - 1 do names[#names + 1] = ts .. ':' .. int(i) end
+      redis.call('ZREM', key, unpack(names))
+      j = last
+    end
+    left = left - m
+    hi = '(' .. ts
+  end
+  if left < n and redis.call('EXISTS', key) == 1 then
+    local newest = tonumber(redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')[2])
+    redis.call('PEXPIRE', key, int(ttlms(newest + P - now)))
+  end
+  return v
+end
+
+refund[5] = refund_sliding_log

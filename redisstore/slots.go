@@ -1,0 +1,229 @@
+package redisstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
+)
+
+// refundScript gives back what the decision script spent in one slot (lua/refund.lua). It
+// holds the six algorithms too, for the looks that report the keys after the refund.
+var refundScript = newScript(append(append(append([]string{"prelude.lua"}, algoFiles[:]...),
+	"refund_bucket.lua", "refund_window.lua", "refund_log.lua"), "refund.lua")...)
+
+// refundTimeout bounds the refunds of a batch, which run even when the caller's context
+// has ended: a refund not made leaves its units spent until the key's state empties.
+const refundTimeout = 5 * time.Second
+
+// slotCall is one slot's part of a batch: the indices of its requests, and what its
+// decision script call returned.
+type slotCall struct {
+	idx   []int
+	res   []algo.Result
+	at    int64 // the call's now, µs: the instant of its spends
+	err   error
+	spent bool // the call was answered and allowed every request in it
+}
+
+// allowAcrossSlots decides reqs, whose keys are in more than one cluster slot, all or
+// nothing: each slot's requests are decided, and spent if they all fit, by one call of
+// the decision script per slot, all concurrently; if any slot denied or failed, the slots
+// that spent are refunded (see "Decisions across cluster slots" in the package doc).
+// Decide has validated reqs.
+func (s *Store) allowAcrossSlots(ctx context.Context, reqs []sluice.Request) ([]sluice.Decision, error) {
+	cn, err := s.connected()
+	if err != nil {
+		return nil, err
+	}
+	// Close waits for the batch, refunds included.
+	if !s.startCall() {
+		return nil, fmt.Errorf("redisstore: %w", sluice.ErrClosed)
+	}
+	defer s.inflight.Done()
+
+	var calls []*slotCall
+	bySlot := make(map[uint16]*slotCall)
+	for i, r := range reqs {
+		sl := idSlot(r.Key)
+		c := bySlot[sl]
+		if c == nil {
+			c = &slotCall{}
+			bySlot[sl] = c
+			calls = append(calls, c)
+		}
+		c.idx = append(c.idx, i)
+	}
+
+	dctx, release := detached(ctx)
+	inParallel(calls, func(c *slotCall) { c.res, c.at, c.err = s.decideSlot(dctx, cn, reqs, c.idx) })
+	release()
+
+	var failed error
+	var spent []*slotCall
+	for _, c := range calls {
+		if c.err != nil {
+			failed = cmp.Or(failed, c.err)
+			continue
+		}
+		c.spent = true
+		for _, r := range c.res {
+			c.spent = c.spent && r.Allowed
+		}
+		if c.spent {
+			spent = append(spent, c)
+		}
+	}
+	out := make([]sluice.Decision, len(reqs))
+	if len(spent) == len(calls) {
+		for _, c := range calls {
+			for j, i := range c.idx {
+				out[i] = c.res[j].Decision(reqs[i].Limit)
+			}
+		}
+		return out, nil
+	}
+
+	if len(spent) > 0 {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)
+		rctx, release := detached(rctx)
+		inParallel(spent, func(c *slotCall) {
+			if err := s.refundSlot(rctx, cn, reqs, c); err != nil {
+				// The units stay spent until the state empties: under-admission, never
+				// more. The keys stay out of the log: they may be identities.
+				s.logger.Warn("redisstore: a cross-slot batch was denied but one slot's spends could not be given back",
+					"requests", len(c.idx), "error", err)
+			}
+		})
+		release()
+		cancel()
+	}
+	if failed != nil {
+		if ctx.Err() != nil && errors.Is(failed, context.Canceled) {
+			failed = fmt.Errorf("redisstore: %w", ctx.Err()) // the caller's context, through detached
+		}
+		return nil, failed
+	}
+	// Denied. A slot that denied reports as decide.lua does for a group (RetryAfter on
+	// the requests that blocked, looks on the others); a slot that spent reports the looks
+	// its refund made, or, when the refund failed, what it spent.
+	for _, c := range calls {
+		for j, i := range c.idx {
+			d := c.res[j].Decision(reqs[i].Limit)
+			if c.spent {
+				d.Allowed, d.RetryAfter = false, 0
+			}
+			out[i] = d
+		}
+	}
+	return out, nil
+}
+
+// inParallel runs f for every call, the first on this goroutine.
+func inParallel(calls []*slotCall, f func(*slotCall)) {
+	var wg sync.WaitGroup
+	for _, c := range calls[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(c)
+		}()
+	}
+	f(calls[0])
+	wg.Wait()
+}
+
+// decideSlot runs the decision script on the requests idx of reqs, all in one slot, as one
+// all-or-nothing group (an independent decision when there is one), and returns their
+// results and the script's now.
+func (s *Store) decideSlot(ctx context.Context, cn *conn, reqs []sluice.Request, idx []int) ([]algo.Result, int64, error) {
+	items := make([]item, len(idx))
+	keys := make([]string, len(idx))
+	var packed, groups []byte
+	for j, i := range idx {
+		li := s.info(reqs[i].Limit)
+		items[j] = item{id: reqs[i].Key, info: li, n: reqs[i].N}
+		keys[j] = s.redisKey(reqs[i].Key, li)
+		packed = append(packed, li.packed[:]...)
+		packed = appendFloat(packed, reqs[i].N)
+	}
+	if len(idx) > 1 {
+		groups = appendFloat(appendFloat(nil, 1), int64(len(idx)))
+	}
+	// Keys are distinct: Decide refuses a repeated (key, Limit), and the two make the
+	// Redis key.
+	args := []string{s.scriptNow(), s.minTTL, bytesString(packed), bytesString(groups), "0", "1"}
+	sc := scriptFor([]*call{{items: items}})
+	vals, err := s.eval(ctx, cn.client, sc, keys, args).AsBytes()
+	if err == nil && len(vals) != 32*len(idx)+8 {
+		err = errorf("script returned %d bytes for %d requests, want %d", len(vals), len(idx), 32*len(idx)+8)
+	}
+	if err != nil {
+		return nil, 0, wrap("decide across slots", err)
+	}
+	return readResults(vals, len(idx)), readFloat(vals[32*len(idx):]), nil
+}
+
+// refundSlot gives back what c's call spent, and replaces c's results with looks at the
+// keys afterwards (requests of cost 0 spent nothing and keep theirs).
+func (s *Store) refundSlot(ctx context.Context, cn *conn, reqs []sluice.Request, c *slotCall) error {
+	var keys []string
+	var which []int
+	var packed []byte
+	for j, i := range c.idx {
+		if reqs[i].N == 0 {
+			continue
+		}
+		li := s.info(reqs[i].Limit)
+		keys = append(keys, s.redisKey(reqs[i].Key, li))
+		which = append(which, j)
+		packed = append(packed, li.packed[:]...)
+		packed = appendFloat(appendFloat(packed, reqs[i].N), c.at)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	args := []string{s.scriptNow(), s.minTTL, bytesString(packed)}
+	vals, err := s.eval(ctx, cn.client, refundScript, keys, args).AsBytes()
+	if err == nil && len(vals) != 32*len(keys) {
+		err = errorf("refund script returned %d bytes for %d requests, want %d", len(vals), len(keys), 32*len(keys))
+	}
+	if err != nil {
+		return wrap("refund", err)
+	}
+	for k, r := range readResults(vals, len(keys)) {
+		c.res[which[k]] = r
+	}
+	return nil
+}
+
+// readResults reads n results as the scripts return them, four doubles each.
+func readResults(vals []byte, n int) []algo.Result {
+	out := make([]algo.Result, n)
+	for i := range out {
+		out[i] = algo.Result{
+			Allowed:    readFloat(vals) == 1,
+			Remaining:  readFloat(vals[8:]),
+			ResetAfter: readFloat(vals[16:]),
+			RetryAfter: readFloat(vals[24:]),
+		}
+		vals = vals[32:]
+	}
+	return out
+}
+
+// detached returns a context for a script call that ends when ctx does but has no
+// deadline of its own: rueidis writes a command whose context has a deadline on an idle
+// connection synchronously, with connection deadlines around it, and a missed deadline
+// breaks the connection (see Store.exec); without one the command goes through the
+// pipeline, which gives up on the reply and keeps the connection. release frees it.
+func detached(ctx context.Context) (_ context.Context, release func()) {
+	c, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	return c, func() { stop(); cancel(nil) }
+}
