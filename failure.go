@@ -195,8 +195,6 @@ const (
 const (
 	// KindBadInput: the caller's input is invalid (IsBadInput).
 	KindBadInput ErrorKind = "bad_input"
-	// KindNotAtomic: the store cannot decide the batch atomically (ErrNotAtomic).
-	KindNotAtomic ErrorKind = "not_atomic"
 	// KindCanceled: the caller's context ended before the store answered.
 	KindCanceled ErrorKind = "canceled"
 	// KindClosed: the limiter or the store has been closed (ErrClosed).
@@ -206,7 +204,7 @@ const (
 // IsFailure reports whether k is a store failure, to which the failure mode applies.
 func (k ErrorKind) IsFailure() bool {
 	switch k {
-	case "", KindBadInput, KindNotAtomic, KindCanceled, KindClosed:
+	case "", KindBadInput, KindCanceled, KindClosed:
 		return false
 	}
 	return true
@@ -223,7 +221,7 @@ type StoreError struct {
 func (e *StoreError) Error() string { return e.Err.Error() }
 func (e *StoreError) Unwrap() error { return e.Err }
 
-// KindOf returns the class of err: "" for nil; the class of bad input, ErrNotAtomic,
+// KindOf returns the class of err: "" for nil; the class of bad input,
 // ErrClosed and context errors; the Kind of the outermost StoreError in err's chain;
 // else KindOther.
 func KindOf(err error) ErrorKind {
@@ -233,8 +231,6 @@ func KindOf(err error) ErrorKind {
 	switch {
 	case IsBadInput(err):
 		return KindBadInput
-	case errors.Is(err, ErrNotAtomic):
-		return KindNotAtomic
 	case errors.Is(err, ErrClosed):
 		return KindClosed
 	}

@@ -23,7 +23,6 @@ func TestKindOf(t *testing.T) {
 		{fmt.Errorf("x: %w", sluice.ErrInvalidCost), sluice.KindBadInput},
 		{fmt.Errorf("x: %w", sluice.ErrCostExceedsLimit), sluice.KindBadInput},
 		{fmt.Errorf("x: %w", sluice.ErrInvalidKey), sluice.KindBadInput},
-		{fmt.Errorf("x: %w", sluice.ErrNotAtomic), sluice.KindNotAtomic},
 		{fmt.Errorf("x: %w", sluice.ErrClosed), sluice.KindClosed},
 		{fmt.Errorf("x: %w", context.Canceled), sluice.KindCanceled},
 		{fmt.Errorf("x: %w", context.DeadlineExceeded), sluice.KindTimeout},
@@ -36,7 +35,7 @@ func TestKindOf(t *testing.T) {
 			t.Errorf("KindOf(%v) = %q, want %q", tt.err, got, tt.want)
 		}
 	}
-	for _, k := range []sluice.ErrorKind{"", sluice.KindBadInput, sluice.KindNotAtomic, sluice.KindCanceled, sluice.KindClosed} {
+	for _, k := range []sluice.ErrorKind{"", sluice.KindBadInput, sluice.KindCanceled, sluice.KindClosed} {
 		if k.IsFailure() {
 			t.Errorf("%q.IsFailure() = true", k)
 		}

@@ -485,8 +485,6 @@ var (
 	// ErrStoreUnavailable: the store could not decide and the policy fails closed. HTTP
 	// front ends answer 503, not 429.
 	ErrStoreUnavailable = errors.New("sluice: store unavailable")
-	// ErrNotAtomic: a store cannot decide this request of several limits atomically.
-	ErrNotAtomic = errors.New("sluice: batch cannot be decided atomically")
 	// ErrClosed: the limiter has been closed.
 	ErrClosed = errors.New("sluice: limiter closed")
 )

@@ -310,7 +310,7 @@ func (g *gated) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.D
 }
 
 // fixed answers every request of one limit with one decision or error. It cannot decide
-// several limits at once: a request of more is an error wrapping sluice.ErrNotAtomic.
+// several limits at once: a request of more is an error wrapping sluice.ErrInvalidKey.
 type fixed struct {
 	d     sluice.Decision
 	err   error
@@ -320,7 +320,7 @@ type fixed struct {
 func (f *fixed) Decide(_ context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
 	f.calls.Add(1)
 	if len(reqs) != 1 {
-		return sluice.Report{Kind: sluice.KindNotAtomic}, fmt.Errorf("fixed: %d limits: %w", len(reqs), sluice.ErrNotAtomic)
+		return sluice.Report{Kind: sluice.KindBadInput}, fmt.Errorf("fixed: %d limits: %w", len(reqs), sluice.ErrInvalidKey)
 	}
 	ds[0] = f.d
 	return sluice.Report{StoreCalled: true}, f.err
@@ -469,11 +469,11 @@ func TestAllowMulti(t *testing.T) {
 	// error on and remembers nothing.
 	f := &fixed{d: sluice.Decision{Limit: perMin, RetryAfter: time.Minute}}
 	plain := New(f)
-	if _, err := sluice.AllowMulti(ctx, plain, batch); !errors.Is(err, sluice.ErrNotAtomic) {
-		t.Errorf("over a limiter that cannot decide a batch atomically: %v, want ErrNotAtomic", err)
+	if _, err := sluice.AllowMulti(ctx, plain, batch); !errors.Is(err, sluice.ErrInvalidKey) {
+		t.Errorf("over a limiter that cannot decide a batch atomically: %v, want the store's error", err)
 	}
 	if f.calls.Load() != 1 || plain.Len() != 0 {
-		t.Errorf("%d calls, %d entries after ErrNotAtomic; want 1 and 0", f.calls.Load(), plain.Len())
+		t.Errorf("%d calls, %d entries after the store's error; want 1 and 0", f.calls.Load(), plain.Len())
 	}
 }
 

@@ -68,7 +68,7 @@
 // Stores classify their own errors (sluice.StoreError, read with sluice.KindOf): the
 // Redis store sorts Redis replies and network errors into timeouts, refused and reset
 // connections, busy, out of memory, loading, read-only, cluster down, redirections and
-// missing scripts. Every class but bad input, sluice.ErrNotAtomic, sluice.ErrClosed and
+// missing scripts. Every class but bad input, sluice.ErrClosed and
 // the caller's own cancellation is a failure (sluice.ErrorKind.IsFailure), and so is an
 // error of no known class. This package adds its own: the deadline (KindTimeout), the
 // open breaker (KindBreakerOpen) and too many pending calls (KindOverload). It knows no

@@ -144,7 +144,7 @@ func TestKinds(t *testing.T) {
 			}
 			failure := tt.want.IsFailure()
 			switch tt.want {
-			case "", sluice.KindBadInput, sluice.KindNotAtomic, sluice.KindCanceled, sluice.KindClosed:
+			case "", sluice.KindBadInput, sluice.KindCanceled, sluice.KindClosed:
 				if failure {
 					t.Errorf("%q.IsFailure() = true", tt.want)
 				}
@@ -681,7 +681,7 @@ type notAtomicStore struct{ *memory.Store }
 
 func (s notAtomicStore) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
 	if len(reqs) > 1 {
-		return sluice.Report{Kind: sluice.KindNotAtomic}, fmt.Errorf("test store: %w", sluice.ErrNotAtomic)
+		return sluice.Report{Kind: sluice.KindBadInput}, fmt.Errorf("test store: %w", sluice.ErrInvalidKey)
 	}
 	return s.Store.Decide(ctx, reqs, ds)
 }
@@ -700,21 +700,21 @@ func TestAllowMulti(t *testing.T) {
 		}
 	})
 	t.Run("not atomic primary", func(t *testing.T) {
-		// ErrNotAtomic is the store's answer, not a failure: returned as is, never failed
+		// Bad input from the store is its answer, not a failure: returned as is, never failed
 		// open, never counted by the breaker.
 		l := newLimiter(t, notAtomicStore{memoryStore(t)}, WithBreaker(Breaker{ConsecutiveFailures: 1, FailingFor: -1}))
 		for i := 0; i < 3; i++ {
-			if ds, err := sluice.AllowMulti(ctx, l, reqs); !errors.Is(err, sluice.ErrNotAtomic) || ds != nil {
-				t.Fatalf("%+v, %v, want ErrNotAtomic", ds, err)
+			if ds, err := sluice.AllowMulti(ctx, l, reqs); !errors.Is(err, sluice.ErrInvalidKey) || ds != nil {
+				t.Fatalf("%+v, %v, want the store's error", ds, err)
 			}
 			ds := make([]sluice.Decision, len(reqs))
 			rep, err := l.Decide(ctx, reqs, ds)
-			if !errors.Is(err, sluice.ErrNotAtomic) || rep.Kind != sluice.KindNotAtomic || rep.Failure != nil || ds[0].Allowed || ds[0].Path != sluice.PathStore {
-				t.Fatalf("%+v, %+v, %v, want ErrNotAtomic and no fallback", ds, rep, err)
+			if !errors.Is(err, sluice.ErrInvalidKey) || rep.Kind != sluice.KindBadInput || rep.Failure != nil || ds[0].Allowed || ds[0].Path != sluice.PathStore {
+				t.Fatalf("%+v, %+v, %v, want the store's error and no fallback", ds, rep, err)
 			}
 		}
 		if s := l.State(); s != sluice.BreakerClosed {
-			t.Errorf("breaker %v after ErrNotAtomic, want closed", s)
+			t.Errorf("breaker %v after the store's error, want closed", s)
 		}
 	})
 	tests := []struct {

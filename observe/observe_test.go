@@ -173,7 +173,7 @@ type singles struct{ sluice.Limiter }
 
 func (s singles) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
 	if len(reqs) > 1 {
-		return sluice.Report{Kind: sluice.KindNotAtomic}, fmt.Errorf("singles: %w", sluice.ErrNotAtomic)
+		return sluice.Report{Kind: sluice.KindBadInput}, fmt.Errorf("singles: %w", sluice.ErrInvalidKey)
 	}
 	return s.Limiter.Decide(ctx, reqs, ds)
 }
@@ -494,11 +494,11 @@ func TestAllowMultiLogsEachRequest(t *testing.T) {
 	// A limiter that cannot decide a batch atomically says so, and observe passes its
 	// error on, logged (with its kind) for each request.
 	logger, buf = newLogger()
-	if _, err := sluice.AllowMulti(ctx, New(singles{store}, WithLogger(logger)), reqs); !errors.Is(err, sluice.ErrNotAtomic) {
-		t.Errorf("AllowMulti over a limiter without batches: %v, want ErrNotAtomic", err)
+	if _, err := sluice.AllowMulti(ctx, New(singles{store}, WithLogger(logger)), reqs); !errors.Is(err, sluice.ErrInvalidKey) {
+		t.Errorf("AllowMulti over a limiter without batches: %v, want the store's error", err)
 	}
 	evs = buf.events(t)
-	if len(evs) != 2 || evs[0]["error_kind"] != "not_atomic" || evs[1]["error_kind"] != "not_atomic" || evs[0]["level"] != "WARN" {
+	if len(evs) != 2 || evs[0]["error_kind"] != "bad_input" || evs[1]["error_kind"] != "bad_input" || evs[0]["level"] != "WARN" {
 		t.Errorf("a batch the limiter refused: %v", evs)
 	}
 }
