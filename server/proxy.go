@@ -33,7 +33,7 @@ type ProxyOptions struct {
 	// FailureMode, when set, overrides the configuration's store.failure_mode, as
 	// Options.FailureMode does.
 	FailureMode sluice.FailureMode
-	// Transport sends requests upstream; nil means http.DefaultTransport.
+	// Transport sends requests upstream; nil means NewUpstreamTransport(0, false).
 	Transport http.RoundTripper
 }
 
@@ -68,6 +68,9 @@ func NewProxy(opts ProxyOptions) (*Proxy, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.Transport == nil {
+		opts.Transport = NewUpstreamTransport(0, false)
+	}
 	up := opts.Upstream
 	p := &Proxy{opts: opts, hashers: newHashers(opts.Logger)}
 	p.proxy = &httputil.ReverseProxy{
@@ -82,6 +85,31 @@ func NewProxy(opts ProxyOptions) (*Proxy, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// DefaultUpstreamIdleConns is the size of the pool of idle upstream connections unless
+// NewUpstreamTransport is told otherwise.
+const DefaultUpstreamIdleConns = 256
+
+// NewUpstreamTransport returns the transport a Proxy sends requests upstream with: keeps
+// up to idle connections to the upstream open between requests (DefaultUpstreamIdleConns
+// when idle ≤ 0), so that at steady state no request opens a connection; with h2, it
+// speaks HTTP/2 to the upstream (over TLS by ALPN for https upstreams, and prior-knowledge
+// cleartext HTTP/2 for http ones, which the upstream must then speak). Other settings are
+// http.DefaultTransport's.
+func NewUpstreamTransport(idle int, h2 bool) *http.Transport {
+	if idle <= 0 {
+		idle = DefaultUpstreamIdleConns
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = idle
+	t.MaxIdleConnsPerHost = idle // the default, 2, closes all but two after every burst
+	if h2 {
+		t.Protocols = new(http.Protocols)
+		t.Protocols.SetHTTP2(true)
+		t.Protocols.SetUnencryptedHTTP2(true)
+	}
+	return t
 }
 
 func (p *Proxy) config() *config.Config {

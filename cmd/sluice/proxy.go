@@ -21,6 +21,8 @@ func proxyCommand() *cli.Command {
 		&cli.StringFlag{Name: "upstream", Usage: "the `URL` allowed requests are forwarded to (required)", Sources: cli.EnvVars("SLUICE_UPSTREAM")},
 		&cli.StringFlag{Name: "listen", Value: ":8000", Usage: "listen `ADDR`ess of the proxy", Sources: cli.EnvVars("SLUICE_PROXY_ADDR")},
 		&cli.StringFlag{Name: "admin", Usage: "listen `ADDR`ess for /healthz, /readyz and /metrics (and the JSON API on the same store); empty disables it", Sources: cli.EnvVars("SLUICE_PROXY_ADMIN_ADDR")},
+		&cli.IntFlag{Name: "upstream-idle-conns", Value: server.DefaultUpstreamIdleConns, Usage: "the most idle connections to the upstream kept open for reuse", Sources: cli.EnvVars("SLUICE_UPSTREAM_IDLE_CONNS")},
+		&cli.BoolFlag{Name: "upstream-http2", Usage: "speak HTTP/2 to the upstream: by ALPN over TLS for https://, prior-knowledge cleartext for http:// (the upstream must speak it)", Sources: cli.EnvVars("SLUICE_UPSTREAM_HTTP2")},
 		&cli.BoolFlag{Name: "legacy-headers", Usage: "also send X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset", Sources: cli.EnvVars("SLUICE_LEGACY_HEADERS")},
 		&cli.DurationFlag{Name: "shutdown-timeout", Value: server.DefaultShutdownTimeout, Usage: "on SIGTERM or SIGINT, how long to wait for requests in flight", Sources: cli.EnvVars("SLUICE_SHUTDOWN_TIMEOUT")},
 	}
@@ -72,6 +74,7 @@ func proxy(ctx context.Context, c *cli.Command) error {
 	p, err := server.NewProxy(server.ProxyOptions{
 		Limiter:       st.Limiter(),
 		FailureMode:   sf.FailureMode,
+		Transport:     server.NewUpstreamTransport(int(c.Int("upstream-idle-conns")), c.Bool("upstream-http2")),
 		Upstream:      up,
 		Watcher:       w,
 		LegacyHeaders: c.Bool("legacy-headers"),
