@@ -205,8 +205,7 @@ func (s *Server) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 		// Calls run on a pool of goroutines whose stacks have already grown, instead of
 		// a new goroutine (and a stack to grow) per call. gRPC hands a call to a worker
 		// only if one is idle at that instant, else starts a goroutine, so the pool is
-		// large: with 8 workers per CPU, stack growth still took 13% of the CPU under
-		// load; with 64 it is gone, and idle workers cost only their stacks.
+		// large (64 per CPU; bench/README.md); idle workers cost only their stacks.
 		grpc.NumStreamWorkers(uint32(64 * runtime.GOMAXPROCS(0))),
 		// Fixed flow-control windows. With the defaults, grpc-go sizes windows by
 		// bandwidth-delay estimation, which sends a PING each time data arrives and none is

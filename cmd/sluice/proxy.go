@@ -52,28 +52,20 @@ func proxyCommand() *cli.Command {
 var proxyListenHook func(addr net.Addr)
 
 func proxy(ctx context.Context, c *cli.Command) error {
-	log, err := newLogger(c, c.Root().ErrWriter)
-	if err != nil {
-		return err
-	}
 	up, err := url.Parse(c.String("upstream"))
 	if err != nil || up.Scheme == "" || up.Host == "" {
 		return cli.Exit("--upstream must be an absolute URL such as http://localhost:3000", exitUsage)
 	}
-	tlsCfg, err := readTLSFlags(c, log)
+	e, err := start(c)
 	if err != nil {
 		return err
 	}
-	sf, w, reg, st, err := startStore(c, log)
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	defer st.Close()
+	defer e.close()
+	log, w, st, tlsCfg := e.log, e.w, e.stack, e.tls
 
 	p, err := server.NewProxy(server.ProxyOptions{
 		Limiter:       st.Limiter(),
-		FailureMode:   sf.FailureMode,
+		FailureMode:   e.opts.FailureMode,
 		Transport:     server.NewUpstreamTransport(int(c.Int("upstream-idle-conns")), c.Bool("upstream-http2")),
 		Upstream:      up,
 		Watcher:       w,
@@ -110,8 +102,8 @@ func proxy(ctx context.Context, c *cli.Command) error {
 			ln.Close()
 			return err
 		}
-		srv, err := server.New(server.Options{Limiter: st.Limiter(), Watcher: w, FailureMode: sf.FailureMode,
-			Ready: st.Ready, Registry: reg, Logger: log, ShutdownTimeout: c.Duration("shutdown-timeout")})
+		srv, err := server.New(server.Options{Limiter: st.Limiter(), Watcher: w, FailureMode: e.opts.FailureMode,
+			Ready: st.Ready, Registry: e.reg, Logger: log, ShutdownTimeout: c.Duration("shutdown-timeout")})
 		if err != nil {
 			ln.Close()
 			al.Close()

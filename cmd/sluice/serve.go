@@ -73,45 +73,30 @@ func serveCommand() *cli.Command {
 var listenHook func(httpAddr, grpcAddr net.Addr)
 
 func serve(ctx context.Context, c *cli.Command) error {
-	log, err := newLogger(c, c.Root().ErrWriter)
+	e, err := start(c)
 	if err != nil {
 		return err
 	}
-	tlsCfg, err := readTLSFlags(c, log)
-	if err != nil {
-		return err
-	}
-	sf, w, reg, st, err := startStore(c, log)
-	if err != nil {
-		return err
-	}
-	defer w.Close()
+	defer e.close()
+	log, w, st := e.log, e.w, e.stack
 	cfg := w.Config()
 	if st.Kind() == "redis" && os.Getenv("GOGC") == "" {
 		// On Redis the process keeps no per-key state, so its live heap is a few MB and
-		// the default GOGC=100 collects many times a second under load. Trading some
-		// MB of heap for CPU: GOGC=400 cut GC from ~8% to ~2% of the CPU at 5k
-		// requests/s. Set GOGC to choose otherwise.
+		// the default GOGC=100 collects many times a second under load: trade some MB of
+		// heap for CPU (bench/README.md). Set GOGC to choose otherwise.
 		debug.SetGCPercent(400)
 	}
-	defer func() {
-		if err := st.Close(); err != nil {
-			log.Error("closing the store", slog.String("error", err.Error()))
-		} else {
-			log.Info("store closed")
-		}
-	}()
 
 	opts := server.Options{
 		Limiter:         st.Limiter(),
 		Watcher:         w,
-		FailureMode:     sf.FailureMode,
+		FailureMode:     e.opts.FailureMode,
 		ShadowMode:      c.Bool("shadow-mode"),
 		Ready:           st.Ready,
-		Registry:        reg,
+		Registry:        e.reg,
 		Logger:          log,
 		ShutdownTimeout: c.Duration("shutdown-timeout"),
-		TLS:             tlsCfg,
+		TLS:             e.tls,
 	}
 	if f := c.String("admin-token-file"); f != "" {
 		opts.AdminToken = config.Admin{TokenFile: f}.Token
@@ -159,8 +144,8 @@ func serve(ctx context.Context, c *cli.Command) error {
 	if st.Target() != "" {
 		attrs = append(attrs, slog.String("redis", st.Target()))
 	}
-	if sf.FailureMode != sluice.FailInherit {
-		attrs = append(attrs, slog.String("failure_mode", sf.FailureMode.String()))
+	if e.opts.FailureMode != sluice.FailInherit {
+		attrs = append(attrs, slog.String("failure_mode", e.opts.FailureMode.String()))
 	}
 	log.Info("sluice starting", attrs...)
 

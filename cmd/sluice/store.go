@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 
@@ -13,31 +14,56 @@ import (
 	"github.com/sluicehq/sluice/stack"
 )
 
-// startStore is the set-up serve and proxy share: read the store flags, start the
-// configuration watcher, and build the decision stack (package stack) on a fresh metrics
-// registry. The caller closes the watcher and the stack.
-func startStore(c *cli.Command, log *slog.Logger) (stack.Options, *config.Watcher, *prometheus.Registry, *stack.Stack, error) {
-	o, err := readStoreFlags(c)
+// env is what serve and proxy set up alike: the logger, the TLS settings of the
+// listeners, the store flags, the configuration watcher, the metrics registry and the
+// decision stack (package stack).
+type env struct {
+	log   *slog.Logger
+	tls   *tls.Config
+	opts  stack.Options
+	w     *config.Watcher
+	reg   *prometheus.Registry
+	stack *stack.Stack
+}
+
+// start sets up the env of a command; close undoes it.
+func start(c *cli.Command) (*env, error) {
+	log, err := newLogger(c, c.Root().ErrWriter)
 	if err != nil {
-		return o, nil, nil, nil, err
+		return nil, err
 	}
-	w, err := config.NewWatcher(c.String("config"), config.WithLogger(log))
-	if err != nil {
-		return o, nil, nil, nil, fmt.Errorf("configuration: %w", err)
+	e := &env{log: log}
+	if e.tls, err = readTLSFlags(c, log); err != nil {
+		return nil, err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	o.Logger, o.Registry = log, reg
+	if e.opts, err = readStoreFlags(c); err != nil {
+		return nil, err
+	}
+	if e.w, err = config.NewWatcher(c.String("config"), config.WithLogger(log)); err != nil {
+		return nil, fmt.Errorf("configuration: %w", err)
+	}
+	e.reg = prometheus.NewRegistry()
+	e.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	e.opts.Logger, e.opts.Registry = log, e.reg
 	// A Redis that is down when the service starts is a store failure like any other:
 	// the service starts, the failure mode answers, /readyz reports it, and the store
 	// connects in the background.
-	o.ConnectRetry = true
-	st, err := stack.Open(w.Config(), o)
-	if err != nil {
-		w.Close()
-		return o, nil, nil, nil, err
+	e.opts.ConnectRetry = true
+	if e.stack, err = stack.Open(e.w.Config(), e.opts); err != nil {
+		e.w.Close()
+		return nil, err
 	}
-	return o, w, reg, st, nil
+	return e, nil
+}
+
+// close closes the stack and the watcher.
+func (e *env) close() {
+	if err := e.stack.Close(); err != nil {
+		e.log.Error("closing the store", slog.String("error", err.Error()))
+	} else {
+		e.log.Info("store closed")
+	}
+	e.w.Close()
 }
 
 // readStoreFlags reads the store flags serve and proxy share into the stack's options.
