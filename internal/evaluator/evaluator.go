@@ -24,6 +24,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -230,8 +231,9 @@ func addCost(a, b int64) int64 {
 // per key and limit (a limit named twice is one request for the sum of its costs; the
 // namings of one key and limit share their rule, so they are all enforced).
 func enforce(ctx context.Context, lim sluice.Limiter, n int, at func(int) *Item) (bool, sluice.Report, error) {
-	var buf [8]sluice.Request
-	reqs := buf[:0]
+	b := buffers.Get().(*buffer)
+	defer b.put()
+	reqs := b.reqs[:0]
 	for i := range n {
 		if it := at(i); it.asked() && !it.Shadow && it.first == i {
 			it.req = len(reqs)
@@ -240,16 +242,11 @@ func enforce(ctx context.Context, lim sluice.Limiter, n int, at func(int) *Item)
 			reqs = append(reqs, r)
 		}
 	}
+	b.reqs = reqs
 	if len(reqs) == 0 {
 		return true, sluice.Report{}, nil
 	}
-	var dbuf [8]sluice.Decision
-	ds := dbuf[:0]
-	if len(reqs) <= len(dbuf) {
-		ds = dbuf[:len(reqs)]
-	} else {
-		ds = make([]sluice.Decision, len(reqs))
-	}
+	ds := b.decisions(len(reqs))
 	rep, err := lim.Decide(ctx, reqs, ds)
 	if err != nil && ds[0].Path != sluice.PathClosed {
 		return false, rep, err
@@ -278,6 +275,35 @@ func enforce(ctx context.Context, lim sluice.Limiter, n int, at func(int) *Item)
 		it.set(d)
 	}
 	return allowed, rep, err
+}
+
+// buffer holds the slices of one enforced call, reused across requests: the limiter is
+// an interface, so slices on the stack would escape to the heap on every call. No layer
+// keeps them after Decide returns (failover's calls that may outlive it decide into
+// copies).
+type buffer struct {
+	reqs []sluice.Request
+	ds   []sluice.Decision
+}
+
+var buffers = sync.Pool{New: func() any { return new(buffer) }}
+
+func (b *buffer) decisions(n int) []sluice.Decision {
+	if cap(b.ds) < n {
+		b.ds = make([]sluice.Decision, n)
+	}
+	b.ds = b.ds[:n]
+	clear(b.ds)
+	return b.ds
+}
+
+func (b *buffer) put() {
+	clear(b.reqs) // drop the keys' strings
+	b.reqs = b.reqs[:0]
+	if cap(b.reqs) > 64 || cap(b.ds) > 64 {
+		return // a huge request: let it go
+	}
+	buffers.Put(b)
 }
 
 func (it *Item) set(d sluice.Decision) {
