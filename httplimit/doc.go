@@ -85,9 +85,11 @@
 //     back to a local limit when the store is down, wrap the Limiter in a failover
 //     decorator; the decision it returns is then used like any other.
 //   - bad input, that is a KeyFunc error (wrapped in ErrIdentify, e.g. a Unix-socket peer
-//     with no IP) or a limiter error for which sluice.IsBadInput is true (an invalid limit
-//     or an over-long key), is answered by Config.Error, by default 500 with a problem
-//     body. Bad input is a bug or an attack, and never fails open.
+//     with no IP) or a limiter error for which sluice.IsBadInput is true (an invalid limit),
+//     is answered by Config.Error, by default 500 with a problem body. Bad input is a bug
+//     in the configuration, never the client's doing, and never fails open. What a client
+//     shapes cannot cause it: an over-long identity (a header of any length) is decided
+//     under its keys.Bound form, like any other.
 //
 // No RateLimit fields are sent in those cases: there was no decision to report.
 //

@@ -96,7 +96,7 @@ type PolicyDecision struct {
 	Route string
 	// Tier is the tier whose limit applied, "" when Policy.Limit or an override did.
 	Tier string
-	// Key is the store key: keys.Of(Policy, Identity, Route, Tier).String().
+	// Key is the store key: keys.Bound(keys.Of(Policy, Identity, Route, Tier).String()).
 	Key string
 	// Shadow reports whether the policy only measures.
 	Shadow bool
@@ -291,6 +291,9 @@ func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
 	bad := errors.Is(err, ErrIdentify) || sluice.IsBadInput(err)
 	if m.cfg.Logger != nil {
 		level := slog.LevelError
+		if sluice.IsBadInput(err) {
+			level = slog.LevelWarn // a request's input, not a failure of the service
+		}
 		if errors.Is(err, context.Canceled) {
 			level = slog.LevelDebug // the client went away
 		}
@@ -377,6 +380,7 @@ func (m *Middleware) decide(r *http.Request) (*Result, error) {
 		if !it.Decided {
 			continue
 		}
+		it.d.Key = it.Key // as Evaluate bounded it
 		it.d.set(it.Decision)
 		res.Decisions = append(res.Decisions, it.d)
 	}

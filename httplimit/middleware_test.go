@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -115,19 +116,35 @@ func TestShadowNeverBlocks(t *testing.T) {
 	}
 }
 
+// failingPolicy is a Limiter that fails every call deciding a request of policy, with a
+// store error, and passes the others to the Limiter it wraps.
+type failingPolicy struct {
+	sluice.Limiter
+	policy string
+}
+
+func (f failingPolicy) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
+	for _, r := range reqs {
+		if r.Policy == f.policy {
+			return sluice.Report{}, &sluice.StoreError{Kind: sluice.KindTimeout, Err: errors.New("timed out")}
+		}
+	}
+	return f.Limiter.Decide(ctx, reqs, ds)
+}
+
 func testShadowNeverBlocks(t *testing.T, shadowHeaders bool) {
 	store, _ := newStore(t)
 	var logs bytes.Buffer
 	var results []*Result
 	h := mustNew(t, Config{
-		Limiter:       store,
+		Limiter:       failingPolicy{store, "broken"},
 		ShadowHeaders: shadowHeaders,
 		Logger:        slog.New(slog.NewTextHandler(&logs, nil)),
 		Policies: []Policy{
 			{Name: "real", Limit: sluice.PerHour(3)},
 			{Name: "trial", Limit: sluice.PerHour(1), Shadow: true},
 			{Name: "broken", Limit: sluice.PerHour(1), Shadow: true, Key: ByUser(func(*http.Request) string {
-				return strings.Repeat("x", sluice.MaxKeyLen) // the store refuses this key
+				return "xxx" // failingPolicy fails its decisions
 			})},
 		},
 		Limited: func(w http.ResponseWriter, r *http.Request, res *Result) {

@@ -605,7 +605,7 @@ func (s *Server) serveReset(w http.ResponseWriter, r *http.Request) string {
 		if it.status != config.Limited {
 			continue
 		}
-		if err := s.limiter.Reset(ctx, it.Key, it.Limit); err != nil {
+		if err := s.limiter.Reset(ctx, keys.Bound(it.Key), it.Limit); err != nil { // the key Evaluate decides
 			return s.writeError(w, r, err)
 		}
 		resp.Reset = append(resp.Reset, it.name)

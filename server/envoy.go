@@ -119,6 +119,12 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			// would be failed open by Envoy's default failure_mode_deny: false).
 			return s.closedResponse(items), nil
 		}
+		if sluice.IsBadInput(err) {
+			// Not a store failure: the evaluator bounds client-shaped keys and rules out
+			// impossible costs, so this is a limit the configuration let through.
+			s.log.LogAttrs(ctx, slog.LevelDebug, "rate limit request refused", slog.String("domain", dom.Name), slog.String("error", err.Error()))
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
 		s.metrics.storeErrors.Inc()
 		s.log.LogAttrs(ctx, slog.LevelError, "rate limit not decided", slog.String("domain", dom.Name), slog.String("error", err.Error()))
 		return nil, status.Error(codes.Unavailable, "rate limit store unavailable")

@@ -6,6 +6,9 @@
 // A request is a slice of Items, each a sluice.Request (key, limit, cost, policy, shadow,
 // failure mode) and how it was found. Evaluate decides it:
 //
+//   - Every key longer than keys.MaxStoreKeyLen (a client shapes keys through headers and
+//     descriptor values) is replaced by its keys.Bound form before anything else, so an
+//     over-long identity is decided like any other and never makes the call an error.
 //   - A limit named more than once (Envoy sends a descriptor twice when two of a route's
 //     actions produce it) is one request to the store for the sum of its costs, and each
 //     naming reports the quota left after it and the namings before it.
@@ -28,10 +31,11 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/keys"
 )
 
 // Item is one limit of a request. The caller fills the Request and Blocked/Skip;
-// Evaluate fills the rest.
+// Evaluate fills the rest, and replaces Key by its keys.Bound form.
 type Item struct {
 	sluice.Request
 	// Skip marks an item that names no limit (no rule matched, or the rule is unlimited):
@@ -188,6 +192,7 @@ func prepare(n int, at func(int) *Item) {
 		if !it.asked() {
 			continue
 		}
+		it.Key = keys.Bound(it.Key)
 		it.first = i
 		if n <= 8 {
 			for j := range i {
