@@ -80,6 +80,48 @@ type Store struct {
 	// DenyCache is deny_cache: the cache of the store's denials in front of it
 	// (package denycache). The zero value leaves the service's defaults.
 	DenyCache DenyCache
+	// RequestLimits is request_limits: the caps on the size of one rate limit request.
+	// Zero fields take the service's flags, else the defaults.
+	RequestLimits RequestLimits
+}
+
+// RequestLimits caps one rate limit request (Envoy's ShouldRateLimit, the JSON API's
+// /v1/check, /v1/peek and /v1/reset): a request over a cap is refused before any work
+// (gRPC InvalidArgument, HTTP 400) and spends nothing. A zero field means its default.
+type RequestLimits struct {
+	// MaxDescriptors bounds the descriptors of one request (default 256).
+	MaxDescriptors int
+	// MaxEntries bounds the entries of one descriptor (default 32).
+	MaxEntries int
+	// MaxBytes bounds the bytes of every entry's key and value of one request together,
+	// and the body of a JSON request (default 256 KiB).
+	MaxBytes int
+}
+
+// Default request limits: far above what Envoy sends (a route's rate_limits make a few
+// descriptors of a few entries each) and far below what costs a store or the heap.
+const (
+	DefaultMaxDescriptors = 256
+	DefaultMaxEntries     = 32
+	DefaultMaxBytes       = 256 << 10
+)
+
+// Or returns l with each zero field taken from def, and the defaults for those still zero.
+func (l RequestLimits) Or(def RequestLimits) RequestLimits {
+	pick := func(v, d, builtin int) int {
+		switch {
+		case v > 0:
+			return v
+		case d > 0:
+			return d
+		}
+		return builtin
+	}
+	return RequestLimits{
+		MaxDescriptors: pick(l.MaxDescriptors, def.MaxDescriptors, DefaultMaxDescriptors),
+		MaxEntries:     pick(l.MaxEntries, def.MaxEntries, DefaultMaxEntries),
+		MaxBytes:       pick(l.MaxBytes, def.MaxBytes, DefaultMaxBytes),
+	}
 }
 
 // DenyCache is the store block's deny_cache: {max_bytes, max_age}, or deny_cache: off.

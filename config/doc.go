@@ -30,7 +30,8 @@
 // testdata/policies.yaml is a commented example with every field. In short:
 //
 //	store:    {redis_url | redis_url_env, deadline, failure_mode, local_share | expected_nodes,
-//	           deny_cache: off | {max_bytes, max_age}}
+//	           deny_cache: off | {max_bytes, max_age},
+//	           request_limits: {max_descriptors, max_entries, max_bytes}}
 //	admin:    {token_env, token_file}          # where the admin token is; never the token
 //	identity: {trusted_proxies, ipv6_prefix, api_key_secret_env}
 //	policies:

@@ -223,7 +223,7 @@ func (d *decoder) sluiceFile(root *yaml.Node) *sluiceFile {
 }
 
 func (d *decoder) store(n *yaml.Node) *Store {
-	o := d.object(n, "store", "redis_url", "redis_url_env", "deadline", "failure_mode", "local_share", "expected_nodes", "deny_cache")
+	o := d.object(n, "store", "redis_url", "redis_url_env", "deadline", "failure_mode", "local_share", "expected_nodes", "deny_cache", "request_limits")
 	if o == nil {
 		return nil
 	}
@@ -253,7 +253,29 @@ func (d *decoder) store(n *yaml.Node) *Store {
 	if v, ok := o.get("deny_cache"); ok {
 		s.DenyCache = d.denyCache(v, o.field("deny_cache"))
 	}
+	if v, ok := o.get("request_limits"); ok {
+		s.RequestLimits = d.requestLimits(v, o.field("request_limits"))
+	}
 	return s
+}
+
+// requestLimits reads request_limits: {max_descriptors, max_entries, max_bytes}.
+func (d *decoder) requestLimits(n *yaml.Node, path string) RequestLimits {
+	o := d.object(n, path, "max_descriptors", "max_entries", "max_bytes")
+	if o == nil {
+		return RequestLimits{}
+	}
+	var l RequestLimits
+	read := func(field string, dst *int, hi int64) {
+		if v, ok := o.get(field); ok {
+			x, _ := d.integer(v, o.field(field), 1, hi)
+			*dst = int(x)
+		}
+	}
+	read("max_descriptors", &l.MaxDescriptors, 1<<20)
+	read("max_entries", &l.MaxEntries, 1<<20)
+	read("max_bytes", &l.MaxBytes, 1<<30)
+	return l
 }
 
 // denyCache reads deny_cache: off, or {max_bytes, max_age}.

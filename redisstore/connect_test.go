@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -127,6 +128,16 @@ func TestOpenTLS(t *testing.T) {
 		redistest.WithConfig("tls-ca-cert-file", cert),
 		redistest.WithConfig("tls-auth-clients", "no"))
 	decideOnce(t, open(t, "rediss://127.0.0.1:"+port+"?skip_verify=true"))
+	// A private CA: the server's certificate verifies against ca_file, without skip_verify.
+	decideOnce(t, open(t, "rediss://127.0.0.1:"+port+"?ca_file="+url.QueryEscape(cert)+"&dial_timeout=2s"))
+	if _, err := Open("rediss://127.0.0.1:" + port); err == nil {
+		t.Error("the self-signed certificate verified against the system's roots")
+	}
+	for _, u := range []string{"redis://127.0.0.1:" + port + "?ca_file=" + cert, "rediss://127.0.0.1:" + port + "?ca_file=/nonexistent", "rediss://127.0.0.1:" + port + "?ca_file=" + key} {
+		if _, err := Open(u); err == nil {
+			t.Errorf("Open(%s) succeeded", u)
+		}
+	}
 }
 
 // writeSelfSigned writes a self-signed certificate for 127.0.0.1 and its key.

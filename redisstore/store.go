@@ -126,8 +126,10 @@
 //	                                                the master's name
 //
 // user:password are the ACL credentials (only a password for requirepass). Query options:
-// dial_timeout, write_timeout (durations), skip_verify (rediss only), client_name, db.
-// For anything else (certificates, Sentinel credentials) build a rueidis.Client and use New.
+// dial_timeout, write_timeout (durations), skip_verify (rediss only), client_name, db, and
+// ca_file (rediss only): a PEM file of the CA certificates that verify the server, for a
+// private CA, instead of the system's roots (and without skip_verify). For anything else
+// (client certificates, Sentinel credentials) build a rueidis.Client and use New.
 //
 // # Failures
 //
@@ -149,9 +151,12 @@ package redisstore
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
+	neturl "net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -318,9 +323,24 @@ func WithConnectRetry() Option {
 // returns a Store that owns the connection: Close closes it. See WithConnectRetry for a
 // Redis that is not reachable yet.
 func Open(url string, opts ...Option) (*Store, error) {
+	url, caFile, err := cutCAFile(url)
+	if err != nil {
+		return nil, err
+	}
 	copt, err := rueidis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
+	}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("redisstore: ca_file %s holds no PEM certificate", caFile)
+		}
+		copt.TLSConfig.RootCAs = pool
 	}
 	copt.DisableCache = true
 	o, err := buildOptions(opts)
@@ -343,6 +363,29 @@ func Open(url string, opts ...Option) (*Store, error) {
 	s.inflight.Add(1)
 	go s.connectLoop(copt)
 	return s, nil
+}
+
+// cutCAFile removes the ca_file query option from raw (rueidis does not know it) and
+// returns it; it applies to rediss:// URLs only.
+func cutCAFile(raw string) (string, string, error) {
+	if !strings.Contains(raw, "ca_file=") {
+		return raw, "", nil
+	}
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		return "", "", fmt.Errorf("redisstore: %w", err)
+	}
+	q := u.Query()
+	ca := q.Get("ca_file")
+	if u.Scheme != "rediss" {
+		return "", "", errors.New("redisstore: ca_file applies only to rediss:// URLs")
+	}
+	if ca == "" {
+		return "", "", errors.New("redisstore: ca_file is empty")
+	}
+	q.Del("ca_file")
+	u.RawQuery = q.Encode()
+	return u.String(), ca, nil
 }
 
 // connectLoop tries to connect until it succeeds or Close starts.

@@ -121,8 +121,9 @@ type ResetResponse struct {
 	Reset []string `json:"reset"`
 }
 
-// maxBody bounds a request body.
-const maxBody = 64 << 10
+// maxEnvelope is what a JSON request body may hold beyond request_limits.max_bytes of
+// descriptor keys and values: the JSON around them, a key, a path.
+const maxEnvelope = 64 << 10
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
@@ -190,9 +191,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) s
 	return code
 }
 
-func decodeCheck(w http.ResponseWriter, r *http.Request) (*CheckRequest, error) {
+func (s *Server) decodeCheck(w http.ResponseWriter, r *http.Request) (*CheckRequest, error) {
 	var req CheckRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, int64(s.requestLimits(s.config()).MaxBytes)+maxEnvelope))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		return nil, badRequest("malformed JSON body: %v", err)
@@ -212,7 +213,7 @@ func (s *Server) handleCheck(api string, peek bool) http.HandlerFunc {
 }
 
 func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request, peek bool) string {
-	req, err := decodeCheck(w, r)
+	req, err := s.decodeCheck(w, r)
 	if err != nil {
 		return s.writeError(w, r, err)
 	}
@@ -397,6 +398,15 @@ func (s *Server) items(cfg *config.Config, req *CheckRequest) ([]item, scope, er
 	case req.Domain != "":
 		if len(req.Descriptors) == 0 {
 			return nil, scope{}, badRequest("rate limit descriptor list must not be empty")
+		}
+		if err := checkSize(s.requestLimits(cfg), len(req.Descriptors), func(i int) (int, int) {
+			n := 0
+			for _, e := range req.Descriptors[i].Entries {
+				n += len(e.Key) + len(e.Value)
+			}
+			return len(req.Descriptors[i].Entries), n
+		}); err != nil {
+			return nil, scope{}, badRequest("%v", err)
 		}
 		descs := make([]config.Descriptor, len(req.Descriptors))
 		mults := make([]uint32, len(req.Descriptors))
@@ -589,7 +599,7 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) serveReset(w http.ResponseWriter, r *http.Request) string {
-	req, err := decodeCheck(w, r)
+	req, err := s.decodeCheck(w, r)
 	if err != nil {
 		return s.writeError(w, r, err)
 	}

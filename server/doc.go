@@ -40,7 +40,12 @@
 //     rate_limit name or full key) and, for OVER_LIMIT, Retry-After;
 //   - an unknown domain limits nothing (every descriptor OK); an empty domain, no
 //     descriptors, a descriptor without entries or an override with an unknown unit is
-//     InvalidArgument.
+//     InvalidArgument;
+//   - a request over Options.RequestLimits (store.request_limits: descriptors per call,
+//     entries per descriptor, bytes of all keys and values) is InvalidArgument (HTTP 400
+//     in the JSON API) before any work, and spends nothing;
+//   - no value a client shapes makes the call an error: a counter key longer than
+//     keys.MaxStoreKeyLen is decided under its keys.Bound digest form.
 //
 // One difference is deliberate: a request that is over the limit spends nothing, from
 // any of its descriptors. The enforced descriptors of a request are decided in one

@@ -61,6 +61,16 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
 	}
 	cfg := s.config()
+	if err := checkSize(s.requestLimits(cfg), len(req.Descriptors), func(i int) (int, int) {
+		es := req.Descriptors[i].GetEntries()
+		n := 0
+		for _, e := range es {
+			n += len(e.GetKey()) + len(e.GetValue())
+		}
+		return len(es), n
+	}); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
 	dom, ok := cfg.Domain(req.Domain)
 	if !ok {
 		// As the reference implementation: an unknown domain limits nothing.

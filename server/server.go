@@ -82,6 +82,12 @@ type Options struct {
 	// Now is the clock for windows the store does not decide (requests_per_unit 0).
 	// Nil means time.Now.
 	Now func() time.Time
+	// RequestLimits caps the size of one rate limit request; its zero fields take the
+	// configuration's store.request_limits, else the defaults (config.RequestLimits).
+	RequestLimits config.RequestLimits
+	// HTTPTimeouts are the HTTP listener's timeouts; zero fields take
+	// DefaultHTTPTimeouts.
+	HTTPTimeouts Timeouts
 	// TLS, when set, makes Serve speak TLS on both listeners: HTTPS (HTTP/2 and
 	// HTTP/1.1) and gRPC over TLS. Its certificate, and its ClientAuth for mutual TLS,
 	// apply to every endpoint, the health and metrics endpoints included (a probe must
@@ -110,6 +116,32 @@ type Server struct {
 	tls           *tls.Config
 	draining      atomic.Bool
 	hashers       *hashers
+	reqLimits     config.RequestLimits
+	timeouts      Timeouts
+}
+
+// requestLimits returns the request caps in force with cfg.
+func (s *Server) requestLimits(cfg *config.Config) config.RequestLimits {
+	return s.reqLimits.Or(cfg.Store.RequestLimits)
+}
+
+// checkSize refuses a request of n descriptors over lim before any work; entries(i)
+// returns the number of entries of descriptor i and the bytes of their keys and values.
+func checkSize(lim config.RequestLimits, n int, entries func(i int) (count, bytes int)) error {
+	if n > lim.MaxDescriptors {
+		return fmt.Errorf("%d descriptors, more than the %d allowed (request_limits.max_descriptors)", n, lim.MaxDescriptors)
+	}
+	total := 0
+	for i := range n {
+		c, b := entries(i)
+		if c > lim.MaxEntries {
+			return fmt.Errorf("descriptor %d has %d entries, more than the %d allowed (request_limits.max_entries)", i, c, lim.MaxEntries)
+		}
+		if total += b; total > lim.MaxBytes {
+			return fmt.Errorf("descriptors of more than the %d bytes allowed (request_limits.max_bytes)", lim.MaxBytes)
+		}
+	}
+	return nil
 }
 
 // New returns a Server.
@@ -132,6 +164,8 @@ func New(opts Options) (*Server, error) {
 		shutdown:      opts.ShutdownTimeout,
 		now:           opts.Now,
 		health:        health.NewServer(),
+		reqLimits:     opts.RequestLimits,
+		timeouts:      opts.HTTPTimeouts.Or(DefaultHTTPTimeouts),
 	}
 	if s.static == nil {
 		s.static = config.Default()
@@ -238,13 +272,8 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 	errc := make(chan error, 2)
 	var hs *http.Server
 	if httpLn != nil {
-		hs = &http.Server{
-			Handler:           s.Handler(),
-			ReadHeaderTimeout: 10 * time.Second,
-			ReadTimeout:       30 * time.Second,
-			IdleTimeout:       2 * time.Minute,
-			ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-		}
+		hs = s.timeouts.Server(s.Handler())
+		hs.ErrorLog = slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)
 		if s.tls != nil {
 			c := s.tls.Clone()
 			c.NextProtos = []string{"h2", "http/1.1"}

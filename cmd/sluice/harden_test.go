@@ -1,17 +1,31 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/server"
 )
 
 // hardDomain is issue 20's scenario: a per-user rule on "vip*" values and a per-address
@@ -92,5 +106,148 @@ func TestServeOverlongDescriptorValueIsDecided(t *testing.T) {
 				t.Errorf("an ERROR was logged:\n%.2000s", log.String())
 			}
 		})
+	}
+}
+
+// TestServeRequestCaps: a call over a cap (descriptors per call, entries per descriptor,
+// total bytes; defaults, the configuration's store.request_limits, and the flags) is
+// refused before any work, gRPC InvalidArgument and HTTP 400, and spends nothing.
+func TestServeRequestCaps(t *testing.T) {
+	cfg := writeConfig(t, "hard.yaml", hardDomain)
+	caps := writeConfig(t, "caps.yaml", "store:\n  request_limits: {max_entries: 2}\n")
+	dir := filepath.Dir(cfg)
+	os.Rename(caps, filepath.Join(dir, "caps.yaml"))
+	base, grpcAddr, _ := started(t, "--config", dir, "--max-request-bytes", "4096", "--log-level", "warn")
+	rls := rlsClient(t, grpcAddr)
+	call := func(descs ...*ratelimitv3.RateLimitDescriptor) (*rlsv3.RateLimitResponse, error) {
+		return rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "hard", Descriptors: descs})
+	}
+	many := make([]*ratelimitv3.RateLimitDescriptor, config.DefaultMaxDescriptors+1)
+	for i := range many {
+		many[i] = descriptor("remote_address", "A")
+	}
+	for name, descs := range map[string][]*ratelimitv3.RateLimitDescriptor{
+		"257 descriptors":         many,
+		"3 entries (config: 2)":   {descriptor("remote_address", "A"), descriptor("remote_address", "A", "x", "y", "z", "w")},
+		"5000 bytes (flag: 4096)": {descriptor("remote_address", "A"), descriptor("user", "vip"+strings.Repeat("x", 5000))},
+	} {
+		if _, err := call(descs...); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: err %v, want InvalidArgument", name, err)
+		}
+	}
+	body, _ := json.Marshal(map[string]any{"domain": "hard", "descriptors": []any{
+		map[string]any{"entries": []any{map[string]string{"key": "remote_address", "value": "A"}}},
+		map[string]any{"entries": []any{map[string]string{"key": "user", "value": "vip" + strings.Repeat("x", 5000)}}},
+	}})
+	rp, err := http.Post(base+"/v1/check", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp.Body.Close()
+	if rp.StatusCode != 400 {
+		t.Errorf("JSON over the byte cap: %d, want 400", rp.StatusCode)
+	}
+	// Nothing was spent: A has its whole limit.
+	resp, err := call(descriptor("remote_address", "A"))
+	if err != nil || resp.Statuses[0].LimitRemaining != 4 {
+		t.Fatalf("after the refused calls: %v %v, want 4 remaining", resp, err)
+	}
+}
+
+// TestServeWriteTimeout: an answer that takes longer than --http-write-timeout (Redis
+// frozen, a 2s deadline) is cut, not written.
+func TestServeWriteTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	base, _, _ := started(t, "--redis", srv.URL(), "--deadline", "2s", "--failure-mode", "closed",
+		"--http-write-timeout", "300ms", "--log-level", "error")
+	check := func() (*http.Response, error) {
+		return http.Post(base+"/v1/check", "application/json", strings.NewReader(`{"policy":"demo","key":"198.51.100.9"}`))
+	}
+	rp, err := check()
+	if err != nil {
+		t.Fatalf("with Redis up: %v", err)
+	}
+	rp.Body.Close()
+	srv.Pause()
+	defer srv.Resume()
+	if rp, err := check(); err == nil {
+		rp.Body.Close()
+		t.Fatalf("an answer written 2s after the request, past the 300ms write timeout: %d", rp.StatusCode)
+	}
+}
+
+// TestProxyReadTimeout: a client that sends its body slower than --read-timeout is cut
+// off instead of holding the connection (and an upstream request) open.
+func TestProxyReadTimeout(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }))
+	defer up.Close()
+	addr := startedProxy(t, "--upstream", up.URL, "--listen", "127.0.0.1:0", "--read-timeout", "300ms")
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\npartial")
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	io.Copy(io.Discard, conn) // until the proxy closes the connection
+	if d := time.Since(start); d > 4*time.Second {
+		t.Fatalf("the connection of a stalled upload was still open after %v", d)
+	}
+}
+
+// TestTimeoutDefaults: each listener has every timeout, and the defaults suit it.
+func TestTimeoutDefaults(t *testing.T) {
+	for name, to := range map[string]server.Timeouts{"serve": server.DefaultHTTPTimeouts, "proxy": server.DefaultProxyTimeouts} {
+		hs := to.Server(nil)
+		if hs.ReadHeaderTimeout <= 0 || hs.ReadTimeout <= 0 || hs.WriteTimeout <= 0 || hs.IdleTimeout <= 0 {
+			t.Errorf("%s: %+v lacks a timeout", name, to)
+		}
+	}
+	if server.DefaultProxyTimeouts.Write <= server.DefaultHTTPTimeouts.Write {
+		t.Error("the proxy's write timeout must leave room for the upstream")
+	}
+	if defaultPprofWriteTimeout <= 30*time.Second {
+		t.Error("the pprof write timeout must exceed a default 30s CPU profile")
+	}
+}
+
+// TestBinaryPprofCmdlineRedacted: the built binary's /debug/pprof/cmdline shows the
+// command line with the --redis password redacted.
+func TestBinaryPprofCmdlineRedacted(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "sluice")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	const secret = "hunter2-s3cret"
+	for _, form := range [][]string{{"--redis", "redis://:" + secret + "@127.0.0.1:1"}, {"--redis=redis://u:" + secret + "@127.0.0.1:1"}} {
+		args := append([]string{"serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--pprof", "127.0.0.1:0", "--log-format", "json"}, form...)
+		cmd := exec.Command(bin, args...)
+		stderr, _ := cmd.StderrPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		addr := ""
+		sc := bufio.NewScanner(stderr)
+		for addr == "" && sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == "serving pprof" {
+				addr, _ = m["addr"].(string)
+			}
+		}
+		go io.Copy(io.Discard, stderr)
+		if addr == "" {
+			cmd.Process.Kill()
+			t.Fatal("no pprof address logged")
+		}
+		got := httpGet(t, "http://"+addr+"/debug/pprof/cmdline")
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		if strings.Contains(got, secret) {
+			t.Errorf("%v: /debug/pprof/cmdline shows the password: %q", form, got)
+		}
+		if !strings.Contains(got, "127.0.0.1:1") || !strings.Contains(got, "--pprof") {
+			t.Errorf("%v: /debug/pprof/cmdline lost the command line: %q", form, got)
+		}
 	}
 }

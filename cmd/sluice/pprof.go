@@ -5,22 +5,62 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/stack"
 )
 
-// servePprof serves Go's profiling endpoints on addr until stop is called.
-func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
+// defaultPprofWriteTimeout is the pprof listener's write timeout: above the 30 s of a
+// default CPU profile, so /debug/pprof/profile works as documented.
+const defaultPprofWriteTimeout = 60 * time.Second
+
+// servePprof serves Go's profiling endpoints on addr until stop is called. The listener
+// reads a request within 10 s and writes an answer within writeTimeout (a profile or
+// trace longer than that is refused by net/http/pprof).
+func servePprof(addr string, writeTimeout time.Duration, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/cmdline", cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	hs := &http.Server{Handler: mux}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: writeTimeout, IdleTimeout: time.Minute}
 	go hs.Serve(ln)
 	log.Info("serving pprof", slog.String("addr", ln.Addr().String()))
 	return func() { hs.Close() }, nil
+}
+
+// cmdline is pprof.Cmdline with the passwords of URLs (--redis, --upstream) redacted, as
+// the logs, /readyz and /v1/config redact them.
+func cmdline(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Write([]byte(strings.Join(redactArgs(os.Args), "\x00")))
+}
+
+// redactArgs returns args with every URL that carries credentials ("redis://:pw@host",
+// also as the value of "--flag=URL") redacted.
+func redactArgs(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = a
+		v := a
+		prefix := ""
+		if strings.HasPrefix(a, "-") {
+			if k, val, ok := strings.Cut(a, "="); ok {
+				prefix, v = k+"=", val
+			}
+		}
+		if strings.Contains(v, "://") && strings.Contains(v, "@") {
+			out[i] = prefix + stack.Redact(v)
+		}
+	}
+	return out
 }

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/url"
-	"time"
 
 	"github.com/urfave/cli/v3"
 
@@ -25,6 +23,8 @@ func proxyCommand() *cli.Command {
 		&cli.BoolFlag{Name: "upstream-http2", Usage: "speak HTTP/2 to the upstream: by ALPN over TLS for https://, prior-knowledge cleartext for http:// (the upstream must speak it)", Sources: cli.EnvVars("SLUICE_UPSTREAM_HTTP2")},
 		&cli.BoolFlag{Name: "legacy-headers", Usage: "also send X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset", Sources: cli.EnvVars("SLUICE_LEGACY_HEADERS")},
 		&cli.DurationFlag{Name: "shutdown-timeout", Value: server.DefaultShutdownTimeout, Usage: "on SIGTERM or SIGINT, how long to wait for requests in flight", Sources: cli.EnvVars("SLUICE_SHUTDOWN_TIMEOUT")},
+		&cli.DurationFlag{Name: "read-timeout", Value: server.DefaultProxyTimeouts.Read, Usage: "the longest the proxy reads one request, body included (a client that sends slowly is cut off)", Sources: cli.EnvVars("SLUICE_PROXY_READ_TIMEOUT")},
+		&cli.DurationFlag{Name: "write-timeout", Value: server.DefaultProxyTimeouts.Write, Usage: "the longest the proxy takes to answer one request, the upstream's time included", Sources: cli.EnvVars("SLUICE_PROXY_WRITE_TIMEOUT")},
 	}
 	flags = append(flags, listenTLSFlags()...)
 	flags = append(flags, commonFlags()...)
@@ -86,12 +86,8 @@ func proxy(ctx context.Context, c *cli.Command) error {
 		tlsCfg.NextProtos = []string{"h2", "http/1.1"}
 		ln = tls.NewListener(ln, tlsCfg)
 	}
-	hs := &http.Server{
-		Handler:           p,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	hs := server.Timeouts{Read: c.Duration("read-timeout"), Write: c.Duration("write-timeout")}.Or(server.DefaultProxyTimeouts).Server(p)
+	hs.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

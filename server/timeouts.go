@@ -1,0 +1,47 @@
+package server
+
+import (
+	"net/http"
+	"time"
+)
+
+// Timeouts are the timeouts of an HTTP listener, as the fields of http.Server of the same
+// names; a zero field takes the default.
+type Timeouts struct {
+	// ReadHeader bounds reading a request's headers.
+	ReadHeader time.Duration
+	// Read bounds reading a whole request, body included, from the connection's accept
+	// (or the end of the previous request).
+	Read time.Duration
+	// Write bounds writing the response, from the end of reading the request's headers.
+	Write time.Duration
+	// Idle bounds how long a keep-alive connection waits for its next request.
+	Idle time.Duration
+}
+
+// DefaultHTTPTimeouts suit the JSON API: small requests (a body of at most
+// request_limits.max_bytes) answered in milliseconds, so a client that reads or writes
+// slowly is cut off long before it can pin many connections.
+var DefaultHTTPTimeouts = Timeouts{ReadHeader: 10 * time.Second, Read: 30 * time.Second, Write: 30 * time.Second, Idle: 2 * time.Minute}
+
+// DefaultProxyTimeouts suit `sluice proxy`: a gateway in front of an application whose
+// uploads and answers may take long, so reading a body and writing an answer get minutes,
+// not seconds; headers still come within seconds.
+var DefaultProxyTimeouts = Timeouts{ReadHeader: 10 * time.Second, Read: 5 * time.Minute, Write: 5 * time.Minute, Idle: 2 * time.Minute}
+
+// Or returns t with each zero field taken from def.
+func (t Timeouts) Or(def Timeouts) Timeouts {
+	or := func(v, d time.Duration) time.Duration {
+		if v > 0 {
+			return v
+		}
+		return d
+	}
+	return Timeouts{ReadHeader: or(t.ReadHeader, def.ReadHeader), Read: or(t.Read, def.Read),
+		Write: or(t.Write, def.Write), Idle: or(t.Idle, def.Idle)}
+}
+
+// Server returns an http.Server for h with these timeouts.
+func (t Timeouts) Server(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read, WriteTimeout: t.Write, IdleTimeout: t.Idle}
+}
