@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/keys"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -179,9 +180,13 @@ func (a Admin) Token() (string, error) {
 // Identity holds the top-level "identity" block: how the keys package finds who a client
 // is.
 type Identity struct {
-	// TrustedProxies are the peers whose Forwarded / X-Forwarded-For / X-Real-IP headers
-	// are believed. Empty: forwarding headers are ignored.
+	// TrustedProxies are the peers whose ClientIPHeader (and a policy's tier_header) is
+	// believed. Empty: forwarding headers are ignored.
 	TrustedProxies []netip.Prefix
+	// ClientIPHeader is client_ip_header: the one forwarding header that carries the
+	// client address, X-Forwarded-For (the default), X-Real-IP or Forwarded (RFC 7239), as
+	// nginx's real_ip_header. The others are ignored, whoever sends them.
+	ClientIPHeader string
 	// IPv6Prefix is the prefix length IPv6 clients are aggregated to (default 64).
 	IPv6Prefix int
 	// APIKeySecretEnv names the environment variable holding the HMAC secret API keys are
@@ -304,7 +309,7 @@ func isYAMLName(name string) bool {
 // of all files are returned together as an Errors value.
 func Parse(files ...File) (*Config, error) {
 	c := &Config{
-		Identity: Identity{IPv6Prefix: DefaultIPv6Prefix},
+		Identity: Identity{IPv6Prefix: DefaultIPv6Prefix, ClientIPHeader: keys.HeaderXForwardedFor},
 		policies: map[string]*Policy{},
 		domains:  map[string]*Domain{},
 	}

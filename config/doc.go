@@ -33,7 +33,7 @@
 //	           deny_cache: off | {max_bytes, max_age},
 //	           request_limits: {max_descriptors, max_entries, max_bytes}}
 //	admin:    {token_env, token_file}          # where the admin token is; never the token
-//	identity: {trusted_proxies, ipv6_prefix, api_key_secret_env}
+//	identity: {trusted_proxies, client_ip_header, ipv6_prefix, api_key_secret_env}
 //	policies:
 //	  - name, algorithm, rate, period, burst, key, shadow,
 //	    failure_mode, local_share | expected_nodes,

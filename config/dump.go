@@ -77,6 +77,7 @@ func (c *Config) Dump() ([]byte, error) {
 		} `json:"admin"`
 		Identity struct {
 			TrustedProxies  []string `json:"trusted_proxies"`
+			ClientIPHeader  string   `json:"client_ip_header,omitempty"`
 			IPv6Prefix      int      `json:"ipv6_prefix"`
 			APIKeySecretEnv string   `json:"api_key_secret_env,omitempty"`
 		} `json:"identity"`
@@ -102,6 +103,7 @@ func (c *Config) Dump() ([]byte, error) {
 	for _, p := range c.Identity.TrustedProxies {
 		view.Identity.TrustedProxies = append(view.Identity.TrustedProxies, p.String())
 	}
+	view.Identity.ClientIPHeader = c.Identity.ClientIPHeader
 	view.Identity.IPv6Prefix = c.Identity.IPv6Prefix
 	view.Identity.APIKeySecretEnv = c.Identity.APIKeySecretEnv
 

@@ -157,6 +157,7 @@ func TestValidationErrors(t *testing.T) {
 			files: map[string]string{"policies.yaml": `identity:
   trusted_proxies: [10.0.0.0/33, nonsense]
   ipv6_prefix: 129
+  client_ip_header: True-Client-IP
 policies:
   - name: a
     rate: 1
@@ -170,9 +171,10 @@ policies:
 			want: []string{
 				`policies.yaml:2:21: identity.trusted_proxies[0]: must be a CIDR such as 10.0.0.0/8 or an address: "10.0.0.0/33"`,
 				`policies.yaml:2:34: identity.trusted_proxies[1]: must be a CIDR such as 10.0.0.0/8 or an address: "nonsense"`,
+				`policies.yaml:4:21: identity.client_ip_header: must be X-Forwarded-For, X-Real-IP or Forwarded, got "True-Client-IP"`,
 				"policies.yaml:3:16: identity.ipv6_prefix: must be between 1 and 128, got 129",
-				"policies.yaml:8:29: policies[0].key.header: does not apply to key type ip (the client address comes from the connection and trusted proxies)",
-				`policies.yaml:12:10: policies[1].key: unknown key type "cookie" (want ip, user or api_key)`,
+				"policies.yaml:9:29: policies[0].key.header: does not apply to key type ip (the client address comes from the connection and trusted proxies)",
+				`policies.yaml:13:10: policies[1].key: unknown key type "cookie" (want ip, user or api_key)`,
 			},
 		},
 		{

@@ -11,6 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/keys"
 )
 
 // Policy is one named sluice policy: who is limited (Key), how much (Limit, or a tier's
@@ -356,11 +357,11 @@ func (d *decoder) admin(n *yaml.Node) *Admin {
 }
 
 func (d *decoder) identity(n *yaml.Node) *Identity {
-	o := d.object(n, "identity", "trusted_proxies", "ipv6_prefix", "api_key_secret_env")
+	o := d.object(n, "identity", "trusted_proxies", "client_ip_header", "ipv6_prefix", "api_key_secret_env")
 	if o == nil {
 		return nil
 	}
-	id := &Identity{IPv6Prefix: DefaultIPv6Prefix}
+	id := &Identity{IPv6Prefix: DefaultIPv6Prefix, ClientIPHeader: keys.HeaderXForwardedFor}
 	if v, ok := o.get("trusted_proxies"); ok {
 		for i, item := range d.seq(v, o.field("trusted_proxies")) {
 			field := index(o.field("trusted_proxies"), i)
@@ -374,6 +375,15 @@ func (d *decoder) identity(n *yaml.Node) *Identity {
 				continue
 			}
 			id.TrustedProxies = append(id.TrustedProxies, pfx)
+		}
+	}
+	if v, ok := o.get("client_ip_header"); ok {
+		if s, ok := d.str(v, o.field("client_ip_header")); ok {
+			if h, err := keys.ParseClientIPHeader(s); err != nil {
+				d.errorf(v, o.field("client_ip_header"), "must be X-Forwarded-For, X-Real-IP or Forwarded, got %q", s)
+			} else {
+				id.ClientIPHeader = h
+			}
 		}
 	}
 	if v, ok := o.get("ipv6_prefix"); ok {

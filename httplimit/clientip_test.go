@@ -109,3 +109,39 @@ func TestIPv6ClientsInOnePrefixShareALimit(t *testing.T) {
 		})
 	}
 }
+
+// TestByIPReadsTheChosenHeader: behind a trusted proxy, ByIP reads the one header
+// ClientIP.Header names (X-Forwarded-For, X-Real-IP, Forwarded) and ignores the others:
+// four requests claiming four addresses in the chosen header are four clients, and in
+// any other header one client (the proxy).
+func TestByIPReadsTheChosenHeader(t *testing.T) {
+	value := map[string]func(i int) string{
+		keys.HeaderXForwardedFor: func(i int) string { return fmt.Sprintf("203.0.113.%d", i+1) },
+		keys.HeaderXRealIP:       func(i int) string { return fmt.Sprintf("203.0.113.%d", i+1) },
+		keys.HeaderForwarded:     func(i int) string { return fmt.Sprintf("for=203.0.113.%d;proto=https", i+1) },
+	}
+	for chosen := range value {
+		for sent, v := range value {
+			t.Run(chosen+"/"+sent, func(t *testing.T) {
+				store, _ := newStore(t)
+				c := keys.ClientIP{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, Header: chosen}
+				h := mustNew(t, Config{Limiter: store, Policies: []Policy{
+					{Name: "per-ip", Limit: sluice.PerHour(2), Key: ByIP(&c)},
+				}}).Handler(okHandler)
+				allowed := 0
+				for i := range 4 {
+					if do(h, "GET", "/", "10.0.0.1:1234", sent, v(i)).Code == http.StatusOK {
+						allowed++
+					}
+				}
+				want := 2
+				if sent == chosen {
+					want = 4
+				}
+				if allowed != want {
+					t.Errorf("%d of 4 allowed, want %d", allowed, want)
+				}
+			})
+		}
+	}
+}

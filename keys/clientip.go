@@ -33,31 +33,43 @@ var ErrNoClientIP = errors.New("keys: no client IP")
 // the client is the connection's peer (http.Request.RemoteAddr), and forwarding headers
 // are ignored. It is safe for concurrent use as long as its fields are not modified.
 //
-// When the peer is inside TrustedProxies, the headers named in Headers are consulted in
-// order and the first one present in the request is used: its hops, read right to left,
-// are skipped while they are trusted proxies too, and the first untrusted hop is the
-// client. If every hop is trusted, the left-most hop is the client. If a hop cannot be
-// parsed (Forwarded's "unknown" or an obfuscated "_node", or garbage), the walk stops and
-// the nearest hop to its right that parsed is the client (the peer if there is none): an
-// unusable value never lets a request pick its own identity, at worst it makes the clients
-// behind one proxy share a limit. A trusted peer that sends none of the headers is the
-// client itself.
+// When the peer is inside TrustedProxies, the one forwarding header named by Header is
+// read, as nginx's real_ip_header reads one: its hops, read right to left, are skipped
+// while they are trusted proxies too, and the first untrusted hop is the client. If every
+// hop is trusted, the left-most hop is the client. If a hop cannot be parsed (Forwarded's
+// "unknown" or an obfuscated "_node", or garbage), the walk stops and the nearest hop to
+// its right that parsed is the client (the peer if there is none): an unusable value never
+// lets a request pick its own identity, at worst it makes the clients behind one proxy
+// share a limit. A trusted peer that does not send the header is the client itself. Every
+// other forwarding header is ignored, whoever sends it.
 //
-// List in Headers only headers that your trusted proxies set or append to. A header that
-// the proxy passes through untouched is written by the client and can be spoofed.
+// Name in Header the header your trusted proxies set or append to. A header that the
+// proxy passes through untouched is written by the client and can be spoofed.
 type ClientIP struct {
-	// TrustedProxies are the prefixes of proxies whose forwarding headers are believed.
+	// TrustedProxies are the prefixes of proxies whose forwarding header is believed.
 	// IPv4-mapped IPv6 prefixes are treated as IPv4.
 	TrustedProxies []netip.Prefix
-	// Headers are the forwarding headers to read, in order of preference, when the peer
-	// is trusted. "Forwarded" is parsed per RFC 7239; any other header as a
-	// comma-separated list of addresses (an optional port, or a bracketed IPv6 address,
-	// is accepted). Nil means {"X-Forwarded-For"}.
-	Headers []string
+	// Header is the forwarding header to read when the peer is trusted: "Forwarded"
+	// (parsed per RFC 7239), "X-Forwarded-For" or "X-Real-IP" (read as a comma-separated
+	// list of addresses; an optional port, or a bracketed IPv6 address, is accepted), or
+	// any other header of that list form. Empty means X-Forwarded-For.
+	Header string
 	// IPv4Prefix is the prefix length IPv4 clients are aggregated to; 0 means 32.
 	IPv4Prefix int
 	// IPv6Prefix is the prefix length IPv6 clients are aggregated to; 0 means 64.
 	IPv6Prefix int
+}
+
+// ParseClientIPHeader returns the canonical name of one of the forwarding headers
+// ClientIP is documented to read (Forwarded, X-Forwarded-For, X-Real-IP), matched
+// case-insensitively, or an error naming them.
+func ParseClientIPHeader(s string) (string, error) {
+	for _, h := range []string{HeaderXForwardedFor, HeaderXRealIP, HeaderForwarded} {
+		if strings.EqualFold(s, h) {
+			return h, nil
+		}
+	}
+	return "", fmt.Errorf("keys: client IP header %q: want %s, %s or %s", s, HeaderXForwardedFor, HeaderXRealIP, HeaderForwarded)
 }
 
 // ParsePrefixes parses CIDR prefixes ("10.0.0.0/8", "2001:db8::/32") or single addresses
@@ -93,27 +105,32 @@ func (c *ClientIP) Addr(r *http.Request) (netip.Addr, error) {
 	if !c.trusted(peer) {
 		return peer, nil
 	}
-	headers := c.Headers
-	if headers == nil {
-		headers = []string{HeaderXForwardedFor}
+	name := c.Header
+	if name == "" {
+		name = HeaderXForwardedFor
 	}
-	for _, name := range headers {
-		values := r.Header.Values(name)
-		if len(values) == 0 {
-			continue
-		}
-		var hops []string
-		if http.CanonicalHeaderKey(name) == HeaderForwarded {
-			hops = forwardedFor(values)
-		} else {
-			hops = listHops(values)
-		}
-		if len(hops) == 0 {
-			continue
-		}
-		return c.walk(peer, hops), nil
+	values := r.Header.Values(name)
+	if len(values) == 0 {
+		return peer, nil
 	}
-	return peer, nil
+	var hops []string
+	if http.CanonicalHeaderKey(name) == HeaderForwarded {
+		hops = forwardedFor(values)
+	} else {
+		hops = listHops(values)
+	}
+	if len(hops) == 0 {
+		return peer, nil
+	}
+	return c.walk(peer, hops), nil
+}
+
+// Trusted reports whether r comes straight from one of TrustedProxies: whether its
+// forwarding headers, and any other header the proxies set (a tier, a user), are
+// believed.
+func (c *ClientIP) Trusted(r *http.Request) bool {
+	peer, ok := parseHop(r.RemoteAddr)
+	return ok && c.trusted(peer)
 }
 
 // walk returns the right-most untrusted hop; see ClientIP.

@@ -26,64 +26,71 @@ func request(remote string, header ...string) *http.Request {
 
 func TestClientIPAddr(t *testing.T) {
 	proxies := mustPrefixes(t, "10.0.0.0/8", "2001:db8:ffff::/48", "192.0.2.1")
-	all := []string{HeaderForwarded, HeaderXForwardedFor, HeaderXRealIP}
 	tests := []struct {
 		name    string
 		trusted []netip.Prefix
-		headers []string
+		header  string
 		req     *http.Request
 		want    string
 	}{
-		{"no proxies: peer", nil, nil, request("203.0.113.7:5555"), "203.0.113.7"},
-		{"spoofed XFF from untrusted peer ignored", proxies, nil,
+		{"no proxies: peer", nil, "", request("203.0.113.7:5555"), "203.0.113.7"},
+		{"spoofed XFF from untrusted peer ignored", proxies, "",
 			request("203.0.113.7:5555", "X-Forwarded-For", "1.1.1.1"), "203.0.113.7"},
-		{"spoofed Forwarded and X-Real-IP from untrusted peer ignored", proxies, all,
-			request("203.0.113.7:5555", "Forwarded", "for=1.1.1.1", "X-Real-IP", "1.1.1.1"), "203.0.113.7"},
-		{"XFF from trusted proxy used", proxies, nil,
+		{"spoofed Forwarded from untrusted peer ignored", proxies, HeaderForwarded,
+			request("203.0.113.7:5555", "Forwarded", "for=1.1.1.1"), "203.0.113.7"},
+		{"spoofed X-Real-IP from untrusted peer ignored", proxies, HeaderXRealIP,
+			request("203.0.113.7:5555", "X-Real-IP", "1.1.1.1"), "203.0.113.7"},
+		{"XFF from trusted proxy used", proxies, "",
 			request("10.1.2.3:443", "X-Forwarded-For", "198.51.100.9"), "198.51.100.9"},
-		{"client-supplied left entries skipped: right-most untrusted hop", proxies, nil,
+		{"client-supplied left entries skipped: right-most untrusted hop", proxies, "",
 			request("10.1.2.3:443", "X-Forwarded-For", "6.6.6.6, 198.51.100.9"), "198.51.100.9"},
-		{"trusted hops skipped", proxies, nil,
+		{"trusted hops skipped", proxies, "",
 			request("10.1.2.3:443", "X-Forwarded-For", "6.6.6.6, 198.51.100.9, 10.9.9.9, 192.0.2.1"), "198.51.100.9"},
-		{"several XFF field lines are one list", proxies, nil,
+		{"several XFF field lines are one list", proxies, "",
 			request("10.1.2.3:443", "X-Forwarded-For", "6.6.6.6", "X-Forwarded-For", "198.51.100.9, 10.0.0.1"), "198.51.100.9"},
-		{"every hop trusted: left-most", proxies, nil,
+		{"every hop trusted: left-most", proxies, "",
 			request("10.1.2.3:443", "X-Forwarded-For", "10.0.0.2, 10.0.0.1"), "10.0.0.2"},
-		{"garbage hop stops the walk at the nearest parsed hop", proxies, nil,
+		{"garbage hop stops the walk at the nearest parsed hop", proxies, "",
 			request("10.1.2.3:443", "X-Forwarded-For", "6.6.6.6, garbage, 10.0.0.1"), "10.0.0.1"},
-		{"garbage as the only hop: the peer", proxies, nil,
+		{"garbage as the only hop: the peer", proxies, "",
 			request("10.1.2.3:443", "X-Forwarded-For", "garbage"), "10.1.2.3"},
-		{"trusted peer without header is the client", proxies, nil, request("10.1.2.3:443"), "10.1.2.3"},
-		{"XFF with ports and brackets", proxies, nil,
+		{"trusted peer without header is the client", proxies, "", request("10.1.2.3:443"), "10.1.2.3"},
+		{"XFF with ports and brackets", proxies, "",
 			request("10.1.2.3:443", "X-Forwarded-For", "[2001:db8::5]:8080, 10.0.0.1:99"), "2001:db8::5"},
-		{"Forwarded RFC 7239", proxies, []string{HeaderForwarded},
+		{"Forwarded RFC 7239", proxies, HeaderForwarded,
 			request("10.1.2.3:443", "Forwarded", `for=6.6.6.6, for="[2001:db8:cafe::17]:4711";proto=https;by=10.0.0.1, for=10.0.0.9`),
 			"2001:db8:cafe::17"},
-		{"Forwarded: quoted commas and case-insensitive name", proxies, []string{HeaderForwarded},
+		{"Forwarded: quoted commas and case-insensitive name", proxies, HeaderForwarded,
 			request("10.1.2.3:443", "Forwarded", `by="a,b";For=198.51.100.1`), "198.51.100.1"},
-		{"Forwarded: unknown stops the walk", proxies, []string{HeaderForwarded},
+		{"Forwarded: unknown stops the walk", proxies, HeaderForwarded,
 			request("10.1.2.3:443", "Forwarded", "for=6.6.6.6, for=unknown, for=10.0.0.4"), "10.0.0.4"},
-		{"Forwarded: element without for stops the walk", proxies, []string{HeaderForwarded},
+		{"Forwarded: element without for stops the walk", proxies, HeaderForwarded,
 			request("10.1.2.3:443", "Forwarded", "for=6.6.6.6, proto=http"), "10.1.2.3"},
-		{"X-Real-IP", proxies, []string{HeaderXRealIP},
+		{"X-Real-IP", proxies, HeaderXRealIP,
 			request("10.1.2.3:443", "X-Real-IP", "198.51.100.3"), "198.51.100.3"},
-		{"only configured headers are read", proxies, []string{HeaderXRealIP},
+		{"only configured headers are read", proxies, HeaderXRealIP,
 			request("10.1.2.3:443", "X-Forwarded-For", "6.6.6.6", "X-Real-IP", "198.51.100.3"), "198.51.100.3"},
-		{"first present header wins", proxies, all,
-			request("10.1.2.3:443", "X-Forwarded-For", "198.51.100.4", "X-Real-IP", "6.6.6.6"), "198.51.100.4"},
-		{"IPv4-mapped peer unmapped", nil, nil, request("[::ffff:203.0.113.7]:80"), "203.0.113.7"},
-		{"IPv4-mapped peer matches IPv4 proxy prefix", proxies, nil,
+		{"X-Real-IP ignored when the header is X-Forwarded-For", proxies, HeaderXForwardedFor,
+			request("10.1.2.3:443", "X-Real-IP", "6.6.6.6"), "10.1.2.3"},
+		{"Forwarded ignored by default", proxies, "",
+			request("10.1.2.3:443", "Forwarded", "for=6.6.6.6"), "10.1.2.3"},
+		{"X-Forwarded-For ignored when the header is Forwarded", proxies, HeaderForwarded,
+			request("10.1.2.3:443", "X-Forwarded-For", "6.6.6.6", "Forwarded", "for=198.51.100.4"), "198.51.100.4"},
+		{"X-Real-IP: a trusted hop is skipped to the peer", proxies, HeaderXRealIP,
+			request("10.1.2.3:443", "X-Real-IP", "10.0.0.7"), "10.0.0.7"},
+		{"IPv4-mapped peer unmapped", nil, "", request("[::ffff:203.0.113.7]:80"), "203.0.113.7"},
+		{"IPv4-mapped peer matches IPv4 proxy prefix", proxies, "",
 			request("[::ffff:10.0.0.1]:80", "X-Forwarded-For", "198.51.100.9"), "198.51.100.9"},
-		{"IPv4-mapped trusted prefix matches IPv4 peer", mustPrefixes(t, "::ffff:10.0.0.0/104"), nil,
+		{"IPv4-mapped trusted prefix matches IPv4 peer", mustPrefixes(t, "::ffff:10.0.0.0/104"), "",
 			request("10.0.0.1:80", "X-Forwarded-For", "::ffff:198.51.100.9"), "198.51.100.9"},
-		{"IPv6 peer in trusted /48", proxies, nil,
+		{"IPv6 peer in trusted /48", proxies, "",
 			request("[2001:db8:ffff:1::1]:80", "X-Forwarded-For", "2001:db8:1::1"), "2001:db8:1::1"},
-		{"zone dropped", nil, nil, request("[fe80::1%eth0]:80"), "fe80::1"},
-		{"remote address without port", nil, nil, request("203.0.113.7"), "203.0.113.7"},
+		{"zone dropped", nil, "", request("[fe80::1%eth0]:80"), "fe80::1"},
+		{"remote address without port", nil, "", request("203.0.113.7"), "203.0.113.7"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := &ClientIP{TrustedProxies: tt.trusted, Headers: tt.headers}
+			c := &ClientIP{TrustedProxies: tt.trusted, Header: tt.header}
 			got, err := c.Addr(tt.req)
 			if err != nil {
 				t.Fatal(err)
@@ -92,6 +99,29 @@ func TestClientIPAddr(t *testing.T) {
 				t.Errorf("Addr = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestParseClientIPHeader(t *testing.T) {
+	for in, want := range map[string]string{"x-forwarded-for": HeaderXForwardedFor, "X-REAL-IP": HeaderXRealIP, "forwarded": HeaderForwarded} {
+		if got, err := ParseClientIPHeader(in); err != nil || got != want {
+			t.Errorf("ParseClientIPHeader(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "X-Client-IP", "True-Client-IP"} {
+		if _, err := ParseClientIPHeader(bad); err == nil {
+			t.Errorf("ParseClientIPHeader(%q) accepted", bad)
+		}
+	}
+}
+
+func TestClientIPTrusted(t *testing.T) {
+	c := &ClientIP{TrustedProxies: mustPrefixes(t, "10.0.0.0/8")}
+	if !c.Trusted(request("10.1.2.3:80")) || c.Trusted(request("203.0.113.7:80")) || c.Trusted(request("/run/app.sock")) {
+		t.Error("Trusted is not whether the peer is a trusted proxy")
+	}
+	if (&ClientIP{}).Trusted(request("10.1.2.3:80")) {
+		t.Error("the zero ClientIP trusts a peer")
 	}
 }
 

@@ -20,10 +20,11 @@
 // # Client IP
 //
 // ClientIP finds the address to limit. The connection's peer address is used unless the
-// peer is inside one of the configured trusted proxy prefixes; only then are forwarding
-// headers (RFC 7239 Forwarded, X-Forwarded-For, X-Real-IP) read, and the client is the
-// right-most hop that is not itself a trusted proxy. A header sent by an untrusted peer is
-// ignored, so a client cannot choose its own address. IPv4-mapped IPv6 addresses are
+// peer is inside one of the configured trusted proxy prefixes; only then is the one
+// forwarding header the operator names read (X-Forwarded-For by default, or X-Real-IP, or
+// RFC 7239 Forwarded, as nginx's real_ip_header), and the client is the right-most hop
+// that is not itself a trusted proxy. A header sent by an untrusted peer is ignored, and
+// so is every other forwarding header, so a client cannot choose its own address. IPv4-mapped IPv6 addresses are
 // treated as IPv4, zones are dropped, and IPv6 clients are aggregated to a prefix (/64 by
 // default) because one subscriber usually holds a whole /64 and could otherwise rotate
 // through 2^64 addresses to escape a per-IP limit.

@@ -178,7 +178,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // as one ServeMux, so two policies cannot limit the same pattern. Configurations that
 // break either rule are refused.
 func PoliciesFor(cfg *config.Config, h *keys.Hasher, def sluice.FailureMode) ([]httplimit.Policy, func(*http.Request) string, error) {
-	ip := &keys.ClientIP{TrustedProxies: cfg.Identity.TrustedProxies, IPv6Prefix: cfg.Identity.IPv6Prefix}
+	ip := &keys.ClientIP{TrustedProxies: cfg.Identity.TrustedProxies, Header: cfg.Identity.ClientIPHeader, IPv6Prefix: cfg.Identity.IPv6Prefix}
 	var tierHeader, tierPolicy string
 	var out []httplimit.Policy
 	for _, p := range cfg.Policies {
