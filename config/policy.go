@@ -43,7 +43,9 @@ type Policy struct {
 	// ExpectedNodes is expected_nodes as written (0 when the file gave local_share).
 	ExpectedNodes int
 	// TierHeader is the request header that names the client's tier, set by whatever
-	// authenticated the client. Empty: every request gets DefaultTier.
+	// authenticated the client. The gateway (`sluice proxy`) believes it only from
+	// identity.trusted_proxies, so a client cannot pick its own tier. Empty: every
+	// request gets DefaultTier.
 	TierHeader string
 	// DefaultTier is the tier of requests without a (known) tier; empty means Limit.
 	DefaultTier string

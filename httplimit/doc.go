@@ -93,6 +93,27 @@
 //
 // No RateLimit fields are sent in those cases: there was no decision to report.
 //
+// # Trust
+//
+// Whatever a limit is keyed or sized by must come from a source the client cannot forge,
+// or the client picks its own limit:
+//
+//   - the client address: ByIP with a keys.ClientIP that believes its one forwarding
+//     header only from TrustedProxies (the zero ClientIP: the connection's peer);
+//   - the tier (Config.Tier): a header believed only from a trusted proxy that sets it
+//     after authenticating the client (TrustedHeader), a lookup from the identity (an
+//     account's plan), or a value an authentication middleware put in the request's
+//     context. Never a header read from every request: "X-Plan: pro" would turn a free
+//     limit into a pro one;
+//   - the identity of ByUser: what authentication established, or a header set by a
+//     trusted proxy (TrustedHeader);
+//   - an API key is the client's to present, and is trusted only as far as it is secret:
+//     a client that presents none is simply not limited by that policy, so pair it with a
+//     per-IP policy.
+//
+// Per-identity overrides (Policy.Overrides) are such a mapping from the identity: they
+// apply to whoever the Key says the request is, never to what the request claims.
+//
 // # Secrets
 //
 // API keys reach the middleware only through ByAPIKey, which replaces them with their

@@ -124,6 +124,20 @@ func Header(name string) func(*http.Request) string {
 	return func(r *http.Request) string { return strings.TrimSpace(r.Header.Get(name)) }
 }
 
+// TrustedHeader returns a Config.Tier (or ByUser) function that reads the named header
+// only from a request sent straight by one of c's trusted proxies (keys.ClientIP.Trusted),
+// and "" from any other peer, so that a client cannot pick its own tier or identity by
+// sending the header itself. The proxy must set the header on every request, replacing
+// whatever the client sent.
+func TrustedHeader(c *keys.ClientIP, name string) func(*http.Request) string {
+	return func(r *http.Request) string {
+		if c == nil || !c.Trusted(r) {
+			return ""
+		}
+		return strings.TrimSpace(r.Header.Get(name))
+	}
+}
+
 // BearerToken is an extractor for ByAPIKey that reads "Authorization: Bearer <token>"
 // (the scheme is case-insensitive, RFC 6750 §2.1).
 func BearerToken(r *http.Request) string {

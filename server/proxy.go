@@ -169,7 +169,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // PoliciesFor translates the sluice policies of cfg into httplimit policies and the tier
 // function of an httplimit.Config. The client IP is found as cfg.Identity says (trusted
-// proxies, IPv6 prefix); API keys are hashed with h. Each policy's Failure is its failure
+// proxies, client IP header, IPv6 prefix), and the tier header is believed only from a
+// trusted proxy (a client cannot pick its own tier); API keys are hashed with h. Each policy's Failure is its failure
 // mode and local share, resolved as the Server does with def as its
 // Options.FailureMode.
 //
@@ -229,7 +230,7 @@ func PoliciesFor(cfg *config.Config, h *keys.Hasher, def sluice.FailureMode) ([]
 	}
 	var tier func(*http.Request) string
 	if tierHeader != "" {
-		tier = func(r *http.Request) string { return r.Header.Get(tierHeader) }
+		tier = httplimit.TrustedHeader(ip, tierHeader)
 	}
 	return out, tier, nil
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -249,5 +250,111 @@ func TestBinaryPprofCmdlineRedacted(t *testing.T) {
 		if !strings.Contains(got, "127.0.0.1:1") || !strings.Contains(got, "--pprof") {
 			t.Errorf("%v: /debug/pprof/cmdline lost the command line: %q", form, got)
 		}
+	}
+}
+
+// policyQuota returns the q of the named item of a RateLimit-Policy header.
+func policyQuota(t *testing.T, h http.Header, name string) string {
+	t.Helper()
+	for item := range strings.SplitSeq(h.Get("RateLimit-Policy"), ",") {
+		item = strings.TrimSpace(item)
+		if strings.HasPrefix(item, `"`+name+`";`) {
+			for p := range strings.SplitSeq(item, ";") {
+				if v, ok := strings.CutPrefix(p, "q="); ok {
+					return v
+				}
+			}
+		}
+	}
+	t.Fatalf("no %q in RateLimit-Policy %q", name, h.Get("RateLimit-Policy"))
+	return ""
+}
+
+// TestProxyClientCannotPickItsTier: through `sluice proxy`, "X-Plan: pro" from a client
+// leaves it on the free tier (60/min) with the built-in configuration and with a
+// tier_header whose sender is not a trusted proxy; from a trusted proxy it is believed.
+func TestProxyClientCannotPickItsTier(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	tiered := func(trusted string) string {
+		return writeConfig(t, "tiers.yaml", `identity:
+  trusted_proxies: [`+trusted+`]
+policies:
+  - name: api
+    key: {type: api_key, header: X-API-Key}
+    tier_header: X-Plan
+    default_tier: free
+    tiers:
+      free: {rate: 60, period: minute}
+      pro: {rate: 1000, period: minute}
+`)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"built-in", nil, "60"},
+		{"tier header, client not a trusted proxy", []string{"--config", tiered("10.0.0.0/8")}, "60"},
+		{"tier header from a trusted proxy", []string{"--config", tiered("127.0.0.1")}, "1000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := startedProxy(t, append([]string{"--upstream", up.URL, "--listen", "127.0.0.1:0"}, tc.args...)...)
+			req, _ := http.NewRequest("GET", "http://"+addr+"/x", nil)
+			req.Header.Set("X-API-Key", "k-123")
+			req.Header.Set("X-Plan", "pro")
+			rp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rp.Body.Close()
+			if q := policyQuota(t, rp.Header, "api"); q != tc.want {
+				t.Errorf("api quota %s with X-Plan: pro, want %s", q, tc.want)
+			}
+		})
+	}
+}
+
+// TestProxyClientIPHeader: through `sluice proxy`, identity.client_ip_header names the one
+// header believed from a trusted proxy: two requests claiming two addresses in it are two
+// clients of a 1/hour per-IP limit; in any other forwarding header they are one.
+func TestProxyClientIPHeader(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	claims := map[string]func(i int) string{
+		"X-Forwarded-For": func(i int) string { return fmt.Sprintf("203.0.113.%d", i+1) },
+		"X-Real-IP":       func(i int) string { return fmt.Sprintf("203.0.113.%d", i+1) },
+		"Forwarded":       func(i int) string { return fmt.Sprintf("for=203.0.113.%d", i+1) },
+	}
+	for chosen := range claims {
+		t.Run(chosen, func(t *testing.T) {
+			cfg := writeConfig(t, "ip.yaml", "identity:\n  trusted_proxies: [127.0.0.1]\n  client_ip_header: "+chosen+
+				"\npolicies:\n  - {name: per-ip, key: ip, algorithm: fixed_window, rate: 1, period: hour}\n")
+			addr := startedProxy(t, "--upstream", up.URL, "--listen", "127.0.0.1:0", "--config", cfg)
+			others := 0 // requests allowed that claimed an address in another header
+			for sent, claim := range claims {
+				allowed := 0
+				for i := range 2 {
+					req, _ := http.NewRequest("GET", "http://"+addr+"/"+sent, nil)
+					req.Header.Set(sent, claim(i+10*len(sent))) // fresh addresses for each header
+					rp, err := http.DefaultClient.Do(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					rp.Body.Close()
+					if rp.StatusCode == 200 {
+						allowed++
+					}
+				}
+				if sent != chosen {
+					others += allowed
+				} else if allowed != 2 {
+					t.Errorf("%s claims: %d of 2 allowed, want 2 (two clients)", sent, allowed)
+				}
+			}
+			if others > 1 {
+				t.Errorf("%d requests claiming addresses in other headers allowed, want at most 1 (one client: the proxy)", others)
+			}
+		})
 	}
 }
