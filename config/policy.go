@@ -85,8 +85,64 @@ type Route struct {
 // api_key policy the identity is the hashed key as the keys package prints it, so raw
 // API keys never need to be written in a configuration file.
 type Override struct {
+	// ID is the identity's ID, as keys.Identity.ID holds it: the MAC of an API key in
+	// hex, the user ID, or the client address or prefix (keys.PrefixID).
 	ID    string
 	Limit sluice.Limit
+
+	node  *yaml.Node
+	field string
+}
+
+// overrideID reads the identity an override is written for: the form sluice prints it in
+// (keys.Identity.String: "api_key:<hex MAC>", "user:<id>", "ip:<address>"; `sluice key`
+// prints it), or the bare ID. For API keys "hmac:<hex MAC>" is accepted too, and the MAC
+// must be 64 hexadecimal digits (what keys.Hasher writes); for IPs the address or prefix
+// must parse. Anything else is an error: an override that can never match is a mistake.
+func overrideID(t KeyType, s string) (string, error) {
+	kind := keys.Kind(t.String())
+	id := s
+	if v, ok := cutKind(s, string(kind)); ok {
+		id = v
+	} else if v, ok := cutKind(s, "hmac"); ok && t == KeyAPIKey {
+		id = v
+	} else {
+		for _, other := range []string{"ip", "user", "api_key", "hmac"} {
+			if _, ok := cutKind(s, other); ok && other != string(kind) && t != KeyIP {
+				return "", fmt.Errorf("names a %s identity, but policy limits %s identities", other, kind)
+			}
+		}
+	}
+	switch t {
+	case KeyAPIKey:
+		if len(id) != 64 || strings.Trim(id, "0123456789abcdef") != "" {
+			return "", fmt.Errorf("must be an API key's MAC as sluice prints it, api_key:<64 lower-case hex digits> (`sluice key` prints it), got %q", s)
+		}
+	case KeyIP:
+		pfx, err := parsePrefix(id)
+		if err != nil {
+			return "", fmt.Errorf("must be a client address or prefix (ip:203.0.113.7, ip:2001:db8::/64), got %q", s)
+		}
+		id = keys.PrefixID(pfx)
+	case KeyUser:
+		if id == "" {
+			return "", fmt.Errorf("names an empty user ID")
+		}
+	}
+	return id, nil
+}
+
+// cutKind removes "kind:" from s, unescaping the rest as keys.Identity.String escapes it
+// (and taking it as written when it does not parse so, as "ip:2001:db8::1").
+func cutKind(s, kind string) (string, bool) {
+	rest, ok := strings.CutPrefix(s, kind+":")
+	if !ok {
+		return "", false
+	}
+	if id, err := keys.ParseIdentity(s); err == nil && string(id.Kind) == kind {
+		return id.ID, true
+	}
+	return rest, true
 }
 
 // KeySource says where a policy's identity comes from.
@@ -536,12 +592,23 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 			if to == nil {
 				continue
 			}
+			of := join(field, kv.key.Value)
+			id, err := overrideID(p.Key.Type, kv.key.Value)
+			if err != nil {
+				d.errorf(kv.key, of, "%v", err)
+				continue
+			}
 			if l, ok := d.limit(to, alg); ok {
-				p.Overrides = append(p.Overrides, Override{ID: kv.key.Value, Limit: l})
+				p.Overrides = append(p.Overrides, Override{ID: id, Limit: l, node: kv.key, field: of})
 			}
 		}
 		for i := range p.Overrides {
-			p.overrides[p.Overrides[i].ID] = &p.Overrides[i]
+			o := &p.Overrides[i]
+			if prev, dup := p.overrides[o.ID]; dup {
+				d.errorf(o.node, o.field, "names the same identity as %s", prev.field)
+				continue
+			}
+			p.overrides[o.ID] = o
 		}
 	}
 	return p
@@ -711,6 +778,26 @@ func validHeaderName(s string) bool {
 func checkInherited(c *Config) Errors {
 	var errs Errors
 	for _, p := range c.Policies {
+		if p.Key.Type == KeyIP {
+			for _, o := range p.Overrides {
+				pfx, err := parsePrefix(o.ID)
+				if err != nil || o.node == nil {
+					continue
+				}
+				want := 32
+				if pfx.Addr().Is6() {
+					want = c.Identity.IPv6Prefix
+				}
+				if pfx.Bits() != want {
+					m, _ := pfx.Addr().Prefix(want)
+					errs = append(errs, &Error{
+						Pos:   Position{File: p.Pos.File, Line: o.node.Line, Column: o.node.Column},
+						Field: o.field,
+						Msg:   fmt.Sprintf("never matches: clients are limited per /%d, so write ip:%s", want, keys.PrefixID(m)),
+					})
+				}
+			}
+		}
 		if p.localShareNode != nil && p.FailureMode != sluice.FailLocal && p.FailureMode != sluice.FailInherit {
 			errs = append(errs, &Error{
 				Pos:   Position{File: p.Pos.File, Line: p.localShareNode.Line, Column: p.localShareNode.Column},

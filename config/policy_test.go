@@ -62,7 +62,7 @@ func TestTestdataPolicies(t *testing.T) {
 		{"someone", "pro", gcra(600, time.Minute, 100), "tier:pro"},
 		{"someone", "enterprise", sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 100, Period: time.Second, Burst: 500}, "tier:enterprise"},
 		{"someone", "platinum", gcra(60, time.Minute, 0), "tier:free"}, // unknown tier: the default tier
-		{"hmac:4f2a9c", "pro", gcra(10000, time.Minute, 0), "override"},
+		{"4f2a9c0d3b1e5a7f8c6d2e4b9a1f3c5e7d9b2a4c6e8f0a1b3c5d7e9f1a2b4c6d", "pro", gcra(10000, time.Minute, 0), "override"},
 	} {
 		got, from := api.LimitFor(tt.id, tt.tier)
 		if got != tt.want || from != tt.from {
@@ -283,5 +283,52 @@ func TestParsePeriodAndUnits(t *testing.T) {
 	}
 	if _, err := ParseUnit("unknown"); err == nil {
 		t.Error(`ParseUnit("unknown") succeeded`)
+	}
+}
+
+// TestOverrideForms: an override is accepted in the form sluice prints an identity in
+// (keys.Identity.String, `sluice key`) and as the bare ID, and resolves to the identity's
+// ID; any other form is rejected at load with file:line.
+func TestOverrideForms(t *testing.T) {
+	mac := "4f2a9c0d3b1e5a7f8c6d2e4b9a1f3c5e7d9b2a4c6e8f0a1b3c5d7e9f1a2b4c6d"
+	for _, tc := range []struct {
+		key, written, id string
+	}{
+		{"api_key", "api_key:" + mac, mac},
+		{"api_key", "hmac:" + mac, mac},
+		{"api_key", mac, mac},
+		{"user", "user:alice", "alice"},
+		{"user", "user:a%3Ab", "a:b"}, // as the logs escape it
+		{"user", "alice", "alice"},
+		{"ip", "ip:203.0.113.7", "203.0.113.7"},
+		{"ip", "203.0.113.7", "203.0.113.7"},
+		{"ip", "ip:2001%3Adb8%3A%3A/64", "2001:db8::/64"},
+		{"ip", "ip:2001:db8::/64", "2001:db8::/64"},
+	} {
+		c, err := Parse(File{Name: "p.yaml", Data: []byte("policies:\n  - name: p\n    key: " + tc.key +
+			"\n    rate: 1\n    period: 1s\n    overrides:\n      \"" + tc.written + "\": {rate: 5, period: 1s}\n")})
+		if err != nil {
+			t.Errorf("%s override %q: %v", tc.key, tc.written, err)
+			continue
+		}
+		p, _ := c.Policy("p")
+		if _, from := p.LimitFor(tc.id, ""); from != "override" {
+			t.Errorf("%s override %q does not apply to ID %q", tc.key, tc.written, tc.id)
+		}
+	}
+	for _, tc := range []struct{ key, written, want string }{
+		{"api_key", "hmac:4f2a9c", "api_key:<64 lower-case hex digits>"},
+		{"api_key", "sk_live_raw", "api_key:<64 lower-case hex digits>"},
+		{"api_key", "user:alice", "names a user identity"},
+		{"user", "api_key:" + mac, "names a api_key identity"},
+		{"ip", "ip:nonsense", "must be a client address or prefix"},
+		{"ip", "2001:db8::1", "never matches: clients are limited per /64, so write ip:2001:db8::/64"},
+		{"ip", "10.0.0.0/24", "never matches: clients are limited per /32"},
+	} {
+		_, err := Parse(File{Name: "p.yaml", Data: []byte("policies:\n  - name: p\n    key: " + tc.key +
+			"\n    rate: 1\n    period: 1s\n    overrides:\n      \"" + tc.written + "\": {rate: 5, period: 1s}\n")})
+		if err == nil || !strings.Contains(err.Error(), "p.yaml:7:7: policies[0].overrides") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s override %q: err %v, want p.yaml:7:7 and %q", tc.key, tc.written, err, tc.want)
+		}
 	}
 }

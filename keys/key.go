@@ -81,6 +81,24 @@ func (k Key) String() string {
 	return b.String()
 }
 
+// ParseIdentity is the inverse of Identity.String: ParseIdentity(id.String()) == id for
+// every Identity id, and every other string is an error wrapping ErrMalformedKey.
+func ParseIdentity(s string) (Identity, error) {
+	kind, id, ok := strings.Cut(s, string(sep))
+	if !ok {
+		return Identity{}, fmt.Errorf("%w: no ':' between kind and ID", ErrMalformedKey)
+	}
+	k, err := unescape(kind)
+	if err != nil {
+		return Identity{}, err
+	}
+	v, err := unescape(id)
+	if err != nil {
+		return Identity{}, err
+	}
+	return Identity{Kind: Kind(k), ID: v}, nil
+}
+
 // ErrMalformedKey is returned by ParseKey for a string that Key.String cannot produce.
 var ErrMalformedKey = errors.New("keys: malformed key")
 

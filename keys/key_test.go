@@ -70,6 +70,19 @@ func TestParseKeyRejectsOtherSpellings(t *testing.T) {
 	}
 }
 
+func TestParseIdentity(t *testing.T) {
+	for _, id := range []Identity{{Kind: User, ID: "a:b"}, {Kind: IP, ID: "2001:db8::/64"}, {Kind: APIKey, ID: "00ff"}, {Kind: User, ID: "%{}"}} {
+		if got, err := ParseIdentity(id.String()); err != nil || got != id {
+			t.Errorf("ParseIdentity(%q) = %+v, %v; want %+v", id.String(), got, err, id)
+		}
+	}
+	for _, bad := range []string{"user", "user:a:b", "user:%zz", "ip:2001:db8::1"} {
+		if id, err := ParseIdentity(bad); !errors.Is(err, ErrMalformedKey) {
+			t.Errorf("ParseIdentity(%q) = %+v, %v; want ErrMalformedKey", bad, id, err)
+		}
+	}
+}
+
 func TestIdentityString(t *testing.T) {
 	if got, want := (Identity{Kind: User, ID: "a:b"}).String(), "user:a%3Ab"; got != want {
 		t.Errorf("String = %q, want %q", got, want)

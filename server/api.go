@@ -469,9 +469,10 @@ func (s *Server) policyItems(cfg *config.Config, p *config.Policy, req *CheckReq
 	}
 	items := []item{{
 		Item:   limitItem(keys.Of(p.Name, id, "", keyTier).String(), limit, n, p.Shadow),
-		name:   p.Name,
-		status: config.Limited,
-		source: source,
+		name:     p.Name,
+		status:   config.Limited,
+		source:   source,
+		identity: id,
 	}}
 	if req.Path != "" || req.Method != "" {
 		rt, ok, err := policyRoute(p, req)
@@ -484,12 +485,48 @@ func (s *Server) policyItems(cfg *config.Config, p *config.Policy, req *CheckReq
 				Item:   limitItem(keys.Of(name, id, rt.Pattern, "").String(), rt.Limit, n, p.Shadow),
 				name:   name,
 				status: config.Limited,
-				source: "route",
-				route:  rt.Pattern,
+				source:   "route",
+				route:    rt.Pattern,
+				identity: id,
 			})
 		}
 	}
 	return items, nil
+}
+
+// KeyInfo is one limit of a request, as Keys reports it.
+type KeyInfo struct {
+	// Name is the limit's name (see LimitStatus.Name); Status its LimitStatus.Status.
+	Name, Status string
+	// Identity is who a policy's limit limits, as the logs print it and as an override
+	// is written ("api_key:<MAC>", "user:alice", "ip:203.0.113.7"); empty for Envoy
+	// descriptors.
+	Identity string
+	// Key is the store key the limit is counted under (keys.Bound applied), empty for a
+	// limit the store never decides.
+	Key string
+}
+
+// Keys returns the limits a CheckRequest names and the store keys they are counted under,
+// deciding nothing: what /v1/check, `sluice proxy` (for a policy) and Envoy's RLS (for a
+// domain) would count the request under with the configuration in force.
+func (s *Server) Keys(req *CheckRequest) ([]KeyInfo, error) {
+	items, _, err := s.items(s.config(), req)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]KeyInfo, len(items))
+	for i := range items {
+		it := &items[i]
+		out[i] = KeyInfo{Name: it.name, Status: it.status.String()}
+		if !it.identity.IsZero() {
+			out[i].Identity = it.identity.String()
+		}
+		if it.status == config.Limited {
+			out[i].Key = keys.Bound(it.Key)
+		}
+	}
+	return out, nil
 }
 
 // RouteLimitName is the name of policy's limit on one route pattern, in headers, JSON

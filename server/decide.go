@@ -8,6 +8,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/evaluator"
+	"github.com/sluicehq/sluice/keys"
 )
 
 // item is one limit of one request: a policy's limit, a policy's route limit, or one Envoy
@@ -26,6 +27,8 @@ type item struct {
 	// source, route describe a policy's limit: "policy", "tier:<name>", "override",
 	// "route"; the route pattern.
 	source, route string
+	// identity is who a policy's limit limits (zero for descriptors).
+	identity keys.Identity
 }
 
 func itemOf(it *item) *evaluator.Item { return &it.Item }

@@ -358,3 +358,52 @@ func TestProxyClientIPHeader(t *testing.T) {
 		})
 	}
 }
+
+// TestKeyCommandOverride: the identity `sluice key` prints for a raw API key (with the
+// configured secret), written as an override, applies to that key through `sluice proxy`;
+// a form sluice never prints is refused at load with file:line.
+func TestKeyCommandOverride(t *testing.T) {
+	t.Setenv("TEST_API_SECRET", "0123456789abcdef0123456789abcdef")
+	base := `identity:
+  api_key_secret_env: TEST_API_SECRET
+policies:
+  - name: api
+    key: {type: api_key, header: X-API-Key}
+    rate: 100
+    period: hour
+`
+	cfg := writeConfig(t, "keys.yaml", base)
+	code, out, errOut := runCmd(t, "key", "--config", cfg, "--policy", "api", "--key", "sk_live_42")
+	if code != 0 {
+		t.Fatalf("sluice key: exit %d: %s", code, errOut)
+	}
+	m := regexp.MustCompile(`(?m)^identity: (api_key:[0-9a-f]{64})$`).FindStringSubmatch(out)
+	if m == nil || strings.Contains(out, "sk_live_42") {
+		t.Fatalf("sluice key printed %q", out)
+	}
+	os.WriteFile(cfg, []byte(base+"    overrides:\n      \""+m[1]+"\": {rate: 3, period: hour}\n"), 0o644)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	addr := startedProxy(t, "--upstream", up.URL, "--listen", "127.0.0.1:0", "--config", cfg)
+	for key, want := range map[string]string{"sk_live_42": "3", "sk_other": "100"} {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+		req.Header.Set("X-API-Key", key)
+		rp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rp.Body.Close()
+		if q := policyQuota(t, rp.Header, "api"); q != want {
+			t.Errorf("key %s: quota %s, want %s", key, q, want)
+		}
+	}
+	os.WriteFile(cfg, []byte(base+"    overrides:\n      \"hmac:4f2a9c\": {rate: 3, period: hour}\n"), 0o644)
+	if code, _, errOut := runCmd(t, "key", "--config", cfg, "--policy", "api", "--key", "k"); code == 0 || !strings.Contains(errOut, "keys.yaml:9:7: policies[0].overrides") {
+		t.Errorf("an override in a form sluice never prints: exit %d: %s", code, errOut)
+	}
+	t.Setenv("TEST_API_SECRET", "")
+	os.WriteFile(cfg, []byte(base), 0o644)
+	if code, _, errOut := runCmd(t, "key", "--config", cfg, "--policy", "api", "--key", "k"); code == 0 || !strings.Contains(errOut, "TEST_API_SECRET") {
+		t.Errorf("sluice key without the secret: exit %d: %s", code, errOut)
+	}
+}

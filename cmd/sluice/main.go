@@ -4,6 +4,7 @@
 //	                 service (gRPC) on :8081, on the in-memory store unless Redis is named
 //	sluice proxy     a reverse proxy that applies sluice policies in front of an upstream
 //	sluice check     ask a running server whether a request would pass
+//	sluice key       print the identity and store keys a request would be counted under
 //	sluice simulate  run traffic patterns against the algorithms and report their accuracy
 //	sluice version   print the version
 //
@@ -79,7 +80,7 @@ func newApp(stdout, stderr io.Writer) *cli.Command {
 		Writer:                stdout,
 		ErrWriter:             stderr,
 		ExitErrHandler:        func(context.Context, *cli.Command, error) {}, // run reports errors
-		Commands:              []*cli.Command{serveCommand(), proxyCommand(), checkCommand(), simulateCommand(), versionCommand()},
+		Commands:              []*cli.Command{serveCommand(), proxyCommand(), checkCommand(), keyCommand(), simulateCommand(), versionCommand()},
 		EnableShellCompletion: false,
 	}
 }

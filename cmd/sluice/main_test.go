@@ -61,7 +61,7 @@ func TestHelpAndVersion(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"--help"}, []string{"serve", "proxy", "check", "simulate", "version"}},
+		{[]string{"--help"}, []string{"serve", "proxy", "check", "key", "simulate", "version"}},
 		{[]string{"serve", "--help"}, []string{"--http", "$SLUICE_HTTP_ADDR", "--grpc", "$SLUICE_GRPC_ADDR", "--config", "$SLUICE_CONFIG",
 			"--redis", "$SLUICE_REDIS_URL", "--failure-mode", "$SLUICE_FAILURE_MODE", "--shadow-mode", "--admin-token-file",
 			"--tls-cert", "$SLUICE_TLS_CERT", "--tls-key", "--tls-client-ca",

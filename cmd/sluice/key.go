@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/server"
+)
+
+func keyCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "key",
+		Usage:     "print the identity and store keys a request would be counted under",
+		ArgsUsage: " ",
+		Description: "Resolves a request against the configuration as serve and proxy do, deciding nothing,\n" +
+			"and prints one line per limit: its name, the identity (the form an override is\n" +
+			"written in) and the store key. An API key is hashed with the secret in the\n" +
+			"configuration's identity.api_key_secret_env, which must be set, as in the service.\n\n" +
+			"  sluice key --config sluice.yaml --policy api --key \"$API_KEY\"\n" +
+			"  sluice key --config sluice.yaml --policy per-ip --key 2001:db8::7 --method POST --path /v1/items\n" +
+			"  sluice key --config envoy/ --domain edge --descriptor remote_address=203.0.113.7",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "config", Usage: "the configuration `PATH` (empty: the built-in example)", Sources: cli.EnvVars("SLUICE_CONFIG")},
+			&cli.StringFlag{Name: "policy", Usage: "the sluice policy `NAME`"},
+			&cli.StringFlag{Name: "key", Usage: "the identity the policy limits: an IP address, a user ID or a raw API key"},
+			&cli.StringFlag{Name: "tier", Usage: "the identity's tier"},
+			&cli.StringFlag{Name: "method", Usage: "the request's method, for route limits"},
+			&cli.StringFlag{Name: "path", Usage: "the request's path, for route limits"},
+			&cli.StringFlag{Name: "domain", Usage: "an envoyproxy/ratelimit `DOMAIN`"},
+			&cli.StringSliceFlag{Name: "descriptor", Usage: "a descriptor as `KEY=VALUE[,KEY=VALUE...]` (repeat for several)"},
+		},
+		Action: printKeys,
+	}
+}
+
+func printKeys(_ context.Context, c *cli.Command) error {
+	var cfg *config.Config
+	if p := c.String("config"); p != "" {
+		var err error
+		if cfg, err = config.Load(p); err != nil {
+			return fmt.Errorf("configuration: %w", err)
+		}
+	} else {
+		cfg = config.Default()
+	}
+	req := &server.CheckRequest{
+		Policy: c.String("policy"), Key: c.String("key"), Tier: c.String("tier"),
+		Method: c.String("method"), Path: c.String("path"), Domain: c.String("domain"),
+	}
+	for _, d := range c.StringSlice("descriptor") {
+		var desc server.Descriptor
+		for part := range strings.SplitSeq(d, ",") {
+			k, v, ok := strings.Cut(part, "=")
+			if !ok || k == "" {
+				return cli.Exit(fmt.Sprintf("--descriptor %q: %q is not KEY=VALUE", d, part), exitUsage)
+			}
+			desc.Entries = append(desc.Entries, server.Entry{Key: k, Value: v})
+		}
+		req.Descriptors = append(req.Descriptors, desc)
+	}
+	if (req.Policy == "") == (req.Domain == "") {
+		return cli.Exit("name a --policy (with --key) or a --domain (with --descriptor)", exitUsage)
+	}
+	if p, ok := cfg.Policy(req.Policy); ok && p.Key.Type == config.KeyAPIKey {
+		env := cfg.Identity.APIKeySecretEnv
+		if env == "" || os.Getenv(env) == "" {
+			return fmt.Errorf("policy %q hashes API keys with the secret in identity.api_key_secret_env, which is %s: the service would use a per-process random secret, so no key can be printed",
+				p.Name, map[bool]string{true: "not configured", false: "$" + env + ", not set"}[env == ""])
+		}
+	}
+	st := memory.New()
+	defer st.Close()
+	srv, err := server.New(server.Options{Limiter: st, Config: cfg, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return err
+	}
+	infos, err := srv.Keys(req)
+	if err != nil {
+		return err
+	}
+	w := c.Root().Writer
+	for _, in := range infos {
+		fmt.Fprintf(w, "limit:    %s (%s)\n", in.Name, in.Status)
+		if in.Identity != "" {
+			fmt.Fprintf(w, "identity: %s\n", in.Identity)
+		}
+		if in.Key != "" {
+			fmt.Fprintf(w, "key:      %s\n", in.Key)
+		}
+	}
+	return nil
+}
