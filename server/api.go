@@ -468,7 +468,7 @@ func (s *Server) policyItems(cfg *config.Config, p *config.Policy, req *CheckReq
 		keyTier = req.Tier
 	}
 	items := []item{{
-		Item:   limitItem(keys.Of(p.Name, id, "", keyTier).String(), limit, n, p.Shadow),
+		Item:     limitItem(keys.Of(p.Name, id, "", keyTier).String(), limit, n, p.Shadow),
 		name:     p.Name,
 		status:   config.Limited,
 		source:   source,
@@ -482,9 +482,9 @@ func (s *Server) policyItems(cfg *config.Config, p *config.Policy, req *CheckReq
 		if ok {
 			name := RouteLimitName(p.Name, rt.Pattern)
 			items = append(items, item{
-				Item:   limitItem(keys.Of(name, id, rt.Pattern, "").String(), rt.Limit, n, p.Shadow),
-				name:   name,
-				status: config.Limited,
+				Item:     limitItem(keys.Of(name, id, rt.Pattern, "").String(), rt.Limit, n, p.Shadow),
+				name:     name,
+				status:   config.Limited,
 				source:   "route",
 				route:    rt.Pattern,
 				identity: id,
