@@ -12,6 +12,7 @@ import (
 	"github.com/dunglas/httpsfv"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/evaluator"
+	"github.com/sluicehq/sluice/internal/logattr"
 	"github.com/sluicehq/sluice/keys"
 )
 
@@ -427,8 +428,8 @@ func (m *Middleware) log(ctx context.Context, r *http.Request, res *Result) {
 			slog.Bool("allowed", d.Allowed),
 			slog.Bool("shadow", d.Shadow),
 			slog.Int64("remaining", d.Remaining),
-			slog.Duration("retry_after", d.RetryAfter),
-			slog.Duration("reset_after", d.ResetAfter),
+			logattr.Millis("retry_after_ms", d.RetryAfter),
+			logattr.Millis("reset_after_ms", d.ResetAfter),
 			slog.String("decided_by", d.Path.String()),
 			slog.String("method", r.Method),
 		)

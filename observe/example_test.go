@@ -33,7 +33,7 @@ func Example() {
 	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
 		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 			switch a.Key {
-			case slog.TimeKey, "latency", "store_latency":
+			case slog.TimeKey, "latency_us", "store_latency_us":
 				return slog.Attr{}
 			}
 			return a
@@ -51,6 +51,6 @@ func Example() {
 	// Output:
 	// allowed: true
 	// allowed: true
-	// level=INFO msg="rate limit decision" policy=per-api-key key=sha256:66adebaaf8867d97 algorithm=gcra limit=2 period=1m0s cost=1 allowed=false remaining=0 used=2 retry_after=30s reset_after=1m0s path=store breaker=closed
+	// level=INFO msg="rate limit decision" policy=per-api-key key=sha256:66adebaaf8867d97 algorithm=gcra limit=2 period_ms=60000 cost=1 allowed=false remaining=0 used=2 retry_after_ms=30000 reset_after_ms=60000 path=store breaker=closed
 	// allowed: false
 }

@@ -15,7 +15,7 @@
 //	policy         the request's Policy, else WithDefaultPolicy's name
 //	key            the key hashed (HashKey, or WithKeyHash); the raw key never appears,
 //	               and an error message that quotes it has it replaced by the hash
-//	algorithm      gcra, token_bucket, ..., and limit, period, burst of the applied Limit
+//	algorithm      gcra, token_bucket, ..., and limit, period_ms, burst of the applied Limit
 //	cost           the units asked for (n)
 //	allowed        the decision
 //	remaining      Decision.Remaining
@@ -24,14 +24,17 @@
 //	               the window algorithms and the bucket's level (burst minus tokens) for
 //	               the bucket ones. A denial spends nothing, so for a denial it is exactly
 //	               the state the store held when it refused.
-//	retry_after, reset_after
+//	retry_after_ms, reset_after_ms
+//	               Decision.RetryAfter and ResetAfter in milliseconds, rounded up
 //	path           store, open, closed, local or cache (who decided; cache: a
 //	               denycache.Cache repeated the store's earlier denial)
 //	shadow         true for a shadow limit (sluice.Request.Shadow)
 //	mode, share    the failure mode and local share, when a failure mode decided
 //	breaker        closed, half_open or open, when a circuit breaker took part
-//	store_latency  time waiting for the store (absent when it was not called)
-//	latency        the whole call
+//	store_latency_us
+//	               time waiting for the store, in microseconds (absent when it was not
+//	               called)
+//	latency_us     the whole call, in microseconds
 //	error, error_kind
 //	               the error returned, or the store failure that a failure mode absorbed,
 //	               and its sluice.ErrorKind
@@ -44,7 +47,7 @@
 // Info, the others at Warn.
 //
 // To explain a disputed 429, search the log for the key's hash (HashKey of the key the
-// front end built, e.g. keys.Key.String()) and read used, remaining and retry_after of
+// front end built, e.g. keys.Key.String()) and read used, remaining and retry_after_ms of
 // its denials.
 //
 // # Where the details come from
@@ -66,6 +69,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/logattr"
 )
 
 // DefaultPolicy is the policy name of decisions whose request names none, unless
@@ -196,10 +200,10 @@ func (l *Limiter) Reserve(ctx context.Context, key string, limit sluice.Limit, n
 				slog.String("key", l.hash(key)),
 				slog.String("algorithm", limit.Algorithm.String()),
 				slog.Int64("limit", limit.Rate),
-				slog.Duration("period", limit.Period),
+				logattr.Millis("period_ms", limit.Period),
 				slog.Int64("cost", n),
 				slog.Bool("ok", res.OK),
-				slog.Duration("delay", res.Delay),
+				logattr.Millis("delay_ms", res.Delay),
 			}
 			if err != nil {
 				attrs = append(attrs, slog.String("error", l.redact(err.Error(), key)), slog.String("error_kind", string(sluice.KindOf(err))))
@@ -218,7 +222,7 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) err
 			slog.String("key", l.hash(key)),
 			slog.String("algorithm", limit.Algorithm.String()),
 			slog.Int64("limit", limit.Rate),
-			slog.Duration("period", limit.Period),
+			logattr.Millis("period_ms", limit.Period),
 		}
 		if err != nil {
 			attrs = append(attrs, slog.String("error", l.redact(err.Error(), key)))
@@ -268,7 +272,7 @@ func (l *Limiter) observe(ctx context.Context, rep *sluice.Report, elapsed time.
 		slog.String("key", l.hash(r.Key)),
 		slog.String("algorithm", lim.Algorithm.String()),
 		slog.Int64("limit", lim.Rate),
-		slog.Duration("period", lim.Period),
+		logattr.Millis("period_ms", lim.Period),
 	)
 	if lim.Burst > 0 {
 		attrs = append(attrs, slog.Int64("burst", lim.Burst))
@@ -282,8 +286,8 @@ func (l *Limiter) observe(ctx context.Context, rep *sluice.Report, elapsed time.
 		attrs = append(attrs, slog.Int64("used", max(lim.MaxCost()-d.Remaining, 0)))
 	}
 	attrs = append(attrs,
-		slog.Duration("retry_after", d.RetryAfter),
-		slog.Duration("reset_after", d.ResetAfter),
+		logattr.Millis("retry_after_ms", d.RetryAfter),
+		logattr.Millis("reset_after_ms", d.ResetAfter),
 		slog.String("path", d.Path.String()),
 	)
 	if r.Shadow {
@@ -299,9 +303,9 @@ func (l *Limiter) observe(ctx context.Context, rep *sluice.Report, elapsed time.
 		attrs = append(attrs, slog.String("breaker", rep.Breaker.String()))
 	}
 	if called {
-		attrs = append(attrs, slog.Duration("store_latency", storeLatency))
+		attrs = append(attrs, logattr.Micros("store_latency_us", storeLatency))
 	}
-	attrs = append(attrs, slog.Duration("latency", elapsed))
+	attrs = append(attrs, logattr.Micros("latency_us", elapsed))
 	if batch >= 0 {
 		attrs = append(attrs, slog.Int("batch", batch), slog.Int("batch_size", size))
 	}

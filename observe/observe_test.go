@@ -128,7 +128,7 @@ func TestDeniedDecisionLog(t *testing.T) {
 		"key":       HashKey(rawKey),
 		"algorithm": "fixed_window",
 		"limit":     3.0,
-		"period":    float64(time.Hour),
+		"period_ms": float64(time.Hour / time.Millisecond),
 		"cost":      1.0,
 		"allowed":   false,
 		"remaining": 0.0,
@@ -141,14 +141,20 @@ func TestDeniedDecisionLog(t *testing.T) {
 			t.Errorf("%s = %v (%T), want %v", k, ev[k], ev[k], v)
 		}
 	}
-	if ra, _ := ev["retry_after"].(float64); ra <= 0 || ra > float64(time.Hour) {
-		t.Errorf("retry_after %v, want the time to the next window", ev["retry_after"])
+	if ra, _ := ev["retry_after_ms"].(float64); ra <= 0 || ra > float64(time.Hour/time.Millisecond) {
+		t.Errorf("retry_after_ms %v, want the time to the next window", ev["retry_after_ms"])
 	}
-	if ev["reset_after"] != ev["retry_after"] {
-		t.Errorf("reset_after %v, retry_after %v: a full fixed window resets when it retries", ev["reset_after"], ev["retry_after"])
+	if ev["reset_after_ms"] != ev["retry_after_ms"] {
+		t.Errorf("reset_after_ms %v, retry_after_ms %v: a full fixed window resets when it retries", ev["reset_after_ms"], ev["retry_after_ms"])
 	}
-	if sl, _ := ev["store_latency"].(float64); sl <= 0 {
-		t.Errorf("store_latency %v", ev["store_latency"])
+	if _, ok := ev["store_latency_us"].(float64); !ok {
+		t.Errorf("store_latency_us %v", ev["store_latency_us"])
+	}
+	// Every duration names its unit: none is a bare count of nanoseconds.
+	for _, k := range []string{"store_latency", "latency", "retry_after", "reset_after", "period"} {
+		if v, ok := ev[k]; ok {
+			t.Errorf("%s=%v: a duration without its unit", k, v)
+		}
 	}
 	for _, k := range []string{"error", "error_kind", "mode", "shadow"} {
 		if _, ok := ev[k]; ok {
@@ -784,7 +790,7 @@ func TestCachedDenials(t *testing.T) {
 	if ev["level"] != "INFO" || ev["path"] != "cache" || ev["allowed"] != false || ev["key"] != HashKey(rawKey) || ev["policy"] != "api" {
 		t.Errorf("cached denial logged as %v", ev)
 	}
-	for _, k := range []string{"store_latency", "mode", "error"} {
+	for _, k := range []string{"store_latency_us", "mode", "error"} {
 		if _, ok := ev[k]; ok {
 			t.Errorf("unexpected %s=%v in a cached denial's log", k, ev[k])
 		}

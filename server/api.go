@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/logattr"
 	"github.com/sluicehq/sluice/keys"
 )
 
@@ -696,7 +697,7 @@ func (s *Server) logDenied(ctx context.Context, what string, items []item) {
 			attrs = append(attrs,
 				slog.String("applied", it.Decision.Limit.String()),
 				slog.Int64("remaining", it.Decision.Remaining),
-				slog.Duration("retry_after", it.Decision.RetryAfter),
+				logattr.Millis("retry_after_ms", it.Decision.RetryAfter),
 				slog.String("decided_by", it.Decision.Path.String()))
 		}
 		s.log.LogAttrs(ctx, slog.LevelDebug, "rate limit exceeded", attrs...)

@@ -309,7 +309,7 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 	s.draining.Store(true)
 	stopProbe()
 	s.health.Shutdown()
-	s.log.Info("shutting down: finishing requests in flight", slog.Duration("timeout", s.shutdown))
+	s.log.Info("shutting down: finishing requests in flight", slog.String("timeout", s.shutdown.String()))
 
 	sctx, cancel := context.WithTimeout(context.Background(), s.shutdown)
 	defer cancel()
