@@ -407,3 +407,124 @@ policies:
 		t.Errorf("sluice key without the secret: exit %d: %s", code, errOut)
 	}
 }
+
+// freeAddr returns a loopback address with a port free at the time of the call.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestProxyShadowAndPolicyLabels: through `sluice proxy`, a shadow 1/min policy stays out
+// of the client's headers (RateLimit-Policy, RateLimit, X-RateLimit-Remaining) while it
+// is over its limit, and /metrics labels the decisions with each policy's name (a route
+// limit's "<policy> <pattern>"), never "default".
+func TestProxyShadowAndPolicyLabels(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	cfg := writeConfig(t, "shadow.yaml", `policies:
+  - name: real
+    key: ip
+    algorithm: fixed_window
+    rate: 100
+    period: hour
+    routes:
+      "GET /items/{id}": {rate: 50, period: hour}
+  - name: trial
+    key: ip
+    shadow: true
+    algorithm: fixed_window
+    rate: 1
+    period: minute
+`)
+	admin := freeAddr(t)
+	addr := startedProxy(t, "--upstream", up.URL, "--listen", "127.0.0.1:0", "--config", cfg, "--legacy-headers",
+		"--admin", admin, "--log-sampling", "1")
+	for i := range 3 {
+		rp, err := http.Get("http://" + addr + "/items/7")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rp.Body.Close()
+		if rp.StatusCode != 200 {
+			t.Fatalf("request %d: %d", i, rp.StatusCode)
+		}
+		for _, h := range []string{"RateLimit-Policy", "RateLimit"} {
+			if strings.Contains(rp.Header.Get(h), "trial") {
+				t.Errorf("request %d: %s advertises the shadow policy: %q", i, h, rp.Header.Get(h))
+			}
+		}
+		if r := rp.Header.Get("X-RateLimit-Remaining"); r == "0" || r == "" {
+			t.Errorf("request %d: X-RateLimit-Remaining %q, want the enforced policies' remaining", i, r)
+		}
+	}
+	var body string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if rp, err := http.Get("http://" + admin + "/metrics"); err == nil {
+			b, _ := io.ReadAll(rp.Body)
+			rp.Body.Close()
+			body = string(b)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the admin listener did not answer")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, want := range []string{
+		`sluice_decisions_total{path="store",policy="real",result="allowed"} 3`,
+		`sluice_decisions_total{path="store",policy="real GET /items/{id}",result="allowed"} 3`,
+		`sluice_decisions_total{path="store",policy="trial",result="allowed"} 1`,
+		`policy="trial",result="denied"}`, // by the store, then by the deny cache
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, grepLines(body, "sluice_decisions_total"))
+		}
+	}
+	if strings.Contains(body, `policy="default"`) {
+		t.Errorf("/metrics labels decisions policy=\"default\":\n%s", grepLines(body, "policy=\"default\""))
+	}
+}
+
+// TestServeShadowOutOfHeaders: a shadow_mode descriptor over its limit stays out of
+// Envoy's response_headers_to_add and of the JSON API's headers.
+func TestServeShadowOutOfHeaders(t *testing.T) {
+	cfg := writeConfig(t, "edge.yaml", `domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: hour, requests_per_unit: 100, name: real}
+  - key: trial
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1, name: trial}
+`)
+	base, grpcAddr, _ := started(t, "--config", cfg, "--log-level", "warn")
+	rls := rlsClient(t, grpcAddr)
+	for i := range 3 {
+		resp, err := rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("remote_address", "A"), descriptor("trial", "A")}})
+		if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("call %d: %v %v", i, resp, err)
+		}
+		for _, h := range resp.ResponseHeadersToAdd {
+			if strings.Contains(h.Value, "trial") {
+				t.Errorf("call %d: %s advertises the shadow rule: %q", i, h.Key, h.Value)
+			}
+		}
+	}
+	body := `{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"B"}]},{"entries":[{"key":"trial","value":"B"}]}]}`
+	for i := range 3 {
+		rp, err := http.Post(base+"/v1/check", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rp.Body.Close()
+		if rp.StatusCode != 200 || strings.Contains(rp.Header.Get("RateLimit-Policy")+rp.Header.Get("RateLimit"), "trial") {
+			t.Errorf("JSON call %d: %d, headers %v", i, rp.StatusCode, rp.Header)
+		}
+	}
+}
