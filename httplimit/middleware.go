@@ -420,7 +420,7 @@ func (m *Middleware) log(ctx context.Context, r *http.Request, res *Result) {
 		}
 		l.LogAttrs(ctx, level, msg,
 			slog.String("policy", d.Policy),
-			slog.String("identity", d.Identity.String()),
+			slog.String("identity", keys.Bound(d.Identity.String())),
 			slog.String("route", d.Route),
 			slog.String("tier", d.Tier),
 			slog.String("key", d.Key),
