@@ -37,8 +37,14 @@
 //	policies:
 //	  - name, algorithm, rate, period, burst, key, shadow,
 //	    failure_mode, local_share | expected_nodes,
-//	    tier_header, default_tier, tiers: {name: limit}, routes: {pattern: limit},
-//	    overrides: {identity: limit}
+//	    tier_header, default_tier, tiers: {name: limit}, identity_tiers: {identity: tier},
+//	    routes: {pattern: limit}, overrides: {identity: limit}
+//
+// An identity (in overrides and identity_tiers) is written as sluice prints it,
+// "api_key:<MAC>", "user:<id>" or "ip:<address or prefix>" (`sluice key` prints it), or
+// as the bare ID; anything else is a load error. A policy's tier comes from
+// identity_tiers, else from tier_header (which `sluice proxy` believes only from
+// identity.trusted_proxies), else default_tier.
 //
 // A limit is {rate, period, burst, algorithm}: algorithm is a name sluice.ParseAlgorithm
 // accepts and defaults to the policy's (gcra by default); period is a Go duration ("1s",

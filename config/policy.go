@@ -55,11 +55,15 @@ type Policy struct {
 	Routes []Route
 	// Overrides are the per-identity limits in file order.
 	Overrides []Override
+	// IdentityTiers map identities to their tier (identity_tiers), ahead of TierHeader:
+	// a tier that comes from who the client is, not from what the request says.
+	IdentityTiers []IdentityTier
 	// Pos is where the policy starts.
 	Pos Position
 
 	tiers     map[string]*Tier
 	overrides map[string]*Override
+	idTiers   map[string]string
 	mux       *http.ServeMux
 
 	path            string
@@ -89,6 +93,15 @@ type Override struct {
 	// hex, the user ID, or the client address or prefix (keys.PrefixID).
 	ID    string
 	Limit sluice.Limit
+
+	node  *yaml.Node
+	field string
+}
+
+// IdentityTier puts one identity in a tier. ID is as in Override.
+type IdentityTier struct {
+	ID   string
+	Tier string
 
 	node  *yaml.Node
 	field string
@@ -189,6 +202,12 @@ func (p *Policy) Tier(name string) (sluice.Limit, bool) {
 	return sluice.Limit{}, false
 }
 
+// IdentityTier returns the tier identity_tiers puts one identity in.
+func (p *Policy) IdentityTier(id string) (string, bool) {
+	t, ok := p.idTiers[id]
+	return t, ok
+}
+
 // Override returns the limit configured for one identity.
 func (p *Policy) Override(id string) (sluice.Limit, bool) {
 	if o, ok := p.overrides[id]; ok {
@@ -198,11 +217,16 @@ func (p *Policy) Override(id string) (sluice.Limit, bool) {
 }
 
 // LimitFor returns the limit of one identity in the given tier ("" when the request named
-// none) and where it came from: "override", "tier:<name>" or "policy". A tier that is not
+// none) and where it came from: "override", "tier:<name>" or "policy". The identity's
+// override comes first, then its tier in IdentityTiers, then the tier named. A tier that is not
 // configured counts as no tier. The result is always a valid limit.
 func (p *Policy) LimitFor(id, tier string) (sluice.Limit, string) {
 	if l, ok := p.Override(id); ok {
 		return l, "override"
+	}
+	if t, ok := p.idTiers[id]; ok {
+		l, _ := p.Tier(t)
+		return l, "tier:" + t
 	}
 	if tier != "" {
 		if l, ok := p.Tier(tier); ok {
@@ -479,7 +503,7 @@ func parsePrefix(s string) (netip.Prefix, error) {
 var policyFields = []string{
 	"name", "algorithm", "rate", "period", "burst", "key", "shadow",
 	"failure_mode", "local_share", "expected_nodes",
-	"tier_header", "default_tier", "tiers", "routes", "overrides",
+	"tier_header", "default_tier", "tiers", "identity_tiers", "routes", "overrides",
 }
 
 var limitFields = []string{"algorithm", "rate", "period", "burst"}
@@ -609,6 +633,36 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 				continue
 			}
 			p.overrides[o.ID] = o
+		}
+	}
+
+	p.idTiers = map[string]string{}
+	if v, ok := o.get("identity_tiers"); ok {
+		field := o.field("identity_tiers")
+		if !o.has("tiers") {
+			d.errorf(o.fields["identity_tiers"].key, field, "is set but the policy has no tiers")
+		}
+		for _, kv := range d.pairs(v, field) {
+			of := join(field, kv.key.Value)
+			id, err := overrideID(p.Key.Type, kv.key.Value)
+			if err != nil {
+				d.errorf(kv.key, of, "%v", err)
+				continue
+			}
+			t, ok := d.str(kv.val, of)
+			if !ok {
+				continue
+			}
+			if !declared[t] {
+				d.errorf(kv.val, of, "names no tier of this policy: %q", t)
+				continue
+			}
+			if _, dup := p.idTiers[id]; dup {
+				d.errorf(kv.key, of, "names an identity already given a tier")
+				continue
+			}
+			p.idTiers[id] = t
+			p.IdentityTiers = append(p.IdentityTiers, IdentityTier{ID: id, Tier: t, node: kv.key, field: of})
 		}
 	}
 	return p
@@ -779,7 +833,19 @@ func checkInherited(c *Config) Errors {
 	var errs Errors
 	for _, p := range c.Policies {
 		if p.Key.Type == KeyIP {
+			type written struct {
+				ID    string
+				node  *yaml.Node
+				field string
+			}
+			var ids []written
 			for _, o := range p.Overrides {
+				ids = append(ids, written{o.ID, o.node, o.field})
+			}
+			for _, o := range p.IdentityTiers {
+				ids = append(ids, written{o.ID, o.node, o.field})
+			}
+			for _, o := range ids {
 				pfx, err := parsePrefix(o.ID)
 				if err != nil || o.node == nil {
 					continue

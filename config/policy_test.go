@@ -63,6 +63,8 @@ func TestTestdataPolicies(t *testing.T) {
 		{"someone", "enterprise", sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 100, Period: time.Second, Burst: 500}, "tier:enterprise"},
 		{"someone", "platinum", gcra(60, time.Minute, 0), "tier:free"}, // unknown tier: the default tier
 		{"4f2a9c0d3b1e5a7f8c6d2e4b9a1f3c5e7d9b2a4c6e8f0a1b3c5d7e9f1a2b4c6d", "pro", gcra(10000, time.Minute, 0), "override"},
+		// identity_tiers: the identity's tier, whatever tier the request names.
+		{"9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d3c2b1a0f9e8d", "free", sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 100, Period: time.Second, Burst: 500}, "tier:enterprise"},
 	} {
 		got, from := api.LimitFor(tt.id, tt.tier)
 		if got != tt.want || from != tt.from {
@@ -329,6 +331,19 @@ func TestOverrideForms(t *testing.T) {
 			"\n    rate: 1\n    period: 1s\n    overrides:\n      \"" + tc.written + "\": {rate: 5, period: 1s}\n")})
 		if err == nil || !strings.Contains(err.Error(), "p.yaml:7:7: policies[0].overrides") || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s override %q: err %v, want p.yaml:7:7 and %q", tc.key, tc.written, err, tc.want)
+		}
+	}
+}
+
+func TestIdentityTiersErrors(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{"    identity_tiers: {\"user:a\": gold}\n", `p.yaml:9:32: policies[0].identity_tiers["user:a"]: names no tier of this policy: "gold"`},
+		{"    identity_tiers: {\"api_key:zz\": pro}\n", `p.yaml:9:22: policies[0].identity_tiers["api_key:zz"]: names a api_key identity`},
+	} {
+		_, err := Parse(File{Name: "p.yaml", Data: []byte("policies:\n  - name: p\n    key: user\n    default_tier: free\n    tiers:\n" +
+			"      free: {rate: 1, period: 1s}\n      pro: {rate: 5, period: 1s}\n    overrides: {}\n" + tc.body)})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("err %v, want %s", err, tc.want)
 		}
 	}
 }

@@ -465,7 +465,9 @@ func (s *Server) policyItems(cfg *config.Config, p *config.Policy, req *CheckReq
 	}
 	limit, source := p.LimitFor(id.ID, req.Tier)
 	keyTier := ""
-	if source == "tier:"+req.Tier && req.Tier != "" {
+	if _, mapped := p.IdentityTier(id.ID); !mapped && source == "tier:"+req.Tier && req.Tier != "" {
+		// The tier the request named is in the key; an identity's own tier is not (as
+		// the proxy keys it).
 		keyTier = req.Tier
 	}
 	items := []item{{

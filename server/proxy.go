@@ -214,8 +214,14 @@ func PoliciesFor(cfg *config.Config, h *keys.Hasher, def sluice.FailureMode) ([]
 				hp.Tiers[t.Name] = t.Limit
 			}
 		}
-		if len(p.Overrides) > 0 {
-			hp.Overrides = make(map[keys.Identity]sluice.Limit, len(p.Overrides))
+		if len(p.Overrides)+len(p.IdentityTiers) > 0 {
+			// An identity's tier is its override by the tier's limit: resolved as
+			// config.Policy.LimitFor does, and keyed as the JSON API keys it (no tier
+			// in the key, since the request named none).
+			hp.Overrides = make(map[keys.Identity]sluice.Limit, len(p.Overrides)+len(p.IdentityTiers))
+			for _, it := range p.IdentityTiers {
+				hp.Overrides[keys.Identity{Kind: kind, ID: it.ID}], _ = p.Tier(it.Tier)
+			}
 			for _, o := range p.Overrides {
 				hp.Overrides[keys.Identity{Kind: kind, ID: o.ID}] = o.Limit
 			}

@@ -271,8 +271,10 @@ func policyQuota(t *testing.T, h http.Header, name string) string {
 }
 
 // TestProxyClientCannotPickItsTier: through `sluice proxy`, "X-Plan: pro" from a client
-// leaves it on the free tier (60/min) with the built-in configuration and with a
-// tier_header whose sender is not a trusted proxy; from a trusted proxy it is believed.
+// leaves it on the free tier (60/min) with the built-in configuration, with identity_tiers
+// that do not name it, and with a tier_header whose sender is not a trusted proxy; from a
+// trusted proxy the header is believed, and identity_tiers put their identities in their
+// tier.
 func TestProxyClientCannotPickItsTier(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer up.Close()
@@ -289,19 +291,33 @@ policies:
       pro: {rate: 1000, period: minute}
 `)
 	}
+	byIdentity := writeConfig(t, "members.yaml", `policies:
+  - name: api
+    key: user
+    default_tier: free
+    tiers:
+      free: {rate: 60, period: minute}
+      pro: {rate: 1000, period: minute}
+    identity_tiers:
+      "user:vip": pro
+`)
 	for _, tc := range []struct {
 		name string
 		args []string
+		user string
 		want string
 	}{
-		{"built-in", nil, "60"},
-		{"tier header, client not a trusted proxy", []string{"--config", tiered("10.0.0.0/8")}, "60"},
-		{"tier header from a trusted proxy", []string{"--config", tiered("127.0.0.1")}, "1000"},
+		{"built-in", nil, "", "60"},
+		{"identity_tiers, another user", []string{"--config", byIdentity}, "someone", "60"},
+		{"identity_tiers, the user in the tier", []string{"--config", byIdentity}, "vip", "1000"},
+		{"tier header, client not a trusted proxy", []string{"--config", tiered("10.0.0.0/8")}, "", "60"},
+		{"tier header from a trusted proxy", []string{"--config", tiered("127.0.0.1")}, "", "1000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			addr := startedProxy(t, append([]string{"--upstream", up.URL, "--listen", "127.0.0.1:0"}, tc.args...)...)
 			req, _ := http.NewRequest("GET", "http://"+addr+"/x", nil)
 			req.Header.Set("X-API-Key", "k-123")
+			req.Header.Set("X-User-ID", tc.user)
 			req.Header.Set("X-Plan", "pro")
 			rp, err := http.DefaultClient.Do(req)
 			if err != nil {
@@ -525,6 +541,39 @@ descriptors:
 		rp.Body.Close()
 		if rp.StatusCode != 200 || strings.Contains(rp.Header.Get("RateLimit-Policy")+rp.Header.Get("RateLimit"), "trial") {
 			t.Errorf("JSON call %d: %d, headers %v", i, rp.StatusCode, rp.Header)
+		}
+	}
+}
+
+// TestServeIdentityTiers: the JSON API resolves identity_tiers as the proxy does: the
+// identity's tier wins over the tier the caller names.
+func TestServeIdentityTiers(t *testing.T) {
+	cfg := writeConfig(t, "members.yaml", `policies:
+  - name: api
+    key: user
+    default_tier: free
+    tiers:
+      free: {rate: 60, period: minute}
+      pro: {rate: 1000, period: minute}
+    identity_tiers:
+      "user:vip": pro
+`)
+	base, _, _ := started(t, "--config", cfg, "--log-level", "warn")
+	for key, want := range map[string]string{"vip": "tier:pro 1000", "someone": "tier:free 60"} {
+		rp, err := http.Post(base+"/v1/check", "application/json", strings.NewReader(`{"policy":"api","key":"`+key+`","tier":"free"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out struct {
+			Limits []struct {
+				Source string `json:"source"`
+				Rate   int64  `json:"rate"`
+			} `json:"limits"`
+		}
+		json.NewDecoder(rp.Body).Decode(&out)
+		rp.Body.Close()
+		if len(out.Limits) != 1 || fmt.Sprintf("%s %d", out.Limits[0].Source, out.Limits[0].Rate) != want {
+			t.Errorf("user %s: %+v, want %s", key, out.Limits, want)
 		}
 	}
 }
