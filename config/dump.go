@@ -29,19 +29,20 @@ func (c *Config) Dump() ([]byte, error) {
 		Limit *limitView `json:"limit"`
 	}
 	type policyView struct {
-		Name          string     `json:"name"`
-		Source        string     `json:"source"`
-		Limit         *limitView `json:"limit,omitempty"`
-		Key           string     `json:"key"`
-		KeyHeader     string     `json:"key_header,omitempty"`
-		Shadow        bool       `json:"shadow,omitempty"`
-		FailureMode   string     `json:"failure_mode,omitempty"`
-		LocalShare    float64    `json:"local_share,omitempty"`
-		TierHeader    string     `json:"tier_header,omitempty"`
-		DefaultTier   string     `json:"default_tier,omitempty"`
-		Tiers         []named    `json:"tiers,omitempty"`
-		Routes        []named    `json:"routes,omitempty"`
-		OverrideCount int        `json:"overrides,omitempty"`
+		Name              string     `json:"name"`
+		Source            string     `json:"source"`
+		Limit             *limitView `json:"limit,omitempty"`
+		Key               string     `json:"key"`
+		KeyHeader         string     `json:"key_header,omitempty"`
+		Shadow            bool       `json:"shadow,omitempty"`
+		FailureMode       string     `json:"failure_mode,omitempty"`
+		LocalShare        float64    `json:"local_share,omitempty"`
+		TierHeader        string     `json:"tier_header,omitempty"`
+		DefaultTier       string     `json:"default_tier,omitempty"`
+		Tiers             []named    `json:"tiers,omitempty"`
+		Routes            []named    `json:"routes,omitempty"`
+		OverrideCount     int        `json:"overrides,omitempty"`
+		IdentityTierCount int        `json:"identity_tiers,omitempty"`
 	}
 	type ruleView struct {
 		Key             string     `json:"key"`
@@ -70,6 +71,11 @@ func (c *Config) Dump() ([]byte, error) {
 			FailureMode string         `json:"failure_mode,omitempty"`
 			LocalShare  float64        `json:"local_share,omitempty"`
 			DenyCache   *denyCacheView `json:"deny_cache,omitempty"`
+			Requests    struct {
+				MaxDescriptors int `json:"max_descriptors,omitempty"`
+				MaxEntries     int `json:"max_entries,omitempty"`
+				MaxBytes       int `json:"max_bytes,omitempty"`
+			} `json:"request_limits"`
 		} `json:"store"`
 		Admin struct {
 			TokenEnv  string `json:"token_env,omitempty"`
@@ -98,6 +104,8 @@ func (c *Config) Dump() ([]byte, error) {
 			view.Store.DenyCache.MaxAge = dc.MaxAge.String()
 		}
 	}
+	rl := c.Store.RequestLimits.Or(RequestLimits{})
+	view.Store.Requests.MaxDescriptors, view.Store.Requests.MaxEntries, view.Store.Requests.MaxBytes = rl.MaxDescriptors, rl.MaxEntries, rl.MaxBytes
 	view.Admin.TokenEnv, view.Admin.TokenFile = c.Admin.TokenEnv, c.Admin.TokenFile
 	view.Identity.TrustedProxies = []string{}
 	for _, p := range c.Identity.TrustedProxies {
@@ -112,7 +120,7 @@ func (c *Config) Dump() ([]byte, error) {
 		pv := policyView{
 			Name: p.Name, Source: p.Pos.String(), Limit: lv(p.Limit), Key: p.Key.Type.String(), KeyHeader: p.Key.Header,
 			Shadow: p.Shadow, FailureMode: modeName(p.FailureMode), LocalShare: p.LocalShare,
-			TierHeader: p.TierHeader, DefaultTier: p.DefaultTier, OverrideCount: len(p.Overrides),
+			TierHeader: p.TierHeader, DefaultTier: p.DefaultTier, OverrideCount: len(p.Overrides), IdentityTierCount: len(p.IdentityTiers),
 		}
 		for _, t := range p.Tiers {
 			pv.Tiers = append(pv.Tiers, named{t.Name, lv(t.Limit)})
