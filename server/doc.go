@@ -43,7 +43,9 @@
 //     InvalidArgument;
 //   - a request over Options.RequestLimits (store.request_limits: descriptors per call,
 //     entries per descriptor, bytes of all keys and values) is InvalidArgument (HTTP 400
-//     in the JSON API) before any work, and spends nothing;
+//     in the JSON API) before any work, and spends nothing; a gRPC message larger than
+//     any request within the limits in force at start is refused (ResourceExhausted)
+//     before it is decoded;
 //   - no value a client shapes makes the call an error: a counter key longer than
 //     keys.MaxStoreKeyLen is decided under its keys.Bound digest form.
 //

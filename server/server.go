@@ -125,6 +125,13 @@ func (s *Server) requestLimits(cfg *config.Config) config.RequestLimits {
 	return s.reqLimits.Or(cfg.Store.RequestLimits)
 }
 
+// maxMessage bounds the encoded size of a ShouldRateLimit request within lim: its keys
+// and values, and per entry and per descriptor the protobuf framing (tags, lengths, an
+// override), with room for the domain.
+func maxMessage(lim config.RequestLimits) int {
+	return lim.MaxBytes + lim.MaxDescriptors*(lim.MaxEntries*16+64) + 64<<10
+}
+
 // checkSize refuses a request of n descriptors over lim before any work; entries(i)
 // returns the number of entries of descriptor i and the bytes of their keys and values.
 func checkSize(lim config.RequestLimits, n int, entries func(i int) (count, bytes int)) error {
@@ -252,6 +259,10 @@ func (s *Server) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 		grpc.InitialConnWindowSize(grpcWindow),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Minute, Timeout: 20 * time.Second}),
+		// A message larger than any request within the request limits (in force at
+		// start) is refused before it is decoded, so decoding an oversized call costs
+		// neither CPU nor heap.
+		grpc.MaxRecvMsgSize(maxMessage(s.requestLimits(s.config()))),
 	}, opts...)
 	g := grpc.NewServer(opts...)
 	s.RegisterGRPC(g)

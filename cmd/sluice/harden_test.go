@@ -148,6 +148,14 @@ func TestServeRequestCaps(t *testing.T) {
 	if rp.StatusCode != 400 {
 		t.Errorf("JSON over the byte cap: %d, want 400", rp.StatusCode)
 	}
+	// A message larger than any call within the caps is refused before it is decoded.
+	huge := make([]*ratelimitv3.RateLimitDescriptor, 20000)
+	for i := range huge {
+		huge[i] = descriptor("remote_address", "A", "user", strings.Repeat("x", 64))
+	}
+	if _, err := call(huge...); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a 2 MB call: err %v, want ResourceExhausted", err)
+	}
 	// Nothing was spent: A has its whole limit.
 	resp, err := call(descriptor("remote_address", "A"))
 	if err != nil || resp.Statuses[0].LimitRemaining != 4 {
