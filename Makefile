@@ -1,7 +1,7 @@
 # make test: install what the tests need when it is missing, then vet and run every test.
 GO ?= go
 
-.PHONY: test deps vet unit modules bench fmt
+.PHONY: test deps vet unit modules bench fmt image image-test deps-image
 
 test: deps vet unit modules
 
@@ -50,3 +50,22 @@ bench:
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
+
+# image builds deploy/Dockerfile with docker, podman or buildah (deploy/image.sh says which
+# is chosen). image-test builds the image from a binary built on the host exactly as the
+# Dockerfile builds it (no base image is pulled) and checks it; it installs podman from the
+# OS packages when there is no image builder.
+image:
+	deploy/image.sh build
+
+image-test: deps-image
+	deploy/image.sh test
+
+deps-image:
+	@if ! { command -v podman || command -v buildah || { command -v docker && docker info; }; } >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ]; then sudo=""; \
+		elif sudo -n true 2>/dev/null; then sudo="sudo -n"; \
+		else echo "make image-test needs podman (or docker). Install it (Debian/Ubuntu: sudo apt-get install podman) or run make deps-image as root." >&2; exit 1; fi; \
+		echo "installing: podman"; \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends podman; \
+	fi

@@ -32,6 +32,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	_ "time/tzdata" // calendar periods in a named zone work in images without /usr/share/zoneinfo
 
 	"github.com/urfave/cli/v3"
 )

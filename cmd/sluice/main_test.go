@@ -67,7 +67,7 @@ func TestHelpAndVersion(t *testing.T) {
 			"--tls-cert", "$SLUICE_TLS_CERT", "--tls-key", "--tls-client-ca",
 			"--deny-cache-bytes", "$SLUICE_DENY_CACHE_BYTES", "--deny-cache-max-age", "$SLUICE_DENY_CACHE_MAX_AGE"}},
 		{[]string{"proxy", "--help"}, []string{"--upstream", "$SLUICE_UPSTREAM", "--listen", "$SLUICE_PROXY_ADDR", "--config", "--tls-cert", "--deny-cache-bytes"}},
-		{[]string{"check", "--help"}, []string{"--server", "$SLUICE_SERVER", "--policy", "--descriptor", "--peek", "--tls-ca", "$SLUICE_CHECK_TLS_CA"}},
+		{[]string{"check", "--help"}, []string{"--server", "$SLUICE_SERVER", "--policy", "--descriptor", "--peek", "--tls-ca", "$SLUICE_CHECK_TLS_CA", "--health", "--ready"}},
 		{[]string{"simulate", "--help"}, []string{"-pattern", "-algorithms"}},
 		{[]string{"version"}, []string{"sluice ", "go1."}},
 	} {
@@ -94,6 +94,7 @@ func TestUsageErrors(t *testing.T) {
 		{"proxy", "--upstream", "not a url"},
 		{"check"},
 		{"check", "--domain", "d", "--descriptor", "novalue"},
+		{"check", "--health", "--ready"},
 	} {
 		if code, _, errOut := runCmd(t, args...); code != exitUsage {
 			t.Errorf("%v: exit %d, want %d (usage); stderr %s", args, code, exitUsage, errOut)
