@@ -6,7 +6,9 @@ GO ?= go
 test: deps vet unit modules
 
 # The nested modules keep peer libraries and web frameworks out of the main go.mod: the
-# gin and echo examples run their tests; bench/ is vetted, which compiles every benchmark,
+# gin and echo examples run their tests; deploy/test checks the Grafana dashboard's and
+# the alert rules' PromQL with Prometheus's parser against a running sluice serve (its
+# chart test runs in make chart-test); bench/ is vetted, which compiles every benchmark,
 # and runs its one test, which sends the same Envoy requests to sluice and to
 # envoyproxy/ratelimit and compares the answers.
 # -mod=mod lets them pick up dependencies the main module gained since their go.sum.
@@ -16,6 +18,8 @@ modules:
 		echo "== $$d"; \
 		(cd $$d && $(GO) vet -mod=mod ./... && $(GO) test -mod=mod -race -count=1 ./...) || exit 1; \
 	done
+	@echo "== deploy/test: the dashboard's and alerts' PromQL against a running sluice serve (memory, Redis)"; \
+		cd deploy/test && $(GO) vet ./... && $(GO) test -count=1 -run '^TestPromQL$$' .
 	@echo "== bench"; cd bench && $(GO) vet -mod=mod ./...
 	@echo "== bench: conformance with envoyproxy/ratelimit, requests and configuration files (go-installs it on first use)"; \
 		cd bench && $(GO) test -mod=mod -count=1 -run '^TestReference' .
