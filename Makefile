@@ -1,7 +1,7 @@
 # make test: install what the tests need when it is missing, then vet and run every test.
 GO ?= go
 
-.PHONY: test deps vet unit modules bench fmt image image-test deps-image
+.PHONY: test deps vet unit modules bench fmt image image-test deps-image chart-test ci-deploy
 
 test: deps vet unit modules
 
@@ -73,3 +73,21 @@ deps-image:
 		echo "installing: podman"; \
 		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends podman; \
 	fi
+
+# chart-test lints the Helm chart and renders it with helm pinned at HELM_VERSION, built
+# from its Go module with go install (it never enters a go.mod) into the user's cache on
+# first use; deploy/test's TestChart then checks every rendered manifest.
+HELM_VERSION := v3.22.0
+TOOLS_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sluice-tools
+HELM := $(TOOLS_DIR)/helm-$(HELM_VERSION)/helm
+
+$(HELM):
+	@echo "building helm $(HELM_VERSION) from its Go module (once)"
+	GOBIN=$(dir $(HELM)) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+chart-test: $(HELM)
+	$(HELM) lint --strict deploy/helm/sluice
+	cd deploy/test && HELM=$(HELM) $(GO) test -count=1 -run '^TestChart$$' .
+
+# ci-deploy: what .ci/run adds to make test (see README, "Deploy").
+ci-deploy: chart-test image-test

@@ -321,7 +321,7 @@ func exercised(t *testing.T, store string) map[string][]string {
 	}
 	defer conn.Close()
 	_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
-		Domain: "edge",
+		Domain:      "edge",
 		Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "203.0.113.1"}}}},
 	})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -101,12 +102,14 @@ type service struct {
 	base     string // http://host:port
 	grpcAddr string
 	log      chan map[string]any
+	exited   chan struct{} // closed when its stderr ends: the process exited
+	lastLog  atomic.Value  // string: the last line it logged
 }
 
 // startServe runs `sluice serve` on free loopback ports with args, until the test ends.
 func startServe(t *testing.T, args ...string) *service {
 	t.Helper()
-	s := &service{log: make(chan map[string]any, 1000)}
+	s := &service{log: make(chan map[string]any, 1000), exited: make(chan struct{})}
 	s.cmd = exec.Command(sluiceBin, append([]string{"serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--log-format", "json"}, args...)...)
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {
@@ -126,8 +129,10 @@ func startServe(t *testing.T, args ...string) *service {
 		}
 	})
 	go func() {
+		defer close(s.exited)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
+			s.lastLog.Store(sc.Text())
 			var m map[string]any
 			if json.Unmarshal(sc.Bytes(), &m) == nil {
 				select {
@@ -161,6 +166,8 @@ func (s *service) waitLog(t *testing.T, msgs ...string) map[string]any {
 					return m
 				}
 			}
+		case <-s.exited:
+			t.Fatalf("sluice serve exited before logging any of %q; its last words: %v", msgs, s.lastLog.Load())
 		case <-timeout:
 			t.Fatalf("sluice serve logged none of %q within 30s", msgs)
 		}
