@@ -1,4 +1,4 @@
-package deploytest
+package promql
 
 import (
 	"context"
@@ -24,6 +24,8 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluicehq/sluice/deploy/test/internal/sluicetest"
 )
 
 // targetLabels are the labels Prometheus adds to every series it scrapes, so an
@@ -236,11 +238,11 @@ func uses(t *testing.T, e promExpr) map[string][]string {
 // names is exported by a running `sluice serve`, on Redis and (but for redisOnly) on
 // memory, with every label it matches on or groups by (or a label Prometheus adds).
 func TestPromQL(t *testing.T) {
-	exprs, labelValues := dashboardExprs(t, filepath.Join("..", "grafana", "sluice.json"))
+	exprs, labelValues := dashboardExprs(t, filepath.Join("..", "..", "grafana", "sluice.json"))
 	if len(exprs) < 15 {
 		t.Fatalf("the dashboard has %d expressions; expected its panels' and variables'", len(exprs))
 	}
-	exprs = append(exprs, alertExprs(t, filepath.Join("..", "prometheus", "alerts.yaml"))...)
+	exprs = append(exprs, alertExprs(t, filepath.Join("..", "..", "prometheus", "alerts.yaml"))...)
 	needs := map[string]map[string][]string{} // where -> metric -> labels
 	for _, e := range exprs {
 		needs[e.where] = uses(t, e)
@@ -292,30 +294,30 @@ func TestPromQL(t *testing.T) {
 // frozen, which the failure mode makes), and returns what its /metrics exports.
 func exercised(t *testing.T, store string) map[string][]string {
 	dir := t.TempDir()
-	edge, err := os.ReadFile(filepath.Join("..", "envoy", "sluice", "edge.yaml"))
+	edge, err := os.ReadFile(filepath.Join("..", "..", "envoy", "sluice", "edge.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(dir, "edge.yaml"), edge, 0o644)
 	os.WriteFile(filepath.Join(dir, "policies.yaml"), []byte("policies:\n  - {name: p, algorithm: gcra, rate: 2, period: minute, key: ip}\n"), 0o644)
 	args := []string{"--config", dir}
-	var redis *redisServer
+	var redis *sluicetest.Redis
 	if store == "redis" {
-		redis = startRedis(t)
-		args = append(args, "--redis", redis.url(), "--failure-mode", "local", "--deadline", "20ms")
+		redis = sluicetest.StartRedis(t)
+		args = append(args, "--redis", redis.URL(), "--failure-mode", "local", "--deadline", "20ms")
 	}
-	s := startServe(t, args...)
+	s := sluicetest.StartServe(t, sluiceBin, args...)
 
 	denied := false
 	for i := 0; i < 10 && !denied; i++ {
-		denied = s.check(t, `{"policy":"p","key":"203.0.113.1"}`) == 429
+		denied = s.Check(t, `{"policy":"p","key":"203.0.113.1"}`) == 429
 	}
 	if !denied {
 		t.Fatal("policy p (2 per minute) never denied")
 	}
-	s.check(t, `{"policy":"p","key":"203.0.113.1"}`) // the deny cache repeats the denial
+	s.Check(t, `{"policy":"p","key":"203.0.113.1"}`) // the deny cache repeats the denial
 
-	conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,20 +332,20 @@ func exercised(t *testing.T, store string) map[string][]string {
 
 	// A rejected reload: the watcher keeps the old configuration and counts it.
 	os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte("domain: bad\ndescriptors: [{key: k, rate_limit: {unit: eon, requests_per_unit: 1}}]\n"), 0o644)
-	s.cmd.Process.Signal(syscall.SIGHUP)
-	waitFor(t, "a rejected reload", func() bool { return strings.Contains(s.metrics(t), "sluice_config_reload_rejected_total 1") })
+	s.Cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, "a rejected reload", func() bool { return strings.Contains(s.Metrics(t), "sluice_config_reload_rejected_total 1") })
 
 	if redis != nil {
-		redis.pause()
+		redis.Pause()
 		for i := range 10 {
-			s.check(t, fmt.Sprintf(`{"policy":"p","key":"198.51.100.%d"}`, i))
+			s.Check(t, fmt.Sprintf(`{"policy":"p","key":"198.51.100.%d"}`, i))
 		}
-		redis.resume()
+		redis.Resume()
 		waitFor(t, "decisions by the local failure mode", func() bool {
-			return strings.Contains(s.metrics(t), `sluice_fallback_decisions_total{mode="local"`)
+			return strings.Contains(s.Metrics(t), `sluice_fallback_decisions_total{mode="local"`)
 		})
 	}
-	return exported(t, s.metrics(t))
+	return exported(t, s.Metrics(t))
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -365,3 +367,8 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(ks)
 	return ks
 }
+
+// sluiceBin is the sluice binary TestMain builds from the main module.
+var sluiceBin string
+
+func TestMain(m *testing.M) { sluicetest.Main(m, filepath.Join("..", "..", ".."), &sluiceBin) }

@@ -1,4 +1,4 @@
-package deploytest
+package chart
 
 import (
 	"bytes"
@@ -16,10 +16,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/sluicehq/sluice/deploy/test/internal/sluicetest"
 )
 
 // chartDir is the Helm chart.
-var chartDir = filepath.Join("..", "helm", "sluice")
+var chartDir = filepath.Join("..", "..", "helm", "sluice")
 
 // helmBin returns the helm that `make chart-test` built ($HELM), else helm on PATH.
 func helmBin(t *testing.T) string {
@@ -307,8 +309,8 @@ func loadsConfig(t *testing.T, cm *corev1.ConfigMap) {
 	if err := os.Symlink(filepath.Base(version), filepath.Join(dir, "..data")); err != nil {
 		t.Fatal(err)
 	}
-	s := startServe(t, "--config", dir)
-	if code := s.check(t, `{"policy":"api","key":"203.0.113.7"}`); code != 200 {
+	s := sluicetest.StartServe(t, sluiceBin, "--config", dir)
+	if code := s.Check(t, `{"policy":"api","key":"203.0.113.7"}`); code != 200 {
 		t.Errorf("the chart's default policy api: /v1/check answered %d, want 200", code)
 	}
 }
@@ -329,3 +331,8 @@ func stringMap(m map[string]any) map[string]string {
 	}
 	return out
 }
+
+// sluiceBin is the sluice binary TestMain builds from the main module.
+var sluiceBin string
+
+func TestMain(m *testing.M) { sluicetest.Main(m, filepath.Join("..", "..", ".."), &sluiceBin) }

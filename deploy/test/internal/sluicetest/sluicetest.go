@@ -1,4 +1,6 @@
-package deploytest
+// Package sluicetest runs what deploy/test's tests check against: the sluice binary, built
+// from the main module, and real redis-server processes on free loopback ports.
+package sluicetest
 
 import (
 	"bufio"
@@ -18,20 +20,28 @@ import (
 	"time"
 )
 
-// sluiceBin is the sluice binary TestMain builds from the main module.
-var sluiceBin string
+// Build builds the sluice binary from the main module, the directory root, into dir and
+// returns its path.
+func Build(root, dir string) (string, error) {
+	bin := filepath.Join(dir, "sluice")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/sluice")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building sluice: %v\n%s", err, out)
+	}
+	return bin, nil
+}
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "deploytest")
+// Main is a TestMain: it builds sluice from the main module at root into a temporary
+// directory, sets *bin to its path, runs the tests and exits.
+func Main(m *testing.M, root string, bin *string) {
+	dir, err := os.MkdirTemp("", "sluicetest")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	sluiceBin = filepath.Join(dir, "sluice")
-	build := exec.Command("go", "build", "-o", sluiceBin, "./cmd/sluice")
-	build.Dir = filepath.Join("..", "..")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building sluice: %v\n%s", err, out)
+	if *bin, err = Build(root, dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()
@@ -39,20 +49,21 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// redisServer is a redis-server on a free loopback port, stopped when the test ends.
-type redisServer struct {
+// Redis is a redis-server on a free loopback port, stopped when the test ends.
+type Redis struct {
 	cmd  *exec.Cmd
 	addr string
 }
 
-func startRedis(t *testing.T) *redisServer {
+// StartRedis starts a redis-server, failing t with how to install it when it is missing.
+func StartRedis(t *testing.T) *Redis {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatalf("redis-server not found in PATH: install Redis 7 with `apt-get install redis-server` (Debian/Ubuntu) or run `make test`, which installs it when missing")
 	}
 	port := freePort(t)
-	r := &redisServer{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	r := &Redis{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
 	r.cmd = exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -79,12 +90,14 @@ func startRedis(t *testing.T) *redisServer {
 	}
 }
 
-func (r *redisServer) url() string { return "redis://" + r.addr }
+// URL is the server's redis:// URL.
+func (r *Redis) URL() string { return "redis://" + r.addr }
 
-// pause and resume freeze and thaw the server (SIGSTOP, SIGCONT): a Redis that stops
-// answering.
-func (r *redisServer) pause()  { r.cmd.Process.Signal(syscall.SIGSTOP) }
-func (r *redisServer) resume() { r.cmd.Process.Signal(syscall.SIGCONT) }
+// Pause freezes the server (SIGSTOP): a Redis that stops answering.
+func (r *Redis) Pause() { r.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume thaws a paused server (SIGCONT).
+func (r *Redis) Resume() { r.cmd.Process.Signal(syscall.SIGCONT) }
 
 func freePort(t *testing.T) int {
 	t.Helper()
@@ -96,36 +109,37 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// service is a running `sluice serve`.
-type service struct {
-	cmd      *exec.Cmd
-	base     string // http://host:port
-	grpcAddr string
+// Service is a running `sluice serve`.
+type Service struct {
+	Cmd      *exec.Cmd
+	Base     string // http://host:port
+	GRPCAddr string
 	log      chan map[string]any
 	exited   chan struct{} // closed when its stderr ends: the process exited
 	lastLog  atomic.Value  // string: the last line it logged
 }
 
-// startServe runs `sluice serve` on free loopback ports with args, until the test ends.
-func startServe(t *testing.T, args ...string) *service {
+// StartServe runs bin (sluice) serve on free loopback ports with args, until the test
+// ends.
+func StartServe(t *testing.T, bin string, args ...string) *Service {
 	t.Helper()
-	s := &service{log: make(chan map[string]any, 1000), exited: make(chan struct{})}
-	s.cmd = exec.Command(sluiceBin, append([]string{"serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--log-format", "json"}, args...)...)
-	stderr, err := s.cmd.StderrPipe()
+	s := &Service{log: make(chan map[string]any, 1000), exited: make(chan struct{})}
+	s.Cmd = exec.Command(bin, append([]string{"serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--log-format", "json"}, args...)...)
+	stderr, err := s.Cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.cmd.Start(); err != nil {
+	if err := s.Cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		s.cmd.Process.Signal(syscall.SIGTERM)
+		s.Cmd.Process.Signal(syscall.SIGTERM)
 		done := make(chan struct{})
-		go func() { s.cmd.Wait(); close(done) }()
+		go func() { s.Cmd.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(20 * time.Second):
-			s.cmd.Process.Kill()
+			s.Cmd.Process.Kill()
 		}
 	})
 	go func() {
@@ -142,20 +156,20 @@ func startServe(t *testing.T, args ...string) *service {
 			}
 		}
 	}()
-	for s.base == "" || s.grpcAddr == "" {
+	for s.Base == "" || s.GRPCAddr == "" {
 		m := s.waitLog(t, "serving HTTP", "serving gRPC")
 		addr, _ := m["addr"].(string)
 		if m["msg"] == "serving HTTP" {
-			s.base = "http://" + addr
+			s.Base = "http://" + addr
 		} else {
-			s.grpcAddr = addr
+			s.GRPCAddr = addr
 		}
 	}
 	return s
 }
 
 // waitLog waits for a log record with one of the messages.
-func (s *service) waitLog(t *testing.T, msgs ...string) map[string]any {
+func (s *Service) waitLog(t *testing.T, msgs ...string) map[string]any {
 	t.Helper()
 	timeout := time.After(30 * time.Second)
 	for {
@@ -174,10 +188,10 @@ func (s *service) waitLog(t *testing.T, msgs ...string) map[string]any {
 	}
 }
 
-// check posts a JSON request to /v1/check and returns the response's status.
-func (s *service) check(t *testing.T, body string) int {
+// Check posts a JSON request to /v1/check and returns the response's status.
+func (s *Service) Check(t *testing.T, body string) int {
 	t.Helper()
-	resp, err := http.Post(s.base+"/v1/check", "application/json", strings.NewReader(body))
+	resp, err := http.Post(s.Base+"/v1/check", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,10 +200,10 @@ func (s *service) check(t *testing.T, body string) int {
 	return resp.StatusCode
 }
 
-// metrics returns the /metrics page.
-func (s *service) metrics(t *testing.T) string {
+// Metrics returns the /metrics page.
+func (s *Service) Metrics(t *testing.T) string {
 	t.Helper()
-	resp, err := http.Get(s.base + "/metrics")
+	resp, err := http.Get(s.Base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
