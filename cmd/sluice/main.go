@@ -3,7 +3,8 @@
 //	sluice serve     the rate limit service: HTTP JSON API on :8080, Envoy's rate limit
 //	                 service (gRPC) on :8081, on the in-memory store unless Redis is named
 //	sluice proxy     a reverse proxy that applies sluice policies in front of an upstream
-//	sluice check     ask a running server whether a request would pass
+//	sluice check     ask a running server whether a request would pass, or (--health,
+//	                 --ready) whether it is live or ready: a container's health check
 //	sluice simulate  run traffic patterns against the algorithms and report their accuracy
 //	sluice version   print the version
 //
