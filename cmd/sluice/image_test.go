@@ -71,8 +71,8 @@ func dockerfileBuild(t *testing.T, path, version string) imageBuild {
 }
 
 // TestImageBinary builds the binary exactly as deploy/Dockerfile does and runs it as the
-// image does: as user 65532 (when the test runs as root), without HOME, in a working
-// directory it cannot write. It checks that the build is static and stamped, that serve
+// image does: without HOME, in a working directory it cannot write, and (when the test
+// runs as root) as user 65532 on a read-only root file system. It checks that the build is static and stamped, that serve
 // starts and answers /healthz and /readyz, and that `sluice check --health` and
 // `--ready`, the image's health checks, exit 0 while it serves and 1 once it has stopped.
 // With SLUICE_IMAGE_FILES=DIR it builds into DIR (the Dockerfile's /out), for
@@ -145,19 +145,43 @@ func TestImageBinary(t *testing.T) {
 		t.Errorf("build settings CGO_ENABLED=%q -trimpath=%q, want 0 and true", settings["CGO_ENABLED"], settings["-trimpath"])
 	}
 
-	// The image's environment: no HOME, nothing writable, user 65532 where we can be.
+	// The image's environment: no HOME, nothing writable, user 65532. As root, each
+	// command runs in a mount namespace of its own whose root file system is remounted
+	// read-only, as user 65532 (unshare and setpriv, from util-linux); otherwise as the
+	// test's user, in a directory it cannot write.
 	cwd := filepath.Join(root, "ro")
 	if err := os.Mkdir(cwd, 0o555); err != nil {
 		t.Fatal(err)
 	}
 	env := []string{"PATH=/nonexistent", "TMPDIR=/nonexistent"}
-	command := func(args ...string) *exec.Cmd {
-		cmd := exec.Command(bin, args...)
-		cmd.Dir, cmd.Env = cwd, env
-		if os.Getuid() == 0 {
-			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65532, Gid: 65532}}
+	readOnly := os.Getuid() == 0
+	tools := map[string]string{} // absolute paths: the commands run with PATH=/nonexistent
+	if readOnly {
+		for _, tool := range []string{"unshare", "setpriv", "mount", "sh", "id"} {
+			p, err := exec.LookPath(tool)
+			if err != nil {
+				t.Fatalf("as root this test runs sluice on a read-only root file system with unshare and setpriv: %v (Debian: apt-get install util-linux mount)", err)
+			}
+			tools[tool] = p
 		}
+	}
+	wrap := func(name string, args ...string) *exec.Cmd {
+		cmd := exec.Command(name, args...)
+		if readOnly {
+			script := tools["mount"] + ` -o remount,bind,ro / && exec ` + tools["setpriv"] + ` --reuid 65532 --regid 65532 --clear-groups "$0" "$@"`
+			cmd = exec.Command(tools["unshare"], append([]string{"--mount", "--propagation", "private", tools["sh"], "-c", script, name}, args...)...)
+		}
+		cmd.Dir, cmd.Env = cwd, env
 		return cmd
+	}
+	command := func(args ...string) *exec.Cmd { return wrap(bin, args...) }
+	if readOnly {
+		// The wrapper works: nothing can be written, not even to /tmp.
+		probe := filepath.Join(os.TempDir(), "sluice-image-test-probe")
+		if out, err := wrap(tools["sh"], "-c", tools["id"]+" -u && : > "+probe).CombinedOutput(); err == nil || !strings.HasPrefix(string(out), "65532\n") {
+			os.Remove(probe)
+			t.Fatalf("the read-only wrapper did not hold: exit %v, output %q", err, out)
+		}
 	}
 	if out, err := command("version").CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "sluice "+version+" ") {
 		t.Errorf("sluice version: %v: %q, want the stamped %s", err, out, version)
