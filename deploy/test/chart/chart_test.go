@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -288,30 +289,60 @@ func TestChart(t *testing.T) {
 	}
 }
 
-// loadsConfig writes the ConfigMap's files to a directory as the kubelet mounts them
-// (a ..data link to a hidden version directory, and a visible link per file) and checks
-// that sluice serve starts on it.
+// loadsConfig writes the ConfigMap's files to a directory as the kubelet mounts them (a
+// ..data link to a hidden version directory, and a visible link per file), checks that
+// sluice serve starts on it, then updates the ConfigMap as the kubelet does (a new version
+// directory, ..data swapped to it by a rename, a link for the new file) and checks that
+// sluice reloads it in place.
 func loadsConfig(t *testing.T, cm *corev1.ConfigMap) {
 	t.Helper()
 	dir := t.TempDir()
-	version := filepath.Join(dir, "..2026_01_01_00_00_00.000000001")
-	if err := os.Mkdir(version, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, content := range cm.Data {
-		if err := os.WriteFile(filepath.Join(version, name), []byte(content), 0o644); err != nil {
+	writeVersion := func(name string, data map[string]string) {
+		t.Helper()
+		version := filepath.Join(dir, name)
+		if err := os.Mkdir(version, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Symlink(filepath.Join("..data", name), filepath.Join(dir, name)); err != nil {
+		for file, content := range data {
+			if err := os.WriteFile(filepath.Join(version, file), []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// ..data_tmp -> version, renamed over ..data: the kubelet's atomic swap.
+		if err := os.Symlink(name, filepath.Join(dir, "..data_tmp")); err != nil {
 			t.Fatal(err)
 		}
+		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+		for file := range data {
+			link := filepath.Join(dir, file)
+			if _, err := os.Lstat(link); err == nil {
+				continue
+			}
+			if err := os.Symlink(filepath.Join("..data", file), link); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	if err := os.Symlink(filepath.Base(version), filepath.Join(dir, "..data")); err != nil {
-		t.Fatal(err)
-	}
+	writeVersion("..2026_01_01_00_00_00.000000001", cm.Data)
 	s := sluicetest.StartServe(t, sluiceBin, "--config", dir)
 	if code := s.Check(t, `{"policy":"api","key":"203.0.113.7"}`); code != 200 {
 		t.Errorf("the chart's default policy api: /v1/check answered %d, want 200", code)
+	}
+	const probe = `{"policy":"reload-probe","key":"203.0.113.7"}`
+	if code := s.Check(t, probe); code == 200 {
+		t.Fatalf("policy reload-probe answered 200 before it was configured")
+	}
+	next := maps.Clone(cm.Data)
+	next["reload-probe.yaml"] = "policies:\n  - {name: reload-probe, algorithm: gcra, rate: 1, period: second, key: ip}\n"
+	writeVersion("..2026_01_01_00_01_00.000000002", next)
+	deadline := time.Now().Add(20 * time.Second)
+	for s.Check(t, probe) != 200 {
+		if time.Now().After(deadline) {
+			t.Fatal("20s after the ConfigMap's ..data swap, sluice still does not know the new policy: not reloaded in place")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
