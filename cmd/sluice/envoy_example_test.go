@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -238,4 +241,104 @@ func descriptorStrings(ds []*ratelimitv3.RateLimitDescriptor) []string {
 		out = append(out, s)
 	}
 	return out
+}
+
+// TestEnvoyCompose: deploy/envoy/compose.yaml runs what the example needs, consistently:
+// sluice built from the Dockerfile with serve flags that exist, its configuration
+// directory mounted where --config points and Redis under the service name --redis
+// names; Envoy with envoy.yaml, reaching sluice under the name and gRPC port of
+// envoy.yaml's cluster, its listener port published. (Running it needs a container
+// registry for the Envoy, Redis and Go images: not run here.)
+func TestEnvoyCompose(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(exampleDir, "compose.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var compose struct {
+		Services map[string]struct {
+			Image string `yaml:"image"`
+			Build struct {
+				Context    string `yaml:"context"`
+				Dockerfile string `yaml:"dockerfile"`
+			} `yaml:"build"`
+			Command []string `yaml:"command"`
+			Volumes []string `yaml:"volumes"`
+			Ports   []string `yaml:"ports"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(raw, &compose); err != nil {
+		t.Fatalf("compose.yaml: %v", err)
+	}
+	sl, envoy := compose.Services["sluice"], compose.Services["envoy"]
+	if _, ok := compose.Services["redis"]; !ok || sl.Command == nil || envoy.Command == nil {
+		t.Fatalf("compose.yaml: services %v, want redis, sluice and envoy with commands", compose.Services)
+	}
+	// mounts maps a service's container paths to the files they mount.
+	mounts := func(volumes []string) map[string]string {
+		m := map[string]string{}
+		for _, v := range volumes {
+			parts := strings.Split(v, ":")
+			if len(parts) < 2 {
+				t.Fatalf("compose.yaml: volume %q is not SOURCE:TARGET", v)
+			}
+			src := filepath.Join(exampleDir, parts[0])
+			if _, err := os.Stat(src); err != nil {
+				t.Errorf("compose.yaml: volume %q: %v", v, err)
+			}
+			m[parts[1]] = src
+		}
+		return m
+	}
+
+	// sluice: built from deploy/Dockerfile; every flag one serve has.
+	if _, err := os.Stat(filepath.Join(exampleDir, sl.Build.Context, sl.Build.Dockerfile)); err != nil || sl.Build.Dockerfile != "deploy/Dockerfile" {
+		t.Errorf("compose.yaml: sluice builds %s in %s (%v), want deploy/Dockerfile", sl.Build.Dockerfile, sl.Build.Context, err)
+	}
+	_, help, _ := runCmd(t, "serve", "--help")
+	flags := map[string]string{}
+	if sl.Command[0] != "serve" {
+		t.Errorf("compose.yaml: sluice runs %v, want serve", sl.Command)
+	}
+	for i := 1; i < len(sl.Command); i++ {
+		f := sl.Command[i]
+		if !strings.HasPrefix(f, "--") || !strings.Contains(help, f+" ") {
+			t.Errorf("compose.yaml: sluice serve has no flag %q", f)
+			continue
+		}
+		if i+1 < len(sl.Command) && !strings.HasPrefix(sl.Command[i+1], "--") {
+			flags[f] = sl.Command[i+1]
+			i++
+		}
+	}
+	if src := mounts(sl.Volumes)[flags["--config"]]; src != filepath.Join(exampleDir, "sluice") {
+		t.Errorf("compose.yaml: --config %s is not the mounted deploy/envoy/sluice (mounts %v)", flags["--config"], sl.Volumes)
+	}
+	if !strings.HasPrefix(flags["--redis"], "redis://redis:") {
+		t.Errorf("compose.yaml: --redis %q, want the redis service", flags["--redis"])
+	}
+
+	// Envoy: runs envoy.yaml, reaches sluice as its cluster says, publishes its listener.
+	bs, _, _ := loadEnvoyExample(t)
+	var cfg string
+	for i, a := range envoy.Command {
+		if a == "-c" && i+1 < len(envoy.Command) {
+			cfg = envoy.Command[i+1]
+		}
+	}
+	if src := mounts(envoy.Volumes)[cfg]; src != filepath.Join(exampleDir, "envoy.yaml") {
+		t.Errorf("compose.yaml: envoy runs -c %q, which is not the mounted envoy.yaml (mounts %v)", cfg, envoy.Volumes)
+	}
+	for _, c := range bs.GetStaticResources().GetClusters() {
+		if c.GetName() != "sluice" {
+			continue
+		}
+		sa := c.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress()
+		if _, ok := compose.Services[sa.GetAddress()]; !ok || sa.GetPortValue() != 8081 {
+			t.Errorf("envoy.yaml's cluster sluice is %s:%d, want a compose service on sluice's gRPC port 8081", sa.GetAddress(), sa.GetPortValue())
+		}
+	}
+	listener := bs.GetStaticResources().GetListeners()[0].GetAddress().GetSocketAddress().GetPortValue()
+	if want := fmt.Sprintf("%d:%d", listener, listener); !slices.Contains(envoy.Ports, want) {
+		t.Errorf("compose.yaml: envoy publishes %v, want %s (envoy.yaml's listener)", envoy.Ports, want)
+	}
 }
