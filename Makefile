@@ -1,12 +1,14 @@
 # make test: install what the tests need when it is missing, then vet and run every test.
 GO ?= go
 
-.PHONY: test deps vet unit modules bench fmt
+.PHONY: test deps vet unit modules bench fmt image image-test deps-image chart-test ci-deploy
 
 test: deps vet unit modules
 
 # The nested modules keep peer libraries and web frameworks out of the main go.mod: the
-# gin and echo examples run their tests; bench/ is vetted, which compiles every benchmark,
+# gin and echo examples run their tests; deploy/test checks the Grafana dashboard's and
+# the alert rules' PromQL with Prometheus's parser against a running sluice serve (its
+# chart test runs in make chart-test); bench/ is vetted, which compiles every benchmark,
 # and runs its one test, which sends the same Envoy requests to sluice and to
 # envoyproxy/ratelimit and compares the answers.
 # -mod=mod lets them pick up dependencies the main module gained since their go.sum.
@@ -16,6 +18,8 @@ modules:
 		echo "== $$d"; \
 		(cd $$d && $(GO) vet -mod=mod ./... && $(GO) test -mod=mod -race -count=1 ./...) || exit 1; \
 	done
+	@echo "== deploy/test: the dashboard's and alerts' PromQL against a running sluice serve (memory, Redis)"; \
+		cd deploy/test && $(GO) vet . ./internal/... ./promql && $(GO) test -count=1 ./promql
 	@echo "== bench"; cd bench && $(GO) vet -mod=mod ./...
 	@echo "== bench: conformance with envoyproxy/ratelimit, requests and configuration files (go-installs it on first use)"; \
 		cd bench && $(GO) test -mod=mod -count=1 -run '^TestReference' .
@@ -50,3 +54,40 @@ bench:
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
+
+# image builds deploy/Dockerfile with docker, podman or buildah (deploy/image.sh says which
+# is chosen). image-test builds the image from a binary built on the host exactly as the
+# Dockerfile builds it (no base image is pulled) and checks it; it installs podman from the
+# OS packages when there is no image builder.
+image:
+	deploy/image.sh build
+
+image-test: deps-image
+	deploy/image.sh test
+
+deps-image:
+	@if ! { command -v podman || command -v buildah || { command -v docker && docker info; }; } >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ]; then sudo=""; \
+		elif sudo -n true 2>/dev/null; then sudo="sudo -n"; \
+		else echo "make image-test needs podman (or docker). Install it (Debian/Ubuntu: sudo apt-get install podman) or run make deps-image as root." >&2; exit 1; fi; \
+		echo "installing: podman"; \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends podman; \
+	fi
+
+# chart-test lints the Helm chart and renders it with helm pinned at HELM_VERSION, built
+# from its Go module with go install (it never enters a go.mod) into the user's cache on
+# first use; deploy/test/chart's TestChart then checks every rendered manifest.
+HELM_VERSION := v3.22.0
+TOOLS_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sluice-tools
+HELM := $(TOOLS_DIR)/helm-$(HELM_VERSION)/helm
+
+$(HELM):
+	@echo "building helm $(HELM_VERSION) from its Go module (once)"
+	GOBIN=$(dir $(HELM)) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+chart-test: $(HELM)
+	$(HELM) lint --strict deploy/helm/sluice
+	cd deploy/test && $(GO) vet ./chart && HELM=$(HELM) $(GO) test -count=1 ./chart
+
+# ci-deploy: what .ci/run adds to make test (see README, "Deploy").
+ci-deploy: chart-test image-test

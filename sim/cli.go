@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -34,13 +35,11 @@ var ErrUsage = errors.New("sim: usage")
 func RunCLI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	pattern := fs.String("pattern", "all", "patterns to run: all, or a comma-separated list of names")
-	algorithms := fs.String("algorithms", "all", "algorithms to run: all, or a comma-separated list ("+strings.Join(algorithmNames(), ", ")+")")
-	format := fs.String("format", "table", "output format on stdout: table, json or csv")
-	out := fs.String("out", "", "write the HTML report to this file")
-	seed := fs.Uint64("seed", 1, "random seed; the same seed gives the same output")
-	scale := fs.Float64("scale", 1, "multiply the number of requests of every pattern by this (> 0); above 1, the cloudflare pattern's population gets a longer span instead (144: a day, about 400 million requests, Cloudflare's sample size)")
-	redisURL := fs.String("redis", "", "decide through the Redis store at this URL (redis://host:port) with the simulation's clock, instead of in memory")
+	v := map[string]*string{}
+	for _, f := range Flags() {
+		v[f.Name] = fs.String(f.Name, f.Value, f.Usage)
+	}
+	pattern, algorithms, format, out, redisURL := v["pattern"], v["algorithms"], v["format"], v["out"], v["redis"]
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: sluice simulate [flags]\n\nRuns deterministic traffic patterns against rate-limiting algorithms on a virtual clock\nand measures how far each strays from an exact sliding window.\n\nflags:\n")
 		fs.PrintDefaults()
@@ -63,8 +62,13 @@ func RunCLI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if fs.NArg() > 0 {
 		return usage("unexpected argument %q", fs.Arg(0))
 	}
-	if !(*scale > 0) || *scale > 1000 {
-		return usage("--scale must be in (0, 1000], got %v", *scale)
+	seed, err := strconv.ParseUint(*v["seed"], 10, 64)
+	if err != nil {
+		return usage("--seed must be an unsigned integer, got %q", *v["seed"])
+	}
+	scale, err := strconv.ParseFloat(*v["scale"], 64)
+	if err != nil || !(scale > 0) || scale > 1000 {
+		return usage("--scale must be in (0, 1000], got %q", *v["scale"])
 	}
 	write, ok := map[string]func(*Report, io.Writer) error{
 		"table": (*Report).WriteTable,
@@ -74,7 +78,7 @@ func RunCLI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if !ok {
 		return usage("--format must be table, json or csv, got %q", *format)
 	}
-	patterns, err := SelectPatterns(*pattern, *scale)
+	patterns, err := SelectPatterns(*pattern, scale)
 	if err != nil {
 		return usage("%v", err)
 	}
@@ -83,7 +87,7 @@ func RunCLI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usage("%v", err)
 	}
 
-	cfg := Config{Patterns: patterns, Algorithms: algs, Seed: *seed}
+	cfg := Config{Patterns: patterns, Algorithms: algs, Seed: seed}
 	if *redisURL != "" {
 		cfg.Store, cfg.StoreName = RedisStore(*redisURL), "redis"
 	}
@@ -110,6 +114,27 @@ func RunCLI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	}
 	return write(report, stdout)
+}
+
+// Flag is one of RunCLI's flags: a CLI that parses its own flags can offer these and pass
+// the ones given on to RunCLI as --name=value.
+type Flag struct {
+	Name  string
+	Value string // the default
+	Usage string
+}
+
+// Flags returns RunCLI's flags, in the order its usage lists them.
+func Flags() []Flag {
+	return []Flag{
+		{"pattern", "all", "patterns to run: all, or a comma-separated list of `NAME`s"},
+		{"algorithms", "all", "algorithms to run: all, or a comma-separated `LIST` (" + strings.Join(algorithmNames(), ", ") + ")"},
+		{"format", "table", "output `FORMAT` on stdout: table, json or csv"},
+		{"out", "", "write the HTML report to this `FILE`"},
+		{"seed", "1", "random `SEED`; the same seed gives the same output"},
+		{"scale", "1", "multiply the number of requests of every pattern by this `FACTOR` (> 0); above 1, the cloudflare pattern's population gets a longer span instead (144: a day, about 400 million requests, Cloudflare's sample size)"},
+		{"redis", "", "decide through the Redis store at this `URL` (redis://host:port) with the simulation's clock, instead of in memory"},
+	}
 }
 
 func algorithmNames() []string {

@@ -2,7 +2,8 @@
 // every algorithm on a virtual clock, through a real store (package memory, or package
 // redisstore with the client clock), and measures where each algorithm strays from the
 // exact sliding window. It backs `sluice simulate` (RunCLI) and writes a self-contained
-// HTML report with a chart per pattern and algorithm.
+// HTML report that opens with one chart of every run's max_window_ratio, then the summary
+// table, the discussion and a chart per pattern and algorithm.
 //
 //	report, err := sim.Run(ctx, sim.Config{Seed: 1})
 //	report.WriteTable(os.Stdout)

@@ -69,6 +69,7 @@ type reportView struct {
 	Results    []Result
 	Estimates  []Estimate
 	Cloudflare *cloudflareView
+	Headline   template.HTML
 }
 
 type patternView struct {
@@ -93,13 +94,15 @@ type cloudflareView struct {
 	Reference  *Result // the sliding_log run, if any
 }
 
-// WriteHTML writes a self-contained HTML report: a comparison with Cloudflare's published
-// accuracy (on the population of the first pattern that has one: the cloudflare pattern), a summary table, and per pattern a chart per
-// algorithm of the charted key's admitted and denied requests over time and its rolling
+// WriteHTML writes a self-contained HTML report that leads with its results: a headline
+// chart of every run's max_window_ratio, the summary table, then the discussion (the
+// sliding window counter as an estimator, and a comparison with Cloudflare's published
+// accuracy on the population of the first pattern that has one: the cloudflare pattern),
+// and per pattern a chart per algorithm of the charted key's admitted and denied requests over time and its rolling
 // window count against the limit. Everything is inline (SVG and CSS; no scripts, fonts or
 // external resources), and the same report gives the same bytes.
 func (r *Report) WriteHTML(w io.Writer) error {
-	v := reportView{Seed: r.Seed, Store: r.Store, Results: r.Results, Estimates: r.Estimates}
+	v := reportView{Seed: r.Seed, Store: r.Store, Results: r.Results, Estimates: r.Estimates, Headline: headlineSVG(r)}
 	pop := 0 // index in r.Populations
 	for i, p := range r.Patterns {
 		pv := patternView{Pattern: p, ID: "pattern-" + p.Name, LimitStr: fmt.Sprintf("%d %s", p.Limit.Rate, per(p.Limit.Period))}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"image/png"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,6 +43,41 @@ func TestReportIsSelfContained(t *testing.T) {
 	}
 	if !strings.Contains(html, "Cloudflare (published)") || !strings.Contains(html, pct(CloudflareWrongRate)) {
 		t.Error("the report lacks the Cloudflare comparison")
+	}
+}
+
+// TestReportLeadsWithResults: the report opens with the headline chart (one bar per
+// run, its ratio in data-ratio), then the summary table, then the discussion, then the
+// per-pattern charts.
+func TestReportLeadsWithResults(t *testing.T) {
+	r := smallReport(t)
+	var b bytes.Buffer
+	if err := r.WriteHTML(&b); err != nil {
+		t.Fatal(err)
+	}
+	html := b.String()
+	last := -1
+	for _, mark := range []string{`id="headline-chart"`, `id="summary-table"`, `id="cloudflare-comparison"`, `class="pattern"`} {
+		i := strings.Index(html, mark)
+		if i < 0 {
+			t.Fatalf("the report has no %s", mark)
+		}
+		if i < last {
+			t.Errorf("%s comes before what should precede it", mark)
+		}
+		last = i
+	}
+	if i := strings.Index(html, "<svg"); i != strings.Index(html, `<svg class="headline"`) {
+		t.Error("the first chart of the report is not the headline chart")
+	}
+	bars := regexp.MustCompile(`<rect class="bar alg-\d+"[^>]* data-pattern="([^"]+)" data-algorithm="([^"]+)" data-ratio="([^"]+)"`).FindAllStringSubmatch(html, -1)
+	if len(bars) != len(r.Results) {
+		t.Fatalf("headline chart has %d bars, want one per run (%d)", len(bars), len(r.Results))
+	}
+	for i, x := range r.Results {
+		if want := []string{x.Pattern, x.Algorithm.String(), fmt.Sprintf("%.3f", x.MaxWindowRatio)}; bars[i][1] != want[0] || bars[i][2] != want[1] || bars[i][3] != want[2] {
+			t.Errorf("headline bar %d is %v, want %v", i, bars[i][1:], want)
+		}
 	}
 }
 
@@ -139,6 +175,39 @@ func TestReportRendersInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	type bar struct {
+		Ratio float64 `json:"ratio"`
+		W     float64 `json:"w"`
+		H     float64 `json:"h"`
+	}
+	type headline struct {
+		First    bool    `json:"first"`    // the page's first chart
+		Top      float64 `json:"top"`      // px from the top of the page
+		Viewport float64 `json:"viewport"` // the window's height
+		W        float64 `json:"w"`
+		Order    bool    `json:"order"` // headline, summary table, discussion, pattern charts
+		Bars     []bar   `json:"bars"`
+	}
+	const measureHeadline = `(() => {
+		const h = document.getElementById('headline-chart');
+		const after = (a, b) => !!(a && b && (a.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING));
+		const seq = [h, document.getElementById('summary-table'), document.getElementById('cloudflare-comparison'), document.querySelector('svg.chart')];
+		return {
+			first: document.querySelector('svg') === h,
+			top: h.getBoundingClientRect().top + window.scrollY,
+			viewport: window.innerHeight,
+			w: h.getBoundingClientRect().width,
+			order: seq.every((el, i) => i === 0 || after(seq[i-1], el)),
+			bars: Array.from(h.querySelectorAll('rect.bar')).map(b => {
+				const r = b.getBoundingClientRect();
+				return {ratio: parseFloat(b.dataset.ratio), w: r.width, h: r.height};
+			}),
+		};
+	})()`
+	head, err := chromedp.Run(bctx, chromedp.Evaluate[headline](measureHeadline))
+	if err != nil {
+		t.Fatalf("measuring the headline chart: %v", err)
+	}
 	stopMessages()
 	<-collected
 
@@ -156,6 +225,22 @@ func TestReportRendersInChromium(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(dir, "report.jpg"), shot, 0o644)
 
+	if !head.First || !head.Order {
+		t.Errorf("headline chart first %v, order headline < summary < discussion < pattern charts %v", head.First, head.Order)
+	}
+	if head.Top+200 > head.Viewport || head.W < 1000 {
+		t.Errorf("headline chart at %.0f px from the top, %.0f px wide: want it on the first screen (%.0f px), across the page", head.Top, head.W, head.Viewport)
+	}
+	if len(head.Bars) != len(r.Results) {
+		t.Errorf("headline chart rendered %d bars, want one per run (%d)", len(head.Bars), len(r.Results))
+	}
+	for i, b := range head.Bars {
+		// Heights are proportional to the ratio: the same pixels per 1.0× for every bar.
+		if b.W <= 0 || b.H <= 0 || math.Abs(b.H/b.Ratio-head.Bars[0].H/head.Bars[0].Ratio) > 1 {
+			t.Errorf("headline bar %d (%s/%s, %.3f×) rendered %.1f×%.1f px, out of proportion with bar 0 (%.3f×, %.1f px)",
+				i, r.Results[i].Pattern, r.Results[i].Algorithm, b.Ratio, b.W, b.H, head.Bars[0].Ratio, head.Bars[0].H)
+		}
+	}
 	if want := len(r.Results) + 1; tableRows != want {
 		t.Errorf("summary table has %d rows, want %d", tableRows, want)
 	}

@@ -27,7 +27,11 @@ func checkCommand() *cli.Command {
 			"  sluice check --policy api --key \"$API_KEY\" --tier pro --method POST --path /v1/items\n" +
 			"  sluice check --domain demo --descriptor remote_address=203.0.113.7\n" +
 			"  sluice check --domain edge --descriptor message_type=marketing,to_number=555 --cost 2\n" +
-			"  sluice check --peek --policy demo --key 203.0.113.7      (spend nothing)",
+			"  sluice check --peek --policy demo --key 203.0.113.7      (spend nothing)\n" +
+			"  sluice check --health                                   (liveness: GET /healthz)\n" +
+			"  sluice check --ready                                    (readiness: GET /readyz)\n\n" +
+			"--health and --ready exit 0 when the server answers 200 and 1 otherwise, so a\n" +
+			"container's health check needs no shell or curl: HEALTHCHECK CMD [\"sluice\", \"check\", \"--health\"].",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "server", Value: "http://localhost:8080", Usage: "the server's HTTP `URL`", Sources: cli.EnvVars("SLUICE_SERVER")},
 			&cli.StringFlag{Name: "policy", Usage: "the sluice policy `NAME`", Sources: cli.EnvVars("SLUICE_CHECK_POLICY")},
@@ -38,6 +42,8 @@ func checkCommand() *cli.Command {
 			&cli.StringFlag{Name: "domain", Usage: "an envoyproxy/ratelimit `DOMAIN`", Sources: cli.EnvVars("SLUICE_CHECK_DOMAIN")},
 			&cli.StringSliceFlag{Name: "descriptor", Usage: "a descriptor as `KEY=VALUE[,KEY=VALUE...]`, its entries in order (repeat the flag for several descriptors; in the variable, separate them with ';')", Sources: cli.EnvVars("SLUICE_CHECK_DESCRIPTORS")},
 			&cli.Int64Flag{Name: "cost", Value: 1, Usage: "units to spend", Sources: cli.EnvVars("SLUICE_CHECK_COST")},
+			&cli.BoolFlag{Name: "health", Usage: "only probe the server's liveness (GET /healthz): exit 0 when it answers 200, else 1", Sources: cli.EnvVars("SLUICE_CHECK_HEALTH")},
+			&cli.BoolFlag{Name: "ready", Usage: "only probe the server's readiness (GET /readyz: the store answers and the server is not draining): exit 0 when it answers 200, else 1", Sources: cli.EnvVars("SLUICE_CHECK_READY")},
 			&cli.BoolFlag{Name: "peek", Usage: "only look: spend nothing (/v1/peek)", Sources: cli.EnvVars("SLUICE_CHECK_PEEK")},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "give up after this long", Sources: cli.EnvVars("SLUICE_CHECK_TIMEOUT")},
 			&cli.StringFlag{Name: "tls-ca", Usage: "for an https:// --server: trust the CAs in this PEM `FILE` (default: the system's)", Sources: cli.EnvVars("SLUICE_CHECK_TLS_CA")},
@@ -52,6 +58,14 @@ func checkCommand() *cli.Command {
 }
 
 func check(ctx context.Context, c *cli.Command) error {
+	switch health, ready := c.Bool("health"), c.Bool("ready"); {
+	case health && ready:
+		return cli.Exit("--health and --ready are two probes: name one", exitUsage)
+	case health:
+		return probe(ctx, c, "/healthz")
+	case ready:
+		return probe(ctx, c, "/readyz")
+	}
 	cost := c.Int64("cost")
 	req := server.CheckRequest{
 		Policy: c.String("policy"), Key: c.String("key"), Tier: c.String("tier"),
@@ -112,6 +126,31 @@ func check(ctx context.Context, c *cli.Command) error {
 	fmt.Fprintf(w, "%s\n", pretty)
 	if !cr.Allowed {
 		return cli.Exit("", exitDenied)
+	}
+	return nil
+}
+
+// probe asks the server's health endpoint path and succeeds when it answers 200.
+func probe(ctx context.Context, c *cli.Command, path string) error {
+	ctx, cancel := context.WithTimeout(ctx, c.Duration("timeout"))
+	defer cancel()
+	hr, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(c.String("server"), "/")+path, nil)
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("--server: %v", err), exitUsage)
+	}
+	client, err := checkClient(c)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(hr)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	fmt.Fprintf(c.Root().Writer, "%s %s: %s\n", path, resp.Status, bytes.TrimSpace(out))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s answered %s", path, resp.Status)
 	}
 	return nil
 }

@@ -3,7 +3,8 @@
 //	sluice serve     the rate limit service: HTTP JSON API on :8080, Envoy's rate limit
 //	                 service (gRPC) on :8081, on the in-memory store unless Redis is named
 //	sluice proxy     a reverse proxy that applies sluice policies in front of an upstream
-//	sluice check     ask a running server whether a request would pass
+//	sluice check     ask a running server whether a request would pass, or (--health,
+//	                 --ready) whether it is live or ready: a container's health check
 //	sluice key       print the identity and store keys a request would be counted under
 //	sluice simulate  run traffic patterns against the algorithms and report their accuracy
 //	sluice version   print the version
@@ -33,6 +34,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	_ "time/tzdata" // calendar periods in a named zone work in images without /usr/share/zoneinfo
 
 	"github.com/urfave/cli/v3"
 )

@@ -67,8 +67,8 @@ func TestHelpAndVersion(t *testing.T) {
 			"--tls-cert", "$SLUICE_TLS_CERT", "--tls-key", "--tls-client-ca",
 			"--deny-cache-bytes", "$SLUICE_DENY_CACHE_BYTES", "--deny-cache-max-age", "$SLUICE_DENY_CACHE_MAX_AGE"}},
 		{[]string{"proxy", "--help"}, []string{"--upstream", "$SLUICE_UPSTREAM", "--listen", "$SLUICE_PROXY_ADDR", "--config", "--tls-cert", "--deny-cache-bytes"}},
-		{[]string{"check", "--help"}, []string{"--server", "$SLUICE_SERVER", "--policy", "--descriptor", "--peek", "--tls-ca", "$SLUICE_CHECK_TLS_CA"}},
-		{[]string{"simulate", "--help"}, []string{"-pattern", "-algorithms"}},
+		{[]string{"check", "--help"}, []string{"--server", "$SLUICE_SERVER", "--policy", "--descriptor", "--peek", "--tls-ca", "$SLUICE_CHECK_TLS_CA", "--health", "--ready"}},
+		{[]string{"simulate", "--help"}, []string{"--pattern", "$SLUICE_SIMULATE_PATTERN", "--algorithms", "$SLUICE_SIMULATE_ALGORITHMS", "--format", "--out", "$SLUICE_SIMULATE_OUT", "--seed", "--scale", "--redis", "$SLUICE_SIMULATE_REDIS_URL", "cdn-batch"}},
 		{[]string{"version"}, []string{"sluice ", "go1."}},
 	} {
 		code, out, errOut := runCmd(t, tc.args...)
@@ -94,6 +94,7 @@ func TestUsageErrors(t *testing.T) {
 		{"proxy", "--upstream", "not a url"},
 		{"check"},
 		{"check", "--domain", "d", "--descriptor", "novalue"},
+		{"check", "--health", "--ready"},
 	} {
 		if code, _, errOut := runCmd(t, args...); code != exitUsage {
 			t.Errorf("%v: exit %d, want %d (usage); stderr %s", args, code, exitUsage, errOut)
@@ -467,6 +468,27 @@ func TestCheckSendsDescriptorsAsWritten(t *testing.T) {
 	for i := range want {
 		if !reflect.DeepEqual(got[i].Descriptors, want[i]) {
 			t.Errorf("request %d: descriptors %+v, want %+v", i, got[i].Descriptors, want[i])
+		}
+	}
+}
+
+// TestSimulateFlags: simulate takes double-dash flags and their environment variables,
+// the command line winning, and answers a bad value with the usage exit status.
+func TestSimulateFlags(t *testing.T) {
+	t.Setenv("SLUICE_SIMULATE_FORMAT", "json")
+	t.Setenv("SLUICE_SIMULATE_ALGORITHMS", "gcra")
+	args := []string{"simulate", "--pattern", "steady-1x", "--scale", "0.1"}
+	code, out, errOut := runCmd(t, args...)
+	if code != exitOK || !strings.HasPrefix(strings.TrimSpace(out), "[") || strings.Contains(out, "sliding_log") {
+		t.Fatalf("with SLUICE_SIMULATE_FORMAT=json and SLUICE_SIMULATE_ALGORITHMS=gcra: exit %d, stderr %s, output %.200s", code, errOut, out)
+	}
+	code, out, errOut = runCmd(t, append(args, "--format", "csv")...)
+	if code != exitOK || strings.HasPrefix(strings.TrimSpace(out), "[") || !strings.Contains(out, "steady-1x,gcra") {
+		t.Fatalf("--format csv over the variable: exit %d, stderr %s, output %.200s", code, errOut, out)
+	}
+	for _, bad := range [][]string{{"--seed", "minus-one"}, {"--scale", "0"}, {"stray"}} {
+		if code, _, errOut := runCmd(t, append(args, bad...)...); code != exitUsage {
+			t.Errorf("simulate %v: exit %d, want %d; stderr %s", bad, code, exitUsage, errOut)
 		}
 	}
 }

@@ -9,9 +9,17 @@ import (
 	"github.com/urfave/cli/v3"
 )
 
-// version is the module version of the binary (a tag when installed with go install
-// module@version), with the VCS revision when the build recorded one.
+// buildVersion, when set at link time (go build -ldflags "-X main.buildVersion=v1.2.3", as
+// deploy/Dockerfile does), is the version the binary reports.
+var buildVersion string
+
+// version is buildVersion when the build set it, else the module version of the binary (a
+// tag when installed with go install module@version), with the VCS revision when the build
+// recorded one.
 func version() string {
+	if buildVersion != "" {
+		return buildVersion
+	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "unknown"
