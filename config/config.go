@@ -31,6 +31,9 @@ type Config struct {
 	Policies []*Policy
 	// Domains are the envoyproxy/ratelimit domains, sorted by name.
 	Domains []*Domain
+	// QuotaDomains are the Rate Limit Quota Service domains (quota_domains in sluice
+	// policy files, quota_buckets in envoyproxy/ratelimit files), sorted by name.
+	QuotaDomains []*QuotaDomain
 	// Files are the files the configuration was loaded from, in load order. The built-in
 	// default's files are named "builtin/<name>".
 	Files []string
@@ -45,8 +48,9 @@ type Config struct {
 	// config when the digest did not change.
 	Digest string
 
-	policies map[string]*Policy
-	domains  map[string]*Domain
+	policies     map[string]*Policy
+	domains      map[string]*Domain
+	quotaDomains map[string]*QuotaDomain
 }
 
 // Policy returns the policy with that name.
@@ -309,9 +313,10 @@ func isYAMLName(name string) bool {
 // of all files are returned together as an Errors value.
 func Parse(files ...File) (*Config, error) {
 	c := &Config{
-		Identity: Identity{IPv6Prefix: DefaultIPv6Prefix, ClientIPHeader: keys.HeaderXForwardedFor},
-		policies: map[string]*Policy{},
-		domains:  map[string]*Domain{},
+		Identity:     Identity{IPv6Prefix: DefaultIPv6Prefix, ClientIPHeader: keys.HeaderXForwardedFor},
+		policies:     map[string]*Policy{},
+		domains:      map[string]*Domain{},
+		quotaDomains: map[string]*QuotaDomain{},
 	}
 	var errs Errors
 	h := sha256.New()
@@ -330,6 +335,9 @@ func Parse(files ...File) (*Config, error) {
 				// are reported in the same load; the load fails anyway.
 				if dom := d.envoyDomain(root); dom != nil && dom.Name != "" {
 					m.addDomain(d, dom)
+					if dom.quota != nil {
+						m.addQuotaDomain(d, dom.quota)
+					}
 				}
 			} else if sf := d.sluiceFile(root); sf != nil {
 				m.addSluiceFile(d, sf)
@@ -380,6 +388,15 @@ func (m *merger) addDomain(d *decoder, dom *Domain) {
 	m.cfg.Domains = append(m.cfg.Domains, dom)
 }
 
+func (m *merger) addQuotaDomain(d *decoder, qd *QuotaDomain) {
+	if prev, dup := m.cfg.quotaDomains[qd.Name]; dup {
+		d.errorf(qd.nameNode, "domain", "duplicate quota domain %q (already defined at %s)", qd.Name, prev.Pos)
+		return
+	}
+	m.cfg.quotaDomains[qd.Name] = qd
+	m.cfg.QuotaDomains = append(m.cfg.QuotaDomains, qd)
+}
+
 func (m *merger) addSluiceFile(d *decoder, sf *sluiceFile) {
 	once := func(set bool, n *yaml.Node, field string, at **Position) bool {
 		if !set {
@@ -410,6 +427,9 @@ func (m *merger) addSluiceFile(d *decoder, sf *sluiceFile) {
 		m.cfg.policies[p.Name] = p
 		m.cfg.Policies = append(m.cfg.Policies, p)
 	}
+	for _, qd := range sf.quotas {
+		m.addQuotaDomain(d, qd)
+	}
 }
 
 // finish resolves what depends on the whole configuration: policies inherit the store's
@@ -425,4 +445,5 @@ func (m *merger) finish() {
 		}
 	}
 	slices.SortFunc(c.Domains, func(a, b *Domain) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(c.QuotaDomains, func(a, b *QuotaDomain) int { return strings.Compare(a.Name, b.Name) })
 }

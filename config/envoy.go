@@ -45,6 +45,7 @@ type Domain struct {
 
 	root     *level
 	nameNode *yaml.Node
+	quota    *QuotaDomain // the file's quota_buckets, if any
 }
 
 // Rule is a descriptor with a rate_limit block.
@@ -381,7 +382,7 @@ func writeEscaped(b *strings.Builder, s string) {
 
 // envoyDomain decodes one envoyproxy/ratelimit file.
 func (d *decoder) envoyDomain(root *yaml.Node) *Domain {
-	o := d.object(root, "", "domain", "descriptors")
+	o := d.object(root, "", "domain", "descriptors", "quota_buckets")
 	if o == nil {
 		return nil
 	}
@@ -412,6 +413,12 @@ func (d *decoder) envoyDomain(root *yaml.Node) *Domain {
 	}
 	for _, r := range dom.Rules {
 		r.replacesPos, r.replacesField = nil, nil
+	}
+	if v, ok := o.get("quota_buckets"); ok && dom.Name != "" {
+		// sluice's own section: its field names are checked strictly.
+		d.envoy = false
+		dom.quota = d.quotaDomain(dom.Name, dom.nameNode, v, "quota_buckets")
+		d.envoy = true
 	}
 	return dom
 }

@@ -186,7 +186,7 @@ policies:
 			name:  "neither format",
 			files: map[string]string{"x.yaml": "hello: world\n"},
 			want: []string{
-				"x.yaml:1:1: hello: unknown field (known fields: store, admin, identity, policies)",
+				"x.yaml:1:1: hello: unknown field (known fields: store, admin, identity, policies, quota_domains)",
 				"x.yaml:1:1: neither a sluice policy file (store, admin, identity, policies) nor an envoyproxy/ratelimit file (domain)",
 			},
 		},

@@ -266,10 +266,11 @@ type sluiceFile struct {
 	identity                           *Identity
 	storeNode, adminNode, identityNode *yaml.Node
 	policies                           []*Policy
+	quotas                             []*QuotaDomain
 }
 
 func (d *decoder) sluiceFile(root *yaml.Node) *sluiceFile {
-	o := d.object(root, "", "store", "admin", "identity", "policies")
+	o := d.object(root, "", "store", "admin", "identity", "policies", "quota_domains")
 	if o == nil {
 		return nil
 	}
@@ -286,6 +287,9 @@ func (d *decoder) sluiceFile(root *yaml.Node) *sluiceFile {
 	}
 	if n, ok := o.get("identity"); ok {
 		sf.identity, sf.identityNode = d.identity(n), o.fields["identity"].key
+	}
+	if n, ok := o.get("quota_domains"); ok {
+		sf.quotas = d.quotaDomains(n)
 	}
 	if n, ok := o.get("policies"); ok {
 		seen := map[string]*Policy{}

@@ -1,0 +1,371 @@
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// QuotaDomain is one domain of the Rate Limit Quota Service (RLQS): the buckets a proxy
+// stream naming this domain reports on. A sluice policy file writes it under
+// quota_domains, an envoyproxy/ratelimit file under quota_buckets (the domain is the
+// file's).
+type QuotaDomain struct {
+	Name string
+	// Buckets are the bucket rules in file order.
+	Buckets []*QuotaBucket
+	// Pos is where the domain is named.
+	Pos Position
+
+	bySig    map[string][]*QuotaBucket // key set signature -> rules, most specific first
+	nameNode *yaml.Node
+}
+
+// QuotaBehavior is what a proxy does with a bucket it holds no assignment for: before
+// the first one (no_assignment_behavior) or after its assignment expired
+// (expired_assignment_behavior). It is a filter setting, not a server answer; see
+// server.BucketSettings for the mapping.
+type QuotaBehavior uint8
+
+const (
+	// QuotaAllow: blanket_rule ALLOW_ALL.
+	QuotaAllow QuotaBehavior = iota
+	// QuotaDeny: blanket_rule DENY_ALL.
+	QuotaDeny
+	// QuotaReuseLast: keep enforcing the expired assignment (expired only).
+	QuotaReuseLast
+)
+
+var quotaBehaviorNames = [...]string{"allow", "deny", "reuse_last"}
+
+func (b QuotaBehavior) String() string {
+	if int(b) < len(quotaBehaviorNames) {
+		return quotaBehaviorNames[b]
+	}
+	return fmt.Sprintf("quota_behavior(%d)", uint8(b))
+}
+
+// Defaults of a quota bucket.
+const (
+	DefaultReportingInterval = time.Second
+	// The assignment TTL defaults to DefaultTTLIntervals reporting intervals, so one
+	// lost report does not expire an assignment.
+	DefaultTTLIntervals = 3
+)
+
+// Bounds of bucket ids, as reported and as configured: larger ids are malformed.
+const (
+	MaxBucketIDEntries = 16
+	MaxBucketIDBytes   = 256 // per key and per value
+)
+
+// MaxQuotaRate is the largest rate of a quota bucket: TokenBucket.tokens_per_fill is a
+// uint32.
+const MaxQuotaRate = math.MaxUint32
+
+// QuotaBucket is one bucket rule: the bucket ids it matches and the global limit each
+// matching bucket id gets, divided among the proxies reporting on it.
+type QuotaBucket struct {
+	// Name names the rule in metrics and logs ("" in the file: the id pattern).
+	Name string
+	// ID is the bucket id pattern, sorted by key. A value "*" or "" matches any value,
+	// a value ending in '*' any value with that prefix, any other value itself. An id
+	// matches when it has exactly these keys and every value matches.
+	ID []Entry
+	// Rate requests per Period is the global limit of each matching bucket id. Rate 0
+	// denies every request (DENY_ALL); Unlimited allows every one (ALLOW_ALL).
+	Rate      int64
+	Period    time.Duration
+	Unlimited bool
+	// Burst is the most requests all proxies together may admit at once beyond the
+	// rate; each proxy's token bucket holds its share of it (at least one token).
+	// Default: Rate/10, at least 1.
+	Burst int64
+	// ReportingInterval is the filter's reporting_interval the proxies are configured
+	// with; TTL is assignment_time_to_live (default DefaultTTLIntervals intervals).
+	ReportingInterval time.Duration
+	TTL               time.Duration
+	// NoAssignment and Expired are the filter's no_assignment_behavior and
+	// expired_assignment_behavior for this bucket. Defaults: allow and deny.
+	NoAssignment QuotaBehavior
+	Expired      QuotaBehavior
+	// Pos is where the rule starts.
+	Pos Position
+
+	exact, prefix int // specificity: exact values, total prefix length
+}
+
+// QuotaMatch is the rule a reported bucket id matched and the key its state is kept
+// under: a SHA-256 digest of the domain and the id (sorted), so raw values never reach
+// the store.
+type QuotaMatch struct {
+	Bucket *QuotaBucket
+	Key    string
+}
+
+// QuotaDomain returns the RLQS domain with that name.
+func (c *Config) QuotaDomain(name string) (*QuotaDomain, bool) {
+	d, ok := c.quotaDomains[name]
+	return d, ok
+}
+
+// ValidBucketID reports why a reported bucket id is malformed: empty, more than
+// MaxBucketIDEntries entries, or a key or value longer than MaxBucketIDBytes or not
+// UTF-8. Nil means it may be matched.
+func ValidBucketID(id map[string]string) error {
+	switch {
+	case len(id) == 0:
+		return fmt.Errorf("empty bucket id")
+	case len(id) > MaxBucketIDEntries:
+		return fmt.Errorf("bucket id has %d entries, more than %d", len(id), MaxBucketIDEntries)
+	}
+	for k, v := range id {
+		if k == "" || len(k) > MaxBucketIDBytes || len(v) > MaxBucketIDBytes || !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return fmt.Errorf("bucket id entry %.32q: keys must be 1 to %d bytes of UTF-8, values at most %d", k, MaxBucketIDBytes, MaxBucketIDBytes)
+		}
+	}
+	return nil
+}
+
+// Match returns the rule for a bucket id: among the rules with exactly the id's keys,
+// the first that matches in order of specificity (more exact values, then longer
+// prefixes, then file order). The id must be valid (ValidBucketID).
+func (d *QuotaDomain) Match(id map[string]string) (QuotaMatch, bool) {
+	keys := make([]string, 0, len(id))
+	for k := range id {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, b := range d.bySig[strings.Join(keys, "\x00")] {
+		if b.matches(id) {
+			return QuotaMatch{Bucket: b, Key: quotaKey(d.Name, keys, id)}, true
+		}
+	}
+	return QuotaMatch{}, false
+}
+
+func (b *QuotaBucket) matches(id map[string]string) bool {
+	for _, e := range b.ID {
+		v := id[e.Key]
+		switch {
+		case e.Value == "" || e.Value == "*":
+		case strings.HasSuffix(e.Value, "*"):
+			if !strings.HasPrefix(v, e.Value[:len(e.Value)-1]) {
+				return false
+			}
+		case v != e.Value:
+			return false
+		}
+	}
+	return true
+}
+
+// quotaKey digests the domain and the sorted id, each part length-prefixed so no two
+// inputs give the same bytes.
+func quotaKey(domain string, keys []string, id map[string]string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%d:%s", len(domain), domain)
+	for _, k := range keys {
+		fmt.Fprintf(h, "%d:%s%d:%s", len(k), k, len(id[k]), id[k])
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+var quotaBucketFields = []string{
+	"name", "bucket_id", "rate", "period", "unlimited", "burst",
+	"reporting_interval", "assignment_ttl", "no_assignment", "expired_assignment",
+}
+
+// quotaDomain decodes a list of bucket rules for the named domain.
+func (d *decoder) quotaDomain(name string, nameNode, list *yaml.Node, path string) *QuotaDomain {
+	qd := &QuotaDomain{Name: name, Pos: d.pos(nameNode), nameNode: nameNode, bySig: map[string][]*QuotaBucket{}}
+	for i, item := range d.seq(list, path) {
+		if b := d.quotaBucket(item, index(path, i)); b != nil {
+			qd.Buckets = append(qd.Buckets, b)
+		}
+	}
+	for _, b := range qd.Buckets {
+		keys := make([]string, len(b.ID))
+		for i, e := range b.ID {
+			keys[i] = e.Key
+		}
+		sig := strings.Join(keys, "\x00")
+		qd.bySig[sig] = append(qd.bySig[sig], b)
+	}
+	for _, rules := range qd.bySig {
+		slices.SortStableFunc(rules, func(a, b *QuotaBucket) int {
+			if a.exact != b.exact {
+				return b.exact - a.exact
+			}
+			return b.prefix - a.prefix
+		})
+	}
+	return qd
+}
+
+func (d *decoder) quotaBucket(n *yaml.Node, path string) *QuotaBucket {
+	o := d.object(n, path, quotaBucketFields...)
+	if o == nil {
+		return nil
+	}
+	before := len(d.errs)
+	b := &QuotaBucket{Pos: d.pos(n), ReportingInterval: DefaultReportingInterval, Expired: QuotaDeny}
+	if v, ok := o.get("name"); ok {
+		b.Name, _ = d.str(v, o.field("name"))
+	}
+	if v, ok := o.get("bucket_id"); ok {
+		field := o.field("bucket_id")
+		for _, kv := range d.pairs(v, field) {
+			val, _ := d.str(kv.val, join(field, kv.key.Value))
+			if kv.key.Value == "" || len(kv.key.Value) > MaxBucketIDBytes || len(val) > MaxBucketIDBytes {
+				d.errorf(kv.key, join(field, kv.key.Value), "keys must be 1 to %d bytes, values at most %d", MaxBucketIDBytes, MaxBucketIDBytes)
+				continue
+			}
+			b.ID = append(b.ID, Entry{Key: kv.key.Value, Value: val})
+			switch {
+			case val == "" || val == "*":
+			case strings.HasSuffix(val, "*"):
+				b.prefix += len(val) - 1
+			default:
+				b.exact++
+			}
+		}
+		if len(b.ID) > MaxBucketIDEntries {
+			d.errorf(v, field, "has %d keys, more than %d", len(b.ID), MaxBucketIDEntries)
+		}
+		slices.SortFunc(b.ID, func(x, y Entry) int { return strings.Compare(x.Key, y.Key) })
+	}
+	if len(b.ID) == 0 {
+		d.errorf(n, o.field("bucket_id"), "is required: a mapping of bucket id keys to values (\"*\" for any)")
+	}
+	if b.Name == "" {
+		var parts []string
+		for _, e := range b.ID {
+			parts = append(parts, e.Key+"="+e.Value)
+		}
+		b.Name = strings.Join(parts, ",")
+	}
+	if v, ok := o.get("unlimited"); ok {
+		b.Unlimited, _ = d.boolean(v, o.field("unlimited"))
+	}
+	if b.Unlimited {
+		for _, f := range []string{"rate", "period", "burst"} {
+			if v, ok := o.get(f); ok {
+				d.errorf(v, o.field(f), "must not be set when unlimited is true")
+			}
+		}
+	} else {
+		if v, ok := o.get("rate"); ok {
+			b.Rate, _ = d.integer(v, o.field("rate"), 0, MaxQuotaRate)
+		} else {
+			d.errorf(n, o.field("rate"), "is required (0 denies every request)")
+		}
+		if v, ok := o.get("period"); ok {
+			if s, ok := d.str(v, o.field("period")); ok {
+				p, err := ParsePeriod(s)
+				switch {
+				case err != nil:
+					d.errorf(v, o.field("period"), "%v", err)
+				case p < time.Millisecond:
+					d.errorf(v, o.field("period"), "must be at least 1ms")
+				default:
+					b.Period = p
+				}
+			}
+		} else {
+			d.errorf(n, o.field("period"), "is required")
+		}
+		if v, ok := o.get("burst"); ok {
+			b.Burst, _ = d.integer(v, o.field("burst"), 1, MaxQuotaRate)
+		} else {
+			b.Burst = max(1, b.Rate/10)
+		}
+	}
+	if v, ok := o.get("reporting_interval"); ok {
+		if iv, ok := d.duration(v, o.field("reporting_interval")); ok {
+			if iv < 100*time.Millisecond {
+				d.errorf(v, o.field("reporting_interval"), "must be at least 100ms (the filter's minimum)")
+			}
+			b.ReportingInterval = iv
+		}
+	}
+	b.TTL = DefaultTTLIntervals * b.ReportingInterval
+	if v, ok := o.get("assignment_ttl"); ok {
+		if ttl, ok := d.duration(v, o.field("assignment_ttl")); ok {
+			if ttl <= b.ReportingInterval {
+				d.errorf(v, o.field("assignment_ttl"), "must be longer than reporting_interval (%v), or every assignment lapses before it is renewed", b.ReportingInterval)
+			}
+			b.TTL = ttl
+		}
+	}
+	behavior := func(field string, reuse bool) (QuotaBehavior, bool) {
+		v, ok := o.get(field)
+		if !ok {
+			return 0, false
+		}
+		s, _ := d.str(v, o.field(field))
+		switch s {
+		case "allow":
+			return QuotaAllow, true
+		case "deny":
+			return QuotaDeny, true
+		case "reuse_last":
+			if reuse {
+				return QuotaReuseLast, true
+			}
+		}
+		want := "allow or deny"
+		if reuse {
+			want = "allow, deny or reuse_last"
+		}
+		d.errorf(v, o.field(field), "must be %s, got %q", want, s)
+		return 0, false
+	}
+	if bh, ok := behavior("no_assignment", false); ok {
+		b.NoAssignment = bh
+	}
+	if bh, ok := behavior("expired_assignment", true); ok {
+		b.Expired = bh
+	}
+	if len(d.errs) != before {
+		return nil
+	}
+	return b
+}
+
+// quotaDomains decodes a sluice policy file's quota_domains: [{domain, buckets}].
+func (d *decoder) quotaDomains(n *yaml.Node) []*QuotaDomain {
+	var out []*QuotaDomain
+	seen := map[string]bool{}
+	for i, item := range d.seq(n, "quota_domains") {
+		path := index("quota_domains", i)
+		o := d.object(item, path, "domain", "buckets")
+		if o == nil {
+			continue
+		}
+		nv, _ := o.get("domain")
+		name := ""
+		if nv != nil {
+			name, _ = d.str(nv, o.field("domain"))
+		}
+		if name == "" {
+			d.errorf(item, o.field("domain"), "is required")
+			continue
+		}
+		if seen[name] {
+			d.errorf(nv, o.field("domain"), "duplicate quota domain %q", name)
+			continue
+		}
+		seen[name] = true
+		bv, _ := o.get("buckets")
+		out = append(out, d.quotaDomain(name, nv, bv, o.field("buckets")))
+	}
+	return out
+}
