@@ -1,0 +1,74 @@
+package quota
+
+import (
+	"context"
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+//go:embed rebalance.lua
+var rebalanceLua string
+
+var rebalanceSHA = func() string { h := sha1.Sum([]byte(rebalanceLua)); return hex.EncodeToString(h[:]) }()
+
+// Redis is a Store in Redis: a bucket is a hash of its clients and a sorted set of their
+// expiries, both in one hash slot (so Redis Cluster works), rebalanced by one script
+// call per report (rebalance.lua); several instances on one Redis share the clients and
+// the bound. Both keys expire one TTL after the last report.
+type Redis struct {
+	client rueidis.Client
+	prefix string
+	now    func() time.Time
+}
+
+// NewRedis returns a Redis store on client. Keys are prefix + "{" + Report.Key + "}:c"
+// and ":e". now, when not nil, is the clock (tests, simulation); nil uses Redis's TIME,
+// so that the instances' clocks never matter.
+func NewRedis(client rueidis.Client, prefix string, now func() time.Time) *Redis {
+	return &Redis{client: client, prefix: prefix, now: now}
+}
+
+// Rebalance implements Store: every report of one call in one pipeline.
+func (r *Redis) Rebalance(ctx context.Context, reps []Report, out []Assignment) error {
+	if len(reps) == 0 {
+		return nil
+	}
+	now := "-"
+	if r.now != nil {
+		now = strconv.FormatInt(micros(r.now()), 10)
+	}
+	maxc := strconv.Itoa(MaxClients)
+	cmds := make(rueidis.Commands, len(reps))
+	for i := range reps {
+		rep := &reps[i]
+		base := r.prefix + "{" + rep.Key + "}"
+		cmds[i] = r.client.B().Evalsha().Sha1(rebalanceSHA).Numkeys(2).Key(base+":c", base+":e").
+			Arg(now, rep.Client, strconv.FormatInt(rep.Rate, 10), strconv.FormatInt(rep.Weight, 10),
+				strconv.FormatInt(rep.TTL.Microseconds(), 10), maxc).Build()
+	}
+	res := r.client.DoMulti(ctx, cmds...)
+	for i, rr := range res {
+		if err, ok := rueidis.IsRedisErr(rr.Error()); ok && err.IsNoScript() {
+			rep := &reps[i]
+			base := r.prefix + "{" + rep.Key + "}"
+			rr = r.client.Do(ctx, r.client.B().Eval().Script(rebalanceLua).Numkeys(2).Key(base+":c", base+":e").
+				Arg(now, rep.Client, strconv.FormatInt(rep.Rate, 10), strconv.FormatInt(rep.Weight, 10),
+					strconv.FormatInt(rep.TTL.Microseconds(), 10), maxc).Build())
+		}
+		vs, err := rr.AsIntSlice()
+		if err != nil {
+			return fmt.Errorf("quota: rebalance: %w", err)
+		}
+		if len(vs) != 3 {
+			return fmt.Errorf("quota: rebalance: script returned %d values, want 3", len(vs))
+		}
+		out[i] = Assignment{Rate: vs[0], Clients: vs[1], Assigned: vs[2]}
+	}
+	return nil
+}
