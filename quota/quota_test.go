@@ -25,7 +25,7 @@ func TestDemand(t *testing.T) {
 		{1, 0, 3 * time.Second, time.Second, 1000, 1}, // rounded up
 		{10, 0, time.Second, time.Minute, 1000, 600},
 		{10, 0, time.Second, time.Minute, 100, 100}, // capped
-		{7, 0, 0, time.Second, 1000, 7},            // no time_elapsed: one period
+		{7, 0, 0, time.Second, 1000, 7},             // no time_elapsed: one period
 		{math.MaxUint64, 1, time.Second, time.Second, 1000, 1000},
 		{math.MaxUint64 / 2, 0, time.Nanosecond, time.Hour, 5, 5},
 		{0, 0, time.Second, time.Second, 1000, 0},
