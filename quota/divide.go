@@ -36,6 +36,10 @@ const WeightScale = 1 << 20
 // is refused (Assignment.Rate -1). It keeps the sum of weights below 2^32.
 const MaxClients = 4096
 
+// DemandCap bounds a demand, in multiples of the bucket's rate: a client reporting
+// more counts as demanding DemandCap times the whole limit.
+const DemandCap = 16
+
 // MaxRate is the largest rate of a bucket (TokenBucket.tokens_per_fill is a uint32).
 const MaxRate = 1<<32 - 1
 
@@ -64,14 +68,15 @@ func Demand(allowed, denied uint64, elapsed, period time.Duration, limit int64) 
 	return int64(q)
 }
 
-// Weight is a demand as a weight: ceil(min(demand, rate) × WeightScale / rate), in
-// [0, WeightScale]; 0 only for no demand. rate must be in [1, MaxRate].
+// Weight is a demand as a weight: ceil(min(demand, DemandCap·rate) × WeightScale /
+// (DemandCap·rate)), in [0, WeightScale]; 0 only for no demand. rate must be in
+// [1, MaxRate].
 func Weight(demand, rate int64) int64 {
 	if demand <= 0 || rate <= 0 {
 		return 0
 	}
-	demand = min(demand, rate)
-	return (demand*WeightScale + rate - 1) / rate // ≤ 2^52: no overflow
+	demand = min(demand, DemandCap*rate)
+	return (demand*(WeightScale/DemandCap) + rate - 1) / rate // ≤ 2^52: no overflow
 }
 
 // Share is the one place the division is computed (rebalance.lua mirrors it). A bucket

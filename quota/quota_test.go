@@ -37,7 +37,8 @@ func TestDemand(t *testing.T) {
 }
 
 func TestWeightAndTokenBucket(t *testing.T) {
-	if Weight(0, 10) != 0 || Weight(1, MaxRate) != 1 || Weight(10, 10) != WeightScale || Weight(20, 10) != WeightScale || Weight(5, 10) != WeightScale/2 {
+	if Weight(0, 10) != 0 || Weight(1, MaxRate) != 1 || Weight(160, 10) != WeightScale || Weight(1000, 10) != WeightScale ||
+		Weight(80, 10) != WeightScale/2 || Weight(10, 10) != WeightScale/DemandCap {
 		t.Error("Weight")
 	}
 	if TokenBucket(500, 1000, 100) != 50 || TokenBucket(1, 1000, 100) != 1 || TokenBucket(0, 1000, 100) != 1 ||
@@ -125,7 +126,7 @@ func TestDifferential(t *testing.T) {
 	defer client.Close()
 	clock := clocktest.New(time.Unix(1.7e9, 0))
 	mem := NewMemory(clock.Now)
-	rs := NewRedis(client, "q:", clock.Now)
+	rs := NewRedis(func() rueidis.Client { return client }, "q:", clock.Now)
 	rng := rand.New(rand.NewPCG(3, 4))
 	ctx := context.Background()
 	rates := []int64{0, 1, 7, 1000, 123457, MaxRate}

@@ -5,12 +5,16 @@ import (
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/redis/rueidis"
 )
+
+// ErrNotConnected is Rebalance's error while the Redis client is not connected yet.
+var ErrNotConnected = errors.New("quota: Redis not connected")
 
 //go:embed rebalance.lua
 var rebalanceLua string
@@ -22,15 +26,16 @@ var rebalanceSHA = func() string { h := sha1.Sum([]byte(rebalanceLua)); return h
 // call per report (rebalance.lua); several instances on one Redis share the clients and
 // the bound. Both keys expire one TTL after the last report.
 type Redis struct {
-	client rueidis.Client
+	client func() rueidis.Client
 	prefix string
 	now    func() time.Time
 }
 
-// NewRedis returns a Redis store on client. Keys are prefix + "{" + Report.Key + "}:c"
+// NewRedis returns a Redis store on the client that client returns (nil while not
+// connected: Rebalance then fails with ErrNotConnected). Keys are prefix + "{" + Report.Key + "}:c"
 // and ":e". now, when not nil, is the clock (tests, simulation); nil uses Redis's TIME,
 // so that the instances' clocks never matter.
-func NewRedis(client rueidis.Client, prefix string, now func() time.Time) *Redis {
+func NewRedis(client func() rueidis.Client, prefix string, now func() time.Time) *Redis {
 	return &Redis{client: client, prefix: prefix, now: now}
 }
 
@@ -38,6 +43,10 @@ func NewRedis(client rueidis.Client, prefix string, now func() time.Time) *Redis
 func (r *Redis) Rebalance(ctx context.Context, reps []Report, out []Assignment) error {
 	if len(reps) == 0 {
 		return nil
+	}
+	c := r.client()
+	if c == nil {
+		return ErrNotConnected
 	}
 	now := "-"
 	if r.now != nil {
@@ -48,16 +57,16 @@ func (r *Redis) Rebalance(ctx context.Context, reps []Report, out []Assignment) 
 	for i := range reps {
 		rep := &reps[i]
 		base := r.prefix + "{" + rep.Key + "}"
-		cmds[i] = r.client.B().Evalsha().Sha1(rebalanceSHA).Numkeys(2).Key(base+":c", base+":e").
+		cmds[i] = c.B().Evalsha().Sha1(rebalanceSHA).Numkeys(2).Key(base+":c", base+":e").
 			Arg(now, rep.Client, strconv.FormatInt(rep.Rate, 10), strconv.FormatInt(rep.Weight, 10),
 				strconv.FormatInt(rep.TTL.Microseconds(), 10), maxc).Build()
 	}
-	res := r.client.DoMulti(ctx, cmds...)
+	res := c.DoMulti(ctx, cmds...)
 	for i, rr := range res {
 		if err, ok := rueidis.IsRedisErr(rr.Error()); ok && err.IsNoScript() {
 			rep := &reps[i]
 			base := r.prefix + "{" + rep.Key + "}"
-			rr = r.client.Do(ctx, r.client.B().Eval().Script(rebalanceLua).Numkeys(2).Key(base+":c", base+":e").
+			rr = c.Do(ctx, c.B().Eval().Script(rebalanceLua).Numkeys(2).Key(base+":c", base+":e").
 				Arg(now, rep.Client, strconv.FormatInt(rep.Rate, 10), strconv.FormatInt(rep.Weight, 10),
 					strconv.FormatInt(rep.TTL.Microseconds(), 10), maxc).Build())
 		}

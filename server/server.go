@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -88,6 +89,8 @@ type Options struct {
 	// HTTPTimeouts are the HTTP listener's timeouts; zero fields take
 	// DefaultHTTPTimeouts.
 	HTTPTimeouts Timeouts
+	// Quota configures the Rate Limit Quota Service (RLQS) served beside RLS.
+	Quota QuotaOptions
 	// TLS, when set, makes Serve speak TLS on both listeners: HTTPS (HTTP/2 and
 	// HTTP/1.1) and gRPC over TLS. Its certificate, and its ClientAuth for mutual TLS,
 	// apply to every endpoint, the health and metrics endpoints included (a probe must
@@ -118,6 +121,7 @@ type Server struct {
 	hashers       *hashers
 	reqLimits     config.RequestLimits
 	timeouts      Timeouts
+	rlqs          *rlqs
 }
 
 // requestLimits returns the request caps in force with cfg.
@@ -208,6 +212,9 @@ func New(opts Options) (*Server, error) {
 	}
 	s.metrics = m
 	s.hashers = newHashers(s.log)
+	if s.rlqs, err = newRLQS(s, opts.Quota, s.registry); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -229,9 +236,11 @@ func (s *Server) hasher(cfg *config.Config) (*keys.Hasher, error) { return s.has
 // /metrics. See the package doc.
 func (s *Server) Handler() http.Handler { return s.routes() }
 
-// RegisterGRPC registers Envoy's rate limit service and the gRPC health service on g.
+// RegisterGRPC registers Envoy's rate limit service, the Rate Limit Quota Service and
+// the gRPC health service on g.
 func (s *Server) RegisterGRPC(g *grpc.Server) {
 	rlsv3.RegisterRateLimitServiceServer(g, &rls{s: s})
+	rlqsv3.RegisterRateLimitQuotaServiceServer(g, s.rlqs)
 	healthpb.RegisterHealthServer(g, s.health)
 }
 
@@ -363,6 +372,7 @@ func (s *Server) probeReady(ctx context.Context) (stop func()) {
 		}
 		s.health.SetServingStatus("", st)
 		s.health.SetServingStatus(RateLimitServiceName, st)
+		s.health.SetServingStatus(RateLimitQuotaServiceName, st)
 	}
 	set()
 	go func() {

@@ -41,6 +41,7 @@ import (
 	"github.com/sluicehq/sluice/failover"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/observe"
+	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -113,6 +114,9 @@ func (o DenyCache) settings(c config.DenyCache) (maxBytes int64, maxAge time.Dur
 	return maxBytes, maxAge
 }
 
+// QuotaPrefix begins the Redis keys of the quota assignments.
+const QuotaPrefix = "sluice:rlqs:"
+
 // Stack is a built decision stack. Limiter is its top; Close closes every layer the
 // stack made, top down.
 type Stack struct {
@@ -125,6 +129,10 @@ type Stack struct {
 	Failover *failover.Limiter
 	// Store is the bottom of the stack: a *memory.Store or a *redisstore.Store.
 	Store sluice.Limiter
+	// Quota keeps the Rate Limit Quota Service's assignments in the same store: a
+	// quota.Memory beside memory, a quota.Redis on the same Redis (so that every
+	// instance on it shares the clients of a bucket).
+	Quota quota.Store
 }
 
 // Limiter returns the top of the stack, which every front end decides with.
@@ -180,6 +188,7 @@ func Open(cfg *config.Config, o Options) (*Stack, error) {
 		m := memory.New(opts...)
 		st.closers = append(st.closers, m.Close)
 		st.Store = m
+		st.Quota = quota.NewMemory(o.Clock)
 		lim = st.withDenyCache(m, cfg, o, reg)
 	} else {
 		st.kind, st.target = "redis", Redact(rawURL)
@@ -197,6 +206,7 @@ func Open(cfg *config.Config, o Options) (*Stack, error) {
 		}
 		st.closers = append(st.closers, rs.Close)
 		st.Store, st.ready = rs, rs.Ping
+		st.Quota = quota.NewRedis(rs.Client, QuotaPrefix, o.Clock)
 		local := memory.New(memory.WithMaxKeys(LocalMaxKeys))
 		st.closers = append(st.closers, local.Close)
 
