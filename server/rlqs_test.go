@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/stack"
 )
 
@@ -315,4 +316,66 @@ func TestRLQSConformance(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestRLQSTwoInstancesOneRedis: two sluice instances (server.New on stack.Open each) on
+// one real Redis serve the same bucket to different clients; at every answer the latest
+// shares of all clients sum to at most the limit, and each instance sees the other's
+// clients (the bucket is divided, not given whole to each).
+func TestRLQSTwoInstancesOneRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := clocktest.New(t0)
+	cfg := quotaCfg(t)
+	var rs [2]*running
+	for i := range rs {
+		st := openStack(t, cfg, stack.Options{RedisURL: srv.URL(), Clock: clock.Now, Deadline: testDeadline})
+		s, err := New(Options{Limiter: st.Limiter(), Config: cfg, Quota: QuotaOptions{Store: st.Quota}, Registry: prometheus.NewRegistry(), Now: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs[i] = serve(t, s)
+	}
+	const clients = 6
+	cs := make([]*quotaClient, clients)
+	for i := range cs {
+		cs[i] = openQuota(t, rs[i%2])
+	}
+	bucket := map[string]string{"name": "shared"}
+	shares := make([]int64, clients)
+	for round := range 8 {
+		for i, c := range cs {
+			domain := ""
+			if round == 0 {
+				domain = "edge"
+			}
+			// Client 0 asks 10× what the others do.
+			d := uint64(50)
+			if i == 0 {
+				d = 500
+			}
+			resp := c.mustReport(domain, usage{id: bucket, allowed: d / 2, denied: d - d/2})
+			a := resp.BucketAction[0]
+			if kind(a) != "tokens" && kind(a) != "deny" {
+				t.Fatalf("round %d client %d: %v", round, i, a)
+			}
+			shares[i] = share(a)
+			var sum int64
+			for _, s := range shares {
+				sum += s
+			}
+			if sum > 100 {
+				t.Fatalf("round %d client %d: shares %v sum to %d, over the limit 100", round, i, shares, sum)
+			}
+		}
+		clock.Advance(time.Second)
+	}
+	var sum int64
+	for _, s := range shares {
+		sum += s
+	}
+	// Settled: nearly the whole bucket in use, the busy client holding the most.
+	if sum < 80 || shares[0] <= shares[1] || shares[1] == 0 {
+		t.Fatalf("settled shares %v (sum %d)", shares, sum)
+	}
+	t.Logf("shares across two instances: %v (sum %d of 100)", shares, sum)
 }
