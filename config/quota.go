@@ -2,6 +2,7 @@ package config
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"math"
@@ -170,12 +171,22 @@ func (b *QuotaBucket) matches(id map[string]string) bool {
 // quotaKey digests the domain and the sorted id, each part length-prefixed so no two
 // inputs give the same bytes.
 func quotaKey(domain string, keys []string, id map[string]string) string {
-	h := sha256.New()
-	fmt.Fprintf(h, "%d:%s", len(domain), domain)
+	n := 8 + len(domain)
 	for _, k := range keys {
-		fmt.Fprintf(h, "%d:%s%d:%s", len(k), k, len(id[k]), id[k])
+		n += 16 + len(k) + len(id[k])
 	}
-	return hex.EncodeToString(h.Sum(nil)[:16])
+	b := make([]byte, 0, n)
+	part := func(s string) {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	part(domain)
+	for _, k := range keys {
+		part(k)
+		part(id[k])
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
 }
 
 var quotaBucketFields = []string{
