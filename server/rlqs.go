@@ -91,10 +91,10 @@ func newRLQS(s *Server, o QuotaOptions, reg prometheus.Registerer) (*rlqs, error
 
 // streamBucket is what a stream keeps about one bucket it reported on.
 type streamBucket struct {
-	rule              *config.QuotaBucket // nil: no rule matched
-	allowed, denied   prometheus.Counter
-	assigned          prometheus.Gauge
-	domLabel, bucketL string
+	rule            *config.QuotaBucket // nil: no rule matched
+	allowed, denied prometheus.Counter
+	assigned        prometheus.Gauge
+	share           int64 // the share last answered; -2 before the first
 }
 
 // StreamRateLimitQuotas serves one proxy: each report gets one response with one action
@@ -210,24 +210,24 @@ func (st *quotaStream) report(m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.Rat
 		id := u.GetBucketId()
 		if err := config.ValidBucketID(id.GetBucket()); err != nil {
 			resp.BucketAction[i] = abandon(id)
-			q.m.actions.WithLabelValues("abandon_malformed").Inc()
+			q.m.action["abandon_malformed"].Inc()
 			continue
 		}
 		if !known {
 			resp.BucketAction[i] = blanket(id, typev3.RateLimitStrategy_ALLOW_ALL, UnmatchedTTL)
-			q.m.actions.WithLabelValues("unknown_domain").Inc()
+			q.m.action["unknown_domain"].Inc()
 			continue
 		}
 		match, ok := dom.Match(id.GetBucket())
 		if !ok {
 			resp.BucketAction[i] = blanket(id, typev3.RateLimitStrategy_ALLOW_ALL, UnmatchedTTL)
-			q.m.actions.WithLabelValues("no_match").Inc()
+			q.m.action["no_match"].Inc()
 			continue
 		}
 		sb := st.bucket(match)
 		if sb == nil {
 			resp.BucketAction[i] = abandon(id)
-			q.m.actions.WithLabelValues("abandon_too_many_buckets").Inc()
+			q.m.action["abandon_too_many_buckets"].Inc()
 			continue
 		}
 		b := match.Bucket
@@ -236,11 +236,11 @@ func (st *quotaStream) report(m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.Rat
 		switch {
 		case b.Unlimited:
 			resp.BucketAction[i] = blanket(id, typev3.RateLimitStrategy_ALLOW_ALL, b.TTL)
-			q.m.actions.WithLabelValues("allow_all").Inc()
+			q.m.action["allow_all"].Inc()
 			continue
 		case b.Rate == 0:
 			resp.BucketAction[i] = blanket(id, typev3.RateLimitStrategy_DENY_ALL, b.TTL)
-			q.m.actions.WithLabelValues("deny_all").Inc()
+			q.m.action["deny_all"].Inc()
 			continue
 		}
 		demand := quota.Demand(u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), u.GetTimeElapsed().AsDuration(), b.Period, quota.DemandCap*b.Rate)
@@ -256,7 +256,6 @@ func (st *quotaStream) report(m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.Rat
 			q.s.log.Warn("rlqs: store failed; report not answered", slog.String("domain", st.domain), slog.String("error", err.Error()))
 			return nil, nil
 		}
-		debug := q.s.log.Enabled(st.ctx, slog.LevelDebug)
 		for j, rep := range st.reps {
 			i := st.idx[j]
 			a := st.out[j]
@@ -266,20 +265,27 @@ func (st *quotaStream) report(m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.Rat
 			switch {
 			case a.Rate < 0:
 				resp.BucketAction[i] = abandon(id)
-				q.m.actions.WithLabelValues("abandon_bucket_full").Inc()
+				q.m.action["abandon_bucket_full"].Inc()
 			case a.Rate == 0:
 				resp.BucketAction[i] = blanket(id, typev3.RateLimitStrategy_DENY_ALL, b.TTL)
-				q.m.actions.WithLabelValues("deny_all").Inc()
+				q.m.action["deny_all"].Inc()
 			default:
 				resp.BucketAction[i] = tokenBucket(id, a.Rate, b)
-				q.m.actions.WithLabelValues("token_bucket").Inc()
+				q.m.action["token_bucket"].Inc()
 			}
 			sb.assigned.Set(float64(a.Assigned) / b.Period.Seconds())
-			if debug {
-				q.s.log.LogAttrs(st.ctx, slog.LevelDebug, "rlqs rebalance",
+			// The decision log: one line per rebalance, at info when the client's share
+			// moved (or is its first), at debug when it stayed.
+			level := slog.LevelDebug
+			if a.Rate != sb.share {
+				level = slog.LevelInfo
+			}
+			sb.share = a.Rate
+			if q.s.log.Enabled(st.ctx, level) {
+				q.s.log.LogAttrs(st.ctx, level, "rlqs rebalance",
 					slog.String("domain", st.domain), slog.String("bucket", b.Name), slog.String("key", rep.Key),
-					slog.String("client", st.id), slog.Int64("weight", rep.Weight), slog.Int64("share", a.Rate),
-					slog.Int64("clients", a.Clients), slog.Int64("assigned", a.Assigned), slog.Int64("rate", b.Rate),
+					slog.String("client", st.id), slog.Int64("demand_weight", rep.Weight), slog.Int64("share", a.Rate),
+					slog.Int64("clients", a.Clients), slog.Int64("assigned", a.Assigned), slog.Int64("limit", b.Rate),
 					slog.Duration("period", b.Period))
 			}
 		}
@@ -300,7 +306,7 @@ func (st *quotaStream) bucket(m config.QuotaMatch) *streamBucket {
 		st.q.mu.Unlock()
 	}
 	// New, or the rule changed with a reload.
-	sb := &streamBucket{rule: m.Bucket, domLabel: st.domain, bucketL: m.Bucket.Name}
+	sb := &streamBucket{rule: m.Bucket, share: -2}
 	sb.allowed = st.q.m.reported.WithLabelValues(st.domain, m.Bucket.Name, "allowed")
 	sb.denied = st.q.m.reported.WithLabelValues(st.domain, m.Bucket.Name, "denied")
 	sb.assigned = st.q.m.assigned.WithLabelValues(st.domain, m.Bucket.Name)
@@ -349,11 +355,15 @@ func abandon(id *rlqsv3.BucketId) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	}
 }
 
+var quotaActions = []string{"token_bucket", "allow_all", "deny_all", "no_match", "unknown_domain",
+	"abandon_malformed", "abandon_too_many_buckets", "abandon_bucket_full"}
+
 // quotaMetrics are the RLQS metrics. Labels name rules, never bucket id values.
 type quotaMetrics struct {
 	reported      *prometheus.CounterVec
 	assigned      *prometheus.GaugeVec
 	actions       *prometheus.CounterVec
+	action        map[string]prometheus.Counter // actions' children, made once
 	unknownDomain prometheus.Counter
 	storeErrors   prometheus.Counter
 	refused       prometheus.Counter
@@ -385,6 +395,10 @@ func newQuotaMetrics(reg prometheus.Registerer, q *rlqs) (*quotaMetrics, error) 
 			Name: "sluice_rlqs_streams_refused_total",
 			Help: "RLQS streams refused because the instance had its maximum open.",
 		}),
+	}
+	m.action = map[string]prometheus.Counter{}
+	for _, a := range quotaActions {
+		m.action[a] = m.actions.WithLabelValues(a)
 	}
 	cs := []prometheus.Collector{m.reported, m.assigned, m.actions, m.unknownDomain, m.storeErrors, m.refused,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -3,8 +3,10 @@ package server
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,6 +54,10 @@ func quotaCfg(t testing.TB) *config.Config {
 
 // quotaServer serves quotaConfig on a memory stack whose clock the test moves.
 func quotaServer(t *testing.T, qo QuotaOptions) (*running, *clocktest.Clock) {
+	return quotaServerLog(t, qo, nil)
+}
+
+func quotaServerLog(t *testing.T, qo QuotaOptions, log *slog.Logger) (*running, *clocktest.Clock) {
 	t.Helper()
 	c := clocktest.New(t0)
 	cfg := quotaCfg(t)
@@ -59,7 +65,7 @@ func quotaServer(t *testing.T, qo QuotaOptions) (*running, *clocktest.Clock) {
 	if qo.Store == nil {
 		qo.Store = st.Quota
 	}
-	s, err := New(Options{Limiter: st.Limiter(), Config: cfg, Quota: qo, Registry: prometheus.NewRegistry(), Now: c.Now})
+	s, err := New(Options{Limiter: st.Limiter(), Config: cfg, Quota: qo, Registry: prometheus.NewRegistry(), Now: c.Now, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,6 +299,21 @@ func TestRLQSConformance(t *testing.T) {
 		}
 	})
 
+	t.Run("decision log", func(t *testing.T) {
+		var buf syncBuffer
+		r, _ := quotaServerLog(t, QuotaOptions{}, slog.New(slog.NewTextHandler(&buf, nil)))
+		c := openQuota(t, r)
+		u := []usage{{id: name("a"), allowed: 10}, {id: name("b"), allowed: 10}}
+		c.mustReport("edge", u...) // two new shares: two lines
+		c.mustReport("", u...)     // the same shares: nothing at info
+		if n := strings.Count(buf.String(), "rlqs rebalance"); n != 2 {
+			t.Fatalf("%d rebalance lines, want 2:\n%s", n, buf.String())
+		}
+		if !strings.Contains(buf.String(), "bucket=per-name") || strings.Contains(buf.String(), "name=a") {
+			t.Errorf("log %s: want rule names and digests, not bucket id values", buf.String())
+		}
+	})
+
 	t.Run("metrics", func(t *testing.T) {
 		r, _ := quotaServer(t, QuotaOptions{})
 		c := openQuota(t, r)
@@ -378,4 +399,21 @@ func TestRLQSTwoInstancesOneRedis(t *testing.T) {
 		t.Fatalf("settled shares %v (sum %d)", shares, sum)
 	}
 	t.Logf("shares across two instances: %v (sum %d of 100)", shares, sum)
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
