@@ -121,6 +121,31 @@
 //     reference accepts them silently, and they are usually a forgotten field or a typo.
 //   - Domains cannot be merged across files (the reference's MERGE_DOMAIN_CONFIG).
 //
+// # Rate Limit Quota Service buckets
+//
+// The buckets of the Rate Limit Quota Service (package server) are written in either
+// format, one domain per name across all files: in a sluice policy file,
+//
+//	quota_domains:
+//	  - domain: edge
+//	    buckets:
+//	      - name: per-user                 # metrics and logs; default "key=value,..."
+//	        bucket_id: {user: "*"}          # keys exactly; values: exact, "*"/"" any, "pre*"
+//	        rate: 1000                      # the global limit of each matching bucket id
+//	        period: 1s                      # (rate 0 denies all; unlimited: true allows all)
+//	        burst: 100                      # default rate/10, at least 1
+//	        reporting_interval: 1s          # the filter's, default 1s
+//	        assignment_ttl: 3s              # default 3 reporting intervals
+//	        no_assignment: allow            # allow | deny
+//	        expired_assignment: deny        # allow | deny | reuse_last
+//
+// and in an envoyproxy/ratelimit file, the same list under a top-level quota_buckets, for
+// the file's domain (its field names are checked strictly: the reference knows none of
+// them). A file without these sections loads exactly as before. Among the rules with a
+// bucket id's keys, the most specific match wins (more exact values, then longer
+// prefixes, then file order); each distinct matching id is a bucket of its own, kept
+// under a digest of the domain and id (QuotaMatch.Key).
+//
 // # Errors
 //
 // Every problem of every file is reported in one load, as an Errors value whose items read

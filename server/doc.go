@@ -74,6 +74,69 @@
 // failure_mode_deny: false allow the request). Other store errors are gRPC Unavailable,
 // and Envoy applies its own failure mode.
 //
+// # Rate Limit Quota Service
+//
+// envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas, the
+// protocol of Envoy's rate_limit_quota filter and gRPC's xDS client, is served on the same
+// gRPC port. A proxy reports its usage per bucket; each report gets one response with one
+// action per reported bucket, in the report's order, and the proxy enforces the actions
+// itself: nothing is asked per request. Each stream is one client, named by a random id;
+// its domain is that of its first report (config.QuotaDomain), and each bucket id is
+// matched there (config.QuotaDomain.Match). Package quota divides a bucket's limit among
+// its clients ([quota.Share]) in the store the stack opened (Options.Quota.Store), so that
+// instances on one Redis divide it together.
+//
+// The answers:
+//
+//   - a matched bucket: quota_assignment_action with the rule's assignment_ttl and a
+//     token_bucket (tokens_per_fill the client's share, fill_interval the rule's period,
+//     max_tokens its part of the rule's burst, at least 1); DENY_ALL when the share is 0
+//     (the bucket is taken by the other clients until they report);
+//   - a rule with rate 0: DENY_ALL; an unlimited rule: ALLOW_ALL (both with its TTL);
+//   - a bucket no rule matches, and every bucket of an unknown domain: ALLOW_ALL for
+//     UnmatchedTTL, as the rate limit service answers OK for what it has no limit for
+//     (counted in sluice_rlqs_bucket_actions_total and sluice_rlqs_unknown_domain_total);
+//   - a malformed bucket id (empty, more than config.MaxBucketIDEntries entries, a key or
+//     value over config.MaxBucketIDBytes), a bucket beyond the stream's
+//     MaxBucketsPerStream, or a new client of a bucket already divided among
+//     quota.MaxClients: abandon_action (the proxy falls back to its
+//     no_assignment_behavior); nothing is kept for it;
+//   - a first report without a domain, or a later report naming another domain: the
+//     stream ends with INVALID_ARGUMENT (a later report may repeat the same domain, which
+//     Envoy's client does);
+//   - a stream that sends no report within FirstReportTimeout ends with
+//     DEADLINE_EXCEEDED; a stream beyond MaxStreams is refused with RESOURCE_EXHAUSTED;
+//   - when the store fails, the report is not answered (logged and counted): the proxy
+//     keeps its assignments until their TTL, then applies its expired_assignment_behavior.
+//
+// Demand is allowed + denied over the report's time_elapsed (one period when absent). A
+// client that closes its stream keeps its share until its TTL, since the proxy may keep
+// enforcing it; a reconnected proxy is a new client, which gets what is left at once and
+// its full share once the old one lapsed.
+//
+// no_assignment_behavior and expired_assignment_behavior are filter settings; a rule
+// writes what its proxies are meant to be configured with, and maps to the filter's
+// RateLimitQuotaBucketSettings as:
+//
+//	reporting_interval                 -> reporting_interval
+//	no_assignment: allow | deny        -> no_assignment_behavior.fallback_rate_limit
+//	                                      .blanket_rule ALLOW_ALL | DENY_ALL
+//	expired_assignment: allow | deny   -> expired_assignment_behavior.fallback_rate_limit
+//	                                      .blanket_rule ALLOW_ALL | DENY_ALL
+//	expired_assignment: reuse_last     -> expired_assignment_behavior.reuse_last_assignment
+//
+// The overshoot bound (bench/README.md) needs expired_assignment deny, the default: a
+// proxy cut off from the service stops admitting when its share lapses, which is when
+// the service gives that share to others.
+//
+// Metrics: sluice_rlqs_clients (streams open), sluice_rlqs_buckets (distinct buckets they
+// report on), sluice_rlqs_assigned_rate{domain,bucket} (requests per second assigned to
+// all clients of a bucket, at its last rebalance here), sluice_rlqs_reported_requests_total
+// {domain,bucket,result}, sluice_rlqs_bucket_actions_total{action}. Labels name rules,
+// never bucket id values. The decision log has one "rlqs rebalance" line per bucket
+// rebalanced (info when the client's share moved, debug when not), with the bucket's
+// digest, never its id values.
+//
 // # HTTP JSON API
 //
 //	POST /v1/check    decide a CheckRequest: 200 and the CheckResponse when allowed, 429
