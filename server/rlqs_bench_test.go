@@ -4,13 +4,17 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"github.com/redis/rueidis"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/quota"
 )
@@ -20,11 +24,25 @@ import (
 // connected, each reporting on the same 100 buckets, and the memory each connected
 // client costs (its stream's state and its entries in the store), without the gRPC
 // transport.
+// On Redis it also reports Redis's own time per bucket rebalanced (INFO commandstats).
 func BenchmarkRLQSReport(b *testing.B) {
+	b.Run("memory", func(b *testing.B) { benchmarkRLQSReport(b, quota.NewMemory(nil), nil) })
+	b.Run("redis", func(b *testing.B) {
+		srv := redistest.Start(b)
+		client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer client.Close()
+		benchmarkRLQSReport(b, quota.NewRedis(func() rueidis.Client { return client }, "b:", nil), client)
+	})
+}
+
+func benchmarkRLQSReport(b *testing.B, qs quota.Store, redis rueidis.Client) {
 	const clients, buckets = 1000, 100
 	store := memory.New()
 	defer store.Close()
-	s, err := New(Options{Limiter: store, Config: quotaCfg(b), Quota: QuotaOptions{Store: quota.NewMemory(nil)}})
+	s, err := New(Options{Limiter: store, Config: quotaCfg(b), Quota: QuotaOptions{Store: qs}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -55,6 +73,9 @@ func BenchmarkRLQSReport(b *testing.B) {
 	runtime.ReadMemStats(&after)
 	perClient := float64(after.HeapAlloc-before.HeapAlloc) / clients
 	b.ReportAllocs()
+	if redis != nil {
+		redis.Do(context.Background(), redis.B().ConfigResetstat().Build())
+	}
 	cpu0 := cpuTime()
 	b.ResetTimer()
 	i := 0
@@ -68,6 +89,26 @@ func BenchmarkRLQSReport(b *testing.B) {
 	// CPU time, not wall time: on a shared machine the two differ.
 	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/report")
 	b.ReportMetric(perClient, "B/client")
+	if redis != nil {
+		info, _ := redis.Do(context.Background(), redis.B().Info().Section("commandstats").Build()).ToString()
+		for _, line := range strings.Split(info, "\n") {
+			if strings.HasPrefix(line, "cmdstat_evalsha:") {
+				var calls, usec int64
+				for _, f := range strings.Split(strings.TrimSpace(strings.TrimPrefix(line, "cmdstat_evalsha:")), ",") {
+					k, v, _ := strings.Cut(f, "=")
+					switch k {
+					case "calls":
+						calls, _ = strconv.ParseInt(v, 10, 64)
+					case "usec":
+						usec, _ = strconv.ParseInt(v, 10, 64)
+					}
+				}
+				if calls > 0 {
+					b.ReportMetric(float64(usec)/float64(calls), "redis-µs/bucket")
+				}
+			}
+		}
+	}
 	runtime.KeepAlive(streams)
 }
 
