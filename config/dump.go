@@ -61,6 +61,24 @@ func (c *Config) Dump() ([]byte, error) {
 		Source string     `json:"source"`
 		Rules  []ruleView `json:"rules"`
 	}
+	type bucketView struct {
+		Name              string            `json:"name"`
+		BucketID          map[string]string `json:"bucket_id"`
+		Rate              int64             `json:"rate"`
+		Period            string            `json:"period,omitempty"`
+		Unlimited         bool              `json:"unlimited,omitempty"`
+		Burst             int64             `json:"burst,omitempty"`
+		ReportingInterval string            `json:"reporting_interval"`
+		AssignmentTTL     string            `json:"assignment_ttl"`
+		NoAssignment      string            `json:"no_assignment"`
+		ExpiredAssignment string            `json:"expired_assignment"`
+		Source            string            `json:"source"`
+	}
+	type quotaDomainView struct {
+		Domain  string       `json:"domain"`
+		Source  string       `json:"source"`
+		Buckets []bucketView `json:"buckets"`
+	}
 	view := struct {
 		Digest string   `json:"digest"`
 		Files  []string `json:"files"`
@@ -87,8 +105,9 @@ func (c *Config) Dump() ([]byte, error) {
 			IPv6Prefix      int      `json:"ipv6_prefix"`
 			APIKeySecretEnv string   `json:"api_key_secret_env,omitempty"`
 		} `json:"identity"`
-		Policies []policyView `json:"policies"`
-		Domains  []domainView `json:"domains"`
+		Policies []policyView      `json:"policies"`
+		Domains  []domainView      `json:"domains"`
+		Quotas   []quotaDomainView `json:"quota_domains,omitempty"`
 	}{Digest: c.Digest, Files: c.Files}
 
 	view.Store.Redis = redactURL(c.Store.RedisURL)
@@ -144,6 +163,24 @@ func (c *Config) Dump() ([]byte, error) {
 			dv.Rules = append(dv.Rules, rv)
 		}
 		view.Domains = append(view.Domains, dv)
+	}
+	for _, d := range c.QuotaDomains {
+		qv := quotaDomainView{Domain: d.Name, Source: d.Pos.String(), Buckets: []bucketView{}}
+		for _, b := range d.Buckets {
+			bv := bucketView{
+				Name: b.Name, BucketID: map[string]string{}, Rate: b.Rate, Unlimited: b.Unlimited, Burst: b.Burst,
+				ReportingInterval: b.ReportingInterval.String(), AssignmentTTL: b.TTL.String(),
+				NoAssignment: b.NoAssignment.String(), ExpiredAssignment: b.Expired.String(), Source: b.Pos.String(),
+			}
+			if b.Period > 0 {
+				bv.Period = b.Period.String()
+			}
+			for _, e := range b.ID {
+				bv.BucketID[e.Key] = e.Value
+			}
+			qv.Buckets = append(qv.Buckets, bv)
+		}
+		view.Quotas = append(view.Quotas, qv)
 	}
 	return json.MarshalIndent(view, "", "  ")
 }

@@ -197,10 +197,22 @@ var quotaBucketFields = []string{
 // quotaDomain decodes a list of bucket rules for the named domain.
 func (d *decoder) quotaDomain(name string, nameNode, list *yaml.Node, path string) *QuotaDomain {
 	qd := &QuotaDomain{Name: name, Pos: d.pos(nameNode), nameNode: nameNode, bySig: map[string][]*QuotaBucket{}}
+	seen := map[string]*QuotaBucket{}
 	for i, item := range d.seq(list, path) {
-		if b := d.quotaBucket(item, index(path, i)); b != nil {
-			qd.Buckets = append(qd.Buckets, b)
+		b := d.quotaBucket(item, index(path, i))
+		if b == nil {
+			continue
 		}
+		var pat strings.Builder
+		for _, e := range b.ID {
+			fmt.Fprintf(&pat, "%d:%s%d:%s", len(e.Key), e.Key, len(e.Value), e.Value)
+		}
+		if prev := seen[pat.String()]; prev != nil {
+			d.errorf(item, index(path, i)+".bucket_id", "duplicate bucket_id (first at line %d): the later rule could never match", prev.Pos.Line)
+			continue
+		}
+		seen[pat.String()] = b
+		qd.Buckets = append(qd.Buckets, b)
 	}
 	for _, b := range qd.Buckets {
 		keys := make([]string, len(b.ID))

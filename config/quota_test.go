@@ -91,6 +91,10 @@ func TestQuotaDomains(t *testing.T) {
 	if u.Key == u2.Key || len(u.Key) != 32 || strings.Contains(u.Key, "bob") {
 		t.Errorf("keys %q %q: want a distinct digest per id", u.Key, u2.Key)
 	}
+	dump, err := c.Dump()
+	if err != nil || !strings.Contains(string(dump), `"quota_domains"`) || !strings.Contains(string(dump), `"expired_assignment": "reuse_last"`) {
+		t.Errorf("dump %s %v", dump, err)
+	}
 	mesh, _ := c.QuotaDomain("mesh")
 	if m, ok := mesh.Match(map[string]string{"name": "x"}); !ok || m.Bucket.Rate != 0 {
 		t.Errorf("mesh %+v %v", m, ok)
@@ -126,6 +130,15 @@ quota_domains:
       - {bucket_id: {a: b}, rate: 1, period: 1s, reporting_interval: 5s, assignment_ttl: 5s}
 `}, []string{
 			"x.yaml:5:90: quota_domains[0].buckets[0].assignment_ttl: must be longer than reporting_interval (5s), or every assignment lapses before it is renewed",
+		}},
+		{"duplicate pattern", map[string]string{"x.yaml": `
+quota_domains:
+  - domain: d
+    buckets:
+      - {bucket_id: {a: "*"}, rate: 1, period: 1s}
+      - {bucket_id: {a: "*"}, rate: 2, period: 1s}
+`}, []string{
+			"x.yaml:6:9: quota_domains[0].buckets[1].bucket_id: duplicate bucket_id (first at line 5): the later rule could never match",
 		}},
 		{"duplicate across formats", map[string]string{
 			"a.yaml": "quota_domains: [{domain: d, buckets: [{bucket_id: {a: b}, rate: 1, period: 1s}]}]\n",
