@@ -76,3 +76,35 @@ func FuzzRLQSReport(f *testing.F) {
 		}
 	})
 }
+
+// TestRLQSBucketFull: a bucket already divided among quota.MaxClients clients answers
+// one more with abandon_action, and keeps nothing for it.
+func TestRLQSBucketFull(t *testing.T) {
+	store := memory.New()
+	defer store.Close()
+	s, err := New(Options{Limiter: store, Config: quotaCfg(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+		BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"name": "crowded"}}, NumRequestsAllowed: 1}}}
+	var sum int64
+	for i := range quota.MaxClients + 1 {
+		st := &quotaStream{q: s.rlqs, ctx: context.Background(), id: newClientID(), buckets: map[string]*streamBucket{}}
+		resp, err := st.report(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := resp.BucketAction[0]
+		if i < quota.MaxClients {
+			sum += int64(a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket().GetTokensPerFill().GetValue())
+			continue
+		}
+		if a.GetAbandonAction() == nil {
+			t.Fatalf("client %d: %v, want abandon_action", i, a)
+		}
+	}
+	if sum > 100 {
+		t.Fatalf("%d clients hold %d of 100", quota.MaxClients, sum)
+	}
+}
