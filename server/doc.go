@@ -107,7 +107,9 @@
 //   - a stream that sends no report within FirstReportTimeout ends with
 //     DEADLINE_EXCEEDED; a stream beyond MaxStreams is refused with RESOURCE_EXHAUSTED;
 //   - when the store fails, the report is not answered (logged and counted): the proxy
-//     keeps its assignments until their TTL, then applies its expired_assignment_behavior.
+//     keeps its assignments until their TTL, then applies its expired_assignment_behavior;
+//   - a report larger than the gRPC message bound (which follows the request limits)
+//     ends the stream with RESOURCE_EXHAUSTED before it is decoded.
 //
 // Demand is allowed + denied over the report's time_elapsed (one period when absent). A
 // client that closes its stream keeps its share until its TTL, since the proxy may keep
