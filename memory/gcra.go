@@ -28,26 +28,29 @@ type gslot struct{ lhdr }
 
 func (e *gslot) seize(v int64) (algo.State, int64) {
 	old := e.ctl.Swap(v)
-	return algo.State{A: old}, old
+	if isSentinel(old) {
+		return algo.State{A: old}, old
+	}
+	return algo.State{A: old & valMask}, old
 }
 
-func (e *gslot) put(s algo.State) { e.ctl.Store(s.A) }
+func (e *gslot) put(s algo.State) { e.ctl.Store(pack(e.meta.Load(), s.A)) }
 
 func (e *gslot) peek() (algo.State, bool) {
 	v := e.ctl.Load()
-	return algo.State{A: v}, !isSentinel(v)
+	return algo.State{A: v & valMask}, !isSentinel(v)
 }
 
 func (e *gslot) retire(now int64, p algo.Params) bool {
 	v := e.ctl.Load()
-	return !isSentinel(v) && algo.ExpiresAt(algo.State{A: v}, p) <= now && e.ctl.CompareAndSwap(v, tombstone)
+	return !isSentinel(v) && algo.ExpiresAt(algo.State{A: v & valMask}, p) <= now && e.ctl.CompareAndSwap(v, tombstone)
 }
 
 func (e *gslot) apply(now int64, p algo.Params, n int64, f algoFunc) algo.Result {
 	for {
 		old := e.ctl.Load()
-		ns, r := f(algo.State{A: old}, now, p, n)
-		if ns.A == old || e.ctl.CompareAndSwap(old, ns.A) {
+		ns, r := f(algo.State{A: old & valMask}, now, p, n)
+		if ns.A == old&valMask || e.ctl.CompareAndSwap(old, old&genMask|ns.A) {
 			return r
 		}
 	}
@@ -56,8 +59,8 @@ func (e *gslot) apply(now int64, p algo.Params, n int64, f algoFunc) algo.Result
 func (e *gslot) change(now int64, f func(algo.State, int64) (algo.State, bool)) {
 	for {
 		old := e.ctl.Load()
-		next, write := f(algo.State{A: old}, now)
-		if !write || e.ctl.CompareAndSwap(old, next.A) {
+		next, write := f(algo.State{A: old & valMask}, now)
+		if !write || e.ctl.CompareAndSwap(old, old&genMask|next.A) {
 			return
 		}
 	}
@@ -78,25 +81,8 @@ func newGCRAClass(st *Store, p algo.Params, id int, gone *atomic.Bool) *gcraClas
 func (g *gcraClass) decide(key string, h uint64, now, n int64) algo.Result {
 	sh := g.shard(h)
 	if a := sh.arr.Load(); a != nil {
-		if i := a.find(key, h); i >= 0 {
-			e := &a.slots[i].ctl
-			for {
-				old := e.Load()
-				if isSentinel(old) {
-					break // deleted, moved or held by a batch: take the lock
-				}
-				if n > 0 {
-					// Only the admission between the load and the swap: under contention
-					// on one key a shorter window fails fewer swaps. The results come after.
-					next, ok := algo.GCRAStep(old, now, g.p, n)
-					if ok {
-						if e.CompareAndSwap(old, next) {
-							return algo.GCRAAllowed(next, now, g.p)
-						}
-						continue
-					}
-				}
-				_, r := algo.GCRA(algo.State{A: old}, now, g.p, n) // a look or a denial writes nothing
+		if i, m := a.find(key, h); i >= 0 {
+			if r, ok := g.fast(&a.slots[i].ctl, m, now, n); ok {
 				return r
 			}
 		}
@@ -105,4 +91,29 @@ func (g *gcraClass) decide(key string, h uint64, now, n int64) algo.Result {
 	r := g.decideIn(sh, key, h, now, n, true)
 	sh.mu.Unlock()
 	return r
+}
+
+// fast decides on control word e of a slot that find matched with meta m, without the
+// lock. It reports false, having written nothing, if the slot is deleted, moved, held by
+// a batch, or given to another key since (a generation other than m's).
+func (g *gcraClass) fast(e *atomic.Int64, m uint64, now, n int64) (algo.Result, bool) {
+	for {
+		old := e.Load()
+		if isSentinel(old) || !sameGen(old, m) {
+			return algo.Result{}, false
+		}
+		tat := old & valMask
+		if n > 0 {
+			// Only the admission between the load and the swap: under contention on one
+			// key a shorter window fails fewer swaps. The results come after.
+			if next, ok := algo.GCRAStep(tat, now, g.p, n); ok {
+				if e.CompareAndSwap(old, old&genMask|next) {
+					return algo.GCRAAllowed(next, now, g.p), true
+				}
+				continue
+			}
+		}
+		_, r := algo.GCRA(algo.State{A: tat}, now, g.p, n) // a look or a denial writes nothing
+		return r, true
+	}
 }

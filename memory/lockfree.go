@@ -17,35 +17,80 @@ import (
 // Every slot begins with an lhdr: the key, its meta word, and a control word that holds
 // the state's time-like word (GCRA's TAT, the two-word states' B) or a sentinel. The shard
 // lock still serialises everything that changes the table's shape (inserts, deletions,
-// rebuilds) and the multi-limit and reservation paths. The rules that make the lock-free
-// path safe:
+// rebuilds) and the multi-limit and reservation paths.
 //
-//   - A slot's key is written once, before its meta word is published; a slot with a
-//     non-zero meta never changes key for the life of its array. Deleting a key turns its
-//     control word into tombstone and the slot is not reused until the table is rebuilt
-//     into a fresh array, so a decider can never update another key's state (no ABA).
-//   - A rebuild seizes every old slot (control word = tombstone) as it copies it, so a
-//     decider still on the old array fails, sees the sentinel and retries under the lock.
+// A slot of an array is reused: once its state is deleted (control word = tombstone) an
+// insert may give it to another key. Each use of a slot has a generation, 1 for its first
+// key in the array and one more for each key after, which never wraps: a slot whose
+// generation has reached maxGen stays a tombstone until the array is rebuilt (every
+// maxGen-th insert into a slot, so rebuilding costs a fraction of a byte per insert).
+// Both the meta word and the control word carry the generation (bits genShift and up;
+// the state's word below them). The rules that make the lock-free path safe:
+//
+//   - A slot is given a key, under the lock, only while its control word is tombstone
+//     (or the slot is unused): key first, then meta (with the new generation), then the
+//     control word, which publishes the state. Within one array a (slot, generation)
+//     names exactly one key.
+//   - A decider reads meta, then the key, then the control word, and writes only with a
+//     compare-and-swap (GCRA) or a claim (pair.go) that expects the control word it read,
+//     and only if that word's generation is meta's. Then it cannot touch a later key's
+//     state (no ABA): a control word of generation g exists only between g's publication
+//     and the tombstone that ends it, and g never comes back. If the decider read g's
+//     meta but a later key, that key was written after g's tombstone, so its control word
+//     load sees the tombstone or a later generation and it gives up.
+//   - A rebuild seizes every old slot (control word = tombstone) as it copies it into a
+//     fresh array, so a decider still on the old array fails, sees the sentinel and
+//     retries under the lock. Old arrays are never written again; the collector frees
+//     them once no decider holds one.
 //   - A multi-limit batch freezes the slots it reads (control word = frozen) until it
 //     commits or gives up, so no lock-free decision can slip in between its evaluation and
 //     its commit.
-//   - A decider that misses, or meets tombstone or frozen, falls back to the locked path,
-//     which is authoritative.
+//   - A decider that misses, or meets tombstone, frozen or another generation, falls back
+//     to the locked path, which is authoritative. Missing is always safe.
+//   - Linear probing: a live key is reachable from its home slot without crossing an
+//     unused slot. A tombstone whose next slot is unused is returned to unused (trim),
+//     keeping its generation, which only shortens probe runs no live key needs.
 //
-// A state's control word is a time in epoch microseconds or a count, never within three
-// of the most negative int64, so it never looks like a sentinel.
+// A state's word is a time in epoch microseconds or a count, from 0 to below 2^genShift
+// (Store.now keeps the clock below maxMicros, and a state is at most MaxPeriod ahead of
+// it), so it never reaches the generation bits or looks like a sentinel.
 const (
 	tombstone = -1 << 63
 	frozen    = tombstone + 1
 	busy      = tombstone + 2 // a two-word slot held by a decider (pair.go)
 )
 
+// The generation's bits, in both the meta and the control word.
+const (
+	genShift  = 53
+	maxGen    = 1<<(63-genShift) - 1
+	genMask   = int64(maxGen) << genShift // of a control word
+	valMask   = 1<<genShift - 1           // a control word's state
+	keyMask   = 1<<genShift - 1           // a meta word's length and tag
+	maxMicros = 1<<genShift - 1<<51       // the latest time the store decides at (year 2183)
+)
+
+// pack is the control word of state word v in a slot whose meta word is m: v with m's
+// generation, or v itself if it is a sentinel.
+func pack(m uint64, v int64) int64 {
+	if isSentinel(v) {
+		return v
+	}
+	return int64(m)&genMask | v
+}
+
+// sameGen reports whether control word c belongs to the use of the slot meta m names.
+func sameGen(c int64, m uint64) bool { return (c^int64(m))&genMask == 0 }
+
+// keyLen is the length of the key meta m names; 0 for a slot that holds none.
+func keyLen(m uint64) int { return int(m&keyMask) >> 32 }
+
 // isSentinel reports whether a control word holds a sentinel rather than state.
 func isSentinel(v int64) bool { return v <= busy }
 
 type lhdr struct {
 	key  atomic.Pointer[byte]
-	meta atomic.Uint64 // len(key)<<32 | tag; 0 for a slot never used
+	meta atomic.Uint64 // gen<<genShift | len(key)<<32 | tag; gen only for an unused slot
 	ctl  atomic.Int64  // the state's time-like word, or a sentinel
 }
 
@@ -80,7 +125,7 @@ type cell[S any] interface {
 
 type algoFunc = func(algo.State, int64, algo.Params, int64) (algo.State, algo.Result)
 
-// larray is one immutable-shape generation of a shard's table. used counts slots with a
+// larray is one immutable-shape version of a shard's table. used counts slots with a
 // key (live or tombstone); live counts those with a state.
 type larray[S any] struct {
 	slots      []S
@@ -142,22 +187,22 @@ func (g *lockFree[S, P]) unlock(h uint64) {
 	sh.mu.Unlock()
 }
 
-// find returns the index of key's slot in a (live, frozen or held), or -1. It needs no
-// lock.
-func (a *larray[S]) find(key string, h uint64) int {
+// find returns the index of key's slot in a (live, frozen or held) and the meta word it
+// matched, or -1. It needs no lock; without it, the caller checks the generation.
+func (a *larray[S]) find(key string, h uint64) (int, uint64) {
 	c := len(a.slots)
 	if c == 0 {
-		return -1
+		return -1, 0
 	}
 	want := gmeta(key, h)
 	for i := home(h, c); ; {
 		e := hdr(&a.slots[i])
 		m := e.meta.Load()
-		if m == 0 {
-			return -1
+		if m&keyMask == 0 {
+			return -1, 0
 		}
-		if m == want && e.ctl.Load() != tombstone && unsafe.String(e.key.Load(), len(key)) == key {
-			return i
+		if m&keyMask == want && e.ctl.Load() != tombstone && unsafe.String(e.key.Load(), len(key)) == key {
+			return i, m
 		}
 		if i++; i == c {
 			i = 0
@@ -165,16 +210,59 @@ func (a *larray[S]) find(key string, h uint64) int {
 	}
 }
 
-// free returns the index of the first never-used slot at or after h's home position.
-func (a *larray[S]) free(h uint64) int {
+// place returns the slot an absent key with hash h goes to: the first reusable one (a
+// tombstone or an unused slot whose generation is below maxGen) on its probe run. The
+// array must have an unused slot.
+func (a *larray[S]) place(h uint64) int {
 	c := len(a.slots)
-	i := home(h, c)
-	for hdr(&a.slots[i]).meta.Load() != 0 {
+	for i := home(h, c); ; {
+		e := hdr(&a.slots[i])
+		m := e.meta.Load()
+		if m&keyMask == 0 || (m>>genShift < maxGen && e.ctl.Load() == tombstone) {
+			return i // an unused slot always has a generation to give
+		}
 		if i++; i == c {
 			i = 0
 		}
 	}
-	return i
+}
+
+// assign gives slot i to key with state s, with the lock held: the next generation, the
+// key, meta, and the control word last.
+func (a *larray[S]) assign(i int, ptr *byte, m uint64, s algo.State, put func(*S, algo.State)) {
+	e := &a.slots[i]
+	h := hdr(e)
+	old := h.meta.Load()
+	if old&keyMask == 0 {
+		a.used++
+	}
+	h.key.Store(ptr)
+	h.meta.Store((old>>genShift+1)<<genShift | m&keyMask)
+	put(e, s)
+	a.live++
+}
+
+// trim returns tombstone i and the tombstones before it to unused while the slot after
+// each is unused, with the lock held (see the rules above).
+func (a *larray[S]) trim(i int) {
+	c := len(a.slots)
+	for k := 0; k < c; k++ {
+		next := i + 1
+		if next == c {
+			next = 0
+		}
+		e := hdr(&a.slots[i])
+		m := e.meta.Load()
+		if hdr(&a.slots[next]).meta.Load()&keyMask != 0 || m&keyMask == 0 ||
+			m>>genShift >= maxGen || e.ctl.Load() != tombstone {
+			return
+		}
+		e.meta.Store(m &^ keyMask) // the key pointer stays: a finder may still read it
+		a.used--
+		if i--; i < 0 {
+			i = c - 1
+		}
+	}
 }
 
 func (g *lockFree[S, P]) locate(sh *lshard[S], key string, h uint64) (*larray[S], int) {
@@ -182,7 +270,8 @@ func (g *lockFree[S, P]) locate(sh *lshard[S], key string, h uint64) (*larray[S]
 	if a == nil {
 		return nil, -1
 	}
-	return a, a.find(key, h)
+	i, _ := a.find(key, h)
+	return a, i
 }
 
 // decideLocked decides with the shard lock held; it spends only if commit.
@@ -237,8 +326,8 @@ func (g *lockFree[S, P]) update(key string, h uint64, now int64, f func(algo.Sta
 }
 
 // insert adds a key known to be absent, with the lock held: it drops expired state first,
-// rebuilds the array when tombstones and growth call for it, and publishes the slot's meta
-// last. Store.evictOver keeps the store under MaxKeys afterwards.
+// rebuilds the array when it is still too full, and gives the key the first reusable slot
+// of its probe run (assign). Store.evictOver keeps the store under MaxKeys afterwards.
 func (g *lockFree[S, P]) insert(sh *lshard[S], key string, h uint64, s algo.State, now int64) {
 	full := func(a *larray[S]) bool { return a == nil || (a.used+1)*100 > len(a.slots)*g.maxLoad }
 	a := sh.arr.Load()
@@ -250,19 +339,14 @@ func (g *lockFree[S, P]) insert(sh *lshard[S], key string, h uint64, s algo.Stat
 	if full(a) {
 		a = g.rebuild(sh)
 	}
-	e := &a.slots[a.free(h)]
-	hdr(e).key.Store(unsafe.StringData(key))
-	P(e).put(s)
-	hdr(e).meta.Store(gmeta(key, h))
-	a.used++
-	a.live++
+	a.assign(a.place(h), unsafe.StringData(key), gmeta(key, h), s, putS[S, P])
 	g.st.keys.Add(1)
 }
 
-// rebuild copies the live slots into a fresh array sized for them (growing by a third when
-// more than growLoad% would be live; shrinking when less than a fifth; otherwise only
-// dropping tombstones), seizing each old slot as it goes so that lock-free deciders on the
-// old array retry under the lock.
+// rebuild copies the live slots into a fresh array (whose generations start again) sized
+// for them (growing by a third when more than growLoad% would be live; shrinking to 40%
+// live when less than a fifth; otherwise only dropping tombstones), seizing each old slot
+// as it goes so that lock-free deciders on the old array retry under the lock.
 func (g *lockFree[S, P]) rebuild(sh *lshard[S]) *larray[S] {
 	old := sh.arr.Load()
 	live, size := 0, minCap
@@ -272,14 +356,14 @@ func (g *lockFree[S, P]) rebuild(sh *lshard[S]) *larray[S] {
 		case (live+1)*100 > size*g.growLoad:
 			size = size + size/3 + 1
 		case size > 64 && live*5 < size:
-			size = live*5/3 + 1
+			size = live*5/2 + 1 // 40% live: room to refill before growing again
 		}
 	}
 	a := &larray[S]{slots: make([]S, max(size, minCap))}
 	if old != nil {
 		for k := range old.slots {
 			e := &old.slots[k]
-			if hdr(e).meta.Load() == 0 {
+			if hdr(e).meta.Load()&keyMask == 0 {
 				continue
 			}
 			v, was := P(e).seize(tombstone)
@@ -288,7 +372,7 @@ func (g *lockFree[S, P]) rebuild(sh *lshard[S]) *larray[S] {
 			}
 			ptr := hdr(e).key.Load()
 			m := hdr(e).meta.Load()
-			i := a.free(g.st.hash(unsafe.String(ptr, int(m>>32))))
+			i := a.place(g.st.hash(unsafe.String(ptr, keyLen(m))))
 			if was == frozen { // held by a batch in progress: it restores by index
 				for f := range sh.frozen {
 					if sh.frozen[f].i == k {
@@ -296,23 +380,21 @@ func (g *lockFree[S, P]) rebuild(sh *lshard[S]) *larray[S] {
 					}
 				}
 			}
-			d := &a.slots[i]
-			hdr(d).key.Store(ptr)
-			P(d).put(v)
-			hdr(d).meta.Store(m)
-			a.used++
-			a.live++
+			a.assign(i, ptr, m, v, putS[S, P])
 		}
 	}
 	sh.arr.Store(a)
 	return a
 }
 
+func putS[S any, P cell[S]](e *S, s algo.State) { P(e).put(s) }
+
 // kill tombstones slot i if it is still live, with the lock held.
 func (g *lockFree[S, P]) kill(a *larray[S], i int) {
 	if _, was := P(&a.slots[i]).seize(tombstone); !isSentinel(was) {
 		a.live--
 		g.st.keys.Add(-1)
+		a.trim(i)
 	}
 }
 
@@ -328,10 +410,10 @@ func (g *lockFree[S, P]) sample(i int, best *victim, m int) int {
 	c := len(a.slots)
 	offered := 0
 	for j, probed := sh.cursor%c, 0; offered < m && probed < c; probed++ {
-		if e := &a.slots[j]; hdr(e).meta.Load() != 0 {
+		if e := &a.slots[j]; hdr(e).meta.Load()&keyMask != 0 {
 			if s, ok := P(e).peek(); ok {
 				h := hdr(e)
-				best.offer(unsafe.String(h.key.Load(), int(h.meta.Load()>>32)), algo.ExpiresAt(s, g.p))
+				best.offer(unsafe.String(h.key.Load(), keyLen(h.meta.Load())), algo.ExpiresAt(s, g.p))
 				offered++
 			}
 		}
@@ -358,7 +440,7 @@ func (g *lockFree[S, P]) sweep(now int64) int {
 		sh := &g.shards[i]
 		sh.mu.Lock()
 		if a := sh.arr.Load(); a != nil {
-			g.sweepShard(sh, now, max(64, len(a.slots)/8))
+			g.sweepShard(sh, now, min(len(a.slots), max(64, len(a.slots)/8)))
 			live += sh.arr.Load().live // sweepShard may have rebuilt it
 		}
 		sh.mu.Unlock()
@@ -382,23 +464,25 @@ func (g *lockFree[S, P]) retire(drop func()) bool {
 }
 
 // sweepShard tombstones state that is equivalent to empty as of now in up to budget slots
-// from the cursor, with the lock held, and rebuilds the array once tombstones outnumber
-// live keys (or it has emptied out).
+// from the cursor, with the lock held, and rebuilds the array smaller once less than a
+// fifth of it is live (or it has emptied out). Tombstones alone do not call for a
+// rebuild: inserts reuse them.
 func (g *lockFree[S, P]) sweepShard(sh *lshard[S], now int64, budget int) {
 	a := sh.arr.Load()
 	c := len(a.slots)
 	i := sh.cursor % c
 	for ; budget > 0; budget-- {
-		if e := &a.slots[i]; hdr(e).meta.Load() != 0 && P(e).retire(now, g.p) {
+		if e := &a.slots[i]; hdr(e).meta.Load()&keyMask != 0 && P(e).retire(now, g.p) {
 			a.live--
 			g.st.keys.Add(-1)
+			a.trim(i)
 		}
 		if i++; i == c {
 			i = 0
 		}
 	}
 	sh.cursor = i
-	if dead := a.used - a.live; dead > a.live || (c > 64 && a.live*5 < c) {
+	if a.live == 0 && a.used > 0 || c > 64 && a.live*5 < c {
 		g.rebuild(sh)
 	}
 }

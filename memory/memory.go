@@ -175,9 +175,10 @@ func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
 // a clock that then stepped back (only a WithClock clock can) would otherwise see that
 // state missing at a time when it still counted. Deciding at the later time is exactly as
 // generous as the state itself would have been then (internal/algo never grants more at an
-// earlier time than at a later one), so sweeping stays invisible.
+// earlier time than at a later one), so sweeping stays invisible. A clock past maxMicros
+// (the year 2183) reads as maxMicros.
 func (s *Store) now() int64 {
-	now := s.clock()
+	now := min(s.clock(), maxMicros) // the slots' word holds no later time (lockfree.go)
 	if sw := s.sweptAt.Load(); now < sw {
 		return sw
 	}

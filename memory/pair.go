@@ -13,8 +13,8 @@ import (
 // they decide an existing key without the shard lock, so a decision writes only the key's
 // own slot; two words cannot be swapped together, so the slot carries its own tiny lock:
 //
-//   - The control word holds B (a time or a count, never near the sentinels) or a
-//     sentinel: tombstone or frozen (lockfree.go), or busy.
+//   - The control word holds B (a time or a count, never near the sentinels) with the
+//     slot's generation, or a sentinel: tombstone or frozen (lockfree.go), or busy.
 //   - A decision takes the slot by swapping B for busy (compare-and-swap), reads A, and
 //     releases the slot by storing the new A and then the new B. A is read or written only
 //     by whoever holds the slot: a decider that set busy, or the shard lock's holder, which
@@ -24,7 +24,9 @@ import (
 //     then yields the processor (runtime.Gosched), so a holder that was preempted gets to
 //     run even with GOMAXPROCS=1; the wait is then that of a preempted sync.Mutex holder,
 //     which is what the shard lock costs in the same case.
-//   - A decider that meets tombstone or frozen takes the shard lock.
+//   - A decider that meets tombstone or frozen takes the shard lock, as does one that
+//     took a slot of another generation than the meta it matched (it releases it
+//     unchanged).
 //
 // Slots are 32 bytes. Arrays are rebuilt above 80% full and grow when live keys would fill
 // more than 75%, so they stay 56–80% full (40–57 bytes per key; 46 at 1M keys): the
@@ -45,7 +47,10 @@ func (e *pslot) acquire() (int64, bool) { return e.claim(busy, false) }
 
 func (e *pslot) seize(v int64) (algo.State, int64) {
 	b, _ := e.claim(v, true)
-	return algo.State{A: e.a, B: b}, b
+	if isSentinel(b) {
+		return algo.State{A: e.a, B: b}, b
+	}
+	return algo.State{A: e.a, B: b & valMask}, b
 }
 
 // claim waits out a holder (spinning briefly, then yielding), then swaps the control word
@@ -71,7 +76,7 @@ func (e *pslot) claim(v int64, sentinels bool) (int64, bool) {
 
 func (e *pslot) put(s algo.State) {
 	e.a = s.A
-	e.ctl.Store(s.B)
+	e.ctl.Store(pack(e.meta.Load(), s.B))
 }
 
 func (e *pslot) peek() (algo.State, bool) {
@@ -79,7 +84,7 @@ func (e *pslot) peek() (algo.State, bool) {
 	if !ok {
 		return algo.State{}, false
 	}
-	s := algo.State{A: e.a, B: b}
+	s := algo.State{A: e.a, B: b & valMask}
 	e.ctl.Store(b)
 	return s, true
 }
@@ -89,7 +94,7 @@ func (e *pslot) retire(now int64, p algo.Params) bool {
 	if !ok {
 		return false
 	}
-	if algo.ExpiresAt(algo.State{A: e.a, B: b}, p) <= now {
+	if algo.ExpiresAt(algo.State{A: e.a, B: b & valMask}, p) <= now {
 		e.ctl.Store(tombstone)
 		return true
 	}
@@ -99,18 +104,20 @@ func (e *pslot) retire(now int64, p algo.Params) bool {
 
 func (e *pslot) apply(now int64, p algo.Params, n int64, f algoFunc) algo.Result {
 	b, _ := e.acquire() // live: the caller holds the shard lock and found it so
-	ns, r := f(algo.State{A: e.a, B: b}, now, p, n)
-	e.put(ns)
+	ns, r := f(algo.State{A: e.a, B: b & valMask}, now, p, n)
+	e.a = ns.A
+	e.ctl.Store(b&genMask | ns.B)
 	return r
 }
 
 func (e *pslot) change(now int64, f func(algo.State, int64) (algo.State, bool)) {
 	b, _ := e.acquire()
-	s := algo.State{A: e.a, B: b}
+	s := algo.State{A: e.a, B: b & valMask}
 	if next, write := f(s, now); write {
 		s = next
 	}
-	e.put(s)
+	e.a = s.A
+	e.ctl.Store(b&genMask | s.B)
 }
 
 type pairClass struct {
@@ -128,22 +135,35 @@ func newPairClass(st *Store, p algo.Params, id int, gone *atomic.Bool, f algoFun
 func (g *pairClass) decide(key string, h uint64, now, n int64) algo.Result {
 	sh := g.shard(h)
 	if a := sh.arr.Load(); a != nil {
-		if i := a.find(key, h); i >= 0 {
-			e := &a.slots[i]
-			if b, ok := e.acquire(); ok {
-				old := algo.State{A: e.a, B: b}
-				ns, r := g.f(old, now, g.p, n)
-				if ns.A != old.A {
-					e.a = ns.A
-				}
-				e.ctl.Store(ns.B)
+		if i, m := a.find(key, h); i >= 0 {
+			if r, ok := g.fast(&a.slots[i], m, now, n); ok {
 				return r
 			}
-			// deleted, moved or frozen by a batch: take the lock
 		}
 	}
 	sh.mu.Lock()
 	r := g.decideIn(sh, key, h, now, n, true)
 	sh.mu.Unlock()
 	return r
+}
+
+// fast decides on slot e, which find matched with meta m, holding only the slot. It
+// reports false, having written nothing, if the slot is deleted, moved, frozen by a
+// batch, or given to another key since (a generation other than m's).
+func (g *pairClass) fast(e *pslot, m uint64, now, n int64) (algo.Result, bool) {
+	b, ok := e.acquire()
+	if !ok {
+		return algo.Result{}, false
+	}
+	if !sameGen(b, m) {
+		e.ctl.Store(b) // another key's: released unchanged
+		return algo.Result{}, false
+	}
+	old := algo.State{A: e.a, B: b & valMask}
+	ns, r := g.f(old, now, g.p, n)
+	if ns.A != old.A {
+		e.a = ns.A
+	}
+	e.ctl.Store(b&genMask | ns.B)
+	return r, true
 }
