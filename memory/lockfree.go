@@ -48,8 +48,9 @@ import (
 //   - A decider that misses, or meets tombstone, frozen or another generation, falls back
 //     to the locked path, which is authoritative. Missing is always safe.
 //   - Linear probing: a live key is reachable from its home slot without crossing an
-//     unused slot. A tombstone whose next slot is unused is returned to unused (trim),
-//     keeping its generation, which only shortens probe runs no live key needs.
+//     unused slot. Deleting a key shifts the later keys of its run back (shift, as
+//     table.go does), each move a new use of the slot it moves to, so no tombstone stays
+//     and a lock-free finder that misses a moving key retries under the lock.
 //
 // A state's word is a time in epoch microseconds or a count, from 0 to below 2^genShift
 // (Store.now keeps the clock below maxMicros, and a state is at most MaxPeriod ahead of
@@ -242,25 +243,48 @@ func (a *larray[S]) assign(i int, ptr *byte, m uint64, s algo.State, put func(*S
 	a.live++
 }
 
-// trim returns tombstone i and the tombstones before it to unused while the slot after
-// each is unused, with the lock held (see the rules above).
-func (a *larray[S]) trim(i int) {
+// shift closes the hole tombstone i leaves in its probe run, with the lock held, as
+// table.remove does: each later key of the run that may sit at the hole moves back into
+// it (its old slot seized, the hole given the key and state under a new generation) and
+// leaves the next hole, until an unused slot ends the run; the last hole becomes unused,
+// keeping its generation. A hole whose generation is exhausted stays a tombstone and ends
+// the shift, and such tombstones are stepped over: either keeps the run whole.
+func (g *lockFree[S, P]) shift(sh *lshard[S], a *larray[S], i int) {
 	c := len(a.slots)
-	for k := 0; k < c; k++ {
-		next := i + 1
-		if next == c {
-			next = 0
-		}
-		e := hdr(&a.slots[i])
-		m := e.meta.Load()
-		if hdr(&a.slots[next]).meta.Load()&keyMask != 0 || m&keyMask == 0 ||
-			m>>genShift >= maxGen || e.ctl.Load() != tombstone {
+	for j := i; ; {
+		hi := hdr(&a.slots[i])
+		if hi.meta.Load()>>genShift >= maxGen {
 			return
 		}
-		e.meta.Store(m &^ keyMask) // the key pointer stays: a finder may still read it
-		a.used--
-		if i--; i < 0 {
-			i = c - 1
+		if j++; j == c {
+			j = 0
+		}
+		e := &a.slots[j]
+		he := hdr(e)
+		m := he.meta.Load()
+		if m&keyMask == 0 || j == i {
+			hi.meta.Store(hi.meta.Load() &^ keyMask) // the key pointer stays: a finder may still read it
+			a.used--
+			return
+		}
+		if he.ctl.Load() == tombstone {
+			continue
+		}
+		ptr := he.key.Load()
+		k := home(g.st.hash(unsafe.String(ptr, keyLen(m))), c)
+		if (j > i && (k <= i || k > j)) || (j < i && k <= i && k > j) {
+			v, was := P(e).seize(tombstone)
+			if was == frozen { // held by a batch in progress: it restores by index
+				for f := range sh.frozen {
+					if sh.frozen[f].i == j {
+						sh.frozen[f].i = i
+					}
+				}
+			}
+			hi.key.Store(ptr)
+			hi.meta.Store((hi.meta.Load()>>genShift+1)<<genShift | m&keyMask)
+			P(&a.slots[i]).put(v)
+			i = j
 		}
 	}
 }
@@ -333,30 +357,42 @@ func (g *lockFree[S, P]) insert(sh *lshard[S], key string, h uint64, s algo.Stat
 	a := sh.arr.Load()
 	if full(a) && a != nil && g.st.sweepGap > 0 {
 		g.st.sweepTime(now)
+		sweeps++
+		sweptSlots += len(a.slots)
 		g.sweepShard(sh, now, len(a.slots)) // may rebuild
-		a = sh.arr.Load()
+		if a = sh.arr.Load(); a.live*5 > len(a.slots)*2 {
+			a = g.rebuild(sh, true) // sweeping freed too little room to be worth it again soon
+		}
 	}
 	if full(a) {
-		a = g.rebuild(sh)
+		a = g.rebuild(sh, false)
 	}
 	a.assign(a.place(h), unsafe.StringData(key), gmeta(key, h), s, putS[S, P])
 	g.st.keys.Add(1)
 }
 
 // rebuild copies the live slots into a fresh array (whose generations start again) sized
-// for them (growing by a third when more than growLoad% would be live; shrinking to 40%
-// live when less than a fifth; otherwise only dropping tombstones), seizing each old slot
-// as it goes so that lock-free deciders on the old array retry under the lock.
-func (g *lockFree[S, P]) rebuild(sh *lshard[S]) *larray[S] {
+// for them: shrinking to 40% live when less than a fifth is live; otherwise growing by a
+// third when more than growLoad% would be live, or when crowded (an insert found more
+// than 40% live even after sweeping the array: sweeping it as often as it would then fill
+// costs more than the room); otherwise only dropping exhausted tombstones.
+// It seizes each old slot as it goes so that lock-free deciders on the old array retry
+// under the lock.
+var shrinks, rebuilds, rebuiltSlots, sweeps, sweptSlots int
+
+func (g *lockFree[S, P]) rebuild(sh *lshard[S], crowded bool) *larray[S] {
+	rebuilds++
 	old := sh.arr.Load()
+	if old != nil { rebuiltSlots += len(old.slots) }
 	live, size := 0, minCap
 	if old != nil {
 		live, size = old.live, len(old.slots)
 		switch {
-		case (live+1)*100 > size*g.growLoad:
-			size = size + size/3 + 1
 		case size > 64 && live*5 < size:
+			shrinks++
 			size = live*5/2 + 1 // 40% live: room to refill before growing again
+		case crowded || (live+1)*100 > size*g.growLoad:
+			size = size + size/3 + 1
 		}
 	}
 	a := &larray[S]{slots: make([]S, max(size, minCap))}
@@ -389,12 +425,12 @@ func (g *lockFree[S, P]) rebuild(sh *lshard[S]) *larray[S] {
 
 func putS[S any, P cell[S]](e *S, s algo.State) { P(e).put(s) }
 
-// kill tombstones slot i if it is still live, with the lock held.
-func (g *lockFree[S, P]) kill(a *larray[S], i int) {
+// kill deletes slot i's state if it is still live, with the lock held.
+func (g *lockFree[S, P]) kill(sh *lshard[S], a *larray[S], i int) {
 	if _, was := P(&a.slots[i]).seize(tombstone); !isSentinel(was) {
 		a.live--
 		g.st.keys.Add(-1)
-		a.trim(i)
+		g.shift(sh, a, i)
 	}
 }
 
@@ -428,7 +464,7 @@ func (g *lockFree[S, P]) reset(key string, h uint64) {
 	sh := g.shard(h)
 	sh.mu.Lock()
 	if a, i := g.locate(sh, key, h); i >= 0 {
-		g.kill(a, i)
+		g.kill(sh, a, i)
 	}
 	sh.mu.Unlock()
 }
@@ -475,14 +511,15 @@ func (g *lockFree[S, P]) sweepShard(sh *lshard[S], now int64, budget int) {
 		if e := &a.slots[i]; hdr(e).meta.Load()&keyMask != 0 && P(e).retire(now, g.p) {
 			a.live--
 			g.st.keys.Add(-1)
-			a.trim(i)
+			g.shift(sh, a, i) // a later key may have moved into i: look again
+			continue
 		}
 		if i++; i == c {
 			i = 0
 		}
 	}
 	sh.cursor = i
-	if a.live == 0 && a.used > 0 || c > 64 && a.live*5 < c {
-		g.rebuild(sh)
+	if c > 64 && a.live*5 < c {
+		g.rebuild(sh, false)
 	}
 }
