@@ -187,7 +187,6 @@ func newSethvargoCold(r int64) coldLimiter {
 	return coldOf{&sethvargoMem{s: s}}
 }
 
-
 // newThrottledCold is throttled's GCRA over its memstore without a key cap: r a second,
 // burst r (throttled's burst is MaxBurst+1).
 func newThrottledCold(r int64) coldLimiter {

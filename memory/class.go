@@ -20,6 +20,8 @@ type class interface {
 	// decideLocked decides with the shard lock held; it spends only if commit.
 	decideLocked(key string, h uint64, now, n int64, commit bool) algo.Result
 	reset(key string, h uint64)
+	// len is the number of states held, read without locks.
+	len() int64
 	// sweep deletes expired state from a slice of every shard and returns how many
 	// states the class holds.
 	sweep(now int64) int
@@ -39,7 +41,8 @@ type shard[S any] struct {
 	mu     sync.Mutex
 	t      table[S]
 	cursor int
-	_      [64 - 8 - 32 - 8]byte
+	n      atomic.Int64 // states held, on the lock's line (Store.count)
+	_      [64 - 8 - 32 - 8 - 8]byte
 }
 
 // ops adapts one algorithm's state type S to the tables.
@@ -167,7 +170,16 @@ func (g *gen[S]) add(sh *shard[S], key string, h uint64, tag uint32, s S, now in
 		g.sweepShard(sh, now, len(t.slots))
 	}
 	t.insert(key, h, tag, s, g.st.hash)
-	g.st.keys.Add(1)
+	g.st.count(&sh.n, 1)
+}
+
+// len implements class.
+func (g *gen[S]) len() int64 {
+	n := int64(0)
+	for i := range g.shards {
+		n += g.shards[i].n.Load()
+	}
+	return n
 }
 
 // sample implements class.
@@ -195,7 +207,7 @@ func (g *gen[S]) reset(key string, h uint64) {
 	sh.mu.Lock()
 	if i := sh.t.find(key, h, uint32(h>>32)); i >= 0 {
 		sh.t.remove(i, g.st.hash)
-		g.st.keys.Add(-1)
+		g.st.count(&sh.n, -1)
 	}
 	sh.mu.Unlock()
 }
@@ -253,7 +265,7 @@ func (g *gen[S]) sweepShard(sh *shard[S], now int64, budget int) {
 		e := &t.slots[i]
 		if e.ptr != nil && g.ops.expires(&e.s, g.p) <= now {
 			t.remove(i, g.st.hash) // a later entry may have moved into i: look again
-			g.st.keys.Add(-1)
+			g.st.count(&sh.n, -1)
 			continue
 		}
 		if i++; i == c {

@@ -138,7 +138,8 @@ type lshard[S any] struct {
 	arr    atomic.Pointer[larray[S]]
 	cursor int
 	frozen []frozenSlot // slots a multi-limit batch holds, restored by unlock
-	_      [64 - 8 - 8 - 8 - 24]byte
+	n      atomic.Int64 // states held, on the lock's line (Store.count)
+	_      [64 - 8 - 8 - 8 - 24 - 8]byte
 }
 
 type frozenSlot struct {
@@ -368,7 +369,7 @@ func (g *lockFree[S, P]) insert(sh *lshard[S], key string, h uint64, s algo.Stat
 		a = g.rebuild(sh, false)
 	}
 	a.assign(a.place(h), unsafe.StringData(key), gmeta(key, h), s, putS[S, P])
-	g.st.keys.Add(1)
+	g.st.count(&sh.n, 1)
 }
 
 // rebuild copies the live slots into a fresh array (whose generations start again) sized
@@ -383,7 +384,9 @@ var shrinks, rebuilds, rebuiltSlots, sweeps, sweptSlots int
 func (g *lockFree[S, P]) rebuild(sh *lshard[S], crowded bool) *larray[S] {
 	rebuilds++
 	old := sh.arr.Load()
-	if old != nil { rebuiltSlots += len(old.slots) }
+	if old != nil {
+		rebuiltSlots += len(old.slots)
+	}
 	live, size := 0, minCap
 	if old != nil {
 		live, size = old.live, len(old.slots)
@@ -429,9 +432,18 @@ func putS[S any, P cell[S]](e *S, s algo.State) { P(e).put(s) }
 func (g *lockFree[S, P]) kill(sh *lshard[S], a *larray[S], i int) {
 	if _, was := P(&a.slots[i]).seize(tombstone); !isSentinel(was) {
 		a.live--
-		g.st.keys.Add(-1)
+		g.st.count(&sh.n, -1)
 		g.shift(sh, a, i)
 	}
+}
+
+// len implements class.
+func (g *lockFree[S, P]) len() int64 {
+	n := int64(0)
+	for i := range g.shards {
+		n += g.shards[i].n.Load()
+	}
+	return n
 }
 
 // sample implements class.
@@ -510,7 +522,7 @@ func (g *lockFree[S, P]) sweepShard(sh *lshard[S], now int64, budget int) {
 	for ; budget > 0; budget-- {
 		if e := &a.slots[i]; hdr(e).meta.Load()&keyMask != 0 && P(e).retire(now, g.p) {
 			a.live--
-			g.st.keys.Add(-1)
+			g.st.count(&sh.n, -1)
 			g.shift(sh, a, i) // a later key may have moved into i: look again
 			continue
 		}

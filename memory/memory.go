@@ -85,7 +85,7 @@ type Store struct {
 	last    atomic.Pointer[classRef]    // the most recently used class: skips the map lookup
 	addMu   sync.Mutex
 	nextID  int
-	keys    atomic.Int64
+	keys    atomic.Int64 // states held, kept only under MaxKeys (count)
 	sweptAt atomic.Int64 // the latest time any sweep deleted state as of
 	closed  atomic.Bool
 	stop    chan struct{}
@@ -166,7 +166,26 @@ func (s *Store) Close() error {
 }
 
 // Len returns the number of (key, Limit) states held.
-func (s *Store) Len() int { return int(s.keys.Load()) }
+func (s *Store) Len() int {
+	if s.maxKeys > 0 {
+		return int(s.keys.Load())
+	}
+	n := int64(0)
+	for _, r := range *s.list.Load() {
+		n += r.c.len()
+	}
+	return int(n)
+}
+
+// count adds d to a shard's count of states, c, with the shard's lock held, and to the
+// store's under MaxKeys. Without a cap no decision reads a store-wide count, so an insert
+// writes only the lines of its shard and its slot.
+func (s *Store) count(c *atomic.Int64, d int64) {
+	c.Add(d)
+	if s.maxKeys > 0 {
+		s.keys.Add(d)
+	}
+}
 
 func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
 
