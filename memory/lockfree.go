@@ -102,6 +102,12 @@ func hdr[S any](e *S) *lhdr { return (*lhdr)(unsafe.Pointer(e)) }
 
 func gmeta(key string, h uint64) uint64 { return uint64(len(key))<<32 | h>>32 }
 
+// lhome is the slot a key prefers in an array of c slots, from its tag (the low 32 bits
+// of its meta word, the high half of its hash). Positions come from the tag's high bits;
+// the shard index is its low bits. The tag is in the slot, so moving and copying a key
+// never reads its bytes.
+func lhome(m uint64, c int) int { return int(uint64(uint32(m)) * uint64(c) >> 32) }
+
 // cell is what the table needs of a slot type S beyond its header: how its state is read,
 // written and retired under its concurrency rule. Every method is called with the shard
 // lock held.
@@ -197,7 +203,7 @@ func (a *larray[S]) find(key string, h uint64) (int, uint64) {
 		return -1, 0
 	}
 	want := gmeta(key, h)
-	for i := home(h, c); ; {
+	for i := lhome(want, c); ; {
 		e := hdr(&a.slots[i])
 		m := e.meta.Load()
 		if m&keyMask == 0 {
@@ -212,12 +218,12 @@ func (a *larray[S]) find(key string, h uint64) (int, uint64) {
 	}
 }
 
-// place returns the slot an absent key with hash h goes to: the first reusable one (a
-// tombstone or an unused slot whose generation is below maxGen) on its probe run. The
+// place returns the slot an absent key whose meta is m goes to: the first reusable one
+// (a tombstone or an unused slot whose generation is below maxGen) on its probe run. The
 // array must have an unused slot.
-func (a *larray[S]) place(h uint64) int {
+func (a *larray[S]) place(m uint64) int {
 	c := len(a.slots)
-	for i := home(h, c); ; {
+	for i := lhome(m, c); ; {
 		e := hdr(&a.slots[i])
 		m := e.meta.Load()
 		if m&keyMask == 0 || (m>>genShift < maxGen && e.ctl.Load() == tombstone) {
@@ -272,7 +278,7 @@ func (g *lockFree[S, P]) shift(sh *lshard[S], a *larray[S], i int) {
 			continue
 		}
 		ptr := he.key.Load()
-		k := home(g.st.hash(unsafe.String(ptr, keyLen(m))), c)
+		k := lhome(m, c)
 		if (j > i && (k <= i || k > j)) || (j < i && k <= i && k > j) {
 			v, was := P(e).seize(tombstone)
 			if was == frozen { // held by a batch in progress: it restores by index
@@ -368,7 +374,8 @@ func (g *lockFree[S, P]) insert(sh *lshard[S], key string, h uint64, s algo.Stat
 	if full(a) {
 		a = g.rebuild(sh, false)
 	}
-	a.assign(a.place(h), unsafe.StringData(key), gmeta(key, h), s, putS[S, P])
+	m := gmeta(key, h)
+	a.assign(a.place(m), unsafe.StringData(key), m, s, putS[S, P])
 	g.st.count(&sh.n, 1)
 }
 
@@ -411,7 +418,7 @@ func (g *lockFree[S, P]) rebuild(sh *lshard[S], crowded bool) *larray[S] {
 			}
 			ptr := hdr(e).key.Load()
 			m := hdr(e).meta.Load()
-			i := a.place(g.st.hash(unsafe.String(ptr, keyLen(m))))
+			i := a.place(m)
 			if was == frozen { // held by a batch in progress: it restores by index
 				for f := range sh.frozen {
 					if sh.frozen[f].i == k {
