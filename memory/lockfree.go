@@ -132,11 +132,10 @@ type cell[S any] interface {
 
 type algoFunc = func(algo.State, int64, algo.Params, int64) (algo.State, algo.Result)
 
-// larray is one immutable-shape version of a shard's table. used counts slots with a
-// key (live or tombstone); live counts those with a state.
+// larray is one immutable-shape version of a shard's table. Its counts live in the
+// shard, so that an insert writes no line but the shard's and the slot's.
 type larray[S any] struct {
-	slots      []S
-	used, live int
+	slots []S
 }
 
 type lshard[S any] struct {
@@ -144,8 +143,9 @@ type lshard[S any] struct {
 	arr    atomic.Pointer[larray[S]]
 	cursor int
 	frozen []frozenSlot // slots a multi-limit batch holds, restored by unlock
-	n      atomic.Int64 // states held, on the lock's line (Store.count)
-	_      [64 - 8 - 8 - 8 - 24 - 8]byte
+	n      atomic.Int64 // live slots of arr (states held), written under mu (Store.count)
+	used   int          // slots of arr with a key (live or tombstone), under mu
+	// 64 bytes: neighbouring shards' locks do not share a cache line.
 }
 
 type frozenSlot struct {
@@ -236,18 +236,15 @@ func (a *larray[S]) place(m uint64) int {
 }
 
 // assign gives slot i to key with state s, with the lock held: the next generation, the
-// key, meta, and the control word last.
-func (a *larray[S]) assign(i int, ptr *byte, m uint64, s algo.State, put func(*S, algo.State)) {
+// key, meta, and the control word last. It reports whether the slot was unused.
+func (a *larray[S]) assign(i int, ptr *byte, m uint64, s algo.State, put func(*S, algo.State)) bool {
 	e := &a.slots[i]
 	h := hdr(e)
 	old := h.meta.Load()
-	if old&keyMask == 0 {
-		a.used++
-	}
 	h.key.Store(ptr)
 	h.meta.Store((old>>genShift+1)<<genShift | m&keyMask)
 	put(e, s)
-	a.live++
+	return old&keyMask == 0
 }
 
 // shift closes the hole tombstone i leaves in its probe run, with the lock held, as
@@ -271,7 +268,7 @@ func (g *lockFree[S, P]) shift(sh *lshard[S], a *larray[S], i int) {
 		m := he.meta.Load()
 		if m&keyMask == 0 || j == i {
 			hi.meta.Store(hi.meta.Load() &^ keyMask) // the key pointer stays: a finder may still read it
-			a.used--
+			sh.used--
 			return
 		}
 		if he.ctl.Load() == tombstone {
@@ -360,14 +357,12 @@ func (g *lockFree[S, P]) update(key string, h uint64, now int64, f func(algo.Sta
 // rebuilds the array when it is still too full, and gives the key the first reusable slot
 // of its probe run (assign). Store.evictOver keeps the store under MaxKeys afterwards.
 func (g *lockFree[S, P]) insert(sh *lshard[S], key string, h uint64, s algo.State, now int64) {
-	full := func(a *larray[S]) bool { return a == nil || (a.used+1)*100 > len(a.slots)*g.maxLoad }
+	full := func(a *larray[S]) bool { return a == nil || (sh.used+1)*100 > len(a.slots)*g.maxLoad }
 	a := sh.arr.Load()
 	if full(a) && a != nil && g.st.sweepGap > 0 {
 		g.st.sweepTime(now)
-		sweeps++
-		sweptSlots += len(a.slots)
 		g.sweepShard(sh, now, len(a.slots)) // may rebuild
-		if a = sh.arr.Load(); a.live*5 > len(a.slots)*2 {
+		if a = sh.arr.Load(); !full(a) && int(sh.n.Load())*5 > len(a.slots)*2 {
 			a = g.rebuild(sh, true) // sweeping freed too little room to be worth it again soon
 		}
 	}
@@ -375,37 +370,35 @@ func (g *lockFree[S, P]) insert(sh *lshard[S], key string, h uint64, s algo.Stat
 		a = g.rebuild(sh, false)
 	}
 	m := gmeta(key, h)
-	a.assign(a.place(m), unsafe.StringData(key), m, s, putS[S, P])
+	if a.assign(a.place(m), unsafe.StringData(key), m, s, putS[S, P]) {
+		sh.used++
+	}
 	g.st.count(&sh.n, 1)
 }
 
 // rebuild copies the live slots into a fresh array (whose generations start again) sized
-// for them: shrinking to 40% live when less than a fifth is live; otherwise growing by a
-// third when more than growLoad% would be live, or when crowded (an insert found more
-// than 40% live even after sweeping the array: sweeping it as often as it would then fill
-// costs more than the room); otherwise only dropping exhausted tombstones.
+// for them: shrinking to 40% live when less than a fifth is live; otherwise doubling when
+// crowded (an insert found more than 40% live even after sweeping the array: sweeping it
+// as often as it would then fill costs more than the room), or growing by a third when
+// more than growLoad% would be live; otherwise only dropping exhausted tombstones.
 // It seizes each old slot as it goes so that lock-free deciders on the old array retry
 // under the lock.
-var shrinks, rebuilds, rebuiltSlots, sweeps, sweptSlots int
-
 func (g *lockFree[S, P]) rebuild(sh *lshard[S], crowded bool) *larray[S] {
-	rebuilds++
 	old := sh.arr.Load()
-	if old != nil {
-		rebuiltSlots += len(old.slots)
-	}
 	live, size := 0, minCap
 	if old != nil {
-		live, size = old.live, len(old.slots)
+		live, size = int(sh.n.Load()), len(old.slots)
 		switch {
 		case size > 64 && live*5 < size:
-			shrinks++
 			size = live*5/2 + 1 // 40% live: room to refill before growing again
-		case crowded || (live+1)*100 > size*g.growLoad:
+		case crowded:
+			size *= 2
+		case (live+1)*100 > size*g.growLoad:
 			size = size + size/3 + 1
 		}
 	}
 	a := &larray[S]{slots: make([]S, max(size, minCap))}
+	used := 0
 	if old != nil {
 		for k := range old.slots {
 			e := &old.slots[k]
@@ -427,8 +420,10 @@ func (g *lockFree[S, P]) rebuild(sh *lshard[S], crowded bool) *larray[S] {
 				}
 			}
 			a.assign(i, ptr, m, v, putS[S, P])
+			used++
 		}
 	}
+	sh.used = used
 	sh.arr.Store(a)
 	return a
 }
@@ -438,7 +433,6 @@ func putS[S any, P cell[S]](e *S, s algo.State) { P(e).put(s) }
 // kill deletes slot i's state if it is still live, with the lock held.
 func (g *lockFree[S, P]) kill(sh *lshard[S], a *larray[S], i int) {
 	if _, was := P(&a.slots[i]).seize(tombstone); !isSentinel(was) {
-		a.live--
 		g.st.count(&sh.n, -1)
 		g.shift(sh, a, i)
 	}
@@ -496,7 +490,7 @@ func (g *lockFree[S, P]) sweep(now int64) int {
 		sh.mu.Lock()
 		if a := sh.arr.Load(); a != nil {
 			g.sweepShard(sh, now, min(len(a.slots), max(64, len(a.slots)/8)))
-			live += sh.arr.Load().live // sweepShard may have rebuilt it
+			live += int(sh.n.Load())
 		}
 		sh.mu.Unlock()
 	}
@@ -508,7 +502,7 @@ func (g *lockFree[S, P]) sweep(now int64) int {
 func (g *lockFree[S, P]) retire(drop func()) bool {
 	return underAll(len(g.shards), func(i int) *sync.Mutex { return &g.shards[i].mu }, func() bool {
 		for i := range g.shards {
-			if a := g.shards[i].arr.Load(); a != nil && a.live > 0 {
+			if g.shards[i].n.Load() > 0 {
 				return false
 			}
 		}
@@ -528,7 +522,6 @@ func (g *lockFree[S, P]) sweepShard(sh *lshard[S], now int64, budget int) {
 	i := sh.cursor % c
 	for ; budget > 0; budget-- {
 		if e := &a.slots[i]; hdr(e).meta.Load()&keyMask != 0 && P(e).retire(now, g.p) {
-			a.live--
 			g.st.count(&sh.n, -1)
 			g.shift(sh, a, i) // a later key may have moved into i: look again
 			continue
@@ -538,7 +531,7 @@ func (g *lockFree[S, P]) sweepShard(sh *lshard[S], now int64, budget int) {
 		}
 	}
 	sh.cursor = i
-	if c > 64 && a.live*5 < c {
+	if c > 64 && int(sh.n.Load())*5 < c {
 		g.rebuild(sh, false)
 	}
 }
