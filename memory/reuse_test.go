@@ -216,7 +216,7 @@ func TestColdRegimeAllocatesNothing(t *testing.T) {
 		t.Skip("the race detector allocates")
 	}
 	ctx := context.Background()
-	const n, ops = 20_000, 150_000
+	const n, ops = 10_000, 100_000
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("user:%08d", i)
@@ -235,7 +235,7 @@ func TestColdRegimeAllocatesNothing(t *testing.T) {
 			fresh := 0
 			run := func(ops int) {
 				for range ops {
-					clk.Advance(2 * time.Microsecond) // a key comes back every 40ms on average
+					clk.Advance(4 * time.Microsecond) // a key comes back every 40ms on average
 					d, err := s.AllowN(ctx, keys[rng.IntN(n)], l, 1)
 					if err != nil || !d.Allowed {
 						t.Fatalf("%+v, %v", d, err)
@@ -245,7 +245,7 @@ func TestColdRegimeAllocatesNothing(t *testing.T) {
 					}
 				}
 			}
-			run(4 * ops) // the tables reach their size
+			run(3 * ops) // the tables reach their size
 			fresh = 0
 			var before, after runtime.MemStats
 			runtime.GC()
