@@ -274,21 +274,97 @@ func (g *lockFree[S, P]) shift(sh *lshard[S], a *larray[S], i int) {
 		if he.ctl.Load() == tombstone {
 			continue
 		}
-		ptr := he.key.Load()
 		k := lhome(m, c)
 		if (j > i && (k <= i || k > j)) || (j < i && k <= i && k > j) {
-			v, was := P(e).seize(tombstone)
-			if was == frozen { // held by a batch in progress: it restores by index
-				for f := range sh.frozen {
-					if sh.frozen[f].i == j {
-						sh.frozen[f].i = i
+			g.move(sh, a, j, i, m)
+			i = j
+		}
+	}
+}
+
+// move moves the key of slot j, whose meta is m, to tombstone or unused slot i, with the
+// lock held: it seizes j (leaving a tombstone) and gives i the key and state under a new
+// generation.
+func (g *lockFree[S, P]) move(sh *lshard[S], a *larray[S], j, i int, m uint64) {
+	e := &a.slots[j]
+	v, was := P(e).seize(tombstone)
+	if was == frozen { // held by a batch in progress: it restores by index
+		for f := range sh.frozen {
+			if sh.frozen[f].i == j {
+				sh.frozen[f].i = i
+			}
+		}
+	}
+	hi := hdr(&a.slots[i])
+	hi.key.Store(hdr(e).key.Load())
+	hi.meta.Store((hi.meta.Load()>>genShift+1)<<genShift | m&keyMask)
+	P(&a.slots[i]).put(v)
+}
+
+// sweepAll deletes every state of the shard that is equivalent to empty as of now, with
+// the lock held, closing the holes in one pass (compact) rather than one shift each. It
+// never shrinks the array: its caller, an insert, wants room.
+func (g *lockFree[S, P]) sweepAll(sh *lshard[S], now int64) {
+	a := sh.arr.Load()
+	gone := int64(0)
+	for i := range a.slots {
+		if e := &a.slots[i]; hdr(e).meta.Load()&keyMask != 0 && P(e).retire(now, g.p) {
+			gone++
+		}
+	}
+	if gone > 0 {
+		g.st.count(&sh.n, -gone)
+		g.compact(sh, a)
+	}
+}
+
+// compact closes the holes tombstones leave, with the lock held. It walks the array once
+// from an unused slot, run by run, moving each key back to the earliest hole at or after
+// its home in its run (as move), and returns the holes left at a run's end to unused:
+// no key then has one of them between its home and its slot. It tracks up to 32 holes a
+// run; a tombstone beyond them stays (a tombstone keeps its run whole, and inserts reuse
+// it).
+func (g *lockFree[S, P]) compact(sh *lshard[S], a *larray[S]) {
+	c := len(a.slots)
+	p := 0
+	for hdr(&a.slots[p]).meta.Load()&keyMask != 0 {
+		if p++; p == c {
+			return // no unused slot: cannot happen below maxLoad
+		}
+	}
+	var buf [32]int
+	holes := buf[:0]
+	start := p + 1 // of the run being walked
+	for n, j := 0, p; n < c; n++ {
+		if j++; j == c {
+			j = 0
+		}
+		h := hdr(&a.slots[j])
+		m := h.meta.Load()
+		switch {
+		case m&keyMask == 0:
+			for _, x := range holes {
+				hx := hdr(&a.slots[x])
+				hx.meta.Store(hx.meta.Load() &^ keyMask) // the key pointer stays: a finder may still read it
+				sh.used--
+			}
+			holes, start = holes[:0], j+1
+		case h.ctl.Load() == tombstone:
+			if m>>genShift < maxGen && len(holes) < cap(holes) {
+				holes = append(holes, j)
+			}
+		case len(holes) > 0:
+			dk := (lhome(m, c) - start + c) % c
+			for q, x := range holes {
+				if (x-start+c)%c >= dk {
+					g.move(sh, a, j, x, m)
+					holes = append(holes[:q], holes[q+1:]...)
+					if m>>genShift < maxGen {
+						holes = append(holes, j)
 					}
+					break
 				}
 			}
-			hi.key.Store(ptr)
-			hi.meta.Store((hi.meta.Load()>>genShift+1)<<genShift | m&keyMask)
-			P(&a.slots[i]).put(v)
-			i = j
 		}
 	}
 }
@@ -361,7 +437,7 @@ func (g *lockFree[S, P]) insert(sh *lshard[S], key string, h uint64, s algo.Stat
 	a := sh.arr.Load()
 	if full(a) && a != nil && g.st.sweepGap > 0 {
 		g.st.sweepTime(now)
-		g.sweepShard(sh, now, len(a.slots)) // may rebuild
+		g.sweepAll(sh, now) // may rebuild
 		if a = sh.arr.Load(); !full(a) && int(sh.n.Load())*5 > len(a.slots)*2 {
 			a = g.rebuild(sh, true) // sweeping freed too little room to be worth it again soon
 		}
@@ -377,7 +453,7 @@ func (g *lockFree[S, P]) insert(sh *lshard[S], key string, h uint64, s algo.Stat
 }
 
 // rebuild copies the live slots into a fresh array (whose generations start again) sized
-// for them: shrinking to 40% live when less than a fifth is live; otherwise doubling when
+// for them: shrinking to 40% live when less than an eighth is live; otherwise doubling when
 // crowded (an insert found more than 40% live even after sweeping the array: sweeping it
 // as often as it would then fill costs more than the room), or growing by a third when
 // more than growLoad% would be live; otherwise only dropping exhausted tombstones.
@@ -389,7 +465,7 @@ func (g *lockFree[S, P]) rebuild(sh *lshard[S], crowded bool) *larray[S] {
 	if old != nil {
 		live, size = int(sh.n.Load()), len(old.slots)
 		switch {
-		case size > 64 && live*5 < size:
+		case size > 64 && live*8 < size:
 			size = live*5/2 + 1 // 40% live: room to refill before growing again
 		case crowded:
 			size *= 2
@@ -514,7 +590,7 @@ func (g *lockFree[S, P]) retire(drop func()) bool {
 
 // sweepShard tombstones state that is equivalent to empty as of now in up to budget slots
 // from the cursor, with the lock held, and rebuilds the array smaller once less than a
-// fifth of it is live (or it has emptied out). Tombstones alone do not call for a
+// eighth of it is live (or it has emptied out). Tombstones alone do not call for a
 // rebuild: inserts reuse them.
 func (g *lockFree[S, P]) sweepShard(sh *lshard[S], now int64, budget int) {
 	a := sh.arr.Load()
@@ -531,7 +607,7 @@ func (g *lockFree[S, P]) sweepShard(sh *lshard[S], now int64, budget int) {
 		}
 	}
 	sh.cursor = i
-	if c > 64 && int(sh.n.Load())*5 < c {
+	if c > 64 && int(sh.n.Load())*8 < c {
 		g.rebuild(sh, false)
 	}
 }
