@@ -11,50 +11,53 @@ import (
 // The lock-free classes (GCRA, and TokenBucket and LeakyBucket on GCRA's state, in
 // gcra.go; the two-word states in pair.go) decide an existing key without the shard lock:
 // a decision finds the slot with atomic loads and updates the state inside it, so the only
-// cache line it writes is the slot's own. Two cores deciding unrelated keys then never write a shared line, and a hot
-// key costs one line transfer per decision instead of two (the lock's and the slot's).
+// cache line it writes is the slot's own. Two cores deciding unrelated keys then never
+// write a shared line, and a hot key costs one line transfer per decision instead of two
+// (the lock's and the slot's).
 //
 // Every slot begins with an lhdr: the key, its meta word, and a control word that holds
 // the state's time-like word (GCRA's TAT, the two-word states' B) or a sentinel. The shard
-// lock still serialises everything that changes the table's shape (inserts, deletions,
-// rebuilds) and the multi-limit and reservation paths.
+// lock serialises everything that changes which key a slot holds (inserts, deletions,
+// moves, rebuilds) and the multi-limit and reservation paths.
 //
-// A slot of an array is reused: once its state is deleted (control word = tombstone) an
-// insert may give it to another key. Each use of a slot has a generation, 1 for its first
-// key in the array and one more for each key after, which never wraps: a slot whose
-// generation has reached maxGen stays a tombstone until the array is rebuilt (every
-// maxGen-th insert into a slot, so rebuilding costs a fraction of a byte per insert).
-// Both the meta word and the control word carry the generation (bits genShift and up;
-// the state's word below them). The rules that make the lock-free path safe:
+// Slots are reused within an array, so that a store whose keys come and go (many keys,
+// each rarely seen) inserts without allocating. Each use of a slot has a generation: one
+// more than the slot's previous use, starting at 1 in a fresh array, and never wrapping (a
+// slot whose generation reaches maxGen stays a tombstone until the array is rebuilt). The
+// meta word and the control word both carry it, in their bits from genShift up; the
+// state's word sits below. The rules that make the lock-free path safe:
 //
-//   - A slot is given a key, under the lock, only while its control word is tombstone
-//     (or the slot is unused): key first, then meta (with the new generation), then the
-//     control word, which publishes the state. Within one array a (slot, generation)
-//     names exactly one key.
-//   - A decider reads meta, then the key, then the control word, and writes only with a
-//     compare-and-swap (GCRA) or a claim (pair.go) that expects the control word it read,
-//     and only if that word's generation is meta's. Then it cannot touch a later key's
-//     state (no ABA): a control word of generation g exists only between g's publication
-//     and the tombstone that ends it, and g never comes back. If the decider read g's
-//     meta but a later key, that key was written after g's tombstone, so its control word
-//     load sees the tombstone or a later generation and it gives up.
-//   - A rebuild seizes every old slot (control word = tombstone) as it copies it into a
-//     fresh array, so a decider still on the old array fails, sees the sentinel and
-//     retries under the lock. Old arrays are never written again; the collector frees
-//     them once no decider holds one.
+//   - A slot gets a key (an insert, or a move below), under the lock, only while it is
+//     unused or its control word is tombstone: key, then meta with the next generation,
+//     then the control word, which publishes the state. So within one array a slot and
+//     a generation name exactly one key, and a control word of generation g exists only
+//     from g's publication to the tombstone that ends it.
+//   - A decider reads meta, the key, then the control word, goes on only if the control
+//     word's generation is meta's, and writes only with a compare-and-swap (GCRA) or a
+//     claim (pair.go) expecting the word it read. It therefore never touches another
+//     key's state (no ABA): its swap succeeds only while generation g lives, and g's key is
+//     the one it compared; had it read a later key's bytes, those were written after g's
+//     tombstone, so its later control-word load would have seen the tombstone or a later
+//     generation. TestReusedSlotRefusesAStaleDecider replays that interleaving.
+//   - Deleting a key (sweep, Reset, eviction) tombstones its slot, then closes the hole:
+//     later keys of its probe run that may sit there move back (shift, or compact for a
+//     whole shard at once; a move seizes the old slot and is a new use of the new one),
+//     and the hole a run ends with becomes unused, keeping its generation. So a live key
+//     stays reachable from its home slot without crossing an unused one, and tombstones
+//     do not pile up. A lock-free finder that misses a moving key retries under the lock.
+//   - A rebuild (growing, shrinking, or shedding exhausted slots) seizes every old slot
+//     (control word = tombstone) as it copies it into a fresh array, so a decider still on
+//     the old array fails and retries under the lock. An old array is never written again
+//     and the collector frees it once no decider holds it.
 //   - A multi-limit batch freezes the slots it reads (control word = frozen) until it
 //     commits or gives up, so no lock-free decision can slip in between its evaluation and
-//     its commit.
+//     its commit. A moved or copied frozen slot carries its batch's record along.
 //   - A decider that misses, or meets tombstone, frozen or another generation, falls back
-//     to the locked path, which is authoritative. Missing is always safe.
-//   - Linear probing: a live key is reachable from its home slot without crossing an
-//     unused slot. Deleting a key shifts the later keys of its run back (shift, as
-//     table.go does), each move a new use of the slot it moves to, so no tombstone stays
-//     and a lock-free finder that misses a moving key retries under the lock.
+//     to the locked path, which is authoritative.
 //
 // A state's word is a time in epoch microseconds or a count, from 0 to below 2^genShift
-// (Store.now keeps the clock below maxMicros, and a state is at most MaxPeriod ahead of
-// it), so it never reaches the generation bits or looks like a sentinel.
+// (Store.now keeps the clock at most maxMicros, and a state is at most MaxPeriod ahead of
+// it), so it never reaches the generation's bits or looks like a sentinel.
 const (
 	tombstone = -1 << 63
 	frozen    = tombstone + 1
@@ -68,7 +71,7 @@ const (
 	genMask   = int64(maxGen) << genShift // of a control word
 	valMask   = 1<<genShift - 1           // a control word's state
 	keyMask   = 1<<genShift - 1           // a meta word's length and tag
-	maxMicros = 1<<genShift - 1<<51       // the latest time the store decides at (year 2183)
+	maxMicros = 1<<genShift - 1<<51       // the latest time the store decides at (early 2184)
 )
 
 // pack is the control word of state word v in a slot whose meta word is m: v with m's

@@ -33,7 +33,14 @@
 // State that has become equivalent to empty (a full bucket, an aged-out window) is deleted
 // by an incremental sweeper: every SweepInterval it visits a bounded slice of each shard,
 // holding one shard's lock at a time, so there is never a stop-the-world scan; tables shrink
-// when they empty out. Deleting such state changes no decision.
+// when they empty out. An insert that finds its shard's table full sweeps that one shard
+// first. Deleting such state changes no decision.
+//
+// Where keys come and go (many keys, each rarely seen, so that a key's state has emptied
+// and been swept before it comes back), the lock-free tables reuse the slots of deleted
+// keys (lockfree.go), so inserts allocate nothing once the tables have their size
+// (TestColdRegimeAllocatesNothing); the tables hold the keys seen lately, not every key
+// ever seen.
 //
 // Each distinct Limit costs a class of Shards shards (about 16 KiB at the default 256)
 // besides its keys. The sweeper retires a class that holds no state and was not used since
