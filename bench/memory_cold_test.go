@@ -81,8 +81,16 @@ func BenchmarkMemoryCold(b *testing.B) {
 			b.Run(fmt.Sprintf("keys=%d/%s", n, lib.name), func(b *testing.B) {
 				if lim == nil {
 					lim = lib.new(r)
-					for _, k := range keys { // each library's first visit to every key, untimed
+					// Untimed: each library's first visit to every key, then 2n random
+					// decisions, so that its tables have their size for the regime.
+					for _, k := range keys {
 						if _, _, err := lim.allow(ctx, k); err != nil {
+							b.Fatal(err)
+						}
+					}
+					rng := rand.NewPCG(0, 1)
+					for range 2 * n {
+						if _, _, err := lim.allow(ctx, keys[rng.Uint64()%uint64(n)]); err != nil {
 							b.Fatal(err)
 						}
 					}

@@ -439,8 +439,7 @@ func (g *lockFree[S, P]) insert(sh *lshard[S], key string, h uint64, s algo.Stat
 	full := func(a *larray[S]) bool { return a == nil || (sh.used+1)*100 > len(a.slots)*g.maxLoad }
 	a := sh.arr.Load()
 	if full(a) && a != nil && g.st.sweepGap > 0 {
-		g.st.sweepTime(now)
-		g.sweepAll(sh, now) // may rebuild
+		g.sweepAll(sh, g.st.sweepAt(now))
 		if a = sh.arr.Load(); !full(a) && int(sh.n.Load())*5 > len(a.slots)*2 {
 			a = g.rebuild(sh, true) // sweeping freed too little room to be worth it again soon
 		}

@@ -211,6 +211,20 @@ func (s *Store) now() int64 {
 	return now
 }
 
+// sweepAt returns the time an insert's sweep of a full shard deletes state as of: the
+// latest sweep time, moved up to now (sweepTime) only once it lags by more than
+// sweepLag. Inserts then write the store-wide sweptAt at most every sweepLag, not at
+// every sweep, and a state outlives its emptying by at most sweepLag more.
+func (s *Store) sweepAt(now int64) int64 {
+	if sw := s.sweptAt.Load(); now-sw <= sweepLag {
+		return sw
+	}
+	s.sweepTime(now)
+	return now
+}
+
+const sweepLag = 100 // µs
+
 // sweepTime records that a sweep deletes state as of now.
 func (s *Store) sweepTime(now int64) {
 	for {
