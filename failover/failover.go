@@ -308,6 +308,38 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) err
 	return a.err
 }
 
+// Release implements sluice.Limiter: it releases the lease in the store (within the
+// deadline, through the breaker) and, when the store did not hold it, in the local
+// limiter, which took it if a FailLocal decision did (under the default share). A store
+// failure returns an error wrapping sluice.ErrStoreUnavailable; the lease then expires
+// by its TTL.
+func (l *Limiter) Release(ctx context.Context, key string, limit sluice.Limit, lease string) (bool, error) {
+	if _, err := sluice.CheckRelease(key, limit, lease); err != nil {
+		return false, err
+	}
+	a := call(l, ctx, false, releaseArgs{l.primary, key, limit, lease}, release)
+	if !a.v && l.local != nil {
+		if held, _ := l.local.Release(ctx, key, ShareOf(limit, l.def.Share), lease); held {
+			return true, nil
+		}
+	}
+	if a.failed {
+		return false, unavailable(a.err)
+	}
+	return a.v, a.err
+}
+
+type releaseArgs struct {
+	store sluice.Limiter
+	key   string
+	limit sluice.Limit
+	lease string
+}
+
+func release(ctx context.Context, a releaseArgs) (bool, error) {
+	return a.store.Release(ctx, a.key, a.limit, a.lease)
+}
+
 func unavailable(cause error) error {
 	return fmt.Errorf("%w: %w", sluice.ErrStoreUnavailable, cause)
 }

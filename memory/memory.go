@@ -358,6 +358,23 @@ func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error
 	return nil
 }
 
+// Release implements sluice.Limiter. An emptied lease set stays until the sweeper
+// deletes it, as expired state does.
+func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, lease string) (bool, error) {
+	id, err := sluice.CheckRelease(key, limit, lease)
+	if err != nil {
+		return false, err
+	}
+	r, err := s.class(limit)
+	if err != nil {
+		return false, err
+	}
+	if s.closed.Load() {
+		return false, sluice.ErrClosed
+	}
+	return release(r.c, key, s.hash(key), s.now(), id), nil
+}
+
 // Decide implements sluice.Limiter: the requests are decided under the locks of all their
 // shards, and spent only if every one fits. The memory store never fails, so the Report
 // says only that the store was asked.

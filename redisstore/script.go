@@ -25,6 +25,7 @@ var algoFiles = [...]string{
 	sluice.FixedWindow:   "fixed_window.lua",
 	sluice.SlidingWindow: "sliding_window.lua",
 	sluice.SlidingLog:    "sliding_log.lua",
+	sluice.Concurrency:   "concurrency.lua",
 }
 
 // luaOrder is the order the files are concatenated in: helpers, then one file per
@@ -50,6 +51,9 @@ var decideScripts = func() (out [len(algoFiles)]script) {
 	}
 	return out
 }()
+
+// releaseScript releases a lease (lua/release.lua).
+var releaseScript = newScript("prelude.lua", "release.lua")
 
 // scriptFor returns the script for a call carrying the items of calls: the one algorithm's
 // own when they all use it, else the general one.
@@ -243,7 +247,7 @@ func (s *Store) scriptNow() string {
 func (s *Store) loadScripts(ctx context.Context, client rueidis.Client) error {
 	var first error
 	for addr, node := range client.Nodes() {
-		for _, sc := range append([]script{decideScript}, decideScripts[:]...) {
+		for _, sc := range append([]script{decideScript, releaseScript}, decideScripts[:]...) {
 			sha, err := node.Do(ctx, node.B().ScriptLoad().Script(sc.body).Build()).ToString()
 			if err == nil && sha != sc.sha {
 				err = errorf("SCRIPT LOAD on %s returned %s, want %s", addr, sha, sc.sha)

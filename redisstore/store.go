@@ -544,7 +544,7 @@ func (s *Store) info(l sluice.Limit) *limitInfo {
 	p := algo.ParamsOf(l)
 	li := &limitInfo{limit: l, suffix: limitSuffix(l)}
 	b := li.packed[:0]
-	f1, f2 := p.Rate, p.Period
+	f1, f2 := p.Rate, p.Period // Concurrency: Period is the lease
 	switch l.Algorithm {
 	case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket:
 		f1, f2 = p.S, p.U
@@ -588,11 +588,10 @@ func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n in
 	if err != nil {
 		return sluice.Decision{}, err
 	}
-	li := s.info(limit)
 	c := getCall(ctx)
 	c.items = c.one[:1]
 	c.res = c.oneRes[:1]
-	c.items[0] = item{id: key, info: li, n: n}
+	c.items[0] = s.newItem(key, limit, n)
 	if err := s.submit(ctx, cn, c); err != nil {
 		return sluice.Decision{}, err
 	}
@@ -652,8 +651,7 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 			return fmt.Errorf("%w: request %d repeats the key and limit of request %d", sluice.ErrInvalidKey, i, j)
 		}
 		seen[id] = i
-		li := s.info(r.Limit)
-		items[i] = item{id: r.Key, info: li, n: r.N}
+		items[i] = s.newItem(r.Key, r.Limit, r.N)
 		cross = cross || cn.cluster && idSlot(r.Key) != first
 	}
 	if cross {
@@ -694,6 +692,28 @@ func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error
 		return wrap("reset", err)
 	}
 	return nil
+}
+
+// Release implements sluice.Limiter: one script call (lua/release.lua) on the lease set.
+func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, lease string) (bool, error) {
+	id, err := sluice.CheckRelease(key, limit, lease)
+	if err != nil {
+		return false, err
+	}
+	if s.closed.Load() {
+		return false, fmt.Errorf("redisstore: %w", sluice.ErrClosed)
+	}
+	cn, err := s.connected()
+	if err != nil {
+		return false, err
+	}
+	k := s.redisKey(key, s.info(limit))
+	args := []string{s.scriptNow(), s.minTTL, strconv.FormatUint(id, 10)}
+	n, err := s.eval(ctx, cn.client, releaseScript, []string{k}, args).AsInt64()
+	if err != nil {
+		return false, wrap("release", err)
+	}
+	return n == 1, nil
 }
 
 // wrap describes a failed call to Redis and classifies it (see failed).

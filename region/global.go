@@ -414,6 +414,15 @@ func (g *Global) Reset(ctx context.Context, key string, limit sluice.Limit) erro
 	return nil
 }
 
+// Release implements sluice.Limiter. Global holds bucket limits only, so every release is
+// an error wrapping sluice.ErrInvalidLimit: a Concurrency limit is never decided here.
+func (g *Global) Release(ctx context.Context, key string, limit sluice.Limit, lease string) (bool, error) {
+	if _, err := sluice.CheckRelease(key, limit, lease); err != nil {
+		return false, err
+	}
+	return false, checkBucket(limit)
+}
+
 // Stats is what a node knows about one limit.
 type Stats struct {
 	// Share is the fraction of the limit (ppm) this node applies.
