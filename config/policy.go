@@ -505,12 +505,12 @@ func parsePrefix(s string) (netip.Prefix, error) {
 }
 
 var policyFields = []string{
-	"name", "algorithm", "rate", "period", "burst", "key", "shadow",
+	"name", "algorithm", "rate", "period", "burst", "lease", "key", "shadow",
 	"failure_mode", "local_share", "expected_nodes",
 	"tier_header", "default_tier", "tiers", "identity_tiers", "routes", "overrides",
 }
 
-var limitFields = []string{"algorithm", "rate", "period", "burst"}
+var limitFields = []string{"algorithm", "rate", "period", "burst", "lease"}
 
 func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 	o := d.object(n, path, policyFields...)
@@ -533,7 +533,7 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 		alg = d.algorithm(v, o.field("algorithm"))
 	}
 	hasRate, hasPeriod := o.has("rate"), o.has("period")
-	if hasRate || hasPeriod || o.has("burst") || !o.has("tiers") {
+	if hasRate || hasPeriod || o.has("burst") || o.has("lease") || !o.has("tiers") {
 		p.Limit, _ = d.limitAt(o, alg, false)
 	}
 
@@ -734,7 +734,24 @@ func (d *decoder) limitAt(o *object, inherit sluice.Algorithm, readAlg bool) (sl
 	} else {
 		d.errorf(o.node, o.field("rate"), "is required")
 	}
-	if v, ok := o.get("period"); ok {
+	leaseNode, hasLease := o.get("lease")
+	if l.Algorithm == sluice.Concurrency {
+		if v, ok := o.get("period"); ok {
+			d.errorf(v, o.field("period"), "is not used by concurrency limits; a request holds its slot until it ends or its lease expires (lease)")
+		}
+		if !hasLease {
+			d.errorf(o.node, o.field("lease"), "is required for a concurrency limit: the longest a request holds its slot, e.g. 30s")
+		} else if s, ok := d.str(leaseNode, o.field("lease")); ok {
+			if p, err := ParsePeriod(s); err != nil {
+				d.errorf(leaseNode, o.field("lease"), "%v", err)
+			} else {
+				l.Lease = p
+			}
+		}
+	} else if hasLease {
+		d.errorf(leaseNode, o.field("lease"), "applies only to concurrency limits; %s ignores it", l.Algorithm)
+	}
+	if v, ok := o.get("period"); ok && l.Algorithm != sluice.Concurrency {
 		s, ok := d.str(v, o.field("period"))
 		if ok {
 			p, err := ParsePeriod(s)
@@ -746,7 +763,7 @@ func (d *decoder) limitAt(o *object, inherit sluice.Algorithm, readAlg bool) (sl
 				l.Period = p
 			}
 		}
-	} else {
+	} else if l.Algorithm != sluice.Concurrency {
 		d.errorf(o.node, o.field("period"), "is required")
 	}
 	if v, ok := o.get("burst"); ok {
@@ -762,6 +779,9 @@ func (d *decoder) limitAt(o *object, inherit sluice.Algorithm, readAlg bool) (sl
 	}
 	if err := l.Validate(); err != nil {
 		n := rateNode
+		if l.Algorithm == sluice.Concurrency && leaseNode != nil {
+			n = leaseNode
+		}
 		if n == nil {
 			n = o.node
 		}
