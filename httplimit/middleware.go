@@ -259,8 +259,51 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			m.cfg.Limited(w, r, res)
 			return
 		}
+		if res.holdsLease() {
+			defer m.release(r, res)
+		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// holdsLease reports whether a decision of res took a lease (a Concurrency limit).
+func (res *Result) holdsLease() bool {
+	for i := range res.Decisions {
+		if res.Decisions[i].Lease != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// releaseTimeout bounds the store calls that release a request's leases. A lease not
+// released expires by its TTL.
+const releaseTimeout = 2 * time.Second
+
+// release gives back the leases res took, once next has returned or panicked. It runs
+// even when the client has gone away (the request's context is done by then).
+func (m *Middleware) release(r *http.Request, res *Result) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), releaseTimeout)
+	defer cancel()
+	for i := range res.Decisions {
+		d := &res.Decisions[i]
+		if d.Lease == "" {
+			continue
+		}
+		held, err := m.cfg.Limiter.Release(ctx, d.Key, d.Limit, d.Lease)
+		if m.cfg.Logger == nil {
+			continue
+		}
+		switch {
+		case err != nil:
+			m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "rate limit lease not released; it expires by its TTL",
+				slog.String("policy", d.Policy), slog.String("key", d.Key), slog.Duration("lease_ttl", d.Limit.Lease),
+				slog.String("error", err.Error()))
+		case !held:
+			m.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "rate limit lease had expired before the request ended",
+				slog.String("policy", d.Policy), slog.String("key", d.Key), slog.Duration("lease_ttl", d.Limit.Lease))
+		}
+	}
 }
 
 // advertised returns the decisions the headers describe: all of them with
