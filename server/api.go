@@ -108,6 +108,11 @@ type LimitStatus struct {
 	Rate      int64  `json:"rate,omitempty"`
 	Period    string `json:"period,omitempty"`
 	Burst     int64  `json:"burst,omitempty"`
+	// LeaseTTL is a concurrency limit's lease TTL, and Lease the lease an allowed check
+	// took: give it to POST /v1/release when the work is done (else it expires after
+	// LeaseTTL).
+	LeaseTTL string `json:"lease_ttl,omitempty"`
+	Lease    string `json:"lease,omitempty"`
 
 	Remaining    int64 `json:"remaining"`
 	ResetAfterMs int64 `json:"reset_after_ms"`
@@ -115,6 +120,28 @@ type LimitStatus struct {
 	// DecidedBy is "store", or the failure mode that decided while the store was away
 	// ("open", "closed", "local").
 	DecidedBy string `json:"decided_by,omitempty"`
+}
+
+// ReleaseRequest is the body of POST /v1/release: the policy and identity a check named
+// (with its tier, and method and path when a route's concurrency limit applied), and the
+// lease its answer carried.
+type ReleaseRequest struct {
+	Policy string `json:"policy"`
+	Key    string `json:"key"`
+	Tier   string `json:"tier,omitempty"`
+	Method string `json:"method,omitempty"`
+	Path   string `json:"path,omitempty"`
+	Host   string `json:"host,omitempty"`
+	Lease  string `json:"lease"`
+}
+
+// ReleaseResponse is the answer of /v1/release. Released is false for a lease that had
+// expired, was released already or was never given: harmless, and answered 200 all the
+// same.
+type ReleaseResponse struct {
+	Released bool `json:"released"`
+	// Limit names the limit whose lease was released.
+	Limit string `json:"limit,omitempty"`
 }
 
 // ResetResponse is the answer of /v1/reset: the limits whose state was forgotten.
@@ -132,6 +159,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/peek", s.handleCheck(apiPeek, true))
 	mux.HandleFunc("GET /v1/peek", s.handlePeekQuery)
 	mux.HandleFunc("POST /v1/reset", s.admin(s.handleReset))
+	mux.HandleFunc("POST /v1/release", s.handleRelease)
 	mux.HandleFunc("GET /v1/config", s.admin(s.handleConfig))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusOK, "ok")
@@ -358,6 +386,9 @@ func limitStatus(it *item) LimitStatus {
 			l = it.Decision.Limit
 		}
 		ls.Algorithm, ls.Rate, ls.Period, ls.Burst = l.Algorithm.String(), l.Rate, l.Period.String(), l.Burst
+		if l.Algorithm == sluice.Concurrency {
+			ls.Period, ls.LeaseTTL = "", l.Lease.String()
+		}
 	case config.Blocked:
 		ls.Algorithm, ls.Period = sluice.FixedWindow.String(), it.Decision.Limit.Period.String()
 	}
@@ -366,6 +397,7 @@ func limitStatus(it *item) LimitStatus {
 		ls.ResetAfterMs = ceilMillis(it.Decision.ResetAfter)
 		ls.RetryAfterMs = ceilMillis(it.Decision.RetryAfter)
 		ls.DecidedBy = it.Decision.Path.String()
+		ls.Lease = it.Decision.Lease
 	}
 	return ls
 }
@@ -662,6 +694,56 @@ func (s *Server) serveReset(w http.ResponseWriter, r *http.Request) string {
 	}
 	s.log.LogAttrs(ctx, slog.LevelInfo, "limits reset", slog.Any("limits", resp.Reset),
 		slog.String("policy", req.Policy), slog.String("domain", req.Domain))
+	writeJSON(w, http.StatusOK, resp)
+	return "ok"
+}
+
+func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	code := s.serveRelease(w, r)
+	s.metrics.observe(apiRelease, code, time.Since(start))
+}
+
+// serveRelease releases a lease of the concurrency limits of the policy, identity, tier
+// and route named, as a check of the same request decided them.
+func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) string {
+	var req ReleaseRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || dec.More() {
+		return s.writeError(w, r, badRequest("malformed JSON body: want {\"policy\", \"key\", \"lease\"}"))
+	}
+	if req.Policy == "" {
+		return s.writeError(w, r, badRequest("a release names the policy (and key) whose check took the lease"))
+	}
+	if _, err := sluice.ParseLease(req.Lease); err != nil {
+		return s.writeError(w, r, badRequest("%v", err))
+	}
+	cfg := s.config()
+	items, _, err := s.items(cfg, &CheckRequest{Policy: req.Policy, Key: req.Key, Tier: req.Tier, Method: req.Method, Path: req.Path, Host: req.Host})
+	if err != nil {
+		return s.writeError(w, r, err)
+	}
+	resp := ReleaseResponse{}
+	found := false
+	for i := range items {
+		it := &items[i]
+		if it.status != config.Limited || it.Limit.Algorithm != sluice.Concurrency {
+			continue
+		}
+		found = true
+		held, err := s.limiter.Release(r.Context(), it.Key, it.Limit, req.Lease)
+		if err != nil {
+			return s.writeError(w, r, err)
+		}
+		if held {
+			resp = ReleaseResponse{Released: true, Limit: it.name}
+			break
+		}
+	}
+	if !found {
+		return s.writeError(w, r, badRequest("policy %q holds no concurrency limit for this request: nothing to release", req.Policy))
+	}
 	writeJSON(w, http.StatusOK, resp)
 	return "ok"
 }
