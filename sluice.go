@@ -387,6 +387,9 @@ type Decision struct {
 	// held has expired, and RetryAfter the time until the oldest lease expires: an upper
 	// bound, since a holder may release sooner.
 	Lease string
+	// Reservation identifies the reservation an allowed request with a SettleTTL made:
+	// give it to Limiter.Settle with the actual cost. "" otherwise.
+	Reservation string
 }
 
 // Limiter decides whether events fit under limits. It is the contract every store and
@@ -426,6 +429,18 @@ type Limiter interface {
 	// Concurrency limit (else ErrInvalidLimit) and lease a Decision's (else
 	// ErrInvalidLease); a release error from a store failure leaves the lease to expire.
 	Release(ctx context.Context, key string, limit Limit, lease string) (bool, error)
+	// Settle settles the reservation a Decision under limit made (Decision.Reservation,
+	// from a Request with a SettleTTL) at the actual cost: the difference from the
+	// estimate is given back when the cost is lower and charged when it is higher, never
+	// past the state's bounds (a charge stops where the state is empty, and may deny the
+	// next requests). It returns a look (cost 0) at the key afterwards.
+	//
+	// GCRA, TokenBucket, LeakyBucket, FixedWindow and SlidingWindow limits settle;
+	// SlidingLog and Concurrency do not (ErrInvalidLimit). A negative cost is an error
+	// wrapping ErrInvalidCost; a reservation that was never made, or whose SettleTTL has
+	// passed (it then stands at its estimate), ErrUnknownReservation; a second settlement
+	// of one reservation ErrSettled. Those change nothing.
+	Settle(ctx context.Context, key string, limit Limit, reservation string, cost int64) (Decision, error)
 }
 
 // Request is one limit of a decision: who (Key), under which Limit, at what cost (N),
@@ -445,7 +460,15 @@ type Request struct {
 	// Failure says how the limit is decided when the store cannot decide it. The zero
 	// value takes the failover decorator's default.
 	Failure Failure
+	// SettleTTL, when positive, makes N an estimate: an allowed decision spends N and
+	// records a reservation (Decision.Reservation) that Limiter.Settle settles at the
+	// actual cost within SettleTTL; one not settled by then stands at N. Only the
+	// algorithms that can settle take it (see Limiter.Settle); at most MaxSettleTTL.
+	SettleTTL time.Duration
 }
+
+// MaxSettleTTL is the longest a reservation waits for its settlement.
+const MaxSettleTTL = 24 * time.Hour
 
 // Report is what the layers of a Limiter learned while deciding one call, returned with
 // its decisions. The zero Report means the store was not asked and nothing failed.
@@ -500,7 +523,11 @@ func CheckRequests(reqs []Request, ds []Decision) error {
 	}
 	for i := range reqs {
 		r := &reqs[i]
-		if err := CheckRequest(r.Key, r.Limit, r.N); err != nil {
+		err := CheckRequest(r.Key, r.Limit, r.N)
+		if err == nil {
+			err = CheckSettleTTL(r.Limit, r.SettleTTL)
+		}
+		if err != nil {
 			if len(reqs) == 1 {
 				return err
 			}
@@ -508,6 +535,41 @@ func CheckRequests(reqs []Request, ds []Decision) error {
 		}
 	}
 	return nil
+}
+
+// CheckSettleTTL reports whether a request under limit may carry SettleTTL ttl.
+func CheckSettleTTL(limit Limit, ttl time.Duration) error {
+	switch {
+	case ttl == 0:
+		return nil
+	case ttl < 0 || ttl > MaxSettleTTL:
+		return fmt.Errorf("%w: settle TTL must be in (0, %v], got %v", ErrInvalidLimit, MaxSettleTTL, ttl)
+	case limit.Algorithm == SlidingLog || limit.Algorithm == Concurrency:
+		return fmt.Errorf("%w: %v cannot settle a cost after the fact; use gcra, token_bucket, leaky_bucket, fixed_window or sliding_window", ErrInvalidLimit, limit.Algorithm)
+	}
+	return nil
+}
+
+// CheckSettle validates a settlement the way every store does, and returns the
+// reservation's id.
+func CheckSettle(key string, limit Limit, reservation string, cost int64) (uint64, error) {
+	if err := CheckKey(key); err != nil {
+		return 0, err
+	}
+	if err := limit.Validate(); err != nil {
+		return 0, err
+	}
+	if err := CheckSettleTTL(limit, time.Second); err != nil {
+		return 0, err
+	}
+	if cost < 0 {
+		return 0, fmt.Errorf("%w: a settled cost must not be negative, got %d", ErrInvalidCost, cost)
+	}
+	id, err := strconv.ParseUint(reservation, 36, 64)
+	if err != nil || id == 0 || id > MaxLeaseID || len(reservation) > 11 {
+		return 0, fmt.Errorf("%w: %.40q is not a reservation id", ErrUnknownReservation, reservation)
+	}
+	return id, nil
 }
 
 // MaxKeyLen is the longest key a store accepts.
@@ -550,7 +612,7 @@ func CheckKey(key string) error {
 func IsBadInput(err error) bool {
 	return errors.Is(err, ErrInvalidLimit) || errors.Is(err, ErrInvalidCost) ||
 		errors.Is(err, ErrCostExceedsLimit) || errors.Is(err, ErrInvalidKey) ||
-		errors.Is(err, ErrInvalidLease)
+		errors.Is(err, ErrInvalidLease) || errors.Is(err, ErrUnknownReservation) || errors.Is(err, ErrSettled)
 }
 
 // CheckRelease validates a release the way every store does: a valid key, a Concurrency
@@ -595,6 +657,11 @@ var (
 	ErrInvalidKey = errors.New("sluice: invalid key")
 	// ErrInvalidLease: a lease id that no store gives out (see ParseLease).
 	ErrInvalidLease = errors.New("sluice: invalid lease")
+	// ErrUnknownReservation: a settlement of a reservation the store does not hold: never
+	// made, or past its SettleTTL (it then stands at its estimate).
+	ErrUnknownReservation = errors.New("sluice: unknown reservation")
+	// ErrSettled: a second settlement of one reservation.
+	ErrSettled = errors.New("sluice: reservation already settled")
 	// ErrStoreUnavailable: the store could not decide and the policy fails closed. HTTP
 	// front ends answer 503, not 429.
 	ErrStoreUnavailable = errors.New("sluice: store unavailable")

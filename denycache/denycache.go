@@ -395,6 +395,16 @@ func (c *Cache) Release(ctx context.Context, key string, limit sluice.Limit, lea
 	return c.inner.Release(ctx, key, limit, lease)
 }
 
+// Settle implements sluice.Limiter: the inner limiter settles, and the key's denial
+// under the limit is forgotten, since a refund may have given units back.
+func (c *Cache) Settle(ctx context.Context, key string, limit sluice.Limit, reservation string, cost int64) (sluice.Decision, error) {
+	sh := c.shard(key)
+	sh.forget(slot{key, limit})
+	d, err := c.inner.Settle(ctx, key, limit, reservation, cost)
+	sh.forget(slot{key, limit}) // a denial decided while the settlement was under way predates it
+	return d, err
+}
+
 // forget removes k's entry and counts a Reset.
 func (sh *shard) forget(k slot) {
 	sh.mu.Lock()

@@ -329,6 +329,40 @@ func (l *Limiter) Release(ctx context.Context, key string, limit sluice.Limit, l
 	return a.v, a.err
 }
 
+// Settle implements sluice.Limiter: it settles in the store (within the deadline, through
+// the breaker) and, when the store holds no such reservation, in the local limiter, which
+// made it if a FailLocal decision did (under the default share). A store failure returns
+// an error wrapping sluice.ErrStoreUnavailable; the reservation then stands at its
+// estimate.
+func (l *Limiter) Settle(ctx context.Context, key string, limit sluice.Limit, reservation string, cost int64) (sluice.Decision, error) {
+	if _, err := sluice.CheckSettle(key, limit, reservation, cost); err != nil {
+		return sluice.Decision{}, err
+	}
+	a := call(l, ctx, false, settleArgs{l.primary, key, limit, reservation, cost}, settle)
+	if l.local != nil && (a.failed || errors.Is(a.err, sluice.ErrUnknownReservation)) {
+		if d, err := l.local.Settle(ctx, key, ShareOf(limit, l.def.Share), reservation, cost); err == nil {
+			d.Path = sluice.PathLocal
+			return d, nil
+		}
+	}
+	if a.failed {
+		return sluice.Decision{}, unavailable(a.err)
+	}
+	return a.v, a.err
+}
+
+type settleArgs struct {
+	store       sluice.Limiter
+	key         string
+	limit       sluice.Limit
+	reservation string
+	cost        int64
+}
+
+func settle(ctx context.Context, a settleArgs) (sluice.Decision, error) {
+	return a.store.Settle(ctx, a.key, a.limit, a.reservation, a.cost)
+}
+
 type releaseArgs struct {
 	store sluice.Limiter
 	key   string

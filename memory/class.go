@@ -73,7 +73,7 @@ func newClass(st *Store, l sluice.Limit, id int, gone *atomic.Bool) class {
 		}
 		return newGCRAClass(st, p, id, gone)
 	case sluice.SlidingWindow:
-		return newGen(st, p, id, gone, ops[algo.State]{
+		return windowClass{newGen(st, p, id, gone, ops[algo.State]{
 			decide: func(s *algo.State, now int64, p algo.Params, n int64, commit bool) algo.Result {
 				ns, r := algo.SlidingWindow(*s, now, p, n)
 				if commit {
@@ -82,7 +82,7 @@ func newClass(st *Store, l sluice.Limit, id int, gone *atomic.Bool) class {
 				return r
 			},
 			expires: func(s *algo.State, p algo.Params) int64 { return algo.ExpiresAt(*s, p) },
-		})
+		})}
 	case sluice.SlidingLog:
 		return newGen(st, p, id, gone, ops[*algo.Log]{
 			decide: func(s **algo.Log, now int64, p algo.Params, n int64, commit bool) algo.Result {
@@ -306,4 +306,27 @@ func release(c class, key string, h uint64, now int64, id uint64) bool {
 		return false
 	}
 	return algo.Release(sh.t.slots[i].s, now, id)
+}
+
+// windowClass is SlidingWindow's class: gen with the updater settlements use.
+type windowClass struct{ *gen[algo.State] }
+
+func (w windowClass) params() algo.Params { return w.p }
+
+// update implements updater with the shard lock held.
+func (w windowClass) update(key string, h uint64, now int64, f func(algo.State, int64) (algo.State, bool)) {
+	g := w.gen
+	sh := &g.shards[g.shardIndex(h)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	tag := uint32(h >> 32)
+	if i := sh.t.find(key, h, tag); i >= 0 {
+		if next, write := f(sh.t.slots[i].s, now); write {
+			sh.t.slots[i].s = next
+		}
+		return
+	}
+	if next, write := f(algo.State{}, now); write && !g.gone.Load() {
+		g.add(sh, key, h, tag, next, now)
+	}
 }

@@ -87,6 +87,7 @@ type Store struct {
 	nextID  int
 	keys    atomic.Int64
 	sweptAt atomic.Int64 // the latest time any sweep deleted state as of
+	res     reservations
 	closed  atomic.Bool
 	stop    chan struct{}
 	stopped chan struct{}
@@ -379,7 +380,7 @@ func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, lea
 // shards, and spent only if every one fits. The memory store never fails, so the Report
 // says only that the store was asked.
 func (s *Store) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
-	if len(reqs) == 1 {
+	if len(reqs) == 1 && reqs[0].SettleTTL == 0 {
 		if len(ds) == 0 {
 			return sluice.Report{}, sluice.CheckRequests(reqs, ds)
 		}
@@ -416,7 +417,13 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 	}]int, len(reqs))
 	for i, r := range reqs {
 		ref, err := s.check(r.Key, r.Limit, r.N)
+		if err == nil {
+			err = sluice.CheckSettleTTL(r.Limit, r.SettleTTL)
+		}
 		if err != nil {
+			if len(reqs) == 1 {
+				return err
+			}
 			return fmt.Errorf("request %d: %w", i, err)
 		}
 		k := struct {
@@ -486,6 +493,9 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 		if reqs[i].N > 0 {
 			r := it.r.c.decideLocked(reqs[i].Key, it.h, now, reqs[i].N, true)
 			out[i] = r.Decision(reqs[i].Limit)
+			if reqs[i].SettleTTL > 0 {
+				out[i].Reservation = s.res.record(&reqs[i], now, r)
+			}
 		}
 	}
 	return nil // the deferred unlock, then evictOver
@@ -500,6 +510,7 @@ func (s *Store) sweepLoop() {
 		case <-s.stop:
 			return
 		case <-t.C:
+			s.res.sweep(s.now())
 			for _, r := range *s.list.Load() {
 				now := s.now()
 				s.sweepTime(now)

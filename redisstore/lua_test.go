@@ -94,6 +94,8 @@ func TestLuaFilesNameTheirGoFunction(t *testing.T) {
 		"refund_log.lua":           "Mirrors algo.RefundSlidingLog",
 		"concurrency.lua":          "Mirrors algo.Concurrency",
 		"release.lua":              "Mirrors algo.Release",
+		"charge.lua":               "Mirrors algo.ChargeGCRA",
+		"settle.lua":               "Mirrors algo.Settle",
 		"refund.lua":               "Store.allowAcrossSlots",
 	}
 	files, err := luaFiles.ReadDir("lua")

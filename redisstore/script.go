@@ -247,7 +247,7 @@ func (s *Store) scriptNow() string {
 func (s *Store) loadScripts(ctx context.Context, client rueidis.Client) error {
 	var first error
 	for addr, node := range client.Nodes() {
-		for _, sc := range append([]script{decideScript, releaseScript}, decideScripts[:]...) {
+		for _, sc := range append([]script{decideScript, releaseScript, settleScript}, decideScripts[:]...) {
 			sha, err := node.Do(ctx, node.B().ScriptLoad().Script(sc.body).Build()).ToString()
 			if err == nil && sha != sc.sha {
 				err = errorf("SCRIPT LOAD on %s returned %s, want %s", addr, sha, sc.sha)

@@ -36,7 +36,9 @@ type slotCall struct {
 // the decision script per slot, all concurrently; if any slot denied or failed, the slots
 // that spent are refunded (see "Decisions across cluster slots" in the package doc).
 // Decide has validated reqs.
-func (s *Store) allowAcrossSlots(ctx context.Context, reqs []sluice.Request) ([]sluice.Decision, error) {
+//
+// ats, when not nil, receives each request's instant: its slot call's now.
+func (s *Store) allowAcrossSlots(ctx context.Context, reqs []sluice.Request, ats []int64) ([]sluice.Decision, error) {
 	cn, err := s.connected()
 	if err != nil {
 		return nil, err
@@ -84,6 +86,9 @@ func (s *Store) allowAcrossSlots(ctx context.Context, reqs []sluice.Request) ([]
 		for _, c := range calls {
 			for j, i := range c.idx {
 				out[i] = c.res[j].Decision(reqs[i].Limit)
+				if ats != nil {
+					ats[i] = c.at
+				}
 			}
 		}
 		return out, nil

@@ -605,7 +605,7 @@ func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n in
 // are decided all or nothing too, by the protocol in "Decisions across cluster slots"
 // (Store.allowAcrossSlots). Errors of Redis come classified (sluice.KindOf).
 func (s *Store) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
-	if len(reqs) == 1 && len(ds) > 0 {
+	if len(reqs) == 1 && len(ds) > 0 && reqs[0].SettleTTL == 0 {
 		r := &reqs[0]
 		start := time.Now()
 		d, err := s.AllowN(ctx, r.Key, r.Limit, r.N)
@@ -641,7 +641,7 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 	}
 	seen := make(map[ident]int, len(reqs))
 	items := make([]item, len(reqs))
-	first, cross := uint16(0), false
+	first, cross, settled := uint16(0), false, false
 	if cn.cluster {
 		first = idSlot(reqs[0].Key)
 	}
@@ -653,9 +653,13 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 		seen[id] = i
 		items[i] = s.newItem(r.Key, r.Limit, r.N)
 		cross = cross || cn.cluster && idSlot(r.Key) != first
+		settled = settled || r.SettleTTL > 0 && r.N > 0
+	}
+	if settled {
+		return s.decideSettled(ctx, cn, reqs, out, cross)
 	}
 	if cross {
-		ds, err := s.allowAcrossSlots(ctx, reqs)
+		ds, err := s.allowAcrossSlots(ctx, reqs, nil)
 		if err != nil {
 			return err
 		}

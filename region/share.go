@@ -93,6 +93,14 @@ func (s *Share) Release(ctx context.Context, key string, limit sluice.Limit, lea
 	return s.inner.Release(ctx, key, s.Limit(limit), lease)
 }
 
+// Settle implements sluice.Limiter under the scaled limit, where the reservation was made.
+func (s *Share) Settle(ctx context.Context, key string, limit sluice.Limit, reservation string, cost int64) (sluice.Decision, error) {
+	if err := limit.Validate(); err != nil {
+		return sluice.Decision{}, err
+	}
+	return s.inner.Settle(ctx, key, s.Limit(limit), reservation, cost)
+}
+
 // Reserve implements sluice.Limiter under the scaled limit.
 func (s *Share) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
 	if err := limit.Validate(); err != nil {

@@ -1,0 +1,176 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
+)
+
+// settleLimits are the limits the settlement tests run: every algorithm that settles, at
+// 100 per minute (bucket depth 100), and a bucket whose Rate does not divide its Period
+// (time in sevenths of a µs).
+func settleLimits() []sluice.Limit {
+	var ls []sluice.Limit
+	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket, sluice.FixedWindow, sluice.SlidingWindow} {
+		ls = append(ls, sluice.Limit{Algorithm: a, Rate: 100, Period: time.Minute})
+	}
+	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket} {
+		ls = append(ls, sluice.Limit{Algorithm: a, Rate: 7, Period: time.Second, Burst: 100})
+	}
+	return ls
+}
+
+// TestSettleExact: settlements against an exact model, in the memory store and in Redis,
+// on one clock under the test's control. The model is a second key on which the actual
+// cost was spent at the reservation's instant, with everything else the same; after the
+// settlement both keys must give identical decisions. Over-estimates are refunded and
+// under-estimates charged, at the reservation's instant and later while the key is under
+// load (its bucket not full, or the same window); a charge beyond what the state can
+// hold leaves it empty, as a full spend does, and denies the next request; a reservation
+// never settled stands at its estimate and its settlement, after the TTL, is an error.
+func TestSettleExact(t *testing.T) {
+	t.Parallel()
+	clock, mem, red := pairedStores(t)
+	ctx := context.Background()
+	stores := map[string]sluice.Limiter{"memory": mem, "redis": red}
+	type scenario struct {
+		name        string
+		pre, est, c int64         // spent on both keys, reserved, actual
+		elapse      time.Duration // between the reservation and the settlement
+		modelCost   int64         // what the model key spends instead of the reservation
+		unsettled   bool          // never settled: the TTL passes instead
+		deniedAfter bool          // the next request of 1 is denied
+	}
+	scenarios := []scenario{
+		{name: "over-estimate at once", pre: 40, est: 30, c: 10, modelCost: 10},
+		{name: "exact estimate", pre: 40, est: 30, c: 30, modelCost: 30},
+		{name: "under-estimate at once", pre: 40, est: 30, c: 50, modelCost: 50},
+		{name: "over-estimate under load", pre: 80, est: 15, c: 5, elapse: 3 * time.Second, modelCost: 5},
+		{name: "under-estimate under load", pre: 60, est: 10, c: 30, elapse: 3 * time.Second, modelCost: 30},
+		{name: "zero actual cost", pre: 50, est: 20, c: 0, elapse: time.Second, modelCost: 0},
+		{name: "overrun past empty", pre: 80, est: 10, c: 5000, modelCost: 100 - 80, deniedAfter: true},
+		{name: "never settled", pre: 40, est: 30, modelCost: 30, unsettled: true, elapse: 2 * time.Second},
+	}
+	for si, sc := range scenarios {
+		for li, l := range settleLimits() {
+			for name, st := range stores {
+				clock.SetMicros(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).Add(time.Duration(si*100+li) * time.Hour).UnixMicro())
+				key := fmt.Sprintf("settle:%d:%d:%s", si, li, name)
+				model := key + ":model"
+				desc := fmt.Sprintf("%s, %s, %v", sc.name, name, l)
+				pre := min(sc.pre, l.MaxCost())
+				for _, k := range []string{key, model} {
+					if d, err := sluice.AllowN(ctx, st, k, l, pre); err != nil || !d.Allowed {
+						t.Fatalf("%s: pre-spend %d: %+v, %v", desc, pre, d, err)
+					}
+				}
+				var d [1]sluice.Decision
+				ttl := time.Minute
+				if sc.unsettled {
+					ttl = time.Second
+				}
+				if _, err := st.Decide(ctx, []sluice.Request{{Key: key, Limit: l, N: sc.est, SettleTTL: ttl}}, d[:]); err != nil || !d[0].Allowed || d[0].Reservation == "" {
+					t.Fatalf("%s: reservation: %+v, %v", desc, d[0], err)
+				}
+				if sc.modelCost > 0 {
+					if md, err := sluice.AllowN(ctx, st, model, l, sc.modelCost); err != nil || !md.Allowed {
+						t.Fatalf("%s: model spend %d: %+v, %v", desc, sc.modelCost, md, err)
+					}
+				}
+				clock.Advance(sc.elapse)
+				var got sluice.Decision
+				var err error
+				if sc.unsettled {
+					got, err = st.Settle(ctx, key, l, d[0].Reservation, 1)
+					if !errors.Is(err, sluice.ErrUnknownReservation) {
+						t.Fatalf("%s: settlement after the TTL: %v, want ErrUnknownReservation", desc, err)
+					}
+					got, _ = sluice.AllowN(ctx, st, key, l, 0)
+				} else if got, err = st.Settle(ctx, key, l, d[0].Reservation, sc.c); err != nil {
+					t.Fatalf("%s: settle: %v", desc, err)
+				}
+				want, _ := sluice.AllowN(ctx, st, model, l, 0)
+				if got != want {
+					t.Errorf("%s: after settling\n got %+v\nwant %+v (the model)", desc, got, want)
+				}
+				if nd, _ := sluice.AllowN(ctx, st, key, l, 1); nd.Allowed == sc.deniedAfter {
+					t.Errorf("%s: next request allowed %v, want %v", desc, nd.Allowed, !sc.deniedAfter)
+				}
+			}
+		}
+	}
+}
+
+// TestSettleBadInput: a negative cost, an unknown reservation, a second settlement, a
+// malformed id, and settlements or SettleTTLs on algorithms that cannot settle are each a
+// clear error that changes nothing, in both stores.
+func TestSettleBadInput(t *testing.T) {
+	t.Parallel()
+	clock, mem, red := pairedStores(t)
+	_ = clock
+	ctx := context.Background()
+	l := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: time.Hour}
+	for name, st := range map[string]sluice.Limiter{"memory": mem, "redis": red} {
+		var d [1]sluice.Decision
+		if _, err := st.Decide(ctx, []sluice.Request{{Key: "bad", Limit: l, N: 4, SettleTTL: time.Minute}}, d[:]); err != nil || d[0].Reservation == "" {
+			t.Fatalf("%s: reservation %+v, %v", name, d[0], err)
+		}
+		look := func() sluice.Decision {
+			x, err := sluice.AllowN(ctx, st, "bad", l, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return x
+		}
+		before := look()
+		for _, c := range []struct {
+			what  string
+			limit sluice.Limit
+			id    string
+			cost  int64
+			want  error
+		}{
+			{"negative cost", l, d[0].Reservation, -1, sluice.ErrInvalidCost},
+			{"unknown reservation", l, sluice.FormatLease(424242), 1, sluice.ErrUnknownReservation},
+			{"malformed reservation", l, "no such thing", 1, sluice.ErrUnknownReservation},
+			{"another limit", sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 11, Period: time.Hour}, d[0].Reservation, 1, sluice.ErrUnknownReservation},
+			{"sliding log", sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 10, Period: time.Hour}, d[0].Reservation, 1, sluice.ErrInvalidLimit},
+			{"concurrency", sluice.InFlight(3, time.Second), d[0].Reservation, 1, sluice.ErrInvalidLimit},
+		} {
+			if _, err := st.Settle(ctx, "bad", c.limit, c.id, c.cost); !errors.Is(err, c.want) {
+				t.Errorf("%s: %s: %v, want %v", name, c.what, err, c.want)
+			}
+			if after := look(); after != before {
+				t.Errorf("%s: %s changed the state: %+v, was %+v", name, c.what, after, before)
+			}
+		}
+		settled, err := st.Settle(ctx, "bad", l, d[0].Reservation, 1)
+		if err != nil || settled.Remaining != 9 {
+			t.Fatalf("%s: settlement: %+v, %v; want 9 remaining", name, settled, err)
+		}
+		if _, err := st.Settle(ctx, "bad", l, d[0].Reservation, 0); !errors.Is(err, sluice.ErrSettled) {
+			t.Errorf("%s: second settlement: %v, want ErrSettled", name, err)
+		}
+		if after := look(); after != settled {
+			t.Errorf("%s: second settlement changed the state: %+v, was %+v", name, after, settled)
+		}
+		for _, bad := range []sluice.Request{
+			{Key: "log", Limit: sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 10, Period: time.Hour}, N: 1, SettleTTL: time.Minute},
+			{Key: "ttl", Limit: l, N: 1, SettleTTL: -time.Second},
+		} {
+			if _, err := st.Decide(ctx, []sluice.Request{bad}, d[:]); !errors.Is(err, sluice.ErrInvalidLimit) {
+				t.Errorf("%s: request %+v: %v, want ErrInvalidLimit", name, bad, err)
+			}
+			if x, _ := sluice.AllowN(ctx, st, bad.Key, bad.Limit, 0); x.Remaining != 10 {
+				t.Errorf("%s: a refused request spent: %+v", name, x)
+			}
+		}
+	}
+}
+
+var _ = clocktest.New
