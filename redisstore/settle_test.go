@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // settleLimits are the limits the settlement tests run: every algorithm that settles, at
@@ -174,3 +177,126 @@ func TestSettleBadInput(t *testing.T) {
 }
 
 var _ = clocktest.New
+
+// TestDifferentialSettle feeds the Go settlement (algo.Settle on the state the memory store
+// would keep under the limit's own algorithm) and the settlement script the same
+// decisions, reservations and settlements with the same clock, and demands identical
+// results and states: per algorithm that settles 3,000 operations over three keys and the
+// limits of TestDifferentialMemory, and 1,000 at the edges of TestDifferentialExtremes,
+// with actual costs from 0 to twice the largest, settlements soon or long after, past the
+// reservation's TTL too, and the clock's steps from TestDifferentialMemory, backwards ones
+// included.
+func TestDifferentialSettle(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	clock := newTestClock()
+	red := open(t, srv.URL(), WithClock(clock.Now), WithMinTTL(24*time.Hour))
+	ctx := context.Background()
+	const ttl = 6 * time.Hour
+	type pending struct {
+		req sluice.Request
+		id  string
+		rec algo.Reserved
+	}
+	lane := func(t *testing.T, a sluice.Algorithm, limits []sluice.Limit, ops int, move func(*rand.Rand)) {
+		rng := rand.New(rand.NewPCG(uint64(a), uint64(len(limits))))
+		models := map[string]*refundModel{}
+		model := func(r sluice.Request) *refundModel {
+			k := r.Key + "|" + r.Limit.String()
+			if models[k] == nil {
+				models[k] = &refundModel{p: algo.ParamsOf(r.Limit)}
+			}
+			return models[k]
+		}
+		var open []pending
+		settled := 0
+		for i := 0; i < ops; i++ {
+			move(rng)
+			now := clock.Micros()
+			if len(open) > 0 && rng.IntN(3) == 0 {
+				k := rng.IntN(len(open))
+				pd := open[k]
+				open = append(open[:k], open[k+1:]...)
+				m := model(pd.req)
+				c := rng.Int64N(2*pd.req.Limit.MaxCost() + 1)
+				got, err := red.Settle(ctx, pd.req.Key, pd.req.Limit, pd.id, c)
+				if now >= pd.rec.At+ttl.Microseconds() {
+					if !errors.Is(err, sluice.ErrUnknownReservation) {
+						t.Fatalf("op %d: settlement past the TTL: %v", i, err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("op %d: settle: %v", i, err)
+				}
+				before := m.s
+				m.s = algo.Settle(m.s, now, m.p, pd.rec, c)
+				if before == (algo.State{}) && c <= pd.rec.N {
+					m.s = before // a refund creates no key
+				}
+				look := *m
+				if want := look.decide(now, 0).Decision(pd.req.Limit); got != want {
+					t.Fatalf("op %d: settle %v est %d (at %d, full %d) actual %d at %d: redis %+v, Go %+v",
+						i, pd.req.Limit, pd.rec.N, pd.rec.At, pd.rec.FullAt, c, now, got, want)
+				}
+				v, _ := srv.Do("GET", red.Key(pd.req.Key, pd.req.Limit))
+				if st := decodeState(v); st != m.s {
+					t.Fatalf("op %d: state %+v in Redis, %+v in Go", i, st, m.s)
+				}
+				settled++
+				continue
+			}
+			lim := limits[rng.IntN(len(limits))]
+			r := sluice.Request{Key: fmt.Sprintf("settle:%v:%d:%d", a, len(limits), rng.IntN(3)), Limit: lim,
+				N: min([]int64{0, 1, 2, lim.MaxCost() / 3, lim.MaxCost()}[rng.IntN(5)], lim.MaxCost())}
+			if rng.IntN(2) == 0 {
+				r.SettleTTL = ttl
+			}
+			want := model(r).decide(now, r.N)
+			var d [1]sluice.Decision
+			if _, err := red.Decide(ctx, []sluice.Request{r}, d[:]); err != nil {
+				t.Fatal(err)
+			}
+			got := d[0]
+			if (got.Reservation != "") != (r.SettleTTL > 0 && r.N > 0 && got.Allowed) {
+				t.Fatalf("op %d: reservation %q for %+v", i, got.Reservation, r)
+			}
+			id := got.Reservation
+			got.Reservation = ""
+			if got != want.Decision(r.Limit) {
+				t.Fatalf("op %d: %v n=%d at %d: redis %+v, Go %+v", i, r.Limit, r.N, now, got, want)
+			}
+			if id != "" {
+				open = append(open, pending{r, id, algo.ReservedOf(algo.ParamsOf(r.Limit), r.N, now, want)})
+			}
+		}
+		if settled < ops/20 {
+			t.Fatalf("only %d settlements", settled)
+		}
+	}
+	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket, sluice.FixedWindow, sluice.SlidingWindow} {
+		t.Run(a.String(), func(t *testing.T) {
+			limits := limitsFor(a)
+			lane(t, a, limits, 3000, func(rng *rand.Rand) { step(rng, clock, limits) })
+		})
+		t.Run(a.String()+"/extremes", func(t *testing.T) {
+			limits := extremeLimits(a)
+			start := clock.Micros()
+			lane(t, a, limits, 1000, func(rng *rand.Rand) {
+				now := clock.Micros()
+				switch p := rng.IntN(10); {
+				case p < 4:
+				case p < 7:
+					clock.SetMicros(now + rng.Int64N(2048))
+				case p < 8:
+					clock.SetMicros(now - rng.Int64N(1<<20))
+				default:
+					clock.SetMicros(now + rng.Int64N(int64(time.Hour/time.Microsecond)))
+				}
+				if clock.Micros() > start+int64(sluice.MaxPeriod/time.Microsecond) {
+					clock.SetMicros(start)
+				}
+			})
+		})
+	}
+}
