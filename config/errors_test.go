@@ -75,6 +75,31 @@ func TestValidationErrors(t *testing.T) {
 			},
 		},
 		{
+			name: "settle without ttl, on a sliding log, estimate without settle",
+			files: map[string]string{"policies.yaml": `policies:
+  - name: a
+    algorithm: sliding_log
+    rate: 5
+    period: 1s
+    settle: {estimate: 3}
+  - name: b
+    rate: 5
+    period: 1s
+    routes:
+      "POST /x": {rate: 2, period: 1s, estimate: 4}
+  - name: c
+    rate: 5
+    period: 1s
+    settle: {ttl: 1m, cost_header: "bad header"}
+`},
+			want: []string{
+				"policies.yaml:6:13: policies[0].settle.ttl: is required: how long a reservation waits for its actual cost, e.g. 5m",
+				"policies.yaml:6:13: policies[0].settle: settles costs, which sliding_log cannot (gcra, token_bucket, leaky_bucket, fixed_window and sliding_window can)",
+				"policies.yaml:11:50: policies[1].routes[\"POST /x\"].estimate: needs the policy's settle block (its costs are not estimates otherwise)",
+				"policies.yaml:15:36: policies[2].settle.cost_header: must be an HTTP header name, got \"bad header\"",
+			},
+		},
+		{
 			name: "concurrency lease out of range",
 			files: map[string]string{"policies.yaml": `policies:
   - name: a
@@ -92,7 +117,7 @@ func TestValidationErrors(t *testing.T) {
     perod: 1s
 `},
 			want: []string{
-				"policies.yaml:4:5: policies[0].perod: unknown field (known fields: name, algorithm, rate, period, burst, lease, key, shadow, failure_mode, local_share, expected_nodes, tier_header, default_tier, tiers, identity_tiers, routes, overrides)",
+				"policies.yaml:4:5: policies[0].perod: unknown field (known fields: name, algorithm, rate, period, burst, lease, key, shadow, failure_mode, local_share, expected_nodes, tier_header, default_tier, tiers, identity_tiers, routes, overrides, settle)",
 				"policies.yaml:2:5: policies[0].period: is required",
 			},
 		},
