@@ -16,6 +16,7 @@ const (
 	apiPeek    = "peek"
 	apiReset   = "reset"
 	apiRelease = "release"
+	apiSettle  = "settle"
 )
 
 // metrics are the server's own Prometheus metrics. Decisions, store latency and store
@@ -91,7 +92,7 @@ func newMetrics(reg prometheus.Registerer, w *config.Watcher) (*metrics, error) 
 		}
 	}
 	m.byAPI = map[string]*apiMetrics{}
-	for _, api := range []string{apiGRPC, apiCheck, apiPeek, apiReset, apiRelease} {
+	for _, api := range []string{apiGRPC, apiCheck, apiPeek, apiReset, apiRelease, apiSettle} {
 		am := &apiMetrics{codes: map[string]prometheus.Counter{}, duration: m.duration.WithLabelValues(api)}
 		for _, code := range []string{"ok", "over_limit", "invalid", "unavailable", "error"} {
 			am.codes[code] = m.requests.WithLabelValues(api, code)
