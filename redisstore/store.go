@@ -37,6 +37,13 @@
 // creates a key; on an existing key it writes only what the algorithm changed (a window
 // algorithm moving to a new window), as the memory store keeps it.
 //
+// A Concurrency limit's key ("<prefix>{<identity>}:concurrency:<rate>:<lease µs>:0") is a
+// sorted set of the lease ids held, scored by expiry (lua/concurrency.lua), whose TTL is
+// its last lease's expiry. A reservation of a request with a SettleTTL is a string beside
+// its limiter key, "<limiter key>:res:<id>" (the same hash tag, so the same slot): the
+// estimate, the decision's instant, the instant its state was empty again and the
+// reservation's expiry, as doubles, kept for the SettleTTL; once settled it holds "s".
+//
 // # Coalescing
 //
 // Concurrent decisions are coalesced: while a script call is in flight, decisions arriving

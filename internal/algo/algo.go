@@ -7,6 +7,10 @@
 // naming the function here that it mirrors). A differential test holds the two to identical
 // results.
 //
+// Beside them: the Concurrency limit's leases (lease.go), the refunds of spends that must
+// not stand (refund.go), and the settlement of estimated costs (settle.go), each mirrored
+// in Lua and held to the Go by a differential test too.
+//
 // # Rules every function follows
 //
 //   - Time is integer microseconds since the Unix epoch, at least 1 (the stores count
