@@ -340,9 +340,13 @@ func (l *Limiter) Settle(ctx context.Context, key string, limit sluice.Limit, re
 	}
 	a := call(l, ctx, false, settleArgs{l.primary, key, limit, reservation, cost}, settle)
 	if l.local != nil && (a.failed || errors.Is(a.err, sluice.ErrUnknownReservation)) {
-		if d, err := l.local.Settle(ctx, key, ShareOf(limit, l.def.Share), reservation, cost); err == nil {
+		d, err := l.local.Settle(ctx, key, ShareOf(limit, l.def.Share), reservation, cost)
+		switch {
+		case err == nil:
 			d.Path = sluice.PathLocal
 			return d, nil
+		case !errors.Is(err, sluice.ErrUnknownReservation):
+			return sluice.Decision{}, err // the local limiter's, settled already
 		}
 	}
 	if a.failed {
