@@ -26,7 +26,9 @@
 // FixedWindow key (or a bucket key whose Rate does not divide Period) a 32-byte slot at
 // 56–80%; a SlidingWindow key a 40-byte slot at 60–80%; plus, for each, the key's own bytes,
 // which the store shares with the caller's string rather than copying. SlidingLog keys hold
-// one 8-byte timestamp per unit admitted in the window.
+// one 8-byte timestamp per unit admitted in the window; Concurrency keys one 16-byte lease
+// per request in flight, under the shard lock. Reservations of costs to settle
+// (sluice.Request.SettleTTL) are kept in one map until their TTL passes.
 //
 // # Memory bound
 //
