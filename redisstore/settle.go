@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
 )
@@ -74,13 +76,16 @@ func (s *Store) decideSettled(ctx context.Context, cn *conn, reqs []sluice.Reque
 	if len(ids) == 0 {
 		return nil
 	}
+	// The records expire with their reservations on the script's clock (settle.lua); Redis
+	// drops them after the TTL in its own time. One round trip for all of them.
 	c := cn.client
-	for k, i := range ids {
-		// The record expires with the reservation on the script's clock (settle.lua); Redis
-		// drops it after the TTL in its own time.
-		ms := max(ttls[k].Milliseconds(), 1)
-		if err := c.Do(ctx, c.B().Set().Key(keys[k]).Value(vals[k]).PxMilliseconds(ms).Build()).Error(); err != nil {
-			out[i].Reservation = ""
+	cmds := make(rueidis.Commands, len(ids))
+	for k := range ids {
+		cmds[k] = c.B().Set().Key(keys[k]).Value(vals[k]).PxMilliseconds(max(ttls[k].Milliseconds(), 1)).Build()
+	}
+	for k, res := range c.DoMulti(ctx, cmds...) {
+		if err := res.Error(); err != nil {
+			out[ids[k]].Reservation = ""
 			s.logger.Warn("redisstore: a reservation's record was not written; its estimate stands", "error", err)
 		}
 	}

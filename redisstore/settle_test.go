@@ -300,3 +300,37 @@ func TestDifferentialSettle(t *testing.T) {
 		})
 	}
 }
+
+// TestSettleAcrossSlots: on a Redis Cluster, a request whose estimated limits live in two
+// slots reserves in both (all or nothing), and each reservation settles in its own slot.
+func TestSettleAcrossSlots(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t)
+	clock := newTestClock()
+	s := open(t, clusterURL(cl), WithClock(clock.Now))
+	a, b := "org:a", "org:b"
+	for i := 0; idSlot(a) == idSlot(b); i++ {
+		b = fmt.Sprintf("org:b%d", i)
+	}
+	ctx := context.Background()
+	l := sluice.Limit{Algorithm: sluice.SlidingWindow, Rate: 100, Period: time.Hour}
+	reqs := []sluice.Request{{Key: a, Limit: l, N: 40, SettleTTL: time.Minute}, {Key: b, Limit: l, N: 40, SettleTTL: time.Minute}}
+	ds, err := sluice.AllowMulti(ctx, s, reqs)
+	if err != nil || !ds[0].Allowed || !ds[1].Allowed || ds[0].Reservation == "" || ds[1].Reservation == "" {
+		t.Fatalf("reservations across slots: %+v, %v", ds, err)
+	}
+	for i, c := range []int64{10, 70} {
+		d, err := s.Settle(ctx, reqs[i].Key, l, ds[i].Reservation, c)
+		if err != nil || d.Remaining != 100-c {
+			t.Fatalf("settle %s at %d: %+v, %v; want %d remaining", reqs[i].Key, c, d, err, 100-c)
+		}
+	}
+	// b has 30 left: a request of 40 on both is denied, reserves nothing and spends nothing.
+	ds, err = sluice.AllowMulti(ctx, s, reqs)
+	if err != nil || ds[0].Allowed || ds[0].Reservation != "" || ds[1].Reservation != "" {
+		t.Fatalf("denied across slots: %+v, %v", ds, err)
+	}
+	if d, _ := sluice.AllowN(ctx, s, a, l, 0); d.Remaining != 90 {
+		t.Fatalf("a after the denial: %+v, want 90 remaining", d)
+	}
+}
