@@ -181,8 +181,8 @@ var _ = clocktest.New
 // TestDifferentialSettle feeds the Go settlement (algo.Settle on the state the memory store
 // would keep under the limit's own algorithm) and the settlement script the same
 // decisions, reservations and settlements with the same clock, and demands identical
-// results and states: per algorithm that settles 3,000 operations over three keys and the
-// limits of TestDifferentialMemory, and 1,000 at the edges of TestDifferentialExtremes,
+// results and states: per algorithm that settles 2,000 operations over three keys and the
+// limits of TestDifferentialMemory, and 600 at the edges of TestDifferentialExtremes,
 // with actual costs from 0 to twice the largest, settlements soon or long after, past the
 // reservation's TTL too, and the clock's steps from TestDifferentialMemory, backwards ones
 // included.
@@ -277,12 +277,12 @@ func TestDifferentialSettle(t *testing.T) {
 	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket, sluice.FixedWindow, sluice.SlidingWindow} {
 		t.Run(a.String(), func(t *testing.T) {
 			limits := limitsFor(a)
-			lane(t, a, limits, 3000, func(rng *rand.Rand) { step(rng, clock, limits) })
+			lane(t, a, limits, 2000, func(rng *rand.Rand) { step(rng, clock, limits) })
 		})
 		t.Run(a.String()+"/extremes", func(t *testing.T) {
 			limits := extremeLimits(a)
 			start := clock.Micros()
-			lane(t, a, limits, 1000, func(rng *rand.Rand) {
+			lane(t, a, limits, 600, func(rng *rand.Rand) {
 				now := clock.Micros()
 				switch p := rng.IntN(10); {
 				case p < 4:
