@@ -243,11 +243,12 @@ func (s *Store) scriptNow() string {
 
 // loadScripts loads the decision script on every node (every primary of a cluster), so
 // that the first decisions find it cached. Failures are returned but harmless: EVALSHA
-// heals a missing script.
+// heals a missing script. The release and settlement scripts are left to that: loading
+// them too would delay the first decisions, which queue behind the loads.
 func (s *Store) loadScripts(ctx context.Context, client rueidis.Client) error {
 	var first error
 	for addr, node := range client.Nodes() {
-		for _, sc := range append([]script{decideScript, releaseScript, settleScript}, decideScripts[:]...) {
+		for _, sc := range append([]script{decideScript}, decideScripts[:]...) {
 			sha, err := node.Do(ctx, node.B().ScriptLoad().Script(sc.body).Build()).ToString()
 			if err == nil && sha != sc.sha {
 				err = errorf("SCRIPT LOAD on %s returned %s, want %s", addr, sha, sc.sha)
