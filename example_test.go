@@ -41,3 +41,44 @@ func ExampleCheckRequest() {
 	// Output:
 	// true
 }
+
+// At most 2 requests of a client in flight: each admitted request holds a lease until it
+// releases it (or until the lease's 30s have passed).
+func ExampleInFlight() {
+	ctx := context.Background()
+	store := memory.New()
+	defer store.Close()
+	limit := sluice.InFlight(2, 30*time.Second)
+	a, _ := sluice.Allow(ctx, store, "client-7", limit)
+	b, _ := sluice.Allow(ctx, store, "client-7", limit)
+	c, _ := sluice.Allow(ctx, store, "client-7", limit)
+	fmt.Println(a.Allowed, b.Allowed, c.Allowed, c.RetryAfter <= 30*time.Second)
+	held, _ := store.Release(ctx, "client-7", limit, a.Lease)
+	again, _ := store.Release(ctx, "client-7", limit, a.Lease)
+	d, _ := sluice.Allow(ctx, store, "client-7", limit)
+	fmt.Println(held, again, d.Allowed)
+	// Output:
+	// true true false true
+	// true false true
+}
+
+// A cost known only when the work is done: spend an estimate now, settle the actual cost
+// later. The over-estimate comes back; an under-estimate is charged.
+func ExampleLimiter_settle() {
+	ctx := context.Background()
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	store := memory.New(memory.WithClock(func() time.Time { return now }))
+	defer store.Close()
+	tokens := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 1000, Period: time.Minute}
+	d := make([]sluice.Decision, 1)
+	store.Decide(ctx, []sluice.Request{{Key: "user:42", Limit: tokens, N: 300, SettleTTL: time.Minute}}, d)
+	fmt.Println(d[0].Allowed, d[0].Remaining)
+	after, _ := store.Settle(ctx, "user:42", tokens, d[0].Reservation, 120)
+	fmt.Println(after.Remaining)
+	_, err := store.Settle(ctx, "user:42", tokens, d[0].Reservation, 120)
+	fmt.Println(errors.Is(err, sluice.ErrSettled))
+	// Output:
+	// true 700
+	// 880
+	// true
+}

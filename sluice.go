@@ -36,6 +36,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -73,6 +74,11 @@ const (
 	SlidingWindow
 	// SlidingLog keeps the timestamps of admitted events (at most Rate of them) and is exact.
 	SlidingLog
+	// Concurrency limits requests in flight rather than a rate: at most Rate requests of a
+	// key hold a lease at once. Each admitted request takes one lease (Decision.Lease),
+	// held until Limiter.Release or until Limit.Lease has passed, whichever is first, so a
+	// holder that crashes frees its slot by itself. Period and Burst are not used.
+	Concurrency
 
 	numAlgorithms
 )
@@ -84,9 +90,11 @@ var algorithmNames = [numAlgorithms]string{
 	FixedWindow:   "fixed_window",
 	SlidingWindow: "sliding_window",
 	SlidingLog:    "sliding_log",
+	Concurrency:   "concurrency",
 }
 
-// Algorithms lists every algorithm, in declaration order.
+// Algorithms lists the six rate algorithms, in declaration order. Concurrency, which
+// limits requests in flight rather than a rate, is not among them.
 func Algorithms() []Algorithm {
 	return []Algorithm{GCRA, TokenBucket, LeakyBucket, FixedWindow, SlidingWindow, SlidingLog}
 }
@@ -99,7 +107,8 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("algorithm(%d)", uint8(a))
 }
 
-// Valid reports whether a names one of the six algorithms.
+// Valid reports whether a names one of the algorithms (the six rate algorithms or
+// Concurrency).
 func (a Algorithm) Valid() bool { return a < numAlgorithms }
 
 // ParseAlgorithm parses an algorithm name as printed by String. It also accepts hyphens for
@@ -137,13 +146,28 @@ func (a *Algorithm) UnmarshalText(b []byte) error {
 // Burst is the bucket depth for GCRA, TokenBucket and LeakyBucket: how many units may pass at
 // once after a quiet spell. Zero means Rate. The window algorithms ignore Burst.
 //
+// A Concurrency limit allows Rate requests in flight, each holding its lease for at most
+// Lease (see InFlight); Period and Burst must be zero. The other algorithms ignore Lease,
+// which must be zero for them.
+//
 // The zero Limit is invalid (Rate 0); use PerSecond and friends or fill every field.
 type Limit struct {
 	Algorithm Algorithm
 	Rate      int64
 	Period    time.Duration
 	Burst     int64
+	Lease     time.Duration
 }
+
+// InFlight returns a Concurrency limit: at most n requests in flight, each lease expiring
+// after lease unless released sooner.
+func InFlight(n int64, lease time.Duration) Limit {
+	return Limit{Algorithm: Concurrency, Rate: n, Lease: lease}
+}
+
+// MaxLease is the longest Lease a Concurrency limit may have: a day. A lease is a bound
+// on a request's lifetime, not a quota period.
+const MaxLease = 24 * time.Hour
 
 // PerSecond returns a GCRA limit of rate events per second with burst rate.
 func PerSecond(rate int64) Limit { return Limit{Algorithm: GCRA, Rate: rate, Period: time.Second} }
@@ -181,9 +205,14 @@ const MaxLogRate = 1 << 20
 // Validate reports whether l can be decided. The error wraps ErrInvalidLimit and names the
 // offending field.
 func (l Limit) Validate() error {
+	if l.Algorithm == Concurrency {
+		return l.validateConcurrency()
+	}
 	switch {
 	case !l.Algorithm.Valid():
 		return fmt.Errorf("%w: unknown algorithm %d", ErrInvalidLimit, uint8(l.Algorithm))
+	case l.Lease != 0:
+		return fmt.Errorf("%w: lease is for concurrency limits only; %v has lease %v", ErrInvalidLimit, l.Algorithm, l.Lease)
 	case l.Rate <= 0:
 		return fmt.Errorf("%w: rate must be positive, got %d", ErrInvalidLimit, l.Rate)
 	case l.Rate > MaxRate:
@@ -219,6 +248,26 @@ func (l Limit) Validate() error {
 	return nil
 }
 
+func (l Limit) validateConcurrency() error {
+	switch {
+	case l.Rate <= 0:
+		return fmt.Errorf("%w: concurrency must be positive, got %d", ErrInvalidLimit, l.Rate)
+	case l.Rate > MaxLogRate:
+		return fmt.Errorf("%w: concurrency keeps one lease per request; %d exceeds its maximum %d", ErrInvalidLimit, l.Rate, int64(MaxLogRate))
+	case l.Lease <= 0:
+		return fmt.Errorf("%w: a concurrency limit needs a lease TTL (lease), got %v", ErrInvalidLimit, l.Lease)
+	case l.Lease < time.Millisecond:
+		return fmt.Errorf("%w: lease must be at least 1ms, got %v", ErrInvalidLimit, l.Lease)
+	case l.Lease > MaxLease:
+		return fmt.Errorf("%w: lease %v exceeds the maximum %v", ErrInvalidLimit, l.Lease, MaxLease)
+	case l.Period != 0:
+		return fmt.Errorf("%w: a concurrency limit has no period (got %v); its lease bounds each request", ErrInvalidLimit, l.Period)
+	case l.Burst != 0:
+		return fmt.Errorf("%w: a concurrency limit has no burst, got %d", ErrInvalidLimit, l.Burst)
+	}
+	return nil
+}
+
 // EffectiveBurst is the bucket depth the bucket algorithms use: Burst, or Rate when Burst is 0.
 // For the window algorithms it is Rate.
 func (l Limit) EffectiveBurst() int64 {
@@ -232,17 +281,26 @@ func (l Limit) EffectiveBurst() int64 {
 }
 
 // MaxCost is the largest cost the limit can ever allow in one call: the burst for the bucket
-// algorithms, Rate for the window algorithms.
-func (l Limit) MaxCost() int64 { return l.EffectiveBurst() }
+// algorithms, Rate for the window algorithms, 1 for Concurrency (a request holds one
+// lease, whatever else it costs).
+func (l Limit) MaxCost() int64 {
+	if l.Algorithm == Concurrency {
+		return 1
+	}
+	return l.EffectiveBurst()
+}
 
 // FillTime is the time an empty state takes to allow MaxCost again: for the bucket
 // algorithms EffectiveBurst·Period/Rate, rounded up to a whole microsecond; for the
-// window algorithms Period. It is 0 for a limit that fails Validate.
+// window algorithms Period; for Concurrency Lease (the longest a slot stays taken). It
+// is 0 for a limit that fails Validate.
 func (l Limit) FillTime() time.Duration {
-	if l.Rate <= 0 || l.Period <= 0 {
+	if l.Rate <= 0 || l.Period <= 0 && l.Algorithm != Concurrency {
 		return 0
 	}
 	switch l.Algorithm {
+	case Concurrency:
+		return l.Lease
 	case GCRA, TokenBucket, LeakyBucket:
 		hi, lo := bits.Mul64(uint64(l.EffectiveBurst()), uint64(l.Period.Microseconds()))
 		if hi >= uint64(l.Rate) {
@@ -257,8 +315,12 @@ func (l Limit) FillTime() time.Duration {
 	return l.Period
 }
 
-// String formats l as "10/1s gcra burst 20".
+// String formats l as "10/1s gcra burst 20", or a Concurrency limit as "10 concurrency
+// lease 30s".
 func (l Limit) String() string {
+	if l.Algorithm == Concurrency {
+		return fmt.Sprintf("%d %v lease %v", l.Rate, l.Algorithm, l.Lease)
+	}
 	s := fmt.Sprintf("%d/%v %v", l.Rate, l.Period, l.Algorithm)
 	if l.Burst > 0 {
 		s += fmt.Sprintf(" burst %d", l.Burst)
@@ -317,6 +379,17 @@ type Decision struct {
 	// Path says how the decision was reached: by the store, by a failure mode, or from a
 	// denial the store made earlier (PathCache).
 	Path Path
+	// Lease identifies the lease an allowed request of cost 1 took under a Concurrency
+	// limit; give it to Limiter.Release when the request is done. "" otherwise, and for a
+	// decision of a failure mode that consulted no state (PathOpen).
+	//
+	// For Concurrency, Remaining is the free slots, ResetAfter the time until every lease
+	// held has expired, and RetryAfter the time until the oldest lease expires: an upper
+	// bound, since a holder may release sooner.
+	Lease string
+	// Reservation identifies the reservation an allowed request with a SettleTTL made:
+	// give it to Limiter.Settle with the actual cost. "" otherwise.
+	Reservation string
 }
 
 // Limiter decides whether events fit under limits. It is the contract every store and
@@ -349,6 +422,25 @@ type Limiter interface {
 	Reserve(ctx context.Context, key string, limit Limit, n int64) (Reservation, error)
 	// Reset forgets key's state under limit.
 	Reset(ctx context.Context, key string, limit Limit) error
+	// Release gives back the lease a Decision under a Concurrency limit took
+	// (Decision.Lease), freeing its slot at once. It reports whether the lease was held:
+	// false, and no error, for a lease that has expired, was released already or was
+	// never taken (a release is harmless, and may be repeated). limit must be a
+	// Concurrency limit (else ErrInvalidLimit) and lease a Decision's (else
+	// ErrInvalidLease); a release error from a store failure leaves the lease to expire.
+	Release(ctx context.Context, key string, limit Limit, lease string) (bool, error)
+	// Settle settles the reservation a Decision under limit made (Decision.Reservation,
+	// from a Request with a SettleTTL) at the actual cost: the difference from the
+	// estimate is given back when the cost is lower and charged when it is higher, never
+	// past the state's bounds (a charge stops where the state is empty, and may deny the
+	// next requests). It returns a look (cost 0) at the key afterwards.
+	//
+	// GCRA, TokenBucket, LeakyBucket, FixedWindow and SlidingWindow limits settle;
+	// SlidingLog and Concurrency do not (ErrInvalidLimit). A negative cost is an error
+	// wrapping ErrInvalidCost; a reservation that was never made, or whose SettleTTL has
+	// passed (it then stands at its estimate), ErrUnknownReservation; a second settlement
+	// of one reservation ErrSettled. Those change nothing.
+	Settle(ctx context.Context, key string, limit Limit, reservation string, cost int64) (Decision, error)
 }
 
 // Request is one limit of a decision: who (Key), under which Limit, at what cost (N),
@@ -368,7 +460,15 @@ type Request struct {
 	// Failure says how the limit is decided when the store cannot decide it. The zero
 	// value takes the failover decorator's default.
 	Failure Failure
+	// SettleTTL, when positive, makes N an estimate: an allowed decision spends N and
+	// records a reservation (Decision.Reservation) that Limiter.Settle settles at the
+	// actual cost within SettleTTL; one not settled by then stands at N. Only the
+	// algorithms that can settle take it (see Limiter.Settle); at most MaxSettleTTL.
+	SettleTTL time.Duration
 }
+
+// MaxSettleTTL is the longest a reservation waits for its settlement.
+const MaxSettleTTL = 24 * time.Hour
 
 // Report is what the layers of a Limiter learned while deciding one call, returned with
 // its decisions. The zero Report means the store was not asked and nothing failed.
@@ -423,7 +523,11 @@ func CheckRequests(reqs []Request, ds []Decision) error {
 	}
 	for i := range reqs {
 		r := &reqs[i]
-		if err := CheckRequest(r.Key, r.Limit, r.N); err != nil {
+		err := CheckRequest(r.Key, r.Limit, r.N)
+		if err == nil {
+			err = CheckSettleTTL(r.Limit, r.SettleTTL)
+		}
+		if err != nil {
 			if len(reqs) == 1 {
 				return err
 			}
@@ -431,6 +535,41 @@ func CheckRequests(reqs []Request, ds []Decision) error {
 		}
 	}
 	return nil
+}
+
+// CheckSettleTTL reports whether a request under limit may carry SettleTTL ttl.
+func CheckSettleTTL(limit Limit, ttl time.Duration) error {
+	switch {
+	case ttl == 0:
+		return nil
+	case ttl < 0 || ttl > MaxSettleTTL:
+		return fmt.Errorf("%w: settle TTL must be in (0, %v], got %v", ErrInvalidLimit, MaxSettleTTL, ttl)
+	case limit.Algorithm == SlidingLog || limit.Algorithm == Concurrency:
+		return fmt.Errorf("%w: %v cannot settle a cost after the fact; use gcra, token_bucket, leaky_bucket, fixed_window or sliding_window", ErrInvalidLimit, limit.Algorithm)
+	}
+	return nil
+}
+
+// CheckSettle validates a settlement the way every store does, and returns the
+// reservation's id.
+func CheckSettle(key string, limit Limit, reservation string, cost int64) (uint64, error) {
+	if err := CheckKey(key); err != nil {
+		return 0, err
+	}
+	if err := limit.Validate(); err != nil {
+		return 0, err
+	}
+	if err := CheckSettleTTL(limit, time.Second); err != nil {
+		return 0, err
+	}
+	if cost < 0 {
+		return 0, fmt.Errorf("%w: a settled cost must not be negative, got %d", ErrInvalidCost, cost)
+	}
+	id, err := strconv.ParseUint(reservation, 36, 64)
+	if err != nil || id == 0 || id > MaxLeaseID || len(reservation) > 11 {
+		return 0, fmt.Errorf("%w: %.40q is not a reservation id", ErrUnknownReservation, reservation)
+	}
+	return id, nil
 }
 
 // MaxKeyLen is the longest key a store accepts.
@@ -446,6 +585,9 @@ func CheckRequest(key string, limit Limit, n int64) error {
 	}
 	if n < 0 {
 		return fmt.Errorf("%w: cost must not be negative, got %d", ErrInvalidCost, n)
+	}
+	if n > 1 && limit.Algorithm == Concurrency {
+		return fmt.Errorf("%w: a request takes one lease of %v; cost must be 0 or 1, got %d", ErrInvalidCost, limit, n)
 	}
 	if n > limit.MaxCost() {
 		return fmt.Errorf("%w: cost %d exceeds the %d that %v can ever allow", ErrCostExceedsLimit, n, limit.MaxCost(), limit)
@@ -469,7 +611,38 @@ func CheckKey(key string) error {
 // than a failure of the store. Bad input is never failed open.
 func IsBadInput(err error) bool {
 	return errors.Is(err, ErrInvalidLimit) || errors.Is(err, ErrInvalidCost) ||
-		errors.Is(err, ErrCostExceedsLimit) || errors.Is(err, ErrInvalidKey)
+		errors.Is(err, ErrCostExceedsLimit) || errors.Is(err, ErrInvalidKey) ||
+		errors.Is(err, ErrInvalidLease) || errors.Is(err, ErrUnknownReservation) || errors.Is(err, ErrSettled)
+}
+
+// CheckRelease validates a release the way every store does: a valid key, a Concurrency
+// limit, and a lease of the form stores give (ParseLease).
+func CheckRelease(key string, limit Limit, lease string) (uint64, error) {
+	if err := CheckKey(key); err != nil {
+		return 0, err
+	}
+	if err := limit.Validate(); err != nil {
+		return 0, err
+	}
+	if limit.Algorithm != Concurrency {
+		return 0, fmt.Errorf("%w: only a concurrency limit holds leases; %v does not", ErrInvalidLimit, limit)
+	}
+	return ParseLease(lease)
+}
+
+// MaxLeaseID bounds lease ids: they are below 2^53, so that Redis's Lua holds them exactly.
+const MaxLeaseID = 1<<53 - 1
+
+// FormatLease is the text of lease id id, as Decision.Lease carries it.
+func FormatLease(id uint64) string { return strconv.FormatUint(id, 36) }
+
+// ParseLease reads a lease id as FormatLease writes it. The error wraps ErrInvalidLease.
+func ParseLease(s string) (uint64, error) {
+	id, err := strconv.ParseUint(s, 36, 64)
+	if err != nil || id == 0 || id > MaxLeaseID || len(s) > 11 {
+		return 0, fmt.Errorf("%w: %.40q is not a lease id", ErrInvalidLease, s)
+	}
+	return id, nil
 }
 
 // Sentinel errors. Stores wrap them with %w and detail.
@@ -482,6 +655,13 @@ var (
 	ErrCostExceedsLimit = errors.New("sluice: cost exceeds limit")
 	// ErrInvalidKey: an empty key or one longer than MaxKeyLen.
 	ErrInvalidKey = errors.New("sluice: invalid key")
+	// ErrInvalidLease: a lease id that no store gives out (see ParseLease).
+	ErrInvalidLease = errors.New("sluice: invalid lease")
+	// ErrUnknownReservation: a settlement of a reservation the store does not hold: never
+	// made, or past its SettleTTL (it then stands at its estimate).
+	ErrUnknownReservation = errors.New("sluice: unknown reservation")
+	// ErrSettled: a second settlement of one reservation.
+	ErrSettled = errors.New("sluice: reservation already settled")
 	// ErrStoreUnavailable: the store could not decide and the policy fails closed. HTTP
 	// front ends answer 503, not 429.
 	ErrStoreUnavailable = errors.New("sluice: store unavailable")

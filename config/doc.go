@@ -35,7 +35,7 @@
 //	admin:    {token_env, token_file}          # where the admin token is; never the token
 //	identity: {trusted_proxies, client_ip_header, ipv6_prefix, api_key_secret_env}
 //	policies:
-//	  - name, algorithm, rate, period, burst, key, shadow,
+//	  - name, algorithm, rate, period, burst, lease, key, shadow,
 //	    failure_mode, local_share | expected_nodes,
 //	    tier_header, default_tier, tiers: {name: limit}, identity_tiers: {identity: tier},
 //	    routes: {pattern: limit}, overrides: {identity: limit}

@@ -15,14 +15,19 @@ func (c *Config) Dump() ([]byte, error) {
 	type limitView struct {
 		Algorithm string `json:"algorithm"`
 		Rate      int64  `json:"rate"`
-		Period    string `json:"period"`
+		Period    string `json:"period,omitempty"`
 		Burst     int64  `json:"burst,omitempty"`
+		Lease     string `json:"lease,omitempty"`
 	}
 	lv := func(l sluice.Limit) *limitView {
 		if l.Rate == 0 {
 			return nil
 		}
-		return &limitView{l.Algorithm.String(), l.Rate, l.Period.String(), l.Burst}
+		v := &limitView{Algorithm: l.Algorithm.String(), Rate: l.Rate, Period: l.Period.String(), Burst: l.Burst}
+		if l.Algorithm == sluice.Concurrency {
+			v.Period, v.Lease = "", l.Lease.String()
+		}
+		return v
 	}
 	type named struct {
 		Name  string     `json:"name"`

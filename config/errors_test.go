@@ -48,6 +48,68 @@ func TestValidationErrors(t *testing.T) {
 			want: []string{"policies.yaml:3:11: policies[0].rate: must be positive, got 0"},
 		},
 		{
+			name: "concurrency without lease TTL",
+			files: map[string]string{"policies.yaml": `policies:
+  - name: a
+    algorithm: concurrency
+    rate: 5
+`},
+			want: []string{"policies.yaml:2:5: policies[0].lease: is required for a concurrency limit: the longest a request holds its slot, e.g. 30s"},
+		},
+		{
+			name: "concurrency with a period, and a lease of another algorithm",
+			files: map[string]string{"policies.yaml": `policies:
+  - name: a
+    algorithm: concurrency
+    rate: 5
+    period: 1s
+    lease: 30s
+  - name: b
+    rate: 5
+    period: 1s
+    lease: 30s
+`},
+			want: []string{
+				"policies.yaml:5:13: policies[0].period: is not used by concurrency limits; a request holds its slot until it ends or its lease expires (lease)",
+				"policies.yaml:10:12: policies[1].lease: applies only to concurrency limits; gcra ignores it",
+			},
+		},
+		{
+			name: "settle without ttl, on a sliding log, estimate without settle",
+			files: map[string]string{"policies.yaml": `policies:
+  - name: a
+    algorithm: sliding_log
+    rate: 5
+    period: 1s
+    settle: {estimate: 3}
+  - name: b
+    rate: 5
+    period: 1s
+    routes:
+      "POST /x": {rate: 2, period: 1s, estimate: 4}
+  - name: c
+    rate: 5
+    period: 1s
+    settle: {ttl: 1m, cost_header: "bad header"}
+`},
+			want: []string{
+				"policies.yaml:6:13: policies[0].settle.ttl: is required: how long a reservation waits for its actual cost, e.g. 5m",
+				"policies.yaml:6:13: policies[0].settle: settles costs, which sliding_log cannot (gcra, token_bucket, leaky_bucket, fixed_window and sliding_window can)",
+				"policies.yaml:11:50: policies[1].routes[\"POST /x\"].estimate: needs the policy's settle block (its costs are not estimates otherwise)",
+				"policies.yaml:15:36: policies[2].settle.cost_header: must be an HTTP header name, got \"bad header\"",
+			},
+		},
+		{
+			name: "concurrency lease out of range",
+			files: map[string]string{"policies.yaml": `policies:
+  - name: a
+    algorithm: concurrency
+    rate: 5
+    lease: 48h
+`},
+			want: []string{"policies.yaml:5:12: policies[0]: sluice: invalid limit: lease 48h0m0s exceeds the maximum 24h0m0s"},
+		},
+		{
 			name: "unknown field (typo)",
 			files: map[string]string{"policies.yaml": `policies:
   - name: a
@@ -55,7 +117,7 @@ func TestValidationErrors(t *testing.T) {
     perod: 1s
 `},
 			want: []string{
-				"policies.yaml:4:5: policies[0].perod: unknown field (known fields: name, algorithm, rate, period, burst, key, shadow, failure_mode, local_share, expected_nodes, tier_header, default_tier, tiers, identity_tiers, routes, overrides)",
+				"policies.yaml:4:5: policies[0].perod: unknown field (known fields: name, algorithm, rate, period, burst, lease, key, shadow, failure_mode, local_share, expected_nodes, tier_header, default_tier, tiers, identity_tiers, routes, overrides, settle)",
 				"policies.yaml:2:5: policies[0].period: is required",
 			},
 		},

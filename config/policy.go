@@ -7,6 +7,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -58,6 +59,8 @@ type Policy struct {
 	// IdentityTiers map identities to their tier (identity_tiers), ahead of TierHeader:
 	// a tier that comes from who the client is, not from what the request says.
 	IdentityTiers []IdentityTier
+	// Settle, when set, makes the policy's costs estimates settled later.
+	Settle *Settle
 	// Pos is where the policy starts.
 	Pos Position
 
@@ -83,7 +86,33 @@ type Tier struct {
 type Route struct {
 	Pattern string
 	Limit   sluice.Limit
+	// Estimate is the route's fixed estimate of a request's cost (estimate: in the file)
+	// when its policy settles costs (Policy.Settle); 0 means the policy's.
+	Estimate int64
 }
+
+// Settle makes a policy's costs estimates, settled when the actual cost is known (the
+// settle: block of a policy): a request spends its estimate at once and holds a
+// reservation for up to TTL, which `sluice proxy` settles at the cost the upstream
+// reports, and the JSON API at the cost POST /v1/settle names.
+type Settle struct {
+	// TTL is how long a reservation waits for its actual cost; after it, the estimate
+	// stands. Required.
+	TTL time.Duration
+	// EstimateHeader is the request header holding the estimate (default X-Cost-Estimate).
+	EstimateHeader string
+	// CostHeader is the upstream's response header or trailer holding the actual cost
+	// (default X-Cost).
+	CostHeader string
+	// Estimate is the estimate of a request without EstimateHeader (default 1).
+	Estimate int64
+}
+
+// Default header names of Settle.
+const (
+	DefaultEstimateHeader = "X-Cost-Estimate"
+	DefaultCostHeader     = "X-Cost"
+)
 
 // Override is a limit for one identity, replacing the tier and policy limits. For an
 // api_key policy the identity is the hashed key as the keys package prints it, so raw
@@ -505,12 +534,12 @@ func parsePrefix(s string) (netip.Prefix, error) {
 }
 
 var policyFields = []string{
-	"name", "algorithm", "rate", "period", "burst", "key", "shadow",
+	"name", "algorithm", "rate", "period", "burst", "lease", "key", "shadow",
 	"failure_mode", "local_share", "expected_nodes",
-	"tier_header", "default_tier", "tiers", "identity_tiers", "routes", "overrides",
+	"tier_header", "default_tier", "tiers", "identity_tiers", "routes", "overrides", "settle",
 }
 
-var limitFields = []string{"algorithm", "rate", "period", "burst"}
+var limitFields = []string{"algorithm", "rate", "period", "burst", "lease"}
 
 func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 	o := d.object(n, path, policyFields...)
@@ -533,7 +562,7 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 		alg = d.algorithm(v, o.field("algorithm"))
 	}
 	hasRate, hasPeriod := o.has("rate"), o.has("period")
-	if hasRate || hasPeriod || o.has("burst") || !o.has("tiers") {
+	if hasRate || hasPeriod || o.has("burst") || o.has("lease") || !o.has("tiers") {
 		p.Limit, _ = d.limitAt(o, alg, false)
 	}
 
@@ -599,17 +628,29 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 				d.errorf(kv.key, rf, "%v", err)
 				continue
 			}
-			to := d.object(kv.val, rf, limitFields...)
+			to := d.object(kv.val, rf, append(limitFields, "estimate")...)
 			if to == nil {
 				continue
 			}
+			var est int64
+			if v, ok := to.get("estimate"); ok {
+				est, _ = d.integer(v, to.field("estimate"), 1, sluice.MaxRate)
+				if !o.has("settle") {
+					d.errorf(v, to.field("estimate"), "needs the policy's settle block (its costs are not estimates otherwise)")
+				}
+				delete(to.fields, "estimate")
+			}
 			if l, ok := d.limit(to, alg); ok {
-				p.Routes = append(p.Routes, Route{Pattern: kv.key.Value, Limit: l})
+				p.Routes = append(p.Routes, Route{Pattern: kv.key.Value, Limit: l, Estimate: est})
 			} else {
 				p.Routes = append(p.Routes, Route{Pattern: kv.key.Value}) // keep indexes aligned; the load fails anyway
 			}
 		}
 		p.mux = mux
+	}
+
+	if v, ok := o.get("settle"); ok {
+		p.Settle = d.settle(v, o.field("settle"), p)
 	}
 
 	p.overrides = map[string]*Override{}
@@ -670,6 +711,60 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 		}
 	}
 	return p
+}
+
+// settle reads a policy's settle block. Every limit of the policy must settle.
+func (d *decoder) settle(n *yaml.Node, field string, p *Policy) *Settle {
+	o := d.object(n, field, "ttl", "estimate_header", "cost_header", "estimate")
+	if o == nil {
+		return nil
+	}
+	s := &Settle{EstimateHeader: DefaultEstimateHeader, CostHeader: DefaultCostHeader, Estimate: 1}
+	if v, ok := o.get("ttl"); ok {
+		if str, ok := d.str(v, o.field("ttl")); ok {
+			t, err := ParsePeriod(str)
+			switch {
+			case err != nil:
+				d.errorf(v, o.field("ttl"), "%v", err)
+			case t > sluice.MaxSettleTTL:
+				d.errorf(v, o.field("ttl"), "must be at most %v", sluice.MaxSettleTTL)
+			default:
+				s.TTL = t
+			}
+		}
+	} else {
+		d.errorf(o.node, o.field("ttl"), "is required: how long a reservation waits for its actual cost, e.g. 5m")
+	}
+	for _, h := range []struct {
+		name string
+		dst  *string
+	}{{"estimate_header", &s.EstimateHeader}, {"cost_header", &s.CostHeader}} {
+		if v, ok := o.get(h.name); ok {
+			if str, ok := d.str(v, o.field(h.name)); ok {
+				if !validHeaderName(str) {
+					d.errorf(v, o.field(h.name), "must be an HTTP header name, got %q", str)
+				}
+				*h.dst = str
+			}
+		}
+	}
+	if v, ok := o.get("estimate"); ok {
+		s.Estimate, _ = d.integer(v, o.field("estimate"), 1, sluice.MaxRate)
+	}
+	limits := []sluice.Limit{p.Limit}
+	for _, t := range p.Tiers {
+		limits = append(limits, t.Limit)
+	}
+	for _, r := range p.Routes {
+		limits = append(limits, r.Limit)
+	}
+	for _, l := range limits {
+		if l.Rate > 0 && sluice.CheckSettleTTL(l, time.Second) != nil {
+			d.errorf(n, field, "settles costs, which %v cannot (gcra, token_bucket, leaky_bucket, fixed_window and sliding_window can)", l.Algorithm)
+			break
+		}
+	}
+	return s
 }
 
 var registeredAt = regexp.MustCompile(` \(registered at [^)]*\)`)
@@ -734,7 +829,24 @@ func (d *decoder) limitAt(o *object, inherit sluice.Algorithm, readAlg bool) (sl
 	} else {
 		d.errorf(o.node, o.field("rate"), "is required")
 	}
-	if v, ok := o.get("period"); ok {
+	leaseNode, hasLease := o.get("lease")
+	if l.Algorithm == sluice.Concurrency {
+		if v, ok := o.get("period"); ok {
+			d.errorf(v, o.field("period"), "is not used by concurrency limits; a request holds its slot until it ends or its lease expires (lease)")
+		}
+		if !hasLease {
+			d.errorf(o.node, o.field("lease"), "is required for a concurrency limit: the longest a request holds its slot, e.g. 30s")
+		} else if s, ok := d.str(leaseNode, o.field("lease")); ok {
+			if p, err := ParsePeriod(s); err != nil {
+				d.errorf(leaseNode, o.field("lease"), "%v", err)
+			} else {
+				l.Lease = p
+			}
+		}
+	} else if hasLease {
+		d.errorf(leaseNode, o.field("lease"), "applies only to concurrency limits; %s ignores it", l.Algorithm)
+	}
+	if v, ok := o.get("period"); ok && l.Algorithm != sluice.Concurrency {
 		s, ok := d.str(v, o.field("period"))
 		if ok {
 			p, err := ParsePeriod(s)
@@ -746,7 +858,7 @@ func (d *decoder) limitAt(o *object, inherit sluice.Algorithm, readAlg bool) (sl
 				l.Period = p
 			}
 		}
-	} else {
+	} else if l.Algorithm != sluice.Concurrency {
 		d.errorf(o.node, o.field("period"), "is required")
 	}
 	if v, ok := o.get("burst"); ok {
@@ -762,6 +874,9 @@ func (d *decoder) limitAt(o *object, inherit sluice.Algorithm, readAlg bool) (sl
 	}
 	if err := l.Validate(); err != nil {
 		n := rateNode
+		if l.Algorithm == sluice.Concurrency && leaseNode != nil {
+			n = leaseNode
+		}
 		if n == nil {
 			n = o.node
 		}

@@ -24,6 +24,13 @@ func (denyAll) Reserve(_ context.Context, _ string, l sluice.Limit, n int64) (sl
 	return sluice.Reservation{Limit: l, N: n, Delay: time.Hour}, nil
 }
 func (denyAll) Reset(context.Context, string, sluice.Limit) error { return nil }
+func (denyAll) Settle(context.Context, string, sluice.Limit, string, int64) (sluice.Decision, error) {
+	return sluice.Decision{}, nil
+}
+
+func (denyAll) Release(context.Context, string, sluice.Limit, string) (bool, error) {
+	return false, nil
+}
 
 // BenchmarkEntryBytes reports the heap an entry takes beyond its key's bytes (the key
 // strings are allocated first), to check EntryOverhead against:

@@ -25,7 +25,8 @@
 //     the store (a smaller one may pass; a larger one has a longer wait), and a denial of
 //     it replaces the entry.
 //   - Denials the store made (sluice.PathStore) with a positive RetryAfter. A failure
-//     mode's denial is never remembered.
+//     mode's denial is never remembered, nor a Concurrency limit's: a holder's release
+//     frees a slot before the RetryAfter the denial gives (an upper bound).
 //   - A request of several limits asks the inner limiter: the other limits need the
 //     store's state. The denials in its answers are remembered. n == 0 (a look) always
 //     asks the store.
@@ -301,8 +302,8 @@ func ceilMicros(d time.Duration) time.Duration {
 // a denial (false when the lookup just found none: one a concurrent request adds
 // meanwhile is left alone, as if it had come after this decision).
 func (c *Cache) learn(sh *shard, gen uint64, start time.Duration, key string, limit sluice.Limit, n int64, d sluice.Decision, held bool) {
-	if d.Path != sluice.PathStore {
-		return
+	if d.Path != sluice.PathStore || limit.Algorithm == sluice.Concurrency {
+		return // a Concurrency denial's RetryAfter is an upper bound: a release frees a slot sooner
 	}
 	k := slot{key, limit}
 	if d.Allowed {
@@ -386,6 +387,22 @@ func (c *Cache) Reset(ctx context.Context, key string, limit sluice.Limit) error
 	// inner Reset took effect.
 	sh.forget(slot{key, limit})
 	return err
+}
+
+// Release implements sluice.Limiter: the inner limiter releases the lease. Concurrency
+// denials are never remembered, so there is nothing to forget.
+func (c *Cache) Release(ctx context.Context, key string, limit sluice.Limit, lease string) (bool, error) {
+	return c.inner.Release(ctx, key, limit, lease)
+}
+
+// Settle implements sluice.Limiter: the inner limiter settles, and the key's denial
+// under the limit is forgotten, since a refund may have given units back.
+func (c *Cache) Settle(ctx context.Context, key string, limit sluice.Limit, reservation string, cost int64) (sluice.Decision, error) {
+	sh := c.shard(key)
+	sh.forget(slot{key, limit})
+	d, err := c.inner.Settle(ctx, key, limit, reservation, cost)
+	sh.forget(slot{key, limit}) // a denial decided while the settlement was under way predates it
+	return d, err
 }
 
 // forget removes k's entry and counts a Reset.

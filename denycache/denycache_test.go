@@ -329,6 +329,13 @@ func (f *fixed) Reserve(context.Context, string, sluice.Limit, int64) (sluice.Re
 	return sluice.Reservation{}, f.err
 }
 func (f *fixed) Reset(context.Context, string, sluice.Limit) error { return nil }
+func (f *fixed) Settle(context.Context, string, sluice.Limit, string, int64) (sluice.Decision, error) {
+	return sluice.Decision{}, nil
+}
+
+func (f *fixed) Release(context.Context, string, sluice.Limit, string) (bool, error) {
+	return false, nil
+}
 
 // Only the store's own denials are remembered: not a failure mode's, not an error, not
 // a denial without a wait.

@@ -308,6 +308,76 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) err
 	return a.err
 }
 
+// Release implements sluice.Limiter: it releases the lease in the store (within the
+// deadline, through the breaker) and, when the store did not hold it, in the local
+// limiter, which took it if a FailLocal decision did (under the default share). A store
+// failure returns an error wrapping sluice.ErrStoreUnavailable; the lease then expires
+// by its TTL.
+func (l *Limiter) Release(ctx context.Context, key string, limit sluice.Limit, lease string) (bool, error) {
+	if _, err := sluice.CheckRelease(key, limit, lease); err != nil {
+		return false, err
+	}
+	a := call(l, ctx, false, releaseArgs{l.primary, key, limit, lease}, release)
+	if !a.v && l.local != nil {
+		if held, _ := l.local.Release(ctx, key, ShareOf(limit, l.def.Share), lease); held {
+			return true, nil
+		}
+	}
+	if a.failed {
+		return false, unavailable(a.err)
+	}
+	return a.v, a.err
+}
+
+// Settle implements sluice.Limiter: it settles in the store (within the deadline, through
+// the breaker) and, when the store holds no such reservation, in the local limiter, which
+// made it if a FailLocal decision did (under the default share). A store failure returns
+// an error wrapping sluice.ErrStoreUnavailable; the reservation then stands at its
+// estimate.
+func (l *Limiter) Settle(ctx context.Context, key string, limit sluice.Limit, reservation string, cost int64) (sluice.Decision, error) {
+	if _, err := sluice.CheckSettle(key, limit, reservation, cost); err != nil {
+		return sluice.Decision{}, err
+	}
+	a := call(l, ctx, false, settleArgs{l.primary, key, limit, reservation, cost}, settle)
+	if l.local != nil && (a.failed || errors.Is(a.err, sluice.ErrUnknownReservation)) {
+		d, err := l.local.Settle(ctx, key, ShareOf(limit, l.def.Share), reservation, cost)
+		switch {
+		case err == nil:
+			d.Path = sluice.PathLocal
+			return d, nil
+		case !errors.Is(err, sluice.ErrUnknownReservation):
+			return sluice.Decision{}, err // the local limiter's, settled already
+		}
+	}
+	if a.failed {
+		return sluice.Decision{}, unavailable(a.err)
+	}
+	return a.v, a.err
+}
+
+type settleArgs struct {
+	store       sluice.Limiter
+	key         string
+	limit       sluice.Limit
+	reservation string
+	cost        int64
+}
+
+func settle(ctx context.Context, a settleArgs) (sluice.Decision, error) {
+	return a.store.Settle(ctx, a.key, a.limit, a.reservation, a.cost)
+}
+
+type releaseArgs struct {
+	store sluice.Limiter
+	key   string
+	limit sluice.Limit
+	lease string
+}
+
+func release(ctx context.Context, a releaseArgs) (bool, error) {
+	return a.store.Release(ctx, a.key, a.limit, a.lease)
+}
+
 func unavailable(cause error) error {
 	return fmt.Errorf("%w: %w", sluice.ErrStoreUnavailable, cause)
 }

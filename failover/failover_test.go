@@ -86,6 +86,20 @@ func (s *faultyStore) Reset(ctx context.Context, key string, limit sluice.Limit)
 	return s.Store.Reset(ctx, key, limit)
 }
 
+func (s *faultyStore) Release(ctx context.Context, key string, limit sluice.Limit, lease string) (bool, error) {
+	if err := s.before(); err != nil {
+		return false, err
+	}
+	return s.Store.Release(ctx, key, limit, lease)
+}
+
+func (s *faultyStore) Settle(ctx context.Context, key string, limit sluice.Limit, res string, cost int64) (sluice.Decision, error) {
+	if err := s.before(); err != nil {
+		return sluice.Decision{}, err
+	}
+	return s.Store.Settle(ctx, key, limit, res, cost)
+}
+
 // redisReply is an error shaped like a Redis client's error reply (its message is the
 // reply, code first).
 type redisReply string

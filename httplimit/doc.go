@@ -42,6 +42,13 @@
 // ignored. Each policy's Name and Failure travel with its limit, for the decision log,
 // the metrics and the failure mode of the layers below.
 //
+// A policy with a sluice.Concurrency limit admits a request only while fewer than its Rate
+// requests of the client are in its handler: the admitted request holds a lease
+// (Decision.Lease), which the middleware releases when the handler returns, panics
+// included, and also when the client has gone away (the release does not use the
+// request's context). A lease the release cannot reach (a store failure, a killed
+// process) expires by its TTL, Limit.Lease.
+//
 // # Headers (draft-ietf-httpapi-ratelimit-headers-11)
 //
 // Every response to a decided request carries RateLimit-Policy and RateLimit, RFC 9651
@@ -61,7 +68,10 @@
 // RateLimit-Policy but left out of RateLimit and the legacy fields: its quota is
 // unknown, and r=0 would tell clients to stop while every request is allowed. pk, when
 // Policy.PartitionKey is set, is the identity "kind:id" as a Byte Sequence; for API keys
-// it holds the MAC, never the key.
+// it holds the MAC, never the key. A Concurrency policy is advertised as
+// "name";q=<Rate>;qu="concurrent-requests", without w (the draft's quota unit for requests
+// in flight); its r is the free slots and, in a refusal, t is the time until the oldest
+// lease expires, an upper bound (a holder may finish sooner).
 //
 // With Config.LegacyHeaders, X-RateLimit-Limit (q), X-RateLimit-Remaining (r) and
 // X-RateLimit-Reset (t, in delta-seconds, not a timestamp) describe one policy: the

@@ -45,7 +45,13 @@ func ceilSeconds(d time.Duration) int64 {
 // to whole seconds (the draft allows no sub-second window) and q = floor(units·w/window),
 // so the advertised rate never exceeds the real one. q is capped at RFC 9651's largest
 // Integer.
+//
+// A Concurrency limit has no window: q is its Rate and w is 0 (RateLimit-Policy then
+// carries qu="concurrent-requests" and no w).
 func Quota(l sluice.Limit) (q, w int64) {
+	if l.Algorithm == sluice.Concurrency && l.Rate > 0 {
+		return min(l.Rate, maxSFInteger), 0
+	}
 	if l.Period <= 0 || l.Rate <= 0 {
 		return 0, 0
 	}
@@ -98,7 +104,13 @@ func (c *policyItems) item(d *PolicyDecision) (string, error) {
 	q, w := Quota(d.Limit)
 	pi := httpsfv.NewItem(d.Policy)
 	pi.Params.Add("q", q)
-	pi.Params.Add("w", w)
+	if d.Limit.Algorithm == sluice.Concurrency {
+		// draft-ietf-httpapi-ratelimit-headers: the quota unit of a limit on requests
+		// in flight; a window does not apply.
+		pi.Params.Add("qu", "concurrent-requests")
+	} else {
+		pi.Params.Add("w", w)
+	}
 	if d.partitionKey {
 		pi.Params.Add("pk", []byte(d.Identity.String()))
 	}

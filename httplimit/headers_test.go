@@ -210,6 +210,13 @@ func (openLimiter) Reserve(context.Context, string, sluice.Limit, int64) (sluice
 }
 
 func (openLimiter) Reset(context.Context, string, sluice.Limit) error { return nil }
+func (openLimiter) Settle(context.Context, string, sluice.Limit, string, int64) (sluice.Decision, error) {
+	return sluice.Decision{}, nil
+}
+
+func (openLimiter) Release(context.Context, string, sluice.Limit, string) (bool, error) {
+	return false, nil
+}
 
 // TestHeadersFailOpen: a decision that failed open is named in RateLimit-Policy but left
 // out of RateLimit and the legacy fields: its quota is unknown, and r=0 would tell

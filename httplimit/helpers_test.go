@@ -62,6 +62,13 @@ func (f brokenStore) Reserve(context.Context, string, sluice.Limit, int64) (slui
 	return sluice.Reservation{}, f.err
 }
 func (f brokenStore) Reset(context.Context, string, sluice.Limit) error { return f.err }
+func (f brokenStore) Settle(context.Context, string, sluice.Limit, string, int64) (sluice.Decision, error) {
+	return sluice.Decision{}, f.err
+}
+
+func (f brokenStore) Release(context.Context, string, sluice.Limit, string) (bool, error) {
+	return false, f.err
+}
 
 // look returns the state of key under limit as lim sees it, spending nothing.
 func look(t *testing.T, lim sluice.Limiter, key string, limit sluice.Limit) sluice.Decision {

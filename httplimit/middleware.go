@@ -1,12 +1,14 @@
 package httplimit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/dunglas/httpsfv"
@@ -21,6 +23,10 @@ const DefaultUnavailableRetryAfter = time.Second
 
 // ErrIdentify wraps the error of a KeyFunc that could not identify a request's client.
 var ErrIdentify = errors.New("httplimit: cannot identify client")
+
+// ErrEstimate: a request's cost estimate header is not a non-negative integer. The request
+// is answered 400.
+var ErrEstimate = errors.New("httplimit: bad cost estimate")
 
 // Config configures a Middleware.
 type Config struct {
@@ -106,6 +112,7 @@ type PolicyDecision struct {
 	sluice.Decision
 
 	partitionKey bool
+	settle       *Settle
 }
 
 // blocks reports whether d is an enforced policy that denied its request.
@@ -197,6 +204,18 @@ func checkPolicy(p *Policy, names map[string]bool) error {
 			return fmt.Errorf("override for %v: %w", id, err)
 		}
 	}
+	if s := p.Settle; s != nil {
+		if s.CostHeader == "" {
+			return errors.New("Settle: no CostHeader")
+		}
+		for _, l := range append([]sluice.Limit{p.Limit}, slices.Collect(maps.Values(p.Tiers))...) {
+			if l != (sluice.Limit{}) {
+				if err := sluice.CheckSettleTTL(l, s.TTL); err != nil || s.TTL <= 0 {
+					return fmt.Errorf("Settle: %w (TTL %v)", cmp.Or(err, sluice.ErrInvalidLimit), s.TTL)
+				}
+			}
+		}
+	}
 	return nil
 }
 
@@ -241,6 +260,11 @@ func (m *Middleware) route(r *http.Request) string {
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		res, err := m.decide(r)
+		if errors.Is(err, ErrEstimate) {
+			p := &Problem{Type: ProblemBlank, Status: http.StatusBadRequest, Title: http.StatusText(http.StatusBadRequest), Detail: err.Error()}
+			p.ServeHTTP(w, r)
+			return
+		}
 		if err != nil {
 			m.fail(w, r, err)
 			return
@@ -259,8 +283,87 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			m.cfg.Limited(w, r, res)
 			return
 		}
+		if res.holdsLease() {
+			defer m.release(r, res)
+		}
+		if res.holdsReservation() {
+			defer m.settle(r, w, res)
+		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// holdsReservation reports whether a decision of res reserved an estimated cost.
+func (res *Result) holdsReservation() bool {
+	for i := range res.Decisions {
+		if res.Decisions[i].Reservation != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// settle settles the reservations of res at the cost the handler reported in w's header
+// or trailers, once it has returned (or panicked: then at what it reported, if anything).
+func (m *Middleware) settle(r *http.Request, w http.ResponseWriter, res *Result) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), releaseTimeout)
+	defer cancel()
+	for i := range res.Decisions {
+		d := &res.Decisions[i]
+		if d.Reservation == "" || d.settle == nil {
+			continue
+		}
+		c, ok := d.settle.actual(w.Header())
+		if !ok {
+			continue // the estimate stands
+		}
+		_, err := m.cfg.Limiter.Settle(ctx, d.Key, d.Limit, d.Reservation, c)
+		if err != nil && m.cfg.Logger != nil {
+			m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "rate limit cost not settled; the estimate stands",
+				slog.String("policy", d.Policy), slog.String("key", d.Key), slog.Int64("cost", c),
+				slog.String("error", err.Error()))
+		}
+	}
+}
+
+// holdsLease reports whether a decision of res took a lease (a Concurrency limit).
+func (res *Result) holdsLease() bool {
+	for i := range res.Decisions {
+		if res.Decisions[i].Lease != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// releaseTimeout bounds the store calls that release a request's leases. A lease not
+// released expires by its TTL.
+const releaseTimeout = 2 * time.Second
+
+// release gives back the leases res took, once next has returned or panicked. It runs
+// even when the client has gone away (the request's context is done by then).
+func (m *Middleware) release(r *http.Request, res *Result) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), releaseTimeout)
+	defer cancel()
+	for i := range res.Decisions {
+		d := &res.Decisions[i]
+		if d.Lease == "" {
+			continue
+		}
+		held, err := m.cfg.Limiter.Release(ctx, d.Key, d.Limit, d.Lease)
+		if m.cfg.Logger == nil {
+			continue
+		}
+		switch {
+		case err != nil:
+			m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "rate limit lease not released; it expires by its TTL",
+				slog.String("policy", d.Policy), slog.String("key", d.Key), slog.Duration("lease_ttl", d.Limit.Lease),
+				slog.String("error", err.Error()))
+		case !held:
+			m.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "rate limit lease had expired before the request ended",
+				slog.String("policy", d.Policy), slog.String("key", d.Key), slog.Duration("lease_ttl", d.Limit.Lease))
+		}
+	}
 }
 
 // advertised returns the decisions the headers describe: all of them with
@@ -344,9 +447,16 @@ func (m *Middleware) decide(r *http.Request) (*Result, error) {
 			continue
 		}
 		key := keys.Of(p.Name, id, p.Route, usedTier).String()
+		n, ttl := int64(1), time.Duration(0)
+		if p.Settle != nil {
+			if n, err = p.Settle.estimate(r, limit); err != nil {
+				return nil, err
+			}
+			ttl = p.Settle.TTL
+		}
 		items = append(items, pending{
 			Item: evaluator.Item{Request: sluice.Request{
-				Key: key, Limit: limit, N: 1, Policy: p.Name, Shadow: p.Shadow, Failure: p.Failure,
+				Key: key, Limit: limit, N: n, Policy: p.Name, Shadow: p.Shadow, Failure: p.Failure, SettleTTL: ttl,
 			}},
 			d: PolicyDecision{
 				Policy:       p.Name,
@@ -357,6 +467,7 @@ func (m *Middleware) decide(r *http.Request) (*Result, error) {
 				Shadow:       p.Shadow,
 				Decision:     sluice.Decision{Limit: limit},
 				partitionKey: p.PartitionKey,
+				settle:       p.Settle,
 			},
 		})
 	}

@@ -2,8 +2,11 @@ package httplimit
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/keys"
@@ -51,6 +54,50 @@ type Policy struct {
 	// PartitionKey adds the pk parameter to this policy's header items: the identity as
 	// "kind:id" (keys.Identity.String), a Byte Sequence. API keys appear as their MAC.
 	PartitionKey bool
+	// Settle, when set, makes the policy's cost an estimate settled when the handler
+	// returns (see Settle).
+	Settle *Settle
+}
+
+// Settle makes a policy's cost an estimate: the request spends the estimate (from
+// EstimateHeader, else Estimate), and when the handler has returned, the middleware
+// settles it (sluice.Limiter.Settle) at the actual cost the handler put in CostHeader,
+// as a response header or a trailer. A response without it leaves the estimate standing.
+type Settle struct {
+	// TTL is how long the reservation waits (sluice.Request.SettleTTL). Required.
+	TTL time.Duration
+	// EstimateHeader names the request header with the estimate: a non-negative integer,
+	// capped at what the limit can ever allow. Empty means Estimate only.
+	EstimateHeader string
+	// Estimate is the estimate when the request has no EstimateHeader; 0 means 1.
+	Estimate int64
+	// CostHeader names the response header or trailer with the actual cost. Required.
+	CostHeader string
+}
+
+// estimate is the request's estimated cost under limit.
+func (s *Settle) estimate(r *http.Request, limit sluice.Limit) (int64, error) {
+	n := max(s.Estimate, 1)
+	if s.EstimateHeader != "" {
+		if v := r.Header.Get(s.EstimateHeader); v != "" {
+			e, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil || e < 0 {
+				return 0, fmt.Errorf("%w: %s must be a non-negative integer, got %.40q", ErrEstimate, s.EstimateHeader, v)
+			}
+			n = e
+		}
+	}
+	return min(n, limit.MaxCost()), nil
+}
+
+// actual is the cost the handler reported in w's header or trailers, or false.
+func (s *Settle) actual(h http.Header) (int64, bool) {
+	v := h.Get(s.CostHeader)
+	if v == "" {
+		v = h.Get(http.TrailerPrefix + s.CostHeader)
+	}
+	c, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	return c, err == nil && c >= 0
 }
 
 // limitFor resolves the Limit for id and tier; ok is false when the policy does not apply.

@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 
@@ -75,7 +76,7 @@ func newClass(st *Store, l sluice.Limit, id int, gone *atomic.Bool) class {
 		}
 		return newGCRAClass(st, p, id, gone)
 	case sluice.SlidingWindow:
-		return newGen(st, p, id, gone, ops[algo.State]{
+		return windowClass{newGen(st, p, id, gone, ops[algo.State]{
 			decide: func(s *algo.State, now int64, p algo.Params, n int64, commit bool) algo.Result {
 				ns, r := algo.SlidingWindow(*s, now, p, n)
 				if commit {
@@ -84,7 +85,7 @@ func newClass(st *Store, l sluice.Limit, id int, gone *atomic.Bool) class {
 				return r
 			},
 			expires: func(s *algo.State, p algo.Params) int64 { return algo.ExpiresAt(*s, p) },
-		})
+		})}
 	case sluice.SlidingLog:
 		return newGen(st, p, id, gone, ops[*algo.Log]{
 			decide: func(s **algo.Log, now int64, p algo.Params, n int64, commit bool) algo.Result {
@@ -102,6 +103,30 @@ func newClass(st *Store, l sluice.Limit, id int, gone *atomic.Bool) class {
 				if l := *s; l != nil && l.Len() > 0 {
 					l.Shrink()
 					return l.Newest() + p.Period
+				}
+				return 0
+			},
+		})
+	case sluice.Concurrency:
+		return newGen(st, p, id, gone, ops[*algo.Leases]{
+			decide: func(s **algo.Leases, now int64, p algo.Params, n int64, commit bool) algo.Result {
+				var id uint64
+				if commit && n > 0 {
+					id = newLeaseID()
+				}
+				if *s == nil {
+					l := new(algo.Leases)
+					r := algo.Concurrency(l, now, p, n, id, commit)
+					if l.Len() > 0 {
+						*s = l
+					}
+					return r
+				}
+				return algo.Concurrency(*s, now, p, n, id, commit)
+			},
+			expires: func(s **algo.Leases, p algo.Params) int64 {
+				if l := *s; l != nil {
+					return l.ExpiresAt()
 				}
 				return 0
 			},
@@ -274,4 +299,46 @@ func (g *gen[S]) sweepShard(sh *shard[S], now int64, budget int) {
 	}
 	sh.cursor = i
 	t.shrink(g.st.hash)
+}
+
+// newLeaseID is a random lease id in [1, sluice.MaxLeaseID].
+func newLeaseID() uint64 { return rand.Uint64N(sluice.MaxLeaseID) + 1 }
+
+// release gives back lease id of key, if the class holds Concurrency state (else false).
+func release(c class, key string, h uint64, now int64, id uint64) bool {
+	g, ok := c.(*gen[*algo.Leases])
+	if !ok {
+		return false
+	}
+	sh := &g.shards[g.shardIndex(h)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.t.find(key, h, uint32(h>>32))
+	if i < 0 || sh.t.slots[i].s == nil {
+		return false
+	}
+	return algo.Release(sh.t.slots[i].s, now, id)
+}
+
+// windowClass is SlidingWindow's class: gen with the updater settlements use.
+type windowClass struct{ *gen[algo.State] }
+
+func (w windowClass) params() algo.Params { return w.p }
+
+// update implements updater with the shard lock held.
+func (w windowClass) update(key string, h uint64, now int64, f func(algo.State, int64) (algo.State, bool)) {
+	g := w.gen
+	sh := &g.shards[g.shardIndex(h)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	tag := uint32(h >> 32)
+	if i := sh.t.find(key, h, tag); i >= 0 {
+		if next, write := f(sh.t.slots[i].s, now); write {
+			sh.t.slots[i].s = next
+		}
+		return
+	}
+	if next, write := f(algo.State{}, now); write && !g.gone.Load() {
+		g.add(sh, key, h, tag, next, now)
+	}
 }

@@ -26,7 +26,9 @@
 // FixedWindow key (or a bucket key whose Rate does not divide Period) a 32-byte slot at
 // 56–80%; a SlidingWindow key a 40-byte slot at 60–80%; plus, for each, the key's own bytes,
 // which the store shares with the caller's string rather than copying. SlidingLog keys hold
-// one 8-byte timestamp per unit admitted in the window.
+// one 8-byte timestamp per unit admitted in the window; Concurrency keys one 16-byte lease
+// per request in flight, under the shard lock. Reservations of costs to settle
+// (sluice.Request.SettleTTL) are kept in one map until their TTL passes.
 //
 // # Memory bound
 //
@@ -94,6 +96,7 @@ type Store struct {
 	nextID  int
 	keys    atomic.Int64 // states held, kept only under MaxKeys (count)
 	sweptAt atomic.Int64 // the latest time any sweep deleted state as of
+	res     reservations
 	closed  atomic.Bool
 	stop    chan struct{}
 	stopped chan struct{}
@@ -399,11 +402,28 @@ func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error
 	return nil
 }
 
+// Release implements sluice.Limiter. An emptied lease set stays until the sweeper
+// deletes it, as expired state does.
+func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, lease string) (bool, error) {
+	id, err := sluice.CheckRelease(key, limit, lease)
+	if err != nil {
+		return false, err
+	}
+	r, err := s.class(limit)
+	if err != nil {
+		return false, err
+	}
+	if s.closed.Load() {
+		return false, sluice.ErrClosed
+	}
+	return release(r.c, key, s.hash(key), s.now(), id), nil
+}
+
 // Decide implements sluice.Limiter: the requests are decided under the locks of all their
 // shards, and spent only if every one fits. The memory store never fails, so the Report
 // says only that the store was asked.
 func (s *Store) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
-	if len(reqs) == 1 {
+	if len(reqs) == 1 && reqs[0].SettleTTL == 0 {
 		if len(ds) == 0 {
 			return sluice.Report{}, sluice.CheckRequests(reqs, ds)
 		}
@@ -440,7 +460,13 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 	}]int, len(reqs))
 	for i, r := range reqs {
 		ref, err := s.check(r.Key, r.Limit, r.N)
+		if err == nil {
+			err = sluice.CheckSettleTTL(r.Limit, r.SettleTTL)
+		}
 		if err != nil {
+			if len(reqs) == 1 {
+				return err
+			}
 			return fmt.Errorf("request %d: %w", i, err)
 		}
 		k := struct {
@@ -510,6 +536,9 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 		if reqs[i].N > 0 {
 			r := it.r.c.decideLocked(reqs[i].Key, it.h, now, reqs[i].N, true)
 			out[i] = r.Decision(reqs[i].Limit)
+			if reqs[i].SettleTTL > 0 {
+				out[i].Reservation = s.res.record(&reqs[i], now, r)
+			}
 		}
 	}
 	return nil // the deferred unlock, then evictOver
@@ -524,6 +553,7 @@ func (s *Store) sweepLoop() {
 		case <-s.stop:
 			return
 		case <-t.C:
+			s.res.sweep(s.now())
 			for _, r := range *s.list.Load() {
 				now := s.now()
 				s.sweepTime(now)

@@ -214,6 +214,60 @@ func (l *Limiter) Reserve(ctx context.Context, key string, limit sluice.Limit, n
 	return res, err
 }
 
+// Release implements sluice.Limiter. Releases are logged at Debug, failed ones at Warn.
+func (l *Limiter) Release(ctx context.Context, key string, limit sluice.Limit, lease string) (bool, error) {
+	held, err := l.inner.Release(ctx, key, limit, lease)
+	if l.logger != nil {
+		level := slog.LevelDebug
+		if err != nil {
+			level = slog.LevelWarn
+		}
+		if l.logger.Enabled(ctx, level) {
+			attrs := []slog.Attr{
+				slog.String("key", l.hash(key)),
+				slog.Int64("limit", limit.Rate),
+				slog.Duration("lease_ttl", limit.Lease),
+				slog.Bool("held", held),
+			}
+			if err != nil {
+				attrs = append(attrs, slog.String("error", l.redact(err.Error(), key)), slog.String("error_kind", string(sluice.KindOf(err))))
+			}
+			l.logger.LogAttrs(ctx, level, "rate limit lease release", attrs...)
+		}
+	}
+	return held, err
+}
+
+// Settle implements sluice.Limiter. Settlements are logged at Debug, failed ones at Warn
+// (bad input: an unknown or settled reservation, at Info).
+func (l *Limiter) Settle(ctx context.Context, key string, limit sluice.Limit, reservation string, cost int64) (sluice.Decision, error) {
+	d, err := l.inner.Settle(ctx, key, limit, reservation, cost)
+	if l.logger != nil {
+		level := slog.LevelDebug
+		switch {
+		case sluice.IsBadInput(err):
+			level = slog.LevelInfo
+		case err != nil:
+			level = slog.LevelWarn
+		}
+		if l.logger.Enabled(ctx, level) {
+			attrs := []slog.Attr{
+				slog.String("key", l.hash(key)),
+				slog.String("algorithm", limit.Algorithm.String()),
+				slog.Int64("limit", limit.Rate),
+				slog.Duration("period", limit.Period),
+				slog.Int64("cost", cost),
+				slog.Int64("remaining", d.Remaining),
+			}
+			if err != nil {
+				attrs = append(attrs, slog.String("error", l.redact(err.Error(), key)), slog.String("error_kind", string(sluice.KindOf(err))))
+			}
+			l.logger.LogAttrs(ctx, level, "rate limit settlement", attrs...)
+		}
+	}
+	return d, err
+}
+
 // Reset implements sluice.Limiter. Resets are logged at Info.
 func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) error {
 	err := l.inner.Reset(ctx, key, limit)

@@ -535,6 +535,13 @@ func (downStore) Reserve(context.Context, string, sluice.Limit, int64) (sluice.R
 	return sluice.Reservation{}, errDown
 }
 func (downStore) Reset(context.Context, string, sluice.Limit) error { return errDown }
+func (downStore) Settle(context.Context, string, sluice.Limit, string, int64) (sluice.Decision, error) {
+	return sluice.Decision{}, errDown
+}
+
+func (downStore) Release(context.Context, string, sluice.Limit, string) (bool, error) {
+	return false, errDown
+}
 
 // TestRequestPolicyAndShadow: each request's Policy names its decisions in the log and
 // the metrics, its Shadow flag is logged, and no context value takes part (none is

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"time"
@@ -24,9 +25,40 @@ const maxCallKeyBytes = 1 << 20
 // item is one request in a script call. Its Redis key (Store.appendKey) is built only
 // when the call is, into a buffer the batch reuses.
 type item struct {
-	id   string // the caller's key, the identity
-	info *limitInfo
-	n    int64
+	id    string // the caller's key, the identity
+	info  *limitInfo
+	n     int64
+	lease uint64 // Concurrency: the id of the lease the item takes if allowed
+}
+
+// newItem is the item of request key, limit, n; a Concurrency request of cost 1 draws
+// its lease id.
+func (s *Store) newItem(key string, limit sluice.Limit, n int64) item {
+	it := item{id: key, info: s.info(limit), n: n}
+	if n > 0 && limit.Algorithm == sluice.Concurrency {
+		it.lease = rand.Uint64N(sluice.MaxLeaseID) + 1
+	}
+	return it
+}
+
+// appendPacked appends the item's fields as the scripts read them: the limit's four
+// (limitInfo.packed), a Concurrency limit's lease id in the place of burst, then n.
+func (it *item) appendPacked(b []byte) []byte {
+	if it.info.limit.Algorithm == sluice.Concurrency {
+		b = append(b, it.info.packed[:24]...)
+		b = appendFloat(b, int64(it.lease))
+	} else {
+		b = append(b, it.info.packed[:]...)
+	}
+	return appendFloat(b, it.n)
+}
+
+// result is r as the item's decision: an allowed Concurrency item holds its lease.
+func (it *item) result(r algo.Result) algo.Result {
+	if r.Allowed && it.lease != 0 {
+		r.Lease = it.lease
+	}
+	return r
 }
 
 // call is one caller's decision (one item) or all-or-nothing group (several), waiting for
@@ -293,8 +325,7 @@ func (s *Store) exec(client rueidis.Client, batch []*call, bufs *callBufs) {
 		for _, it := range c.items {
 			kb = s.appendKey(kb, it.id, it.info.suffix)
 			ends = append(ends, len(kb))
-			reqs = append(reqs, it.info.packed[:]...)
-			reqs = appendFloat(reqs, it.n)
+			reqs = it.appendPacked(reqs)
 		}
 	}
 	// The keys are cut from kb only now that it has stopped growing. A key is never
@@ -340,12 +371,12 @@ func (s *Store) exec(client rueidis.Client, batch []*call, bufs *callBufs) {
 			c.err = err
 		} else {
 			for i := range c.res {
-				c.res[i] = algo.Result{
+				c.res[i] = c.items[i].result(algo.Result{
 					Allowed:    readFloat(vals) == 1,
 					Remaining:  readFloat(vals[8:]),
 					ResetAfter: readFloat(vals[16:]),
 					RetryAfter: readFloat(vals[24:]),
-				}
+				})
 				vals = vals[32:]
 			}
 		}

@@ -20,9 +20,10 @@ import (
 // operations with the same clock and demands identical Decisions: per algorithm 100,000
 // operations over a few keys and limits, costs 0–3, single and multi-limit decisions and
 // resets, with time steps that are small, zero, exactly on window boundaries (and 1µs either
-// side), large jumps, and occasionally backwards.
+// side), large jumps, and occasionally backwards. Concurrency lanes also release leases
+// (held, expired or released already), and both stores must agree whether each was held.
 //
-// The operations run in lanes (10 per algorithm, 60 in all), each with its own keys and
+// The operations run in lanes (10 per rate algorithm, 4 for Concurrency, 64 in all), each with its own keys and
 // random sequence. At every step the clock moves, then every lane makes one operation
 // concurrently, so the Redis store coalesces them into a few script calls, as it would
 // under load, and the differential covers the batching too.
@@ -32,8 +33,12 @@ func TestDifferentialMemory(t *testing.T) {
 	clock, mem, red := pairedStores(t)
 
 	var lanes []*lane
-	for _, a := range sluice.Algorithms() {
-		for i := 0; i < lanesPerAlgorithm; i++ {
+	for _, a := range append(sluice.Algorithms(), sluice.Concurrency) {
+		n := lanesPerAlgorithm
+		if a == sluice.Concurrency {
+			n = 4 // one state machine of a few lines: fewer lanes cover it
+		}
+		for i := 0; i < n; i++ {
 			seed := uint64(a)<<32 | uint64(i)
 			lanes = append(lanes, &lane{
 				name:   fmt.Sprintf("%v/lane%d", a, i),
@@ -86,6 +91,15 @@ type lane struct {
 	keys    []string
 	history []laneOp
 	err     error
+	// leases are the leases the stores gave a Concurrency lane, each store's id for the
+	// same decision, kept after release or expiry too (releasing them again is an op).
+	leases []leasePair
+}
+
+type leasePair struct {
+	key        string
+	limit      sluice.Limit
+	mem, redis string
 }
 
 // laneOp is one operation of a lane, kept for the failure report.
@@ -114,6 +128,8 @@ func (l *lane) randReq() sluice.Request {
 func (l *lane) op(ctx context.Context, i int, now int64, mem *memory.Store, red *Store) error {
 	op := laneOp{at: now}
 	switch p := l.rng.IntN(100); {
+	case p < 15 && len(l.leases) > 0:
+		op.kind = "release"
 	case p < 3:
 		op.kind = "reset"
 		op.reqs = []sluice.Request{l.randReq()}
@@ -139,6 +155,15 @@ func (l *lane) op(ctx context.Context, i int, now int64, mem *memory.Store, red 
 	var got, want []sluice.Decision
 	var gerr, werr error
 	switch op.kind {
+	case "release":
+		lp := l.leases[l.rng.IntN(len(l.leases))]
+		op.reqs = []sluice.Request{{Key: lp.key, Limit: lp.limit}}
+		w, err1 := mem.Release(ctx, lp.key, lp.limit, lp.mem)
+		g, err2 := red.Release(ctx, lp.key, lp.limit, lp.redis)
+		if err1 != nil || err2 != nil || w != g {
+			return fmt.Errorf("op %d %v: memory released %v (err %v), redis %v (err %v)", i, op, w, err1, g, err2)
+		}
+		return nil
 	case "reset":
 		r := op.reqs[0]
 		werr = mem.Reset(ctx, r.Key, r.Limit)
@@ -156,6 +181,16 @@ func (l *lane) op(ctx context.Context, i int, now int64, mem *memory.Store, red 
 		return fmt.Errorf("op %d %v: memory err %v, redis err %v", i, op, werr, gerr)
 	}
 	for j := range want {
+		if (got[j].Lease != "") != (want[j].Lease != "") || (want[j].Lease != "") != (want[j].Allowed && op.reqs[j].N > 0 && op.reqs[j].Limit.Algorithm == sluice.Concurrency) {
+			return fmt.Errorf("op %d request %d: redis lease %q, memory lease %q for %+v", i, j, got[j].Lease, want[j].Lease, want[j])
+		}
+		if want[j].Lease != "" {
+			l.leases = append(l.leases, leasePair{op.reqs[j].Key, op.reqs[j].Limit, want[j].Lease, got[j].Lease})
+			if len(l.leases) > 32 {
+				l.leases = l.leases[1:]
+			}
+		}
+		got[j].Lease, want[j].Lease = "", ""
 		if got[j] != want[j] {
 			var h strings.Builder
 			for _, o := range l.history {

@@ -67,6 +67,10 @@ func idSlot(id string) uint16 {
 // µs>:<burst>", the Limit exactly as given (Burst 0 stays 0), so that two Limits share
 // state only when they are equal, as in every store.
 func limitSuffix(l sluice.Limit) string {
+	if l.Algorithm == sluice.Concurrency { // ":concurrency:<rate>:<lease µs>:0"
+		return ":" + l.Algorithm.String() + ":" + strconv.FormatInt(l.Rate, 10) + ":" +
+			strconv.FormatInt(l.Lease.Microseconds(), 10) + ":0"
+	}
 	return ":" + l.Algorithm.String() + ":" + strconv.FormatInt(l.Rate, 10) + ":" +
 		strconv.FormatInt(l.Period.Microseconds(), 10) + ":" + strconv.FormatInt(l.Burst, 10)
 }

@@ -92,6 +92,10 @@ func TestLuaFilesNameTheirGoFunction(t *testing.T) {
 		"refund_bucket.lua":        "Mirrors algo.RefundGCRA, algo.RefundTokenBucket, algo.RefundLeakyBucket",
 		"refund_window.lua":        "Mirrors algo.RefundFixedWindow and algo.RefundSlidingWindow",
 		"refund_log.lua":           "Mirrors algo.RefundSlidingLog",
+		"concurrency.lua":          "Mirrors algo.Concurrency",
+		"release.lua":              "Mirrors algo.Release",
+		"charge.lua":               "Mirrors algo.ChargeGCRA",
+		"settle.lua":               "Mirrors algo.Settle",
 		"refund.lua":               "Store.allowAcrossSlots",
 	}
 	files, err := luaFiles.ReadDir("lua")

@@ -25,6 +25,7 @@ var algoFiles = [...]string{
 	sluice.FixedWindow:   "fixed_window.lua",
 	sluice.SlidingWindow: "sliding_window.lua",
 	sluice.SlidingLog:    "sliding_log.lua",
+	sluice.Concurrency:   "concurrency.lua",
 }
 
 // luaOrder is the order the files are concatenated in: helpers, then one file per
@@ -50,6 +51,9 @@ var decideScripts = func() (out [len(algoFiles)]script) {
 	}
 	return out
 }()
+
+// releaseScript releases a lease (lua/release.lua).
+var releaseScript = newScript("prelude.lua", "release.lua")
 
 // scriptFor returns the script for a call carrying the items of calls: the one algorithm's
 // own when they all use it, else the general one.
@@ -239,7 +243,8 @@ func (s *Store) scriptNow() string {
 
 // loadScripts loads the decision script on every node (every primary of a cluster), so
 // that the first decisions find it cached. Failures are returned but harmless: EVALSHA
-// heals a missing script.
+// heals a missing script. The release and settlement scripts are left to that: loading
+// them too would delay the first decisions, which queue behind the loads.
 func (s *Store) loadScripts(ctx context.Context, client rueidis.Client) error {
 	var first error
 	for addr, node := range client.Nodes() {

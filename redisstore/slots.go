@@ -36,7 +36,9 @@ type slotCall struct {
 // the decision script per slot, all concurrently; if any slot denied or failed, the slots
 // that spent are refunded (see "Decisions across cluster slots" in the package doc).
 // Decide has validated reqs.
-func (s *Store) allowAcrossSlots(ctx context.Context, reqs []sluice.Request) ([]sluice.Decision, error) {
+//
+// ats, when not nil, receives each request's instant: its slot call's now.
+func (s *Store) allowAcrossSlots(ctx context.Context, reqs []sluice.Request, ats []int64) ([]sluice.Decision, error) {
 	cn, err := s.connected()
 	if err != nil {
 		return nil, err
@@ -84,6 +86,9 @@ func (s *Store) allowAcrossSlots(ctx context.Context, reqs []sluice.Request) ([]
 		for _, c := range calls {
 			for j, i := range c.idx {
 				out[i] = c.res[j].Decision(reqs[i].Limit)
+				if ats != nil {
+					ats[i] = c.at
+				}
 			}
 		}
 		return out, nil
@@ -146,11 +151,9 @@ func (s *Store) decideSlot(ctx context.Context, cn *conn, reqs []sluice.Request,
 	keys := make([]string, len(idx))
 	var packed, groups []byte
 	for j, i := range idx {
-		li := s.info(reqs[i].Limit)
-		items[j] = item{id: reqs[i].Key, info: li, n: reqs[i].N}
-		keys[j] = s.redisKey(reqs[i].Key, li)
-		packed = append(packed, li.packed[:]...)
-		packed = appendFloat(packed, reqs[i].N)
+		items[j] = s.newItem(reqs[i].Key, reqs[i].Limit, reqs[i].N)
+		keys[j] = s.redisKey(reqs[i].Key, items[j].info)
+		packed = items[j].appendPacked(packed)
 	}
 	if len(idx) > 1 {
 		groups = appendFloat(appendFloat(nil, 1), int64(len(idx)))
@@ -166,7 +169,11 @@ func (s *Store) decideSlot(ctx context.Context, cn *conn, reqs []sluice.Request,
 	if err != nil {
 		return nil, 0, wrap("decide across slots", err)
 	}
-	return readResults(vals, len(idx)), readFloat(vals[32*len(idx):]), nil
+	res := readResults(vals, len(idx))
+	for j := range res {
+		res[j] = items[j].result(res[j])
+	}
+	return res, readFloat(vals[32*len(idx):]), nil
 }
 
 // refundSlot gives back what c's call spent, and replaces c's results with looks at the
@@ -179,11 +186,10 @@ func (s *Store) refundSlot(ctx context.Context, cn *conn, reqs []sluice.Request,
 		if reqs[i].N == 0 {
 			continue
 		}
-		li := s.info(reqs[i].Limit)
-		keys = append(keys, s.redisKey(reqs[i].Key, li))
+		it := item{id: reqs[i].Key, info: s.info(reqs[i].Limit), n: reqs[i].N, lease: c.res[j].Lease}
+		keys = append(keys, s.redisKey(reqs[i].Key, it.info))
 		which = append(which, j)
-		packed = append(packed, li.packed[:]...)
-		packed = appendFloat(appendFloat(packed, reqs[i].N), c.at)
+		packed = appendFloat(it.appendPacked(packed), c.at)
 	}
 	if len(keys) == 0 {
 		return nil

@@ -37,6 +37,13 @@
 // creates a key; on an existing key it writes only what the algorithm changed (a window
 // algorithm moving to a new window), as the memory store keeps it.
 //
+// A Concurrency limit's key ("<prefix>{<identity>}:concurrency:<rate>:<lease µs>:0") is a
+// sorted set of the lease ids held, scored by expiry (lua/concurrency.lua), whose TTL is
+// its last lease's expiry. A reservation of a request with a SettleTTL is a string beside
+// its limiter key, "<limiter key>:res:<id>" (the same hash tag, so the same slot): the
+// estimate, the decision's instant, the instant its state was empty again and the
+// reservation's expiry, as doubles, kept for the SettleTTL; once settled it holds "s".
+//
 // # Coalescing
 //
 // Concurrent decisions are coalesced: while a script call is in flight, decisions arriving
@@ -544,7 +551,7 @@ func (s *Store) info(l sluice.Limit) *limitInfo {
 	p := algo.ParamsOf(l)
 	li := &limitInfo{limit: l, suffix: limitSuffix(l)}
 	b := li.packed[:0]
-	f1, f2 := p.Rate, p.Period
+	f1, f2 := p.Rate, p.Period // Concurrency: Period is the lease
 	switch l.Algorithm {
 	case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket:
 		f1, f2 = p.S, p.U
@@ -588,11 +595,10 @@ func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n in
 	if err != nil {
 		return sluice.Decision{}, err
 	}
-	li := s.info(limit)
 	c := getCall(ctx)
 	c.items = c.one[:1]
 	c.res = c.oneRes[:1]
-	c.items[0] = item{id: key, info: li, n: n}
+	c.items[0] = s.newItem(key, limit, n)
 	if err := s.submit(ctx, cn, c); err != nil {
 		return sluice.Decision{}, err
 	}
@@ -606,7 +612,7 @@ func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n in
 // are decided all or nothing too, by the protocol in "Decisions across cluster slots"
 // (Store.allowAcrossSlots). Errors of Redis come classified (sluice.KindOf).
 func (s *Store) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
-	if len(reqs) == 1 && len(ds) > 0 {
+	if len(reqs) == 1 && len(ds) > 0 && reqs[0].SettleTTL == 0 {
 		r := &reqs[0]
 		start := time.Now()
 		d, err := s.AllowN(ctx, r.Key, r.Limit, r.N)
@@ -642,7 +648,7 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 	}
 	seen := make(map[ident]int, len(reqs))
 	items := make([]item, len(reqs))
-	first, cross := uint16(0), false
+	first, cross, settled := uint16(0), false, false
 	if cn.cluster {
 		first = idSlot(reqs[0].Key)
 	}
@@ -652,12 +658,15 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 			return fmt.Errorf("%w: request %d repeats the key and limit of request %d", sluice.ErrInvalidKey, i, j)
 		}
 		seen[id] = i
-		li := s.info(r.Limit)
-		items[i] = item{id: r.Key, info: li, n: r.N}
+		items[i] = s.newItem(r.Key, r.Limit, r.N)
 		cross = cross || cn.cluster && idSlot(r.Key) != first
+		settled = settled || r.SettleTTL > 0 && r.N > 0
+	}
+	if settled {
+		return s.decideSettled(ctx, cn, reqs, out, cross)
 	}
 	if cross {
-		ds, err := s.allowAcrossSlots(ctx, reqs)
+		ds, err := s.allowAcrossSlots(ctx, reqs, nil)
 		if err != nil {
 			return err
 		}
@@ -694,6 +703,28 @@ func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error
 		return wrap("reset", err)
 	}
 	return nil
+}
+
+// Release implements sluice.Limiter: one script call (lua/release.lua) on the lease set.
+func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, lease string) (bool, error) {
+	id, err := sluice.CheckRelease(key, limit, lease)
+	if err != nil {
+		return false, err
+	}
+	if s.closed.Load() {
+		return false, fmt.Errorf("redisstore: %w", sluice.ErrClosed)
+	}
+	cn, err := s.connected()
+	if err != nil {
+		return false, err
+	}
+	k := s.redisKey(key, s.info(limit))
+	args := []string{s.scriptNow(), s.minTTL, strconv.FormatUint(id, 10)}
+	n, err := s.eval(ctx, cn.client, releaseScript, []string{k}, args).AsInt64()
+	if err != nil {
+		return false, wrap("release", err)
+	}
+	return n == 1, nil
 }
 
 // wrap describes a failed call to Redis and classifies it (see failed).

@@ -34,6 +34,12 @@ func open(t testing.TB, url string, opts ...Option) *Store {
 
 // limitsFor returns a few limits of algorithm a, with awkward periods and bursts.
 func limitsFor(a sluice.Algorithm) []sluice.Limit {
+	if a == sluice.Concurrency {
+		return []sluice.Limit{
+			sluice.InFlight(1, 3*time.Millisecond), sluice.InFlight(3, 50*time.Millisecond),
+			sluice.InFlight(5, time.Second), sluice.InFlight(2, time.Hour),
+		}
+	}
 	base := []sluice.Limit{
 		{Rate: 5, Period: time.Second},
 		{Rate: 3, Period: 7 * time.Millisecond},

@@ -85,6 +85,22 @@ func (s *Share) Reset(ctx context.Context, key string, limit sluice.Limit) error
 	return s.inner.Reset(ctx, key, s.Limit(limit))
 }
 
+// Release implements sluice.Limiter under the scaled limit, where the lease was taken.
+func (s *Share) Release(ctx context.Context, key string, limit sluice.Limit, lease string) (bool, error) {
+	if err := limit.Validate(); err != nil {
+		return false, err
+	}
+	return s.inner.Release(ctx, key, s.Limit(limit), lease)
+}
+
+// Settle implements sluice.Limiter under the scaled limit, where the reservation was made.
+func (s *Share) Settle(ctx context.Context, key string, limit sluice.Limit, reservation string, cost int64) (sluice.Decision, error) {
+	if err := limit.Validate(); err != nil {
+		return sluice.Decision{}, err
+	}
+	return s.inner.Settle(ctx, key, s.Limit(limit), reservation, cost)
+}
+
 // Reserve implements sluice.Limiter under the scaled limit.
 func (s *Share) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
 	if err := limit.Validate(); err != nil {

@@ -108,6 +108,15 @@ type LimitStatus struct {
 	Rate      int64  `json:"rate,omitempty"`
 	Period    string `json:"period,omitempty"`
 	Burst     int64  `json:"burst,omitempty"`
+	// LeaseTTL is a concurrency limit's lease TTL, and Lease the lease an allowed check
+	// took: give it to POST /v1/release when the work is done (else it expires after
+	// LeaseTTL).
+	LeaseTTL string `json:"lease_ttl,omitempty"`
+	Lease    string `json:"lease,omitempty"`
+	// Reservation is the reservation an allowed check of a policy that settles costs
+	// made: give it to POST /v1/settle with the actual cost (else the cost checked stands
+	// after the policy's settle TTL).
+	Reservation string `json:"reservation,omitempty"`
 
 	Remaining    int64 `json:"remaining"`
 	ResetAfterMs int64 `json:"reset_after_ms"`
@@ -115,6 +124,48 @@ type LimitStatus struct {
 	// DecidedBy is "store", or the failure mode that decided while the store was away
 	// ("open", "closed", "local").
 	DecidedBy string `json:"decided_by,omitempty"`
+}
+
+// ReleaseRequest is the body of POST /v1/release: the policy and identity a check named
+// (with its tier, and method and path when a route's concurrency limit applied), and the
+// lease its answer carried.
+type ReleaseRequest struct {
+	Policy string `json:"policy"`
+	Key    string `json:"key"`
+	Tier   string `json:"tier,omitempty"`
+	Method string `json:"method,omitempty"`
+	Path   string `json:"path,omitempty"`
+	Host   string `json:"host,omitempty"`
+	Lease  string `json:"lease"`
+}
+
+// ReleaseResponse is the answer of /v1/release. Released is false for a lease that had
+// expired, was released already or was never given: harmless, and answered 200 all the
+// same.
+type ReleaseResponse struct {
+	Released bool `json:"released"`
+	// Limit names the limit whose lease was released.
+	Limit string `json:"limit,omitempty"`
+}
+
+// SettleRequest is the body of POST /v1/settle: the policy and identity a check named
+// (with its tier, and method and path when a route's limit applied), the reservation its
+// answer carried, and the actual cost.
+type SettleRequest struct {
+	Policy      string `json:"policy"`
+	Key         string `json:"key"`
+	Tier        string `json:"tier,omitempty"`
+	Method      string `json:"method,omitempty"`
+	Path        string `json:"path,omitempty"`
+	Host        string `json:"host,omitempty"`
+	Reservation string `json:"reservation"`
+	Cost        *int64 `json:"cost"`
+}
+
+// SettleResponse is the answer of /v1/settle: the limit settled, and its state after.
+type SettleResponse struct {
+	Settled bool        `json:"settled"`
+	Limit   LimitStatus `json:"limit"`
 }
 
 // ResetResponse is the answer of /v1/reset: the limits whose state was forgotten.
@@ -132,6 +183,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/peek", s.handleCheck(apiPeek, true))
 	mux.HandleFunc("GET /v1/peek", s.handlePeekQuery)
 	mux.HandleFunc("POST /v1/reset", s.admin(s.handleReset))
+	mux.HandleFunc("POST /v1/release", s.handleRelease)
+	mux.HandleFunc("POST /v1/settle", s.handleSettle)
 	mux.HandleFunc("GET /v1/config", s.admin(s.handleConfig))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusOK, "ok")
@@ -358,6 +411,9 @@ func limitStatus(it *item) LimitStatus {
 			l = it.Decision.Limit
 		}
 		ls.Algorithm, ls.Rate, ls.Period, ls.Burst = l.Algorithm.String(), l.Rate, l.Period.String(), l.Burst
+		if l.Algorithm == sluice.Concurrency {
+			ls.Period, ls.LeaseTTL = "", l.Lease.String()
+		}
 	case config.Blocked:
 		ls.Algorithm, ls.Period = sluice.FixedWindow.String(), it.Decision.Limit.Period.String()
 	}
@@ -366,6 +422,8 @@ func limitStatus(it *item) LimitStatus {
 		ls.ResetAfterMs = ceilMillis(it.Decision.ResetAfter)
 		ls.RetryAfterMs = ceilMillis(it.Decision.RetryAfter)
 		ls.DecidedBy = it.Decision.Path.String()
+		ls.Lease = it.Decision.Lease
+		ls.Reservation = it.Decision.Reservation
 	}
 	return ls
 }
@@ -470,8 +528,13 @@ func (s *Server) policyItems(cfg *config.Config, p *config.Policy, req *CheckReq
 		// the proxy keys it).
 		keyTier = req.Tier
 	}
+	var ttl time.Duration
+	if p.Settle != nil && n > 0 {
+		ttl = p.Settle.TTL
+		n = min(n, limit.MaxCost()) // an estimate: the settlement charges the rest
+	}
 	items := []item{{
-		Item:     limitItem(keys.Of(p.Name, id, "", keyTier).String(), limit, n, p.Shadow),
+		Item:     settleItem(keys.Of(p.Name, id, "", keyTier).String(), limit, n, p.Shadow, ttl),
 		name:     p.Name,
 		status:   config.Limited,
 		source:   source,
@@ -485,7 +548,7 @@ func (s *Server) policyItems(cfg *config.Config, p *config.Policy, req *CheckReq
 		if ok {
 			name := RouteLimitName(p.Name, rt.Pattern)
 			items = append(items, item{
-				Item:     limitItem(keys.Of(name, id, rt.Pattern, "").String(), rt.Limit, n, p.Shadow),
+				Item:     settleItem(keys.Of(name, id, rt.Pattern, "").String(), rt.Limit, min(n, rt.Limit.MaxCost()), p.Shadow, ttl),
 				name:     name,
 				status:   config.Limited,
 				source:   "route",
@@ -664,6 +727,115 @@ func (s *Server) serveReset(w http.ResponseWriter, r *http.Request) string {
 		slog.String("policy", req.Policy), slog.String("domain", req.Domain))
 	writeJSON(w, http.StatusOK, resp)
 	return "ok"
+}
+
+func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	code := s.serveRelease(w, r)
+	s.metrics.observe(apiRelease, code, time.Since(start))
+}
+
+// serveRelease releases a lease of the concurrency limits of the policy, identity, tier
+// and route named, as a check of the same request decided them.
+func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) string {
+	var req ReleaseRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxEnvelope))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || dec.More() {
+		return s.writeError(w, r, badRequest("malformed JSON body: want {\"policy\", \"key\", \"lease\"}"))
+	}
+	if req.Policy == "" {
+		return s.writeError(w, r, badRequest("a release names the policy (and key) whose check took the lease"))
+	}
+	if _, err := sluice.ParseLease(req.Lease); err != nil {
+		return s.writeError(w, r, badRequest("%v", err))
+	}
+	cfg := s.config()
+	items, _, err := s.items(cfg, &CheckRequest{Policy: req.Policy, Key: req.Key, Tier: req.Tier, Method: req.Method, Path: req.Path, Host: req.Host})
+	if err != nil {
+		return s.writeError(w, r, err)
+	}
+	resp := ReleaseResponse{}
+	found := false
+	for i := range items {
+		it := &items[i]
+		if it.status != config.Limited || it.Limit.Algorithm != sluice.Concurrency {
+			continue
+		}
+		found = true
+		held, err := s.limiter.Release(r.Context(), it.Key, it.Limit, req.Lease)
+		if err != nil {
+			return s.writeError(w, r, err)
+		}
+		if held {
+			resp = ReleaseResponse{Released: true, Limit: it.name}
+			break
+		}
+	}
+	if !found {
+		return s.writeError(w, r, badRequest("policy %q holds no concurrency limit for this request: nothing to release", req.Policy))
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return "ok"
+}
+
+func (s *Server) handleSettle(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	code := s.serveSettle(w, r)
+	s.metrics.observe(apiSettle, code, time.Since(start))
+}
+
+// serveSettle settles a reservation of the limits of the policy, identity, tier and route
+// named, as a check of the same request made it: the limit whose reservation it is
+// settles; an unknown reservation is 404, a second settlement 409, a negative cost 400.
+func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) string {
+	var req SettleRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxEnvelope))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || dec.More() {
+		return s.writeError(w, r, badRequest("malformed JSON body: want {\"policy\", \"key\", \"reservation\", \"cost\"}"))
+	}
+	switch {
+	case req.Policy == "":
+		return s.writeError(w, r, badRequest("a settlement names the policy (and key) whose check made the reservation"))
+	case req.Cost == nil:
+		return s.writeError(w, r, badRequest("a settlement needs the actual cost"))
+	case *req.Cost < 0:
+		return s.writeError(w, r, badRequest("cost must not be negative, got %d", *req.Cost))
+	}
+	cfg := s.config()
+	if p, ok := cfg.Policy(req.Policy); ok && p.Settle == nil {
+		return s.writeError(w, r, badRequest("policy %q does not settle costs (it has no settle block)", req.Policy))
+	}
+	items, _, err := s.items(cfg, &CheckRequest{Policy: req.Policy, Key: req.Key, Tier: req.Tier, Method: req.Method, Path: req.Path, Host: req.Host})
+	if err != nil {
+		return s.writeError(w, r, err)
+	}
+	err = fmt.Errorf("%w: %.40q", sluice.ErrUnknownReservation, req.Reservation)
+	for i := range items {
+		it := &items[i]
+		if it.status != config.Limited {
+			continue
+		}
+		var d sluice.Decision
+		d, err = s.limiter.Settle(r.Context(), it.Key, it.Limit, req.Reservation, *req.Cost)
+		if errors.Is(err, sluice.ErrUnknownReservation) {
+			continue // another limit's, perhaps
+		}
+		if err != nil {
+			break
+		}
+		it.Decided, it.Decision = true, d
+		writeJSON(w, http.StatusOK, SettleResponse{Settled: true, Limit: limitStatus(it)})
+		return "ok"
+	}
+	switch {
+	case errors.Is(err, sluice.ErrUnknownReservation):
+		return s.writeError(w, r, &apiError{http.StatusNotFound, err.Error() + " (never made, or past the policy's settle TTL: the cost checked stands)"})
+	case errors.Is(err, sluice.ErrSettled):
+		return s.writeError(w, r, &apiError{http.StatusConflict, err.Error()})
+	}
+	return s.writeError(w, r, err)
 }
 
 func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {

@@ -38,6 +38,13 @@ func limitItem(key string, limit sluice.Limit, n int64, shadow bool) evaluator.I
 	return evaluator.Item{Request: sluice.Request{Key: key, Limit: limit, N: n, Shadow: shadow}}
 }
 
+// settleItem is limitItem with a SettleTTL: n is an estimate, settled later.
+func settleItem(key string, limit sluice.Limit, n int64, shadow bool, ttl time.Duration) evaluator.Item {
+	it := limitItem(key, limit, n, shadow)
+	it.SettleTTL = ttl
+	return it
+}
+
 // scope is what the limits of one request share: the policy or domain they belong to,
 // and its failure mode and local share (zero values inherit, see resolveMode).
 type scope struct {

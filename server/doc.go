@@ -145,6 +145,9 @@
 //	                  when denied (Retry-After, RateLimit-Policy, RateLimit)
 //	POST /v1/peek     the same, spending nothing; always 200
 //	GET  /v1/peek     ?policy=&key=&tier=&method=&path= or ?domain=&descriptor=k=v,k2=v2
+//	POST /v1/release  give back a concurrency limit's lease: {"policy", "key", "lease"}
+//	POST /v1/settle   settle a reservation at its actual cost: {"policy", "key",
+//	                  "reservation", "cost"}; 404 unknown or expired, 409 settled already
 //	POST /v1/reset    forget the state of a CheckRequest's limits (admin)
 //	GET  /v1/config   the configuration in force, secrets redacted (admin)
 //	GET  /healthz     200 while the process serves (liveness)
@@ -161,6 +164,13 @@
 // the same store share counters. A cost the limit can never allow is 400 (it is an error
 // in sluice, not a denial); bad input is 400 with an RFC 9457 problem body, an unknown
 // policy 404, and a store that is down (or fails closed) 503 with Retry-After.
+//
+// A check under a concurrency policy returns the lease it took ("lease" in the limit's
+// status), which the client releases with /v1/release when its work is done (else it
+// expires after the policy's lease). A check with a cost under a policy with a settle
+// block returns a "reservation", settled with /v1/settle (else the cost checked stands
+// after the block's ttl). Envoy's RLS has no call at a request's end, so its domains hold
+// no concurrency limits (docs/concurrency-and-settlement.md).
 //
 // Admin endpoints need "Authorization: Bearer <token>". The token comes from
 // Options.AdminToken, else the configuration's admin block (an environment variable or

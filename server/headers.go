@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/httplimit"
 )
@@ -47,7 +48,12 @@ func rateLimitHeaders(items []item, ra time.Duration, shadow bool) (policy, limi
 		if raSec > 0 {
 			t = min(t, raSec)
 		}
-		pb = appendMember(pb, it.name, ";q=", min(q, maxSFInteger), ";w=", w)
+		if it.status == config.Limited && it.Decision.Limit.Algorithm == sluice.Concurrency {
+			// The draft's quota unit for requests in flight; no window applies.
+			pb = append(appendMember1(pb, it.name, ";q=", min(q, maxSFInteger)), `;qu="concurrent-requests"`...)
+		} else {
+			pb = appendMember(pb, it.name, ";q=", min(q, maxSFInteger), ";w=", w)
+		}
 		if httplimit.Advertised(it.Decision) {
 			lb = appendMember(lb, it.name, ";r=", min(r, maxSFInteger), ";t=", t)
 		}
@@ -60,6 +66,17 @@ func rateLimitHeaders(items []item, ra time.Duration, shadow bool) (policy, limi
 	}
 	both := string(append(pb, lb...))
 	return both[:len(pb)], both[len(pb):], retry
+}
+
+// appendMember1 appends one List member to the field b: name as a String with one Integer
+// parameter k1.
+func appendMember1(b []byte, name, k1 string, v1 int64) []byte {
+	if len(b) > 0 {
+		b = append(b, ", "...)
+	}
+	b = appendSFString(b, name)
+	b = append(b, k1...)
+	return strconv.AppendInt(b, v1, 10)
 }
 
 // appendMember appends one List member to the field b: name as a String with two

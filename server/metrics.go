@@ -11,10 +11,12 @@ import (
 
 // The APIs requests are counted by.
 const (
-	apiGRPC  = "should_rate_limit"
-	apiCheck = "check"
-	apiPeek  = "peek"
-	apiReset = "reset"
+	apiGRPC    = "should_rate_limit"
+	apiCheck   = "check"
+	apiPeek    = "peek"
+	apiReset   = "reset"
+	apiRelease = "release"
+	apiSettle  = "settle"
 )
 
 // metrics are the server's own Prometheus metrics. Decisions, store latency and store
@@ -90,7 +92,7 @@ func newMetrics(reg prometheus.Registerer, w *config.Watcher) (*metrics, error) 
 		}
 	}
 	m.byAPI = map[string]*apiMetrics{}
-	for _, api := range []string{apiGRPC, apiCheck, apiPeek, apiReset} {
+	for _, api := range []string{apiGRPC, apiCheck, apiPeek, apiReset, apiRelease, apiSettle} {
 		am := &apiMetrics{codes: map[string]prometheus.Counter{}, duration: m.duration.WithLabelValues(api)}
 		for _, code := range []string{"ok", "over_limit", "invalid", "unavailable", "error"} {
 			am.codes[code] = m.requests.WithLabelValues(api, code)

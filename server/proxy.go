@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -207,7 +208,7 @@ func PoliciesFor(cfg *config.Config, h *keys.Hasher, def sluice.FailureMode) ([]
 		if failure.Share == 0 {
 			failure.Share = cfg.Store.LocalShare
 		}
-		hp := httplimit.Policy{Name: p.Name, Limit: limit, Key: key, Shadow: p.Shadow, Failure: failure}
+		hp := httplimit.Policy{Name: p.Name, Limit: limit, Key: key, Shadow: p.Shadow, Failure: failure, Settle: settleOf(p.Settle, 0)}
 		if len(p.Tiers) > 0 && p.TierHeader != "" {
 			hp.Tiers = make(map[string]sluice.Limit, len(p.Tiers))
 			for _, t := range p.Tiers {
@@ -230,7 +231,7 @@ func PoliciesFor(cfg *config.Config, h *keys.Hasher, def sluice.FailureMode) ([]
 		for _, rt := range p.Routes {
 			out = append(out, httplimit.Policy{
 				Name: RouteLimitName(p.Name, rt.Pattern), Route: rt.Pattern,
-				Limit: rt.Limit, Key: key, Shadow: p.Shadow, Failure: failure,
+				Limit: rt.Limit, Key: key, Shadow: p.Shadow, Failure: failure, Settle: settleOf(p.Settle, rt.Estimate),
 			})
 		}
 	}
@@ -239,6 +240,15 @@ func PoliciesFor(cfg *config.Config, h *keys.Hasher, def sluice.FailureMode) ([]
 		tier = httplimit.TrustedHeader(ip, tierHeader)
 	}
 	return out, tier, nil
+}
+
+// settleOf is the middleware's Settle for a policy's settle block, with a route's fixed
+// estimate when it has one; nil without a block.
+func settleOf(s *config.Settle, estimate int64) *httplimit.Settle {
+	if s == nil {
+		return nil
+	}
+	return &httplimit.Settle{TTL: s.TTL, EstimateHeader: s.EstimateHeader, CostHeader: s.CostHeader, Estimate: cmp.Or(estimate, s.Estimate)}
 }
 
 func equalFoldHeader(a, b string) bool {

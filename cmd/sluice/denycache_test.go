@@ -150,7 +150,8 @@ func TestServeDenyCacheMemory(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("domain: edge\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: 1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	base, grpcAddr, log := started(t, "--config", cfg, "--log-level", "info", "--log-sampling", "0")
+	// A max age no loaded machine outlasts while the 50 calls run: the cache must answer all.
+	base, grpcAddr, log := started(t, "--config", cfg, "--log-level", "info", "--log-sampling", "0", "--deny-cache-max-age", "1h")
 	rls := rlsClient(t, grpcAddr)
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("user", "u1")}}
 	for i := range 51 {

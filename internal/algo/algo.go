@@ -7,6 +7,10 @@
 // naming the function here that it mirrors). A differential test holds the two to identical
 // results.
 //
+// Beside them: the Concurrency limit's leases (lease.go), the refunds of spends that must
+// not stand (refund.go), and the settlement of estimated costs (settle.go), each mirrored
+// in Lua and held to the Go by a differential test too.
+//
 // # Rules every function follows
 //
 //   - Time is integer microseconds since the Unix epoch, at least 1 (the stores count
@@ -74,8 +78,13 @@ type Params struct {
 // intermediate stays below 2^53.
 const maxScaled = 1 << 50
 
-// ParamsOf converts a limit that passed Validate.
+// ParamsOf converts a limit that passed Validate. For Concurrency, Period is the lease in
+// µs and Burst is Rate.
 func ParamsOf(l sluice.Limit) Params {
+	if l.Algorithm == sluice.Concurrency {
+		us := l.Lease.Microseconds()
+		return Params{Rate: l.Rate, Period: us, Burst: l.Rate, T: us, S: 1, U: us, Algo: l.Algorithm}
+	}
 	p := Params{
 		Rate:   l.Rate,
 		Period: l.Period.Microseconds(),
@@ -99,7 +108,12 @@ func gcd(a, b int64) int64 {
 }
 
 // MaxCost is the largest cost the limit can ever allow.
-func (p Params) MaxCost() int64 { return p.Burst }
+func (p Params) MaxCost() int64 {
+	if p.Algo == sluice.Concurrency {
+		return 1
+	}
+	return p.Burst
+}
 
 // Result is the outcome of one decision, in microseconds.
 type Result struct {
@@ -107,6 +121,9 @@ type Result struct {
 	Remaining  int64
 	ResetAfter int64
 	RetryAfter int64
+	// Lease is the id of the lease an allowed Concurrency decision of cost 1 took; 0
+	// otherwise.
+	Lease uint64
 }
 
 // State is the per-key state of every algorithm except SlidingLog, which keeps a Log.
@@ -224,5 +241,13 @@ func (r Result) Decision(l sluice.Limit) sluice.Decision {
 		Remaining:  r.Remaining,
 		ResetAfter: time.Duration(r.ResetAfter) * time.Microsecond,
 		RetryAfter: time.Duration(r.RetryAfter) * time.Microsecond,
+		Lease:      formatLease(r.Lease),
 	}
+}
+
+func formatLease(id uint64) string {
+	if id == 0 {
+		return ""
+	}
+	return sluice.FormatLease(id)
 }

@@ -6,8 +6,9 @@
 -- KEYS: one per request, in order.
 -- ARGV[1], ARGV[2]: now and the minimum TTL (prelude.lua).
 -- ARGV[3]: the requests, five little-endian doubles each: algorithm (0 GCRA,
---   1 TokenBucket, 2 LeakyBucket, 3 FixedWindow, 4 SlidingWindow, 5 SlidingLog), rate,
---   period (µs), burst (Limit.EffectiveBurst), cost n. Binary, because parsing decimal
+--   1 TokenBucket, 2 LeakyBucket, 3 FixedWindow, 4 SlidingWindow, 5 SlidingLog,
+--   6 Concurrency), rate, period (µs; a Concurrency limit's lease), burst
+--   (Limit.EffectiveBurst; for Concurrency the id of the lease to take), cost n. Binary, because parsing decimal
 --   arguments (strtod, twice per tonumber) cost more than the decisions themselves.
 -- ARGV[4]: the all-or-nothing groups (sluice.MultiLimiter), two little-endian doubles
 --   each, in ascending order: the index of the group's first request and the number of

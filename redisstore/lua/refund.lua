@@ -9,7 +9,7 @@
 -- KEYS: one per request, in order; every one is distinct.
 -- ARGV[1], ARGV[2]: now and the minimum TTL (prelude.lua).
 -- ARGV[3]: the requests, six little-endian doubles each: algorithm, the limit's two
---   fields and burst as in decide.lua's ARGV[3], the cost n that was spent, and at, the
+--   fields and burst (or lease id) as in decide.lua's ARGV[3], the cost n that was spent, and at, the
 --   now of the decide.lua call that spent it.
 -- Returns the looks' results as decide.lua returns its decisions: allowed (0/1),
 -- remaining, resetAfter µs and retryAfter µs per request, as little-endian doubles.
@@ -22,7 +22,7 @@ for i = 1, #KEYS do
   alg, f1, f2, burst, n, at, pos = sunpack('<dddddd', reqs, pos)
   local key = KEYS[i]
   local v = false
-  if alg ~= 5 then v = redis.call('GET', key) end
+  if alg < 5 then v = redis.call('GET', key) end
   if n > 0 then v = refund[alg](key, v, f1, f2, burst, n, at) end
   local o = 4 * i
   out[o - 3], out[o - 2], out[o - 1], out[o] = run[alg](key, v, f1, f2, burst, 0, false)

@@ -1,4 +1,5 @@
--- Mirrors algo.RefundSlidingLog (internal/algo/refund.go) on the sorted set of
+-- Mirrors algo.RefundSlidingLog (internal/algo/refund.go), and algo.Release for the
+-- refund of a Concurrency spend (refund_concurrency below), on the sorted set of
 -- sliding_log.lua, for one refund (the arguments of refund_gcra in refund_bucket.lua; v is
 -- unused). After the expired members go, the n members with the latest timestamps at or
 -- before at are removed. The members of one timestamp t are "t:0" to "t:k-1"
@@ -37,3 +38,12 @@ local function refund_sliding_log(key, v, rate, P, burst, n, at)
 end
 
 refund[5] = refund_sliding_log
+
+-- Mirrors algo.Release for a lease a decision of concurrency.lua took (burst is its id, as
+-- there): the refund of a Concurrency spend frees the lease.
+local function refund_concurrency(key, v, rate, P, id, n, at)
+  redis.call('ZREM', key, int(id))
+  return v
+end
+
+refund[6] = refund_concurrency

@@ -1,0 +1,126 @@
+package redisstore
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
+)
+
+// settleScript settles a reservation (lua/settle.lua), with every algorithm for the look
+// that reports the key afterwards.
+var settleScript = newScript(append(append(append([]string{"prelude.lua"}, algoFiles[:]...),
+	"refund_bucket.lua", "refund_window.lua", "refund_log.lua", "charge.lua"), "settle.lua")...)
+
+// recordKey is the key of reservation id of identity key under the Limit whose key is
+// stateKey: beside it, in the same slot.
+func recordKey(stateKey string, id uint64) string {
+	return stateKey + ":res:" + strconv.FormatUint(id, 36)
+}
+
+// decideSettled decides reqs, some of which carry a SettleTTL, in one script call per
+// slot that reports its now (as Store.allowAcrossSlots does for several slots), and then
+// writes the records of the allowed ones' reservations. A record that could not be
+// written leaves its decision without a Reservation: its estimate stands.
+func (s *Store) decideSettled(ctx context.Context, cn *conn, reqs []sluice.Request, out []sluice.Decision, cross bool) error {
+	ats := make([]int64, len(reqs))
+	if cross {
+		ds, err := s.allowAcrossSlots(ctx, reqs, ats)
+		if err != nil {
+			return err
+		}
+		copy(out, ds)
+	} else {
+		idx := make([]int, len(reqs))
+		for i := range idx {
+			idx[i] = i
+		}
+		res, at, err := s.decideSlot(ctx, cn, reqs, idx)
+		if err != nil {
+			return err
+		}
+		for i, r := range res {
+			out[i] = r.Decision(reqs[i].Limit)
+			ats[i] = at
+		}
+	}
+	var ids []int
+	var keys []string
+	var vals []string
+	var ttls []time.Duration
+	for i := range reqs {
+		r := &reqs[i]
+		if r.SettleTTL <= 0 || r.N == 0 || !out[i].Allowed {
+			continue
+		}
+		id := rand.Uint64N(sluice.MaxLeaseID) + 1
+		rv := algo.ReservedOf(algo.ParamsOf(r.Limit), r.N, ats[i], algo.Result{ResetAfter: out[i].ResetAfter.Microseconds()})
+		var b [32]byte
+		for j, x := range []int64{rv.N, rv.At, rv.FullAt, ats[i] + r.SettleTTL.Microseconds()} {
+			binary.LittleEndian.PutUint64(b[8*j:], math.Float64bits(float64(x)))
+		}
+		ids = append(ids, i)
+		keys = append(keys, recordKey(s.redisKey(r.Key, s.info(r.Limit)), id))
+		vals = append(vals, string(b[:]))
+		ttls = append(ttls, r.SettleTTL)
+		out[i].Reservation = sluice.FormatLease(id)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	// The records expire with their reservations on the script's clock (settle.lua); Redis
+	// drops them after the TTL in its own time. One round trip for all of them.
+	c := cn.client
+	cmds := make(rueidis.Commands, len(ids))
+	for k := range ids {
+		cmds[k] = c.B().Set().Key(keys[k]).Value(vals[k]).PxMilliseconds(max(ttls[k].Milliseconds(), 1)).Build()
+	}
+	for k, res := range c.DoMulti(ctx, cmds...) {
+		if err := res.Error(); err != nil {
+			out[ids[k]].Reservation = ""
+			s.logger.Warn("redisstore: a reservation's record was not written; its estimate stands", "error", err)
+		}
+	}
+	return nil
+}
+
+// Settle implements sluice.Limiter: one script call (lua/settle.lua) on the key and the
+// reservation's record, in one slot.
+func (s *Store) Settle(ctx context.Context, key string, limit sluice.Limit, reservation string, cost int64) (sluice.Decision, error) {
+	id, err := sluice.CheckSettle(key, limit, reservation, cost)
+	if err != nil {
+		return sluice.Decision{}, err
+	}
+	if s.closed.Load() {
+		return sluice.Decision{}, fmt.Errorf("redisstore: %w", sluice.ErrClosed)
+	}
+	cn, err := s.connected()
+	if err != nil {
+		return sluice.Decision{}, err
+	}
+	li := s.info(limit)
+	k := s.redisKey(key, li)
+	args := []string{s.scriptNow(), s.minTTL, bytesString(li.packed[:]), strconv.FormatInt(cost, 10)}
+	vals, err := s.eval(ctx, cn.client, settleScript, []string{k, recordKey(k, id)}, args).AsBytes()
+	if err == nil && len(vals) != 40 {
+		err = errorf("settle script returned %d bytes, want 40", len(vals))
+	}
+	if err != nil {
+		return sluice.Decision{}, wrap("settle", err)
+	}
+	switch readFloat(vals) {
+	case 1:
+		return sluice.Decision{}, fmt.Errorf("%w: %s (never made, or past its settle TTL and standing at its estimate)", sluice.ErrUnknownReservation, reservation)
+	case 2:
+		return sluice.Decision{}, fmt.Errorf("%w: %s", sluice.ErrSettled, reservation)
+	}
+	return readResults(vals[8:], 1)[0].Decision(limit), nil
+}
