@@ -163,6 +163,21 @@ func TestEnvoyExample(t *testing.T) {
 			}
 			_, grpcAddr, _ := started(t, args...)
 			rls := rlsClient(t, grpcAddr)
+			if store == "redis" {
+				// The example's deadline is 5ms: until the store has connected and loaded
+				// its scripts, decisions fail open (limit_remaining 0). Wait for the store.
+				warm := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: exampleDescriptors(envoyRequest{"192.0.2.250", map[string]string{":path": "/warm-up"}})}
+				for deadline := time.Now().Add(10 * time.Second); ; {
+					resp, err := rls.ShouldRateLimit(context.Background(), warm)
+					if err == nil && len(resp.GetStatuses()) > 0 && resp.GetStatuses()[0].GetLimitRemaining() > 0 {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("the Redis store never decided: %v, %v", resp, err)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
 			ask := func(r envoyRequest) *rlsv3.RateLimitResponse {
 				t.Helper()
 				resp, err := rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: exampleDescriptors(r)})
