@@ -137,12 +137,23 @@ func (a *Algorithm) UnmarshalText(b []byte) error {
 // Burst is the bucket depth for GCRA, TokenBucket and LeakyBucket: how many units may pass at
 // once after a quiet spell. Zero means Rate. The window algorithms ignore Burst.
 //
+// Calendar, when set, makes a FixedWindow limit a calendar quota: Rate events per
+// calendar period (a day, an ISO week, a month or a year in a named zone), whose windows
+// start at local midnights rather than at multiples of Period; Period must then be 0.
+// The zero Calendar is no calendar: every Limit without one means what it always did.
+//
 // The zero Limit is invalid (Rate 0); use PerSecond and friends or fill every field.
 type Limit struct {
 	Algorithm Algorithm
 	Rate      int64
 	Period    time.Duration
 	Burst     int64
+	Calendar  Calendar
+}
+
+// PerCalendar returns a calendar quota of rate events per period c (see Calendar).
+func PerCalendar(rate int64, c Calendar) Limit {
+	return Limit{Algorithm: FixedWindow, Rate: rate, Calendar: c}
 }
 
 // PerSecond returns a GCRA limit of rate events per second with burst rate.
@@ -181,6 +192,21 @@ const MaxLogRate = 1 << 20
 // Validate reports whether l can be decided. The error wraps ErrInvalidLimit and names the
 // offending field.
 func (l Limit) Validate() error {
+	if !l.Calendar.IsZero() {
+		switch {
+		case l.Algorithm != FixedWindow:
+			return fmt.Errorf("%w: a calendar period is counted by fixed_window, not %v", ErrInvalidLimit, l.Algorithm)
+		case l.Period != 0:
+			return fmt.Errorf("%w: a calendar limit has no period, got %v", ErrInvalidLimit, l.Period)
+		case l.Rate <= 0:
+			return fmt.Errorf("%w: rate must be positive, got %d", ErrInvalidLimit, l.Rate)
+		case l.Rate > MaxRate:
+			return fmt.Errorf("%w: rate %d exceeds the maximum %d", ErrInvalidLimit, l.Rate, int64(MaxRate))
+		case l.Burst != 0:
+			return fmt.Errorf("%w: a calendar limit has no burst, got %d", ErrInvalidLimit, l.Burst)
+		}
+		return l.Calendar.Validate()
+	}
 	switch {
 	case !l.Algorithm.Valid():
 		return fmt.Errorf("%w: unknown algorithm %d", ErrInvalidLimit, uint8(l.Algorithm))
@@ -257,8 +283,12 @@ func (l Limit) FillTime() time.Duration {
 	return l.Period
 }
 
-// String formats l as "10/1s gcra burst 20".
+// String formats l as "10/1s gcra burst 20", a calendar limit as
+// "1000/calendar_month Europe/Berlin anchor 15".
 func (l Limit) String() string {
+	if !l.Calendar.IsZero() {
+		return fmt.Sprintf("%d/%v", l.Rate, l.Calendar)
+	}
 	s := fmt.Sprintf("%d/%v %v", l.Rate, l.Period, l.Algorithm)
 	if l.Burst > 0 {
 		s += fmt.Sprintf(" burst %d", l.Burst)
@@ -309,7 +339,8 @@ type Decision struct {
 	// It is never negative.
 	Remaining int64
 	// ResetAfter is the time until the key's state is back to empty (a full bucket, an
-	// empty window): after it, Remaining would be Limit.MaxCost(). Never negative.
+	// empty window): after it, Remaining would be Limit.MaxCost(). Never negative. For a
+	// calendar limit it is always the time to the next period start, counted or not.
 	ResetAfter time.Duration
 	// RetryAfter is the time until the same cost would be allowed, if nothing else is spent
 	// meanwhile. It is 0 when Allowed (and for a cost that would pass now), never negative.
@@ -317,6 +348,9 @@ type Decision struct {
 	// Path says how the decision was reached: by the store, by a failure mode, or from a
 	// denial the store made earlier (PathCache).
 	Path Path
+	// Window is, for a calendar limit decided by a store, the length of the calendar
+	// period the decision fell in (months, and days across DST, differ); 0 otherwise.
+	Window time.Duration
 }
 
 // Limiter decides whether events fit under limits. It is the contract every store and

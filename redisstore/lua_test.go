@@ -83,6 +83,7 @@ func TestLuaFilesNameTheirGoFunction(t *testing.T) {
 		"fixed_window.lua":         "Mirrors algo.FixedWindow",
 		"sliding_window.lua":       "Mirrors algo.SlidingWindow",
 		"sliding_log.lua":          "Mirrors algo.SlidingLog",
+		"calendar_window.lua":      "Mirrors algo.CalendarWindow",
 		"decide.lua":               "memory.Store",
 		"reserve_gcra.lua":         "Mirrors algo.ReserveGCRA",
 		"reserve_leaky_bucket.lua": "Mirrors algo.ReserveLeakyBucket",
@@ -90,7 +91,7 @@ func TestLuaFilesNameTheirGoFunction(t *testing.T) {
 		"reserve_cancel.lua":       "Mirrors algo.CancelReservation",
 		"reserve_entry.lua":        "Store.Reserve",
 		"refund_bucket.lua":        "Mirrors algo.RefundGCRA, algo.RefundTokenBucket, algo.RefundLeakyBucket",
-		"refund_window.lua":        "Mirrors algo.RefundFixedWindow and algo.RefundSlidingWindow",
+		"refund_window.lua":        "Mirrors algo.RefundFixedWindow, algo.RefundSlidingWindow and algo.RefundCalendarWindow",
 		"refund_log.lua":           "Mirrors algo.RefundSlidingLog",
 		"refund.lua":               "Store.allowAcrossSlots",
 	}

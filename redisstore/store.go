@@ -535,6 +535,9 @@ type limitInfo struct {
 	packed [32]byte
 	// args are the same four fields as decimal arguments, for the reservation script.
 	args [4]string
+	// code is the scripts' number for the limit: its Algorithm, or calendarCode (whose
+	// period field is then per call, see calendarArgs).
+	code int
 }
 
 func (s *Store) info(l sluice.Limit) *limitInfo {
@@ -542,14 +545,17 @@ func (s *Store) info(l sluice.Limit) *limitInfo {
 		return v.(*limitInfo)
 	}
 	p := algo.ParamsOf(l)
-	li := &limitInfo{limit: l, suffix: limitSuffix(l)}
+	li := &limitInfo{limit: l, suffix: limitSuffix(l), code: int(l.Algorithm)}
 	b := li.packed[:0]
 	f1, f2 := p.Rate, p.Period
 	switch l.Algorithm {
 	case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket:
 		f1, f2 = p.S, p.U
 	}
-	for i, x := range []int64{int64(l.Algorithm), f1, f2, p.Burst} {
+	if p.Calendar {
+		li.code = calendarCode
+	}
+	for i, x := range []int64{int64(li.code), f1, f2, p.Burst} {
 		li.args[i] = strconv.FormatInt(x, 10)
 		b = appendFloat(b, x)
 	}

@@ -68,6 +68,9 @@ type Params struct {
 	S      int64 // bucket algorithms: their time unit is 1/S µs (1 when Rate divides Period)
 	U      int64 // bucket algorithms: one unit of cost in units of 1/S µs (U/S = Period/Rate)
 	Algo   sluice.Algorithm
+	// Calendar is set for a calendar limit (Algo FixedWindow, Period 0), decided by
+	// CalendarWindow, not FixedWindow.
+	Calendar bool
 }
 
 // maxScaled bounds Burst·U, the largest quantity the bucket algorithms hold, so that every
@@ -81,6 +84,10 @@ func ParamsOf(l sluice.Limit) Params {
 		Period: l.Period.Microseconds(),
 		Burst:  l.EffectiveBurst(),
 		Algo:   l.Algorithm,
+	}
+	if !l.Calendar.IsZero() {
+		p.Calendar = true
+		return p
 	}
 	p.T = (p.Period + p.Rate - 1) / p.Rate
 	g := gcd(p.Period, p.Rate)
@@ -107,6 +114,8 @@ type Result struct {
 	Remaining  int64
 	ResetAfter int64
 	RetryAfter int64
+	// Window is the length of the calendar period decided in (CalendarWindow); else 0.
+	Window int64
 }
 
 // State is the per-key state of every algorithm except SlidingLog, which keeps a Log.
@@ -120,7 +129,8 @@ type State struct {
 // caller's clock converts it with Micros.
 func Micros(t time.Time) int64 { return max(t.UnixMicro(), 1) }
 
-// Decide runs p.Algo on a fixed-size state. It must not be called for SlidingLog.
+// Decide runs p.Algo on a fixed-size state. It must not be called for SlidingLog or a
+// calendar limit (see CalendarWindow).
 func Decide(s State, now int64, p Params, n int64) (State, Result) {
 	switch p.Algo {
 	case sluice.TokenBucket:
@@ -151,6 +161,9 @@ func ExpiresAt(s State, p Params) int64 {
 	case sluice.FixedWindow:
 		if s.B == 0 {
 			return 0
+		}
+		if p.Calendar {
+			return s.C
 		}
 		return s.A + p.Period
 	case sluice.SlidingWindow:
@@ -224,5 +237,6 @@ func (r Result) Decision(l sluice.Limit) sluice.Decision {
 		Remaining:  r.Remaining,
 		ResetAfter: time.Duration(r.ResetAfter) * time.Microsecond,
 		RetryAfter: time.Duration(r.RetryAfter) * time.Microsecond,
+		Window:     time.Duration(r.Window) * time.Microsecond,
 	}
 }

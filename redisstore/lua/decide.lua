@@ -18,6 +18,8 @@
 --   distinct. Requests are decided in order, so two requests on one key in one call see
 --   each other's spending (written, in prelude.lua), which is tracked only with "1".
 -- ARGV[6]: absent, or "1" to append the call's now after the results (below).
+-- ARGV[7]: absent, or the calendar bounds of the call's calendar requests
+--   (calendar_window.lua).
 -- Returns four integers per request, allowed (0/1), remaining, resetAfter µs and
 -- retryAfter µs, as one string of little-endian doubles: one bulk reply is cheaper for
 -- Redis to write and for the client to read than 4·n integer replies.
