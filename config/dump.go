@@ -17,12 +17,17 @@ func (c *Config) Dump() ([]byte, error) {
 		Rate      int64  `json:"rate"`
 		Period    string `json:"period"`
 		Burst     int64  `json:"burst,omitempty"`
+		Zone      string `json:"zone,omitempty"`
+		AnchorDay int    `json:"anchor_day,omitempty"`
 	}
 	lv := func(l sluice.Limit) *limitView {
 		if l.Rate == 0 {
 			return nil
 		}
-		return &limitView{l.Algorithm.String(), l.Rate, l.Period.String(), l.Burst}
+		if c := l.Calendar; !c.IsZero() {
+			return &limitView{Algorithm: l.Algorithm.String(), Rate: l.Rate, Period: c.Unit.String(), Zone: c.Zone, AnchorDay: c.Anchor}
+		}
+		return &limitView{l.Algorithm.String(), l.Rate, l.Period.String(), l.Burst, "", 0}
 	}
 	type named struct {
 		Name  string     `json:"name"`

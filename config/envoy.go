@@ -77,7 +77,8 @@ type Rule struct {
 	RequestsPerUnit uint32
 	// Limit is the sluice limit that decides: FixedWindow unless rate_limit.algorithm
 	// says otherwise, Rate requests_per_unit, Period the unit's length, Burst
-	// rate_limit.burst. It is the zero Limit when Unlimited or RequestsPerUnit is 0.
+	// rate_limit.burst; with rate_limit.calendar a calendar quota (sluice.Calendar) in
+	// rate_limit.zone. It is the zero Limit when Unlimited or RequestsPerUnit is 0.
 	Limit sluice.Limit
 	// Pos is where the rule's rate_limit block is.
 	Pos Position
@@ -380,6 +381,11 @@ func writeEscaped(b *strings.Builder, s string) {
 	b.WriteString(s[from:])
 }
 
+// calendarUnits are the calendar periods of the units that have one (rate_limit.calendar).
+var calendarUnits = map[Unit]sluice.CalendarUnit{
+	UnitDay: sluice.CalendarDay, UnitWeek: sluice.CalendarWeek, UnitMonth: sluice.CalendarMonth, UnitYear: sluice.CalendarYear,
+}
+
 // envoyDomain decodes one envoyproxy/ratelimit file.
 func (d *decoder) envoyDomain(root *yaml.Node) *Domain {
 	o := d.object(root, "", "domain", "descriptors", "quota_buckets")
@@ -430,7 +436,7 @@ var descriptorFields = []string{
 
 var rateLimitFields = []string{
 	"unit", "requests_per_unit", "unlimited", "name", "replaces",
-	"algorithm", "burst", // sluice extensions
+	"algorithm", "burst", "calendar", "zone", "anchor_day", // sluice extensions
 }
 
 // descriptors decodes the descriptor list under o[field] into a level; parent is the
@@ -588,7 +594,7 @@ func (d *decoder) rateLimit(dom *Domain, n *yaml.Node, path string, at []Entry) 
 				}
 			}
 		}
-		for _, f := range []string{"algorithm", "burst"} {
+		for _, f := range []string{"algorithm", "burst", "calendar", "zone", "anchor_day"} {
 			if v, ok := o.get(f); ok {
 				d.errorf(v, o.field(f), "must not be set when unlimited is true")
 			}
@@ -633,11 +639,27 @@ func (d *decoder) rateLimit(dom *Domain, n *yaml.Node, path string, at []Entry) 
 			d.errorf(v, o.field("burst"), "applies only to gcra, token_bucket and leaky_bucket; %s ignores it (set algorithm)", alg)
 		}
 	}
+	var cal sluice.Calendar
+	if v, ok := o.get("calendar"); ok {
+		if on, _ := d.boolean(v, o.field("calendar")); on {
+			cal.Unit = calendarUnits[r.Unit]
+			switch {
+			case cal.Unit == sluice.NoCalendar && r.Unit != UnitUnknown:
+				d.errorf(v, o.field("calendar"), "applies to the units day, week, month and year, not %s", r.Unit)
+			case o.has("algorithm") && alg != sluice.FixedWindow:
+				d.errorf(v, o.field("calendar"), "a calendar period is counted by fixed_window, not %s", alg)
+			}
+		}
+	}
+	d.calendar(o, &cal, "calendar: true with unit day, week, month or year")
 	if len(d.errs) != before {
 		return nil
 	}
 	if r.RequestsPerUnit > 0 {
 		r.Limit = sluice.Limit{Algorithm: alg, Rate: int64(r.RequestsPerUnit), Period: r.Unit.Period(), Burst: burst}
+		if !cal.IsZero() {
+			r.Limit = sluice.PerCalendar(int64(r.RequestsPerUnit), cal)
+		}
 		if err := r.Limit.Validate(); err != nil {
 			d.wrapErr(rpuNode, o.field("requests_per_unit"), err)
 			return nil

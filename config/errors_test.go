@@ -55,7 +55,7 @@ func TestValidationErrors(t *testing.T) {
     perod: 1s
 `},
 			want: []string{
-				"policies.yaml:4:5: policies[0].perod: unknown field (known fields: name, algorithm, rate, period, burst, key, shadow, failure_mode, local_share, expected_nodes, tier_header, default_tier, tiers, identity_tiers, routes, overrides)",
+				"policies.yaml:4:5: policies[0].perod: unknown field (known fields: name, algorithm, rate, period, zone, anchor_day, burst, key, shadow, failure_mode, local_share, expected_nodes, tier_header, default_tier, tiers, identity_tiers, routes, overrides)",
 				"policies.yaml:2:5: policies[0].period: is required",
 			},
 		},

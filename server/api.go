@@ -106,8 +106,15 @@ type LimitStatus struct {
 
 	Algorithm string `json:"algorithm,omitempty"`
 	Rate      int64  `json:"rate,omitempty"`
+	// Period is a Go duration, or for a calendar quota its unit ("calendar_month"), with
+	// Zone and AnchorDay.
 	Period    string `json:"period,omitempty"`
 	Burst     int64  `json:"burst,omitempty"`
+	Zone      string `json:"zone,omitempty"`
+	AnchorDay int    `json:"anchor_day,omitempty"`
+	// WindowSeconds is, for a calendar quota, the length of the period decided in (the
+	// RateLimit-Policy w).
+	WindowSeconds int64 `json:"window_seconds,omitempty"`
 
 	Remaining    int64 `json:"remaining"`
 	ResetAfterMs int64 `json:"reset_after_ms"`
@@ -358,6 +365,10 @@ func limitStatus(it *item) LimitStatus {
 			l = it.Decision.Limit
 		}
 		ls.Algorithm, ls.Rate, ls.Period, ls.Burst = l.Algorithm.String(), l.Rate, l.Period.String(), l.Burst
+		if c := l.Calendar; !c.IsZero() {
+			ls.Period, ls.Zone, ls.AnchorDay = c.Unit.String(), c.Zone, c.Anchor
+			ls.WindowSeconds = int64((it.Decision.Window + time.Second - 1) / time.Second)
+		}
 	case config.Blocked:
 		ls.Algorithm, ls.Period = sluice.FixedWindow.String(), it.Decision.Limit.Period.String()
 	}

@@ -31,7 +31,7 @@ func rateLimitHeaders(items []item, ra time.Duration, shadow bool) (policy, limi
 		var q, w, r, t int64
 		switch {
 		case it.status == config.Limited && it.Decided:
-			q, w = httplimit.Quota(it.Decision.Limit)
+			q, w = httplimit.DecisionQuota(it.Decision)
 			r = it.Decision.Remaining
 			if it.Decision.RetryAfter > 0 {
 				t = ceilSeconds(it.Decision.RetryAfter)
