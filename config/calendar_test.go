@@ -99,3 +99,85 @@ func TestCalendarErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestRateLimitsList: a descriptor with several limits (rate_limits) matches all of them,
+// adjacent and in file order, each under its own name; replaces can name any of them; a
+// file without the extension matches one rule per descriptor as before.
+func TestRateLimitsList(t *testing.T) {
+	d := loadDomain(t, `
+domain: billing
+descriptors:
+  - key: customer
+    rate_limits:
+      - {name: burst, unit: second, requests_per_unit: 2}
+      - {name: monthly, unit: month, requests_per_unit: 1000, calendar: true, zone: Europe/Berlin}
+      - {unit: day, requests_per_unit: 100}
+  - key: plan
+    value: unmetered
+    rate_limit: {unit: second, requests_per_unit: 50, replaces: [{name: monthly}]}
+  - key: other
+    rate_limit: {unit: second, requests_per_unit: 1}
+`)
+	ms, err := d.Match([]Descriptor{e("other", "x"), e("customer", "c1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type got struct {
+		desc    int
+		status  Status
+		fullKey string
+		name    string
+		rate    int64
+	}
+	var gs []got
+	for _, m := range ms {
+		gs = append(gs, got{m.Descriptor, m.Status, m.Rule.FullKey, m.Rule.Name, m.Limit.Rate})
+	}
+	want := []got{
+		{0, Limited, "billing.other", "", 1},
+		{1, Limited, "billing.customer#burst", "burst", 2},
+		{1, Limited, "billing.customer#monthly", "monthly", 1000},
+		{1, Limited, "billing.customer#2", "", 100},
+	}
+	if len(gs) != len(want) {
+		t.Fatalf("matches %+v, want %+v", gs, want)
+	}
+	for i := range want {
+		if gs[i] != want[i] {
+			t.Errorf("match %d: %+v, want %+v", i, gs[i], want[i])
+		}
+	}
+	if ms[1].Key != ms[2].Key || ms[2].Limit.Calendar.Unit != sluice.CalendarMonth {
+		t.Errorf("the limits of one descriptor count one key: %q %q, %v", ms[1].Key, ms[2].Key, ms[2].Limit)
+	}
+	ms, _ = d.Match([]Descriptor{e("customer", "c1"), e("plan", "unmetered")})
+	if ms[0].Status != Limited || ms[1].Status != Replaced || ms[2].Status != Limited || ms[3].Status != Limited {
+		t.Errorf("replaces monthly: %v %v %v %v", ms[0].Status, ms[1].Status, ms[2].Status, ms[3].Status)
+	}
+	if rs := d.LookupAll([]Entry{{"customer", "c9"}}); len(rs) != 3 || d.Lookup([]Entry{{"customer", "c9"}}) != rs[0] {
+		t.Errorf("LookupAll %v", rs)
+	}
+}
+
+func TestRateLimitsErrors(t *testing.T) {
+	tests := []struct{ name, content, want string }{
+		{"both", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n    rate_limits: [{unit: day, requests_per_unit: 5}]\n",
+			"descriptors[0].rate_limits: a descriptor has rate_limit or rate_limits, not both"},
+		{"same name", "domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n      - {name: a, unit: second, requests_per_unit: 1}\n      - {name: a, unit: day, requests_per_unit: 5}\n",
+			"descriptors[0].rate_limits[1].name: repeats the name of descriptors[0].rate_limits[0]"},
+		{"same limit", "domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n      - {unit: second, requests_per_unit: 1}\n      - {unit: second, requests_per_unit: 1}\n",
+			"descriptors[0].rate_limits[1]: repeats the limit of another entry"},
+		{"empty", "domain: d\ndescriptors:\n  - key: k\n    rate_limits: []\n",
+			"descriptors[0].rate_limits: must list at least one rate_limit"},
+		{"bad entry", "domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n      - {unit: fortnight, requests_per_unit: 1}\n",
+			"descriptors[0].rate_limits[0].unit: unknown unit"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			errs := loadErrors(t, map[string]string{"d.yaml": tt.content})
+			if !strings.Contains(strings.Join(errs, "\n"), tt.want) {
+				t.Errorf("errors %q, want one containing %q", errs, tt.want)
+			}
+		})
+	}
+}

@@ -72,7 +72,9 @@
 // burst, for the bucket algorithms. calendar: true (with zone and anchor_day, as in
 // policy files) makes a unit of day, week, month or year a calendar period instead: a
 // month from the 1st to the 1st, not 30 days; without it month keeps the reference's 30
-// days since the Unix epoch, so that a file behaves exactly as there.
+// days since the Unix epoch, so that a file behaves exactly as there. A descriptor may
+// carry rate_limits instead of rate_limit: a list of rate_limit bodies with optional
+// names, all of which apply, all or nothing (Domain.Match returns one Match per limit).
 //
 // Matching mirrors the reference's GetLimit (src/config/config_impl.go) and
 // constructLimitsToCheck (src/service/ratelimit.go):

@@ -246,7 +246,7 @@ descriptors:
 `},
 			want: []string{
 				`envoy.yaml:5:13: descriptors[0].rate_limit.unit: unknown unit "fortnight" (want second, minute, hour, day, week, month or year)`,
-				"envoy.yaml:8:5: descriptors[1].ratelimit: unknown field (known fields: key, value, rate_limit, descriptors, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold)",
+				"envoy.yaml:8:5: descriptors[1].ratelimit: unknown field (known fields: key, value, rate_limit, rate_limits, descriptors, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold)",
 			},
 		},
 		{

@@ -147,3 +147,85 @@ func cfgCalendar(t *testing.T, cfg *config.Config, policy string) interface {
 	}
 	return p.Limit.Calendar
 }
+
+const burstAndQuotaDomain = `domain: billing
+descriptors:
+  - key: customer
+    rate_limits:
+      - {name: burst, unit: second, requests_per_unit: 2}
+      - {name: monthly, unit: month, requests_per_unit: 5, calendar: true, zone: Europe/Berlin}
+`
+
+// TestBurstAndQuotaOnOneDescriptor: a burst limit and a calendar-month quota on one
+// descriptor (rate_limits), over gRPC on memory and Redis. Both are reported, each under
+// its own name; the burst denies without spending the quota, and the quota denies without
+// spending the burst.
+func TestBurstAndQuotaOnOneDescriptor(t *testing.T) {
+	cfg := parseConfig(t, config.File{Name: "billing.yaml", Data: []byte(burstAndQuotaDomain)})
+	for _, k := range stores {
+		t.Run(k.name, func(t *testing.T) {
+			r, clock := newServer(t, k, cfg, Options{})
+			clock.Set(time.Date(2030, 4, 10, 12, 0, 0, 0, time.UTC))
+			ctx := context.Background()
+			req := &rlsv3.RateLimitRequest{Domain: "billing", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("customer", "c1")}}
+			// check sends one request and compares the overall code and each limit's
+			// (code, remaining).
+			check := func(step string, over bool, burst, monthly [2]uint32) *rlsv3.RateLimitResponse {
+				t.Helper()
+				resp, err := r.rls.ShouldRateLimit(ctx, req)
+				if err != nil {
+					t.Fatalf("%s: %v", step, err)
+				}
+				if (resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT) != over || len(resp.Statuses) != 2 {
+					t.Fatalf("%s: %v", step, resp)
+				}
+				for i, w := range [][2]uint32{burst, monthly} {
+					st := resp.Statuses[i]
+					code := uint32(0)
+					if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+						code = 1
+					}
+					if code != w[0] || st.LimitRemaining != w[1] || st.CurrentLimit.Name != []string{"burst", "monthly"}[i] {
+						t.Fatalf("%s: status %d = %v, want over=%d remaining %d", step, i, st, w[0], w[1])
+					}
+				}
+				return resp
+			}
+			check("1", false, [2]uint32{0, 1}, [2]uint32{0, 4})
+			resp := check("2", false, [2]uint32{0, 0}, [2]uint32{0, 3})
+			var policy string
+			for _, h := range resp.ResponseHeadersToAdd {
+				if h.Key == "RateLimit-Policy" {
+					policy = h.Value
+				}
+			}
+			if policy != `"burst";q=2;w=1, "monthly";q=5;w=2592000` {
+				t.Fatalf("RateLimit-Policy %q", policy)
+			}
+			// The burst denies; the quota is not spent (3 remain, twice).
+			check("3 burst", true, [2]uint32{1, 0}, [2]uint32{0, 3})
+			check("4 burst", true, [2]uint32{1, 0}, [2]uint32{0, 3})
+			clock.Advance(time.Second)
+			check("5", false, [2]uint32{0, 1}, [2]uint32{0, 2})
+			check("6", false, [2]uint32{0, 0}, [2]uint32{0, 1})
+			clock.Advance(time.Second)
+			check("7", false, [2]uint32{0, 1}, [2]uint32{0, 0})
+			clock.Advance(time.Second)
+			// The quota denies; the burst is not spent (2 remain, twice).
+			check("8 quota", true, [2]uint32{0, 2}, [2]uint32{1, 0})
+			resp = check("9 quota", true, [2]uint32{0, 2}, [2]uint32{1, 0})
+			if d := resp.Statuses[1].DurationUntilReset.AsDuration(); d != time.Date(2030, 5, 1, 0, 0, 0, 0, mustLoc(t, "Europe/Berlin")).Sub(clock.Now()) {
+				t.Fatalf("the quota resets in %v", d)
+			}
+		})
+	}
+}
+
+func mustLoc(t *testing.T, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loc
+}
