@@ -138,6 +138,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/check", s.handleCheck(apiCheck, false))
 	mux.HandleFunc("POST /v1/peek", s.handleCheck(apiPeek, true))
 	mux.HandleFunc("GET /v1/peek", s.handlePeekQuery)
+	mux.HandleFunc("GET /v1/usage", s.handleUsage)
 	mux.HandleFunc("POST /v1/reset", s.admin(s.handleReset))
 	mux.HandleFunc("GET /v1/config", s.admin(s.handleConfig))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -240,6 +241,18 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request, peek bool) s
 // URL-escaped within the parameter's value).
 func (s *Server) handlePeekQuery(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	var code string
+	if req, err := lookQuery(r); err != nil {
+		code = s.writeError(w, r, err)
+	} else {
+		code = s.answer(w, r, req, false)
+	}
+	s.metrics.observe(apiPeek, code, time.Since(start))
+}
+
+// lookQuery reads a request of cost 0 from the query parameters of GET /v1/peek and
+// GET /v1/usage.
+func lookQuery(r *http.Request) (*CheckRequest, error) {
 	q := r.URL.Query()
 	zero := int64(0)
 	req := &CheckRequest{
@@ -247,18 +260,70 @@ func (s *Server) handlePeekQuery(w http.ResponseWriter, r *http.Request) {
 		Method: q.Get("method"), Path: q.Get("path"), Host: q.Get("host"),
 		Domain: q.Get("domain"), Cost: &zero,
 	}
-	var code string
 	for _, d := range q["descriptor"] {
 		desc, err := parseDescriptor(d)
 		if err != nil {
-			code = s.writeError(w, r, err)
-			s.metrics.observe(apiPeek, code, time.Since(start))
-			return
+			return nil, err
 		}
 		req.Descriptors = append(req.Descriptors, desc)
 	}
-	code = s.answer(w, r, req, false)
-	s.metrics.observe(apiPeek, code, time.Since(start))
+	return req, nil
+}
+
+// UsageResponse is the answer of GET /v1/usage: every limit that applies to the identity
+// (policy, tier, route, override; or every limit of every matching descriptor), as it
+// stands, nothing spent.
+type UsageResponse struct {
+	Limits []UsageLimit `json:"limits"`
+}
+
+// UsageLimit is one limit's usage: its LimitStatus (remaining, reset_after_ms, source)
+// and the instant it resets.
+type UsageLimit struct {
+	LimitStatus
+	// Used is how many units the limit's current state counts against it: its
+	// MaxCost minus Remaining.
+	Used int64 `json:"used"`
+	// ResetAt is when the limit is whole again (RFC 3339, UTC); for a calendar quota the
+	// next period start.
+	ResetAt string `json:"reset_at,omitempty"`
+}
+
+// handleUsage is GET /v1/usage, with the query parameters of GET /v1/peek: the usage of
+// every limit that would apply, decided through the evaluator at cost 0, so that nothing
+// is spent. It is what a customer dashboard calls.
+func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	code := s.serveUsage(w, r)
+	s.metrics.observe(apiUsage, code, time.Since(start))
+}
+
+func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) string {
+	req, err := lookQuery(r)
+	if err != nil {
+		return s.writeError(w, r, err)
+	}
+	cfg := s.config()
+	items, sc, err := s.items(cfg, req)
+	if err != nil {
+		return s.writeError(w, r, err)
+	}
+	if _, err := s.decide(r.Context(), cfg, sc, items); err != nil {
+		return s.writeError(w, r, err)
+	}
+	now := s.now()
+	resp := UsageResponse{Limits: make([]UsageLimit, len(items))}
+	for i := range items {
+		it := &items[i]
+		u := UsageLimit{LimitStatus: limitStatus(it)}
+		if it.Decided {
+			u.Used = max(0, it.Decision.Limit.MaxCost()-it.Decision.Remaining)
+			u.ResetAt = now.Add(it.Decision.ResetAfter).UTC().Format(time.RFC3339Nano)
+		}
+		resp.Limits[i] = u
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return "ok"
 }
 
 // parseDescriptor parses "k1=v1,k2=v2", each key and value URL-unescaped.

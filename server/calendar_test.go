@@ -41,6 +41,10 @@ descriptors:
     rate_limit: {unit: week, requests_per_unit: 3, calendar: true, zone: Pacific/Kiritimati}
 `
 
+func configFile(name, content string) config.File {
+	return config.File{Name: name, Data: []byte(content)}
+}
+
 func parseConfig(t testing.TB, files ...config.File) *config.Config {
 	t.Helper()
 	cfg, err := config.Parse(files...)

@@ -14,6 +14,7 @@ const (
 	apiGRPC  = "should_rate_limit"
 	apiCheck = "check"
 	apiPeek  = "peek"
+	apiUsage = "usage"
 	apiReset = "reset"
 )
 
@@ -90,7 +91,7 @@ func newMetrics(reg prometheus.Registerer, w *config.Watcher) (*metrics, error) 
 		}
 	}
 	m.byAPI = map[string]*apiMetrics{}
-	for _, api := range []string{apiGRPC, apiCheck, apiPeek, apiReset} {
+	for _, api := range []string{apiGRPC, apiCheck, apiPeek, apiUsage, apiReset} {
 		am := &apiMetrics{codes: map[string]prometheus.Counter{}, duration: m.duration.WithLabelValues(api)}
 		for _, code := range []string{"ok", "over_limit", "invalid", "unavailable", "error"} {
 			am.codes[code] = m.requests.WithLabelValues(api, code)
