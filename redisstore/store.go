@@ -501,6 +501,9 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// Prefix returns the prefix of the store's keys (WithPrefix).
+func (s *Store) Prefix() string { return s.prefix }
+
 // Client returns the rueidis client the store uses, or nil while a store opened with
 // WithConnectRetry has not connected yet.
 func (s *Store) Client() rueidis.Client {

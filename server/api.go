@@ -99,8 +99,9 @@ type LimitStatus struct {
 	// Shadow limits (a policy's shadow, an Envoy rule's shadow_mode or quota_mode) are
 	// decided and reported but never deny.
 	Shadow bool `json:"shadow,omitempty"`
-	// Source says where a policy's limit came from: "policy", "tier:<name>", "override"
-	// or "route".
+	// Source says where a policy's limit came from, by precedence: "api_override" (set
+	// through /v1/overrides; "api_override:<pattern>" for a pattern), "override" (the
+	// configuration's overrides), "tier:<name>", "policy"; or "route".
 	Source string `json:"source,omitempty"`
 	Route  string `json:"route,omitempty"`
 
@@ -141,6 +142,10 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/usage", s.handleUsage)
 	mux.HandleFunc("POST /v1/reset", s.admin(s.handleReset))
 	mux.HandleFunc("GET /v1/config", s.admin(s.handleConfig))
+	mux.HandleFunc("PUT /v1/overrides/{policy}/{identity...}", s.admin(s.handleOverridePut))
+	mux.HandleFunc("GET /v1/overrides/{policy}/{identity...}", s.admin(s.handleOverrideGet))
+	mux.HandleFunc("DELETE /v1/overrides/{policy}/{identity...}", s.admin(s.handleOverrideDelete))
+	mux.HandleFunc("GET /v1/overrides", s.admin(s.handleOverrideList))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusOK, "ok")
 	})
@@ -540,6 +545,12 @@ func (s *Server) policyItems(cfg *config.Config, p *config.Policy, req *CheckReq
 		return nil, err
 	}
 	limit, source := p.LimitFor(id.ID, req.Tier)
+	if o, ok := s.apiOverride(p, id); ok {
+		limit, source = o.Limit, "api_override"
+		if o.Pattern() {
+			source += ":" + o.Identity
+		}
+	}
 	keyTier := ""
 	if _, mapped := p.IdentityTier(id.ID); !mapped && source == "tier:"+req.Tier && req.Tier != "" {
 		// The tier the request named is in the key; an identity's own tier is not (as
@@ -748,6 +759,8 @@ func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	_ = s.refreshOverrides(r.Context(), false)
+	b = appendOverrides(b, s.overrideSet().List("", s.now()))
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Write(b)

@@ -33,6 +33,9 @@ type metrics struct {
 	unknownDomain prometheus.Counter
 	storeErrors   prometheus.Counter
 	adminDenied   prometheus.Counter
+	// overrideChanges counts changes of the overrides API, by action (set, delete,
+	// expire).
+	overrideChanges *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, w *config.Watcher) (*metrics, error) {
@@ -63,7 +66,14 @@ func newMetrics(reg prometheus.Registerer, w *config.Watcher) (*metrics, error) 
 			Help: "Admin requests refused for a missing or wrong token.",
 		}),
 	}
-	cs := []prometheus.Collector{m.requests, m.duration, m.descriptors, m.unknownDomain, m.storeErrors, m.adminDenied}
+	m.overrideChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_server_override_changes_total",
+		Help: "Changes of the limits set at run time (/v1/overrides), by action: set, delete, expire.",
+	}, []string{"action"})
+	for _, a := range []string{"set", "delete", "expire"} {
+		m.overrideChanges.WithLabelValues(a)
+	}
+	cs := []prometheus.Collector{m.requests, m.duration, m.descriptors, m.unknownDomain, m.storeErrors, m.adminDenied, m.overrideChanges}
 	if w != nil {
 		cs = append(cs,
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
