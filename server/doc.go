@@ -196,7 +196,8 @@
 // refresh. Every change is logged at Info ("override set", "override removed",
 // "override expired": policy, identity, by (the admin token's source, never the token),
 // before, after, reason) and counted in sluice_server_override_changes_total{action}.
-// The proxy (`sluice proxy`) applies the configuration's overrides only.
+// The proxy (`sluice proxy`, ProxyOptions.Overrides) applies them too, ahead of the
+// configuration's, refreshing as requests come.
 //
 // # TLS
 //

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -42,43 +44,75 @@ type OverrideList struct {
 	Overrides []override.Override `json:"overrides"`
 }
 
-// overrideSet is the index of the overrides in force (nil until loaded).
-func (s *Server) overrideSet() *override.Set { return s.ovrSet.Load() }
+// overrideCache is the overrides in force, as one server or proxy sees them: the
+// store's, reloaded when their version moves.
+type overrideCache struct {
+	store  override.Store
+	every  time.Duration
+	now    func() time.Time
+	log    *slog.Logger
+	expire func() // counts an override deleted for having expired
 
-// refreshOverrides reloads the overrides when their version moved (or force), deletes the
-// ones that have expired, and returns the error of the store, if any.
-func (s *Server) refreshOverrides(ctx context.Context, force bool) error {
-	s.ovrMu.Lock()
-	defer s.ovrMu.Unlock()
-	v, err := s.ovrStore.Version(ctx)
+	set  atomic.Pointer[override.Set]
+	mu   sync.Mutex // serialises refreshes; guards ver
+	ver  int64
+	last atomic.Int64 // unix ns of the last refresh attempt (maybeRefresh)
+	busy atomic.Bool
+}
+
+func newOverrideCache(store override.Store, every time.Duration, now func() time.Time, log *slog.Logger, expire func()) *overrideCache {
+	if store == nil {
+		store = override.NewMemory()
+	}
+	if every <= 0 {
+		every = DefaultOverrideRefresh
+	}
+	return &overrideCache{store: store, every: every, now: now, log: log, expire: expire}
+}
+
+// current is the index of the overrides in force (nil until loaded).
+func (c *overrideCache) current() *override.Set { return c.set.Load() }
+
+// lookup returns the override in force for id under policy, if any.
+func (c *overrideCache) lookup(policy, id string) (*override.Override, bool) {
+	return c.current().Lookup(policy, id, c.now())
+}
+
+// refresh reloads the overrides when their version moved, one of them expired, or force,
+// and deletes the expired ones from the store.
+func (c *overrideCache) refresh(ctx context.Context, force bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.last.Store(time.Now().UnixNano())
+	v, err := c.store.Version(ctx)
 	if err != nil {
 		return err
 	}
-	if !force && s.ovrSet.Load() != nil && v == s.ovrVer && !s.ovrSet.Load().Expired(s.now()) {
+	if cur := c.set.Load(); !force && cur != nil && v == c.ver && !cur.Expired(c.now()) {
 		return nil
 	}
-	list, v, err := s.ovrStore.Load(ctx)
+	list, v, err := c.store.Load(ctx)
 	if err != nil {
 		return err
 	}
-	now := s.now()
+	now := c.now()
 	for _, o := range list {
 		if o.Expired(now) {
-			if gone, err := s.ovrStore.Delete(ctx, o.Policy, o.Identity); err == nil && gone != nil && gone.Expired(now) {
-				s.metrics.overrideChanges.WithLabelValues("expire").Inc()
-				s.log.LogAttrs(ctx, slog.LevelInfo, "override expired", slog.String("policy", o.Policy),
+			if gone, err := c.store.Delete(ctx, o.Policy, o.Identity); err == nil && gone != nil && gone.Expired(now) {
+				c.expire()
+				c.log.LogAttrs(ctx, slog.LevelInfo, "override expired", slog.String("policy", o.Policy),
 					slog.String("identity", o.Identity), slog.Time("expires", o.Expires))
 			}
 		}
 	}
-	s.ovrVer = v
-	s.ovrSet.Store(override.NewSet(list, now))
+	c.ver = v
+	c.set.Store(override.NewSet(list, now))
 	return nil
 }
 
-// refreshLoop refreshes the overrides every interval until ctx ends.
-func (s *Server) refreshLoop(ctx context.Context) {
-	t := time.NewTicker(s.ovrRefresh)
+// loop refreshes every c.every until ctx ends.
+func (c *overrideCache) loop(ctx context.Context) {
+	t := time.NewTicker(c.every)
 	defer t.Stop()
 	failing := false
 	for {
@@ -87,19 +121,43 @@ func (s *Server) refreshLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		rctx, cancel := context.WithTimeout(ctx, s.ovrRefresh)
-		err := s.refreshOverrides(rctx, false)
+		rctx, cancel := context.WithTimeout(ctx, c.every)
+		err := c.refresh(rctx, false)
 		cancel()
 		if err != nil && !failing && ctx.Err() == nil {
-			s.log.Warn("overrides not refreshed; the last ones loaded stay in force", slog.String("error", err.Error()))
+			c.log.Warn("overrides not refreshed; the last ones loaded stay in force", slog.String("error", err.Error()))
 		}
 		failing = err != nil
 	}
 }
 
+// maybeRefresh starts a refresh in the background when the last is older than c.every,
+// for a front end without a lifetime of its own (the proxy refreshes as requests come).
+func (c *overrideCache) maybeRefresh() {
+	if time.Since(time.Unix(0, c.last.Load())) < c.every || !c.busy.CompareAndSwap(false, true) {
+		return
+	}
+	c.last.Store(time.Now().UnixNano())
+	go func() {
+		defer c.busy.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), c.every)
+		defer cancel()
+		if err := c.refresh(ctx, false); err != nil {
+			c.log.Warn("overrides not refreshed; the last ones loaded stay in force", slog.String("error", err.Error()))
+		}
+	}()
+}
+
+// overrideSet is the index of the overrides in force (nil until loaded).
+func (s *Server) overrideSet() *override.Set { return s.ovr.current() }
+
+func (s *Server) refreshOverrides(ctx context.Context, force bool) error {
+	return s.ovr.refresh(ctx, force)
+}
+
 // apiOverride returns the override in force for id under p, if any.
 func (s *Server) apiOverride(p *config.Policy, id keys.Identity) (*override.Override, bool) {
-	return s.overrideSet().Lookup(p.Name, id.ID, s.now())
+	return s.ovr.lookup(p.Name, id.ID)
 }
 
 // overrideIdentity normalises the identity of an override request for policy p: as the
@@ -223,7 +281,7 @@ func (s *Server) handleOverridePut(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o.By = s.tokenName()
-	prev, err := s.ovrStore.Put(r.Context(), o)
+	prev, err := s.ovr.store.Put(r.Context(), o)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -328,7 +386,7 @@ func (s *Server) handleOverrideDelete(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	prev, err := s.ovrStore.Delete(r.Context(), p.Name, id)
+	prev, err := s.ovr.store.Delete(r.Context(), p.Name, id)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

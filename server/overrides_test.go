@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/override"
+	"github.com/sluicehq/sluice/stack"
 )
 
 const overridePolicies = `admin:
@@ -169,5 +170,53 @@ func TestOverridesAPI(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestProxyAppliesAPIOverrides: an override set through the server's API on a shared
+// store applies to `sluice proxy` too (the per-ip policy, 3 per minute, raised to 9 for
+// 127.0.0.1), and is dropped when removed. On memory and Redis.
+func TestProxyAppliesAPIOverrides(t *testing.T) {
+	t.Setenv("SERVER_TEST_ADMIN_TOKEN", testAdminToken)
+	t.Setenv("SERVER_TEST_API_KEY_SECRET", "0123456789abcdef0123456789abcdef")
+	for _, k := range stores {
+		t.Run(k.name, func(t *testing.T) {
+			cfg := loadConfig(t, "policies.yaml")
+			r, _, st := newStackServer(t, k, cfg, stack.Options{}, Options{})
+			up := newUpstream(t)
+			target, _ := url.Parse(up.URL)
+			p, err := NewProxy(ProxyOptions{Limiter: st.Limiter(), Upstream: target, Config: cfg, Overrides: st.Overrides, OverrideRefresh: 20 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			base := serveProxy(t, p)
+			quota := func() string {
+				return do(t, "GET", base+"/things", "").header.Get("RateLimit-Policy")
+			}
+			if q := quota(); !strings.Contains(q, `"per-ip";q=3;w=60`) {
+				t.Fatalf("before: %s", q)
+			}
+			auth := []string{"Authorization", "Bearer " + testAdminToken}
+			if rp := do(t, "PUT", r.base+"/v1/overrides/per-ip/ip:127.0.0.1", `{"rate":9,"period":"1m"}`, auth...); rp.status != 200 {
+				t.Fatalf("PUT: %d %s", rp.status, rp.body)
+			}
+			waitFor(t, func() bool { return strings.Contains(quota(), `"per-ip";q=9;w=60`) })
+			if rp := do(t, "DELETE", r.base+"/v1/overrides/per-ip/127.0.0.1", "", auth...); rp.status != 204 {
+				t.Fatalf("DELETE: %d %s", rp.status, rp.body)
+			}
+			waitFor(t, func() bool { return strings.Contains(quota(), `"per-ip";q=3;w=60`) })
+		})
+	}
+}
+
+// waitFor polls cond until it holds, for at most 5 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("the condition did not hold within 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -132,11 +132,7 @@ type Server struct {
 	rlqs          *rlqs
 	customToken   bool
 
-	ovrStore   override.Store
-	ovrRefresh time.Duration
-	ovrSet     atomic.Pointer[override.Set]
-	ovrMu      sync.Mutex // serialises refreshes; guards ovrVer
-	ovrVer     int64
+	ovr *overrideCache
 }
 
 // requestLimits returns the request caps in force with cfg.
@@ -193,14 +189,6 @@ func New(opts Options) (*Server, error) {
 		reqLimits:     opts.RequestLimits,
 		timeouts:      opts.HTTPTimeouts.Or(DefaultHTTPTimeouts),
 		customToken:   opts.AdminToken != nil,
-		ovrStore:      opts.Overrides,
-		ovrRefresh:    opts.OverrideRefresh,
-	}
-	if s.ovrStore == nil {
-		s.ovrStore = override.NewMemory()
-	}
-	if s.ovrRefresh <= 0 {
-		s.ovrRefresh = DefaultOverrideRefresh
 	}
 	if s.static == nil {
 		s.static = config.Default()
@@ -239,6 +227,8 @@ func New(opts Options) (*Server, error) {
 	if s.rlqs, err = newRLQS(s, opts.Quota, s.registry); err != nil {
 		return nil, err
 	}
+	s.ovr = newOverrideCache(opts.Overrides, opts.OverrideRefresh, s.now, s.log,
+		func() { m.overrideChanges.WithLabelValues("expire").Inc() })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	if err := s.refreshOverrides(ctx, true); err != nil {
 		s.log.Warn("overrides not loaded yet; retrying in the background", slog.String("error", err.Error()))
@@ -320,7 +310,7 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 	stopProbe := s.probeReady(ctx)
 	rctx, stopRefresh := context.WithCancel(ctx)
 	defer stopRefresh()
-	go s.refreshLoop(rctx)
+	go s.ovr.loop(rctx)
 	errc := make(chan error, 2)
 	var hs *http.Server
 	if httpLn != nil {
