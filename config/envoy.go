@@ -83,6 +83,9 @@ type Rule struct {
 	// rate_limit.burst; with rate_limit.calendar a calendar quota (sluice.Calendar) in
 	// rate_limit.zone. It is the zero Limit when Unlimited or RequestsPerUnit is 0.
 	Limit sluice.Limit
+	// Calendar is the calendar period of rate_limit.calendar, also for a rule with
+	// requests_per_unit 0 (whose Limit is zero); the zero Calendar otherwise.
+	Calendar sluice.Calendar
 	// Pos is where the rule's rate_limit block is.
 	Pos Position
 
@@ -727,6 +730,7 @@ func (d *decoder) rateLimit(dom *Domain, n *yaml.Node, path string, at []Entry) 
 	if len(d.errs) != before {
 		return nil
 	}
+	r.Calendar = cal
 	if r.RequestsPerUnit > 0 {
 		r.Limit = sluice.Limit{Algorithm: alg, Rate: int64(r.RequestsPerUnit), Period: r.Unit.Period(), Burst: burst}
 		if !cal.IsZero() {

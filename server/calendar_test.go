@@ -233,3 +233,21 @@ func mustLoc(t *testing.T, name string) *time.Location {
 	}
 	return loc
 }
+
+// TestCalendarBlockedRule: a calendar rule with requests_per_unit 0 denies until the next
+// period start, and advertises the period's length.
+func TestCalendarBlockedRule(t *testing.T) {
+	cfg := parseConfig(t, configFile("d.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: month, requests_per_unit: 0, calendar: true, zone: Europe/Berlin}\n"))
+	r, clock := newServer(t, stores[0], cfg, Options{})
+	berlin := mustLoc(t, "Europe/Berlin")
+	clock.Set(time.Date(2030, 2, 27, 0, 0, 0, 0, berlin))
+	resp, err := r.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", "v")}})
+	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].DurationUntilReset.AsDuration() != 48*time.Hour {
+		t.Fatalf("%v %v", resp, err)
+	}
+	for _, h := range resp.ResponseHeadersToAdd {
+		if h.Key == "RateLimit-Policy" && h.Value != `"d.k";q=0;w=2419200` {
+			t.Fatalf("RateLimit-Policy %q", h.Value)
+		}
+	}
+}

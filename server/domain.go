@@ -65,10 +65,19 @@ func (s *Server) domainItems(dom *config.Domain, descs []config.Descriptor, mult
 				now = s.now()
 			}
 			reset := windowReset(now, period)
+			lim := sluice.Limit{Algorithm: sluice.FixedWindow, Period: period}
+			var window time.Duration
+			if c := m.Rule.Calendar; !c.IsZero() {
+				// A calendar rule's window ends at the next period start.
+				start, end := c.Bounds(now)
+				reset, window = end.Sub(now), end.Sub(start)
+				lim = sluice.Limit{Algorithm: sluice.FixedWindow, Calendar: c}
+			}
 			it.Decision = sluice.Decision{
-				Limit:      sluice.Limit{Algorithm: sluice.FixedWindow, Period: period},
+				Limit:      lim,
 				RetryAfter: reset,
 				ResetAfter: reset,
+				Window:     window,
 			}
 			it.Decided = true
 		}

@@ -40,6 +40,9 @@ func rateLimitHeaders(items []item, ra time.Duration, shadow bool) (policy, limi
 			}
 		case it.status == config.Blocked:
 			w = ceilSeconds(it.Decision.Limit.Period)
+			if it.Decision.Window > 0 {
+				w = ceilSeconds(it.Decision.Window) // a calendar period
+			}
 			t = ceilSeconds(it.Decision.RetryAfter)
 		default:
 			continue
