@@ -150,6 +150,11 @@ func (a *Algorithm) UnmarshalText(b []byte) error {
 // Lease (see InFlight); Period and Burst must be zero. The other algorithms ignore Lease,
 // which must be zero for them.
 //
+// Calendar, when set, makes a FixedWindow limit a calendar quota: Rate events per
+// calendar period (a day, an ISO week, a month or a year in a named zone), whose windows
+// start at local midnights rather than at multiples of Period; Period must then be 0.
+// The zero Calendar is no calendar: every Limit without one means what it always did.
+//
 // The zero Limit is invalid (Rate 0); use PerSecond and friends or fill every field.
 type Limit struct {
 	Algorithm Algorithm
@@ -157,6 +162,12 @@ type Limit struct {
 	Period    time.Duration
 	Burst     int64
 	Lease     time.Duration
+	Calendar  Calendar
+}
+
+// PerCalendar returns a calendar quota of rate events per period c (see Calendar).
+func PerCalendar(rate int64, c Calendar) Limit {
+	return Limit{Algorithm: FixedWindow, Rate: rate, Calendar: c}
 }
 
 // InFlight returns a Concurrency limit: at most n requests in flight, each lease expiring
@@ -207,6 +218,23 @@ const MaxLogRate = 1 << 20
 func (l Limit) Validate() error {
 	if l.Algorithm == Concurrency {
 		return l.validateConcurrency()
+	}
+	if !l.Calendar.IsZero() {
+		switch {
+		case l.Algorithm != FixedWindow:
+			return fmt.Errorf("%w: a calendar period is counted by fixed_window, not %v", ErrInvalidLimit, l.Algorithm)
+		case l.Period != 0:
+			return fmt.Errorf("%w: a calendar limit has no period, got %v", ErrInvalidLimit, l.Period)
+		case l.Rate <= 0:
+			return fmt.Errorf("%w: rate must be positive, got %d", ErrInvalidLimit, l.Rate)
+		case l.Rate > MaxRate:
+			return fmt.Errorf("%w: rate %d exceeds the maximum %d", ErrInvalidLimit, l.Rate, int64(MaxRate))
+		case l.Lease != 0:
+			return fmt.Errorf("%w: lease is for concurrency limits only; a calendar limit has lease %v", ErrInvalidLimit, l.Lease)
+		case l.Burst != 0:
+			return fmt.Errorf("%w: a calendar limit has no burst, got %d", ErrInvalidLimit, l.Burst)
+		}
+		return l.Calendar.Validate()
 	}
 	switch {
 	case !l.Algorithm.Valid():
@@ -321,6 +349,9 @@ func (l Limit) String() string {
 	if l.Algorithm == Concurrency {
 		return fmt.Sprintf("%d %v lease %v", l.Rate, l.Algorithm, l.Lease)
 	}
+	if !l.Calendar.IsZero() {
+		return fmt.Sprintf("%d/%v", l.Rate, l.Calendar)
+	}
 	s := fmt.Sprintf("%d/%v %v", l.Rate, l.Period, l.Algorithm)
 	if l.Burst > 0 {
 		s += fmt.Sprintf(" burst %d", l.Burst)
@@ -371,7 +402,8 @@ type Decision struct {
 	// It is never negative.
 	Remaining int64
 	// ResetAfter is the time until the key's state is back to empty (a full bucket, an
-	// empty window): after it, Remaining would be Limit.MaxCost(). Never negative.
+	// empty window): after it, Remaining would be Limit.MaxCost(). Never negative. For a
+	// calendar limit it is always the time to the next period start, counted or not.
 	ResetAfter time.Duration
 	// RetryAfter is the time until the same cost would be allowed, if nothing else is spent
 	// meanwhile. It is 0 when Allowed (and for a cost that would pass now), never negative.
@@ -390,6 +422,9 @@ type Decision struct {
 	// Reservation identifies the reservation an allowed request with a SettleTTL made:
 	// give it to Limiter.Settle with the actual cost. "" otherwise.
 	Reservation string
+	// Window is, for a calendar limit decided by a store, the length of the calendar
+	// period the decision fell in (months, and days across DST, differ); 0 otherwise.
+	Window time.Duration
 }
 
 // Limiter decides whether events fit under limits. It is the contract every store and

@@ -49,7 +49,11 @@
 // A limit is {rate, period, burst, algorithm}: algorithm is a name sluice.ParseAlgorithm
 // accepts and defaults to the policy's (gcra by default); period is a Go duration ("1s",
 // "90s", "24h") or second, minute, hour, day or week; burst applies only to the bucket
-// algorithms. Every limit is checked with sluice.Limit.Validate. The key is ip (default),
+// algorithms. A period of calendar_day, calendar_week, calendar_month or calendar_year
+// makes the limit a calendar quota (sluice.Calendar, counted by fixed_window), with the
+// optional fields zone (an IANA name, UTC by default) and anchor_day (the day of the
+// month, the ISO weekday 1-7, or the day of the year; 31 means the month's last day in
+// shorter months); see docs/quotas.md. Every limit is checked with sluice.Limit.Validate. The key is ip (default),
 // user or api_key, written as a word or as {type, header}. Routes are net/http ServeMux
 // patterns ("GET /v1/items/{id}"), checked by registering them in a ServeMux, so malformed
 // and conflicting patterns are load errors; Policy.Route matches a request exactly as
@@ -65,7 +69,12 @@
 // reference's UnitToDivider (src/utils/utilities.go) defines them; limits are fixed
 // windows aligned to the Unix epoch by default, as there. Two fields are sluice extensions
 // inside rate_limit: algorithm, to decide a descriptor with another sluice algorithm, and
-// burst, for the bucket algorithms.
+// burst, for the bucket algorithms. calendar: true (with zone and anchor_day, as in
+// policy files) makes a unit of day, week, month or year a calendar period instead: a
+// month from the 1st to the 1st, not 30 days; without it month keeps the reference's 30
+// days since the Unix epoch, so that a file behaves exactly as there. A descriptor may
+// carry rate_limits instead of rate_limit: a list of rate_limit bodies with optional
+// names, all of which apply, all or nothing (Domain.Match returns one Match per limit).
 //
 // Matching mirrors the reference's GetLimit (src/config/config_impl.go) and
 // constructLimitsToCheck (src/service/ratelimit.go):

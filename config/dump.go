@@ -18,10 +18,15 @@ func (c *Config) Dump() ([]byte, error) {
 		Period    string `json:"period,omitempty"`
 		Burst     int64  `json:"burst,omitempty"`
 		Lease     string `json:"lease,omitempty"`
+		Zone      string `json:"zone,omitempty"`
+		AnchorDay int    `json:"anchor_day,omitempty"`
 	}
 	lv := func(l sluice.Limit) *limitView {
 		if l.Rate == 0 {
 			return nil
+		}
+		if c := l.Calendar; !c.IsZero() {
+			return &limitView{Algorithm: l.Algorithm.String(), Rate: l.Rate, Period: c.Unit.String(), Zone: c.Zone, AnchorDay: c.Anchor}
 		}
 		v := &limitView{Algorithm: l.Algorithm.String(), Rate: l.Rate, Period: l.Period.String(), Burst: l.Burst}
 		if l.Algorithm == sluice.Concurrency {

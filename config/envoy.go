@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -55,7 +56,9 @@ type Rule struct {
 	// Path is the descriptor entries from the domain down to this rule, as configured.
 	Path []Entry
 	// FullKey is the reference implementation's name for the rule and its statistics:
-	// "domain.key_value.key2" (a key without value writes the key alone).
+	// "domain.key_value.key2" (a key without value writes the key alone). A limit of a
+	// descriptor's rate_limits list (a sluice extension) has "#<name>" appended, or
+	// "#<index>" (from 0) when it has no name.
 	FullKey string
 	// Name and Replaces are rate_limit.name and the names in rate_limit.replaces.
 	Name     string
@@ -77,13 +80,20 @@ type Rule struct {
 	RequestsPerUnit uint32
 	// Limit is the sluice limit that decides: FixedWindow unless rate_limit.algorithm
 	// says otherwise, Rate requests_per_unit, Period the unit's length, Burst
-	// rate_limit.burst. It is the zero Limit when Unlimited or RequestsPerUnit is 0.
+	// rate_limit.burst; with rate_limit.calendar a calendar quota (sluice.Calendar) in
+	// rate_limit.zone. It is the zero Limit when Unlimited or RequestsPerUnit is 0.
 	Limit sluice.Limit
+	// Calendar is the calendar period of rate_limit.calendar, also for a rule with
+	// requests_per_unit 0 (whose Limit is zero); the zero Calendar otherwise.
+	Calendar sluice.Calendar
 	// Pos is where the rule's rate_limit block is.
 	Pos Position
 
 	replacesPos   []Position
 	replacesField []string
+	// suffix tells the limits of one descriptor's rate_limits apart in FullKey and
+	// statistics: "#<name>", or "#<index>" for an unnamed one; "" for a rate_limit.
+	suffix string
 }
 
 // Blocks reports whether the rule denies every request (requests_per_unit: 0).
@@ -117,9 +127,11 @@ func (s Status) String() string {
 	return fmt.Sprintf("status(%d)", uint8(s))
 }
 
-// Match is the outcome of matching one descriptor.
+// Match is the outcome of matching one descriptor against one of its limits.
 type Match struct {
-	Status Status
+	// Descriptor is the index of the request's descriptor matched.
+	Descriptor int
+	Status     Status
 	// Rule is the rule that matched (for a LimitOverride, a rule made from it with no
 	// name); nil for NoMatch.
 	Rule *Rule
@@ -149,8 +161,11 @@ var ErrInvalidOverride = errors.New("config: invalid descriptor limit override")
 //     name is among them becomes Replaced (unlimited rules are never replaced);
 //   - an unlimited rule gives Unlimited, a rule with requests_per_unit 0 Blocked.
 //
-// The result has one Match per descriptor, in order. The only error is for an override
-// whose unit is UnitUnknown (it wraps ErrInvalidOverride).
+// The result has one Match per descriptor, in order, except that a descriptor with several
+// limits (rate_limits, a sluice extension) has one per limit, adjacent and in file order;
+// Match.Descriptor names the descriptor. Its limits are decided all or nothing with the
+// request's others. The only error is for an override whose unit is UnitUnknown (it wraps
+// ErrInvalidOverride).
 func (d *Domain) Match(descs []Descriptor) ([]Match, error) {
 	return d.AppendMatches(nil, descs)
 }
@@ -159,9 +174,7 @@ func (d *Domain) Match(descs []Descriptor) ([]Match, error) {
 // caller that reuses one slice across requests. On error it returns dst unchanged.
 func (d *Domain) AppendMatches(dst []Match, descs []Descriptor) ([]Match, error) {
 	base := len(dst)
-	dst = slices.Grow(dst, len(descs))[:base+len(descs)]
-	out := dst[base:]
-	clear(out)
+	dst = slices.Grow(dst, len(descs))
 	var replaced map[string]bool // made only when a rule replaces others (reading nil is fine)
 	var stepBuf [8]step
 	for i, desc := range descs {
@@ -179,32 +192,37 @@ func (d *Domain) AppendMatches(dst []Match, descs []Descriptor) ([]Match, error)
 			if o.RequestsPerUnit > 0 {
 				r.Limit = sluice.Limit{Algorithm: sluice.FixedWindow, Rate: int64(o.RequestsPerUnit), Period: o.Unit.Period()}
 			}
-			out[i] = d.matchOf(r, desc.Entries, nil)
+			dst = append(dst, d.matchOf(i, r, desc.Entries, nil))
 			continue
 		}
-		r, steps := d.lookup(desc.Entries, stepBuf[:0])
-		if r == nil {
+		rules, steps := d.lookup(desc.Entries, stepBuf[:0])
+		if rules == nil {
+			dst = append(dst, Match{Descriptor: i})
 			continue
 		}
-		for _, name := range r.Replaces {
-			if replaced == nil {
-				replaced = map[string]bool{}
+		for _, r := range rules {
+			for _, name := range r.Replaces {
+				if replaced == nil {
+					replaced = map[string]bool{}
+				}
+				replaced[name] = true
 			}
-			replaced[name] = true
+			dst = append(dst, d.matchOf(i, r, desc.Entries, steps))
 		}
-		out[i] = d.matchOf(r, desc.Entries, steps)
 	}
-	for i := range out {
-		m := &out[i]
-		if (m.Status == Limited || m.Status == Blocked) && m.Rule.Name != "" && replaced[m.Rule.Name] {
-			*m = Match{Status: Replaced, Rule: m.Rule, StatsKey: m.StatsKey}
+	if replaced != nil {
+		for i := base; i < len(dst); i++ {
+			m := &dst[i]
+			if (m.Status == Limited || m.Status == Blocked) && m.Rule.Name != "" && replaced[m.Rule.Name] {
+				*m = Match{Descriptor: m.Descriptor, Status: Replaced, Rule: m.Rule, StatsKey: m.StatsKey}
+			}
 		}
 	}
 	return dst, nil
 }
 
-func (d *Domain) matchOf(r *Rule, entries []Entry, steps []step) Match {
-	m := Match{Rule: r, Shadow: r.Shadow || r.QuotaMode, StatsKey: statsKey(d.Name, r, entries, steps)}
+func (d *Domain) matchOf(desc int, r *Rule, entries []Entry, steps []step) Match {
+	m := Match{Descriptor: desc, Rule: r, Shadow: r.Shadow || r.QuotaMode, StatsKey: statsKey(d.Name, r, entries, steps)}
 	switch {
 	case r.Unlimited:
 		m.Status = Unlimited
@@ -222,10 +240,19 @@ func (d *Domain) matchOf(r *Rule, entries []Entry, steps []step) Match {
 // Lookup returns the rule for one descriptor's entries, or nil, by the reference
 // implementation's rules (see the package documentation): level by level, an exact
 // key/value first, then the longest matching value prefix wildcard, then the key alone;
-// no backtracking; a rule applies only at the level of the descriptor's last entry.
+// no backtracking; a rule applies only at the level of the descriptor's last entry. For a
+// descriptor with several limits (rate_limits) it returns the first; see LookupAll.
 func (d *Domain) Lookup(entries []Entry) *Rule {
-	r, _ := d.lookup(entries, nil)
-	return r
+	if rs := d.LookupAll(entries); len(rs) > 0 {
+		return rs[0]
+	}
+	return nil
+}
+
+// LookupAll is Lookup returning every limit of the descriptor found, in file order.
+func (d *Domain) LookupAll(entries []Entry) []*Rule {
+	rs, _ := d.lookup(entries, nil)
+	return rs
 }
 
 // step records how one entry was matched.
@@ -234,12 +261,12 @@ type step struct {
 	wildcard bool
 }
 
-// lookup returns the rule for entries and how each entry was matched, appending the
+// lookup returns the rules for entries and how each entry was matched, appending the
 // steps to buf (which may be nil).
-func (d *Domain) lookup(entries []Entry, buf []step) (*Rule, []step) {
+func (d *Domain) lookup(entries []Entry, buf []step) ([]*Rule, []step) {
 	lvl := d.root
 	steps := buf
-	var rule *Rule
+	var rule []*Rule
 	for i, e := range entries {
 		if lvl == nil {
 			return nil, nil
@@ -249,8 +276,8 @@ func (d *Domain) lookup(entries []Entry, buf []step) (*Rule, []step) {
 			return nil, nil
 		}
 		steps = append(steps, step{n, wild})
-		if n.rule != nil && i == len(entries)-1 {
-			rule = n.rule
+		if n.rules != nil && i == len(entries)-1 {
+			rule = n.rules
 		}
 		if n.children == nil {
 			break
@@ -272,8 +299,8 @@ type level struct {
 
 type node struct {
 	key, value     string
-	prefix         string // wildcards: value without the trailing '*'
-	rule           *Rule
+	prefix         string  // wildcards: value without the trailing '*'
+	rules          []*Rule // rate_limit, or every limit of rate_limits
 	children       *level
 	valueToMetric  bool
 	shareThreshold bool
@@ -331,6 +358,7 @@ func statsKey(domain string, r *Rule, entries []Entry, steps []step) string {
 			b.WriteString("_" + s.n.value)
 		}
 	}
+	b.WriteString(r.suffix)
 	return b.String()
 }
 
@@ -380,6 +408,11 @@ func writeEscaped(b *strings.Builder, s string) {
 	b.WriteString(s[from:])
 }
 
+// calendarUnits are the calendar periods of the units that have one (rate_limit.calendar).
+var calendarUnits = map[Unit]sluice.CalendarUnit{
+	UnitDay: sluice.CalendarDay, UnitWeek: sluice.CalendarWeek, UnitMonth: sluice.CalendarMonth, UnitYear: sluice.CalendarYear,
+}
+
 // envoyDomain decodes one envoyproxy/ratelimit file.
 func (d *decoder) envoyDomain(root *yaml.Node) *Domain {
 	o := d.object(root, "", "domain", "descriptors", "quota_buckets")
@@ -424,13 +457,13 @@ func (d *decoder) envoyDomain(root *yaml.Node) *Domain {
 }
 
 var descriptorFields = []string{
-	"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode",
+	"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "quota_mode",
 	"detailed_metric", "value_to_metric", "share_threshold",
 }
 
 var rateLimitFields = []string{
 	"unit", "requests_per_unit", "unlimited", "name", "replaces",
-	"algorithm", "burst", // sluice extensions
+	"algorithm", "burst", "calendar", "zone", "anchor_day", // sluice extensions
 }
 
 // descriptors decodes the descriptor list under o[field] into a level; parent is the
@@ -509,13 +542,23 @@ func (d *decoder) descriptors(dom *Domain, o *object, field string, parent []Ent
 		}
 
 		here := append(slices.Clip(parent), e)
-		if rv, ok := io.get("rate_limit"); ok {
-			n.rule = d.rateLimit(dom, rv, io.field("rate_limit"), here)
-			if n.rule != nil {
-				n.rule.Shadow, n.rule.QuotaMode, n.rule.DetailedMetric = shadow, quota, detailed
-				if n.rule.Name != "" {
-					names[n.rule.Name] = true
-				}
+		rv, one := io.get("rate_limit")
+		if one {
+			if r := d.rateLimit(dom, rv, io.field("rate_limit"), here); r != nil {
+				n.rules = []*Rule{r}
+			}
+		}
+		if lv, ok := io.get("rate_limits"); ok {
+			if one {
+				d.errorf(lv, io.field("rate_limits"), "a descriptor has rate_limit or rate_limits, not both")
+			} else {
+				n.rules = d.rateLimits(dom, lv, io.field("rate_limits"), here)
+			}
+		}
+		for _, r := range n.rules {
+			r.Shadow, r.QuotaMode, r.DetailedMetric = shadow, quota, detailed
+			if r.Name != "" {
+				names[r.Name] = true
 			}
 		}
 		var sub map[string]bool
@@ -535,6 +578,44 @@ func (d *decoder) descriptors(dom *Domain, o *object, field string, parent []Ent
 	}
 	slices.SortStableFunc(lvl.wildcards, func(a, b *node) int { return len(b.prefix) - len(a.prefix) })
 	return lvl, names
+}
+
+// rateLimits decodes a descriptor's rate_limits (a sluice extension): a list of
+// rate_limit bodies, each with an optional name, all applying to the descriptor. Two of
+// them may not share a name or a limit.
+func (d *decoder) rateLimits(dom *Domain, n *yaml.Node, path string, at []Entry) []*Rule {
+	items := d.seq(n, path)
+	if len(items) == 0 {
+		d.errorf(n, path, "must list at least one rate_limit")
+		return nil
+	}
+	var rules []*Rule
+	seen := map[string]int{}
+	for i, item := range items {
+		ipath := index(path, i)
+		r := d.rateLimit(dom, item, ipath, at)
+		if r == nil {
+			continue
+		}
+		if r.Name != "" {
+			if j, dup := seen[r.Name]; dup {
+				d.errorf(item, join(ipath, "name"), "repeats the name of %s", index(path, j))
+				continue
+			}
+			seen[r.Name] = i
+			r.suffix = "#" + r.Name
+		} else {
+			r.suffix = "#" + strconv.Itoa(i)
+		}
+		for _, o := range rules {
+			if !r.Unlimited && !o.Unlimited && r.Limit == o.Limit && r.RequestsPerUnit == o.RequestsPerUnit {
+				d.errorf(item, ipath, "repeats the limit of another entry (%s): it would count the same units twice", o.FullKey)
+			}
+		}
+		r.FullKey += r.suffix
+		rules = append(rules, r)
+	}
+	return rules
 }
 
 func (d *decoder) rateLimit(dom *Domain, n *yaml.Node, path string, at []Entry) *Rule {
@@ -588,7 +669,7 @@ func (d *decoder) rateLimit(dom *Domain, n *yaml.Node, path string, at []Entry) 
 				}
 			}
 		}
-		for _, f := range []string{"algorithm", "burst"} {
+		for _, f := range []string{"algorithm", "burst", "calendar", "zone", "anchor_day"} {
 			if v, ok := o.get(f); ok {
 				d.errorf(v, o.field(f), "must not be set when unlimited is true")
 			}
@@ -633,11 +714,28 @@ func (d *decoder) rateLimit(dom *Domain, n *yaml.Node, path string, at []Entry) 
 			d.errorf(v, o.field("burst"), "applies only to gcra, token_bucket and leaky_bucket; %s ignores it (set algorithm)", alg)
 		}
 	}
+	var cal sluice.Calendar
+	if v, ok := o.get("calendar"); ok {
+		if on, _ := d.boolean(v, o.field("calendar")); on {
+			cal.Unit = calendarUnits[r.Unit]
+			switch {
+			case cal.Unit == sluice.NoCalendar && r.Unit != UnitUnknown:
+				d.errorf(v, o.field("calendar"), "applies to the units day, week, month and year, not %s", r.Unit)
+			case o.has("algorithm") && alg != sluice.FixedWindow:
+				d.errorf(v, o.field("calendar"), "a calendar period is counted by fixed_window, not %s", alg)
+			}
+		}
+	}
+	d.calendar(o, &cal, "calendar: true with unit day, week, month or year")
 	if len(d.errs) != before {
 		return nil
 	}
+	r.Calendar = cal
 	if r.RequestsPerUnit > 0 {
 		r.Limit = sluice.Limit{Algorithm: alg, Rate: int64(r.RequestsPerUnit), Period: r.Unit.Period(), Burst: burst}
+		if !cal.IsZero() {
+			r.Limit = sluice.PerCalendar(int64(r.RequestsPerUnit), cal)
+		}
 		if err := r.Limit.Validate(); err != nil {
 			d.wrapErr(rpuNode, o.field("requests_per_unit"), err)
 			return nil

@@ -717,8 +717,8 @@ descriptors:
 	}
 	wantWarn := []string{
 		"envoy.yaml:5:7: descriptors[0].rate_limit.requests_per_unit: missing: read as 0, which denies every request (write 0 to say so)",
-		"envoy.yaml:13:5: descriptors[2].unit: is not a field here (known fields: key, value, rate_limit, descriptors, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold): ignored, as envoyproxy/ratelimit ignores it",
-		"envoy.yaml:17:7: descriptors[2].rate_limit.key: is not a field here (known fields: unit, requests_per_unit, unlimited, name, replaces, algorithm, burst): ignored, as envoyproxy/ratelimit ignores it",
+		"envoy.yaml:13:5: descriptors[2].unit: is not a field here (known fields: key, value, rate_limit, rate_limits, descriptors, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold): ignored, as envoyproxy/ratelimit ignores it",
+		"envoy.yaml:17:7: descriptors[2].rate_limit.key: is not a field here (known fields: unit, requests_per_unit, unlimited, name, replaces, algorithm, burst, calendar, zone, anchor_day): ignored, as envoyproxy/ratelimit ignores it",
 		`envoy.yaml:16:13: descriptors[2].rate_limit.unit: "fortnight" is not a unit, and unlimited ignores it (remove it)`,
 		`envoy.yaml:11:25: descriptors[1].rate_limit.replaces[0].name: no rate_limit in domain "d" is named "nope": it replaces nothing`,
 	}

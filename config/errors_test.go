@@ -117,7 +117,7 @@ func TestValidationErrors(t *testing.T) {
     perod: 1s
 `},
 			want: []string{
-				"policies.yaml:4:5: policies[0].perod: unknown field (known fields: name, algorithm, rate, period, burst, lease, key, shadow, failure_mode, local_share, expected_nodes, tier_header, default_tier, tiers, identity_tiers, routes, overrides, settle)",
+				"policies.yaml:4:5: policies[0].perod: unknown field (known fields: name, algorithm, rate, period, zone, anchor_day, burst, lease, key, shadow, failure_mode, local_share, expected_nodes, tier_header, default_tier, tiers, identity_tiers, routes, overrides, settle)",
 				"policies.yaml:2:5: policies[0].period: is required",
 			},
 		},
@@ -308,7 +308,7 @@ descriptors:
 `},
 			want: []string{
 				`envoy.yaml:5:13: descriptors[0].rate_limit.unit: unknown unit "fortnight" (want second, minute, hour, day, week, month or year)`,
-				"envoy.yaml:8:5: descriptors[1].ratelimit: unknown field (known fields: key, value, rate_limit, descriptors, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold)",
+				"envoy.yaml:8:5: descriptors[1].ratelimit: unknown field (known fields: key, value, rate_limit, rate_limits, descriptors, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold)",
 			},
 		},
 		{

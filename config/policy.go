@@ -534,12 +534,12 @@ func parsePrefix(s string) (netip.Prefix, error) {
 }
 
 var policyFields = []string{
-	"name", "algorithm", "rate", "period", "burst", "lease", "key", "shadow",
+	"name", "algorithm", "rate", "period", "zone", "anchor_day", "burst", "lease", "key", "shadow",
 	"failure_mode", "local_share", "expected_nodes",
 	"tier_header", "default_tier", "tiers", "identity_tiers", "routes", "overrides", "settle",
 }
 
-var limitFields = []string{"algorithm", "rate", "period", "burst", "lease"}
+var limitFields = []string{"algorithm", "rate", "period", "zone", "anchor_day", "burst", "lease"}
 
 func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 	o := d.object(n, path, policyFields...)
@@ -848,7 +848,13 @@ func (d *decoder) limitAt(o *object, inherit sluice.Algorithm, readAlg bool) (sl
 	}
 	if v, ok := o.get("period"); ok && l.Algorithm != sluice.Concurrency {
 		s, ok := d.str(v, o.field("period"))
-		if ok {
+		if u, cal := sluice.ParseCalendarUnit(s); ok && cal {
+			l.Calendar.Unit = u
+			if a, ok := o.get("algorithm"); ok && l.Algorithm != sluice.FixedWindow {
+				d.errorf(a, o.field("algorithm"), "a %s period is counted by fixed_window, not %s", s, l.Algorithm)
+			}
+			l.Algorithm = sluice.FixedWindow
+		} else if ok {
 			p, err := ParsePeriod(s)
 			if err != nil {
 				d.errorf(v, o.field("period"), "%v", err)
@@ -861,6 +867,7 @@ func (d *decoder) limitAt(o *object, inherit sluice.Algorithm, readAlg bool) (sl
 	} else if l.Algorithm != sluice.Concurrency {
 		d.errorf(o.node, o.field("period"), "is required")
 	}
+	d.calendar(o, &l.Calendar, "period: calendar_day, calendar_week, calendar_month or calendar_year")
 	if v, ok := o.get("burst"); ok {
 		l.Burst, _ = d.integer(v, o.field("burst"), 1, sluice.MaxRate)
 		switch l.Algorithm {
@@ -884,6 +891,32 @@ func (d *decoder) limitAt(o *object, inherit sluice.Algorithm, readAlg bool) (sl
 		return l, false
 	}
 	return l, true
+}
+
+// calendar reads zone and anchor_day of o into c, whose Unit the period set (they apply
+// only to calendar periods; needs says how to ask for one).
+func (d *decoder) calendar(o *object, c *sluice.Calendar, needs string) {
+	if v, ok := o.get("zone"); ok {
+		z, _ := d.str(v, o.field("zone"))
+		switch {
+		case c.Unit == sluice.NoCalendar:
+			d.errorf(v, o.field("zone"), "applies only to calendar periods (%s)", needs)
+		case (sluice.Calendar{Unit: c.Unit, Zone: z}).Validate() != nil:
+			d.errorf(v, o.field("zone"), "unknown time zone %q (want an IANA name such as Europe/Berlin)", z)
+		default:
+			c.Zone = z
+		}
+	}
+	if v, ok := o.get("anchor_day"); ok {
+		a, ok := d.integer(v, o.field("anchor_day"), 1, 366)
+		if c.Unit == sluice.NoCalendar {
+			d.errorf(v, o.field("anchor_day"), "applies only to calendar periods (%s)", needs)
+		} else if err := (sluice.Calendar{Unit: c.Unit, Anchor: int(a)}).Validate(); ok && err != nil {
+			d.errorf(v, o.field("anchor_day"), "%s", strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": "))
+		} else {
+			c.Anchor = int(a)
+		}
+	}
 }
 
 func (d *decoder) keySource(o *object) KeySource {

@@ -12,7 +12,9 @@ import (
 //
 // As in the reference implementation, a unit is a fixed length: a month is 30 days and a
 // year 365 days, and fixed windows are aligned to multiples of that length since the Unix
-// epoch (UTC), so a "week" window starts on a Thursday.
+// epoch (UTC), so a "week" window starts on a Thursday. The sluice extension
+// rate_limit.calendar: true makes day, week, month and year calendar periods instead (a
+// month from the 1st, in rate_limit.zone, UTC by default; see sluice.Calendar).
 type Unit uint8
 
 // The units, shortest first. UnitUnknown is the zero value and is never valid in a file.

@@ -47,10 +47,15 @@ func ceilSeconds(d time.Duration) int64 {
 // Integer.
 //
 // A Concurrency limit has no window: q is its Rate and w is 0 (RateLimit-Policy then
-// carries qu="concurrent-requests" and no w).
+// carries qu="concurrent-requests" and no w). A calendar limit has no Period; see
+// DecisionQuota.
 func Quota(l sluice.Limit) (q, w int64) {
 	if l.Algorithm == sluice.Concurrency && l.Rate > 0 {
 		return min(l.Rate, maxSFInteger), 0
+	}
+	if !l.Calendar.IsZero() && l.Rate > 0 {
+		start, end := l.Calendar.Bounds(time.Now())
+		return min(l.Rate, maxSFInteger), ceilSeconds(end.Sub(start))
 	}
 	if l.Period <= 0 || l.Rate <= 0 {
 		return 0, 0
@@ -74,6 +79,19 @@ func Quota(l sluice.Limit) (q, w int64) {
 	return int64(min(quo, maxSFInteger)), w
 }
 
+// DecisionQuota is Quota for the limit d decided. For a calendar limit, q is Rate and w
+// the length in seconds of the calendar period the decision fell in (d.Window, rounded
+// up): a 23-, 24- or 25-hour day, a 28- to 31-day month (an hour less or more across a
+// DST change), a 365- or 366-day year. w thus varies from period to period, and q/w is
+// that period's average rate. A decision no store made (a failure mode) has no Window;
+// the period holding the local clock's now is advertised then.
+func DecisionQuota(d sluice.Decision) (q, w int64) {
+	if !d.Limit.Calendar.IsZero() && d.Window > 0 {
+		return min(d.Limit.Rate, maxSFInteger), ceilSeconds(d.Window)
+	}
+	return Quota(d.Limit)
+}
+
 // effectiveWindow is the t parameter for d, in seconds: the time until the denied cost
 // would pass when there is one, else the time until the state is back to full.
 func effectiveWindow(d sluice.Decision) int64 {
@@ -89,19 +107,20 @@ func effectiveWindow(d sluice.Decision) int64 {
 type policyItems struct{ m sync.Map } // policyItemKey -> string
 
 type policyItemKey struct {
-	name  string
-	limit sluice.Limit
+	name   string
+	limit  sluice.Limit
+	window time.Duration // a calendar period's length (DecisionQuota)
 }
 
 // item returns the RFC 9651 serialization of d's RateLimit-Policy item.
 func (c *policyItems) item(d *PolicyDecision) (string, error) {
-	k := policyItemKey{d.Policy, d.Limit}
+	k := policyItemKey{d.Policy, d.Limit, d.Window}
 	if !d.partitionKey {
 		if v, ok := c.m.Load(k); ok {
 			return v.(string), nil
 		}
 	}
-	q, w := Quota(d.Limit)
+	q, w := DecisionQuota(d.Decision)
 	pi := httpsfv.NewItem(d.Policy)
 	pi.Params.Add("q", q)
 	if d.Limit.Algorithm == sluice.Concurrency {
@@ -185,7 +204,7 @@ func writeHeaders(h http.Header, cache *policyItems, ds []PolicyDecision, retryA
 	}
 	if legacy && tightest >= 0 {
 		d := &ds[tightest]
-		q, _ := Quota(d.Limit)
+		q, _ := DecisionQuota(d.Decision)
 		h.Set(HeaderXRateLimitLimit, strconv.FormatInt(q, 10))
 		h.Set(HeaderXRateLimitRemaining, strconv.FormatInt(d.Remaining, 10))
 		h.Set(HeaderXRateLimitReset, strconv.FormatInt(tightT, 10))

@@ -20,8 +20,8 @@ type KeyFunc func(r *http.Request) (keys.Identity, error)
 
 // Policy is one limit the middleware enforces (or, in shadow mode, only measures).
 //
-// Which Limit applies to a request is decided in this order: Overrides[identity], then
-// Tiers[tier] where tier is Config.Tier(r), then Limit. If that gives the zero Limit the
+// Which Limit applies to a request is decided in this order: Lookup(identity), then
+// Overrides[identity], then Tiers[tier] where tier is Config.Tier(r), then Limit. If that gives the zero Limit the
 // policy does not apply to the request (so a policy may list only the tiers it limits).
 type Policy struct {
 	// Name identifies the policy in the RateLimit-Policy and RateLimit headers, in the
@@ -36,6 +36,10 @@ type Policy struct {
 	// API-key identities hold the key's MAC: write keys.Hasher.Identity(rawKey), never
 	// the raw key, into this map.
 	Overrides map[keys.Identity]sluice.Limit
+	// Lookup, when set, returns a limit set for the identity at run time (the overrides
+	// API of `sluice serve` and `sluice proxy`), ahead of Overrides. It is called on every
+	// request and must be fast and safe for concurrent use.
+	Lookup func(keys.Identity) (sluice.Limit, bool)
 	// Key identifies the client. Nil means ByIP(nil): the connection's peer address.
 	Key KeyFunc
 	// Route restricts the policy to requests that http.ServeMux would route to this
@@ -103,6 +107,11 @@ func (s *Settle) actual(h http.Header) (int64, bool) {
 // limitFor resolves the Limit for id and tier; ok is false when the policy does not apply.
 // The returned tier is the one whose limit was used, or "" for Limit and overrides.
 func (p *Policy) limitFor(id keys.Identity, tier string) (sluice.Limit, string, bool) {
+	if p.Lookup != nil {
+		if l, ok := p.Lookup(id); ok {
+			return l, "", true
+		}
+	}
 	if l, ok := p.Overrides[id]; ok {
 		return l, "", true
 	}

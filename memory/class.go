@@ -68,6 +68,9 @@ type gen[S any] struct {
 // newClass makes the class for l; gone is its retired flag, which the caller reads.
 func newClass(st *Store, l sluice.Limit, id int, gone *atomic.Bool) class {
 	p := algo.ParamsOf(l)
+	if p.Calendar {
+		return newCalendarClass(st, l.Calendar, p, id, gone)
+	}
 	switch l.Algorithm {
 	case sluice.GCRA:
 		if p.S > 1 {
@@ -146,6 +149,30 @@ func newClass(st *Store, l sluice.Limit, id int, gone *atomic.Bool) class {
 	default:
 		return newPairClass(st, p, id, gone, algo.FixedWindow)
 	}
+}
+
+// newCalendarClass decides a calendar limit with algo.CalendarWindow, on bounds computed
+// at the decision's instant and kept while that instant stays in their middle period.
+func newCalendarClass(st *Store, c sluice.Calendar, p algo.Params, id int, gone *atomic.Bool) class {
+	var cache atomic.Pointer[algo.Bounds]
+	bounds := func(now int64) algo.Bounds {
+		if b := cache.Load(); b != nil && b[1] <= now && now < b[2] {
+			return *b
+		}
+		b := algo.BoundsAt(c, now)
+		cache.Store(&b)
+		return b
+	}
+	return newGen(st, p, id, gone, ops[algo.State]{
+		decide: func(s *algo.State, now int64, p algo.Params, n int64, commit bool) algo.Result {
+			ns, r := algo.CalendarWindow(*s, now, p, bounds(now), n)
+			if commit {
+				*s = ns
+			}
+			return r
+		},
+		expires: func(s *algo.State, p algo.Params) int64 { return algo.ExpiresAt(*s, p) },
+	})
 }
 
 func newGen[S any](st *Store, p algo.Params, id int, gone *atomic.Bool, o ops[S]) *gen[S] {

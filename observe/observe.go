@@ -328,6 +328,9 @@ func (l *Limiter) observe(ctx context.Context, rep *sluice.Report, elapsed time.
 		slog.Int64("limit", lim.Rate),
 		logattr.Millis("period_ms", lim.Period),
 	)
+	if c := lim.Calendar; !c.IsZero() {
+		attrs = append(attrs, slog.String("calendar", c.String()))
+	}
 	if lim.Burst > 0 {
 		attrs = append(attrs, slog.Int64("burst", lim.Burst))
 	}

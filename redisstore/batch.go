@@ -317,6 +317,9 @@ func (s *Store) exec(client rueidis.Client, batch []*call, bufs *callBufs) {
 		return
 	}
 	kb, ends, reqs, groups := bufs.keys[:0], bufs.ends[:0], bufs.reqs[:0], bufs.grps[:0]
+	now, nowArg := s.callNow()
+	var cal []byte
+	var bounds map[int]algo.Bounds // by request index, for calendar limits
 	for _, c := range live {
 		if len(c.items) > 1 {
 			groups = appendFloat(groups, int64(len(ends)+1))
@@ -324,8 +327,17 @@ func (s *Store) exec(client rueidis.Client, batch []*call, bufs *callBufs) {
 		}
 		for _, it := range c.items {
 			kb = s.appendKey(kb, it.id, it.info.suffix)
+			if it.info.code == calendarCode {
+				var b algo.Bounds
+				reqs, cal, b = calendarArgs(reqs, cal, &it, now)
+				if bounds == nil {
+					bounds = map[int]algo.Bounds{}
+				}
+				bounds[len(ends)] = b
+			} else {
+				reqs = it.appendPacked(reqs)
+			}
 			ends = append(ends, len(kb))
-			reqs = it.appendPacked(reqs)
 		}
 	}
 	// The keys are cut from kb only now that it has stopped growing. A key is never
@@ -341,7 +353,12 @@ func (s *Store) exec(client rueidis.Client, batch []*call, bufs *callBufs) {
 	if repeats(keys) {
 		track = "1"
 	}
-	args := []string{s.scriptNow(), s.minTTL, bytesString(reqs), bytesString(groups), track}
+	args := []string{nowArg, s.minTTL, bytesString(reqs), bytesString(groups), track}
+	tail := 0
+	if cal != nil {
+		args = append(args, "1", string(cal)) // the script's now, for the periods decided in
+		tail = 8
+	}
 
 	ctx := context.Background()
 	if !forever {
@@ -359,13 +376,17 @@ func (s *Store) exec(client rueidis.Client, batch []*call, bufs *callBufs) {
 	if err != nil && errors.Is(err, context.Canceled) && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 		err = context.DeadlineExceeded // the timer above: the callers' deadline passed
 	}
-	if err == nil && len(vals) != 32*total {
-		err = errorf("script returned %d bytes for %d requests, want %d", len(vals), total, 32*total)
+	if err == nil && len(vals) != 32*total+tail {
+		err = errorf("script returned %d bytes for %d requests, want %d", len(vals), total, 32*total+tail)
+	}
+	if err == nil && tail > 0 {
+		now = readFloat(vals[32*total:])
 	}
 	if err != nil {
 		err = wrap("decide", err)
 		bufs.drop()
 	}
+	j := 0 // the request's index in the call
 	for _, c := range live {
 		if err != nil {
 			c.err = err
@@ -377,7 +398,12 @@ func (s *Store) exec(client rueidis.Client, batch []*call, bufs *callBufs) {
 					ResetAfter: readFloat(vals[16:]),
 					RetryAfter: readFloat(vals[24:]),
 				})
+				if b, ok := bounds[j]; ok {
+					w, e := b.Holding(now)
+					c.res[i].Window = e - w
+				}
 				vals = vals[32:]
+				j++
 			}
 		}
 		c.done <- struct{}{}

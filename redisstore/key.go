@@ -66,10 +66,15 @@ func idSlot(id string) uint16 {
 // limitSuffix is the part of the key after the identity: ":<algorithm>:<rate>:<period
 // µs>:<burst>", the Limit exactly as given (Burst 0 stays 0), so that two Limits share
 // state only when they are equal, as in every store.
+//
+// A calendar limit's suffix is ":calendar_month:<rate>:<zone>:<anchor>" instead.
 func limitSuffix(l sluice.Limit) string {
 	if l.Algorithm == sluice.Concurrency { // ":concurrency:<rate>:<lease µs>:0"
 		return ":" + l.Algorithm.String() + ":" + strconv.FormatInt(l.Rate, 10) + ":" +
 			strconv.FormatInt(l.Lease.Microseconds(), 10) + ":0"
+	}
+	if c := l.Calendar; !c.IsZero() {
+		return ":" + c.Unit.String() + ":" + strconv.FormatInt(l.Rate, 10) + ":" + c.Zone + ":" + strconv.Itoa(c.Anchor)
 	}
 	return ":" + l.Algorithm.String() + ":" + strconv.FormatInt(l.Rate, 10) + ":" +
 		strconv.FormatInt(l.Period.Microseconds(), 10) + ":" + strconv.FormatInt(l.Burst, 10)

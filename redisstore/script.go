@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -17,7 +18,11 @@ import (
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
-// algoFiles[a] is the file that transcribes algorithm a.
+// calendarCode is the scripts' number for a calendar limit (a FixedWindow with a
+// sluice.Calendar), decided by calendar_window.lua; the others are their Algorithm.
+const calendarCode = 7
+
+// algoFiles[a] is the file that transcribes algorithm number a.
 var algoFiles = [...]string{
 	sluice.GCRA:          "gcra.lua",
 	sluice.TokenBucket:   "token_bucket.lua",
@@ -26,6 +31,7 @@ var algoFiles = [...]string{
 	sluice.SlidingWindow: "sliding_window.lua",
 	sluice.SlidingLog:    "sliding_log.lua",
 	sluice.Concurrency:   "concurrency.lua",
+	calendarCode:         "calendar_window.lua",
 }
 
 // luaOrder is the order the files are concatenated in: helpers, then one file per
@@ -58,11 +64,11 @@ var releaseScript = newScript("prelude.lua", "release.lua")
 // scriptFor returns the script for a call carrying the items of calls: the one algorithm's
 // own when they all use it, else the general one.
 func scriptFor(calls []*call) script {
-	var first sluice.Algorithm
+	var first int
 	seen := false
 	for _, c := range calls {
 		for _, it := range c.items {
-			switch a := it.info.limit.Algorithm; {
+			switch a := it.info.code; {
 			case !seen:
 				first, seen = a, true
 			case a != first:
@@ -239,6 +245,34 @@ func (s *Store) scriptNow() string {
 		return strconv.FormatInt(algo.Micros(s.clock()), 10)
 	}
 	return "-"
+}
+
+// callNow is a call's instant as the store knows it and the scripts' first argument: the
+// store's clock and its µs, or the local clock (which calendar bounds are computed
+// around) and "-" for Redis's.
+func (s *Store) callNow() (int64, string) {
+	if s.clock != nil {
+		us := algo.Micros(s.clock())
+		return us, strconv.FormatInt(us, 10)
+	}
+	return algo.Micros(time.Now()), "-"
+}
+
+// calendarArgs appends to reqs the request of it as decide.lua reads it, and, for a
+// calendar limit, its bounds around now to cal, returning them too.
+func calendarArgs(reqs, cal []byte, item *item, now int64) (_, _ []byte, b algo.Bounds) {
+	it, n := item.info, item.n
+	if it.code != calendarCode {
+		return item.appendPacked(reqs), cal, b
+	}
+	b = algo.BoundsAt(it.limit.Calendar, now)
+	reqs = append(reqs, it.packed[:16]...)
+	reqs = appendFloat(reqs, int64(len(cal)/32+1))
+	reqs = appendFloat(append(reqs, it.packed[24:]...), n)
+	for _, x := range b {
+		cal = appendFloat(cal, x)
+	}
+	return reqs, cal, b
 }
 
 // loadScripts loads the decision script on every node (every primary of a cluster), so

@@ -149,18 +149,23 @@ func inParallel(calls []*slotCall, f func(*slotCall)) {
 func (s *Store) decideSlot(ctx context.Context, cn *conn, reqs []sluice.Request, idx []int) ([]algo.Result, int64, error) {
 	items := make([]item, len(idx))
 	keys := make([]string, len(idx))
-	var packed, groups []byte
+	var packed, groups, cal []byte
+	now, nowArg := s.callNow()
+	bounds := make([]algo.Bounds, len(idx))
 	for j, i := range idx {
 		items[j] = s.newItem(reqs[i].Key, reqs[i].Limit, reqs[i].N)
 		keys[j] = s.redisKey(reqs[i].Key, items[j].info)
-		packed = items[j].appendPacked(packed)
+		packed, cal, bounds[j] = calendarArgs(packed, cal, &items[j], now)
 	}
 	if len(idx) > 1 {
 		groups = appendFloat(appendFloat(nil, 1), int64(len(idx)))
 	}
 	// Keys are distinct: Decide refuses a repeated (key, Limit), and the two make the
 	// Redis key.
-	args := []string{s.scriptNow(), s.minTTL, bytesString(packed), bytesString(groups), "0", "1"}
+	args := []string{nowArg, s.minTTL, bytesString(packed), bytesString(groups), "0", "1"}
+	if cal != nil {
+		args = append(args, string(cal))
+	}
 	sc := scriptFor([]*call{{items: items}})
 	vals, err := s.eval(ctx, cn.client, sc, keys, args).AsBytes()
 	if err == nil && len(vals) != 32*len(idx)+8 {
@@ -169,11 +174,15 @@ func (s *Store) decideSlot(ctx context.Context, cn *conn, reqs []sluice.Request,
 	if err != nil {
 		return nil, 0, wrap("decide across slots", err)
 	}
-	res := readResults(vals, len(idx))
+	res, at := readResults(vals, len(idx)), readFloat(vals[32*len(idx):])
 	for j := range res {
 		res[j] = items[j].result(res[j])
+		if items[j].info.code == calendarCode {
+			w, e := bounds[j].Holding(at)
+			res[j].Window = e - w
+		}
 	}
-	return res, readFloat(vals[32*len(idx):]), nil
+	return res, at, nil
 }
 
 // refundSlot gives back what c's call spent, and replaces c's results with looks at the
@@ -181,7 +190,9 @@ func (s *Store) decideSlot(ctx context.Context, cn *conn, reqs []sluice.Request,
 func (s *Store) refundSlot(ctx context.Context, cn *conn, reqs []sluice.Request, c *slotCall) error {
 	var keys []string
 	var which []int
-	var packed []byte
+	var packed, cal []byte
+	now, nowArg := s.callNow()
+	var bounds []algo.Bounds
 	for j, i := range c.idx {
 		if reqs[i].N == 0 {
 			continue
@@ -189,20 +200,35 @@ func (s *Store) refundSlot(ctx context.Context, cn *conn, reqs []sluice.Request,
 		it := item{id: reqs[i].Key, info: s.info(reqs[i].Limit), n: reqs[i].N, lease: c.res[j].Lease}
 		keys = append(keys, s.redisKey(reqs[i].Key, it.info))
 		which = append(which, j)
-		packed = appendFloat(it.appendPacked(packed), c.at)
+		var b algo.Bounds
+		packed, cal, b = calendarArgs(packed, cal, &it, now)
+		packed = appendFloat(packed, c.at)
+		bounds = append(bounds, b)
 	}
 	if len(keys) == 0 {
 		return nil
 	}
-	args := []string{s.scriptNow(), s.minTTL, bytesString(packed)}
+	args := []string{nowArg, s.minTTL, bytesString(packed)}
+	tail := 0
+	if cal != nil {
+		args = append(args, "", "", "", string(cal)) // refund.lua then appends its now
+		tail = 8
+	}
 	vals, err := s.eval(ctx, cn.client, refundScript, keys, args).AsBytes()
-	if err == nil && len(vals) != 32*len(keys) {
-		err = errorf("refund script returned %d bytes for %d requests, want %d", len(vals), len(keys), 32*len(keys))
+	if err == nil && len(vals) != 32*len(keys)+tail {
+		err = errorf("refund script returned %d bytes for %d requests, want %d", len(vals), len(keys), 32*len(keys)+tail)
+	}
+	if err == nil && tail > 0 {
+		now = readFloat(vals[32*len(keys):])
 	}
 	if err != nil {
 		return wrap("refund", err)
 	}
 	for k, r := range readResults(vals, len(keys)) {
+		if li := s.info(reqs[c.idx[which[k]]].Limit); li.code == calendarCode {
+			w, e := bounds[k].Holding(now)
+			r.Window = e - w
+		}
 		c.res[which[k]] = r
 	}
 	return nil

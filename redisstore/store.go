@@ -508,6 +508,9 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// Prefix returns the prefix of the store's keys (WithPrefix).
+func (s *Store) Prefix() string { return s.prefix }
+
 // Client returns the rueidis client the store uses, or nil while a store opened with
 // WithConnectRetry has not connected yet.
 func (s *Store) Client() rueidis.Client {
@@ -542,6 +545,9 @@ type limitInfo struct {
 	packed [32]byte
 	// args are the same four fields as decimal arguments, for the reservation script.
 	args [4]string
+	// code is the scripts' number for the limit: its Algorithm, or calendarCode (whose
+	// period field is then per call, see calendarArgs).
+	code int
 }
 
 func (s *Store) info(l sluice.Limit) *limitInfo {
@@ -549,14 +555,17 @@ func (s *Store) info(l sluice.Limit) *limitInfo {
 		return v.(*limitInfo)
 	}
 	p := algo.ParamsOf(l)
-	li := &limitInfo{limit: l, suffix: limitSuffix(l)}
+	li := &limitInfo{limit: l, suffix: limitSuffix(l), code: int(l.Algorithm)}
 	b := li.packed[:0]
 	f1, f2 := p.Rate, p.Period // Concurrency: Period is the lease
 	switch l.Algorithm {
 	case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket:
 		f1, f2 = p.S, p.U
 	}
-	for i, x := range []int64{int64(l.Algorithm), f1, f2, p.Burst} {
+	if p.Calendar {
+		li.code = calendarCode
+	}
+	for i, x := range []int64{int64(li.code), f1, f2, p.Burst} {
 		li.args[i] = strconv.FormatInt(x, 10)
 		b = appendFloat(b, x)
 	}

@@ -99,15 +99,18 @@ type LimitStatus struct {
 	// Shadow limits (a policy's shadow, an Envoy rule's shadow_mode or quota_mode) are
 	// decided and reported but never deny.
 	Shadow bool `json:"shadow,omitempty"`
-	// Source says where a policy's limit came from: "policy", "tier:<name>", "override"
-	// or "route".
+	// Source says where a policy's limit came from, by precedence: "api_override" (set
+	// through /v1/overrides; "api_override:<pattern>" for a pattern), "override" (the
+	// configuration's overrides), "tier:<name>", "policy"; or "route".
 	Source string `json:"source,omitempty"`
 	Route  string `json:"route,omitempty"`
 
 	Algorithm string `json:"algorithm,omitempty"`
 	Rate      int64  `json:"rate,omitempty"`
-	Period    string `json:"period,omitempty"`
-	Burst     int64  `json:"burst,omitempty"`
+	// Period is a Go duration, or for a calendar quota its unit ("calendar_month"), with
+	// Zone and AnchorDay.
+	Period string `json:"period,omitempty"`
+	Burst  int64  `json:"burst,omitempty"`
 	// LeaseTTL is a concurrency limit's lease TTL, and Lease the lease an allowed check
 	// took: give it to POST /v1/release when the work is done (else it expires after
 	// LeaseTTL).
@@ -117,6 +120,11 @@ type LimitStatus struct {
 	// made: give it to POST /v1/settle with the actual cost (else the cost checked stands
 	// after the policy's settle TTL).
 	Reservation string `json:"reservation,omitempty"`
+	Zone        string `json:"zone,omitempty"`
+	AnchorDay   int    `json:"anchor_day,omitempty"`
+	// WindowSeconds is, for a calendar quota, the length of the period decided in (the
+	// RateLimit-Policy w).
+	WindowSeconds int64 `json:"window_seconds,omitempty"`
 
 	Remaining    int64 `json:"remaining"`
 	ResetAfterMs int64 `json:"reset_after_ms"`
@@ -182,10 +190,15 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/check", s.handleCheck(apiCheck, false))
 	mux.HandleFunc("POST /v1/peek", s.handleCheck(apiPeek, true))
 	mux.HandleFunc("GET /v1/peek", s.handlePeekQuery)
+	mux.HandleFunc("GET /v1/usage", s.handleUsage)
 	mux.HandleFunc("POST /v1/reset", s.admin(s.handleReset))
 	mux.HandleFunc("POST /v1/release", s.handleRelease)
 	mux.HandleFunc("POST /v1/settle", s.handleSettle)
 	mux.HandleFunc("GET /v1/config", s.admin(s.handleConfig))
+	mux.HandleFunc("PUT /v1/overrides/{policy}/{identity...}", s.admin(s.handleOverridePut))
+	mux.HandleFunc("GET /v1/overrides/{policy}/{identity...}", s.admin(s.handleOverrideGet))
+	mux.HandleFunc("DELETE /v1/overrides/{policy}/{identity...}", s.admin(s.handleOverrideDelete))
+	mux.HandleFunc("GET /v1/overrides", s.admin(s.handleOverrideList))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusOK, "ok")
 	})
@@ -286,6 +299,18 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request, peek bool) s
 // URL-escaped within the parameter's value).
 func (s *Server) handlePeekQuery(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	var code string
+	if req, err := lookQuery(r); err != nil {
+		code = s.writeError(w, r, err)
+	} else {
+		code = s.answer(w, r, req, false)
+	}
+	s.metrics.observe(apiPeek, code, time.Since(start))
+}
+
+// lookQuery reads a request of cost 0 from the query parameters of GET /v1/peek and
+// GET /v1/usage.
+func lookQuery(r *http.Request) (*CheckRequest, error) {
 	q := r.URL.Query()
 	zero := int64(0)
 	req := &CheckRequest{
@@ -293,18 +318,70 @@ func (s *Server) handlePeekQuery(w http.ResponseWriter, r *http.Request) {
 		Method: q.Get("method"), Path: q.Get("path"), Host: q.Get("host"),
 		Domain: q.Get("domain"), Cost: &zero,
 	}
-	var code string
 	for _, d := range q["descriptor"] {
 		desc, err := parseDescriptor(d)
 		if err != nil {
-			code = s.writeError(w, r, err)
-			s.metrics.observe(apiPeek, code, time.Since(start))
-			return
+			return nil, err
 		}
 		req.Descriptors = append(req.Descriptors, desc)
 	}
-	code = s.answer(w, r, req, false)
-	s.metrics.observe(apiPeek, code, time.Since(start))
+	return req, nil
+}
+
+// UsageResponse is the answer of GET /v1/usage: every limit that applies to the identity
+// (policy, tier, route, override; or every limit of every matching descriptor), as it
+// stands, nothing spent.
+type UsageResponse struct {
+	Limits []UsageLimit `json:"limits"`
+}
+
+// UsageLimit is one limit's usage: its LimitStatus (remaining, reset_after_ms, source)
+// and the instant it resets.
+type UsageLimit struct {
+	LimitStatus
+	// Used is how many units the limit's current state counts against it: its
+	// MaxCost minus Remaining.
+	Used int64 `json:"used"`
+	// ResetAt is when the limit is whole again (RFC 3339, UTC); for a calendar quota the
+	// next period start.
+	ResetAt string `json:"reset_at,omitempty"`
+}
+
+// handleUsage is GET /v1/usage, with the query parameters of GET /v1/peek: the usage of
+// every limit that would apply, decided through the evaluator at cost 0, so that nothing
+// is spent. It is what a customer dashboard calls.
+func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	code := s.serveUsage(w, r)
+	s.metrics.observe(apiUsage, code, time.Since(start))
+}
+
+func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) string {
+	req, err := lookQuery(r)
+	if err != nil {
+		return s.writeError(w, r, err)
+	}
+	cfg := s.config()
+	items, sc, err := s.items(cfg, req)
+	if err != nil {
+		return s.writeError(w, r, err)
+	}
+	if _, err := s.decide(r.Context(), cfg, sc, items); err != nil {
+		return s.writeError(w, r, err)
+	}
+	now := s.now()
+	resp := UsageResponse{Limits: make([]UsageLimit, len(items))}
+	for i := range items {
+		it := &items[i]
+		u := UsageLimit{LimitStatus: limitStatus(it)}
+		if it.Decided {
+			u.Used = max(0, it.Decision.Limit.MaxCost()-it.Decision.Remaining)
+			u.ResetAt = now.Add(it.Decision.ResetAfter).UTC().Format(time.RFC3339Nano)
+		}
+		resp.Limits[i] = u
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return "ok"
 }
 
 // parseDescriptor parses "k1=v1,k2=v2", each key and value URL-unescaped.
@@ -414,6 +491,10 @@ func limitStatus(it *item) LimitStatus {
 		if l.Algorithm == sluice.Concurrency {
 			ls.Period, ls.LeaseTTL = "", l.Lease.String()
 		}
+		if c := l.Calendar; !c.IsZero() {
+			ls.Period, ls.Zone, ls.AnchorDay = c.Unit.String(), c.Zone, c.Anchor
+			ls.WindowSeconds = int64((it.Decision.Window + time.Second - 1) / time.Second)
+		}
 	case config.Blocked:
 		ls.Algorithm, ls.Period = sluice.FixedWindow.String(), it.Decision.Limit.Period.String()
 	}
@@ -522,6 +603,12 @@ func (s *Server) policyItems(cfg *config.Config, p *config.Policy, req *CheckReq
 		return nil, err
 	}
 	limit, source := p.LimitFor(id.ID, req.Tier)
+	if o, ok := s.apiOverride(p, id); ok {
+		limit, source = o.Limit, "api_override"
+		if o.Pattern() {
+			source += ":" + o.Identity
+		}
+	}
 	keyTier := ""
 	if _, mapped := p.IdentityTier(id.ID); !mapped && source == "tier:"+req.Tier && req.Tier != "" {
 		// The tier the request named is in the key; an identity's own tier is not (as
@@ -844,6 +931,8 @@ func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	_ = s.refreshOverrides(r.Context(), false)
+	b = appendOverrides(b, s.overrideSet().List("", s.now()))
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Write(b)

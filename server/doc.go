@@ -148,8 +148,15 @@
 //	POST /v1/release  give back a concurrency limit's lease: {"policy", "key", "lease"}
 //	POST /v1/settle   settle a reservation at its actual cost: {"policy", "key",
 //	                  "reservation", "cost"}; 404 unknown or expired, 409 settled already
+//	GET  /v1/usage    the peek's parameters: every limit that would apply, with used,
+//	                  remaining, reset and source, spending nothing (a dashboard's call)
 //	POST /v1/reset    forget the state of a CheckRequest's limits (admin)
-//	GET  /v1/config   the configuration in force, secrets redacted (admin)
+//	GET  /v1/config   the configuration in force, secrets redacted, and the API
+//	                  overrides in force (admin)
+//	PUT, GET, DELETE /v1/overrides/{policy}/{identity}
+//	                  set (OverrideRequest), read, remove a limit set at run time (admin)
+//	GET  /v1/overrides?policy=P
+//	                  list the overrides in force (admin)
 //	GET  /healthz     200 while the process serves (liveness)
 //	GET  /readyz      200 when the store answers a ping and the server is not draining
 //	GET  /metrics     Prometheus metrics: the server's, the observe decorator's if it was
@@ -157,8 +164,9 @@
 //
 // A CheckRequest names a sluice policy and the identity it limits (client IP, user ID or
 // raw API key, hashed at once with HMAC-SHA256 and never stored or logged), or an Envoy
-// domain and descriptors. For a policy, the limit is the identity's override, else its
-// tier's, else the policy's; a method and path matching one of the policy's routes add
+// domain and descriptors. For a policy, the limit is the identity's override set through
+// /v1/overrides (source "api_override"), else its configured override, else its tier's,
+// else the policy's; a method and path matching one of the policy's routes add
 // the route's limit, decided atomically with it. The store keys are those the httplimit
 // middleware uses, so the JSON API, `sluice proxy` and an application's middleware on
 // the same store share counters. A cost the limit can never allow is 400 (it is an error
@@ -177,6 +185,29 @@
 // a file, read on every request so it can rotate), else $SLUICE_ADMIN_TOKEN; it is
 // compared in constant time and never logged. Without a token every admin request is
 // refused with 403.
+//
+// # Overrides at run time
+//
+// PUT /v1/overrides/{policy}/{identity} with {"rate", "period", "burst"?, "algorithm"?,
+// "zone"?, "anchor_day"?, "expires_in"?, "reason"?} sets a limit for one identity (or a
+// pattern) of a policy, ahead of the configuration. The identity is written raw (an IP
+// address or prefix, a user ID, an API key, which is hashed on arrival and never kept),
+// or as the decision log prints it: a store key "policy:kind:id:route:tier" or the
+// identity "kind:id". A trailing '*' makes a pattern over user IDs or IPs ("org-42:*";
+// "*" alone is every identity); the most specific override wins: an exact identity before
+// every pattern, then the longest pattern. The algorithm defaults to the policy's (to
+// fixed_window for a calendar period). Bad input is 400 naming the field ("rate:",
+// "period:", "identity:", "policy:", ...) and changes nothing.
+//
+// Overrides live in Options.Overrides: on Redis one hash and a version counter
+// (override.Redis), polled every Options.OverrideRefresh (500 ms), so every replica
+// applies a change within a second and they survive restarts; on memory in the process.
+// An override with expires_in stops applying at that instant and is deleted at the next
+// refresh. Every change is logged at Info ("override set", "override removed",
+// "override expired": policy, identity, by (the admin token's source, never the token),
+// before, after, reason) and counted in sluice_server_override_changes_total{action}.
+// The proxy (`sluice proxy`, ProxyOptions.Overrides) applies them too, ahead of the
+// configuration's, refreshing as requests come.
 //
 // # TLS
 //

@@ -10,7 +10,8 @@ import (
 )
 
 // domainItems matches the descriptors of one request against an envoyproxy/ratelimit
-// domain and returns one item per descriptor. mults[i] > 1 is descriptor i's limit
+// domain and returns one item per match: per descriptor, and per limit of a descriptor
+// with several (rate_limits). mults[i] > 1 is descriptor i's limit
 // override unit_multiplier; hits[i] its cost. The error is about the request (an override
 // with an unknown unit or an impossible period). With sc, the matches and the items are
 // made in its slices, which it keeps for the next request.
@@ -33,7 +34,7 @@ func (s *Server) domainItems(dom *config.Domain, descs []config.Descriptor, mult
 	for i := range matches {
 		m := &matches[i]
 		it := &items[i]
-		it.status, it.rule, it.Shadow, it.N = m.Status, m.Rule, m.Shadow, hits[i]
+		it.status, it.rule, it.Shadow, it.N = m.Status, m.Rule, m.Shadow, hits[m.Descriptor]
 		if m.Rule == nil {
 			continue
 		}
@@ -43,10 +44,10 @@ func (s *Server) domainItems(dom *config.Domain, descs []config.Descriptor, mult
 		}
 		limit := m.Limit
 		period := m.Rule.Unit.Period()
-		if k := mults[i]; k > 1 {
+		if k := mults[m.Descriptor]; k > 1 {
 			it.unitMultiplier = k
 			if period > sluice.MaxPeriod/time.Duration(k) {
-				return nil, fmt.Errorf("descriptor %d: limit override of %d × %v is too long", i, k, m.Rule.Unit)
+				return nil, fmt.Errorf("descriptor %d: limit override of %d × %v is too long", m.Descriptor, k, m.Rule.Unit)
 			}
 			period *= time.Duration(k)
 			if limit.Rate > 0 {
@@ -56,7 +57,7 @@ func (s *Server) domainItems(dom *config.Domain, descs []config.Descriptor, mult
 		switch m.Status {
 		case config.Limited:
 			if err := limit.Validate(); err != nil {
-				return nil, fmt.Errorf("descriptor %d: %w", i, err)
+				return nil, fmt.Errorf("descriptor %d: %w", m.Descriptor, err)
 			}
 			it.Key, it.Limit = m.Key, limit
 		case config.Blocked:
@@ -64,10 +65,19 @@ func (s *Server) domainItems(dom *config.Domain, descs []config.Descriptor, mult
 				now = s.now()
 			}
 			reset := windowReset(now, period)
+			lim := sluice.Limit{Algorithm: sluice.FixedWindow, Period: period}
+			var window time.Duration
+			if c := m.Rule.Calendar; !c.IsZero() {
+				// A calendar rule's window ends at the next period start.
+				start, end := c.Bounds(now)
+				reset, window = end.Sub(now), end.Sub(start)
+				lim = sluice.Limit{Algorithm: sluice.FixedWindow, Calendar: c}
+			}
 			it.Decision = sluice.Decision{
-				Limit:      sluice.Limit{Algorithm: sluice.FixedWindow, Period: period},
+				Limit:      lim,
 				RetryAfter: reset,
 				ResetAfter: reset,
+				Window:     window,
 			}
 			it.Decided = true
 		}

@@ -32,7 +32,7 @@ func rateLimitHeaders(items []item, ra time.Duration, shadow bool) (policy, limi
 		var q, w, r, t int64
 		switch {
 		case it.status == config.Limited && it.Decided:
-			q, w = httplimit.Quota(it.Decision.Limit)
+			q, w = httplimit.DecisionQuota(it.Decision)
 			r = it.Decision.Remaining
 			if it.Decision.RetryAfter > 0 {
 				t = ceilSeconds(it.Decision.RetryAfter)
@@ -41,6 +41,9 @@ func rateLimitHeaders(items []item, ra time.Duration, shadow bool) (policy, limi
 			}
 		case it.status == config.Blocked:
 			w = ceilSeconds(it.Decision.Limit.Period)
+			if it.Decision.Window > 0 {
+				w = ceilSeconds(it.Decision.Window) // a calendar period
+			}
 			t = ceilSeconds(it.Decision.RetryAfter)
 		default:
 			continue

@@ -198,6 +198,9 @@ func newStackServer(t *testing.T, k storeKind, cfg *config.Config, o stack.Optio
 	}
 	st := k.open(t, scfg, c.Now, o)
 	opts.Limiter, opts.Ready = st.Limiter(), st.Ready
+	if opts.Overrides == nil {
+		opts.Overrides = st.Overrides
+	}
 	if k.wrap != nil {
 		opts.Limiter = k.wrap(opts.Limiter)
 	}

@@ -14,6 +14,7 @@ const (
 	apiGRPC    = "should_rate_limit"
 	apiCheck   = "check"
 	apiPeek    = "peek"
+	apiUsage   = "usage"
 	apiReset   = "reset"
 	apiRelease = "release"
 	apiSettle  = "settle"
@@ -34,6 +35,9 @@ type metrics struct {
 	unknownDomain prometheus.Counter
 	storeErrors   prometheus.Counter
 	adminDenied   prometheus.Counter
+	// overrideChanges counts changes of the overrides API, by action (set, delete,
+	// expire).
+	overrideChanges *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, w *config.Watcher) (*metrics, error) {
@@ -64,7 +68,14 @@ func newMetrics(reg prometheus.Registerer, w *config.Watcher) (*metrics, error) 
 			Help: "Admin requests refused for a missing or wrong token.",
 		}),
 	}
-	cs := []prometheus.Collector{m.requests, m.duration, m.descriptors, m.unknownDomain, m.storeErrors, m.adminDenied}
+	m.overrideChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_server_override_changes_total",
+		Help: "Changes of the limits set at run time (/v1/overrides), by action: set, delete, expire.",
+	}, []string{"action"})
+	for _, a := range []string{"set", "delete", "expire"} {
+		m.overrideChanges.WithLabelValues(a)
+	}
+	cs := []prometheus.Collector{m.requests, m.duration, m.descriptors, m.unknownDomain, m.storeErrors, m.adminDenied, m.overrideChanges}
 	if w != nil {
 		cs = append(cs,
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -92,7 +103,7 @@ func newMetrics(reg prometheus.Registerer, w *config.Watcher) (*metrics, error) 
 		}
 	}
 	m.byAPI = map[string]*apiMetrics{}
-	for _, api := range []string{apiGRPC, apiCheck, apiPeek, apiReset, apiRelease, apiSettle} {
+	for _, api := range []string{apiGRPC, apiCheck, apiPeek, apiUsage, apiReset, apiRelease, apiSettle} {
 		am := &apiMetrics{codes: map[string]prometheus.Counter{}, duration: m.duration.WithLabelValues(api)}
 		for _, code := range []string{"ok", "over_limit", "invalid", "unavailable", "error"} {
 			am.codes[code] = m.requests.WithLabelValues(api, code)

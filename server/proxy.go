@@ -2,6 +2,7 @@ package server
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,11 +10,13 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"sync"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/keys"
+	"github.com/sluicehq/sluice/override"
 )
 
 // ProxyOptions configures a Proxy. Limiter and Upstream are required.
@@ -36,6 +39,11 @@ type ProxyOptions struct {
 	FailureMode sluice.FailureMode
 	// Transport sends requests upstream; nil means NewUpstreamTransport(0, false).
 	Transport http.RoundTripper
+	// Overrides are the limits set at run time through a server's /v1/overrides
+	// (stack.Stack's Overrides), applied ahead of the configuration's; refreshed every
+	// OverrideRefresh as requests come. Nil applies none.
+	Overrides       override.Store
+	OverrideRefresh time.Duration
 }
 
 // Proxy is a reverse proxy that applies the configuration's sluice policies with the
@@ -56,6 +64,8 @@ type Proxy struct {
 	mu    sync.Mutex
 	built *config.Config
 	h     http.Handler
+
+	ovr *overrideCache // nil without ProxyOptions.Overrides
 }
 
 // NewProxy returns a Proxy. The configuration in force must be one PoliciesFor accepts.
@@ -74,6 +84,14 @@ func NewProxy(opts ProxyOptions) (*Proxy, error) {
 	}
 	up := opts.Upstream
 	p := &Proxy{opts: opts, hashers: newHashers(opts.Logger)}
+	if opts.Overrides != nil {
+		p.ovr = newOverrideCache(opts.Overrides, opts.OverrideRefresh, time.Now, opts.Logger, func() {})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if err := p.ovr.refresh(ctx, true); err != nil {
+			opts.Logger.Warn("overrides not loaded yet; retrying as requests come", slog.String("error", err.Error()))
+		}
+		cancel()
+	}
 	p.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(up)
@@ -152,6 +170,19 @@ func (p *Proxy) build(cfg *config.Config) (*httplimit.Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.ovr != nil {
+		for i := range policies {
+			if hp := &policies[i]; hp.Route == "" {
+				name := hp.Name
+				hp.Lookup = func(id keys.Identity) (sluice.Limit, bool) {
+					if o, ok := p.ovr.lookup(name, id.ID); ok {
+						return o.Limit, true
+					}
+					return sluice.Limit{}, false
+				}
+			}
+		}
+	}
 	return httplimit.New(httplimit.Config{
 		Limiter:       p.opts.Limiter,
 		Policies:      policies,
@@ -165,6 +196,9 @@ func (p *Proxy) build(cfg *config.Config) (*httplimit.Middleware, error) {
 // ServeHTTP rate-limits r and, when it is allowed, forwards it upstream.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h, _ := p.handler() // never nil after NewProxy
+	if p.ovr != nil {
+		p.ovr.maybeRefresh()
+	}
 	h.ServeHTTP(w, r)
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/keys"
+	"github.com/sluicehq/sluice/override"
 )
 
 // DefaultShutdownTimeout is how long Serve waits for requests in flight when its context
@@ -91,6 +92,13 @@ type Options struct {
 	HTTPTimeouts Timeouts
 	// Quota configures the Rate Limit Quota Service (RLQS) served beside RLS.
 	Quota QuotaOptions
+	// Overrides keeps the limits set at run time through /v1/overrides (stack.Stack's
+	// Overrides: in Redis on Redis, so every replica applies them). Nil keeps them in
+	// the process.
+	Overrides override.Store
+	// OverrideRefresh is how often the server looks for changes made through other
+	// replicas (DefaultOverrideRefresh when 0).
+	OverrideRefresh time.Duration
 	// TLS, when set, makes Serve speak TLS on both listeners: HTTPS (HTTP/2 and
 	// HTTP/1.1) and gRPC over TLS. Its certificate, and its ClientAuth for mutual TLS,
 	// apply to every endpoint, the health and metrics endpoints included (a probe must
@@ -122,6 +130,9 @@ type Server struct {
 	reqLimits     config.RequestLimits
 	timeouts      Timeouts
 	rlqs          *rlqs
+	customToken   bool
+
+	ovr *overrideCache
 }
 
 // requestLimits returns the request caps in force with cfg.
@@ -177,6 +188,7 @@ func New(opts Options) (*Server, error) {
 		health:        health.NewServer(),
 		reqLimits:     opts.RequestLimits,
 		timeouts:      opts.HTTPTimeouts.Or(DefaultHTTPTimeouts),
+		customToken:   opts.AdminToken != nil,
 	}
 	if s.static == nil {
 		s.static = config.Default()
@@ -215,6 +227,13 @@ func New(opts Options) (*Server, error) {
 	if s.rlqs, err = newRLQS(s, opts.Quota, s.registry); err != nil {
 		return nil, err
 	}
+	s.ovr = newOverrideCache(opts.Overrides, opts.OverrideRefresh, s.now, s.log,
+		func() { m.overrideChanges.WithLabelValues("expire").Inc() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	if err := s.refreshOverrides(ctx, true); err != nil {
+		s.log.Warn("overrides not loaded yet; retrying in the background", slog.String("error", err.Error()))
+	}
+	cancel()
 	return s, nil
 }
 
@@ -289,6 +308,9 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 	// The health status is set before the listeners serve, so that no health check
 	// finds the service unknown (at most DefaultReadyTimeout when the store is down).
 	stopProbe := s.probeReady(ctx)
+	rctx, stopRefresh := context.WithCancel(ctx)
+	defer stopRefresh()
+	go s.ovr.loop(rctx)
 	errc := make(chan error, 2)
 	var hs *http.Server
 	if httpLn != nil {

@@ -41,6 +41,7 @@ import (
 	"github.com/sluicehq/sluice/failover"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/observe"
+	"github.com/sluicehq/sluice/override"
 	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -133,6 +134,9 @@ type Stack struct {
 	// quota.Memory beside memory, a quota.Redis on the same Redis (so that every
 	// instance on it shares the clients of a bucket).
 	Quota quota.Store
+	// Overrides keeps the limits set at run time beside the store: in the process on
+	// memory, in Redis (visible to every replica) on Redis.
+	Overrides override.Store
 }
 
 // Limiter returns the top of the stack, which every front end decides with.
@@ -187,7 +191,7 @@ func Open(cfg *config.Config, o Options) (*Stack, error) {
 		}
 		m := memory.New(opts...)
 		st.closers = append(st.closers, m.Close)
-		st.Store = m
+		st.Store, st.Overrides = m, override.NewMemory()
 		st.Quota = quota.NewMemory(o.Clock)
 		lim = st.withDenyCache(m, cfg, o, reg)
 	} else {
@@ -207,6 +211,7 @@ func Open(cfg *config.Config, o Options) (*Stack, error) {
 		st.closers = append(st.closers, rs.Close)
 		st.Store, st.ready = rs, rs.Ping
 		st.Quota = quota.NewRedis(rs.Client, QuotaPrefix, o.Clock)
+		st.Overrides = override.NewRedis(rs.Client, rs.Prefix())
 		local := memory.New(memory.WithMaxKeys(LocalMaxKeys))
 		st.closers = append(st.closers, local.Close)
 

@@ -82,7 +82,7 @@ func newApp(stdout, stderr io.Writer) *cli.Command {
 		Writer:                stdout,
 		ErrWriter:             stderr,
 		ExitErrHandler:        func(context.Context, *cli.Command, error) {}, // run reports errors
-		Commands:              []*cli.Command{serveCommand(), proxyCommand(), checkCommand(), keyCommand(), simulateCommand(), versionCommand()},
+		Commands:              []*cli.Command{serveCommand(), proxyCommand(), checkCommand(), keyCommand(), overrideCommand(), simulateCommand(), versionCommand()},
 		EnableShellCompletion: false,
 	}
 }

@@ -71,6 +71,7 @@ func proxy(ctx context.Context, c *cli.Command) error {
 		Watcher:       w,
 		LegacyHeaders: c.Bool("legacy-headers"),
 		Logger:        log,
+		Overrides:     st.Overrides,
 	})
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)

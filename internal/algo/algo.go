@@ -72,6 +72,9 @@ type Params struct {
 	S      int64 // bucket algorithms: their time unit is 1/S µs (1 when Rate divides Period)
 	U      int64 // bucket algorithms: one unit of cost in units of 1/S µs (U/S = Period/Rate)
 	Algo   sluice.Algorithm
+	// Calendar is set for a calendar limit (Algo FixedWindow, Period 0), decided by
+	// CalendarWindow, not FixedWindow.
+	Calendar bool
 }
 
 // maxScaled bounds Burst·U, the largest quantity the bucket algorithms hold, so that every
@@ -90,6 +93,10 @@ func ParamsOf(l sluice.Limit) Params {
 		Period: l.Period.Microseconds(),
 		Burst:  l.EffectiveBurst(),
 		Algo:   l.Algorithm,
+	}
+	if !l.Calendar.IsZero() {
+		p.Calendar = true
+		return p
 	}
 	p.T = (p.Period + p.Rate - 1) / p.Rate
 	g := gcd(p.Period, p.Rate)
@@ -124,6 +131,8 @@ type Result struct {
 	// Lease is the id of the lease an allowed Concurrency decision of cost 1 took; 0
 	// otherwise.
 	Lease uint64
+	// Window is the length of the calendar period decided in (CalendarWindow); else 0.
+	Window int64
 }
 
 // State is the per-key state of every algorithm except SlidingLog, which keeps a Log.
@@ -137,7 +146,8 @@ type State struct {
 // caller's clock converts it with Micros.
 func Micros(t time.Time) int64 { return max(t.UnixMicro(), 1) }
 
-// Decide runs p.Algo on a fixed-size state. It must not be called for SlidingLog.
+// Decide runs p.Algo on a fixed-size state. It must not be called for SlidingLog or a
+// calendar limit (see CalendarWindow).
 func Decide(s State, now int64, p Params, n int64) (State, Result) {
 	switch p.Algo {
 	case sluice.TokenBucket:
@@ -168,6 +178,9 @@ func ExpiresAt(s State, p Params) int64 {
 	case sluice.FixedWindow:
 		if s.B == 0 {
 			return 0
+		}
+		if p.Calendar {
+			return s.C
 		}
 		return s.A + p.Period
 	case sluice.SlidingWindow:
@@ -242,6 +255,7 @@ func (r Result) Decision(l sluice.Limit) sluice.Decision {
 		ResetAfter: time.Duration(r.ResetAfter) * time.Microsecond,
 		RetryAfter: time.Duration(r.RetryAfter) * time.Microsecond,
 		Lease:      formatLease(r.Lease),
+		Window:     time.Duration(r.Window) * time.Microsecond,
 	}
 }
 

@@ -35,6 +35,9 @@ func Refund(s State, now int64, p Params, n, at int64) State {
 	case sluice.LeakyBucket:
 		return RefundLeakyBucket(s, now, p, n, at)
 	case sluice.FixedWindow:
+		if p.Calendar {
+			return RefundCalendarWindow(s, p, n, at)
+		}
 		return RefundFixedWindow(s, now, p, n, at)
 	case sluice.SlidingWindow:
 		return RefundSlidingWindow(s, now, p, n, at)

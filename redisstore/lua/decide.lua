@@ -7,10 +7,11 @@
 -- ARGV[1], ARGV[2]: now and the minimum TTL (prelude.lua).
 -- ARGV[3]: the requests, five little-endian doubles each: algorithm (0 GCRA,
 --   1 TokenBucket, 2 LeakyBucket, 3 FixedWindow, 4 SlidingWindow, 5 SlidingLog,
---   6 Concurrency), rate, period (µs; a Concurrency limit's lease), burst
---   (Limit.EffectiveBurst; for Concurrency the id of the lease to take), cost n. Binary, because parsing decimal
+--   6 Concurrency, 7 a calendar FixedWindow), rate, period (µs; a Concurrency limit's
+--   lease; a calendar limit's index into ARGV[7]), burst (Limit.EffectiveBurst; for
+--   Concurrency the id of the lease to take), cost n. Binary, because parsing decimal
 --   arguments (strtod, twice per tonumber) cost more than the decisions themselves.
--- ARGV[4]: the all-or-nothing groups (sluice.MultiLimiter), two little-endian doubles
+-- ARGV[4]: the all-or-nothing groups (sluice.Limiter.Decide), two little-endian doubles
 --   each, in ascending order: the index of the group's first request and the number of
 --   its requests (at least 2). A request in no group is an independent decision. A group
 --   is decided without spending, and only if all its requests are allowed are they
@@ -19,6 +20,8 @@
 --   distinct. Requests are decided in order, so two requests on one key in one call see
 --   each other's spending (written, in prelude.lua), which is tracked only with "1".
 -- ARGV[6]: absent, or "1" to append the call's now after the results (below).
+-- ARGV[7]: absent, or the calendar bounds of the call's calendar requests
+--   (calendar_window.lua).
 -- Returns four integers per request, allowed (0/1), remaining, resetAfter µs and
 -- retryAfter µs, as one string of little-endian doubles: one bulk reply is cheaper for
 -- Redis to write and for the client to read than 4·n integer replies.

@@ -11,6 +11,8 @@
 -- ARGV[3]: the requests, six little-endian doubles each: algorithm, the limit's two
 --   fields and burst (or lease id) as in decide.lua's ARGV[3], the cost n that was spent, and at, the
 --   now of the decide.lua call that spent it.
+-- ARGV[7]: absent, or the calendar bounds (calendar_window.lua); then the script's now
+--   follows the results, as decide.lua's ARGV[6] makes it.
 -- Returns the looks' results as decide.lua returns its decisions: allowed (0/1),
 -- remaining, resetAfter µs and retryAfter µs per request, as little-endian doubles.
 
@@ -27,4 +29,5 @@ for i = 1, #KEYS do
   local o = 4 * i
   out[o - 3], out[o - 2], out[o - 1], out[o] = run[alg](key, v, f1, f2, burst, 0, false)
 end
+if ARGV[7] then out[#out + 1] = now end
 return pack(out)

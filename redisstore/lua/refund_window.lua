@@ -1,6 +1,7 @@
--- Mirrors algo.RefundFixedWindow and algo.RefundSlidingWindow (internal/algo/refund.go),
--- and algo.ExpiresAt for the two, for one refund (the arguments and result of refund_gcra
--- in refund_bucket.lua; rate and P are the limit's rate and period µs).
+-- Mirrors algo.RefundFixedWindow, algo.RefundSlidingWindow and algo.RefundCalendarWindow
+-- (internal/algo/refund.go, calendar.go), and algo.ExpiresAt for the three, for one
+-- refund (the arguments and result of refund_gcra in refund_bucket.lua; rate and P are
+-- the limit's rate and period µs, P the request's place in ARGV[7] for a calendar).
 
 -- Mirrors algo.RefundFixedWindow. State: a = the window counted, b = its count.
 local function refund_fixed_window(key, v, rate, P, burst, n, at)
@@ -33,3 +34,18 @@ end
 
 refund[3] = refund_fixed_window
 refund[4] = refund_sliding_window
+
+-- Mirrors algo.RefundCalendarWindow. State: a = the period counted, b = its count, c = its
+-- end (calendar_window.lua).
+local function refund_calendar_window(key, v, rate, j, burst, n, at)
+  local a, b, c = decode(v)
+  if at < a or at >= c or b == 0 then return v end
+  if n > b then b = 0 else b = b - n end
+  local exp = 0
+  if b > 0 then exp = c end
+  local val = spack('<ddd', a, b, c)
+  put(key, val, exp)
+  return val
+end
+
+refund[7] = refund_calendar_window

@@ -1,0 +1,208 @@
+package sluice
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	_ "time/tzdata" // calendar zones resolve in a container without /usr/share/zoneinfo
+)
+
+// CalendarUnit is the length of a calendar period. The zero value, NoCalendar, means a
+// Limit is not a calendar quota.
+type CalendarUnit uint8
+
+const (
+	// NoCalendar: the Limit's windows are Period long (the zero value).
+	NoCalendar CalendarUnit = iota
+	// CalendarDay: from local midnight to the next (23, 24 or 25 hours across DST).
+	CalendarDay
+	// CalendarWeek: an ISO week, from local midnight on Monday (or the anchor weekday).
+	CalendarWeek
+	// CalendarMonth: from local midnight on the 1st (or the anchor day) of one month to
+	// the same day of the next.
+	CalendarMonth
+	// CalendarYear: from local midnight on 1 January (or the anchor day of the year).
+	CalendarYear
+)
+
+var calendarNames = [...]string{"", "calendar_day", "calendar_week", "calendar_month", "calendar_year"}
+
+// String returns the unit's configuration name ("calendar_month"), "" for NoCalendar.
+func (u CalendarUnit) String() string {
+	if int(u) < len(calendarNames) {
+		return calendarNames[u]
+	}
+	return fmt.Sprintf("calendar(%d)", uint8(u))
+}
+
+// ParseCalendarUnit parses a name as String prints it.
+func ParseCalendarUnit(s string) (CalendarUnit, bool) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	for i, n := range calendarNames {
+		if i > 0 && s == n {
+			return CalendarUnit(i), true
+		}
+	}
+	return NoCalendar, false
+}
+
+// Calendar makes a FixedWindow Limit count per calendar period: its windows are bounded
+// by local midnights in Zone, not by multiples of Period since the Unix epoch. The zero
+// Calendar is no calendar.
+//
+// Anchor moves the period start: for CalendarMonth the day of the month (1–31; a day
+// past the end of a shorter month means its last day, so 31 is always the last day of
+// the month), for CalendarWeek the ISO weekday (1 Monday – 7 Sunday), for CalendarYear
+// the day of the year (1–366; 366 is 31 December in common years). 0 means 1. It must be
+// 0 for CalendarDay. Zone is an IANA name ("Europe/Berlin"); "" is UTC. Midnight in a zone
+// whose clocks skip it (a DST change at 00:00) is the instant Go's time.Date gives.
+type Calendar struct {
+	Unit   CalendarUnit
+	Zone   string
+	Anchor int
+}
+
+// IsZero reports whether c is no calendar.
+func (c Calendar) IsZero() bool { return c == Calendar{} }
+
+// String formats c as "calendar_month Europe/Berlin anchor 15".
+func (c Calendar) String() string {
+	s := c.Unit.String()
+	if c.Zone != "" {
+		s += " " + c.Zone
+	}
+	if c.Anchor > 1 {
+		s += fmt.Sprintf(" anchor %d", c.Anchor)
+	}
+	return s
+}
+
+// Validate reports whether c can bound windows; the error wraps ErrInvalidLimit.
+func (c Calendar) Validate() error {
+	if c.IsZero() {
+		return nil
+	}
+	max := 0
+	switch c.Unit {
+	case CalendarDay:
+	case CalendarWeek:
+		max = 7
+	case CalendarMonth:
+		max = 31
+	case CalendarYear:
+		max = 366
+	default:
+		return fmt.Errorf("%w: unknown calendar unit %d", ErrInvalidLimit, uint8(c.Unit))
+	}
+	if c.Anchor < 0 || c.Anchor > max && !(max == 0 && c.Anchor <= 1) {
+		if max == 0 {
+			return fmt.Errorf("%w: calendar_day takes no anchor day, got %d", ErrInvalidLimit, c.Anchor)
+		}
+		return fmt.Errorf("%w: anchor day %d of %v is outside 1..%d", ErrInvalidLimit, c.Anchor, c.Unit, max)
+	}
+	if _, err := loadZone(c.Zone); err != nil {
+		return fmt.Errorf("%w: zone %q: %v", ErrInvalidLimit, c.Zone, err)
+	}
+	return nil
+}
+
+var zones sync.Map // name -> *time.Location
+
+func loadZone(name string) (*time.Location, error) {
+	if name == "" || name == "UTC" {
+		return time.UTC, nil
+	}
+	if v, ok := zones.Load(name); ok {
+		return v.(*time.Location), nil
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, err
+	}
+	zones.Store(name, loc)
+	return loc, nil
+}
+
+// Bounds returns the calendar period holding t: start ≤ t < end. It returns zero times
+// for a Calendar that fails Validate.
+func (c Calendar) Bounds(t time.Time) (start, end time.Time) {
+	loc, err := loadZone(c.Zone)
+	if err != nil || c.Validate() != nil || c.IsZero() {
+		return time.Time{}, time.Time{}
+	}
+	lt := t.In(loc)
+	y, m, d := lt.Date()
+	start = c.startNear(y, m, d, loc)
+	for !start.After(t) {
+		next := c.next(start, loc)
+		if next.After(t) {
+			return start, next
+		}
+		start = next
+	}
+	for start.After(t) {
+		start = c.prev(start, loc)
+	}
+	return start, c.next(start, loc)
+}
+
+// startNear is a period start within one period of the local date y-m-d.
+func (c Calendar) startNear(y int, m time.Month, d int, loc *time.Location) time.Time {
+	switch c.Unit {
+	case CalendarWeek:
+		day := time.Date(y, m, d, 0, 0, 0, 0, loc)
+		wd := (int(day.Weekday())+6)%7 + 1 // ISO: Monday 1 .. Sunday 7
+		back := (wd - max(c.Anchor, 1) + 7) % 7
+		return time.Date(y, m, d-back, 0, 0, 0, 0, loc)
+	case CalendarMonth:
+		return monthStart(y, m, c.Anchor, loc)
+	case CalendarYear:
+		return yearStart(y, c.Anchor, loc)
+	}
+	return time.Date(y, m, d, 0, 0, 0, 0, loc)
+}
+
+// next is the start of the period after the one starting at s.
+func (c Calendar) next(s time.Time, loc *time.Location) time.Time {
+	y, m, d := s.In(loc).Date()
+	switch c.Unit {
+	case CalendarWeek:
+		return time.Date(y, m, d+7, 0, 0, 0, 0, loc)
+	case CalendarMonth:
+		return monthStart(y, m+1, c.Anchor, loc)
+	case CalendarYear:
+		return yearStart(y+1, c.Anchor, loc)
+	}
+	return time.Date(y, m, d+1, 0, 0, 0, 0, loc)
+}
+
+// prev is the start of the period before the one starting at s.
+func (c Calendar) prev(s time.Time, loc *time.Location) time.Time {
+	y, m, d := s.In(loc).Date()
+	switch c.Unit {
+	case CalendarWeek:
+		return time.Date(y, m, d-7, 0, 0, 0, 0, loc)
+	case CalendarMonth:
+		return monthStart(y, m-1, c.Anchor, loc)
+	case CalendarYear:
+		return yearStart(y-1, c.Anchor, loc)
+	}
+	return time.Date(y, m, d-1, 0, 0, 0, 0, loc)
+}
+
+// monthStart is local midnight on the anchor day of month m of year y (m may be out of
+// 1..12; it is normalised), the month's last day when the month is shorter.
+func monthStart(y int, m time.Month, anchor int, loc *time.Location) time.Time {
+	first := time.Date(y, m, 1, 0, 0, 0, 0, time.UTC)
+	y, m = first.Year(), first.Month()
+	last := time.Date(y, m+1, 0, 0, 0, 0, 0, time.UTC).Day()
+	return time.Date(y, m, min(max(anchor, 1), last), 0, 0, 0, 0, loc)
+}
+
+// yearStart is local midnight on the anchor day of year y, 31 December when the year is
+// shorter.
+func yearStart(y, anchor int, loc *time.Location) time.Time {
+	days := time.Date(y, 12, 31, 0, 0, 0, 0, time.UTC).YearDay()
+	return time.Date(y, 1, min(max(anchor, 1), days), 0, 0, 0, 0, loc)
+}

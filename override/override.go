@@ -1,0 +1,217 @@
+// Package override holds limits changed at run time: per identity of a policy, or per
+// pattern of identities, set through the admin API and kept in the store, so that every
+// replica applies them.
+//
+// A Set is the overrides in force, indexed for the decision path. Identities are those
+// the policy limits (keys.Identity.ID: an IP address or prefix, a user ID, an API key's
+// MAC). An identity ending in '*' is a pattern matching every identity with the text
+// before it as prefix ("org-42:*"; "*" alone matches all). The most specific override
+// wins: an exact identity before any pattern, and among patterns the longest prefix.
+//
+// A Store keeps overrides: Memory in the process, Redis in one hash that every replica
+// polls (see Redis). An override with an expiry is ignored from that instant and deleted
+// at the next refresh.
+package override
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+)
+
+// Override is one limit set at run time.
+type Override struct {
+	Policy string `json:"policy"`
+	// Identity is the identity or pattern, normalised (an API key's MAC, never the key).
+	Identity string       `json:"identity"`
+	Limit    sluice.Limit `json:"-"`
+	// Spec is the limit as given, for listings and the store.
+	Spec Spec `json:"limit"`
+	// Reason is free text from whoever set it.
+	Reason string `json:"reason,omitempty"`
+	// By names the credential that set it (the admin token's source, never the token).
+	By string `json:"by,omitempty"`
+	// Set is when it was set; Expires when it stops applying (zero: never).
+	Set     time.Time `json:"set"`
+	Expires time.Time `json:"expires,omitzero"`
+}
+
+// Spec is a limit as the admin API and the store write it.
+type Spec struct {
+	Algorithm string `json:"algorithm"`
+	Rate      int64  `json:"rate"`
+	Period    string `json:"period"`
+	Burst     int64  `json:"burst,omitempty"`
+	Zone      string `json:"zone,omitempty"`
+	AnchorDay int    `json:"anchor_day,omitempty"`
+}
+
+// Pattern reports whether o's identity is a pattern.
+func (o Override) Pattern() bool { return strings.HasSuffix(o.Identity, "*") }
+
+// Expired reports whether o no longer applies at now.
+func (o Override) Expired(now time.Time) bool { return !o.Expires.IsZero() && !now.Before(o.Expires) }
+
+// Store keeps overrides. Implementations are safe for concurrent use.
+type Store interface {
+	// Put sets o, replacing the override of the same policy and identity, and returns
+	// the one it replaced, if any.
+	Put(ctx context.Context, o Override) (prev *Override, err error)
+	// Delete removes the override of policy and identity, returning it (nil if none).
+	Delete(ctx context.Context, policy, identity string) (*Override, error)
+	// Load returns every override, expired ones included, and a version that changes
+	// whenever they do.
+	Load(ctx context.Context) ([]Override, int64, error)
+	// Version is Load's version, read cheaply.
+	Version(ctx context.Context) (int64, error)
+}
+
+// ErrNotFound is returned for an override that does not exist.
+var ErrNotFound = errors.New("override: not found")
+
+// Set is an immutable index of overrides.
+type Set struct {
+	exact    map[[2]string]*Override
+	patterns map[string][]*Override // by policy, longest prefix first
+	all      []Override
+}
+
+// NewSet indexes list, leaving out those expired at now and those whose Spec is not a
+// valid limit.
+func NewSet(list []Override, now time.Time) *Set {
+	s := &Set{exact: map[[2]string]*Override{}, patterns: map[string][]*Override{}}
+	for _, o := range list {
+		if o.Limit == (sluice.Limit{}) {
+			l, err := o.Spec.ToLimit()
+			if err != nil {
+				continue // written by something else: ignored
+			}
+			o.Limit = l
+		}
+		if !o.Expired(now) {
+			s.all = append(s.all, o)
+		}
+	}
+	sort.Slice(s.all, func(i, j int) bool {
+		if s.all[i].Policy != s.all[j].Policy {
+			return s.all[i].Policy < s.all[j].Policy
+		}
+		return s.all[i].Identity < s.all[j].Identity
+	})
+	for i := range s.all {
+		o := &s.all[i]
+		if o.Pattern() {
+			s.patterns[o.Policy] = append(s.patterns[o.Policy], o)
+		} else {
+			s.exact[[2]string{o.Policy, o.Identity}] = o
+		}
+	}
+	for _, ps := range s.patterns {
+		sort.SliceStable(ps, func(i, j int) bool { return len(ps[i].Identity) > len(ps[j].Identity) })
+	}
+	return s
+}
+
+// Lookup returns the override that applies to id under policy at now: the exact one, else
+// the pattern with the longest prefix of id.
+func (s *Set) Lookup(policy, id string, now time.Time) (*Override, bool) {
+	if s == nil {
+		return nil, false
+	}
+	if o, ok := s.exact[[2]string{policy, id}]; ok && !o.Expired(now) {
+		return o, true
+	}
+	for _, o := range s.patterns[policy] {
+		if strings.HasPrefix(id, strings.TrimSuffix(o.Identity, "*")) && !o.Expired(now) {
+			return o, true
+		}
+	}
+	return nil, false
+}
+
+// Expired reports whether an override of s has expired by now (it is ignored already;
+// a refresh deletes it).
+func (s *Set) Expired(now time.Time) bool {
+	if s == nil {
+		return false
+	}
+	for _, o := range s.all {
+		if o.Expired(now) {
+			return true
+		}
+	}
+	return false
+}
+
+// Get returns the override of policy and identity exactly as set.
+func (s *Set) Get(policy, identity string, now time.Time) (*Override, bool) {
+	if s == nil {
+		return nil, false
+	}
+	if strings.HasSuffix(identity, "*") {
+		for _, o := range s.patterns[policy] {
+			if o.Identity == identity && !o.Expired(now) {
+				return o, true
+			}
+		}
+		return nil, false
+	}
+	o, ok := s.exact[[2]string{policy, identity}]
+	if ok && o.Expired(now) {
+		return nil, false
+	}
+	return o, ok
+}
+
+// List returns the overrides in force at now for policy ("" for every policy), sorted by
+// policy and identity.
+func (s *Set) List(policy string, now time.Time) []Override {
+	if s == nil {
+		return nil
+	}
+	out := []Override{}
+	for _, o := range s.all {
+		if (policy == "" || o.Policy == policy) && !o.Expired(now) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// ToLimit is the sluice.Limit s describes: period a Go duration, a word (second, minute,
+// hour, day, week) or a calendar period (calendar_month, with Zone and AnchorDay).
+func (s Spec) ToLimit() (sluice.Limit, error) {
+	alg, err := sluice.ParseAlgorithm(s.Algorithm)
+	if s.Algorithm == "" {
+		alg, err = sluice.GCRA, nil
+	}
+	if err != nil {
+		return sluice.Limit{}, err
+	}
+	l := sluice.Limit{Algorithm: alg, Rate: s.Rate, Burst: s.Burst}
+	if u, ok := sluice.ParseCalendarUnit(s.Period); ok {
+		if s.Algorithm == "" {
+			l.Algorithm = sluice.FixedWindow
+		}
+		l.Calendar = sluice.Calendar{Unit: u, Zone: s.Zone, Anchor: s.AnchorDay}
+	} else {
+		if s.Zone != "" || s.AnchorDay != 0 {
+			return sluice.Limit{}, fmt.Errorf("%w: zone and anchor_day apply only to calendar periods", sluice.ErrInvalidLimit)
+		}
+		p, err := config.ParsePeriod(s.Period)
+		if err != nil {
+			return sluice.Limit{}, fmt.Errorf("%w: period: %v", sluice.ErrInvalidLimit, err)
+		}
+		l.Period = p
+	}
+	if err := l.Validate(); err != nil {
+		return sluice.Limit{}, err
+	}
+	return l, nil
+}

@@ -1,0 +1,444 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/keys"
+	"github.com/sluicehq/sluice/override"
+)
+
+// DefaultOverrideRefresh is how often a server looks for override changes made through
+// another replica (Options.OverrideRefresh when 0): a change applies everywhere within it.
+const DefaultOverrideRefresh = 500 * time.Millisecond
+
+// maxOverrideBody bounds the body of an override request.
+const maxOverrideBody = 8 << 10
+
+// OverrideRequest is the body of PUT /v1/overrides/{policy}/{identity}.
+type OverrideRequest struct {
+	Rate      int64  `json:"rate"`
+	Period    string `json:"period"`
+	Burst     int64  `json:"burst,omitempty"`
+	Algorithm string `json:"algorithm,omitempty"`
+	Zone      string `json:"zone,omitempty"`
+	AnchorDay int    `json:"anchor_day,omitempty"`
+	// ExpiresIn is a Go duration ("2s", "720h"); empty means never.
+	ExpiresIn string `json:"expires_in,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// OverrideList is the answer of GET /v1/overrides.
+type OverrideList struct {
+	Overrides []override.Override `json:"overrides"`
+}
+
+// overrideCache is the overrides in force, as one server or proxy sees them: the
+// store's, reloaded when their version moves.
+type overrideCache struct {
+	store  override.Store
+	every  time.Duration
+	now    func() time.Time
+	log    *slog.Logger
+	expire func() // counts an override deleted for having expired
+
+	set  atomic.Pointer[override.Set]
+	mu   sync.Mutex // serialises refreshes; guards ver
+	ver  int64
+	last atomic.Int64 // unix ns of the last refresh attempt (maybeRefresh)
+	busy atomic.Bool
+}
+
+func newOverrideCache(store override.Store, every time.Duration, now func() time.Time, log *slog.Logger, expire func()) *overrideCache {
+	if store == nil {
+		store = override.NewMemory()
+	}
+	if every <= 0 {
+		every = DefaultOverrideRefresh
+	}
+	return &overrideCache{store: store, every: every, now: now, log: log, expire: expire}
+}
+
+// current is the index of the overrides in force (nil until loaded).
+func (c *overrideCache) current() *override.Set { return c.set.Load() }
+
+// lookup returns the override in force for id under policy, if any.
+func (c *overrideCache) lookup(policy, id string) (*override.Override, bool) {
+	return c.current().Lookup(policy, id, c.now())
+}
+
+// refresh reloads the overrides when their version moved, one of them expired, or force,
+// and deletes the expired ones from the store.
+func (c *overrideCache) refresh(ctx context.Context, force bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.last.Store(time.Now().UnixNano())
+	v, err := c.store.Version(ctx)
+	if err != nil {
+		return err
+	}
+	if cur := c.set.Load(); !force && cur != nil && v == c.ver && !cur.Expired(c.now()) {
+		return nil
+	}
+	list, v, err := c.store.Load(ctx)
+	if err != nil {
+		return err
+	}
+	now := c.now()
+	for _, o := range list {
+		if o.Expired(now) {
+			if gone, err := c.store.Delete(ctx, o.Policy, o.Identity); err == nil && gone != nil && gone.Expired(now) {
+				c.expire()
+				c.log.LogAttrs(ctx, slog.LevelInfo, "override expired", slog.String("policy", o.Policy),
+					slog.String("identity", o.Identity), slog.Time("expires", o.Expires))
+			}
+		}
+	}
+	c.ver = v
+	c.set.Store(override.NewSet(list, now))
+	return nil
+}
+
+// loop refreshes every c.every until ctx ends.
+func (c *overrideCache) loop(ctx context.Context) {
+	t := time.NewTicker(c.every)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, c.every)
+		err := c.refresh(rctx, false)
+		cancel()
+		if err != nil && !failing && ctx.Err() == nil {
+			c.log.Warn("overrides not refreshed; the last ones loaded stay in force", slog.String("error", err.Error()))
+		}
+		failing = err != nil
+	}
+}
+
+// maybeRefresh starts a refresh in the background when the last is older than c.every,
+// for a front end without a lifetime of its own (the proxy refreshes as requests come).
+func (c *overrideCache) maybeRefresh() {
+	if time.Since(time.Unix(0, c.last.Load())) < c.every || !c.busy.CompareAndSwap(false, true) {
+		return
+	}
+	c.last.Store(time.Now().UnixNano())
+	go func() {
+		defer c.busy.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), c.every)
+		defer cancel()
+		if err := c.refresh(ctx, false); err != nil {
+			c.log.Warn("overrides not refreshed; the last ones loaded stay in force", slog.String("error", err.Error()))
+		}
+	}()
+}
+
+// overrideSet is the index of the overrides in force (nil until loaded).
+func (s *Server) overrideSet() *override.Set { return s.ovr.current() }
+
+func (s *Server) refreshOverrides(ctx context.Context, force bool) error {
+	return s.ovr.refresh(ctx, force)
+}
+
+// apiOverride returns the override in force for id under p, if any.
+func (s *Server) apiOverride(p *config.Policy, id keys.Identity) (*override.Override, bool) {
+	return s.ovr.lookup(p.Name, id.ID)
+}
+
+// overrideIdentity normalises the identity of an override request for policy p: as the
+// decision log prints it (a store key "policy:kind:id:route:tier", or the identity
+// "kind:id"), or raw (an IP address or prefix, a user ID, an API key, hashed at once). A
+// trailing '*' makes a pattern; API keys, stored hashed, have none.
+func (s *Server) overrideIdentity(cfg *config.Config, p *config.Policy, raw string) (string, error) {
+	if raw == "" || strings.TrimSpace(raw) != raw || strings.ContainsAny(raw, "\x00\r\n") {
+		return "", badRequest("identity: must be non-empty, without surrounding white space or control characters")
+	}
+	kind := keyKind(p.Key.Type)
+	if k, err := keys.ParseKey(raw); err == nil && k.Policy == p.Name && k.Kind == kind && k.ID != "" {
+		return k.ID, nil
+	}
+	if pat, ok := strings.CutSuffix(raw, "*"); ok {
+		if kind == keys.APIKey {
+			return "", badRequest("identity: a pattern cannot match API keys, which are kept only as their MACs")
+		}
+		pat = strings.TrimPrefix(pat, string(kind)+":")
+		if strings.Contains(pat, "*") {
+			return "", badRequest("identity: only a trailing '*' makes a pattern, got %q", raw)
+		}
+		return pat + "*", nil
+	}
+	if rest, ok := strings.CutPrefix(raw, string(kind)+":"); ok && rest != "" {
+		if k, err := keys.ParseKey(p.Name + ":" + string(kind) + ":" + rest + "::"); err == nil && k.ID != "" {
+			rest = k.ID // escaped as printed
+		}
+		if kind == keys.IP {
+			return normaliseIP(rest)
+		}
+		return rest, nil
+	}
+	switch kind {
+	case keys.IP:
+		if _, err := netip.ParseAddr(raw); err == nil {
+			id, err := s.identity(cfg, p, raw)
+			if err != nil {
+				return "", badRequest("identity: %v", err)
+			}
+			return id.ID, nil
+		}
+		return normaliseIP(raw)
+	case keys.APIKey:
+		id, err := s.identity(cfg, p, raw)
+		if err != nil {
+			return "", err
+		}
+		return id.ID, nil
+	}
+	return raw, nil
+}
+
+func normaliseIP(s string) (string, error) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		a = a.Unmap()
+		return keys.PrefixID(netip.PrefixFrom(a, a.BitLen())), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return "", badRequest("identity: %q is not an IP address or prefix", s)
+	}
+	return keys.PrefixID(p.Masked()), nil
+}
+
+func keyKind(t config.KeyType) keys.Kind {
+	switch t {
+	case config.KeyUser:
+		return keys.User
+	case config.KeyAPIKey:
+		return keys.APIKey
+	}
+	return keys.IP
+}
+
+// tokenName names the admin credential in logs: the source of the token, never the token.
+func (s *Server) tokenName() string {
+	if s.customToken {
+		return "admin token (Options.AdminToken)"
+	}
+	a := s.config().Admin
+	switch {
+	case a.TokenEnv != "":
+		return "admin token $" + a.TokenEnv
+	case a.TokenFile != "":
+		return "admin token file " + a.TokenFile
+	}
+	return "admin token $SLUICE_ADMIN_TOKEN"
+}
+
+func (s *Server) overridePolicy(cfg *config.Config, r *http.Request) (*config.Policy, string, error) {
+	name := r.PathValue("policy")
+	p, ok := cfg.Policy(name)
+	if !ok {
+		return nil, "", badRequest("policy: no policy named %q", name)
+	}
+	id, err := s.overrideIdentity(cfg, p, r.PathValue("identity"))
+	if err != nil {
+		return nil, "", err
+	}
+	return p, id, nil
+}
+
+func (s *Server) handleOverridePut(w http.ResponseWriter, r *http.Request) {
+	cfg := s.config()
+	p, id, err := s.overridePolicy(cfg, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var req OverrideRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxOverrideBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		s.writeError(w, r, badRequest("malformed JSON body: %v", err))
+		return
+	}
+	o, err := overrideOf(p, id, &req, s.now())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	o.By = s.tokenName()
+	prev, err := s.ovr.store.Put(r.Context(), o)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	_ = s.refreshOverrides(r.Context(), true)
+	s.metrics.overrideChanges.WithLabelValues("set").Inc()
+	s.logChange(r.Context(), "override set", o.Policy, o.Identity, o.By, prev, &o, o.Reason)
+	writeJSON(w, http.StatusOK, o)
+}
+
+// overrideOf checks an override request for policy p; the error names the field.
+func overrideOf(p *config.Policy, id string, req *OverrideRequest, now time.Time) (override.Override, error) {
+	spec := override.Spec{Algorithm: req.Algorithm, Rate: req.Rate, Period: req.Period, Burst: req.Burst, Zone: req.Zone, AnchorDay: req.AnchorDay}
+	if spec.Algorithm == "" {
+		if _, cal := sluice.ParseCalendarUnit(req.Period); !cal {
+			l, _ := p.LimitFor("", "")
+			spec.Algorithm = l.Algorithm.String()
+		} else {
+			spec.Algorithm = sluice.FixedWindow.String()
+		}
+	}
+	switch {
+	case req.Rate <= 0 || req.Rate > sluice.MaxRate:
+		return override.Override{}, badRequest("rate: must be in 1..%d, got %d", int64(sluice.MaxRate), req.Rate)
+	case req.Period == "":
+		return override.Override{}, badRequest("period: is required")
+	case req.Burst < 0:
+		return override.Override{}, badRequest("burst: must not be negative, got %d", req.Burst)
+	}
+	if _, err := sluice.ParseAlgorithm(spec.Algorithm); err != nil {
+		return override.Override{}, badRequest("algorithm: %v", strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": "))
+	}
+	if _, cal := sluice.ParseCalendarUnit(req.Period); !cal {
+		if _, err := config.ParsePeriod(req.Period); err != nil {
+			return override.Override{}, badRequest("period: %v", err)
+		}
+	}
+	l, err := spec.ToLimit()
+	if err != nil {
+		field := "limit"
+		switch msg := err.Error(); {
+		case strings.Contains(msg, "burst"):
+			field = "burst"
+		case strings.Contains(msg, "zone"):
+			field = "zone"
+		case strings.Contains(msg, "anchor"):
+			field = "anchor_day"
+		case strings.Contains(msg, "calendar") || strings.Contains(msg, "period"):
+			field = "period"
+		}
+		return override.Override{}, badRequest("%s: %v", field, strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": "))
+	}
+	o := override.Override{Policy: p.Name, Identity: id, Limit: l, Spec: spec, Reason: req.Reason, Set: now.UTC()}
+	if req.ExpiresIn != "" {
+		d, err := time.ParseDuration(req.ExpiresIn)
+		if err != nil || d <= 0 {
+			return override.Override{}, badRequest("expires_in: want a positive duration such as 2s or 720h, got %q", req.ExpiresIn)
+		}
+		o.Expires = now.Add(d).UTC()
+	}
+	return o, nil
+}
+
+func (s *Server) handleOverrideGet(w http.ResponseWriter, r *http.Request) {
+	cfg := s.config()
+	p, id, err := s.overridePolicy(cfg, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.refreshOverrides(r.Context(), false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	o, ok := s.overrideSet().Get(p.Name, id, s.now())
+	if !ok {
+		s.writeError(w, r, &apiError{http.StatusNotFound, fmt.Sprintf("no override of policy %q for %q", p.Name, id)})
+		return
+	}
+	writeJSON(w, http.StatusOK, o)
+}
+
+func (s *Server) handleOverrideList(w http.ResponseWriter, r *http.Request) {
+	policy := r.URL.Query().Get("policy")
+	if policy != "" {
+		if _, ok := s.config().Policy(policy); !ok {
+			s.writeError(w, r, badRequest("policy: no policy named %q", policy))
+			return
+		}
+	}
+	if err := s.refreshOverrides(r.Context(), false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, OverrideList{Overrides: s.overrideSet().List(policy, s.now())})
+}
+
+func (s *Server) handleOverrideDelete(w http.ResponseWriter, r *http.Request) {
+	cfg := s.config()
+	p, id, err := s.overridePolicy(cfg, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	prev, err := s.ovr.store.Delete(r.Context(), p.Name, id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if prev == nil {
+		s.writeError(w, r, &apiError{http.StatusNotFound, fmt.Sprintf("no override of policy %q for %q", p.Name, id)})
+		return
+	}
+	_ = s.refreshOverrides(r.Context(), true)
+	s.metrics.overrideChanges.WithLabelValues("delete").Inc()
+	s.logChange(r.Context(), "override removed", p.Name, id, s.tokenName(), prev, nil, prev.Reason)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// logChange logs one change of an override: who, what, before and after, and why.
+func (s *Server) logChange(ctx context.Context, msg, policy, identity, by string, before, after *override.Override, reason string) {
+	lim := func(o *override.Override) string {
+		if o == nil {
+			return "none"
+		}
+		str := o.Limit.String()
+		if o.Limit == (sluice.Limit{}) {
+			if l, err := o.Spec.ToLimit(); err == nil {
+				str = l.String()
+			}
+		}
+		if !o.Expires.IsZero() {
+			str += " until " + o.Expires.Format(time.RFC3339)
+		}
+		return str
+	}
+	s.log.LogAttrs(ctx, slog.LevelInfo, msg,
+		slog.String("policy", policy), slog.String("identity", identity), slog.String("by", by),
+		slog.String("before", lim(before)), slog.String("after", lim(after)), slog.String("reason", reason))
+}
+
+// appendOverrides adds the overrides in force to a configuration dump, as "api_overrides".
+func appendOverrides(dump []byte, list []override.Override) []byte {
+	dump = bytes.TrimRight(dump, " \n")
+	if len(dump) == 0 || dump[len(dump)-1] != '}' {
+		return dump
+	}
+	b, err := json.MarshalIndent(list, "  ", "  ")
+	if err != nil {
+		return dump
+	}
+	out := append([]byte{}, dump[:len(dump)-1]...)
+	out = bytes.TrimRight(out, " \n")
+	if len(out) > 1 {
+		out = append(out, ',')
+	}
+	out = append(out, "\n  \"api_overrides\": "...)
+	out = append(out, b...)
+	return append(out, "\n}\n"...)
+}
