@@ -581,6 +581,8 @@ func CheckSettleTTL(limit Limit, ttl time.Duration) error {
 		return fmt.Errorf("%w: settle TTL must be in (0, %v], got %v", ErrInvalidLimit, MaxSettleTTL, ttl)
 	case limit.Algorithm == SlidingLog || limit.Algorithm == Concurrency:
 		return fmt.Errorf("%w: %v cannot settle a cost after the fact; use gcra, token_bucket, leaky_bucket, fixed_window or sliding_window", ErrInvalidLimit, limit.Algorithm)
+	case !limit.Calendar.IsZero():
+		return fmt.Errorf("%w: a calendar quota cannot settle a cost after the fact (its period's count is billed as admitted)", ErrInvalidLimit)
 	}
 	return nil
 }

@@ -24,7 +24,7 @@ for i = 1, #KEYS do
   alg, f1, f2, burst, n, at, pos = sunpack('<dddddd', reqs, pos)
   local key = KEYS[i]
   local v = false
-  if alg < 5 then v = redis.call('GET', key) end
+  if alg < 5 or alg == 7 then v = redis.call('GET', key) end -- strings; 5 and 6 are sorted sets
   if n > 0 then v = refund[alg](key, v, f1, f2, burst, n, at) end
   local o = 4 * i
   out[o - 3], out[o - 2], out[o - 1], out[o] = run[alg](key, v, f1, f2, burst, 0, false)
