@@ -73,6 +73,9 @@ type Options struct {
 	DenyCache DenyCache
 	// Sampling is observe's log sampling; negative takes observe.DefaultSampling.
 	Sampling float64
+	// FailureSummary is observe's failure summary interval: 0 takes
+	// observe.DefaultFailureSummary, negative logs every failure on its own line.
+	FailureSummary time.Duration
 	// Logger receives the decision log and the stack's own records. Nil discards.
 	Logger *slog.Logger
 	// Registry receives the metrics. Nil: a registry of the stack's own.
@@ -265,7 +268,12 @@ func Open(cfg *config.Config, o Options) (*Stack, error) {
 	if o.Sampling >= 0 {
 		oopts = append(oopts, observe.WithSampling(o.Sampling))
 	}
-	st.limiter = observe.New(lim, oopts...)
+	if o.FailureSummary != 0 {
+		oopts = append(oopts, observe.WithFailureSummary(o.FailureSummary))
+	}
+	ol := observe.New(lim, oopts...)
+	st.closers = append(st.closers, func() error { ol.Flush(); return nil }) // first at Close
+	st.limiter = ol
 	return st, nil
 }
 
