@@ -333,7 +333,9 @@ loop:
 	fmt.Printf("soak: %v of mixed load at %d requests/s target; deadline %v, slack %v; %d faults: %v\n\n", elapsed.Round(time.Second), *rate, *deadline, *slack, sum(faults), faults)
 	fmt.Println("| measure | value | bound | ok |")
 	fmt.Println("|---|---:|---:|---|")
-	row := func(m, v, b string, ok bool) { fmt.Printf("| %s | %s | %s | %s |\n", m, v, b, map[bool]string{true: "yes", false: "NO"}[ok]) }
+	row := func(m, v, b string, ok bool) {
+		fmt.Printf("| %s | %s | %s | %s |\n", m, v, b, map[bool]string{true: "yes", false: "NO"}[ok])
+	}
 	row("requests answered", strconv.FormatInt(total-st.lost, 10), "", true)
 	row("allowed / denied / fail-closed (200 / 429 / 503)", fmt.Sprintf("%d / %d / %d", st.codes[200], st.codes[429], st.codes[503]), "", true)
 	row("decisions lost (no answer, other status, not JSON)", strconv.FormatInt(st.lost, 10), "0", st.lost == 0)
