@@ -28,7 +28,7 @@ func sfString(s string) bool {
 func FuzzHeaders(f *testing.F) {
 	f.Add("per-ip", uint8(0), int64(10), int64(1), int64(7), int64(0), int64(800), false, "", int64(0), "daily", true)
 	f.Add("a\"b\\c", uint8(3), int64(1000), int64(3600), int64(0), int64(5000), int64(9000), true, "api_key:abc", int64(5), "x", false)
-	f.Add("", uint8(5), int64(1<<40), int64(86400*365), int64(1<<60), int64(0), int64(1), true, "\x00\xff", int64(1<<40), "é", true)
+	f.Add("", uint8(5), int64(1<<20), int64(86400*365), int64(1<<60), int64(0), int64(1), true, "\x00\xff", int64(1<<40), "é", true)
 	f.Fuzz(func(t *testing.T, name string, alg uint8, rate, periodS, remaining, retryMS, resetMS int64, pk bool, id string, retryAfter int64, name2 string, legacy bool) {
 		algs := sluice.Algorithms()
 		abs := func(v int64) int64 {
