@@ -57,7 +57,7 @@
 //	policy, error_kind, path, mode   the group
 //	suppressed     the failures of the group not logged on their own
 //	allowed, denied                  of the suppressed, how many were allowed and denied
-//	since, interval                  when the interval began, and its length
+//	since, interval_ms               when the interval began, and its length
 //	error          the first suppressed failure's error, keys redacted as above
 //
 // So every failure decision is either a line of its own or counted in exactly one

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/logattr"
 )
 
 // DefaultFailureSummary is the interval over which failure decisions are summarised
@@ -117,7 +118,7 @@ func (f *failures) drain(now time.Time) [][]slog.Attr {
 			slog.Int64("allowed", g.allowed),
 			slog.Int64("denied", g.denied),
 			slog.Time("since", f.start),
-			slog.Duration("interval", now.Sub(f.start)),
+			logattr.Millis("interval_ms", now.Sub(f.start)),
 		)
 		if g.errMsg != "" {
 			attrs = append(attrs, slog.String("error", g.errMsg))
