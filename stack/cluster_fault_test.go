@@ -25,8 +25,9 @@ import (
 const (
 	clusterDeadline = 50 * time.Millisecond
 	// clusterSlack is what a decision may take past the deadline: scheduling on two
-	// shared cores, and the failure mode's own work.
-	clusterSlack = 250 * time.Millisecond
+	// shared cores under -race, where stalls of 450–600 ms were seen in make test, and
+	// the failure mode's own work.
+	clusterSlack = time.Second
 	clusterKeys  = 48
 	// clusterNodeTimeout is cluster-node-timeout: a replica takes over a dead primary a
 	// few of these after its death.
@@ -160,7 +161,6 @@ func openCluster(t *testing.T, c *redistest.Cluster, mode sluice.FailureMode) sl
 // lost, and the store admits them again; the test counts them (redisstore's package doc
 // states the bound).
 func TestClusterFailover(t *testing.T) {
-	t.Parallel()
 	c := redistest.StartClusterWithReplicas(t, clusterNodeTimeout)
 	lim := openCluster(t, c, sluice.FailOpen)
 	load := startLoad(t, lim, sluice.PathOpen)
@@ -213,7 +213,6 @@ func waitPromoted(t *testing.T, r *redistest.Server) {
 // key by key (ASK while it moves, MOVED after). Every decision is the store's or the
 // failure mode's, and no key admits more than its limit: the state moves with the key.
 func TestClusterSlotMigration(t *testing.T) {
-	t.Parallel()
 	c := redistest.StartClusterWithReplicas(t, clusterNodeTimeout)
 	lim := openCluster(t, c, sluice.FailOpen)
 	for k := range clusterKeys { // every key exists before the move
@@ -290,7 +289,6 @@ func scanKeys(t *testing.T, s *redistest.Server) []string {
 // server and the cluster reports CLUSTERDOWN. The failure mode (closed) decides; once
 // both nodes are back the store decides again, without a restart of the service.
 func TestClusterDown(t *testing.T) {
-	t.Parallel()
 	c := redistest.StartClusterWithReplicas(t, clusterNodeTimeout)
 	lim := openCluster(t, c, sluice.FailClosed)
 	load := startLoad(t, lim, sluice.PathClosed)
