@@ -1,7 +1,7 @@
 # make test: install what the tests need when it is missing, then vet and run every test.
 GO ?= go
 
-.PHONY: test deps vet unit modules bench fmt image image-test deps-image chart-test ci-deploy
+.PHONY: test deps vet unit modules bench fmt image image-test deps-image chart-test ci-deploy fuzz soak
 
 test: deps vet unit modules
 
@@ -51,6 +51,28 @@ unit:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# fuzz runs every native fuzz target (func FuzzXxx in a _test.go file) for FUZZTIME each,
+# one after the other. make test runs only their seed corpora (f.Add and
+# testdata/fuzz/<target>), as go test does. A failing input is written to the package's
+# testdata/fuzz/<target>: commit it with the fix, as a seed.
+# The first run of a package builds it with coverage instrumentation, which takes minutes.
+FUZZTIME ?= 10s
+fuzz:
+	@set -e; for f in $$(git grep -l '^func Fuzz' -- '*_test.go'); do \
+		dir=./$$(dirname $$f); \
+		for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+			echo "== $$dir $$t ($(FUZZTIME))"; \
+			$(GO) test $$dir -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME); \
+		done; \
+	done
+
+# soak runs sluice serve on a real Redis under mixed load with injected faults for
+# SOAK_DURATION (default 10m) and prints a summary table; it fails when a bound is broken.
+# Not part of make test. See bench/cmd/soak.
+SOAK_DURATION ?= 10m
+soak: deps
+	cd bench && $(GO) run -mod=mod ./cmd/soak -duration $(SOAK_DURATION)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

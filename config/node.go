@@ -65,7 +65,10 @@ func (d *decoder) parse(data []byte) *yaml.Node {
 			pos.Line, _ = strconv.Atoi(m[1])
 			msg = m[2]
 		} else {
+			// The parser gave no line (an unterminated quote: "unexpected end of
+			// stream"): it failed at the end of the file, so name the last line.
 			msg = strings.TrimPrefix(msg, "yaml: ")
+			pos.Line = max(1, bytes.Count(bytes.TrimRight(data, "\n"), []byte("\n"))+1)
 		}
 		d.errs = append(d.errs, &Error{Pos: pos, Msg: "invalid YAML: " + msg, Err: err})
 		return nil

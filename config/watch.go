@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,12 +66,16 @@ func WithLogger(l *slog.Logger) Option { return func(o *watchOptions) { o.logger
 // (WithLogger) and reported (WithOnError). A reload whose files are byte-for-byte the same
 // (same Config.Digest) changes nothing and calls no callback.
 //
-// Watching uses fsnotify on the directory that holds the configured path (and on the path
-// itself when it is a directory, and on the directories symbolic links lead to), so that
-// in-place writes, editors that rename a new file over the old one, and Kubernetes
-// ConfigMap volumes, whose "..data" symbolic link is replaced atomically, are all seen.
-// Symbolic links are resolved again after every event, so a swapped link is followed.
-// Events are debounced (WithDebounce).
+// Watching uses fsnotify on the directories holding the configured path, each symbolic
+// link met while resolving it and what it resolves to (for a directory, also each of its
+// configuration files and their links, which may lead out of it), so that in-place writes,
+// editors that rename a new file over the old one, Kubernetes ConfigMap volumes, whose
+// "..data" symbolic link is replaced atomically, and edits to a link's target elsewhere
+// are all seen. Only events on those paths (and on configuration files new in a watched
+// configuration directory) reload: writes to other files in the same directories are
+// ignored. Links are resolved again after every reload, so a swapped link is followed.
+// Events are debounced (WithDebounce). A watched reload rejected with the same error as the
+// previous one is neither logged nor counted again; Reload always reports.
 type Watcher struct {
 	path string
 	o    watchOptions
@@ -81,7 +86,10 @@ type Watcher struct {
 	lastErr  atomic.Pointer[errBox]
 	mu       sync.Mutex // serializes reloads and the watch set
 	fsw      *fsnotify.Watcher
-	watching map[string]bool
+	watching map[string]bool // directories fsnotify watches
+	names    map[string]bool // paths whose events matter (rewatch)
+	dir      string          // the resolved configuration directory, "" for a file
+	lastRej  string          // the error of the last rejected reload, "" after a good one
 	done     chan struct{}
 	wg       sync.WaitGroup
 	closing  sync.Once
@@ -194,6 +202,10 @@ func (w *Watcher) loop() {
 			if !ok {
 				return
 			}
+			if !w.relevant(ev.Name) {
+				w.o.logger.Debug("config: file event ignored", "event", ev.String())
+				continue
+			}
 			w.o.logger.Debug("config: file event", "event", ev.String())
 			timer.Reset(w.o.debounce)
 		case err, ok := <-w.fsw.Errors:
@@ -219,6 +231,13 @@ func (w *Watcher) reload(trigger string) (bool, error) {
 	}
 	if err != nil {
 		w.lastErr.Store(&errBox{err})
+		if trigger == "watch" && err.Error() == w.lastRej {
+			// The same rejection again (a touch, an editor's second write): it is already
+			// logged and counted.
+			w.o.logger.Debug("config: reload rejected again with the same error", "path", w.path)
+			return false, err
+		}
+		w.lastRej = err.Error()
 		w.rejectN.Add(1)
 		if w.o.rejected != nil {
 			w.o.rejected.Inc()
@@ -231,6 +250,7 @@ func (w *Watcher) reload(trigger string) (bool, error) {
 		return false, err
 	}
 	w.lastErr.Store(nil)
+	w.lastRej = ""
 	old := w.cur.Load()
 	if old != nil && old.Digest == cfg.Digest {
 		return false, nil
@@ -254,44 +274,53 @@ func (w *Watcher) reload(trigger string) (bool, error) {
 	return true, nil
 }
 
-// rewatch makes the fsnotify watch set match the directories that matter now. For a file:
-// the directory holding it (renames over it, ConfigMap "..data" swaps) and the directory
-// its symbolic link chain ends in. For a directory: the directory (resolved), and, when the
-// path is itself a symbolic link, the directory holding the link, so that replacing the
-// link is seen. Called with w.mu held.
+// rewatch makes the fsnotify watch set match the paths that matter now, and records their
+// names (relevant) so that events on other files are ignored. The paths are every symbolic
+// link met while resolving the configured path and the file or directory it ends at; for a
+// directory, also each *.yaml/*.yml entry and the links it resolves through (a link may
+// lead out of the directory). fsnotify watches directories, so the watch set is the
+// resolved directories holding those paths. Called with w.mu held.
 func (w *Watcher) rewatch() error {
-	want := map[string]bool{}
-	parent := func(p string) {
-		if d, err := filepath.EvalSymlinks(filepath.Dir(p)); err == nil {
-			want[d] = true
+	names := map[string]bool{}
+	dirs := map[string]bool{}
+	add := func(p string) {
+		d := filepath.Dir(p)
+		if r, err := filepath.EvalSymlinks(d); err == nil {
+			d = r
+		} else {
+			return // its directory is gone too: the parent's own entry covers its return
+		}
+		names[filepath.Join(d, filepath.Base(p))] = true
+		dirs[d] = true
+	}
+	chain := linkChain(w.path)
+	for _, p := range chain {
+		add(p)
+	}
+	w.dir = ""
+	if real := chain[len(chain)-1]; isDir(real) {
+		if r, err := filepath.EvalSymlinks(real); err == nil {
+			w.dir = r
+			dirs[r] = true
+			entries, _ := os.ReadDir(r)
+			for _, e := range entries {
+				if configName(e.Name()) || e.Name() == "..data" {
+					for _, p := range linkChain(filepath.Join(r, e.Name())) {
+						add(p)
+					}
+				}
+			}
 		}
 	}
-	isLink := false
-	if st, err := os.Lstat(w.path); err == nil && st.Mode()&os.ModeSymlink != 0 {
-		isLink = true
-	}
-	real, err := filepath.EvalSymlinks(w.path)
-	st, serr := os.Stat(real)
-	switch {
-	case err != nil || serr != nil: // gone for now: watch where it will reappear
-		parent(w.path)
-	case st.IsDir():
-		want[real] = true
-		if isLink {
-			parent(w.path)
-		}
-	default:
-		parent(w.path)
-		want[filepath.Dir(real)] = true
-	}
+	w.names = names
 	var errs []error
 	for d := range w.watching {
-		if !want[d] {
+		if !dirs[d] {
 			_ = w.fsw.Remove(d) // may already be gone with its directory
 			delete(w.watching, d)
 		}
 	}
-	for d := range want {
+	for d := range dirs {
 		if w.watching[d] {
 			continue
 		}
@@ -305,6 +334,65 @@ func (w *Watcher) rewatch() error {
 		errs = append(errs, fmt.Errorf("nothing to watch for %s", w.path))
 	}
 	return errors.Join(errs...)
+}
+
+// relevant reports whether a file-system event on name can change the configuration: name
+// is on the resolution path of the configuration (see rewatch), or is a configuration file
+// new in a watched configuration directory.
+func (w *Watcher) relevant(name string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.names[name] {
+		return true
+	}
+	return w.dir != "" && filepath.Dir(name) == w.dir && (configName(filepath.Base(name)) || filepath.Base(name) == "..data")
+}
+
+// configName reports whether a directory entry is one Load reads.
+func configName(name string) bool { return !strings.HasPrefix(name, ".") && isYAMLName(name) }
+
+func isDir(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
+}
+
+// linkChain resolves p (absolute) one symbolic link at a time and returns each link met,
+// then the path it ends at (which may not exist). Every element is a path whose change
+// changes what p reads.
+func linkChain(p string) []string {
+	var out []string
+	sep := string(filepath.Separator)
+	for hops := 0; hops < 64; hops++ {
+		parts := strings.Split(strings.TrimPrefix(filepath.Clean(p), sep), sep)
+		cur := sep
+		next := ""
+		for i, part := range parts {
+			q := filepath.Join(cur, part)
+			st, err := os.Lstat(q)
+			if err != nil {
+				return append(out, p)
+			}
+			if st.Mode()&os.ModeSymlink == 0 {
+				cur = q
+				continue
+			}
+			target, err := os.Readlink(q)
+			if err != nil {
+				return append(out, p)
+			}
+			out = append(out, q)
+			if !filepath.IsAbs(target) {
+				target = filepath.Join(cur, target)
+			}
+			next = filepath.Join(append([]string{target}, parts[i+1:]...)...)
+			break
+		}
+		if next == "" {
+			return append(out, p)
+		}
+		p = next
+	}
+	return append(out, p)
 }
 
 // warn logs each of cfg's warnings.

@@ -434,3 +434,102 @@ func TestWatcherLogsWarnings(t *testing.T) {
 		t.Fatalf("%d warnings logged after the reload, want 2:\n%s", n, logs.String())
 	}
 }
+
+// syncBuffer is a log sink safe for the watcher's goroutine and the test's.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) count(sub string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Count(s.b.String(), sub)
+}
+
+// TestWatcherIgnoresOtherFiles: with a single-file configuration, writes to other files in
+// its directory reload nothing, and while the configuration is invalid they neither log an
+// error nor count a rejection (issue 20, item 8: 59 rejections in 6 s before).
+func TestWatcherIgnoresOtherFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := writeFile(t, dir, "policies.yaml", policyFile(1))
+	logs := &syncBuffer{}
+	var rejected counter
+	w := newWatcher(t, path, WithRejectedCounter(&rejected),
+		WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+
+	writeFile(t, dir, "policies.yaml", "policies:\n  - name: p\n    rate: -1\n    period: 1s\n")
+	waitFor(t, "the rejection", func() bool { return w.Rejected() == 1 })
+	before := logs.count("level=ERROR")
+
+	const writes = 20
+	for i := range writes {
+		writeFile(t, dir, fmt.Sprintf("other-%d.yaml", i%3), policyFile(i))
+		writeFile(t, dir, "notes.txt", fmt.Sprint(i))
+	}
+	// Each ignored event is logged at Debug; once all are seen, no reload can be pending
+	// from them (an ignored event does not arm the debounce timer).
+	waitFor(t, "the ignored events", func() bool { return logs.count("file event ignored") >= 2*writes })
+	if w.Rejected() != 1 || rejected.n.Load() != 1 {
+		t.Errorf("writes to other files counted %d rejections (counter %d), want 1", w.Rejected(), rejected.n.Load())
+	}
+	if n := logs.count("level=ERROR"); n != before {
+		t.Errorf("writes to other files logged %d more errors", n-before)
+	}
+	// Touching the invalid file again is the same rejection: not logged or counted again.
+	writeFile(t, dir, "policies.yaml", "policies:\n  - name: p\n    rate: -1\n    period: 1s\n")
+	waitFor(t, "the repeated rejection", func() bool { return logs.count("rejected again") >= 1 })
+	if w.Rejected() != 1 || logs.count("level=ERROR") != before {
+		t.Errorf("the same invalid file counted %d rejections, %d errors logged", w.Rejected(), logs.count("level=ERROR")-before)
+	}
+	writeFile(t, dir, "policies.yaml", policyFile(7))
+	waitFor(t, "the fixed file", func() bool { return rateOf(w.Config()) == 7 })
+	if w.Reloads() != 1 {
+		t.Errorf("%d reloads, want 1 (other files reloaded too)", w.Reloads())
+	}
+}
+
+// TestWatcherFollowsLinksOutOfTheDirectory: an edit to the target of a symbolic link that
+// lives outside the watched directory is noticed without SIGHUP, for a directory
+// configuration and for a file reached through two links (issue 20, item 8).
+func TestWatcherFollowsLinksOutOfTheDirectory(t *testing.T) {
+	t.Run("directory with a linked file", func(t *testing.T) {
+		root := t.TempDir()
+		conf, elsewhere := filepath.Join(root, "conf"), filepath.Join(root, "elsewhere")
+		os.Mkdir(conf, 0o755)
+		os.Mkdir(elsewhere, 0o755)
+		target := writeFile(t, elsewhere, "real.yaml", policyFile(1))
+		if err := os.Symlink(target, filepath.Join(conf, "policies.yaml")); err != nil {
+			t.Fatal(err)
+		}
+		w := newWatcher(t, conf)
+		writeFile(t, elsewhere, "real.yaml", policyFile(2))
+		waitFor(t, "the edit of the link's target", func() bool { return rateOf(w.Config()) == 2 })
+	})
+	t.Run("file through two links", func(t *testing.T) {
+		root := t.TempDir()
+		for _, d := range []string{"etc", "a", "b", "c"} {
+			os.Mkdir(filepath.Join(root, d), 0o755)
+		}
+		writeFile(t, filepath.Join(root, "b"), "p.yaml", policyFile(1))
+		writeFile(t, filepath.Join(root, "c"), "p.yaml", policyFile(2))
+		os.Symlink(filepath.Join(root, "b", "p.yaml"), filepath.Join(root, "a", "p.yaml"))
+		os.Symlink(filepath.Join(root, "a", "p.yaml"), filepath.Join(root, "etc", "p.yaml"))
+		w := newWatcher(t, filepath.Join(root, "etc", "p.yaml"))
+		// Repoint the middle link, outside the configured file's directory.
+		tmp := filepath.Join(root, "a", "p.tmp")
+		os.Symlink(filepath.Join(root, "c", "p.yaml"), tmp)
+		if err := os.Rename(tmp, filepath.Join(root, "a", "p.yaml")); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the repointed middle link", func() bool { return rateOf(w.Config()) == 2 })
+		writeFile(t, filepath.Join(root, "c"), "p.yaml", policyFile(3))
+		waitFor(t, "the edit of the new target", func() bool { return rateOf(w.Config()) == 3 })
+	})
+}

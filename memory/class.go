@@ -20,7 +20,7 @@ type class interface {
 	decide(key string, h uint64, now, n int64) algo.Result
 	// decideLocked decides with the shard lock held; it spends only if commit.
 	decideLocked(key string, h uint64, now, n int64, commit bool) algo.Result
-	reset(key string, h uint64)
+	reset(key string, h uint64) bool // reports whether the key had state
 	// len is the number of states held, read without locks.
 	len() int64
 	// sweep deletes expired state from a slice of every shard and returns how many
@@ -254,14 +254,16 @@ func (g *gen[S]) sample(i int, best *victim, m int) int {
 	return offered
 }
 
-func (g *gen[S]) reset(key string, h uint64) {
+func (g *gen[S]) reset(key string, h uint64) bool {
 	sh := &g.shards[g.shardIndex(h)]
 	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	if i := sh.t.find(key, h, uint32(h>>32)); i >= 0 {
 		sh.t.remove(i, g.st.hash)
 		g.st.count(&sh.n, -1)
+		return true
 	}
-	sh.mu.Unlock()
+	return false
 }
 
 // sweep visits about an eighth of every shard, one shard lock at a time.

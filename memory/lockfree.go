@@ -551,13 +551,15 @@ func (g *lockFree[S, P]) sample(i int, best *victim, m int) int {
 	return offered
 }
 
-func (g *lockFree[S, P]) reset(key string, h uint64) {
+func (g *lockFree[S, P]) reset(key string, h uint64) bool {
 	sh := g.shard(h)
 	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	if a, i := g.locate(sh, key, h); i >= 0 {
 		g.kill(sh, a, i)
+		return true
 	}
-	sh.mu.Unlock()
+	return false
 }
 
 // sweep visits about an eighth of every shard, one shard lock at a time.

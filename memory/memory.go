@@ -94,8 +94,9 @@ type Store struct {
 	last    atomic.Pointer[classRef]    // the most recently used class: skips the map lookup
 	addMu   sync.Mutex
 	nextID  int
-	keys    atomic.Int64 // states held, kept only under MaxKeys (count)
-	sweptAt atomic.Int64 // the latest time any sweep deleted state as of
+	keys    atomic.Int64  // states held, kept only under MaxKeys (count)
+	evicted atomic.Uint64 // states evicted over MaxKeys
+	sweptAt atomic.Int64  // the latest time any sweep deleted state as of
 	res     reservations
 	closed  atomic.Bool
 	stop    chan struct{}
@@ -196,6 +197,13 @@ func (s *Store) count(c *atomic.Int64, d int64) {
 		s.keys.Add(d)
 	}
 }
+
+// MaxKeys returns the cap set by WithMaxKeys (0: none).
+func (s *Store) MaxKeys() int64 { return s.maxKeys }
+
+// Evictions returns how many states have been evicted to keep the store under MaxKeys.
+// Sweeping state that had become empty is not eviction and is not counted.
+func (s *Store) Evictions() uint64 { return s.evicted.Load() }
 
 func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
 
@@ -388,7 +396,9 @@ func (s *Store) evictOver(skip ...classKey) {
 		if best.r == nil {
 			return // nothing evictable: the keys were deleted meanwhile, or are all spared
 		}
-		best.r.c.reset(best.key, s.hash(best.key))
+		if best.r.c.reset(best.key, s.hash(best.key)) {
+			s.evicted.Add(1)
+		}
 	}
 }
 

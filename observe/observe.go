@@ -42,9 +42,27 @@
 // Allowed decisions that the store made are sampled (WithSampling, default 1%), and so are
 // denials a deny cache answered (path cache): each repeats a denial of the store's, which
 // was logged, and a client hammering a key over its limit would otherwise write a line per
-// request. The store's denials, errors and decisions
-// made by a failure mode are always logged. Allowed and denied decisions are logged at
-// Info, the others at Warn.
+// request. The store's denials are always logged. Allowed and denied decisions are logged
+// at Info, the others at Warn.
+//
+// # Failures are summarised
+//
+// A failure decision is one that returned an error or that a failure mode made (path
+// open, closed or local, or a store failure absorbed). Failures are grouped by policy,
+// error_kind, path and mode. In each interval (WithFailureSummary, default 10s) the first
+// failure of each group is logged at once in full, as above; the others of the group are
+// counted, and when the interval is over (noticed at the next decision, or at Flush) one
+// Warn event "rate limit failures" per group that had more gives:
+//
+//	policy, error_kind, path, mode   the group
+//	suppressed     the failures of the group not logged on their own
+//	allowed, denied                  of the suppressed, how many were allowed and denied
+//	since, interval_ms               when the interval began, and its length
+//	error          the first suppressed failure's error, keys redacted as above
+//
+// So every failure decision is either a line of its own or counted in exactly one
+// summary, and an outage writes at most two lines per group per interval, whatever the
+// traffic. The metrics count every failure regardless.
 //
 // To explain a disputed 429, search the log for the key's hash (HashKey of the key the
 // front end built, e.g. keys.Key.String()) and read used, remaining and retry_after_ms of
@@ -89,6 +107,7 @@ type Limiter struct {
 	hash     func(string) string
 	policy   string
 	n        atomic.Uint64 // sampled decisions seen (see WithSampling)
+	fails    failures      // the failure summary (see WithFailureSummary)
 }
 
 // Option configures a Limiter.
@@ -134,6 +153,7 @@ func New(inner sluice.Limiter, opts ...Option) *Limiter {
 		sampling: DefaultSampling,
 		hash:     HashKey,
 		policy:   DefaultPolicy,
+		fails:    failures{every: DefaultFailureSummary},
 	}
 	for _, o := range opts {
 		o(l)
@@ -176,7 +196,7 @@ func (l *Limiter) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice
 		if len(reqs) == 1 {
 			batch = -1
 		}
-		l.observe(ctx, &rep, elapsed, &reqs[i], d, err, batch, len(reqs))
+		l.observe(ctx, &rep, start, elapsed, &reqs[i], d, err, batch, len(reqs))
 	}
 	return rep, err
 }
@@ -288,7 +308,7 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) err
 
 // observe logs and records one decision. batch is the request's index in a call of size
 // requests, or -1 for a call of one.
-func (l *Limiter) observe(ctx context.Context, rep *sluice.Report, elapsed time.Duration, r *sluice.Request, d sluice.Decision, err error, batch, size int) {
+func (l *Limiter) observe(ctx context.Context, rep *sluice.Report, start time.Time, elapsed time.Duration, r *sluice.Request, d sluice.Decision, err error, batch, size int) {
 	policy := l.policyOf(r)
 	kind := rep.Kind
 	if kind == "" {
@@ -309,10 +329,29 @@ func (l *Limiter) observe(ctx context.Context, rep *sluice.Report, elapsed time.
 	if l.logger == nil {
 		return
 	}
+	summarise := l.fails.every > 0
+	if summarise {
+		l.fails.tick(l, ctx, start.Add(elapsed))
+	}
 
 	level := slog.LevelInfo
 	if err != nil || failedOver(d.Path) || cause != nil {
 		level = slog.LevelWarn
+		if summarise && l.logger.Enabled(ctx, level) {
+			k := failKey{policy: policy, kind: kind, path: d.Path}
+			if failedOver(d.Path) || rep.Fallback.Mode != sluice.FailInherit {
+				k.mode = rep.Fallback.Mode.String()
+			}
+			first := l.fails.note(l, ctx, start.Add(elapsed), k, d.Allowed, func() string {
+				if cause == nil {
+					return ""
+				}
+				return l.redact(cause.Error(), r.Key)
+			})
+			if !first {
+				return
+			}
+		}
 	} else if (d.Allowed || d.Path == sluice.PathCache) && !l.sample() {
 		return
 	}

@@ -154,6 +154,22 @@
 // noeviction (volatile-* policies evict keys with a TTL, which all of the store's keys
 // have). Managed Redis often refuses CONFIG; that is logged at debug level and tolerated.
 // EvictedKeys reports the servers' evicted_keys counter, for metrics.
+//
+// # Failover and over-admission
+//
+// Redis replicates asynchronously: a primary answers a script call before its replicas
+// have the writes. When a primary dies and a replica takes over (Cluster or Sentinel), the
+// spends the old primary acknowledged but had not sent on are lost, and the new primary
+// admits those units again. Per key, the over-admission of one failover is at most the
+// units the old primary admitted for that key during its replication lag at the moment it
+// died (the lag is bounded by the replication link, and refused writes beyond it when
+// min-replicas-max-lag is set), and never more than the key's limit (a key whose whole
+// state was lost is a fresh key). The store does not WAIT for replicas, which would close
+// the gap at a round trip per decision. While no primary serves a slot (a few
+// cluster-node-timeouts), and while a slot is down (CLUSTERDOWN), the failure mode decides
+// its keys: open admits uncounted, closed denies. A slot migrated with MIGRATE keeps its
+// keys' state: no over-admission. The stack package's cluster fault tests count each of
+// these against a real cluster with replicas.
 package redisstore
 
 import (

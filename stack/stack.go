@@ -49,6 +49,14 @@ import (
 // LocalMaxKeys bounds the keys of the local fallback store.
 const LocalMaxKeys = 1 << 20
 
+// DefaultMaxKeys bounds the memory store's keys when Options.MaxKeys is 0, so that a
+// client spraying distinct keys cannot grow the service without bound. It is a key count:
+// each key costs its slot (24–40 bytes at 50–80% occupancy, memory's package doc) plus the
+// key's own bytes; bench/README.md has the resident size measured at this bound. Over it,
+// the store evicts the states closest to empty (memory.WithMaxKeys), counted in
+// sluice_memory_evictions_total.
+const DefaultMaxKeys = 1 << 20
+
 // Options are the settings a command line may give on top of the configuration's store
 // block. Zero values defer to the configuration, then to each package's default.
 type Options struct {
@@ -58,12 +66,16 @@ type Options struct {
 	FailureMode sluice.FailureMode
 	// Deadline overrides cfg.Store.Deadline (failover.DefaultDeadline when both are 0).
 	Deadline time.Duration
-	// MaxKeys bounds the memory store's keys (0: unbounded).
+	// MaxKeys bounds the memory store's keys: 0 takes DefaultMaxKeys, a negative value
+	// leaves the store unbounded (idle keys are still swept).
 	MaxKeys int64
 	// DenyCache configures the deny cache; see DenyCache.
 	DenyCache DenyCache
 	// Sampling is observe's log sampling; negative takes observe.DefaultSampling.
 	Sampling float64
+	// FailureSummary is observe's failure summary interval: 0 takes
+	// observe.DefaultFailureSummary, negative logs every failure on its own line.
+	FailureSummary time.Duration
 	// Logger receives the decision log and the stack's own records. Nil discards.
 	Logger *slog.Logger
 	// Registry receives the metrics. Nil: a registry of the stack's own.
@@ -183,7 +195,10 @@ func Open(cfg *config.Config, o Options) (*Stack, error) {
 	var lim sluice.Limiter
 	if rawURL == "" {
 		var opts []memory.Option
-		if o.MaxKeys > 0 {
+		switch {
+		case o.MaxKeys == 0:
+			opts = append(opts, memory.WithMaxKeys(DefaultMaxKeys))
+		case o.MaxKeys > 0:
 			opts = append(opts, memory.WithMaxKeys(o.MaxKeys))
 		}
 		if o.Clock != nil {
@@ -191,6 +206,7 @@ func Open(cfg *config.Config, o Options) (*Stack, error) {
 		}
 		m := memory.New(opts...)
 		st.closers = append(st.closers, m.Close)
+		registerMemory(reg, "memory", m)
 		st.Store, st.Overrides = m, override.NewMemory()
 		st.Quota = quota.NewMemory(o.Clock)
 		lim = st.withDenyCache(m, cfg, o, reg)
@@ -214,6 +230,7 @@ func Open(cfg *config.Config, o Options) (*Stack, error) {
 		st.Overrides = override.NewRedis(rs.Client, rs.Prefix())
 		local := memory.New(memory.WithMaxKeys(LocalMaxKeys))
 		st.closers = append(st.closers, local.Close)
+		registerMemory(reg, "local", local)
 
 		deadline := o.Deadline
 		if deadline == 0 {
@@ -251,8 +268,27 @@ func Open(cfg *config.Config, o Options) (*Stack, error) {
 	if o.Sampling >= 0 {
 		oopts = append(oopts, observe.WithSampling(o.Sampling))
 	}
-	st.limiter = observe.New(lim, oopts...)
+	if o.FailureSummary != 0 {
+		oopts = append(oopts, observe.WithFailureSummary(o.FailureSummary))
+	}
+	ol := observe.New(lim, oopts...)
+	st.closers = append(st.closers, func() error { ol.Flush(); return nil }) // first at Close
+	st.limiter = ol
 	return st, nil
+}
+
+// registerMemory exports a memory store's size and evictions, labelled store="memory" for
+// the service's store and store="local" for failover's local fallback.
+func registerMemory(reg prometheus.Registerer, role string, m *memory.Store) {
+	labels := prometheus.Labels{"store": role}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "sluice", Name: "memory_keys", ConstLabels: labels,
+		Help: "(key, limit) states held by an in-process store.",
+	}, func() float64 { return float64(m.Len()) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: "sluice", Name: "memory_evictions_total", ConstLabels: labels,
+		Help: "States an in-process store evicted, closest to empty first, to stay within its key bound; each is a quota forgotten early.",
+	}, func() float64 { return float64(m.Evictions()) }))
 }
 
 // withDenyCache puts a deny cache configured by cfg and o in front of store, unless they

@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/stack"
 )
 
@@ -305,5 +306,22 @@ func TestStackShapes(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestOpenBoundsMemoryByDefault: the memory store the service runs is bounded unless asked
+// not to be (issue 20, item 11).
+func TestOpenBoundsMemoryByDefault(t *testing.T) {
+	for _, tt := range []struct {
+		maxKeys, want int64
+	}{{0, stack.DefaultMaxKeys}, {500, 500}, {-1, 0}} {
+		st, err := stack.Open(nil, stack.Options{MaxKeys: tt.maxKeys})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.Store.(*memory.Store).MaxKeys(); got != tt.want {
+			t.Errorf("Options.MaxKeys %d: the store's bound is %d, want %d", tt.maxKeys, got, tt.want)
+		}
+		st.Close()
 	}
 }

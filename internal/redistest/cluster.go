@@ -8,42 +8,125 @@ import (
 	"time"
 )
 
-// Cluster is a Redis Cluster of primaries without replicas, owned by a test.
+// Cluster is a Redis Cluster owned by a test.
 type Cluster struct {
 	tb testing.TB
-	// Nodes are the primaries, in the order redis-cli assigned slots: Nodes[0] holds the
-	// lowest slots.
+	// Nodes are the primaries as created, in the order redis-cli assigned slots: Nodes[0]
+	// holds the lowest slots. After a failover a replica serves a primary's slots.
 	Nodes []*Server
+	// Replicas are the replicas (StartClusterWithReplicas): Replicas[i] replicates
+	// Nodes[i].
+	Replicas []*Server
 }
 
-// StartCluster starts a cluster of 3 primaries (no replicas) with
-// `redis-cli --cluster create`, waits until every node reports cluster_state:ok and knows
+// StartCluster starts a cluster of 3 primaries (no replicas), slots assigned as
+// `redis-cli --cluster create` does, waits until every node reports cluster_state:ok and knows
 // every slot, and stops it when the test ends. Options apply to every node.
 func StartCluster(tb testing.TB, opts ...Option) *Cluster {
 	tb.Helper()
+	return startCluster(tb, false, 2000, opts)
+}
+
+// StartClusterWithReplicas starts a cluster of 3 primaries, each with one replica
+// (Replicas[i] of Nodes[i]), whose nodes time out after nodeTimeout
+// (cluster-node-timeout), so a replica takes over about nodeTimeout after its primary
+// dies. It waits until the cluster is healthy and every replica has synchronised.
+func StartClusterWithReplicas(tb testing.TB, nodeTimeout time.Duration, opts ...Option) *Cluster {
+	tb.Helper()
+	return startCluster(tb, true, int(nodeTimeout/time.Millisecond), opts)
+}
+
+func startCluster(tb testing.TB, replicas bool, timeoutMS int, opts []Option) *Cluster {
 	const primaries = 3
 	c := &Cluster{tb: tb}
-	for i := 0; i < primaries; i++ {
+	buses := map[*Server]int{}
+	node := func() *Server {
 		bus, err := freePort()
 		if err != nil {
 			tb.Fatalf("redistest: cluster bus port: %v", err)
 		}
-		c.Nodes = append(c.Nodes, start(tb, []string{
+		s := start(tb, []string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "2000",
+			"--cluster-node-timeout", strconv.Itoa(timeoutMS),
 			"--cluster-port", strconv.Itoa(bus),
-		}, opts))
+			// A replica's first sync starts at once, not after the default 5 s.
+			"--repl-diskless-sync-delay", "0",
+		}, opts)
+		buses[s] = bus
+		return s
 	}
-	args := []string{"--cluster", "create"}
-	args = append(args, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	if out, err := cli(tb, args...); err != nil {
-		tb.Fatalf("redistest: create cluster: %v\n%s", err, out)
+	for i := 0; i < primaries; i++ {
+		c.Nodes = append(c.Nodes, node())
+	}
+	// What redis-cli --cluster create does, without its whole-second waits: each
+	// primary takes a third of the slots, lowest first, and meets the first.
+	for i, n := range c.Nodes {
+		lo, hi := i*16384/primaries, (i+1)*16384/primaries-1
+		if out, err := n.Do("CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(lo), strconv.Itoa(hi)); err != nil {
+			tb.Fatalf("redistest: CLUSTER ADDSLOTSRANGE: %v %s", err, out)
+		}
+		if i > 0 {
+			c.meet(n, c.Nodes[0], buses[c.Nodes[0]])
+		}
 	}
 	c.WaitHealthy()
+	if !replicas {
+		return c
+	}
+	// Each replica meets its own primary and replicates it, so Replicas[i] is known to
+	// replicate Nodes[i] (redis-cli --cluster-replicas assigns them as it likes, and its
+	// add-node waits whole seconds for each join).
+	for _, p := range c.Nodes {
+		r := node()
+		c.Replicas = append(c.Replicas, r)
+		id, err := p.Do("CLUSTER", "MYID")
+		if err != nil {
+			tb.Fatalf("redistest: CLUSTER MYID: %v", err)
+		}
+		c.meet(r, p, buses[p])
+		deadline := time.Now().Add(startTimeout)
+		for {
+			// REPLICATE fails until the replica has learnt of its primary by gossip.
+			_, err := r.Do("CLUSTER", "REPLICATE", id)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				tb.Fatalf("redistest: CLUSTER REPLICATE %s on %s: %v", id, r.Addr(), err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	c.WaitHealthy()
+	deadline := time.Now().Add(startTimeout)
+	for _, r := range c.Replicas {
+		for {
+			info, err := r.Do("INFO", "replication")
+			if err == nil {
+				if st, _ := InfoField(info, "master_link_status"); st == "up" {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				tb.Fatalf("redistest: replica %s not in sync: %v %q", r.Addr(), err, info)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	return c
 }
+
+// meet introduces n to other, whose cluster bus listens on bus.
+func (c *Cluster) meet(n, other *Server, bus int) {
+	c.tb.Helper()
+	if out, err := n.Do("CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(other.Port()), strconv.Itoa(bus)); err != nil {
+		c.tb.Fatalf("redistest: CLUSTER MEET: %v %s", err, out)
+	}
+}
+
+// all is every node, primaries first.
+func (c *Cluster) all() []*Server { return append(append([]*Server(nil), c.Nodes...), c.Replicas...) }
 
 // Addrs are the primaries' "127.0.0.1:port" addresses.
 func (c *Cluster) Addrs() []string {
@@ -55,7 +138,8 @@ func (c *Cluster) Addrs() []string {
 }
 
 // WaitHealthy waits until every running node reports cluster_state:ok with all 16384
-// slots assigned and every node known, failing the test after a timeout.
+// slots assigned and every node known (a dead node is still known), failing the test
+// after a timeout.
 func (c *Cluster) WaitHealthy() {
 	c.tb.Helper()
 	deadline := time.Now().Add(startTimeout)
@@ -72,7 +156,10 @@ func (c *Cluster) WaitHealthy() {
 }
 
 func (c *Cluster) healthy() error {
-	for _, n := range c.Nodes {
+	for _, n := range c.all() {
+		if !n.Running() {
+			continue
+		}
 		info, err := n.Do("CLUSTER", "INFO")
 		if err != nil {
 			return fmt.Errorf("%s: %w", n.Addr(), err)
@@ -80,7 +167,7 @@ func (c *Cluster) healthy() error {
 		for field, want := range map[string]string{
 			"cluster_state":          "ok",
 			"cluster_slots_assigned": "16384",
-			"cluster_known_nodes":    strconv.Itoa(len(c.Nodes)),
+			"cluster_known_nodes":    strconv.Itoa(len(c.all())),
 		} {
 			got, err := InfoField(info, field)
 			if err != nil || got != want {
@@ -100,11 +187,20 @@ func (c *Cluster) healthy() error {
 	return nil
 }
 
-// NodeForKey returns the primary serving key's slot.
+// NodeForKey returns the primary serving key's slot (a promoted replica after a
+// failover).
 func (c *Cluster) NodeForKey(key string) *Server {
 	c.tb.Helper()
-	slot := Slot(key)
-	for _, n := range c.Nodes {
+	return c.NodeForSlot(Slot(key))
+}
+
+// NodeForSlot returns the running primary serving slot.
+func (c *Cluster) NodeForSlot(slot int) *Server {
+	c.tb.Helper()
+	for _, n := range c.all() {
+		if !n.Running() {
+			continue
+		}
 		// Each node's own line in CLUSTER NODES ("myself") lists the slot ranges it serves.
 		reply, err := n.Do("CLUSTER", "NODES")
 		if err != nil {

@@ -1,0 +1,152 @@
+package observe
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/logattr"
+)
+
+// DefaultFailureSummary is the interval over which failure decisions are summarised
+// unless WithFailureSummary says otherwise.
+const DefaultFailureSummary = 10 * time.Second
+
+// WithFailureSummary sets the interval of the failure summary (see the package doc;
+// default DefaultFailureSummary). Zero or negative turns summarising off: every failure
+// decision is then a line of its own, so an outage logs as many lines as it has requests.
+func WithFailureSummary(every time.Duration) Option {
+	return func(o *Limiter) { o.fails.every = every }
+}
+
+// failKey is what failure decisions are grouped by.
+type failKey struct {
+	policy string
+	kind   sluice.ErrorKind
+	mode   string // the failure mode that decided, "" when an error was returned
+	path   sluice.Path
+}
+
+type failCount struct {
+	suppressed      int64 // decisions after the first, not logged on their own
+	allowed, denied int64 // of the suppressed
+	errMsg          string
+}
+
+// failures counts failure decisions per interval: the first of each group in an interval is
+// logged in full, the rest are counted and written as one summary per group when the
+// interval is over (noticed at the next decision, or at Flush).
+type failures struct {
+	every  time.Duration
+	mu     sync.Mutex
+	start  time.Time
+	groups map[failKey]*failCount
+	due    atomic.Int64 // UnixNano at which the current interval ends; 0: nothing counted
+}
+
+// note records a failure decision at now and reports whether it is the first of its group
+// in the interval (and so logged in full).
+func (f *failures) note(l *Limiter, ctx context.Context, now time.Time, k failKey, allowed bool, errMsg func() string) bool {
+	f.mu.Lock()
+	var lines [][]slog.Attr
+	if d := f.due.Load(); d != 0 && now.UnixNano() >= d {
+		lines = f.drain(now)
+	}
+	if f.groups == nil {
+		f.groups = map[failKey]*failCount{}
+	}
+	if len(f.groups) == 0 {
+		f.start = now
+		f.due.Store(now.Add(f.every).UnixNano())
+	}
+	g, seen := f.groups[k]
+	if !seen {
+		f.groups[k] = &failCount{}
+	} else {
+		g.suppressed++
+		if allowed {
+			g.allowed++
+		} else {
+			g.denied++
+		}
+		if g.errMsg == "" {
+			g.errMsg = errMsg()
+		}
+	}
+	f.mu.Unlock()
+	l.writeSummaries(ctx, lines)
+	return !seen
+}
+
+// tick writes the summaries of an interval that is over, if any. It is one atomic load
+// when there is nothing to write.
+func (f *failures) tick(l *Limiter, ctx context.Context, now time.Time) {
+	d := f.due.Load()
+	if d == 0 || now.UnixNano() < d {
+		return
+	}
+	f.mu.Lock()
+	var lines [][]slog.Attr
+	if d := f.due.Load(); d != 0 && now.UnixNano() >= d {
+		lines = f.drain(now)
+	}
+	f.mu.Unlock()
+	l.writeSummaries(ctx, lines)
+}
+
+// drain ends the interval and returns a summary for each group that suppressed lines.
+// Called with f.mu held.
+func (f *failures) drain(now time.Time) [][]slog.Attr {
+	var lines [][]slog.Attr
+	for k, g := range f.groups {
+		if g.suppressed == 0 {
+			continue
+		}
+		attrs := []slog.Attr{
+			slog.String("policy", k.policy),
+			slog.String("error_kind", string(k.kind)),
+			slog.String("path", k.path.String()),
+		}
+		if k.mode != "" {
+			attrs = append(attrs, slog.String("mode", k.mode))
+		}
+		attrs = append(attrs,
+			slog.Int64("suppressed", g.suppressed),
+			slog.Int64("allowed", g.allowed),
+			slog.Int64("denied", g.denied),
+			slog.Time("since", f.start),
+			logattr.Millis("interval_ms", now.Sub(f.start)),
+		)
+		if g.errMsg != "" {
+			attrs = append(attrs, slog.String("error", g.errMsg))
+		}
+		lines = append(lines, attrs)
+	}
+	clear(f.groups)
+	f.due.Store(0)
+	return lines
+}
+
+func (l *Limiter) writeSummaries(ctx context.Context, lines [][]slog.Attr) {
+	for _, attrs := range lines {
+		l.logger.LogAttrs(ctx, slog.LevelWarn, "rate limit failures", attrs...)
+	}
+}
+
+// Flush writes the failure summary of the current interval now, without waiting for it to
+// end. Call it before the process exits so that no counted failure goes unreported.
+func (l *Limiter) Flush() {
+	if l.logger == nil {
+		return
+	}
+	l.fails.mu.Lock()
+	var lines [][]slog.Attr
+	if l.fails.due.Load() != 0 {
+		lines = l.fails.drain(time.Now())
+	}
+	l.fails.mu.Unlock()
+	l.writeSummaries(context.Background(), lines)
+}
