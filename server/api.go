@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
@@ -366,7 +367,8 @@ func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) string {
 	if err != nil {
 		return s.writeError(w, r, err)
 	}
-	if _, err := s.decide(r.Context(), cfg, sc, items); err != nil {
+	ctx := s.tracer.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	if _, err := s.decide(ctx, opUsage, cfg, sc, items); err != nil {
 		return s.writeError(w, r, err)
 	}
 	now := s.now()
@@ -406,7 +408,7 @@ func parseDescriptor(s string) (Descriptor, error) {
 // (only when enforce; a peek always answers 200), with the RateLimit fields.
 func (s *Server) answer(w http.ResponseWriter, r *http.Request, req *CheckRequest, enforce bool) string {
 	cfg := s.config()
-	ctx := r.Context()
+	ctx := s.tracer.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	items, sc, err := s.items(cfg, req)
 	if err != nil {
 		return s.writeError(w, r, err)
@@ -420,7 +422,11 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, req *CheckReques
 				it.N, it.Limit.MaxCost(), it.name, it.Limit))
 		}
 	}
-	out, err := s.decide(ctx, cfg, sc, items)
+	op := opPeek
+	if enforce {
+		op = opCheck
+	}
+	out, err := s.decide(ctx, op, cfg, sc, items)
 	if err != nil {
 		return s.writeError(w, r, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/evaluator"
+	"github.com/sluicehq/sluice/internal/span"
 	"github.com/sluicehq/sluice/keys"
 )
 
@@ -56,7 +57,9 @@ type scope struct {
 // decide decides the items of sc with the semantics of the package doc (package
 // evaluator). Errors are those of the enforced limits' store call; bad input was ruled
 // out by the caller.
-func (s *Server) decide(ctx context.Context, cfg *config.Config, sc scope, items []item) (evaluator.Outcome, error) {
+//
+// op names the request's span (see the package doc): opRLS, opCheck, opPeek or opUsage.
+func (s *Server) decide(ctx context.Context, op string, cfg *config.Config, sc scope, items []item) (evaluator.Outcome, error) {
 	f := sluice.Failure{Mode: resolveMode(cfg, sc.mode, s.mode), Share: sc.share}
 	if f.Share == 0 {
 		f.Share = cfg.Store.LocalShare
@@ -71,13 +74,27 @@ func (s *Server) decide(ctx context.Context, cfg *config.Config, sc scope, items
 			it.Policy = it.name // a route limit: "<policy> <pattern>", as the proxy names it
 		}
 	}
+	ctx, sp := s.tracer.Start(ctx, op)
 	out, err := evaluator.Evaluate(ctx, s.limiter, items, itemOf)
+	key := span.KeyPolicy
+	if op == opRLS {
+		key = span.KeyDomain
+	}
+	sp.End(key.String(name), out, err)
 	for _, e := range out.ShadowErrors {
 		// A shadow limit never affects the answer, not even when its store fails.
 		s.log.LogAttrs(ctx, slog.LevelError, "shadow limit not decided", slog.String("error", e.Error()))
 	}
 	return out, err
 }
+
+// The names of decision spans.
+const (
+	opRLS   = "sluice.ShouldRateLimit"
+	opCheck = "sluice.check"
+	opPeek  = "sluice.peek"
+	opUsage = "sluice.usage"
+)
 
 // windowReset is the time until the fixed window of length period that holds now ends,
 // as the reference implementation reports duration_until_reset for a limit it did not

@@ -122,7 +122,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 
-	out, err := s.decide(ctx, cfg, scope{name: dom.Name}, items)
+	out, err := s.decide(s.tracer.ExtractGRPC(ctx), opRLS, cfg, scope{name: dom.Name}, items)
 	if err != nil {
 		if errors.Is(err, sluice.ErrStoreUnavailable) {
 			// Fail closed: Envoy must deny, and only OVER_LIMIT makes it deny (an error

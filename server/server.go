@@ -18,6 +18,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/span"
 	"github.com/sluicehq/sluice/keys"
 	"github.com/sluicehq/sluice/override"
 )
@@ -104,6 +106,10 @@ type Options struct {
 	// apply to every endpoint, the health and metrics endpoints included (a probe must
 	// then present a client certificate too). NextProtos is set by Serve.
 	TLS *tls.Config
+	// TracerProvider, when set, traces every decision request (one span per
+	// ShouldRateLimit and per /v1/check, /v1/peek and /v1/usage; see the package doc).
+	// Nil traces nothing, at no cost.
+	TracerProvider trace.TracerProvider
 }
 
 // Server is the rate limit service: the HTTP JSON API (Handler), Envoy's rate limit
@@ -131,6 +137,7 @@ type Server struct {
 	timeouts      Timeouts
 	rlqs          *rlqs
 	customToken   bool
+	tracer        span.Tracer
 
 	ovr *overrideCache
 }
@@ -189,6 +196,7 @@ func New(opts Options) (*Server, error) {
 		reqLimits:     opts.RequestLimits,
 		timeouts:      opts.HTTPTimeouts.Or(DefaultHTTPTimeouts),
 		customToken:   opts.AdminToken != nil,
+		tracer:        span.NewTracer(opts.TracerProvider),
 	}
 	if s.static == nil {
 		s.static = config.Default()

@@ -84,6 +84,9 @@ type Outcome struct {
 	RetryAfter time.Duration
 	// Report is the enforced call's report (the zero Report when none was made).
 	Report sluice.Report
+	// Path is how the enforced call's decisions were reached (PathStore when no call
+	// was made, or the call failed without decisions).
+	Path sluice.Path
 	// ShadowErrors are the errors of shadow items (each a *ShadowError), which never
 	// affect the answer.
 	ShadowErrors []error
@@ -117,6 +120,12 @@ func Evaluate[T any](ctx context.Context, lim sluice.Limiter, items []T, item fu
 	if out.Allowed {
 		allowed, rep, err := enforce(ctx, lim, n, at)
 		out.Report = rep
+		for i := range n {
+			if it := at(i); it.asked() && !it.Shadow && it.Decided {
+				out.Path = it.Decision.Path
+				break
+			}
+		}
 		if err != nil {
 			out.Allowed = false
 			return out, err
