@@ -9,12 +9,17 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/dunglas/httpsfv"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/evaluator"
 	"github.com/sluicehq/sluice/internal/logattr"
+	"github.com/sluicehq/sluice/internal/span"
 	"github.com/sluicehq/sluice/keys"
 )
 
@@ -65,6 +70,11 @@ type Config struct {
 	// input: a KeyFunc error (wrapping ErrIdentify) or a limiter error for which
 	// sluice.IsBadInput is true. Nil means DefaultError (500 problem).
 	Error func(w http.ResponseWriter, r *http.Request, err error)
+	// TracerProvider, when set, traces each request's decision: one span (a child of the
+	// request context's span, else of the request's W3C traceparent), whose context the
+	// next handler's request carries. See the package doc. Nil traces nothing, at no
+	// cost.
+	TracerProvider trace.TracerProvider
 }
 
 // Result is what the middleware decided for one request.
@@ -127,6 +137,7 @@ type Middleware struct {
 	routes   map[string]bool
 	unavail  string
 	items    policyItems
+	tracer   span.Tracer
 }
 
 // New checks cfg and returns its Middleware. Every policy needs a unique, printable
@@ -136,7 +147,7 @@ func New(cfg Config) (*Middleware, error) {
 	if cfg.Limiter == nil {
 		return nil, errors.New("httplimit: Config.Limiter is nil")
 	}
-	m := &Middleware{cfg: cfg, routes: map[string]bool{}}
+	m := &Middleware{cfg: cfg, routes: map[string]bool{}, tracer: span.NewTracer(cfg.TracerProvider)}
 	if m.cfg.Limited == nil {
 		m.cfg.Limited = DefaultLimited
 	}
@@ -259,7 +270,11 @@ func (m *Middleware) route(r *http.Request) string {
 // func(http.Handler) http.Handler middleware (chi's Use, alice, ...).
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		res, err := m.decide(r)
+		ctx, sp := m.tracer.Start(m.tracer.Extract(r.Context(), propagation.HeaderCarrier(r.Header)), spanName)
+		if sp.On() {
+			r = r.WithContext(ctx)
+		}
+		res, err := m.decide(r, sp)
 		if errors.Is(err, ErrEstimate) {
 			p := &Problem{Type: ProblemBlank, Status: http.StatusBadRequest, Title: http.StatusText(http.StatusBadRequest), Detail: err.Error()}
 			p.ServeHTTP(w, r)
@@ -421,8 +436,12 @@ type pending struct {
 
 func itemOf(p *pending) *evaluator.Item { return &p.Item }
 
-// decide applies every policy that matches r. See the package doc for the semantics.
-func (m *Middleware) decide(r *http.Request) (*Result, error) {
+// spanName is the name of a request's decision span.
+const spanName = "sluice.httplimit"
+
+// decide applies every policy that matches r, and ends sp with the outcome. See the
+// package doc for the semantics.
+func (m *Middleware) decide(r *http.Request, sp span.Span) (_ *Result, err error) {
 	ctx := r.Context()
 	route := m.route(r)
 	var tier string
@@ -430,6 +449,16 @@ func (m *Middleware) decide(r *http.Request) (*Result, error) {
 		tier = m.cfg.Tier(r)
 	}
 	items := make([]pending, 0, len(m.policies))
+	var out evaluator.Outcome
+	defer func() {
+		if sp.On() {
+			names := make([]string, 0, len(items))
+			for i := range items {
+				names = append(names, items[i].Policy)
+			}
+			sp.End(span.KeyPolicy.String(strings.Join(names, ",")), out, err)
+		}
+	}()
 	for i := range m.policies {
 		p := &m.policies[i]
 		if p.Route != "" && p.Route != route {
@@ -471,7 +500,7 @@ func (m *Middleware) decide(r *http.Request) (*Result, error) {
 			},
 		})
 	}
-	out, err := evaluator.Evaluate(ctx, m.cfg.Limiter, items, itemOf)
+	out, err = evaluator.Evaluate(ctx, m.cfg.Limiter, items, itemOf)
 	if err != nil {
 		return nil, err
 	}

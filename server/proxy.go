@@ -12,9 +12,13 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/span"
 	"github.com/sluicehq/sluice/keys"
 	"github.com/sluicehq/sluice/override"
 )
@@ -44,6 +48,10 @@ type ProxyOptions struct {
 	// OverrideRefresh as requests come. Nil applies none.
 	Overrides       override.Store
 	OverrideRefresh time.Duration
+	// TracerProvider, when set, traces each request's decision (httplimit.Config) and
+	// sends the decision span's W3C traceparent upstream. Nil traces nothing, and the
+	// client's traceparent, if any, goes upstream unchanged.
+	TracerProvider trace.TracerProvider
 }
 
 // Proxy is a reverse proxy that applies the configuration's sluice policies with the
@@ -84,6 +92,7 @@ func NewProxy(opts ProxyOptions) (*Proxy, error) {
 	}
 	up := opts.Upstream
 	p := &Proxy{opts: opts, hashers: newHashers(opts.Logger)}
+	tracer := span.NewTracer(opts.TracerProvider)
 	if opts.Overrides != nil {
 		p.ovr = newOverrideCache(opts.Overrides, opts.OverrideRefresh, time.Now, opts.Logger, func() {})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -96,6 +105,7 @@ func NewProxy(opts ProxyOptions) (*Proxy, error) {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(up)
 			pr.SetXForwarded()
+			tracer.Inject(pr.In.Context(), propagation.HeaderCarrier(pr.Out.Header))
 		},
 		Transport: opts.Transport,
 		ErrorLog:  slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
@@ -190,6 +200,8 @@ func (p *Proxy) build(cfg *config.Config) (*httplimit.Middleware, error) {
 		LegacyHeaders: p.opts.LegacyHeaders,
 		ShadowHeaders: p.opts.ShadowHeaders,
 		Logger:        p.opts.Logger,
+
+		TracerProvider: p.opts.TracerProvider,
 	})
 }
 
