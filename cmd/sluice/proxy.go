@@ -72,6 +72,8 @@ func proxy(ctx context.Context, c *cli.Command) error {
 		LegacyHeaders: c.Bool("legacy-headers"),
 		Logger:        log,
 		Overrides:     st.Overrides,
+
+		TracerProvider: e.tracerProvider(),
 	})
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)

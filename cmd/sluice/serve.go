@@ -112,6 +112,8 @@ func serve(ctx context.Context, c *cli.Command) error {
 		HTTPTimeouts: server.Timeouts{Read: c.Duration("http-read-timeout"), Write: c.Duration("http-write-timeout")},
 		Quota:        server.QuotaOptions{Store: st.Quota},
 		Overrides:    st.Overrides,
+
+		TracerProvider: e.tracerProvider(),
 	}
 	if opts.RequestLimits.MaxDescriptors < 0 || opts.RequestLimits.MaxEntries < 0 || opts.RequestLimits.MaxBytes < 0 {
 		return cli.Exit("--max-descriptors, --max-entries and --max-request-bytes must not be negative", exitUsage)

@@ -1,13 +1,18 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"os"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/urfave/cli/v3"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
@@ -24,6 +29,16 @@ type env struct {
 	w     *config.Watcher
 	reg   *prometheus.Registry
 	stack *stack.Stack
+	// tracer is the OTEL_TRACES_EXPORTER's provider; nil when tracing is off.
+	tracer *sdktrace.TracerProvider
+}
+
+// tracerProvider is e.tracer as server options take it: nil (off) when tracing is off.
+func (e *env) tracerProvider() trace.TracerProvider {
+	if e.tracer == nil {
+		return nil
+	}
+	return e.tracer
 }
 
 // start sets up the env of a command; close undoes it.
@@ -33,6 +48,9 @@ func start(c *cli.Command) (*env, error) {
 		return nil, err
 	}
 	e := &env{log: log}
+	if e.tracer, err = newTracerProvider(context.Background(), os.Getenv, c.Root().Writer); err != nil {
+		return nil, cli.Exit(err.Error(), exitUsage)
+	}
 	if e.tls, err = readTLSFlags(c, log); err != nil {
 		return nil, err
 	}
@@ -51,6 +69,7 @@ func start(c *cli.Command) (*env, error) {
 	e.opts.ConnectRetry = true
 	if e.stack, err = stack.Open(e.w.Config(), e.opts); err != nil {
 		e.w.Close()
+		e.closeTracer()
 		return nil, err
 	}
 	return e, nil
@@ -64,6 +83,19 @@ func (e *env) close() {
 		e.log.Info("store closed")
 	}
 	e.w.Close()
+	e.closeTracer()
+}
+
+// closeTracer sends the spans still buffered, waiting at most 5 seconds.
+func (e *env) closeTracer() {
+	if e.tracer == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := e.tracer.Shutdown(ctx); err != nil {
+		e.log.Error("closing the tracer", slog.String("error", err.Error()))
+	}
 }
 
 // readStoreFlags reads the store flags serve and proxy share into the stack's options.
