@@ -13,6 +13,8 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/denycache"
@@ -135,4 +137,34 @@ func BenchmarkShouldRateLimitChain(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// BenchmarkShouldRateLimitTraced measures ShouldRateLimit without gRPC on the memory
+// store with tracing off (no TracerProvider) and on (an SDK provider that samples every
+// span and drops it: the cost of recording, not of exporting).
+func BenchmarkShouldRateLimitTraced(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		tp   trace.TracerProvider
+	}{
+		{"off", nil},
+		{"on", sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			store := memory.New()
+			defer store.Close()
+			s, err := New(Options{Limiter: store, Config: loadConfig(b, "edge.yaml"), TracerProvider: bc.tp})
+			if err != nil {
+				b.Fatal(err)
+			}
+			req := &rlsv3.RateLimitRequest{Domain: "edge",
+				Descriptors: []*ratelimitDescriptor{desc("message_type", "marketing", "to_number", "1")}}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.ShouldRateLimit(context.Background(), req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
