@@ -124,6 +124,17 @@
 // Per-identity overrides (Policy.Overrides) are such a mapping from the identity: they
 // apply to whoever the Key says the request is, never to what the request claims.
 //
+// # Traces
+//
+// With Config.TracerProvider set, each request's decision is one OpenTelemetry span,
+// sluice.httplimit: a child of the span in the request's context (otelhttp's, say), else
+// of the request's W3C traceparent header. It carries sluice.policy (the applying
+// policies' names, comma-separated), sluice.result (allowed, denied or error),
+// sluice.path (store, cache, open, closed or local), sluice.store_latency_ms and, when the
+// store failed, sluice.error_kind. The next handler's request carries the span's context,
+// so a reverse proxy can send its traceparent upstream. Without a TracerProvider nothing
+// is traced and nothing is allocated for it.
+//
 // # Secrets
 //
 // API keys reach the middleware only through ByAPIKey, which replaces them with their

@@ -235,6 +235,19 @@
 // no mode of their own. Each limit also carries its policy's (or domain's) name, for the
 // decision log and the metrics.
 //
+// # Traces
+//
+// With Options.TracerProvider set, every decision request is one OpenTelemetry span:
+// sluice.ShouldRateLimit, sluice.check, sluice.peek or sluice.usage, with attributes
+// sluice.domain (Envoy) or sluice.policy, sluice.result (allowed, denied or error),
+// sluice.path (how the enforced limits were decided: store, cache, open, closed or local;
+// absent when the store was not asked), sluice.store_latency_ms, and sluice.error_kind
+// (the sluice.ErrorKind) when the store failed. Its parent is the span of the request's
+// context, else the W3C traceparent of the HTTP request or of the gRPC metadata. The
+// Proxy's spans are httplimit's (sluice.httplimit), and it sends the decision span's
+// traceparent upstream. Without a TracerProvider nothing is traced and nothing is
+// allocated for it.
+//
 // # Shutdown
 //
 // When Serve's context ends, /readyz and the gRPC health service turn to not serving,
