@@ -210,51 +210,29 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit sluice.Limit, n 
 // Warn.
 func (l *Limiter) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
 	res, err := l.inner.Reserve(ctx, key, limit, n)
-	if l.logger != nil {
-		level := slog.LevelDebug
-		if err != nil {
-			level = slog.LevelWarn
+	l.logOp(ctx, opLevel(err), "rate limit reservation", key, err, func() []slog.Attr {
+		return []slog.Attr{
+			slog.String("algorithm", limit.Algorithm.String()),
+			slog.Int64("limit", limit.Rate),
+			logattr.Millis("period_ms", limit.Period),
+			slog.Int64("cost", n),
+			slog.Bool("ok", res.OK),
+			logattr.Millis("delay_ms", res.Delay),
 		}
-		if l.logger.Enabled(ctx, level) {
-			attrs := []slog.Attr{
-				slog.String("key", l.hash(key)),
-				slog.String("algorithm", limit.Algorithm.String()),
-				slog.Int64("limit", limit.Rate),
-				logattr.Millis("period_ms", limit.Period),
-				slog.Int64("cost", n),
-				slog.Bool("ok", res.OK),
-				logattr.Millis("delay_ms", res.Delay),
-			}
-			if err != nil {
-				attrs = append(attrs, slog.String("error", l.redact(err.Error(), key)), slog.String("error_kind", string(sluice.KindOf(err))))
-			}
-			l.logger.LogAttrs(ctx, level, "rate limit reservation", attrs...)
-		}
-	}
+	})
 	return res, err
 }
 
 // Release implements sluice.Limiter. Releases are logged at Debug, failed ones at Warn.
 func (l *Limiter) Release(ctx context.Context, key string, limit sluice.Limit, lease string) (bool, error) {
 	held, err := l.inner.Release(ctx, key, limit, lease)
-	if l.logger != nil {
-		level := slog.LevelDebug
-		if err != nil {
-			level = slog.LevelWarn
+	l.logOp(ctx, opLevel(err), "rate limit lease release", key, err, func() []slog.Attr {
+		return []slog.Attr{
+			slog.Int64("limit", limit.Rate),
+			slog.Duration("lease_ttl", limit.Lease),
+			slog.Bool("held", held),
 		}
-		if l.logger.Enabled(ctx, level) {
-			attrs := []slog.Attr{
-				slog.String("key", l.hash(key)),
-				slog.Int64("limit", limit.Rate),
-				slog.Duration("lease_ttl", limit.Lease),
-				slog.Bool("held", held),
-			}
-			if err != nil {
-				attrs = append(attrs, slog.String("error", l.redact(err.Error(), key)), slog.String("error_kind", string(sluice.KindOf(err))))
-			}
-			l.logger.LogAttrs(ctx, level, "rate limit lease release", attrs...)
-		}
-	}
+	})
 	return held, err
 }
 
@@ -262,30 +240,42 @@ func (l *Limiter) Release(ctx context.Context, key string, limit sluice.Limit, l
 // (bad input: an unknown or settled reservation, at Info).
 func (l *Limiter) Settle(ctx context.Context, key string, limit sluice.Limit, reservation string, cost int64) (sluice.Decision, error) {
 	d, err := l.inner.Settle(ctx, key, limit, reservation, cost)
-	if l.logger != nil {
-		level := slog.LevelDebug
-		switch {
-		case sluice.IsBadInput(err):
-			level = slog.LevelInfo
-		case err != nil:
-			level = slog.LevelWarn
-		}
-		if l.logger.Enabled(ctx, level) {
-			attrs := []slog.Attr{
-				slog.String("key", l.hash(key)),
-				slog.String("algorithm", limit.Algorithm.String()),
-				slog.Int64("limit", limit.Rate),
-				slog.Duration("period", limit.Period),
-				slog.Int64("cost", cost),
-				slog.Int64("remaining", d.Remaining),
-			}
-			if err != nil {
-				attrs = append(attrs, slog.String("error", l.redact(err.Error(), key)), slog.String("error_kind", string(sluice.KindOf(err))))
-			}
-			l.logger.LogAttrs(ctx, level, "rate limit settlement", attrs...)
-		}
+	level := opLevel(err)
+	if sluice.IsBadInput(err) {
+		level = slog.LevelInfo
 	}
+	l.logOp(ctx, level, "rate limit settlement", key, err, func() []slog.Attr {
+		return []slog.Attr{
+			slog.String("algorithm", limit.Algorithm.String()),
+			slog.Int64("limit", limit.Rate),
+			slog.Duration("period", limit.Period),
+			slog.Int64("cost", cost),
+			slog.Int64("remaining", d.Remaining),
+		}
+	})
 	return d, err
+}
+
+// opLevel is the level of an operation's log line: Debug, or Warn when it failed.
+func opLevel(err error) slog.Level {
+	if err != nil {
+		return slog.LevelWarn
+	}
+	return slog.LevelDebug
+}
+
+// logOp logs one operation on key at level, when the logger takes that level: the hashed
+// key, the attributes attrs builds and, for a failed one, the error (the raw key
+// redacted) and its kind.
+func (l *Limiter) logOp(ctx context.Context, level slog.Level, msg, key string, err error, attrs func() []slog.Attr) {
+	if l.logger == nil || !l.logger.Enabled(ctx, level) {
+		return
+	}
+	as := append([]slog.Attr{slog.String("key", l.hash(key))}, attrs()...)
+	if err != nil {
+		as = append(as, slog.String("error", l.redact(err.Error(), key)), slog.String("error_kind", string(sluice.KindOf(err))))
+	}
+	l.logger.LogAttrs(ctx, level, msg, as...)
 }
 
 // Reset implements sluice.Limiter. Resets are logged at Info.
