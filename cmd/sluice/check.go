@@ -66,48 +66,18 @@ func check(ctx context.Context, c *cli.Command) error {
 	case ready:
 		return probe(ctx, c, "/readyz")
 	}
+	req, err := checkRequest(c)
+	if err != nil {
+		return err
+	}
 	cost := c.Int64("cost")
-	req := server.CheckRequest{
-		Policy: c.String("policy"), Key: c.String("key"), Tier: c.String("tier"),
-		Method: c.String("method"), Path: c.String("path"),
-		Domain: c.String("domain"), Cost: &cost,
-	}
-	for _, d := range c.StringSlice("descriptor") {
-		var desc server.Descriptor
-		for part := range strings.SplitSeq(d, ",") {
-			k, v, ok := strings.Cut(part, "=")
-			if !ok || k == "" {
-				return cli.Exit(fmt.Sprintf("--descriptor %q: %q is not KEY=VALUE", d, part), exitUsage)
-			}
-			desc.Entries = append(desc.Entries, server.Entry{Key: k, Value: v})
-		}
-		req.Descriptors = append(req.Descriptors, desc)
-	}
-	if (req.Policy == "") == (req.Domain == "") {
-		return cli.Exit("name a --policy (with --key) or a --domain (with --descriptor)", exitUsage)
-	}
+	req.Cost = &cost
 	path := "/v1/check"
 	if c.Bool("peek") {
 		path = "/v1/peek"
 	}
 	body, _ := json.Marshal(req)
-	ctx, cancel := context.WithTimeout(ctx, c.Duration("timeout"))
-	defer cancel()
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.String("server"), "/")+path, bytes.NewReader(body))
-	if err != nil {
-		return cli.Exit(fmt.Sprintf("--server: %v", err), exitUsage)
-	}
-	hr.Header.Set("Content-Type", "application/json")
-	client, err := checkClient(c)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(hr)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	resp, out, err := send(ctx, c, http.MethodPost, path, "", body, 1<<20)
 	if err != nil {
 		return err
 	}
@@ -132,27 +102,74 @@ func check(ctx context.Context, c *cli.Command) error {
 
 // probe asks the server's health endpoint path and succeeds when it answers 200.
 func probe(ctx context.Context, c *cli.Command, path string) error {
-	ctx, cancel := context.WithTimeout(ctx, c.Duration("timeout"))
-	defer cancel()
-	hr, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(c.String("server"), "/")+path, nil)
-	if err != nil {
-		return cli.Exit(fmt.Sprintf("--server: %v", err), exitUsage)
-	}
-	client, err := checkClient(c)
-	if err != nil {
+	// A body cut short still shows what arrived: only a missing answer is an error.
+	resp, out, err := send(ctx, c, http.MethodGet, path, "", nil, 4<<10)
+	if resp == nil {
 		return err
 	}
-	resp, err := client.Do(hr)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	out, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	fmt.Fprintf(c.Root().Writer, "%s %s: %s\n", path, resp.Status, bytes.TrimSpace(out))
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("%s answered %s", path, resp.Status)
 	}
 	return nil
+}
+
+// checkRequest reads the request flags shared by check and key: a --policy with its
+// identity and route, or a --domain with its --descriptor entries; Cost is left nil.
+func checkRequest(c *cli.Command) (server.CheckRequest, error) {
+	req := server.CheckRequest{
+		Policy: c.String("policy"), Key: c.String("key"), Tier: c.String("tier"),
+		Method: c.String("method"), Path: c.String("path"), Domain: c.String("domain"),
+	}
+	for _, d := range c.StringSlice("descriptor") {
+		var desc server.Descriptor
+		for part := range strings.SplitSeq(d, ",") {
+			k, v, ok := strings.Cut(part, "=")
+			if !ok || k == "" {
+				return req, cli.Exit(fmt.Sprintf("--descriptor %q: %q is not KEY=VALUE", d, part), exitUsage)
+			}
+			desc.Entries = append(desc.Entries, server.Entry{Key: k, Value: v})
+		}
+		req.Descriptors = append(req.Descriptors, desc)
+	}
+	if (req.Policy == "") == (req.Domain == "") {
+		return req, cli.Exit("name a --policy (with --key) or a --domain (with --descriptor)", exitUsage)
+	}
+	return req, nil
+}
+
+// send makes one request to --server within --timeout, over the client the TLS flags ask
+// for, with the bearer token when one is given and body as JSON when it is not nil, and
+// reads at most limit bytes of the answer. The answer is nil only when none came; with an
+// answer, err reports a body that could not be read in full.
+func send(ctx context.Context, c *cli.Command, method, path, token string, body []byte, limit int64) (*http.Response, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.Duration("timeout"))
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	hr, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.String("server"), "/")+path, rd)
+	if err != nil {
+		return nil, nil, cli.Exit(fmt.Sprintf("--server: %v", err), exitUsage)
+	}
+	if token != "" {
+		hr.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != nil {
+		hr.Header.Set("Content-Type", "application/json")
+	}
+	client, err := checkClient(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	resp, err := client.Do(hr)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, limit))
+	return resp, out, err
 }
 
 // checkClient returns the HTTP client the TLS flags ask for.

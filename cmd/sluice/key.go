@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 
 	"github.com/urfave/cli/v3"
 
@@ -50,23 +49,9 @@ func printKeys(_ context.Context, c *cli.Command) error {
 	} else {
 		cfg = config.Default()
 	}
-	req := &server.CheckRequest{
-		Policy: c.String("policy"), Key: c.String("key"), Tier: c.String("tier"),
-		Method: c.String("method"), Path: c.String("path"), Domain: c.String("domain"),
-	}
-	for _, d := range c.StringSlice("descriptor") {
-		var desc server.Descriptor
-		for part := range strings.SplitSeq(d, ",") {
-			k, v, ok := strings.Cut(part, "=")
-			if !ok || k == "" {
-				return cli.Exit(fmt.Sprintf("--descriptor %q: %q is not KEY=VALUE", d, part), exitUsage)
-			}
-			desc.Entries = append(desc.Entries, server.Entry{Key: k, Value: v})
-		}
-		req.Descriptors = append(req.Descriptors, desc)
-	}
-	if (req.Policy == "") == (req.Domain == "") {
-		return cli.Exit("name a --policy (with --key) or a --domain (with --descriptor)", exitUsage)
+	req, err := checkRequest(c)
+	if err != nil {
+		return err
 	}
 	if p, ok := cfg.Policy(req.Policy); ok && p.Key.Type == config.KeyAPIKey {
 		env := cfg.Identity.APIKeySecretEnv
@@ -81,7 +66,7 @@ func printKeys(_ context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	infos, err := srv.Keys(req)
+	infos, err := srv.Keys(&req)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -128,26 +127,7 @@ func adminCall(ctx context.Context, c *cli.Command, method, path string, body []
 	if token == "" {
 		return cli.Exit("no admin token: set $SLUICE_ADMIN_TOKEN or --token-file", exitUsage)
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.Duration("timeout"))
-	defer cancel()
-	hr, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.String("server"), "/")+path, bytes.NewReader(body))
-	if err != nil {
-		return cli.Exit(fmt.Sprintf("--server: %v", err), exitUsage)
-	}
-	hr.Header.Set("Authorization", "Bearer "+token)
-	if body != nil {
-		hr.Header.Set("Content-Type", "application/json")
-	}
-	client, err := checkClient(c)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(hr)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	resp, out, err := send(ctx, c, method, path, token, body, 1<<20)
 	if err != nil {
 		return err
 	}
