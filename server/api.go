@@ -188,13 +188,13 @@ const maxEnvelope = 64 << 10
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/check", s.handleCheck(apiCheck, false))
-	mux.HandleFunc("POST /v1/peek", s.handleCheck(apiPeek, true))
-	mux.HandleFunc("GET /v1/peek", s.handlePeekQuery)
-	mux.HandleFunc("GET /v1/usage", s.handleUsage)
-	mux.HandleFunc("POST /v1/reset", s.admin(s.handleReset))
-	mux.HandleFunc("POST /v1/release", s.handleRelease)
-	mux.HandleFunc("POST /v1/settle", s.handleSettle)
+	mux.HandleFunc("POST /v1/check", s.observed(apiCheck, func(w http.ResponseWriter, r *http.Request) string { return s.serveCheck(w, r, false) }))
+	mux.HandleFunc("POST /v1/peek", s.observed(apiPeek, func(w http.ResponseWriter, r *http.Request) string { return s.serveCheck(w, r, true) }))
+	mux.HandleFunc("GET /v1/peek", s.observed(apiPeek, s.servePeekQuery))
+	mux.HandleFunc("GET /v1/usage", s.observed(apiUsage, s.serveUsage))
+	mux.HandleFunc("POST /v1/reset", s.admin(s.observed(apiReset, s.serveReset)))
+	mux.HandleFunc("POST /v1/release", s.observed(apiRelease, s.serveRelease))
+	mux.HandleFunc("POST /v1/settle", s.observed(apiSettle, s.serveSettle))
 	mux.HandleFunc("GET /v1/config", s.admin(s.handleConfig))
 	mux.HandleFunc("PUT /v1/overrides/{policy}/{identity...}", s.admin(s.handleOverridePut))
 	mux.HandleFunc("GET /v1/overrides/{policy}/{identity...}", s.admin(s.handleOverrideGet))
@@ -272,12 +272,25 @@ func (s *Server) decodeCheck(w http.ResponseWriter, r *http.Request) (*CheckRequ
 	return &req, nil
 }
 
-func (s *Server) handleCheck(api string, peek bool) http.HandlerFunc {
+// observed serves an API endpoint with serve, which returns the outcome code, and
+// records the code and the time taken in the endpoint's metrics.
+func (s *Server) observed(api string, serve func(http.ResponseWriter, *http.Request) string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		code := s.serveCheck(w, r, peek)
+		code := serve(w, r)
 		s.metrics.observe(api, code, time.Since(start))
 	}
+}
+
+// decodeSmall reads a JSON body of at most maxEnvelope bytes into v: one value, no
+// unknown fields; any fault is a bad request saying want.
+func decodeSmall(w http.ResponseWriter, r *http.Request, v any, want string) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxEnvelope))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil || dec.More() {
+		return badRequest("malformed JSON body: want %s", want)
+	}
+	return nil
 }
 
 func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request, peek bool) string {
@@ -295,18 +308,15 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request, peek bool) s
 	return s.answer(w, r, req, !peek)
 }
 
-// handlePeekQuery is GET /v1/peek?policy=...&key=...&tier=...&method=...&path=... or
+// servePeekQuery is GET /v1/peek?policy=...&key=...&tier=...&method=...&path=... or
 // ?domain=...&descriptor=k1=v1,k2=v2 (repeated, one per descriptor; keys and values
 // URL-escaped within the parameter's value).
-func (s *Server) handlePeekQuery(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	var code string
-	if req, err := lookQuery(r); err != nil {
-		code = s.writeError(w, r, err)
-	} else {
-		code = s.answer(w, r, req, false)
+func (s *Server) servePeekQuery(w http.ResponseWriter, r *http.Request) string {
+	req, err := lookQuery(r)
+	if err != nil {
+		return s.writeError(w, r, err)
 	}
-	s.metrics.observe(apiPeek, code, time.Since(start))
+	return s.answer(w, r, req, false)
 }
 
 // lookQuery reads a request of cost 0 from the query parameters of GET /v1/peek and
@@ -348,15 +358,9 @@ type UsageLimit struct {
 	ResetAt string `json:"reset_at,omitempty"`
 }
 
-// handleUsage is GET /v1/usage, with the query parameters of GET /v1/peek: the usage of
+// serveUsage is GET /v1/usage, with the query parameters of GET /v1/peek: the usage of
 // every limit that would apply, decided through the evaluator at cost 0, so that nothing
 // is spent. It is what a customer dashboard calls.
-func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	code := s.serveUsage(w, r)
-	s.metrics.observe(apiUsage, code, time.Since(start))
-}
-
 func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) string {
 	req, err := lookQuery(r)
 	if err != nil {
@@ -788,12 +792,6 @@ func bearer(r *http.Request) (string, bool) {
 	return token, token != ""
 }
 
-func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	code := s.serveReset(w, r)
-	s.metrics.observe(apiReset, code, time.Since(start))
-}
-
 func (s *Server) serveReset(w http.ResponseWriter, r *http.Request) string {
 	req, err := s.decodeCheck(w, r)
 	if err != nil {
@@ -822,20 +820,12 @@ func (s *Server) serveReset(w http.ResponseWriter, r *http.Request) string {
 	return "ok"
 }
 
-func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	code := s.serveRelease(w, r)
-	s.metrics.observe(apiRelease, code, time.Since(start))
-}
-
 // serveRelease releases a lease of the concurrency limits of the policy, identity, tier
 // and route named, as a check of the same request decided them.
 func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) string {
 	var req ReleaseRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxEnvelope))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil || dec.More() {
-		return s.writeError(w, r, badRequest("malformed JSON body: want {\"policy\", \"key\", \"lease\"}"))
+	if err := decodeSmall(w, r, &req, `{"policy", "key", "lease"}`); err != nil {
+		return s.writeError(w, r, err)
 	}
 	if req.Policy == "" {
 		return s.writeError(w, r, badRequest("a release names the policy (and key) whose check took the lease"))
@@ -872,21 +862,13 @@ func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) string {
 	return "ok"
 }
 
-func (s *Server) handleSettle(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	code := s.serveSettle(w, r)
-	s.metrics.observe(apiSettle, code, time.Since(start))
-}
-
 // serveSettle settles a reservation of the limits of the policy, identity, tier and route
 // named, as a check of the same request made it: the limit whose reservation it is
 // settles; an unknown reservation is 404, a second settlement 409, a negative cost 400.
 func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) string {
 	var req SettleRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxEnvelope))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil || dec.More() {
-		return s.writeError(w, r, badRequest("malformed JSON body: want {\"policy\", \"key\", \"reservation\", \"cost\"}"))
+	if err := decodeSmall(w, r, &req, `{"policy", "key", "reservation", "cost"}`); err != nil {
+		return s.writeError(w, r, err)
 	}
 	switch {
 	case req.Policy == "":
