@@ -157,12 +157,7 @@ func ChargeFixedWindow(s State, now int64, p Params, n int64) State {
 // SlidingWindow does), not beyond Rate in that window.
 func ChargeSlidingWindow(s State, now int64, p Params, n int64) State {
 	P := p.Period
-	switch w := windowStart(now, P); {
-	case w == s.A+P:
-		s = State{A: w, B: s.C}
-	case w > s.A+P:
-		s = State{A: w}
-	}
+	s = slide(s, now, P)
 	s.C = max64(s.C, min64(s.C+n, p.Rate))
 	return s
 }

@@ -4,6 +4,20 @@ package algo
 // the Unix epoch (so a 24h window is a UTC day, whatever the local zone).
 func windowStart(now, period int64) int64 { return floorDiv(now, period) * period }
 
+// slide moves a sliding window's state s (A = the current window's start, B = the
+// previous window's units, C = the current one's) on to now's window of length P: the
+// next window keeps the current count as the previous one, a later one starts from
+// nothing. A now in s's window, or before it (time went backwards), leaves s as it is.
+func slide(s State, now, P int64) State {
+	switch w := windowStart(now, P); {
+	case w == s.A+P:
+		return State{A: w, B: s.C}
+	case w > s.A+P:
+		return State{A: w}
+	}
+	return s
+}
+
 // FixedWindow counts units in windows [k·Period, (k+1)·Period) since the Unix epoch.
 //
 // State: A = the start of the window counted (µs), B = the units admitted in it. A cost n is
@@ -72,12 +86,7 @@ func FixedWindow(s State, now int64, p Params, n int64) (State, Result) {
 func SlidingWindow(s State, now int64, p Params, n int64) (State, Result) {
 	c := cost(n)
 	P := p.Period
-	switch w := windowStart(now, P); {
-	case w == s.A+P:
-		s = State{A: w, B: s.C}
-	case w > s.A+P:
-		s = State{A: w}
-	}
+	s = slide(s, now, P)
 	e := min64(nonNeg(now-s.A), P-1)
 	weighted := MulDiv(s.B, P-e-1, P)
 	if weighted+s.C+c > p.Rate {
