@@ -97,10 +97,8 @@ func newMetrics(reg prometheus.Registerer, w *config.Watcher) (*metrics, error) 
 			}),
 		)
 	}
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := register(reg, cs); err != nil {
+		return nil, err
 	}
 	m.byAPI = map[string]*apiMetrics{}
 	for _, api := range []string{apiGRPC, apiCheck, apiPeek, apiUsage, apiReset, apiRelease, apiSettle} {
@@ -111,6 +109,16 @@ func newMetrics(reg prometheus.Registerer, w *config.Watcher) (*metrics, error) 
 		m.byAPI[api] = am
 	}
 	return m, nil
+}
+
+// register registers cs with reg, stopping at the first it refuses.
+func register(reg prometheus.Registerer, cs []prometheus.Collector) error {
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 type apiMetrics struct {

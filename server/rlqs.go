@@ -410,10 +410,8 @@ func newQuotaMetrics(reg prometheus.Registerer, q *rlqs) (*quotaMetrics, error) 
 			Help: "Distinct RLQS buckets the clients connected to this instance report on.",
 		}, func() float64 { q.mu.Lock(); defer q.mu.Unlock(); return float64(len(q.buckets)) }),
 	}
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := register(reg, cs); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
