@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -222,20 +223,10 @@ func scaleInt(n int, scale float64) int { return max(int(math.Round(float64(n)*s
 func sortArrivals(a []Arrival) {
 	slices.SortStableFunc(a, func(x, y Arrival) int {
 		if x.At != y.At {
-			return cmpInt64(x.At, y.At)
+			return cmp.Compare(x.At, y.At)
 		}
 		return int(x.Key) - int(y.Key)
 	})
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // steady sends perSecond requests per second on key 0, evenly spaced from the start.

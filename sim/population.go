@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"hash/fnv"
@@ -175,23 +176,13 @@ func (p Population) sample(r *rand.Rand, keys int, d time.Duration) []Arrival {
 	for i := range rates {
 		rates[i] = p.rate(r)
 	}
-	slices.SortFunc(rates, func(a, b float64) int { return -cmpFloat(a, b) })
+	slices.SortFunc(rates, func(a, b float64) int { return -cmp.Compare(a, b) })
 	var out []Arrival
 	for k, rate := range rates {
 		out = append(out, poisson(r, d, rate/p.Limit.Period.Seconds(), int32(k))...)
 	}
 	sortArrivals(out)
 	return out
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // tally accumulates the verdicts on a set of sources.

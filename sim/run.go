@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"fmt"
@@ -158,8 +159,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	var total int64
 	for i, p := range cfg.Patterns {
 		arrivals[i] = p.Arrivals(patternRand(cfg.Seed, p.Name))
-		if !slices.IsSortedFunc(arrivals[i], func(a, b Arrival) int { return cmpInt64(a.At, b.At) }) {
-			slices.SortStableFunc(arrivals[i], func(a, b Arrival) int { return cmpInt64(a.At, b.At) })
+		if !slices.IsSortedFunc(arrivals[i], func(a, b Arrival) int { return cmp.Compare(a.At, b.At) }) {
+			slices.SortStableFunc(arrivals[i], func(a, b Arrival) int { return cmp.Compare(a.At, b.At) })
 		}
 		for _, a := range arrivals[i] {
 			if a.Key < 0 || int(a.Key) >= p.Keys || a.At < 0 {
