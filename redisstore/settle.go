@@ -99,10 +99,7 @@ func (s *Store) Settle(ctx context.Context, key string, limit sluice.Limit, rese
 	if err != nil {
 		return sluice.Decision{}, err
 	}
-	if s.closed.Load() {
-		return sluice.Decision{}, fmt.Errorf("redisstore: %w", sluice.ErrClosed)
-	}
-	cn, err := s.connected()
+	cn, err := s.usable()
 	if err != nil {
 		return sluice.Decision{}, err
 	}

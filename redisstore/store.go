@@ -227,6 +227,15 @@ type conn struct {
 var ErrNotConnected = errors.New("redisstore: not connected to Redis yet")
 
 // connected returns the connection, or an error wrapping ErrNotConnected.
+// usable is the connection for a call: ErrClosed once the store is closed, else as
+// connected.
+func (s *Store) usable() (*conn, error) {
+	if s.closed.Load() {
+		return nil, fmt.Errorf("redisstore: %w", sluice.ErrClosed)
+	}
+	return s.connected()
+}
+
 func (s *Store) connected() (*conn, error) {
 	if cn := s.conn.Load(); cn != nil {
 		return cn, nil
@@ -613,10 +622,7 @@ func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n in
 	if err := sluice.CheckRequest(key, limit, n); err != nil {
 		return sluice.Decision{}, err
 	}
-	if s.closed.Load() {
-		return sluice.Decision{}, fmt.Errorf("redisstore: %w", sluice.ErrClosed)
-	}
-	cn, err := s.connected()
+	cn, err := s.usable()
 	if err != nil {
 		return sluice.Decision{}, err
 	}
@@ -664,10 +670,7 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 		key   string
 		limit sluice.Limit
 	}
-	if s.closed.Load() {
-		return fmt.Errorf("redisstore: %w", sluice.ErrClosed)
-	}
-	cn, err := s.connected()
+	cn, err := s.usable()
 	if err != nil {
 		return err
 	}
@@ -716,10 +719,7 @@ func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error
 	if err := sluice.CheckRequest(key, limit, 0); err != nil {
 		return err
 	}
-	if s.closed.Load() {
-		return fmt.Errorf("redisstore: %w", sluice.ErrClosed)
-	}
-	cn, err := s.connected()
+	cn, err := s.usable()
 	if err != nil {
 		return err
 	}
@@ -736,10 +736,7 @@ func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, lea
 	if err != nil {
 		return false, err
 	}
-	if s.closed.Load() {
-		return false, fmt.Errorf("redisstore: %w", sluice.ErrClosed)
-	}
-	cn, err := s.connected()
+	cn, err := s.usable()
 	if err != nil {
 		return false, err
 	}
