@@ -32,15 +32,9 @@ func checkCommand() *cli.Command {
 			"  sluice check --ready                                    (readiness: GET /readyz)\n\n" +
 			"--health and --ready exit 0 when the server answers 200 and 1 otherwise, so a\n" +
 			"container's health check needs no shell or curl: HEALTHCHECK CMD [\"sluice\", \"check\", \"--health\"].",
-		Flags: []cli.Flag{
+		Flags: append(append([]cli.Flag{
 			&cli.StringFlag{Name: "server", Value: "http://localhost:8080", Usage: "the server's HTTP `URL`", Sources: cli.EnvVars("SLUICE_SERVER")},
-			&cli.StringFlag{Name: "policy", Usage: "the sluice policy `NAME`", Sources: cli.EnvVars("SLUICE_CHECK_POLICY")},
-			&cli.StringFlag{Name: "key", Usage: "the identity the policy limits: an IP address, a user ID or an API key", Sources: cli.EnvVars("SLUICE_CHECK_KEY")},
-			&cli.StringFlag{Name: "tier", Usage: "the identity's tier", Sources: cli.EnvVars("SLUICE_CHECK_TIER")},
-			&cli.StringFlag{Name: "method", Usage: "the request's method, for route limits", Sources: cli.EnvVars("SLUICE_CHECK_METHOD")},
-			&cli.StringFlag{Name: "path", Usage: "the request's path, for route limits", Sources: cli.EnvVars("SLUICE_CHECK_PATH")},
-			&cli.StringFlag{Name: "domain", Usage: "an envoyproxy/ratelimit `DOMAIN`", Sources: cli.EnvVars("SLUICE_CHECK_DOMAIN")},
-			&cli.StringSliceFlag{Name: "descriptor", Usage: "a descriptor as `KEY=VALUE[,KEY=VALUE...]`, its entries in order (repeat the flag for several descriptors; in the variable, separate them with ';')", Sources: cli.EnvVars("SLUICE_CHECK_DESCRIPTORS")},
+		}, requestFlags(true)...),
 			&cli.Int64Flag{Name: "cost", Value: 1, Usage: "units to spend", Sources: cli.EnvVars("SLUICE_CHECK_COST")},
 			&cli.BoolFlag{Name: "health", Usage: "only probe the server's liveness (GET /healthz): exit 0 when it answers 200, else 1", Sources: cli.EnvVars("SLUICE_CHECK_HEALTH")},
 			&cli.BoolFlag{Name: "ready", Usage: "only probe the server's readiness (GET /readyz: the store answers and the server is not draining): exit 0 when it answers 200, else 1", Sources: cli.EnvVars("SLUICE_CHECK_READY")},
@@ -49,7 +43,7 @@ func checkCommand() *cli.Command {
 			&cli.StringFlag{Name: "tls-ca", Usage: "for an https:// --server: trust the CAs in this PEM `FILE` (default: the system's)", Sources: cli.EnvVars("SLUICE_CHECK_TLS_CA")},
 			&cli.StringFlag{Name: "tls-cert", Usage: "for a server that requires client certificates: present the certificate in this PEM `FILE`; with --tls-key", Sources: cli.EnvVars("SLUICE_CHECK_TLS_CERT")},
 			&cli.StringFlag{Name: "tls-key", Usage: "the private key of --tls-cert, a PEM `FILE`", Sources: cli.EnvVars("SLUICE_CHECK_TLS_KEY")},
-		},
+		),
 		// A descriptor's entries are separated by commas, so several descriptors in one
 		// value (the environment variable) are separated by semicolons.
 		SliceFlagSeparator: ";",
@@ -112,6 +106,30 @@ func probe(ctx context.Context, c *cli.Command, path string) error {
 		return fmt.Errorf("%s answered %s", path, resp.Status)
 	}
 	return nil
+}
+
+// requestFlags are the flags checkRequest reads; with env (check's), each can also be set
+// by a SLUICE_CHECK_ variable, several descriptors in one separated by ';'.
+func requestFlags(env bool) []cli.Flag {
+	from := func(v string) cli.ValueSourceChain {
+		if !env {
+			return cli.ValueSourceChain{}
+		}
+		return cli.EnvVars("SLUICE_CHECK_" + v)
+	}
+	descriptor := "a descriptor as `KEY=VALUE[,KEY=VALUE...]`, its entries in order (repeat the flag for several descriptors"
+	if env {
+		descriptor += "; in the variable, separate them with ';'"
+	}
+	return []cli.Flag{
+		&cli.StringFlag{Name: "policy", Usage: "the sluice policy `NAME`", Sources: from("POLICY")},
+		&cli.StringFlag{Name: "key", Usage: "the identity the policy limits: an IP address, a user ID or a raw API key", Sources: from("KEY")},
+		&cli.StringFlag{Name: "tier", Usage: "the identity's tier", Sources: from("TIER")},
+		&cli.StringFlag{Name: "method", Usage: "the request's method, for route limits", Sources: from("METHOD")},
+		&cli.StringFlag{Name: "path", Usage: "the request's path, for route limits", Sources: from("PATH")},
+		&cli.StringFlag{Name: "domain", Usage: "an envoyproxy/ratelimit `DOMAIN`", Sources: from("DOMAIN")},
+		&cli.StringSliceFlag{Name: "descriptor", Usage: descriptor + ")", Sources: from("DESCRIPTORS")},
+	}
 }
 
 // checkRequest reads the request flags shared by check and key: a --policy with its

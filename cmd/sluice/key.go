@@ -25,16 +25,9 @@ func keyCommand() *cli.Command {
 			"  sluice key --config sluice.yaml --policy api --key \"$API_KEY\"\n" +
 			"  sluice key --config sluice.yaml --policy per-ip --key 2001:db8::7 --method POST --path /v1/items\n" +
 			"  sluice key --config envoy/ --domain edge --descriptor remote_address=203.0.113.7",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "the configuration `PATH` (empty: the built-in example)", Sources: cli.EnvVars("SLUICE_CONFIG")},
-			&cli.StringFlag{Name: "policy", Usage: "the sluice policy `NAME`"},
-			&cli.StringFlag{Name: "key", Usage: "the identity the policy limits: an IP address, a user ID or a raw API key"},
-			&cli.StringFlag{Name: "tier", Usage: "the identity's tier"},
-			&cli.StringFlag{Name: "method", Usage: "the request's method, for route limits"},
-			&cli.StringFlag{Name: "path", Usage: "the request's path, for route limits"},
-			&cli.StringFlag{Name: "domain", Usage: "an envoyproxy/ratelimit `DOMAIN`"},
-			&cli.StringSliceFlag{Name: "descriptor", Usage: "a descriptor as `KEY=VALUE[,KEY=VALUE...]` (repeat for several)"},
-		},
+		}, requestFlags(false)...),
 		Action: printKeys,
 	}
 }
