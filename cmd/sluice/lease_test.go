@@ -127,19 +127,7 @@ func TestServeJSONLease(t *testing.T) {
   - {name: jobs, key: user, algorithm: concurrency, rate: 1, lease: 1m}
 `)
 			base, _, _ := started(t, append(append([]string{"--config", cfg}, pipelineFlags...), st.flags(t)...)...)
-			post := func(path, body string) (int, map[string]any) {
-				t.Helper()
-				rp, err := http.Post(base+path, "application/json", strings.NewReader(body))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer rp.Body.Close()
-				out := map[string]any{}
-				if err := json.NewDecoder(rp.Body).Decode(&out); err != nil {
-					t.Fatal(err)
-				}
-				return rp.StatusCode, out
-			}
+			post := func(path, body string) (int, map[string]any) { return postJSON(t, base+path, body) }
 			lease := func(out map[string]any) string {
 				ls, _ := out["limits"].([]any)
 				if len(ls) != 1 {
@@ -185,4 +173,19 @@ func TestServeJSONLease(t *testing.T) {
 			}
 		})
 	}
+}
+
+// postJSON posts body to url as JSON and returns the answer's status and its JSON object.
+func postJSON(t *testing.T, url, body string) (int, map[string]any) {
+	t.Helper()
+	rp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rp.Body.Close()
+	out := map[string]any{}
+	if err := json.NewDecoder(rp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	return rp.StatusCode, out
 }

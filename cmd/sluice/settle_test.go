@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -109,17 +108,7 @@ func TestServeJSONSettle(t *testing.T) {
   - {name: tokens, key: user, algorithm: fixed_window, rate: 100, period: day, settle: {ttl: 1m}}
 `)
 			base, _, _ := started(t, append(append([]string{"--config", cfg}, pipelineFlags...), st.flags(t)...)...)
-			post := func(path, body string) (int, map[string]any) {
-				t.Helper()
-				rp, err := http.Post(base+path, "application/json", strings.NewReader(body))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer rp.Body.Close()
-				out := map[string]any{}
-				json.NewDecoder(rp.Body).Decode(&out)
-				return rp.StatusCode, out
-			}
+			post := func(path, body string) (int, map[string]any) { return postJSON(t, base+path, body) }
 			check := func(cost int) (string, float64) {
 				t.Helper()
 				code, out := post("/v1/check", `{"policy":"tokens","key":"u1","cost":`+strconv.Itoa(cost)+`}`)
