@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
@@ -41,7 +40,6 @@ func TestDifferentialCalendar(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(7, 7))
 	ctx := context.Background()
-	var wg sync.WaitGroup
 	leapFebs := 0
 	for i := 0; i < 3000; i++ {
 		now := clock.Now()
@@ -61,23 +59,9 @@ func TestDifferentialCalendar(t *testing.T) {
 		default:
 			clock.Advance(time.Duration(rng.Int64N(int64(6 * time.Hour))))
 		}
-		for _, l := range lanes {
-			if l.err != nil {
-				continue
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				l.err = l.op(ctx, i, clock.Micros(), mem, red)
-			}()
-		}
-		wg.Wait()
+		stepLanes(ctx, lanes, i, clock.Micros(), mem, red)
 	}
-	for _, l := range lanes {
-		if l.err != nil {
-			t.Errorf("%s: %v", l.name, l.err)
-		}
-	}
+	reportLanes(t, lanes)
 	if leapFebs == 0 {
 		t.Fatalf("the clock reached only %v: the test did not cross a leap February", clock.Now())
 	}

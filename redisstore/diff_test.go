@@ -50,26 +50,11 @@ func TestDifferentialMemory(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	ctx := context.Background()
-	var wg sync.WaitGroup
 	for i := 0; i < steps; i++ {
 		step(rng, clock, limitsFor(sluice.GCRA))
-		for _, l := range lanes {
-			if l.err != nil {
-				continue
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				l.err = l.op(ctx, i, clock.Micros(), mem, red)
-			}()
-		}
-		wg.Wait()
+		stepLanes(ctx, lanes, i, clock.Micros(), mem, red)
 	}
-	for _, l := range lanes {
-		if l.err != nil {
-			t.Errorf("%s: %v", l.name, l.err)
-		}
-	}
+	reportLanes(t, lanes)
 }
 
 // pairedStores returns a memory store and a Redis store (on a server of its own) that
@@ -84,6 +69,32 @@ func pairedStores(t *testing.T) (*clocktest.Clock, *memory.Store, *Store) {
 }
 
 // lane is one sequence of differential operations on its own keys.
+// stepLanes runs step i of every lane that has not failed, all at once, at now.
+func stepLanes(ctx context.Context, lanes []*lane, i int, now int64, mem *memory.Store, red *Store) {
+	var wg sync.WaitGroup
+	for _, l := range lanes {
+		if l.err != nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.err = l.op(ctx, i, now, mem, red)
+		}()
+	}
+	wg.Wait()
+}
+
+// reportLanes fails t for every lane that failed.
+func reportLanes(t *testing.T, lanes []*lane) {
+	t.Helper()
+	for _, l := range lanes {
+		if l.err != nil {
+			t.Errorf("%s: %v", l.name, l.err)
+		}
+	}
+}
+
 type lane struct {
 	name    string
 	rng     *rand.Rand
