@@ -61,24 +61,19 @@ func DefaultLimited(w http.ResponseWriter, r *http.Request, res *Result) {
 // DefaultUnavailable is the default Config.Unavailable: a 503 problem. Retry-After is
 // already set. The error is not shown to the client.
 func DefaultUnavailable(w http.ResponseWriter, r *http.Request, _ error) {
-	p := &Problem{
-		Type:   ProblemBlank,
-		Title:  http.StatusText(http.StatusServiceUnavailable),
-		Status: http.StatusServiceUnavailable,
-		Detail: "The rate limiter is unavailable; retry after " + seconds(w.Header().Get(HeaderRetryAfter)) + ".",
-	}
-	p.ServeHTTP(w, r)
+	blank(w, r, http.StatusServiceUnavailable,
+		"The rate limiter is unavailable; retry after "+seconds(w.Header().Get(HeaderRetryAfter))+".")
 }
 
 // DefaultError is the default Config.Error: a 500 problem. The error is not shown to the
 // client.
 func DefaultError(w http.ResponseWriter, r *http.Request, _ error) {
-	p := &Problem{
-		Type:   ProblemBlank,
-		Title:  http.StatusText(http.StatusInternalServerError),
-		Status: http.StatusInternalServerError,
-		Detail: "The rate limit for this request could not be decided.",
-	}
+	blank(w, r, http.StatusInternalServerError, "The rate limit for this request could not be decided.")
+}
+
+// blank writes a problem of type about:blank with status and detail.
+func blank(w http.ResponseWriter, r *http.Request, status int, detail string) {
+	p := &Problem{Type: ProblemBlank, Title: http.StatusText(status), Status: status, Detail: detail}
 	p.ServeHTTP(w, r)
 }
 

@@ -211,16 +211,22 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit sluice.Limit, n 
 func (l *Limiter) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
 	res, err := l.inner.Reserve(ctx, key, limit, n)
 	l.logOp(ctx, opLevel(err), "rate limit reservation", key, err, func() []slog.Attr {
-		return []slog.Attr{
-			slog.String("algorithm", limit.Algorithm.String()),
-			slog.Int64("limit", limit.Rate),
-			logattr.Millis("period_ms", limit.Period),
+		return append(limitAttrs(limit),
 			slog.Int64("cost", n),
 			slog.Bool("ok", res.OK),
 			logattr.Millis("delay_ms", res.Delay),
-		}
+		)
 	})
 	return res, err
+}
+
+// limitAttrs are the attributes that name a limit in the logs of Reserve and Settle.
+func limitAttrs(limit sluice.Limit) []slog.Attr {
+	return []slog.Attr{
+		slog.String("algorithm", limit.Algorithm.String()),
+		slog.Int64("limit", limit.Rate),
+		logattr.Millis("period_ms", limit.Period),
+	}
 }
 
 // Release implements sluice.Limiter. Releases are logged at Debug, failed ones at Warn.
@@ -245,13 +251,10 @@ func (l *Limiter) Settle(ctx context.Context, key string, limit sluice.Limit, re
 		level = slog.LevelInfo
 	}
 	l.logOp(ctx, level, "rate limit settlement", key, err, func() []slog.Attr {
-		return []slog.Attr{
-			slog.String("algorithm", limit.Algorithm.String()),
-			slog.Int64("limit", limit.Rate),
-			slog.Duration("period", limit.Period),
+		return append(limitAttrs(limit),
 			slog.Int64("cost", cost),
 			slog.Int64("remaining", d.Remaining),
-		}
+		)
 	})
 	return d, err
 }

@@ -351,23 +351,17 @@ func (s *Server) closedResponse(items []item) *rlsv3.RateLimitResponse {
 // unitProto maps a config.Unit to the protobuf enum by name (the numbers differ: WEEK
 // is 7 there).
 func unitProto(u config.Unit) rlsv3.RateLimitResponse_RateLimit_Unit {
-	switch u {
-	case config.UnitSecond:
-		return rlsv3.RateLimitResponse_RateLimit_SECOND
-	case config.UnitMinute:
-		return rlsv3.RateLimitResponse_RateLimit_MINUTE
-	case config.UnitHour:
-		return rlsv3.RateLimitResponse_RateLimit_HOUR
-	case config.UnitDay:
-		return rlsv3.RateLimitResponse_RateLimit_DAY
-	case config.UnitWeek:
-		return rlsv3.RateLimitResponse_RateLimit_WEEK
-	case config.UnitMonth:
-		return rlsv3.RateLimitResponse_RateLimit_MONTH
-	case config.UnitYear:
-		return rlsv3.RateLimitResponse_RateLimit_YEAR
+	if int(u) < len(unitProtos) {
+		return unitProtos[u]
 	}
 	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN
+}
+
+var unitProtos = [...]rlsv3.RateLimitResponse_RateLimit_Unit{
+	config.UnitUnknown: rlsv3.RateLimitResponse_RateLimit_UNKNOWN, config.UnitSecond: rlsv3.RateLimitResponse_RateLimit_SECOND,
+	config.UnitMinute: rlsv3.RateLimitResponse_RateLimit_MINUTE, config.UnitHour: rlsv3.RateLimitResponse_RateLimit_HOUR,
+	config.UnitDay: rlsv3.RateLimitResponse_RateLimit_DAY, config.UnitWeek: rlsv3.RateLimitResponse_RateLimit_WEEK,
+	config.UnitMonth: rlsv3.RateLimitResponse_RateLimit_MONTH, config.UnitYear: rlsv3.RateLimitResponse_RateLimit_YEAR,
 }
 
 var _ rlsv3.RateLimitServiceServer = (*rls)(nil)

@@ -36,16 +36,8 @@ func main() {
 	}
 	defer st.Close()
 
-	h, err := tierapi.Handler(tierapi.Options{
-		Limiter:        st.Limiter(),
-		Secret:         secret(logger),
-		TrustedProxies: proxies,
-		Logger:         logger,
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := tierapi.Serve(*addr, h, logger); err != nil {
+	o := tierapi.Options{Limiter: st.Limiter(), Secret: secret(logger), TrustedProxies: proxies, Logger: logger}
+	if err := tierapi.Run(*addr, o); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -135,6 +135,15 @@ func ParseProxies(s string) ([]netip.Prefix, error) {
 	return keys.ParsePrefixes(strings.Split(s, ",")...)
 }
 
+// Run serves the API that Handler builds from o on addr, as Serve does.
+func Run(addr string, o Options) error {
+	h, err := Handler(o)
+	if err != nil {
+		return err
+	}
+	return Serve(addr, h, o.Logger)
+}
+
 // Serve runs h on addr until SIGINT or SIGTERM, then drains requests for up to 10 seconds.
 func Serve(addr string, h http.Handler, logger *slog.Logger) error {
 	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
