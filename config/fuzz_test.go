@@ -28,7 +28,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("policies: {a: 1}\nstore: {deadline: x}\n"), []byte("domain: d\ndescriptors:\n  - key: k\n    descriptors: [{key: k}]\n"))
 	f.Fuzz(func(t *testing.T, policies, domain []byte) {
 		if len(policies)+len(domain) > 1<<16 {
-			t.Skip()
+			return // outside the target's domain: nothing to check
 		}
 		names := []string{"policies.yaml", "domain.yaml"}
 		cfg, err := Parse(File{Name: names[0], Data: policies}, File{Name: names[1], Data: domain})

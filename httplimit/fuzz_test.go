@@ -40,7 +40,7 @@ func FuzzHeaders(f *testing.F) {
 		limit := sluice.Limit{Algorithm: algs[int(alg)%len(algs)], Rate: 1 + abs(rate)%1e12,
 			Period: time.Duration(1+abs(periodS)%(100*365*86400)) * time.Second}
 		if limit.Validate() != nil {
-			t.Skip()
+			return // outside the target's domain: nothing to check
 		}
 		d := sluice.Decision{Allowed: retryMS%2 == 0, Limit: limit, Remaining: abs(remaining),
 			RetryAfter: time.Duration(abs(retryMS)%(1e12)) * time.Millisecond,

@@ -31,7 +31,7 @@ func FuzzKey(f *testing.F) {
 	f.Add("", "\x00")
 	f.Fuzz(func(t *testing.T, a, b string) {
 		if sluice.CheckKey(a) != nil || sluice.CheckKey(b) != nil {
-			t.Skip() // the store refuses them before building a key
+			return // outside the target: the store refuses them before building a key
 		}
 		s := &Store{prefix: DefaultPrefix}
 		for _, l := range []sluice.Limit{sluice.PerSecond(10), {Algorithm: sluice.SlidingLog, Rate: 3, Period: time.Minute}} {

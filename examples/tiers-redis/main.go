@@ -10,7 +10,7 @@
 //
 // The limiter is the stack `sluice serve` runs (package stack): Redis, a deny cache that
 // answers a client over its limit without a Redis call until the denial could change,
-// failover with a 5ms deadline, and decision logs. Redis keys hold the API keys' HMAC,
+// failover with its default deadline, and decision logs. Redis keys hold the API keys' HMAC,
 // never the keys. When Redis is unreachable the API fails open (the default; -failure-mode
 // closed answers 503 with Retry-After, local decides in-process with a share of each
 // limit).

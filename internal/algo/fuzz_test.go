@@ -45,7 +45,7 @@ func FuzzDecide(f *testing.F) {
 	f.Fuzz(func(t *testing.T, alg uint8, rate, periodUS, burst int64, ops []byte) {
 		l, ok := fuzzLimit(alg, rate, periodUS, burst)
 		if !ok {
-			t.Skip()
+			return // outside the target's domain: nothing to check
 		}
 		m := newMachine(l)
 		p := m.p
@@ -112,13 +112,13 @@ func FuzzRefund(f *testing.F) {
 	f.Fuzz(func(t *testing.T, alg uint8, rate, periodUS, burst int64, seed uint64, elapsedT, between uint8) {
 		l, ok := fuzzLimit(alg, rate, periodUS, burst)
 		if !ok {
-			t.Skip()
+			return // outside the target's domain: nothing to check
 		}
 		p := ParamsOf(l)
 		rng := rand.New(rand.NewPCG(seed, uint64(alg)))
 		c, ok := newRefundCase(t, rng, l, int64(elapsedT%8)*p.T, int(between%6))
 		if !ok {
-			t.Skip()
+			return // outside the target's domain: nothing to check
 		}
 		noMorePermissive(t, l.String(), c.real, c.ideal, probeTimes(c.t2, p))
 	})

@@ -170,12 +170,17 @@ func Evaluate[T any](ctx context.Context, lim sluice.Limiter, items []T, item fu
 		if !out.Allowed || it.TooBig {
 			r.N = 0
 		}
-		var d [1]sluice.Decision
-		if _, err := lim.Decide(ctx, []sluice.Request{r}, d[:]); err != nil {
+		b := buffers.Get().(*buffer)
+		b.reqs = append(b.reqs[:0], r)
+		ds := b.decisions(1)
+		_, err := lim.Decide(ctx, b.reqs, ds)
+		d := ds[0]
+		b.put()
+		if err != nil {
 			out.ShadowErrors = append(out.ShadowErrors, &ShadowError{Index: i, Policy: it.Policy, Err: err})
 			continue
 		}
-		it.set(d[0])
+		it.set(d)
 	}
 	if !out.Allowed {
 		for i := range n {
