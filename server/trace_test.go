@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.opentelemetry.io/otel/attribute"
@@ -15,9 +16,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/evaluator"
 	"github.com/sluicehq/sluice/internal/span"
-	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/stack"
 )
 
 // recorder returns a tracer provider whose spans are exported, as each ends, to the
@@ -56,11 +58,19 @@ func checkSpan(t *testing.T, s tracetest.SpanStub, name string, scope attribute.
 
 const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
+// TestTraceServe: on the production stack (memory and Redis), one span per decision
+// request of the gRPC and JSON APIs.
 func TestTraceServe(t *testing.T) {
-	store := memory.New()
-	defer store.Close()
+	for _, k := range stores {
+		t.Run(k.name, func(t *testing.T) { testTraceServe(t, k) })
+	}
+}
+
+func testTraceServe(t *testing.T, k storeKind) {
+	cfg := loadConfig(t, "policies.yaml", "edge.yaml")
+	st := k.open(t, cfg, nil, stack.Options{})
 	tp, exp := recorder(t)
-	s, err := New(Options{Limiter: store, Config: loadConfig(t, "policies.yaml", "edge.yaml"), TracerProvider: tp})
+	s, err := New(Options{Limiter: st.Limiter(), Ready: st.Ready, Config: cfg, TracerProvider: tp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,9 +123,17 @@ func TestTraceServe(t *testing.T) {
 	}
 }
 
+// TestTraceProxy: on the production stack (memory and Redis), one span per proxied
+// request's decision, and traceparent upstream.
 func TestTraceProxy(t *testing.T) {
-	store := memory.New()
-	defer store.Close()
+	for _, k := range stores {
+		t.Run(k.name, func(t *testing.T) { testTraceProxy(t, k) })
+	}
+}
+
+func testTraceProxy(t *testing.T, k storeKind) {
+	cfg := loadConfig(t, "policies.yaml")
+	st := k.open(t, cfg, nil, stack.Options{})
 	tp, exp := recorder(t)
 	var seen atomic.Value
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -123,7 +141,7 @@ func TestTraceProxy(t *testing.T) {
 	}))
 	defer up.Close()
 	target, _ := url.Parse(up.URL)
-	p, err := NewProxy(ProxyOptions{Limiter: store, Upstream: target, Config: loadConfig(t, "policies.yaml"), TracerProvider: tp})
+	p, err := NewProxy(ProxyOptions{Limiter: st.Limiter(), Upstream: target, Config: cfg, TracerProvider: tp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,5 +180,41 @@ func TestTraceOffAllocs(t *testing.T) {
 	})
 	if n != 0 {
 		t.Fatalf("tracing off: %v allocations per decision, want 0", n)
+	}
+}
+
+// TestTraceStoreFailure: on the Redis stack with Redis killed, a decision's span names the
+// failure mode's path and the failure's kind.
+func TestTraceStoreFailure(t *testing.T) {
+	cfg := loadConfig(t, "policies.yaml", "edge.yaml")
+	srv, st := openRedisStack(t, cfg, nil, stack.Options{FailureMode: sluice.FailOpen})
+	tp, exp := recorder(t)
+	s, err := New(Options{Limiter: st.Limiter(), Ready: st.Ready, Config: cfg, TracerProvider: tp, FailureMode: sluice.FailOpen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := serve(t, s)
+	srv.Kill()
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitDescriptor{desc("remote_address", "192.0.2.9")}}
+	for i := 0; ; i++ {
+		exp.Reset()
+		if _, err := r.rls.ShouldRateLimit(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+		spans := exp.GetSpans()
+		if len(spans) != 1 {
+			t.Fatalf("%d spans for one call", len(spans))
+		}
+		a := attrs(spans[0])
+		if a[span.KeyPath].AsString() == "open" {
+			if a[span.KeyErrorKind].AsString() == "" || a[span.KeyResult].AsString() != "allowed" {
+				t.Fatalf("a decision failed open: span %v, want result allowed and an error kind", spans[0].Attributes)
+			}
+			return
+		}
+		if i == 50 {
+			t.Fatalf("the store still decides after Redis was killed: %v", spans[0].Attributes)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
