@@ -54,13 +54,10 @@ func FuzzHeaders(f *testing.F) {
 		}
 		ra := abs(retryAfter) % 1e9
 		h := http.Header{}
-		err := writeHeaders(h, &policyItems{}, ds, ra, legacy)
-		if err != nil {
-			if sfString(name) && sfString(name2) {
-				t.Fatalf("names %q, %q: %v", name, name2, err)
-			}
-			return
+		if !sfString(name) || !sfString(name2) {
+			return // New refuses names that are not structured-field Strings
 		}
+		writeHeaders(h, &policyItems{}, ds, ra, legacy)
 		pol := parseList(t, h, HeaderRateLimitPolicy)
 		lim := parseList(t, h, HeaderRateLimit)
 		if len(pol) != 2 || len(lim) != 2 {

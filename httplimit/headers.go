@@ -1,14 +1,13 @@
 package httplimit
 
 import (
+	"encoding/base64"
 	"math/bits"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/dunglas/httpsfv"
 	"github.com/sluicehq/sluice"
 )
 
@@ -101,10 +100,11 @@ func effectiveWindow(d sluice.Decision) int64 {
 	return ceilSeconds(d.ResetAfter)
 }
 
-// policyItems caches serialized RateLimit-Policy items without a partition key, which
-// depend only on the policy's name and Limit: at most one per (policy, tier or override)
-// of the configuration.
-type policyItems struct{ m sync.Map } // policyItemKey -> string
+// policyItems caches, per policy name and Limit (at most one per policy, tier or
+// override of the configuration), the serialized RateLimit-Policy item without a
+// partition key and the policy name as an RFC 9651 String, the start of its RateLimit
+// item.
+type policyItems struct{ m sync.Map } // policyItemKey -> *policyItem
 
 type policyItemKey struct {
 	name   string
@@ -112,32 +112,61 @@ type policyItemKey struct {
 	window time.Duration // a calendar period's length (DecisionQuota)
 }
 
-// item returns the RFC 9651 serialization of d's RateLimit-Policy item.
-func (c *policyItems) item(d *PolicyDecision) (string, error) {
+type policyItem struct {
+	policy string // the RateLimit-Policy item, without pk
+	name   string // the name as an sf-string
+}
+
+// item returns d's cached serializations.
+func (c *policyItems) item(d *PolicyDecision) *policyItem {
 	k := policyItemKey{d.Policy, d.Limit, d.Window}
-	if !d.partitionKey {
-		if v, ok := c.m.Load(k); ok {
-			return v.(string), nil
-		}
+	if v, ok := c.m.Load(k); ok {
+		return v.(*policyItem)
 	}
+	it := &policyItem{name: string(appendSFString(nil, d.Policy))}
+	it.policy = string(appendPolicyParams([]byte(it.name), d))
+	v, _ := c.m.LoadOrStore(k, it)
+	return v.(*policyItem)
+}
+
+// appendPolicyParams appends the parameters of d's RateLimit-Policy item but pk.
+func appendPolicyParams(b []byte, d *PolicyDecision) []byte {
 	q, w := DecisionQuota(d.Decision)
-	pi := httpsfv.NewItem(d.Policy)
-	pi.Params.Add("q", q)
+	b = appendSFIntParam(b, "q", q)
 	if d.Limit.Algorithm == sluice.Concurrency {
 		// draft-ietf-httpapi-ratelimit-headers: the quota unit of a limit on requests
 		// in flight; a window does not apply.
-		pi.Params.Add("qu", "concurrent-requests")
-	} else {
-		pi.Params.Add("w", w)
+		return append(b, `;qu="concurrent-requests"`...)
 	}
-	if d.partitionKey {
-		pi.Params.Add("pk", []byte(d.Identity.String()))
+	return appendSFIntParam(b, "w", w)
+}
+
+// appendSFString appends s as an RFC 9651 String (§4.1.6). New admits only names that
+// are one: printable ASCII.
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '"' || c == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, s[i])
 	}
-	v, err := httpsfv.Marshal(httpsfv.List{pi})
-	if err == nil && !d.partitionKey {
-		c.m.Store(k, v)
-	}
-	return v, err
+	return append(b, '"')
+}
+
+// appendSFIntParam appends the parameter ;key=v, v an RFC 9651 Integer (§4.1.4),
+// clamped to the 15 digits it may have.
+func appendSFIntParam(b []byte, key string, v int64) []byte {
+	b = append(append(append(b, ';'), key...), '=')
+	return strconv.AppendInt(b, max(-maxSFInteger, min(v, maxSFInteger)), 10)
+}
+
+// appendPK appends the parameter ;pk=:…: of d, its identity as an RFC 9651 Byte
+// Sequence (§4.1.8).
+func appendPK(b []byte, d *PolicyDecision) []byte {
+	b = append(b, ";pk=:"...)
+	b = base64.StdEncoding.AppendEncode(b, []byte(d.Identity.String()))
+	return append(b, ':')
 }
 
 // Advertised reports whether d's counts belong in the RateLimit field. A decision that
@@ -148,30 +177,35 @@ func Advertised(d sluice.Decision) bool { return d.Path != sluice.PathOpen }
 
 // writeHeaders sets RateLimit-Policy, RateLimit, the legacy fields when asked for, and
 // Retry-After when retryAfter > 0 (seconds; the response is a refusal). An empty decision
-// list sets nothing. Each field is an RFC 9651 List serialized by httpsfv, one member per
-// decision; RateLimit-Policy members come from cache, joined with ", " as RFC 9651 §4.1.1
-// serializes a List.
-func writeHeaders(h http.Header, cache *policyItems, ds []PolicyDecision, retryAfter int64, legacy bool) error {
+// list sets nothing. Each field is an RFC 9651 List, one member per decision, serialized
+// as §4.1.1 does (members joined with ", "); RateLimit-Policy members without a
+// partition key come from cache.
+func writeHeaders(h http.Header, cache *policyItems, ds []PolicyDecision, retryAfter int64, legacy bool) {
 	if len(ds) == 0 {
 		if retryAfter > 0 {
-			h.Set(HeaderRetryAfter, strconv.FormatInt(retryAfter, 10))
+			h[HeaderRetryAfter] = []string{strconv.FormatInt(retryAfter, 10)}
 		}
-		return nil
+		return
 	}
-	var policies strings.Builder
-	limits := make(httpsfv.List, 0, len(ds))
+	// Both fields are built in one buffer, and set from one string and one slice.
+	var buf [256]byte
+	b := buf[:0]
+	for i := range ds {
+		d := &ds[i]
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		it := cache.item(d)
+		b = append(b, it.policy...)
+		if d.partitionKey {
+			b = appendPK(b, d)
+		}
+	}
+	policyEnd := len(b)
 	tightest := -1
 	var tightT int64
 	for i := range ds {
 		d := &ds[i]
-		pi, err := cache.item(d)
-		if err != nil {
-			return err
-		}
-		if i > 0 {
-			policies.WriteString(", ")
-		}
-		policies.WriteString(pi)
 		if !Advertised(d.Decision) {
 			continue
 		}
@@ -181,38 +215,50 @@ func writeHeaders(h http.Header, cache *policyItems, ds []PolicyDecision, retryA
 			// (draft-ietf-httpapi-ratelimit-headers-11 §6).
 			t = min(t, retryAfter)
 		}
-		li := httpsfv.NewItem(d.Policy)
-		li.Params.Add("r", min(d.Remaining, maxSFInteger))
-		li.Params.Add("t", t)
-		if d.partitionKey {
-			li.Params.Add("pk", []byte(d.Identity.String()))
+		if len(b) > policyEnd {
+			b = append(b, ", "...)
 		}
-		limits = append(limits, li)
+		b = append(b, cache.item(d).name...)
+		b = appendSFIntParam(b, "r", d.Remaining)
+		b = appendSFIntParam(b, "t", t)
+		if d.partitionKey {
+			b = appendPK(b, d)
+		}
 		// The legacy fields describe one policy: the one that denied with the longest
 		// wait, else the one with the least remaining (ties: the longest window).
 		if tightest < 0 || tighter(d, &ds[tightest], t, tightT) {
 			tightest, tightT = i, t
 		}
 	}
-	h.Set(HeaderRateLimitPolicy, policies.String())
-	if len(limits) > 0 {
-		lv, err := httpsfv.Marshal(limits)
-		if err != nil {
-			return err
-		}
-		h.Set(HeaderRateLimit, lv)
+	all := string(b)
+	vals := make([]string, 2, 2+3*btoi(legacy)+btoi(retryAfter > 0))
+	vals[0] = all[:policyEnd]
+	h[HeaderRateLimitPolicy] = vals[0:1:1]
+	if len(all) > policyEnd {
+		vals[1] = all[policyEnd:]
+		h[HeaderRateLimit] = vals[1:2:2]
+	}
+	set := func(name string, v int64) {
+		vals = append(vals, strconv.FormatInt(v, 10))
+		h[name] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
 	if legacy && tightest >= 0 {
 		d := &ds[tightest]
 		q, _ := DecisionQuota(d.Decision)
-		h.Set(HeaderXRateLimitLimit, strconv.FormatInt(q, 10))
-		h.Set(HeaderXRateLimitRemaining, strconv.FormatInt(d.Remaining, 10))
-		h.Set(HeaderXRateLimitReset, strconv.FormatInt(tightT, 10))
+		set(HeaderXRateLimitLimit, q)
+		set(HeaderXRateLimitRemaining, d.Remaining)
+		set(HeaderXRateLimitReset, tightT)
 	}
 	if retryAfter > 0 {
-		h.Set(HeaderRetryAfter, strconv.FormatInt(retryAfter, 10))
+		set(HeaderRetryAfter, retryAfter)
 	}
-	return nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func tighter(a, b *PolicyDecision, at, bt int64) bool {
