@@ -190,12 +190,16 @@ func writeHeaders(h http.Header, cache *policyItems, ds []PolicyDecision, retryA
 	// Both fields are built in one buffer, and set from one string and one slice.
 	var buf [256]byte
 	b := buf[:0]
+	var found [4]*policyItem // the items of the first decisions, for the second loop
 	for i := range ds {
 		d := &ds[i]
 		if i > 0 {
 			b = append(b, ", "...)
 		}
 		it := cache.item(d)
+		if i < len(found) {
+			found[i] = it
+		}
 		b = append(b, it.policy...)
 		if d.partitionKey {
 			b = appendPK(b, d)
@@ -218,7 +222,11 @@ func writeHeaders(h http.Header, cache *policyItems, ds []PolicyDecision, retryA
 		if len(b) > policyEnd {
 			b = append(b, ", "...)
 		}
-		b = append(b, cache.item(d).name...)
+		it := found[min(i, len(found)-1)]
+		if i >= len(found) {
+			it = cache.item(d)
+		}
+		b = append(b, it.name...)
 		b = appendSFIntParam(b, "r", d.Remaining)
 		b = appendSFIntParam(b, "t", t)
 		if d.partitionKey {

@@ -7,6 +7,9 @@
 //	nginx limit_req        limit_req_zone on $http_x_client, upstream keepalive 256
 //	ReverseProxy, default  httputil.ReverseProxy, http.DefaultTransport, no limiter
 //	ReverseProxy, tuned    the same, MaxIdleConnsPerHost 256, no limiter
+//	ReverseProxy, pooled   the tuned one copying bodies through pooled buffers
+//	                       (BufferPool), as sluice proxy does: its difference to sluice
+//	                       is what the limiter costs
 //	sluice proxy, memory   the real binary, built from ../cmd/sluice, a policy on X-Client
 //	sluice proxy, redis    the same on a redis-server of its own (-redis)
 //
@@ -48,6 +51,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -61,7 +65,7 @@ var (
 	threads  = flag.Int("t", 2, "wrk's threads")
 	nkeys    = flag.Int("keys", 100000, "distinct X-Client values")
 	withRed  = flag.Bool("redis", true, "also measure sluice proxy on Redis (needs redis-server)")
-	only     = flag.String("only", "", "measure only these proxies, comma-separated: nginx, default, tuned, sluice, sluice-redis")
+	only     = flag.String("only", "", "measure only these proxies, comma-separated: nginx, default, tuned, pooled, sluice, sluice-redis")
 	prebuilt = flag.String("sluice", "", "use this sluice binary instead of building ../cmd/sluice")
 	profile  = flag.String("profile", "", "after the rounds, write a CPU profile of sluice proxy (memory) under the same load, -d long, to this file")
 
@@ -71,6 +75,7 @@ var (
 	statsAddr = flag.String("stats", "", "internal (upstream): the address that reports the connections accepted")
 	upstream  = flag.String("upstream", "", "internal (reverseproxy): the upstream URL")
 	idle      = flag.Int("idle", 0, "internal (reverseproxy): MaxIdleConnsPerHost; 0 keeps http.DefaultTransport")
+	pool      = flag.Bool("pool", false, "internal (reverseproxy): copy bodies through pooled buffers (ReverseProxy.BufferPool), as sluice proxy does")
 )
 
 func main() {
@@ -82,7 +87,7 @@ func main() {
 	case "upstream":
 		err = serveUpstream(*listen, *statsAddr)
 	case "reverseproxy":
-		err = serveReverseProxy(*listen, *upstream, *idle)
+		err = serveReverseProxy(*listen, *upstream, *idle, *pool)
 	default:
 		err = fmt.Errorf("unknown -role %q", *role)
 	}
@@ -117,8 +122,9 @@ func serveUpstream(addr, stats string) error {
 
 // serveReverseProxy serves an httputil.ReverseProxy to up on addr, rewriting as sluice
 // proxy does (SetURL, SetXForwarded), with http.DefaultTransport or, when idle > 0, a
-// clone of it keeping idle connections per host.
-func serveReverseProxy(addr, up string, idle int) error {
+// clone of it keeping idle connections per host; with pool, it copies response bodies
+// through pooled buffers.
+func serveReverseProxy(addr, up string, idle int, pool bool) error {
 	u, err := url.Parse(up)
 	if err != nil {
 		return err
@@ -138,7 +144,22 @@ func serveReverseProxy(addr, up string, idle int) error {
 		// wrk cuts its connections at the end of a run: not worth a line each.
 		ErrorLog: log.New(io.Discard, "", 0),
 	}
+	if pool {
+		rp.BufferPool = buffers{}
+	}
 	return untilSignal(&http.Server{Addr: addr, Handler: rp})
+}
+
+// buffers is a BufferPool of ReverseProxy's 32 KiB copy buffers.
+type buffers struct{}
+
+var bufferPool = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
+func (buffers) Get() []byte { return bufferPool.Get().(*[32 << 10]byte)[:] }
+func (buffers) Put(b []byte) {
+	if len(b) == 32<<10 {
+		bufferPool.Put((*[32 << 10]byte)(b))
+	}
 }
 
 // untilSignal serves srv until SIGTERM or SIGINT.
@@ -253,8 +274,9 @@ func run() error {
 		start func(up string) (*exec.Cmd, string, error)
 	}{
 		{"nginx", func(up string) (*exec.Cmd, string, error) { return b.startNginx(nginxBin, up) }},
-		{"default", func(up string) (*exec.Cmd, string, error) { return b.startReverseProxy(up, 0) }},
-		{"tuned", func(up string) (*exec.Cmd, string, error) { return b.startReverseProxy(up, 256) }},
+		{"default", func(up string) (*exec.Cmd, string, error) { return b.startReverseProxy(up, 0, false) }},
+		{"tuned", func(up string) (*exec.Cmd, string, error) { return b.startReverseProxy(up, 256, false) }},
+		{"pooled", func(up string) (*exec.Cmd, string, error) { return b.startReverseProxy(up, 256, true) }},
 		{"sluice", func(up string) (*exec.Cmd, string, error) { return b.startSluice(up, "") }},
 		{"sluice-redis", func(up string) (*exec.Cmd, string, error) { return b.startSluice(up, b.redisURL) }},
 	}
@@ -310,17 +332,19 @@ func run() error {
 			span(ss, func(s sample) float64 { return s.upCPU }, "%.1f"),
 			span(ss, func(s sample) float64 { return float64(s.newConns) }, "%.0f"))
 	}
-	tuned := all[names["tuned"]]
-	for _, n := range []string{"sluice", "sluice-redis", "nginx"} {
-		ss := all[names[n]]
-		if len(ss) == 0 || len(tuned) != len(ss) {
-			continue
+	for _, base := range []string{"tuned", "pooled"} {
+		bs := all[names[base]]
+		for _, n := range []string{"sluice", "sluice-redis", "nginx"} {
+			ss := all[names[n]]
+			if len(ss) == 0 || len(bs) != len(ss) {
+				continue
+			}
+			var rs []string
+			for i := range ss {
+				rs = append(rs, fmt.Sprintf("%.2f×", ss[i].proxyCPU/bs[i].proxyCPU))
+			}
+			fmt.Printf("\n%s: proxy CPU per request ÷ that of %s, by round: %s", names[n], names[base], strings.Join(rs, ", "))
 		}
-		var rs []string
-		for i := range ss {
-			rs = append(rs, fmt.Sprintf("%.2f×", ss[i].proxyCPU/tuned[i].proxyCPU))
-		}
-		fmt.Printf("\n%s: proxy CPU per request ÷ the tuned ReverseProxy's, by round: %s", names[n], strings.Join(rs, ", "))
 	}
 	fmt.Printf("\n\nload average after: %s\n", loadavg())
 
@@ -340,6 +364,7 @@ var names = map[string]string{
 	"nginx":        "nginx limit_req",
 	"default":      "ReverseProxy, default transport",
 	"tuned":        "ReverseProxy, MaxIdleConnsPerHost 256",
+	"pooled":       "ReverseProxy, MaxIdleConnsPerHost 256, BufferPool",
 	"sluice":       "sluice proxy, memory",
 	"sluice-redis": "sluice proxy, Redis",
 }
@@ -476,9 +501,9 @@ func (b *bench) startUpstream() (cmd *exec.Cmd, addr, stats string, err error) {
 }
 
 // startReverseProxy starts proxybench as a bare ReverseProxy to up.
-func (b *bench) startReverseProxy(up string, idle int) (*exec.Cmd, string, error) {
+func (b *bench) startReverseProxy(up string, idle int, pool bool) (*exec.Cmd, string, error) {
 	addr := freeAddr()
-	cmd := exec.Command(b.self, "-role", "reverseproxy", "-listen", addr, "-upstream", up, "-idle", strconv.Itoa(idle))
+	cmd := exec.Command(b.self, "-role", "reverseproxy", "-listen", addr, "-upstream", up, "-idle", strconv.Itoa(idle), "-pool="+strconv.FormatBool(pool))
 	cmd.Stderr = os.Stderr
 	return cmd, addr, cmd.Start()
 }
