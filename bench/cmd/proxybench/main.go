@@ -22,7 +22,7 @@
 //
 //	cd bench && go run ./cmd/proxybench                  # about 4 minutes
 //	cd bench && go run ./cmd/proxybench -d 5s -rounds 2  # shorter
-//	cd bench && go run ./cmd/proxybench -profile /tmp/proxy.pprof   # and a CPU profile of sluice proxy (memory)
+//	cd bench && go run ./cmd/proxybench -profile /tmp/proxy.pprof   # and CPU profiles of sluice proxy (memory) and the pooled ReverseProxy
 //
 // It needs wrk and nginx (apt-get install wrk nginx-light), and redis-server for the
 // Redis row (apt-get install redis-server; -redis=false skips it). It writes nothing
@@ -42,6 +42,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	_ "net/http/pprof"
 	"net/url"
 	"os"
 	"os/exec"
@@ -67,7 +68,8 @@ var (
 	withRed  = flag.Bool("redis", true, "also measure sluice proxy on Redis (needs redis-server)")
 	only     = flag.String("only", "", "measure only these proxies, comma-separated: nginx, default, tuned, pooled, sluice, sluice-redis")
 	prebuilt = flag.String("sluice", "", "use this sluice binary instead of building ../cmd/sluice")
-	profile  = flag.String("profile", "", "after the rounds, write a CPU profile of sluice proxy (memory) under the same load, -d long, to this file")
+	sluiceCf = flag.String("sluice-config", "", "run sluice proxy with this configuration file instead of the bench's policy on X-Client")
+	profile  = flag.String("profile", "", "after the rounds, write CPU profiles under the same load, -d long, of sluice proxy (memory) to this file and of the pooled ReverseProxy to this file + \".pooled\"")
 
 	// The roles proxybench runs itself in, as the upstream and the bare proxies.
 	role      = flag.String("role", "", "internal: upstream or reverseproxy")
@@ -75,6 +77,7 @@ var (
 	statsAddr = flag.String("stats", "", "internal (upstream): the address that reports the connections accepted")
 	upstream  = flag.String("upstream", "", "internal (reverseproxy): the upstream URL")
 	idle      = flag.Int("idle", 0, "internal (reverseproxy): MaxIdleConnsPerHost; 0 keeps http.DefaultTransport")
+	rpPprof   = flag.String("pprof", "", "internal (reverseproxy): serve net/http/pprof on this address")
 	pool      = flag.Bool("pool", false, "internal (reverseproxy): copy bodies through pooled buffers (ReverseProxy.BufferPool), as sluice proxy does")
 )
 
@@ -146,6 +149,9 @@ func serveReverseProxy(addr, up string, idle int, pool bool) error {
 	}
 	if pool {
 		rp.BufferPool = buffers{}
+	}
+	if *rpPprof != "" {
+		go http.ListenAndServe(*rpPprof, nil) // net/http/pprof's handlers
 	}
 	return untilSignal(&http.Server{Addr: addr, Handler: rp})
 }
@@ -349,12 +355,24 @@ func run() error {
 	fmt.Printf("\n\nload average after: %s\n", loadavg())
 
 	if *profile != "" {
+		done := false
 		for _, t := range targets {
-			if t.name == names["sluice"] {
-				return b.profile(wrkBin, t, *profile)
+			switch t.name {
+			case names["sluice"]:
+				err = b.profile(wrkBin, t, sluicePprof, *profile)
+			case names["pooled"]:
+				err = b.profile(wrkBin, t, pooledPprof, *profile+".pooled")
+			default:
+				continue
 			}
+			if err != nil {
+				return err
+			}
+			done = true
 		}
-		return errors.New("-profile needs the sluice proxy (memory) among the targets")
+		if !done {
+			return errors.New("-profile needs sluice proxy (memory) or the pooled ReverseProxy among the targets")
+		}
 	}
 	return nil
 }
@@ -450,9 +468,9 @@ func (b *bench) measure(bin string, t *target) (sample, error) {
 	}, nil
 }
 
-// profile takes a CPU profile of sluice proxy through its --pprof listener while wrk
-// loads it for -d.
-func (b *bench) profile(bin string, t *target, path string) error {
+// profile takes a CPU profile of t through its pprof listener at addr while wrk loads
+// it for -d.
+func (b *bench) profile(bin string, t *target, addr, path string) error {
 	secs := max(1, int(dur.Round(time.Second)/time.Second))
 	type got struct {
 		body []byte
@@ -460,7 +478,7 @@ func (b *bench) profile(bin string, t *target, path string) error {
 	}
 	ch := make(chan got, 1)
 	go func() {
-		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", sluicePprof, secs))
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs))
 		if err != nil {
 			ch <- got{err: err}
 			return
@@ -504,6 +522,10 @@ func (b *bench) startUpstream() (cmd *exec.Cmd, addr, stats string, err error) {
 func (b *bench) startReverseProxy(up string, idle int, pool bool) (*exec.Cmd, string, error) {
 	addr := freeAddr()
 	cmd := exec.Command(b.self, "-role", "reverseproxy", "-listen", addr, "-upstream", up, "-idle", strconv.Itoa(idle), "-pool="+strconv.FormatBool(pool))
+	if pool {
+		pooledPprof = freeAddr()
+		cmd.Args = append(cmd.Args, "-pprof", pooledPprof)
+	}
 	cmd.Stderr = os.Stderr
 	return cmd, addr, cmd.Start()
 }
@@ -517,15 +539,23 @@ const sluiceConfig = `policies:
     period: second
 `
 
-// sluicePprof is the pprof address of sluice proxy on memory, set by startSluice.
-var sluicePprof string
+// sluicePprof and pooledPprof are the pprof addresses of sluice proxy on memory and of
+// the ReverseProxy with BufferPool, set when they start.
+var sluicePprof, pooledPprof string
 
 // startSluice starts sluice proxy in front of up, on memory or, with redisURL, on Redis;
 // its own settings are the defaults (log level info, decision log sampled at 1%).
 func (b *bench) startSluice(up, redisURL string) (*exec.Cmd, string, error) {
 	cfgDir := filepath.Join(b.dir, "sluice-config")
 	os.MkdirAll(cfgDir, 0o755)
-	if err := os.WriteFile(filepath.Join(cfgDir, "policies.yaml"), []byte(sluiceConfig), 0o644); err != nil {
+	cfg := []byte(sluiceConfig)
+	if *sluiceCf != "" {
+		var err error
+		if cfg, err = os.ReadFile(*sluiceCf); err != nil {
+			return nil, "", err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(cfgDir, "policies.yaml"), cfg, 0o644); err != nil {
 		return nil, "", err
 	}
 	addr := freeAddr()
