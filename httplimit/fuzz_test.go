@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/sfv"
 	"github.com/sluicehq/sluice/keys"
 )
 
@@ -76,8 +77,8 @@ func FuzzHeaders(f *testing.F) {
 			if p.params["q"] != q || p.params["w"] != w {
 				t.Fatalf("%q: q=%v w=%v, want %d, %d", pd.Policy, p.params["q"], p.params["w"], q, w)
 			}
-			if l.params["r"] != min(pd.Remaining, maxSFInteger) || l.params["t"] != tt {
-				t.Fatalf("%q: r=%v t=%v, want %d, %d", pd.Policy, l.params["r"], l.params["t"], min(pd.Remaining, maxSFInteger), tt)
+			if l.params["r"] != min(pd.Remaining, sfv.MaxInteger) || l.params["t"] != tt {
+				t.Fatalf("%q: r=%v t=%v, want %d, %d", pd.Policy, l.params["r"], l.params["t"], min(pd.Remaining, sfv.MaxInteger), tt)
 			}
 			for _, v := range []any{p.params["q"], p.params["w"], l.params["r"], l.params["t"]} {
 				if n, ok := v.(int64); !ok || n < 0 {

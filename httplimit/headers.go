@@ -1,7 +1,6 @@
 package httplimit
 
 import (
-	"encoding/base64"
 	"math/bits"
 	"net/http"
 	"strconv"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/sfv"
 )
 
 // Header field names, in Go's canonical form (http.Header.Get finds them by any case).
@@ -21,9 +21,6 @@ const (
 	HeaderXRateLimitRemaining = "X-Ratelimit-Remaining"
 	HeaderXRateLimitReset     = "X-Ratelimit-Reset"
 )
-
-// maxSFInteger is the largest Integer RFC 9651 can carry (15 digits).
-const maxSFInteger = 999_999_999_999_999
 
 // ceilSeconds rounds d up to whole seconds; d <= 0 gives 0.
 func ceilSeconds(d time.Duration) int64 {
@@ -50,11 +47,11 @@ func ceilSeconds(d time.Duration) int64 {
 // DecisionQuota.
 func Quota(l sluice.Limit) (q, w int64) {
 	if l.Algorithm == sluice.Concurrency && l.Rate > 0 {
-		return min(l.Rate, maxSFInteger), 0
+		return min(l.Rate, sfv.MaxInteger), 0
 	}
 	if !l.Calendar.IsZero() && l.Rate > 0 {
 		start, end := l.Calendar.Bounds(time.Now())
-		return min(l.Rate, maxSFInteger), ceilSeconds(end.Sub(start))
+		return min(l.Rate, sfv.MaxInteger), ceilSeconds(end.Sub(start))
 	}
 	if l.Period <= 0 || l.Rate <= 0 {
 		return 0, 0
@@ -67,15 +64,15 @@ func Quota(l sluice.Limit) (q, w int64) {
 		}
 	}
 	if window%time.Second == 0 {
-		return min(units, maxSFInteger), int64(window / time.Second)
+		return min(units, sfv.MaxInteger), int64(window / time.Second)
 	}
 	w = ceilSeconds(window)
 	hi, lo := bits.Mul64(uint64(units), uint64(w)*uint64(time.Second))
 	if hi >= uint64(window) {
-		return maxSFInteger, w
+		return sfv.MaxInteger, w
 	}
 	quo, _ := bits.Div64(hi, lo, uint64(window))
-	return int64(min(quo, maxSFInteger)), w
+	return int64(min(quo, sfv.MaxInteger)), w
 }
 
 // DecisionQuota is Quota for the limit d decided. For a calendar limit, q is Rate and w
@@ -86,7 +83,7 @@ func Quota(l sluice.Limit) (q, w int64) {
 // the period holding the local clock's now is advertised then.
 func DecisionQuota(d sluice.Decision) (q, w int64) {
 	if !d.Limit.Calendar.IsZero() && d.Window > 0 {
-		return min(d.Limit.Rate, maxSFInteger), ceilSeconds(d.Window)
+		return min(d.Limit.Rate, sfv.MaxInteger), ceilSeconds(d.Window)
 	}
 	return Quota(d.Limit)
 }
@@ -123,7 +120,7 @@ func (c *policyItems) item(d *PolicyDecision) *policyItem {
 	if v, ok := c.m.Load(k); ok {
 		return v.(*policyItem)
 	}
-	it := &policyItem{name: string(appendSFString(nil, d.Policy))}
+	it := &policyItem{name: string(sfv.AppendString(nil, d.Policy))}
 	it.policy = string(appendPolicyParams([]byte(it.name), d))
 	v, _ := c.m.LoadOrStore(k, it)
 	return v.(*policyItem)
@@ -132,41 +129,13 @@ func (c *policyItems) item(d *PolicyDecision) *policyItem {
 // appendPolicyParams appends the parameters of d's RateLimit-Policy item but pk.
 func appendPolicyParams(b []byte, d *PolicyDecision) []byte {
 	q, w := DecisionQuota(d.Decision)
-	b = appendSFIntParam(b, "q", q)
+	b = sfv.AppendIntParam(b, "q", q)
 	if d.Limit.Algorithm == sluice.Concurrency {
 		// draft-ietf-httpapi-ratelimit-headers: the quota unit of a limit on requests
 		// in flight; a window does not apply.
 		return append(b, `;qu="concurrent-requests"`...)
 	}
-	return appendSFIntParam(b, "w", w)
-}
-
-// appendSFString appends s as an RFC 9651 String (§4.1.6). New admits only names that
-// are one: printable ASCII.
-func appendSFString(b []byte, s string) []byte {
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c == '"' || c == '\\' {
-			b = append(b, '\\')
-		}
-		b = append(b, s[i])
-	}
-	return append(b, '"')
-}
-
-// appendSFIntParam appends the parameter ;key=v, v an RFC 9651 Integer (§4.1.4),
-// clamped to the 15 digits it may have.
-func appendSFIntParam(b []byte, key string, v int64) []byte {
-	b = append(append(append(b, ';'), key...), '=')
-	return strconv.AppendInt(b, max(-maxSFInteger, min(v, maxSFInteger)), 10)
-}
-
-// appendPK appends the parameter ;pk=:…: of d, its identity as an RFC 9651 Byte
-// Sequence (§4.1.8).
-func appendPK(b []byte, d *PolicyDecision) []byte {
-	b = append(b, ";pk=:"...)
-	b = base64.StdEncoding.AppendEncode(b, []byte(d.Identity.String()))
-	return append(b, ':')
+	return sfv.AppendIntParam(b, "w", w)
 }
 
 // Advertised reports whether d's counts belong in the RateLimit field. A decision that
@@ -202,7 +171,7 @@ func writeHeaders(h http.Header, cache *policyItems, ds []PolicyDecision, retryA
 		}
 		b = append(b, it.policy...)
 		if d.partitionKey {
-			b = appendPK(b, d)
+			b = sfv.AppendBytesParam(b, "pk", d.Identity.String())
 		}
 	}
 	policyEnd := len(b)
@@ -227,10 +196,10 @@ func writeHeaders(h http.Header, cache *policyItems, ds []PolicyDecision, retryA
 			it = cache.item(d)
 		}
 		b = append(b, it.name...)
-		b = appendSFIntParam(b, "r", d.Remaining)
-		b = appendSFIntParam(b, "t", t)
+		b = sfv.AppendIntParam(b, "r", d.Remaining)
+		b = sfv.AppendIntParam(b, "t", t)
 		if d.partitionKey {
-			b = appendPK(b, d)
+			b = sfv.AppendBytesParam(b, "pk", d.Identity.String())
 		}
 		// The legacy fields describe one policy: the one that denied with the longest
 		// wait, else the one with the least remaining (ties: the longest window).
