@@ -296,8 +296,11 @@ func run() error {
 		if t.upstream, upAddr, t.stats, err = b.startUpstream(); err != nil {
 			return err
 		}
-		if strings.HasPrefix(s.name, "sluice") {
+		switch {
+		case strings.HasPrefix(s.name, "sluice"):
 			t.logPath = filepath.Join(dir, s.name+".log")
+		case s.name == "nginx":
+			t.logPath = filepath.Join(dir, "nginx", "error.log")
 		}
 		if t.proxy, t.addr, err = s.start("http://" + upAddr); err != nil {
 			return fmt.Errorf("%s: %w", t.name, err)
