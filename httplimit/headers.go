@@ -4,12 +4,11 @@ import (
 	"math/bits"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/dunglas/httpsfv"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/sfv"
 )
 
 // Header field names, in Go's canonical form (http.Header.Get finds them by any case).
@@ -22,9 +21,6 @@ const (
 	HeaderXRateLimitRemaining = "X-Ratelimit-Remaining"
 	HeaderXRateLimitReset     = "X-Ratelimit-Reset"
 )
-
-// maxSFInteger is the largest Integer RFC 9651 can carry (15 digits).
-const maxSFInteger = 999_999_999_999_999
 
 // ceilSeconds rounds d up to whole seconds; d <= 0 gives 0.
 func ceilSeconds(d time.Duration) int64 {
@@ -51,11 +47,11 @@ func ceilSeconds(d time.Duration) int64 {
 // DecisionQuota.
 func Quota(l sluice.Limit) (q, w int64) {
 	if l.Algorithm == sluice.Concurrency && l.Rate > 0 {
-		return min(l.Rate, maxSFInteger), 0
+		return min(l.Rate, sfv.MaxInteger), 0
 	}
 	if !l.Calendar.IsZero() && l.Rate > 0 {
 		start, end := l.Calendar.Bounds(time.Now())
-		return min(l.Rate, maxSFInteger), ceilSeconds(end.Sub(start))
+		return min(l.Rate, sfv.MaxInteger), ceilSeconds(end.Sub(start))
 	}
 	if l.Period <= 0 || l.Rate <= 0 {
 		return 0, 0
@@ -68,15 +64,15 @@ func Quota(l sluice.Limit) (q, w int64) {
 		}
 	}
 	if window%time.Second == 0 {
-		return min(units, maxSFInteger), int64(window / time.Second)
+		return min(units, sfv.MaxInteger), int64(window / time.Second)
 	}
 	w = ceilSeconds(window)
 	hi, lo := bits.Mul64(uint64(units), uint64(w)*uint64(time.Second))
 	if hi >= uint64(window) {
-		return maxSFInteger, w
+		return sfv.MaxInteger, w
 	}
 	quo, _ := bits.Div64(hi, lo, uint64(window))
-	return int64(min(quo, maxSFInteger)), w
+	return int64(min(quo, sfv.MaxInteger)), w
 }
 
 // DecisionQuota is Quota for the limit d decided. For a calendar limit, q is Rate and w
@@ -87,7 +83,7 @@ func Quota(l sluice.Limit) (q, w int64) {
 // the period holding the local clock's now is advertised then.
 func DecisionQuota(d sluice.Decision) (q, w int64) {
 	if !d.Limit.Calendar.IsZero() && d.Window > 0 {
-		return min(d.Limit.Rate, maxSFInteger), ceilSeconds(d.Window)
+		return min(d.Limit.Rate, sfv.MaxInteger), ceilSeconds(d.Window)
 	}
 	return Quota(d.Limit)
 }
@@ -101,10 +97,11 @@ func effectiveWindow(d sluice.Decision) int64 {
 	return ceilSeconds(d.ResetAfter)
 }
 
-// policyItems caches serialized RateLimit-Policy items without a partition key, which
-// depend only on the policy's name and Limit: at most one per (policy, tier or override)
-// of the configuration.
-type policyItems struct{ m sync.Map } // policyItemKey -> string
+// policyItems caches, per policy name and Limit (at most one per policy, tier or
+// override of the configuration), the serialized RateLimit-Policy item without a
+// partition key and the policy name as an RFC 9651 String, the start of its RateLimit
+// item.
+type policyItems struct{ m sync.Map } // policyItemKey -> *policyItem
 
 type policyItemKey struct {
 	name   string
@@ -112,32 +109,33 @@ type policyItemKey struct {
 	window time.Duration // a calendar period's length (DecisionQuota)
 }
 
-// item returns the RFC 9651 serialization of d's RateLimit-Policy item.
-func (c *policyItems) item(d *PolicyDecision) (string, error) {
+type policyItem struct {
+	policy string // the RateLimit-Policy item, without pk
+	name   string // the name as an sf-string
+}
+
+// item returns d's cached serializations.
+func (c *policyItems) item(d *PolicyDecision) *policyItem {
 	k := policyItemKey{d.Policy, d.Limit, d.Window}
-	if !d.partitionKey {
-		if v, ok := c.m.Load(k); ok {
-			return v.(string), nil
-		}
+	if v, ok := c.m.Load(k); ok {
+		return v.(*policyItem)
 	}
+	it := &policyItem{name: string(sfv.AppendString(nil, d.Policy))}
+	it.policy = string(appendPolicyParams([]byte(it.name), d))
+	v, _ := c.m.LoadOrStore(k, it)
+	return v.(*policyItem)
+}
+
+// appendPolicyParams appends the parameters of d's RateLimit-Policy item but pk.
+func appendPolicyParams(b []byte, d *PolicyDecision) []byte {
 	q, w := DecisionQuota(d.Decision)
-	pi := httpsfv.NewItem(d.Policy)
-	pi.Params.Add("q", q)
+	b = sfv.AppendIntParam(b, "q", q)
 	if d.Limit.Algorithm == sluice.Concurrency {
 		// draft-ietf-httpapi-ratelimit-headers: the quota unit of a limit on requests
 		// in flight; a window does not apply.
-		pi.Params.Add("qu", "concurrent-requests")
-	} else {
-		pi.Params.Add("w", w)
+		return append(b, `;qu="concurrent-requests"`...)
 	}
-	if d.partitionKey {
-		pi.Params.Add("pk", []byte(d.Identity.String()))
-	}
-	v, err := httpsfv.Marshal(httpsfv.List{pi})
-	if err == nil && !d.partitionKey {
-		c.m.Store(k, v)
-	}
-	return v, err
+	return sfv.AppendIntParam(b, "w", w)
 }
 
 // Advertised reports whether d's counts belong in the RateLimit field. A decision that
@@ -148,30 +146,39 @@ func Advertised(d sluice.Decision) bool { return d.Path != sluice.PathOpen }
 
 // writeHeaders sets RateLimit-Policy, RateLimit, the legacy fields when asked for, and
 // Retry-After when retryAfter > 0 (seconds; the response is a refusal). An empty decision
-// list sets nothing. Each field is an RFC 9651 List serialized by httpsfv, one member per
-// decision; RateLimit-Policy members come from cache, joined with ", " as RFC 9651 §4.1.1
-// serializes a List.
-func writeHeaders(h http.Header, cache *policyItems, ds []PolicyDecision, retryAfter int64, legacy bool) error {
+// list sets nothing. Each field is an RFC 9651 List, one member per decision, serialized
+// as §4.1.1 does (members joined with ", "); RateLimit-Policy members without a
+// partition key come from cache.
+func writeHeaders(h http.Header, cache *policyItems, ds []PolicyDecision, retryAfter int64, legacy bool) {
 	if len(ds) == 0 {
 		if retryAfter > 0 {
-			h.Set(HeaderRetryAfter, strconv.FormatInt(retryAfter, 10))
+			h[HeaderRetryAfter] = []string{strconv.FormatInt(retryAfter, 10)}
 		}
-		return nil
+		return
 	}
-	var policies strings.Builder
-	limits := make(httpsfv.List, 0, len(ds))
+	// Both fields are built in one buffer, and set from one string and one slice.
+	var buf [256]byte
+	b := buf[:0]
+	var found [4]*policyItem // the items of the first decisions, for the second loop
+	for i := range ds {
+		d := &ds[i]
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		it := cache.item(d)
+		if i < len(found) {
+			found[i] = it
+		}
+		b = append(b, it.policy...)
+		if d.partitionKey {
+			b = sfv.AppendBytesParam(b, "pk", d.Identity.String())
+		}
+	}
+	policyEnd := len(b)
 	tightest := -1
 	var tightT int64
 	for i := range ds {
 		d := &ds[i]
-		pi, err := cache.item(d)
-		if err != nil {
-			return err
-		}
-		if i > 0 {
-			policies.WriteString(", ")
-		}
-		policies.WriteString(pi)
 		if !Advertised(d.Decision) {
 			continue
 		}
@@ -181,38 +188,54 @@ func writeHeaders(h http.Header, cache *policyItems, ds []PolicyDecision, retryA
 			// (draft-ietf-httpapi-ratelimit-headers-11 §6).
 			t = min(t, retryAfter)
 		}
-		li := httpsfv.NewItem(d.Policy)
-		li.Params.Add("r", min(d.Remaining, maxSFInteger))
-		li.Params.Add("t", t)
-		if d.partitionKey {
-			li.Params.Add("pk", []byte(d.Identity.String()))
+		if len(b) > policyEnd {
+			b = append(b, ", "...)
 		}
-		limits = append(limits, li)
+		it := found[min(i, len(found)-1)]
+		if i >= len(found) {
+			it = cache.item(d)
+		}
+		b = append(b, it.name...)
+		b = sfv.AppendIntParam(b, "r", d.Remaining)
+		b = sfv.AppendIntParam(b, "t", t)
+		if d.partitionKey {
+			b = sfv.AppendBytesParam(b, "pk", d.Identity.String())
+		}
 		// The legacy fields describe one policy: the one that denied with the longest
 		// wait, else the one with the least remaining (ties: the longest window).
 		if tightest < 0 || tighter(d, &ds[tightest], t, tightT) {
 			tightest, tightT = i, t
 		}
 	}
-	h.Set(HeaderRateLimitPolicy, policies.String())
-	if len(limits) > 0 {
-		lv, err := httpsfv.Marshal(limits)
-		if err != nil {
-			return err
-		}
-		h.Set(HeaderRateLimit, lv)
+	all := string(b)
+	vals := make([]string, 2, 2+3*btoi(legacy)+btoi(retryAfter > 0))
+	vals[0] = all[:policyEnd]
+	h[HeaderRateLimitPolicy] = vals[0:1:1]
+	if len(all) > policyEnd {
+		vals[1] = all[policyEnd:]
+		h[HeaderRateLimit] = vals[1:2:2]
+	}
+	set := func(name string, v int64) {
+		vals = append(vals, strconv.FormatInt(v, 10))
+		h[name] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
 	if legacy && tightest >= 0 {
 		d := &ds[tightest]
 		q, _ := DecisionQuota(d.Decision)
-		h.Set(HeaderXRateLimitLimit, strconv.FormatInt(q, 10))
-		h.Set(HeaderXRateLimitRemaining, strconv.FormatInt(d.Remaining, 10))
-		h.Set(HeaderXRateLimitReset, strconv.FormatInt(tightT, 10))
+		set(HeaderXRateLimitLimit, q)
+		set(HeaderXRateLimitRemaining, d.Remaining)
+		set(HeaderXRateLimitReset, tightT)
 	}
 	if retryAfter > 0 {
-		h.Set(HeaderRetryAfter, strconv.FormatInt(retryAfter, 10))
+		set(HeaderRetryAfter, retryAfter)
 	}
-	return nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func tighter(a, b *PolicyDecision, at, bt int64) bool {

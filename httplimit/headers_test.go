@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/sfv"
 	"github.com/sluicehq/sluice/keys"
 )
 
@@ -22,7 +23,7 @@ func TestQuota(t *testing.T) {
 		{sluice.Limit{Rate: 5, Period: 100 * time.Millisecond}, 50, 1},
 		{sluice.Limit{Rate: 3, Period: 1500 * time.Millisecond}, 4, 2}, // 3 per 1.5s = 4 per 2s
 		{sluice.Limit{Rate: 7, Period: 2500 * time.Millisecond}, 8, 3}, // floor(8.4)
-		{sluice.Limit{Algorithm: sluice.FixedWindow, Rate: sluice.MaxRate, Period: time.Microsecond}, maxSFInteger, 1},
+		{sluice.Limit{Algorithm: sluice.FixedWindow, Rate: sluice.MaxRate, Period: time.Microsecond}, sfv.MaxInteger, 1},
 		{sluice.Limit{}, 0, 0},
 	}
 	for _, tt := range tests {

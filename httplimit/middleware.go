@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dunglas/httpsfv"
@@ -288,12 +289,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		if !res.Allowed {
 			retry = max(1, ceilSeconds(res.RetryAfter))
 		}
-		if err := writeHeaders(w.Header(), &m.items, m.advertised(res.Decisions), retry, m.cfg.LegacyHeaders); err != nil {
-			// Names are checked by New and every integer is clamped, so this is a bug;
-			// answer like any undecidable request rather than guess.
-			m.fail(w, r, fmt.Errorf("%w: writing headers: %v", sluice.ErrInvalidLimit, err))
-			return
-		}
+		writeHeaders(w.Header(), &m.items, m.advertised(res.Decisions), retry, m.cfg.LegacyHeaders)
 		if !res.Allowed {
 			m.cfg.Limited(w, r, res)
 			return
@@ -434,6 +430,28 @@ type pending struct {
 	d PolicyDecision
 }
 
+// pendings is a request's pending items, reused across requests through pendingPool
+// (none is kept after decide returns); maxPooledPending bounds what goes back.
+type pendings struct{ items []pending }
+
+var pendingPool = sync.Pool{New: func() any { return new(pendings) }}
+
+const maxPooledPending = 64
+
+// newResult returns a Result with room for n decisions: for one decision, the usual
+// case, in one allocation with it.
+func newResult(n int) *Result {
+	if n == 1 {
+		r := new(struct {
+			res Result
+			ds  [1]PolicyDecision
+		})
+		r.res.Decisions = r.ds[:0:1]
+		return &r.res
+	}
+	return &Result{Decisions: make([]PolicyDecision, 0, n)}
+}
+
 func itemOf(p *pending) *evaluator.Item { return &p.Item }
 
 // spanName is the name of a request's decision span.
@@ -448,7 +466,15 @@ func (m *Middleware) decide(r *http.Request, sp span.Span) (_ *Result, err error
 	if m.cfg.Tier != nil {
 		tier = m.cfg.Tier(r)
 	}
-	items := make([]pending, 0, len(m.policies))
+	pb := pendingPool.Get().(*pendings)
+	items := pb.items[:0]
+	defer func() {
+		clear(items) // drop the request's strings
+		if cap(items) <= maxPooledPending {
+			pb.items = items[:0]
+			pendingPool.Put(pb)
+		}
+	}()
 	var out evaluator.Outcome
 	defer func() {
 		if sp.On() {
@@ -515,7 +541,8 @@ func (m *Middleware) decide(r *http.Request, sp span.Span) (_ *Result, err error
 			m.cfg.Logger.LogAttrs(ctx, slog.LevelError, "shadow rate limit not decided", attrs...)
 		}
 	}
-	res := &Result{Allowed: out.Allowed, RetryAfter: out.RetryAfter, Decisions: make([]PolicyDecision, 0, len(items))}
+	res := newResult(len(items))
+	res.Allowed, res.RetryAfter = out.Allowed, out.RetryAfter
 	for i := range items {
 		it := &items[i]
 		if !it.Decided {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"time"
@@ -177,7 +178,19 @@ func Global() KeyFunc {
 
 // Header returns an extractor for ByAPIKey that reads the named request header.
 func Header(name string) func(*http.Request) string {
-	return func(r *http.Request) string { return strings.TrimSpace(r.Header.Get(name)) }
+	return headerOf(name)
+}
+
+// headerOf returns a function that reads the named header as Header.Get does, with the
+// name made canonical once.
+func headerOf(name string) func(*http.Request) string {
+	key := textproto.CanonicalMIMEHeaderKey(name)
+	return func(r *http.Request) string {
+		if v := r.Header[key]; len(v) > 0 {
+			return strings.TrimSpace(v[0])
+		}
+		return ""
+	}
 }
 
 // TrustedHeader returns a Config.Tier (or ByUser) function that reads the named header
@@ -186,11 +199,12 @@ func Header(name string) func(*http.Request) string {
 // sending the header itself. The proxy must set the header on every request, replacing
 // whatever the client sent.
 func TrustedHeader(c *keys.ClientIP, name string) func(*http.Request) string {
+	get := headerOf(name)
 	return func(r *http.Request) string {
 		if c == nil || !c.Trusted(r) {
 			return ""
 		}
-		return strings.TrimSpace(r.Header.Get(name))
+		return get(r)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/sfv"
 )
 
 // rateLimitHeaders returns the RateLimit-Policy and RateLimit fields
@@ -77,7 +78,7 @@ func appendMember1(b []byte, name, k1 string, v1 int64) []byte {
 	if len(b) > 0 {
 		b = append(b, ", "...)
 	}
-	b = appendSFString(b, name)
+	b = sfv.AppendString(b, name)
 	b = append(b, k1...)
 	return strconv.AppendInt(b, v1, 10)
 }
@@ -88,7 +89,7 @@ func appendMember(b []byte, name, k1 string, v1 int64, k2 string, v2 int64) []by
 	if len(b) > 0 {
 		b = append(b, ", "...)
 	}
-	b = appendSFString(b, name)
+	b = sfv.AppendString(b, name)
 	b = append(b, k1...)
 	b = strconv.AppendInt(b, v1, 10)
 	b = append(b, k2...)
@@ -96,30 +97,7 @@ func appendMember(b []byte, name, k1 string, v1 int64, k2 string, v2 int64) []by
 }
 
 // maxSFInteger is the largest Integer RFC 9651 can carry.
-const maxSFInteger = 999_999_999_999_999
-
-// appendSFString appends s as an RFC 9651 String: quoted, with '"' and '\' escaped.
-// Bytes a String cannot hold (outside printable ASCII) are written as %XX, so any
-// descriptor value gives a valid field.
-func appendSFString(b []byte, s string) []byte {
-	b = append(b, '"')
-	from := 0 // s[from:i] is plain and not yet written
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c <= 0x7e && c != '"' && c != '\\' {
-			continue
-		}
-		b = append(b, s[from:i]...)
-		from = i + 1
-		if c == '"' || c == '\\' {
-			b = append(b, '\\', c)
-			continue
-		}
-		b = append(b, '%', "0123456789ABCDEF"[c>>4], "0123456789ABCDEF"[c&15])
-	}
-	b = append(b, s[from:]...)
-	return append(b, '"')
-}
+const maxSFInteger = sfv.MaxInteger
 
 // ceilSeconds rounds d up to whole seconds; d <= 0 gives 0.
 func ceilSeconds(d time.Duration) int64 {

@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -69,9 +70,10 @@ type Proxy struct {
 
 	hashers *hashers
 
-	mu    sync.Mutex
-	built *config.Config
-	h     http.Handler
+	// cur is the middleware of the configuration it was built for; mu serializes
+	// rebuilds, and requests read cur without it.
+	mu  sync.Mutex
+	cur atomic.Pointer[builtHandler]
 
 	ovr *overrideCache // nil without ProxyOptions.Overrides
 }
@@ -107,13 +109,32 @@ func NewProxy(opts ProxyOptions) (*Proxy, error) {
 			pr.SetXForwarded()
 			tracer.Inject(pr.In.Context(), propagation.HeaderCarrier(pr.Out.Header))
 		},
-		Transport: opts.Transport,
-		ErrorLog:  slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
+		Transport:  opts.Transport,
+		BufferPool: copyBuffers{},
+		ErrorLog:   slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
 	}
 	if _, err := p.handler(); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// copyBufferSize is the size of the buffers a Proxy copies response bodies through:
+// httputil.ReverseProxy's own, which it would otherwise allocate for every response.
+const copyBufferSize = 32 << 10
+
+// copyBuffers is the httputil.BufferPool of a Proxy: buffers of copyBufferSize reused
+// across responses.
+type copyBuffers struct{}
+
+var copyBufferPool = sync.Pool{New: func() any { return new([copyBufferSize]byte) }}
+
+func (copyBuffers) Get() []byte { return copyBufferPool.Get().(*[copyBufferSize]byte)[:] }
+
+func (copyBuffers) Put(b []byte) {
+	if len(b) == copyBufferSize {
+		copyBufferPool.Put((*[copyBufferSize]byte)(b))
+	}
 }
 
 // DefaultUpstreamIdleConns is the size of the pool of idle upstream connections unless
@@ -148,27 +169,40 @@ func (p *Proxy) config() *config.Config {
 	return p.opts.Config
 }
 
+// builtHandler is the middleware built for one configuration (h nil when the first
+// configuration could not be applied).
+type builtHandler struct {
+	cfg *config.Config
+	h   http.Handler
+}
+
 // handler returns the middleware for the configuration in force, rebuilding it after a
 // reload.
 func (p *Proxy) handler() (http.Handler, error) {
 	cfg := p.config()
+	if b := p.cur.Load(); b != nil && b.cfg == cfg && b.h != nil {
+		return b.h, nil
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if cfg == p.built {
-		return p.h, nil
+	prev := p.cur.Load()
+	if prev != nil && prev.cfg == cfg {
+		return prev.h, nil
 	}
 	mw, err := p.build(cfg)
 	if err != nil {
-		p.built = cfg // report once per configuration
-		if p.h == nil {
+		if prev == nil || prev.h == nil {
+			p.cur.Store(&builtHandler{cfg: cfg})
 			return nil, err
 		}
 		p.opts.Logger.Error("proxy keeps its previous policies: the new configuration cannot be applied",
 			slog.String("error", err.Error()))
-		return p.h, nil
+		p.cur.Store(&builtHandler{cfg: cfg, h: prev.h}) // report once per configuration
+		return prev.h, nil
 	}
-	p.built, p.h = cfg, mw.Handler(p.proxy)
-	return p.h, nil
+	h := mw.Handler(p.proxy)
+	p.cur.Store(&builtHandler{cfg: cfg, h: h})
+	return h, nil
 }
 
 func (p *Proxy) build(cfg *config.Config) (*httplimit.Middleware, error) {

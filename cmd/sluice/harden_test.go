@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -221,43 +222,58 @@ func TestTimeoutDefaults(t *testing.T) {
 	}
 }
 
-// TestBinaryPprofCmdlineRedacted: the built binary's /debug/pprof/cmdline shows the
-// command line with the --redis password redacted.
+// TestBinaryPprofCmdlineRedacted: the built binary's /debug/pprof/cmdline, served by
+// serve and by proxy with --pprof, shows the command line with the --redis password
+// redacted.
 func TestBinaryPprofCmdlineRedacted(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "sluice")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	const secret = "hunter2-s3cret"
-	for _, form := range [][]string{{"--redis", "redis://:" + secret + "@127.0.0.1:1"}, {"--redis=redis://u:" + secret + "@127.0.0.1:1"}} {
-		args := append([]string{"serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--pprof", "127.0.0.1:0", "--log-format", "json"}, form...)
-		cmd := exec.Command(bin, args...)
-		stderr, _ := cmd.StderrPipe()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
+	commands := [][]string{
+		{"serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"},
+		{"proxy", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1"},
+	}
+	for _, command := range commands {
+		for _, form := range [][]string{{"--redis", "redis://:" + secret + "@127.0.0.1:1"}, {"--redis=redis://u:" + secret + "@127.0.0.1:1"}} {
+			form = append(slices.Clone(command), form...)
+			pprofCmdline(t, bin, secret, form)
 		}
-		addr := ""
-		sc := bufio.NewScanner(stderr)
-		for addr == "" && sc.Scan() {
-			var m map[string]any
-			if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == "serving pprof" {
-				addr, _ = m["addr"].(string)
-			}
+	}
+}
+
+// pprofCmdline runs bin with form and --pprof, and checks what /debug/pprof/cmdline
+// shows.
+func pprofCmdline(t *testing.T, bin, secret string, form []string) {
+	t.Helper()
+	args := append(slices.Clone(form), "--pprof", "127.0.0.1:0", "--log-format", "json")
+	cmd := exec.Command(bin, args...)
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addr := ""
+	sc := bufio.NewScanner(stderr)
+	for addr == "" && sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == "serving pprof" {
+			addr, _ = m["addr"].(string)
 		}
-		go io.Copy(io.Discard, stderr)
-		if addr == "" {
-			cmd.Process.Kill()
-			t.Fatal("no pprof address logged")
-		}
-		got := httpGet(t, "http://"+addr+"/debug/pprof/cmdline")
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-		if strings.Contains(got, secret) {
-			t.Errorf("%v: /debug/pprof/cmdline shows the password: %q", form, got)
-		}
-		if !strings.Contains(got, "127.0.0.1:1") || !strings.Contains(got, "--pprof") {
-			t.Errorf("%v: /debug/pprof/cmdline lost the command line: %q", form, got)
-		}
+	}
+	go io.Copy(io.Discard, stderr)
+	if addr == "" {
+		cmd.Process.Kill()
+		t.Fatal("no pprof address logged")
+	}
+	got := httpGet(t, "http://"+addr+"/debug/pprof/cmdline")
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+	if strings.Contains(got, secret) {
+		t.Errorf("%v: /debug/pprof/cmdline shows the password: %q", form, got)
+	}
+	if !strings.Contains(got, "127.0.0.1:1") || !strings.Contains(got, "--pprof") {
+		t.Errorf("%v: /debug/pprof/cmdline lost the command line: %q", form, got)
 	}
 }
 

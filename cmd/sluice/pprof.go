@@ -9,12 +9,32 @@ import (
 	"strings"
 	"time"
 
+	"github.com/urfave/cli/v3"
+
 	"github.com/sluicehq/sluice/stack"
 )
 
 // defaultPprofWriteTimeout is the pprof listener's write timeout: above the 30 s of a
 // default CPU profile, so /debug/pprof/profile works as documented.
 const defaultPprofWriteTimeout = 60 * time.Second
+
+// pprofFlags are the profiling flags of serve and proxy.
+func pprofFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "pprof", Usage: "serve Go's net/http/pprof profiles on this `ADDR`ess (keep it on loopback); empty disables it", Sources: cli.EnvVars("SLUICE_PPROF_ADDR")},
+		&cli.DurationFlag{Name: "pprof-write-timeout", Value: defaultPprofWriteTimeout, Usage: "the longest the pprof listener writes one answer: a CPU profile or trace may ask for at most this many seconds", Sources: cli.EnvVars("SLUICE_PPROF_WRITE_TIMEOUT")},
+	}
+}
+
+// pprofFromFlags serves pprof as the flags of pprofFlags say; stop ends it (and does
+// nothing when --pprof is empty).
+func pprofFromFlags(c *cli.Command, log *slog.Logger) (stop func(), err error) {
+	a := c.String("pprof")
+	if a == "" {
+		return func() {}, nil
+	}
+	return servePprof(a, c.Duration("pprof-write-timeout"), log)
+}
 
 // servePprof serves Go's profiling endpoints on addr until stop is called. The listener
 // reads a request within 10 s and writes an answer within writeTimeout (a profile or

@@ -28,6 +28,7 @@ func proxyCommand() *cli.Command {
 	}
 	flags = append(flags, listenTLSFlags()...)
 	flags = append(flags, commonFlags()...)
+	flags = append(flags, pprofFlags()...)
 	flags = append(flags, logFlags()...)
 	return &cli.Command{
 		Name:  "proxy",
@@ -114,6 +115,13 @@ func proxy(ctx context.Context, c *cli.Command) error {
 	}
 
 	defer reloadOnSIGHUP(ctx, w, log)()
+	stopPprof, err := pprofFromFlags(c, log)
+	if err != nil {
+		ln.Close()
+		cancel()
+		return errors.Join(err, <-adminDone)
+	}
+	defer stopPprof()
 
 	log.Info("sluice proxy starting", slog.String("version", version()), slog.String("listen", ln.Addr().String()),
 		slog.Bool("tls", tlsCfg != nil), slog.String("upstream", up.Redacted()), slog.String("store", st.Kind()), slog.String("config", describeConfig(w)))

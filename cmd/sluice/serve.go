@@ -43,14 +43,13 @@ func serveCommand() *cli.Command {
 		&cli.BoolFlag{Name: "shadow-mode", Usage: "answer every request as allowed while still deciding, counting and reporting limits (the reference implementation's SHADOW_MODE)", Sources: cli.EnvVars("SLUICE_SHADOW_MODE")},
 		&cli.StringFlag{Name: "admin-token-file", Usage: "read the admin token (for /v1/reset and /v1/config) from this `FILE` on every admin request, instead of the configuration's admin block (default: $SLUICE_ADMIN_TOKEN). Without a token, admin endpoints refuse every request", Sources: cli.EnvVars("SLUICE_ADMIN_TOKEN_FILE")},
 		&cli.DurationFlag{Name: "shutdown-timeout", Value: server.DefaultShutdownTimeout, Usage: "on SIGTERM or SIGINT, how long to wait for requests in flight", Sources: cli.EnvVars("SLUICE_SHUTDOWN_TIMEOUT")},
-		&cli.StringFlag{Name: "pprof", Usage: "serve Go's net/http/pprof profiles on this `ADDR`ess (keep it on loopback); empty disables it", Sources: cli.EnvVars("SLUICE_PPROF_ADDR")},
-		&cli.DurationFlag{Name: "pprof-write-timeout", Value: defaultPprofWriteTimeout, Usage: "the longest the pprof listener writes one answer: a CPU profile or trace may ask for at most this many seconds", Sources: cli.EnvVars("SLUICE_PPROF_WRITE_TIMEOUT")},
 		&cli.DurationFlag{Name: "http-read-timeout", Value: server.DefaultHTTPTimeouts.Read, Usage: "the longest the HTTP API reads one request, body included", Sources: cli.EnvVars("SLUICE_HTTP_READ_TIMEOUT")},
 		&cli.DurationFlag{Name: "http-write-timeout", Value: server.DefaultHTTPTimeouts.Write, Usage: "the longest the HTTP API takes to write one answer, from the end of its request's headers", Sources: cli.EnvVars("SLUICE_HTTP_WRITE_TIMEOUT")},
 		&cli.IntFlag{Name: "max-descriptors", Usage: fmt.Sprintf("refuse a rate limit request (gRPC InvalidArgument, HTTP 400) of more descriptors than this (0: the configuration's store.request_limits, else %d)", config.DefaultMaxDescriptors), Sources: cli.EnvVars("SLUICE_MAX_DESCRIPTORS")},
 		&cli.IntFlag{Name: "max-entries", Usage: fmt.Sprintf("refuse a rate limit request with a descriptor of more entries than this (0: the configuration's, else %d)", config.DefaultMaxEntries), Sources: cli.EnvVars("SLUICE_MAX_ENTRIES")},
 		&cli.IntFlag{Name: "max-request-bytes", Usage: fmt.Sprintf("refuse a rate limit request whose descriptors' keys and values exceed this many bytes, and a JSON body of more than this plus 64 KiB (0: the configuration's, else %d)", config.DefaultMaxBytes), Sources: cli.EnvVars("SLUICE_MAX_REQUEST_BYTES")},
 	)
+	flags = append(flags, pprofFlags()...)
 	flags = append(flags, logFlags()...)
 	return &cli.Command{
 		Name:  "serve",
@@ -146,13 +145,11 @@ func serve(ctx context.Context, c *cli.Command) error {
 	if listenHook != nil {
 		listenHook(addrOf(hl), addrOf(gl))
 	}
-	if a := c.String("pprof"); a != "" {
-		stop, err := servePprof(a, c.Duration("pprof-write-timeout"), log)
-		if err != nil {
-			return err
-		}
-		defer stop()
+	stopPprof, err := pprofFromFlags(c, log)
+	if err != nil {
+		return err
 	}
+	defer stopPprof()
 	attrs := []any{
 		slog.String("version", version()),
 		slog.String("store", st.Kind()),
