@@ -414,9 +414,8 @@ func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error
 
 // Release implements sluice.Limiter. An emptied lease set stays until the sweeper
 // deletes it, as expired state does.
-func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, lease string) (bool, error) {
-	id, err := sluice.CheckRelease(key, limit, lease)
-	if err != nil {
+func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, lease sluice.LeaseID) (bool, error) {
+	if err := sluice.CheckRelease(key, limit, lease); err != nil {
 		return false, err
 	}
 	r, err := s.class(limit)
@@ -426,7 +425,7 @@ func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, lea
 	if s.closed.Load() {
 		return false, sluice.ErrClosed
 	}
-	return release(r.c, key, s.hash(key), s.now(), id), nil
+	return release(r.c, key, s.hash(key), s.now(), uint64(lease)), nil
 }
 
 // Decide implements sluice.Limiter: the requests are decided under the locks of all their

@@ -254,14 +254,7 @@ func (r Result) Decision(l sluice.Limit) sluice.Decision {
 		Remaining:  r.Remaining,
 		ResetAfter: time.Duration(r.ResetAfter) * time.Microsecond,
 		RetryAfter: time.Duration(r.RetryAfter) * time.Microsecond,
-		Lease:      formatLease(r.Lease),
+		Lease:      sluice.LeaseID(r.Lease),
 		Window:     time.Duration(r.Window) * time.Microsecond,
 	}
-}
-
-func formatLease(id uint64) string {
-	if id == 0 {
-		return ""
-	}
-	return sluice.FormatLease(id)
 }
