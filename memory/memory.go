@@ -106,6 +106,7 @@ type Store struct {
 type classRef struct {
 	limit sluice.Limit
 	c     class
+	more  outcomer    // c, when its decisions carry more than algo.Result; else nil
 	gone  atomic.Bool // set when c is retired (class.retire); c reads it too
 	used  atomic.Bool // looked up since the sweeper's last visit
 }
@@ -279,6 +280,7 @@ func (s *Store) addClass(limit sluice.Limit) *classRef {
 	}
 	r := &classRef{limit: limit}
 	r.c = newClass(s, limit, s.nextID, &r.gone)
+	r.more, _ = r.c.(outcomer)
 	s.nextID++
 	next := maps.Clone(old)
 	next[limit] = r
@@ -332,11 +334,26 @@ func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n in
 	if s.closed.Load() {
 		return sluice.Decision{}, sluice.ErrClosed
 	}
+	if r.more != nil {
+		return s.allowOutcome(ctx, r, key, limit, n)
+	}
 	res := r.c.decide(key, s.hash(key), s.now(), n)
 	if r.gone.Load() || s.maxKeys > 0 {
 		return s.afterDecide(ctx, r, key, limit, n, res)
 	}
 	return res.Decision(limit), nil
+}
+
+// allowOutcome is AllowN for a class whose decisions carry more than algo.Result.
+func (s *Store) allowOutcome(ctx context.Context, r *classRef, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
+	o := r.more.outcome(key, s.hash(key), s.now(), n, true, false)
+	if r.gone.Load() {
+		return s.AllowN(ctx, key, limit, n)
+	}
+	if s.maxKeys > 0 && s.keys.Load() > s.maxKeys {
+		s.evictOver(classKey{r, key})
+	}
+	return o.Decision(limit), nil
 }
 
 // afterDecide is AllowN's rare work after a decision, kept out of its path: deciding again
@@ -349,6 +366,15 @@ func (s *Store) afterDecide(ctx context.Context, r *classRef, key string, limit 
 		s.evictOver(classKey{r, key})
 	}
 	return res.Decision(limit), nil
+}
+
+// decideLocked decides with the shard lock held, through the class's outcome when it has
+// one; it spends only if commit.
+func (r *classRef) decideLocked(key string, h uint64, now, n int64, commit bool) algo.Outcome {
+	if r.more != nil {
+		return r.more.outcome(key, h, now, n, commit, true)
+	}
+	return algo.Outcome{Result: r.c.decideLocked(key, h, now, n, commit)}
 }
 
 // victim is the entry eviction has found closest to empty so far, and its class.
@@ -524,7 +550,7 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 	now := s.now()
 	all := true
 	for i, it := range items {
-		r := it.r.c.decideLocked(reqs[i].Key, it.h, now, reqs[i].N, false)
+		r := it.r.decideLocked(reqs[i].Key, it.h, now, reqs[i].N, false)
 		all = all && r.Allowed
 		out[i] = r.Decision(reqs[i].Limit)
 	}
@@ -533,7 +559,7 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 			if out[i].Allowed {
 				// It would have passed alone, but nothing is spent: report the state as
 				// it is (Remaining and ResetAfter after this call), not as if spent.
-				r := it.r.c.decideLocked(reqs[i].Key, it.h, now, 0, false)
+				r := it.r.decideLocked(reqs[i].Key, it.h, now, 0, false)
 				out[i] = r.Decision(reqs[i].Limit)
 				out[i].RetryAfter = 0
 			}
@@ -543,10 +569,10 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 	}
 	for i, it := range items {
 		if reqs[i].N > 0 {
-			r := it.r.c.decideLocked(reqs[i].Key, it.h, now, reqs[i].N, true)
+			r := it.r.decideLocked(reqs[i].Key, it.h, now, reqs[i].N, true)
 			out[i] = r.Decision(reqs[i].Limit)
 			if reqs[i].SettleTTL > 0 {
-				out[i].Reservation = s.res.record(&reqs[i], now, r)
+				out[i].Reservation = s.res.record(&reqs[i], now, r.Result)
 			}
 		}
 	}

@@ -703,7 +703,7 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 	}
 	c := getCall(ctx)
 	c.items = items
-	c.res = make([]algo.Result, len(items))
+	c.res = make([]algo.Outcome, len(items))
 	if err := s.submit(ctx, cn, c); err != nil {
 		return err
 	}
