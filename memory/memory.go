@@ -251,16 +251,18 @@ func (s *Store) sweepTime(now int64) {
 // Validate gets a class, so finding one proves the limit valid. The map holds the same
 // *classRef that last points at, so switching between limits allocates nothing. A class
 // the sweeper retired is replaced by a new one (see retireIdle).
-func (s *Store) class(limit sluice.Limit) (*classRef, error) {
+//
+// limit is a pointer only so that the Limit is not copied on a decision's path.
+func (s *Store) class(limit *sluice.Limit) (*classRef, error) {
 	r := s.last.Load()
-	if r == nil || r.limit != limit || r.gone.Load() {
+	if r == nil || !sameLimit(&r.limit, limit) || r.gone.Load() {
 		var ok bool
-		r, ok = (*s.classes.Load())[limit]
+		r, ok = (*s.classes.Load())[*limit]
 		if !ok || r.gone.Load() {
 			if err := limit.Validate(); err != nil {
 				return nil, err
 			}
-			r = s.addClass(limit)
+			r = s.addClass(*limit)
 		}
 		s.last.Store(r)
 	}
@@ -268,6 +270,14 @@ func (s *Store) class(limit sluice.Limit) (*classRef, error) {
 		r.used.Store(true)
 	}
 	return r, nil
+}
+
+// sameLimit is *a == *b written out field by field, which the compiler inlines: it
+// compares a struct of more than four fields by calling a function, and this comparison
+// is on every decision's path. TestSameLimitIsEquality keeps it complete.
+func sameLimit(a, b *sluice.Limit) bool {
+	return a.Rate == b.Rate && a.Period == b.Period && a.Burst == b.Burst &&
+		a.Algorithm == b.Algorithm && a.Lease == b.Lease && a.Calendar == b.Calendar
 }
 
 // addClass returns limit's live class, making it if there is none.
@@ -311,7 +321,7 @@ func (s *Store) retireIdle(r *classRef) {
 
 // check validates a request against its class: the same errors as sluice.CheckRequest,
 // without re-validating a limit that already has a class.
-func (s *Store) check(key string, limit sluice.Limit, n int64) (*classRef, error) {
+func (s *Store) check(key string, limit *sluice.Limit, n int64) (*classRef, error) {
 	if key == "" || len(key) > sluice.MaxKeyLen {
 		return nil, sluice.CheckKey(key)
 	}
@@ -320,14 +330,14 @@ func (s *Store) check(key string, limit sluice.Limit, n int64) (*classRef, error
 		return nil, err
 	}
 	if n < 0 || n > r.c.maxCost() {
-		return nil, sluice.CheckRequest(key, limit, n)
+		return nil, sluice.CheckRequest(key, *limit, n)
 	}
 	return r, nil
 }
 
 // AllowN is Decide of one request, without the slices.
 func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
-	r, err := s.check(key, limit, n)
+	r, err := s.check(key, &limit, n)
 	if err != nil {
 		return sluice.Decision{}, err
 	}
@@ -430,7 +440,7 @@ func (s *Store) evictOver(skip ...classKey) {
 
 // Reset implements sluice.Limiter.
 func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error {
-	r, err := s.check(key, limit, 0)
+	r, err := s.check(key, &limit, 0)
 	if err != nil {
 		return err
 	}
@@ -444,7 +454,7 @@ func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, lea
 	if err := sluice.CheckRelease(key, limit, lease); err != nil {
 		return false, err
 	}
-	r, err := s.class(limit)
+	r, err := s.class(&limit)
 	if err != nil {
 		return false, err
 	}
@@ -493,8 +503,9 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 		key   string
 		limit sluice.Limit
 	}]int, len(reqs))
-	for i, r := range reqs {
-		ref, err := s.check(r.Key, r.Limit, r.N)
+	for i := range reqs {
+		r := &reqs[i]
+		ref, err := s.check(r.Key, &r.Limit, r.N)
 		if err == nil {
 			err = sluice.CheckSettleTTL(r.Limit, r.SettleTTL)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -532,4 +533,26 @@ func TestRetirementLosesNoDecision(t *testing.T) {
 		t.Fatal("no class was retired: the test raced nothing")
 	}
 	t.Logf("%d retirements", retired.Load())
+}
+
+// TestSameLimitIsEquality checks that sameLimit tells apart two Limits that differ in any
+// one field, so that a field added to sluice.Limit cannot be left out of it.
+func TestSameLimitIsEquality(t *testing.T) {
+	base := sluice.PerCalendar(5, sluice.Calendar{Unit: sluice.CalendarMonth, Zone: sluice.MustParseZone("Europe/Berlin"), Anchor: 3})
+	other := sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 6, Period: time.Hour, Burst: 7, Lease: time.Second,
+		Calendar: sluice.Calendar{Unit: sluice.CalendarDay}}
+	if !sameLimit(&base, &base) {
+		t.Fatal("a limit differs from itself")
+	}
+	v, o := reflect.ValueOf(&base).Elem(), reflect.ValueOf(other)
+	for i := range v.NumField() {
+		c := base
+		reflect.ValueOf(&c).Elem().Field(i).Set(o.Field(i))
+		if c == base {
+			t.Fatalf("field %s: the test's two limits agree on it", v.Type().Field(i).Name)
+		}
+		if sameLimit(&c, &base) || sameLimit(&base, &c) {
+			t.Errorf("sameLimit misses field %s", v.Type().Field(i).Name)
+		}
+	}
 }

@@ -77,7 +77,7 @@ func (s *Store) Settle(ctx context.Context, key string, limit sluice.Limit, rese
 	if err := sluice.CheckSettle(key, limit, reservation, cost); err != nil {
 		return sluice.Decision{}, err
 	}
-	ref, err := s.class(limit)
+	ref, err := s.class(&limit)
 	if err != nil {
 		return sluice.Decision{}, err
 	}
