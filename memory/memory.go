@@ -107,6 +107,7 @@ type classRef struct {
 	limit sluice.Limit
 	c     class
 	more  outcomer    // c, when its decisions carry more than algo.Result; else nil
+	cost  int64       // c.maxCost(), which check reads on every decision
 	gone  atomic.Bool // set when c is retired (class.retire); c reads it too
 	used  atomic.Bool // looked up since the sweeper's last visit
 }
@@ -291,6 +292,7 @@ func (s *Store) addClass(limit sluice.Limit) *classRef {
 	r := &classRef{limit: limit}
 	r.c = newClass(s, limit, s.nextID, &r.gone)
 	r.more, _ = r.c.(outcomer)
+	r.cost = r.c.maxCost()
 	s.nextID++
 	next := maps.Clone(old)
 	next[limit] = r
@@ -329,7 +331,7 @@ func (s *Store) check(key string, limit *sluice.Limit, n int64) (*classRef, erro
 	if err != nil {
 		return nil, err
 	}
-	if n < 0 || n > r.c.maxCost() {
+	if n < 0 || n > r.cost {
 		return nil, sluice.CheckRequest(key, *limit, n)
 	}
 	return r, nil
