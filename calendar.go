@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	_ "time/tzdata" // calendar zones resolve in a container without /usr/share/zoneinfo
 )
@@ -55,11 +56,11 @@ func ParseCalendarUnit(s string) (CalendarUnit, bool) {
 // past the end of a shorter month means its last day, so 31 is always the last day of
 // the month), for CalendarWeek the ISO weekday (1 Monday – 7 Sunday), for CalendarYear
 // the day of the year (1–366; 366 is 31 December in common years). 0 means 1. It must be
-// 0 for CalendarDay. Zone is an IANA name ("Europe/Berlin"); "" is UTC. Midnight in a zone
-// whose clocks skip it (a DST change at 00:00) is the instant Go's time.Date gives.
+// 0 for CalendarDay. The zero Zone is UTC. Midnight in a zone whose clocks skip it (a DST
+// change at 00:00) is the instant Go's time.Date gives.
 type Calendar struct {
 	Unit   CalendarUnit
-	Zone   string
+	Zone   Zone
 	Anchor int
 }
 
@@ -69,8 +70,8 @@ func (c Calendar) IsZero() bool { return c == Calendar{} }
 // String formats c as "calendar_month Europe/Berlin anchor 15".
 func (c Calendar) String() string {
 	s := c.Unit.String()
-	if c.Zone != "" {
-		s += " " + c.Zone
+	if z := c.Zone.String(); z != "" {
+		s += " " + z
 	}
 	if c.Anchor > 1 {
 		s += fmt.Sprintf(" anchor %d", c.Anchor)
@@ -78,7 +79,8 @@ func (c Calendar) String() string {
 	return s
 }
 
-// Validate reports whether c can bound windows; the error wraps ErrInvalidLimit.
+// Validate reports whether c can bound windows; the error wraps ErrInvalidLimit. Its
+// Zone is valid by construction (see ParseZone).
 func (c Calendar) Validate() error {
 	if c.IsZero() {
 		return nil
@@ -101,36 +103,97 @@ func (c Calendar) Validate() error {
 		}
 		return fmt.Errorf("%w: anchor day %d of %v is outside 1..%d", ErrInvalidLimit, c.Anchor, c.Unit, max)
 	}
-	if _, err := loadZone(c.Zone); err != nil {
-		return fmt.Errorf("%w: zone %q: %v", ErrInvalidLimit, c.Zone, err)
-	}
 	return nil
 }
 
-var zones sync.Map // name -> *time.Location
+// Zone is the time zone of a Calendar: a small comparable handle to a location, made by
+// ParseZone. The zero Zone is UTC. Zones of the same name are equal, so Limits that name
+// the same zone are equal, as a store's state per (key, Limit) needs; the handle holds no
+// pointer, so a Limit stays a plain value that copies and compares cheaply.
+type Zone struct {
+	id uint32 // index into zones.list; 0 is the zero Zone
+}
 
-func loadZone(name string) (*time.Location, error) {
-	if name == "" || name == "UTC" {
-		return time.UTC, nil
+// zones interns every zone ParseZone has resolved, by the name it was given. Only names
+// that time.LoadLocation accepts are interned.
+var zones struct {
+	mu     sync.Mutex
+	byName map[string]Zone
+	list   atomic.Pointer[[]zoneEntry] // append-only; copied on growth
+}
+
+type zoneEntry struct {
+	name string
+	loc  *time.Location
+}
+
+func init() {
+	zones.byName = map[string]Zone{}
+	zones.list.Store(&[]zoneEntry{{name: "", loc: time.UTC}})
+}
+
+// ParseZone returns the Zone of an IANA name ("Europe/Berlin"), as time.LoadLocation
+// reads it; "" is the zero Zone (UTC). An unknown name is an error wrapping
+// ErrInvalidLimit.
+func ParseZone(name string) (Zone, error) {
+	if name == "" {
+		return Zone{}, nil
 	}
-	if v, ok := zones.Load(name); ok {
-		return v.(*time.Location), nil
+	zones.mu.Lock()
+	defer zones.mu.Unlock()
+	if z, ok := zones.byName[name]; ok {
+		return z, nil
 	}
 	loc, err := time.LoadLocation(name)
 	if err != nil {
-		return nil, err
+		return Zone{}, fmt.Errorf("%w: zone %q: %v", ErrInvalidLimit, name, err)
 	}
-	zones.Store(name, loc)
-	return loc, nil
+	list := *zones.list.Load()
+	z := Zone{id: uint32(len(list))}
+	next := append(list[:len(list):len(list)], zoneEntry{name: name, loc: loc})
+	zones.list.Store(&next)
+	zones.byName[name] = z
+	return z, nil
+}
+
+// MustParseZone is ParseZone for names known to be valid, such as literals in a
+// program; it panics on an unknown name.
+func MustParseZone(name string) Zone {
+	z, err := ParseZone(name)
+	if err != nil {
+		panic(err)
+	}
+	return z
+}
+
+func (z Zone) entry() zoneEntry { return (*zones.list.Load())[z.id] }
+
+// String returns the name the Zone was parsed from; "" for the zero Zone.
+func (z Zone) String() string { return z.entry().name }
+
+// Location returns the zone's location; time.UTC for the zero Zone.
+func (z Zone) Location() *time.Location { return z.entry().loc }
+
+// MarshalText implements encoding.TextMarshaler, as String.
+func (z Zone) MarshalText() ([]byte, error) { return []byte(z.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler, as ParseZone.
+func (z *Zone) UnmarshalText(b []byte) error {
+	v, err := ParseZone(string(b))
+	if err != nil {
+		return err
+	}
+	*z = v
+	return nil
 }
 
 // Bounds returns the calendar period holding t: start ≤ t < end. It returns zero times
 // for a Calendar that fails Validate.
 func (c Calendar) Bounds(t time.Time) (start, end time.Time) {
-	loc, err := loadZone(c.Zone)
-	if err != nil || c.Validate() != nil || c.IsZero() {
+	if c.Validate() != nil || c.IsZero() {
 		return time.Time{}, time.Time{}
 	}
+	loc := c.Zone.Location()
 	lt := t.In(loc)
 	y, m, d := lt.Date()
 	start = c.startNear(y, m, d, loc)

@@ -1,6 +1,8 @@
 package sluice_test
 
 import (
+	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -44,23 +46,23 @@ func TestCalendarBounds(t *testing.T) {
 			date(time.UTC, 2028, 1, 1, 0), date(time.UTC, 2029, 1, 1, 0)},
 		{"year anchor 366 in a common year", sluice.Calendar{Unit: sluice.CalendarYear, Anchor: 366}, date(time.UTC, 2027, 12, 31, 1),
 			date(time.UTC, 2027, 12, 31, 0), date(time.UTC, 2028, 12, 31, 0)},
-		{"New York spring forward day is 23h", sluice.Calendar{Unit: sluice.CalendarDay, Zone: "America/New_York"}, date(ny, 2026, 3, 8, 12),
+		{"New York spring forward day is 23h", sluice.Calendar{Unit: sluice.CalendarDay, Zone: sluice.MustParseZone("America/New_York")}, date(ny, 2026, 3, 8, 12),
 			date(ny, 2026, 3, 8, 0), date(ny, 2026, 3, 9, 0)},
-		{"New York fall back day is 25h", sluice.Calendar{Unit: sluice.CalendarDay, Zone: "America/New_York"}, date(ny, 2026, 11, 1, 12),
+		{"New York fall back day is 25h", sluice.Calendar{Unit: sluice.CalendarDay, Zone: sluice.MustParseZone("America/New_York")}, date(ny, 2026, 11, 1, 12),
 			date(ny, 2026, 11, 1, 0), date(ny, 2026, 11, 2, 0)},
-		{"Berlin spring forward", sluice.Calendar{Unit: sluice.CalendarDay, Zone: "Europe/Berlin"}, date(berlin, 2026, 3, 29, 3),
+		{"Berlin spring forward", sluice.Calendar{Unit: sluice.CalendarDay, Zone: sluice.MustParseZone("Europe/Berlin")}, date(berlin, 2026, 3, 29, 3),
 			date(berlin, 2026, 3, 29, 0), date(berlin, 2026, 3, 30, 0)},
-		{"Berlin fall back", sluice.Calendar{Unit: sluice.CalendarDay, Zone: "Europe/Berlin"}, date(berlin, 2026, 10, 25, 2),
+		{"Berlin fall back", sluice.Calendar{Unit: sluice.CalendarDay, Zone: sluice.MustParseZone("Europe/Berlin")}, date(berlin, 2026, 10, 25, 2),
 			date(berlin, 2026, 10, 25, 0), date(berlin, 2026, 10, 26, 0)},
-		{"Berlin March across DST", sluice.Calendar{Unit: sluice.CalendarMonth, Zone: "Europe/Berlin"}, date(berlin, 2026, 3, 31, 23),
+		{"Berlin March across DST", sluice.Calendar{Unit: sluice.CalendarMonth, Zone: sluice.MustParseZone("Europe/Berlin")}, date(berlin, 2026, 3, 31, 23),
 			date(berlin, 2026, 3, 1, 0), date(berlin, 2026, 4, 1, 0)},
 		{"ISO week from Monday", sluice.Calendar{Unit: sluice.CalendarWeek}, date(time.UTC, 2026, 12, 6, 23), // a Sunday
 			date(time.UTC, 2026, 11, 30, 0), date(time.UTC, 2026, 12, 7, 0)},
 		{"week from Wednesday", sluice.Calendar{Unit: sluice.CalendarWeek, Anchor: 3}, date(time.UTC, 2026, 12, 1, 12), // a Tuesday
 			date(time.UTC, 2026, 11, 25, 0), date(time.UTC, 2026, 12, 2, 0)},
-		{"Kiritimati is a day ahead of UTC", sluice.Calendar{Unit: sluice.CalendarDay, Zone: "Pacific/Kiritimati"}, date(time.UTC, 2026, 12, 31, 10),
+		{"Kiritimati is a day ahead of UTC", sluice.Calendar{Unit: sluice.CalendarDay, Zone: sluice.MustParseZone("Pacific/Kiritimati")}, date(time.UTC, 2026, 12, 31, 10),
 			date(kiri, 2027, 1, 1, 0), date(kiri, 2027, 1, 2, 0)},
-		{"Kiritimati new year", sluice.Calendar{Unit: sluice.CalendarYear, Zone: "Pacific/Kiritimati"}, date(time.UTC, 2026, 12, 31, 9),
+		{"Kiritimati new year", sluice.Calendar{Unit: sluice.CalendarYear, Zone: sluice.MustParseZone("Pacific/Kiritimati")}, date(time.UTC, 2026, 12, 31, 9),
 			date(kiri, 2026, 1, 1, 0), date(kiri, 2027, 1, 1, 0)},
 	}
 	for _, tt := range tests {
@@ -97,7 +99,7 @@ func TestCalendarBounds(t *testing.T) {
 // TestCalendarAnchor31 walks an anchor on the 31st through every month of a leap and a
 // common year: each period starts on the month's last day when it has fewer than 31.
 func TestCalendarAnchor31(t *testing.T) {
-	c := sluice.Calendar{Unit: sluice.CalendarMonth, Zone: "Europe/Berlin", Anchor: 31}
+	c := sluice.Calendar{Unit: sluice.CalendarMonth, Zone: sluice.MustParseZone("Europe/Berlin"), Anchor: 31}
 	loc := mustZone(t, "Europe/Berlin")
 	for _, year := range []int{2027, 2028} {
 		for m := time.January; m <= time.December; m++ {
@@ -125,7 +127,6 @@ func TestCalendarValidate(t *testing.T) {
 		{Algorithm: sluice.FixedWindow, Rate: 10, Calendar: sluice.Calendar{Unit: sluice.CalendarMonth, Anchor: 32}},
 		{Algorithm: sluice.FixedWindow, Rate: 10, Calendar: sluice.Calendar{Unit: sluice.CalendarWeek, Anchor: 8}},
 		{Algorithm: sluice.FixedWindow, Rate: 10, Calendar: sluice.Calendar{Unit: sluice.CalendarDay, Anchor: 2}},
-		{Algorithm: sluice.FixedWindow, Rate: 10, Calendar: sluice.Calendar{Unit: sluice.CalendarMonth, Zone: "Mars/Olympus"}},
 		{Algorithm: sluice.FixedWindow, Rate: 0, Calendar: sluice.Calendar{Unit: sluice.CalendarMonth}},
 	}
 	for _, l := range bad {
@@ -133,7 +134,47 @@ func TestCalendarValidate(t *testing.T) {
 			t.Errorf("%v: Validate accepted it", l)
 		}
 	}
-	if err := sluice.PerCalendar(1000, sluice.Calendar{Unit: sluice.CalendarMonth, Zone: "Europe/Berlin", Anchor: 15}).Validate(); err != nil {
+	if err := sluice.PerCalendar(1000, sluice.Calendar{Unit: sluice.CalendarMonth, Zone: sluice.MustParseZone("Europe/Berlin"), Anchor: 15}).Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestZone checks that a Zone is a handle that names its zone: equal for equal names,
+// the zero Zone for "" (UTC), an error for an unknown name, and text that round-trips.
+func TestZone(t *testing.T) {
+	if _, err := sluice.ParseZone("Mars/Olympus"); !errors.Is(err, sluice.ErrInvalidLimit) {
+		t.Errorf("unknown zone: %v, want ErrInvalidLimit", err)
+	}
+	a, b := sluice.MustParseZone("Europe/Berlin"), sluice.MustParseZone("Europe/Berlin")
+	if a != b || a == (sluice.Zone{}) || a == sluice.MustParseZone("America/New_York") {
+		t.Errorf("zones of one name differ, or match another: %v %v", a, b)
+	}
+	if a.String() != "Europe/Berlin" || a.Location().String() != "Europe/Berlin" {
+		t.Errorf("zone names %q, location %v", a.String(), a.Location())
+	}
+	if z, err := sluice.ParseZone(""); err != nil || z != (sluice.Zone{}) || z.Location() != time.UTC || z.String() != "" {
+		t.Errorf(`ParseZone("") = %v, %v`, z, err)
+	}
+	// "UTC" is kept as written, as the Redis store's keys hold it, though it decides as
+	// the zero Zone does.
+	if u := sluice.MustParseZone("UTC"); u == (sluice.Zone{}) || u.String() != "UTC" || u.Location() != time.UTC {
+		t.Errorf("UTC: %v %v", u, u.Location())
+	}
+	type doc struct {
+		Zone sluice.Zone `json:"zone"`
+	}
+	for _, z := range []sluice.Zone{{}, a} {
+		raw, err := json.Marshal(doc{z})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back doc
+		if err := json.Unmarshal(raw, &back); err != nil || back.Zone != z {
+			t.Errorf("%s: round trip gave %v, %v", raw, back.Zone, err)
+		}
+	}
+	var d struct{ Zone sluice.Zone }
+	if err := json.Unmarshal([]byte(`{"Zone":"Mars/Olympus"}`), &d); !errors.Is(err, sluice.ErrInvalidLimit) {
+		t.Errorf("unknown zone in JSON: %v", err)
 	}
 }

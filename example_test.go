@@ -82,3 +82,21 @@ func ExampleLimiter_settle() {
 	// 880
 	// true
 }
+
+// A monthly quota billed from the 15th, counted in Berlin's calendar: the zone is parsed
+// once, and the Limit it goes into is a plain comparable value.
+func ExamplePerCalendar() {
+	ctx := context.Background()
+	now := time.Date(2026, 3, 14, 23, 30, 0, 0, time.UTC) // 00:30 on the 15th in Berlin
+	store := memory.New(memory.WithClock(func() time.Time { return now }))
+	defer store.Close()
+	berlin, err := sluice.ParseZone("Europe/Berlin")
+	if err != nil {
+		panic(err)
+	}
+	quota := sluice.PerCalendar(1000, sluice.Calendar{Unit: sluice.CalendarMonth, Zone: berlin, Anchor: 15})
+	d, _ := sluice.AllowN(ctx, store, "tenant:7", quota, 10)
+	fmt.Println(quota, d.Remaining, d.Window.Hours()) // 15 March to 15 April: the clocks go forward on the 29th
+	// Output:
+	// 1000/calendar_month Europe/Berlin anchor 15 990 743
+}

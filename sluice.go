@@ -36,7 +36,6 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -412,16 +411,16 @@ type Decision struct {
 	// denial the store made earlier (PathCache).
 	Path Path
 	// Lease identifies the lease an allowed request of cost 1 took under a Concurrency
-	// limit; give it to Limiter.Release when the request is done. "" otherwise, and for a
-	// decision of a failure mode that consulted no state (PathOpen).
+	// limit; give it to Limiter.Release when the request is done. Zero otherwise, and for
+	// a decision of a failure mode that consulted no state (PathOpen).
 	//
 	// For Concurrency, Remaining is the free slots, ResetAfter the time until every lease
 	// held has expired, and RetryAfter the time until the oldest lease expires: an upper
 	// bound, since a holder may release sooner.
-	Lease string
+	Lease LeaseID
 	// Reservation identifies the reservation an allowed request with a SettleTTL made:
-	// give it to Limiter.Settle with the actual cost. "" otherwise.
-	Reservation string
+	// give it to Limiter.Settle with the actual cost. Zero otherwise.
+	Reservation ReservationID
 	// Window is, for a calendar limit decided by a store, the length of the calendar
 	// period the decision fell in (months, and days across DST, differ); 0 otherwise.
 	Window time.Duration
@@ -463,7 +462,7 @@ type Limiter interface {
 	// never taken (a release is harmless, and may be repeated). limit must be a
 	// Concurrency limit (else ErrInvalidLimit) and lease a Decision's (else
 	// ErrInvalidLease); a release error from a store failure leaves the lease to expire.
-	Release(ctx context.Context, key string, limit Limit, lease string) (bool, error)
+	Release(ctx context.Context, key string, limit Limit, lease LeaseID) (bool, error)
 	// Settle settles the reservation a Decision under limit made (Decision.Reservation,
 	// from a Request with a SettleTTL) at the actual cost: the difference from the
 	// estimate is given back when the cost is lower and charged when it is higher, never
@@ -475,7 +474,7 @@ type Limiter interface {
 	// wrapping ErrInvalidCost; a reservation that was never made, or whose SettleTTL has
 	// passed (it then stands at its estimate), ErrUnknownReservation; a second settlement
 	// of one reservation ErrSettled. Those change nothing.
-	Settle(ctx context.Context, key string, limit Limit, reservation string, cost int64) (Decision, error)
+	Settle(ctx context.Context, key string, limit Limit, reservation ReservationID, cost int64) (Decision, error)
 }
 
 // Request is one limit of a decision: who (Key), under which Limit, at what cost (N),
@@ -587,26 +586,25 @@ func CheckSettleTTL(limit Limit, ttl time.Duration) error {
 	return nil
 }
 
-// CheckSettle validates a settlement the way every store does, and returns the
-// reservation's id.
-func CheckSettle(key string, limit Limit, reservation string, cost int64) (uint64, error) {
+// CheckSettle validates a settlement the way every store does. A reservation id that no
+// store gives is an error wrapping ErrUnknownReservation.
+func CheckSettle(key string, limit Limit, reservation ReservationID, cost int64) error {
 	if err := CheckKey(key); err != nil {
-		return 0, err
+		return err
 	}
 	if err := limit.Validate(); err != nil {
-		return 0, err
+		return err
 	}
 	if err := CheckSettleTTL(limit, time.Second); err != nil {
-		return 0, err
+		return err
 	}
 	if cost < 0 {
-		return 0, fmt.Errorf("%w: a settled cost must not be negative, got %d", ErrInvalidCost, cost)
+		return fmt.Errorf("%w: a settled cost must not be negative, got %d", ErrInvalidCost, cost)
 	}
-	id, err := strconv.ParseUint(reservation, 36, 64)
-	if err != nil || id == 0 || id > MaxLeaseID || len(reservation) > 11 {
-		return 0, fmt.Errorf("%w: %.40q is not a reservation id", ErrUnknownReservation, reservation)
+	if !validID(uint64(reservation)) {
+		return fmt.Errorf("%w: %d is not a reservation id", ErrUnknownReservation, uint64(reservation))
 	}
-	return id, nil
+	return nil
 }
 
 // MaxKeyLen is the longest key a store accepts.
@@ -653,33 +651,21 @@ func IsBadInput(err error) bool {
 }
 
 // CheckRelease validates a release the way every store does: a valid key, a Concurrency
-// limit, and a lease of the form stores give (ParseLease).
-func CheckRelease(key string, limit Limit, lease string) (uint64, error) {
+// limit, and a lease id of the kind stores give (in [1, MaxLeaseID]).
+func CheckRelease(key string, limit Limit, lease LeaseID) error {
 	if err := CheckKey(key); err != nil {
-		return 0, err
+		return err
 	}
 	if err := limit.Validate(); err != nil {
-		return 0, err
+		return err
 	}
 	if limit.Algorithm != Concurrency {
-		return 0, fmt.Errorf("%w: only a concurrency limit holds leases; %v does not", ErrInvalidLimit, limit)
+		return fmt.Errorf("%w: only a concurrency limit holds leases; %v does not", ErrInvalidLimit, limit)
 	}
-	return ParseLease(lease)
-}
-
-// MaxLeaseID bounds lease ids: they are below 2^53, so that Redis's Lua holds them exactly.
-const MaxLeaseID = 1<<53 - 1
-
-// FormatLease is the text of lease id id, as Decision.Lease carries it.
-func FormatLease(id uint64) string { return strconv.FormatUint(id, 36) }
-
-// ParseLease reads a lease id as FormatLease writes it. The error wraps ErrInvalidLease.
-func ParseLease(s string) (uint64, error) {
-	id, err := strconv.ParseUint(s, 36, 64)
-	if err != nil || id == 0 || id > MaxLeaseID || len(s) > 11 {
-		return 0, fmt.Errorf("%w: %.40q is not a lease id", ErrInvalidLease, s)
+	if !validID(uint64(lease)) {
+		return fmt.Errorf("%w: %d is not a lease id", ErrInvalidLease, uint64(lease))
 	}
-	return id, nil
+	return nil
 }
 
 // Sentinel errors. Stores wrap them with %w and detail.
@@ -692,7 +678,7 @@ var (
 	ErrCostExceedsLimit = errors.New("sluice: cost exceeds limit")
 	// ErrInvalidKey: an empty key or one longer than MaxKeyLen.
 	ErrInvalidKey = errors.New("sluice: invalid key")
-	// ErrInvalidLease: a lease id that no store gives out (see ParseLease).
+	// ErrInvalidLease: a lease id that no store gives out (see LeaseID).
 	ErrInvalidLease = errors.New("sluice: invalid lease")
 	// ErrUnknownReservation: a settlement of a reservation the store does not hold: never
 	// made, or past its SettleTTL (it then stands at its estimate).

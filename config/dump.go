@@ -26,7 +26,7 @@ func (c *Config) Dump() ([]byte, error) {
 			return nil
 		}
 		if c := l.Calendar; !c.IsZero() {
-			return &limitView{Algorithm: l.Algorithm.String(), Rate: l.Rate, Period: c.Unit.String(), Zone: c.Zone, AnchorDay: c.Anchor}
+			return &limitView{Algorithm: l.Algorithm.String(), Rate: l.Rate, Period: c.Unit.String(), Zone: c.Zone.String(), AnchorDay: c.Anchor}
 		}
 		v := &limitView{Algorithm: l.Algorithm.String(), Rate: l.Rate, Period: l.Period.String(), Burst: l.Burst}
 		if l.Algorithm == sluice.Concurrency {

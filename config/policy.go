@@ -897,12 +897,13 @@ func (d *decoder) limitAt(o *object, inherit sluice.Algorithm, readAlg bool) (sl
 // only to calendar periods; needs says how to ask for one).
 func (d *decoder) calendar(o *object, c *sluice.Calendar, needs string) {
 	if v, ok := o.get("zone"); ok {
-		z, _ := d.str(v, o.field("zone"))
+		name, _ := d.str(v, o.field("zone"))
+		z, err := sluice.ParseZone(name)
 		switch {
 		case c.Unit == sluice.NoCalendar:
 			d.errorf(v, o.field("zone"), "applies only to calendar periods (%s)", needs)
-		case (sluice.Calendar{Unit: c.Unit, Zone: z}).Validate() != nil:
-			d.errorf(v, o.field("zone"), "unknown time zone %q (want an IANA name such as Europe/Berlin)", z)
+		case err != nil:
+			d.errorf(v, o.field("zone"), "unknown time zone %q (want an IANA name such as Europe/Berlin)", name)
 		default:
 			c.Zone = z
 		}

@@ -24,11 +24,11 @@ func (denyAll) Reserve(_ context.Context, _ string, l sluice.Limit, n int64) (sl
 	return sluice.Reservation{Limit: l, N: n, Delay: time.Hour}, nil
 }
 func (denyAll) Reset(context.Context, string, sluice.Limit) error { return nil }
-func (denyAll) Settle(context.Context, string, sluice.Limit, string, int64) (sluice.Decision, error) {
+func (denyAll) Settle(context.Context, string, sluice.Limit, sluice.ReservationID, int64) (sluice.Decision, error) {
 	return sluice.Decision{}, nil
 }
 
-func (denyAll) Release(context.Context, string, sluice.Limit, string) (bool, error) {
+func (denyAll) Release(context.Context, string, sluice.Limit, sluice.LeaseID) (bool, error) {
 	return false, nil
 }
 

@@ -391,13 +391,13 @@ func (c *Cache) Reset(ctx context.Context, key string, limit sluice.Limit) error
 
 // Release implements sluice.Limiter: the inner limiter releases the lease. Concurrency
 // denials are never remembered, so there is nothing to forget.
-func (c *Cache) Release(ctx context.Context, key string, limit sluice.Limit, lease string) (bool, error) {
+func (c *Cache) Release(ctx context.Context, key string, limit sluice.Limit, lease sluice.LeaseID) (bool, error) {
 	return c.inner.Release(ctx, key, limit, lease)
 }
 
 // Settle implements sluice.Limiter: the inner limiter settles, and the key's denial
 // under the limit is forgotten, since a refund may have given units back.
-func (c *Cache) Settle(ctx context.Context, key string, limit sluice.Limit, reservation string, cost int64) (sluice.Decision, error) {
+func (c *Cache) Settle(ctx context.Context, key string, limit sluice.Limit, reservation sluice.ReservationID, cost int64) (sluice.Decision, error) {
 	sh := c.shard(key)
 	sh.forget(slot{key, limit})
 	d, err := c.inner.Settle(ctx, key, limit, reservation, cost)

@@ -329,11 +329,11 @@ func (f *fixed) Reserve(context.Context, string, sluice.Limit, int64) (sluice.Re
 	return sluice.Reservation{}, f.err
 }
 func (f *fixed) Reset(context.Context, string, sluice.Limit) error { return nil }
-func (f *fixed) Settle(context.Context, string, sluice.Limit, string, int64) (sluice.Decision, error) {
+func (f *fixed) Settle(context.Context, string, sluice.Limit, sluice.ReservationID, int64) (sluice.Decision, error) {
 	return sluice.Decision{}, nil
 }
 
-func (f *fixed) Release(context.Context, string, sluice.Limit, string) (bool, error) {
+func (f *fixed) Release(context.Context, string, sluice.Limit, sluice.LeaseID) (bool, error) {
 	return false, nil
 }
 

@@ -313,8 +313,8 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) err
 // limiter, which took it if a FailLocal decision did (under the default share). A store
 // failure returns an error wrapping sluice.ErrStoreUnavailable; the lease then expires
 // by its TTL.
-func (l *Limiter) Release(ctx context.Context, key string, limit sluice.Limit, lease string) (bool, error) {
-	if _, err := sluice.CheckRelease(key, limit, lease); err != nil {
+func (l *Limiter) Release(ctx context.Context, key string, limit sluice.Limit, lease sluice.LeaseID) (bool, error) {
+	if err := sluice.CheckRelease(key, limit, lease); err != nil {
 		return false, err
 	}
 	a := call(l, ctx, false, releaseArgs{l.primary, key, limit, lease}, release)
@@ -334,8 +334,8 @@ func (l *Limiter) Release(ctx context.Context, key string, limit sluice.Limit, l
 // made it if a FailLocal decision did (under the default share). A store failure returns
 // an error wrapping sluice.ErrStoreUnavailable; the reservation then stands at its
 // estimate.
-func (l *Limiter) Settle(ctx context.Context, key string, limit sluice.Limit, reservation string, cost int64) (sluice.Decision, error) {
-	if _, err := sluice.CheckSettle(key, limit, reservation, cost); err != nil {
+func (l *Limiter) Settle(ctx context.Context, key string, limit sluice.Limit, reservation sluice.ReservationID, cost int64) (sluice.Decision, error) {
+	if err := sluice.CheckSettle(key, limit, reservation, cost); err != nil {
 		return sluice.Decision{}, err
 	}
 	a := call(l, ctx, false, settleArgs{l.primary, key, limit, reservation, cost}, settle)
@@ -359,7 +359,7 @@ type settleArgs struct {
 	store       sluice.Limiter
 	key         string
 	limit       sluice.Limit
-	reservation string
+	reservation sluice.ReservationID
 	cost        int64
 }
 
@@ -371,7 +371,7 @@ type releaseArgs struct {
 	store sluice.Limiter
 	key   string
 	limit sluice.Limit
-	lease string
+	lease sluice.LeaseID
 }
 
 func release(ctx context.Context, a releaseArgs) (bool, error) {

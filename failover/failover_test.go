@@ -86,14 +86,14 @@ func (s *faultyStore) Reset(ctx context.Context, key string, limit sluice.Limit)
 	return s.Store.Reset(ctx, key, limit)
 }
 
-func (s *faultyStore) Release(ctx context.Context, key string, limit sluice.Limit, lease string) (bool, error) {
+func (s *faultyStore) Release(ctx context.Context, key string, limit sluice.Limit, lease sluice.LeaseID) (bool, error) {
 	if err := s.before(); err != nil {
 		return false, err
 	}
 	return s.Store.Release(ctx, key, limit, lease)
 }
 
-func (s *faultyStore) Settle(ctx context.Context, key string, limit sluice.Limit, res string, cost int64) (sluice.Decision, error) {
+func (s *faultyStore) Settle(ctx context.Context, key string, limit sluice.Limit, res sluice.ReservationID, cost int64) (sluice.Decision, error) {
 	if err := s.before(); err != nil {
 		return sluice.Decision{}, err
 	}

@@ -26,7 +26,7 @@ func TestLeasesAndSettlements(t *testing.T) {
 	down := storeErr(sluice.KindLoading, "LOADING Redis is loading the dataset in memory")
 
 	d, _, err := decideOne(ctx, l, sluice.Request{Key: "k", Limit: inflight, N: 1})
-	if err != nil || !d.Allowed || d.Path != sluice.PathStore || d.Lease == "" {
+	if err != nil || !d.Allowed || d.Path != sluice.PathStore || d.Lease == 0 {
 		t.Fatalf("store's lease: %+v, %v", d, err)
 	}
 	store.setFail(down)
@@ -34,11 +34,11 @@ func TestLeasesAndSettlements(t *testing.T) {
 		t.Fatalf("release while the store is down: %v, %v", held, err)
 	}
 	ld, _, err := decideOne(ctx, l, sluice.Request{Key: "k", Limit: inflight, N: 1})
-	if err != nil || !ld.Allowed || ld.Path != sluice.PathLocal || ld.Lease == "" {
+	if err != nil || !ld.Allowed || ld.Path != sluice.PathLocal || ld.Lease == 0 {
 		t.Fatalf("local lease: %+v, %v", ld, err)
 	}
 	r, _, err := decideOne(ctx, l, sluice.Request{Key: "k", Limit: tokens, N: 30, SettleTTL: time.Minute})
-	if err != nil || r.Path != sluice.PathLocal || r.Reservation == "" {
+	if err != nil || r.Path != sluice.PathLocal || r.Reservation == 0 {
 		t.Fatalf("local reservation: %+v, %v", r, err)
 	}
 	store.setFail(nil)
@@ -54,7 +54,7 @@ func TestLeasesAndSettlements(t *testing.T) {
 	if _, err := l.Settle(ctx, "k", tokens, r.Reservation, 10); !errors.Is(err, sluice.ErrSettled) {
 		t.Fatalf("second settlement: %v", err)
 	}
-	if _, err := l.Settle(ctx, "k", tokens, sluice.FormatLease(99), -1); !errors.Is(err, sluice.ErrInvalidCost) {
+	if _, err := l.Settle(ctx, "k", tokens, sluice.ReservationID(99), -1); !errors.Is(err, sluice.ErrInvalidCost) {
 		t.Fatalf("negative cost: %v", err)
 	}
 }

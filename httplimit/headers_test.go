@@ -211,11 +211,11 @@ func (openLimiter) Reserve(context.Context, string, sluice.Limit, int64) (sluice
 }
 
 func (openLimiter) Reset(context.Context, string, sluice.Limit) error { return nil }
-func (openLimiter) Settle(context.Context, string, sluice.Limit, string, int64) (sluice.Decision, error) {
+func (openLimiter) Settle(context.Context, string, sluice.Limit, sluice.ReservationID, int64) (sluice.Decision, error) {
 	return sluice.Decision{}, nil
 }
 
-func (openLimiter) Release(context.Context, string, sluice.Limit, string) (bool, error) {
+func (openLimiter) Release(context.Context, string, sluice.Limit, sluice.LeaseID) (bool, error) {
 	return false, nil
 }
 

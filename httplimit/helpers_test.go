@@ -62,11 +62,11 @@ func (f brokenStore) Reserve(context.Context, string, sluice.Limit, int64) (slui
 	return sluice.Reservation{}, f.err
 }
 func (f brokenStore) Reset(context.Context, string, sluice.Limit) error { return f.err }
-func (f brokenStore) Settle(context.Context, string, sluice.Limit, string, int64) (sluice.Decision, error) {
+func (f brokenStore) Settle(context.Context, string, sluice.Limit, sluice.ReservationID, int64) (sluice.Decision, error) {
 	return sluice.Decision{}, f.err
 }
 
-func (f brokenStore) Release(context.Context, string, sluice.Limit, string) (bool, error) {
+func (f brokenStore) Release(context.Context, string, sluice.Limit, sluice.LeaseID) (bool, error) {
 	return false, f.err
 }
 

@@ -307,7 +307,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 // holdsReservation reports whether a decision of res reserved an estimated cost.
 func (res *Result) holdsReservation() bool {
 	for i := range res.Decisions {
-		if res.Decisions[i].Reservation != "" {
+		if res.Decisions[i].Reservation != 0 {
 			return true
 		}
 	}
@@ -321,7 +321,7 @@ func (m *Middleware) settle(r *http.Request, w http.ResponseWriter, res *Result)
 	defer cancel()
 	for i := range res.Decisions {
 		d := &res.Decisions[i]
-		if d.Reservation == "" || d.settle == nil {
+		if d.Reservation == 0 || d.settle == nil {
 			continue
 		}
 		c, ok := d.settle.actual(w.Header())
@@ -340,7 +340,7 @@ func (m *Middleware) settle(r *http.Request, w http.ResponseWriter, res *Result)
 // holdsLease reports whether a decision of res took a lease (a Concurrency limit).
 func (res *Result) holdsLease() bool {
 	for i := range res.Decisions {
-		if res.Decisions[i].Lease != "" {
+		if res.Decisions[i].Lease != 0 {
 			return true
 		}
 	}
@@ -358,7 +358,7 @@ func (m *Middleware) release(r *http.Request, res *Result) {
 	defer cancel()
 	for i := range res.Decisions {
 		d := &res.Decisions[i]
-		if d.Lease == "" {
+		if d.Lease == 0 {
 			continue
 		}
 		held, err := m.cfg.Limiter.Release(ctx, d.Key, d.Limit, d.Lease)

@@ -111,21 +111,13 @@ func newClass(st *Store, l sluice.Limit, id int, gone *atomic.Bool) class {
 			},
 		})
 	case sluice.Concurrency:
-		return newGen(st, p, id, gone, ops[*algo.Leases]{
+		return leaseClass{newGen(st, p, id, gone, ops[*algo.Leases]{
 			decide: func(s **algo.Leases, now int64, p algo.Params, n int64, commit bool) algo.Result {
 				var id uint64
 				if commit && n > 0 {
 					id = newLeaseID()
 				}
-				if *s == nil {
-					l := new(algo.Leases)
-					r := algo.Concurrency(l, now, p, n, id, commit)
-					if l.Len() > 0 {
-						*s = l
-					}
-					return r
-				}
-				return algo.Concurrency(*s, now, p, n, id, commit)
+				return takeLease(s, now, p, n, id, commit)
 			},
 			expires: func(s **algo.Leases, p algo.Params) int64 {
 				if l := *s; l != nil {
@@ -133,7 +125,7 @@ func newClass(st *Store, l sluice.Limit, id int, gone *atomic.Bool) class {
 				}
 				return 0
 			},
-		})
+		})}
 	case sluice.TokenBucket, sluice.LeakyBucket:
 		if p.S == 1 {
 			// Both are GCRA with another state and the same Result for every request
@@ -163,7 +155,7 @@ func newCalendarClass(st *Store, c sluice.Calendar, p algo.Params, id int, gone 
 		cache.Store(&b)
 		return b
 	}
-	return newGen(st, p, id, gone, ops[algo.State]{
+	return calendarClass{newGen(st, p, id, gone, ops[algo.State]{
 		decide: func(s *algo.State, now int64, p algo.Params, n int64, commit bool) algo.Result {
 			ns, r := algo.CalendarWindow(*s, now, p, bounds(now), n)
 			if commit {
@@ -172,7 +164,71 @@ func newCalendarClass(st *Store, c sluice.Calendar, p algo.Params, id int, gone 
 			return r
 		},
 		expires: func(s *algo.State, p algo.Params) int64 { return algo.ExpiresAt(*s, p) },
-	})
+	}), bounds}
+}
+
+// outcomer is a class whose decisions carry more than algo.Result (algo.Outcome): a
+// Concurrency limit's lease, a calendar limit's period length. The store decides through
+// it rather than through class.decide and decideLocked.
+type outcomer interface {
+	// outcome is decide, or with locked decideLocked (the shard lock held).
+	outcome(key string, h uint64, now, n int64, commit, locked bool) algo.Outcome
+}
+
+// calendarClass is a calendar limit's class: gen with the period bounds it decides in.
+type calendarClass struct {
+	*gen[algo.State]
+	bounds func(now int64) algo.Bounds
+}
+
+// outcome implements outcomer.
+func (c calendarClass) outcome(key string, h uint64, now, n int64, commit, locked bool) algo.Outcome {
+	var r algo.Result
+	if locked {
+		r = c.decideLocked(key, h, now, n, commit)
+	} else {
+		r = c.decide(key, h, now, n)
+	}
+	return algo.Outcome{Result: r, Window: c.bounds(now).Window(now)}
+}
+
+// leaseClass is a Concurrency limit's class. Through outcome the store draws the id of
+// the lease a decision takes, and learns it; class.decide draws one it does not report.
+type leaseClass struct{ *gen[*algo.Leases] }
+
+// outcome implements outcomer.
+func (c leaseClass) outcome(key string, h uint64, now, n int64, commit, locked bool) algo.Outcome {
+	var id uint64
+	if commit && n > 0 {
+		id = newLeaseID()
+	}
+	take := func(s **algo.Leases, now int64, p algo.Params, n int64, commit bool) algo.Result {
+		return takeLease(s, now, p, n, id, commit)
+	}
+	sh := &c.shards[c.shardIndex(h)]
+	if !locked {
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+	}
+	r := c.decideWith(sh, key, h, now, n, commit, take)
+	if !r.Allowed || !commit || n == 0 {
+		id = 0
+	}
+	return algo.Outcome{Result: r, Lease: id}
+}
+
+// takeLease decides a Concurrency request on the key's lease set, taking lease id if it
+// admits cost 1 with commit set; the set is made on the first lease.
+func takeLease(s **algo.Leases, now int64, p algo.Params, n int64, id uint64, commit bool) algo.Result {
+	if *s == nil {
+		l := new(algo.Leases)
+		r := algo.Concurrency(l, now, p, n, id, commit)
+		if l.Len() > 0 {
+			*s = l
+		}
+		return r
+	}
+	return algo.Concurrency(*s, now, p, n, id, commit)
 }
 
 func newGen[S any](st *Store, p algo.Params, id int, gone *atomic.Bool, o ops[S]) *gen[S] {
@@ -201,12 +257,18 @@ func (g *gen[S]) decideLocked(key string, h uint64, now, n int64, commit bool) a
 }
 
 func (g *gen[S]) decideIn(sh *shard[S], key string, h uint64, now, n int64, commit bool) algo.Result {
+	return g.decideWith(sh, key, h, now, n, commit, g.ops.decide)
+}
+
+// decideWith is decideIn deciding with f in place of the class's ops.decide.
+func (g *gen[S]) decideWith(sh *shard[S], key string, h uint64, now, n int64, commit bool,
+	f func(s *S, now int64, p algo.Params, n int64, commit bool) algo.Result) algo.Result {
 	tag := uint32(h >> 32)
 	if i := sh.t.find(key, h, tag); i >= 0 {
-		return g.ops.decide(&sh.t.slots[i].s, now, g.p, n, commit)
+		return f(&sh.t.slots[i].s, now, g.p, n, commit)
 	}
 	var s S
-	r := g.ops.decide(&s, now, g.p, n, commit)
+	r := f(&s, now, g.p, n, commit)
 	if commit && r.Allowed && n > 0 && !g.gone.Load() {
 		g.add(sh, key, h, tag, s, now)
 	}
@@ -335,10 +397,11 @@ func newLeaseID() uint64 { return rand.Uint64N(sluice.MaxLeaseID) + 1 }
 
 // release gives back lease id of key, if the class holds Concurrency state (else false).
 func release(c class, key string, h uint64, now int64, id uint64) bool {
-	g, ok := c.(*gen[*algo.Leases])
+	lc, ok := c.(leaseClass)
 	if !ok {
 		return false
 	}
+	g := lc.gen
 	sh := &g.shards[g.shardIndex(h)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

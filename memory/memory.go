@@ -106,6 +106,8 @@ type Store struct {
 type classRef struct {
 	limit sluice.Limit
 	c     class
+	more  outcomer    // c, when its decisions carry more than algo.Result; else nil
+	cost  int64       // c.maxCost(), which check reads on every decision
 	gone  atomic.Bool // set when c is retired (class.retire); c reads it too
 	used  atomic.Bool // looked up since the sweeper's last visit
 }
@@ -250,16 +252,18 @@ func (s *Store) sweepTime(now int64) {
 // Validate gets a class, so finding one proves the limit valid. The map holds the same
 // *classRef that last points at, so switching between limits allocates nothing. A class
 // the sweeper retired is replaced by a new one (see retireIdle).
-func (s *Store) class(limit sluice.Limit) (*classRef, error) {
+//
+// limit is a pointer only so that the Limit is not copied on a decision's path.
+func (s *Store) class(limit *sluice.Limit) (*classRef, error) {
 	r := s.last.Load()
-	if r == nil || r.limit != limit || r.gone.Load() {
+	if r == nil || !sameLimit(&r.limit, limit) || r.gone.Load() {
 		var ok bool
-		r, ok = (*s.classes.Load())[limit]
+		r, ok = (*s.classes.Load())[*limit]
 		if !ok || r.gone.Load() {
 			if err := limit.Validate(); err != nil {
 				return nil, err
 			}
-			r = s.addClass(limit)
+			r = s.addClass(*limit)
 		}
 		s.last.Store(r)
 	}
@@ -267,6 +271,14 @@ func (s *Store) class(limit sluice.Limit) (*classRef, error) {
 		r.used.Store(true)
 	}
 	return r, nil
+}
+
+// sameLimit is *a == *b written out field by field, which the compiler inlines: it
+// compares a struct of more than four fields by calling a function, and this comparison
+// is on every decision's path. TestSameLimitIsEquality keeps it complete.
+func sameLimit(a, b *sluice.Limit) bool {
+	return a.Rate == b.Rate && a.Period == b.Period && a.Burst == b.Burst &&
+		a.Algorithm == b.Algorithm && a.Lease == b.Lease && a.Calendar == b.Calendar
 }
 
 // addClass returns limit's live class, making it if there is none.
@@ -279,6 +291,8 @@ func (s *Store) addClass(limit sluice.Limit) *classRef {
 	}
 	r := &classRef{limit: limit}
 	r.c = newClass(s, limit, s.nextID, &r.gone)
+	r.more, _ = r.c.(outcomer)
+	r.cost = r.c.maxCost()
 	s.nextID++
 	next := maps.Clone(old)
 	next[limit] = r
@@ -309,7 +323,7 @@ func (s *Store) retireIdle(r *classRef) {
 
 // check validates a request against its class: the same errors as sluice.CheckRequest,
 // without re-validating a limit that already has a class.
-func (s *Store) check(key string, limit sluice.Limit, n int64) (*classRef, error) {
+func (s *Store) check(key string, limit *sluice.Limit, n int64) (*classRef, error) {
 	if key == "" || len(key) > sluice.MaxKeyLen {
 		return nil, sluice.CheckKey(key)
 	}
@@ -317,26 +331,41 @@ func (s *Store) check(key string, limit sluice.Limit, n int64) (*classRef, error
 	if err != nil {
 		return nil, err
 	}
-	if n < 0 || n > r.c.maxCost() {
-		return nil, sluice.CheckRequest(key, limit, n)
+	if n < 0 || n > r.cost {
+		return nil, sluice.CheckRequest(key, *limit, n)
 	}
 	return r, nil
 }
 
 // AllowN is Decide of one request, without the slices.
 func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
-	r, err := s.check(key, limit, n)
+	r, err := s.check(key, &limit, n)
 	if err != nil {
 		return sluice.Decision{}, err
 	}
 	if s.closed.Load() {
 		return sluice.Decision{}, sluice.ErrClosed
 	}
+	if r.more != nil {
+		return s.allowOutcome(ctx, r, key, limit, n)
+	}
 	res := r.c.decide(key, s.hash(key), s.now(), n)
 	if r.gone.Load() || s.maxKeys > 0 {
 		return s.afterDecide(ctx, r, key, limit, n, res)
 	}
 	return res.Decision(limit), nil
+}
+
+// allowOutcome is AllowN for a class whose decisions carry more than algo.Result.
+func (s *Store) allowOutcome(ctx context.Context, r *classRef, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
+	o := r.more.outcome(key, s.hash(key), s.now(), n, true, false)
+	if r.gone.Load() {
+		return s.AllowN(ctx, key, limit, n)
+	}
+	if s.maxKeys > 0 && s.keys.Load() > s.maxKeys {
+		s.evictOver(classKey{r, key})
+	}
+	return o.Decision(limit), nil
 }
 
 // afterDecide is AllowN's rare work after a decision, kept out of its path: deciding again
@@ -349,6 +378,15 @@ func (s *Store) afterDecide(ctx context.Context, r *classRef, key string, limit 
 		s.evictOver(classKey{r, key})
 	}
 	return res.Decision(limit), nil
+}
+
+// decideLocked decides with the shard lock held, through the class's outcome when it has
+// one; it spends only if commit.
+func (r *classRef) decideLocked(key string, h uint64, now, n int64, commit bool) algo.Outcome {
+	if r.more != nil {
+		return r.more.outcome(key, h, now, n, commit, true)
+	}
+	return algo.Outcome{Result: r.c.decideLocked(key, h, now, n, commit)}
 }
 
 // victim is the entry eviction has found closest to empty so far, and its class.
@@ -404,7 +442,7 @@ func (s *Store) evictOver(skip ...classKey) {
 
 // Reset implements sluice.Limiter.
 func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error {
-	r, err := s.check(key, limit, 0)
+	r, err := s.check(key, &limit, 0)
 	if err != nil {
 		return err
 	}
@@ -414,19 +452,18 @@ func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error
 
 // Release implements sluice.Limiter. An emptied lease set stays until the sweeper
 // deletes it, as expired state does.
-func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, lease string) (bool, error) {
-	id, err := sluice.CheckRelease(key, limit, lease)
-	if err != nil {
+func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, lease sluice.LeaseID) (bool, error) {
+	if err := sluice.CheckRelease(key, limit, lease); err != nil {
 		return false, err
 	}
-	r, err := s.class(limit)
+	r, err := s.class(&limit)
 	if err != nil {
 		return false, err
 	}
 	if s.closed.Load() {
 		return false, sluice.ErrClosed
 	}
-	return release(r.c, key, s.hash(key), s.now(), id), nil
+	return release(r.c, key, s.hash(key), s.now(), uint64(lease)), nil
 }
 
 // Decide implements sluice.Limiter: the requests are decided under the locks of all their
@@ -468,8 +505,9 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 		key   string
 		limit sluice.Limit
 	}]int, len(reqs))
-	for i, r := range reqs {
-		ref, err := s.check(r.Key, r.Limit, r.N)
+	for i := range reqs {
+		r := &reqs[i]
+		ref, err := s.check(r.Key, &r.Limit, r.N)
 		if err == nil {
 			err = sluice.CheckSettleTTL(r.Limit, r.SettleTTL)
 		}
@@ -525,7 +563,7 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 	now := s.now()
 	all := true
 	for i, it := range items {
-		r := it.r.c.decideLocked(reqs[i].Key, it.h, now, reqs[i].N, false)
+		r := it.r.decideLocked(reqs[i].Key, it.h, now, reqs[i].N, false)
 		all = all && r.Allowed
 		out[i] = r.Decision(reqs[i].Limit)
 	}
@@ -534,7 +572,7 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 			if out[i].Allowed {
 				// It would have passed alone, but nothing is spent: report the state as
 				// it is (Remaining and ResetAfter after this call), not as if spent.
-				r := it.r.c.decideLocked(reqs[i].Key, it.h, now, 0, false)
+				r := it.r.decideLocked(reqs[i].Key, it.h, now, 0, false)
 				out[i] = r.Decision(reqs[i].Limit)
 				out[i].RetryAfter = 0
 			}
@@ -544,10 +582,10 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 	}
 	for i, it := range items {
 		if reqs[i].N > 0 {
-			r := it.r.c.decideLocked(reqs[i].Key, it.h, now, reqs[i].N, true)
+			r := it.r.decideLocked(reqs[i].Key, it.h, now, reqs[i].N, true)
 			out[i] = r.Decision(reqs[i].Limit)
 			if reqs[i].SettleTTL > 0 {
-				out[i].Reservation = s.res.record(&reqs[i], now, r)
+				out[i].Reservation = s.res.record(&reqs[i], now, r.Result)
 			}
 		}
 	}

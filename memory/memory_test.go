@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -532,4 +534,53 @@ func TestRetirementLosesNoDecision(t *testing.T) {
 		t.Fatal("no class was retired: the test raced nothing")
 	}
 	t.Logf("%d retirements", retired.Load())
+}
+
+// TestSameLimitIsEquality checks that sameLimit tells apart two Limits that differ in any
+// one field, so that a field added to sluice.Limit cannot be left out of it.
+func TestSameLimitIsEquality(t *testing.T) {
+	base := sluice.PerCalendar(5, sluice.Calendar{Unit: sluice.CalendarMonth, Zone: sluice.MustParseZone("Europe/Berlin"), Anchor: 3})
+	other := sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 6, Period: time.Hour, Burst: 7, Lease: time.Second,
+		Calendar: sluice.Calendar{Unit: sluice.CalendarDay}}
+	if !sameLimit(&base, &base) {
+		t.Fatal("a limit differs from itself")
+	}
+	v, o := reflect.ValueOf(&base).Elem(), reflect.ValueOf(other)
+	for i := range v.NumField() {
+		c := base
+		reflect.ValueOf(&c).Elem().Field(i).Set(o.Field(i))
+		if c == base {
+			t.Fatalf("field %s: the test's two limits agree on it", v.Type().Field(i).Name)
+		}
+		if sameLimit(&c, &base) || sameLimit(&base, &c) {
+			t.Errorf("sameLimit misses field %s", v.Type().Field(i).Name)
+		}
+	}
+}
+
+// TestDecideRefusesRepeats: a (key, Limit) repeated in one Decide is refused, spending
+// nothing, among a few requests or many.
+func TestDecideRefusesRepeats(t *testing.T) {
+	ctx := context.Background()
+	for _, n := range []int{3, 9, 40} {
+		s := New(WithSweepInterval(0))
+		reqs := make([]sluice.Request, n)
+		for i := range reqs {
+			// Same key, a different limit each: no repeat yet.
+			reqs[i] = sluice.Request{Key: "k", Limit: sluice.PerSecond(int64(10 + i)), N: 1}
+		}
+		ds := make([]sluice.Decision, n)
+		if _, err := s.Decide(ctx, reqs, ds); err != nil {
+			t.Fatalf("%d distinct requests: %v", n, err)
+		}
+		reqs[n-1].Limit = reqs[1].Limit
+		_, err := s.Decide(ctx, reqs, ds)
+		if !errors.Is(err, sluice.ErrInvalidKey) || !strings.Contains(err.Error(), fmt.Sprintf("request %d repeats the key and limit of request 1", n-1)) {
+			t.Errorf("%d requests, the last repeating the second: %v", n, err)
+		}
+		if d, _ := s.AllowN(ctx, "k", reqs[0].Limit, 0); d.Remaining != reqs[0].Limit.Rate-1 {
+			t.Errorf("%d requests: the refused Decide spent: %d left of %d", n, d.Remaining, reqs[0].Limit.Rate)
+		}
+		s.Close()
+	}
 }

@@ -17,7 +17,7 @@ import (
 // algo.CancelReservation (see sluice.Reservation.Cancel for the rule). Delay is on the
 // store's clock; At is time.Now() plus Delay.
 func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
-	ref, err := s.check(key, limit, n)
+	ref, err := s.check(key, &limit, n)
 	if err != nil {
 		return sluice.Reservation{}, err
 	}

@@ -79,7 +79,7 @@ func TestReusedSlotRefusesAStaleDecider(t *testing.T) {
 			if _, err := s.AllowN(ctx, "k", l, 1); err != nil {
 				t.Fatal(err)
 			}
-			r, err := s.class(l)
+			r, err := s.class(&l)
 			if err != nil {
 				t.Fatal(err)
 			}

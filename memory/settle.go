@@ -20,7 +20,7 @@ type reservations struct {
 type reservationKey struct {
 	limit sluice.Limit
 	key   string
-	id    uint64
+	id    sluice.ReservationID
 }
 
 type reservation struct {
@@ -31,8 +31,8 @@ type reservation struct {
 
 // record keeps the reservation of an allowed decision of req at now, r its Result, and
 // returns its id.
-func (rs *reservations) record(req *sluice.Request, now int64, r algo.Result) string {
-	id := newLeaseID()
+func (rs *reservations) record(req *sluice.Request, now int64, r algo.Result) sluice.ReservationID {
+	id := sluice.ReservationID(newLeaseID())
 	rec := reservation{r: algo.ReservedOf(algo.ParamsOf(req.Limit), req.N, now, r), exp: now + req.SettleTTL.Microseconds()}
 	rs.mu.Lock()
 	if rs.m == nil {
@@ -40,7 +40,7 @@ func (rs *reservations) record(req *sluice.Request, now int64, r algo.Result) st
 	}
 	rs.m[reservationKey{req.Limit, req.Key, id}] = rec
 	rs.mu.Unlock()
-	return sluice.FormatLease(id)
+	return id
 }
 
 // claim marks the reservation settled and returns it, or the error that settling it is.
@@ -50,9 +50,9 @@ func (rs *reservations) claim(k reservationKey, now int64) (algo.Reserved, error
 	rec, ok := rs.m[k]
 	switch {
 	case !ok || rec.exp <= now:
-		return algo.Reserved{}, fmt.Errorf("%w: %s (never made, or past its settle TTL and standing at its estimate)", sluice.ErrUnknownReservation, sluice.FormatLease(k.id))
+		return algo.Reserved{}, fmt.Errorf("%w: %s (never made, or past its settle TTL and standing at its estimate)", sluice.ErrUnknownReservation, k.id)
 	case rec.settled:
-		return algo.Reserved{}, fmt.Errorf("%w: %s", sluice.ErrSettled, sluice.FormatLease(k.id))
+		return algo.Reserved{}, fmt.Errorf("%w: %s", sluice.ErrSettled, k.id)
 	}
 	rec.settled = true
 	rs.m[k] = rec
@@ -73,12 +73,11 @@ func (rs *reservations) sweep(now int64) {
 // Settle implements sluice.Limiter: algo.Settle on the key's state under its shard lock
 // (on GCRA's state for a TokenBucket or LeakyBucket limit kept on it, as Reserve does),
 // then a look at the key.
-func (s *Store) Settle(ctx context.Context, key string, limit sluice.Limit, reservation string, cost int64) (sluice.Decision, error) {
-	id, err := sluice.CheckSettle(key, limit, reservation, cost)
-	if err != nil {
+func (s *Store) Settle(ctx context.Context, key string, limit sluice.Limit, reservation sluice.ReservationID, cost int64) (sluice.Decision, error) {
+	if err := sluice.CheckSettle(key, limit, reservation, cost); err != nil {
 		return sluice.Decision{}, err
 	}
-	ref, err := s.class(limit)
+	ref, err := s.class(&limit)
 	if err != nil {
 		return sluice.Decision{}, err
 	}
@@ -90,7 +89,7 @@ func (s *Store) Settle(ctx context.Context, key string, limit sluice.Limit, rese
 		return sluice.Decision{}, sluice.ErrClosed
 	}
 	now := s.now()
-	r, err := s.res.claim(reservationKey{limit, key, id}, now)
+	r, err := s.res.claim(reservationKey{limit, key, reservation}, now)
 	if err != nil {
 		return sluice.Decision{}, err
 	}

@@ -230,7 +230,7 @@ func limitAttrs(limit sluice.Limit) []slog.Attr {
 }
 
 // Release implements sluice.Limiter. Releases are logged at Debug, failed ones at Warn.
-func (l *Limiter) Release(ctx context.Context, key string, limit sluice.Limit, lease string) (bool, error) {
+func (l *Limiter) Release(ctx context.Context, key string, limit sluice.Limit, lease sluice.LeaseID) (bool, error) {
 	held, err := l.inner.Release(ctx, key, limit, lease)
 	l.logOp(ctx, opLevel(err), "rate limit lease release", key, err, func() []slog.Attr {
 		return []slog.Attr{
@@ -244,7 +244,7 @@ func (l *Limiter) Release(ctx context.Context, key string, limit sluice.Limit, l
 
 // Settle implements sluice.Limiter. Settlements are logged at Debug, failed ones at Warn
 // (bad input: an unknown or settled reservation, at Info).
-func (l *Limiter) Settle(ctx context.Context, key string, limit sluice.Limit, reservation string, cost int64) (sluice.Decision, error) {
+func (l *Limiter) Settle(ctx context.Context, key string, limit sluice.Limit, reservation sluice.ReservationID, cost int64) (sluice.Decision, error) {
 	d, err := l.inner.Settle(ctx, key, limit, reservation, cost)
 	level := opLevel(err)
 	if sluice.IsBadInput(err) {

@@ -535,11 +535,11 @@ func (downStore) Reserve(context.Context, string, sluice.Limit, int64) (sluice.R
 	return sluice.Reservation{}, errDown
 }
 func (downStore) Reset(context.Context, string, sluice.Limit) error { return errDown }
-func (downStore) Settle(context.Context, string, sluice.Limit, string, int64) (sluice.Decision, error) {
+func (downStore) Settle(context.Context, string, sluice.Limit, sluice.ReservationID, int64) (sluice.Decision, error) {
 	return sluice.Decision{}, errDown
 }
 
-func (downStore) Release(context.Context, string, sluice.Limit, string) (bool, error) {
+func (downStore) Release(context.Context, string, sluice.Limit, sluice.LeaseID) (bool, error) {
 	return false, errDown
 }
 

@@ -199,7 +199,11 @@ func (s Spec) ToLimit() (sluice.Limit, error) {
 		if s.Algorithm == "" {
 			l.Algorithm = sluice.FixedWindow
 		}
-		l.Calendar = sluice.Calendar{Unit: u, Zone: s.Zone, Anchor: s.AnchorDay}
+		z, err := sluice.ParseZone(s.Zone)
+		if err != nil {
+			return sluice.Limit{}, err
+		}
+		l.Calendar = sluice.Calendar{Unit: u, Zone: z, Anchor: s.AnchorDay}
 	} else {
 		if s.Zone != "" || s.AnchorDay != 0 {
 			return sluice.Limit{}, fmt.Errorf("%w: zone and anchor_day apply only to calendar periods", sluice.ErrInvalidLimit)

@@ -54,11 +54,12 @@ func (it *item) appendPacked(b []byte) []byte {
 }
 
 // result is r as the item's decision: an allowed Concurrency item holds its lease.
-func (it *item) result(r algo.Result) algo.Result {
+func (it *item) result(r algo.Result) algo.Outcome {
+	o := algo.Outcome{Result: r}
 	if r.Allowed && it.lease != 0 {
-		r.Lease = it.lease
+		o.Lease = it.lease
 	}
-	return r
+	return o
 }
 
 // call is one caller's decision (one item) or all-or-nothing group (several), waiting for
@@ -66,11 +67,11 @@ func (it *item) result(r algo.Result) algo.Result {
 type call struct {
 	ctx    context.Context
 	items  []item
-	res    []algo.Result
+	res    []algo.Outcome
 	err    error
 	done   chan struct{} // receives once when res or err is set
 	one    [1]item
-	oneRes [1]algo.Result
+	oneRes [1]algo.Outcome
 }
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
@@ -399,8 +400,7 @@ func (s *Store) exec(client rueidis.Client, batch []*call, bufs *callBufs) {
 					RetryAfter: readFloat(vals[24:]),
 				})
 				if b, ok := bounds[j]; ok {
-					w, e := b.Holding(now)
-					c.res[i].Window = e - w
+					c.res[i].Window = b.Window(now)
 				}
 				vals = vals[32:]
 				j++

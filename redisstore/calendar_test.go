@@ -13,9 +13,9 @@ import (
 
 // calendarLimits are calendar quotas in zones whose period starts break naive arithmetic.
 var calendarLimits = []sluice.Limit{
-	sluice.PerCalendar(3, sluice.Calendar{Unit: sluice.CalendarDay, Zone: "America/New_York"}),
-	sluice.PerCalendar(5, sluice.Calendar{Unit: sluice.CalendarMonth, Zone: "Europe/Berlin", Anchor: 31}),
-	sluice.PerCalendar(4, sluice.Calendar{Unit: sluice.CalendarWeek, Zone: "Pacific/Kiritimati"}),
+	sluice.PerCalendar(3, sluice.Calendar{Unit: sluice.CalendarDay, Zone: sluice.MustParseZone("America/New_York")}),
+	sluice.PerCalendar(5, sluice.Calendar{Unit: sluice.CalendarMonth, Zone: sluice.MustParseZone("Europe/Berlin"), Anchor: 31}),
+	sluice.PerCalendar(4, sluice.Calendar{Unit: sluice.CalendarWeek, Zone: sluice.MustParseZone("Pacific/Kiritimati")}),
 	sluice.PerCalendar(2, sluice.Calendar{Unit: sluice.CalendarYear}),
 	sluice.PerCalendar(7, sluice.Calendar{Unit: sluice.CalendarMonth, Anchor: 29}),
 }

@@ -118,8 +118,8 @@ func TestCluster(t *testing.T) {
 	t.Run("calendar across slots", func(t *testing.T) {
 		// Two identities in different slots: one's quota denies, so the other's spend is
 		// refunded (refund_calendar_window), as memory spends nothing.
-		month := sluice.PerCalendar(3, sluice.Calendar{Unit: sluice.CalendarMonth, Zone: "Europe/Berlin", Anchor: 31})
-		day := sluice.PerCalendar(2, sluice.Calendar{Unit: sluice.CalendarDay, Zone: "America/New_York"})
+		month := sluice.PerCalendar(3, sluice.Calendar{Unit: sluice.CalendarMonth, Zone: sluice.MustParseZone("Europe/Berlin"), Anchor: 31})
+		day := sluice.PerCalendar(2, sluice.Calendar{Unit: sluice.CalendarDay, Zone: sluice.MustParseZone("America/New_York")})
 		for i := 0; i < 10; i++ {
 			clock.Advance(5 * time.Hour)
 			reqs := []sluice.Request{{Key: "org:1", Limit: month, N: 1}, {Key: "user:2", Limit: day, N: 1}}

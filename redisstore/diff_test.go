@@ -110,7 +110,7 @@ type lane struct {
 type leasePair struct {
 	key        string
 	limit      sluice.Limit
-	mem, redis string
+	mem, redis sluice.LeaseID
 }
 
 // laneOp is one operation of a lane, kept for the failure report.
@@ -192,16 +192,16 @@ func (l *lane) op(ctx context.Context, i int, now int64, mem *memory.Store, red 
 		return fmt.Errorf("op %d %v: memory err %v, redis err %v", i, op, werr, gerr)
 	}
 	for j := range want {
-		if (got[j].Lease != "") != (want[j].Lease != "") || (want[j].Lease != "") != (want[j].Allowed && op.reqs[j].N > 0 && op.reqs[j].Limit.Algorithm == sluice.Concurrency) {
-			return fmt.Errorf("op %d request %d: redis lease %q, memory lease %q for %+v", i, j, got[j].Lease, want[j].Lease, want[j])
+		if (got[j].Lease != 0) != (want[j].Lease != 0) || (want[j].Lease != 0) != (want[j].Allowed && op.reqs[j].N > 0 && op.reqs[j].Limit.Algorithm == sluice.Concurrency) {
+			return fmt.Errorf("op %d request %d: redis lease %v, memory lease %v for %+v", i, j, got[j].Lease, want[j].Lease, want[j])
 		}
-		if want[j].Lease != "" {
+		if want[j].Lease != 0 {
 			l.leases = append(l.leases, leasePair{op.reqs[j].Key, op.reqs[j].Limit, want[j].Lease, got[j].Lease})
 			if len(l.leases) > 32 {
 				l.leases = l.leases[1:]
 			}
 		}
-		got[j].Lease, want[j].Lease = "", ""
+		got[j].Lease, want[j].Lease = 0, 0
 		if got[j] != want[j] {
 			var h strings.Builder
 			for _, o := range l.history {

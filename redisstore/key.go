@@ -74,7 +74,7 @@ func limitSuffix(l sluice.Limit) string {
 			strconv.FormatInt(l.Lease.Microseconds(), 10) + ":0"
 	}
 	if c := l.Calendar; !c.IsZero() {
-		return ":" + c.Unit.String() + ":" + strconv.FormatInt(l.Rate, 10) + ":" + c.Zone + ":" + strconv.Itoa(c.Anchor)
+		return ":" + c.Unit.String() + ":" + strconv.FormatInt(l.Rate, 10) + ":" + c.Zone.String() + ":" + strconv.Itoa(c.Anchor)
 	}
 	return ":" + l.Algorithm.String() + ":" + strconv.FormatInt(l.Rate, 10) + ":" +
 		strconv.FormatInt(l.Period.Microseconds(), 10) + ":" + strconv.FormatInt(l.Burst, 10)

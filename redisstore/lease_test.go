@@ -43,7 +43,7 @@ func TestConcurrencyInFlight(t *testing.T) {
 					return
 				}
 				if !d.Allowed {
-					if d.Lease != "" || d.RetryAfter <= 0 {
+					if d.Lease != 0 || d.RetryAfter <= 0 {
 						errs <- fmt.Errorf("denial %+v: want no lease and a RetryAfter", d)
 						return
 					}
@@ -91,7 +91,7 @@ func TestReleaseUnknownOrExpired(t *testing.T) {
 	ctx := context.Background()
 	limit := sluice.InFlight(2, time.Second)
 	a, err := s.AllowN(ctx, "k", limit, 1)
-	if err != nil || !a.Allowed || a.Lease == "" {
+	if err != nil || !a.Allowed || a.Lease == 0 {
 		t.Fatalf("first lease: %+v, %v", a, err)
 	}
 	clock.Advance(500 * time.Millisecond)
@@ -105,9 +105,9 @@ func TestReleaseUnknownOrExpired(t *testing.T) {
 		return v
 	}
 	before := members()
-	for _, lease := range []string{sluice.FormatLease(12345), sluice.FormatLease(sluice.MaxLeaseID)} {
+	for _, lease := range []sluice.LeaseID{12345, sluice.MaxLeaseID} {
 		if held, err := s.Release(ctx, "k", limit, lease); held || err != nil {
-			t.Fatalf("release of unknown %q: %v, %v", lease, held, err)
+			t.Fatalf("release of unknown %v: %v, %v", lease, held, err)
 		}
 	}
 	if held, err := s.Release(ctx, "other", limit, a.Lease); held || err != nil {
@@ -128,18 +128,17 @@ func TestReleaseUnknownOrExpired(t *testing.T) {
 	}
 	for _, c := range []struct {
 		limit sluice.Limit
-		lease string
+		lease sluice.LeaseID
 		want  error
 	}{
-		{limit, "", sluice.ErrInvalidLease},
-		{limit, "not a lease!", sluice.ErrInvalidLease},
-		{limit, "0", sluice.ErrInvalidLease},
+		{limit, 0, sluice.ErrInvalidLease},
+		{limit, sluice.MaxLeaseID + 1, sluice.ErrInvalidLease},
 		{sluice.PerSecond(3), b.Lease, sluice.ErrInvalidLimit},
 		{sluice.Limit{Algorithm: sluice.Concurrency, Rate: 3}, b.Lease, sluice.ErrInvalidLimit},
 	} {
 		held, err := s.Release(ctx, "k", c.limit, c.lease)
 		if held || !errors.Is(err, c.want) {
-			t.Errorf("Release(%v, %q) = %v, %v; want %v", c.limit, c.lease, held, err, c.want)
+			t.Errorf("Release(%v, %v) = %v, %v; want %v", c.limit, c.lease, held, err, c.want)
 		}
 	}
 	if _, err := s.AllowN(ctx, "k", sluice.Limit{Algorithm: sluice.Concurrency, Rate: 3}, 1); !errors.Is(err, sluice.ErrInvalidLimit) || !strings.Contains(err.Error(), "lease") {
@@ -248,12 +247,12 @@ func TestLeaseAllOrNothing(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			reqs := []sluice.Request{{Key: a + name, Limit: rate, N: 1}, {Key: b + name, Limit: inflight, N: 1}}
 			ds, err := sluice.AllowMulti(ctx, lim, reqs)
-			if err != nil || !ds[0].Allowed || !ds[1].Allowed || ds[1].Lease == "" || ds[0].Lease != "" {
+			if err != nil || !ds[0].Allowed || !ds[1].Allowed || ds[1].Lease == 0 || ds[0].Lease != 0 {
 				t.Fatalf("first request: %+v, %v", ds, err)
 			}
 			for i := 0; i < 3; i++ {
 				ds, err = sluice.AllowMulti(ctx, lim, reqs)
-				if err != nil || ds[0].Allowed || ds[1].Allowed || ds[1].Lease != "" || ds[1].RetryAfter != 0 || ds[1].Remaining != 2 {
+				if err != nil || ds[0].Allowed || ds[1].Allowed || ds[1].Lease != 0 || ds[1].RetryAfter != 0 || ds[1].Remaining != 2 {
 					t.Fatalf("request %d denied by the rate limit: %+v, %v; want no lease, 2 slots free", i+2, ds, err)
 				}
 			}

@@ -137,11 +137,11 @@ func TestDifferentialRefund(t *testing.T) {
 				m.refund(now, sp.req.N, sp.at)
 				look := *m // the script's look writes nothing: neither does this one
 				want := look.decide(now, 0)
-				c := &slotCall{idx: []int{0}, res: make([]algo.Result, 1), at: sp.at}
+				c := &slotCall{idx: []int{0}, res: make([]algo.Outcome, 1), at: sp.at}
 				if err := red.refundSlot(ctx, cn, []sluice.Request{sp.req}, c); err != nil {
 					t.Fatalf("op %d: refund: %v", i, err)
 				}
-				if c.res[0] != want {
+				if c.res[0].Result != want {
 					t.Fatalf("op %d: refund of %v n=%d spent at %d, at %d: script's look %+v, Go %+v; recent:\n%s",
 						i, sp.req.Limit, sp.req.N, sp.at, now, c.res[0], want, strings.Join(hist, "\n"))
 				}

@@ -71,7 +71,7 @@ func (s *Store) decideSettled(ctx context.Context, cn *conn, reqs []sluice.Reque
 		keys = append(keys, recordKey(s.redisKey(r.Key, s.info(r.Limit)), id))
 		vals = append(vals, string(b[:]))
 		ttls = append(ttls, r.SettleTTL)
-		out[i].Reservation = sluice.FormatLease(id)
+		out[i].Reservation = sluice.ReservationID(id)
 	}
 	if len(ids) == 0 {
 		return nil
@@ -85,7 +85,7 @@ func (s *Store) decideSettled(ctx context.Context, cn *conn, reqs []sluice.Reque
 	}
 	for k, res := range c.DoMulti(ctx, cmds...) {
 		if err := res.Error(); err != nil {
-			out[ids[k]].Reservation = ""
+			out[ids[k]].Reservation = 0
 			s.logger.Warn("redisstore: a reservation's record was not written; its estimate stands", "error", err)
 		}
 	}
@@ -94,9 +94,8 @@ func (s *Store) decideSettled(ctx context.Context, cn *conn, reqs []sluice.Reque
 
 // Settle implements sluice.Limiter: one script call (lua/settle.lua) on the key and the
 // reservation's record, in one slot.
-func (s *Store) Settle(ctx context.Context, key string, limit sluice.Limit, reservation string, cost int64) (sluice.Decision, error) {
-	id, err := sluice.CheckSettle(key, limit, reservation, cost)
-	if err != nil {
+func (s *Store) Settle(ctx context.Context, key string, limit sluice.Limit, reservation sluice.ReservationID, cost int64) (sluice.Decision, error) {
+	if err := sluice.CheckSettle(key, limit, reservation, cost); err != nil {
 		return sluice.Decision{}, err
 	}
 	cn, err := s.usable()
@@ -106,7 +105,7 @@ func (s *Store) Settle(ctx context.Context, key string, limit sluice.Limit, rese
 	li := s.info(limit)
 	k := s.redisKey(key, li)
 	args := []string{s.scriptNow(), s.minTTL, bytesString(li.packed[:]), strconv.FormatInt(cost, 10)}
-	vals, err := s.eval(ctx, cn.client, settleScript, []string{k, recordKey(k, id)}, args).AsBytes()
+	vals, err := s.eval(ctx, cn.client, settleScript, []string{k, recordKey(k, uint64(reservation))}, args).AsBytes()
 	if err == nil && len(vals) != 40 {
 		err = errorf("settle script returned %d bytes, want 40", len(vals))
 	}

@@ -77,7 +77,7 @@ func TestSettleExact(t *testing.T) {
 				if sc.unsettled {
 					ttl = time.Second
 				}
-				if _, err := st.Decide(ctx, []sluice.Request{{Key: key, Limit: l, N: sc.est, SettleTTL: ttl}}, d[:]); err != nil || !d[0].Allowed || d[0].Reservation == "" {
+				if _, err := st.Decide(ctx, []sluice.Request{{Key: key, Limit: l, N: sc.est, SettleTTL: ttl}}, d[:]); err != nil || !d[0].Allowed || d[0].Reservation == 0 {
 					t.Fatalf("%s: reservation: %+v, %v", desc, d[0], err)
 				}
 				if sc.modelCost > 0 {
@@ -120,7 +120,7 @@ func TestSettleBadInput(t *testing.T) {
 	l := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: time.Hour}
 	for name, st := range map[string]sluice.Limiter{"memory": mem, "redis": red} {
 		var d [1]sluice.Decision
-		if _, err := st.Decide(ctx, []sluice.Request{{Key: "bad", Limit: l, N: 4, SettleTTL: time.Minute}}, d[:]); err != nil || d[0].Reservation == "" {
+		if _, err := st.Decide(ctx, []sluice.Request{{Key: "bad", Limit: l, N: 4, SettleTTL: time.Minute}}, d[:]); err != nil || d[0].Reservation == 0 {
 			t.Fatalf("%s: reservation %+v, %v", name, d[0], err)
 		}
 		look := func() sluice.Decision {
@@ -134,13 +134,14 @@ func TestSettleBadInput(t *testing.T) {
 		for _, c := range []struct {
 			what  string
 			limit sluice.Limit
-			id    string
+			id    sluice.ReservationID
 			cost  int64
 			want  error
 		}{
 			{"negative cost", l, d[0].Reservation, -1, sluice.ErrInvalidCost},
-			{"unknown reservation", l, sluice.FormatLease(424242), 1, sluice.ErrUnknownReservation},
-			{"malformed reservation", l, "no such thing", 1, sluice.ErrUnknownReservation},
+			{"unknown reservation", l, 424242, 1, sluice.ErrUnknownReservation},
+			{"no reservation", l, 0, 1, sluice.ErrUnknownReservation},
+			{"an id no store gives", l, sluice.MaxLeaseID + 1, 1, sluice.ErrUnknownReservation},
 			{"another limit", sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 11, Period: time.Hour}, d[0].Reservation, 1, sluice.ErrUnknownReservation},
 			{"sliding log", sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 10, Period: time.Hour}, d[0].Reservation, 1, sluice.ErrInvalidLimit},
 			{"concurrency", sluice.InFlight(3, time.Second), d[0].Reservation, 1, sluice.ErrInvalidLimit},
@@ -195,7 +196,7 @@ func TestDifferentialSettle(t *testing.T) {
 	const ttl = 6 * time.Hour
 	type pending struct {
 		req sluice.Request
-		id  string
+		id  sluice.ReservationID
 		rec algo.Reserved
 	}
 	lane := func(t *testing.T, a sluice.Algorithm, limits []sluice.Limit, ops int, move func(*rand.Rand)) {
@@ -258,15 +259,15 @@ func TestDifferentialSettle(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := d[0]
-			if (got.Reservation != "") != (r.SettleTTL > 0 && r.N > 0 && got.Allowed) {
-				t.Fatalf("op %d: reservation %q for %+v", i, got.Reservation, r)
+			if (got.Reservation != 0) != (r.SettleTTL > 0 && r.N > 0 && got.Allowed) {
+				t.Fatalf("op %d: reservation %v for %+v", i, got.Reservation, r)
 			}
 			id := got.Reservation
-			got.Reservation = ""
+			got.Reservation = 0
 			if got != want.Decision(r.Limit) {
 				t.Fatalf("op %d: %v n=%d at %d: redis %+v, Go %+v", i, r.Limit, r.N, now, got, want)
 			}
-			if id != "" {
+			if id != 0 {
 				open = append(open, pending{r, id, algo.ReservedOf(algo.ParamsOf(r.Limit), r.N, now, want)})
 			}
 		}
@@ -316,7 +317,7 @@ func TestSettleAcrossSlots(t *testing.T) {
 	l := sluice.Limit{Algorithm: sluice.SlidingWindow, Rate: 100, Period: time.Hour}
 	reqs := []sluice.Request{{Key: a, Limit: l, N: 40, SettleTTL: time.Minute}, {Key: b, Limit: l, N: 40, SettleTTL: time.Minute}}
 	ds, err := sluice.AllowMulti(ctx, s, reqs)
-	if err != nil || !ds[0].Allowed || !ds[1].Allowed || ds[0].Reservation == "" || ds[1].Reservation == "" {
+	if err != nil || !ds[0].Allowed || !ds[1].Allowed || ds[0].Reservation == 0 || ds[1].Reservation == 0 {
 		t.Fatalf("reservations across slots: %+v, %v", ds, err)
 	}
 	for i, c := range []int64{10, 70} {
@@ -327,7 +328,7 @@ func TestSettleAcrossSlots(t *testing.T) {
 	}
 	// b has 30 left: a request of 40 on both is denied, reserves nothing and spends nothing.
 	ds, err = sluice.AllowMulti(ctx, s, reqs)
-	if err != nil || ds[0].Allowed || ds[0].Reservation != "" || ds[1].Reservation != "" {
+	if err != nil || ds[0].Allowed || ds[0].Reservation != 0 || ds[1].Reservation != 0 {
 		t.Fatalf("denied across slots: %+v, %v", ds, err)
 	}
 	if d, _ := sluice.AllowN(ctx, s, a, l, 0); d.Remaining != 90 {

@@ -25,7 +25,7 @@ const refundTimeout = 5 * time.Second
 // decision script call returned.
 type slotCall struct {
 	idx   []int
-	res   []algo.Result
+	res   []algo.Outcome
 	at    int64 // the call's now, µs: the instant of its spends
 	err   error
 	spent bool // the call was answered and allowed every request in it
@@ -146,7 +146,7 @@ func inParallel(calls []*slotCall, f func(*slotCall)) {
 // decideSlot runs the decision script on the requests idx of reqs, all in one slot, as one
 // all-or-nothing group (an independent decision when there is one), and returns their
 // results and the script's now.
-func (s *Store) decideSlot(ctx context.Context, cn *conn, reqs []sluice.Request, idx []int) ([]algo.Result, int64, error) {
+func (s *Store) decideSlot(ctx context.Context, cn *conn, reqs []sluice.Request, idx []int) ([]algo.Outcome, int64, error) {
 	items := make([]item, len(idx))
 	keys := make([]string, len(idx))
 	var packed, groups, cal []byte
@@ -176,10 +176,9 @@ func (s *Store) decideSlot(ctx context.Context, cn *conn, reqs []sluice.Request,
 	}
 	res, at := readResults(vals, len(idx)), readFloat(vals[32*len(idx):])
 	for j := range res {
-		res[j] = items[j].result(res[j])
+		res[j] = items[j].result(res[j].Result)
 		if items[j].info.code == calendarCode {
-			w, e := bounds[j].Holding(at)
-			res[j].Window = e - w
+			res[j].Window = bounds[j].Window(at)
 		}
 	}
 	return res, at, nil
@@ -226,8 +225,7 @@ func (s *Store) refundSlot(ctx context.Context, cn *conn, reqs []sluice.Request,
 	}
 	for k, r := range readResults(vals, len(keys)) {
 		if li := s.info(reqs[c.idx[which[k]]].Limit); li.code == calendarCode {
-			w, e := bounds[k].Holding(now)
-			r.Window = e - w
+			r.Window = bounds[k].Window(now)
 		}
 		c.res[which[k]] = r
 	}
@@ -235,10 +233,10 @@ func (s *Store) refundSlot(ctx context.Context, cn *conn, reqs []sluice.Request,
 }
 
 // readResults reads n results as the scripts return them, four doubles each.
-func readResults(vals []byte, n int) []algo.Result {
-	out := make([]algo.Result, n)
+func readResults(vals []byte, n int) []algo.Outcome {
+	out := make([]algo.Outcome, n)
 	for i := range out {
-		out[i] = algo.Result{
+		out[i].Result = algo.Result{
 			Allowed:    readFloat(vals) == 1,
 			Remaining:  readFloat(vals[8:]),
 			ResetAfter: readFloat(vals[16:]),

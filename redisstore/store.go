@@ -703,7 +703,7 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 	}
 	c := getCall(ctx)
 	c.items = items
-	c.res = make([]algo.Result, len(items))
+	c.res = make([]algo.Outcome, len(items))
 	if err := s.submit(ctx, cn, c); err != nil {
 		return err
 	}
@@ -731,9 +731,8 @@ func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error
 }
 
 // Release implements sluice.Limiter: one script call (lua/release.lua) on the lease set.
-func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, lease string) (bool, error) {
-	id, err := sluice.CheckRelease(key, limit, lease)
-	if err != nil {
+func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, lease sluice.LeaseID) (bool, error) {
+	if err := sluice.CheckRelease(key, limit, lease); err != nil {
 		return false, err
 	}
 	cn, err := s.usable()
@@ -741,7 +740,7 @@ func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, lea
 		return false, err
 	}
 	k := s.redisKey(key, s.info(limit))
-	args := []string{s.scriptNow(), s.minTTL, strconv.FormatUint(id, 10)}
+	args := []string{s.scriptNow(), s.minTTL, strconv.FormatUint(uint64(lease), 10)}
 	n, err := s.eval(ctx, cn.client, releaseScript, []string{k}, args).AsInt64()
 	if err != nil {
 		return false, wrap("release", err)

@@ -416,8 +416,8 @@ func (g *Global) Reset(ctx context.Context, key string, limit sluice.Limit) erro
 
 // Release implements sluice.Limiter. Global holds bucket limits only, so every release is
 // an error wrapping sluice.ErrInvalidLimit: a Concurrency limit is never decided here.
-func (g *Global) Release(ctx context.Context, key string, limit sluice.Limit, lease string) (bool, error) {
-	if _, err := sluice.CheckRelease(key, limit, lease); err != nil {
+func (g *Global) Release(ctx context.Context, key string, limit sluice.Limit, lease sluice.LeaseID) (bool, error) {
+	if err := sluice.CheckRelease(key, limit, lease); err != nil {
 		return false, err
 	}
 	return false, checkBucket(limit)
@@ -426,8 +426,8 @@ func (g *Global) Release(ctx context.Context, key string, limit sluice.Limit, le
 // Settle implements sluice.Limiter. Global makes no reservations to settle (a request
 // with a SettleTTL is decided at its estimate, which stands): every settlement is an error
 // wrapping sluice.ErrUnknownReservation, or the error of its bad input.
-func (g *Global) Settle(ctx context.Context, key string, limit sluice.Limit, reservation string, cost int64) (sluice.Decision, error) {
-	if _, err := sluice.CheckSettle(key, limit, reservation, cost); err != nil {
+func (g *Global) Settle(ctx context.Context, key string, limit sluice.Limit, reservation sluice.ReservationID, cost int64) (sluice.Decision, error) {
+	if err := sluice.CheckSettle(key, limit, reservation, cost); err != nil {
 		return sluice.Decision{}, err
 	}
 	if err := checkBucket(limit); err != nil {

@@ -86,7 +86,7 @@ func (s *Share) Reset(ctx context.Context, key string, limit sluice.Limit) error
 }
 
 // Release implements sluice.Limiter under the scaled limit, where the lease was taken.
-func (s *Share) Release(ctx context.Context, key string, limit sluice.Limit, lease string) (bool, error) {
+func (s *Share) Release(ctx context.Context, key string, limit sluice.Limit, lease sluice.LeaseID) (bool, error) {
 	if err := limit.Validate(); err != nil {
 		return false, err
 	}
@@ -94,7 +94,7 @@ func (s *Share) Release(ctx context.Context, key string, limit sluice.Limit, lea
 }
 
 // Settle implements sluice.Limiter under the scaled limit, where the reservation was made.
-func (s *Share) Settle(ctx context.Context, key string, limit sluice.Limit, reservation string, cost int64) (sluice.Decision, error) {
+func (s *Share) Settle(ctx context.Context, key string, limit sluice.Limit, reservation sluice.ReservationID, cost int64) (sluice.Decision, error) {
 	if err := limit.Validate(); err != nil {
 		return sluice.Decision{}, err
 	}

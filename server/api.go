@@ -502,7 +502,7 @@ func limitStatus(it *item) LimitStatus {
 			ls.Period, ls.LeaseTTL = "", l.Lease.String()
 		}
 		if c := l.Calendar; !c.IsZero() {
-			ls.Period, ls.Zone, ls.AnchorDay = c.Unit.String(), c.Zone, c.Anchor
+			ls.Period, ls.Zone, ls.AnchorDay = c.Unit.String(), c.Zone.String(), c.Anchor
 			ls.WindowSeconds = int64((it.Decision.Window + time.Second - 1) / time.Second)
 		}
 	case config.Blocked:
@@ -513,8 +513,8 @@ func limitStatus(it *item) LimitStatus {
 		ls.ResetAfterMs = ceilMillis(it.Decision.ResetAfter)
 		ls.RetryAfterMs = ceilMillis(it.Decision.RetryAfter)
 		ls.DecidedBy = it.Decision.Path.String()
-		ls.Lease = it.Decision.Lease
-		ls.Reservation = it.Decision.Reservation
+		ls.Lease = it.Decision.Lease.String()
+		ls.Reservation = it.Decision.Reservation.String()
 	}
 	return ls
 }
@@ -830,7 +830,8 @@ func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) string {
 	if req.Policy == "" {
 		return s.writeError(w, r, badRequest("a release names the policy (and key) whose check took the lease"))
 	}
-	if _, err := sluice.ParseLease(req.Lease); err != nil {
+	lease, err := sluice.ParseLeaseID(req.Lease)
+	if err != nil {
 		return s.writeError(w, r, badRequest("%v", err))
 	}
 	cfg := s.config()
@@ -846,7 +847,7 @@ func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) string {
 			continue
 		}
 		found = true
-		held, err := s.limiter.Release(r.Context(), it.Key, it.Limit, req.Lease)
+		held, err := s.limiter.Release(r.Context(), it.Key, it.Limit, lease)
 		if err != nil {
 			return s.writeError(w, r, err)
 		}
@@ -886,14 +887,15 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) string {
 	if err != nil {
 		return s.writeError(w, r, err)
 	}
+	reservation, perr := sluice.ParseReservationID(req.Reservation) // an id no store gives: none holds it
 	err = fmt.Errorf("%w: %.40q", sluice.ErrUnknownReservation, req.Reservation)
 	for i := range items {
 		it := &items[i]
-		if it.status != config.Limited {
+		if perr != nil || it.status != config.Limited {
 			continue
 		}
 		var d sluice.Decision
-		d, err = s.limiter.Settle(r.Context(), it.Key, it.Limit, req.Reservation, *req.Cost)
+		d, err = s.limiter.Settle(r.Context(), it.Key, it.Limit, reservation, *req.Cost)
 		if errors.Is(err, sluice.ErrUnknownReservation) {
 			continue // another limit's, perhaps
 		}

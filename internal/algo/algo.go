@@ -122,16 +122,23 @@ func (p Params) MaxCost() int64 {
 	return p.Burst
 }
 
-// Result is the outcome of one decision, in microseconds.
+// Result is the outcome of one decision, in microseconds. It is four words, which the
+// compiler keeps in registers from a state machine to the Decision a store builds; what
+// only some limits' decisions carry is in Outcome.
 type Result struct {
 	Allowed    bool
 	Remaining  int64
 	ResetAfter int64
 	RetryAfter int64
-	// Lease is the id of the lease an allowed Concurrency decision of cost 1 took; 0
-	// otherwise.
-	Lease uint64
-	// Window is the length of the calendar period decided in (CalendarWindow); else 0.
+}
+
+// Outcome is a Result with what a Decision carries beyond it, which the store knows
+// around the machine rather than from it: the lease an allowed Concurrency decision of
+// cost 1 took (the id given to Concurrency; 0 otherwise), and the length of a calendar
+// limit's period holding the decision's instant (Bounds.Window; 0 otherwise).
+type Outcome struct {
+	Result
+	Lease  uint64
 	Window int64
 }
 
@@ -254,14 +261,13 @@ func (r Result) Decision(l sluice.Limit) sluice.Decision {
 		Remaining:  r.Remaining,
 		ResetAfter: time.Duration(r.ResetAfter) * time.Microsecond,
 		RetryAfter: time.Duration(r.RetryAfter) * time.Microsecond,
-		Lease:      formatLease(r.Lease),
-		Window:     time.Duration(r.Window) * time.Microsecond,
 	}
 }
 
-func formatLease(id uint64) string {
-	if id == 0 {
-		return ""
-	}
-	return sluice.FormatLease(id)
+// Decision converts o into the public Decision for limit l.
+func (o Outcome) Decision(l sluice.Limit) sluice.Decision {
+	d := o.Result.Decision(l)
+	d.Lease = sluice.LeaseID(o.Lease)
+	d.Window = time.Duration(o.Window) * time.Microsecond
+	return d
 }

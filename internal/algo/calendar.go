@@ -32,6 +32,13 @@ func (b Bounds) Holding(now int64) (start, end int64) {
 	return b[0], b[1]
 }
 
+// Window is the length of the period of b holding now, which a decision at now reports
+// (Outcome.Window).
+func (b Bounds) Window(now int64) int64 {
+	w, e := b.Holding(now)
+	return e - w
+}
+
 // Holds reports whether now lies in one of b's periods, b[0] ≤ now < b[3].
 func (b Bounds) Holds(now int64) bool { return b[0] <= now && now < b[3] }
 
@@ -41,7 +48,7 @@ func (b Bounds) Holds(now int64) bool { return b[0] <= now && now < b[3] }
 // State: A = the start of the period counted (µs), B = the units admitted in it, C = its
 // end. A cost n is allowed when B + n ≤ Rate; there is no rounding, and Burst is not used.
 //
-// Remaining = Rate - B. Window = the length of the period of b holding now. ResetAfter = RetryAfter (for a denial) = the time to the end of
+// Remaining = Rate - B. ResetAfter = RetryAfter (for a denial) = the time to the end of
 // the period, C - now: exactly the next period start, whatever the month's length or the
 // zone's DST changes. Unlike FixedWindow, ResetAfter is that time even when nothing is
 // counted, since a quota's reset is a calendar instant a client plans by.
@@ -57,12 +64,12 @@ func CalendarWindow(s State, now int64, p Params, b Bounds, n int64) (State, Res
 	}
 	untilEnd := s.C - now
 	if s.B+c > p.Rate {
-		return s, Result{Remaining: p.Rate - s.B, ResetAfter: untilEnd, RetryAfter: untilEnd, Window: e - w}
+		return s, Result{Remaining: p.Rate - s.B, ResetAfter: untilEnd, RetryAfter: untilEnd}
 	}
 	if n > 0 {
 		s.B += c
 	}
-	return s, Result{Allowed: true, Remaining: p.Rate - s.B, ResetAfter: untilEnd, Window: e - w}
+	return s, Result{Allowed: true, Remaining: p.Rate - s.B, ResetAfter: untilEnd}
 }
 
 // RefundCalendarWindow gives back a CalendarWindow spend of n units made at at: if the

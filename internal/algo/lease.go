@@ -41,9 +41,8 @@ func (l *Leases) expire(now int64) {
 //
 // State: the leases held (Leases). A decision first drops the leases that have expired
 // (expiry ≤ now). Cost 1 takes a lease with id id, expiring at now + Period, if fewer
-// than Rate are held, and only when commit is set (Result.Lease is then id); cost 0 only
-// looks. Callers validate
-// n ≤ 1 beforehand (sluice.CheckRequest).
+// than Rate are held, and only when commit is set (the decision's Outcome.Lease is then
+// id); cost 0 only looks. Callers validate n ≤ 1 beforehand (sluice.CheckRequest).
 //
 // Results: Remaining is Rate less the leases held after the call; ResetAfter the time
 // until the last lease held expires; RetryAfter, for a denial, the time until the oldest
@@ -67,10 +66,8 @@ func Concurrency(l *Leases, now int64, p Params, n int64, id uint64, commit bool
 		i, _ := slices.BinarySearchFunc(l.held, e, compareLease)
 		l.held = slices.Insert(l.held, i, e)
 		held++
-	} else {
-		id = 0
 	}
-	return Result{Allowed: true, Remaining: p.Rate - held, ResetAfter: nonNeg(l.ExpiresAt() - now), Lease: id}
+	return Result{Allowed: true, Remaining: p.Rate - held, ResetAfter: nonNeg(l.ExpiresAt() - now)}
 }
 
 func compareLease(a, b lease) int {

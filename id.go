@@ -1,0 +1,97 @@
+package sluice
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// LeaseID identifies the lease an allowed request took under a Concurrency limit
+// (Decision.Lease); give it to Limiter.Release when the request is done. The zero LeaseID
+// is no lease. Stores give ids in [1, MaxLeaseID]. Its text (String, MarshalText) is the
+// id in base 36, at most 11 characters, and the zero LeaseID's is "".
+type LeaseID uint64
+
+// ReservationID identifies the reservation an allowed request with a SettleTTL made
+// (Decision.Reservation); give it to Limiter.Settle with the actual cost. The zero
+// ReservationID is no reservation. Ids and their text are as LeaseID's.
+type ReservationID uint64
+
+// MaxLeaseID bounds lease and reservation ids: they are below 2^53, so that Redis's Lua
+// holds them exactly.
+const MaxLeaseID = 1<<53 - 1
+
+// String returns the id in base 36, "" for the zero LeaseID.
+func (id LeaseID) String() string { return formatID(uint64(id)) }
+
+// MarshalText implements encoding.TextMarshaler, as String.
+func (id LeaseID) MarshalText() ([]byte, error) { return appendID(nil, uint64(id)), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler: "" is the zero LeaseID, anything
+// else as ParseLeaseID.
+func (id *LeaseID) UnmarshalText(b []byte) error {
+	v, err := unmarshalID(b, ErrInvalidLease, "lease")
+	*id = LeaseID(v)
+	return err
+}
+
+// ParseLeaseID reads a lease id as String writes it. "" and anything a store never gives
+// are errors wrapping ErrInvalidLease.
+func ParseLeaseID(s string) (LeaseID, error) {
+	v, err := parseID(s, ErrInvalidLease, "lease")
+	return LeaseID(v), err
+}
+
+// String returns the id in base 36, "" for the zero ReservationID.
+func (id ReservationID) String() string { return formatID(uint64(id)) }
+
+// MarshalText implements encoding.TextMarshaler, as String.
+func (id ReservationID) MarshalText() ([]byte, error) { return appendID(nil, uint64(id)), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler: "" is the zero ReservationID,
+// anything else as ParseReservationID.
+func (id *ReservationID) UnmarshalText(b []byte) error {
+	v, err := unmarshalID(b, ErrUnknownReservation, "reservation")
+	*id = ReservationID(v)
+	return err
+}
+
+// ParseReservationID reads a reservation id as String writes it. "" and anything a store
+// never gives are errors wrapping ErrUnknownReservation: no store holds such a
+// reservation.
+func ParseReservationID(s string) (ReservationID, error) {
+	v, err := parseID(s, ErrUnknownReservation, "reservation")
+	return ReservationID(v), err
+}
+
+func formatID(v uint64) string {
+	if v == 0 {
+		return ""
+	}
+	return strconv.FormatUint(v, 36)
+}
+
+func appendID(b []byte, v uint64) []byte {
+	if v == 0 {
+		return b
+	}
+	return strconv.AppendUint(b, v, 36)
+}
+
+// validID reports whether v is an id a store gives.
+func validID(v uint64) bool { return v != 0 && v <= MaxLeaseID }
+
+// parseID reads an id in base 36; the error wraps sentinel and names what.
+func parseID(s string, sentinel error, what string) (uint64, error) {
+	v, err := strconv.ParseUint(s, 36, 64)
+	if err != nil || !validID(v) || len(s) > 11 {
+		return 0, fmt.Errorf("%w: %.40q is not a %s id", sentinel, s, what)
+	}
+	return v, nil
+}
+
+func unmarshalID(b []byte, sentinel error, what string) (uint64, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	return parseID(string(b), sentinel, what)
+}
