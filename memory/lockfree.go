@@ -53,7 +53,34 @@ import (
 //     commits or gives up, so no lock-free decision can slip in between its evaluation and
 //     its commit. A moved or copied frozen slot carries its batch's record along.
 //   - A decider that misses, or meets tombstone, frozen or another generation, falls back
-//     to the locked path, which is authoritative.
+//     to the locked path, which is authoritative; the one exception is an admission of
+//     a missing GCRA key, below.
+//   - Every section of the lock's holder that gives a slot a key, takes one away, moves
+//     one, tombstones a state or replaces the array ends by advancing the shard's seq
+//     (changed), after its last such write and before it unlocks. seq grows only.
+//
+// An insert after a lock-free probe (gcraClass.missed) reads seq, then the array, probes
+// it without the lock and, finding no key, chooses a slot on the key's probe run; it then
+// takes the lock and writes only if seq still reads what it read before the probe. That
+// proves the probe saw the shard as it still is. A section whose bump the first read
+// observed had finished its writes before the probe began (an atomic load that observes
+// a store is synchronized after it); a section that bumped later released the lock
+// before the inserter took it, so the inserter reads a larger seq. With seq unchanged,
+// then, no section ran since the probe began, and the only writes since are lock-free
+// deciders' swaps of live control words within their generation, which change no key,
+// no meta word and no sentinel. So the key is still absent, its probe run is the one
+// read, and the chosen slot is still what the probe read: an unused slot (taken as any
+// insert takes one, within maxLoad), a tombstone (reused as place reuses one), or a state
+// that had emptied by now. That state is deleted first, as the sweeper deletes, by a
+// compare-and-swap from the exact control word the probe read to tombstone (it fails if
+// a decider has spent it since, or a batch froze it; the inserter then decides under the
+// lock), and only if it had emptied by sweepAt(now), so Store.now never decides before
+// the deletion's time; the slot then gets the key under its next generation, the same
+// steps as reusing any tombstone, so the ABA rule above holds unchanged for a decider
+// still holding the old key's meta. The state count does not change (one state
+// replaces another). A miss that would only look or deny writes nothing and takes the
+// lock's answer: without the lock a miss does not prove absence (a key may be moving
+// back past the probe).
 //
 // A state's word is a time in epoch microseconds or a count, from 0 to below 2^genShift
 // (Store.now keeps the clock at most maxMicros, and a state is at most MaxPeriod ahead of
@@ -144,12 +171,19 @@ type larray[S any] struct {
 type lshard[S any] struct {
 	mu     sync.Mutex
 	arr    atomic.Pointer[larray[S]]
-	cursor int
-	frozen []frozenSlot // slots a multi-limit batch holds, restored by unlock
-	n      atomic.Int64 // live slots of arr (states held), written under mu (Store.count)
-	used   int          // slots of arr with a key (live or tombstone), under mu
+	seq    atomic.Uint64 // changes whenever the lock's holder changes a slot's key (changed)
+	frozen []frozenSlot  // slots a multi-limit batch holds, restored by unlock
+	n      atomic.Int64  // live slots of arr (states held), written under mu (Store.count)
+	cursor int32
+	used   int32 // slots of arr with a key (live or tombstone), under mu
 	// 64 bytes: neighbouring shards' locks do not share a cache line.
 }
+
+// changed records, with the lock held, that the holder gave a slot a key, took one away,
+// moved one, tombstoned a state or replaced the array: a probe that read seq before
+// such a change no longer describes the shard (see gcraClass.decide). It is one plain
+// atomic store, since only the lock's holder writes seq.
+func (sh *lshard[S]) changed() { sh.seq.Store(sh.seq.Load() + 1) }
 
 type frozenSlot struct {
 	i int
@@ -318,6 +352,7 @@ func (g *lockFree[S, P]) sweepAll(sh *lshard[S], now int64) {
 	if gone > 0 {
 		g.st.count(&sh.n, -gone)
 		g.compact(sh, a)
+		sh.changed()
 	}
 }
 
@@ -436,7 +471,7 @@ func (g *lockFree[S, P]) update(key string, h uint64, now int64, f func(algo.Sta
 // rebuilds the array when it is still too full, and gives the key the first reusable slot
 // of its probe run (assign). Store.evictOver keeps the store under MaxKeys afterwards.
 func (g *lockFree[S, P]) insert(sh *lshard[S], key string, h uint64, s algo.State, now int64) {
-	full := func(a *larray[S]) bool { return a == nil || (sh.used+1)*100 > len(a.slots)*g.maxLoad }
+	full := func(a *larray[S]) bool { return a == nil || int(sh.used+1)*100 > len(a.slots)*g.maxLoad }
 	a := sh.arr.Load()
 	if full(a) && a != nil && g.st.sweepGap > 0 {
 		g.sweepAll(sh, g.st.sweepAt(now))
@@ -452,6 +487,7 @@ func (g *lockFree[S, P]) insert(sh *lshard[S], key string, h uint64, s algo.Stat
 		sh.used++
 	}
 	g.st.count(&sh.n, 1)
+	sh.changed()
 }
 
 // rebuild copies the live slots into a fresh array (whose generations start again) sized
@@ -501,8 +537,9 @@ func (g *lockFree[S, P]) rebuild(sh *lshard[S], crowded bool) *larray[S] {
 			used++
 		}
 	}
-	sh.used = used
+	sh.used = int32(used)
 	sh.arr.Store(a)
+	sh.changed()
 	return a
 }
 
@@ -513,6 +550,7 @@ func (g *lockFree[S, P]) kill(sh *lshard[S], a *larray[S], i int) {
 	if _, was := P(&a.slots[i]).seize(tombstone); !isSentinel(was) {
 		g.st.count(&sh.n, -1)
 		g.shift(sh, a, i)
+		sh.changed()
 	}
 }
 
@@ -536,7 +574,7 @@ func (g *lockFree[S, P]) sample(i int, best *victim, m int) int {
 	}
 	c := len(a.slots)
 	offered := 0
-	for j, probed := sh.cursor%c, 0; offered < m && probed < c; probed++ {
+	for j, probed := int(sh.cursor)%c, 0; offered < m && probed < c; probed++ {
 		if e := &a.slots[j]; hdr(e).meta.Load()&keyMask != 0 {
 			if s, ok := P(e).peek(); ok {
 				h := hdr(e)
@@ -599,7 +637,7 @@ func (g *lockFree[S, P]) retire(drop func()) bool {
 func (g *lockFree[S, P]) sweepShard(sh *lshard[S], now int64, budget int) {
 	a := sh.arr.Load()
 	c := len(a.slots)
-	i := sh.cursor % c
+	i := int(sh.cursor) % c
 	for ; budget > 0; budget-- {
 		if e := &a.slots[i]; hdr(e).meta.Load()&keyMask != 0 && P(e).retire(now, g.p) {
 			g.st.count(&sh.n, -1)
@@ -610,8 +648,9 @@ func (g *lockFree[S, P]) sweepShard(sh *lshard[S], now int64, budget int) {
 			i = 0
 		}
 	}
-	sh.cursor = i
+	sh.cursor = int32(i)
 	if c > 64 && int(sh.n.Load())*8 < c {
 		g.rebuild(sh, false)
 	}
+	sh.changed()
 }
