@@ -175,6 +175,7 @@ func (g *gcraClass) place(sh *lshard[gslot], a *larray[gslot], p probe, key stri
 		return false
 	}
 	e := &a.slots[p.i].lhdr
+	m := gmeta(key, h)
 	switch {
 	case e.meta.Load()&keyMask == 0: // unused
 		if int(sh.used+1)*100 > len(a.slots)*g.maxLoad {
@@ -185,11 +186,20 @@ func (g *gcraClass) place(sh *lshard[gslot], a *larray[gslot], p probe, key stri
 	case p.ctl == tombstone:
 		g.st.count(&sh.n, 1)
 	default: // an emptied state, replaced: the count stays
-		if p.ctl&valMask > g.st.sweepAt(now) || !e.ctl.CompareAndSwap(p.ctl, tombstone) {
+		if p.ctl&valMask > g.st.sweepAt(now) {
 			return false
 		}
+		// One swap ends the old key's generation and publishes the new one's state;
+		// the key and meta follow (lockfree.go: an emptied state replaced in place).
+		next := (e.meta.Load()>>genShift+1)<<genShift | m&keyMask
+		if !e.ctl.CompareAndSwap(p.ctl, int64(next)&genMask|tat) {
+			return false
+		}
+		e.key.Store(unsafe.StringData(key))
+		e.meta.Store(next)
+		sh.changed()
+		return true
 	}
-	m := gmeta(key, h)
 	a.assign(p.i, unsafe.StringData(key), m, algo.State{A: tat}, putS[gslot, *gslot])
 	sh.changed()
 	return true

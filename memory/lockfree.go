@@ -29,9 +29,11 @@ import (
 //
 //   - A slot gets a key (an insert, or a move below), under the lock, only while it is
 //     unused or its control word is tombstone: key, then meta with the next generation,
-//     then the control word, which publishes the state. So within one array a slot and
-//     a generation name exactly one key, and a control word of generation g exists only
-//     from g's publication to the tombstone that ends it.
+//     then the control word, which publishes the state. (An insert that replaces an
+//     emptied state in place orders these writes otherwise; see below.) So within one
+//     array a slot and a generation name exactly one key, and a control word of
+//     generation g exists only from g's publication to the tombstone (or replacement)
+//     that ends it.
 //   - A decider reads meta, the key, then the control word, goes on only if the control
 //     word's generation is meta's, and writes only with a compare-and-swap (GCRA) or a
 //     claim (pair.go) expecting the word it read. It therefore never touches another
@@ -71,16 +73,23 @@ import (
 // no meta word and no sentinel. So the key is still absent, its probe run is the one
 // read, and the chosen slot is still what the probe read: an unused slot (taken as any
 // insert takes one, within maxLoad), a tombstone (reused as place reuses one), or a state
-// that had emptied by now. That state is deleted first, as the sweeper deletes, by a
-// compare-and-swap from the exact control word the probe read to tombstone (it fails if
-// a decider has spent it since, or a batch froze it; the inserter then decides under the
-// lock), and only if it had emptied by sweepAt(now), so Store.now never decides before
-// the deletion's time; the slot then gets the key under its next generation, the same
-// steps as reusing any tombstone, so the ABA rule above holds unchanged for a decider
-// still holding the old key's meta. The state count does not change (one state
-// replaces another). A miss that would only look or deny writes nothing and takes the
-// lock's answer: without the lock a miss does not prove absence (a key may be moving
-// back past the probe).
+// that had emptied by now, which the key replaces in place. A miss that would only look
+// or deny writes nothing and takes the lock's answer: without the lock a miss does not
+// prove absence (a key may be moving back past the probe).
+//
+// An emptied state replaced in place is deleted as the sweeper deletes it, only if it had
+// emptied by sweepAt(now) (so Store.now never decides before the deletion's time), and
+// the state count does not change. The slot stays keyed throughout, so no probe run
+// changes. The replacement is one compare-and-swap of the control word, from the exact
+// word the probe read to the new key's state under the slot's next generation g+1; then
+// the key; then meta (g+1). The swap fails if a decider has spent the old state since or
+// a batch froze it (the inserter then decides under the lock); if it succeeds, no
+// decider of the old key can write again, since its swap expects a word of generation g.
+// A lock-free reader that reads meta of generation g meets either that old word (the
+// swap not yet done: a decision on the old key, before its deletion) or a word of g+1,
+// which sameGen refuses, whatever key bytes it read; one that reads meta of g+1 reads the
+// new key, stored before it, and the word of g+1, stored before that. So a slot and a
+// generation still name exactly one key, and the ABA rule above holds.
 //
 // A state's word is a time in epoch microseconds or a count, from 0 to below 2^genShift
 // (Store.now keeps the clock at most maxMicros, and a state is at most MaxPeriod ahead of
