@@ -28,13 +28,18 @@ import (
 // twenty state lifetimes after its last visit at 200 ns/op (a lifetime is one emission
 // interval, 1/coldRate(n) s; a key's mean revisit gap is n·ns/op): at 1M keys it is the
 // PerSecond(100) of issue 25, at 10k PerSecond(10000). So nearly every decision finds the
-// key's state emptied; sluice's store has usually swept it too (it sweeps a shard when an
-// insert finds it full, besides its background sweeper), so the decision inserts.
+// key's state emptied. sluice's store deletes emptied states when an insert needs the
+// slot (in place), when an insert finds its shard full (the whole shard), and in its
+// background sweeper; a decision on a key whose emptied state is still held decides on
+// it, otherwise it inserts.
 //
 // The benchmark checks the regime for sluice's store: it fails if more than half of the
 // decisions found live state (a GCRA decision on a fresh key leaves Remaining at
-// burst-1; on live state, less), or if the store holds a state for more than half of the
-// keys at the end (the states not yet swept). It reports both as live/op and held/key.
+// burst-1; on live state, less), or if the store holds a state for more than 90% of the
+// keys at the end (it would then keep every key, as the peers do, and show no bound on
+// memory). It reports both as live/op and held/key. held/key counts the emptied states
+// not deleted yet, so it grows as the run gets faster (a key's revisit gap shrinks with
+// ns/op while a state's lifetime does not).
 // Every decision of every library must be an admission. Besides ns/op, it reports the
 // process's CPU time per op (cpu-ns/op, see cpuTime).
 
@@ -132,7 +137,7 @@ func BenchmarkMemoryCold(b *testing.B) {
 					held := float64(s.s.Len()) / float64(n)
 					b.ReportMetric(lf, "live/op")
 					b.ReportMetric(held, "held/key")
-					if b.N >= 10_000 && (lf > 0.5 || held > 0.5) {
+					if b.N >= 10_000 && (lf > 0.5 || held > 0.9) {
 						b.Fatalf("not the cold regime: %.2f of decisions found live state, %.2f of keys held", lf, held)
 					}
 				}

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/internal/algo"
 )
@@ -76,21 +77,132 @@ func newGCRAClass(st *Store, p algo.Params, id int, gone *atomic.Bool) *gcraClas
 	return g
 }
 
-// decide takes no lock for an existing key whose slot is live; otherwise it decides under
-// the shard lock.
+// decide takes no lock for an existing key whose slot is live. For an absent key that
+// the decision admits, it probes once without the lock (gprobe) and then inserts under
+// the lock into the slot the probe chose (place), unless the shard changed meanwhile;
+// everything else it decides under the shard lock (decideIn).
 func (g *gcraClass) decide(key string, h uint64, now, n int64) algo.Result {
 	sh := g.shard(h)
-	if a := sh.arr.Load(); a != nil {
-		if i, m := a.find(key, h); i >= 0 {
-			if r, ok := g.fast(&a.slots[i].ctl, m, now, n); ok {
-				return r
-			}
-		}
+	seen := sh.seq.Load()
+	a := sh.arr.Load()
+	if a == nil {
+		return g.decideUnder(sh, key, h, now, n)
 	}
+	p := gprobe(a, key, h, now)
+	if p.hit {
+		if r, ok := g.fast(&a.slots[p.i].ctl, p.m, now, n); ok {
+			return r
+		}
+		return g.decideUnder(sh, key, h, now, n)
+	}
+	return g.missed(sh, seen, a, p, key, h, now, n)
+}
+
+// missed decides key, which probe p of array a missed after the shard's seq read seen.
+// A miss is not proof of absence without the lock (a key may be moving past the probe),
+// so an admission inserts only under the lock and only if seq still reads seen: then no
+// key was given, moved, taken or deleted since, the key is still absent and p still
+// describes its probe run. A look or a denial, which writes nothing, takes the lock's
+// answer.
+func (g *gcraClass) missed(sh *lshard[gslot], seen uint64, a *larray[gslot], p probe, key string, h uint64, now, n int64) algo.Result {
+	ns, r := g.f(algo.State{}, now, g.p, n)
+	if n == 0 || !r.Allowed {
+		return g.decideUnder(sh, key, h, now, n)
+	}
+	sh.mu.Lock()
+	if sh.seq.Load() != seen || !g.place(sh, a, p, key, h, ns.A, now) {
+		r = g.decideIn(sh, key, h, now, n, true)
+	}
+	sh.mu.Unlock()
+	return r
+}
+
+func (g *gcraClass) decideUnder(sh *lshard[gslot], key string, h uint64, now, n int64) algo.Result {
 	sh.mu.Lock()
 	r := g.decideIn(sh, key, h, now, n, true)
 	sh.mu.Unlock()
 	return r
+}
+
+// probe is what a lock-free lookup of a key in an array found: the key's slot (hit, with
+// the meta word it matched), or, on a miss, the slot an insert of the key may take
+// (i, -1 if none) and the control word read there.
+type probe struct {
+	i   int
+	m   uint64
+	hit bool
+	ctl int64
+}
+
+// gprobe looks key up in a without the lock, as larray.find does, and on a miss also
+// chooses a slot for it: the first slot of its probe run that is a tombstone or holds a
+// state that had emptied by now, whose generation is below maxGen, or else the unused
+// slot that ends the run (ctl then 0).
+func gprobe(a *larray[gslot], key string, h uint64, now int64) probe {
+	c := len(a.slots)
+	want := gmeta(key, h)
+	p := probe{i: -1}
+	for i := lhome(want, c); ; {
+		e := &a.slots[i].lhdr
+		m := e.meta.Load()
+		if m&keyMask == 0 {
+			if p.i < 0 {
+				p.i, p.ctl = i, 0
+			}
+			return p
+		}
+		v := e.ctl.Load()
+		if m&keyMask == want && v != tombstone && unsafe.String(e.key.Load(), len(key)) == key {
+			return probe{i: i, m: m, hit: true}
+		}
+		if p.i < 0 && m>>genShift < maxGen && (v == tombstone || (!isSentinel(v) && v&valMask <= now)) {
+			p.i, p.ctl = i, v
+		}
+		if i++; i == c {
+			i = 0
+		}
+	}
+}
+
+// place inserts key, absent from a as probe p found it, with TAT tat, with the lock held
+// and the shard unchanged since p began (seq): it gives the key slot p.i (assign), having
+// first deleted the emptied state p read there, if any. It reports false, having changed
+// nothing, when the array is not the shard's, the class is retired, an unused slot would
+// take the array over its load, or the state there was decided again or emptied too
+// recently to delete (after sweepAt(now)); decideIn then inserts.
+func (g *gcraClass) place(sh *lshard[gslot], a *larray[gslot], p probe, key string, h uint64, tat, now int64) bool {
+	if p.i < 0 || sh.arr.Load() != a || g.gone.Load() {
+		return false
+	}
+	e := &a.slots[p.i].lhdr
+	m := gmeta(key, h)
+	switch {
+	case e.meta.Load()&keyMask == 0: // unused
+		if int(sh.used+1)*100 > len(a.slots)*g.maxLoad {
+			return false
+		}
+		sh.used++
+		g.st.count(&sh.n, 1)
+	case p.ctl == tombstone:
+		g.st.count(&sh.n, 1)
+	default: // an emptied state, replaced: the count stays
+		if p.ctl&valMask > g.st.sweepAt(now) {
+			return false
+		}
+		// One swap ends the old key's generation and publishes the new one's state;
+		// the key and meta follow (lockfree.go: an emptied state replaced in place).
+		next := (e.meta.Load()>>genShift+1)<<genShift | m&keyMask
+		if !e.ctl.CompareAndSwap(p.ctl, int64(next)&genMask|tat) {
+			return false
+		}
+		e.key.Store(unsafe.StringData(key))
+		e.meta.Store(next)
+		sh.changed()
+		return true
+	}
+	a.assign(p.i, unsafe.StringData(key), m, algo.State{A: tat}, putS[gslot, *gslot])
+	sh.changed()
+	return true
 }
 
 // fast decides on control word e of a slot that find matched with meta m, without the

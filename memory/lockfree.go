@@ -29,9 +29,11 @@ import (
 //
 //   - A slot gets a key (an insert, or a move below), under the lock, only while it is
 //     unused or its control word is tombstone: key, then meta with the next generation,
-//     then the control word, which publishes the state. So within one array a slot and
-//     a generation name exactly one key, and a control word of generation g exists only
-//     from g's publication to the tombstone that ends it.
+//     then the control word, which publishes the state. (An insert that replaces an
+//     emptied state in place orders these writes otherwise; see below.) So within one
+//     array a slot and a generation name exactly one key, and a control word of
+//     generation g exists only from g's publication to the tombstone (or replacement)
+//     that ends it.
 //   - A decider reads meta, the key, then the control word, goes on only if the control
 //     word's generation is meta's, and writes only with a compare-and-swap (GCRA) or a
 //     claim (pair.go) expecting the word it read. It therefore never touches another
@@ -53,7 +55,41 @@ import (
 //     commits or gives up, so no lock-free decision can slip in between its evaluation and
 //     its commit. A moved or copied frozen slot carries its batch's record along.
 //   - A decider that misses, or meets tombstone, frozen or another generation, falls back
-//     to the locked path, which is authoritative.
+//     to the locked path, which is authoritative; the one exception is an admission of
+//     a missing GCRA key, below.
+//   - Every section of the lock's holder that gives a slot a key, takes one away, moves
+//     one, tombstones a state or replaces the array ends by advancing the shard's seq
+//     (changed), after its last such write and before it unlocks. seq grows only.
+//
+// An insert after a lock-free probe (gcraClass.missed) reads seq, then the array, probes
+// it without the lock and, finding no key, chooses a slot on the key's probe run; it then
+// takes the lock and writes only if seq still reads what it read before the probe. That
+// proves the probe saw the shard as it still is. A section whose bump the first read
+// observed had finished its writes before the probe began (an atomic load that observes
+// a store is synchronized after it); a section that bumped later released the lock
+// before the inserter took it, so the inserter reads a larger seq. With seq unchanged,
+// then, no section ran since the probe began, and the only writes since are lock-free
+// deciders' swaps of live control words within their generation, which change no key,
+// no meta word and no sentinel. So the key is still absent, its probe run is the one
+// read, and the chosen slot is still what the probe read: an unused slot (taken as any
+// insert takes one, within maxLoad), a tombstone (reused as place reuses one), or a state
+// that had emptied by now, which the key replaces in place. A miss that would only look
+// or deny writes nothing and takes the lock's answer: without the lock a miss does not
+// prove absence (a key may be moving back past the probe).
+//
+// An emptied state replaced in place is deleted as the sweeper deletes it, only if it had
+// emptied by sweepAt(now) (so Store.now never decides before the deletion's time), and
+// the state count does not change. The slot stays keyed throughout, so no probe run
+// changes. The replacement is one compare-and-swap of the control word, from the exact
+// word the probe read to the new key's state under the slot's next generation g+1; then
+// the key; then meta (g+1). The swap fails if a decider has spent the old state since or
+// a batch froze it (the inserter then decides under the lock); if it succeeds, no
+// decider of the old key can write again, since its swap expects a word of generation g.
+// A lock-free reader that reads meta of generation g meets either that old word (the
+// swap not yet done: a decision on the old key, before its deletion) or a word of g+1,
+// which sameGen refuses, whatever key bytes it read; one that reads meta of g+1 reads the
+// new key, stored before it, and the word of g+1, stored before that. So a slot and a
+// generation still name exactly one key, and the ABA rule above holds.
 //
 // A state's word is a time in epoch microseconds or a count, from 0 to below 2^genShift
 // (Store.now keeps the clock at most maxMicros, and a state is at most MaxPeriod ahead of
@@ -144,12 +180,19 @@ type larray[S any] struct {
 type lshard[S any] struct {
 	mu     sync.Mutex
 	arr    atomic.Pointer[larray[S]]
-	cursor int
-	frozen []frozenSlot // slots a multi-limit batch holds, restored by unlock
-	n      atomic.Int64 // live slots of arr (states held), written under mu (Store.count)
-	used   int          // slots of arr with a key (live or tombstone), under mu
+	seq    atomic.Uint64 // changes whenever the lock's holder changes a slot's key (changed)
+	frozen []frozenSlot  // slots a multi-limit batch holds, restored by unlock
+	n      atomic.Int64  // live slots of arr (states held), written under mu (Store.count)
+	cursor int32
+	used   int32 // slots of arr with a key (live or tombstone), under mu
 	// 64 bytes: neighbouring shards' locks do not share a cache line.
 }
+
+// changed records, with the lock held, that the holder gave a slot a key, took one away,
+// moved one, tombstoned a state or replaced the array: a probe that read seq before
+// such a change no longer describes the shard (see gcraClass.decide). It is one plain
+// atomic store, since only the lock's holder writes seq.
+func (sh *lshard[S]) changed() { sh.seq.Store(sh.seq.Load() + 1) }
 
 type frozenSlot struct {
 	i int
@@ -318,6 +361,7 @@ func (g *lockFree[S, P]) sweepAll(sh *lshard[S], now int64) {
 	if gone > 0 {
 		g.st.count(&sh.n, -gone)
 		g.compact(sh, a)
+		sh.changed()
 	}
 }
 
@@ -436,7 +480,7 @@ func (g *lockFree[S, P]) update(key string, h uint64, now int64, f func(algo.Sta
 // rebuilds the array when it is still too full, and gives the key the first reusable slot
 // of its probe run (assign). Store.evictOver keeps the store under MaxKeys afterwards.
 func (g *lockFree[S, P]) insert(sh *lshard[S], key string, h uint64, s algo.State, now int64) {
-	full := func(a *larray[S]) bool { return a == nil || (sh.used+1)*100 > len(a.slots)*g.maxLoad }
+	full := func(a *larray[S]) bool { return a == nil || int(sh.used+1)*100 > len(a.slots)*g.maxLoad }
 	a := sh.arr.Load()
 	if full(a) && a != nil && g.st.sweepGap > 0 {
 		g.sweepAll(sh, g.st.sweepAt(now))
@@ -452,6 +496,7 @@ func (g *lockFree[S, P]) insert(sh *lshard[S], key string, h uint64, s algo.Stat
 		sh.used++
 	}
 	g.st.count(&sh.n, 1)
+	sh.changed()
 }
 
 // rebuild copies the live slots into a fresh array (whose generations start again) sized
@@ -501,8 +546,9 @@ func (g *lockFree[S, P]) rebuild(sh *lshard[S], crowded bool) *larray[S] {
 			used++
 		}
 	}
-	sh.used = used
+	sh.used = int32(used)
 	sh.arr.Store(a)
+	sh.changed()
 	return a
 }
 
@@ -513,6 +559,7 @@ func (g *lockFree[S, P]) kill(sh *lshard[S], a *larray[S], i int) {
 	if _, was := P(&a.slots[i]).seize(tombstone); !isSentinel(was) {
 		g.st.count(&sh.n, -1)
 		g.shift(sh, a, i)
+		sh.changed()
 	}
 }
 
@@ -536,7 +583,7 @@ func (g *lockFree[S, P]) sample(i int, best *victim, m int) int {
 	}
 	c := len(a.slots)
 	offered := 0
-	for j, probed := sh.cursor%c, 0; offered < m && probed < c; probed++ {
+	for j, probed := int(sh.cursor)%c, 0; offered < m && probed < c; probed++ {
 		if e := &a.slots[j]; hdr(e).meta.Load()&keyMask != 0 {
 			if s, ok := P(e).peek(); ok {
 				h := hdr(e)
@@ -599,7 +646,7 @@ func (g *lockFree[S, P]) retire(drop func()) bool {
 func (g *lockFree[S, P]) sweepShard(sh *lshard[S], now int64, budget int) {
 	a := sh.arr.Load()
 	c := len(a.slots)
-	i := sh.cursor % c
+	i := int(sh.cursor) % c
 	for ; budget > 0; budget-- {
 		if e := &a.slots[i]; hdr(e).meta.Load()&keyMask != 0 && P(e).retire(now, g.p) {
 			g.st.count(&sh.n, -1)
@@ -610,8 +657,9 @@ func (g *lockFree[S, P]) sweepShard(sh *lshard[S], now int64, budget int) {
 			i = 0
 		}
 	}
-	sh.cursor = i
+	sh.cursor = int32(i)
 	if c > 64 && int(sh.n.Load())*8 < c {
 		g.rebuild(sh, false)
 	}
+	sh.changed()
 }
