@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,10 +19,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/denycache"
 	"github.com/sluicehq/sluice/failover"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/observe"
+	"github.com/sluicehq/sluice/stack"
 )
 
 // BenchmarkShouldRateLimit measures ShouldRateLimit over a real gRPC connection on
@@ -165,6 +169,61 @@ func BenchmarkShouldRateLimitTraced(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// servicebenchConfig is bench/cmd/servicebench's domain: a fixed window per client
+// generous enough that every request is a store decision and is allowed.
+const servicebenchConfig = `domain: bench
+descriptors:
+  - key: client
+    rate_limit:
+      unit: second
+      requests_per_unit: 1000
+`
+
+// BenchmarkShouldRateLimitStack measures ShouldRateLimit without gRPC on the stack
+// `sluice serve` runs (stack.Open, its decision log at error level and unsampled, its
+// metrics), on memory and on a redis-server of its own, with servicebench's request:
+// one descriptor, client=c<n> over 100,000 values, from many goroutines. It is the
+// per-request work of the service above the transport: allocs/op is the figure to
+// watch (wall time on Redis is the round trip, shared by the batch).
+func BenchmarkShouldRateLimitStack(b *testing.B) {
+	cfg, err := config.Parse(config.File{Name: "bench.yaml", Data: []byte(servicebenchConfig)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	reqs := make([]*rlsv3.RateLimitRequest, 100_000)
+	for i := range reqs {
+		reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*ratelimitDescriptor{desc("client", "c"+strconv.Itoa(i))}}
+	}
+	for _, k := range stores {
+		b.Run(k.name, func(b *testing.B) {
+			reg := prometheus.NewRegistry()
+			log := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))
+			st := k.open(b, cfg, nil, stack.Options{Registry: reg, Logger: log, Sampling: 0, Deadline: 100 * time.Millisecond})
+			s, err := New(Options{Limiter: st.Limiter(), Config: cfg, Registry: reg, Logger: log, FailureMode: sluice.FailOpen})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var seed atomic.Uint64
+			b.SetParallelism(32) // 64 callers on two cores, as servicebench's
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				rng := rand.New(rand.NewPCG(seed.Add(1), 1))
+				for pb.Next() {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // as gRPC's, from grpc-timeout
+					resp, err := s.ShouldRateLimit(ctx, reqs[rng.IntN(len(reqs))])
+					cancel()
+					if err != nil {
+						b.Fatal(err)
+					}
+					if resp.OverallCode != rlsv3.RateLimitResponse_OK {
+						b.Fatalf("over the limit: %v", resp)
+					}
+				}
+			})
 		})
 	}
 }
