@@ -210,6 +210,7 @@ func BenchmarkShouldRateLimitStack(b *testing.B) {
 			var seed atomic.Uint64
 			b.SetParallelism(32) // 64 callers on two cores, as servicebench's
 			b.ReportAllocs()
+			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				rng := rand.New(rand.NewPCG(seed.Add(1), 1))
 				for pb.Next() {
