@@ -51,6 +51,7 @@ vet:
 unit:
 	$(GO) test -race -count=1 -timeout 12m ./...
 	$(GO) test -count=1 -run 'AllocatesNothing' ./memory
+	$(GO) test -count=1 -run 'Allocations' ./server
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

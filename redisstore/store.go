@@ -536,6 +536,10 @@ func (s *Store) Close() error {
 // Prefix returns the prefix of the store's keys (WithPrefix).
 func (s *Store) Prefix() string { return s.prefix }
 
+// Concurrency returns how many script calls may be in flight at once per server
+// (WithConcurrency).
+func (s *Store) Concurrency() int { return s.conc }
+
 // Client returns the rueidis client the store uses, or nil while a store opened with
 // WithConnectRetry has not connected yet.
 func (s *Store) Client() rueidis.Client {

@@ -449,7 +449,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, req *CheckReques
 	if !enforce {
 		hra = 0
 	}
-	if p, l, retry := rateLimitHeaders(items, hra, s.shadowHeaders); p != "" {
+	if p, l, retry := rateLimitHeaders(nil, items, hra, s.shadowHeaders); p != "" {
 		h.Set(httplimit.HeaderRateLimitPolicy, p)
 		if l != "" {
 			h.Set(httplimit.HeaderRateLimit, l)

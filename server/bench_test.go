@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,10 +20,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/denycache"
 	"github.com/sluicehq/sluice/failover"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/observe"
+	"github.com/sluicehq/sluice/stack"
 )
 
 // BenchmarkShouldRateLimit measures ShouldRateLimit over a real gRPC connection on
@@ -167,4 +173,145 @@ func BenchmarkShouldRateLimitTraced(b *testing.B) {
 			}
 		})
 	}
+}
+
+// servicebenchConfig is bench/cmd/servicebench's domain: a fixed window per client
+// generous enough that every request is a store decision and is allowed.
+const servicebenchConfig = `domain: bench
+descriptors:
+  - key: client
+    rate_limit:
+      unit: second
+      requests_per_unit: 1000
+`
+
+// BenchmarkShouldRateLimitStack measures ShouldRateLimit without gRPC on the stack
+// `sluice serve` runs (stack.Open, its decision log at error level and unsampled, its
+// metrics), on memory and on a redis-server of its own, with servicebench's request:
+// one descriptor, client=c<n> over 100,000 values, from 64 goroutines. It is the
+// per-request work of the service above the transport. Besides allocs/op it reports
+// the CPU time per request of this process (cpu-µs/op, getrusage: the callers, the
+// stack and the Redis client's goroutines) and on Redis of redis-server (redis-µs/op,
+// INFO cpu) and the decisions each script call carried (decisions/call, INFO
+// commandstats): figures that move less with the machine's load than ns/op, which on
+// Redis is the round trip shared by a batch.
+func BenchmarkShouldRateLimitStack(b *testing.B) {
+	cfg, err := config.Parse(config.File{Name: "bench.yaml", Data: []byte(servicebenchConfig)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	reqs := make([]*rlsv3.RateLimitRequest, 100_000)
+	for i := range reqs {
+		reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*ratelimitDescriptor{desc("client", "c"+strconv.Itoa(i))}}
+	}
+	for _, kind := range []string{"memory", "redis"} {
+		b.Run(kind, func(b *testing.B) {
+			reg := prometheus.NewRegistry()
+			log := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))
+			// The tests' generous deadline (a shared machine): every decision is the store's.
+			o := stack.Options{Registry: reg, Logger: log, Sampling: 0, Deadline: testDeadline}
+			var srv *redistest.Server
+			var st *stack.Stack
+			if kind == "redis" {
+				srv, st = openRedisStack(b, cfg, nil, o)
+			} else {
+				st = openStack(b, cfg, o)
+			}
+			s, err := New(Options{Limiter: st.Limiter(), Config: cfg, Registry: reg, Logger: log, FailureMode: sluice.FailOpen})
+			if err != nil {
+				b.Fatal(err)
+			}
+			// The first decision loads the script.
+			if _, err := s.ShouldRateLimit(context.Background(), reqs[0]); err != nil {
+				b.Fatal(err)
+			}
+			var seed atomic.Uint64
+			b.SetParallelism(32) // 64 callers on two cores, as servicebench's
+			b.ReportAllocs()
+			var calls0 int64
+			var redis0 float64
+			if srv != nil {
+				calls0, _ = srv.ScriptStats()
+				redis0 = redisCPU(b, srv)
+			}
+			cpu0 := processCPU()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				rng := rand.New(rand.NewPCG(seed.Add(1), 1))
+				for pb.Next() {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // as gRPC's, from grpc-timeout
+					resp, err := s.ShouldRateLimit(ctx, reqs[rng.IntN(len(reqs))])
+					cancel()
+					if err != nil {
+						b.Fatal(err)
+					}
+					if resp.OverallCode != rlsv3.RateLimitResponse_OK {
+						b.Fatalf("over the limit: %v", resp)
+					}
+				}
+			})
+			b.StopTimer()
+			n := float64(b.N)
+			b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/n, "cpu-µs/op")
+			if store, all := storeDecisions(b, reg); store < all {
+				// Decisions a failure mode made (a missed deadline, an open breaker) are
+				// not the store path this measures.
+				b.Errorf("the store made %.0f of %.0f decisions", store, all)
+			}
+			if srv != nil {
+				b.ReportMetric((redisCPU(b, srv)-redis0)*1e6/n, "redis-µs/op")
+				if calls, _ := srv.ScriptStats(); calls > calls0 {
+					b.ReportMetric(n/float64(calls-calls0), "decisions/call")
+				}
+			}
+		})
+	}
+}
+
+// storeDecisions returns the decisions of sluice_decisions_total that the store made
+// (path store) and all of them.
+func storeDecisions(b *testing.B, reg *prometheus.Registry) (store, all float64) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_decisions_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			v := m.GetCounter().GetValue()
+			all += v
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "path" && l.GetValue() == "store" {
+					store += v
+				}
+			}
+		}
+	}
+	return store, all
+}
+
+// processCPU is the CPU time this process has used, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisCPU is the CPU time srv has used, in seconds (INFO cpu).
+func redisCPU(b *testing.B, srv *redistest.Server) float64 {
+	var total float64
+	for _, f := range []string{"used_cpu_user", "used_cpu_sys"} {
+		v, err := srv.Info(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		total += x
+	}
+	return total
 }

@@ -75,11 +75,11 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if !ok {
 		// As the reference implementation: an unknown domain limits nothing.
 		s.metrics.unknownDomain.Inc()
-		resp, statuses := newResponse(len(req.Descriptors))
-		for i := range statuses {
-			statuses[i].status.Code = rlsv3.RateLimitResponse_OK
+		a := newAnswer(len(req.Descriptors))
+		for i := range a.statuses {
+			a.statuses[i].status.Code = rlsv3.RateLimitResponse_OK
 		}
-		return resp, nil
+		return &a.resp, nil
 	}
 
 	sc := getScratch(req.Descriptors)
@@ -140,19 +140,19 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		return nil, status.Error(codes.Unavailable, "rate limit store unavailable")
 	}
 
-	resp, statuses := newResponse(len(items))
+	a := newAnswer(len(items))
 	if !out.Allowed && !s.shadowMode {
-		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		a.resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	for i := range items {
-		descriptorStatus(&items[i], &statuses[i])
+		descriptorStatus(&items[i], &a.statuses[i])
 		s.metrics.descriptor(dom.Name, &items[i])
 	}
-	s.addHeaders(resp, items, out.RetryAfter)
+	s.addHeaders(a, items, out.RetryAfter)
 	if !out.Allowed {
 		s.logDenied(ctx, dom.Name, items)
 	}
-	return resp, nil
+	return &a.resp, nil
 }
 
 // scratch holds the slices one ShouldRateLimit call works with, reused across calls
@@ -211,46 +211,48 @@ type statusBlock struct {
 	reset  durationpb.Duration
 }
 
-// response is an answer with one descriptor, allocated at once: the messages point into
-// it.
-type response struct {
-	resp  rlsv3.RateLimitResponse
-	ptr   [1]*rlsv3.RateLimitResponse_DescriptorStatus
-	block [1]statusBlock
+// answer is a ShouldRateLimit answer and the memory its messages point into, allocated at
+// once: the response, its descriptor statuses (for one descriptor; several take two more
+// allocations), its (at most three) response headers and the text of their values, so
+// that the common answer is one allocation. Nothing in it is written after the handler
+// returns it.
+type answer struct {
+	resp     rlsv3.RateLimitResponse
+	statuses []statusBlock
+	ptr      [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	block    [1]statusBlock
+	hptrs    [3]*corev3.HeaderValue
+	hvals    [3]corev3.HeaderValue
+	// text holds the RateLimit-Policy and RateLimit values when they fit.
+	text [128]byte
 }
 
-// newResponse returns an OK answer with n descriptor statuses, and the blocks of those
-// statuses to fill: one allocation for one descriptor, two for several.
-func newResponse(n int) (*rlsv3.RateLimitResponse, []statusBlock) {
+// newAnswer returns an OK answer with n descriptor statuses to fill.
+func newAnswer(n int) *answer {
+	a := &answer{}
+	a.resp.OverallCode = rlsv3.RateLimitResponse_OK
 	if n == 1 {
-		r := &response{}
-		r.ptr[0] = &r.block[0].status
-		r.resp.OverallCode, r.resp.Statuses = rlsv3.RateLimitResponse_OK, r.ptr[:]
-		return &r.resp, r.block[:]
+		a.ptr[0] = &a.block[0].status
+		a.resp.Statuses, a.statuses = a.ptr[:], a.block[:]
+		return a
 	}
-	blocks := make([]statusBlock, n)
-	resp := &rlsv3.RateLimitResponse{
-		OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
+	a.statuses = make([]statusBlock, n)
+	a.resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)
+	for i := range a.statuses {
+		a.resp.Statuses[i] = &a.statuses[i].status
 	}
-	for i := range blocks {
-		resp.Statuses[i] = &blocks[i].status
-	}
-	return resp, blocks
+	return a
 }
 
-// headerBlock holds the (at most three) response headers of one answer in one
-// allocation.
-type headerBlock struct {
-	ptrs [3]*corev3.HeaderValue
-	vals [3]corev3.HeaderValue
-}
-
-// add appends a header to h, a slice of b.ptrs.
-func (b *headerBlock) add(h []*corev3.HeaderValue, key, value string) []*corev3.HeaderValue {
-	v := &b.vals[len(h)]
+// addHeader appends a response header to the answer's response_headers_to_add.
+func (a *answer) addHeader(key, value string) {
+	h := a.resp.ResponseHeadersToAdd
+	if h == nil {
+		h = a.hptrs[:0]
+	}
+	v := &a.hvals[len(h)]
 	v.Key, v.Value = key, value
-	return append(h, v)
+	a.resp.ResponseHeadersToAdd = append(h, v)
 }
 
 // descriptorStatus fills one descriptor's answer, as the reference implementation fills
@@ -305,24 +307,20 @@ func descriptorStatus(it *item, m *statusBlock) {
 
 // addHeaders sets the answer's response_headers_to_add: RateLimit-Policy and RateLimit for
 // the items, and Retry-After when the answer is OVER_LIMIT.
-func (s *Server) addHeaders(resp *rlsv3.RateLimitResponse, items []item, retryAfter time.Duration) {
+func (s *Server) addHeaders(a *answer, items []item, retryAfter time.Duration) {
 	ra := time.Duration(0)
-	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+	if a.resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		ra = retryAfter
 	}
-	if p, l, retry := rateLimitHeaders(items, ra, s.shadowHeaders); p != "" || retry != "" {
-		hb := &headerBlock{}
-		h := hb.ptrs[:0]
-		if p != "" {
-			h = hb.add(h, "RateLimit-Policy", p)
-			if l != "" {
-				h = hb.add(h, "RateLimit", l)
-			}
+	p, l, retry := rateLimitHeaders(a.text[:0], items, ra, s.shadowHeaders)
+	if p != "" {
+		a.addHeader("RateLimit-Policy", p)
+		if l != "" {
+			a.addHeader("RateLimit", l)
 		}
-		if retry != "" {
-			h = hb.add(h, "Retry-After", retry)
-		}
-		resp.ResponseHeadersToAdd = h
+	}
+	if retry != "" {
+		a.addHeader("Retry-After", retry)
 	}
 }
 
@@ -330,8 +328,8 @@ func (s *Server) addHeaders(resp *rlsv3.RateLimitResponse, items []item, retryAf
 // every limited descriptor over the limit, with the headers of a denial (nothing remains;
 // retry after a second).
 func (s *Server) closedResponse(items []item) *rlsv3.RateLimitResponse {
-	resp, statuses := newResponse(len(items))
-	resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	a := newAnswer(len(items))
+	a.resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	for i := range items {
 		it := &items[i]
 		if it.status == config.Limited {
@@ -339,13 +337,13 @@ func (s *Server) closedResponse(items []item) *rlsv3.RateLimitResponse {
 			it.Decision = sluice.Decision{Limit: it.Limit, Path: sluice.PathClosed, RetryAfter: time.Second}
 			it.TooBig = true // over, whatever the (unknown) state
 		}
-		descriptorStatus(it, &statuses[i])
+		descriptorStatus(it, &a.statuses[i])
 	}
 	if s.shadowMode {
-		resp.OverallCode = rlsv3.RateLimitResponse_OK
+		a.resp.OverallCode = rlsv3.RateLimitResponse_OK
 	}
-	s.addHeaders(resp, items, time.Second)
-	return resp
+	s.addHeaders(a, items, time.Second)
+	return &a.resp
 }
 
 // unitProto maps a config.Unit to the protobuf enum by name (the numbers differ: WEEK

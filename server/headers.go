@@ -3,6 +3,7 @@ package server
 import (
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
@@ -19,9 +20,12 @@ import (
 // item whose decision failed open is listed in the policy field only (its quota is
 // unknown), so limit may be empty when policy is not; a
 // requests_per_unit 0 rule is listed with q=0.
-func rateLimitHeaders(items []item, ra time.Duration, shadow bool) (policy, limit, retry string) {
-	// Both fields are built in one buffer (on the stack for a few limits) and cut out of
-	// one string: one allocation for the two.
+//
+// The two fields are appended to dst and cut out of it: when they fit in dst's capacity
+// they take no allocation, and the caller must then not write to dst's memory while the
+// strings are in use.
+func rateLimitHeaders(dst []byte, items []item, ra time.Duration, shadow bool) (policy, limit, retry string) {
+	// Both fields are built on the stack for a few limits, then copied to dst at once.
 	var pbuf, lbuf [128]byte
 	pb, lb := pbuf[:0], lbuf[:0]
 	raSec := ceilSeconds(ra)
@@ -68,8 +72,9 @@ func rateLimitHeaders(items []item, ra time.Duration, shadow bool) (policy, limi
 	if len(pb) == 0 {
 		return "", "", retry
 	}
-	both := string(append(pb, lb...))
-	return both[:len(pb)], both[len(pb):], retry
+	both := append(append(dst[:0], pb...), lb...)
+	text := unsafe.String(unsafe.SliceData(both), len(both))
+	return text[:len(pb)], text[len(pb):], retry
 }
 
 // appendMember1 appends one List member to the field b: name as a String with one Integer

@@ -18,11 +18,11 @@ func TestHeadersFailOpen(t *testing.T) {
 	open := item{name: "b", status: config.Limited, Item: evaluator.Item{Request: sluice.Request{Limit: lim}, Decided: true,
 		Decision: sluice.Decision{Allowed: true, Limit: lim, Path: sluice.PathOpen}}}
 
-	p, l, _ := rateLimitHeaders([]item{open, store}, 0, false)
+	p, l, _ := rateLimitHeaders(nil, []item{open, store}, 0, false)
 	if p != `"b";q=10;w=1, "a";q=10;w=1` || l != `"a";r=9;t=1` {
 		t.Errorf("open then store: policy %q, limit %q", p, l)
 	}
-	p, l, _ = rateLimitHeaders([]item{open}, 0, false)
+	p, l, _ = rateLimitHeaders(nil, []item{open}, 0, false)
 	if p != `"b";q=10;w=1` || l != "" {
 		t.Errorf("open only: policy %q, limit %q", p, l)
 	}

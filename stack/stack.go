@@ -127,6 +127,10 @@ func (o DenyCache) settings(c config.DenyCache) (maxBytes int64, maxAge time.Dur
 	return maxBytes, maxAge
 }
 
+// ServiceConcurrency is the script calls the stack's Redis store keeps in flight at once
+// per server (redisstore.WithConcurrency), unless Options.RedisOptions says otherwise.
+const ServiceConcurrency = 1
+
 // QuotaPrefix begins the Redis keys of the quota assignments.
 const QuotaPrefix = "sluice:rlqs:"
 
@@ -212,7 +216,11 @@ func Open(cfg *config.Config, o Options) (*Stack, error) {
 		lim = st.withDenyCache(m, cfg, o, reg)
 	} else {
 		st.kind, st.target = "redis", Redact(rawURL)
-		ropts := []redisstore.Option{redisstore.WithLogger(log)}
+		// One script call in flight rather than the store's default two: a front end's
+		// request rate is far below what one call at a time carries, and each call then
+		// carries about half again as many decisions, which costs the service and Redis
+		// less per decision (bench/README.md). o.RedisOptions, added after, may override it.
+		ropts := []redisstore.Option{redisstore.WithLogger(log), redisstore.WithConcurrency(ServiceConcurrency)}
 		if o.ConnectRetry {
 			ropts = append(ropts, redisstore.WithConnectRetry())
 		}

@@ -3,6 +3,8 @@ package stack_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/stack"
 )
 
@@ -323,5 +326,59 @@ func TestOpenBoundsMemoryByDefault(t *testing.T) {
 			t.Errorf("Options.MaxKeys %d: the store's bound is %d, want %d", tt.maxKeys, got, tt.want)
 		}
 		st.Close()
+	}
+}
+
+// TestRedisOneCallInFlight: the stack's Redis store keeps one script call in flight per
+// server (stack.ServiceConcurrency), so that under load each call carries more decisions;
+// Options.RedisOptions overrides it. Decisions from many goroutines at once are all the
+// store's, each counted once.
+func TestRedisOneCallInFlight(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		opts []redisstore.Option
+		want int
+	}{
+		{nil, 1},
+		{[]redisstore.Option{redisstore.WithConcurrency(3)}, 3},
+	} {
+		st, err := stack.Open(nil, stack.Options{RedisURL: srv.URL(), Deadline: 2 * time.Second, RedisOptions: tc.opts})
+		if err != nil {
+			t.Fatalf("stack.Open: %v", err)
+		}
+		if got := st.Store.(*redisstore.Store).Concurrency(); got != tc.want {
+			t.Errorf("RedisOptions %d: %d script calls in flight, want %d", len(tc.opts), got, tc.want)
+		}
+		limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 1000, Period: time.Hour}
+		var wg sync.WaitGroup
+		errs := make(chan error, 64)
+		for g := range 64 {
+			wg.Go(func() {
+				for i := range 10 {
+					d, err := sluice.AllowN(context.Background(), st.Limiter(), fmt.Sprintf("c%d-%d", len(tc.opts), i), limit, 1)
+					if err == nil && (d.Path != sluice.PathStore || !d.Allowed) {
+						err = fmt.Errorf("goroutine %d, key %d: %+v, want allowed by the store", g, i, d)
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		for i := range 10 {
+			d, err := sluice.AllowN(context.Background(), st.Limiter(), fmt.Sprintf("c%d-%d", len(tc.opts), i), limit, 0)
+			if err != nil || d.Remaining != 1000-64 {
+				t.Errorf("key %d: %+v, %v; want 64 spent", i, d, err)
+			}
+		}
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"syscall"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -38,7 +39,19 @@ func (floor) ShouldRateLimit(_ context.Context, r *rlsv3.RateLimitRequest) (*rls
 
 func main() {
 	addr := flag.String("grpc", "127.0.0.1:8081", "the gRPC listen address")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file, to compare with sluice serve's /debug/pprof/profile")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "floor:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	l, err := net.Listen("tcp", *addr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "floor:", err)
@@ -58,6 +71,7 @@ func main() {
 	go func() { <-sig; g.GracefulStop() }()
 	if err := g.Serve(l); err != nil {
 		fmt.Fprintln(os.Stderr, "floor:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }

@@ -6,7 +6,12 @@
 // Redis with sluice's deny cache and without it). With -reference, the same rows (but
 // POST /v1/check) for envoyproxy/ratelimit on the same redis-server, then sluice on Redis
 // and the reference alternately at 64 callers, so that sluice's ratio to it comes from
-// runs seconds apart. It prints Markdown tables for bench/README.md.
+// runs seconds apart. Every row gives the CPU time per request of the service, of
+// redis-server and of the load generator (from /proc), and on Redis the decisions each
+// call of sluice's script carried (INFO commandstats); each service's half-peak row has
+// the floor (cmd/floor, up for the whole run) paced at the same rate beside it, and its
+// p99 less the floor's. It ends with the figures issue 25's targets name. It prints
+// Markdown tables for bench/README.md.
 //
 //	cd bench && go run ./cmd/servicebench            # about 2 minutes
 //	cd bench && go run ./cmd/servicebench -d 5s      # shorter runs
@@ -17,6 +22,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -62,8 +68,13 @@ type result struct {
 		MaxUS    int64 `json:"max_us"`
 	} `json:"timeline"`
 
-	// CPU time per request (µs), measured by servicebench.
-	cpuSluice, cpuRedis, cpuLoadgen float64
+	// CPU time per request (µs) of the service, redis-server and the load generator,
+	// measured by servicebench from /proc.
+	cpuService, cpuRedis, cpuLoadgen float64
+	// perCall is the requests per call of sluice's decision script (EVALSHA, from INFO
+	// commandstats): how many decisions each call carried, the store's batching. 0 when
+	// unknown or not sluice on Redis.
+	perCall float64
 	// storeShare is the share of decisions the store made, cacheShare the share the deny
 	// cache answered from the store's earlier denials; the rest were made by the failure
 	// mode (the store missed the deadline or the breaker was open).
@@ -115,7 +126,28 @@ type bench struct {
 	cfgDir, refRoot               string
 	redis                         *exec.Cmd
 	redisURL                      string
+	redisAddr                     string
+
+	// floor is cmd/floor, up for the whole run (unless -floor=false), so that every
+	// service's half-peak row has the floor at the same rate beside it.
+	floor *service
+	// seen holds each service's rows at 64 callers, closed loop and at half of its peak,
+	// by the service's name, for the summary against the targets.
+	seen map[string]*measured
+	// rounds are the alternated rounds (with -reference).
+	rounds []round
 }
+
+// measured is what the summary needs of one service.
+type measured struct {
+	peak, half result
+	// overFloor is the half-peak p99 less the floor's at the same rate (µs).
+	overFloor int64
+	hasHalf   bool
+}
+
+// round is one round of the alternation: sluice on Redis, the reference, the floor.
+type round struct{ sluice, ref, floor result }
 
 // service is one rate limit service process: sluice serve or the reference.
 type service struct {
@@ -182,10 +214,12 @@ func run() error {
 		return err
 	}
 	defer func() { b.redis.Process.Signal(syscall.SIGCONT); b.redis.Process.Kill(); b.redis.Wait() }()
-	b.redisURL = fmt.Sprintf("redis://127.0.0.1:%d", redisPort)
-	if err := waitTCP(fmt.Sprintf("127.0.0.1:%d", redisPort)); err != nil {
+	b.redisAddr = fmt.Sprintf("127.0.0.1:%d", redisPort)
+	b.redisURL = "redis://" + b.redisAddr
+	if err := waitTCP(b.redisAddr); err != nil {
 		return err
 	}
+	b.seen = map[string]*measured{}
 
 	fmt.Printf("servicebench: %d cores, GOMAXPROCS %d, %s, load average before: %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), loadavg())
 	sluiceProcs := "Go's default"
@@ -195,7 +229,11 @@ func run() error {
 	fmt.Printf("sluice (GOMAXPROCS %s), redis-server (hz %d) and loadgen (one P) on one machine, loopback; %d distinct descriptors; %v per run after 2s warm-up; Redis deadline %v (%v in the freeze run)\n\n", sluiceProcs, *redisHz, *keys, *dur, *deadline, *freezeDL)
 	fmt.Println(tableHead)
 	if *floorRun {
-		if err := b.floorRows(); err != nil {
+		if b.floor, err = b.startFloor(); err != nil {
+			return err
+		}
+		defer b.floor.stop()
+		if _, err := b.common(b.floor, true); err != nil {
 			return err
 		}
 	}
@@ -215,12 +253,13 @@ func run() error {
 			return err
 		}
 	}
+	b.summary()
 	fmt.Printf("\nload average after: %s\n", loadavg())
 	return nil
 }
 
-const tableHead = "| store | API | callers | pacing | requests/s | p50 | p99 | p99.9 | max | errors | decided by the store | from the deny cache | CPU µs/request: service / redis / loadgen |\n" +
-	"|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+const tableHead = "| store | API | callers | pacing | requests/s | p50 | p99 | p99 minus the floor's at this rate | p99.9 | max | errors | decided by the store | from the deny cache | service CPU µs/request | redis-server CPU µs/request | decisions per script call | loadgen CPU µs/request |\n" +
+	"|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 
 // startSluice starts sluice serve on store (memory or redis), with deadline dl for Redis.
 func (b *bench) startSluice(store string, dl time.Duration, extra ...string) (*service, error) {
@@ -292,6 +331,11 @@ func (b *bench) load(s *service, target string, callers int, rate float64, extra
 	cmd := exec.Command(b.loadgenBin, a...)
 	cmd.Stdout, cmd.Stderr = &out, os.Stderr
 	metrics := "http://" + s.httpAddr + "/metrics"
+	usesRedis := s.store == "redis" || s.store == refName
+	c0 := int64(-1)
+	if s.store == "redis" {
+		c0 = b.scriptCalls()
+	}
 	s0, r0 := cpuOf(s.cmd.Process.Pid), cpuOf(b.redis.Process.Pid)
 	var p0, p1 map[string]float64
 	if s.sluice() {
@@ -317,50 +361,82 @@ func (b *bench) load(s *service, target string, callers int, rate float64, extra
 	}
 	if r.Total > 0 {
 		n := float64(r.Total)
-		r.cpuSluice = float64(cpuOf(s.cmd.Process.Pid)-s0) / n
+		r.cpuService = float64(cpuOf(s.cmd.Process.Pid)-s0) / n
 		r.cpuLoadgen = float64((cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Microseconds()) / n
-		if s.store == "redis" || s.store == refName {
+		if usesRedis {
 			r.cpuRedis = float64(cpuOf(b.redis.Process.Pid)-r0) / n
+		}
+		if c0 >= 0 {
+			if c1 := b.scriptCalls(); c1 > c0 {
+				r.perCall = n / float64(c1-c0)
+			}
 		}
 	}
 	return r, nil
 }
 
-// row prints one measurement of s.
-func row(s *service, api, pacing string, r result) {
+// row prints one measurement of s; overFloor, when set, is its p99 less the floor's p99
+// at the same rate.
+func row(s *service, api, pacing string, r result, overFloor string) {
 	shares := "– | –"
 	if s.sluice() {
 		shares = fmt.Sprintf("%.2f%% | %.2f%%", 100*r.storeShare, 100*r.cacheShare)
 	}
-	fmt.Printf("| %s | %s | %d | %s | %.0f | %s | %s | %s | %s | %d | %s | %.0f / %.0f / %.0f |\n", s.name, api, r.Callers, pacing, r.RPS,
-		us(r.P50), us(r.P99), us(r.P999), us(r.Max), r.Errors, shares, r.cpuSluice, r.cpuRedis, r.cpuLoadgen)
+	redis := "– | –"
+	switch {
+	case r.perCall > 0:
+		redis = fmt.Sprintf("%.1f | %.1f", r.cpuRedis, r.perCall)
+	case s.store == "redis" || s.store == refName:
+		redis = fmt.Sprintf("%.1f | –", r.cpuRedis)
+	}
+	if overFloor == "" {
+		overFloor = "–"
+	}
+	fmt.Printf("| %s | %s | %d | %s | %.0f | %s | %s | %s | %s | %s | %d | %s | %.1f | %s | %.1f |\n", s.name, api, r.Callers, pacing, r.RPS,
+		us(r.P50), us(r.P99), overFloor, us(r.P999), us(r.Max), r.Errors, shares, r.cpuService, redis, r.cpuLoadgen)
 }
 
 // common measures s at 8 and 64 callers, at half of the 64-caller peak, and (unless
 // skipHTTP) POST /v1/check at 64 callers; it returns the peak.
 func (b *bench) common(s *service, skipHTTP bool) (float64, error) {
+	m := &measured{}
+	b.seen[s.name] = m
 	var peak64 float64
 	for _, c := range []int{8, 64} {
 		r, err := b.load(s, "grpc", c, 0)
 		if err != nil {
 			return 0, err
 		}
-		row(s, "ShouldRateLimit", "closed loop", r)
+		row(s, "ShouldRateLimit", "closed loop", r, "")
 		if c == 64 {
-			peak64 = r.RPS
+			peak64, m.peak = r.RPS, r
 		}
 	}
-	r, err := b.load(s, "grpc", 64, peak64/2)
+	half := peak64 / 2
+	r, err := b.load(s, "grpc", 64, half)
 	if err != nil {
 		return 0, err
 	}
-	row(s, "ShouldRateLimit", fmt.Sprintf("%.0f/s (half of peak)", peak64/2), r)
+	m.half, m.hasHalf = r, true
+	if b.floor == nil || s == b.floor {
+		row(s, "ShouldRateLimit", fmt.Sprintf("%.0f/s (half of peak)", half), r, "")
+	} else {
+		// The floor at the same rate, right after: the latency the transport, the load
+		// generator and the machine give at that rate, deciding nothing.
+		f, err := b.load(b.floor, "grpc", 64, half)
+		if err != nil {
+			return 0, err
+		}
+		m.overFloor = r.P99 - f.P99
+		row(s, "ShouldRateLimit", fmt.Sprintf("%.0f/s (half of peak)", half), r, signedUS(m.overFloor))
+		row(b.floor, "ShouldRateLimit", fmt.Sprintf("%.0f/s (%s's half of peak)", half, s.name), f, "")
+	}
 	if !skipHTTP {
 		r, err = b.load(s, "http", 64, 0)
 		if err != nil {
 			return 0, err
 		}
-		row(s, "POST /v1/check", "closed loop", r)
+		row(s, "POST /v1/check", "closed loop", r, "")
 	}
 	return peak64, nil
 }
@@ -372,7 +448,7 @@ func (b *bench) flood(s *service, label string) error {
 	if err != nil {
 		return err
 	}
-	row(s, "ShouldRateLimit, every request over the limit"+label, "closed loop", r)
+	row(s, "ShouldRateLimit, every request over the limit"+label, "closed loop", r, "")
 	return nil
 }
 
@@ -391,7 +467,7 @@ func (b *bench) freeze(s *service, rate float64) error {
 	if err != nil {
 		return err
 	}
-	row(s, "ShouldRateLimit, Redis SIGSTOPped 3 s", fmt.Sprintf("%.0f/s", rate), r)
+	row(s, "ShouldRateLimit, Redis SIGSTOPped 3 s", fmt.Sprintf("%.0f/s", rate), r, "")
 	var frozenN, frozenErr, frozenMax int64
 	fmt.Printf("\nTimeline of that run (%s; Redis frozen from %v to %v), by send time:\n\n", s.name, freezeAt, freezeAt+freezeFor)
 	fmt.Println("| from | requests | errors | slowest |")
@@ -442,17 +518,6 @@ func (b *bench) storeRows(store string) error {
 	return b.freeze(s, peak64/2)
 }
 
-// floorRows measures cmd/floor: at 8 and 64 callers and at half of its own peak.
-func (b *bench) floorRows() error {
-	s, err := b.startFloor()
-	if err != nil {
-		return err
-	}
-	defer s.stop()
-	_, err = b.common(s, true)
-	return err
-}
-
 // referenceRows measures envoyproxy/ratelimit: the common rows but POST /v1/check (its
 // JSON API differs), the flood, and the freeze.
 func (b *bench) referenceRows() error {
@@ -487,41 +552,90 @@ func (b *bench) alternate() error {
 		return err
 	}
 	defer ref.stop()
-	var fl *service
-	if *floorRun {
-		if fl, err = b.startFloor(); err != nil {
-			return err
-		}
-		defer fl.stop()
-	}
-	fmt.Printf("\nAlternated, ShouldRateLimit at 64 callers, closed loop:\n\n")
+	fl := b.floor
+	fmt.Printf("\nAlternated, ShouldRateLimit at 64 callers, closed loop (CPU µs/request from /proc):\n\n")
 	if fl != nil {
-		fmt.Println("| round | sluice (Redis) requests/s | p99 | envoyproxy/ratelimit requests/s | p99 | ratio | floor requests/s | p99 | floor ÷ reference |")
-		fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		fmt.Println("| round | sluice (Redis) requests/s | p99 | service CPU | redis-server CPU | envoyproxy/ratelimit requests/s | p99 | service CPU | redis-server CPU | ratio | floor requests/s | p99 | service CPU | floor ÷ reference |")
+		fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	} else {
-		fmt.Println("| round | sluice (Redis) requests/s | p99 | envoyproxy/ratelimit requests/s | p99 | ratio |")
-		fmt.Println("|---:|---:|---:|---:|---:|---:|")
+		fmt.Println("| round | sluice (Redis) requests/s | p99 | service CPU | redis-server CPU | envoyproxy/ratelimit requests/s | p99 | service CPU | redis-server CPU | ratio |")
+		fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	}
-	for round := 1; round <= 3; round++ {
-		rs, err := b.load(sl, "grpc", 64, 0)
-		if err != nil {
+	for i := 1; i <= 3; i++ {
+		var rd round
+		if rd.sluice, err = b.load(sl, "grpc", 64, 0); err != nil {
 			return err
 		}
-		rr, err := b.load(ref, "grpc", 64, 0)
-		if err != nil {
+		if rd.ref, err = b.load(ref, "grpc", 64, 0); err != nil {
 			return err
 		}
-		fmt.Printf("| %d | %.0f | %s | %.0f | %s | %.2f× |", round, rs.RPS, us(rs.P99), rr.RPS, us(rr.P99), rs.RPS/max(rr.RPS, 1))
+		rs, rr := rd.sluice, rd.ref
+		fmt.Printf("| %d | %.0f | %s | %.1f | %.1f | %.0f | %s | %.1f | %.1f | %.2f× |", i, rs.RPS, us(rs.P99), rs.cpuService, rs.cpuRedis,
+			rr.RPS, us(rr.P99), rr.cpuService, rr.cpuRedis, rs.RPS/max(rr.RPS, 1))
 		if fl != nil {
-			rf, err := b.load(fl, "grpc", 64, 0)
-			if err != nil {
+			if rd.floor, err = b.load(fl, "grpc", 64, 0); err != nil {
 				return err
 			}
-			fmt.Printf(" %.0f | %s | %.2f× |", rf.RPS, us(rf.P99), rf.RPS/max(rr.RPS, 1))
+			rf := rd.floor
+			fmt.Printf(" %.0f | %s | %.1f | %.2f× |", rf.RPS, us(rf.P99), rf.cpuService, rf.RPS/max(rr.RPS, 1))
 		}
 		fmt.Println()
+		b.rounds = append(b.rounds, rd)
 	}
 	return nil
+}
+
+// summary prints the figures issue 25's targets (sections 2 and 3) name: CPU per request
+// of the service and of redis-server against the floor's and the reference's, from the
+// alternated rounds when there are some (runs seconds apart), else from the 64-caller
+// rows; and each service's half-peak p99 less the floor's at the same rate.
+func (b *bench) summary() {
+	fmt.Printf("\nAgainst issue 25's targets (CPU µs/request from /proc; ranges over the measurements named):\n\n")
+	fmt.Println("| figure | measured | target |")
+	fmt.Println("|---|---|---|")
+	floor, hasFloor := b.seen[floorName]
+	for _, name := range []string{"memory", "redis"} {
+		m, ok := b.seen[name]
+		if !ok {
+			continue
+		}
+		if hasFloor {
+			fmt.Printf("| sluice on %s, service CPU less the floor's (64 callers, closed loop) | %.1f − %.1f = %.1f | ≤ 5 |\n", name,
+				m.peak.cpuService, floor.peak.cpuService, m.peak.cpuService-floor.peak.cpuService)
+		}
+		if m.hasHalf && hasFloor {
+			fmt.Printf("| sluice on %s, p99 at half of its peak less the floor's at that rate | %s − %s = %s | ≤ 0.5 ms |\n", name,
+				us(m.half.P99), us(m.half.P99-m.overFloor), signedUS(m.overFloor))
+		}
+	}
+	if m, ok := b.seen[refName]; ok && m.hasHalf && hasFloor {
+		fmt.Printf("| envoyproxy/ratelimit, p99 at half of its peak less the floor's at that rate | %s − %s = %s | – |\n",
+			us(m.half.P99), us(m.half.P99-m.overFloor), signedUS(m.overFloor))
+	}
+	if len(b.rounds) == 0 {
+		return
+	}
+	span := func(f func(round) float64) string {
+		lo, hi := f(b.rounds[0]), f(b.rounds[0])
+		for _, r := range b.rounds[1:] {
+			lo, hi = min(lo, f(r)), max(hi, f(r))
+		}
+		if fmt.Sprintf("%.1f", lo) == fmt.Sprintf("%.1f", hi) {
+			return fmt.Sprintf("%.1f", lo)
+		}
+		return fmt.Sprintf("%.1f–%.1f", lo, hi)
+	}
+	if hasFloor {
+		fmt.Printf("| alternated rounds: sluice (Redis) service CPU less the floor's | %s (sluice %s, floor %s) | ≤ 5 |\n",
+			span(func(r round) float64 { return r.sluice.cpuService - r.floor.cpuService }),
+			span(func(r round) float64 { return r.sluice.cpuService }), span(func(r round) float64 { return r.floor.cpuService }))
+	}
+	fmt.Printf("| alternated rounds: reference's service CPU ÷ sluice's | %s× (reference %s) | ≥ 3× |\n",
+		span(func(r round) float64 { return r.ref.cpuService / max(r.sluice.cpuService, 0.1) }),
+		span(func(r round) float64 { return r.ref.cpuService }))
+	fmt.Printf("| alternated rounds: sluice's redis-server CPU ÷ the reference's | %s (sluice %s, reference %s) | ≤ 0.5 |\n",
+		span(func(r round) float64 { return r.sluice.cpuRedis / max(r.ref.cpuRedis, 0.1) }),
+		span(func(r round) float64 { return r.sluice.cpuRedis }), span(func(r round) float64 { return r.ref.cpuRedis }))
 }
 
 // refName and floorName are the reference's and the floor's rows' store column.
@@ -529,6 +643,14 @@ const (
 	refName   = "envoyproxy/ratelimit, redis"
 	floorName = "floor (decides nothing)"
 )
+
+// signedUS is us(v) with its sign: a latency difference.
+func signedUS(v int64) string {
+	if v < 0 {
+		return "−" + us(-v)
+	}
+	return "+" + us(v)
+}
 
 func us(v int64) string {
 	if v >= 1000 {
@@ -593,6 +715,46 @@ func decisionsByPath(url string) map[string]float64 {
 		out[path] += v
 	}
 	return out
+}
+
+// scriptCalls returns the EVALSHA and EVAL calls redis-server has executed (INFO
+// commandstats; the commands a script runs are counted apart, under their own names), or
+// -1 when they cannot be read.
+func (b *bench) scriptCalls() int64 {
+	c, err := net.DialTimeout("tcp", b.redisAddr, time.Second)
+	if err != nil {
+		return -1
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.WriteString(c, "INFO commandstats\r\n"); err != nil {
+		return -1
+	}
+	r := bufio.NewReader(c)
+	head, err := r.ReadString('\n') // $<length>
+	if err != nil || !strings.HasPrefix(head, "$") {
+		return -1
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(head[1:]))
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return -1
+	}
+	var total int64
+	for line := range strings.Lines(string(body)) {
+		// cmdstat_evalsha:calls=4182,usec=592886,...
+		rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls=")
+		if !ok {
+			rest, ok = strings.CutPrefix(line, "cmdstat_eval:calls=")
+		}
+		if !ok {
+			continue
+		}
+		v, _, _ := strings.Cut(rest, ",")
+		k, _ := strconv.ParseInt(v, 10, 64)
+		total += k
+	}
+	return total
 }
 
 // cpuOf returns the CPU time (user + system) process pid has used, in microseconds.
