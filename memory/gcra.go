@@ -152,7 +152,7 @@ func gprobe(a *larray[gslot], key string, h uint64, now int64) probe {
 			return p
 		}
 		v := e.ctl.Load()
-		if m&keyMask == want && v != tombstone && unsafe.String(e.key.Load(), len(key)) == key {
+		if m&keyMask == want && v != tombstone && e.holds(m, key) {
 			return probe{i: i, m: m, hit: true}
 		}
 		if p.i < 0 && m>>genShift < maxGen && (v == tombstone || (!isSentinel(v) && v&valMask <= now)) {
@@ -195,8 +195,7 @@ func (g *gcraClass) place(sh *lshard[gslot], a *larray[gslot], p probe, key stri
 		if !e.ctl.CompareAndSwap(p.ctl, int64(next)&genMask|tat) {
 			return false
 		}
-		e.key.Store(unsafe.StringData(key))
-		e.meta.Store(next)
+		e.setKey(unsafe.StringData(key), next)
 		sh.changed()
 		return true
 	}

@@ -31,7 +31,7 @@ func newInsertCase(t *testing.T) (*insertCase, func(time.Duration)) {
 	s, clk := newTestStore(t, WithShards(1), WithSweepInterval(0))
 	c := &insertCase{t: t, s: s, l: sluice.PerSecond(1000), now: clk.Micros}
 	c.allow("first", 1) // the class and its array exist from here on
-	r, err := s.class(c.l)
+	r, err := s.class(&c.l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func TestColdInsertsUnderConcurrency(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	s.Close() // the sweeper too: the tables hold still from here
-	r, err := s.class(l)
+	r, err := s.class(&l)
 	if err != nil {
 		t.Fatal(err)
 	}

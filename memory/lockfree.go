@@ -34,13 +34,15 @@ import (
 //     array a slot and a generation name exactly one key, and a control word of
 //     generation g exists only from g's publication to the tombstone (or replacement)
 //     that ends it.
-//   - A decider reads meta, the key, then the control word, goes on only if the control
-//     word's generation is meta's, and writes only with a compare-and-swap (GCRA) or a
-//     claim (pair.go) expecting the word it read. It therefore never touches another
+//   - A decider reads meta, the key pointer and meta again (holds; every change of a
+//     slot's pointer is bracketed by meta writes, setKey), compares the key's bytes only
+//     if meta did not change, so it never reads past the end of another key, then reads
+//     the control word, goes on only if the control word's generation is meta's, and
+//     writes only with a compare-and-swap (GCRA) or a claim (pair.go) expecting the word
+//     it read. It therefore never touches another
 //     key's state (no ABA): its swap succeeds only while generation g lives, and g's key is
-//     the one it compared; had it read a later key's bytes, those were written after g's
-//     tombstone, so its later control-word load would have seen the tombstone or a later
-//     generation. TestReusedSlotRefusesAStaleDecider replays that interleaving.
+//     the one it compared (holds compares only the key stored with meta of generation g).
+//     TestReusedSlotRefusesAStaleDecider replays that interleaving.
 //   - Deleting a key (sweep, Reset, eviction) tombstones its slot, then closes the hole:
 //     later keys of its probe run that may sit there move back (shift, or compact for a
 //     whole shard at once; a move seizes the old slot and is a new use of the new one),
@@ -124,6 +126,29 @@ func sameGen(c int64, m uint64) bool { return (c^int64(m))&genMask == 0 }
 
 // keyLen is the length of the key meta m names; 0 for a slot that holds none.
 func keyLen(m uint64) int { return int(m&keyMask) >> 32 }
+
+// rekeying is the length field of a meta word while its slot's key pointer changes: longer
+// than any key (sluice.MaxKeyLen), so that no probe matches it, and not zero, so that it
+// ends no probe run.
+const rekeying = uint64(1<<(genShift-32)-1) << 32
+
+// setKey gives the slot key ptr and then meta m, with the lock held. The meta word reads
+// rekeying (same generation and tag) while the pointer changes, so that holds never pairs
+// a meta word with a pointer to a key of another length.
+func (h *lhdr) setKey(ptr *byte, m uint64) {
+	h.meta.Store(h.meta.Load() | rekeying)
+	h.key.Store(ptr)
+	h.meta.Store(m)
+}
+
+// holds reports whether the slot, whose meta word a lock-free reader read as m (matching
+// key's length and tag), holds key. It reads the pointer, then meta again: unchanged, no
+// setKey ran in between, so the pointer is the one stored with m and the key it points
+// to is len(key) bytes long; changed, it reports false and reads no key bytes.
+func (h *lhdr) holds(m uint64, key string) bool {
+	p := h.key.Load()
+	return h.meta.Load() == m && unsafe.String(p, len(key)) == key
+}
 
 // isSentinel reports whether a control word holds a sentinel rather than state.
 func isSentinel(v int64) bool { return v <= busy }
@@ -255,7 +280,7 @@ func (a *larray[S]) find(key string, h uint64) (int, uint64) {
 		if m&keyMask == 0 {
 			return -1, 0
 		}
-		if m&keyMask == want && e.ctl.Load() != tombstone && unsafe.String(e.key.Load(), len(key)) == key {
+		if m&keyMask == want && e.ctl.Load() != tombstone && e.holds(m, key) {
 			return i, m
 		}
 		if i++; i == c {
@@ -287,8 +312,7 @@ func (a *larray[S]) assign(i int, ptr *byte, m uint64, s algo.State, put func(*S
 	e := &a.slots[i]
 	h := hdr(e)
 	old := h.meta.Load()
-	h.key.Store(ptr)
-	h.meta.Store((old>>genShift+1)<<genShift | m&keyMask)
+	h.setKey(ptr, (old>>genShift+1)<<genShift|m&keyMask)
 	put(e, s)
 	return old&keyMask == 0
 }
@@ -342,8 +366,7 @@ func (g *lockFree[S, P]) move(sh *lshard[S], a *larray[S], j, i int, m uint64) {
 		}
 	}
 	hi := hdr(&a.slots[i])
-	hi.key.Store(hdr(e).key.Load())
-	hi.meta.Store((hi.meta.Load()>>genShift+1)<<genShift | m&keyMask)
+	hi.setKey(hdr(e).key.Load(), (hi.meta.Load()>>genShift+1)<<genShift|m&keyMask)
 	P(&a.slots[i]).put(v)
 }
 
