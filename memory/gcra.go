@@ -88,7 +88,7 @@ func (g *gcraClass) decide(key string, h uint64, now, n int64) algo.Result {
 	if a == nil {
 		return g.decideUnder(sh, key, h, now, n)
 	}
-	p := gprobe(a, key, h, now)
+	p := gprobe(a, key, h, g.replaceable(now))
 	if p.hit {
 		if r, ok := g.fast(&a.slots[p.i].ctl, p.m, now, n); ok {
 			return r
@@ -134,11 +134,22 @@ type probe struct {
 	ctl int64
 }
 
+// replaceable returns the time by which a state must have emptied for an insert at now to
+// replace it in place: now in a store that sweeps, and -1 (no state) in one that does
+// not, which deletes no state (WithSweepInterval) and so never moves the time Store.now
+// decides at past its clock.
+func (g *gcraClass) replaceable(now int64) int64 {
+	if g.st.sweepGap <= 0 {
+		return -1
+	}
+	return now
+}
+
 // gprobe looks key up in a without the lock, as larray.find does, and on a miss also
 // chooses a slot for it: the first slot of its probe run that is a tombstone or holds a
-// state that had emptied by now, whose generation is below maxGen, or else the unused
-// slot that ends the run (ctl then 0).
-func gprobe(a *larray[gslot], key string, h uint64, now int64) probe {
+// state that had emptied by emptied (replaceable), whose generation is below maxGen, or
+// else the unused slot that ends the run (ctl then 0).
+func gprobe(a *larray[gslot], key string, h uint64, emptied int64) probe {
 	c := len(a.slots)
 	want := gmeta(key, h)
 	p := probe{i: -1}
@@ -155,7 +166,7 @@ func gprobe(a *larray[gslot], key string, h uint64, now int64) probe {
 		if m&keyMask == want && v != tombstone && e.holds(m, key) {
 			return probe{i: i, m: m, hit: true}
 		}
-		if p.i < 0 && m>>genShift < maxGen && (v == tombstone || (!isSentinel(v) && v&valMask <= now)) {
+		if p.i < 0 && m>>genShift < maxGen && (v == tombstone || (!isSentinel(v) && v&valMask <= emptied)) {
 			p.i, p.ctl = i, v
 		}
 		if i++; i == c {
@@ -169,7 +180,8 @@ func gprobe(a *larray[gslot], key string, h uint64, now int64) probe {
 // first deleted the emptied state p read there, if any. It reports false, having changed
 // nothing, when the array is not the shard's, the class is retired, an unused slot would
 // take the array over its load, or the state there was decided again or emptied too
-// recently to delete (after sweepAt(now)); decideIn then inserts.
+// recently to delete (after sweepAt(now)); decideIn then inserts. p names an emptied
+// state only in a store that sweeps (replaceable).
 func (g *gcraClass) place(sh *lshard[gslot], a *larray[gslot], p probe, key string, h uint64, tat, now int64) bool {
 	if p.i < 0 || sh.arr.Load() != a || g.gone.Load() {
 		return false

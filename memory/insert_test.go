@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 )
 
 // The tests below replay, step by step, each window that gcraClass.decide opens between
@@ -17,19 +18,21 @@ import (
 // another inserter of the same key, the sweeper, a rebuild and a stale decider each act
 // inside the window. Each fails with the check that closes its window removed.
 
-// insertCase is a one-shard GCRA store (PerSecond(1000): a unit is live for 1ms) without
-// a background sweeper, and keys chosen by their home slot in its array.
+// insertCase is a one-shard GCRA store (PerSecond(1000): a unit is live for 1ms) that
+// sweeps, with a background sweeper that never visits within a test (hourly; the tests
+// sweep by hand), and keys chosen by their home slot in its array. opts follow those.
 type insertCase struct {
 	t   *testing.T
 	s   *Store
 	l   sluice.Limit
 	g   *gcraClass
 	now func() int64
+	clk *clocktest.Clock
 }
 
-func newInsertCase(t *testing.T) (*insertCase, func(time.Duration)) {
-	s, clk := newTestStore(t, WithShards(1), WithSweepInterval(0))
-	c := &insertCase{t: t, s: s, l: sluice.PerSecond(1000), now: clk.Micros}
+func newInsertCase(t *testing.T, opts ...Option) (*insertCase, func(time.Duration)) {
+	s, clk := newTestStore(t, append([]Option{WithShards(1), WithSweepInterval(time.Hour)}, opts...)...)
+	c := &insertCase{t: t, s: s, l: sluice.PerSecond(1000), now: clk.Micros, clk: clk}
 	c.allow("first", 1) // the class and its array exist from here on
 	r, err := s.class(&c.l)
 	if err != nil {
@@ -85,7 +88,7 @@ func (c *insertCase) probeNow(key string) (uint64, *larray[gslot], probe) {
 	sh := c.shard()
 	seen := sh.seq.Load()
 	a := sh.arr.Load()
-	return seen, a, gprobe(a, key, c.s.hash(key), c.now())
+	return seen, a, gprobe(a, key, c.s.hash(key), c.g.replaceable(c.now()))
 }
 
 // left is what a look at key reports left.
@@ -224,7 +227,7 @@ func TestReplacedInPlaceRefusesAStaleDecider(t *testing.T) {
 // state deletes it as the sweeper would, so a clock stepped back to when that state was
 // live must not see it missing (Store.now).
 func TestReplacedInPlaceIsInvisibleToABackwardsClock(t *testing.T) {
-	s, clk := newTestStore(t, WithShards(1), WithSweepInterval(0))
+	s, clk := newTestStore(t, WithShards(1), WithSweepInterval(time.Hour)) // sweeps; never ticks here
 	ctx := context.Background()
 	l := sluice.Limit{Algorithm: sluice.GCRA, Rate: 1000, Period: time.Second, Burst: 5}
 	for {
@@ -259,6 +262,34 @@ func TestReplacedInPlaceIsInvisibleToABackwardsClock(t *testing.T) {
 	clk.Advance(10 * time.Millisecond)
 	if d, _ := s.AllowN(ctx, "x", l, 1); d.Allowed {
 		t.Fatalf("x refilled before the time its state was deleted as of: %+v", d)
+	}
+}
+
+// TestInsertWithoutSweepingDeletesNothing: a store that does not sweep
+// (WithSweepInterval(0)) deletes no state, so an insert whose probe run holds an emptied
+// state takes another slot, and a clock stepped back to when that state was live decides
+// it at the clock's time, as a store that keeps every state (Redis within its TTL, the
+// differential test) does. Replaced in place, the state was gone and Store.now decided at
+// the deletion's time instead, an hour later: its look reported a full burst.
+func TestInsertWithoutSweepingDeletesNothing(t *testing.T) {
+	c, advance := newInsertCase(t, WithSweepInterval(0))
+	x := "x"
+	c.allow(x, 5)
+	at := c.now()
+	before := c.allow(x, 0)
+	i, _ := c.slot(x)
+	advance(time.Hour) // x's state has long emptied
+	k := c.keysAt(i, 1, x)[0]
+	c.allow(k, 1)
+	if j, _ := c.slot(x); j != i {
+		t.Fatalf("%q is at slot %d, not %d: the insert of %q deleted it", x, j, i, k)
+	}
+	if n := c.s.Len(); n != 2 {
+		t.Fatalf("%d states held, want 2 (%q and %q)", n, x, k)
+	}
+	c.clk.SetMicros(at)
+	if got := c.allow(x, 0); got != before {
+		t.Fatalf("after the clock stepped back, %q reads %+v, want %+v as before", x, got, before)
 	}
 }
 

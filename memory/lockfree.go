@@ -79,10 +79,11 @@ import (
 // or deny writes nothing and takes the lock's answer: without the lock a miss does not
 // prove absence (a key may be moving back past the probe).
 //
-// An emptied state replaced in place is deleted as the sweeper deletes it, only if it had
-// emptied by sweepAt(now) (so Store.now never decides before the deletion's time), and
-// the state count does not change. The slot stays keyed throughout, so no probe run
-// changes. The replacement is one compare-and-swap of the control word, from the exact
+// An emptied state replaced in place is deleted as the sweeper deletes it: only in a store
+// that sweeps (one that does not deletes no state, WithSweepInterval, so its probe chooses
+// none: gcraClass.replaceable), only if it had emptied by sweepAt(now) (so Store.now never
+// decides before the deletion's time), and the state count does not change. The slot
+// stays keyed throughout, so no probe run changes. The replacement is one compare-and-swap of the control word, from the exact
 // word the probe read to the new key's state under the slot's next generation g+1; then
 // the key; then meta (g+1). The swap fails if a decider has spent the old state since or
 // a batch froze it (the inserter then decides under the lock); if it succeeds, no
