@@ -31,7 +31,7 @@
 //
 // # The circuit breaker
 //
-// A breaker (sony/gobreaker) watches the store's answers; see Breaker for the rules and
+// A breaker watches the store's answers; see Breaker for the rules and
 // defaults: it opens after 5 consecutive failures or half of at least 20 calls in 10s
 // failing, in either case only once failures have gone on for 50ms (a coalescing store
 // fails a whole batch of decisions at one instant); stays open for 1s, calling nothing;
