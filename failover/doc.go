@@ -40,6 +40,11 @@
 // answers within the deadline count as successes. State reports the breaker's state for
 // metrics and logs; WithStateChange reports its changes.
 //
+// The breaker is this package's own rather than a library's: it sits on every decision,
+// and while closed it lets a call through with one atomic load and counts its success
+// with one compare-and-swap, where a general-purpose breaker takes a lock twice and
+// allocates a closure per call.
+//
 // # Failure modes
 //
 // When the store fails or the breaker is open, the request's limits say how it is decided:
