@@ -48,7 +48,6 @@ require (
 	github.com/redis/rueidis v1.0.79
 	github.com/rivo/uniseg v0.4.7 // indirect
 	github.com/schollz/progressbar/v3 v3.19.1
-	github.com/sony/gobreaker/v2 v2.4.0
 	github.com/urfave/cli/v3 v3.14.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/net v0.60.0

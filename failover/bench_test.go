@@ -13,8 +13,8 @@ import (
 )
 
 // BenchmarkOverhead measures what the decorator adds to a decision (a goroutine per store
-// call, the breaker's lock, a timer) over the store it wraps: the memory store, where it
-// dominates, and the Redis store, where it should not.
+// call and a timer unless inline, the breaker) over the store it wraps: the memory store,
+// where it dominates, and the Redis store, where it should not.
 //
 //	go test ./failover -run '^$' -bench Overhead -benchmem
 func BenchmarkOverhead(b *testing.B) {

@@ -1,31 +1,23 @@
 package failover
 
 import (
+	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
-
-	"github.com/sony/gobreaker/v2"
 
 	"github.com/sluicehq/sluice"
 )
 
-func stateOf(s gobreaker.State) sluice.BreakerState {
-	switch s {
-	case gobreaker.StateHalfOpen:
-		return sluice.BreakerHalfOpen
-	case gobreaker.StateOpen:
-		return sluice.BreakerOpen
-	}
-	return sluice.BreakerClosed
-}
-
-// Breaker configures the circuit breaker (sony/gobreaker). Zero fields take the defaults
-// given with each field.
+// Breaker configures the circuit breaker. Zero fields take the defaults given with each
+// field.
 //
-// While closed, the breaker counts the store calls of the last Window in rolling
-// one-tenth buckets. It opens when ConsecutiveFailures calls in a row have failed, or when
-// at least MinCalls calls were made in the Window and the share of failures among them
-// reached FailureRatio; either way only once the failures have gone on for FailingFor
+// While closed, the breaker counts the store calls that answered in the last Window, in
+// rolling one-tenth buckets (a bucket counts from the moment the breaker closed). It
+// opens when ConsecutiveFailures calls in a row have failed, or when at least MinCalls
+// calls answered in the Window and the share of failures among them reached
+// FailureRatio; either way only once the failures have gone on for FailingFor
 // (since the first of the streak, or the first in the Window).
 //
 // FailingFor matters because stores coalesce: the Redis store decides many concurrent
@@ -44,6 +36,10 @@ func stateOf(s gobreaker.State) sluice.BreakerState {
 // units in the store on top of the fallback decision: at most Probes units per OpenFor. Open, it lets no call through for OpenFor, then turns half-open
 // and lets Probes calls through: if they all succeed it closes (counts start afresh), and
 // the first failure opens it again for another OpenFor. Recovery needs no restart.
+//
+// The outcome of a call let through in one state is ignored once the breaker has left
+// that state. While closed and healthy, letting a call through and counting its success
+// take no lock and allocate nothing.
 //
 // Only store failures count (see sluice.ErrorKind.IsFailure): bad input, a caller's own cancellation
 // or deadline, and a closed limiter neither trip the breaker nor count as successes.
@@ -101,43 +97,217 @@ func (b Breaker) withDefaults() Breaker {
 	return b
 }
 
-// settings returns the gobreaker settings for b (with defaults applied).
-func (b Breaker) settings(name string, onChange func(from, to sluice.BreakerState)) gobreaker.Settings {
-	bucket := b.Window / 10
-	if bucket <= 0 {
-		bucket = b.Window
+// numBuckets is how many buckets the Window is counted in.
+const numBuckets = 10
+
+// errOpenState and errTooManyProbes are the breaker's refusals: open, and half-open with
+// all its probes under way.
+var (
+	errOpenState     = errors.New("circuit breaker is open")
+	errTooManyProbes = errors.New("too many requests")
+)
+
+// breaker is the circuit breaker that Breaker configures. Each state it enters is a
+// generation of its own; the outcome of a call let through in an earlier generation is
+// ignored. While closed, letting a call through reads one atomic pointer, and a
+// successful call adds one to an atomic per-bucket counter, taking the lock only when it
+// ends a failure streak: the closed, healthy path holds no lock and allocates nothing.
+// Failures, half-open probes and every state change hold mu.
+type breaker struct {
+	cfg      Breaker
+	bucket   time.Duration // the length of one of the Window's numBuckets buckets
+	onChange func(from, to sluice.BreakerState)
+	cur      atomic.Pointer[generation]
+
+	mu          sync.Mutex
+	streak      uint32    // closed: consecutive failures
+	streakStart time.Time // closed: the first failure of the streak
+	windowStart time.Time // closed: the first failure counted in the Window
+	probes      uint32    // half-open: probes let through, less those excluded
+	probeOK     uint32    // half-open: probes that succeeded
+}
+
+// generation is one stay of the breaker in one state.
+type generation struct {
+	state sluice.BreakerState
+	start time.Time // when the state was entered: the Window's buckets count from it
+	until time.Time // open: when it turns half-open
+	// closed: calls that succeeded and failed, by bucket; each word holds the bucket's
+	// number (mod 2^32) in its high half and its count in its low half, so that a count
+	// of a bucket that has rolled over is never added to the new one.
+	succ, fail [numBuckets]atomic.Uint64
+	failing    atomic.Bool // closed: a failure streak is under way
+}
+
+// ticket is a call let through by allow; the call's outcome goes to done with it.
+type ticket struct{ g *generation }
+
+func newBreaker(cfg Breaker, onChange func(from, to sluice.BreakerState)) *breaker {
+	b := &breaker{cfg: cfg, bucket: cfg.Window / numBuckets, onChange: onChange}
+	if b.bucket <= 0 {
+		b.bucket = cfg.Window
 	}
-	// ReadyToTrip runs under the breaker's lock, on every failure while closed, with the
-	// counts already updated: the first failure of a streak (of the window) starts it.
-	var streakStart, windowStart time.Time
-	st := gobreaker.Settings{
-		Name:         name,
-		MaxRequests:  b.Probes,
-		Interval:     b.Window,
-		BucketPeriod: bucket,
-		Timeout:      b.OpenFor,
-		ReadyToTrip: func(c gobreaker.Counts) bool {
-			now := time.Now()
-			if c.ConsecutiveFailures <= 1 {
-				streakStart = now
-			}
-			if c.TotalFailures <= 1 {
-				windowStart = now
-			}
-			if c.ConsecutiveFailures >= b.ConsecutiveFailures && now.Sub(streakStart) >= b.FailingFor {
-				return true
-			}
-			return c.Requests >= b.MinCalls && float64(c.TotalFailures) >= b.FailureRatio*float64(c.Requests) &&
-				now.Sub(windowStart) >= b.FailingFor
-		},
-		// The limiter reports only store failures as errors and excluded outcomes as
-		// errExcluded; everything else counts as a success.
-		IsExcluded: func(err error) bool { return err == errExcluded },
+	b.cur.Store(&generation{state: sluice.BreakerClosed, start: time.Now()})
+	return b
+}
+
+// allow lets a call through, or returns errOpenState (open) or errTooManyProbes
+// (half-open, Probes probes under way). probe reports a half-open breaker's probe.
+func (b *breaker) allow() (t ticket, probe bool, err error) {
+	if g := b.cur.Load(); g.state == sluice.BreakerClosed {
+		return ticket{g}, false, nil
 	}
-	if onChange != nil {
-		st.OnStateChange = func(_ string, from, to gobreaker.State) { onChange(stateOf(from), stateOf(to)) }
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	g := b.current(time.Now())
+	switch {
+	case g.state == sluice.BreakerOpen:
+		return ticket{}, false, errOpenState
+	case g.state == sluice.BreakerHalfOpen && b.probes >= b.cfg.Probes:
+		return ticket{}, false, errTooManyProbes
+	case g.state == sluice.BreakerHalfOpen:
+		b.probes++
+		return ticket{g}, true, nil
 	}
-	return st
+	return ticket{g}, false, nil
+}
+
+// done reports the outcome of a call let through with t, which ended at now: err nil
+// for a success, errExcluded for an outcome that says nothing of the store, anything
+// else for a failure.
+func (b *breaker) done(t ticket, err error, now time.Time) {
+	g := t.g
+	if g.state == sluice.BreakerClosed && err == nil {
+		if b.cur.Load() != g {
+			return
+		}
+		g.add(&g.succ, b.age(g, now))
+		if g.failing.Load() {
+			b.mu.Lock()
+			if b.cur.Load() == g {
+				b.streak = 0
+				g.failing.Store(false)
+			}
+			b.mu.Unlock()
+		}
+		return
+	}
+	if err == errExcluded && g.state == sluice.BreakerClosed {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cur.Load() != g {
+		return
+	}
+	switch {
+	case g.state == sluice.BreakerHalfOpen && err == errExcluded:
+		b.probes-- // its place goes to another probe
+	case g.state == sluice.BreakerHalfOpen && err == nil:
+		if b.probeOK++; b.probeOK >= b.cfg.Probes {
+			b.setState(sluice.BreakerClosed, now)
+		}
+	case g.state == sluice.BreakerHalfOpen:
+		b.setState(sluice.BreakerOpen, now)
+	case g.state == sluice.BreakerClosed:
+		age := b.age(g, now)
+		g.add(&g.fail, age)
+		b.streak++
+		g.failing.Store(true)
+		if b.streak == 1 {
+			b.streakStart = now
+		}
+		ok, failed := g.counts(age)
+		if failed == 1 {
+			b.windowStart = now
+		}
+		if (b.streak >= b.cfg.ConsecutiveFailures && now.Sub(b.streakStart) >= b.cfg.FailingFor) ||
+			(ok+failed >= uint64(b.cfg.MinCalls) && float64(failed) >= b.cfg.FailureRatio*float64(ok+failed) &&
+				now.Sub(b.windowStart) >= b.cfg.FailingFor) {
+			b.setState(sluice.BreakerOpen, now)
+		}
+	}
+}
+
+// state returns the breaker's state at now, turning an open breaker whose OpenFor has
+// passed half-open.
+func (b *breaker) state(now time.Time) sluice.BreakerState {
+	if g := b.cur.Load(); g.state == sluice.BreakerClosed {
+		return g.state
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.current(now).state
+}
+
+// current returns the generation in force at now, making the due change from open to
+// half-open. b.mu is held.
+func (b *breaker) current(now time.Time) *generation {
+	g := b.cur.Load()
+	if g.state == sluice.BreakerOpen && now.After(g.until) {
+		b.setState(sluice.BreakerHalfOpen, now)
+		g = b.cur.Load()
+	}
+	return g
+}
+
+// setState starts a generation in state to at now and reports the change. b.mu is held.
+func (b *breaker) setState(to sluice.BreakerState, now time.Time) {
+	from := b.cur.Load().state
+	if from == to {
+		return
+	}
+	g := &generation{state: to, start: now}
+	if to == sluice.BreakerOpen {
+		g.until = now.Add(b.cfg.OpenFor)
+	}
+	b.streak, b.probes, b.probeOK = 0, 0, 0
+	b.cur.Store(g)
+	if b.onChange != nil {
+		b.onChange(from, to)
+	}
+}
+
+// age returns the number of the bucket now falls in, counted from g's start.
+func (b *breaker) age(g *generation, now time.Time) uint64 {
+	if d := now.Sub(g.start); d > 0 {
+		return uint64(d / b.bucket)
+	}
+	return 0
+}
+
+// add adds one call to bucket age of counts.
+func (g *generation) add(counts *[numBuckets]atomic.Uint64, age uint64) {
+	w := &counts[age%numBuckets]
+	tag := age << 32
+	for {
+		v := w.Load()
+		n := tag | 1
+		if v>>32 == age&(1<<32-1) {
+			n = v + 1
+		}
+		if w.CompareAndSwap(v, n) {
+			return
+		}
+	}
+}
+
+// counts returns the successes and failures counted in the Window that ends in bucket
+// age: that bucket and the numBuckets-1 before it.
+func (g *generation) counts(age uint64) (ok, failed uint64) {
+	for i := range numBuckets {
+		for _, w := range [2]*atomic.Uint64{&g.succ[i], &g.fail[i]} {
+			v := w.Load()
+			if a := v >> 32; (age-a)&(1<<32-1) < numBuckets && v != 0 {
+				if w == &g.fail[i] {
+					failed += v & (1<<32 - 1)
+				} else {
+					ok += v & (1<<32 - 1)
+				}
+			}
+		}
+	}
+	return ok, failed
 }
 
 // errExcluded is reported to the breaker for outcomes that say nothing about the store's

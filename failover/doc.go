@@ -31,7 +31,7 @@
 //
 // # The circuit breaker
 //
-// A breaker (sony/gobreaker) watches the store's answers; see Breaker for the rules and
+// A breaker watches the store's answers; see Breaker for the rules and
 // defaults: it opens after 5 consecutive failures or half of at least 20 calls in 10s
 // failing, in either case only once failures have gone on for 50ms (a coalescing store
 // fails a whole batch of decisions at one instant); stays open for 1s, calling nothing;
@@ -39,6 +39,11 @@
 // the caller, so a reconnection that takes longer than a deadline still completes; only
 // answers within the deadline count as successes. State reports the breaker's state for
 // metrics and logs; WithStateChange reports its changes.
+//
+// The breaker is this package's own rather than a library's: it sits on every decision,
+// and while closed it lets a call through with one atomic load and counts its success
+// with one compare-and-swap, where a general-purpose breaker takes a lock twice and
+// allocates a closure per call.
 //
 // # Failure modes
 //

@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sony/gobreaker/v2"
-
 	"github.com/sluicehq/sluice"
 )
 
@@ -29,7 +27,7 @@ type Limiter struct {
 	local      sluice.Limiter
 	deadline   time.Duration
 	breakerCfg Breaker
-	cb         *gobreaker.TwoStepCircuitBreaker[struct{}]
+	cb         *breaker
 	def        sluice.Failure
 	maxPending int64
 	onChange   func(from, to sluice.BreakerState)
@@ -122,18 +120,18 @@ func New(primary sluice.Limiter, opts ...Option) *Limiter {
 		l.shared = newSharedDeadlines(l.deadline)
 	}
 	l.stateNow.Store(uint32(sluice.BreakerClosed))
-	l.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](l.breakerCfg.settings("sluice", func(from, to sluice.BreakerState) {
+	l.cb = newBreaker(l.breakerCfg, func(from, to sluice.BreakerState) {
 		l.stateNow.Store(uint32(to))
 		if l.onChange != nil {
 			l.onChange(from, to)
 		}
-	}))
+	})
 	return l
 }
 
 // State returns the circuit breaker's state now. An open breaker whose OpenFor has passed
 // reports half-open.
-func (l *Limiter) State() sluice.BreakerState { return stateOf(l.cb.State()) }
+func (l *Limiter) State() sluice.BreakerState { return l.cb.state(time.Now()) }
 
 // Deadline returns the longest a decision waits for the store.
 func (l *Limiter) Deadline() time.Duration { return l.deadline }
@@ -268,7 +266,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, limit sluice.Limit, n
 	if err := sluice.CheckRequest(key, limit, n); err != nil {
 		return sluice.Reservation{}, err
 	}
-	done, _, err := l.enter()
+	t, _, err := l.enter()
 	if err != nil {
 		if sluice.KindOf(err).IsFailure() {
 			err = unavailable(err)
@@ -279,7 +277,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, limit sluice.Limit, n
 	l.pending.Add(-1)
 	l.calls.Done()
 	brk, failed := judge(ctx, struct{}{}, err)
-	done(brk)
+	l.cb.done(t, brk, time.Now())
 	if failed {
 		return sluice.Reservation{}, unavailable(err)
 	}
@@ -417,7 +415,7 @@ type attempt[T any] struct {
 // f gets its arguments as a, rather than from a closure, so that the inline path (a
 // decision per call, on the hot path) allocates nothing for it.
 func call[A, T any](l *Limiter, ctx context.Context, decision bool, a A, f func(context.Context, A) (T, error)) attempt[T] {
-	done, probe, err := l.enter()
+	t, probe, err := l.enter()
 	if err != nil {
 		return attempt[T]{err: err, failed: sluice.KindOf(err).IsFailure()}
 	}
@@ -431,7 +429,7 @@ func call[A, T any](l *Limiter, ctx context.Context, decision bool, a A, f func(
 			v, err = f(cctx, a)
 			cancel()
 		}
-		out := leaveInline(l, ctx, start, v, err, done)
+		out := leaveInline(l, ctx, start, v, err, t)
 		out.v = v
 		return out
 	}
@@ -440,7 +438,7 @@ func call[A, T any](l *Limiter, ctx context.Context, decision bool, a A, f func(
 		// it must not share the caller's slices.
 		a = d.detach()
 	}
-	return callAsync(l, ctx, probe, start, done, a, f)
+	return callAsync(l, ctx, probe, start, t, a, f)
 }
 
 // detacher is implemented by call arguments that a call on a goroutine of its own must
@@ -498,43 +496,39 @@ func deadlineError(d time.Duration, cause error) error {
 // not nil, the call must not be made and err is its outcome; otherwise the caller calls
 // the store and then done, l.pending.Add(-1) and l.calls.Done (leaveInline, or
 // callAsync's goroutine). probe reports a half-open breaker's probe.
-func (l *Limiter) enter() (done func(error), probe bool, err error) {
+func (l *Limiter) enter() (t ticket, probe bool, err error) {
 	if l.closed.Load() {
-		return nil, false, fmt.Errorf("failover: %w", sluice.ErrClosed)
+		return ticket{}, false, fmt.Errorf("failover: %w", sluice.ErrClosed)
 	}
-	done, berr := l.cb.Allow()
+	t, probe, berr := l.cb.allow()
 	if berr != nil {
-		return nil, false, fmt.Errorf("%w: %w", errBreakerOpen, berr)
+		return ticket{}, false, fmt.Errorf("%w: %w", errBreakerOpen, berr)
 	}
-	// Allow has made any due change (open to half-open), so the mirror is current: a call
-	// let through half-open is a probe. (If the breaker closes meanwhile, treating the
-	// call as a probe or not makes no difference to it.)
-	probe = l.state() == sluice.BreakerHalfOpen
 	if l.pending.Add(1) > l.maxPending {
 		l.pending.Add(-1)
-		done(errOverload)
-		return nil, false, errOverload
+		l.cb.done(t, errOverload, time.Now())
+		return ticket{}, false, errOverload
 	}
 	l.closeMu.RLock()
 	if l.closed.Load() {
 		l.closeMu.RUnlock()
 		l.pending.Add(-1)
-		done(errExcluded)
-		return nil, false, fmt.Errorf("failover: %w", sluice.ErrClosed)
+		l.cb.done(t, errExcluded, time.Now())
+		return ticket{}, false, fmt.Errorf("failover: %w", sluice.ErrClosed)
 	}
 	l.calls.Add(1)
 	l.closeMu.RUnlock()
-	return done, probe, nil
+	return t, probe, nil
 }
 
 // leaveInline ends an inline store call that started at start and answered err: it
 // reports the call to the breaker and returns the attempt (without its value).
-func leaveInline[T any](l *Limiter, ctx context.Context, start time.Time, v T, err error, done func(error)) attempt[T] {
+func leaveInline[T any](l *Limiter, ctx context.Context, start time.Time, v T, err error, t ticket) attempt[T] {
 	l.pending.Add(-1)
 	l.calls.Done()
 	out := attempt[T]{called: true, latency: time.Since(start)}
 	brk, failed := judge(ctx, v, err)
-	done(brk)
+	l.cb.done(t, brk, start.Add(out.latency))
 	if failed && errors.Is(err, context.DeadlineExceeded) {
 		err = deadlineError(l.deadline, err)
 	}
@@ -543,7 +537,7 @@ func leaveInline[T any](l *Limiter, ctx context.Context, start time.Time, v T, e
 }
 
 // callAsync runs f, let through by enter, in a goroutine of its own (see call).
-func callAsync[A, T any](l *Limiter, ctx context.Context, probe bool, start time.Time, done func(error), a A, f func(context.Context, A) (T, error)) attempt[T] {
+func callAsync[A, T any](l *Limiter, ctx context.Context, probe bool, start time.Time, t ticket, a A, f func(context.Context, A) (T, error)) attempt[T] {
 	var cctx context.Context
 	var cancel context.CancelFunc
 	var expired <-chan struct{} // closed at the deadline
@@ -569,7 +563,7 @@ func callAsync[A, T any](l *Limiter, ctx context.Context, probe bool, start time
 			if brk == nil && time.Since(start) > l.deadline {
 				brk = ErrDeadline
 			}
-			done(brk)
+			l.cb.done(t, brk, time.Now())
 		}
 		ch <- result[T]{v, err} // buffered: never blocks, even when the caller has left
 	}()
@@ -579,12 +573,12 @@ func callAsync[A, T any](l *Limiter, ctx context.Context, probe bool, start time
 	case r = <-ch:
 	case <-expired:
 		var out attempt[T]
-		if r, out = giveUp(l, ctx, ch, start, probe, done); out.err != nil {
+		if r, out = giveUp(l, ctx, ch, start, probe, t); out.err != nil {
 			return out
 		}
 	case <-ctx.Done():
 		var out attempt[T]
-		if r, out = giveUp(l, ctx, ch, start, probe, done); out.err != nil {
+		if r, out = giveUp(l, ctx, ch, start, probe, t); out.err != nil {
 			return out
 		}
 	}
@@ -592,7 +586,7 @@ func callAsync[A, T any](l *Limiter, ctx context.Context, probe bool, start time
 	var brk error
 	brk, out.failed = judge(ctx, r.v, r.err)
 	if !probe {
-		done(brk)
+		l.cb.done(t, brk, time.Now())
 	}
 	return out
 }
@@ -600,7 +594,7 @@ func callAsync[A, T any](l *Limiter, ctx context.Context, probe bool, start time
 // giveUp releases a caller whose deadline passed or whose own context ended before the
 // store answered. If the answer has arrived meanwhile it is returned with an attempt
 // whose err is nil instead.
-func giveUp[T any](l *Limiter, ctx context.Context, ch chan result[T], start time.Time, probe bool, done func(error)) (result[T], attempt[T]) {
+func giveUp[T any](l *Limiter, ctx context.Context, ch chan result[T], start time.Time, probe bool, t ticket) (result[T], attempt[T]) {
 	select {
 	case r := <-ch:
 		return r, attempt[T]{}
@@ -610,13 +604,13 @@ func giveUp[T any](l *Limiter, ctx context.Context, ch chan result[T], start tim
 	if cerr := ctx.Err(); cerr != nil {
 		// The caller's own context ended: nothing to say about the store.
 		if !probe {
-			done(errExcluded)
+			l.cb.done(t, errExcluded, time.Now())
 		}
 		out.err = fmt.Errorf("failover: %w", cerr)
 		return result[T]{}, out
 	}
 	if !probe {
-		done(ErrDeadline)
+		l.cb.done(t, ErrDeadline, time.Now())
 	}
 	out.err, out.failed = deadlineError(l.deadline, nil), true
 	return result[T]{}, out
