@@ -42,10 +42,9 @@ func (e *gslot) peek() (algo.State, bool) {
 	return algo.State{A: v & valMask}, !isSentinel(v)
 }
 
-func (e *gslot) retire(now int64, p algo.Params) bool {
-	v := e.ctl.Load()
-	return !isSentinel(v) && algo.ExpiresAt(algo.State{A: v & valMask}, p) <= now && e.ctl.CompareAndSwap(v, tombstone)
-}
+// retire is retireTAT: a GCRA class's Params are GCRA's, for which algo.ExpiresAt of the
+// one-word state is that word (TestGCRAExpiresAtItsTAT).
+func (e *gslot) retire(now int64, _ algo.Params) bool { return e.retireTAT(now) }
 
 func (e *gslot) apply(now int64, p algo.Params, n int64, f algoFunc) algo.Result {
 	for {
@@ -74,6 +73,7 @@ type gcraClass struct {
 func newGCRAClass(st *Store, p algo.Params, id int, gone *atomic.Bool) *gcraClass {
 	g := new(gcraClass)
 	g.init(st, p, id, gone, algo.GCRA, 70, 68)
+	g.tat = true
 	return g
 }
 
