@@ -199,9 +199,17 @@ func (g *gcraClass) place(sh *lshard[gslot], a *larray[gslot], p probe, key stri
 		sh.changed()
 		return true
 	}
-	a.assign(p.i, unsafe.StringData(key), m, algo.State{A: tat}, putS[gslot, *gslot])
+	gassign(e, unsafe.StringData(key), m, tat)
 	sh.changed()
 	return true
+}
+
+// gassign is larray.assign for a gslot, with the lock held: the next generation, the key,
+// meta, and the control word (TAT tat) last, with no call through assign's put.
+func gassign(e *lhdr, ptr *byte, m uint64, tat int64) {
+	next := (e.meta.Load()>>genShift+1)<<genShift | m&keyMask
+	e.setKey(ptr, next)
+	e.ctl.Store(int64(next)&genMask | tat)
 }
 
 // fast decides on control word e of a slot that find matched with meta m, without the
