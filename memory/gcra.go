@@ -42,10 +42,9 @@ func (e *gslot) peek() (algo.State, bool) {
 	return algo.State{A: v & valMask}, !isSentinel(v)
 }
 
-func (e *gslot) retire(now int64, p algo.Params) bool {
-	v := e.ctl.Load()
-	return !isSentinel(v) && algo.ExpiresAt(algo.State{A: v & valMask}, p) <= now && e.ctl.CompareAndSwap(v, tombstone)
-}
+// retire is retireTAT: a GCRA class's Params are GCRA's, for which algo.ExpiresAt of the
+// one-word state is that word (TestGCRAExpiresAtItsTAT).
+func (e *gslot) retire(now int64, _ algo.Params) bool { return e.retireTAT(now) }
 
 func (e *gslot) apply(now int64, p algo.Params, n int64, f algoFunc) algo.Result {
 	for {
@@ -74,6 +73,7 @@ type gcraClass struct {
 func newGCRAClass(st *Store, p algo.Params, id int, gone *atomic.Bool) *gcraClass {
 	g := new(gcraClass)
 	g.init(st, p, id, gone, algo.GCRA, 70, 68)
+	g.tat = true
 	return g
 }
 
@@ -211,9 +211,17 @@ func (g *gcraClass) place(sh *lshard[gslot], a *larray[gslot], p probe, key stri
 		sh.changed()
 		return true
 	}
-	a.assign(p.i, unsafe.StringData(key), m, algo.State{A: tat}, putS[gslot, *gslot])
+	gassign(e, unsafe.StringData(key), m, tat)
 	sh.changed()
 	return true
+}
+
+// gassign is larray.assign for a gslot, with the lock held: the next generation, the key,
+// meta, and the control word (TAT tat) last, with no call through assign's put.
+func gassign(e *lhdr, ptr *byte, m uint64, tat int64) {
+	next := (e.meta.Load()>>genShift+1)<<genShift | m&keyMask
+	e.setKey(ptr, next)
+	e.ctl.Store(int64(next)&genMask | tat)
 }
 
 // fast decides on control word e of a slot that find matched with meta m, without the

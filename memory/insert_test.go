@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
 	"github.com/sluicehq/sluice/internal/clocktest"
 )
 
@@ -385,3 +386,35 @@ func TestColdInsertsUnderConcurrency(t *testing.T) {
 
 // unsafeKey is the key slot header e names under meta m.
 func unsafeKey(e *lhdr, m uint64) string { return unsafe.String(e.key.Load(), keyLen(m)) }
+
+// TestGCRAExpiresAtItsTAT: sweepAll and gslot.retire take a one-word class's state word
+// as the instant it empties (lhdr.retireTAT); algo.ExpiresAt must agree for every limit
+// that gets such a class, or the sweep would delete state that still counts.
+func TestGCRAExpiresAtItsTAT(t *testing.T) {
+	s := New(WithSweepInterval(time.Hour))
+	defer s.Close()
+	limits := []sluice.Limit{
+		{Algorithm: sluice.GCRA, Rate: 100, Period: time.Second},
+		{Algorithm: sluice.GCRA, Rate: 1, Period: time.Hour, Burst: 50},
+		{Algorithm: sluice.TokenBucket, Rate: 10, Period: time.Second, Burst: 3},
+		{Algorithm: sluice.LeakyBucket, Rate: 1000, Period: time.Second},
+	}
+	for _, l := range limits {
+		r, err := s.class(&l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, ok := r.c.(*gcraClass)
+		if !ok {
+			t.Fatalf("%+v: class %T, want *gcraClass", l, r.c)
+		}
+		if !g.tat {
+			t.Fatalf("%+v: gcraClass without tat", l)
+		}
+		for _, tat := range []int64{0, 1, 1_000_000, maxMicros} {
+			if got := algo.ExpiresAt(algo.State{A: tat}, g.p); got != tat {
+				t.Errorf("%+v: ExpiresAt(TAT %d) = %d", l, tat, got)
+			}
+		}
+	}
+}

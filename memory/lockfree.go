@@ -151,6 +151,14 @@ func (h *lhdr) holds(m uint64, key string) bool {
 	return h.meta.Load() == m && unsafe.String(p, len(key)) == key
 }
 
+// retireTAT tombstones the slot if its control word holds a state whose word is the
+// instant it empties (GCRA's TAT) and that instant is at or before now, reporting whether
+// it did. It is gslot.retire, which ExpiresAt reduces to for GCRA's Params.
+func (h *lhdr) retireTAT(now int64) bool {
+	v := h.ctl.Load()
+	return !isSentinel(v) && v&valMask <= now && h.ctl.CompareAndSwap(v, tombstone)
+}
+
 // isSentinel reports whether a control word holds a sentinel rather than state.
 func isSentinel(v int64) bool { return v <= busy }
 
@@ -238,6 +246,10 @@ type lockFree[S any, P cell[S]] struct {
 	// than growLoad% would be live.
 	maxLoad, growLoad int
 	gone              *atomic.Bool // retired: see class.retire
+	// tat: a live control word's state is the instant the state empties (GCRA's one
+	// word, gslot), so sweepAll tests it in line (retireTAT) instead of through S's
+	// retire, an indirect call in this shape-generic code, per keyed slot.
+	tat bool
 }
 
 func (g *lockFree[S, P]) init(st *Store, p algo.Params, id int, gone *atomic.Bool, f algoFunc, maxLoad, growLoad int) {
@@ -378,7 +390,8 @@ func (g *lockFree[S, P]) sweepAll(sh *lshard[S], now int64) {
 	a := sh.arr.Load()
 	gone := int64(0)
 	for i := range a.slots {
-		if e := &a.slots[i]; hdr(e).meta.Load()&keyMask != 0 && P(e).retire(now, g.p) {
+		e := &a.slots[i]
+		if h := hdr(e); h.meta.Load()&keyMask != 0 && (g.tat && h.retireTAT(now) || !g.tat && P(e).retire(now, g.p)) {
 			gone++
 		}
 	}

@@ -327,6 +327,17 @@ func (s *Store) retireIdle(r *classRef) {
 // check validates a request against its class: the same errors as sluice.CheckRequest,
 // without re-validating a limit that already has a class.
 func (s *Store) check(key string, limit *sluice.Limit, n int64) (*classRef, error) {
+	// The common case in one call: a valid key and n for the class last used (marked
+	// used already). Anything else, and every error, is checkClass's.
+	if r := s.last.Load(); r != nil && key != "" && len(key) <= sluice.MaxKeyLen &&
+		sameLimit(&r.limit, limit) && !r.gone.Load() && r.used.Load() && n >= 0 && n <= r.cost {
+		return r, nil
+	}
+	return s.checkClass(key, limit, n)
+}
+
+// checkClass is check beyond the class last used.
+func (s *Store) checkClass(key string, limit *sluice.Limit, n int64) (*classRef, error) {
 	if key == "" || len(key) > sluice.MaxKeyLen {
 		return nil, sluice.CheckKey(key)
 	}
