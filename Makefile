@@ -46,8 +46,8 @@ vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-# The allocation tests count allocations, which the race detector adds its own to: they run
-# a second time without it.
+# The allocation tests count allocations, which the race detector adds its own to: they are
+# built only without it (//go:build !race) and run in a second step without -race.
 unit:
 	$(GO) test -race -count=1 -timeout 12m ./...
 	$(GO) test -count=1 -run 'AllocatesNothing' ./memory

@@ -615,15 +615,21 @@ func (s *Store) sweepLoop() {
 		case <-s.stop:
 			return
 		case <-t.C:
-			s.res.sweep(s.now())
-			for _, r := range *s.list.Load() {
-				now := s.now()
-				s.sweepTime(now)
-				live := r.c.sweep(now)
-				if used := r.used.Swap(false); live == 0 && !used {
-					s.retireIdle(r)
-				}
-			}
+			s.sweep()
+		}
+	}
+}
+
+// sweep deletes every state equivalent to empty as of now and retires each class that
+// held none and was not used since the previous sweep: one tick of the sweeper.
+func (s *Store) sweep() {
+	s.res.sweep(s.now())
+	for _, r := range *s.list.Load() {
+		now := s.now()
+		s.sweepTime(now)
+		live := r.c.sweep(now)
+		if used := r.used.Swap(false); live == 0 && !used {
+			s.retireIdle(r)
 		}
 	}
 }

@@ -436,7 +436,9 @@ func TestClockAtTheEpoch(t *testing.T) {
 // sweep interval costs the store nothing (its class is dropped); using it again works.
 func TestIdleLimitsAreReleased(t *testing.T) {
 	ctx := context.Background()
-	s, clk := newTestStore(t, WithSweepInterval(time.Millisecond))
+	// The sweeper's ticker never fires within the test (hourly): the test sweeps by hand,
+	// as its ticks would.
+	s, clk := newTestStore(t, WithSweepInterval(time.Hour))
 	for i := 0; i < 500; i++ {
 		if _, err := s.AllowN(ctx, "k", sluice.PerSecond(int64(i+1)), 1); err != nil {
 			t.Fatal(err)
@@ -446,12 +448,13 @@ func TestIdleLimitsAreReleased(t *testing.T) {
 		t.Fatalf("%d classes for 500 limits", n)
 	}
 	clk.Advance(2 * time.Second) // every state has expired
-	deadline := time.Now().Add(5 * time.Second)
-	for len(*s.list.Load()) > 0 || len(*s.classes.Load()) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d classes left after idling", len(*s.list.Load()))
-		}
-		time.Sleep(2 * time.Millisecond)
+	s.sweep()                    // deletes the states; the classes were used since the last sweep
+	if n := len(*s.list.Load()); n != 500 {
+		t.Fatalf("%d classes after one sweep; a class used since the previous sweep is kept", n)
+	}
+	s.sweep() // idle: released
+	if n, m := len(*s.list.Load()), len(*s.classes.Load()); n > 0 || m > 0 {
+		t.Fatalf("%d classes (%d in the map) left after two sweeps of idle limits", n, m)
 	}
 	l := sluice.PerMinute(1)
 	if d, _ := s.AllowN(ctx, "k", l, 1); !d.Allowed {
@@ -563,7 +566,7 @@ func TestSameLimitIsEquality(t *testing.T) {
 func TestDecideRefusesRepeats(t *testing.T) {
 	ctx := context.Background()
 	for _, n := range []int{3, 9, 40} {
-		s := New(WithSweepInterval(0))
+		s, _ := newTestStore(t, WithSweepInterval(0)) // its clock stands still: nothing refills
 		reqs := make([]sluice.Request, n)
 		for i := range reqs {
 			// Same key, a different limit each: no repeat yet.
@@ -581,6 +584,5 @@ func TestDecideRefusesRepeats(t *testing.T) {
 		if d, _ := s.AllowN(ctx, "k", reqs[0].Limit, 0); d.Remaining != reqs[0].Limit.Rate-1 {
 			t.Errorf("%d requests: the refused Decide spent: %d left of %d", n, d.Remaining, reqs[0].Limit.Rate)
 		}
-		s.Close()
 	}
 }

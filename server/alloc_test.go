@@ -1,0 +1,45 @@
+//go:build !race
+
+// The race detector allocates on synchronisation (and sync.Pool drops items under it), so
+// allocation counts mean nothing there: the tests in this file are built only without it,
+// and make test's unit step runs them in a run of their own without -race.
+
+package server
+
+import (
+	"context"
+	"testing"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+)
+
+// TestShouldRateLimitAllocations: on the production stack on memory, an allowed
+// ShouldRateLimit of one descriptor allocates its answer (the response, its status, its
+// headers and their text, in one block) and its counter key, nothing else.
+func TestShouldRateLimitAllocations(t *testing.T) {
+	cfg, err := config.Parse(config.File{Name: "bench.yaml", Data: []byte(servicebenchConfig)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memoryStack(t, cfg)
+	s, err := New(Options{Limiter: st.Limiter(), Config: cfg, FailureMode: sluice.FailOpen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*ratelimitDescriptor{desc("client", "c1")}}
+	var resp *rlsv3.RateLimitResponse
+	n := testing.AllocsPerRun(200, func() {
+		if resp, err = s.ShouldRateLimit(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if resp.OverallCode != rlsv3.RateLimitResponse_OK || len(resp.ResponseHeadersToAdd) != 2 {
+		t.Fatalf("answer %v, want OK with RateLimit-Policy and RateLimit", resp)
+	}
+	if n > 2 {
+		t.Fatalf("%v allocations per ShouldRateLimit, want at most 2 (the answer and the counter key)", n)
+	}
+}
