@@ -56,6 +56,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/sluicehq/sluice/bench/internal/proc"
 )
 
 var (
@@ -305,7 +307,7 @@ func run() error {
 		if t.proxy, t.addr, err = s.start("http://" + upAddr); err != nil {
 			return fmt.Errorf("%s: %w", t.name, err)
 		}
-		if err := waitHTTP("http://" + t.addr + "/"); err != nil {
+		if err := proc.WaitHTTP("http://"+t.addr+"/", 20*time.Second); err != nil {
 			return fmt.Errorf("%s: %w%s", t.name, err, tail(t.logPath))
 		}
 	}
@@ -452,12 +454,12 @@ func (b *bench) measure(bin string, t *target) (sample, error) {
 	if err != nil {
 		return sample{}, err
 	}
-	p0, u0 := treeCPU(t.proxy.Process.Pid), treeCPU(t.upstream.Process.Pid)
+	p0, u0 := proc.TreeCPU(t.proxy.Process.Pid), proc.TreeCPU(t.upstream.Process.Pid)
 	r, err := b.wrk(bin, t, *dur)
 	if err != nil {
 		return sample{}, err
 	}
-	p1, u1 := treeCPU(t.proxy.Process.Pid), treeCPU(t.upstream.Process.Pid)
+	p1, u1 := proc.TreeCPU(t.proxy.Process.Pid), proc.TreeCPU(t.upstream.Process.Pid)
 	c1, err := acceptedConns(t.stats)
 	if err != nil {
 		return sample{}, err
@@ -509,24 +511,24 @@ func (b *bench) profile(bin string, t *target, addr, path string) error {
 
 // startUpstream starts proxybench as an upstream on a free port.
 func (b *bench) startUpstream() (cmd *exec.Cmd, addr, stats string, err error) {
-	addr, stats = freeAddr(), freeAddr()
+	addr, stats = proc.FreeAddr(), proc.FreeAddr()
 	cmd = exec.Command(b.self, "-role", "upstream", "-listen", addr, "-stats", stats)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, "", "", err
 	}
-	if err := waitHTTP("http://" + addr + "/"); err != nil {
+	if err := proc.WaitHTTP("http://"+addr+"/", 20*time.Second); err != nil {
 		return cmd, "", "", err
 	}
-	return cmd, addr, stats, waitHTTP("http://" + stats + "/")
+	return cmd, addr, stats, proc.WaitHTTP("http://"+stats+"/", 20*time.Second)
 }
 
 // startReverseProxy starts proxybench as a bare ReverseProxy to up.
 func (b *bench) startReverseProxy(up string, idle int, pool bool) (*exec.Cmd, string, error) {
-	addr := freeAddr()
+	addr := proc.FreeAddr()
 	cmd := exec.Command(b.self, "-role", "reverseproxy", "-listen", addr, "-upstream", up, "-idle", strconv.Itoa(idle), "-pool="+strconv.FormatBool(pool))
 	if pool {
-		pooledPprof = freeAddr()
+		pooledPprof = proc.FreeAddr()
 		cmd.Args = append(cmd.Args, "-pprof", pooledPprof)
 	}
 	cmd.Stderr = os.Stderr
@@ -561,7 +563,7 @@ func (b *bench) startSluice(up, redisURL string) (*exec.Cmd, string, error) {
 	if err := os.WriteFile(filepath.Join(cfgDir, "policies.yaml"), cfg, 0o644); err != nil {
 		return nil, "", err
 	}
-	addr := freeAddr()
+	addr := proc.FreeAddr()
 	args := []string{"proxy", "--config", cfgDir, "--upstream", up, "--listen", addr}
 	name := "sluice"
 	if redisURL != "" {
@@ -570,7 +572,7 @@ func (b *bench) startSluice(up, redisURL string) (*exec.Cmd, string, error) {
 		args = append(args, "--redis", redisURL, "--deadline", "100ms")
 		name = "sluice-redis"
 	} else {
-		sluicePprof = freeAddr()
+		sluicePprof = proc.FreeAddr()
 		args = append(args, "--pprof", sluicePprof)
 	}
 	logf, err := os.Create(filepath.Join(b.dir, name+".log"))
@@ -627,7 +629,7 @@ func (b *bench) startNginx(bin, up string) (*exec.Cmd, string, error) {
 	if err := os.MkdirAll(filepath.Join(prefix, "logs"), 0o755); err != nil {
 		return nil, "", err
 	}
-	addr := freeAddr()
+	addr := proc.FreeAddr()
 	conf := filepath.Join(prefix, "nginx.conf")
 	if err := os.WriteFile(conf, []byte(fmt.Sprintf(nginxConfig, prefix, strings.TrimPrefix(up, "http://"), addr)), 0o644); err != nil {
 		return nil, "", err
@@ -643,14 +645,14 @@ func (b *bench) startRedis() (stop func(), err error) {
 	if err != nil {
 		return nil, errors.New("redis-server not found: install it with apt-get install redis-server, or pass -redis=false")
 	}
-	addr := freeAddr()
+	addr := proc.FreeAddr()
 	_, port, _ := net.SplitHostPort(addr)
 	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", b.dir)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	stop = func() { cmd.Process.Kill(); cmd.Wait() }
-	if err := waitTCP(addr); err != nil {
+	if err := proc.WaitTCP(addr, 10*time.Second); err != nil {
 		stop()
 		return nil, err
 	}
@@ -671,48 +673,6 @@ func acceptedConns(stats string) (int64, error) {
 	return strconv.ParseInt(string(body), 10, 64)
 }
 
-// treeCPU returns the CPU time (user + system), in µs, that process pid and its live
-// descendants (nginx's workers) have used.
-func treeCPU(pid int) int64 {
-	children := map[int][]int{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if f := stat(p); len(f) > 1 {
-			pp, _ := strconv.Atoi(f[1])
-			children[pp] = append(children[pp], p)
-		}
-	}
-	var total int64
-	var walk func(int)
-	walk = func(p int) {
-		if f := stat(p); len(f) > 12 {
-			ut, _ := strconv.ParseInt(f[11], 10, 64)
-			st, _ := strconv.ParseInt(f[12], 10, 64)
-			const ticksPerSecond = 100 // USER_HZ on Linux
-			total += (ut + st) * (1e6 / ticksPerSecond)
-		}
-		for _, c := range children[p] {
-			walk(c)
-		}
-	}
-	walk(pid)
-	return total
-}
-
-// stat returns the fields of /proc/<pid>/stat after the command name: [0] is the state,
-// [1] the parent's pid, [11] and [12] utime and stime in ticks.
-func stat(pid int) []string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil
-	}
-	return strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-}
-
 // span formats the range of f over ss ("a–b", or "a" when they agree).
 func span(ss []sample, f func(sample) float64, format string) string {
 	if len(ss) == 0 {
@@ -731,48 +691,6 @@ func span(ss []sample, f func(sample) float64, format string) string {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
-
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func waitTCP(addr string) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return fmt.Errorf("%s not listening after 10s", addr)
-}
-
-// waitHTTP waits until url answers 200.
-func waitHTTP(url string) error {
-	deadline := time.Now().Add(20 * time.Second)
-	var last error
-	for time.Now().Before(deadline) {
-		req, _ := http.NewRequest(http.MethodGet, url, nil)
-		req.Header.Set("X-Client", "proxybench-probe")
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("%s", resp.Status)
-		}
-		last = err
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("%s not answering 200 after 20s: %v", url, last)
-}
 
 func tail(path string) string {
 	if path == "" {

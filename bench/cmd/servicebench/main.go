@@ -24,7 +24,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -41,6 +40,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bench/internal/reference"
+
+	"github.com/sluicehq/sluice/bench/internal/proc"
 )
 
 // result mirrors cmd/loadgen's JSON output.
@@ -207,7 +208,7 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("redis-server not found: install it with apt-get install redis-server")
 	}
-	redisPort := freePort()
+	redisPort := proc.FreePort()
 	b.redis = exec.Command(redisBin, "--port", strconv.Itoa(redisPort), "--bind", "127.0.0.1", "--save", "",
 		"--appendonly", "no", "--dir", dir, "--hz", strconv.Itoa(*redisHz))
 	if err := b.redis.Start(); err != nil {
@@ -216,7 +217,7 @@ func run() error {
 	defer func() { b.redis.Process.Signal(syscall.SIGCONT); b.redis.Process.Kill(); b.redis.Wait() }()
 	b.redisAddr = fmt.Sprintf("127.0.0.1:%d", redisPort)
 	b.redisURL = "redis://" + b.redisAddr
-	if err := waitTCP(b.redisAddr); err != nil {
+	if err := proc.WaitTCP(b.redisAddr, 10*time.Second); err != nil {
 		return err
 	}
 	b.seen = map[string]*measured{}
@@ -264,7 +265,7 @@ const tableHead = "| store | API | callers | pacing | requests/s | p50 | p99 | p
 // startSluice starts sluice serve on store (memory or redis), with deadline dl for Redis.
 func (b *bench) startSluice(store string, dl time.Duration, extra ...string) (*service, error) {
 	s := &service{name: store, store: store,
-		httpAddr: fmt.Sprintf("127.0.0.1:%d", freePort()), grpcAddr: fmt.Sprintf("127.0.0.1:%d", freePort())}
+		httpAddr: fmt.Sprintf("127.0.0.1:%d", proc.FreePort()), grpcAddr: fmt.Sprintf("127.0.0.1:%d", proc.FreePort())}
 	args := []string{"serve", "--config", b.cfgDir, "--http", s.httpAddr, "--grpc", s.grpcAddr,
 		"--log-level", "error", "--log-sampling", "0", "--failure-mode", "open"}
 	if store == "redis" {
@@ -279,7 +280,7 @@ func (b *bench) startSluice(store string, dl time.Duration, extra ...string) (*s
 	if err := s.cmd.Start(); err != nil {
 		return nil, err
 	}
-	if err := waitReady("http://" + s.httpAddr + "/readyz"); err != nil {
+	if err := proc.WaitHTTP("http://"+s.httpAddr+"/readyz", 20*time.Second); err != nil {
 		s.stop()
 		return nil, err
 	}
@@ -302,13 +303,13 @@ func (b *bench) startReference() (*service, error) {
 
 // startFloor starts cmd/floor, the service that decides nothing.
 func (b *bench) startFloor() (*service, error) {
-	s := &service{name: floorName, store: "floor", grpcAddr: fmt.Sprintf("127.0.0.1:%d", freePort())}
+	s := &service{name: floorName, store: "floor", grpcAddr: fmt.Sprintf("127.0.0.1:%d", proc.FreePort())}
 	s.cmd = exec.Command(b.floorBin, "-grpc", s.grpcAddr)
 	s.cmd.Stderr = os.Stderr
 	if err := s.cmd.Start(); err != nil {
 		return nil, err
 	}
-	if err := waitTCP(s.grpcAddr); err != nil {
+	if err := proc.WaitTCP(s.grpcAddr, 10*time.Second); err != nil {
 		s.stop()
 		return nil, err
 	}
@@ -336,7 +337,7 @@ func (b *bench) load(s *service, target string, callers int, rate float64, extra
 	if s.store == "redis" {
 		c0 = b.scriptCalls()
 	}
-	s0, r0 := cpuOf(s.cmd.Process.Pid), cpuOf(b.redis.Process.Pid)
+	s0, r0 := proc.CPU(s.cmd.Process.Pid), proc.CPU(b.redis.Process.Pid)
 	var p0, p1 map[string]float64
 	if s.sluice() {
 		p0 = decisionsByPath(metrics)
@@ -361,10 +362,10 @@ func (b *bench) load(s *service, target string, callers int, rate float64, extra
 	}
 	if r.Total > 0 {
 		n := float64(r.Total)
-		r.cpuService = float64(cpuOf(s.cmd.Process.Pid)-s0) / n
+		r.cpuService = float64(proc.CPU(s.cmd.Process.Pid)-s0) / n
 		r.cpuLoadgen = float64((cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Microseconds()) / n
 		if usesRedis {
-			r.cpuRedis = float64(cpuOf(b.redis.Process.Pid)-r0) / n
+			r.cpuRedis = float64(proc.CPU(b.redis.Process.Pid)-r0) / n
 		}
 		if c0 >= 0 {
 			if c1 := b.scriptCalls(); c1 > c0 {
@@ -659,42 +660,6 @@ func us(v int64) string {
 	return fmt.Sprintf("%d µs", v)
 }
 
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func waitTCP(addr string) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return fmt.Errorf("%s not listening after 10s", addr)
-}
-
-func waitReady(url string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for ctx.Err() == nil {
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return nil
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("%s not ready after 20s", url)
-}
-
 // decisionsByPath sums sluice_decisions_total (the observe decorator's) by path.
 func decisionsByPath(url string) map[string]float64 {
 	out := map[string]float64{}
@@ -755,23 +720,6 @@ func (b *bench) scriptCalls() int64 {
 		total += k
 	}
 	return total
-}
-
-// cpuOf returns the CPU time (user + system) process pid has used, in microseconds.
-func cpuOf(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The fields after the command name (which is in parentheses and may hold spaces).
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	const ticksPerSecond = 100 // USER_HZ on Linux
-	return (ut + st) * (1e6 / ticksPerSecond)
 }
 
 func loadavg() string {

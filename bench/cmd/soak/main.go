@@ -33,7 +33,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -47,6 +46,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/faultproxy"
+
+	"github.com/sluicehq/sluice/bench/internal/proc"
 )
 
 var (
@@ -121,14 +122,14 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("redis-server not found: install it with apt-get install redis-server")
 	}
-	redisPort := freePort()
+	redisPort := proc.FreePort()
 	redis := exec.Command(redisBin, "--port", strconv.Itoa(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
 	if err := redis.Start(); err != nil {
 		return err
 	}
 	defer func() { redis.Process.Signal(syscall.SIGCONT); redis.Process.Kill(); redis.Wait() }()
 	redisAddr := fmt.Sprintf("127.0.0.1:%d", redisPort)
-	if err := waitTCP(redisAddr); err != nil {
+	if err := proc.WaitTCP(redisAddr, 10*time.Second); err != nil {
 		return err
 	}
 	proxy, err := faultproxy.New(redisAddr)
@@ -143,8 +144,8 @@ func run() error {
 	if err := os.WriteFile(cfgPath, []byte(configFile(0)), 0o644); err != nil {
 		return err
 	}
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort())
-	serve := exec.Command(bin, "serve", "--config", cfgDir, "--http", httpAddr, "--grpc", fmt.Sprintf("127.0.0.1:%d", freePort()),
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", proc.FreePort())
+	serve := exec.Command(bin, "serve", "--config", cfgDir, "--http", httpAddr, "--grpc", fmt.Sprintf("127.0.0.1:%d", proc.FreePort()),
 		"--redis", "redis://"+proxy.Addr(), "--deadline", deadline.String(), "--failure-mode", "closed",
 		"--log-level", "warn", "--log-sampling", "0")
 	var serveLog bytes.Buffer
@@ -156,7 +157,7 @@ func run() error {
 	}
 	defer func() { serve.Process.Signal(syscall.SIGTERM); serve.Wait() }()
 	base := "http://" + httpAddr
-	if err := waitReady(base + "/readyz"); err != nil {
+	if err := proc.WaitHTTP(base+"/readyz", 30*time.Second); err != nil {
 		return err
 	}
 
@@ -451,35 +452,4 @@ func goroutines(url string) int64 {
 		}
 	}
 	return 0
-}
-
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func waitTCP(addr string) error {
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return nil
-		}
-	}
-	return fmt.Errorf("%s not listening after 10s", addr)
-}
-
-func waitReady(url string) error {
-	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return nil
-			}
-		}
-	}
-	return fmt.Errorf("%s not ready after 30s", url)
 }
