@@ -360,38 +360,30 @@ func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n in
 	if s.closed.Load() {
 		return sluice.Decision{}, sluice.ErrClosed
 	}
-	if r.more != nil {
-		return s.allowOutcome(ctx, r, key, limit, n)
+	if r.more != nil { // a class whose decisions carry more than algo.Result
+		o := r.more.outcome(key, s.hash(key), s.now(), n, true, false)
+		if r.gone.Load() || s.maxKeys > 0 {
+			return s.afterDecide(ctx, r, key, limit, n, o)
+		}
+		return o.Decision(limit), nil
 	}
 	res := r.c.decide(key, s.hash(key), s.now(), n)
 	if r.gone.Load() || s.maxKeys > 0 {
-		return s.afterDecide(ctx, r, key, limit, n, res)
+		return s.afterDecide(ctx, r, key, limit, n, algo.Outcome{Result: res})
 	}
 	return res.Decision(limit), nil
 }
 
-// allowOutcome is AllowN for a class whose decisions carry more than algo.Result.
-func (s *Store) allowOutcome(ctx context.Context, r *classRef, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
-	o := r.more.outcome(key, s.hash(key), s.now(), n, true, false)
-	if r.gone.Load() {
-		return s.AllowN(ctx, key, limit, n)
-	}
-	if s.maxKeys > 0 && s.keys.Load() > s.maxKeys {
-		s.evictOver(classKey{r, key})
-	}
-	return o.Decision(limit), nil
-}
-
 // afterDecide is AllowN's rare work after a decision, kept out of its path: deciding again
 // if the sweeper retired the class meanwhile (nothing was kept), and eviction over MaxKeys.
-func (s *Store) afterDecide(ctx context.Context, r *classRef, key string, limit sluice.Limit, n int64, res algo.Result) (sluice.Decision, error) {
+func (s *Store) afterDecide(ctx context.Context, r *classRef, key string, limit sluice.Limit, n int64, o algo.Outcome) (sluice.Decision, error) {
 	if r.gone.Load() {
 		return s.AllowN(ctx, key, limit, n)
 	}
 	if s.keys.Load() > s.maxKeys {
 		s.evictOver(classKey{r, key})
 	}
-	return res.Decision(limit), nil
+	return o.Decision(limit), nil
 }
 
 // decideLocked decides with the shard lock held, through the class's outcome when it has
