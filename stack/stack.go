@@ -216,10 +216,11 @@ func Open(cfg *config.Config, o Options) (*Stack, error) {
 		lim = st.withDenyCache(m, cfg, o, reg)
 	} else {
 		st.kind, st.target = "redis", Redact(rawURL)
-		// One script call in flight rather than the store's default two: a front end's
-		// request rate is far below what one call at a time carries, and each call then
-		// carries about half again as many decisions, which costs the service and Redis
-		// less per decision (bench/README.md). o.RedisOptions, added after, may override it.
+		// One script call in flight rather than the store's default two: the service's
+		// decisions come from many concurrent callers, so each call then carries more of
+		// them, which costs the service and Redis less per decision; the price is that a
+		// decision arriving during a call waits for it, at most one round trip more, within
+		// the failover deadline. o.RedisOptions, added after, may override it.
 		ropts := []redisstore.Option{redisstore.WithLogger(log), redisstore.WithConcurrency(ServiceConcurrency)}
 		if o.ConnectRetry {
 			ropts = append(ropts, redisstore.WithConnectRetry())
