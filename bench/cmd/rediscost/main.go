@@ -37,6 +37,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/bench/internal/lean"
+	"github.com/sluicehq/sluice/bench/internal/proc"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -73,10 +74,7 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	port, err := freePort()
-	if err != nil {
-		return err
-	}
+	port := proc.FreePort()
 	out := filepath.Join(dir, "callgrind.out")
 	srv := exec.Command("valgrind", "--tool=callgrind", "--callgrind-out-file="+out,
 		"redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
@@ -223,13 +221,4 @@ func instructions(file string) (total, evalsha int64, err error) {
 		return 0, 0, fmt.Errorf("%s: no instruction count", file)
 	}
 	return total, evalsha, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

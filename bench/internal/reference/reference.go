@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/sluicehq/sluice/bench/internal/proc"
 )
 
 // Version is the version measured and tested against: the reference's main branch of
@@ -77,12 +79,12 @@ type Process struct {
 // all (DISABLE_STATS, its cheapest setting: USE_STATSD=false alone logs every timer);
 // env adds or overrides settings (NAME=value).
 func Start(bin, root, redisAddr string, env ...string) (*Process, error) {
-	p := &Process{HTTPAddr: freeAddr(), GRPCAddr: freeAddr()}
+	p := &Process{HTTPAddr: proc.FreeAddr(), GRPCAddr: proc.FreeAddr()}
 	host, port, _ := net.SplitHostPort(p.HTTPAddr)
 	ghost, gport, _ := net.SplitHostPort(p.GRPCAddr)
 	p.Cmd = exec.Command(bin)
 	p.Cmd.Env = append(os.Environ(), "HOST="+host, "PORT="+port, "GRPC_HOST="+ghost, "GRPC_PORT="+gport,
-		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(freePort()),
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(proc.FreePort()),
 		"DISABLE_STATS=true", "USE_STATSD=false", "LOG_LEVEL=error", "REDIS_SOCKET_TYPE=tcp",
 		"REDIS_URL="+redisAddr, "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false")
 	p.Cmd.Env = append(p.Cmd.Env, env...)
@@ -110,14 +112,3 @@ func (p *Process) Stop() {
 	p.Cmd.Process.Kill()
 	p.Cmd.Wait()
 }
-
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func freeAddr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort())) }
