@@ -106,6 +106,7 @@
 //
 // TestFaults hurts a real redis-server under load (SIGKILL, SIGSTOP, added latency, cut
 // connections, maxmemory, DEBUG SLEEP) and checks that every decision during the fault
-// follows its mode within the deadline plus scheduling slack, and that every decision
+// follows its mode within the deadline plus scheduling slack (not counting the time the
+// test process itself was stopped by a busy machine), and that every decision
 // after recovery is the store's; bench/README.md has its figures.
 package failover
