@@ -77,9 +77,9 @@
 // the caller's own cancellation is a failure (sluice.ErrorKind.IsFailure), and so is an
 // error of no known class. A cancellation while the caller's context is live is not the
 // caller's (another call that shared the store's work gave up): it is a failure too
-// (sluice.ForeignCancel), and the caller never sees context.Canceled. This package adds its own: the deadline (KindTimeout), the
-// open breaker (KindBreakerOpen) and too many pending calls (KindOverload). It knows no
-// store's error codes.
+// (sluice.ForeignCancel), and the caller never sees context.Canceled. This package adds
+// its own: the deadline (KindTimeout), the open breaker (KindBreakerOpen) and too many
+// pending calls (KindOverload). It knows no store's error codes.
 //
 // # Reports
 //
