@@ -145,7 +145,10 @@
 // CLUSTERDOWN). The store does not retry a decision whose fate is unknown, since it may
 // already have been spent; failover policies belong in a decorator (package failover).
 // A caller whose context ends while its decision is queued gets the context's error and
-// its decision is dropped unsent; once sent, it may still be spent.
+// its decision is dropped unsent; once sent, it may still be spent. A caller whose
+// context is live never gets a cancellation: when a connection dialled for several calls
+// is abandoned with the call that dialled it, the others fail as the store failing
+// (sluice.KindRefused, see sluice.ForeignCancel).
 //
 // # Eviction
 //
