@@ -161,7 +161,9 @@ const (
 	// KindTimeout: the decision's deadline passed (the store or the network is slow, or
 	// the server is frozen), or a network timeout.
 	KindTimeout ErrorKind = "timeout"
-	// KindRefused: the connection was refused or could not be made (the server is down).
+	// KindRefused: the connection was refused or could not be made (the server is down,
+	// or a connection attempt shared with another call ended with that call: see
+	// ForeignCancel).
 	KindRefused ErrorKind = "refused"
 	// KindReset: the connection was reset or closed under the request.
 	KindReset ErrorKind = "reset"
@@ -245,4 +247,26 @@ func KindOf(err error) ErrorKind {
 		return KindCanceled
 	}
 	return KindOther
+}
+
+// ForeignCancel returns err, the error of a store call made under ctx, as a store failure
+// when it reads as a cancellation (KindOf(err) is KindCanceled) while ctx is live. That
+// cancellation is not the caller's: another call that shared work with this one (a
+// connection being dialled, a batch) ended, and took this call down with it, so the store
+// could not serve it. The result is a *StoreError of KindRefused that no longer matches
+// context.Canceled, so that no layer above mistakes it for its caller leaving. Any other
+// err, nil included, is returned as it is.
+func ForeignCancel(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() != nil || KindOf(err) != KindCanceled {
+		return err
+	}
+	return &StoreError{Kind: KindRefused, Err: foreignCancel{err}}
+}
+
+// foreignCancel is a cancellation that reached a call whose context is live. It keeps
+// the cancellation's message but not its chain.
+type foreignCancel struct{ err error }
+
+func (e foreignCancel) Error() string {
+	return e.err.Error() + " (another call's cancellation; this call's context is live)"
 }

@@ -47,6 +47,51 @@ func TestKindOf(t *testing.T) {
 	}
 }
 
+// TestForeignCancel: a cancellation that reaches a call whose context is live is a store
+// failure that no longer reads as context.Canceled; the caller's own cancellation, and
+// every other error, stay as they are.
+func TestForeignCancel(t *testing.T) {
+	live := context.Background()
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	canceled := fmt.Errorf("store: dial: %w", context.Canceled)
+	classified := &sluice.StoreError{Kind: sluice.KindCanceled, Err: canceled}
+	timeout := fmt.Errorf("store: %w", context.DeadlineExceeded)
+	busy := &sluice.StoreError{Kind: sluice.KindBusy, Err: errors.New("BUSY")}
+	tests := []struct {
+		name    string
+		ctx     context.Context
+		err     error
+		foreign bool // want a store failure of KindRefused
+	}{
+		{"nil", live, nil, false},
+		{"live, canceled", live, canceled, true},
+		{"live, canceled classified by a store", live, classified, true},
+		{"live, deadline (a store timeout already)", live, timeout, false},
+		{"live, busy", live, busy, false},
+		{"live, bad input", live, fmt.Errorf("x: %w", sluice.ErrInvalidKey), false},
+		{"caller's own cancellation", gone, canceled, false},
+		{"caller's own, classified", gone, classified, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := sluice.ForeignCancel(tt.ctx, tt.err)
+			if !tt.foreign {
+				if got != tt.err {
+					t.Errorf("ForeignCancel(%v) = %v, want it unchanged", tt.err, got)
+				}
+				return
+			}
+			if k := sluice.KindOf(got); k != sluice.KindRefused {
+				t.Errorf("ForeignCancel(%v) is of kind %q, want %q", tt.err, k, sluice.KindRefused)
+			}
+			if errors.Is(got, context.Canceled) {
+				t.Errorf("ForeignCancel(%v) = %v still matches context.Canceled", tt.err, got)
+			}
+		})
+	}
+}
+
 // TestFailureMode: parsing, the Path of each mode, strictness and Or.
 func TestFailureMode(t *testing.T) {
 	for in, want := range map[string]sluice.FailureMode{

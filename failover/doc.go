@@ -75,9 +75,11 @@
 // connections, busy, out of memory, loading, read-only, cluster down, redirections and
 // missing scripts. Every class but bad input, sluice.ErrClosed and
 // the caller's own cancellation is a failure (sluice.ErrorKind.IsFailure), and so is an
-// error of no known class. This package adds its own: the deadline (KindTimeout), the
-// open breaker (KindBreakerOpen) and too many pending calls (KindOverload). It knows no
-// store's error codes.
+// error of no known class. A cancellation while the caller's context is live is not the
+// caller's (another call that shared the store's work gave up): it is a failure too
+// (sluice.ForeignCancel), and the caller never sees context.Canceled. This package adds
+// its own: the deadline (KindTimeout), the open breaker (KindBreakerOpen) and too many
+// pending calls (KindOverload). It knows no store's error codes.
 //
 // # Reports
 //
@@ -104,6 +106,7 @@
 //
 // TestFaults hurts a real redis-server under load (SIGKILL, SIGSTOP, added latency, cut
 // connections, maxmemory, DEBUG SLEEP) and checks that every decision during the fault
-// follows its mode within the deadline plus scheduling slack, and that every decision
+// follows its mode within the deadline plus scheduling slack (not counting the time the
+// test process itself was stopped by a busy machine), and that every decision
 // after recovery is the store's; bench/README.md has its figures.
 package failover

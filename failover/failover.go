@@ -279,7 +279,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, limit sluice.Limit, n
 	brk, failed := judge(ctx, struct{}{}, err)
 	l.cb.done(t, brk, time.Now())
 	if failed {
-		return sluice.Reservation{}, unavailable(err)
+		return sluice.Reservation{}, unavailable(brk)
 	}
 	return res, err
 }
@@ -529,8 +529,11 @@ func leaveInline[T any](l *Limiter, ctx context.Context, start time.Time, v T, e
 	out := attempt[T]{called: true, latency: time.Since(start)}
 	brk, failed := judge(ctx, v, err)
 	l.cb.done(t, brk, start.Add(out.latency))
-	if failed && errors.Is(err, context.DeadlineExceeded) {
-		err = deadlineError(l.deadline, err)
+	if failed {
+		err = brk
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = deadlineError(l.deadline, err)
+		}
 	}
 	out.err, out.failed = err, failed
 	return out
@@ -584,7 +587,9 @@ func callAsync[A, T any](l *Limiter, ctx context.Context, probe bool, start time
 	}
 	out := attempt[T]{v: r.v, err: r.err, called: true, latency: time.Since(start)}
 	var brk error
-	brk, out.failed = judge(ctx, r.v, r.err)
+	if brk, out.failed = judge(ctx, r.v, r.err); out.failed {
+		out.err = brk
+	}
 	if !probe {
 		l.cb.done(t, brk, time.Now())
 	}
@@ -617,10 +622,12 @@ func giveUp[T any](l *Limiter, ctx context.Context, ch chan result[T], start tim
 }
 
 // judge returns what the breaker is told about a store call that answered v and err, and
-// whether err is a store failure. ctx is the caller's: an error caused by its own
-// cancellation or deadline says nothing about the store. A decision that the layer below
-// answered without asking the store (a deny cache's, whose Report says so) says nothing
-// about the store either.
+// whether err is a store failure; when it is, brk is the failure, which the failure mode
+// records. ctx is the caller's: an error caused by its own cancellation or deadline says
+// nothing about the store. A cancellation while ctx is live is not the caller's, so it is
+// a store failure (sluice.ForeignCancel): another call sharing the store's work gave up,
+// and this one was not decided. A decision that the layer below answered without asking
+// the store (a deny cache's, whose Report says so) says nothing about the store either.
 func judge[T any](ctx context.Context, v T, err error) (brk error, failed bool) {
 	switch {
 	case err == nil:
@@ -630,7 +637,8 @@ func judge[T any](ctx context.Context, v T, err error) (brk error, failed bool) 
 		return nil, false
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		return errExcluded, false
-	case sluice.KindOf(err).IsFailure():
+	}
+	if err = sluice.ForeignCancel(ctx, err); sluice.KindOf(err).IsFailure() {
 		return err, true
 	}
 	return errExcluded, false

@@ -678,6 +678,66 @@ func TestCallerCancellationIsNotAStoreFailure(t *testing.T) {
 	}
 }
 
+// TestStoreCancellationIsAStoreFailure: a store call that ends with a cancellation while
+// the caller's context is live was cancelled by someone else (the Redis store's client
+// dials one connection for every call waiting on it, under the first one's context), so
+// the store could not decide: the failure mode decides, the breaker counts it, and the
+// caller never sees context.Canceled.
+func TestStoreCancellationIsAStoreFailure(t *testing.T) {
+	limit := sluice.PerMinute(10)
+	causes := map[string]error{
+		"unclassified": fmt.Errorf("store: dial: %w", context.Canceled),
+		"classified":   &sluice.StoreError{Kind: sluice.KindCanceled, Err: fmt.Errorf("store: dial: %w", context.Canceled)},
+	}
+	modes := []sluice.FailureMode{sluice.FailOpen, sluice.FailClosed, sluice.FailLocal}
+	for _, inline := range []bool{false, true} {
+		for cname, cause := range causes {
+			for _, mode := range modes {
+				t.Run(fmt.Sprintf("inline=%v/%s/%v", inline, cname, mode), func(t *testing.T) {
+					store := newFaultyStore(t)
+					opts := []Option{WithDefault(sluice.Failure{Mode: mode}), WithLocalLimiter(memoryStore(t)),
+						WithBreaker(Breaker{ConsecutiveFailures: 2, FailingFor: -1})}
+					if inline {
+						opts = append(opts, WithInlineCalls())
+					}
+					l := newLimiter(t, store, opts...)
+					store.setFail(cause)
+					d, rep, err := decideOne(context.Background(), l, sluice.Request{Key: "k", Limit: limit, N: 1})
+					if errors.Is(err, context.Canceled) {
+						t.Fatalf("a live caller got %v", err)
+					}
+					if d.Path != mode.Path() {
+						t.Errorf("path %v, want %v (%+v, %v)", d.Path, mode.Path(), d, err)
+					}
+					if (mode == sluice.FailClosed) != errors.Is(err, sluice.ErrStoreUnavailable) || mode != sluice.FailClosed && err != nil {
+						t.Errorf("error %v in mode %v", err, mode)
+					}
+					if rep.Kind != sluice.KindRefused || rep.Failure == nil || !rep.StoreCalled {
+						t.Errorf("report %+v, want a store failure of kind %q", rep, sluice.KindRefused)
+					}
+					// The breaker counts it: a second one opens it.
+					decideOne(context.Background(), l, sluice.Request{Key: "k", Limit: limit, N: 1})
+					if s := l.State(); s != sluice.BreakerOpen {
+						t.Errorf("breaker %v after two store cancellations, want open", s)
+					}
+				})
+			}
+		}
+	}
+	// Calls that are not decisions: the store is unavailable, not the caller cancelled.
+	store := newFaultyStore(t)
+	l := newLimiter(t, store, WithBreaker(Breaker{ConsecutiveFailures: 1 << 20}))
+	store.setFail(causes["unclassified"])
+	ctx := context.Background()
+	_, err := l.Reserve(ctx, "k", sluice.PerSecond(1), 1)
+	if !errors.Is(err, sluice.ErrStoreUnavailable) || errors.Is(err, context.Canceled) {
+		t.Errorf("Reserve: %v, want ErrStoreUnavailable and no context.Canceled", err)
+	}
+	if err := l.Reset(ctx, "k", limit); !errors.Is(err, sluice.ErrStoreUnavailable) || errors.Is(err, context.Canceled) {
+		t.Errorf("Reset: %v, want ErrStoreUnavailable and no context.Canceled", err)
+	}
+}
+
 // notAtomicStore is a store that cannot decide several requests in one step, as the Redis
 // store cannot when their keys are in different cluster slots.
 type notAtomicStore struct{ *memory.Store }

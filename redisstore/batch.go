@@ -384,7 +384,9 @@ func (s *Store) exec(client rueidis.Client, batch []*call, bufs *callBufs) {
 		now = readFloat(vals[32*total:])
 	}
 	if err != nil {
-		err = wrap("decide", err)
+		// The call's context ends only with the timer above; a cancellation while it is
+		// live came from another call, whose dial this one waited on (see failed).
+		err = wrap(ctx, "decide", err)
 		bufs.drop()
 	}
 	j := 0 // the request's index in the call

@@ -12,17 +12,23 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// failed returns err, a failure of a call to Redis, as a sluice.StoreError of the kind
-// classify gives it: what the layers above read (sluice.KindOf) to choose a failure mode.
-func failed(err error) error {
+// failed returns err, a failure of a call to Redis made under ctx, as a sluice.StoreError
+// of the kind classify gives it: what the layers above read (sluice.KindOf) to choose a
+// failure mode.
+//
+// A cancellation while ctx is live is not ctx's, and is a store failure
+// (sluice.ForeignCancel): rueidis dials a missing connection once for every command
+// waiting on it, under the context of the first, and when that context ends, every
+// command waiting gets its cancellation.
+func failed(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
 	var se *sluice.StoreError
-	if errors.As(err, &se) {
-		return err
+	if !errors.As(err, &se) {
+		err = &sluice.StoreError{Kind: classify(err), Err: err}
 	}
-	return &sluice.StoreError{Kind: classify(err), Err: err}
+	return sluice.ForeignCancel(ctx, err)
 }
 
 // redisCodes maps the first word of a Redis error reply to its Kind.
@@ -43,7 +49,8 @@ var redisCodes = map[string]sluice.ErrorKind{
 // leading code (BUSY, OOM, LOADING, READONLY, MASTERDOWN, CLUSTERDOWN, MOVED, ASK,
 // TRYAGAIN, NOSCRIPT), whether the reply is an error of its own in the chain or quoted
 // in a message after ": "; network errors (timeouts, refused, reset, EOF); rueidis's own
-// connection errors; context errors. Anything else is sluice.KindOther.
+// connection errors; context errors (a cancellation reads as the caller's: failed tells
+// it from another call's, with the call's context). Anything else is sluice.KindOther.
 //
 // MOVED, ASK and TRYAGAIN are followed by the cluster client itself, so one that
 // surfaces is a storm that did not settle; NOSCRIPT is healed by the store itself, so one

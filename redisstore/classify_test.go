@@ -78,7 +78,7 @@ func TestClassify(t *testing.T) {
 				t.Errorf("classify(%v) = %q, want %q", tt.err, got, tt.want)
 			}
 			// What the store returns (failed) carries the class for the layers above.
-			if got := sluice.KindOf(failed(tt.err)); tt.err != nil && got != tt.want {
+			if got := sluice.KindOf(failed(context.Background(), tt.err)); tt.err != nil && got != tt.want {
 				t.Errorf("KindOf(failed(%v)) = %q, want %q", tt.err, got, tt.want)
 			}
 		})
@@ -88,10 +88,25 @@ func TestClassify(t *testing.T) {
 // TestFailedKeepsStoreError: an error that already carries a class keeps it.
 func TestFailedKeepsStoreError(t *testing.T) {
 	se := &sluice.StoreError{Kind: sluice.KindTimeout, Err: decideErr("LOADING Redis is loading the dataset in memory")}
-	if got := failed(fmt.Errorf("x: %w", se)); sluice.KindOf(got) != sluice.KindTimeout || !errors.Is(got, se) {
+	if got := failed(context.Background(), fmt.Errorf("x: %w", se)); sluice.KindOf(got) != sluice.KindTimeout || !errors.Is(got, se) {
 		t.Errorf("failed(%v) = %v of kind %q, want it kept", se, got, sluice.KindOf(got))
 	}
-	if failed(nil) != nil {
+	if failed(context.Background(), nil) != nil {
 		t.Error("failed(nil) is not nil")
+	}
+}
+
+// TestFailedForeignCancel: a cancellation is the caller's when the call's context has
+// ended; while it is live, the cancellation came from another call (one whose dial this
+// call waited on) and is a store failure that no longer reads as context.Canceled.
+func TestFailedForeignCancel(t *testing.T) {
+	err := fmt.Errorf("redisstore: decide: dial tcp 127.0.0.1:1: %w", context.Canceled)
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if got := failed(gone, err); sluice.KindOf(got) != sluice.KindCanceled || !errors.Is(got, context.Canceled) {
+		t.Errorf("the caller's own cancellation: %v of kind %q, want %q", got, sluice.KindOf(got), sluice.KindCanceled)
+	}
+	if got := failed(context.Background(), err); sluice.KindOf(got) != sluice.KindRefused || errors.Is(got, context.Canceled) {
+		t.Errorf("another call's cancellation: %v of kind %q, want %q and no context.Canceled", got, sluice.KindOf(got), sluice.KindRefused)
 	}
 }

@@ -29,7 +29,7 @@ func (s *Store) CheckEviction(ctx context.Context) (string, error) {
 		if err != nil {
 			s.logger.Debug("redisstore: cannot read maxmemory-policy; eviction safety unchecked", "addr", addr, "error", err)
 			if firstErr == nil {
-				firstErr = wrap("CONFIG GET maxmemory-policy on "+addr, err)
+				firstErr = wrap(ctx, "CONFIG GET maxmemory-policy on "+addr, err)
 			}
 			continue
 		}
@@ -85,7 +85,7 @@ func (s *Store) EvictedKeys(ctx context.Context) (int64, error) {
 	for addr, node := range nodes {
 		info, err := node.Do(ctx, node.B().Info().Section("stats").Build()).ToString()
 		if err != nil {
-			return 0, wrap("INFO stats on "+addr, err)
+			return 0, wrap(ctx, "INFO stats on "+addr, err)
 		}
 		v, ok := infoField(info, "evicted_keys")
 		if !ok {
@@ -93,7 +93,7 @@ func (s *Store) EvictedKeys(ctx context.Context) (int64, error) {
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			return 0, wrap("INFO stats on "+addr, err)
+			return 0, wrap(ctx, "INFO stats on "+addr, err)
 		}
 		total += n
 	}

@@ -78,7 +78,7 @@ func (s *Store) reserve(ctx context.Context, key string, limit sluice.Limit, n, 
 		err = errorf("reserve script returned %d values, want 7", len(vals))
 	}
 	if err != nil {
-		return sluice.Reservation{}, algo.Reservation{}, wrap("reserve", err)
+		return sluice.Reservation{}, algo.Reservation{}, wrap(ctx, "reserve", err)
 	}
 	r := algo.Reservation{
 		OK:     vals[0] == 1,
@@ -114,7 +114,7 @@ func (s *Store) cancel(ctx context.Context, k string, li *limitInfo, r algo.Rese
 	}
 	ok, err := s.eval(ctx, cn.client, reserveScript, []string{k}, args).AsInt64()
 	if err != nil {
-		return false, wrap("cancel reservation", err)
+		return false, wrap(ctx, "cancel reservation", err)
 	}
 	return ok == 1, nil
 }

@@ -2,15 +2,21 @@ package redisstore
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"log/slog"
 	"math"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -354,6 +360,130 @@ func TestCancelledCallsKeepKeysIntact(t *testing.T) {
 		}
 		if c := limit.Rate - d.Remaining; c < n || c > perG {
 			t.Errorf("%s: %d units counted, %d admissions completed (at most %d attempted)", id, c, n, perG)
+		}
+	}
+}
+
+// TestStoreSideCancellation: rueidis dials a missing connection once for every command
+// waiting on it, under the context of the command that asked first, and when that context
+// ends every command waiting gets its cancellation. A decision or a PING whose own
+// context is live must then get a store failure (sluice.KindRefused), never an error that
+// reads as its caller's cancellation: a failover decorator would pass that to the caller
+// instead of applying its failure mode.
+func TestStoreSideCancellation(t *testing.T) {
+	t.Parallel()
+	// An accept queue of one, so that once the paused server's queue is full a dial
+	// hangs in connect until its context ends. hz 10 makes the store log its hz hint,
+	// the last word of its start-up checks.
+	srv := redistest.Start(t, redistest.WithConfig("tcp-backlog", "1"), redistest.WithConfig("hz", "10"))
+	dials := make(chan struct{}, 64)
+	client, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress:       []string{srv.Addr()},
+		DisableCache:      true,
+		PipelineMultiplex: -1, // one connection: every command waits on its dial
+		DialCtxFn: func(ctx context.Context, dst string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
+			select {
+			case dials <- struct{}{}:
+			default:
+			}
+			return d.DialContext(ctx, "tcp", dst)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	var logs syncBuffer
+	s, err := New(client, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	limit := sluice.PerSecond(1000)
+	if _, err := s.AllowN(context.Background(), "warm", limit, 1); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the store's start-up checks", func() bool { return strings.Contains(logs.String(), "hz 100 lowers") })
+
+	// Lose the connection: once a decision's dial is refused, the next one dials anew.
+	srv.Kill()
+	waitUntil(t, "a refused dial", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := s.AllowN(ctx, "down", limit, 1)
+		return sluice.KindOf(err) == sluice.KindRefused
+	})
+	srv.Restart()
+	srv.Pause()
+	var queued []net.Conn // connections the paused server has not accepted
+	defer func() {
+		for _, c := range queued {
+			c.Close()
+		}
+	}()
+	for {
+		c, err := net.DialTimeout("tcp", srv.Addr(), 200*time.Millisecond)
+		if err != nil {
+			if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+				t.Fatalf("filling the accept queue: %v", err)
+			}
+			break // full: a dial now hangs
+		}
+		if queued = append(queued, c); len(queued) > 32 {
+			t.Fatal("the paused server's accept queue never filled")
+		}
+	}
+	for len(dials) > 0 {
+		<-dials
+	}
+
+	// A's decision dials, under a batch context that ends at A's deadline.
+	ctxA, cancelA := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancelA()
+	errA := make(chan error, 1)
+	go func() {
+		_, err := s.AllowN(ctxA, "a", limit, 1)
+		errA <- err
+	}()
+	select {
+	case <-dials:
+	case <-time.After(10 * time.Second):
+		t.Fatal("A's decision did not dial")
+	}
+	// B's decision and a PING, with live contexts, wait on A's dial.
+	ctxB, cancelB := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelB()
+	errB, errPing := make(chan error, 1), make(chan error, 1)
+	go func() {
+		_, err := s.AllowN(ctxB, "b", limit, 1)
+		errB <- err
+	}()
+	go func() { errPing <- s.Ping(ctxB) }()
+
+	if err := <-errA; !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("A, past its own deadline: %v, want context.DeadlineExceeded", err)
+	}
+	for name, ch := range map[string]chan error{"B's decision": errB, "PING": errPing} {
+		err := <-ch
+		if ctxB.Err() != nil {
+			t.Fatalf("%s: its own context ended (%v): it did not share A's dial", name, err)
+		}
+		if errors.Is(err, context.Canceled) || sluice.KindOf(err) != sluice.KindRefused {
+			t.Errorf("%s, its context live, after A's dial was abandoned: %v of kind %q; want a store failure of kind %q",
+				name, err, sluice.KindOf(err), sluice.KindRefused)
+		}
+	}
+	if n := len(dials); n > 0 {
+		t.Errorf("%d dials besides A's: B or PING did not wait on A's", n)
+	}
+}
+
+// waitUntil polls cond until it holds, failing the test after 10s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
 		}
 	}
 }

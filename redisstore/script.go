@@ -288,7 +288,7 @@ func (s *Store) loadScripts(ctx context.Context, client rueidis.Client) error {
 				err = errorf("SCRIPT LOAD on %s returned %s, want %s", addr, sha, sc.sha)
 			}
 			if err != nil && first == nil {
-				first = wrap("SCRIPT LOAD on "+addr, err)
+				first = wrap(ctx, "SCRIPT LOAD on "+addr, err)
 			}
 		}
 	}

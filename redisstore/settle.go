@@ -110,7 +110,7 @@ func (s *Store) Settle(ctx context.Context, key string, limit sluice.Limit, rese
 		err = errorf("settle script returned %d bytes, want 40", len(vals))
 	}
 	if err != nil {
-		return sluice.Decision{}, wrap("settle", err)
+		return sluice.Decision{}, wrap(ctx, "settle", err)
 	}
 	switch readFloat(vals) {
 	case 1:

@@ -172,7 +172,7 @@ func (s *Store) decideSlot(ctx context.Context, cn *conn, reqs []sluice.Request,
 		err = errorf("script returned %d bytes for %d requests, want %d", len(vals), len(idx), 32*len(idx)+8)
 	}
 	if err != nil {
-		return nil, 0, wrap("decide across slots", err)
+		return nil, 0, wrap(ctx, "decide across slots", err)
 	}
 	res, at := readResults(vals, len(idx)), readFloat(vals[32*len(idx):])
 	for j := range res {
@@ -221,7 +221,7 @@ func (s *Store) refundSlot(ctx context.Context, cn *conn, reqs []sluice.Request,
 		now = readFloat(vals[32*len(keys):])
 	}
 	if err != nil {
-		return wrap("refund", err)
+		return wrap(ctx, "refund", err)
 	}
 	for k, r := range readResults(vals, len(keys)) {
 		if li := s.info(reqs[c.idx[which[k]]].Limit); li.code == calendarCode {

@@ -145,7 +145,10 @@
 // CLUSTERDOWN). The store does not retry a decision whose fate is unknown, since it may
 // already have been spent; failover policies belong in a decorator (package failover).
 // A caller whose context ends while its decision is queued gets the context's error and
-// its decision is dropped unsent; once sent, it may still be spent.
+// its decision is dropped unsent; once sent, it may still be spent. A caller whose
+// context is live never gets a cancellation: when a connection dialled for several calls
+// is abandoned with the call that dialled it, the others fail as the store failing
+// (sluice.KindRefused, see sluice.ForeignCancel).
 //
 // # Eviction
 //
@@ -551,14 +554,15 @@ func (s *Store) Client() rueidis.Client {
 
 // Ping reports whether Redis answers: the connection error (wrapping ErrNotConnected)
 // while a store opened with WithConnectRetry has not connected, else the outcome of a
-// PING. A readiness check (server.Options.Ready uses it when the Limiter has it).
+// PING, classified as a decision's errors are (sluice.KindOf). A readiness check
+// (server.Options.Ready uses it when the Limiter has it).
 func (s *Store) Ping(ctx context.Context) error {
 	cn, err := s.connected()
 	if err != nil {
 		return err
 	}
 	if err := cn.client.Do(ctx, cn.client.B().Ping().Build()).Error(); err != nil {
-		return wrap("PING", err)
+		return wrap(ctx, "PING", err)
 	}
 	return nil
 }
@@ -729,7 +733,7 @@ func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error
 	}
 	k := s.redisKey(key, s.info(limit))
 	if err := cn.client.Do(ctx, cn.client.B().Del().Key(k).Build()).Error(); err != nil {
-		return wrap("reset", err)
+		return wrap(ctx, "reset", err)
 	}
 	return nil
 }
@@ -747,14 +751,14 @@ func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, lea
 	args := []string{s.scriptNow(), s.minTTL, strconv.FormatUint(uint64(lease), 10)}
 	n, err := s.eval(ctx, cn.client, releaseScript, []string{k}, args).AsInt64()
 	if err != nil {
-		return false, wrap("release", err)
+		return false, wrap(ctx, "release", err)
 	}
 	return n == 1, nil
 }
 
-// wrap describes a failed call to Redis and classifies it (see failed).
-func wrap(what string, err error) error {
-	return failed(fmt.Errorf("redisstore: %s: %w", what, err))
+// wrap describes a failed call to Redis made under ctx and classifies it (see failed).
+func wrap(ctx context.Context, what string, err error) error {
+	return failed(ctx, fmt.Errorf("redisstore: %s: %w", what, err))
 }
 
 func errorf(format string, args ...any) error {
