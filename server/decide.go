@@ -23,6 +23,9 @@ type item struct {
 	status config.Status
 	// rule is the Envoy rule that matched (nil for policies and NoMatch).
 	rule *config.Rule
+	// envoy is what was derived from rule at load (nil when rule is, or is made from the
+	// request's limit override).
+	envoy *envoyRule
 	// unitMultiplier is an Envoy limit override's unit_multiplier (0 when none).
 	unitMultiplier uint32
 	// source, route describe a policy's limit: "policy", "tier:<name>", "override",

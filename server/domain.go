@@ -15,13 +15,13 @@ import (
 // override unit_multiplier; hits[i] its cost. The error is about the request (an override
 // with an unknown unit or an impossible period). With sc, the matches and the items are
 // made in its slices, which it keeps for the next request.
-func (s *Server) domainItems(dom *config.Domain, descs []config.Descriptor, mults []uint32, hits []int64, sc *scratch) ([]item, error) {
+func (s *Server) domainItems(ed *envoyDomain, descs []config.Descriptor, mults []uint32, hits []int64, sc *scratch) ([]item, error) {
 	var matches []config.Match
 	var items []item
 	if sc != nil {
 		matches, items = sc.matches[:0], sc.items[:0]
 	}
-	matches, err := dom.AppendMatches(matches, descs)
+	matches, err := ed.dom.AppendMatches(matches, descs)
 	if err != nil {
 		return nil, err
 	}
@@ -38,10 +38,8 @@ func (s *Server) domainItems(dom *config.Domain, descs []config.Descriptor, mult
 		if m.Rule == nil {
 			continue
 		}
-		it.name = m.Rule.Name
-		if it.name == "" {
-			it.name = m.Rule.FullKey
-		}
+		it.name = ruleName(m.Rule)
+		it.envoy = ed.rules[m.Rule] // nil for a limit override
 		limit := m.Limit
 		period := m.Rule.Unit.Period()
 		if k := mults[m.Descriptor]; k > 1 {

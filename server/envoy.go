@@ -36,20 +36,20 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 // ShouldRateLimit decides an Envoy rate limit request against the configuration in force.
 // It is what the gRPC service calls; it is exported so that other transports can use it.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	start := time.Now()
+	start := monotonic()
 	resp, err := s.shouldRateLimit(ctx, req)
-	code := "error"
+	am := s.metrics.grpc
+	c := am.ok
 	switch {
 	case err != nil:
+		c = am.error
 		if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument {
-			code = "invalid"
+			c = am.invalid
 		}
 	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
-		code = "over_limit"
-	default:
-		code = "ok"
+		c = am.overLimit
 	}
-	s.metrics.observe(apiGRPC, code, time.Since(start))
+	am.observe(c, start)
 	return resp, err
 }
 
@@ -71,8 +71,8 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	dom, ok := cfg.Domain(req.Domain)
-	if !ok {
+	ed := s.envoyCache(cfg).domain(req.Domain)
+	if ed == nil {
 		// As the reference implementation: an unknown domain limits nothing.
 		s.metrics.unknownDomain.Inc()
 		a := newAnswer(len(req.Descriptors))
@@ -117,7 +117,8 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			hits[i] = 0
 		}
 	}
-	items, err := s.domainItems(dom, descs, mults, hits, sc)
+	dom := ed.dom
+	items, err := s.domainItems(ed, descs, mults, hits, sc)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -146,7 +147,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	for i := range items {
 		descriptorStatus(&items[i], &a.statuses[i])
-		s.metrics.descriptor(dom.Name, &items[i])
+		ed.count(&items[i])
 	}
 	s.addHeaders(a, items, out.RetryAfter)
 	if !out.Allowed {

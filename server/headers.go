@@ -56,14 +56,25 @@ func rateLimitHeaders(dst []byte, items []item, ra time.Duration, shadow bool) (
 		if raSec > 0 {
 			t = min(t, raSec)
 		}
-		if it.status == config.Limited && it.Decision.Limit.Algorithm == sluice.Concurrency {
+		quoted := ""
+		if e := it.envoy; e != nil {
+			quoted = e.quoted
+		}
+		switch {
+		case it.status == config.Limited && it.Decision.Limit.Algorithm == sluice.Concurrency:
 			// The draft's quota unit for requests in flight; no window applies.
-			pb = append(appendMember1(pb, it.name, ";q=", min(q, maxSFInteger)), `;qu="concurrent-requests"`...)
-		} else {
-			pb = appendMember(pb, it.name, ";q=", min(q, maxSFInteger), ";w=", w)
+			pb = append(appendMember1(pb, quoted, it.name, ";q=", min(q, maxSFInteger)), `;qu="concurrent-requests"`...)
+		case it.envoy != nil && it.envoy.policy != "" && it.Decision.Limit == it.envoy.limit && it.Decision.Window == 0:
+			// The rule's own limit: its member was written at load.
+			if len(pb) > 0 {
+				pb = append(pb, ", "...)
+			}
+			pb = append(pb, it.envoy.policy...)
+		default:
+			pb = appendMember(pb, quoted, it.name, ";q=", min(q, maxSFInteger), ";w=", w)
 		}
 		if httplimit.Advertised(it.Decision) {
-			lb = appendMember(lb, it.name, ";r=", min(r, maxSFInteger), ";t=", t)
+			lb = appendMember(lb, quoted, it.name, ";r=", min(r, maxSFInteger), ";t=", t)
 		}
 	}
 	if raSec > 0 {
@@ -77,24 +88,42 @@ func rateLimitHeaders(dst []byte, items []item, ra time.Duration, shadow bool) (
 	return text[:len(pb)], text[len(pb):], retry
 }
 
-// appendMember1 appends one List member to the field b: name as a String with one Integer
-// parameter k1.
-func appendMember1(b []byte, name, k1 string, v1 int64) []byte {
+// appendMember1 appends one List member to the field b: name as a String (quoted, when
+// not "", is that String already written) with one Integer parameter k1.
+func appendMember1(b []byte, quoted, name, k1 string, v1 int64) []byte {
 	if len(b) > 0 {
 		b = append(b, ", "...)
 	}
-	b = sfv.AppendString(b, name)
+	if quoted != "" {
+		b = append(b, quoted...)
+	} else {
+		b = sfv.AppendString(b, name)
+	}
 	b = append(b, k1...)
 	return strconv.AppendInt(b, v1, 10)
 }
 
-// appendMember appends one List member to the field b: name as a String with two
-// Integer parameters, k1 and k2 (each written with its ';' and '=').
-func appendMember(b []byte, name, k1 string, v1 int64, k2 string, v2 int64) []byte {
+// appendMember appends one List member to the field b: name as a String (quoted, when
+// not "", is that String already written) with two Integer parameters, k1 and k2 (each
+// written with its ';' and '=').
+func appendMember(b []byte, quoted, name, k1 string, v1 int64, k2 string, v2 int64) []byte {
 	if len(b) > 0 {
 		b = append(b, ", "...)
 	}
-	b = sfv.AppendString(b, name)
+	if quoted != "" {
+		b = append(b, quoted...)
+	} else {
+		b = sfv.AppendString(b, name)
+	}
+	return appendParams(b, k1, v1, k2, v2)
+}
+
+// appendQuoted is appendMember with the String written: quoted.
+func appendQuoted(b []byte, quoted, k1 string, v1 int64, k2 string, v2 int64) []byte {
+	return appendMember(b, quoted, "", k1, v1, k2, v2)
+}
+
+func appendParams(b []byte, k1 string, v1 int64, k2 string, v2 int64) []byte {
 	b = append(b, k1...)
 	b = strconv.AppendInt(b, v1, 10)
 	b = append(b, k2...)

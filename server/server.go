@@ -138,6 +138,7 @@ type Server struct {
 	rlqs          *rlqs
 	customToken   bool
 	tracer        span.Tracer
+	envoy         atomic.Pointer[envoyCache]
 
 	ovr *overrideCache
 }
