@@ -25,8 +25,8 @@ func (s *Server) domainItems(ed *envoyDomain, descs []config.Descriptor, mults [
 	if err != nil {
 		return nil, err
 	}
+	// Zero: fresh, or a scratch's (putScratch leaves them zero).
 	items = slices.Grow(items, len(matches))[:len(matches)]
-	clear(items)
 	if sc != nil {
 		sc.matches, sc.items = matches, items
 	}
@@ -54,8 +54,12 @@ func (s *Server) domainItems(ed *envoyDomain, descs []config.Descriptor, mults [
 		}
 		switch m.Status {
 		case config.Limited:
-			if err := limit.Validate(); err != nil {
-				return nil, fmt.Errorf("descriptor %d: %w", m.Descriptor, err)
+			// A configured rule's own limit was validated at load; one scaled by a
+			// unit_multiplier or made from a limit override is checked here.
+			if it.envoy == nil || it.unitMultiplier > 1 {
+				if err := limit.Validate(); err != nil {
+					return nil, fmt.Errorf("descriptor %d: %w", m.Descriptor, err)
+				}
 			}
 			it.Key, it.Limit = m.Key, limit
 		case config.Blocked:

@@ -174,8 +174,8 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 // that one huge request does not pin its memory in the pool.
 const maxPooledScratch = 64
 
-// getScratch returns a scratch with descs, mults and hits of len(descs) zero elements
-// and no entries.
+// getScratch returns a scratch with descs, mults and hits of len(descs) elements, descs
+// and mults zero, and no entries.
 func getScratch(descs []*ratelimitv3.RateLimitDescriptor) *scratch {
 	sc := scratchPool.Get().(*scratch)
 	n, entries := len(descs), 0
@@ -186,8 +186,6 @@ func getScratch(descs []*ratelimitv3.RateLimitDescriptor) *scratch {
 	sc.mults = slices.Grow(sc.mults[:0], n)[:n]
 	sc.hits = slices.Grow(sc.hits[:0], n)[:n]
 	sc.entries = slices.Grow(sc.entries[:0], entries)
-	clear(sc.descs)
-	clear(sc.mults)
 	return sc
 }
 
@@ -196,11 +194,15 @@ func putScratch(sc *scratch) {
 		cap(sc.matches) > maxPooledScratch || cap(sc.items) > maxPooledScratch {
 		return
 	}
-	// Drop the references to the request's strings and the decisions' rules.
+	// Drop the references to the request's strings and the decisions' rules, and leave
+	// every slice zero up to its capacity for the next request: what a request writes is
+	// within the lengths kept here, but for matches (AppendMatches may write past the
+	// length it returns with an error).
 	clear(sc.descs)
-	clear(sc.entries[:cap(sc.entries)])
+	clear(sc.mults)
+	clear(sc.entries)
 	clear(sc.matches[:cap(sc.matches)])
-	clear(sc.items[:cap(sc.items)])
+	clear(sc.items)
 	scratchPool.Put(sc)
 }
 

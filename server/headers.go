@@ -37,7 +37,9 @@ func rateLimitHeaders(dst []byte, items []item, ra time.Duration, shadow bool) (
 		var q, w, r, t int64
 		switch {
 		case it.status == config.Limited && it.Decided:
-			q, w = httplimit.DecisionQuota(it.Decision)
+			if !it.ownPolicy() {
+				q, w = httplimit.DecisionQuota(it.Decision)
+			}
 			r = it.Decision.Remaining
 			if it.Decision.RetryAfter > 0 {
 				t = ceilSeconds(it.Decision.RetryAfter)
@@ -64,7 +66,7 @@ func rateLimitHeaders(dst []byte, items []item, ra time.Duration, shadow bool) (
 		case it.status == config.Limited && it.Decision.Limit.Algorithm == sluice.Concurrency:
 			// The draft's quota unit for requests in flight; no window applies.
 			pb = append(appendMember1(pb, quoted, it.name, ";q=", min(q, maxSFInteger)), `;qu="concurrent-requests"`...)
-		case it.envoy != nil && it.envoy.policy != "" && it.Decision.Limit == it.envoy.limit && it.Decision.Window == 0:
+		case it.status == config.Limited && it.ownPolicy():
 			// The rule's own limit: its member was written at load.
 			if len(pb) > 0 {
 				pb = append(pb, ", "...)
@@ -86,6 +88,13 @@ func rateLimitHeaders(dst []byte, items []item, ra time.Duration, shadow bool) (
 	both := append(append(dst[:0], pb...), lb...)
 	text := unsafe.String(unsafe.SliceData(both), len(both))
 	return text[:len(pb)], text[len(pb):], retry
+}
+
+// ownPolicy reports whether a decided item's RateLimit-Policy member is its rule's,
+// written at load (envoyRule.policy).
+func (it *item) ownPolicy() bool {
+	e := it.envoy
+	return e != nil && e.policy != "" && it.Decision.Limit == e.limit && it.Decision.Window == 0
 }
 
 // appendMember1 appends one List member to the field b: name as a String (quoted, when
