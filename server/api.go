@@ -436,7 +436,13 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, req *CheckReques
 		return s.writeError(w, r, err)
 	}
 	allowed := out.Allowed || s.shadowMode
-	resp := CheckResponse{Allowed: allowed, Limits: make([]LimitStatus, len(items))}
+	resp := CheckResponse{Allowed: allowed}
+	var few [2]LimitStatus // most answers: on the stack
+	if len(items) <= len(few) {
+		resp.Limits = few[:len(items)]
+	} else {
+		resp.Limits = make([]LimitStatus, len(items))
+	}
 	var ra time.Duration
 	if !allowed {
 		ra = out.RetryAfter
@@ -469,7 +475,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, req *CheckReques
 		}
 		s.logDenied(ctx, req.Policy+req.Domain, items)
 	}
-	writeJSON(w, status, resp)
+	writeCheckResponse(w, status, &resp)
 	return code
 }
 
