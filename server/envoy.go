@@ -216,16 +216,16 @@ type statusBlock struct {
 
 // answer is a ShouldRateLimit answer and the memory its messages point into, allocated at
 // once: the response, its descriptor statuses (for one descriptor; several take two more
-// allocations), its (at most three) response headers and the text of their values, so
-// that the common answer is one allocation. Nothing in it is written after the handler
-// returns it.
+// allocations), the two response headers of an allowed answer and the text of their
+// values, so that the common answer is one allocation (a denial's Retry-After is one
+// more). Nothing in it is written after the handler returns it.
 type answer struct {
 	resp     rlsv3.RateLimitResponse
 	statuses []statusBlock
 	ptr      [1]*rlsv3.RateLimitResponse_DescriptorStatus
 	block    [1]statusBlock
 	hptrs    [3]*corev3.HeaderValue
-	hvals    [3]corev3.HeaderValue
+	hvals    [2]corev3.HeaderValue
 	// text holds the RateLimit-Policy and RateLimit values when they fit.
 	text [128]byte
 }
@@ -253,7 +253,12 @@ func (a *answer) addHeader(key, value string) {
 	if h == nil {
 		h = a.hptrs[:0]
 	}
-	v := &a.hvals[len(h)]
+	var v *corev3.HeaderValue
+	if len(h) < len(a.hvals) {
+		v = &a.hvals[len(h)]
+	} else {
+		v = new(corev3.HeaderValue)
+	}
 	v.Key, v.Value = key, value
 	a.resp.ResponseHeadersToAdd = append(h, v)
 }
