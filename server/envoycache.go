@@ -74,8 +74,14 @@ func (rc *resultCounters) inc(result int) {
 	c.Inc()
 }
 
-// envoyCache returns the envoyCache of cfg, making it when cfg is not the one cached.
+// envoyCache returns the envoyCache of cfg, making it when cfg is not the one cached
+// (once: the requests that arrive meanwhile wait for it).
 func (s *Server) envoyCache(cfg *config.Config) *envoyCache {
+	if c := s.envoy.Load(); c != nil && c.cfg == cfg {
+		return c
+	}
+	s.envoyMu.Lock()
+	defer s.envoyMu.Unlock()
 	if c := s.envoy.Load(); c != nil && c.cfg == cfg {
 		return c
 	}

@@ -139,6 +139,7 @@ type Server struct {
 	customToken   bool
 	tracer        span.Tracer
 	envoy         atomic.Pointer[envoyCache]
+	envoyMu       sync.Mutex // held while making envoy
 
 	ovr *overrideCache
 }
