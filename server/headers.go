@@ -35,9 +35,10 @@ func rateLimitHeaders(dst []byte, items []item, ra time.Duration, shadow bool) (
 			continue // a client obeying a shadow limit would stop though nothing is enforced
 		}
 		var q, w, r, t int64
+		own := false // RateLimit-Policy is the rule's member written at load
 		switch {
 		case it.status == config.Limited && it.Decided:
-			if !it.ownPolicy() {
+			if own = it.ownPolicy(); !own {
 				q, w = httplimit.DecisionQuota(it.Decision)
 			}
 			r = it.Decision.Remaining
@@ -66,8 +67,7 @@ func rateLimitHeaders(dst []byte, items []item, ra time.Duration, shadow bool) (
 		case it.status == config.Limited && it.Decision.Limit.Algorithm == sluice.Concurrency:
 			// The draft's quota unit for requests in flight; no window applies.
 			pb = append(appendMember1(pb, quoted, it.name, ";q=", min(q, maxSFInteger)), `;qu="concurrent-requests"`...)
-		case it.status == config.Limited && it.ownPolicy():
-			// The rule's own limit: its member was written at load.
+		case own:
 			if len(pb) > 0 {
 				pb = append(pb, ", "...)
 			}
