@@ -215,9 +215,9 @@ type statusBlock struct {
 }
 
 // answer is a ShouldRateLimit answer and the memory its messages point into, allocated at
-// once: the response, its descriptor statuses (for one descriptor; several take two more
-// allocations), the two response headers of an allowed answer and the text of their
-// values, so that the common answer is one allocation (a denial's Retry-After is one
+// once (704 bytes, a size class): the response, its descriptor statuses (for one
+// descriptor; several take two more allocations), the two response headers of an allowed
+// answer and the text of their values, so that the common answer is one allocation (a denial's Retry-After is one
 // more). Nothing in it is written after the handler returns it.
 type answer struct {
 	resp     rlsv3.RateLimitResponse
@@ -226,8 +226,9 @@ type answer struct {
 	block    [1]statusBlock
 	hptrs    [3]*corev3.HeaderValue
 	hvals    [2]corev3.HeaderValue
-	// text holds the RateLimit-Policy and RateLimit values when they fit.
-	text [128]byte
+	// text holds the RateLimit value, and RateLimit-Policy's unless it is a rule's
+	// member written at load, when they fit (else they take an allocation).
+	text [88]byte
 }
 
 // newAnswer returns an OK answer with n descriptor statuses to fill.

@@ -23,11 +23,13 @@ import (
 //
 // The two fields are appended to dst and cut out of it: when they fit in dst's capacity
 // they take no allocation, and the caller must then not write to dst's memory while the
-// strings are in use.
+// strings are in use. A policy field that is one rule's member written at load is that
+// string, not a copy.
 func rateLimitHeaders(dst []byte, items []item, ra time.Duration, shadow bool) (policy, limit, retry string) {
 	// Both fields are built on the stack for a few limits, then copied to dst at once.
 	var pbuf, lbuf [128]byte
 	pb, lb := pbuf[:0], lbuf[:0]
+	members, onlyOwn := 0, "" // policy members; the one, if it is a rule's own
 	raSec := ceilSeconds(ra)
 	for i := range items {
 		it := &items[i]
@@ -72,9 +74,13 @@ func rateLimitHeaders(dst []byte, items []item, ra time.Duration, shadow bool) (
 				pb = append(pb, ", "...)
 			}
 			pb = append(pb, it.envoy.policy...)
+			if members == 0 {
+				onlyOwn = it.envoy.policy
+			}
 		default:
 			pb = appendMember(pb, quoted, it.name, ";q=", min(q, maxSFInteger), ";w=", w)
 		}
+		members++
 		if httplimit.Advertised(it.Decision) {
 			lb = appendMember(lb, quoted, it.name, ";r=", min(r, maxSFInteger), ";t=", t)
 		}
@@ -84,6 +90,13 @@ func rateLimitHeaders(dst []byte, items []item, ra time.Duration, shadow bool) (
 	}
 	if len(pb) == 0 {
 		return "", "", retry
+	}
+	if members == 1 && onlyOwn != "" {
+		if len(lb) == 0 {
+			return onlyOwn, "", retry
+		}
+		l := append(dst[:0], lb...)
+		return onlyOwn, unsafe.String(unsafe.SliceData(l), len(l)), retry
 	}
 	both := append(append(dst[:0], pb...), lb...)
 	text := unsafe.String(unsafe.SliceData(both), len(both))
