@@ -217,8 +217,9 @@ type statusBlock struct {
 // answer is a ShouldRateLimit answer and the memory its messages point into, allocated at
 // once (704 bytes, a size class): the response, its descriptor statuses (for one
 // descriptor; several take two more allocations), the two response headers of an allowed
-// answer and the text of their values, so that the common answer is one allocation (a denial's Retry-After is one
-// more). Nothing in it is written after the handler returns it.
+// answer and the text of their values, so that the common answer is one allocation (a
+// denial's Retry-After is one more). Nothing in it is written after the handler returns
+// it.
 type answer struct {
 	resp     rlsv3.RateLimitResponse
 	statuses []statusBlock
