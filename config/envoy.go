@@ -46,7 +46,9 @@ type Domain struct {
 
 	root     *level
 	nameNode *yaml.Node
-	quota    *QuotaDomain // the file's quota_buckets, if any
+	// keyPrefix is the start of the domain's counter keys, "envoy/<domain>" escaped.
+	keyPrefix string
+	quota     *QuotaDomain // the file's quota_buckets, if any
 }
 
 // Rule is a descriptor with a rate_limit block.
@@ -233,7 +235,7 @@ func (d *Domain) matchOf(desc int, r *Rule, entries []Entry, steps []step) Match
 		m.Status = Limited
 		m.Limit = r.Limit
 	}
-	m.Key = counterKey(d.Name, entries, steps)
+	m.Key = d.counterKey(entries, steps)
 	return m
 }
 
@@ -298,13 +300,17 @@ type level struct {
 }
 
 type node struct {
-	key, value     string
-	prefix         string  // wildcards: value without the trailing '*'
-	rules          []*Rule // rate_limit, or every limit of rate_limits
-	children       *level
-	valueToMetric  bool
-	shareThreshold bool
-	line           int
+	key, value string
+	prefix     string  // wildcards: value without the trailing '*'
+	rules      []*Rule // rate_limit, or every limit of rate_limits
+	children   *level
+	// keyPart is this entry's part of a counter key, "/<key>=" escaped; valuePart is
+	// keyPart and the value escaped when every entry matched here writes the same value
+	// (an exact value, a share_threshold wildcard), else "".
+	keyPart, valuePart string
+	valueToMetric      bool
+	shareThreshold     bool
+	line               int
 }
 
 func (l *level) find(e Entry) (*node, bool) {
@@ -386,6 +392,41 @@ func counterKey(domain string, entries []Entry, steps []step) string {
 	return b.String()
 }
 
+// counterKey is the package's counterKey, with the parts that the domain's nodes fix
+// escaped at load.
+func (d *Domain) counterKey(entries []Entry, steps []step) string {
+	if d.keyPrefix == "" || len(steps) != len(entries) {
+		return counterKey(d.Name, entries, steps)
+	}
+	n := len(d.keyPrefix)
+	for i, s := range steps {
+		if s.n.valuePart != "" {
+			n += len(s.n.valuePart)
+		} else {
+			n += len(s.n.keyPart) + len(entries[i].Value)
+		}
+	}
+	var b strings.Builder
+	b.Grow(n + 8) // room for a few escapes: one allocation in all
+	b.WriteString(d.keyPrefix)
+	for i, s := range steps {
+		if s.n.valuePart != "" {
+			b.WriteString(s.n.valuePart)
+			continue
+		}
+		b.WriteString(s.n.keyPart)
+		writeEscaped(&b, entries[i].Value)
+	}
+	return b.String()
+}
+
+// escaped is s as writeEscaped writes it.
+func escaped(s string) string {
+	var b strings.Builder
+	writeEscaped(&b, s)
+	return b.String()
+}
+
 // writeEscaped writes s with '%', '/' and '=' escaped as %25, %2F and %3D.
 func writeEscaped(b *strings.Builder, s string) {
 	from := 0 // s[from:i] is plain and not yet written
@@ -425,6 +466,7 @@ func (d *decoder) envoyDomain(root *yaml.Node) *Domain {
 		dom.nameNode = v
 		dom.Pos = d.pos(v)
 	}
+	dom.keyPrefix = "envoy/" + escaped(dom.Name)
 	if dom.Name == "" {
 		n := o.fields["domain"].key
 		d.errorf(n, "domain", "must not be empty")
@@ -499,6 +541,7 @@ func (d *decoder) descriptors(dom *Domain, o *object, field string, parent []Ent
 		}
 		wildcard := strings.HasSuffix(n.value, "*")
 		n.prefix = strings.TrimSuffix(n.value, "*")
+		n.keyPart = "/" + escaped(n.key) + "="
 
 		// Duplicates: the reference rejects two descriptors with the same key and value
 		// at one level ("duplicate descriptor composite key").
@@ -539,6 +582,9 @@ func (d *decoder) descriptors(dom *Domain, o *object, field string, parent []Ent
 		if n.shareThreshold && !wildcard {
 			fv, _ := io.get("share_threshold")
 			d.errorf(fv, io.field("share_threshold"), "applies only to wildcard values (ending in '*'), not %q", n.value)
+		}
+		if n.value != "" && (!wildcard || n.shareThreshold) {
+			n.valuePart = n.keyPart + escaped(n.value)
 		}
 
 		here := append(slices.Clip(parent), e)

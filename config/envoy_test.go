@@ -682,6 +682,50 @@ descriptors:
 	}
 }
 
+// TestCounterKeyParts: the counter key built from the parts escaped at load is the one
+// counterKey writes from the request's entries, for every kind of match (exact value,
+// key alone, wildcard, share_threshold wildcard) and for text that needs escaping.
+func TestCounterKeyParts(t *testing.T) {
+	d := loadDomain(t, `
+domain: "d/%="
+descriptors:
+  - key: "a="
+    value: "x/y%"
+    descriptors:
+      - key: "b/"
+        rate_limit: {unit: second, requests_per_unit: 1}
+      - key: "w%"
+        value: "p=*"
+        rate_limit: {unit: second, requests_per_unit: 1}
+      - key: s
+        value: "q/*"
+        share_threshold: true
+        rate_limit: {unit: second, requests_per_unit: 1}
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 1}
+`)
+	for _, desc := range []Descriptor{
+		e("a=", "x/y%", "b/", "v=/%"),
+		e("a=", "x/y%", "b/", ""),
+		e("a=", "x/y%", "w%", "p=%/z"),
+		e("a=", "x/y%", "s", "q/anything=%"),
+		e("k", "plain"),
+		e("k", "%2F"),
+	} {
+		ms, err := d.Match([]Descriptor{desc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) != 1 || ms[0].Status != Limited {
+			t.Fatalf("%v: matches %+v, want one limited", desc.Entries, ms)
+		}
+		_, steps := d.lookup(desc.Entries, nil)
+		if want := counterKey(d.Name, desc.Entries, steps); ms[0].Key != want {
+			t.Errorf("%v: key %q, want %q", desc.Entries, ms[0].Key, want)
+		}
+	}
+}
+
 // TestReferenceAcceptsWithWarnings: what envoyproxy/ratelimit accepts silently loads here
 // too, with its meaning, and is reported in Config.Warnings with file, line and field: a
 // rate_limit without requests_per_unit (0: every request denied), a replaces name that

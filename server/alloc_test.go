@@ -9,6 +9,7 @@ package server
 import (
 	"context"
 	"testing"
+	"unsafe"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
@@ -41,5 +42,13 @@ func TestShouldRateLimitAllocations(t *testing.T) {
 	}
 	if n > 2 {
 		t.Fatalf("%v allocations per ShouldRateLimit, want at most 2 (the answer and the counter key)", n)
+	}
+}
+
+// TestAnswerSize: the answer block fills the 704-byte size class; a field added to it
+// would move every allowed answer to the next class (768).
+func TestAnswerSize(t *testing.T) {
+	if n := unsafe.Sizeof(answer{}); n > 704 {
+		t.Fatalf("answer is %d bytes, more than the 704 of its size class", n)
 	}
 }

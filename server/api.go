@@ -275,10 +275,11 @@ func (s *Server) decodeCheck(w http.ResponseWriter, r *http.Request) (*CheckRequ
 // observed serves an API endpoint with serve, which returns the outcome code, and
 // records the code and the time taken in the endpoint's metrics.
 func (s *Server) observed(api string, serve func(http.ResponseWriter, *http.Request) string) http.HandlerFunc {
+	am := s.metrics.byAPI[api]
 	return func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
+		start := monotonic()
 		code := serve(w, r)
-		s.metrics.observe(api, code, time.Since(start))
+		am.observe(am.code(code), start)
 	}
 }
 
@@ -435,7 +436,13 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, req *CheckReques
 		return s.writeError(w, r, err)
 	}
 	allowed := out.Allowed || s.shadowMode
-	resp := CheckResponse{Allowed: allowed, Limits: make([]LimitStatus, len(items))}
+	resp := CheckResponse{Allowed: allowed}
+	var few [2]LimitStatus // most answers: on the stack
+	if len(items) <= len(few) {
+		resp.Limits = few[:len(items)]
+	} else {
+		resp.Limits = make([]LimitStatus, len(items))
+	}
 	var ra time.Duration
 	if !allowed {
 		ra = out.RetryAfter
@@ -468,7 +475,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, req *CheckReques
 		}
 		s.logDenied(ctx, req.Policy+req.Domain, items)
 	}
-	writeJSON(w, status, resp)
+	writeCheckResponse(w, status, &resp)
 	return code
 }
 
@@ -584,17 +591,17 @@ func (s *Server) items(cfg *config.Config, req *CheckRequest) ([]item, scope, er
 				hits[i] = *d.Cost
 			}
 		}
-		dom, ok := cfg.Domain(req.Domain)
-		if !ok {
+		ed := s.envoyCache(cfg).domain(req.Domain)
+		if ed == nil {
 			s.metrics.unknownDomain.Inc()
 			items := make([]item, len(descs)) // all NoMatch, as Envoy's unknown domain
 			return items, scope{name: req.Domain}, nil
 		}
-		items, err := s.domainItems(dom, descs, mults, hits, nil)
+		items, err := s.domainItems(ed, descs, mults, hits, nil)
 		if err != nil {
 			return nil, scope{}, badRequest("%v", err)
 		}
-		return items, scope{name: dom.Name}, nil
+		return items, scope{name: ed.dom.Name}, nil
 	}
 	return nil, scope{}, badRequest("name a policy (with key) or a domain (with descriptors)")
 }

@@ -23,6 +23,9 @@ type item struct {
 	status config.Status
 	// rule is the Envoy rule that matched (nil for policies and NoMatch).
 	rule *config.Rule
+	// envoy is what was derived from rule at load (nil when rule is, or is made from the
+	// request's limit override).
+	envoy *envoyRule
 	// unitMultiplier is an Envoy limit override's unit_multiplier (0 when none).
 	unitMultiplier uint32
 	// source, route describe a policy's limit: "policy", "tier:<name>", "override",
@@ -76,11 +79,13 @@ func (s *Server) decide(ctx context.Context, op string, cfg *config.Config, sc s
 	}
 	ctx, sp := s.tracer.Start(ctx, op)
 	out, err := evaluator.Evaluate(ctx, s.limiter, items, itemOf)
-	key := span.KeyPolicy
-	if op == opRLS {
-		key = span.KeyDomain
+	if sp.On() {
+		key := span.KeyPolicy
+		if op == opRLS {
+			key = span.KeyDomain
+		}
+		sp.End(key.String(name), out, err)
 	}
-	sp.End(key.String(name), out, err)
 	for _, e := range out.ShadowErrors {
 		// A shadow limit never affects the answer, not even when its store fails.
 		s.log.LogAttrs(ctx, slog.LevelError, "shadow limit not decided", slog.String("error", e.Error()))

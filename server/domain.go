@@ -15,18 +15,18 @@ import (
 // override unit_multiplier; hits[i] its cost. The error is about the request (an override
 // with an unknown unit or an impossible period). With sc, the matches and the items are
 // made in its slices, which it keeps for the next request.
-func (s *Server) domainItems(dom *config.Domain, descs []config.Descriptor, mults []uint32, hits []int64, sc *scratch) ([]item, error) {
+func (s *Server) domainItems(ed *envoyDomain, descs []config.Descriptor, mults []uint32, hits []int64, sc *scratch) ([]item, error) {
 	var matches []config.Match
 	var items []item
 	if sc != nil {
 		matches, items = sc.matches[:0], sc.items[:0]
 	}
-	matches, err := dom.AppendMatches(matches, descs)
+	matches, err := ed.dom.AppendMatches(matches, descs)
 	if err != nil {
 		return nil, err
 	}
+	// Zero: fresh, or a scratch's (putScratch leaves them zero).
 	items = slices.Grow(items, len(matches))[:len(matches)]
-	clear(items)
 	if sc != nil {
 		sc.matches, sc.items = matches, items
 	}
@@ -38,10 +38,8 @@ func (s *Server) domainItems(dom *config.Domain, descs []config.Descriptor, mult
 		if m.Rule == nil {
 			continue
 		}
-		it.name = m.Rule.Name
-		if it.name == "" {
-			it.name = m.Rule.FullKey
-		}
+		it.name = ruleName(m.Rule)
+		it.envoy = ed.rules[m.Rule] // nil for a limit override
 		limit := m.Limit
 		period := m.Rule.Unit.Period()
 		if k := mults[m.Descriptor]; k > 1 {
@@ -56,8 +54,12 @@ func (s *Server) domainItems(dom *config.Domain, descs []config.Descriptor, mult
 		}
 		switch m.Status {
 		case config.Limited:
-			if err := limit.Validate(); err != nil {
-				return nil, fmt.Errorf("descriptor %d: %w", m.Descriptor, err)
+			// A configured rule's own limit was validated at load; one scaled by a
+			// unit_multiplier or made from a limit override is checked here.
+			if it.envoy == nil || it.unitMultiplier > 1 {
+				if err := limit.Validate(); err != nil {
+					return nil, fmt.Errorf("descriptor %d: %w", m.Descriptor, err)
+				}
 			}
 			it.Key, it.Limit = m.Key, limit
 		case config.Blocked:

@@ -36,20 +36,20 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 // ShouldRateLimit decides an Envoy rate limit request against the configuration in force.
 // It is what the gRPC service calls; it is exported so that other transports can use it.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	start := time.Now()
+	start := monotonic()
 	resp, err := s.shouldRateLimit(ctx, req)
-	code := "error"
+	am := s.metrics.grpc
+	c := am.ok
 	switch {
 	case err != nil:
+		c = am.error
 		if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument {
-			code = "invalid"
+			c = am.invalid
 		}
 	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
-		code = "over_limit"
-	default:
-		code = "ok"
+		c = am.overLimit
 	}
-	s.metrics.observe(apiGRPC, code, time.Since(start))
+	am.observe(c, start)
 	return resp, err
 }
 
@@ -71,8 +71,8 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	dom, ok := cfg.Domain(req.Domain)
-	if !ok {
+	ed := s.envoyCache(cfg).domain(req.Domain)
+	if ed == nil {
 		// As the reference implementation: an unknown domain limits nothing.
 		s.metrics.unknownDomain.Inc()
 		a := newAnswer(len(req.Descriptors))
@@ -117,7 +117,8 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			hits[i] = 0
 		}
 	}
-	items, err := s.domainItems(dom, descs, mults, hits, sc)
+	dom := ed.dom
+	items, err := s.domainItems(ed, descs, mults, hits, sc)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -146,7 +147,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	for i := range items {
 		descriptorStatus(&items[i], &a.statuses[i])
-		s.metrics.descriptor(dom.Name, &items[i])
+		ed.count(&items[i])
 	}
 	s.addHeaders(a, items, out.RetryAfter)
 	if !out.Allowed {
@@ -173,8 +174,8 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 // that one huge request does not pin its memory in the pool.
 const maxPooledScratch = 64
 
-// getScratch returns a scratch with descs, mults and hits of len(descs) zero elements
-// and no entries.
+// getScratch returns a scratch with descs, mults and hits of len(descs) elements, descs
+// and mults zero, and no entries.
 func getScratch(descs []*ratelimitv3.RateLimitDescriptor) *scratch {
 	sc := scratchPool.Get().(*scratch)
 	n, entries := len(descs), 0
@@ -185,8 +186,6 @@ func getScratch(descs []*ratelimitv3.RateLimitDescriptor) *scratch {
 	sc.mults = slices.Grow(sc.mults[:0], n)[:n]
 	sc.hits = slices.Grow(sc.hits[:0], n)[:n]
 	sc.entries = slices.Grow(sc.entries[:0], entries)
-	clear(sc.descs)
-	clear(sc.mults)
 	return sc
 }
 
@@ -195,11 +194,15 @@ func putScratch(sc *scratch) {
 		cap(sc.matches) > maxPooledScratch || cap(sc.items) > maxPooledScratch {
 		return
 	}
-	// Drop the references to the request's strings and the decisions' rules.
+	// Drop the references to the request's strings and the decisions' rules, and leave
+	// every slice zero up to its capacity for the next request: what a request writes is
+	// within the lengths kept here, but for matches (AppendMatches may write past the
+	// length it returns with an error).
 	clear(sc.descs)
-	clear(sc.entries[:cap(sc.entries)])
+	clear(sc.mults)
+	clear(sc.entries)
 	clear(sc.matches[:cap(sc.matches)])
-	clear(sc.items[:cap(sc.items)])
+	clear(sc.items)
 	scratchPool.Put(sc)
 }
 
@@ -212,19 +215,21 @@ type statusBlock struct {
 }
 
 // answer is a ShouldRateLimit answer and the memory its messages point into, allocated at
-// once: the response, its descriptor statuses (for one descriptor; several take two more
-// allocations), its (at most three) response headers and the text of their values, so
-// that the common answer is one allocation. Nothing in it is written after the handler
-// returns it.
+// once (704 bytes, a size class): the response, its descriptor statuses (for one
+// descriptor; several take two more allocations), the two response headers of an allowed
+// answer and the text of their values, so that the common answer is one allocation (a
+// denial's Retry-After is one more). Nothing in it is written after the handler returns
+// it.
 type answer struct {
 	resp     rlsv3.RateLimitResponse
 	statuses []statusBlock
 	ptr      [1]*rlsv3.RateLimitResponse_DescriptorStatus
 	block    [1]statusBlock
 	hptrs    [3]*corev3.HeaderValue
-	hvals    [3]corev3.HeaderValue
-	// text holds the RateLimit-Policy and RateLimit values when they fit.
-	text [128]byte
+	hvals    [2]corev3.HeaderValue
+	// text holds the RateLimit value, and RateLimit-Policy's unless it is a rule's
+	// member written at load, when they fit (else they take an allocation).
+	text [88]byte
 }
 
 // newAnswer returns an OK answer with n descriptor statuses to fill.
@@ -250,7 +255,12 @@ func (a *answer) addHeader(key, value string) {
 	if h == nil {
 		h = a.hptrs[:0]
 	}
-	v := &a.hvals[len(h)]
+	var v *corev3.HeaderValue
+	if len(h) < len(a.hvals) {
+		v = &a.hvals[len(h)]
+	} else {
+		v = new(corev3.HeaderValue)
+	}
 	v.Key, v.Value = key, value
 	a.resp.ResponseHeadersToAdd = append(h, v)
 }

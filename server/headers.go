@@ -23,11 +23,13 @@ import (
 //
 // The two fields are appended to dst and cut out of it: when they fit in dst's capacity
 // they take no allocation, and the caller must then not write to dst's memory while the
-// strings are in use.
+// strings are in use. A policy field that is one rule's member written at load is that
+// string, not a copy.
 func rateLimitHeaders(dst []byte, items []item, ra time.Duration, shadow bool) (policy, limit, retry string) {
 	// Both fields are built on the stack for a few limits, then copied to dst at once.
 	var pbuf, lbuf [128]byte
 	pb, lb := pbuf[:0], lbuf[:0]
+	members, onlyOwn := 0, "" // policy members; the one, if it is a rule's own
 	raSec := ceilSeconds(ra)
 	for i := range items {
 		it := &items[i]
@@ -35,9 +37,12 @@ func rateLimitHeaders(dst []byte, items []item, ra time.Duration, shadow bool) (
 			continue // a client obeying a shadow limit would stop though nothing is enforced
 		}
 		var q, w, r, t int64
+		own := false // RateLimit-Policy is the rule's member written at load
 		switch {
 		case it.status == config.Limited && it.Decided:
-			q, w = httplimit.DecisionQuota(it.Decision)
+			if own = it.ownPolicy(); !own {
+				q, w = httplimit.DecisionQuota(it.Decision)
+			}
 			r = it.Decision.Remaining
 			if it.Decision.RetryAfter > 0 {
 				t = ceilSeconds(it.Decision.RetryAfter)
@@ -56,14 +61,28 @@ func rateLimitHeaders(dst []byte, items []item, ra time.Duration, shadow bool) (
 		if raSec > 0 {
 			t = min(t, raSec)
 		}
-		if it.status == config.Limited && it.Decision.Limit.Algorithm == sluice.Concurrency {
-			// The draft's quota unit for requests in flight; no window applies.
-			pb = append(appendMember1(pb, it.name, ";q=", min(q, maxSFInteger)), `;qu="concurrent-requests"`...)
-		} else {
-			pb = appendMember(pb, it.name, ";q=", min(q, maxSFInteger), ";w=", w)
+		quoted := ""
+		if e := it.envoy; e != nil {
+			quoted = e.quoted
 		}
+		switch {
+		case it.status == config.Limited && it.Decision.Limit.Algorithm == sluice.Concurrency:
+			// The draft's quota unit for requests in flight; no window applies.
+			pb = append(appendMember1(pb, quoted, it.name, ";q=", min(q, maxSFInteger)), `;qu="concurrent-requests"`...)
+		case own:
+			if len(pb) > 0 {
+				pb = append(pb, ", "...)
+			}
+			pb = append(pb, it.envoy.policy...)
+			if members == 0 {
+				onlyOwn = it.envoy.policy
+			}
+		default:
+			pb = appendMember(pb, quoted, it.name, ";q=", min(q, maxSFInteger), ";w=", w)
+		}
+		members++
 		if httplimit.Advertised(it.Decision) {
-			lb = appendMember(lb, it.name, ";r=", min(r, maxSFInteger), ";t=", t)
+			lb = appendMember(lb, quoted, it.name, ";r=", min(r, maxSFInteger), ";t=", t)
 		}
 	}
 	if raSec > 0 {
@@ -72,29 +91,61 @@ func rateLimitHeaders(dst []byte, items []item, ra time.Duration, shadow bool) (
 	if len(pb) == 0 {
 		return "", "", retry
 	}
+	if members == 1 && onlyOwn != "" {
+		if len(lb) == 0 {
+			return onlyOwn, "", retry
+		}
+		l := append(dst[:0], lb...)
+		return onlyOwn, unsafe.String(unsafe.SliceData(l), len(l)), retry
+	}
 	both := append(append(dst[:0], pb...), lb...)
 	text := unsafe.String(unsafe.SliceData(both), len(both))
 	return text[:len(pb)], text[len(pb):], retry
 }
 
-// appendMember1 appends one List member to the field b: name as a String with one Integer
-// parameter k1.
-func appendMember1(b []byte, name, k1 string, v1 int64) []byte {
+// ownPolicy reports whether a decided item's RateLimit-Policy member is its rule's,
+// written at load (envoyRule.policy).
+func (it *item) ownPolicy() bool {
+	e := it.envoy
+	return e != nil && e.policy != "" && it.Decision.Limit == e.limit && it.Decision.Window == 0
+}
+
+// appendMember1 appends one List member to the field b: name as a String (quoted, when
+// not "", is that String already written) with one Integer parameter k1.
+func appendMember1(b []byte, quoted, name, k1 string, v1 int64) []byte {
 	if len(b) > 0 {
 		b = append(b, ", "...)
 	}
-	b = sfv.AppendString(b, name)
+	if quoted != "" {
+		b = append(b, quoted...)
+	} else {
+		b = sfv.AppendString(b, name)
+	}
 	b = append(b, k1...)
 	return strconv.AppendInt(b, v1, 10)
 }
 
-// appendMember appends one List member to the field b: name as a String with two
-// Integer parameters, k1 and k2 (each written with its ';' and '=').
-func appendMember(b []byte, name, k1 string, v1 int64, k2 string, v2 int64) []byte {
+// appendMember appends one List member to the field b: name as a String (quoted, when
+// not "", is that String already written) with two Integer parameters, k1 and k2 (each
+// written with its ';' and '=').
+func appendMember(b []byte, quoted, name, k1 string, v1 int64, k2 string, v2 int64) []byte {
 	if len(b) > 0 {
 		b = append(b, ", "...)
 	}
-	b = sfv.AppendString(b, name)
+	if quoted != "" {
+		b = append(b, quoted...)
+	} else {
+		b = sfv.AppendString(b, name)
+	}
+	return appendParams(b, k1, v1, k2, v2)
+}
+
+// appendQuoted is appendMember with the String written: quoted.
+func appendQuoted(b []byte, quoted, k1 string, v1 int64, k2 string, v2 int64) []byte {
+	return appendMember(b, quoted, "", k1, v1, k2, v2)
+}
+
+func appendParams(b []byte, k1 string, v1 int64, k2 string, v2 int64) []byte {
 	b = append(b, k1...)
 	b = strconv.AppendInt(b, v1, 10)
 	b = append(b, k2...)

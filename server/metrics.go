@@ -1,7 +1,6 @@
 package server
 
 import (
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,11 +22,10 @@ const (
 // metrics are the server's own Prometheus metrics. Decisions, store latency and store
 // errors by kind are the observe decorator's business; these count the APIs.
 type metrics struct {
-	// byAPI holds the children of requests and duration for the known APIs and codes,
-	// so that the hot path does no label hashing or validation.
+	// grpc and byAPI hold the children of requests and duration for the known APIs,
+	// resolved once so that a request does no label lookup.
+	grpc  *apiMetrics
 	byAPI map[string]*apiMetrics
-	// byRule caches the descriptor counters by (domain, rule, result).
-	byRule sync.Map
 
 	requests      *prometheus.CounterVec
 	duration      *prometheus.HistogramVec
@@ -102,12 +100,18 @@ func newMetrics(reg prometheus.Registerer, w *config.Watcher) (*metrics, error) 
 	}
 	m.byAPI = map[string]*apiMetrics{}
 	for _, api := range []string{apiGRPC, apiCheck, apiPeek, apiUsage, apiReset, apiRelease, apiSettle} {
-		am := &apiMetrics{codes: map[string]prometheus.Counter{}, duration: m.duration.WithLabelValues(api)}
-		for _, code := range []string{"ok", "over_limit", "invalid", "unavailable", "error"} {
-			am.codes[code] = m.requests.WithLabelValues(api, code)
+		m.byAPI[api] = &apiMetrics{
+			api:         api,
+			requests:    m.requests,
+			ok:          m.requests.WithLabelValues(api, "ok"),
+			overLimit:   m.requests.WithLabelValues(api, "over_limit"),
+			invalid:     m.requests.WithLabelValues(api, "invalid"),
+			unavailable: m.requests.WithLabelValues(api, "unavailable"),
+			error:       m.requests.WithLabelValues(api, "error"),
+			duration:    m.duration.WithLabelValues(api),
 		}
-		m.byAPI[api] = am
 	}
+	m.grpc = m.byAPI[apiGRPC]
 	return m, nil
 }
 
@@ -121,60 +125,41 @@ func register(reg prometheus.Registerer, cs []prometheus.Collector) error {
 	return nil
 }
 
+// apiMetrics are one API's children of requests, by code, and of duration.
 type apiMetrics struct {
-	codes    map[string]prometheus.Counter
-	duration prometheus.Observer
+	api                                        string
+	requests                                   *prometheus.CounterVec
+	ok, overLimit, invalid, unavailable, error prometheus.Counter
+	duration                                   prometheus.Observer
 }
 
-func (m *metrics) observe(api, code string, d time.Duration) {
-	am := m.byAPI[api]
-	c, ok := am.codes[code]
-	if !ok {
-		c = m.requests.WithLabelValues(api, code)
+// code returns the requests counter of code.
+func (am *apiMetrics) code(code string) prometheus.Counter {
+	switch code {
+	case "ok":
+		return am.ok
+	case "over_limit":
+		return am.overLimit
+	case "invalid":
+		return am.invalid
+	case "unavailable":
+		return am.unavailable
+	case "error":
+		return am.error
 	}
+	return am.requests.WithLabelValues(am.api, code)
+}
+
+// observe counts one request answered with the counter c, started at start (a
+// monotonic reading).
+func (am *apiMetrics) observe(c prometheus.Counter, start time.Duration) {
 	c.Inc()
-	am.duration.Observe(d.Seconds())
+	am.duration.Observe((monotonic() - start).Seconds())
 }
 
-// ruleKey identifies one descriptor counter by its label values: rule is the rule's
-// full key, "override" for a limit override (its key holds request values, which must
-// not become label values), "" for no rule.
-type ruleKey struct {
-	domain, rule, result string
-}
+// processStart is the origin of monotonic.
+var processStart = time.Now()
 
-// descriptor counts one answered Envoy descriptor.
-func (m *metrics) descriptor(domain string, it *item) {
-	k := ruleKey{domain: domain}
-	switch {
-	case it.rule == nil:
-	case it.rule.Pos.File == "":
-		k.rule = "override" // made from the request's limit override
-	default:
-		k.rule = it.rule.FullKey
-	}
-	switch it.status {
-	case config.NoMatch:
-		k.result = "no_match"
-	case config.Unlimited:
-		k.result = "unlimited"
-	case config.Replaced:
-		k.result = "replaced"
-	default:
-		switch {
-		case it.Over() && it.Shadow:
-			k.result = "shadow_over_limit"
-		case it.Over():
-			k.result = "over_limit"
-		default:
-			k.result = "ok"
-		}
-	}
-	if c, ok := m.byRule.Load(k); ok {
-		c.(prometheus.Counter).Inc()
-		return
-	}
-	c := m.descriptors.WithLabelValues(k.domain, k.rule, k.result)
-	m.byRule.Store(k, c)
-	c.Inc()
-}
+// monotonic reads the monotonic clock alone (time.Now reads the wall clock too): the
+// time since the process started.
+func monotonic() time.Duration { return time.Since(processStart) }

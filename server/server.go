@@ -138,6 +138,8 @@ type Server struct {
 	rlqs          *rlqs
 	customToken   bool
 	tracer        span.Tracer
+	envoy         atomic.Pointer[envoyCache]
+	envoyMu       sync.Mutex // held while making envoy
 
 	ovr *overrideCache
 }
