@@ -105,7 +105,7 @@ func (g *gcraClass) decide(key string, h uint64, now, n int64) algo.Result {
 // describes its probe run. A look or a denial, which writes nothing, takes the lock's
 // answer.
 func (g *gcraClass) missed(sh *lshard[gslot], seen uint64, a *larray[gslot], p probe, key string, h uint64, now, n int64) algo.Result {
-	ns, r := g.f(algo.State{}, now, g.p, n)
+	ns, r := algo.GCRAFresh(now, g.p, n) // the class's f is algo.GCRA
 	if n == 0 || !r.Allowed {
 		return g.decideUnder(sh, key, h, now, n)
 	}

@@ -247,8 +247,9 @@ type lockFree[S any, P cell[S]] struct {
 	maxLoad, growLoad int
 	gone              *atomic.Bool // retired: see class.retire
 	// tat: a live control word's state is the instant the state empties (GCRA's one
-	// word, gslot), so sweepAll tests it in line (retireTAT) instead of through S's
-	// retire, an indirect call in this shape-generic code, per keyed slot.
+	// word, gslot, decided by algo.GCRA), so sweepAll tests it in line (retireTAT)
+	// instead of through S's retire, an indirect call in this shape-generic code, per
+	// keyed slot, and fresh decides in closed form.
 	tat bool
 }
 
@@ -472,7 +473,7 @@ func (g *lockFree[S, P]) decideLocked(key string, h uint64, now, n int64, commit
 func (g *lockFree[S, P]) decideIn(sh *lshard[S], key string, h uint64, now, n int64, commit bool) algo.Result {
 	a, i := g.locate(sh, key, h)
 	if i < 0 {
-		ns, r := g.f(algo.State{}, now, g.p, n)
+		ns, r := g.fresh(now, n)
 		if commit && r.Allowed && n > 0 && !g.gone.Load() {
 			g.insert(sh, key, h, ns, now)
 		}
@@ -496,6 +497,15 @@ func (g *lockFree[S, P]) decideIn(sh *lshard[S], key string, h uint64, now, n in
 		return r
 	}
 	return e.apply(now, g.p, n, g.f) // lock-free deciders may still race on this slot
+}
+
+// fresh decides n at now on a key with no state: f on the zero State, in closed form for
+// GCRA's (algo.GCRAFresh).
+func (g *lockFree[S, P]) fresh(now, n int64) (algo.State, algo.Result) {
+	if g.tat { // f is algo.GCRA
+		return algo.GCRAFresh(now, g.p, n)
+	}
+	return g.f(algo.State{}, now, g.p, n)
 }
 
 // update implements updater (reservations) with the shard lock held.

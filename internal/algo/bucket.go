@@ -75,6 +75,31 @@ func GCRAAllowed(next, now int64, p Params) Result {
 	}
 }
 
+// GCRAFresh is GCRA on a key with no state (the zero State: a new key, or one whose state
+// emptied and was deleted), in closed form: GCRA(State{}, now, p, n) for every input.
+//
+// State kept: none is read; the State returned is the one GCRA would write (the TAT
+// now + n·U/S after an allowed spend, else the zero State). Rounding and error bound:
+// GCRA's, which it equals. A fresh key has a full allowance: a cost n is allowed when
+// n ≤ Burst, leaving Remaining = Burst - n and ResetAfter = n·U/S rounded up; a denial
+// (n > Burst) leaves Remaining = Burst and RetryAfter = (n - Burst)·U/S rounded up; a
+// look reports Remaining = Burst and ResetAfter = 0. None of it divides when S = 1.
+//
+// Clock stepping back: a fresh key has no TAT for time to step back past; a now before
+// the epoch (now < 0, which no store decides at) is decided by GCRA itself.
+func GCRAFresh(now int64, p Params, n int64) (State, Result) {
+	if p.S != 1 || now < 0 {
+		return GCRA(State{}, now, p, n)
+	}
+	switch {
+	case n > p.Burst:
+		return State{}, Result{Remaining: p.Burst, RetryAfter: (n - p.Burst) * p.U}
+	case n == 0:
+		return State{}, Result{Allowed: true, Remaining: p.Burst}
+	}
+	return State{A: now + n*p.U}, Result{Allowed: true, Remaining: p.Burst - n, ResetAfter: n * p.U}
+}
+
 // gcraFrac is GCRA when S > 1: the TAT has a part below 1µs.
 func gcraFrac(s State, now int64, p Params, n int64) (State, Result) {
 	c := cost(n)
