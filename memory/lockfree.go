@@ -44,7 +44,7 @@ import (
 //     the one it compared (holds compares only the key stored with meta of generation g).
 //     TestReusedSlotRefusesAStaleDecider replays that interleaving.
 //   - Deleting a key (sweep, Reset, eviction) tombstones its slot, then closes the hole:
-//     later keys of its probe run that may sit there move back (shift, or compact for a
+//     later keys of its probe run that may sit there move back (shift, or sweepAll for a
 //     whole shard at once; a move seizes the old slot and is a new use of the new one),
 //     and the hole a run ends with becomes unused, keeping its generation. So a live key
 //     stays reachable from its home slot without crossing an unused one, and tombstones
@@ -385,38 +385,33 @@ func (g *lockFree[S, P]) move(sh *lshard[S], a *larray[S], j, i int, m uint64) {
 }
 
 // sweepAll deletes every state of the shard that is equivalent to empty as of now, with
-// the lock held, closing the holes in one pass (compact) rather than one shift each. It
-// never shrinks the array: its caller, an insert, wants room.
+// the lock held, and closes the holes in the same walk over the array: it walks once from
+// an unused slot, run by run, tombstoning each emptied state it meets (retireTAT, or S's
+// retire), moving each live key back to the earliest hole at or after its home in its
+// run (as move), and returning the holes left at a run's end to unused: no key then has
+// one of them between its home and its slot. It tracks up to 32 holes a run; a tombstone
+// beyond them stays (a tombstone keeps its run whole, and inserts reuse it). It never
+// shrinks the array: its caller, an insert, wants room.
 func (g *lockFree[S, P]) sweepAll(sh *lshard[S], now int64) {
 	a := sh.arr.Load()
-	gone := int64(0)
-	for i := range a.slots {
-		e := &a.slots[i]
-		if h := hdr(e); h.meta.Load()&keyMask != 0 && (g.tat && h.retireTAT(now) || !g.tat && P(e).retire(now, g.p)) {
-			gone++
-		}
-	}
-	if gone > 0 {
-		g.st.count(&sh.n, -gone)
-		g.compact(sh, a)
-		sh.changed()
-	}
-}
-
-// compact closes the holes tombstones leave, with the lock held. It walks the array once
-// from an unused slot, run by run, moving each key back to the earliest hole at or after
-// its home in its run (as move), and returns the holes left at a run's end to unused:
-// no key then has one of them between its home and its slot. It tracks up to 32 holes a
-// run; a tombstone beyond them stays (a tombstone keeps its run whole, and inserts reuse
-// it).
-func (g *lockFree[S, P]) compact(sh *lshard[S], a *larray[S]) {
 	c := len(a.slots)
+	gone := int64(0)
 	p := 0
 	for hdr(&a.slots[p]).meta.Load()&keyMask != 0 {
-		if p++; p == c {
-			return // no unused slot: cannot happen below maxLoad
+		if p++; p == c { // no unused slot (cannot happen below maxLoad): delete only
+			for i := range a.slots {
+				if hdr(&a.slots[i]).meta.Load()&keyMask != 0 && g.emptied(&a.slots[i], now) {
+					gone++
+				}
+			}
+			if gone > 0 {
+				g.st.count(&sh.n, -gone)
+				sh.changed()
+			}
+			return
 		}
 	}
+	changed := false
 	var buf [32]int
 	holes := buf[:0]
 	start := p + 1 // of the run being walked
@@ -424,17 +419,36 @@ func (g *lockFree[S, P]) compact(sh *lshard[S], a *larray[S]) {
 		if j++; j == c {
 			j = 0
 		}
-		h := hdr(&a.slots[j])
+		e := &a.slots[j]
+		h := hdr(e)
 		m := h.meta.Load()
-		switch {
-		case m&keyMask == 0:
+		if m&keyMask == 0 {
 			for _, x := range holes {
 				hx := hdr(&a.slots[x])
 				hx.meta.Store(hx.meta.Load() &^ keyMask) // the key pointer stays: a finder may still read it
 				sh.used--
+				changed = true
 			}
 			holes, start = holes[:0], j+1
-		case h.ctl.Load() == tombstone:
+			continue
+		}
+		hole := false
+		if g.tat {
+			v := h.ctl.Load()
+			if v == tombstone {
+				hole = true
+			} else if !isSentinel(v) && v&valMask <= now && h.ctl.CompareAndSwap(v, tombstone) {
+				hole = true // retireTAT, with the word already read
+				gone++
+			}
+		} else if P(e).retire(now, g.p) {
+			hole = true
+			gone++
+		} else {
+			hole = h.ctl.Load() == tombstone
+		}
+		switch {
+		case hole:
 			if m>>genShift < maxGen && len(holes) < cap(holes) {
 				holes = append(holes, j)
 			}
@@ -443,6 +457,7 @@ func (g *lockFree[S, P]) compact(sh *lshard[S], a *larray[S]) {
 			for q, x := range holes {
 				if (x-start+c)%c >= dk {
 					g.move(sh, a, j, x, m)
+					changed = true
 					holes = append(holes[:q], holes[q+1:]...)
 					if m>>genShift < maxGen {
 						holes = append(holes, j)
@@ -452,6 +467,21 @@ func (g *lockFree[S, P]) compact(sh *lshard[S], a *larray[S]) {
 			}
 		}
 	}
+	if gone > 0 {
+		g.st.count(&sh.n, -gone)
+	}
+	if gone > 0 || changed {
+		sh.changed()
+	}
+}
+
+// emptied tombstones slot e if its state is equivalent to empty as of now, with the lock
+// held, reporting whether it did.
+func (g *lockFree[S, P]) emptied(e *S, now int64) bool {
+	if g.tat {
+		return hdr(e).retireTAT(now)
+	}
+	return P(e).retire(now, g.p)
 }
 
 func (g *lockFree[S, P]) locate(sh *lshard[S], key string, h uint64) (*larray[S], int) {
