@@ -102,16 +102,20 @@ func (g *gcraClass) decide(key string, h uint64, now, n int64) algo.Result {
 // A miss is not proof of absence without the lock (a key may be moving past the probe),
 // so an admission inserts only under the lock and only if seq still reads seen: then no
 // key was given, moved, taken or deleted since, the key is still absent and p still
-// describes its probe run. A look or a denial, which writes nothing, takes the lock's
-// answer.
+// describes its probe run. It inserts into the slot p chose (place) or, if place cannot,
+// as any insert under the lock does (insert), with the decision already made. A look or a
+// denial, which writes nothing, takes the lock's answer.
 func (g *gcraClass) missed(sh *lshard[gslot], seen uint64, a *larray[gslot], p probe, key string, h uint64, now, n int64) algo.Result {
 	ns, r := algo.GCRAFresh(now, g.p, n) // the class's f is algo.GCRA
 	if n == 0 || !r.Allowed {
 		return g.decideUnder(sh, key, h, now, n)
 	}
 	sh.mu.Lock()
-	if sh.seq.Load() != seen || !g.place(sh, a, p, key, h, ns.A, now) {
+	switch {
+	case sh.seq.Load() != seen || sh.arr.Load() != a || g.gone.Load():
 		r = g.decideIn(sh, key, h, now, n, true)
+	case !g.place(sh, a, p, key, h, ns.A):
+		g.insert(sh, key, h, ns, now) // still absent: seq is unchanged
 	}
 	sh.mu.Unlock()
 	return r
@@ -135,14 +139,15 @@ type probe struct {
 }
 
 // replaceable returns the time by which a state must have emptied for an insert at now to
-// replace it in place: now in a store that sweeps, and -1 (no state) in one that does
-// not, which deletes no state (WithSweepInterval) and so never moves the time Store.now
-// decides at past its clock.
+// replace it in place: sweepAt(now) in a store that sweeps, so that Store.now never
+// decides before the deletion's time, and -1 (no state) in one that does not, which
+// deletes no state (WithSweepInterval) and so never moves the time Store.now decides at
+// past its clock.
 func (g *gcraClass) replaceable(now int64) int64 {
 	if g.st.sweepGap <= 0 {
 		return -1
 	}
-	return now
+	return g.st.sweepAt(now)
 }
 
 // gprobe looks key up in a without the lock, as larray.find does, and on a miss also
@@ -175,15 +180,15 @@ func gprobe(a *larray[gslot], key string, h uint64, emptied int64) probe {
 	}
 }
 
-// place inserts key, absent from a as probe p found it, with TAT tat, with the lock held
-// and the shard unchanged since p began (seq): it gives the key slot p.i (assign), having
-// first deleted the emptied state p read there, if any. It reports false, having changed
-// nothing, when the array is not the shard's, the class is retired, an unused slot would
-// take the array over its load, or the state there was decided again or emptied too
-// recently to delete (after sweepAt(now)); decideIn then inserts. p names an emptied
-// state only in a store that sweeps (replaceable).
-func (g *gcraClass) place(sh *lshard[gslot], a *larray[gslot], p probe, key string, h uint64, tat, now int64) bool {
-	if p.i < 0 || sh.arr.Load() != a || g.gone.Load() {
+// place inserts key, absent from a as probe p found it, with TAT tat, with the lock held,
+// the shard unchanged since p began (seq), a still its array and the class not retired:
+// it gives the key slot p.i (gassign), having first deleted the emptied state p read
+// there, if any. It reports false, having changed nothing, when an unused slot would take
+// the array over its load or the state there was decided again since; the caller then
+// inserts. p names an emptied state only in a store that sweeps, and only one that had
+// emptied by sweepAt (replaceable), which only grows.
+func (g *gcraClass) place(sh *lshard[gslot], a *larray[gslot], p probe, key string, h uint64, tat int64) bool {
+	if p.i < 0 {
 		return false
 	}
 	e := &a.slots[p.i].lhdr
@@ -198,9 +203,6 @@ func (g *gcraClass) place(sh *lshard[gslot], a *larray[gslot], p probe, key stri
 	case p.ctl == tombstone:
 		g.st.count(&sh.n, 1)
 	default: // an emptied state, replaced: the count stays
-		if p.ctl&valMask > g.st.sweepAt(now) {
-			return false
-		}
 		// One swap ends the old key's generation and publishes the new one's state;
 		// the key and meta follow (lockfree.go: an emptied state replaced in place).
 		next := (e.meta.Load()>>genShift+1)<<genShift | m&keyMask

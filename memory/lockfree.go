@@ -35,7 +35,8 @@ import (
 //     generation g exists only from g's publication to the tombstone (or replacement)
 //     that ends it.
 //   - A decider reads meta, the key pointer and meta again (holds; every change of a
-//     slot's pointer is bracketed by meta writes, setKey), compares the key's bytes only
+//     slot's pointer is bracketed by meta writes, setKey, the first of which an unused
+//     slot's own meta word stands for), compares the key's bytes only
 //     if meta did not change, so it never reads past the end of another key, then reads
 //     the control word, goes on only if the control word's generation is meta's, and
 //     writes only with a compare-and-swap (GCRA) or a claim (pair.go) expecting the word
@@ -133,11 +134,15 @@ func keyLen(m uint64) int { return int(m&keyMask) >> 32 }
 // ends no probe run.
 const rekeying = uint64(1<<(genShift-32)-1) << 32
 
-// setKey gives the slot key ptr and then meta m, with the lock held. The meta word reads
-// rekeying (same generation and tag) while the pointer changes, so that holds never pairs
-// a meta word with a pointer to a key of another length.
+// setKey gives the slot key ptr and then meta m, with the lock held. The meta word of a
+// keyed slot reads rekeying (same generation and tag) while the pointer changes, so that
+// holds never pairs a meta word with a pointer to a key of another length; an unused
+// slot's needs no mark, since a reader that reads its meta word ends its probe there and
+// reads no pointer.
 func (h *lhdr) setKey(ptr *byte, m uint64) {
-	h.meta.Store(h.meta.Load() | rekeying)
+	if old := h.meta.Load(); old&keyMask != 0 {
+		h.meta.Store(old | rekeying)
+	}
 	h.key.Store(ptr)
 	h.meta.Store(m)
 }
@@ -569,7 +574,14 @@ func (g *lockFree[S, P]) insert(sh *lshard[S], key string, h uint64, s algo.Stat
 		a = g.rebuild(sh, false)
 	}
 	m := gmeta(key, h)
-	if a.assign(a.place(m), unsafe.StringData(key), m, s, putS[S, P]) {
+	i := a.place(m)
+	if g.tat { // a gslot: gassign, without assign's call through put
+		e := hdr(&a.slots[i])
+		if e.meta.Load()&keyMask == 0 {
+			sh.used++
+		}
+		gassign(e, unsafe.StringData(key), m, s.A)
+	} else if a.assign(i, unsafe.StringData(key), m, s, putS[S, P]) {
 		sh.used++
 	}
 	g.st.count(&sh.n, 1)
