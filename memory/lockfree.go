@@ -416,10 +416,11 @@ func (g *lockFree[S, P]) sweepAll(sh *lshard[S], now int64) {
 			return
 		}
 	}
-	changed := false
-	var buf [32]int
-	holes := buf[:0]
-	start := p + 1 // of the run being walked
+	// The walk's common steps (an unused slot, a live key with no hole before it in its
+	// run, a state to delete) stay in this loop; what it does with holes is out of line.
+	var r run
+	r.start = p + 1
+	tat := g.tat
 	for n, j := 0, p; n < c; n++ {
 		if j++; j == c {
 			j = 0
@@ -428,19 +429,15 @@ func (g *lockFree[S, P]) sweepAll(sh *lshard[S], now int64) {
 		h := hdr(e)
 		m := h.meta.Load()
 		if m&keyMask == 0 {
-			for _, x := range holes {
-				hx := hdr(&a.slots[x])
-				hx.meta.Store(hx.meta.Load() &^ keyMask) // the key pointer stays: a finder may still read it
-				sh.used--
-				changed = true
+			if r.n > 0 {
+				endRun(sh, a, &r)
 			}
-			holes, start = holes[:0], j+1
+			r.start = j + 1
 			continue
 		}
-		hole := false
-		if g.tat {
-			v := h.ctl.Load()
-			if v == tombstone {
+		var hole bool
+		if tat {
+			if v := h.ctl.Load(); v == tombstone {
 				hole = true
 			} else if !isSentinel(v) && v&valMask <= now && h.ctl.CompareAndSwap(v, tombstone) {
 				hole = true // retireTAT, with the word already read
@@ -454,29 +451,64 @@ func (g *lockFree[S, P]) sweepAll(sh *lshard[S], now int64) {
 		}
 		switch {
 		case hole:
-			if m>>genShift < maxGen && len(holes) < cap(holes) {
-				holes = append(holes, j)
+			if m>>genShift < maxGen && r.n < len(r.holes) {
+				r.holes[r.n] = j
+				r.n++
 			}
-		case len(holes) > 0:
-			dk := (lhome(m, c) - start + c) % c
-			for q, x := range holes {
-				if (x-start+c)%c >= dk {
-					g.move(sh, a, j, x, m)
-					changed = true
-					holes = append(holes[:q], holes[q+1:]...)
-					if m>>genShift < maxGen {
-						holes = append(holes, j)
-					}
-					break
-				}
-			}
+		case r.n > 0:
+			g.fill(sh, a, &r, j, m)
 		}
 	}
 	if gone > 0 {
 		g.st.count(&sh.n, -gone)
 	}
-	if gone > 0 || changed {
+	if gone > 0 || r.changed {
 		sh.changed()
+	}
+}
+
+// run is sweepAll's record of the run it is walking: where it starts and its holes (up
+// to 32), in order, that a later key of the run may move back into.
+type run struct {
+	holes   [32]int
+	n       int
+	start   int
+	changed bool
+}
+
+// endRun returns the holes of the run r walked, which has ended, to unused, with the lock
+// held: no key of the run lies beyond them.
+func endRun[S any](sh *lshard[S], a *larray[S], r *run) {
+	for _, x := range r.holes[:r.n] {
+		hx := hdr(&a.slots[x])
+		hx.meta.Store(hx.meta.Load() &^ keyMask) // the key pointer stays: a finder may still read it
+		sh.used--
+	}
+	r.n = 0
+	r.changed = true
+}
+
+// fill moves the live key of slot j, whose meta is m, back to the earliest hole of r at
+// or after its home, if any, with the lock held; j is then a hole.
+func (g *lockFree[S, P]) fill(sh *lshard[S], a *larray[S], r *run, j int, m uint64) {
+	c := len(a.slots)
+	dk := lhome(m, c) - r.start
+	if dk < 0 {
+		dk += c
+	}
+	for q := 0; q < r.n; q++ {
+		x := r.holes[q]
+		if d := x - r.start; d >= dk || d < 0 && d+c >= dk {
+			g.move(sh, a, j, x, m)
+			r.changed = true
+			copy(r.holes[q:r.n], r.holes[q+1:r.n])
+			r.n--
+			if m>>genShift < maxGen {
+				r.holes[r.n] = j
+				r.n++
+			}
+			return
+		}
 	}
 }
 
