@@ -106,7 +106,7 @@ func (g *gcraClass) decide(key string, h uint64, now, n int64) algo.Result {
 // as any insert under the lock does (insert), with the decision already made. A look or a
 // denial, which writes nothing, takes the lock's answer.
 func (g *gcraClass) missed(sh *lshard[gslot], seen uint64, a *larray[gslot], p probe, key string, h uint64, now, n int64) algo.Result {
-	ns, r := algo.GCRAFresh(now, g.p, n) // the class's f is algo.GCRA
+	ns, r := algo.GCRAFresh(now, g.p, n) // the class decides algo.GCRA with S = 1
 	if n == 0 || !r.Allowed {
 		return g.decideUnder(sh, key, h, now, n)
 	}

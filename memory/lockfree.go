@@ -569,7 +569,7 @@ func (g *lockFree[S, P]) decideIn(sh *lshard[S], key string, h uint64, now, n in
 // fresh decides n at now on a key with no state: f on the zero State, in closed form for
 // GCRA's (algo.GCRAFresh).
 func (g *lockFree[S, P]) fresh(now, n int64) (algo.State, algo.Result) {
-	if g.tat { // f is algo.GCRA
+	if g.tat { // f is algo.GCRA, with S = 1 (newGCRAClass)
 		return algo.GCRAFresh(now, g.p, n)
 	}
 	return g.f(algo.State{}, now, g.p, n)

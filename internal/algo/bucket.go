@@ -76,21 +76,20 @@ func GCRAAllowed(next, now int64, p Params) Result {
 }
 
 // GCRAFresh is GCRA on a key with no state (the zero State: a new key, or one whose state
-// emptied and was deleted), in closed form: GCRA(State{}, now, p, n) for every input.
+// emptied and was deleted), in closed form, for a limit with S = 1 (as GCRAStep) and a now
+// at or after the epoch: GCRA(State{}, now, p, n) for every such input.
 //
 // State kept: none is read; the State returned is the one GCRA would write (the TAT
-// now + n·U/S after an allowed spend, else the zero State). Rounding and error bound:
-// GCRA's, which it equals. A fresh key has a full allowance: a cost n is allowed when
-// n ≤ Burst, leaving Remaining = Burst - n and ResetAfter = n·U/S rounded up; a denial
-// (n > Burst) leaves Remaining = Burst and RetryAfter = (n - Burst)·U/S rounded up; a
-// look reports Remaining = Burst and ResetAfter = 0. None of it divides when S = 1.
+// now + n·U after an allowed spend, else the zero State). Rounding and error bound:
+// GCRA's, which it equals; with S = 1 every quantity is a whole µs, so nothing rounds. A
+// fresh key has a full allowance: a cost n ≤ Burst is allowed, leaving Remaining =
+// Burst - n and ResetAfter = n·U; a cost n > Burst is denied, leaving Remaining = Burst
+// and RetryAfter = (n - Burst)·U; a look reports Remaining = Burst and ResetAfter = 0.
+// Nothing divides, and it inlines.
 //
-// Clock stepping back: a fresh key has no TAT for time to step back past; a now before
-// the epoch (now < 0, which no store decides at) is decided by GCRA itself.
+// Clock stepping back: a fresh key has no TAT for time to step back past, so every now
+// decides the same way.
 func GCRAFresh(now int64, p Params, n int64) (State, Result) {
-	if p.S != 1 || now < 0 {
-		return GCRA(State{}, now, p, n)
-	}
 	switch {
 	case n > p.Burst:
 		return State{}, Result{Remaining: p.Burst, RetryAfter: (n - p.Burst) * p.U}
