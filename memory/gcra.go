@@ -95,7 +95,7 @@ func (g *gcraClass) decide(key string, h uint64, now, n int64) algo.Result {
 		}
 		return g.decideUnder(sh, key, h, now, n)
 	}
-	return g.missed(sh, seen, a, p, key, h, now, n)
+	return g.missed(sh, seen, a, &p, key, h, now, n)
 }
 
 // missed decides key, which probe p of array a missed after the shard's seq read seen.
@@ -105,7 +105,7 @@ func (g *gcraClass) decide(key string, h uint64, now, n int64) algo.Result {
 // describes its probe run. It inserts into the slot p chose (place) or, if place cannot,
 // as any insert under the lock does (insert), with the decision already made. A look or a
 // denial, which writes nothing, takes the lock's answer.
-func (g *gcraClass) missed(sh *lshard[gslot], seen uint64, a *larray[gslot], p probe, key string, h uint64, now, n int64) algo.Result {
+func (g *gcraClass) missed(sh *lshard[gslot], seen uint64, a *larray[gslot], p *probe, key string, h uint64, now, n int64) algo.Result {
 	ns, r := algo.GCRAFresh(now, g.p, n) // the class decides algo.GCRA with S = 1
 	if n == 0 || !r.Allowed {
 		return g.decideUnder(sh, key, h, now, n)
@@ -187,7 +187,7 @@ func gprobe(a *larray[gslot], key string, h uint64, emptied int64) probe {
 // the array over its load or the state there was decided again since; the caller then
 // inserts. p names an emptied state only in a store that sweeps, and only one that had
 // emptied by sweepAt (replaceable), which only grows.
-func (g *gcraClass) place(sh *lshard[gslot], a *larray[gslot], p probe, key string, h uint64, tat int64) bool {
+func (g *gcraClass) place(sh *lshard[gslot], a *larray[gslot], p *probe, key string, h uint64, tat int64) bool {
 	if p.i < 0 {
 		return false
 	}
