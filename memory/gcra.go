@@ -114,7 +114,7 @@ func (g *gcraClass) missed(sh *lshard[gslot], seen uint64, a *larray[gslot], p *
 	switch {
 	case sh.seq.Load() != seen || sh.arr.Load() != a || g.gone.Load():
 		r = g.decideIn(sh, key, h, now, n, true)
-	case !g.place(sh, a, p, key, h, ns.A):
+	case !g.place(sh, a, p, key, h, ns.A, now):
 		g.insert(sh, key, h, ns, now) // still absent: seq is unchanged
 	}
 	sh.mu.Unlock()
@@ -139,15 +139,15 @@ type probe struct {
 }
 
 // replaceable returns the time by which a state must have emptied for an insert at now to
-// replace it in place: sweepAt(now) in a store that sweeps, so that Store.now never
-// decides before the deletion's time, and -1 (no state) in one that does not, which
+// replace it in place: now in a store that sweeps (place then checks sweepAt, off the
+// path of a decision that finds its key), and -1 (no state) in one that does not, which
 // deletes no state (WithSweepInterval) and so never moves the time Store.now decides at
 // past its clock.
 func (g *gcraClass) replaceable(now int64) int64 {
 	if g.st.sweepGap <= 0 {
 		return -1
 	}
-	return g.st.sweepAt(now)
+	return now
 }
 
 // gprobe looks key up in a without the lock, as larray.find does, and on a miss also
@@ -184,10 +184,11 @@ func gprobe(a *larray[gslot], key string, h uint64, emptied int64) probe {
 // the shard unchanged since p began (seq), a still its array and the class not retired:
 // it gives the key slot p.i (gassign), having first deleted the emptied state p read
 // there, if any. It reports false, having changed nothing, when an unused slot would take
-// the array over its load or the state there was decided again since; the caller then
-// inserts. p names an emptied state only in a store that sweeps, and only one that had
-// emptied by sweepAt (replaceable), which only grows.
-func (g *gcraClass) place(sh *lshard[gslot], a *larray[gslot], p *probe, key string, h uint64, tat int64) bool {
+// the array over its load, or the state there was decided again since or emptied too
+// recently to delete (after sweepAt(now), so that Store.now never decides before the
+// deletion's time); the caller then inserts. p names an emptied state only in a store
+// that sweeps (replaceable).
+func (g *gcraClass) place(sh *lshard[gslot], a *larray[gslot], p *probe, key string, h uint64, tat, now int64) bool {
 	if p.i < 0 {
 		return false
 	}
@@ -203,6 +204,9 @@ func (g *gcraClass) place(sh *lshard[gslot], a *larray[gslot], p *probe, key str
 	case p.ctl == tombstone:
 		g.st.count(&sh.n, 1)
 	default: // an emptied state, replaced: the count stays
+		if p.ctl&valMask > g.st.sweepAt(now) {
+			return false
+		}
 		// One swap ends the old key's generation and publishes the new one's state;
 		// the key and meta follow (lockfree.go: an emptied state replaced in place).
 		next := (e.meta.Load()>>genShift+1)<<genShift | m&keyMask
