@@ -89,7 +89,7 @@ func (c *insertCase) probeNow(key string) (uint64, *larray[gslot], probe) {
 	sh := c.shard()
 	seen := sh.seq.Load()
 	a := sh.arr.Load()
-	return seen, a, gprobe(a, key, c.s.hash(key), c.g.replaceable(c.now()))
+	return seen, a, gprobe(a, key, c.s.hash(key), c.now(), c.g.replacer())
 }
 
 // left is what a look at key reports left.

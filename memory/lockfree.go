@@ -82,7 +82,7 @@ import (
 //
 // An emptied state replaced in place is deleted as the sweeper deletes it: only in a store
 // that sweeps (one that does not deletes no state, WithSweepInterval, so its probe chooses
-// none: gcraClass.replaceable), only if it had emptied by sweepAt(now) (so Store.now never
+// none: gcraClass.replacer), only if it had emptied by sweepAt(now) (so Store.now never
 // decides before the deletion's time), and the state count does not change. The slot
 // stays keyed throughout, so no probe run changes. The replacement is one compare-and-swap of the control word, from the exact
 // word the probe read to the new key's state under the slot's next generation g+1; then
