@@ -88,30 +88,34 @@ func (g *gcraClass) decide(key string, h uint64, now, n int64) algo.Result {
 	if a == nil {
 		return g.decideUnder(sh, key, h, now, n)
 	}
-	p := gprobe(a, key, h, g.replaceable(now))
+	p := gprobe(a, key, h, now, g.replacer())
 	if p.hit {
 		if r, ok := g.fast(&a.slots[p.i].ctl, p.m, now, n); ok {
 			return r
 		}
 		return g.decideUnder(sh, key, h, now, n)
 	}
-	return g.missed(sh, seen, a, p, key, h, now, n)
+	return g.missed(sh, seen, a, &p, key, h, now, n)
 }
 
 // missed decides key, which probe p of array a missed after the shard's seq read seen.
 // A miss is not proof of absence without the lock (a key may be moving past the probe),
 // so an admission inserts only under the lock and only if seq still reads seen: then no
 // key was given, moved, taken or deleted since, the key is still absent and p still
-// describes its probe run. A look or a denial, which writes nothing, takes the lock's
-// answer.
-func (g *gcraClass) missed(sh *lshard[gslot], seen uint64, a *larray[gslot], p probe, key string, h uint64, now, n int64) algo.Result {
-	ns, r := g.f(algo.State{}, now, g.p, n)
+// describes its probe run. It inserts into the slot p chose (place) or, if place cannot,
+// as any insert under the lock does (insert), with the decision already made. A look or a
+// denial, which writes nothing, takes the lock's answer.
+func (g *gcraClass) missed(sh *lshard[gslot], seen uint64, a *larray[gslot], p *probe, key string, h uint64, now, n int64) algo.Result {
+	ns, r := algo.GCRAFresh(now, g.p, n) // the class decides algo.GCRA with S = 1
 	if n == 0 || !r.Allowed {
 		return g.decideUnder(sh, key, h, now, n)
 	}
 	sh.mu.Lock()
-	if sh.seq.Load() != seen || !g.place(sh, a, p, key, h, ns.A, now) {
+	switch {
+	case sh.seq.Load() != seen || sh.arr.Load() != a || g.gone.Load():
 		r = g.decideIn(sh, key, h, now, n, true)
+	case !g.place(sh, a, p, key, h, ns.A):
+		g.insert(sh, key, h, ns, now) // still absent: seq is unchanged
 	}
 	sh.mu.Unlock()
 	return r
@@ -134,22 +138,24 @@ type probe struct {
 	ctl int64
 }
 
-// replaceable returns the time by which a state must have emptied for an insert at now to
-// replace it in place: now in a store that sweeps, and -1 (no state) in one that does
+// replacer returns the store whose sweep time bounds the emptied states an insert may
+// replace in place (gprobe): the class's store if it sweeps, and nil (no state) if it does
 // not, which deletes no state (WithSweepInterval) and so never moves the time Store.now
 // decides at past its clock.
-func (g *gcraClass) replaceable(now int64) int64 {
+func (g *gcraClass) replacer() *Store {
 	if g.st.sweepGap <= 0 {
-		return -1
+		return nil
 	}
-	return now
+	return g.st
 }
 
 // gprobe looks key up in a without the lock, as larray.find does, and on a miss also
 // chooses a slot for it: the first slot of its probe run that is a tombstone or holds a
-// state that had emptied by emptied (replaceable), whose generation is below maxGen, or
-// else the unused slot that ends the run (ctl then 0).
-func gprobe(a *larray[gslot], key string, h uint64, emptied int64) probe {
+// state that had emptied by st.sweepAt(now) (st from replacer; none if nil), whose
+// generation is below maxGen, or else the unused slot that ends the run (ctl then 0). It
+// reads the sweep time only on meeting a state that emptied by now, so a decision that
+// finds a live key never does.
+func gprobe(a *larray[gslot], key string, h uint64, now int64, st *Store) probe {
 	c := len(a.slots)
 	want := gmeta(key, h)
 	p := probe{i: -1}
@@ -166,7 +172,8 @@ func gprobe(a *larray[gslot], key string, h uint64, emptied int64) probe {
 		if m&keyMask == want && v != tombstone && e.holds(m, key) {
 			return probe{i: i, m: m, hit: true}
 		}
-		if p.i < 0 && m>>genShift < maxGen && (v == tombstone || (!isSentinel(v) && v&valMask <= emptied)) {
+		if p.i < 0 && m>>genShift < maxGen && (v == tombstone ||
+			!isSentinel(v) && v&valMask <= now && st != nil && v&valMask <= st.sweepAt(now)) {
 			p.i, p.ctl = i, v
 		}
 		if i++; i == c {
@@ -175,15 +182,16 @@ func gprobe(a *larray[gslot], key string, h uint64, emptied int64) probe {
 	}
 }
 
-// place inserts key, absent from a as probe p found it, with TAT tat, with the lock held
-// and the shard unchanged since p began (seq): it gives the key slot p.i (assign), having
-// first deleted the emptied state p read there, if any. It reports false, having changed
-// nothing, when the array is not the shard's, the class is retired, an unused slot would
-// take the array over its load, or the state there was decided again or emptied too
-// recently to delete (after sweepAt(now)); decideIn then inserts. p names an emptied
-// state only in a store that sweeps (replaceable).
-func (g *gcraClass) place(sh *lshard[gslot], a *larray[gslot], p probe, key string, h uint64, tat, now int64) bool {
-	if p.i < 0 || sh.arr.Load() != a || g.gone.Load() {
+// place inserts key, absent from a as probe p found it, with TAT tat, with the lock held,
+// the shard unchanged since p began (seq), a still its array and the class not retired:
+// it gives the key slot p.i (gassign), having first deleted the emptied state p read
+// there, if any. It reports false, having changed nothing, when an unused slot would take
+// the array over its load, or the state there was decided again since; the caller then
+// inserts. p names an emptied state only in a store that sweeps, and only one that had
+// emptied by sweepAt(now) (gprobe), so that Store.now never decides before the
+// deletion's time.
+func (g *gcraClass) place(sh *lshard[gslot], a *larray[gslot], p *probe, key string, h uint64, tat int64) bool {
+	if p.i < 0 {
 		return false
 	}
 	e := &a.slots[p.i].lhdr
@@ -198,9 +206,6 @@ func (g *gcraClass) place(sh *lshard[gslot], a *larray[gslot], p probe, key stri
 	case p.ctl == tombstone:
 		g.st.count(&sh.n, 1)
 	default: // an emptied state, replaced: the count stays
-		if p.ctl&valMask > g.st.sweepAt(now) {
-			return false
-		}
 		// One swap ends the old key's generation and publishes the new one's state;
 		// the key and meta follow (lockfree.go: an emptied state replaced in place).
 		next := (e.meta.Load()>>genShift+1)<<genShift | m&keyMask

@@ -89,7 +89,7 @@ func (c *insertCase) probeNow(key string) (uint64, *larray[gslot], probe) {
 	sh := c.shard()
 	seen := sh.seq.Load()
 	a := sh.arr.Load()
-	return seen, a, gprobe(a, key, c.s.hash(key), c.g.replaceable(c.now()))
+	return seen, a, gprobe(a, key, c.s.hash(key), c.now(), c.g.replacer())
 }
 
 // left is what a look at key reports left.
@@ -114,7 +114,7 @@ func TestRacingInsertersOfOneKeyKeepOneState(t *testing.T) {
 	if j, _ := c.slot(k); j != i {
 		t.Fatalf("B put %q at slot %d, not in place at %d", k, j, i)
 	}
-	if r := c.g.missed(c.shard(), seen, a, p, k, c.s.hash(k), c.now(), 1); !r.Allowed { // inserter A
+	if r := c.g.missed(c.shard(), seen, a, &p, k, c.s.hash(k), c.now(), 1); !r.Allowed { // inserter A
 		t.Fatalf("A denied: %+v", r)
 	}
 	if n := c.s.Len(); n != 1 {
@@ -150,7 +150,7 @@ func TestInsertRacingTheSweeper(t *testing.T) {
 	if j, _ := c.slot(w); j != iz {
 		t.Fatalf("the sweep left %q at %d, not moved back to %d", w, j, iz)
 	}
-	if r := c.g.missed(c.shard(), seen, a, p, k, c.s.hash(k), now, 1); !r.Allowed {
+	if r := c.g.missed(c.shard(), seen, a, &p, k, c.s.hash(k), now, 1); !r.Allowed {
 		t.Fatalf("A denied: %+v", r)
 	}
 	if got := c.left(k); got != c.l.MaxCost()-1 {
@@ -188,7 +188,7 @@ func TestInsertRacingARebuild(t *testing.T) {
 	if c.shard().arr.Load() == a {
 		t.Fatal("no rebuild: the array is the one A probed")
 	}
-	if r := c.g.missed(c.shard(), seen, a, p, k, c.s.hash(k), now, 1); !r.Allowed {
+	if r := c.g.missed(c.shard(), seen, a, &p, k, c.s.hash(k), now, 1); !r.Allowed {
 		t.Fatalf("A denied: %+v", r)
 	}
 	if got := c.left(k); got != c.l.MaxCost()-1 {

@@ -35,7 +35,8 @@ import (
 //     generation g exists only from g's publication to the tombstone (or replacement)
 //     that ends it.
 //   - A decider reads meta, the key pointer and meta again (holds; every change of a
-//     slot's pointer is bracketed by meta writes, setKey), compares the key's bytes only
+//     slot's pointer is bracketed by meta writes, setKey, the first of which an unused
+//     slot's own meta word stands for), compares the key's bytes only
 //     if meta did not change, so it never reads past the end of another key, then reads
 //     the control word, goes on only if the control word's generation is meta's, and
 //     writes only with a compare-and-swap (GCRA) or a claim (pair.go) expecting the word
@@ -44,7 +45,7 @@ import (
 //     the one it compared (holds compares only the key stored with meta of generation g).
 //     TestReusedSlotRefusesAStaleDecider replays that interleaving.
 //   - Deleting a key (sweep, Reset, eviction) tombstones its slot, then closes the hole:
-//     later keys of its probe run that may sit there move back (shift, or compact for a
+//     later keys of its probe run that may sit there move back (shift, or sweepAll for a
 //     whole shard at once; a move seizes the old slot and is a new use of the new one),
 //     and the hole a run ends with becomes unused, keeping its generation. So a live key
 //     stays reachable from its home slot without crossing an unused one, and tombstones
@@ -81,7 +82,7 @@ import (
 //
 // An emptied state replaced in place is deleted as the sweeper deletes it: only in a store
 // that sweeps (one that does not deletes no state, WithSweepInterval, so its probe chooses
-// none: gcraClass.replaceable), only if it had emptied by sweepAt(now) (so Store.now never
+// none: gcraClass.replacer), only if it had emptied by sweepAt(now) (so Store.now never
 // decides before the deletion's time), and the state count does not change. The slot
 // stays keyed throughout, so no probe run changes. The replacement is one compare-and-swap of the control word, from the exact
 // word the probe read to the new key's state under the slot's next generation g+1; then
@@ -133,11 +134,15 @@ func keyLen(m uint64) int { return int(m&keyMask) >> 32 }
 // ends no probe run.
 const rekeying = uint64(1<<(genShift-32)-1) << 32
 
-// setKey gives the slot key ptr and then meta m, with the lock held. The meta word reads
-// rekeying (same generation and tag) while the pointer changes, so that holds never pairs
-// a meta word with a pointer to a key of another length.
+// setKey gives the slot key ptr and then meta m, with the lock held. The meta word of a
+// keyed slot reads rekeying (same generation and tag) while the pointer changes, so that
+// holds never pairs a meta word with a pointer to a key of another length; an unused
+// slot's needs no mark, since a reader that reads its meta word ends its probe there and
+// reads no pointer.
 func (h *lhdr) setKey(ptr *byte, m uint64) {
-	h.meta.Store(h.meta.Load() | rekeying)
+	if old := h.meta.Load(); old&keyMask != 0 {
+		h.meta.Store(old | rekeying)
+	}
 	h.key.Store(ptr)
 	h.meta.Store(m)
 }
@@ -247,8 +252,9 @@ type lockFree[S any, P cell[S]] struct {
 	maxLoad, growLoad int
 	gone              *atomic.Bool // retired: see class.retire
 	// tat: a live control word's state is the instant the state empties (GCRA's one
-	// word, gslot), so sweepAll tests it in line (retireTAT) instead of through S's
-	// retire, an indirect call in this shape-generic code, per keyed slot.
+	// word, gslot, decided by algo.GCRA), so sweepAll tests it in line (retireTAT)
+	// instead of through S's retire, an indirect call in this shape-generic code, per
+	// keyed slot, and fresh decides in closed form.
 	tat bool
 }
 
@@ -384,73 +390,135 @@ func (g *lockFree[S, P]) move(sh *lshard[S], a *larray[S], j, i int, m uint64) {
 }
 
 // sweepAll deletes every state of the shard that is equivalent to empty as of now, with
-// the lock held, closing the holes in one pass (compact) rather than one shift each. It
-// never shrinks the array: its caller, an insert, wants room.
+// the lock held, and closes the holes in the same walk over the array: it walks once from
+// an unused slot, run by run, tombstoning each emptied state it meets (retireTAT, or S's
+// retire), moving each live key back to the earliest hole at or after its home in its
+// run (as move), and returning the holes left at a run's end to unused: no key then has
+// one of them between its home and its slot. It tracks up to 32 holes a run; a tombstone
+// beyond them stays (a tombstone keeps its run whole, and inserts reuse it). It never
+// shrinks the array: its caller, an insert, wants room.
 func (g *lockFree[S, P]) sweepAll(sh *lshard[S], now int64) {
 	a := sh.arr.Load()
-	gone := int64(0)
-	for i := range a.slots {
-		e := &a.slots[i]
-		if h := hdr(e); h.meta.Load()&keyMask != 0 && (g.tat && h.retireTAT(now) || !g.tat && P(e).retire(now, g.p)) {
-			gone++
-		}
-	}
-	if gone > 0 {
-		g.st.count(&sh.n, -gone)
-		g.compact(sh, a)
-		sh.changed()
-	}
-}
-
-// compact closes the holes tombstones leave, with the lock held. It walks the array once
-// from an unused slot, run by run, moving each key back to the earliest hole at or after
-// its home in its run (as move), and returns the holes left at a run's end to unused:
-// no key then has one of them between its home and its slot. It tracks up to 32 holes a
-// run; a tombstone beyond them stays (a tombstone keeps its run whole, and inserts reuse
-// it).
-func (g *lockFree[S, P]) compact(sh *lshard[S], a *larray[S]) {
 	c := len(a.slots)
+	gone := int64(0)
 	p := 0
 	for hdr(&a.slots[p]).meta.Load()&keyMask != 0 {
-		if p++; p == c {
-			return // no unused slot: cannot happen below maxLoad
+		if p++; p == c { // no unused slot (cannot happen below maxLoad): delete only
+			for i := range a.slots {
+				if hdr(&a.slots[i]).meta.Load()&keyMask != 0 && g.emptied(&a.slots[i], now) {
+					gone++
+				}
+			}
+			if gone > 0 {
+				g.st.count(&sh.n, -gone)
+				sh.changed()
+			}
+			return
 		}
 	}
-	var buf [32]int
-	holes := buf[:0]
-	start := p + 1 // of the run being walked
+	// The walk's common steps (an unused slot, a live key with no hole before it in its
+	// run, a state to delete) stay in this loop; what it does with holes is out of line.
+	var r run
+	r.start = p + 1
+	tat := g.tat
 	for n, j := 0, p; n < c; n++ {
 		if j++; j == c {
 			j = 0
 		}
-		h := hdr(&a.slots[j])
+		e := &a.slots[j]
+		h := hdr(e)
 		m := h.meta.Load()
+		if m&keyMask == 0 {
+			if r.n > 0 {
+				endRun(sh, a, &r)
+			}
+			r.start = j + 1
+			continue
+		}
+		var hole bool
+		if tat {
+			if v := h.ctl.Load(); v == tombstone {
+				hole = true
+			} else if !isSentinel(v) && v&valMask <= now && h.ctl.CompareAndSwap(v, tombstone) {
+				hole = true // retireTAT, with the word already read
+				gone++
+			}
+		} else if P(e).retire(now, g.p) {
+			hole = true
+			gone++
+		} else {
+			hole = h.ctl.Load() == tombstone
+		}
 		switch {
-		case m&keyMask == 0:
-			for _, x := range holes {
-				hx := hdr(&a.slots[x])
-				hx.meta.Store(hx.meta.Load() &^ keyMask) // the key pointer stays: a finder may still read it
-				sh.used--
+		case hole:
+			if m>>genShift < maxGen && r.n < len(r.holes) {
+				r.holes[r.n] = j
+				r.n++
 			}
-			holes, start = holes[:0], j+1
-		case h.ctl.Load() == tombstone:
-			if m>>genShift < maxGen && len(holes) < cap(holes) {
-				holes = append(holes, j)
-			}
-		case len(holes) > 0:
-			dk := (lhome(m, c) - start + c) % c
-			for q, x := range holes {
-				if (x-start+c)%c >= dk {
-					g.move(sh, a, j, x, m)
-					holes = append(holes[:q], holes[q+1:]...)
-					if m>>genShift < maxGen {
-						holes = append(holes, j)
-					}
-					break
-				}
-			}
+		case r.n > 0:
+			g.fill(sh, a, &r, j, m)
 		}
 	}
+	if gone > 0 {
+		g.st.count(&sh.n, -gone)
+	}
+	if gone > 0 || r.changed {
+		sh.changed()
+	}
+}
+
+// run is sweepAll's record of the run it is walking: where it starts and its holes (up
+// to 32), in order, that a later key of the run may move back into.
+type run struct {
+	holes   [32]int
+	n       int
+	start   int
+	changed bool
+}
+
+// endRun returns the holes of the run r walked, which has ended, to unused, with the lock
+// held: no key of the run lies beyond them.
+func endRun[S any](sh *lshard[S], a *larray[S], r *run) {
+	for _, x := range r.holes[:r.n] {
+		hx := hdr(&a.slots[x])
+		hx.meta.Store(hx.meta.Load() &^ keyMask) // the key pointer stays: a finder may still read it
+		sh.used--
+	}
+	r.n = 0
+	r.changed = true
+}
+
+// fill moves the live key of slot j, whose meta is m, back to the earliest hole of r at
+// or after its home, if any, with the lock held; j is then a hole.
+func (g *lockFree[S, P]) fill(sh *lshard[S], a *larray[S], r *run, j int, m uint64) {
+	c := len(a.slots)
+	dk := lhome(m, c) - r.start
+	if dk < 0 {
+		dk += c
+	}
+	for q := 0; q < r.n; q++ {
+		x := r.holes[q]
+		if d := x - r.start; d >= dk || d < 0 && d+c >= dk {
+			g.move(sh, a, j, x, m)
+			r.changed = true
+			copy(r.holes[q:r.n], r.holes[q+1:r.n])
+			r.n--
+			if m>>genShift < maxGen {
+				r.holes[r.n] = j
+				r.n++
+			}
+			return
+		}
+	}
+}
+
+// emptied tombstones slot e if its state is equivalent to empty as of now, with the lock
+// held, reporting whether it did.
+func (g *lockFree[S, P]) emptied(e *S, now int64) bool {
+	if g.tat {
+		return hdr(e).retireTAT(now)
+	}
+	return P(e).retire(now, g.p)
 }
 
 func (g *lockFree[S, P]) locate(sh *lshard[S], key string, h uint64) (*larray[S], int) {
@@ -472,7 +540,7 @@ func (g *lockFree[S, P]) decideLocked(key string, h uint64, now, n int64, commit
 func (g *lockFree[S, P]) decideIn(sh *lshard[S], key string, h uint64, now, n int64, commit bool) algo.Result {
 	a, i := g.locate(sh, key, h)
 	if i < 0 {
-		ns, r := g.f(algo.State{}, now, g.p, n)
+		ns, r := g.fresh(now, n)
 		if commit && r.Allowed && n > 0 && !g.gone.Load() {
 			g.insert(sh, key, h, ns, now)
 		}
@@ -496,6 +564,15 @@ func (g *lockFree[S, P]) decideIn(sh *lshard[S], key string, h uint64, now, n in
 		return r
 	}
 	return e.apply(now, g.p, n, g.f) // lock-free deciders may still race on this slot
+}
+
+// fresh decides n at now on a key with no state: f on the zero State, in closed form for
+// GCRA's (algo.GCRAFresh).
+func (g *lockFree[S, P]) fresh(now, n int64) (algo.State, algo.Result) {
+	if g.tat { // f is algo.GCRA, with S = 1 (newGCRAClass)
+		return algo.GCRAFresh(now, g.p, n)
+	}
+	return g.f(algo.State{}, now, g.p, n)
 }
 
 // update implements updater (reservations) with the shard lock held.
@@ -529,7 +606,14 @@ func (g *lockFree[S, P]) insert(sh *lshard[S], key string, h uint64, s algo.Stat
 		a = g.rebuild(sh, false)
 	}
 	m := gmeta(key, h)
-	if a.assign(a.place(m), unsafe.StringData(key), m, s, putS[S, P]) {
+	i := a.place(m)
+	if g.tat { // a gslot: gassign, without assign's call through put
+		e := hdr(&a.slots[i])
+		if e.meta.Load()&keyMask == 0 {
+			sh.used++
+		}
+		gassign(e, unsafe.StringData(key), m, s.A)
+	} else if a.assign(i, unsafe.StringData(key), m, s, putS[S, P]) {
 		sh.used++
 	}
 	g.st.count(&sh.n, 1)

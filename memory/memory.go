@@ -73,11 +73,13 @@ import (
 	"fmt"
 	"hash/maphash"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
@@ -90,7 +92,8 @@ type Store struct {
 	maxKeys  int64
 	sweepGap time.Duration
 
-	seed    maphash.Seed
+	seed    maphash.Seed // hash, where uintptr is narrower than 64 bits
+	mseed   uintptr      // hash, where it is 64 bits wide
 	classes atomic.Pointer[map[sluice.Limit]*classRef]
 	list    atomic.Pointer[[]*classRef] // the classes in creation order, for sweeping and eviction
 	evictAt atomic.Uint64               // eviction's cursor over list × shards
@@ -150,6 +153,7 @@ func New(opts ...Option) *Store {
 		shards:   256,
 		sweepGap: time.Second,
 		seed:     maphash.MakeSeed(),
+		mseed:    uintptr(rand.Uint64()),
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
 	}
@@ -210,7 +214,24 @@ func (s *Store) MaxKeys() int64 { return s.maxKeys }
 // Sweeping state that had become empty is not eviction and is not counted.
 func (s *Store) Evictions() uint64 { return s.evicted.Load() }
 
-func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
+// hash is key's 64-bit hash under the store's random seed: the runtime's memhash (the
+// hash maps and maphash use, AES-based where the CPU has it) called directly, where a
+// uintptr is 64 bits. maphash.String reaches the same function through two more calls,
+// which cost about as much as hashing a short key; it hashes where memhash's result is
+// narrower than the shard index and tag need.
+func (s *Store) hash(key string) uint64 {
+	if unsafe.Sizeof(uintptr(0)) < 8 {
+		return maphash.String(s.seed, key)
+	}
+	return uint64(memhash(unsafe.Pointer(unsafe.StringData(key)), s.mseed, uintptr(len(key))))
+}
+
+// memhash is the runtime's hash of n bytes at p. The runtime keeps this linkname and its
+// signature for the packages that use it (runtime/alg.go, go.dev/issue/67401).
+//
+//go:linkname memhash runtime.memhash
+//go:noescape
+func memhash(p unsafe.Pointer, seed, n uintptr) uintptr
 
 // now is the time decisions are made at: the clock, but never earlier than the time of the
 // latest sweep. State is deleted once it is equivalent to empty as of the sweep's time;

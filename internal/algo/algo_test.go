@@ -500,3 +500,43 @@ func TestGCRAStepIsGCRA(t *testing.T) {
 		}
 	}
 }
+
+// TestGCRAFreshIsGCRA: GCRAFresh is GCRA on the zero State for every test limit with S = 1
+// (GCRA's, TokenBucket's and LeakyBucket's Params), every cost up to past MaxCost, and
+// times from the epoch to far after it.
+func TestGCRAFreshIsGCRA(t *testing.T) {
+	tested := 0
+	for _, l := range testLimits {
+		for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket} {
+			p := ParamsOf(l.With(a))
+			if p.S != 1 {
+				continue
+			}
+			tested++
+			rng := rand.New(rand.NewPCG(17, uint64(l.Rate)))
+			for i := 0; i < 20000; i++ {
+				var now int64
+				switch i % 4 {
+				case 0:
+					now = rng.Int64N(3) // at the epoch
+				case 1:
+					now = rng.Int64N(epoch)
+				default:
+					now = epoch + rng.Int64N(1<<52-epoch)
+				}
+				n := rng.Int64N(p.MaxCost() + 3)
+				if i%5 == 0 {
+					n = p.Burst + rng.Int64N(3) - 1
+				}
+				ws, wr := GCRA(State{}, now, p, n)
+				gs, gr := GCRAFresh(now, p, n)
+				if gs != ws || gr != wr {
+					t.Fatalf("%v (%v) at %d, n %d: GCRAFresh %+v %+v, GCRA %+v %+v", l, a, now, n, gs, gr, ws, wr)
+				}
+			}
+		}
+	}
+	if tested == 0 {
+		t.Fatal("no test limit has S = 1")
+	}
+}

@@ -75,6 +75,30 @@ func GCRAAllowed(next, now int64, p Params) Result {
 	}
 }
 
+// GCRAFresh is GCRA on a key with no state (the zero State: a new key, or one whose state
+// emptied and was deleted), in closed form, for a limit with S = 1 (as GCRAStep) and a now
+// at or after the epoch: GCRA(State{}, now, p, n) for every such input.
+//
+// State kept: none is read; the State returned is the one GCRA would write (the TAT
+// now + n·U after an allowed spend, else the zero State). Rounding and error bound:
+// GCRA's, which it equals; with S = 1 every quantity is a whole µs, so nothing rounds. A
+// fresh key has a full allowance: a cost n ≤ Burst is allowed, leaving Remaining =
+// Burst - n and ResetAfter = n·U; a cost n > Burst is denied, leaving Remaining = Burst
+// and RetryAfter = (n - Burst)·U; a look reports Remaining = Burst and ResetAfter = 0.
+// Nothing divides, and it inlines.
+//
+// Clock stepping back: a fresh key has no TAT for time to step back past, so every now
+// decides the same way.
+func GCRAFresh(now int64, p Params, n int64) (State, Result) {
+	switch {
+	case n > p.Burst:
+		return State{}, Result{Remaining: p.Burst, RetryAfter: (n - p.Burst) * p.U}
+	case n == 0:
+		return State{}, Result{Allowed: true, Remaining: p.Burst}
+	}
+	return State{A: now + n*p.U}, Result{Allowed: true, Remaining: p.Burst - n, ResetAfter: n * p.U}
+}
+
 // gcraFrac is GCRA when S > 1: the TAT has a part below 1µs.
 func gcraFrac(s State, now int64, p Params, n int64) (State, Result) {
 	c := cost(n)

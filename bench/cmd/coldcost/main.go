@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -41,7 +42,8 @@ import (
 func main() {
 	n := flag.Int("keys", 10_000, "distinct keys")
 	ops := flag.Int("ops", 100_000, "measured decisions")
-	lib := flag.String("lib", "sluice", "sluice (GCRA) or sethvargo")
+	lib := flag.String("lib", "sluice", "sluice or sethvargo")
+	alg := flag.String("algo", "gcra", "sluice's algorithm: gcra or tokenbucket")
 	nsPerOp := flag.Int64("ns", 200, "simulated nanoseconds per decision")
 	live := flag.Bool("live", false, "decide a limit that never empties (BenchmarkAllow's)")
 	flag.Parse()
@@ -59,9 +61,18 @@ func main() {
 	case "sluice":
 		s := memory.New(memory.WithClock(func() time.Time { return base.Add(time.Duration(clock.Load())) }),
 			memory.WithSweepInterval(time.Hour))
-		l := sluice.Limit{Algorithm: sluice.GCRA, Rate: r, Period: time.Second}
+		a := sluice.GCRA
+		switch *alg {
+		case "gcra":
+		case "tokenbucket":
+			a = sluice.TokenBucket
+		default:
+			fmt.Fprintf(os.Stderr, "unknown -algo %q\n", *alg)
+			os.Exit(2)
+		}
+		l := sluice.Limit{Algorithm: a, Rate: r, Period: time.Second}
 		if *live {
-			l = sluice.Limit{Algorithm: sluice.GCRA, Rate: 1, Period: 24 * time.Hour, Burst: 10_000}
+			l = sluice.Limit{Algorithm: a, Rate: 1, Period: 24 * time.Hour, Burst: 10_000}
 		}
 		allow = func(k string) bool { d, _ := s.AllowN(ctx, k, l, 1); return d.Allowed }
 		held = func() float64 { return float64(s.Len()) / float64(*n) }
@@ -89,6 +100,7 @@ func main() {
 	}
 	run(*n, settle)
 	run(2**n, settle)
+	runtime.GC() // the settling's garbage is not collected inside main.measured
 	fmt.Printf("denied %d of %d, held/key %.3f\n", run(*ops, measured), *ops, held())
 }
 
