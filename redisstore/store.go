@@ -207,6 +207,10 @@ type Store struct {
 	batch  int
 	conc   int      // script calls in flight per batcher
 	limits sync.Map // sluice.Limit -> *limitInfo
+	// recent caches limits' infos by recentSlot: a sync.Map lookup hashes the Limit
+	// field by field (runtime.typehash), which cost more than the rest of a decision's
+	// client-side bookkeeping.
+	recent [recentSlots]atomic.Pointer[limitInfo]
 
 	dialErr   atomic.Pointer[error] // the last failed connection attempt, while there is no conn
 	stop      context.Context       // ends when Close starts: the start-up work and connect loop stop
@@ -583,7 +587,29 @@ type limitInfo struct {
 	code int
 }
 
+// recentSlots is the size of Store.recent.
+const recentBits, recentSlots = 6, 1 << 6
+
+// recentSlot is l's slot in Store.recent. Limits that share a slot evict each other;
+// the calendar fields are left out (calendar limits of one rate share a slot).
+func recentSlot(l sluice.Limit) int {
+	h := uint64(l.Algorithm) ^ uint64(l.Rate)*0x9e3779b97f4a7c15 ^ uint64(l.Period)*0xc2b2ae3d27d4eb4f ^
+		uint64(l.Burst)*0x165667b19e3779f9 ^ uint64(l.Lease)*0xd6e8feb86659fd93
+	return int((h * 0x9e3779b97f4a7c15) >> (64 - recentBits))
+}
+
+// info returns what the store derives from l, made on l's first use.
 func (s *Store) info(l sluice.Limit) *limitInfo {
+	slot := &s.recent[recentSlot(l)]
+	if li := slot.Load(); li != nil && li.limit == l {
+		return li
+	}
+	li := s.makeInfo(l)
+	slot.Store(li)
+	return li
+}
+
+func (s *Store) makeInfo(l sluice.Limit) *limitInfo {
 	if v, ok := s.limits.Load(l); ok {
 		return v.(*limitInfo)
 	}

@@ -331,3 +331,27 @@ func TestNewLeavesTheClientOpen(t *testing.T) {
 		t.Fatalf("the caller's client after the store's Close: %q %v", got, err)
 	}
 }
+
+// TestInfoCache: info returns the info of the Limit asked for, one per Limit, however
+// many Limits share a slot of the cache in front of the map.
+func TestInfoCache(t *testing.T) {
+	s := newStore(options{prefix: DefaultPrefix})
+	var limits []sluice.Limit
+	for r := int64(1); r <= 200; r++ {
+		l := sluice.Limit{Algorithm: sluice.Algorithm(r % 6), Rate: r, Period: time.Second}
+		limits = append(limits, l, l.WithBurst(2*r))
+	}
+	first := map[sluice.Limit]*limitInfo{}
+	for round := 0; round < 3; round++ {
+		for _, l := range limits {
+			li := s.info(l)
+			if li.limit != l {
+				t.Fatalf("info(%v) is the info of %v", l, li.limit)
+			}
+			if p, ok := first[l]; ok && p != li {
+				t.Fatalf("info(%v) made twice", l)
+			}
+			first[l] = li
+		}
+	}
+}
