@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"strconv"
-	"strings"
 
 	"github.com/sluicehq/sluice"
 )
@@ -31,18 +30,29 @@ const DefaultPrefix = "sluice:"
 // escapeIdentity applies the escaping above. Identities without '%', '{' or '}' are
 // returned as they are.
 func escapeIdentity(id string) string {
-	if !strings.ContainsAny(id, "%{}") {
+	if plain(id) == len(id) {
 		return id
 	}
 	return string(appendEscaped(make([]byte, 0, len(id)+16), id))
 }
 
+// plain returns the index of the first byte of id that escaping changes, or len(id).
+// A byte loop: strings.ContainsAny builds its byte set on every call, which cost more
+// than building the rest of the key.
+func plain(id string) int {
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c == '%' || c == '{' || c == '}' {
+			return i
+		}
+	}
+	return len(id)
+}
+
 // appendEscaped appends id, escaped as above, to b.
 func appendEscaped(b []byte, id string) []byte {
-	if !strings.ContainsAny(id, "%{}") {
-		return append(b, id...)
-	}
-	for i := 0; i < len(id); i++ {
+	i := plain(id)
+	b = append(b, id[:i]...)
+	for ; i < len(id); i++ {
 		switch c := id[i]; c {
 		case '%':
 			b = append(b, "%25"...)
