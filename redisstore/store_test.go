@@ -220,6 +220,9 @@ func TestRepeats(t *testing.T) {
 		{[]string{"a", "b", "c", "d"}, false},
 		{[]string{"a", "b", "c", "a"}, true},
 		{[]string{"x{1}", "x{2}", "x{1}"}, true},
+		{manyKeys(300), false},
+		{append(manyKeys(300), "k7"), true},
+		{append(manyKeys(5), manyKeys(300)...), true},
 	} {
 		if got := repeats(tc.keys); got != tc.want {
 			t.Errorf("repeats(%q) = %v, want %v", tc.keys, got, tc.want)
@@ -229,6 +232,15 @@ func TestRepeats(t *testing.T) {
 			t.Errorf("repeats(%q) second time = %v, want %v", tc.keys, got, tc.want)
 		}
 	}
+}
+
+// manyKeys returns n distinct keys, k0 to k<n-1>.
+func manyKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%d", i)
+	}
+	return keys
 }
 
 // TestExtraCallsWaitForEnoughDecisions: with two script calls in flight, a third goes out
