@@ -95,7 +95,7 @@ func putCall(c *call) {
 func (c *call) keyBytes() int {
 	n := 0
 	for _, it := range c.items {
-		n += len(it.id) + len(it.info.suffix)
+		n += len(it.id) + len(it.info.tail)
 	}
 	return n
 }
@@ -355,7 +355,7 @@ func (s *Store) exec(client rueidis.Client, batch []*call, bufs *callBufs) {
 			groups = appendFloat(groups, int64(len(c.items)))
 		}
 		for _, it := range c.items {
-			kb = s.appendKey(kb, it.id, it.info.suffix)
+			kb = s.appendKey(kb, it.id, it.info.tail)
 			if it.info.code == calendarCode {
 				var b algo.Bounds
 				reqs, cal, b = calendarArgs(reqs, cal, &it, now)

@@ -138,7 +138,7 @@ func BenchmarkClientSide(b *testing.B) {
 		for i := 0; b.Loop(); i++ {
 			kb, ends, keys = kb[:0], ends[:0], keys[:0]
 			for j := range 40 {
-				kb = s.appendKey(kb, benchKey(i*40+j), li.suffix)
+				kb = s.appendKey(kb, benchKey(i*40+j), li.tail)
 				ends = append(ends, len(kb))
 			}
 			start := 0

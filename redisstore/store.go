@@ -201,6 +201,7 @@ type Store struct {
 	conn   atomic.Pointer[conn] // nil until connected (see WithConnectRetry)
 	own    bool                 // Close closes the client
 	prefix string
+	head   string // prefix + "{", the start of every key
 	clock  func() time.Time
 	minTTL string // ms, as the script argument
 	logger *slog.Logger
@@ -486,6 +487,7 @@ func buildOptions(opts []Option) (options, error) {
 func newStore(o options) *Store {
 	s := &Store{
 		prefix: o.prefix,
+		head:   o.prefix + "{",
 		clock:  o.clock,
 		minTTL: strconv.FormatInt(o.minTTL.Milliseconds(), 10),
 		logger: o.logger,
@@ -573,8 +575,9 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // limitInfo is what the store derives once per Limit.
 type limitInfo struct {
-	limit  sluice.Limit
-	suffix string
+	limit sluice.Limit
+	// tail ends the limit's keys: "}" and its limitSuffix.
+	tail string
 	// packed is the request's first four fields as decide.lua reads them, each a
 	// little-endian double: algorithm, rate and period µs (for the bucket algorithms S and
 	// U of algo.Params instead: one unit costs U/S µs, exactly Period/Rate), and effective
@@ -614,7 +617,7 @@ func (s *Store) makeInfo(l sluice.Limit) *limitInfo {
 		return v.(*limitInfo)
 	}
 	p := algo.ParamsOf(l)
-	li := &limitInfo{limit: l, suffix: limitSuffix(l), code: int(l.Algorithm)}
+	li := &limitInfo{limit: l, tail: "}" + limitSuffix(l), code: int(l.Algorithm)}
 	b := li.packed[:0]
 	f1, f2 := p.Rate, p.Period // Concurrency: Period is the lease
 	switch l.Algorithm {
@@ -634,21 +637,19 @@ func (s *Store) makeInfo(l sluice.Limit) *limitInfo {
 
 // Key returns the Redis key holding key's state under limit.
 func (s *Store) Key(key string, limit sluice.Limit) string {
-	return string(s.appendKey(nil, key, limitSuffix(limit)))
+	return string(s.appendKey(nil, key, "}"+limitSuffix(limit)))
 }
 
 func (s *Store) redisKey(key string, li *limitInfo) string {
-	return string(s.appendKey(nil, key, li.suffix))
+	return string(s.appendKey(nil, key, li.tail))
 }
 
-// appendKey appends to b the Redis key of identity key under the Limit whose limitSuffix
-// is suffix (the layout in key.go).
-func (s *Store) appendKey(b []byte, key, suffix string) []byte {
-	b = append(b, s.prefix...)
-	b = append(b, '{')
+// appendKey appends to b the Redis key of identity key under the Limit whose
+// limitInfo.tail is tail (the layout in key.go).
+func (s *Store) appendKey(b []byte, key, tail string) []byte {
+	b = append(b, s.head...)
 	b = appendEscaped(b, key)
-	b = append(b, '}')
-	return append(b, suffix...)
+	return append(b, tail...)
 }
 
 // AllowN is Decide of one request, without the slices.
