@@ -129,26 +129,38 @@ func BenchmarkClientSide(b *testing.B) {
 			s.info(limit)
 		}
 	})
-	b.Run("keys", func(b *testing.B) {
-		li := s.info(limit)
-		var kb []byte
-		var ends []int
-		var keys []string
-		b.ReportAllocs()
-		for i := 0; b.Loop(); i++ {
-			kb, ends, keys = kb[:0], ends[:0], keys[:0]
-			for j := range 40 {
-				kb = s.appendKey(kb, benchKey(i*40+j), li.tail)
-				ends = append(ends, len(kb))
+	envoyKeys := make([]string, 4096)
+	for i := range envoyKeys {
+		envoyKeys[i] = "envoy/bench/client=c" + strconv.Itoa(i*7919%100_000) // as the service builds them
+	}
+	for _, ids := range []struct {
+		name string
+		key  func(int) string
+	}{
+		{"keys", benchKey},
+		{"envoy-keys", func(i int) string { return envoyKeys[i%len(envoyKeys)] }},
+	} {
+		b.Run(ids.name, func(b *testing.B) {
+			li := s.info(limit)
+			var kb []byte
+			var ends []int
+			var keys []string
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				kb, ends, keys = kb[:0], ends[:0], keys[:0]
+				for j := range 40 {
+					kb = s.appendKey(kb, ids.key(i*40+j), li.tail)
+					ends = append(ends, len(kb))
+				}
+				start := 0
+				for _, end := range ends {
+					keys = append(keys, bytesString(kb[start:end]))
+					start = end
+				}
+				if repeats(keys) {
+					b.Fatal("repeats")
+				}
 			}
-			start := 0
-			for _, end := range ends {
-				keys = append(keys, bytesString(kb[start:end]))
-				start = end
-			}
-			if repeats(keys) {
-				b.Fatal("repeats")
-			}
-		}
-	})
+		})
+	}
 }

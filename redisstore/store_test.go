@@ -367,3 +367,29 @@ func TestInfoCache(t *testing.T) {
 		}
 	}
 }
+
+// TestEscapeIdentity: escaping replaces exactly '%', '{' and '}', wherever they are in
+// short and long identities (which are scanned differently, see plain).
+func TestEscapeIdentity(t *testing.T) {
+	for _, n := range []int{0, 1, 15, 16, 17, 40, 300} {
+		base := strings.Repeat("a:b", n)[:n]
+		if got := escapeIdentity(base); got != base {
+			t.Errorf("escapeIdentity(%q) = %q", base, got)
+		}
+		for i := 0; i < n; i++ {
+			for c, esc := range map[byte]string{'%': "%25", '{': "%7B", '}': "%7D"} {
+				id := base[:i] + string(c) + base[i+1:]
+				want := base[:i] + esc + base[i+1:]
+				if got := escapeIdentity(id); got != want {
+					t.Fatalf("escapeIdentity(%q) = %q, want %q", id, got, want)
+				}
+				if got := string(appendEscaped([]byte("x"), id)); got != "x"+want {
+					t.Fatalf("appendEscaped(%q) = %q, want %q", id, got, "x"+want)
+				}
+			}
+		}
+	}
+	if got, want := escapeIdentity(strings.Repeat("}", 20)+"{%"), strings.Repeat("%7D", 20)+"%7B%25"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
