@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -94,7 +95,7 @@ func putCall(c *call) {
 func (c *call) keyBytes() int {
 	n := 0
 	for _, it := range c.items {
-		n += len(it.id) + len(it.info.suffix)
+		n += len(it.id) + len(it.info.tail)
 	}
 	return n
 }
@@ -150,9 +151,19 @@ type batcher struct {
 // each key for a later request on the same key only when told to (ARGV[5]): the
 // bookkeeping costs Redis a table insert and lookup per decision, and repeated keys are
 // rare outside hot keys.
-type keySet map[string]struct{}
+//
+// It is an open-addressing table of the keys' hashes and indexes, cleared and reused
+// from call to call: a map[string]struct{} cost several times as much per key to fill
+// and clear.
+type keySet struct {
+	hashes []uint64 // 0: empty
+	index  []int32  // into the keys, where hashes is set
+}
 
-var keySetPool = sync.Pool{New: func() any { return keySet{} }}
+var (
+	keySetPool = sync.Pool{New: func() any { return new(keySet) }}
+	keySeed    = maphash.MakeSeed()
+)
 
 // repeats reports whether keys holds a key twice.
 func repeats(keys []string) bool {
@@ -162,13 +173,30 @@ func repeats(keys []string) bool {
 	case 2:
 		return keys[0] == keys[1]
 	}
-	set := keySetPool.Get().(keySet)
-	defer func() { clear(set); keySetPool.Put(set) }()
-	for _, k := range keys {
-		if _, ok := set[k]; ok {
-			return true
+	n := 8
+	for n < 2*len(keys) {
+		n <<= 1
+	}
+	set := keySetPool.Get().(*keySet)
+	defer keySetPool.Put(set)
+	if cap(set.hashes) < n {
+		set.hashes, set.index = make([]uint64, n), make([]int32, n)
+	} else {
+		set.hashes, set.index = set.hashes[:n], set.index[:n]
+		clear(set.hashes)
+	}
+	mask := uint64(n - 1)
+	for k, key := range keys {
+		h := maphash.String(keySeed, key) | 1
+		for i := h & mask; ; i = (i + 1) & mask {
+			if set.hashes[i] == 0 {
+				set.hashes[i], set.index[i] = h, int32(k)
+				break
+			}
+			if set.hashes[i] == h && keys[set.index[i]] == key {
+				return true
+			}
 		}
-		set[k] = struct{}{}
 	}
 	return false
 }
@@ -327,7 +355,7 @@ func (s *Store) exec(client rueidis.Client, batch []*call, bufs *callBufs) {
 			groups = appendFloat(groups, int64(len(c.items)))
 		}
 		for _, it := range c.items {
-			kb = s.appendKey(kb, it.id, it.info.suffix)
+			kb = s.appendKey(kb, it.id, it.info.tail)
 			if it.info.code == calendarCode {
 				var b algo.Bounds
 				reqs, cal, b = calendarArgs(reqs, cal, &it, now)

@@ -114,3 +114,53 @@ func runBench(b *testing.B, srv *redistest.Server, g int, decide func(context.Co
 	b.ReportMetric(usec/float64(b.N), "srv-µs/decision")
 	b.ReportMetric(float64(b.N)/float64(max(calls, 1)), "decisions/call")
 }
+
+// BenchmarkClientSide measures the client-side work per decision that needs no Redis:
+// the limit's derived info, and building one script call's keys and repeat check for a
+// batch of 40 decisions (the batches the service sees carry 17-45).
+//
+//	go test -run '^$' -bench BenchmarkClientSide ./redisstore
+func BenchmarkClientSide(b *testing.B) {
+	s := newStore(options{prefix: DefaultPrefix})
+	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 1000, Period: time.Second}
+	b.Run("info", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			s.info(limit)
+		}
+	})
+	envoyKeys := make([]string, 4096)
+	for i := range envoyKeys {
+		envoyKeys[i] = "envoy/bench/client=c" + strconv.Itoa(i*7919%100_000) // as the service builds them
+	}
+	for _, ids := range []struct {
+		name string
+		key  func(int) string
+	}{
+		{"keys", benchKey},
+		{"envoy-keys", func(i int) string { return envoyKeys[i%len(envoyKeys)] }},
+	} {
+		b.Run(ids.name, func(b *testing.B) {
+			li := s.info(limit)
+			var kb []byte
+			var ends []int
+			var keys []string
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				kb, ends, keys = kb[:0], ends[:0], keys[:0]
+				for j := range 40 {
+					kb = s.appendKey(kb, ids.key(i*40+j), li.tail)
+					ends = append(ends, len(kb))
+				}
+				start := 0
+				for _, end := range ends {
+					keys = append(keys, bytesString(kb[start:end]))
+					start = end
+				}
+				if repeats(keys) {
+					b.Fatal("repeats")
+				}
+			}
+		})
+	}
+}

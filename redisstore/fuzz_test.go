@@ -33,7 +33,7 @@ func FuzzKey(f *testing.F) {
 		if sluice.CheckKey(a) != nil || sluice.CheckKey(b) != nil {
 			return // outside the target: the store refuses them before building a key
 		}
-		s := &Store{prefix: DefaultPrefix}
+		s := newStore(options{prefix: DefaultPrefix})
 		for _, l := range []sluice.Limit{sluice.PerSecond(10), {Algorithm: sluice.SlidingLog, Rate: 3, Period: time.Minute}} {
 			ka, kb := s.Key(a, l), s.Key(b, l)
 			if a != b && ka == kb {

@@ -31,18 +31,38 @@ const DefaultPrefix = "sluice:"
 // escapeIdentity applies the escaping above. Identities without '%', '{' or '}' are
 // returned as they are.
 func escapeIdentity(id string) string {
-	if !strings.ContainsAny(id, "%{}") {
+	if plain(id) == len(id) {
 		return id
 	}
 	return string(appendEscaped(make([]byte, 0, len(id)+16), id))
 }
 
+// plain returns the index of the first byte of id that escaping changes, or len(id).
+// Short identities are scanned byte by byte; longer ones with three strings.IndexByte
+// (vector instructions). strings.ContainsAny, before, built its byte set on every call.
+func plain(id string) int {
+	if len(id) < 16 {
+		for i := 0; i < len(id); i++ {
+			if c := id[i]; c == '%' || c == '{' || c == '}' {
+				return i
+			}
+		}
+		return len(id)
+	}
+	n := len(id)
+	for _, c := range [...]byte{'%', '{', '}'} {
+		if i := strings.IndexByte(id[:n], c); i >= 0 {
+			n = i
+		}
+	}
+	return n
+}
+
 // appendEscaped appends id, escaped as above, to b.
 func appendEscaped(b []byte, id string) []byte {
-	if !strings.ContainsAny(id, "%{}") {
-		return append(b, id...)
-	}
-	for i := 0; i < len(id); i++ {
+	i := plain(id)
+	b = append(b, id[:i]...)
+	for ; i < len(id); i++ {
 		switch c := id[i]; c {
 		case '%':
 			b = append(b, "%25"...)

@@ -201,12 +201,17 @@ type Store struct {
 	conn   atomic.Pointer[conn] // nil until connected (see WithConnectRetry)
 	own    bool                 // Close closes the client
 	prefix string
+	head   string // prefix + "{", the start of every key
 	clock  func() time.Time
 	minTTL string // ms, as the script argument
 	logger *slog.Logger
 	batch  int
 	conc   int      // script calls in flight per batcher
 	limits sync.Map // sluice.Limit -> *limitInfo
+	// recent caches limits' infos by recentSlot: a sync.Map lookup hashes the Limit
+	// field by field (runtime.typehash), which cost more than the rest of a decision's
+	// client-side bookkeeping.
+	recent [recentSlots]atomic.Pointer[limitInfo]
 
 	dialErr   atomic.Pointer[error] // the last failed connection attempt, while there is no conn
 	stop      context.Context       // ends when Close starts: the start-up work and connect loop stop
@@ -482,6 +487,7 @@ func buildOptions(opts []Option) (options, error) {
 func newStore(o options) *Store {
 	s := &Store{
 		prefix: o.prefix,
+		head:   o.prefix + "{",
 		clock:  o.clock,
 		minTTL: strconv.FormatInt(o.minTTL.Milliseconds(), 10),
 		logger: o.logger,
@@ -569,8 +575,9 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // limitInfo is what the store derives once per Limit.
 type limitInfo struct {
-	limit  sluice.Limit
-	suffix string
+	limit sluice.Limit
+	// tail ends the limit's keys: "}" and its limitSuffix.
+	tail string
 	// packed is the request's first four fields as decide.lua reads them, each a
 	// little-endian double: algorithm, rate and period µs (for the bucket algorithms S and
 	// U of algo.Params instead: one unit costs U/S µs, exactly Period/Rate), and effective
@@ -583,12 +590,34 @@ type limitInfo struct {
 	code int
 }
 
+// recentSlots is the size of Store.recent.
+const recentBits, recentSlots = 6, 1 << 6
+
+// recentSlot is l's slot in Store.recent. Limits that share a slot evict each other;
+// the calendar fields are left out (calendar limits of one rate share a slot).
+func recentSlot(l sluice.Limit) int {
+	h := uint64(l.Algorithm) ^ uint64(l.Rate)*0x9e3779b97f4a7c15 ^ uint64(l.Period)*0xc2b2ae3d27d4eb4f ^
+		uint64(l.Burst)*0x165667b19e3779f9 ^ uint64(l.Lease)*0xd6e8feb86659fd93
+	return int((h * 0x9e3779b97f4a7c15) >> (64 - recentBits))
+}
+
+// info returns what the store derives from l, made on l's first use.
 func (s *Store) info(l sluice.Limit) *limitInfo {
+	slot := &s.recent[recentSlot(l)]
+	if li := slot.Load(); li != nil && li.limit == l {
+		return li
+	}
+	li := s.makeInfo(l)
+	slot.Store(li)
+	return li
+}
+
+func (s *Store) makeInfo(l sluice.Limit) *limitInfo {
 	if v, ok := s.limits.Load(l); ok {
 		return v.(*limitInfo)
 	}
 	p := algo.ParamsOf(l)
-	li := &limitInfo{limit: l, suffix: limitSuffix(l), code: int(l.Algorithm)}
+	li := &limitInfo{limit: l, tail: "}" + limitSuffix(l), code: int(l.Algorithm)}
 	b := li.packed[:0]
 	f1, f2 := p.Rate, p.Period // Concurrency: Period is the lease
 	switch l.Algorithm {
@@ -608,21 +637,19 @@ func (s *Store) info(l sluice.Limit) *limitInfo {
 
 // Key returns the Redis key holding key's state under limit.
 func (s *Store) Key(key string, limit sluice.Limit) string {
-	return string(s.appendKey(nil, key, limitSuffix(limit)))
+	return string(s.appendKey(nil, key, "}"+limitSuffix(limit)))
 }
 
 func (s *Store) redisKey(key string, li *limitInfo) string {
-	return string(s.appendKey(nil, key, li.suffix))
+	return string(s.appendKey(nil, key, li.tail))
 }
 
-// appendKey appends to b the Redis key of identity key under the Limit whose limitSuffix
-// is suffix (the layout in key.go).
-func (s *Store) appendKey(b []byte, key, suffix string) []byte {
-	b = append(b, s.prefix...)
-	b = append(b, '{')
+// appendKey appends to b the Redis key of identity key under the Limit whose
+// limitInfo.tail is tail (the layout in key.go).
+func (s *Store) appendKey(b []byte, key, tail string) []byte {
+	b = append(b, s.head...)
 	b = appendEscaped(b, key)
-	b = append(b, '}')
-	return append(b, suffix...)
+	return append(b, tail...)
 }
 
 // AllowN is Decide of one request, without the slices.

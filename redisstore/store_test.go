@@ -220,6 +220,9 @@ func TestRepeats(t *testing.T) {
 		{[]string{"a", "b", "c", "d"}, false},
 		{[]string{"a", "b", "c", "a"}, true},
 		{[]string{"x{1}", "x{2}", "x{1}"}, true},
+		{manyKeys(300), false},
+		{append(manyKeys(300), "k7"), true},
+		{append(manyKeys(5), manyKeys(300)...), true},
 	} {
 		if got := repeats(tc.keys); got != tc.want {
 			t.Errorf("repeats(%q) = %v, want %v", tc.keys, got, tc.want)
@@ -229,6 +232,15 @@ func TestRepeats(t *testing.T) {
 			t.Errorf("repeats(%q) second time = %v, want %v", tc.keys, got, tc.want)
 		}
 	}
+}
+
+// manyKeys returns n distinct keys, k0 to k<n-1>.
+func manyKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%d", i)
+	}
+	return keys
 }
 
 // TestExtraCallsWaitForEnoughDecisions: with two script calls in flight, a third goes out
@@ -329,5 +341,55 @@ func TestNewLeavesTheClientOpen(t *testing.T) {
 	}
 	if got, err := client.Do(ctx, client.B().Ping().Build()).ToString(); err != nil || got != "PONG" {
 		t.Fatalf("the caller's client after the store's Close: %q %v", got, err)
+	}
+}
+
+// TestInfoCache: info returns the info of the Limit asked for, one per Limit, however
+// many Limits share a slot of the cache in front of the map.
+func TestInfoCache(t *testing.T) {
+	s := newStore(options{prefix: DefaultPrefix})
+	var limits []sluice.Limit
+	for r := int64(1); r <= 200; r++ {
+		l := sluice.Limit{Algorithm: sluice.Algorithm(r % 6), Rate: r, Period: time.Second}
+		limits = append(limits, l, l.WithBurst(2*r))
+	}
+	first := map[sluice.Limit]*limitInfo{}
+	for round := 0; round < 3; round++ {
+		for _, l := range limits {
+			li := s.info(l)
+			if li.limit != l {
+				t.Fatalf("info(%v) is the info of %v", l, li.limit)
+			}
+			if p, ok := first[l]; ok && p != li {
+				t.Fatalf("info(%v) made twice", l)
+			}
+			first[l] = li
+		}
+	}
+}
+
+// TestEscapeIdentity: escaping replaces exactly '%', '{' and '}', wherever they are in
+// short and long identities (which are scanned differently, see plain).
+func TestEscapeIdentity(t *testing.T) {
+	for _, n := range []int{0, 1, 15, 16, 17, 40, 300} {
+		base := strings.Repeat("a:b", n)[:n]
+		if got := escapeIdentity(base); got != base {
+			t.Errorf("escapeIdentity(%q) = %q", base, got)
+		}
+		for i := 0; i < n; i++ {
+			for c, esc := range map[byte]string{'%': "%25", '{': "%7B", '}': "%7D"} {
+				id := base[:i] + string(c) + base[i+1:]
+				want := base[:i] + esc + base[i+1:]
+				if got := escapeIdentity(id); got != want {
+					t.Fatalf("escapeIdentity(%q) = %q, want %q", id, got, want)
+				}
+				if got := string(appendEscaped([]byte("x"), id)); got != "x"+want {
+					t.Fatalf("appendEscaped(%q) = %q, want %q", id, got, "x"+want)
+				}
+			}
+		}
+	}
+	if got, want := escapeIdentity(strings.Repeat("}", 20)+"{%"), strings.Repeat("%7D", 20)+"%7B%25"; got != want {
+		t.Errorf("got %q, want %q", got, want)
 	}
 }
