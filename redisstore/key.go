@@ -83,6 +83,10 @@ func idSlot(id string) uint16 {
 	return crc16(escapeIdentity(id)) % 16384
 }
 
+// limitTail ends l's keys: the '}' that closes the identity's hash tag, then
+// limitSuffix.
+func limitTail(l sluice.Limit) string { return "}" + limitSuffix(l) }
+
 // limitSuffix is the part of the key after the identity: ":<algorithm>:<rate>:<period
 // µs>:<burst>", the Limit exactly as given (Burst 0 stays 0), so that two Limits share
 // state only when they are equal, as in every store.

@@ -617,7 +617,7 @@ func (s *Store) makeInfo(l sluice.Limit) *limitInfo {
 		return v.(*limitInfo)
 	}
 	p := algo.ParamsOf(l)
-	li := &limitInfo{limit: l, tail: "}" + limitSuffix(l), code: int(l.Algorithm)}
+	li := &limitInfo{limit: l, tail: limitTail(l), code: int(l.Algorithm)}
 	b := li.packed[:0]
 	f1, f2 := p.Rate, p.Period // Concurrency: Period is the lease
 	switch l.Algorithm {
@@ -637,7 +637,7 @@ func (s *Store) makeInfo(l sluice.Limit) *limitInfo {
 
 // Key returns the Redis key holding key's state under limit.
 func (s *Store) Key(key string, limit sluice.Limit) string {
-	return string(s.appendKey(nil, key, "}"+limitSuffix(limit)))
+	return string(s.appendKey(nil, key, limitTail(limit)))
 }
 
 func (s *Store) redisKey(key string, li *limitInfo) string {

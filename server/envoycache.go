@@ -119,7 +119,7 @@ func newEnvoyRule(vec *prometheus.CounterVec, domain string, r *config.Rule) *en
 	}
 	if l := r.Limit; l.Calendar.IsZero() && l.Algorithm != sluice.Concurrency {
 		q, w := httplimit.Quota(l)
-		er.policy = string(appendQuoted(nil, er.quoted, ";q=", min(q, maxSFInteger), ";w=", w))
+		er.policy = string(appendMember(nil, er.quoted, "", ";q=", min(q, maxSFInteger), ";w=", w))
 	}
 	return er
 }

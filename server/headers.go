@@ -70,10 +70,7 @@ func rateLimitHeaders(dst []byte, items []item, ra time.Duration, shadow bool) (
 			// The draft's quota unit for requests in flight; no window applies.
 			pb = append(appendMember1(pb, quoted, it.name, ";q=", min(q, maxSFInteger)), `;qu="concurrent-requests"`...)
 		case own:
-			if len(pb) > 0 {
-				pb = append(pb, ", "...)
-			}
-			pb = append(pb, it.envoy.policy...)
+			pb = appendName(pb, it.envoy.policy, "")
 			if members == 0 {
 				onlyOwn = it.envoy.policy
 			}
@@ -110,45 +107,30 @@ func (it *item) ownPolicy() bool {
 	return e != nil && e.policy != "" && it.Decision.Limit == e.limit && it.Decision.Window == 0
 }
 
-// appendMember1 appends one List member to the field b: name as a String (quoted, when
-// not "", is that String already written) with one Integer parameter k1.
-func appendMember1(b []byte, quoted, name, k1 string, v1 int64) []byte {
+// appendName starts a List member in the field b: the separator when b holds one, then
+// name as a String, or written, when not "", which is that String (or a whole member)
+// already written.
+func appendName(b []byte, written, name string) []byte {
 	if len(b) > 0 {
 		b = append(b, ", "...)
 	}
-	if quoted != "" {
-		b = append(b, quoted...)
-	} else {
-		b = sfv.AppendString(b, name)
+	if written != "" {
+		return append(b, written...)
 	}
-	b = append(b, k1...)
+	return sfv.AppendString(b, name)
+}
+
+// appendMember1 appends one List member to the field b: name as a String (see
+// appendName) with one Integer parameter k1.
+func appendMember1(b []byte, written, name, k1 string, v1 int64) []byte {
+	b = append(appendName(b, written, name), k1...)
 	return strconv.AppendInt(b, v1, 10)
 }
 
-// appendMember appends one List member to the field b: name as a String (quoted, when
-// not "", is that String already written) with two Integer parameters, k1 and k2 (each
-// written with its ';' and '=').
-func appendMember(b []byte, quoted, name, k1 string, v1 int64, k2 string, v2 int64) []byte {
-	if len(b) > 0 {
-		b = append(b, ", "...)
-	}
-	if quoted != "" {
-		b = append(b, quoted...)
-	} else {
-		b = sfv.AppendString(b, name)
-	}
-	return appendParams(b, k1, v1, k2, v2)
-}
-
-// appendQuoted is appendMember with the String written: quoted.
-func appendQuoted(b []byte, quoted, k1 string, v1 int64, k2 string, v2 int64) []byte {
-	return appendMember(b, quoted, "", k1, v1, k2, v2)
-}
-
-func appendParams(b []byte, k1 string, v1 int64, k2 string, v2 int64) []byte {
-	b = append(b, k1...)
-	b = strconv.AppendInt(b, v1, 10)
-	b = append(b, k2...)
+// appendMember appends one List member to the field b: name as a String (see
+// appendName) with two Integer parameters, k1 and k2 (each written with its ';' and '=').
+func appendMember(b []byte, written, name, k1 string, v1 int64, k2 string, v2 int64) []byte {
+	b = append(appendMember1(b, written, name, k1, v1), k2...)
 	return strconv.AppendInt(b, v2, 10)
 }
 
