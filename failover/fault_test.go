@@ -600,9 +600,12 @@ func startStallMonitor(t *testing.T) *stallMonitor {
 		defer tick.Stop()
 		last := time.Now()
 		for {
+			// A stop that arrives with the first tick after a stall still records it
+			// (select picks either at random).
+			quit := false
 			select {
 			case <-m.quit:
-				return
+				quit = true
 			case <-tick.C:
 			}
 			now := time.Now()
@@ -610,6 +613,9 @@ func startStallMonitor(t *testing.T) *stallMonitor {
 				m.mu.Lock()
 				m.spans = append(m.spans, [2]time.Time{last, now})
 				m.mu.Unlock()
+			}
+			if quit {
+				return
 			}
 			last = now
 		}
