@@ -301,6 +301,9 @@ func (s *Server) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 		// start) is refused before it is decoded, so decoding an oversized call costs
 		// neither CPU nor heap.
 		grpc.MaxRecvMsgSize(maxMessage(s.requestLimits(s.config()))),
+		// ShouldRateLimit's request and answer are decoded and encoded by rlsCodec,
+		// everything else by the proto codec it falls back to.
+		grpc.ForceServerCodecV2(newRLSCodec()),
 	}, opts...)
 	g := grpc.NewServer(opts...)
 	s.RegisterGRPC(g)
