@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/binary"
 	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -126,27 +127,28 @@ type smallRequest struct {
 
 // requestShape walks an encoded RateLimitRequest and returns its number of descriptors
 // and of entries (all descriptors together); ok is false for a message decodeRequest
-// does not handle, which the proto codec then decodes (or refuses).
-func requestShape(b []byte) (descs, entries int, ok bool) {
+// does not handle, which the proto codec then decodes (or refuses). ascii tells that
+// every byte of the message is below 0x80, so that every string in it is UTF-8.
+func requestShape(b []byte, ascii bool) (descs, entries int, ok bool) {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := consumeTag(b)
 		if n < 0 {
 			return 0, 0, false
 		}
 		b = b[n:]
 		switch {
 		case num == reqDomain && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 || !utf8.Valid(v) {
+			v, n := consumeBytes(b)
+			if n < 0 || !(ascii || utf8.Valid(v)) {
 				return 0, 0, false
 			}
 			b = b[n:]
 		case num == reqDescriptors && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
+			v, n := consumeBytes(b)
 			if n < 0 {
 				return 0, 0, false
 			}
-			e, ok := descriptorShape(v)
+			e, ok := descriptorShape(v, ascii)
 			if !ok {
 				return 0, 0, false
 			}
@@ -154,7 +156,7 @@ func requestShape(b []byte) (descs, entries int, ok bool) {
 			entries += e
 			b = b[n:]
 		case num == reqHitsAddend && typ == protowire.VarintType:
-			_, n := protowire.ConsumeVarint(b)
+			_, n := consumeVarint(b)
 			if n < 0 {
 				return 0, 0, false
 			}
@@ -167,38 +169,38 @@ func requestShape(b []byte) (descs, entries int, ok bool) {
 }
 
 // descriptorShape is requestShape for one RateLimitDescriptor: its number of entries.
-func descriptorShape(b []byte) (entries int, ok bool) {
+func descriptorShape(b []byte, ascii bool) (entries int, ok bool) {
 	var limit, hits bool
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := consumeTag(b)
 		if n < 0 {
 			return 0, false
 		}
 		b = b[n:]
 		switch {
 		case num == descEntries && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 || !entryShape(v) {
+			v, n := consumeBytes(b)
+			if n < 0 || !entryShape(v, ascii) {
 				return 0, false
 			}
 			entries++
 			b = b[n:]
 		case num == descLimit && typ == protowire.BytesType && !limit:
-			v, n := protowire.ConsumeBytes(b)
+			v, n := consumeBytes(b)
 			if n < 0 || !overrideShape(v) {
 				return 0, false
 			}
 			limit = true
 			b = b[n:]
 		case num == descHitsAddend && typ == protowire.BytesType && !hits:
-			v, n := protowire.ConsumeBytes(b)
+			v, n := consumeBytes(b)
 			if n < 0 || !wrapperShape(v) {
 				return 0, false
 			}
 			hits = true
 			b = b[n:]
 		case num == descIsNegativeHits && typ == protowire.VarintType:
-			_, n := protowire.ConsumeVarint(b)
+			_, n := consumeVarint(b)
 			if n < 0 {
 				return 0, false
 			}
@@ -211,15 +213,15 @@ func descriptorShape(b []byte) (entries int, ok bool) {
 }
 
 // entryShape reports whether decodeRequest handles an encoded descriptor entry.
-func entryShape(b []byte) bool {
+func entryShape(b []byte, ascii bool) bool {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := consumeTag(b)
 		if n < 0 || (num != entryKey && num != entryValue) || typ != protowire.BytesType {
 			return false
 		}
 		b = b[n:]
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 || !utf8.Valid(v) {
+		v, n := consumeBytes(b)
+		if n < 0 || !(ascii || utf8.Valid(v)) {
 			return false
 		}
 		b = b[n:]
@@ -231,17 +233,17 @@ func entryShape(b []byte) bool {
 func overrideShape(b []byte) bool {
 	var mult bool
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := consumeTag(b)
 		if n < 0 {
 			return false
 		}
 		b = b[n:]
 		switch {
 		case (num == overrideRequestsPerUnit || num == overrideUnit) && typ == protowire.VarintType:
-			_, n = protowire.ConsumeVarint(b)
+			_, n = consumeVarint(b)
 		case num == overrideUnitMultiplier && typ == protowire.BytesType && !mult:
 			var v []byte
-			v, n = protowire.ConsumeBytes(b)
+			v, n = consumeBytes(b)
 			if n >= 0 && !wrapperShape(v) {
 				return false
 			}
@@ -261,12 +263,12 @@ func overrideShape(b []byte) bool {
 // UInt64Value.
 func wrapperShape(b []byte) bool {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := consumeTag(b)
 		if n < 0 || num != wrapperValue || typ != protowire.VarintType {
 			return false
 		}
 		b = b[n:]
-		if _, n = protowire.ConsumeVarint(b); n < 0 {
+		if _, n = consumeVarint(b); n < 0 {
 			return false
 		}
 		b = b[n:]
@@ -277,7 +279,7 @@ func wrapperShape(b []byte) bool {
 // decodeRequest decodes b into r as proto.Unmarshal does, and reports whether it did:
 // false (r untouched) for a message requestShape does not accept.
 func decodeRequest(b []byte, r *rlsv3.RateLimitRequest) bool {
-	nd, ne, ok := requestShape(b)
+	nd, ne, ok := requestShape(b, isASCII(b))
 	if !ok {
 		return false
 	}
@@ -309,19 +311,19 @@ func decodeRequest(b []byte, r *rlsv3.RateLimitRequest) bool {
 		r.Descriptors = d.descPtr[:0:nd]
 	}
 	for i := 0; i < len(b); {
-		num, _, n := protowire.ConsumeTag(b[i:])
+		num, _, n := consumeTag(b[i:])
 		i += n
 		switch num {
 		case reqDomain:
-			v, n := protowire.ConsumeBytes(b[i:])
+			v, n := consumeBytes(b[i:])
 			r.Domain = d.text[i+n-len(v) : i+n]
 			i += n
 		case reqDescriptors:
-			v, n := protowire.ConsumeBytes(b[i:])
+			v, n := consumeBytes(b[i:])
 			r.Descriptors = append(r.Descriptors, d.descriptor(v, i+n-len(v)))
 			i += n
 		default: // reqHitsAddend
-			v, n := protowire.ConsumeVarint(b[i:])
+			v, n := consumeVarint(b[i:])
 			r.HitsAddend = uint32(v)
 			i += n
 		}
@@ -346,23 +348,23 @@ func (d *decoder) descriptor(b []byte, off int) *ratelimitv3.RateLimitDescriptor
 	d.nd++
 	first := d.ne
 	for i := 0; i < len(b); {
-		num, _, n := protowire.ConsumeTag(b[i:])
+		num, _, n := consumeTag(b[i:])
 		i += n
 		switch num {
 		case descEntries:
-			v, n := protowire.ConsumeBytes(b[i:])
+			v, n := consumeBytes(b[i:])
 			d.entry(v, off+i+n-len(v))
 			i += n
 		case descLimit:
-			v, n := protowire.ConsumeBytes(b[i:])
+			v, n := consumeBytes(b[i:])
 			desc.Limit = decodeOverride(v)
 			i += n
 		case descHitsAddend:
-			v, n := protowire.ConsumeBytes(b[i:])
+			v, n := consumeBytes(b[i:])
 			desc.HitsAddend = &wrapperspb.UInt64Value{Value: wrapperValueOf(v)}
 			i += n
 		default: // descIsNegativeHits
-			v, n := protowire.ConsumeVarint(b[i:])
+			v, n := consumeVarint(b[i:])
 			desc.IsNegativeHits = v != 0
 			i += n
 		}
@@ -378,9 +380,9 @@ func (d *decoder) entry(b []byte, off int) {
 	e := d.entPtr[d.ne]
 	d.ne++
 	for i := 0; i < len(b); {
-		num, _, n := protowire.ConsumeTag(b[i:])
+		num, _, n := consumeTag(b[i:])
 		i += n
-		v, n := protowire.ConsumeBytes(b[i:])
+		v, n := consumeBytes(b[i:])
 		s := d.text[off+i+n-len(v) : off+i+n]
 		if num == entryKey {
 			e.Key = s
@@ -394,19 +396,19 @@ func (d *decoder) entry(b []byte, off int) {
 func decodeOverride(b []byte) *ratelimitv3.RateLimitDescriptor_RateLimitOverride {
 	o := new(ratelimitv3.RateLimitDescriptor_RateLimitOverride)
 	for len(b) > 0 {
-		num, _, n := protowire.ConsumeTag(b)
+		num, _, n := consumeTag(b)
 		b = b[n:]
 		switch num {
 		case overrideRequestsPerUnit:
-			v, n := protowire.ConsumeVarint(b)
+			v, n := consumeVarint(b)
 			o.RequestsPerUnit = uint32(v)
 			b = b[n:]
 		case overrideUnit:
-			v, n := protowire.ConsumeVarint(b)
+			v, n := consumeVarint(b)
 			o.Unit = typev3.RateLimitUnit(int32(v))
 			b = b[n:]
 		default: // overrideUnitMultiplier
-			v, n := protowire.ConsumeBytes(b)
+			v, n := consumeBytes(b)
 			o.UnitMultiplier = &wrapperspb.UInt32Value{Value: uint32(wrapperValueOf(v))}
 			b = b[n:]
 		}
@@ -419,13 +421,76 @@ func decodeOverride(b []byte) *ratelimitv3.RateLimitDescriptor_RateLimitOverride
 func wrapperValueOf(b []byte) uint64 {
 	var x uint64
 	for len(b) > 0 {
-		_, _, n := protowire.ConsumeTag(b)
+		_, _, n := consumeTag(b)
 		b = b[n:]
-		v, n := protowire.ConsumeVarint(b)
+		v, n := consumeVarint(b)
 		x = v
 		b = b[n:]
 	}
 	return x
+}
+
+// consumeTag is protowire.ConsumeTag, quicker for a one-byte key. A key of field number
+// 0, which protowire refuses, is returned as such: no message has that field, so the
+// codec leaves the message to proto, which refuses it.
+func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
+	if len(b) > 0 && b[0] < 0x80 {
+		return protowire.Number(b[0] >> 3), protowire.Type(b[0] & 7), 1
+	}
+	return protowire.ConsumeTag(b)
+}
+
+// consumeVarint is protowire.ConsumeVarint, quicker for a one-byte varint.
+func consumeVarint(b []byte) (uint64, int) {
+	if len(b) > 0 && b[0] < 0x80 {
+		return uint64(b[0]), 1
+	}
+	return protowire.ConsumeVarint(b)
+}
+
+// consumeBytes is protowire.ConsumeBytes, quicker for a one-byte length.
+func consumeBytes(b []byte) ([]byte, int) {
+	if len(b) > 0 && b[0] < 0x80 {
+		n := 1 + int(b[0])
+		if n > len(b) {
+			return nil, -1
+		}
+		return b[1:n], n
+	}
+	return protowire.ConsumeBytes(b)
+}
+
+// isASCII reports whether every byte of b is below 0x80.
+func isASCII(b []byte) bool {
+	for len(b) >= 8 {
+		if binary.LittleEndian.Uint64(b)&0x8080808080808080 != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// validString is utf8.ValidString, quicker for a short ASCII string.
+func validString(s string) bool {
+	for ; len(s) >= 8; s = s[8:] {
+		x := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+			uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+		if x&0x8080808080808080 != 0 {
+			return utf8.ValidString(s)
+		}
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return utf8.ValidString(s)
+		}
+	}
+	return true
 }
 
 // answerBytes is the room for an encoded response in an answerBlock: with the block's
@@ -476,7 +541,7 @@ func encodable(r *rlsv3.RateLimitResponse) bool {
 		if s == nil || s.Quota != nil || !plain(s) {
 			return false
 		}
-		if l := s.CurrentLimit; l != nil && (!plain(l) || !utf8.ValidString(l.Name) ||
+		if l := s.CurrentLimit; l != nil && (!plain(l) || !validString(l.Name) ||
 			l.UnitMultiplier != nil && !plain(l.UnitMultiplier)) {
 			return false
 		}
@@ -486,7 +551,7 @@ func encodable(r *rlsv3.RateLimitResponse) bool {
 	}
 	for _, hs := range [2][]*corev3.HeaderValue{r.ResponseHeadersToAdd, r.RequestHeadersToAdd} {
 		for _, h := range hs {
-			if h == nil || !plain(h) || !utf8.ValidString(h.Key) || !utf8.ValidString(h.Value) {
+			if h == nil || !plain(h) || !validString(h.Key) || !validString(h.Value) {
 				return false
 			}
 		}
@@ -553,11 +618,24 @@ func headerLen(h *corev3.HeaderValue) int {
 	return bytesLen(len(h.Key), true) + bytesLen(len(h.Value), true) + bytesLen(len(h.RawValue), true)
 }
 
+// key is the one-byte key of field num (below 16) of wire type typ.
+func key(num protowire.Number, typ protowire.Type) byte { return byte(num)<<3 | byte(typ) }
+
+// appendUvarint is protowire.AppendVarint, quicker for small values.
+func appendUvarint(b []byte, v uint64) []byte {
+	for v >= 0x80 {
+		b = append(b, byte(v)|0x80)
+		v >>= 7
+	}
+	return append(b, byte(v))
+}
+
+// appendVarint appends a varint field, nothing when v is 0 (proto3 omits it).
 func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
 	if v == 0 {
 		return b
 	}
-	return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), v)
+	return appendUvarint(append(b, key(num, protowire.VarintType)), v)
 }
 
 // appendString appends a proto3 string or bytes field, nothing when it is empty.
@@ -565,13 +643,13 @@ func appendString[T string | []byte](b []byte, num protowire.Number, s T) []byte
 	if len(s) == 0 {
 		return b
 	}
-	b = protowire.AppendVarint(protowire.AppendTag(b, num, protowire.BytesType), uint64(len(s)))
+	b = appendUvarint(append(b, key(num, protowire.BytesType)), uint64(len(s)))
 	return append(b, s...)
 }
 
-// appendLen appends the tag and length of a message field of n bytes.
+// appendLen appends the key and length of a message field of n bytes.
 func appendLen(b []byte, num protowire.Number, n int) []byte {
-	return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.BytesType), uint64(n))
+	return appendUvarint(append(b, key(num, protowire.BytesType)), uint64(n))
 }
 
 // appendResponse appends r in field number order, as proto.Marshal writes it.

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -389,8 +390,9 @@ func TestRLSCodecFields(t *testing.T) {
 // valid or not, with or without unknown fields, as the same server with the proto codec
 // answers it; and the other services (health) are served as before.
 func TestRLSCodecEndToEnd(t *testing.T) {
-	now := time.Unix(1_800_000_000, 0)
-	clock := func() time.Time { return now }
+	var now atomic.Int64 // read by the stores' sweepers too
+	now.Store(time.Unix(1_800_000_000, 0).UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
 	dial := func(opts ...grpc.ServerOption) (rlsv3.RateLimitServiceClient, healthpb.HealthClient) {
 		store := memory.New(memory.WithClock(clock))
 		t.Cleanup(func() { store.Close() })
@@ -454,7 +456,7 @@ func TestRLSCodecEndToEnd(t *testing.T) {
 			t.Fatalf("request %d %v:\nrlsCodec answers %v (%v)\nproto answers    %v (%v)", i, req, got, gotErr, want, wantErr)
 		}
 		if r.IntN(50) == 0 {
-			now = now.Add(time.Duration(r.IntN(90)) * time.Second)
+			now.Add(int64(time.Duration(r.IntN(90)) * time.Second))
 		}
 	}
 }

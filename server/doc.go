@@ -74,6 +74,11 @@
 // failure_mode_deny: false allow the request). Other store errors are gRPC Unavailable,
 // and Envoy applies its own failure mode.
 //
+// The gRPC server NewGRPCServer returns decodes ShouldRateLimit's request and encodes its
+// answer with a codec of its own, to the same messages and bytes as gRPC's proto codec;
+// every other message, and any request or answer holding a field it does not handle
+// (unknown fields among them), goes to the proto codec.
+//
 // # Rate Limit Quota Service
 //
 // envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas, the
