@@ -52,6 +52,9 @@ type Metrics struct {
 	// recording a decision hashes and validates no labels (WithLabelValues does both on
 	// every call).
 	policies sync.Map // policy string -> *policyMetrics
+	// last is the policy of the last decision recorded: a decision of the same policy
+	// as the one before finds its series by comparing names, without the map.
+	last atomic.Pointer[policyMetrics]
 	// breakerStates are the breaker_state series by state; breakerMu serializes their
 	// updates and breakerNow is the state they show.
 	breakerStates []prometheus.Gauge
@@ -286,16 +289,26 @@ func failedOver(p sluice.Path) bool {
 // policyMetrics are one policy's per-decision series, each made on first use (so that
 // no series appears before it has counted something).
 type policyMetrics struct {
+	name      string
 	decisions [numResults][numPaths]atomic.Pointer[prometheus.Counter]
 	latency   prometheus.Observer
 }
 
+// policy returns the series of the named policy, made on its first decision. Whatever
+// last holds is a policy's own series (each name has one *policyMetrics, the map's), so
+// a stale last, overwritten by a concurrent decision of another policy, costs a map
+// lookup and never a wrong series.
 func (m *Metrics) policy(name string) *policyMetrics {
-	if p, ok := m.policies.Load(name); ok {
-		return p.(*policyMetrics)
+	if p := m.last.Load(); p != nil && p.name == name {
+		return p
 	}
-	p, _ := m.policies.LoadOrStore(name, &policyMetrics{latency: m.storeLatency.WithLabelValues(name)})
-	return p.(*policyMetrics)
+	v, ok := m.policies.Load(name)
+	if !ok {
+		v, _ = m.policies.LoadOrStore(name, &policyMetrics{name: name, latency: m.storeLatency.WithLabelValues(name)})
+	}
+	p := v.(*policyMetrics)
+	m.last.Store(p)
+	return p
 }
 
 // decision returns the sluice_decisions_total series of one policy, result and path.

@@ -836,3 +836,56 @@ func gatherText(t *testing.T, reg *prometheus.Registry) string {
 	}
 	return b.String()
 }
+
+// TestMetricsInterleavedPolicies: decisions of several policies, recorded from several
+// goroutines in runs and in strict alternation (so that the last policy's series are
+// found again, replaced and raced for), each count in their own policy's series only.
+func TestMetricsInterleavedPolicies(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	policies := []string{"a", "b", "c", "a:long-name"}
+	const workers, perWorker = 4, 3000
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range perWorker {
+				// Worker 0 alternates every decision, the others keep a policy for runs
+				// of 1, 2 or 3 decisions.
+				p := policies[(i/(w+1)+w)%len(policies)]
+				d := sluice.Decision{Allowed: i%3 != 0, Path: sluice.PathStore}
+				m.record(p, d, nil, "", sluice.BreakerNone, time.Microsecond, i%2 == 0)
+			}
+		})
+	}
+	wg.Wait()
+	for _, p := range policies {
+		var allowed, denied, called float64
+		for w := range workers {
+			for i := range perWorker {
+				if policies[(i/(w+1)+w)%len(policies)] != p {
+					continue
+				}
+				if i%3 != 0 {
+					allowed++
+				} else {
+					denied++
+				}
+				if i%2 == 0 {
+					called++
+				}
+			}
+		}
+		for result, want := range map[string]float64{"allowed": allowed, "denied": denied} {
+			if got := metricValue(t, reg, "sluice_decisions_total", map[string]string{"policy": p, "result": result, "path": "store"}); got != want {
+				t.Errorf("sluice_decisions_total{policy=%q,result=%q} = %v, want %v", p, result, got, want)
+			}
+		}
+		if got := metricValue(t, reg, "sluice_store_latency_seconds", map[string]string{"policy": p}); got != called {
+			t.Errorf("sluice_store_latency_seconds{policy=%q} has %v samples, want %v", p, got, called)
+		}
+	}
+}
