@@ -853,8 +853,8 @@ func TestMetricsInterleavedPolicies(t *testing.T) {
 	for w := range workers {
 		wg.Go(func() {
 			for i := range perWorker {
-				// Worker 0 alternates every decision, the others keep a policy for runs
-				// of 1, 2 or 3 decisions.
+				// Worker 0 changes policy every decision, worker w keeps one for runs
+				// of w+1 decisions.
 				p := policies[(i/(w+1)+w)%len(policies)]
 				d := sluice.Decision{Allowed: i%3 != 0, Path: sluice.PathStore}
 				m.record(p, d, nil, "", sluice.BreakerNone, time.Microsecond, i%2 == 0)
