@@ -602,7 +602,7 @@ func (g *lockFree[S, P]) insert(sh *lshard[S], key string, h uint64, s algo.Stat
 	a := sh.arr.Load()
 	if full(a) && a != nil && g.st.sweepGap > 0 {
 		g.sweepAll(sh, g.st.sweepAt(now))
-		if a = sh.arr.Load(); !full(a) && int(sh.n)*5 > len(a.slots)*2 {
+		if a = sh.arr.Load(); !full(a) && int(sh.n)*100 > len(a.slots)*crowdedLoad {
 			a = g.rebuild(sh, true) // sweeping freed too little room to be worth it again soon
 		}
 	}
@@ -626,8 +626,9 @@ func (g *lockFree[S, P]) insert(sh *lshard[S], key string, h uint64, s algo.Stat
 
 // rebuild copies the live slots into a fresh array (whose generations start again) sized
 // for them: shrinking to 40% live when less than an eighth is live; otherwise doubling when
-// crowded (an insert found more than 40% live even after sweeping the array: sweeping it
-// as often as it would then fill costs more than the room), or growing by a third when
+// crowded (an insert found more than crowdedLoad% live even after sweeping the array:
+// sweeping it as often as it would then fill, and probing runs that emptied states
+// lengthen meanwhile, cost more than the room), or growing by a third when
 // more than growLoad% would be live; otherwise only dropping exhausted tombstones.
 // It seizes each old slot as it goes so that lock-free deciders on the old array retry
 // under the lock.
@@ -676,6 +677,12 @@ func (g *lockFree[S, P]) rebuild(sh *lshard[S], crowded bool) *larray[S] {
 	sh.changed()
 	return a
 }
+
+// crowdedLoad is the live share, in hundredths, above which an array that an insert has
+// just swept is crowded (rebuild). Where keys come and go, each seen rarely, arrays then
+// keep room enough that inserts sweep them seldom and probe runs, which emptied states
+// lengthen until a sweep, stay short.
+const crowdedLoad = 35
 
 func putS[S any, P cell[S]](e *S, s algo.State) { P(e).put(s) }
 

@@ -45,7 +45,9 @@
 // ever seen. A GCRA insert (TokenBucket and LeakyBucket on GCRA's state too) probes its
 // table once, without the lock, and holds the shard lock only to write the slot it chose;
 // where its probe run holds a state that has emptied, the new key takes that slot in its
-// place, deleting the state as the sweeper would (only in a store that sweeps).
+// place, deleting the state as the sweeper would (only in a store that sweeps). An array
+// that an insert has swept and still found more than 35% live doubles, so in this regime
+// a table keeps several slots per live state: room that makes sweeps rare and probes short.
 //
 // Each distinct Limit costs a class of Shards shards (about 16 KiB at the default 256)
 // besides its keys. The sweeper retires a class that holds no state and was not used since
