@@ -21,7 +21,7 @@ type class interface {
 	// decideLocked decides with the shard lock held; it spends only if commit.
 	decideLocked(key string, h uint64, now, n int64, commit bool) algo.Result
 	reset(key string, h uint64) bool // reports whether the key had state
-	// len is the number of states held, read without locks.
+	// len is the number of states held, read under each shard's lock in turn.
 	len() int64
 	// sweep deletes expired state from a slice of every shard and returns how many
 	// states the class holds.
@@ -42,7 +42,7 @@ type shard[S any] struct {
 	mu     sync.Mutex
 	t      table[S]
 	cursor int
-	n      atomic.Int64 // states held, on the lock's line (Store.count)
+	n      int64 // states held, under mu, on the lock's line (Store.count)
 	_      [64 - 8 - 32 - 8 - 8]byte
 }
 
@@ -291,7 +291,10 @@ func (g *gen[S]) add(sh *shard[S], key string, h uint64, tag uint32, s S, now in
 func (g *gen[S]) len() int64 {
 	n := int64(0)
 	for i := range g.shards {
-		n += g.shards[i].n.Load()
+		sh := &g.shards[i]
+		sh.mu.Lock()
+		n += sh.n
+		sh.mu.Unlock()
 	}
 	return n
 }

@@ -2,8 +2,12 @@ package memory
 
 import (
 	"strings"
+	"sync/atomic"
 	"testing"
 	"unsafe"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
 )
 
 // TestHoldsNeverReadsAnotherKeysBytes replays a lock-free reader that read a slot's meta
@@ -29,5 +33,45 @@ func TestHoldsNeverReadsAnotherKeysBytes(t *testing.T) {
 	}
 	if keyLen(rekeying) <= 1<<16 { // sluice.MaxKeyLen
 		t.Fatalf("rekeying's length %d could match a real key", keyLen(rekeying))
+	}
+}
+
+// TestSameLengthRekeyRefusesAStaleReader replays a lock-free reader that read a slot's
+// meta word, after which the lock's holder replaced the slot's emptied state in place
+// with a key of the same length and tag (gcraClass.place), and the reader read the new
+// key's pointer before the new meta word. setKey does not mark a change that keeps the
+// length, so holds pairs the old meta word with the new key: it may compare the new
+// key's bytes, which are exactly len(key) long, and match, but the decider must then
+// refuse the slot, whose control word is already of the next generation.
+func TestSameLengthRekeyRefusesAStaleReader(t *testing.T) {
+	s, clk := newTestStore(t, WithShards(1))
+	g := newGCRAClass(s, algo.ParamsOf(sluice.PerSecond(10)), 0, new(atomic.Bool))
+	old, key := strings.Clone("key-a"), strings.Clone("key-b")
+	m := uint64(1)<<genShift | gmeta(old, 7<<32) // key's tag and length too
+	now := clk.Micros()
+	var e gslot
+	e.setKey(unsafe.StringData(old), m)
+	e.ctl.Store(int64(m)&genMask | now)
+	read := e.meta.Load() // the reader's first load
+	// place, up to the pointer's store inside setKey: the new generation's control word,
+	// then the pointer, with the meta word not yet written.
+	next := (m>>genShift+1)<<genShift | m&keyMask
+	e.ctl.Store(int64(next)&genMask | now)
+	e.key.Store(unsafe.StringData(key))
+	if !e.holds(read, key) {
+		t.Fatal("the replay does not pair the old meta word with the new key")
+	}
+	if _, ok := g.fast(&e.ctl, read, now, 1); ok {
+		t.Fatal("a reader holding the old meta word decided on the new key's state")
+	}
+	if got := e.ctl.Load(); got != int64(next)&genMask|now {
+		t.Fatalf("the refused reader wrote the control word: %#x", got)
+	}
+	e.meta.Store(next) // setKey's last store
+	if e.holds(read, key) || e.holds(read, old) {
+		t.Fatal("holds matched a meta word the slot no longer has")
+	}
+	if _, ok := g.fast(&e.ctl, next, now, 1); !ok {
+		t.Fatal("a current reader gave up")
 	}
 }

@@ -373,7 +373,7 @@ func TestColdInsertsUnderConcurrency(t *testing.T) {
 			}
 			live++
 		}
-		if n := int(sh.n.Load()); n != live {
+		if n := int(sh.n); n != live {
 			t.Errorf("shard %d counts %d states, holds %d", si, n, live)
 		}
 		held += live

@@ -35,9 +35,9 @@ import (
 //     generation g exists only from g's publication to the tombstone (or replacement)
 //     that ends it.
 //   - A decider reads meta, the key pointer and meta again (holds; every change of a
-//     slot's pointer is bracketed by meta writes, setKey, the first of which an unused
-//     slot's own meta word stands for), compares the key's bytes only
-//     if meta did not change, so it never reads past the end of another key, then reads
+//     slot's pointer to a key of another length is bracketed by meta writes, setKey, the
+//     first of which an unused slot's own meta word stands for), compares the key's bytes
+//     only if meta did not change, so it never reads past the end of another key, then reads
 //     the control word, goes on only if the control word's generation is meta's, and
 //     writes only with a compare-and-swap (GCRA) or a claim (pair.go) expecting the word
 //     it read. It therefore never touches another
@@ -135,12 +135,16 @@ func keyLen(m uint64) int { return int(m&keyMask) >> 32 }
 const rekeying = uint64(1<<(genShift-32)-1) << 32
 
 // setKey gives the slot key ptr and then meta m, with the lock held. The meta word of a
-// keyed slot reads rekeying (same generation and tag) while the pointer changes, so that
-// holds never pairs a meta word with a pointer to a key of another length; an unused
-// slot's needs no mark, since a reader that reads its meta word ends its probe there and
-// reads no pointer.
+// keyed slot whose key changes length reads rekeying (same generation and tag) while the
+// pointer changes, so that holds never pairs a meta word with a pointer to a key of
+// another length. A key of the same length needs no mark: a reader that pairs the old
+// meta word with the new pointer reads only bytes of the new key, and, should they match,
+// then meets a control word of another generation (or a sentinel), since the slot's use
+// under the old meta word has already ended (TestSameLengthRekeyRefusesAStaleReader). An
+// unused slot's needs no mark either, since a reader that reads its meta word ends its
+// probe there and reads no pointer.
 func (h *lhdr) setKey(ptr *byte, m uint64) {
-	if old := h.meta.Load(); old&keyMask != 0 {
+	if old := h.meta.Load(); old&keyMask != 0 && keyLen(old) != keyLen(m) {
 		h.meta.Store(old | rekeying)
 	}
 	h.key.Store(ptr)
@@ -221,7 +225,7 @@ type lshard[S any] struct {
 	arr    atomic.Pointer[larray[S]]
 	seq    atomic.Uint64 // changes whenever the lock's holder changes a slot's key (changed)
 	frozen []frozenSlot  // slots a multi-limit batch holds, restored by unlock
-	n      atomic.Int64  // live slots of arr (states held), written under mu (Store.count)
+	n      int64         // live slots of arr (states held), under mu (Store.count)
 	cursor int32
 	used   int32 // slots of arr with a key (live or tombstone), under mu
 	// 64 bytes: neighbouring shards' locks do not share a cache line.
@@ -598,7 +602,7 @@ func (g *lockFree[S, P]) insert(sh *lshard[S], key string, h uint64, s algo.Stat
 	a := sh.arr.Load()
 	if full(a) && a != nil && g.st.sweepGap > 0 {
 		g.sweepAll(sh, g.st.sweepAt(now))
-		if a = sh.arr.Load(); !full(a) && int(sh.n.Load())*5 > len(a.slots)*2 {
+		if a = sh.arr.Load(); !full(a) && int(sh.n)*100 > len(a.slots)*crowdedLoad {
 			a = g.rebuild(sh, true) // sweeping freed too little room to be worth it again soon
 		}
 	}
@@ -622,8 +626,9 @@ func (g *lockFree[S, P]) insert(sh *lshard[S], key string, h uint64, s algo.Stat
 
 // rebuild copies the live slots into a fresh array (whose generations start again) sized
 // for them: shrinking to 40% live when less than an eighth is live; otherwise doubling when
-// crowded (an insert found more than 40% live even after sweeping the array: sweeping it
-// as often as it would then fill costs more than the room), or growing by a third when
+// crowded (an insert found more than crowdedLoad% live even after sweeping the array:
+// sweeping it as often as it would then fill, and probing runs that emptied states
+// lengthen meanwhile, cost more than the room), or growing by a third when
 // more than growLoad% would be live; otherwise only dropping exhausted tombstones.
 // It seizes each old slot as it goes so that lock-free deciders on the old array retry
 // under the lock.
@@ -631,7 +636,7 @@ func (g *lockFree[S, P]) rebuild(sh *lshard[S], crowded bool) *larray[S] {
 	old := sh.arr.Load()
 	live, size := 0, minCap
 	if old != nil {
-		live, size = int(sh.n.Load()), len(old.slots)
+		live, size = int(sh.n), len(old.slots)
 		switch {
 		case size > 64 && live*8 < size:
 			size = live*5/2 + 1 // 40% live: room to refill before growing again
@@ -673,6 +678,12 @@ func (g *lockFree[S, P]) rebuild(sh *lshard[S], crowded bool) *larray[S] {
 	return a
 }
 
+// crowdedLoad is the live share, in hundredths, above which an array that an insert has
+// just swept is crowded (rebuild). Where keys come and go, each seen rarely, arrays then
+// keep room enough that inserts sweep them seldom and probe runs, which emptied states
+// lengthen until a sweep, stay short.
+const crowdedLoad = 35
+
 func putS[S any, P cell[S]](e *S, s algo.State) { P(e).put(s) }
 
 // kill deletes slot i's state if it is still live, with the lock held.
@@ -688,7 +699,10 @@ func (g *lockFree[S, P]) kill(sh *lshard[S], a *larray[S], i int) {
 func (g *lockFree[S, P]) len() int64 {
 	n := int64(0)
 	for i := range g.shards {
-		n += g.shards[i].n.Load()
+		sh := &g.shards[i]
+		sh.mu.Lock()
+		n += sh.n
+		sh.mu.Unlock()
 	}
 	return n
 }
@@ -738,7 +752,7 @@ func (g *lockFree[S, P]) sweep(now int64) int {
 		sh.mu.Lock()
 		if a := sh.arr.Load(); a != nil {
 			g.sweepShard(sh, now, min(len(a.slots), max(64, len(a.slots)/8)))
-			live += int(sh.n.Load())
+			live += int(sh.n)
 		}
 		sh.mu.Unlock()
 	}
@@ -750,7 +764,7 @@ func (g *lockFree[S, P]) sweep(now int64) int {
 func (g *lockFree[S, P]) retire(drop func()) bool {
 	return underAll(len(g.shards), func(i int) *sync.Mutex { return &g.shards[i].mu }, func() bool {
 		for i := range g.shards {
-			if g.shards[i].n.Load() > 0 {
+			if g.shards[i].n > 0 {
 				return false
 			}
 		}
@@ -779,7 +793,7 @@ func (g *lockFree[S, P]) sweepShard(sh *lshard[S], now int64, budget int) {
 		}
 	}
 	sh.cursor = int32(i)
-	if c > 64 && int(sh.n.Load())*8 < c {
+	if c > 64 && int(sh.n)*8 < c {
 		g.rebuild(sh, false)
 	}
 	sh.changed()

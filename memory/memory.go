@@ -45,7 +45,9 @@
 // ever seen. A GCRA insert (TokenBucket and LeakyBucket on GCRA's state too) probes its
 // table once, without the lock, and holds the shard lock only to write the slot it chose;
 // where its probe run holds a state that has emptied, the new key takes that slot in its
-// place, deleting the state as the sweeper would (only in a store that sweeps).
+// place, deleting the state as the sweeper would (only in a store that sweeps). An array
+// that an insert has swept and still found more than 35% live doubles, so in this regime
+// a table keeps several slots per live state: room that makes sweeps rare and probes short.
 //
 // Each distinct Limit costs a class of Shards shards (about 16 KiB at the default 256)
 // besides its keys. The sweeper retires a class that holds no state and was not used since
@@ -113,6 +115,7 @@ type classRef struct {
 	limit sluice.Limit
 	c     class
 	more  outcomer    // c, when its decisions carry more than algo.Result; else nil
+	gcra  *gcraClass  // c, when it is one (GCRA, and the buckets on GCRA's state); else nil
 	cost  int64       // c.maxCost(), which check reads on every decision
 	gone  atomic.Bool // set when c is retired (class.retire); c reads it too
 	used  atomic.Bool // looked up since the sweeper's last visit
@@ -185,7 +188,8 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Len returns the number of (key, Limit) states held.
+// Len returns the number of (key, Limit) states held. Without MaxKeys it takes each
+// shard's lock in turn.
 func (s *Store) Len() int {
 	if s.maxKeys > 0 {
 		return int(s.keys.Load())
@@ -200,8 +204,8 @@ func (s *Store) Len() int {
 // count adds d to a shard's count of states, c, with the shard's lock held, and to the
 // store's under MaxKeys. Without a cap no decision reads a store-wide count, so an insert
 // writes only the lines of its shard and its slot.
-func (s *Store) count(c *atomic.Int64, d int64) {
-	c.Add(d)
+func (s *Store) count(c *int64, d int64) {
+	*c += d
 	if s.maxKeys > 0 {
 		s.keys.Add(d)
 	}
@@ -316,6 +320,7 @@ func (s *Store) addClass(limit sluice.Limit) *classRef {
 	r := &classRef{limit: limit}
 	r.c = newClass(s, limit, s.nextID, &r.gone)
 	r.more, _ = r.c.(outcomer)
+	r.gcra, _ = r.c.(*gcraClass)
 	r.cost = r.c.maxCost()
 	s.nextID++
 	next := maps.Clone(old)
@@ -372,8 +377,9 @@ func (s *Store) checkClass(key string, limit *sluice.Limit, n int64) (*classRef,
 	return r, nil
 }
 
-// AllowN is Decide of one request, without the slices.
-func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
+// AllowN is Decide of one request, without the slices. It fills its result d in place
+// (algo.Result.Fill).
+func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (d sluice.Decision, err error) {
 	r, err := s.check(key, &limit, n)
 	if err != nil {
 		return sluice.Decision{}, err
@@ -386,13 +392,20 @@ func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n in
 		if r.gone.Load() || s.maxKeys > 0 {
 			return s.afterDecide(ctx, r, key, limit, n, o)
 		}
-		return o.Decision(limit), nil
+		o.Fill(&d, &limit)
+		return d, nil
 	}
-	res := r.c.decide(key, s.hash(key), s.now(), n)
+	var res algo.Result
+	if g := r.gcra; g != nil {
+		res = g.decide(key, s.hash(key), s.now(), n) // the commonest class, called directly
+	} else {
+		res = r.c.decide(key, s.hash(key), s.now(), n)
+	}
 	if r.gone.Load() || s.maxKeys > 0 {
 		return s.afterDecide(ctx, r, key, limit, n, algo.Outcome{Result: res})
 	}
-	return res.Decision(limit), nil
+	res.Fill(&d, &limit)
+	return d, nil
 }
 
 // afterDecide is AllowN's rare work after a decision, kept out of its path: deciding again
@@ -592,7 +605,7 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 	for i, it := range items {
 		r := it.r.decideLocked(reqs[i].Key, it.h, now, reqs[i].N, false)
 		all = all && r.Allowed
-		out[i] = r.Decision(reqs[i].Limit)
+		r.Fill(&out[i], &reqs[i].Limit)
 	}
 	if !all {
 		for i, it := range items {
@@ -600,7 +613,7 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 				// It would have passed alone, but nothing is spent: report the state as
 				// it is (Remaining and ResetAfter after this call), not as if spent.
 				r := it.r.decideLocked(reqs[i].Key, it.h, now, 0, false)
-				out[i] = r.Decision(reqs[i].Limit)
+				r.Fill(&out[i], &reqs[i].Limit)
 				out[i].RetryAfter = 0
 			}
 			out[i].Allowed = false
@@ -610,7 +623,7 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 	for i, it := range items {
 		if reqs[i].N > 0 {
 			r := it.r.decideLocked(reqs[i].Key, it.h, now, reqs[i].N, true)
-			out[i] = r.Decision(reqs[i].Limit)
+			r.Fill(&out[i], &reqs[i].Limit)
 			if reqs[i].SettleTTL > 0 {
 				out[i].Reservation = s.res.record(&reqs[i], now, r.Result)
 			}

@@ -255,19 +255,34 @@ func MulDivCeil(a, b, c int64) int64 {
 
 // Decision converts r into the public Decision for limit l.
 func (r Result) Decision(l sluice.Limit) sluice.Decision {
-	return sluice.Decision{
-		Allowed:    r.Allowed,
-		Limit:      l,
-		Remaining:  r.Remaining,
-		ResetAfter: time.Duration(r.ResetAfter) * time.Microsecond,
-		RetryAfter: time.Duration(r.RetryAfter) * time.Microsecond,
-	}
+	var d sluice.Decision
+	r.Fill(&d, &l)
+	return d
+}
+
+// Fill makes *d the Decision r.Decision(*l) returns, writing it in place: a store filling
+// its caller's Decision copies no Decision-sized value on the way. Every field of *d is
+// overwritten.
+func (r Result) Fill(d *sluice.Decision, l *sluice.Limit) {
+	// Field by field: a composite literal is built in a temporary and then copied.
+	d.Allowed = r.Allowed
+	d.Limit = *l
+	d.Remaining = r.Remaining
+	d.ResetAfter = time.Duration(r.ResetAfter) * time.Microsecond
+	d.RetryAfter = time.Duration(r.RetryAfter) * time.Microsecond
+	d.Path, d.Lease, d.Reservation, d.Window = 0, 0, 0, 0
 }
 
 // Decision converts o into the public Decision for limit l.
 func (o Outcome) Decision(l sluice.Limit) sluice.Decision {
-	d := o.Result.Decision(l)
+	var d sluice.Decision
+	o.Fill(&d, &l)
+	return d
+}
+
+// Fill makes *d the Decision o.Decision(*l) returns, in place, as Result.Fill does.
+func (o Outcome) Fill(d *sluice.Decision, l *sluice.Limit) {
+	o.Result.Fill(d, l)
 	d.Lease = sluice.LeaseID(o.Lease)
 	d.Window = time.Duration(o.Window) * time.Microsecond
-	return d
 }

@@ -540,3 +540,33 @@ func TestGCRAFreshIsGCRA(t *testing.T) {
 		t.Fatal("no test limit has S = 1")
 	}
 }
+
+// TestFillIsDecision: Fill writes over every field of a Decision already in use and leaves
+// exactly what Decision returns, for a Result and an Outcome: stores fill their callers'
+// Decisions in place, reused from call to call.
+func TestFillIsDecision(t *testing.T) {
+	used := sluice.Decision{Allowed: true, Limit: sluice.PerHour(9), Remaining: 9, ResetAfter: 9,
+		RetryAfter: 9, Path: sluice.PathCache, Lease: 9, Reservation: 9, Window: 9}
+	for _, l := range testLimits {
+		for _, o := range []Outcome{
+			{Result: Result{Allowed: true, Remaining: 3, ResetAfter: 1500}},
+			{Result: Result{RetryAfter: 7, ResetAfter: 2}, Lease: 4, Window: 86_400_000_000},
+			{},
+		} {
+			want := sluice.Decision{Allowed: o.Allowed, Limit: l, Remaining: o.Remaining,
+				ResetAfter: time.Duration(o.ResetAfter) * time.Microsecond,
+				RetryAfter: time.Duration(o.RetryAfter) * time.Microsecond}
+			d := used
+			o.Result.Fill(&d, &l)
+			if d != want || o.Result.Decision(l) != want {
+				t.Fatalf("%v: Result %+v filled %+v, Decision %+v, want %+v", l, o.Result, d, o.Result.Decision(l), want)
+			}
+			want.Lease, want.Window = sluice.LeaseID(o.Lease), time.Duration(o.Window)*time.Microsecond
+			d = used
+			o.Fill(&d, &l)
+			if d != want || o.Decision(l) != want {
+				t.Fatalf("%v: Outcome %+v filled %+v, Decision %+v, want %+v", l, o, d, o.Decision(l), want)
+			}
+		}
+	}
+}
