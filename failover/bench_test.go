@@ -76,3 +76,22 @@ func benchRedis(b *testing.B) sluice.Limiter {
 	b.Cleanup(func() { s.Close() })
 	return s
 }
+
+// BenchmarkDecide measures an inline decision through the decorator on the memory store,
+// one caller: the deadline context, the breaker and the bookkeeping around the store call.
+// Run it under callgrind for instructions per decision.
+//
+//	go test ./failover -run '^$' -bench BenchmarkDecide -benchmem
+func BenchmarkDecide(b *testing.B) {
+	l := New(benchMemory(b), WithInlineCalls(), WithDeadline(time.Second))
+	defer l.Close()
+	ctx := context.Background()
+	reqs := []sluice.Request{{Key: "user:1", Limit: sluice.PerSecond(1_000_000), N: 1}}
+	ds := make([]sluice.Decision, 1)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := l.Decide(ctx, reqs, ds); err != nil || ds[0].Path != sluice.PathStore {
+			b.Fatal(ds[0], err)
+		}
+	}
+}

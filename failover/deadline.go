@@ -15,13 +15,15 @@ const deadlineShares = 16
 // context.WithTimeout per decision costs a timer, a registration with the caller's
 // context, a channel and their teardown: about a tenth of the service's CPU on Redis.
 // Instead, the decisions that start within slack of one another share one timer and one
-// channel, which is closed at the deadline of the first of them. Every decision therefore
+// channel, which is closed at the deadline of the first of them, and their contexts are
+// allocated deadlineChunk at a time (ctxChunk). Every decision therefore
 // gets between deadline−slack and deadline, never more: the caller never waits for the
 // store past its deadline.
 type sharedDeadlines struct {
 	d, slack time.Duration
 	cur      atomic.Pointer[sharedDeadline]
 	mu       sync.Mutex // held to replace cur
+	chunk    atomic.Pointer[ctxChunk]
 }
 
 func newSharedDeadlines(d time.Duration) *sharedDeadlines {
@@ -42,16 +44,57 @@ func (s *sharedDeadlines) context(parent context.Context, now time.Time) context
 		return parent
 	}
 	g := s.cur.Load()
-	if g == nil || g.at.After(limit) || !g.at.After(limit.Add(-s.slack)) {
+	if g == nil || !s.fits(g, limit) {
 		s.mu.Lock()
-		if g = s.cur.Load(); g == nil || g.at.After(limit) || !g.at.After(limit.Add(-s.slack)) {
+		if g = s.cur.Load(); g == nil || !s.fits(g, limit) {
 			g = &sharedDeadline{at: limit, done: make(chan struct{})}
 			time.AfterFunc(s.d, g.expire)
 			s.cur.Store(g)
 		}
 		s.mu.Unlock()
 	}
-	return &deadlineCtx{Context: parent, g: g}
+	return s.newCtx(parent, g)
+}
+
+// fits reports whether g serves a call whose own deadline is limit: g is in
+// (limit−slack, limit].
+func (s *sharedDeadlines) fits(g *sharedDeadline, limit time.Time) bool {
+	early := limit.Sub(g.at)
+	return early >= 0 && early < s.slack
+}
+
+// deadlineChunk is how many deadlineCtx are made at once (ctxChunk).
+const deadlineChunk = 32
+
+// ctxChunk holds the contexts of deadlineChunk store calls, handed out in turn and each
+// used once: one allocation for that many calls. A chunk is garbage once none of its
+// contexts is in use, so a context in use keeps the other calls' parents reachable
+// until then.
+type ctxChunk struct {
+	next atomic.Int32 // the index of the next context to hand out
+	ctxs [deadlineChunk]deadlineCtx
+}
+
+// newCtx returns a context of parent's values that ends with g, from the current chunk
+// or, once it is used up, a new one.
+func (s *sharedDeadlines) newCtx(parent context.Context, g *sharedDeadline) *deadlineCtx {
+	for {
+		ch := s.chunk.Load()
+		if ch != nil {
+			if i := ch.next.Add(1) - 1; i < deadlineChunk {
+				c := &ch.ctxs[i]
+				c.Context, c.g = parent, g
+				return c
+			}
+		}
+		fresh := &ctxChunk{}
+		fresh.next.Store(1)
+		c := &fresh.ctxs[0]
+		c.Context, c.g = parent, g
+		if s.chunk.CompareAndSwap(ch, fresh) {
+			return c
+		}
+	}
 }
 
 // sharedDeadline is one deadline shared by the store calls that started within slack.

@@ -3,11 +3,15 @@ package failover
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memory"
 )
 
 type ctxKey struct{}
@@ -141,4 +145,114 @@ func (s *valueStore) Decide(ctx context.Context, reqs []sluice.Request, ds []slu
 		s.seen.Store(&v)
 	}
 	return s.faultyStore.Decide(ctx, reqs, ds)
+}
+
+// TestSharedDeadlineChunks: decisions whose contexts come from the same chunks (more
+// than deadlineChunk of them, at once) each keep their own caller's values and their
+// own deadline: a decision whose store call outlives the deadline fails over, and the
+// others, in the same chunks and sharing its deadline, are decided by the store.
+func TestSharedDeadlineChunks(t *testing.T) {
+	const (
+		decisions = 3*deadlineChunk + 5
+		slowEvery = 10
+		d         = 500 * time.Millisecond
+	)
+	store := &slowStore{Store: memory.New()}
+	defer store.Store.Close()
+	// A breaker that never opens: the slow calls' failures must not decide the others.
+	l := New(store, WithInlineCalls(), WithDeadline(d), WithBreaker(Breaker{ConsecutiveFailures: 1 << 20, MinCalls: 1 << 20}))
+	defer l.Close()
+	limit := sluice.PerSecond(1000)
+
+	type result struct {
+		d     sluice.Decision
+		err   error
+		start time.Time
+	}
+	results := make([]result, decisions)
+	var wg sync.WaitGroup
+	for i := range decisions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprint("fast:", i)
+			if i%slowEvery == 0 {
+				key = fmt.Sprint("slow:", i)
+			}
+			ctx := context.WithValue(context.Background(), ctxKey{}, key)
+			results[i].start = time.Now()
+			results[i].d, results[i].err = sluice.AllowN(ctx, l, key, limit, 1)
+		}()
+	}
+	wg.Wait()
+
+	seen := map[context.Context]string{}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	for i, r := range results {
+		slow := i%slowEvery == 0
+		key := fmt.Sprint("fast:", i)
+		if slow {
+			key = fmt.Sprint("slow:", i)
+		}
+		call, ok := store.calls[key]
+		if !ok {
+			t.Errorf("%s: the store was not called", key)
+			continue
+		}
+		if other, dup := seen[call.ctx]; dup {
+			t.Errorf("%s and %s were given the same context", key, other)
+		}
+		seen[call.ctx] = key
+		if call.value != key {
+			t.Errorf("%s: its store call carried the value %q, want its caller's", key, call.value)
+		}
+		if at, ok := call.ctx.Deadline(); !ok || at.After(call.began.Add(d)) || !at.After(r.start.Add(d-l.shared.slack)) {
+			t.Errorf("%s: deadline %v after its decision started, want in (%v, %v]", key, at.Sub(r.start), d-l.shared.slack, d)
+		}
+		switch {
+		case r.err != nil:
+			t.Errorf("%s: %v", key, r.err)
+		case slow && (r.d.Path != sluice.PathOpen || !errors.Is(call.err, context.DeadlineExceeded)):
+			t.Errorf("%s, past its deadline: path %v (its call ended with %v), want %v", key, r.d.Path, call.err, sluice.PathOpen)
+		case !slow && (r.d.Path != sluice.PathStore || !r.d.Allowed):
+			t.Errorf("%s: %+v, want allowed by the store", key, r.d)
+		}
+	}
+	if len(store.calls) != decisions {
+		t.Errorf("%d store calls, want %d", len(store.calls), decisions)
+	}
+}
+
+// slowStore is a memory store whose decisions on keys "slow:..." wait for their context
+// to end; it records each decision's context.
+type slowStore struct {
+	*memory.Store
+	mu    sync.Mutex
+	calls map[string]storeCall
+}
+
+type storeCall struct {
+	began time.Time
+	ctx   context.Context
+	value any // of ctxKey
+	err   error
+}
+
+func (s *slowStore) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
+	call := storeCall{began: time.Now(), ctx: ctx, value: ctx.Value(ctxKey{})}
+	var rep sluice.Report
+	if strings.HasPrefix(reqs[0].Key, "slow:") {
+		<-ctx.Done()
+		call.err = ctx.Err()
+	} else {
+		rep, call.err = s.Store.Decide(ctx, reqs, ds)
+	}
+	s.mu.Lock()
+	if s.calls == nil {
+		s.calls = map[string]storeCall{}
+	}
+	s.calls[reqs[0].Key] = call
+	s.mu.Unlock()
+	return rep, call.err
 }

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -221,7 +222,7 @@ func (b *batcher) enqueue(c *call) {
 	if !start {
 		return
 	}
-	if !b.s.startCall() {
+	if !b.s.startRun(b) {
 		b.mu.Lock()
 		b.running--
 		queued := b.queue
@@ -231,19 +232,13 @@ func (b *batcher) enqueue(c *call) {
 			c.err = fmt.Errorf("redisstore: %w", sluice.ErrClosed)
 			c.done <- struct{}{}
 		}
-		return
 	}
-	go b.run()
 }
 
-// run sends script calls until the queue is empty.
-func (b *batcher) run() {
-	defer b.s.inflight.Done()
-	var batch []*call
-	bufs := callBufsPool.Get().(*callBufs)
-	defer callBufsPool.Put(bufs)
+// run sends script calls, built in l's buffers, until the queue is empty.
+func (b *batcher) run(l *batchLoop) {
 	for {
-		batch = batch[:0]
+		batch := l.batch[:0]
 		b.mu.Lock()
 		items, bytes, i := 0, 0, 0
 		for ; i < len(b.queue); i++ {
@@ -262,10 +257,13 @@ func (b *batcher) run() {
 		if len(batch) == 0 {
 			b.running--
 			b.mu.Unlock()
+			l.batch = batch
 			return
 		}
 		b.mu.Unlock()
-		b.s.exec(b.cn.client, batch, bufs)
+		b.s.exec(b.cn.client, batch, l.bufs)
+		clear(batch) // the calls are their callers' again
+		l.batch = batch
 		// The callers just answered are runnable; most will decide again at once. Let
 		// them queue before taking the next batch, or it would carry one or two
 		// decisions while the rest wait for the call after it.
@@ -273,7 +271,81 @@ func (b *batcher) run() {
 	}
 }
 
-// startCall registers a batch goroutine with Close, unless the store is closed.
+// maxIdleLoops is how many batch goroutines a store keeps waiting for the next batch.
+const maxIdleLoops = 8
+
+// batchLoop is a batch goroutine (Store.loop): it runs a batcher's script calls until
+// the batcher's queue is empty, then waits, idle, for the next batcher to run, so that a
+// batch does not start a goroutine. At most maxIdleLoops wait per store; a goroutine
+// that would be one more ends, and Close ends those waiting.
+type batchLoop struct {
+	next  chan *batcher // the next batcher to run, nil to end; buffered, one at most
+	bufs  *callBufs
+	batch []*call // the calls of the script call being made, reused
+}
+
+// startRun has b's queue run by an idle batch goroutine, or by a new one, unless the
+// store is closed.
+func (s *Store) startRun(b *batcher) bool {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed.Load() {
+		return false
+	}
+	s.loopMu.Lock()
+	if n := len(s.idle); n > 0 {
+		l := s.idle[n-1]
+		s.idle[n-1] = nil
+		s.idle = s.idle[:n-1]
+		s.loopMu.Unlock()
+		l.next <- b
+		return true
+	}
+	s.loopMu.Unlock()
+	s.inflight.Add(1)
+	s.loops.Add(1)
+	go s.loop(b)
+	return true
+}
+
+// loop is a batch goroutine, started to run b (see batchLoop).
+func (s *Store) loop(b *batcher) {
+	defer s.inflight.Done()
+	l := &batchLoop{next: make(chan *batcher, 1), bufs: callBufsPool.Get().(*callBufs)}
+	defer func() { callBufsPool.Put(l.bufs) }()
+	for b != nil {
+		b.run(l)
+		if !s.park(l) {
+			return
+		}
+		b = <-l.next
+	}
+}
+
+// park makes l idle, unless maxIdleLoops already are or the store is closed.
+func (s *Store) park(l *batchLoop) bool {
+	s.loopMu.Lock()
+	defer s.loopMu.Unlock()
+	if s.closed.Load() || len(s.idle) >= maxIdleLoops {
+		return false
+	}
+	s.idle = append(s.idle, l)
+	return true
+}
+
+// endLoops ends the idle batch goroutines; once the store is closed, no more go idle.
+func (s *Store) endLoops() {
+	s.loopMu.Lock()
+	idle := s.idle
+	s.idle = nil
+	s.loopMu.Unlock()
+	for _, l := range idle {
+		l.next <- nil
+	}
+}
+
+// startCall registers a goroutine of calls to Redis with Close, unless the store is
+// closed.
 func (s *Store) startCall() bool {
 	s.closeMu.RLock()
 	defer s.closeMu.RUnlock()
@@ -316,6 +388,55 @@ type callBufs struct {
 	ends       []int  // where each key ends in keys
 	reqs, grps []byte
 	strs       []string
+	ctx        *callCtx // the context of calls with a deadline, nil until one is made
+}
+
+// callCtx is the context of a script call whose callers all have a deadline: it is
+// cancelled (Err is context.Canceled) at the latest of their deadlines, by a timer, and
+// has no Deadline itself. rueidis sends a command whose context has a deadline on an
+// idle connection synchronously, setting the connection's deadlines around it, and a
+// missed deadline then breaks the connection; a cancellable context without a deadline
+// goes through its pipeline, which gives up on the reply without dropping the
+// connection.
+//
+// A batch goroutine reuses one (callBufs.ctx) from call to call, arming its timer for
+// each, for as long as it has not ended and its calls get their replies (rueidis then
+// holds it no longer); an ended one is never live again.
+type callCtx struct {
+	done  chan struct{}
+	timer *time.Timer
+	ended atomic.Bool // set just before done is closed
+}
+
+func newCallCtx() *callCtx {
+	c := &callCtx{done: make(chan struct{})}
+	c.timer = time.AfterFunc(time.Hour, c.end)
+	c.timer.Stop()
+	return c
+}
+
+// arm makes c end at deadline.
+func (c *callCtx) arm(deadline time.Time) { c.timer.Reset(time.Until(deadline)) }
+
+// disarm stops c's timer and reports whether c is still live; if not, it has ended or is
+// about to.
+func (c *callCtx) disarm() bool { return c.timer.Stop() }
+
+func (c *callCtx) end() {
+	c.ended.Store(true)
+	close(c.done)
+}
+
+func (c *callCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c *callCtx) Done() <-chan struct{}       { return c.done }
+func (c *callCtx) Value(any) any               { return nil }
+
+func (c *callCtx) Err() error {
+	if c.ended.Load() {
+		<-c.done // set just before done is closed: wait for the close
+		return context.Canceled
+	}
+	return nil
 }
 
 func (b *callBufs) drop() { *b = callBufs{} }
@@ -389,21 +510,22 @@ func (s *Store) exec(client rueidis.Client, batch []*call, bufs *callBufs) {
 		tail = 8
 	}
 
-	ctx := context.Background()
+	var ctx context.Context = context.Background()
+	var cc *callCtx
 	if !forever {
-		// Cancelled by a timer rather than given a deadline: rueidis sends a command
-		// whose context has a deadline on an idle connection synchronously, setting the
-		// connection's deadlines around it, and a missed deadline then breaks the
-		// connection; a cancellable context without a deadline goes through its pipeline,
-		// which gives up on the reply without dropping the connection.
-		var cancel context.CancelCauseFunc
-		ctx, cancel = context.WithCancelCause(ctx)
-		t := time.AfterFunc(time.Until(deadline), func() { cancel(context.DeadlineExceeded) })
-		defer func() { t.Stop(); cancel(nil) }()
+		if cc = bufs.ctx; cc == nil {
+			cc = newCallCtx()
+			bufs.ctx = cc
+		}
+		cc.arm(deadline)
+		ctx = cc
 	}
 	vals, err := s.eval(ctx, client, scriptFor(live), keys, args).AsBytes()
-	if err != nil && errors.Is(err, context.Canceled) && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
-		err = context.DeadlineExceeded // the timer above: the callers' deadline passed
+	if cc != nil && !cc.disarm() {
+		bufs.ctx = nil // ended, or ending: the next call gets a new one
+		if errors.Is(err, context.Canceled) {
+			err = context.DeadlineExceeded // the callers' deadline passed
+		}
 	}
 	if err == nil && len(vals) != 32*total+tail {
 		err = errorf("script returned %d bytes for %d requests, want %d", len(vals), total, 32*total+tail)

@@ -164,3 +164,41 @@ func BenchmarkClientSide(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCallers measures a decision's client-side cost from 1, 4 and 64 callers
+// deciding concurrently through one Store on one redis-server: what the store spends
+// per decision on coalescing, its batch goroutines and their calls' contexts, besides
+// building the call. The callers' context has a deadline, as a service's has. Run it under callgrind for instructions per decision (take the
+// difference of two -test.benchtime counts, which cancels the setup).
+//
+//	go test -run '^$' -bench BenchmarkCallers -benchmem ./redisstore
+func BenchmarkCallers(b *testing.B) {
+	srv := redistest.Start(b, redistest.WithConfig("hz", "100"))
+	s := open(b, srv.URL())
+	limit := sluice.PerSecond(1_000_000)
+	for _, callers := range []int{1, 4, 64} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			// A deadline, as the service's decisions have (failover's): the store's
+			// calls then end at their callers' latest deadline.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+			defer cancel()
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := int(next.Add(1)) - 1; i < b.N; i = int(next.Add(1)) - 1 {
+						if _, err := s.AllowN(ctx, benchKey(i), limit, 1); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
+}

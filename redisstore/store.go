@@ -51,7 +51,8 @@
 // them at once (up to WithBatchSize), in arrival order. A lone decision is sent at once, so
 // at low load nothing waits; under load, one script call amortises Redis's per-call cost
 // over many decisions. Calls are sent through rueidis, which pipelines concurrent commands
-// on shared connections.
+// on shared connections, by the store's batch goroutines: these outlive a batch, and up
+// to 8 per store wait idle for the next one; Close ends them.
 //
 // # Decisions across cluster slots
 //
@@ -216,10 +217,14 @@ type Store struct {
 	dialErr   atomic.Pointer[error] // the last failed connection attempt, while there is no conn
 	stop      context.Context       // ends when Close starts: the start-up work and connect loop stop
 	stopStart context.CancelFunc
-	closeMu   sync.RWMutex // excludes Close from startCall and from attaching a connection
+	closeMu   sync.RWMutex // excludes Close from startCall, startRun and attaching a connection
 	closed    atomic.Bool
 	inflight  sync.WaitGroup // batch goroutines, the start-up work and the connect loop
 	noscript  atomic.Int64   // NOSCRIPT replies healed; for tests
+
+	loopMu sync.Mutex
+	idle   []*batchLoop // batch goroutines waiting for a batch, at most maxIdleLoops
+	loops  atomic.Int64 // batch goroutines started; for tests
 }
 
 // conn is a connected client and the batchers that send to it.
@@ -524,9 +529,9 @@ func (s *Store) attach(client rueidis.Client) {
 	}()
 }
 
-// Close stops accepting decisions, waits for the script calls in flight, and closes the
-// connection if Open made it. Decisions after Close return an error wrapping
-// sluice.ErrClosed.
+// Close stops accepting decisions, waits for the script calls in flight, ends the store's
+// goroutines, and closes the connection if Open made it. Decisions after Close return an
+// error wrapping sluice.ErrClosed.
 func (s *Store) Close() error {
 	s.closeMu.Lock()
 	already := s.closed.Swap(true)
@@ -534,6 +539,7 @@ func (s *Store) Close() error {
 	if already {
 		return nil
 	}
+	s.endLoops()
 	s.stopStart()
 	s.inflight.Wait()
 	if cn := s.conn.Load(); cn != nil && s.own {
