@@ -316,6 +316,7 @@ type callBufs struct {
 	ends       []int  // where each key ends in keys
 	reqs, grps []byte
 	strs       []string
+	args       []string // decideArgs
 }
 
 func (b *callBufs) drop() { *b = callBufs{} }
@@ -378,14 +379,12 @@ func (s *Store) exec(client rueidis.Client, batch []*call, bufs *callBufs) {
 		start = end
 	}
 	bufs.keys, bufs.ends, bufs.reqs, bufs.grps, bufs.strs = kb, ends, reqs, groups, keys
-	track := "0"
-	if repeats(keys) {
-		track = "1"
-	}
-	args := []string{nowArg, s.minTTL, bytesString(reqs), bytesString(groups), track}
+	// With calendar limits the reply ends with the script's now, for the periods decided
+	// in.
+	args := decideArgs(bufs.args[:0], nowArg, s.minTTL, reqs, groups, repeats(keys), cal != nil, cal)
+	bufs.args = args
 	tail := 0
 	if cal != nil {
-		args = append(args, "1", string(cal)) // the script's now, for the periods decided in
 		tail = 8
 	}
 

@@ -258,6 +258,27 @@ func (s *Store) callNow() (int64, string) {
 	return algo.Micros(time.Now()), "-"
 }
 
+// decideArgs appends to args decide.lua's ARGV for a call: now (Store.callNow), the
+// minimum TTL, the packed requests, the all-or-nothing groups, whether a key repeats among
+// the call's keys, whether the reply is to end with the script's now, and the calendar
+// bounds. The arguments after the requests that hold their defaults (none, false, false,
+// none) are left out from the end, as decide.lua reads them: Redis builds ARGV as a Lua
+// table on every call, and a call of independent decisions on distinct keys needs three.
+func decideArgs(args []string, now, minTTL string, reqs, groups []byte, repeats, withNow bool, cal []byte) []string {
+	opt := [...]string{bytesString(groups), "0", "0", bytesString(cal)}
+	if repeats {
+		opt[1] = "1"
+	}
+	if withNow {
+		opt[2] = "1"
+	}
+	n := len(opt)
+	for n > 0 && (opt[n-1] == "" || opt[n-1] == "0") {
+		n--
+	}
+	return append(append(args, now, minTTL, bytesString(reqs)), opt[:n]...)
+}
+
 // calendarArgs appends to reqs the request of it as decide.lua reads it, and, for a
 // calendar limit, its bounds around now to cal, returning them too.
 func calendarArgs(reqs, cal []byte, item *item, now int64) (_, _ []byte, b algo.Bounds) {

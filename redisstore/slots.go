@@ -162,10 +162,7 @@ func (s *Store) decideSlot(ctx context.Context, cn *conn, reqs []sluice.Request,
 	}
 	// Keys are distinct: Decide refuses a repeated (key, Limit), and the two make the
 	// Redis key.
-	args := []string{nowArg, s.minTTL, bytesString(packed), bytesString(groups), "0", "1"}
-	if cal != nil {
-		args = append(args, string(cal))
-	}
+	args := decideArgs(nil, nowArg, s.minTTL, packed, groups, false, true, cal)
 	sc := scriptFor([]*call{{items: items}})
 	vals, err := s.eval(ctx, cn.client, sc, keys, args).AsBytes()
 	if err == nil && len(vals) != 32*len(idx)+8 {

@@ -11,17 +11,19 @@
 --   lease; a calendar limit's index into ARGV[7]), burst (Limit.EffectiveBurst; for
 --   Concurrency the id of the lease to take), cost n. Binary, because parsing decimal
 --   arguments (strtod, twice per tonumber) cost more than the decisions themselves.
--- ARGV[4]: the all-or-nothing groups (sluice.Limiter.Decide), two little-endian doubles
---   each, in ascending order: the index of the group's first request and the number of
---   its requests (at least 2). A request in no group is an independent decision. A group
---   is decided without spending, and only if all its requests are allowed are they
---   decided again, spending (as memory.Store.AllowMulti does).
--- ARGV[5]: "1" when a key appears more than once among KEYS, "0" when every key is
---   distinct. Requests are decided in order, so two requests on one key in one call see
---   each other's spending (written, in prelude.lua), which is tracked only with "1".
--- ARGV[6]: absent, or "1" to append the call's now after the results (below).
+-- ARGV[4]: absent or empty, or the all-or-nothing groups (sluice.Limiter.Decide), two
+--   little-endian doubles each, in ascending order: the index of the group's first request
+--   and the number of its requests (at least 2). A request in no group is an independent
+--   decision. A group is decided without spending, and only if all its requests are
+--   allowed are they decided again, spending (as memory.Store.AllowMulti does).
+-- ARGV[5]: absent or "0" when every key is distinct, "1" when a key appears more than
+--   once among KEYS. Requests are decided in order, so two requests on one key in one call
+--   see each other's spending (written, in prelude.lua), which is tracked only with "1".
+-- ARGV[6]: absent or "0", or "1" to append the call's now after the results (below).
 -- ARGV[7]: absent, or the calendar bounds of the call's calendar requests
 --   (calendar_window.lua).
+-- The arguments after ARGV[3] that hold their defaults are left out, from the end
+-- (decideArgs in script.go): Redis builds ARGV as a Lua table on every call.
 -- Returns four integers per request, allowed (0/1), remaining, resetAfter µs and
 -- retryAfter µs, as one string of little-endian doubles: one bulk reply is cheaper for
 -- Redis to write and for the client to read than 4·n integer replies.
@@ -29,9 +31,21 @@
 -- run (prelude.lua) holds the algorithms this script was made with: all six, or the one
 -- every request of the call uses (script.go).
 
+-- A call of one request, the common case at low load, decides it and returns its result
+-- directly. Its state is read with GET through redis.pcall: a key of another type (an
+-- error reply, a table of length 0) reads as a value this store never writes, the empty
+-- state, as MGET reads it below.
+local nkeys = #KEYS
+if nkeys == 1 then
+  local key = KEYS[1]
+  local algo, rate, period, burst, n = sunpack('<ddddd', ARGV[3])
+  local ok, rem, reset, retry = run[algo](key, redis.pcall('GET', key), rate, period, burst, n, true)
+  if ARGV[6] == '1' then return spack('<ddddd', ok, rem, reset, retry, now) end
+  return spack('<dddd', ok, rem, reset, retry)
+end
+
 -- Every state is read at once with MGET (SlidingLog keys, sorted sets, read as false and
 -- are read by sliding_log itself). unpack is bounded by Lua's C stack: chunks of 1000.
-local nkeys = #KEYS
 local vals
 if nkeys <= 1000 then
   vals = redis.call('MGET', unpack(KEYS))
@@ -45,7 +59,7 @@ else
   end
 end
 
-local reqs, groups = ARGV[3], ARGV[4]
+local reqs, groups = ARGV[3], ARGV[4] or ''
 track = ARGV[5] == '1'
 if track then written = {} end
 -- state is the value request i decides on: what an earlier request in this call wrote
