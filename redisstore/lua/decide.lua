@@ -60,12 +60,11 @@ else
 end
 
 local reqs, groups = ARGV[3], ARGV[4] or ''
-track = ARGV[5] == '1'
-if track then written = {} end
+if ARGV[5] == '1' then written = {} end
 -- state is the value request i decides on: what an earlier request in this call wrote
 -- to its key, else what MGET read.
 local function state(i, key)
-  if track then
+  if written then
     local v = written[key]
     if v ~= nil then return v end
   end
@@ -85,7 +84,7 @@ while i <= nkeys do
     -- state(i, key), inline: a Lua call per decision costs Redis 2% (555 instructions of
     -- 28.3k, bench/cmd/rediscost) on this, the common path.
     local v = vals[i]
-    if track then
+    if written then
       local w = written[key]
       if w ~= nil then v = w end
     end
