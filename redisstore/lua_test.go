@@ -136,15 +136,15 @@ func TestScriptFor(t *testing.T) {
 		if got := scriptFor(calls(a, a, a)); got.sha != decideScripts[a].sha {
 			t.Errorf("%v only: got script %s, want %s", a, got.sha, decideScripts[a].sha)
 		}
-		if !strings.Contains(decideScripts[a].body, "\nrun["+strconv.Itoa(int(a))+"] = ") {
-			t.Errorf("%v's script does not register it", a)
+		if name := strings.TrimSuffix(algoFiles[a], ".lua"); !strings.Contains(decideScripts[a].body, "\nlocal one, run = "+name+", nil\n") {
+			t.Errorf("%v's script does not name %s as its one algorithm", a, name)
 		}
 	}
 	if got := scriptFor(calls(sluice.GCRA, sluice.FixedWindow)); got.sha != decideScript.sha {
 		t.Errorf("mixed call: got script %s, want the general one", got.sha)
 	}
-	for a := range sluice.Algorithms() {
-		if !strings.Contains(decideScript.body, "\nrun["+strconv.Itoa(a)+"] = ") {
+	for a, f := range algoFiles {
+		if !strings.Contains(decideScript.body, "["+strconv.Itoa(a)+"] = "+strings.TrimSuffix(f, ".lua")) {
 			t.Errorf("the general script does not register algorithm %d", a)
 		}
 	}

@@ -14,8 +14,8 @@ import (
 
 // refundScript gives back what the decision script spent in one slot (lua/refund.lua). It
 // holds the six algorithms too, for the looks that report the keys after the refund.
-var refundScript = newScript(append(append(append([]string{"prelude.lua"}, algoFiles[:]...),
-	"refund_bucket.lua", "refund_window.lua", "refund_log.lua"), "refund.lua")...)
+var refundScript = algoScript(allAlgos,
+	"refund_bucket.lua", "refund_window.lua", "refund_log.lua", "refund.lua")
 
 // refundTimeout bounds the refunds of a batch, which run even when the caller's context
 // has ended: a refund not made leaves its units spent until the key's state empties.

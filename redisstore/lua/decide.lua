@@ -28,8 +28,9 @@
 -- retryAfter µs, as one string of little-endian doubles: one bulk reply is cheaper for
 -- Redis to write and for the client to read than 4·n integer replies.
 
--- run (prelude.lua) holds the algorithms this script was made with: all six, or the one
--- every request of the call uses (script.go).
+-- one is the function of the one algorithm this script was made with, or nil; run[a]
+-- then the function deciding algorithm number a (the line above, made by algoScript in
+-- script.go).
 
 -- A call of one request, the common case at low load, decides it and returns its result
 -- directly. Its state is read with GET through redis.pcall: a key of another type (an
@@ -39,7 +40,7 @@ local nkeys = #KEYS
 if nkeys == 1 then
   local key = KEYS[1]
   local algo, rate, period, burst, n = sunpack('<ddddd', ARGV[3])
-  local ok, rem, reset, retry = run[algo](key, redis.pcall('GET', key), rate, period, burst, n, true)
+  local ok, rem, reset, retry = (one or run[algo])(key, redis.pcall('GET', key), rate, period, burst, n, true)
   if ARGV[6] == '1' then return spack('<ddddd', ok, rem, reset, retry, now) end
   return spack('<dddd', ok, rem, reset, retry)
 end
@@ -89,7 +90,7 @@ while i <= nkeys do
       if w ~= nil then v = w end
     end
     local o = 4 * i
-    out[o - 3], out[o - 2], out[o - 1], out[o] = run[algo](key, v, rate, period, burst, n, true)
+    out[o - 3], out[o - 2], out[o - 1], out[o] = (one or run[algo])(key, v, rate, period, burst, n, true)
     i = i + 1
   else
     local g = {}
@@ -103,7 +104,7 @@ while i <= nkeys do
       local r, key = g[j], KEYS[i + j]
       local v = state(i + j, key)
       local o = 4 * (i + j)
-      out[o - 3], out[o - 2], out[o - 1], out[o] = run[r[1]](key, v, r[2], r[3], r[4], r[5], false)
+      out[o - 3], out[o - 2], out[o - 1], out[o] = (one or run[r[1]])(key, v, r[2], r[3], r[4], r[5], false)
       if out[o - 3] == 0 then all = false end
     end
     for j = 0, gsize - 1 do
@@ -112,14 +113,14 @@ while i <= nkeys do
       if all then
         if r[5] > 0 then
           local v = state(i + j, key)
-          out[o - 3], out[o - 2], out[o - 1], out[o] = run[r[1]](key, v, r[2], r[3], r[4], r[5], true)
+          out[o - 3], out[o - 2], out[o - 1], out[o] = (one or run[r[1]])(key, v, r[2], r[3], r[4], r[5], true)
         end
       else
         -- Nothing is spent. A request that would have passed alone reports the state as
         -- it is (a look: Remaining and ResetAfter unspent) with RetryAfter 0.
         if out[o - 3] == 1 then
           local v = state(i + j, key)
-          local _, rem, reset = run[r[1]](key, v, r[2], r[3], r[4], 0, false)
+          local _, rem, reset = (one or run[r[1]])(key, v, r[2], r[3], r[4], 0, false)
           out[o - 2], out[o - 1], out[o] = rem, reset, 0
         end
         out[o - 3] = 0

@@ -50,4 +50,3 @@ local function fixed_window(key, v, rate, period, burst, n, commit)
   end
   return ok, rem, reset, retry
 end
-run[3] = fixed_window

@@ -76,4 +76,3 @@ local function gcra(key, v, S, U, burst, n, commit)
   if late > 0 then return 0, rem, ahead, late end
   return 1, rem, ahead, 0
 end
-run[0] = gcra

@@ -169,11 +169,6 @@ local function int(x)
   return sformat('%d', x)
 end
 
--- run[a] is the function deciding algorithm number a (decide.lua's ARGV[3]): each
--- algorithm file that follows registers its own, so a script made of some of them decides
--- only those.
-local run = {}
-
 -- written[key] is the value this call last wrote to key (false: deleted), so that two
 -- requests on one key in one call see each other's spending. It is kept only when a key
 -- repeats among KEYS: decide.lua makes the table then (a table per call costs Redis its

@@ -71,4 +71,3 @@ local function token_bucket(key, v, S, U, burst, n, commit)
   local rem = avail / U
   return 1, rem - rem % 1, wait + tofull, 0
 end
-run[1] = token_bucket
