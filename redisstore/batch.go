@@ -389,6 +389,7 @@ type callBufs struct {
 	reqs, grps []byte
 	strs       []string
 	ctx        *callCtx // the context of calls with a deadline, nil until one is made
+	args       []string // decideArgs
 }
 
 // callCtx is the context of a script call whose callers all have a deadline: it is
@@ -499,14 +500,12 @@ func (s *Store) exec(client rueidis.Client, batch []*call, bufs *callBufs) {
 		start = end
 	}
 	bufs.keys, bufs.ends, bufs.reqs, bufs.grps, bufs.strs = kb, ends, reqs, groups, keys
-	track := "0"
-	if repeats(keys) {
-		track = "1"
-	}
-	args := []string{nowArg, s.minTTL, bytesString(reqs), bytesString(groups), track}
+	// With calendar limits the reply ends with the script's now, for the periods decided
+	// in.
+	args := decideArgs(bufs.args[:0], nowArg, s.minTTL, reqs, groups, repeats(keys), cal != nil, cal)
+	bufs.args = args
 	tail := 0
 	if cal != nil {
-		args = append(args, "1", string(cal)) // the script's now, for the periods decided in
 		tail = 8
 	}
 

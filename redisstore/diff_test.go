@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
 	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
@@ -353,6 +355,113 @@ func TestDifferentialExtremes(t *testing.T) {
 			if err != nil || got != want {
 				t.Fatalf("b=%d n=%d at a weight one short of an integer: redis %+v %v, memory %+v", b, n, got, err, want)
 			}
+		}
+	}
+}
+
+// TestDifferentialLargeCalls: script calls of many decisions, built and sent as a batch
+// goroutine sends them (Store.exec), decide exactly as the memory store decides the same
+// requests one after another. A call carries 1 to 1,100 requests (past the script's
+// chunks of 1000 keys for MGET and of 1000 values for its reply), independent decisions
+// and all-or-nothing groups mixed, of one algorithm (that algorithm's own script) or of
+// every algorithm and calendar limits (the general script), on keys that repeat within
+// the call or do not.
+func TestDifferentialLargeCalls(t *testing.T) {
+	t.Parallel()
+	clock, mem, red := pairedStores(t)
+	cn, err := red.usable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	algs := append(sluice.Algorithms(), sluice.Concurrency)
+	var all []sluice.Limit
+	for _, a := range algs {
+		all = append(all, limitsFor(a)...)
+	}
+	all = append(all, calendarLimits...)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(25, 25))
+	bufs := new(callBufs)
+	sizes := []int{1, 1, 1, 2, 3, 3, 16, 16, 40, 300, 1100}
+	seen := map[string]int{} // calls made, by kind, for the coverage check at the end
+	for round := 0; round < 400; round++ {
+		step(rng, clock, limitsFor(sluice.GCRA))
+		limits := all
+		if rng.IntN(2) == 0 {
+			limits = limitsFor(algs[rng.IntN(len(algs))])
+		}
+		nkeys := []int{2, 8, 60}[rng.IntN(3)]
+		l := &lane{rng: rng, limits: limits}
+		for k := 0; k < nkeys; k++ {
+			l.keys = append(l.keys, fmt.Sprint("big:", k))
+		}
+		size := sizes[rng.IntN(len(sizes))]
+		var calls []*call
+		var reqs [][]sluice.Request
+		for total := 0; total < size; {
+			group := []sluice.Request{l.randReq()}
+			if size-total >= 2 && rng.IntN(8) == 0 {
+				for len(group) < min(2+rng.IntN(3), size-total) {
+					r := l.randReq()
+					if !slices.ContainsFunc(group, func(g sluice.Request) bool { return g.Key == r.Key && g.Limit == r.Limit }) {
+						group = append(group, r)
+					}
+				}
+			}
+			c := getCall(ctx)
+			for _, r := range group {
+				c.items = append(c.items, red.newItem(r.Key, r.Limit, r.N))
+			}
+			c.res = make([]algo.Outcome, len(group))
+			calls, reqs = append(calls, c), append(reqs, group)
+			total += len(group)
+		}
+		red.exec(cn.client, calls, bufs)
+		keys := map[string]bool{}
+		repeated := false
+		for i, c := range calls {
+			<-c.done
+			if c.err != nil {
+				t.Fatalf("round %d: a call of %d requests: %v", round, size, c.err)
+			}
+			var want []sluice.Decision
+			if len(reqs[i]) == 1 {
+				r := reqs[i][0]
+				d, err := mem.AllowN(ctx, r.Key, r.Limit, r.N)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = []sluice.Decision{d}
+			} else if want, err = sluice.AllowMulti(ctx, mem, reqs[i]); err != nil {
+				t.Fatal(err)
+			}
+			for j, r := range reqs[i] {
+				k := red.Key(r.Key, r.Limit)
+				repeated = repeated || keys[k]
+				keys[k] = true
+				got := c.res[j].Decision(r.Limit)
+				if (got.Lease != 0) != (want[j].Lease != 0) {
+					t.Fatalf("round %d (%d requests), request %d of call %d, %s %v n=%d: redis lease %v, memory lease %v",
+						round, size, j, i, r.Key, r.Limit, r.N, got.Lease, want[j].Lease)
+				}
+				got.Lease, want[j].Lease = 0, 0
+				if got != want[j] {
+					t.Fatalf("round %d (%d requests), request %d of call %d, %s %v n=%d at %d: redis %+v, memory %+v",
+						round, size, j, i, r.Key, r.Limit, r.N, clock.Micros(), got, want[j])
+				}
+			}
+		}
+		for _, c := range calls {
+			putCall(c)
+		}
+		seen[fmt.Sprintf("size>1000:%v", size > 1000)]++
+		seen[fmt.Sprintf("repeated:%v", repeated)]++
+		seen[fmt.Sprintf("groups:%v", len(calls) < size)]++
+		seen[fmt.Sprintf("mixed:%v", len(limits) == len(all))]++
+	}
+	for _, kind := range []string{"size>1000", "repeated", "groups", "mixed"} {
+		if seen[kind+":true"] < 10 || seen[kind+":false"] < 10 {
+			t.Errorf("%s: %d calls with, %d without: the run did not exercise both", kind, seen[kind+":true"], seen[kind+":false"])
 		}
 	}
 }

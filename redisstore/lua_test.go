@@ -3,6 +3,7 @@ package redisstore
 import (
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -135,15 +136,15 @@ func TestScriptFor(t *testing.T) {
 		if got := scriptFor(calls(a, a, a)); got.sha != decideScripts[a].sha {
 			t.Errorf("%v only: got script %s, want %s", a, got.sha, decideScripts[a].sha)
 		}
-		if !strings.Contains(decideScripts[a].body, "\nrun["+strconv.Itoa(int(a))+"] = ") {
-			t.Errorf("%v's script does not register it", a)
+		if name := strings.TrimSuffix(algoFiles[a], ".lua"); !strings.Contains(decideScripts[a].body, "\nlocal one, run = "+name+", nil\n") {
+			t.Errorf("%v's script does not name %s as its one algorithm", a, name)
 		}
 	}
 	if got := scriptFor(calls(sluice.GCRA, sluice.FixedWindow)); got.sha != decideScript.sha {
 		t.Errorf("mixed call: got script %s, want the general one", got.sha)
 	}
-	for a := range sluice.Algorithms() {
-		if !strings.Contains(decideScript.body, "\nrun["+strconv.Itoa(a)+"] = ") {
+	for a, f := range algoFiles {
+		if !strings.Contains(decideScript.body, "["+strconv.Itoa(a)+"] = "+strings.TrimSuffix(f, ".lua")) {
 			t.Errorf("the general script does not register algorithm %d", a)
 		}
 	}
@@ -219,5 +220,31 @@ return used_helper(x)
 	}
 	if !strings.Contains(decideScripts[sluice.SlidingWindow].body, "local function muldivrem(") {
 		t.Error("the SlidingWindow script lost muldivrem, which it uses")
+	}
+}
+
+// TestDecideArgs: decide.lua's arguments after the requests are left out from the end
+// while they hold their defaults, and never one that precedes an argument sent.
+func TestDecideArgs(t *testing.T) {
+	reqs, groups, cal := []byte("R"), []byte("G"), []byte("C")
+	for _, tc := range []struct {
+		groups, cal      []byte
+		repeats, withNow bool
+		want             []string
+	}{
+		{want: []string{"now", "ttl", "R"}},
+		{groups: groups, want: []string{"now", "ttl", "R", "G"}},
+		{repeats: true, want: []string{"now", "ttl", "R", "", "1"}},
+		{groups: groups, repeats: true, want: []string{"now", "ttl", "R", "G", "1"}},
+		{withNow: true, want: []string{"now", "ttl", "R", "", "0", "1"}},
+		{withNow: true, cal: cal, want: []string{"now", "ttl", "R", "", "0", "1", "C"}},
+		{cal: cal, want: []string{"now", "ttl", "R", "", "0", "0", "C"}},
+		{groups: groups, repeats: true, withNow: true, cal: cal, want: []string{"now", "ttl", "R", "G", "1", "1", "C"}},
+	} {
+		prev := []string{"kept"}
+		got := decideArgs(prev, "now", "ttl", reqs, tc.groups, tc.repeats, tc.withNow, tc.cal)
+		if !slices.Equal(got, append([]string{"kept"}, tc.want...)) {
+			t.Errorf("groups %q, repeats %v, withNow %v, cal %q: %q, want %q", tc.groups, tc.repeats, tc.withNow, tc.cal, got[1:], tc.want)
+		}
 	}
 }

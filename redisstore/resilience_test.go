@@ -251,7 +251,8 @@ func TestTTL(t *testing.T) {
 
 // TestForeignStateReadsAsEmpty: a key holding what this store never writes (decimal
 // text from an older encoding, a value of the wrong size, NaN, a negative or fractional
-// field) decides as an empty state, and the decision replaces it with a real one.
+// field, a value of another type) decides as an empty state, and the decision replaces it
+// with a real one: alone in a call (read with GET) and beside another request (MGET).
 func TestForeignStateReadsAsEmpty(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -274,21 +275,40 @@ func TestForeignStateReadsAsEmpty(t *testing.T) {
 		"huge":     f64(1e300, 1e300),
 		"nan3":     f64(1e15, 0, math.NaN()), // three fields, the third not an integer
 	}
+	writes := map[string]func(key string){}
+	for name, v := range values {
+		writes[name] = func(key string) { srv.MustDo("SET", key, v, "PX", "60000") }
+	}
+	writes["list"] = func(key string) { srv.MustDo("RPUSH", key, "a") }
+	writes["hash"] = func(key string) { srv.MustDo("HSET", key, "a", "1") }
+	writes["zset"] = func(key string) { srv.MustDo("ZADD", key, "1", "a") }
 	for _, a := range sluice.Algorithms() {
 		if a == sluice.SlidingLog {
 			continue // a sorted set, not a string
 		}
 		l := sluice.Limit{Algorithm: a, Rate: 5, Period: time.Minute}
-		for name, v := range values {
-			id := "foreign:" + name
-			key := s.Key(id, l)
-			srv.MustDo("SET", key, v, "PX", "60000")
-			d, err := s.AllowN(ctx, id, l, 1)
-			if err != nil || !d.Allowed || d.Remaining != 4 {
-				t.Errorf("%v, %s: %+v, %v; want allowed with 4 remaining, as on an empty state", a, name, d, err)
-			}
-			if d2, err := s.AllowN(ctx, id, l, 1); err != nil || !d2.Allowed || d2.Remaining != 3 {
-				t.Errorf("%v, %s: second decision %+v, %v; want 3 remaining (the state was replaced)", a, name, d2, err)
+		for _, alone := range []bool{true, false} {
+			for name, write := range writes {
+				id := fmt.Sprintf("foreign:%s:%v", name, alone)
+				key := s.Key(id, l)
+				write(key)
+				var d sluice.Decision
+				var err error
+				if alone {
+					d, err = s.AllowN(ctx, id, l, 1)
+				} else {
+					var ds []sluice.Decision
+					ds, err = sluice.AllowMulti(ctx, s, []sluice.Request{{Key: id, Limit: l, N: 1}, {Key: id + ":other", Limit: l, N: 1}})
+					if err == nil {
+						d = ds[0]
+					}
+				}
+				if err != nil || !d.Allowed || d.Remaining != 4 {
+					t.Errorf("%v, %s, alone %v: %+v, %v; want allowed with 4 remaining, as on an empty state", a, name, alone, d, err)
+				}
+				if d2, err := s.AllowN(ctx, id, l, 1); err != nil || !d2.Allowed || d2.Remaining != 3 {
+					t.Errorf("%v, %s, alone %v: second decision %+v, %v; want 3 remaining (the state was replaced)", a, name, alone, d2, err)
+				}
 			}
 		}
 	}

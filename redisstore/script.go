@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"embed"
 	"encoding/hex"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -34,11 +35,7 @@ var algoFiles = [...]string{
 	calendarCode:         "calendar_window.lua",
 }
 
-// luaOrder is the order the files are concatenated in: helpers, then one file per
-// algorithm (each mirrors a function of internal/algo), then the entry point.
-var luaOrder = append(append([]string{"prelude.lua"}, algoFiles[:]...), "decide.lua")
-
-// script is the decision script and its SHA1, as Redis names it in EVALSHA.
+// script is a script and its SHA1, as Redis names it in EVALSHA.
 type script struct {
 	body string
 	sha  string
@@ -48,15 +45,43 @@ type script struct {
 // goes through that algorithm's own script (decideScripts), which defines only it: Redis
 // runs a script's whole body on every call, so the five unused algorithms' definitions
 // (closures, and the garbage they leave for Lua's collector) would cost every call.
-var decideScript = newScript(luaOrder...)
+var decideScript = algoScript(allAlgos, "decide.lua")
 
 // decideScripts[a] decides only algorithm a.
 var decideScripts = func() (out [len(algoFiles)]script) {
-	for a, f := range algoFiles {
-		out[a] = newScript("prelude.lua", f, "decide.lua")
+	for a := range algoFiles {
+		out[a] = algoScript([]int{a}, "decide.lua")
 	}
 	return out
 }()
+
+// allAlgos is every algorithm number the scripts know.
+var allAlgos = func() (all []int) {
+	for a := range algoFiles {
+		all = append(all, a)
+	}
+	return all
+}()
+
+// algoScript is the script made of the helpers (prelude.lua), the files of algorithms
+// codes, a line that names their functions for the files after them, and those files.
+// The line sets two locals: one, the function of the only algorithm, called directly (a
+// table of one function would cost every call its allocation), or nil when there are
+// several; and run, indexed by algorithm number, when there are several. Each algorithm
+// file defines a function named as the file.
+func algoScript(codes []int, files ...string) script {
+	srcs := []string{"prelude.lua"}
+	var entries []string
+	for _, a := range codes {
+		srcs = append(srcs, algoFiles[a])
+		entries = append(entries, fmt.Sprintf("[%d] = %s", a, strings.TrimSuffix(algoFiles[a], ".lua")))
+	}
+	line := "local one, run = nil, {" + strings.Join(entries, ", ") + "}\n"
+	if len(codes) == 1 {
+		line = "local one, run = " + strings.TrimSuffix(algoFiles[codes[0]], ".lua") + ", nil\n"
+	}
+	return makeScript(luaText(srcs...) + line + luaText(files...))
+}
 
 // releaseScript releases a lease (lua/release.lua).
 var releaseScript = newScript("prelude.lua", "release.lua")
@@ -82,9 +107,11 @@ func scriptFor(calls []*call) script {
 	return decideScripts[first]
 }
 
-// newScript concatenates the embedded files into one script, leaving out the helper
-// functions it does not use (withoutUnused).
-func newScript(files ...string) script {
+// newScript concatenates the embedded files into one script (makeScript).
+func newScript(files ...string) script { return makeScript(luaText(files...)) }
+
+// luaText is the embedded files, concatenated.
+func luaText(files ...string) string {
 	var b strings.Builder
 	for _, name := range files {
 		src, err := luaFiles.ReadFile("lua/" + name)
@@ -94,7 +121,13 @@ func newScript(files ...string) script {
 		b.Write(src)
 		b.WriteByte('\n')
 	}
-	body := withoutUnused(b.String())
+	return b.String()
+}
+
+// makeScript is the script of Lua source src, less the helper functions it does not use
+// (withoutUnused).
+func makeScript(src string) script {
+	body := withoutUnused(src)
 	sum := sha1.Sum([]byte(body))
 	return script{body: body, sha: hex.EncodeToString(sum[:])}
 }
@@ -256,6 +289,27 @@ func (s *Store) callNow() (int64, string) {
 		return us, strconv.FormatInt(us, 10)
 	}
 	return algo.Micros(time.Now()), "-"
+}
+
+// decideArgs appends to args decide.lua's ARGV for a call: now (Store.callNow), the
+// minimum TTL, the packed requests, the all-or-nothing groups, whether a key repeats among
+// the call's keys, whether the reply is to end with the script's now, and the calendar
+// bounds. The arguments after the requests that hold their defaults (none, false, false,
+// none) are left out from the end, as decide.lua reads them: Redis builds ARGV as a Lua
+// table on every call, and a call of independent decisions on distinct keys needs three.
+func decideArgs(args []string, now, minTTL string, reqs, groups []byte, repeats, withNow bool, cal []byte) []string {
+	opt := [...]string{bytesString(groups), "0", "0", bytesString(cal)}
+	if repeats {
+		opt[1] = "1"
+	}
+	if withNow {
+		opt[2] = "1"
+	}
+	n := len(opt)
+	for n > 0 && (opt[n-1] == "" || opt[n-1] == "0") {
+		n--
+	}
+	return append(append(args, now, minTTL, bytesString(reqs)), opt[:n]...)
 }
 
 // calendarArgs appends to reqs the request of it as decide.lua reads it, and, for a

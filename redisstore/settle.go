@@ -17,8 +17,8 @@ import (
 
 // settleScript settles a reservation (lua/settle.lua), with every algorithm for the look
 // that reports the key afterwards.
-var settleScript = newScript(append(append(append([]string{"prelude.lua"}, algoFiles[:]...),
-	"refund_bucket.lua", "refund_window.lua", "refund_log.lua", "charge.lua"), "settle.lua")...)
+var settleScript = algoScript(allAlgos,
+	"refund_bucket.lua", "refund_window.lua", "refund_log.lua", "charge.lua", "settle.lua")
 
 // recordKey is the key of reservation id of identity key under the Limit whose key is
 // stateKey: beside it, in the same slot.

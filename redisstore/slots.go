@@ -14,8 +14,8 @@ import (
 
 // refundScript gives back what the decision script spent in one slot (lua/refund.lua). It
 // holds the six algorithms too, for the looks that report the keys after the refund.
-var refundScript = newScript(append(append(append([]string{"prelude.lua"}, algoFiles[:]...),
-	"refund_bucket.lua", "refund_window.lua", "refund_log.lua"), "refund.lua")...)
+var refundScript = algoScript(allAlgos,
+	"refund_bucket.lua", "refund_window.lua", "refund_log.lua", "refund.lua")
 
 // refundTimeout bounds the refunds of a batch, which run even when the caller's context
 // has ended: a refund not made leaves its units spent until the key's state empties.
@@ -162,10 +162,7 @@ func (s *Store) decideSlot(ctx context.Context, cn *conn, reqs []sluice.Request,
 	}
 	// Keys are distinct: Decide refuses a repeated (key, Limit), and the two make the
 	// Redis key.
-	args := []string{nowArg, s.minTTL, bytesString(packed), bytesString(groups), "0", "1"}
-	if cal != nil {
-		args = append(args, string(cal))
-	}
+	args := decideArgs(nil, nowArg, s.minTTL, packed, groups, false, true, cal)
 	sc := scriptFor([]*call{{items: items}})
 	vals, err := s.eval(ctx, cn.client, sc, keys, args).AsBytes()
 	if err == nil && len(vals) != 32*len(idx)+8 {

@@ -48,4 +48,3 @@ local function calendar_window(key, v, rate, j, burst, n, commit)
   end
   return ok, rem, until_end, retry
 end
-run[7] = calendar_window

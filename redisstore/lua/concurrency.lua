@@ -24,4 +24,3 @@ local function concurrency(key, v, rate, P, id, n, commit)
   end
   return 1, rate - held, nonneg(last - now), 0
 end
-run[6] = concurrency

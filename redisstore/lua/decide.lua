@@ -11,27 +11,42 @@
 --   lease; a calendar limit's index into ARGV[7]), burst (Limit.EffectiveBurst; for
 --   Concurrency the id of the lease to take), cost n. Binary, because parsing decimal
 --   arguments (strtod, twice per tonumber) cost more than the decisions themselves.
--- ARGV[4]: the all-or-nothing groups (sluice.Limiter.Decide), two little-endian doubles
---   each, in ascending order: the index of the group's first request and the number of
---   its requests (at least 2). A request in no group is an independent decision. A group
---   is decided without spending, and only if all its requests are allowed are they
---   decided again, spending (as memory.Store.AllowMulti does).
--- ARGV[5]: "1" when a key appears more than once among KEYS, "0" when every key is
---   distinct. Requests are decided in order, so two requests on one key in one call see
---   each other's spending (written, in prelude.lua), which is tracked only with "1".
--- ARGV[6]: absent, or "1" to append the call's now after the results (below).
+-- ARGV[4]: absent or empty, or the all-or-nothing groups (sluice.Limiter.Decide), two
+--   little-endian doubles each, in ascending order: the index of the group's first request
+--   and the number of its requests (at least 2). A request in no group is an independent
+--   decision. A group is decided without spending, and only if all its requests are
+--   allowed are they decided again, spending (as memory.Store.AllowMulti does).
+-- ARGV[5]: absent or "0" when every key is distinct, "1" when a key appears more than
+--   once among KEYS. Requests are decided in order, so two requests on one key in one call
+--   see each other's spending (written, in prelude.lua), which is tracked only with "1".
+-- ARGV[6]: absent or "0", or "1" to append the call's now after the results (below).
 -- ARGV[7]: absent, or the calendar bounds of the call's calendar requests
 --   (calendar_window.lua).
+-- The arguments after ARGV[3] that hold their defaults are left out, from the end
+-- (decideArgs in script.go): Redis builds ARGV as a Lua table on every call.
 -- Returns four integers per request, allowed (0/1), remaining, resetAfter µs and
 -- retryAfter µs, as one string of little-endian doubles: one bulk reply is cheaper for
 -- Redis to write and for the client to read than 4·n integer replies.
 
--- run (prelude.lua) holds the algorithms this script was made with: all six, or the one
--- every request of the call uses (script.go).
+-- one is the function of the one algorithm this script was made with, or nil; run[a]
+-- then the function deciding algorithm number a (the line above, made by algoScript in
+-- script.go).
+
+-- A call of one request, the common case at low load, decides it and returns its result
+-- directly. Its state is read with GET through redis.pcall: a key of another type (an
+-- error reply, a table of length 0) reads as a value this store never writes, the empty
+-- state, as MGET reads it below.
+local nkeys = #KEYS
+if nkeys == 1 then
+  local key = KEYS[1]
+  local algo, rate, period, burst, n = sunpack('<ddddd', ARGV[3])
+  local ok, rem, reset, retry = (one or run[algo])(key, redis.pcall('GET', key), rate, period, burst, n, true)
+  if ARGV[6] == '1' then return spack('<ddddd', ok, rem, reset, retry, now) end
+  return spack('<dddd', ok, rem, reset, retry)
+end
 
 -- Every state is read at once with MGET (SlidingLog keys, sorted sets, read as false and
 -- are read by sliding_log itself). unpack is bounded by Lua's C stack: chunks of 1000.
-local nkeys = #KEYS
 local vals
 if nkeys <= 1000 then
   vals = redis.call('MGET', unpack(KEYS))
@@ -45,13 +60,12 @@ else
   end
 end
 
-local reqs, groups = ARGV[3], ARGV[4]
-track = ARGV[5] == '1'
-if track then written = {} end
+local reqs, groups = ARGV[3], ARGV[4] or ''
+if ARGV[5] == '1' then written = {} end
 -- state is the value request i decides on: what an earlier request in this call wrote
 -- to its key, else what MGET read.
 local function state(i, key)
-  if track then
+  if written then
     local v = written[key]
     if v ~= nil then return v end
   end
@@ -71,12 +85,12 @@ while i <= nkeys do
     -- state(i, key), inline: a Lua call per decision costs Redis 2% (555 instructions of
     -- 28.3k, bench/cmd/rediscost) on this, the common path.
     local v = vals[i]
-    if track then
+    if written then
       local w = written[key]
       if w ~= nil then v = w end
     end
     local o = 4 * i
-    out[o - 3], out[o - 2], out[o - 1], out[o] = run[algo](key, v, rate, period, burst, n, true)
+    out[o - 3], out[o - 2], out[o - 1], out[o] = (one or run[algo])(key, v, rate, period, burst, n, true)
     i = i + 1
   else
     local g = {}
@@ -90,7 +104,7 @@ while i <= nkeys do
       local r, key = g[j], KEYS[i + j]
       local v = state(i + j, key)
       local o = 4 * (i + j)
-      out[o - 3], out[o - 2], out[o - 1], out[o] = run[r[1]](key, v, r[2], r[3], r[4], r[5], false)
+      out[o - 3], out[o - 2], out[o - 1], out[o] = (one or run[r[1]])(key, v, r[2], r[3], r[4], r[5], false)
       if out[o - 3] == 0 then all = false end
     end
     for j = 0, gsize - 1 do
@@ -99,14 +113,14 @@ while i <= nkeys do
       if all then
         if r[5] > 0 then
           local v = state(i + j, key)
-          out[o - 3], out[o - 2], out[o - 1], out[o] = run[r[1]](key, v, r[2], r[3], r[4], r[5], true)
+          out[o - 3], out[o - 2], out[o - 1], out[o] = (one or run[r[1]])(key, v, r[2], r[3], r[4], r[5], true)
         end
       else
         -- Nothing is spent. A request that would have passed alone reports the state as
         -- it is (a look: Remaining and ResetAfter unspent) with RetryAfter 0.
         if out[o - 3] == 1 then
           local v = state(i + j, key)
-          local _, rem, reset = run[r[1]](key, v, r[2], r[3], r[4], 0, false)
+          local _, rem, reset = (one or run[r[1]])(key, v, r[2], r[3], r[4], 0, false)
           out[o - 2], out[o - 1], out[o] = rem, reset, 0
         end
         out[o - 3] = 0

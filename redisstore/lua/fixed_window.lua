@@ -16,8 +16,8 @@ local function fixed_window(key, v, rate, period, burst, n, commit)
     elseif l == 24 then
       a0, b0, c0 = sunpack('<ddd', v)
     end
-    if not (a0 >= 0 and a0 < TWO53 and a0 % 1 == 0 and b0 >= 0 and b0 < TWO53 and b0 % 1 == 0
-        and c0 >= 0 and c0 < TWO53 and c0 % 1 == 0) then
+    if not (a0 >= 0 and a0 < 2^53 and a0 % 1 == 0 and b0 >= 0 and b0 < 2^53 and b0 % 1 == 0
+        and c0 >= 0 and c0 < 2^53 and c0 % 1 == 0) then
       a0, b0 = 0, 0
     end
   end
@@ -50,4 +50,3 @@ local function fixed_window(key, v, rate, period, burst, n, commit)
   end
   return ok, rem, reset, retry
 end
-run[3] = fixed_window

@@ -50,4 +50,3 @@ local function leaky_bucket(key, v, S, U, burst, n, commit)
   local rem = room / U
   return 1, rem - rem % 1, wait + empty, 0
 end
-run[2] = leaky_bucket

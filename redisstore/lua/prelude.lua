@@ -13,8 +13,9 @@
 -- b > 0: the true quotient's distance to the next integer is at least 1/b, and the double
 -- division errs by less than |a|/(b·2^53) < 1/b.
 
+-- 2^53 is written as such: Lua folds it into a constant, where a local would be one
+-- more upvalue for every function using it to capture, on every call.
 local floor = math.floor
-local TWO53 = 9007199254740992
 
 -- Mirrors algo.nonNeg.
 local function nonneg(a)
@@ -64,7 +65,7 @@ end
 -- running remainder stays below c, so every intermediate is below 2·c < 2^53.
 local function muldivrem(a, b, c)
   local p = a * b
-  if p < TWO53 then
+  if p < 2^53 then
     local q = floor(p / c)
     return q, p - q * c
   end
@@ -146,8 +147,8 @@ local function decode(v)
   else
     return 0, 0, 0
   end
-  if a >= 0 and a < TWO53 and a % 1 == 0 and b >= 0 and b < TWO53 and b % 1 == 0
-      and c >= 0 and c < TWO53 and c % 1 == 0 then
+  if a >= 0 and a < 2^53 and a % 1 == 0 and b >= 0 and b < 2^53 and b % 1 == 0
+      and c >= 0 and c < 2^53 and c % 1 == 0 then
     return a, b, c
   end
   return 0, 0, 0
@@ -168,17 +169,11 @@ local function int(x)
   return sformat('%d', x)
 end
 
--- run[a] is the function deciding algorithm number a (decide.lua's ARGV[3]): each
--- algorithm file that follows registers its own, so a script made of some of them decides
--- only those.
-local run = {}
-
 -- written[key] is the value this call last wrote to key (false: deleted), so that two
--- requests on one key in one call see each other's spending. It is kept only when track
--- is set: decide.lua sets it when a key repeats among KEYS, and makes the table then (a
--- table per call costs Redis its allocation and collection).
+-- requests on one key in one call see each other's spending. It is kept only when a key
+-- repeats among KEYS: decide.lua makes the table then (a table per call costs Redis its
+-- allocation and collection), and it is nil otherwise.
 local written
-local track = false
 
 -- lastttl is the TTL (ms) put formatted last, and lastarg that text: requests on fresh
 -- keys of one limit, and every TTL raised to the minimum, share a TTL, so most calls
@@ -193,19 +188,21 @@ local lastttl, lastarg = -1, ''
 -- 31,800, counted by bench/cmd/rediscost.)
 -- With a minimum TTL, a state equivalent to empty is kept for that long (as package
 -- memory keeps it until its sweep): a clock that steps back then still sees it.
--- (ttlms and int are inline: this runs for every decision that spends.)
+-- (ttlms and int are inline, and floor is ttl - ttl % 1, exact below 2^53: this runs for
+-- every decision that spends, and every name it uses is one more upvalue to capture.)
 local function put(key, val, exp)
-  local ttl = floor((exp - now + 999) / 1000)
+  local ttl = (exp - now + 999) / 1000
+  ttl = ttl - ttl % 1
   if ttl < minttl then ttl = minttl end
   if ttl > 0 then
     if ttl ~= lastttl then
       lastttl, lastarg = ttl, sformat('%d', ttl)
     end
     redis.call('PSETEX', key, lastarg, val)
-    if track then written[key] = val end
+    if written then written[key] = val end
   else
     redis.call('DEL', key)
-    if track then written[key] = false end
+    if written then written[key] = false end
   end
 end
 

@@ -46,4 +46,3 @@ local function sliding_log(key, v, rate, P, burst, n, commit)
   if held > 0 then reset = nonneg(newest + P - now) end
   return 1, rate - held, reset, 0
 end
-run[5] = sliding_log

@@ -51,4 +51,3 @@ local function sliding_window(key, v, rate, P, burst, n, commit)
   end
   return ok, nonneg(rate - weighted - cur), nonneg(full - now), retry
 end
-run[4] = sliding_window

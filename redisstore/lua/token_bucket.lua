@@ -17,8 +17,8 @@ local function token_bucket(key, v, S, U, burst, n, commit)
     elseif l == 24 then
       a, b, c = sunpack('<ddd', v)
     end
-    if not (a >= 0 and a < TWO53 and a % 1 == 0 and b >= 0 and b < TWO53 and b % 1 == 0
-        and c >= 0 and c < TWO53 and c % 1 == 0) then
+    if not (a >= 0 and a < 2^53 and a % 1 == 0 and b >= 0 and b < 2^53 and b % 1 == 0
+        and c >= 0 and c < 2^53 and c % 1 == 0) then
       a, b = 0, 0
     end
   end
@@ -71,4 +71,3 @@ local function token_bucket(key, v, S, U, burst, n, commit)
   local rem = avail / U
   return 1, rem - rem % 1, wait + tofull, 0
 end
-run[1] = token_bucket
