@@ -51,7 +51,7 @@ vet:
 unit:
 	$(GO) test -race -count=1 -timeout 12m ./...
 	$(GO) test -count=1 -run 'AllocatesNothing' ./memory
-	$(GO) test -count=1 -run 'Allocations' ./server
+	$(GO) test -count=1 -run 'Allocations|RLSCodecDifferential' ./server
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -226,7 +226,7 @@ func TestRLSCodecDifferential(t *testing.T) {
 		}
 		return b
 	}
-	const n = 20000
+	const n = codecCases
 	var decoded, encoded int // by the codec itself, not the proto codec
 	for range n {
 		req := randRequest(r)
