@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -91,6 +92,7 @@ func TestUsageErrors(t *testing.T) {
 		{"serve", "--log-level", "loud"},
 		{"serve", "--deny-cache-bytes", "-1", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"},
 		{"serve", "--deny-cache-max-age", "0s", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"},
+		{"serve", "--redis-min-ttl", "-1s", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"},
 		{"proxy", "--upstream", "not a url"},
 		{"check"},
 		{"check", "--domain", "d", "--descriptor", "novalue"},
@@ -271,6 +273,42 @@ func TestServeRedisFailureModes(t *testing.T) {
 				t.Fatal("the Redis URL with its password was logged")
 			}
 			t.Logf("%s: slowest answer while Redis was frozen: %v", mode, worst)
+		})
+	}
+}
+
+// TestServeRedisMinTTL: --redis-min-ttl keeps a key in Redis at least that long, where
+// without it the key lives until its state is empty (the end of a one-second window).
+func TestServeRedisMinTTL(t *testing.T) {
+	for _, c := range []struct {
+		args           []string
+		lowest, higher time.Duration // every key's PTTL is in [lowest, higher]
+	}{
+		{nil, 1, time.Second},
+		{[]string{"--redis-min-ttl", "1m"}, 50 * time.Second, time.Minute},
+	} {
+		t.Run(fmt.Sprint(c.args), func(t *testing.T) {
+			srv := redistest.Start(t)
+			_, grpcAddr, _ := started(t, append([]string{"--redis", srv.URL(), "--deadline", "5s"}, c.args...)...)
+			rls := rlsClient(t, grpcAddr)
+			req := &rlsv3.RateLimitRequest{Domain: "demo", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("remote_address", "198.51.100.7")}}
+			resp, err := rls.ShouldRateLimit(context.Background(), req)
+			if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 99 {
+				t.Fatalf("decision: %v %v", resp, err)
+			}
+			keys := strings.Fields(srv.MustDo("KEYS", "*"))
+			if len(keys) == 0 {
+				t.Fatal("the decision wrote no key")
+			}
+			for _, k := range keys {
+				ms, err := strconv.ParseInt(srv.MustDo("PTTL", k), 10, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ttl := time.Duration(ms) * time.Millisecond; ttl < c.lowest || ttl > c.higher {
+					t.Errorf("key %q: TTL %v, want within [%v, %v]", k, ttl, c.lowest, c.higher)
+				}
+			}
 		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/stack"
 )
 
@@ -119,6 +120,11 @@ func readStoreFlags(c *cli.Command) (stack.Options, error) {
 			return o, cli.Exit(fmt.Sprintf("--failure-mode: %v", err), exitUsage)
 		}
 		o.FailureMode = m
+	}
+	if d := c.Duration("redis-min-ttl"); d < 0 {
+		return o, cli.Exit("--redis-min-ttl must not be negative", exitUsage)
+	} else if d > 0 {
+		o.RedisOptions = append(o.RedisOptions, redisstore.WithMinTTL(d))
 	}
 	if o.Deadline < 0 {
 		return o, cli.Exit("--deadline must not be negative", exitUsage)

@@ -104,6 +104,7 @@ var (
 	freezeDL = flag.Duration("freeze-deadline", 5*time.Millisecond, "sluice's --deadline for the run that freezes Redis (the failover package's default)")
 	only     = flag.String("only", "", "run only this store: memory or redis")
 	prebuilt = flag.String("sluice", "", "use this sluice binary instead of building ../cmd/sluice")
+	sluiceAr = flag.String("sluice-args", "", "more arguments for every sluice serve this runs, space-separated (\"--redis-min-ttl 10s\")")
 	procs    = flag.Int("sluice-procs", 0, "run sluice with GOMAXPROCS set to this (0: Go's default, one per core)")
 	refFlag  = flag.String("reference", "", "also measure envoyproxy/ratelimit, the reference implementation, on the same redis-server: a module version to go install (github.com/envoyproxy/ratelimit/src/service_cmd@VERSION; \"default\" for "+reference.Version+"), or the path of a binary built from it; empty: skip it")
 	refEnv   = flag.String("reference-env", "", "settings for the reference beyond reference.Start's, comma-separated NAME=value (USE_STATSD=true,DISABLE_STATS=false: its out-of-the-box stats)")
@@ -271,6 +272,7 @@ func (b *bench) startSluice(store string, dl time.Duration, extra ...string) (*s
 	if store == "redis" {
 		args = append(args, "--redis", b.redisURL, "--deadline", dl.String())
 	}
+	args = append(args, strings.Fields(*sluiceAr)...)
 	args = append(args, extra...)
 	s.cmd = exec.Command(b.sluiceBin, args...)
 	s.cmd.Stderr = os.Stderr
