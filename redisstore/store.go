@@ -113,8 +113,8 @@
 // written, and Redis expires keys in its periodic task (hz times a second, 10 by default),
 // holding other commands meanwhile: under load that is where the tail latency comes from.
 // Run a Redis that serves rate limits with hz 100 (redis.conf; the store logs a hint at
-// start when a primary's hz is below 50), and consider WithMinTTL, which trades memory for
-// fewer keys created and expired.
+// start when a primary's hz is below 50), and consider WithMinTTL (sluice serve's
+// --redis-min-ttl), which trades memory for fewer keys created and expired.
 //
 // # Connecting
 //

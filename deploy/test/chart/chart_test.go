@@ -139,7 +139,7 @@ func TestChart(t *testing.T) {
 	}{
 		{name: "defaults"},
 		{name: "redis url", set: []string{"redis.url=redis://redis:6379"}, redisSecret: "rel-sluice-redis", createdURL: "redis://redis:6379"},
-		{name: "everything", set: []string{"redis.existingSecret=redis-auth", "autoscaling.enabled=true", "serviceMonitor.enabled=true", "adminToken.existingSecret=sluice-admin", "failureMode=local"},
+		{name: "everything", set: []string{"redis.existingSecret=redis-auth", "autoscaling.enabled=true", "serviceMonitor.enabled=true", "adminToken.existingSecret=sluice-admin", "failureMode=local", "redis.minTTL=1m"},
 			redisSecret: "redis-auth", options: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -284,6 +284,9 @@ func TestChart(t *testing.T) {
 			}
 			if e := env["SLUICE_FAILURE_MODE"]; e.Value != "local" {
 				t.Errorf("SLUICE_FAILURE_MODE %+v, want local", e)
+			}
+			if e := env["SLUICE_REDIS_MIN_TTL"]; e.Value != "1m" {
+				t.Errorf("SLUICE_REDIS_MIN_TTL %+v, want 1m", e)
 			}
 		})
 	}
