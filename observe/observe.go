@@ -324,7 +324,7 @@ func (l *Limiter) observe(ctx context.Context, rep *sluice.Report, start time.Ti
 	}
 	summarise := l.fails.every > 0
 	if summarise {
-		l.fails.tick(l, ctx, start.Add(elapsed))
+		l.fails.tick(l, ctx, start, elapsed)
 	}
 
 	level := slog.LevelInfo
