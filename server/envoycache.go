@@ -19,6 +19,9 @@ import (
 type envoyCache struct {
 	cfg     *config.Config
 	domains map[string]*envoyDomain
+	// only is the one domain when there is one (the common deployment), found by
+	// comparing its name rather than hashing the request's.
+	only *envoyDomain
 }
 
 // envoyDomain is one domain of an envoyCache.
@@ -104,6 +107,11 @@ func newEnvoyCache(cfg *config.Config, vec *prometheus.CounterVec) *envoyCache {
 		}
 		c.domains[dom.Name] = d
 	}
+	if len(c.domains) == 1 {
+		for _, d := range c.domains {
+			c.only = d
+		}
+	}
 	return c
 }
 
@@ -133,7 +141,15 @@ func ruleName(r *config.Rule) string {
 }
 
 // domain returns the domain named name, or nil.
-func (c *envoyCache) domain(name string) *envoyDomain { return c.domains[name] }
+func (c *envoyCache) domain(name string) *envoyDomain {
+	if d := c.only; d != nil {
+		if d.dom.Name == name {
+			return d
+		}
+		return nil
+	}
+	return c.domains[name]
+}
 
 // count counts one answered descriptor of d.
 func (d *envoyDomain) count(it *item) {
