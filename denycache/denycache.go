@@ -210,9 +210,9 @@ func (c *Cache) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.D
 	start := c.now()
 	rep, err := c.inner.Decide(ctx, reqs, ds)
 	if err == nil {
-		for i, r := range reqs {
-			if r.N > 0 {
-				c.learn(c.shard(r.Key), gens[i], start, r.Key, r.Limit, r.N, ds[i], true)
+		for i := range reqs {
+			if r := &reqs[i]; r.N > 0 {
+				c.learn(c.shard(r.Key), gens[i], start, r, &ds[i], true)
 			}
 		}
 	}
@@ -239,7 +239,7 @@ func (c *Cache) decideOne(ctx context.Context, reqs []sluice.Request, ds []sluic
 	gen := sh.gen.Load()
 	rep, err := c.inner.Decide(ctx, reqs, ds)
 	if err == nil {
-		c.learn(sh, gen, now, r.Key, r.Limit, r.N, ds[0], held)
+		c.learn(sh, gen, now, r, &ds[0], held)
 	}
 	return rep, err
 }
@@ -297,15 +297,16 @@ func ceilMicros(d time.Duration) time.Duration {
 	return (d + time.Microsecond - 1) / time.Microsecond * time.Microsecond
 }
 
-// learn updates key's entry with the inner limiter's decision d on n units, which it was
-// asked at start while the shard's Reset count was gen. held says whether the key may hold
+// learn updates r's entry with the inner limiter's decision d on r, which it was asked at
+// start while the shard's Reset count was gen. held says whether the key may hold
 // a denial (false when the lookup just found none: one a concurrent request adds
 // meanwhile is left alone, as if it had come after this decision).
-func (c *Cache) learn(sh *shard, gen uint64, start time.Duration, key string, limit sluice.Limit, n int64, d sluice.Decision, held bool) {
-	if d.Path != sluice.PathStore || limit.Algorithm == sluice.Concurrency {
+func (c *Cache) learn(sh *shard, gen uint64, start time.Duration, r *sluice.Request, d *sluice.Decision, held bool) {
+	if d.Path != sluice.PathStore || r.Limit.Algorithm == sluice.Concurrency {
 		return // a Concurrency denial's RetryAfter is an upper bound: a release frees a slot sooner
 	}
-	k := slot{key, limit}
+	key := r.Key
+	k := slot{key, r.Limit}
 	if d.Allowed {
 		// The units spent make a remembered denial's wait too short; and an allowance of
 		// at least its cost proves it wrong (the key was reset where the Cache could not
@@ -327,7 +328,7 @@ func (c *Cache) learn(sh *shard, gen uint64, start time.Duration, key string, li
 		return
 	}
 	e := entry{
-		n: n, at: start, until: start + min(d.RetryAfter, c.maxAge),
+		n: r.N, at: start, until: start + min(d.RetryAfter, c.maxAge),
 		remaining: d.Remaining, resetAfter: d.ResetAfter, retryAfter: d.RetryAfter,
 	}
 	sh.mu.Lock()

@@ -326,7 +326,7 @@ func (m *Metrics) decision(p *policyMetrics, policy string, result int, path slu
 }
 
 // record adds one decision to the metrics.
-func (m *Metrics) record(policy string, d sluice.Decision, err error, kind sluice.ErrorKind, breaker sluice.BreakerState, storeLatency time.Duration, called bool) {
+func (m *Metrics) record(policy string, d *sluice.Decision, err error, kind sluice.ErrorKind, breaker sluice.BreakerState, storeLatency time.Duration, called bool) {
 	result := resultAllowed
 	switch {
 	case err != nil:

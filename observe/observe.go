@@ -196,7 +196,7 @@ func (l *Limiter) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice
 		if len(reqs) == 1 {
 			batch = -1
 		}
-		l.observe(ctx, &rep, start, elapsed, &reqs[i], d, err, batch, len(reqs))
+		l.observe(ctx, &rep, start, elapsed, &reqs[i], &d, err, batch, len(reqs))
 	}
 	return rep, err
 }
@@ -301,7 +301,7 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) err
 
 // observe logs and records one decision. batch is the request's index in a call of size
 // requests, or -1 for a call of one.
-func (l *Limiter) observe(ctx context.Context, rep *sluice.Report, start time.Time, elapsed time.Duration, r *sluice.Request, d sluice.Decision, err error, batch, size int) {
+func (l *Limiter) observe(ctx context.Context, rep *sluice.Report, start time.Time, elapsed time.Duration, r *sluice.Request, d *sluice.Decision, err error, batch, size int) {
 	policy := l.policyOf(r)
 	kind := rep.Kind
 	if kind == "" {
@@ -324,7 +324,7 @@ func (l *Limiter) observe(ctx context.Context, rep *sluice.Report, start time.Ti
 	}
 	summarise := l.fails.every > 0
 	if summarise {
-		l.fails.tick(l, ctx, start.Add(elapsed))
+		l.fails.tick(l, ctx, start, elapsed)
 	}
 
 	level := slog.LevelInfo

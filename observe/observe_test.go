@@ -857,7 +857,7 @@ func TestMetricsInterleavedPolicies(t *testing.T) {
 				// of w+1 decisions.
 				p := policies[(i/(w+1)+w)%len(policies)]
 				d := sluice.Decision{Allowed: i%3 != 0, Path: sluice.PathStore}
-				m.record(p, d, nil, "", sluice.BreakerNone, time.Microsecond, i%2 == 0)
+				m.record(p, &d, nil, "", sluice.BreakerNone, time.Microsecond, i%2 == 0)
 			}
 		})
 	}

@@ -81,11 +81,15 @@ func (f *failures) note(l *Limiter, ctx context.Context, now time.Time, k failKe
 	return !seen
 }
 
-// tick writes the summaries of an interval that is over, if any. It is one atomic load
-// when there is nothing to write.
-func (f *failures) tick(l *Limiter, ctx context.Context, now time.Time) {
+// tick writes the summaries of an interval that is over at start+elapsed, if any. It is
+// one atomic load when no interval is under way.
+func (f *failures) tick(l *Limiter, ctx context.Context, start time.Time, elapsed time.Duration) {
 	d := f.due.Load()
-	if d == 0 || now.UnixNano() < d {
+	if d == 0 {
+		return
+	}
+	now := start.Add(elapsed)
+	if now.UnixNano() < d {
 		return
 	}
 	f.mu.Lock()

@@ -47,6 +47,31 @@ func TestShouldRateLimitAllocations(t *testing.T) {
 	}
 }
 
+// TestShouldRateLimitDeniedAllocations: a denied ShouldRateLimit of one descriptor
+// allocates one more block than an allowed one, its Retry-After header (the value's
+// text is in the answer's).
+func TestShouldRateLimitDeniedAllocations(t *testing.T) {
+	st := memoryStack(t, loadConfig(t, "edge.yaml"))
+	s, err := New(Options{Limiter: st.Limiter(), Config: loadConfig(t, "edge.yaml"), FailureMode: sluice.FailOpen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitDescriptor{desc("message_type", "marketing", "to_number", "1")}}
+	var resp *rlsv3.RateLimitResponse
+	n := testing.AllocsPerRun(200, func() {
+		if resp, err = s.ShouldRateLimit(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || len(resp.ResponseHeadersToAdd) != 3 ||
+		resp.ResponseHeadersToAdd[2].Key != "Retry-After" || resp.ResponseHeadersToAdd[2].Value == "" {
+		t.Fatalf("answer %v, want OVER_LIMIT with RateLimit-Policy, RateLimit and Retry-After", resp)
+	}
+	if n > 3 {
+		t.Fatalf("%v allocations per denied ShouldRateLimit, want at most 3 (the answer, the counter key and the Retry-After header)", n)
+	}
+}
+
 // TestRLSCodecAllocations: rlsCodec decodes BenchmarkShouldRateLimit's request in two
 // allocations (its text and a block of its descriptor and entries) and encodes the
 // answer in one.

@@ -272,6 +272,41 @@ func BenchmarkShouldRateLimitStack(b *testing.B) {
 	}
 }
 
+// BenchmarkShouldRateLimitStackSerial is BenchmarkShouldRateLimitStack/memory from one
+// goroutine: the same configuration, requests and stack, for instruction counts
+// (callgrind's --toggle-collect on ShouldRateLimit follows one goroutine's calls, which 64
+// goroutines switching inside them would confuse).
+func BenchmarkShouldRateLimitStackSerial(b *testing.B) {
+	cfg, err := config.Parse(config.File{Name: "bench.yaml", Data: []byte(servicebenchConfig)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	reqs := make([]*rlsv3.RateLimitRequest, 100_000)
+	for i := range reqs {
+		reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*ratelimitDescriptor{desc("client", "c"+strconv.Itoa(i))}}
+	}
+	reg := prometheus.NewRegistry()
+	log := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))
+	st := openStack(b, cfg, stack.Options{Registry: reg, Logger: log, Sampling: 0, Deadline: testDeadline})
+	s, err := New(Options{Limiter: st.Limiter(), Config: cfg, Registry: reg, Logger: log, FailureMode: sluice.FailOpen})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 1))
+	b.ReportAllocs()
+	for b.Loop() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // as gRPC's, from grpc-timeout
+		resp, err := s.ShouldRateLimit(ctx, reqs[rng.IntN(len(reqs))])
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if resp.OverallCode != rlsv3.RateLimitResponse_OK {
+			b.Fatalf("over the limit: %v", resp)
+		}
+	}
+}
+
 // storeDecisions returns the decisions of sluice_decisions_total that the store made
 // (path store) and all of them.
 func storeDecisions(b *testing.B, reg *prometheus.Registry) (store, all float64) {

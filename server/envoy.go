@@ -227,8 +227,8 @@ type answer struct {
 	block    [1]statusBlock
 	hptrs    [3]*corev3.HeaderValue
 	hvals    [2]corev3.HeaderValue
-	// text holds the RateLimit value, and RateLimit-Policy's unless it is a rule's
-	// member written at load, when they fit (else they take an allocation).
+	// text holds the RateLimit value, RateLimit-Policy's unless it is a rule's member
+	// written at load, and Retry-After's, when they fit (else they take an allocation).
 	text [88]byte
 }
 

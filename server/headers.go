@@ -21,8 +21,8 @@ import (
 // unknown), so limit may be empty when policy is not; a
 // requests_per_unit 0 rule is listed with q=0.
 //
-// The two fields are appended to dst and cut out of it: when they fit in dst's capacity
-// they take no allocation, and the caller must then not write to dst's memory while the
+// The fields are appended to dst and cut out of it: when they fit in dst's capacity they
+// take no allocation, and the caller must then not write to dst's memory while the
 // strings are in use. A policy field that is one rule's member written at load is that
 // string, not a copy.
 func rateLimitHeaders(dst []byte, items []item, ra time.Duration, shadow bool) (policy, limit, retry string) {
@@ -82,22 +82,29 @@ func rateLimitHeaders(dst []byte, items []item, ra time.Duration, shadow bool) (
 			lb = appendMember(lb, quoted, it.name, ";r=", min(r, maxSFInteger), ";t=", t)
 		}
 	}
-	if raSec > 0 {
-		retry = strconv.FormatInt(raSec, 10)
-	}
-	if len(pb) == 0 {
-		return "", "", retry
-	}
-	if members == 1 && onlyOwn != "" {
-		if len(lb) == 0 {
-			return onlyOwn, "", retry
+	used := dst[:0] // what the fields took of dst
+	switch {
+	case len(pb) == 0:
+	case members == 1 && onlyOwn != "":
+		policy = onlyOwn
+		if len(lb) > 0 {
+			used = append(used, lb...)
+			limit = unsafe.String(unsafe.SliceData(used), len(used))
 		}
-		l := append(dst[:0], lb...)
-		return onlyOwn, unsafe.String(unsafe.SliceData(l), len(l)), retry
+	default:
+		used = append(append(used, pb...), lb...)
+		text := unsafe.String(unsafe.SliceData(used), len(used))
+		policy, limit = text[:len(pb)], text[len(pb):]
 	}
-	both := append(append(dst[:0], pb...), lb...)
-	text := unsafe.String(unsafe.SliceData(both), len(both))
-	return text[:len(pb)], text[len(pb):], retry
+	if raSec > 0 {
+		if rest := used[len(used):]; cap(rest) >= maxIntLen {
+			r := strconv.AppendInt(rest, raSec, 10)
+			retry = unsafe.String(unsafe.SliceData(r), len(r))
+		} else {
+			retry = strconv.FormatInt(raSec, 10)
+		}
+	}
+	return policy, limit, retry
 }
 
 // ownPolicy reports whether a decided item's RateLimit-Policy member is its rule's,
@@ -152,3 +159,6 @@ func ceilMillis(d time.Duration) int64 {
 	}
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
+
+// maxIntLen is the longest decimal int64.
+const maxIntLen = len("-9223372036854775808")

@@ -29,6 +29,7 @@ import (
 	"math"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/keys"
@@ -108,6 +109,21 @@ func (e *ShadowError) Unwrap() error { return e.Err }
 // failure the limiter did not absorb (with a failover decorator, FailClosed returns its
 // decisions and an error wrapping sluice.ErrStoreUnavailable).
 func Evaluate[T any](ctx context.Context, lim sluice.Limiter, items []T, item func(*T) *Item) (Outcome, error) {
+	if len(items) == 1 {
+		// The common request, one enforced limit: decided as below, without the
+		// bookkeeping of namings and looks that only several items or a shadow one need.
+		if it := item(&items[0]); it.asked() && !it.Shadow && !it.Decided {
+			it.Key = keys.Bound(it.Key)
+			if it.N <= it.Limit.MaxCost() {
+				return enforceOne(ctx, lim, it)
+			}
+		}
+	}
+	return evaluate(ctx, lim, items, item)
+}
+
+// evaluate is Evaluate for any request.
+func evaluate[T any](ctx context.Context, lim sluice.Limiter, items []T, item func(*T) *Item) (Outcome, error) {
 	out := Outcome{Allowed: true}
 	n := len(items)
 	at := func(i int) *Item { return item(&items[i]) }
@@ -294,6 +310,38 @@ func enforce(ctx context.Context, lim sluice.Limiter, n int, at func(int) *Item)
 		it.set(d)
 	}
 	return allowed, rep, err
+}
+
+// enforceOne is evaluate for a request of one item, it, that is asked, enforced, not yet
+// decided and within its limit's MaxCost, its key bound. The store decides it.Request
+// into it.Decision, in place: no layer writes reqs, and none keeps reqs or ds after
+// Decide returns, as with a buffer's.
+func enforceOne(ctx context.Context, lim sluice.Limiter, it *Item) (Outcome, error) {
+	it.TooBig, it.first, it.req, it.sum = false, 0, 0, 0
+	it.Decision = sluice.Decision{}
+	rep, err := lim.Decide(ctx, unsafe.Slice(&it.Request, 1), unsafe.Slice(&it.Decision, 1))
+	out := Outcome{Report: rep}
+	d := &it.Decision
+	if err != nil && d.Path != sluice.PathClosed {
+		*d = sluice.Decision{} // as evaluate: an undecided item keeps no decision
+		return out, err
+	}
+	if !d.Allowed && d.RetryAfter > 0 && it.N <= d.Remaining && d.Path != sluice.PathClosed {
+		d.RetryAfter = 0 // it alone would pass (see enforce)
+	}
+	if d.Limit == (sluice.Limit{}) {
+		d.Limit = it.Limit
+	}
+	it.Decided = true
+	out.Path = d.Path
+	if err != nil {
+		return out, err
+	}
+	out.Allowed = d.Allowed
+	if !out.Allowed && d.RetryAfter > 0 {
+		out.RetryAfter = d.RetryAfter
+	}
+	return out, nil
 }
 
 // buffer holds the slices of one enforced call, reused across requests: the limiter is
