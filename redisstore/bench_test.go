@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -188,7 +189,7 @@ func BenchmarkCallers(b *testing.B) {
 			var next atomic.Int64
 			var wg sync.WaitGroup
 			b.ReportAllocs()
-			cs0 := contextSwitches(b)
+			cs0, cpu0 := contextSwitches(b), processCPU()
 			b.ResetTimer()
 			for range callers {
 				wg.Add(1)
@@ -205,8 +206,17 @@ func BenchmarkCallers(b *testing.B) {
 			wg.Wait()
 			b.StopTimer()
 			b.ReportMetric(float64(contextSwitches(b)-cs0)/float64(b.N), "ctxsw/op")
+			b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
 		})
 	}
+}
+
+// processCPU is the CPU time this process has used, user and system: the client's, as
+// redis-server is another process.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // contextSwitches is the voluntary and involuntary context switches of this process's
