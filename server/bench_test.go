@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -238,7 +240,7 @@ func BenchmarkShouldRateLimitStack(b *testing.B) {
 				calls0, _ = srv.ScriptStats()
 				redis0 = redisCPU(b, srv)
 			}
-			cpu0 := processCPU()
+			cpu0, cs0 := processCPU(), contextSwitches(b)
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				rng := rand.New(rand.NewPCG(seed.Add(1), 1))
@@ -257,6 +259,7 @@ func BenchmarkShouldRateLimitStack(b *testing.B) {
 			b.StopTimer()
 			n := float64(b.N)
 			b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/n, "cpu-µs/op")
+			b.ReportMetric(float64(contextSwitches(b)-cs0)/n, "ctxsw/op")
 			if store, all := storeDecisions(b, reg); store < all {
 				// Decisions a failure mode made (a missed deadline, an open breaker) are
 				// not the store path this measures.
@@ -336,6 +339,30 @@ func processCPU() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// contextSwitches is the voluntary and involuntary context switches of this process's
+// threads so far (/proc/self/task/*/status); 0 where there is no /proc. A goroutine
+// hand-off that wakes a parked thread costs one.
+func contextSwitches(b *testing.B) int64 {
+	tasks, _ := filepath.Glob("/proc/self/task/*/status")
+	var n int64
+	for _, t := range tasks {
+		data, err := os.ReadFile(t)
+		if err != nil {
+			continue // the thread ended
+		}
+		for line := range strings.Lines(string(data)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
+				x, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n += x
+			}
+		}
+	}
+	return n
 }
 
 // redisCPU is the CPU time srv has used, in seconds (INFO cpu).
