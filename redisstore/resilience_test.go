@@ -314,6 +314,51 @@ func TestForeignStateReadsAsEmpty(t *testing.T) {
 	}
 }
 
+// TestForeignTypeSurvivesALook: a look (cost 0) on a key that holds a value of another
+// Redis type reads it as absent and leaves it, alone in a call (GET) as beside another
+// request (MGET), for every algorithm whose look may write (a window that rolls).
+func TestForeignTypeSurvivesALook(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	s := open(t, srv.URL())
+	ctx := context.Background()
+	writes := map[string]func(key string){
+		"list": func(key string) { srv.MustDo("RPUSH", key, "a") },
+		"hash": func(key string) { srv.MustDo("HSET", key, "a", "1") },
+		"zset": func(key string) { srv.MustDo("ZADD", key, "1", "a") },
+	}
+	for _, a := range sluice.Algorithms() {
+		if a == sluice.SlidingLog || a == sluice.Concurrency {
+			continue // their state is a sorted set of their own
+		}
+		l := sluice.Limit{Algorithm: a, Rate: 5, Period: time.Minute}
+		for _, alone := range []bool{true, false} {
+			for typ, write := range writes {
+				id := fmt.Sprintf("look:%s:%v", typ, alone)
+				key := s.Key(id, l)
+				write(key)
+				var d sluice.Decision
+				var err error
+				if alone {
+					d, err = s.AllowN(ctx, id, l, 0)
+				} else {
+					var ds []sluice.Decision
+					ds, err = sluice.AllowMulti(ctx, s, []sluice.Request{{Key: id, Limit: l, N: 0}, {Key: id + ":other", Limit: l, N: 0}})
+					if err == nil {
+						d = ds[0]
+					}
+				}
+				if err != nil || !d.Allowed || d.Remaining != 5 {
+					t.Errorf("%v, %s, alone %v: %+v, %v; want allowed with 5 remaining, as on an empty state", a, typ, alone, d, err)
+				}
+				if got := srv.MustDo("TYPE", key); got != typ {
+					t.Errorf("%v, alone %v: after a look the key is a %s, want the %s it was", a, alone, got, typ)
+				}
+			}
+		}
+	}
+}
+
 // TestCancelledCallsKeepKeysIntact: script calls are built in buffers that are reused from
 // call to call, which is safe only once a call has been answered. Under load, with
 // deadlines so short that many calls are cancelled (some while still queued to be

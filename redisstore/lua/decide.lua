@@ -34,13 +34,15 @@
 
 -- A call of one request, the common case at low load, decides it and returns its result
 -- directly. Its state is read with GET through redis.pcall: a key of another type (an
--- error reply, a table of length 0) reads as a value this store never writes, the empty
--- state, as MGET reads it below.
+-- error reply, a table) reads as absent, as MGET reads it below, so that a look or a
+-- denial leaves it as a call of several requests would.
 local nkeys = #KEYS
 if nkeys == 1 then
   local key = KEYS[1]
   local algo, rate, period, burst, n = sunpack('<ddddd', ARGV[3])
-  local ok, rem, reset, retry = (one or run[algo])(key, redis.pcall('GET', key), rate, period, burst, n, true)
+  local v = redis.pcall('GET', key)
+  if v and v.err then v = false end -- an error reply; a string's .err is nil (string library)
+  local ok, rem, reset, retry = (one or run[algo])(key, v, rate, period, burst, n, true)
   if ARGV[6] == '1' then return spack('<ddddd', ok, rem, reset, retry, now) end
   return spack('<dddd', ok, rem, reset, retry)
 end
