@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/procstat"
 )
 
 // memStride is the prime step of each goroutine's walk over the keys. It is coprime to every
@@ -17,7 +19,7 @@ const memStride = 7919
 // for sluice's memory store (every algorithm) and each peer library, with the same limit as
 // far as each library can express it (see memBurst). Every decision must be an admission;
 // the benchmark fails otherwise (except for sluice's SlidingLog, which reports denied/op).
-// Besides ns/op it reports the process's CPU time per op (cpu-ns/op, see cpuTime).
+// Besides ns/op it reports the process's CPU time per op (cpu-ns/op, see procstat.CPU).
 func BenchmarkMemory(b *testing.B) {
 	ctx := context.Background()
 	for _, n := range []int{1, 10_000, 1_000_000} {
@@ -37,7 +39,7 @@ func BenchmarkMemory(b *testing.B) {
 					}
 				}
 				runtime.GC() // leave no garbage of earlier runs for this one to collect
-				cpu0 := cpuTime()
+				cpu0 := procstat.CPU()
 				var start, denied atomic.Uint64
 				var firstErr atomic.Value // error
 				stride := memStride % n
@@ -61,7 +63,7 @@ func BenchmarkMemory(b *testing.B) {
 					denied.Add(no)
 				})
 				b.StopTimer()
-				b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+				b.ReportMetric(float64(procstat.CPU()-cpu0)/float64(b.N), "cpu-ns/op")
 				if e, _ := firstErr.Load().(errBox); e.err != nil {
 					b.Fatal(e.err)
 				}

@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/procstat"
 	"github.com/sluicehq/sluice/memory"
 )
 
@@ -41,7 +41,7 @@ import (
 // not deleted yet, so it grows as the run gets faster (a key's revisit gap shrinks with
 // ns/op while a state's lifetime does not).
 // Every decision of every library must be an admission. Besides ns/op, it reports the
-// process's CPU time per op (cpu-ns/op, see cpuTime).
+// process's CPU time per op (cpu-ns/op, see procstat.CPU).
 
 // coldKeyCounts are the key counts of BenchmarkMemoryCold.
 var coldKeyCounts = []int{10_000, 1_000_000}
@@ -101,7 +101,7 @@ func BenchmarkMemoryCold(b *testing.B) {
 					}
 				}
 				runtime.GC()
-				cpu0 := cpuTime()
+				cpu0 := procstat.CPU()
 				var seed, denied, live atomic.Uint64
 				var firstErr atomic.Value // errBox
 				b.ReportAllocs()
@@ -125,7 +125,7 @@ func BenchmarkMemoryCold(b *testing.B) {
 					live.Add(hot)
 				})
 				b.StopTimer()
-				b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+				b.ReportMetric(float64(procstat.CPU()-cpu0)/float64(b.N), "cpu-ns/op")
 				if e, _ := firstErr.Load().(errBox); e.err != nil {
 					b.Fatal(e.err)
 				}
@@ -147,17 +147,6 @@ func BenchmarkMemoryCold(b *testing.B) {
 			}
 		}
 	}
-}
-
-// cpuTime is the CPU time the process has used (user and system, every thread: the
-// collector's and the stores' sweepers' too), in nanoseconds. On a shared machine
-// cpu-ns/op moves less than ns/op, which counts the time other processes held the cores.
-func cpuTime() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 // sluiceCold is sluice's memory store with the default options (a sweeper every second).

@@ -3,18 +3,15 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/procstat"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -189,7 +186,7 @@ func BenchmarkCallers(b *testing.B) {
 			var next atomic.Int64
 			var wg sync.WaitGroup
 			b.ReportAllocs()
-			cs0, cpu0 := contextSwitches(b), processCPU()
+			cs0, cpu0 := procstat.ContextSwitches(b), procstat.CPU()
 			b.ResetTimer()
 			for range callers {
 				wg.Add(1)
@@ -205,40 +202,8 @@ func BenchmarkCallers(b *testing.B) {
 			}
 			wg.Wait()
 			b.StopTimer()
-			b.ReportMetric(float64(contextSwitches(b)-cs0)/float64(b.N), "ctxsw/op")
-			b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
+			b.ReportMetric(float64(procstat.ContextSwitches(b)-cs0)/float64(b.N), "ctxsw/op")
+			b.ReportMetric(float64((procstat.CPU()-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
 		})
 	}
-}
-
-// processCPU is the CPU time this process has used, user and system: the client's, as
-// redis-server is another process.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// contextSwitches is the voluntary and involuntary context switches of this process's
-// threads so far (/proc/self/task/*/status); 0 where there is no /proc. A goroutine
-// hand-off that wakes a parked thread costs one.
-func contextSwitches(b *testing.B) int64 {
-	tasks, _ := filepath.Glob("/proc/self/task/*/status")
-	var n int64
-	for _, t := range tasks {
-		data, err := os.ReadFile(t)
-		if err != nil {
-			continue // the thread ended
-		}
-		for line := range strings.Lines(string(data)) {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
-				x, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				if err != nil {
-					b.Fatal(err)
-				}
-				n += x
-			}
-		}
-	}
-	return n
 }

@@ -7,12 +7,9 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/denycache"
 	"github.com/sluicehq/sluice/failover"
+	"github.com/sluicehq/sluice/internal/procstat"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/observe"
@@ -197,77 +195,44 @@ descriptors:
 // one descriptor, client=c<n> over 100,000 values, from 64 goroutines. It is the
 // per-request work of the service above the transport. Besides allocs/op it reports
 // the CPU time per request of this process (cpu-µs/op, getrusage: the callers, the
-// stack and the Redis client's goroutines) and on Redis of redis-server (redis-µs/op,
+// stack and the Redis client's goroutines), its threads' context switches per request
+// (ctxsw/op), and on Redis of redis-server (redis-µs/op,
 // INFO cpu) and the decisions each script call carried (decisions/call, INFO
 // commandstats): figures that move less with the machine's load than ns/op, which on
 // Redis is the round trip shared by a batch.
 func BenchmarkShouldRateLimitStack(b *testing.B) {
-	cfg, err := config.Parse(config.File{Name: "bench.yaml", Data: []byte(servicebenchConfig)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	reqs := make([]*rlsv3.RateLimitRequest, 100_000)
-	for i := range reqs {
-		reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*ratelimitDescriptor{desc("client", "c"+strconv.Itoa(i))}}
-	}
 	for _, kind := range []string{"memory", "redis"} {
 		b.Run(kind, func(b *testing.B) {
-			reg := prometheus.NewRegistry()
-			log := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))
-			// The tests' generous deadline (a shared machine): every decision is the store's.
-			o := stack.Options{Registry: reg, Logger: log, Sampling: 0, Deadline: testDeadline}
-			var srv *redistest.Server
-			var st *stack.Stack
-			if kind == "redis" {
-				srv, st = openRedisStack(b, cfg, nil, o)
-			} else {
-				st = openStack(b, cfg, o)
-			}
-			s, err := New(Options{Limiter: st.Limiter(), Config: cfg, Registry: reg, Logger: log, FailureMode: sluice.FailOpen})
-			if err != nil {
-				b.Fatal(err)
-			}
-			// The first decision loads the script.
-			if _, err := s.ShouldRateLimit(context.Background(), reqs[0]); err != nil {
-				b.Fatal(err)
-			}
+			sb := newStackBench(b, kind)
 			var seed atomic.Uint64
 			b.SetParallelism(32) // 64 callers on two cores, as servicebench's
 			b.ReportAllocs()
 			var calls0 int64
 			var redis0 float64
-			if srv != nil {
-				calls0, _ = srv.ScriptStats()
-				redis0 = redisCPU(b, srv)
+			if sb.srv != nil {
+				calls0, _ = sb.srv.ScriptStats()
+				redis0 = redisCPU(b, sb.srv)
 			}
-			cpu0, cs0 := processCPU(), contextSwitches(b)
+			cpu0, cs0 := procstat.CPU(), procstat.ContextSwitches(b)
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				rng := rand.New(rand.NewPCG(seed.Add(1), 1))
 				for pb.Next() {
-					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // as gRPC's, from grpc-timeout
-					resp, err := s.ShouldRateLimit(ctx, reqs[rng.IntN(len(reqs))])
-					cancel()
-					if err != nil {
-						b.Fatal(err)
-					}
-					if resp.OverallCode != rlsv3.RateLimitResponse_OK {
-						b.Fatalf("over the limit: %v", resp)
-					}
+					sb.decide(b, rng)
 				}
 			})
 			b.StopTimer()
 			n := float64(b.N)
-			b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/n, "cpu-µs/op")
-			b.ReportMetric(float64(contextSwitches(b)-cs0)/n, "ctxsw/op")
-			if store, all := storeDecisions(b, reg); store < all {
+			b.ReportMetric(float64((procstat.CPU()-cpu0).Microseconds())/n, "cpu-µs/op")
+			b.ReportMetric(float64(procstat.ContextSwitches(b)-cs0)/n, "ctxsw/op")
+			if store, all := storeDecisions(b, sb.reg); store < all {
 				// Decisions a failure mode made (a missed deadline, an open breaker) are
 				// not the store path this measures.
 				b.Errorf("the store made %.0f of %.0f decisions", store, all)
 			}
-			if srv != nil {
-				b.ReportMetric((redisCPU(b, srv)-redis0)*1e6/n, "redis-µs/op")
-				if calls, _ := srv.ScriptStats(); calls > calls0 {
+			if sb.srv != nil {
+				b.ReportMetric((redisCPU(b, sb.srv)-redis0)*1e6/n, "redis-µs/op")
+				if calls, _ := sb.srv.ScriptStats(); calls > calls0 {
 					b.ReportMetric(n/float64(calls-calls0), "decisions/call")
 				}
 			}
@@ -276,37 +241,68 @@ func BenchmarkShouldRateLimitStack(b *testing.B) {
 }
 
 // BenchmarkShouldRateLimitStackSerial is BenchmarkShouldRateLimitStack/memory from one
-// goroutine: the same configuration, requests and stack, for instruction counts
-// (callgrind's --toggle-collect on ShouldRateLimit follows one goroutine's calls, which 64
-// goroutines switching inside them would confuse).
+// goroutine, for instruction counts: callgrind's --toggle-collect on ShouldRateLimit
+// follows one goroutine's calls, which 64 goroutines switching inside them would confuse.
 func BenchmarkShouldRateLimitStackSerial(b *testing.B) {
+	sb := newStackBench(b, "memory")
+	rng := rand.New(rand.NewPCG(1, 1))
+	b.ReportAllocs()
+	for b.Loop() {
+		sb.decide(b, rng)
+	}
+}
+
+// stackBench is a Server on the stack `sluice serve` runs (stack.Open, its decision log
+// at error level and unsampled, its metrics in reg), on memory or on a redis-server of its
+// own (srv), with servicebench's configuration and requests: one descriptor, client=c<n>
+// over 100,000 values.
+type stackBench struct {
+	s    *Server
+	reg  *prometheus.Registry
+	srv  *redistest.Server // nil on memory
+	reqs []*rlsv3.RateLimitRequest
+}
+
+// newStackBench builds the stackBench of kind, memory or redis, and makes its first
+// decision (which loads the script on Redis).
+func newStackBench(b *testing.B, kind string) *stackBench {
 	cfg, err := config.Parse(config.File{Name: "bench.yaml", Data: []byte(servicebenchConfig)})
 	if err != nil {
 		b.Fatal(err)
 	}
-	reqs := make([]*rlsv3.RateLimitRequest, 100_000)
-	for i := range reqs {
-		reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*ratelimitDescriptor{desc("client", "c"+strconv.Itoa(i))}}
+	sb := &stackBench{reg: prometheus.NewRegistry(), reqs: make([]*rlsv3.RateLimitRequest, 100_000)}
+	for i := range sb.reqs {
+		sb.reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*ratelimitDescriptor{desc("client", "c"+strconv.Itoa(i))}}
 	}
-	reg := prometheus.NewRegistry()
 	log := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))
-	st := openStack(b, cfg, stack.Options{Registry: reg, Logger: log, Sampling: 0, Deadline: testDeadline})
-	s, err := New(Options{Limiter: st.Limiter(), Config: cfg, Registry: reg, Logger: log, FailureMode: sluice.FailOpen})
+	// The tests' generous deadline (a shared machine): every decision is the store's.
+	o := stack.Options{Registry: sb.reg, Logger: log, Sampling: 0, Deadline: testDeadline}
+	var st *stack.Stack
+	if kind == "redis" {
+		sb.srv, st = openRedisStack(b, cfg, nil, o)
+	} else {
+		st = openStack(b, cfg, o)
+	}
+	if sb.s, err = New(Options{Limiter: st.Limiter(), Config: cfg, Registry: sb.reg, Logger: log, FailureMode: sluice.FailOpen}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := sb.s.ShouldRateLimit(context.Background(), sb.reqs[0]); err != nil {
+		b.Fatal(err)
+	}
+	return sb
+}
+
+// decide asks for one of the requests, drawn with rng, with a deadline as gRPC's (from
+// grpc-timeout), and fails b unless it is allowed.
+func (sb *stackBench) decide(b *testing.B, rng *rand.Rand) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	resp, err := sb.s.ShouldRateLimit(ctx, sb.reqs[rng.IntN(len(sb.reqs))])
+	cancel()
 	if err != nil {
 		b.Fatal(err)
 	}
-	rng := rand.New(rand.NewPCG(1, 1))
-	b.ReportAllocs()
-	for b.Loop() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // as gRPC's, from grpc-timeout
-		resp, err := s.ShouldRateLimit(ctx, reqs[rng.IntN(len(reqs))])
-		cancel()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if resp.OverallCode != rlsv3.RateLimitResponse_OK {
-			b.Fatalf("over the limit: %v", resp)
-		}
+	if resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		b.Fatalf("over the limit: %v", resp)
 	}
 }
 
@@ -332,37 +328,6 @@ func storeDecisions(b *testing.B, reg *prometheus.Registry) (store, all float64)
 		}
 	}
 	return store, all
-}
-
-// processCPU is the CPU time this process has used, user and system.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// contextSwitches is the voluntary and involuntary context switches of this process's
-// threads so far (/proc/self/task/*/status); 0 where there is no /proc. A goroutine
-// hand-off that wakes a parked thread costs one.
-func contextSwitches(b *testing.B) int64 {
-	tasks, _ := filepath.Glob("/proc/self/task/*/status")
-	var n int64
-	for _, t := range tasks {
-		data, err := os.ReadFile(t)
-		if err != nil {
-			continue // the thread ended
-		}
-		for line := range strings.Lines(string(data)) {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
-				x, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				if err != nil {
-					b.Fatal(err)
-				}
-				n += x
-			}
-		}
-	}
-	return n
 }
 
 // redisCPU is the CPU time srv has used, in seconds (INFO cpu).

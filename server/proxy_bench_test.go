@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/procstat"
 	"github.com/sluicehq/sluice/stack"
 )
 
@@ -47,7 +48,7 @@ func BenchmarkProxy(b *testing.B) {
 	run := func(b *testing.B, h http.Handler) {
 		var next atomic.Int64
 		b.ReportAllocs()
-		cpu0 := processCPU()
+		cpu0 := procstat.CPU()
 		b.RunParallel(func(pb *testing.PB) {
 			w := &discardWriter{h: http.Header{}}
 			for pb.Next() {
@@ -56,7 +57,7 @@ func BenchmarkProxy(b *testing.B) {
 			}
 		})
 		// CPU time depends less than wall time on what else the machine runs.
-		b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(procstat.CPU()-cpu0)/float64(b.N), "cpu-ns/op")
 	}
 	b.Run("bare", func(b *testing.B) {
 		run(b, &httputil.ReverseProxy{

@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sluicehq/sluice/internal/procstat"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/quota"
@@ -76,7 +76,7 @@ func benchmarkRLQSReport(b *testing.B, qs quota.Store, redis rueidis.Client) {
 	if redis != nil {
 		redis.Do(context.Background(), redis.B().ConfigResetstat().Build())
 	}
-	cpu0 := cpuTime()
+	cpu0 := procstat.CPU()
 	b.ResetTimer()
 	i := 0
 	for b.Loop() {
@@ -87,7 +87,7 @@ func benchmarkRLQSReport(b *testing.B, qs quota.Store, redis rueidis.Client) {
 		}
 	}
 	// CPU time, not wall time: on a shared machine the two differ.
-	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/report")
+	b.ReportMetric(float64((procstat.CPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/report")
 	b.ReportMetric(perClient, "B/client")
 	if redis != nil {
 		info, _ := redis.Do(context.Background(), redis.B().Info().Section("commandstats").Build()).ToString()
@@ -110,11 +110,4 @@ func benchmarkRLQSReport(b *testing.B, qs quota.Store, redis rueidis.Client) {
 		}
 	}
 	runtime.KeepAlive(streams)
-}
-
-// cpuTime is the process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
