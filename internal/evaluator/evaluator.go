@@ -304,12 +304,21 @@ func enforce(ctx context.Context, lim sluice.Limiter, n int, at func(int) *Item)
 		f.sum -= it.N
 		if d.Allowed {
 			d.Remaining += f.sum
-		} else if d.RetryAfter > 0 && reqs[f.req].N-f.sum <= d.Remaining && d.Path != sluice.PathClosed {
-			d.RetryAfter = 0
+		} else {
+			passAlone(&d, reqs[f.req].N-f.sum)
 		}
 		it.set(d)
 	}
 	return allowed, rep, err
+}
+
+// passAlone sets RetryAfter 0 in d, a denial in an all-or-nothing call, when spent units
+// of it would have passed alone: it is not what made the call fail. A failed-closed
+// denial (the store did not decide) keeps its RetryAfter.
+func passAlone(d *sluice.Decision, spent int64) {
+	if d.RetryAfter > 0 && spent <= d.Remaining && d.Path != sluice.PathClosed {
+		d.RetryAfter = 0
+	}
 }
 
 // enforceOne is evaluate for a request of one item, it, that is asked, enforced, not yet
@@ -326,13 +335,10 @@ func enforceOne(ctx context.Context, lim sluice.Limiter, it *Item) (Outcome, err
 		*d = sluice.Decision{} // as evaluate: an undecided item keeps no decision
 		return out, err
 	}
-	if !d.Allowed && d.RetryAfter > 0 && it.N <= d.Remaining && d.Path != sluice.PathClosed {
-		d.RetryAfter = 0 // it alone would pass (see enforce)
+	if !d.Allowed {
+		passAlone(d, it.N)
 	}
-	if d.Limit == (sluice.Limit{}) {
-		d.Limit = it.Limit
-	}
-	it.Decided = true
+	it.set(*d)
 	out.Path = d.Path
 	if err != nil {
 		return out, err
