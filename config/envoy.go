@@ -297,9 +297,6 @@ type level struct {
 	exact     map[Entry]*node
 	wildcards []*node // value ends in '*'; longest prefix first, then file order
 	keyOnly   map[string]*node
-	// onlyKey is keyOnly's node when it has exactly one (a level of one descriptor
-	// without a value, the common case), found without hashing the request's key.
-	onlyKey *node
 }
 
 type node struct {
@@ -317,21 +314,13 @@ type node struct {
 }
 
 func (l *level) find(e Entry) (*node, bool) {
-	if len(l.exact) > 0 {
-		if n := l.exact[e]; n != nil {
-			return n, false
-		}
+	if n := l.exact[e]; n != nil {
+		return n, false
 	}
 	for _, n := range l.wildcards {
 		if n.key == e.Key && strings.HasPrefix(e.Value, n.prefix) {
 			return n, true
 		}
-	}
-	if n := l.onlyKey; n != nil {
-		if n.key == e.Key {
-			return n, false
-		}
-		return nil, false
 	}
 	return l.keyOnly[e.Key], false
 }
@@ -634,11 +623,6 @@ func (d *decoder) descriptors(dom *Domain, o *object, field string, parent []Ent
 		}
 	}
 	slices.SortStableFunc(lvl.wildcards, func(a, b *node) int { return len(b.prefix) - len(a.prefix) })
-	if len(lvl.keyOnly) == 1 {
-		for _, n := range lvl.keyOnly {
-			lvl.onlyKey = n
-		}
-	}
 	return lvl, names
 }
 

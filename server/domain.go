@@ -39,7 +39,7 @@ func (s *Server) domainItems(ed *envoyDomain, descs []config.Descriptor, mults [
 			continue
 		}
 		it.name = ruleName(m.Rule)
-		it.envoy = ed.rule(m.Rule) // nil for a limit override
+		it.envoy = ed.rules[m.Rule] // nil for a limit override
 		limit := m.Limit
 		period := m.Rule.Unit.Period()
 		if k := mults[m.Descriptor]; k > 1 {

@@ -19,9 +19,6 @@ import (
 type envoyCache struct {
 	cfg     *config.Config
 	domains map[string]*envoyDomain
-	// only is the one domain when there is one (the common deployment), found by
-	// comparing its name rather than hashing the request's.
-	only *envoyDomain
 }
 
 // envoyDomain is one domain of an envoyCache.
@@ -32,9 +29,6 @@ type envoyDomain struct {
 	// label values: the rule label is "override").
 	noRule, override *resultCounters
 	rules            map[*config.Rule]*envoyRule
-	// onlyRule is the one rule's envoyRule when the domain has one, found without
-	// hashing.
-	onlyRule *envoyRule
 }
 
 // envoyRule is one rule of an envoyDomain.
@@ -47,8 +41,6 @@ type envoyRule struct {
 	// member is not the same for every request (a calendar period, a concurrency limit).
 	policy string
 	limit  sluice.Limit
-	// rule is the rule this is derived from.
-	rule *config.Rule
 }
 
 // The results of sluice_envoy_descriptors_total.
@@ -110,15 +102,7 @@ func newEnvoyCache(cfg *config.Config, vec *prometheus.CounterVec) *envoyCache {
 		for _, r := range dom.Rules {
 			d.rules[r] = newEnvoyRule(vec, dom.Name, r)
 		}
-		if len(dom.Rules) == 1 {
-			d.onlyRule = d.rules[dom.Rules[0]]
-		}
 		c.domains[dom.Name] = d
-	}
-	if len(c.domains) == 1 {
-		for _, d := range c.domains {
-			c.only = d
-		}
 	}
 	return c
 }
@@ -131,7 +115,6 @@ func newEnvoyRule(vec *prometheus.CounterVec, domain string, r *config.Rule) *en
 	er := &envoyRule{
 		counters: &resultCounters{vec: vec, domain: domain, rule: label},
 		quoted:   string(sfv.AppendString(nil, ruleName(r))),
-		rule:     r,
 		limit:    r.Limit,
 	}
 	if l := r.Limit; l.Calendar.IsZero() && l.Algorithm != sluice.Concurrency {
@@ -149,28 +132,8 @@ func ruleName(r *config.Rule) string {
 	return r.FullKey
 }
 
-// rule returns r's envoyRule, nil for a rule not from the configuration (made from a
-// request's limit override).
-func (d *envoyDomain) rule(r *config.Rule) *envoyRule {
-	if e := d.onlyRule; e != nil {
-		if e.rule == r {
-			return e
-		}
-		return nil
-	}
-	return d.rules[r]
-}
-
 // domain returns the domain named name, or nil.
-func (c *envoyCache) domain(name string) *envoyDomain {
-	if d := c.only; d != nil {
-		if d.dom.Name == name {
-			return d
-		}
-		return nil
-	}
-	return c.domains[name]
-}
+func (c *envoyCache) domain(name string) *envoyDomain { return c.domains[name] }
 
 // count counts one answered descriptor of d.
 func (d *envoyDomain) count(it *item) {
