@@ -252,7 +252,8 @@ func TestTTL(t *testing.T) {
 // TestForeignStateReadsAsEmpty: a key holding what this store never writes (decimal
 // text from an older encoding, a value of the wrong size, NaN, a negative or fractional
 // field, a value of another type) decides as an empty state, and the decision replaces it
-// with a real one: alone in a call (read with GET) and beside another request (MGET).
+// with a real one: alone in a call (read with GET) and beside another request (MGET). A
+// look (cost 0) before it leaves a value of another type as it is, in both calls.
 func TestForeignStateReadsAsEmpty(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -279,6 +280,7 @@ func TestForeignStateReadsAsEmpty(t *testing.T) {
 	for name, v := range values {
 		writes[name] = func(key string) { srv.MustDo("SET", key, v, "PX", "60000") }
 	}
+	// Values of another type, named as TYPE names them.
 	writes["list"] = func(key string) { srv.MustDo("RPUSH", key, "a") }
 	writes["hash"] = func(key string) { srv.MustDo("HSET", key, "a", "1") }
 	writes["zset"] = func(key string) { srv.MustDo("ZADD", key, "1", "a") }
@@ -288,71 +290,34 @@ func TestForeignStateReadsAsEmpty(t *testing.T) {
 		}
 		l := sluice.Limit{Algorithm: a, Rate: 5, Period: time.Minute}
 		for _, alone := range []bool{true, false} {
+			// decide asks for n units on id, alone in a call or beside another request.
+			decide := func(id string, n int64) (sluice.Decision, error) {
+				if alone {
+					return s.AllowN(ctx, id, l, n)
+				}
+				ds, err := sluice.AllowMulti(ctx, s, []sluice.Request{{Key: id, Limit: l, N: n}, {Key: id + ":other", Limit: l, N: n}})
+				if err != nil {
+					return sluice.Decision{}, err
+				}
+				return ds[0], nil
+			}
 			for name, write := range writes {
 				id := fmt.Sprintf("foreign:%s:%v", name, alone)
 				key := s.Key(id, l)
 				write(key)
-				var d sluice.Decision
-				var err error
-				if alone {
-					d, err = s.AllowN(ctx, id, l, 1)
-				} else {
-					var ds []sluice.Decision
-					ds, err = sluice.AllowMulti(ctx, s, []sluice.Request{{Key: id, Limit: l, N: 1}, {Key: id + ":other", Limit: l, N: 1}})
-					if err == nil {
-						d = ds[0]
+				if _, isString := values[name]; !isString && a != sluice.Concurrency {
+					if d, err := decide(id, 0); err != nil || !d.Allowed || d.Remaining != 5 {
+						t.Errorf("%v, %s, alone %v: look %+v, %v; want allowed with 5 remaining, as on an empty state", a, name, alone, d, err)
+					}
+					if got := srv.MustDo("TYPE", key); got != name {
+						t.Errorf("%v, alone %v: after a look the key is a %s, want the %s it was", a, alone, got, name)
 					}
 				}
-				if err != nil || !d.Allowed || d.Remaining != 4 {
+				if d, err := decide(id, 1); err != nil || !d.Allowed || d.Remaining != 4 {
 					t.Errorf("%v, %s, alone %v: %+v, %v; want allowed with 4 remaining, as on an empty state", a, name, alone, d, err)
 				}
 				if d2, err := s.AllowN(ctx, id, l, 1); err != nil || !d2.Allowed || d2.Remaining != 3 {
 					t.Errorf("%v, %s, alone %v: second decision %+v, %v; want 3 remaining (the state was replaced)", a, name, alone, d2, err)
-				}
-			}
-		}
-	}
-}
-
-// TestForeignTypeSurvivesALook: a look (cost 0) on a key that holds a value of another
-// Redis type reads it as absent and leaves it, alone in a call (GET) as beside another
-// request (MGET), for every algorithm whose look may write (a window that rolls).
-func TestForeignTypeSurvivesALook(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	s := open(t, srv.URL())
-	ctx := context.Background()
-	writes := map[string]func(key string){
-		"list": func(key string) { srv.MustDo("RPUSH", key, "a") },
-		"hash": func(key string) { srv.MustDo("HSET", key, "a", "1") },
-		"zset": func(key string) { srv.MustDo("ZADD", key, "1", "a") },
-	}
-	for _, a := range sluice.Algorithms() {
-		if a == sluice.SlidingLog || a == sluice.Concurrency {
-			continue // their state is a sorted set of their own
-		}
-		l := sluice.Limit{Algorithm: a, Rate: 5, Period: time.Minute}
-		for _, alone := range []bool{true, false} {
-			for typ, write := range writes {
-				id := fmt.Sprintf("look:%s:%v", typ, alone)
-				key := s.Key(id, l)
-				write(key)
-				var d sluice.Decision
-				var err error
-				if alone {
-					d, err = s.AllowN(ctx, id, l, 0)
-				} else {
-					var ds []sluice.Decision
-					ds, err = sluice.AllowMulti(ctx, s, []sluice.Request{{Key: id, Limit: l, N: 0}, {Key: id + ":other", Limit: l, N: 0}})
-					if err == nil {
-						d = ds[0]
-					}
-				}
-				if err != nil || !d.Allowed || d.Remaining != 5 {
-					t.Errorf("%v, %s, alone %v: %+v, %v; want allowed with 5 remaining, as on an empty state", a, typ, alone, d, err)
-				}
-				if got := srv.MustDo("TYPE", key); got != typ {
-					t.Errorf("%v, alone %v: after a look the key is a %s, want the %s it was", a, alone, got, typ)
 				}
 			}
 		}
