@@ -277,39 +277,64 @@ func TestServeRedisFailureModes(t *testing.T) {
 	}
 }
 
-// TestServeRedisMinTTL: --redis-min-ttl keeps a key in Redis at least that long, where
-// without it the key lives until its state is empty (the end of a one-second window).
-func TestServeRedisMinTTL(t *testing.T) {
-	for _, c := range []struct {
-		args           []string
-		lowest, higher time.Duration // every key's PTTL is in [lowest, higher]
-	}{
-		{nil, 1, time.Second},
-		{[]string{"--redis-min-ttl", "1m"}, 50 * time.Second, time.Minute},
-	} {
-		t.Run(fmt.Sprint(c.args), func(t *testing.T) {
-			srv := redistest.Start(t)
-			_, grpcAddr, _ := started(t, append([]string{"--redis", srv.URL(), "--deadline", "5s"}, c.args...)...)
-			rls := rlsClient(t, grpcAddr)
+// TestRedisMinTTL: --redis-min-ttl keeps a key in Redis at least that long, where without
+// it the key lives until its state is empty (the end of a one-second or one-hour window),
+// in serve and in proxy.
+func TestRedisMinTTL(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	proxyCfg := filepath.Join(t.TempDir(), "p.yaml")
+	if err := os.WriteFile(proxyCfg, []byte("policies:\n  - {name: per-ip, key: ip, algorithm: fixed_window, rate: 2, period: hour}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// decide makes one allowed decision through cmd on redisURL with args.
+	decide := map[string]func(t *testing.T, redisURL string, args []string){
+		"serve": func(t *testing.T, redisURL string, args []string) {
+			_, grpcAddr, _ := started(t, append([]string{"--redis", redisURL, "--deadline", "5s"}, args...)...)
 			req := &rlsv3.RateLimitRequest{Domain: "demo", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("remote_address", "198.51.100.7")}}
-			resp, err := rls.ShouldRateLimit(context.Background(), req)
+			resp, err := rlsClient(t, grpcAddr).ShouldRateLimit(context.Background(), req)
 			if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 99 {
 				t.Fatalf("decision: %v %v", resp, err)
 			}
-			keys := strings.Fields(srv.MustDo("KEYS", "*"))
-			if len(keys) == 0 {
-				t.Fatal("the decision wrote no key")
+		},
+		"proxy": func(t *testing.T, redisURL string, args []string) {
+			base := "http://" + startedProxy(t, append([]string{"--upstream", up.URL, "--listen", "127.0.0.1:0", "--config", proxyCfg, "--redis", redisURL, "--deadline", "5s"}, args...)...)
+			rp, err := http.Get(base + "/x")
+			if err != nil {
+				t.Fatal(err)
 			}
-			for _, k := range keys {
-				ms, err := strconv.ParseInt(srv.MustDo("PTTL", k), 10, 64)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if ttl := time.Duration(ms) * time.Millisecond; ttl < c.lowest || ttl > c.higher {
-					t.Errorf("key %q: TTL %v, want within [%v, %v]", k, ttl, c.lowest, c.higher)
-				}
+			rp.Body.Close()
+			if rp.StatusCode != 200 || rp.Header.Get("RateLimit") == "" {
+				t.Fatalf("decision: %d %v", rp.StatusCode, rp.Header)
 			}
-		})
+		},
+	}
+	for _, cmd := range []string{"serve", "proxy"} {
+		for _, c := range []struct {
+			args           []string
+			lowest, higher time.Duration // every key's PTTL is in [lowest, higher]
+		}{
+			{nil, 1, map[string]time.Duration{"serve": time.Second, "proxy": time.Hour}[cmd]},
+			{[]string{"--redis-min-ttl", "2h"}, 2*time.Hour - 10*time.Second, 2 * time.Hour},
+		} {
+			t.Run(fmt.Sprint(cmd, c.args), func(t *testing.T) {
+				srv := redistest.Start(t)
+				decide[cmd](t, srv.URL(), c.args)
+				keys := strings.Fields(srv.MustDo("KEYS", "*"))
+				if len(keys) == 0 {
+					t.Fatal("the decision wrote no key")
+				}
+				for _, k := range keys {
+					ms, err := strconv.ParseInt(srv.MustDo("PTTL", k), 10, 64)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if ttl := time.Duration(ms) * time.Millisecond; ttl < c.lowest || ttl > c.higher {
+						t.Errorf("key %q: TTL %v, want within [%v, %v]", k, ttl, c.lowest, c.higher)
+					}
+				}
+			})
+		}
 	}
 }
 
