@@ -106,7 +106,7 @@ func (g *gcraClass) decide(key string, h uint64, now, n int64) algo.Result {
 // as any insert under the lock does (insert), with the decision already made. A look or a
 // denial, which writes nothing, takes the lock's answer.
 func (g *gcraClass) missed(sh *lshard[gslot], seen uint64, a *larray[gslot], p *probe, key string, h uint64, now, n int64) algo.Result {
-	ns, r := algo.GCRAFresh(now, g.p, n) // the class decides algo.GCRA with S = 1
+	ns, r := algo.GCRAFresh(now, &g.p, n) // the class decides algo.GCRA with S = 1
 	if n == 0 || !r.Allowed {
 		return g.decideUnder(sh, key, h, now, n)
 	}
@@ -242,9 +242,9 @@ func (g *gcraClass) fast(e *atomic.Int64, m uint64, now, n int64) (algo.Result, 
 		if n > 0 {
 			// Only the admission between the load and the swap: under contention on one
 			// key a shorter window fails fewer swaps. The results come after.
-			if next, ok := algo.GCRAStep(tat, now, g.p, n); ok {
+			if next, ok := algo.GCRAStep(tat, now, &g.p, n); ok {
 				if e.CompareAndSwap(old, old&genMask|next) {
-					return algo.GCRAAllowed(next, now, g.p), true
+					return algo.GCRAAllowed(next, now, &g.p), true
 				}
 				continue
 			}

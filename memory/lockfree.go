@@ -574,7 +574,7 @@ func (g *lockFree[S, P]) decideIn(sh *lshard[S], key string, h uint64, now, n in
 // GCRA's (algo.GCRAFresh).
 func (g *lockFree[S, P]) fresh(now, n int64) (algo.State, algo.Result) {
 	if g.tat { // f is algo.GCRA, with S = 1 (newGCRAClass)
-		return algo.GCRAFresh(now, g.p, n)
+		return algo.GCRAFresh(now, &g.p, n)
 	}
 	return g.f(algo.State{}, now, g.p, n)
 }

@@ -245,11 +245,8 @@ func memhash(p unsafe.Pointer, seed, n uintptr) uintptr
 // earlier time than at a later one), so sweeping stays invisible. A clock past maxMicros
 // (the year 2183) reads as maxMicros.
 func (s *Store) now() int64 {
-	now := min(s.clock(), maxMicros) // the slots' word holds no later time (lockfree.go)
-	if sw := s.sweptAt.Load(); now < sw {
-		return sw
-	}
-	return now
+	// The slots' word holds no time past maxMicros (lockfree.go).
+	return max(min(s.clock(), maxMicros), s.sweptAt.Load())
 }
 
 // sweepAt returns the time an insert's sweep of a full shard deletes state as of: the

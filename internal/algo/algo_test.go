@@ -492,9 +492,9 @@ func TestGCRAStepIsGCRA(t *testing.T) {
 			now += randomStep(rng, now, p) - rng.Int64N(p.T) // sometimes backwards
 			n := 1 + rng.Int64N(p.MaxCost())
 			want, wr := GCRA(s, now, p, n)
-			next, ok := GCRAStep(s.A, now, p, n)
-			if ok != wr.Allowed || ok && (next != want.A || GCRAAllowed(next, now, p) != wr) {
-				t.Fatalf("%v step %d: GCRAStep %d %v, GCRAAllowed %+v; GCRA %+v %+v", l, i, next, ok, GCRAAllowed(next, now, p), want, wr)
+			next, ok := GCRAStep(s.A, now, &p, n)
+			if ok != wr.Allowed || ok && (next != want.A || GCRAAllowed(next, now, &p) != wr) {
+				t.Fatalf("%v step %d: GCRAStep %d %v, GCRAAllowed %+v; GCRA %+v %+v", l, i, next, ok, GCRAAllowed(next, now, &p), want, wr)
 			}
 			s = want
 		}
@@ -529,7 +529,7 @@ func TestGCRAFreshIsGCRA(t *testing.T) {
 					n = p.Burst + rng.Int64N(3) - 1
 				}
 				ws, wr := GCRA(State{}, now, p, n)
-				gs, gr := GCRAFresh(now, p, n)
+				gs, gr := GCRAFresh(now, &p, n)
 				if gs != ws || gr != wr {
 					t.Fatalf("%v (%v) at %d, n %d: GCRAFresh %+v %+v, GCRA %+v %+v", l, a, now, n, gs, gr, ws, wr)
 				}

@@ -40,17 +40,17 @@ func GCRA(s State, now int64, p Params, n int64) (State, Result) {
 	}
 	// S = 1: TAT is a whole µs (B stays 0) and U the emission interval, so none of the
 	// divisions by S is needed. The hottest path of the memory store.
-	next, ok := GCRAStep(s.A, now, p, cost(n))
+	next, ok := GCRAStep(s.A, now, &p, cost(n))
 	switch {
 	case !ok:
-		r := GCRAAllowed(max64(s.A, now), now, p) // the state as it stands
+		r := GCRAAllowed(max64(s.A, now), now, &p) // the state as it stands
 		r.Allowed, r.RetryAfter = false, next-p.Burst*p.U-now
 		return s, r
 	case n == 0:
-		return s, GCRAAllowed(max64(s.A, now), now, p)
+		return s, GCRAAllowed(max64(s.A, now), now, &p)
 	}
 	s.A = next
-	return s, GCRAAllowed(next, now, p)
+	return s, GCRAAllowed(next, now, &p)
 }
 
 // GCRAStep is GCRA's admission alone, for a limit with S = 1 and a cost n > 0: the TAT a
@@ -58,8 +58,12 @@ func GCRA(s State, now int64, p Params, n int64) (State, Result) {
 // With GCRAAllowed it splits GCRA so that a caller updating the TAT by compare-and-swap
 // (the memory store's lock-free path) keeps the divisions of the results out of the
 // window between its load and its swap: GCRA(State{A: tat}, now, p, n) is
-// (State{A: next}, GCRAAllowed(next, now, p)) when ok.
-func GCRAStep(tat, now int64, p Params, n int64) (next int64, ok bool) {
+// (State{A: next}, GCRAAllowed(next, now, &p)) when ok.
+//
+// GCRAStep, GCRAAllowed and GCRAFresh take p by pointer only so that a caller's Params
+// is not copied on a decision's path: they inline, and a Params passed by value is copied
+// at each call.
+func GCRAStep(tat, now int64, p *Params, n int64) (next int64, ok bool) {
 	next = max64(tat, now) + n*p.U
 	return next, next-p.Burst*p.U <= now
 }
@@ -67,7 +71,7 @@ func GCRAStep(tat, now int64, p Params, n int64) (next int64, ok bool) {
 // GCRAAllowed is the Result of an allowed GCRA spend that left the TAT next (S = 1); with
 // the TAT as it stands, that of an allowed look, and a denial's but for Allowed and
 // RetryAfter.
-func GCRAAllowed(next, now int64, p Params) Result {
+func GCRAAllowed(next, now int64, p *Params) Result {
 	return Result{
 		Allowed:    true,
 		Remaining:  nonNeg(floorDiv(now+p.Burst*p.U-next, p.U)),
@@ -77,7 +81,7 @@ func GCRAAllowed(next, now int64, p Params) Result {
 
 // GCRAFresh is GCRA on a key with no state (the zero State: a new key, or one whose state
 // emptied and was deleted), in closed form, for a limit with S = 1 (as GCRAStep) and a now
-// at or after the epoch: GCRA(State{}, now, p, n) for every such input.
+// at or after the epoch: GCRA(State{}, now, *p, n) for every such input.
 //
 // State kept: none is read; the State returned is the one GCRA would write (the TAT
 // now + n·U after an allowed spend, else the zero State). Rounding and error bound:
@@ -89,7 +93,7 @@ func GCRAAllowed(next, now int64, p Params) Result {
 //
 // Clock stepping back: a fresh key has no TAT for time to step back past, so every now
 // decides the same way.
-func GCRAFresh(now int64, p Params, n int64) (State, Result) {
+func GCRAFresh(now int64, p *Params, n int64) (State, Result) {
 	switch {
 	case n > p.Burst:
 		return State{}, Result{Remaining: p.Burst, RetryAfter: (n - p.Burst) * p.U}
