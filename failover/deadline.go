@@ -39,15 +39,14 @@ func newSharedDeadlines(d time.Duration) *sharedDeadlines {
 // The shared context does not end when parent is cancelled before its deadline: the
 // store call then returns when the store answers, or at the deadline.
 func (s *sharedDeadlines) context(parent context.Context, now time.Time) context.Context {
-	limit := now.Add(s.d)
-	if pd, ok := parent.Deadline(); (ok && !pd.After(limit)) || parent.Err() != nil {
+	if pd, ok := parent.Deadline(); (ok && pd.Sub(now) <= s.d) || parent.Err() != nil {
 		return parent
 	}
 	g := s.cur.Load()
-	if g == nil || !s.fits(g, limit) {
+	if g == nil || !s.fits(g, now) {
 		s.mu.Lock()
-		if g = s.cur.Load(); g == nil || !s.fits(g, limit) {
-			g = &sharedDeadline{at: limit, done: make(chan struct{})}
+		if g = s.cur.Load(); g == nil || !s.fits(g, now) {
+			g = &sharedDeadline{start: now, at: now.Add(s.d), done: make(chan struct{})}
 			time.AfterFunc(s.d, g.expire)
 			s.cur.Store(g)
 		}
@@ -56,10 +55,10 @@ func (s *sharedDeadlines) context(parent context.Context, now time.Time) context
 	return s.newCtx(parent, g)
 }
 
-// fits reports whether g serves a call whose own deadline is limit: g is in
-// (limit−slack, limit].
-func (s *sharedDeadlines) fits(g *sharedDeadline, limit time.Time) bool {
-	early := limit.Sub(g.at)
+// fits reports whether g serves a call that starts at now: g's deadline is in
+// (now+d−slack, now+d], that is g started in (now−slack, now].
+func (s *sharedDeadlines) fits(g *sharedDeadline, now time.Time) bool {
+	early := now.Sub(g.start)
 	return early >= 0 && early < s.slack
 }
 
@@ -99,6 +98,7 @@ func (s *sharedDeadlines) newCtx(parent context.Context, g *sharedDeadline) *dea
 
 // sharedDeadline is one deadline shared by the store calls that started within slack.
 type sharedDeadline struct {
+	start   time.Time // at less the decision deadline
 	at      time.Time
 	done    chan struct{}
 	expired atomic.Bool

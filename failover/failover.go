@@ -526,9 +526,10 @@ func (l *Limiter) enter() (t ticket, probe bool, err error) {
 func leaveInline[T any](l *Limiter, ctx context.Context, start time.Time, v T, err error, t ticket) attempt[T] {
 	l.pending.Add(-1)
 	l.calls.Done()
-	out := attempt[T]{called: true, latency: time.Since(start)}
+	end := time.Now()
+	out := attempt[T]{called: true, latency: end.Sub(start)}
 	brk, failed := judge(ctx, v, err)
-	l.cb.done(t, brk, start.Add(out.latency))
+	l.cb.done(t, brk, end)
 	if failed {
 		err = brk
 		if errors.Is(err, context.DeadlineExceeded) {
