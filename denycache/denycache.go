@@ -226,9 +226,9 @@ func (c *Cache) decideOne(ctx context.Context, reqs []sluice.Request, ds []sluic
 	// denial the store makes no later than the store made it.
 	now, held := c.now(), false
 	if sh.n.Load() > 0 {
-		if err := sluice.CheckRequest(r.Key, r.Limit, r.N); err != nil {
-			return sluice.Report{Kind: sluice.KindBadInput}, err
-		}
+		// A request that matches a denial is good input: the denial is the inner
+		// limiter's answer to the same key, Limit and cost. Bad input matches none and
+		// is the inner limiter's to reject.
 		var d sluice.Decision
 		var ok bool
 		if d, ok, held = c.lookup(sh, r.Key, r.Limit, r.N, now); ok {
