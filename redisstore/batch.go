@@ -33,11 +33,11 @@ type item struct {
 	lease uint64 // Concurrency: the id of the lease the item takes if allowed
 }
 
-// newItem is the item of request key, limit, n; a Concurrency request of cost 1 draws
-// its lease id.
-func (s *Store) newItem(key string, limit sluice.Limit, n int64) item {
-	it := item{id: key, info: s.info(limit), n: n}
-	if n > 0 && limit.Algorithm == sluice.Concurrency {
+// newItem is the item of request key, n under the Limit of li; a Concurrency request of
+// cost 1 draws its lease id.
+func newItem(key string, li *limitInfo, n int64) item {
+	it := item{id: key, info: li, n: n}
+	if n > 0 && li.limit.Algorithm == sluice.Concurrency {
 		it.lease = rand.Uint64N(sluice.MaxLeaseID) + 1
 	}
 	return it

@@ -410,7 +410,7 @@ func TestDifferentialLargeCalls(t *testing.T) {
 			}
 			c := getCall(ctx)
 			for _, r := range group {
-				c.items = append(c.items, red.newItem(r.Key, r.Limit, r.N))
+				c.items = append(c.items, newItem(r.Key, red.info(r.Limit), r.N))
 			}
 			c.res = make([]algo.Outcome, len(group))
 			calls, reqs = append(calls, c), append(reqs, group)

@@ -153,7 +153,7 @@ func (s *Store) decideSlot(ctx context.Context, cn *conn, reqs []sluice.Request,
 	now, nowArg := s.callNow()
 	bounds := make([]algo.Bounds, len(idx))
 	for j, i := range idx {
-		items[j] = s.newItem(reqs[i].Key, reqs[i].Limit, reqs[i].N)
+		items[j] = newItem(reqs[i].Key, s.info(reqs[i].Limit), reqs[i].N)
 		keys[j] = s.redisKey(reqs[i].Key, items[j].info)
 		packed, cal, bounds[j] = calendarArgs(packed, cal, &items[j], now)
 	}

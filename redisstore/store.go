@@ -594,6 +594,8 @@ type limitInfo struct {
 	// code is the scripts' number for the limit: its Algorithm, or calendarCode (whose
 	// period field is then per call, see calendarArgs).
 	code int
+	// maxCost is limit.MaxCost().
+	maxCost int64
 }
 
 // recentSlots is the size of Store.recent.
@@ -607,7 +609,22 @@ func recentSlot(l sluice.Limit) int {
 	return int((h * 0x9e3779b97f4a7c15) >> (64 - recentBits))
 }
 
-// info returns what the store derives from l, made on l's first use.
+// checkedInfo checks a request as sluice.CheckRequest does and returns the info of its
+// limit. Only valid limits have an info, so a limit found among the recent ones is not
+// validated again: only key and n are checked.
+func (s *Store) checkedInfo(key string, limit sluice.Limit, n int64) (*limitInfo, error) {
+	li := s.recent[recentSlot(limit)].Load()
+	if li == nil || li.limit != limit || key == "" || len(key) > sluice.MaxKeyLen || n < 0 || n > li.maxCost {
+		if err := sluice.CheckRequest(key, limit, n); err != nil {
+			return nil, err
+		}
+		li = s.info(limit)
+	}
+	return li, nil
+}
+
+// info returns what the store derives from l, made on l's first use. l must be valid
+// (sluice.Limit.Validate).
 func (s *Store) info(l sluice.Limit) *limitInfo {
 	slot := &s.recent[recentSlot(l)]
 	if li := slot.Load(); li != nil && li.limit == l {
@@ -623,7 +640,7 @@ func (s *Store) makeInfo(l sluice.Limit) *limitInfo {
 		return v.(*limitInfo)
 	}
 	p := algo.ParamsOf(l)
-	li := &limitInfo{limit: l, tail: limitTail(l), code: int(l.Algorithm)}
+	li := &limitInfo{limit: l, tail: limitTail(l), code: int(l.Algorithm), maxCost: l.MaxCost()}
 	b := li.packed[:0]
 	f1, f2 := p.Rate, p.Period // Concurrency: Period is the lease
 	switch l.Algorithm {
@@ -660,7 +677,8 @@ func (s *Store) appendKey(b []byte, key, tail string) []byte {
 
 // AllowN is Decide of one request, without the slices.
 func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
-	if err := sluice.CheckRequest(key, limit, n); err != nil {
+	li, err := s.checkedInfo(key, limit, n)
+	if err != nil {
 		return sluice.Decision{}, err
 	}
 	cn, err := s.usable()
@@ -670,7 +688,7 @@ func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n in
 	c := getCall(ctx)
 	c.items = c.one[:1]
 	c.res = c.oneRes[:1]
-	c.items[0] = s.newItem(key, limit, n)
+	c.items[0] = newItem(key, li, n)
 	if err := s.submit(ctx, cn, c); err != nil {
 		return sluice.Decision{}, err
 	}
@@ -727,7 +745,7 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 			return fmt.Errorf("%w: request %d repeats the key and limit of request %d", sluice.ErrInvalidKey, i, j)
 		}
 		seen[id] = i
-		items[i] = s.newItem(r.Key, r.Limit, r.N)
+		items[i] = newItem(r.Key, s.info(r.Limit), r.N)
 		cross = cross || cn.cluster && idSlot(r.Key) != first
 		settled = settled || r.SettleTTL > 0 && r.N > 0
 	}
