@@ -706,7 +706,7 @@ func (s *Store) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.D
 		r := &reqs[0]
 		start := time.Now()
 		d, err := s.AllowN(ctx, r.Key, r.Limit, r.N)
-		rep := sluice.Report{StoreCalled: !sluice.IsBadInput(err), StoreLatency: time.Since(start), Kind: sluice.KindOf(err)}
+		rep := report(err, time.Since(start))
 		if err != nil {
 			return rep, err
 		}
@@ -715,7 +715,15 @@ func (s *Store) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.D
 	}
 	start := time.Now()
 	err := s.decideMulti(ctx, reqs, ds)
-	return sluice.Report{StoreCalled: !sluice.IsBadInput(err), StoreLatency: time.Since(start), Kind: sluice.KindOf(err)}, err
+	return report(err, time.Since(start)), err
+}
+
+// report is the Report of a decision that answered err after latency.
+func report(err error, latency time.Duration) sluice.Report {
+	if err == nil {
+		return sluice.Report{StoreCalled: true, StoreLatency: latency}
+	}
+	return sluice.Report{StoreCalled: !sluice.IsBadInput(err), StoreLatency: latency, Kind: sluice.KindOf(err)}
 }
 
 func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sluice.Decision) error {
