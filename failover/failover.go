@@ -36,10 +36,10 @@ type Limiter struct {
 	inline bool
 	shared *sharedDeadlines // the deadlines of inline decisions
 
-	closeMu sync.RWMutex // held for reading while a call registers with calls
 	closed  atomic.Bool
-	pending atomic.Int64   // store calls running, including those whose callers left
-	calls   sync.WaitGroup // the same, for Close
+	pending atomic.Int64  // store calls running, including those whose callers left
+	drained chan struct{} // closed when pending falls to 0 once closed is set
+	drain   sync.Once     // closes drained
 }
 
 // Option configures a Limiter.
@@ -111,6 +111,7 @@ func New(primary sluice.Limiter, opts ...Option) *Limiter {
 		deadline:   DefaultDeadline,
 		def:        sluice.Failure{Mode: sluice.FailOpen, Share: 1},
 		maxPending: DefaultMaxPending,
+		drained:    make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(l)
@@ -140,13 +141,14 @@ func (l *Limiter) Deadline() time.Duration { return l.deadline }
 // for store calls still running (they end when the store honours their context or
 // answers). It closes neither the primary nor the local limiter.
 func (l *Limiter) Close() error {
-	l.closeMu.Lock()
-	already := l.closed.Swap(true)
-	l.closeMu.Unlock()
-	if already {
+	if l.closed.Swap(true) {
 		return nil
 	}
-	l.calls.Wait()
+	// enter counts a call before it reads closed, and this reads the count after
+	// setting closed: a call either sees closed or is waited for.
+	if l.pending.Load() > 0 {
+		<-l.drained
+	}
 	return nil
 }
 
@@ -274,8 +276,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, limit sluice.Limit, n
 		return sluice.Reservation{}, err
 	}
 	res, err := l.primary.Reserve(ctx, key, limit, n)
-	l.pending.Add(-1)
-	l.calls.Done()
+	l.leave()
 	brk, failed := judge(ctx, struct{}{}, err)
 	l.cb.done(t, brk, time.Now())
 	if failed {
@@ -494,8 +495,8 @@ func deadlineError(d time.Duration, cause error) error {
 
 // enter lets a store call through the breaker, the pending bound and Close. When err is
 // not nil, the call must not be made and err is its outcome; otherwise the caller calls
-// the store and then done, l.pending.Add(-1) and l.calls.Done (leaveInline, or
-// callAsync's goroutine). probe reports a half-open breaker's probe.
+// the store and then done and leave (leaveInline, or callAsync's goroutine). probe
+// reports a half-open breaker's probe.
 func (l *Limiter) enter() (t ticket, probe bool, err error) {
 	if l.closed.Load() {
 		return ticket{}, false, fmt.Errorf("failover: %w", sluice.ErrClosed)
@@ -505,27 +506,29 @@ func (l *Limiter) enter() (t ticket, probe bool, err error) {
 		return ticket{}, false, fmt.Errorf("%w: %w", errBreakerOpen, berr)
 	}
 	if l.pending.Add(1) > l.maxPending {
-		l.pending.Add(-1)
+		l.leave()
 		l.cb.done(t, errOverload, time.Now())
 		return ticket{}, false, errOverload
 	}
-	l.closeMu.RLock()
-	if l.closed.Load() {
-		l.closeMu.RUnlock()
-		l.pending.Add(-1)
+	if l.closed.Load() { // read after counting the call (see Close)
+		l.leave()
 		l.cb.done(t, errExcluded, time.Now())
 		return ticket{}, false, fmt.Errorf("failover: %w", sluice.ErrClosed)
 	}
-	l.calls.Add(1)
-	l.closeMu.RUnlock()
 	return t, probe, nil
+}
+
+// leave uncounts a call that enter counted, letting Close return after the last one.
+func (l *Limiter) leave() {
+	if l.pending.Add(-1) == 0 && l.closed.Load() {
+		l.drain.Do(func() { close(l.drained) })
+	}
 }
 
 // leaveInline ends an inline store call that started at start and answered err: it
 // reports the call to the breaker and returns the attempt (without its value).
 func leaveInline[T any](l *Limiter, ctx context.Context, start time.Time, v T, err error, t ticket) attempt[T] {
-	l.pending.Add(-1)
-	l.calls.Done()
+	l.leave()
 	end := time.Now()
 	out := attempt[T]{called: true, latency: end.Sub(start)}
 	brk, failed := judge(ctx, v, err)
@@ -556,8 +559,7 @@ func callAsync[A, T any](l *Limiter, ctx context.Context, probe bool, start time
 	}
 	ch := make(chan result[T], 1)
 	go func() {
-		defer l.calls.Done()
-		defer l.pending.Add(-1)
+		defer l.leave()
 		defer cancel()
 		v, err := f(cctx, a)
 		if probe {

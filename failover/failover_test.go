@@ -1055,3 +1055,51 @@ func TestAnswerWithoutStore(t *testing.T) {
 		t.Fatalf("breaker %v after 3 store failures around a cached answer, want open", s)
 	}
 }
+
+// TestCloseWaitsForStoreCalls: Close returns only once the store calls under way have
+// ended, inline or on goroutines whose callers left at the deadline, and later decisions
+// are refused.
+func TestCloseWaitsForStoreCalls(t *testing.T) {
+	for _, inline := range []bool{false, true} {
+		t.Run(fmt.Sprintf("inline=%v", inline), func(t *testing.T) {
+			store := newFaultyStore(t)
+			opts := []Option{WithDeadline(time.Millisecond)}
+			if inline {
+				opts = append(opts, WithInlineCalls())
+			}
+			l := newLimiter(t, store, opts...)
+			release := store.setHang()
+			const n = 4
+			var wg sync.WaitGroup
+			for range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					l.AllowN(context.Background(), "k", sluice.PerSecond(10), 1)
+				}()
+			}
+			for store.calls.Load() < n {
+				time.Sleep(time.Millisecond) // until every call is in the store
+			}
+			closed := make(chan struct{})
+			go func() {
+				l.Close()
+				close(closed)
+			}()
+			select {
+			case <-closed:
+				t.Fatal("Close returned while store calls were running")
+			case <-time.After(50 * time.Millisecond):
+			}
+			release()
+			<-closed
+			wg.Wait()
+			if p := l.pending.Load(); p != 0 {
+				t.Errorf("%d calls pending after Close", p)
+			}
+			if _, err := l.AllowN(context.Background(), "k", sluice.PerSecond(10), 1); !errors.Is(err, sluice.ErrClosed) {
+				t.Errorf("after Close: %v, want ErrClosed", err)
+			}
+		})
+	}
+}
