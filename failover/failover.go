@@ -277,7 +277,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, limit sluice.Limit, n
 	}
 	res, err := l.primary.Reserve(ctx, key, limit, n)
 	l.leave()
-	brk, failed := judge(ctx, struct{}{}, err)
+	brk, failed := judge(ctx, &struct{}{}, err)
 	l.cb.done(t, brk, time.Now())
 	if failed {
 		return sluice.Reservation{}, unavailable(brk)
@@ -430,7 +430,7 @@ func call[A, T any](l *Limiter, ctx context.Context, decision bool, a A, f func(
 			v, err = f(cctx, a)
 			cancel()
 		}
-		out := leaveInline(l, ctx, start, v, err, t)
+		out := leaveInline(l, ctx, start, &v, err, t)
 		out.v = v
 		return out
 	}
@@ -527,7 +527,7 @@ func (l *Limiter) leave() {
 
 // leaveInline ends an inline store call that started at start and answered err: it
 // reports the call to the breaker and returns the attempt (without its value).
-func leaveInline[T any](l *Limiter, ctx context.Context, start time.Time, v T, err error, t ticket) attempt[T] {
+func leaveInline[T any](l *Limiter, ctx context.Context, start time.Time, v *T, err error, t ticket) attempt[T] {
 	l.leave()
 	end := time.Now()
 	out := attempt[T]{called: true, latency: end.Sub(start)}
@@ -565,7 +565,7 @@ func callAsync[A, T any](l *Limiter, ctx context.Context, probe bool, start time
 		if probe {
 			// The probe's outcome is the store's, whenever it comes and whoever waits;
 			// but only an answer within the deadline shows the store can serve again.
-			brk, _ := judge(context.Background(), v, err)
+			brk, _ := judge(context.Background(), &v, err)
 			if brk == nil && time.Since(start) > l.deadline {
 				brk = ErrDeadline
 			}
@@ -590,7 +590,7 @@ func callAsync[A, T any](l *Limiter, ctx context.Context, probe bool, start time
 	}
 	out := attempt[T]{v: r.v, err: r.err, called: true, latency: time.Since(start)}
 	var brk error
-	if brk, out.failed = judge(ctx, r.v, r.err); out.failed {
+	if brk, out.failed = judge(ctx, &r.v, r.err); out.failed {
 		out.err = brk
 	}
 	if !probe {
@@ -631,10 +631,10 @@ func giveUp[T any](l *Limiter, ctx context.Context, ch chan result[T], start tim
 // a store failure (sluice.ForeignCancel): another call sharing the store's work gave up,
 // and this one was not decided. A decision that the layer below answered without asking
 // the store (a deny cache's, whose Report says so) says nothing about the store either.
-func judge[T any](ctx context.Context, v T, err error) (brk error, failed bool) {
+func judge[T any](ctx context.Context, v *T, err error) (brk error, failed bool) {
 	switch {
 	case err == nil:
-		if d, ok := any(v).(decided); ok && !d.rep.StoreCalled {
+		if d, ok := any(v).(*decided); ok && !d.rep.StoreCalled {
 			return errExcluded, false
 		}
 		return nil, false
