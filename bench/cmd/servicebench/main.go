@@ -143,12 +143,27 @@ type bench struct {
 // measured is what the summary needs of one service.
 type measured struct {
 	peak, half result
-	// overFloor is the half-peak p99 less the floor's at the same rate (µs).
-	overFloor int64
 	// floorHalf is the floor paced at this service's half-peak rate, when measured.
 	floorHalf    result
 	hasFloorHalf bool
-	hasHalf      bool
+}
+
+// overFloor is the half-peak p99 less the floor's at the same rate (µs).
+func (m *measured) overFloor() int64 { return m.half.P99 - m.floorHalf.P99 }
+
+// atHalf prints the summary's lines of who at half of its peak against the floor paced
+// at that rate, if it was: the service CPU, then the p99 with its target.
+func (m *measured) atHalf(who, p99Target string) {
+	if !m.hasFloorHalf {
+		return
+	}
+	// The transport's CPU per request grows as the rate falls (fewer frames per system
+	// call), so the closed-loop line sets sluice at its own rate against the floor at a
+	// higher one; this one compares them at one rate.
+	fmt.Printf("| %s, service CPU less the floor's, both paced at its half peak (%.0f/s) | %.1f − %.1f = %.1f | – |\n", who,
+		m.half.RPS, m.half.cpuService, m.floorHalf.cpuService, m.half.cpuService-m.floorHalf.cpuService)
+	fmt.Printf("| %s, p99 at half of its peak less the floor's at that rate | %s − %s = %s | %s |\n", who,
+		us(m.half.P99), us(m.floorHalf.P99), signedUS(m.overFloor()), p99Target)
 }
 
 // round is one round of the alternation: sluice on Redis, the reference, the floor.
@@ -423,7 +438,7 @@ func (b *bench) common(s *service, skipHTTP bool) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	m.half, m.hasHalf = r, true
+	m.half = r
 	if b.floor == nil || s == b.floor {
 		row(s, "ShouldRateLimit", fmt.Sprintf("%.0f/s (half of peak)", half), r, "")
 	} else {
@@ -433,9 +448,8 @@ func (b *bench) common(s *service, skipHTTP bool) (float64, error) {
 		if err != nil {
 			return 0, err
 		}
-		m.overFloor = r.P99 - f.P99
 		m.floorHalf, m.hasFloorHalf = f, true
-		row(s, "ShouldRateLimit", fmt.Sprintf("%.0f/s (half of peak)", half), r, signedUS(m.overFloor))
+		row(s, "ShouldRateLimit", fmt.Sprintf("%.0f/s (half of peak)", half), r, signedUS(m.overFloor()))
 		row(b.floor, "ShouldRateLimit", fmt.Sprintf("%.0f/s (%s's half of peak)", half, s.name), f, "")
 	}
 	if !skipHTTP {
@@ -610,25 +624,10 @@ func (b *bench) summary() {
 			fmt.Printf("| sluice on %s, service CPU less the floor's (64 callers, closed loop) | %.1f − %.1f = %.1f | ≤ 5 |\n", name,
 				m.peak.cpuService, floor.peak.cpuService, m.peak.cpuService-floor.peak.cpuService)
 		}
-		if m.hasFloorHalf {
-			// The transport's CPU per request grows as the rate falls (fewer frames per
-			// system call), so the closed-loop figure above sets sluice at its own rate
-			// against the floor at a higher one; this one compares them at one rate.
-			fmt.Printf("| sluice on %s, service CPU less the floor's, both paced at its half peak (%.0f/s) | %.1f − %.1f = %.1f | – |\n", name,
-				m.half.RPS, m.half.cpuService, m.floorHalf.cpuService, m.half.cpuService-m.floorHalf.cpuService)
-		}
-		if m.hasHalf && hasFloor {
-			fmt.Printf("| sluice on %s, p99 at half of its peak less the floor's at that rate | %s − %s = %s | ≤ 0.5 ms |\n", name,
-				us(m.half.P99), us(m.half.P99-m.overFloor), signedUS(m.overFloor))
-		}
+		m.atHalf("sluice on "+name, "≤ 0.5 ms")
 	}
-	if m, ok := b.seen[refName]; ok && m.hasFloorHalf {
-		fmt.Printf("| envoyproxy/ratelimit, service CPU less the floor's, both paced at its half peak (%.0f/s) | %.1f − %.1f = %.1f | – |\n",
-			m.half.RPS, m.half.cpuService, m.floorHalf.cpuService, m.half.cpuService-m.floorHalf.cpuService)
-	}
-	if m, ok := b.seen[refName]; ok && m.hasHalf && hasFloor {
-		fmt.Printf("| envoyproxy/ratelimit, p99 at half of its peak less the floor's at that rate | %s − %s = %s | – |\n",
-			us(m.half.P99), us(m.half.P99-m.overFloor), signedUS(m.overFloor))
+	if m, ok := b.seen[refName]; ok {
+		m.atHalf("envoyproxy/ratelimit", "–")
 	}
 	if len(b.rounds) == 0 {
 		return
