@@ -611,16 +611,16 @@ func recentSlot(l sluice.Limit) int {
 
 // checkedInfo checks a request as sluice.CheckRequest does and returns the info of its
 // limit. Only valid limits have an info, so a limit found among the recent ones is not
-// validated again: only key and n are checked.
+// validated again: only the key (sluice.CheckKey) and the cost, within [0, MaxCost], are
+// checked. Anything else takes sluice.CheckRequest, for its error.
 func (s *Store) checkedInfo(key string, limit sluice.Limit, n int64) (*limitInfo, error) {
-	li := s.recent[recentSlot(limit)].Load()
-	if li == nil || li.limit != limit || key == "" || len(key) > sluice.MaxKeyLen || n < 0 || n > li.maxCost {
-		if err := sluice.CheckRequest(key, limit, n); err != nil {
-			return nil, err
-		}
-		li = s.info(limit)
+	if li := s.recent[recentSlot(limit)].Load(); li != nil && li.limit == limit && n >= 0 && n <= li.maxCost && sluice.CheckKey(key) == nil {
+		return li, nil
 	}
-	return li, nil
+	if err := sluice.CheckRequest(key, limit, n); err != nil {
+		return nil, err
+	}
+	return s.info(limit), nil
 }
 
 // info returns what the store derives from l, made on l's first use. l must be valid

@@ -117,16 +117,28 @@ func TestBadInput(t *testing.T) {
 		{"negative cost", "k", ok, -1, sluice.ErrInvalidCost},
 		{"cost above burst", "k", ok, 11, sluice.ErrCostExceedsLimit},
 	}
-	for _, tt := range tests {
-		if _, err := s.AllowN(ctx, tt.key, tt.limit, tt.n); !errors.Is(err, tt.want) {
-			t.Errorf("%s: err = %v, want %v", tt.name, err, tt.want)
+	check := func(when string) {
+		for _, tt := range tests {
+			if _, err := s.AllowN(ctx, tt.key, tt.limit, tt.n); !errors.Is(err, tt.want) {
+				t.Errorf("%s, %s: err = %v, want %v", tt.name, when, err, tt.want)
+			}
+		}
+		if _, err := sluice.AllowMulti(ctx, s, []sluice.Request{{Key: "k", Limit: ok, N: 1}, {Key: "k", Limit: ok, N: 1}}); !errors.Is(err, sluice.ErrInvalidKey) {
+			t.Errorf("repeated request, %s: err = %v, want ErrInvalidKey", when, err)
 		}
 	}
-	if _, err := sluice.AllowMulti(ctx, s, []sluice.Request{{Key: "k", Limit: ok, N: 1}, {Key: "k", Limit: ok, N: 1}}); !errors.Is(err, sluice.ErrInvalidKey) {
-		t.Errorf("repeated request: err = %v, want ErrInvalidKey", err)
-	}
+	check("before any decision")
 	if n := srv.MustDo("DBSIZE"); n != "0" {
 		t.Errorf("bad input wrote %s keys", n)
+	}
+	// A decision under ok keeps its limit's info, which later requests under ok are
+	// checked against without validating the Limit again (checkedInfo).
+	if d, err := s.AllowN(ctx, "good", ok, 1); err != nil || !d.Allowed {
+		t.Fatalf("good request: %+v, %v", d, err)
+	}
+	check("with the limit's info kept")
+	if n := srv.MustDo("DBSIZE"); n != "1" {
+		t.Errorf("bad input wrote %s keys beside the good request's one", n)
 	}
 }
 
