@@ -111,6 +111,47 @@ func TestServeOverlongDescriptorValueIsDecided(t *testing.T) {
 	}
 }
 
+// TestServeHitsAddendIsDecided: hits_addend is a cost the client shapes. One above what
+// the rule can ever allow (1000 against 5 a minute) is a denial, never an error, and
+// spends nothing: five calls of cost 1 pass after it and the sixth is over the limit. On
+// memory and Redis, through the binary; a call of one limit takes the evaluator's
+// one-item path (enforceOne).
+func TestServeHitsAddendIsDecided(t *testing.T) {
+	for _, st := range pipelineStores[:2] {
+		t.Run(st.name, func(t *testing.T) {
+			cfg := writeConfig(t, "hard.yaml", hardDomain)
+			base, grpcAddr, log := started(t, append(append([]string{"--config", cfg}, pipelineFlags...), st.flags(t)...)...)
+			rls := rlsClient(t, grpcAddr)
+			call := func(addend uint32) rlsv3.RateLimitResponse_Code {
+				resp, err := rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "hard", HitsAddend: addend,
+					Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("remote_address", "A")}})
+				if err != nil {
+					t.Fatalf("hits_addend %d: %v", addend, err)
+				}
+				return resp.OverallCode
+			}
+			if c := call(1000); c != rlsv3.RateLimitResponse_OVER_LIMIT {
+				t.Fatalf("hits_addend 1000 against 5 a minute: %v, want OVER_LIMIT", c)
+			}
+			for i := range 6 {
+				want := rlsv3.RateLimitResponse_OK
+				if i == 5 {
+					want = rlsv3.RateLimitResponse_OVER_LIMIT
+				}
+				if c := call(1); c != want {
+					t.Fatalf("call %d of cost 1 after the oversized one: %v, want %v", i, c, want)
+				}
+			}
+			if n := metricValue(t, base, "sluice_server_store_errors_total") + metricValue(t, base, "sluice_store_errors_total"); n != 0 {
+				t.Errorf("%v store errors counted", n)
+			}
+			if strings.Contains(log.String(), "ERROR") {
+				t.Errorf("an ERROR was logged:\n%.2000s", log.String())
+			}
+		})
+	}
+}
+
 // TestServeRequestCaps: a call over a cap (descriptors per call, entries per descriptor,
 // total bytes; defaults, the configuration's store.request_limits, and the flags) is
 // refused before any work, gRPC InvalidArgument and HTTP 400, and spends nothing.
