@@ -19,6 +19,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -246,6 +247,72 @@ func TestTTL(t *testing.T) {
 		if ttl := pttl(k); ttl == -time.Millisecond || ttl > 14*time.Second {
 			t.Errorf("%s: PTTL %v, want a TTL within two of the longest period", k, ttl)
 		}
+	}
+}
+
+// TestWindowKeepsTTL: a fixed window's key, or a calendar quota's, gets its TTL when a
+// period's first units are spent, and keeps it while later spends in that period leave its
+// ExpiresAt (the period's end) unchanged; a spend in a new period, or one whose TTL the
+// minimum raises, sets it again. Each step tells the three apart: the test clock moves
+// while Redis's hardly does, so a TTL set again reads the clock's time left, one kept
+// reads what was set before. Time is in tenths of the period (u).
+func TestWindowKeepsTTL(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, c := range []struct {
+		limit sluice.Limit
+		u     time.Duration
+	}{
+		{sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: 10 * time.Second}, time.Second},
+		{sluice.PerCalendar(10, sluice.Calendar{Unit: sluice.CalendarDay}), 144 * time.Minute},
+	} {
+		t.Run(c.limit.String(), func(t *testing.T) {
+			start := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC) // a period start of both
+			clock := clocktest.New(start)
+			s := open(t, srv.URL(), WithClock(clock.Now), WithMinTTL(2*c.u))
+			ctx := context.Background()
+			key := s.Key("w", c.limit)
+			// spend spends one unit at offset tenths into the first period and returns
+			// the key's PTTL in tenths.
+			spend := func(offset float64) float64 {
+				t.Helper()
+				clock.Set(start.Add(time.Duration(offset * float64(c.u))))
+				if d, err := s.AllowN(ctx, "w", c.limit, 1); err != nil || !d.Allowed {
+					t.Fatalf("at %v: %+v, %v", offset, d, err)
+				}
+				v, err := strconv.ParseInt(srv.MustDo("PTTL", key), 10, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return float64(time.Duration(v)*time.Millisecond) / float64(c.u)
+			}
+			// A step takes well under 0.2 u of real time (u ≥ 1 s).
+			near := func(got, want float64) bool { return got <= want && got > want-0.2 }
+
+			if ttl := spend(1); !near(ttl, 9) {
+				t.Fatalf("first spend: PTTL %.2f u, want 9", ttl)
+			}
+			// Set again, the TTL would read the clock's 7 and 5.
+			for _, at := range []float64{3, 5} {
+				if ttl := spend(at); !near(ttl, 9) {
+					t.Fatalf("spend at %v u: PTTL %.2f u, want the first spend's 9 kept", at, ttl)
+				}
+			}
+			// 1.5 before the end the minimum (2) raises the TTL: set again.
+			if ttl := spend(8.5); !near(ttl, 2) {
+				t.Fatalf("spend 1.5 u before the end: PTTL %.2f u, want the minimum 2", ttl)
+			}
+			// The next period (the key still lives, on the minimum): its own end.
+			if ttl := spend(10.5); !near(ttl, 9.5) {
+				t.Fatalf("spend in the next period: PTTL %.2f u, want 9.5", ttl)
+			}
+			if ttl := spend(14); !near(ttl, 9.5) {
+				t.Fatalf("second spend in the next period: PTTL %.2f u, want 9.5 kept", ttl)
+			}
+			if d, err := s.AllowN(ctx, "w", c.limit, 0); err != nil || d.Remaining != 8 {
+				t.Fatalf("look after two spends in the period: %+v, %v; want 8 remaining", d, err)
+			}
+		})
 	}
 }
 

@@ -33,9 +33,13 @@
 // IEEE-754 doubles, 8, 16 or 24 bytes: binary, so that Redis neither formats nor parses
 // decimal text. The bucket algorithms' fields count 1/S µs (algo.Params). Every key the
 // store writes carries a TTL equal to the time until its state is equivalent to empty
-// (algo.ExpiresAt), rounded up to a millisecond. A decision that spends nothing never
-// creates a key; on an existing key it writes only what the algorithm changed (a window
-// algorithm moving to a new window), as the memory store keeps it.
+// (algo.ExpiresAt), rounded up to a millisecond. A write that leaves that instant as it
+// was keeps the key's TTL rather than setting it again (SET ... KEEPTTL, cheaper for
+// Redis): a fixed window's or calendar quota's spends after the first in a period, unless
+// WithMinTTL raises the TTL. So a TTL changed by hand (PERSIST) stands until the next
+// period's first spend. A decision that spends nothing never creates a key; on an existing
+// key it writes only what the algorithm changed (a window algorithm moving to a new
+// window), as the memory store keeps it.
 //
 // A Concurrency limit's key ("<prefix>{<identity>}:concurrency:<rate>:<lease µs>:0") is a
 // sorted set of the lease ids held, scored by expiry (lua/concurrency.lua), whose TTL is

@@ -44,7 +44,12 @@ local function calendar_window(key, v, rate, j, burst, n, commit)
   if commit and (a ~= a0 or b ~= b_0 or c ~= c0) and (v or (ok == 1 and n > 0)) then
     local exp = 0
     if b > 0 then exp = c end
-    put(key, spack('<ddd', a, b, c), exp)
+    -- As fixed_window: the period the key held units of keeps its TTL (keep).
+    if a == a0 and c == c0 and b_0 > 0 and exp - now >= minttl * 1000 then
+      keep(key, spack('<ddd', a, b, c))
+    else
+      put(key, spack('<ddd', a, b, c), exp)
+    end
   end
   return ok, rem, until_end, retry
 end

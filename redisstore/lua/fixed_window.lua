@@ -46,7 +46,13 @@ local function fixed_window(key, v, rate, period, burst, n, commit)
   if commit and (a ~= a0 or b ~= b0) and (v or (ok == 1 and n > 0)) then
     local exp = 0
     if b > 0 then exp = a + period end
-    put(key, spack('<dd', a, b), exp)
+    -- The window's end is the state's ExpiresAt in both when the window is the one the
+    -- key held units of: its TTL stands (keep), unless put would raise it to the minimum.
+    if a == a0 and b0 > 0 and exp - now >= minttl * 1000 then
+      keep(key, spack('<dd', a, b))
+    else
+      put(key, spack('<dd', a, b), exp)
+    end
   end
   return ok, rem, reset, retry
 end

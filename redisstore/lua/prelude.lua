@@ -206,6 +206,18 @@ local function put(key, val, exp)
   end
 end
 
+-- keep stores a key's new state val whose ExpiresAt is its previous state's, as put
+-- would store it but with the key's TTL as it is (SET ... KEEPTTL). Every writer sets a
+-- key's TTL to at least the time until its state's ExpiresAt (put), so a key whose state's
+-- ExpiresAt does not change already lives long enough; rewriting its TTL costs Redis
+-- deleting and re-adding its expiry and rewriting the command for propagation. The caller
+-- uses it only where put would not raise the TTL to the minimum (minttl), which a kept TTL
+-- may not reach.
+local function keep(key, val)
+  redis.call('SET', key, val, 'KEEPTTL')
+  if written then written[key] = val end
+end
+
 -- pack returns the integers of out as one string of little-endian doubles, the scripts'
 -- reply. struct.pack takes its values on Lua's C stack: at most 1000 at a time.
 local function pack(out)
