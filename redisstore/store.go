@@ -1,6 +1,7 @@
 // Package redisstore is sluice's Redis store: a sluice.Limiter for
 // all six algorithms on Redis (standalone, Sentinel or Cluster), deciding exactly as the
-// in-process store (package memory) does.
+// in-process store (package memory) does. It needs Redis 6.0 or later (its scripts use
+// SET ... KEEPTTL); the tests run Redis 7.
 //
 //	store, err := redisstore.Open("redis://localhost:6379")
 //	if err != nil { ... }
