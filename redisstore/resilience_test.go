@@ -19,7 +19,6 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -250,67 +249,103 @@ func TestTTL(t *testing.T) {
 	}
 }
 
-// TestWindowKeepsTTL: a fixed window's key, or a calendar quota's, gets its TTL when a
-// period's first units are spent, and keeps it while later spends in that period leave its
-// ExpiresAt (the period's end) unchanged; a spend in a new period, or one whose TTL the
-// minimum raises, sets it again. Each step tells the three apart: the test clock moves
-// while Redis's hardly does, so a TTL set again reads the clock's time left, one kept
-// reads what was set before. Time is in tenths of the period (u).
+// TestWindowKeepsTTL: a fixed window's or calendar quota's spend that leaves the period's
+// end as it was keeps the key's TTL (so one removed by hand, PERSIST, stays removed), and
+// sets it again when the period is a new one, when the minimum TTL raises it, or when the
+// store decides on a clock of its own (WithClock), whose TTLs run out on Redis's.
 func TestWindowKeepsTTL(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	for _, c := range []struct {
-		limit sluice.Limit
-		u     time.Duration
-	}{
-		{sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: 10 * time.Second}, time.Second},
-		{sluice.PerCalendar(10, sluice.Calendar{Unit: sluice.CalendarDay}), 144 * time.Minute},
-	} {
-		t.Run(c.limit.String(), func(t *testing.T) {
-			start := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC) // a period start of both
-			clock := clocktest.New(start)
-			s := open(t, srv.URL(), WithClock(clock.Now), WithMinTTL(2*c.u))
-			ctx := context.Background()
-			key := s.Key("w", c.limit)
-			// spend spends one unit at offset tenths into the first period and returns
-			// the key's PTTL in tenths.
-			spend := func(offset float64) float64 {
+	ctx := context.Background()
+	now := time.Now()
+	// A day, in whichever of two zones 12 hours apart is an hour or more from its
+	// midnights, so that no step below crosses into the next day.
+	day := sluice.Calendar{Unit: sluice.CalendarDay, Zone: sluice.MustParseZone("UTC")}
+	if start, end := day.Bounds(now); now.Sub(start) < time.Hour || end.Sub(now) < time.Hour {
+		day.Zone = sluice.MustParseZone("Etc/GMT-12")
+	}
+	window := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: 10 * time.Second}
+	for _, l := range []sluice.Limit{window, sluice.PerCalendar(10, day)} {
+		t.Run(l.String(), func(t *testing.T) {
+			t.Parallel()
+			s := open(t, srv.URL())
+			pttl := func(key string) time.Duration {
 				t.Helper()
-				clock.Set(start.Add(time.Duration(offset * float64(c.u))))
-				if d, err := s.AllowN(ctx, "w", c.limit, 1); err != nil || !d.Allowed {
-					t.Fatalf("at %v: %+v, %v", offset, d, err)
-				}
 				v, err := strconv.ParseInt(srv.MustDo("PTTL", key), 10, 64)
 				if err != nil {
 					t.Fatal(err)
 				}
-				return float64(time.Duration(v)*time.Millisecond) / float64(c.u)
+				return time.Duration(v) * time.Millisecond
 			}
-			// A step takes well under 0.2 u of real time (u ≥ 1 s).
-			near := func(got, want float64) bool { return got <= want && got > want-0.2 }
-
-			if ttl := spend(1); !near(ttl, 9) {
-				t.Fatalf("first spend: PTTL %.2f u, want 9", ttl)
-			}
-			// Set again, the TTL would read the clock's 7 and 5.
-			for _, at := range []float64{3, 5} {
-				if ttl := spend(at); !near(ttl, 9) {
-					t.Fatalf("spend at %v u: PTTL %.2f u, want the first spend's 9 kept", at, ttl)
+			spend := func(s *Store, id string, remaining int64) {
+				t.Helper()
+				if d, err := s.AllowN(ctx, id, l, 1); err != nil || !d.Allowed || d.Remaining != remaining {
+					t.Fatalf("%s: %+v, %v; want allowed, %d remaining", id, d, err, remaining)
 				}
 			}
-			// 1.5 before the end the minimum (2) raises the TTL: set again.
-			if ttl := spend(8.5); !near(ttl, 2) {
-				t.Fatalf("spend 1.5 u before the end: PTTL %.2f u, want the minimum 2", ttl)
+			// spendPersisted spends on id, removes its key's TTL, spends again and
+			// returns the TTL then.
+			spendPersisted := func(s *Store, id string) time.Duration {
+				t.Helper()
+				spend(s, id, 9)
+				srv.MustDo("PERSIST", s.Key(id, l))
+				spend(s, id, 8)
+				return pttl(s.Key(id, l))
 			}
-			// The next period (the key still lives, on the minimum): its own end.
-			if ttl := spend(10.5); !near(ttl, 9.5) {
-				t.Fatalf("spend in the next period: PTTL %.2f u, want 9.5", ttl)
+			// The period now and the one before it, in µs; the fixed window's two spends
+			// must not straddle its end.
+			var cur, prev, next int64
+			if l.Calendar.IsZero() {
+				p := l.Period.Microseconds()
+				if rest := l.Period - time.Duration(time.Now().UnixNano())%l.Period; rest < 3*time.Second {
+					time.Sleep(rest + 10*time.Millisecond)
+				}
+				cur = time.Now().UnixMicro() / p * p
+				prev, next = cur-p, cur+p
+			} else {
+				start, end := day.Bounds(time.Now())
+				before, _ := day.Bounds(start.Add(-time.Second))
+				cur, prev, next = start.UnixMicro(), before.UnixMicro(), end.UnixMicro()
 			}
-			if ttl := spend(14); !near(ttl, 9.5) {
-				t.Fatalf("second spend in the next period: PTTL %.2f u, want 9.5 kept", ttl)
+
+			if ttl := spendPersisted(s, "kept"); ttl != -time.Millisecond {
+				t.Errorf("second spend in the period: PTTL %v, want the first's removed TTL kept (-1ms)", ttl)
 			}
-			if d, err := s.AllowN(ctx, "w", c.limit, 0); err != nil || d.Remaining != 8 {
-				t.Fatalf("look after two spends in the period: %+v, %v; want 8 remaining", d, err)
+			raised := open(t, srv.URL(), WithMinTTL(48*time.Hour))
+			if ttl := spendPersisted(raised, "raised"); ttl < 47*time.Hour {
+				t.Errorf("second spend under a 48h minimum: PTTL %v, want it set again to 48h", ttl)
+			}
+			own := open(t, srv.URL(), WithClock(time.Now))
+			if ttl := spendPersisted(own, "own"); ttl <= 0 {
+				t.Errorf("second spend on the store's own clock: PTTL %v, want it set again", ttl)
+			}
+
+			// A state written by hand, without a TTL: 3 units of the current period are
+			// kept on (its TTL too), 3 of the previous one are replaced by a new period's,
+			// with its TTL.
+			state := func(a int64) string {
+				var b []byte
+				b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(a)))
+				b = binary.LittleEndian.AppendUint64(b, math.Float64bits(3))
+				if !l.Calendar.IsZero() { // a calendar state's third field: its period's end
+					end := next
+					if a == prev {
+						end = cur
+					}
+					b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(end)))
+				}
+				return string(b)
+			}
+			srv.MustDo("SET", s.Key("current", l), state(cur))
+			spend(s, "current", 6)
+			if ttl := pttl(s.Key("current", l)); ttl != -time.Millisecond {
+				t.Errorf("spend on the current period's state: PTTL %v, want none kept (-1ms)", ttl)
+			}
+			srv.MustDo("SET", s.Key("previous", l), state(prev))
+			spend(s, "previous", 9)
+			left := time.Duration(next-time.Now().UnixMicro()) * time.Microsecond
+			if ttl := pttl(s.Key("previous", l)); ttl <= 0 || ttl > left+time.Second {
+				t.Errorf("spend on the previous period's state: PTTL %v, want the new period's %v", ttl, left)
 			}
 		})
 	}

@@ -42,14 +42,10 @@ local function calendar_window(key, v, rate, j, burst, n, commit)
   -- created only by a decision that spends. ExpiresAt: the period's end, or now when it
   -- holds nothing.
   if commit and (a ~= a0 or b ~= b_0 or c ~= c0) and (v or (ok == 1 and n > 0)) then
-    local exp = 0
+    local exp, prev = 0, nil
     if b > 0 then exp = c end
-    -- As fixed_window: the period the key held units of keeps its TTL (keep).
-    if a == a0 and c == c0 and b_0 > 0 and exp - now >= minttl * 1000 then
-      keep(key, spack('<ddd', a, b, c))
-    else
-      put(key, spack('<ddd', a, b, c), exp)
-    end
+    if b_0 > 0 then prev = c0 end
+    put(key, spack('<ddd', a, b, c), exp, prev)
   end
   return ok, rem, until_end, retry
 end

@@ -44,15 +44,10 @@ local function fixed_window(key, v, rate, period, burst, n, commit)
   -- window rolls even on a look or a denial); a key is created only by a decision that
   -- spends. ExpiresAt: the window's end, or now when it holds nothing.
   if commit and (a ~= a0 or b ~= b0) and (v or (ok == 1 and n > 0)) then
-    local exp = 0
+    local exp, prev = 0, nil
     if b > 0 then exp = a + period end
-    -- The window's end is the state's ExpiresAt in both when the window is the one the
-    -- key held units of: its TTL stands (keep), unless put would raise it to the minimum.
-    if a == a0 and b0 > 0 and exp - now >= minttl * 1000 then
-      keep(key, spack('<dd', a, b))
-    else
-      put(key, spack('<dd', a, b), exp)
-    end
+    if b0 > 0 then prev = a0 + period end
+    put(key, spack('<dd', a, b), exp, prev)
   end
   return ok, rem, reset, retry
 end

@@ -110,11 +110,12 @@ local function cost(n)
   return n
 end
 
--- now is the decision's instant (µs); minttl the minimum key TTL (ms).
-local now
+-- now is the decision's instant (µs); minttl the minimum key TTL (ms). ownclock is true
+-- when now is Redis's own (TIME), the clock key TTLs run out on.
+local now, ownclock
 if ARGV[1] == '-' then
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now, ownclock = tonumber(t[1]) * 1000000 + tonumber(t[2]), true
 else
   now = tonumber(ARGV[1])
 end
@@ -190,8 +191,21 @@ local lastttl, lastarg = -1, ''
 -- memory keeps it until its sweep): a clock that steps back then still sees it.
 -- (ttlms and int are inline, and floor is ttl - ttl % 1, exact below 2^53: this runs for
 -- every decision that spends, and every name it uses is one more upvalue to capture.)
-local function put(key, val, exp)
-  local ttl = (exp - now + 999) / 1000
+--
+-- prev, when given, is the ExpiresAt of the state val replaces. Every write sets a key's
+-- TTL to at least the time until its state's ExpiresAt, so when exp is prev the key
+-- already lives long enough: put then keeps its TTL (SET ... KEEPTTL), which spares Redis
+-- deleting and adding the key's expiry and rewriting the command for propagation. Only on
+-- Redis's clock (on another, TTLs computed from it run out on Redis's, so each write sets
+-- them again), and only where the minimum would not raise the TTL.
+local function put(key, val, exp, prev)
+  local left = exp - now
+  if exp == prev and ownclock and left > 0 and left >= minttl * 1000 then
+    redis.call('SET', key, val, 'KEEPTTL')
+    if written then written[key] = val end
+    return
+  end
+  local ttl = (left + 999) / 1000
   ttl = ttl - ttl % 1
   if ttl < minttl then ttl = minttl end
   if ttl > 0 then
@@ -204,18 +218,6 @@ local function put(key, val, exp)
     redis.call('DEL', key)
     if written then written[key] = false end
   end
-end
-
--- keep stores a key's new state val whose ExpiresAt is its previous state's, as put
--- would store it but with the key's TTL as it is (SET ... KEEPTTL). Every writer sets a
--- key's TTL to at least the time until its state's ExpiresAt (put), so a key whose state's
--- ExpiresAt does not change already lives long enough; rewriting its TTL costs Redis
--- deleting and re-adding its expiry and rewriting the command for propagation. The caller
--- uses it only where put would not raise the TTL to the minimum (minttl), which a kept TTL
--- may not reach.
-local function keep(key, val)
-  redis.call('SET', key, val, 'KEEPTTL')
-  if written then written[key] = val end
 end
 
 -- pack returns the integers of out as one string of little-endian doubles, the scripts'
