@@ -58,6 +58,27 @@ func metricValue(t *testing.T, base, name string) float64 {
 	return sum
 }
 
+// startedHard starts the binary on hardDomain with the pipeline's flags and a store's
+// (storeFlags) and returns its HTTP base, a gRPC client of it and its log.
+func startedHard(t *testing.T, storeFlags []string) (string, rlsv3.RateLimitServiceClient, *syncBuffer) {
+	t.Helper()
+	cfg := writeConfig(t, "hard.yaml", hardDomain)
+	base, grpcAddr, log := started(t, append(append([]string{"--config", cfg}, pipelineFlags...), storeFlags...)...)
+	return base, rlsClient(t, grpcAddr), log
+}
+
+// checkNoStoreError fails t if the service at base counted a store error or logged one at
+// ERROR: what a decision turned into an error leaves.
+func checkNoStoreError(t *testing.T, base string, log *syncBuffer) {
+	t.Helper()
+	if n := metricValue(t, base, "sluice_server_store_errors_total") + metricValue(t, base, "sluice_store_errors_total"); n != 0 {
+		t.Errorf("%v store errors counted", n)
+	}
+	if strings.Contains(log.String(), "ERROR") {
+		t.Errorf("an ERROR was logged:\n%.2000s", log.String())
+	}
+}
+
 // TestServeOverlongDescriptorValueIsDecided: a call carrying [remote_address=A] and
 // [user=vip+48 KiB of %=/{}:] is never an error, over gRPC and JSON, on memory and Redis:
 // the first 5 calls pass, the 6th is over A's limit; nothing is counted as a store error
@@ -65,9 +86,7 @@ func metricValue(t *testing.T, base, name string) float64 {
 func TestServeOverlongDescriptorValueIsDecided(t *testing.T) {
 	for _, st := range pipelineStores[:2] {
 		t.Run(st.name, func(t *testing.T) {
-			cfg := writeConfig(t, "hard.yaml", hardDomain)
-			base, grpcAddr, log := started(t, append(append([]string{"--config", cfg}, pipelineFlags...), st.flags(t)...)...)
-			rls := rlsClient(t, grpcAddr)
+			base, rls, log := startedHard(t, st.flags(t))
 			for i := range 7 {
 				resp, err := rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "hard",
 					Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("remote_address", "A"), descriptor("user", longUser)}})
@@ -101,12 +120,7 @@ func TestServeOverlongDescriptorValueIsDecided(t *testing.T) {
 					t.Fatalf("JSON call %d: %d, want %d: %s", i, rp.StatusCode, want, out)
 				}
 			}
-			if n := metricValue(t, base, "sluice_server_store_errors_total") + metricValue(t, base, "sluice_store_errors_total"); n != 0 {
-				t.Errorf("%v store errors counted", n)
-			}
-			if strings.Contains(log.String(), "ERROR") {
-				t.Errorf("an ERROR was logged:\n%.2000s", log.String())
-			}
+			checkNoStoreError(t, base, log)
 		})
 	}
 }
@@ -119,9 +133,7 @@ func TestServeOverlongDescriptorValueIsDecided(t *testing.T) {
 func TestServeHitsAddendIsDecided(t *testing.T) {
 	for _, st := range pipelineStores[:2] {
 		t.Run(st.name, func(t *testing.T) {
-			cfg := writeConfig(t, "hard.yaml", hardDomain)
-			base, grpcAddr, log := started(t, append(append([]string{"--config", cfg}, pipelineFlags...), st.flags(t)...)...)
-			rls := rlsClient(t, grpcAddr)
+			base, rls, log := startedHard(t, st.flags(t))
 			call := func(addend uint32) rlsv3.RateLimitResponse_Code {
 				resp, err := rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "hard", HitsAddend: addend,
 					Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("remote_address", "A")}})
@@ -142,12 +154,7 @@ func TestServeHitsAddendIsDecided(t *testing.T) {
 					t.Fatalf("call %d of cost 1 after the oversized one: %v, want %v", i, c, want)
 				}
 			}
-			if n := metricValue(t, base, "sluice_server_store_errors_total") + metricValue(t, base, "sluice_store_errors_total"); n != 0 {
-				t.Errorf("%v store errors counted", n)
-			}
-			if strings.Contains(log.String(), "ERROR") {
-				t.Errorf("an ERROR was logged:\n%.2000s", log.String())
-			}
+			checkNoStoreError(t, base, log)
 		})
 	}
 }
