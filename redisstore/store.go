@@ -38,9 +38,9 @@
 // was keeps the key's TTL rather than setting it again (SET ... KEEPTTL, cheaper for
 // Redis): a fixed window's or calendar quota's spends after the first in a period, unless
 // WithMinTTL raises the TTL or the store decides on WithClock's clock. So a TTL changed by
-// hand (PERSIST) stands until the next period's first spend. A decision that spends nothing never creates a key; on an existing
-// key it writes only what the algorithm changed (a window algorithm moving to a new
-// window), as the memory store keeps it.
+// hand (PERSIST) stands until the next period's first spend. A decision that spends
+// nothing never creates a key; on an existing key it writes only what the algorithm
+// changed (a window algorithm moving to a new window), as the memory store keeps it.
 //
 // A Concurrency limit's key ("<prefix>{<identity>}:concurrency:<rate>:<lease µs>:0") is a
 // sorted set of the lease ids held, scored by expiry (lua/concurrency.lua), whose TTL is
