@@ -150,13 +150,7 @@ func TestTTL(t *testing.T) {
 	srv := redistest.Start(t)
 	s := open(t, srv.URL())
 	ctx := context.Background()
-	pttl := func(key string) time.Duration {
-		v, err := strconv.ParseInt(srv.MustDo("PTTL", key), 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return time.Duration(v) * time.Millisecond
-	}
+	pttl := func(key string) time.Duration { return keyTTL(t, srv, key) }
 	var maxReset time.Duration
 	for _, a := range sluice.Algorithms() {
 		l := sluice.Limit{Algorithm: a, Rate: 3, Period: 1200 * time.Millisecond}
@@ -249,6 +243,16 @@ func TestTTL(t *testing.T) {
 	}
 }
 
+// keyTTL is key's PTTL on srv: -1ms for a key without a TTL, -2ms for none.
+func keyTTL(t *testing.T, srv *redistest.Server, key string) time.Duration {
+	t.Helper()
+	v, err := strconv.ParseInt(srv.MustDo("PTTL", key), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(v) * time.Millisecond
+}
+
 // TestWindowKeepsTTL: a fixed window's or calendar quota's spend that leaves the period's
 // end as it was keeps the key's TTL (so one removed by hand, PERSIST, stays removed), and
 // sets it again when the period is a new one, when the minimum TTL raises it, or when the
@@ -269,14 +273,7 @@ func TestWindowKeepsTTL(t *testing.T) {
 		t.Run(l.String(), func(t *testing.T) {
 			t.Parallel()
 			s := open(t, srv.URL())
-			pttl := func(key string) time.Duration {
-				t.Helper()
-				v, err := strconv.ParseInt(srv.MustDo("PTTL", key), 10, 64)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return time.Duration(v) * time.Millisecond
-			}
+			pttl := func(key string) time.Duration { return keyTTL(t, srv, key) }
 			spend := func(s *Store, id string, remaining int64) {
 				t.Helper()
 				if d, err := s.AllowN(ctx, id, l, 1); err != nil || !d.Allowed || d.Remaining != remaining {
@@ -324,15 +321,13 @@ func TestWindowKeepsTTL(t *testing.T) {
 			// kept on (its TTL too), 3 of the previous one are replaced by a new period's,
 			// with its TTL.
 			state := func(a int64) string {
-				var b []byte
-				b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(a)))
-				b = binary.LittleEndian.AppendUint64(b, math.Float64bits(3))
+				b := appendFloat(appendFloat(nil, a), 3)
 				if !l.Calendar.IsZero() { // a calendar state's third field: its period's end
 					end := next
 					if a == prev {
 						end = cur
 					}
-					b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(end)))
+					b = appendFloat(b, end)
 				}
 				return string(b)
 			}
