@@ -1,0 +1,142 @@
+// Package headroom paces Go's garbage collector by a heap headroom: between two
+// collections the heap may grow by at least a fixed number of bytes, and by Go's default
+// share of what is live (GOGC=100) once that share is larger.
+//
+// Go's default collects when the heap has grown by as much as it held live after the
+// last collection. A service that keeps little state but allocates on every request
+// (`sluice serve` on Redis: a few MB live, a few KB of gRPC per request) then collects
+// many times a second under load, and every collection costs work that does not shrink
+// with the heap: scanning every goroutine's stack and the globals, starting and ending
+// the mark phase, the write barrier while it runs. A headroom trades that many bytes of
+// memory for fewer collections. A large live heap (the memory store holding many keys)
+// is paced as Go paces it.
+//
+// How: after each collection (a finalizer that re-arms itself every cycle), the hook
+// reads from runtime/metrics the heap that collection marked live and the stacks and
+// globals it scanned, and sets the GC percent (debug.SetGCPercent) to Percent of them, so
+// that the runtime's next goal, live + (live + stacks + globals)·percent/100, is at least
+// live + headroom. The percent comes from the last collection: a heap that grows fast
+// between two collections may overshoot once, by percent of what was live at the first,
+// and the next collection corrects it. A memory limit (GOMEMLIMIT, debug.SetMemoryLimit)
+// still holds: the runtime collects sooner whenever the heap nears it.
+//
+// GC percent is a property of the process, so there is one pacing at a time: a Start
+// replaces the one before it.
+package headroom
+
+import (
+	"os"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"sync"
+)
+
+// minHeap is the runtime's heap minimum at GOGC=100: whatever it marked live, its goal is
+// never below minHeap·percent/100.
+const minHeap = 4 << 20
+
+// maxPercent bounds the percent Percent returns. At it, a live heap of 64 KiB would be
+// allowed a headroom of 6.4 GB: far beyond any headroom worth setting.
+const maxPercent = 100_000
+
+// Percent returns the least GC percent, at least 100 and at most 100,000, that makes the
+// runtime's next heap goal at least live + headroom, where live is the heap the last
+// collection marked and roots the stacks and globals it scanned. The runtime's goal is
+// live + (live + roots)·percent/100, and never below 4 MiB·percent/100: the first term
+// decides when live + roots is at least 4 MiB, the minimum below that (and before the
+// first collection, when nothing has been marked). It is 100 when headroom ≤ 0.
+func Percent(live, roots, headroom int64) int {
+	if headroom <= 0 {
+		return 100
+	}
+	grow, base := headroom, live+roots
+	if base < minHeap {
+		grow, base = live+headroom, minHeap
+	}
+	p := (grow*100 + base - 1) / base
+	return int(min(max(p, 100), maxPercent))
+}
+
+var (
+	mu     sync.Mutex
+	active *pacing
+)
+
+// A pacing is one Start's hook; stopped ends it at its next collection.
+type pacing struct {
+	headroom int64
+	prev     int // the GC percent before Start
+	stopped  bool
+	samples  [3]metrics.Sample
+	last     int // the percent last set
+}
+
+// cycle is the object whose finalizer runs once per collection. Its pointer field keeps
+// it out of the runtime's tiny allocator, whose blocks are freed together.
+type cycle struct{ p *pacing }
+
+// Start paces the collector with the given headroom, in bytes, until the returned stop
+// is called; stop restores the GC percent there was before Start. Start does nothing
+// (and stop does nothing) when headroom ≤ 0 or when the environment sets GOGC: the
+// operator chose the pacing. A later Start replaces this one, and this stop then does
+// nothing.
+func Start(headroom int64) (stop func()) {
+	if headroom <= 0 || os.Getenv("GOGC") != "" {
+		return func() {}
+	}
+	p := &pacing{headroom: headroom, last: -1}
+	p.samples[0].Name = "/gc/heap/live:bytes"
+	p.samples[1].Name = "/gc/scan/stack:bytes"
+	p.samples[2].Name = "/gc/scan/globals:bytes"
+	mu.Lock()
+	if active != nil {
+		active.stopped = true
+		p.prev = active.prev
+	} else {
+		p.prev = debug.SetGCPercent(100)
+	}
+	active = p
+	p.adjust()
+	mu.Unlock()
+	runtime.SetFinalizer(&cycle{p}, collected)
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if active != p {
+			return
+		}
+		p.stopped = true
+		active = nil
+		debug.SetGCPercent(p.prev)
+	}
+}
+
+// collected runs after each collection: it sets the percent for the next, and waits for
+// the one after by setting itself again as c's finalizer (c is reachable again while
+// its finalizer runs, and unreachable once it returns).
+func collected(c *cycle) {
+	mu.Lock()
+	if c.p.stopped {
+		mu.Unlock()
+		return
+	}
+	c.p.adjust()
+	mu.Unlock()
+	runtime.SetFinalizer(c, collected)
+}
+
+// adjust sets the GC percent from the last collection's figures. The caller holds mu.
+func (p *pacing) adjust() {
+	metrics.Read(p.samples[:])
+	var v [3]int64
+	for i, s := range p.samples {
+		if s.Value.Kind() == metrics.KindUint64 {
+			v[i] = int64(s.Value.Uint64())
+		}
+	}
+	if pc := Percent(v[0], v[1]+v[2], p.headroom); pc != p.last {
+		debug.SetGCPercent(pc)
+		p.last = pc
+	}
+}
