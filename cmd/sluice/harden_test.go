@@ -274,10 +274,7 @@ func TestTimeoutDefaults(t *testing.T) {
 // serve and by proxy with --pprof, shows the command line with the --redis password
 // redacted.
 func TestBinaryPprofCmdlineRedacted(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "sluice")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := sluiceBinary(t)
 	const secret = "hunter2-s3cret"
 	commands := [][]string{
 		{"serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"},

@@ -30,6 +30,38 @@ import (
 	"github.com/sluicehq/sluice/server"
 )
 
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+var (
+	buildOnce sync.Once
+	binDir    string // holds the binary sluiceBinary built
+	binErr    error
+)
+
+// sluiceBinary builds the sluice binary from this package, once per test run, and
+// returns its path.
+func sluiceBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		if binDir, binErr = os.MkdirTemp("", "sluice-bin"); binErr != nil {
+			return
+		}
+		if out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, "sluice"), ".").CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return filepath.Join(binDir, "sluice")
+}
+
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger and reads of a
 // test.
 type syncBuffer struct {
@@ -413,11 +445,7 @@ func startedProxy(t *testing.T, args ...string) string {
 // on SIGHUP, keeps the old configuration when the new one is invalid, and on SIGTERM
 // finishes and exits 0.
 func TestBinarySignals(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "sluice")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := sluiceBinary(t)
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "edge.yaml")
 	write := func(rpu int) {

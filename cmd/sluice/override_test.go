@@ -18,10 +18,10 @@ import (
 	"github.com/sluicehq/sluice/server"
 )
 
-// serveProcess is one `sluice serve` process of a built binary.
+// serveProcess is one process of a built binary, `sluice serve` or `sluice proxy`.
 type serveProcess struct {
 	cmd  *exec.Cmd
-	base string // http://addr
+	base string // http://addr: serve's HTTP API, proxy's admin listener
 	mu   sync.Mutex
 	logs []map[string]any
 }
@@ -29,7 +29,14 @@ type serveProcess struct {
 // startServe runs bin serve with args and waits until it serves HTTP.
 func startServe(t *testing.T, bin string, args ...string) *serveProcess {
 	t.Helper()
-	p := &serveProcess{cmd: exec.Command(bin, append([]string{"serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--log-format", "json"}, args...)...)}
+	return startBinary(t, bin, append([]string{"serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--log-format", "json"}, args...)...)
+}
+
+// startBinary runs bin with args (which make it log JSON and serve HTTP) and waits until
+// it logs "serving HTTP". Its environment is the test's, with an admin token.
+func startBinary(t *testing.T, bin string, args ...string) *serveProcess {
+	t.Helper()
+	p := &serveProcess{cmd: exec.Command(bin, args...)}
 	p.cmd.Env = append(os.Environ(), "SLUICE_ADMIN_TOKEN=override-test-token-0123456789")
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
@@ -59,7 +66,7 @@ func startServe(t *testing.T, bin string, args ...string) *serveProcess {
 	case a := <-addr:
 		p.base = "http://" + a
 	case <-time.After(20 * time.Second):
-		t.Fatal("sluice serve did not serve HTTP within 20s")
+		t.Fatalf("sluice %s did not serve HTTP within 20s", args[0])
 	}
 	return p
 }
@@ -121,10 +128,7 @@ func (p *serveProcess) waitSource(t *testing.T, key, source string, within time.
 // other within one second; both restart and it is still there; an override with
 // expires_in 2s is gone after it, on both.
 func TestOverridesAcrossServeProcesses(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "sluice")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := sluiceBinary(t)
 	srv := redistest.Start(t)
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "policies.yaml"), []byte("policies:\n  - name: orgs\n    key: {type: user, header: X-User}\n    rate: 5\n    period: 1m\n"), 0o644)

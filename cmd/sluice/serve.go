@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 
 	"github.com/urfave/cli/v3"
@@ -15,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/denycache"
+	"github.com/sluicehq/sluice/internal/headroom"
 	"github.com/sluicehq/sluice/server"
 )
 
@@ -29,6 +29,7 @@ func commonFlags() []cli.Flag {
 		&cli.Int64Flag{Name: "max-keys", Usage: "in-memory store: the most (key, limit) states kept; over it the states closest to empty are evicted, counted in sluice_memory_evictions_total (0: stack.DefaultMaxKeys, 1048576; -1: unbounded; idle keys are always swept)", Sources: cli.EnvVars("SLUICE_MAX_KEYS")},
 		&cli.Int64Flag{Name: "deny-cache-bytes", Value: denycache.DefaultMaxBytes, Usage: "remember the store's denials in up to this many bytes and answer repeats of them in-process while they certainly hold, so a client over its limit costs Redis nothing and its repeats are sampled in the decision log (see the denycache package; 0 disables). Overrides the configuration's store.deny_cache", Sources: cli.EnvVars("SLUICE_DENY_CACHE_BYTES")},
 		&cli.DurationFlag{Name: "deny-cache-max-age", Value: denycache.DefaultMaxAge, Usage: "the longest a remembered denial answers without asking the store: how long a reset made through another replica can go unseen", Sources: cli.EnvVars("SLUICE_DENY_CACHE_MAX_AGE")},
+		&cli.Int64Flag{Name: "gc-headroom-bytes", Value: headroom.Default, Usage: "let the heap grow by at least this many bytes between garbage collections (Go's own pacing, GOGC=100, once the live heap is larger): fewer collections for a process that keeps little state, as on Redis. 0: Go's pacing. Not applied when GOGC is set in the environment (see the internal/headroom package)", Sources: cli.EnvVars("SLUICE_GC_HEADROOM_BYTES")},
 		&cli.FloatFlag{Name: "log-sampling", Value: -1, Usage: "the share of allowed decisions, and of denials the deny cache repeated, written to the decision log, in [0, 1] (the store's denials and failures are always logged; -1: the observe package's default of 1%)", Sources: cli.EnvVars("SLUICE_LOG_SAMPLING")},
 	}
 }
@@ -87,12 +88,6 @@ func serve(ctx context.Context, c *cli.Command) error {
 	defer e.close()
 	log, w, st := e.log, e.w, e.stack
 	cfg := w.Config()
-	if st.Kind() == "redis" && os.Getenv("GOGC") == "" {
-		// On Redis the process keeps no per-key state, so its live heap is a few MB and
-		// the default GOGC=100 collects many times a second under load: trade some MB of
-		// heap for CPU (bench/README.md). Set GOGC to choose otherwise.
-		debug.SetGCPercent(400)
-	}
 
 	opts := server.Options{
 		Limiter:         st.Limiter(),

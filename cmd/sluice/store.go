@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/headroom"
 	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/stack"
 )
@@ -32,6 +33,8 @@ type env struct {
 	stack *stack.Stack
 	// tracer is the OTEL_TRACES_EXPORTER's provider; nil when tracing is off.
 	tracer *sdktrace.TracerProvider
+	// stopGC ends the collector's pacing by --gc-headroom-bytes.
+	stopGC func()
 }
 
 // tracerProvider is e.tracer as server options take it: nil (off) when tracing is off.
@@ -73,6 +76,7 @@ func start(c *cli.Command) (*env, error) {
 		e.closeTracer()
 		return nil, err
 	}
+	e.stopGC = headroom.Start(c.Int64("gc-headroom-bytes"))
 	return e, nil
 }
 
@@ -85,6 +89,7 @@ func (e *env) close() {
 	}
 	e.w.Close()
 	e.closeTracer()
+	e.stopGC()
 }
 
 // closeTracer sends the spans still buffered, waiting at most 5 seconds.

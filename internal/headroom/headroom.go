@@ -32,6 +32,11 @@ import (
 	"sync"
 )
 
+// Default is the headroom `sluice serve` and `sluice proxy` run with unless told
+// otherwise (--gc-headroom-bytes): 64 MiB, a few collections a second at tens of
+// thousands of requests a second, within the 256 MiB the Helm chart's pod may use.
+const Default = 64 << 20
+
 // minHeap is the runtime's heap minimum at GOGC=100: whatever it marked live, its goal is
 // never below minHeap·percent/100.
 const minHeap = 4 << 20

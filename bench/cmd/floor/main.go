@@ -1,7 +1,8 @@
 // Command floor is an Envoy rate limit service that decides nothing: ShouldRateLimit
 // answers OK at once, with one OK status per descriptor, from the same go-control-plane
-// stubs and with the same gRPC transport settings as sluice serve (server.NewGRPCServer:
-// stream workers, fixed 1 MiB flow-control windows). servicebench measures it beside
+// stubs, with the same gRPC transport settings as sluice serve (server.NewGRPCServer:
+// stream workers, fixed 1 MiB flow-control windows) and the same collector pacing (its
+// default heap headroom, internal/headroom). servicebench measures it beside
 // sluice and envoyproxy/ratelimit, under the same load generator on the same machine, so
 // that every figure has its floor beside it: the requests/s and the latency that the
 // transport, the load generator and the machine allow a service whose decisions cost
@@ -23,6 +24,8 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+
+	"github.com/sluicehq/sluice/internal/headroom"
 )
 
 type floor struct {
@@ -39,8 +42,10 @@ func (floor) ShouldRateLimit(_ context.Context, r *rlsv3.RateLimitRequest) (*rls
 
 func main() {
 	addr := flag.String("grpc", "127.0.0.1:8081", "the gRPC listen address")
+	gcHeadroom := flag.Int64("gc-headroom", headroom.Default, "pace the collector by this heap headroom (internal/headroom), as sluice serve does by default (--gc-headroom-bytes); 0: Go's own pacing")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file, to compare with sluice serve's /debug/pprof/profile")
 	flag.Parse()
+	defer headroom.Start(*gcHeadroom)()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err == nil {

@@ -13,6 +13,10 @@
 //	sluice proxy, memory   the real binary, built from ../cmd/sluice, a policy on X-Client
 //	sluice proxy, redis    the same on a redis-server of its own (-redis)
 //
+// The ReverseProxies and the upstreams pace their collector as sluice proxy does by default
+// (internal/headroom's default heap headroom; -gc-headroom sets it for all of them), so
+// that the ReverseProxies differ from sluice only in what they do.
+//
 // Every proxy and every upstream is a process of its own, so that the CPU time of each
 // (user + system, from /proc/<pid>/stat, nginx's workers included) is read apart over
 // the measured interval and divided by the requests wrk completed in it. The upstream
@@ -58,20 +62,22 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bench/internal/proc"
+	"github.com/sluicehq/sluice/internal/headroom"
 )
 
 var (
-	dur      = flag.Duration("d", 10*time.Second, "how long each measured run lasts")
-	warmup   = flag.Duration("warmup", 2*time.Second, "how long wrk runs before each measured run (fills connection pools and the limiter's keys)")
-	rounds   = flag.Int("rounds", 3, "how many times every proxy is measured, in turn")
-	conns    = flag.Int("c", 32, "wrk's connections")
-	threads  = flag.Int("t", 2, "wrk's threads")
-	nkeys    = flag.Int("keys", 100000, "distinct X-Client values")
-	withRed  = flag.Bool("redis", true, "also measure sluice proxy on Redis (needs redis-server)")
-	only     = flag.String("only", "", "measure only these proxies, comma-separated: nginx, default, tuned, pooled, sluice, sluice-redis")
-	prebuilt = flag.String("sluice", "", "use this sluice binary instead of building ../cmd/sluice")
-	sluiceCf = flag.String("sluice-config", "", "run sluice proxy with this configuration file instead of the bench's policy on X-Client")
-	profile  = flag.String("profile", "", "after the rounds, write CPU profiles under the same load, -d long, of sluice proxy (memory) to this file and of the pooled ReverseProxy to this file + \".pooled\"")
+	dur       = flag.Duration("d", 10*time.Second, "how long each measured run lasts")
+	warmup    = flag.Duration("warmup", 2*time.Second, "how long wrk runs before each measured run (fills connection pools and the limiter's keys)")
+	rounds    = flag.Int("rounds", 3, "how many times every proxy is measured, in turn")
+	conns     = flag.Int("c", 32, "wrk's connections")
+	threads   = flag.Int("t", 2, "wrk's threads")
+	nkeys     = flag.Int("keys", 100000, "distinct X-Client values")
+	withRed   = flag.Bool("redis", true, "also measure sluice proxy on Redis (needs redis-server)")
+	only      = flag.String("only", "", "measure only these proxies, comma-separated: nginx, default, tuned, pooled, sluice, sluice-redis")
+	prebuilt  = flag.String("sluice", "", "use this sluice binary instead of building ../cmd/sluice")
+	sluiceCf  = flag.String("sluice-config", "", "run sluice proxy with this configuration file instead of the bench's policy on X-Client")
+	headroomF = flag.Int64("gc-headroom", headroom.Default, "the heap headroom of every Go process measured (internal/headroom): sluice proxy's --gc-headroom-bytes (passed only when set here, so that binaries without the flag run), the ReverseProxies' and the upstreams' own, so that the ReverseProxies differ from sluice only in what they do; 0: Go's own pacing for all")
+	profile   = flag.String("profile", "", "after the rounds, write CPU profiles under the same load, -d long, of sluice proxy (memory) to this file and of the pooled ReverseProxy to this file + \".pooled\"")
 
 	// The roles proxybench runs itself in, as the upstream and the bare proxies.
 	role      = flag.String("role", "", "internal: upstream or reverseproxy")
@@ -85,6 +91,9 @@ var (
 
 func main() {
 	flag.Parse()
+	if *role != "" {
+		defer headroom.Start(*headroomF)()
+	}
 	var err error
 	switch *role {
 	case "":
@@ -512,7 +521,7 @@ func (b *bench) profile(bin string, t *target, addr, path string) error {
 // startUpstream starts proxybench as an upstream on a free port.
 func (b *bench) startUpstream() (cmd *exec.Cmd, addr, stats string, err error) {
 	addr, stats = proc.FreeAddr(), proc.FreeAddr()
-	cmd = exec.Command(b.self, "-role", "upstream", "-listen", addr, "-stats", stats)
+	cmd = exec.Command(b.self, "-role", "upstream", "-listen", addr, "-stats", stats, "-gc-headroom", strconv.FormatInt(*headroomF, 10))
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, "", "", err
@@ -526,7 +535,7 @@ func (b *bench) startUpstream() (cmd *exec.Cmd, addr, stats string, err error) {
 // startReverseProxy starts proxybench as a bare ReverseProxy to up.
 func (b *bench) startReverseProxy(up string, idle int, pool bool) (*exec.Cmd, string, error) {
 	addr := proc.FreeAddr()
-	cmd := exec.Command(b.self, "-role", "reverseproxy", "-listen", addr, "-upstream", up, "-idle", strconv.Itoa(idle), "-pool="+strconv.FormatBool(pool))
+	cmd := exec.Command(b.self, "-role", "reverseproxy", "-listen", addr, "-upstream", up, "-idle", strconv.Itoa(idle), "-pool="+strconv.FormatBool(pool), "-gc-headroom", strconv.FormatInt(*headroomF, 10))
 	if pool {
 		pooledPprof = proc.FreeAddr()
 		cmd.Args = append(cmd.Args, "-pprof", pooledPprof)
@@ -565,6 +574,9 @@ func (b *bench) startSluice(up, redisURL string) (*exec.Cmd, string, error) {
 	}
 	addr := proc.FreeAddr()
 	args := []string{"proxy", "--config", cfgDir, "--upstream", up, "--listen", addr}
+	if proc.Given("gc-headroom") {
+		args = append(args, "--gc-headroom-bytes", strconv.FormatInt(*headroomF, 10))
+	}
 	name := "sluice"
 	if redisURL != "" {
 		// A deadline long enough that the store decides every request, not the failure

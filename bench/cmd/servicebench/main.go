@@ -39,9 +39,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sluicehq/sluice/bench/internal/reference"
-
 	"github.com/sluicehq/sluice/bench/internal/proc"
+	"github.com/sluicehq/sluice/bench/internal/reference"
+	"github.com/sluicehq/sluice/internal/headroom"
 )
 
 // result mirrors cmd/loadgen's JSON output.
@@ -98,18 +98,19 @@ descriptors:
 `
 
 var (
-	dur      = flag.Duration("d", 10*time.Second, "how long each measurement runs (after a 2s warm-up)")
-	keys     = flag.Int("keys", 100000, "distinct descriptor values")
-	deadline = flag.Duration("deadline", 100*time.Millisecond, "sluice's --deadline for Redis in the throughput runs: long enough that the store decides (nearly) every request, so that they measure the store path, not the failure mode")
-	freezeDL = flag.Duration("freeze-deadline", 5*time.Millisecond, "sluice's --deadline for the run that freezes Redis (the failover package's default)")
-	only     = flag.String("only", "", "run only this store: memory or redis")
-	prebuilt = flag.String("sluice", "", "use this sluice binary instead of building ../cmd/sluice")
-	sluiceAr = flag.String("sluice-args", "", "more arguments for every sluice serve this runs, space-separated (\"--redis-min-ttl 10s\")")
-	procs    = flag.Int("sluice-procs", 0, "run sluice with GOMAXPROCS set to this (0: Go's default, one per core)")
-	refFlag  = flag.String("reference", "", "also measure envoyproxy/ratelimit, the reference implementation, on the same redis-server: a module version to go install (github.com/envoyproxy/ratelimit/src/service_cmd@VERSION; \"default\" for "+reference.Version+"), or the path of a binary built from it; empty: skip it")
-	refEnv   = flag.String("reference-env", "", "settings for the reference beyond reference.Start's, comma-separated NAME=value (USE_STATSD=true,DISABLE_STATS=false: its out-of-the-box stats)")
-	floorRun = flag.Bool("floor", true, "also measure cmd/floor, a service that decides nothing (the transport, the load generator and the machine alone), in the common rows and the alternation")
-	redisHz  = flag.Int("redis-hz", 10, "redis-server's hz (10 is Redis's default; 100 runs its periodic work, key expiry among it, in ten times smaller pieces: see bench/README.md)")
+	dur       = flag.Duration("d", 10*time.Second, "how long each measurement runs (after a 2s warm-up)")
+	keys      = flag.Int("keys", 100000, "distinct descriptor values")
+	deadline  = flag.Duration("deadline", 100*time.Millisecond, "sluice's --deadline for Redis in the throughput runs: long enough that the store decides (nearly) every request, so that they measure the store path, not the failure mode")
+	freezeDL  = flag.Duration("freeze-deadline", 5*time.Millisecond, "sluice's --deadline for the run that freezes Redis (the failover package's default)")
+	only      = flag.String("only", "", "run only this store: memory or redis")
+	prebuilt  = flag.String("sluice", "", "use this sluice binary instead of building ../cmd/sluice")
+	sluiceAr  = flag.String("sluice-args", "", "more arguments for every sluice serve this runs, space-separated (\"--redis-min-ttl 10s\")")
+	procs     = flag.Int("sluice-procs", 0, "run sluice with GOMAXPROCS set to this (0: Go's default, one per core)")
+	refFlag   = flag.String("reference", "", "also measure envoyproxy/ratelimit, the reference implementation, on the same redis-server: a module version to go install (github.com/envoyproxy/ratelimit/src/service_cmd@VERSION; \"default\" for "+reference.Version+"), or the path of a binary built from it; empty: skip it")
+	refEnv    = flag.String("reference-env", "", "settings for the reference beyond reference.Start's, comma-separated NAME=value (USE_STATSD=true,DISABLE_STATS=false: its out-of-the-box stats)")
+	floorRun  = flag.Bool("floor", true, "also measure cmd/floor, a service that decides nothing (the transport, the load generator and the machine alone), in the common rows and the alternation")
+	headroomF = flag.Int64("gc-headroom", headroom.Default, "the heap headroom of sluice and the floor (internal/headroom; sluice's --gc-headroom-bytes, passed only when set here, so that binaries without the flag run): the same pacing for both, so that the floor differs from sluice only in deciding nothing; 0: Go's own pacing")
+	redisHz   = flag.Int("redis-hz", 10, "redis-server's hz (10 is Redis's default; 100 runs its periodic work, key expiry among it, in ten times smaller pieces: see bench/README.md)")
 )
 
 func main() {
@@ -290,6 +291,9 @@ func (b *bench) startSluice(store string, dl time.Duration, extra ...string) (*s
 	if store == "redis" {
 		args = append(args, "--redis", b.redisURL, "--deadline", dl.String())
 	}
+	if proc.Given("gc-headroom") {
+		args = append(args, "--gc-headroom-bytes", strconv.FormatInt(*headroomF, 10))
+	}
 	args = append(args, strings.Fields(*sluiceAr)...)
 	args = append(args, extra...)
 	s.cmd = exec.Command(b.sluiceBin, args...)
@@ -324,7 +328,7 @@ func (b *bench) startReference() (*service, error) {
 // startFloor starts cmd/floor, the service that decides nothing.
 func (b *bench) startFloor() (*service, error) {
 	s := &service{name: floorName, store: "floor", grpcAddr: fmt.Sprintf("127.0.0.1:%d", proc.FreePort())}
-	s.cmd = exec.Command(b.floorBin, "-grpc", s.grpcAddr)
+	s.cmd = exec.Command(b.floorBin, "-grpc", s.grpcAddr, "-gc-headroom", strconv.FormatInt(*headroomF, 10))
 	s.cmd.Stderr = os.Stderr
 	if err := s.cmd.Start(); err != nil {
 		return nil, err

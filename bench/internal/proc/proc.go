@@ -7,6 +7,7 @@ package proc
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -110,4 +111,13 @@ func stat(pid int) []string {
 		return nil
 	}
 	return strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+}
+
+// Given reports whether the named flag (package flag) was set on the command line: a
+// benchmark passes such a flag on to a binary it did not build only when given, so that
+// a binary from before the flag still runs.
+func Given(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
