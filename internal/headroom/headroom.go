@@ -41,8 +41,9 @@ const Default = 64 << 20
 // never below minHeap·percent/100.
 const minHeap = 4 << 20
 
-// maxPercent bounds the percent Percent returns. At it, a live heap of 64 KiB would be
-// allowed a headroom of 6.4 GB: far beyond any headroom worth setting.
+// maxPercent bounds the percent Percent returns: at it the heap may grow to 1,000 times
+// what is live, and to 4 GiB before the runtime's minimum gives way, far beyond any
+// headroom worth setting.
 const maxPercent = 100_000
 
 // Percent returns the least GC percent, at least 100 and at most 100,000, that makes the
