@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -240,6 +241,12 @@ func TestChart(t *testing.T) {
 					t.Errorf("the Deployment sets %s, which sluice serve --help does not list", e.Name)
 				}
 			}
+			// GOMEMLIMIT keeps the Go runtime under the pod's memory limit.
+			if e, ok := env["GOMEMLIMIT"]; !ok {
+				t.Error("no GOMEMLIMIT: the runtime does not know the pod's memory limit")
+			} else if n, err := byteCount(e.Value); err != nil || n <= 0 || n >= c.Resources.Limits.Memory().Value() {
+				t.Errorf("GOMEMLIMIT %q (%d bytes, %v), want below the memory limit %s", e.Value, n, err, c.Resources.Limits.Memory())
+			}
 			redisURL, ok := env["SLUICE_REDIS_URL"]
 			switch {
 			case tc.redisSecret == "" && ok:
@@ -370,3 +377,21 @@ func stringMap(m map[string]any) map[string]string {
 var sluiceBin string
 
 func TestMain(m *testing.M) { sluicetest.Main(m, filepath.Join("..", "..", ".."), &sluiceBin) }
+
+// byteCount parses a GOMEMLIMIT value as the Go runtime does: a number of bytes with an
+// optional unit B, KiB, MiB, GiB or TiB.
+func byteCount(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		n      int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}}
+	mult := int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSuffix(s, u.suffix), u.n
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n * mult, err
+}
