@@ -21,6 +21,11 @@
 // they certainly hold, for at most --deny-cache-max-age (default 1s, the longest a reset
 // made through another replica goes unseen), and the decision log samples them.
 //
+// serve and proxy let the heap grow by at least --gc-headroom-bytes (default 64 MiB)
+// between garbage collections, Go's own pacing once more than that is live, unless GOGC
+// is set in the environment (internal/headroom): a service that keeps little state would
+// otherwise collect many times a second under load.
+//
 // serve and proxy speak TLS with --tls-cert and --tls-key (re-read when the files change,
 // so a rotated certificate needs no restart) and require client certificates with
 // --tls-client-ca; check reaches such a server with --tls-ca, --tls-cert and --tls-key.
