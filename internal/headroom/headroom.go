@@ -69,13 +69,13 @@ var (
 	active *pacing
 )
 
-// A pacing is one Start's hook; stopped ends it at its next collection.
+// A pacing is one Start's hook. It runs while it is active; replaced or stopped, its
+// next collection ends it.
 type pacing struct {
 	headroom int64
-	prev     int // the GC percent before Start
-	stopped  bool
-	samples  [3]metrics.Sample
+	prev     int // the GC percent before the first Start of those that replaced each other
 	last     int // the percent last set
+	samples  [3]metrics.Sample
 }
 
 // cycle is the object whose finalizer runs once per collection. Its pointer field keeps
@@ -91,30 +91,26 @@ func Start(headroom int64) (stop func()) {
 	if headroom <= 0 || os.Getenv("GOGC") != "" {
 		return func() {}
 	}
-	p := &pacing{headroom: headroom, last: -1}
+	p := &pacing{headroom: headroom}
 	p.samples[0].Name = "/gc/heap/live:bytes"
 	p.samples[1].Name = "/gc/scan/stack:bytes"
 	p.samples[2].Name = "/gc/scan/globals:bytes"
 	mu.Lock()
-	if active != nil {
-		active.stopped = true
+	p.last = p.percent()
+	p.prev = debug.SetGCPercent(p.last)
+	if active != nil { // the percent before it is the one to restore
 		p.prev = active.prev
-	} else {
-		p.prev = debug.SetGCPercent(100)
 	}
 	active = p
-	p.adjust()
 	mu.Unlock()
 	runtime.SetFinalizer(&cycle{p}, collected)
 	return func() {
 		mu.Lock()
 		defer mu.Unlock()
-		if active != p {
-			return
+		if active == p {
+			active = nil
+			debug.SetGCPercent(p.prev)
 		}
-		p.stopped = true
-		active = nil
-		debug.SetGCPercent(p.prev)
 	}
 }
 
@@ -123,17 +119,20 @@ func Start(headroom int64) (stop func()) {
 // its finalizer runs, and unreachable once it returns).
 func collected(c *cycle) {
 	mu.Lock()
-	if c.p.stopped {
+	if active != c.p {
 		mu.Unlock()
 		return
 	}
-	c.p.adjust()
+	if pc := c.p.percent(); pc != c.p.last {
+		debug.SetGCPercent(pc)
+		c.p.last = pc
+	}
 	mu.Unlock()
 	runtime.SetFinalizer(c, collected)
 }
 
-// adjust sets the GC percent from the last collection's figures. The caller holds mu.
-func (p *pacing) adjust() {
+// percent is Percent of the last collection's figures. The caller holds mu.
+func (p *pacing) percent() int {
 	metrics.Read(p.samples[:])
 	var v [3]int64
 	for i, s := range p.samples {
@@ -141,8 +140,5 @@ func (p *pacing) adjust() {
 			v[i] = int64(s.Value.Uint64())
 		}
 	}
-	if pc := Percent(v[0], v[1]+v[2], p.headroom); pc != p.last {
-		debug.SetGCPercent(pc)
-		p.last = pc
-	}
+	return Percent(v[0], v[1]+v[2], p.headroom)
 }
