@@ -8,8 +8,13 @@
 //	ReverseProxy, default  httputil.ReverseProxy, http.DefaultTransport, no limiter
 //	ReverseProxy, tuned    the same, MaxIdleConnsPerHost 256, no limiter
 //	ReverseProxy, pooled   the tuned one copying bodies through pooled buffers
-//	                       (BufferPool), as sluice proxy does: its difference to sluice
-//	                       is what the limiter costs
+//	                       (BufferPool), as sluice proxy does
+//	ReverseProxy, pooled, sluice proxy's timeouts
+//	                       the pooled one behind an http.Server with sluice proxy's
+//	                       default listener timeouts (server.DefaultProxyTimeouts), which
+//	                       set read and write deadlines on the connection per request:
+//	                       the same server as sluice's, so its difference to sluice is
+//	                       what the limiter costs
 //	sluice proxy, memory   the real binary, built from ../cmd/sluice, a policy on X-Client
 //	sluice proxy, redis    the same on a redis-server of its own (-redis)
 //
@@ -63,6 +68,7 @@ import (
 
 	"github.com/sluicehq/sluice/bench/internal/proc"
 	"github.com/sluicehq/sluice/internal/headroom"
+	"github.com/sluicehq/sluice/server"
 )
 
 var (
@@ -73,7 +79,7 @@ var (
 	threads   = flag.Int("t", 2, "wrk's threads")
 	nkeys     = flag.Int("keys", 100000, "distinct X-Client values")
 	withRed   = flag.Bool("redis", true, "also measure sluice proxy on Redis (needs redis-server)")
-	only      = flag.String("only", "", "measure only these proxies, comma-separated: nginx, default, tuned, pooled, sluice, sluice-redis")
+	only      = flag.String("only", "", "measure only these proxies, comma-separated: nginx, default, tuned, pooled, timeouts, sluice, sluice-redis")
 	prebuilt  = flag.String("sluice", "", "use this sluice binary instead of building ../cmd/sluice")
 	sluiceCf  = flag.String("sluice-config", "", "run sluice proxy with this configuration file instead of the bench's policy on X-Client")
 	headroomF = flag.Int64("gc-headroom", headroom.Default, "the heap headroom of every Go process measured (internal/headroom): sluice proxy's --gc-headroom-bytes (passed only when set here, so that binaries without the flag run), the ReverseProxies' and the upstreams' own, so that the ReverseProxies differ from sluice only in what they do; 0: Go's own pacing for all")
@@ -87,6 +93,7 @@ var (
 	idle      = flag.Int("idle", 0, "internal (reverseproxy): MaxIdleConnsPerHost; 0 keeps http.DefaultTransport")
 	rpPprof   = flag.String("pprof", "", "internal (reverseproxy): serve net/http/pprof on this address")
 	pool      = flag.Bool("pool", false, "internal (reverseproxy): copy bodies through pooled buffers (ReverseProxy.BufferPool), as sluice proxy does")
+	timeouts  = flag.Bool("timeouts", false, "internal (reverseproxy): serve with sluice proxy's listener timeouts (server.DefaultProxyTimeouts)")
 )
 
 func main() {
@@ -101,7 +108,7 @@ func main() {
 	case "upstream":
 		err = serveUpstream(*listen, *statsAddr)
 	case "reverseproxy":
-		err = serveReverseProxy(*listen, *upstream, *idle, *pool)
+		err = serveReverseProxy(*listen, *upstream, *idle, *pool, *timeouts)
 	default:
 		err = fmt.Errorf("unknown -role %q", *role)
 	}
@@ -137,8 +144,9 @@ func serveUpstream(addr, stats string) error {
 // serveReverseProxy serves an httputil.ReverseProxy to up on addr, rewriting as sluice
 // proxy does (SetURL, SetXForwarded), with http.DefaultTransport or, when idle > 0, a
 // clone of it keeping idle connections per host; with pool, it copies response bodies
-// through pooled buffers.
-func serveReverseProxy(addr, up string, idle int, pool bool) error {
+// through pooled buffers; with timeouts, its listener has sluice proxy's default
+// timeouts, which set a read and a write deadline on the connection for every request.
+func serveReverseProxy(addr, up string, idle int, pool, timeouts bool) error {
 	u, err := url.Parse(up)
 	if err != nil {
 		return err
@@ -164,7 +172,12 @@ func serveReverseProxy(addr, up string, idle int, pool bool) error {
 	if *rpPprof != "" {
 		go http.ListenAndServe(*rpPprof, nil) // net/http/pprof's handlers
 	}
-	return untilSignal(&http.Server{Addr: addr, Handler: rp})
+	srv := &http.Server{Addr: addr, Handler: rp}
+	if timeouts {
+		srv = server.DefaultProxyTimeouts.Server(rp)
+		srv.Addr = addr
+	}
+	return untilSignal(srv)
 }
 
 // buffers is a BufferPool of ReverseProxy's 32 KiB copy buffers.
@@ -294,6 +307,7 @@ func run() error {
 		{"default", func(up string) (*exec.Cmd, string, error) { return b.startReverseProxy(up, 0, false) }},
 		{"tuned", func(up string) (*exec.Cmd, string, error) { return b.startReverseProxy(up, 256, false) }},
 		{"pooled", func(up string) (*exec.Cmd, string, error) { return b.startReverseProxy(up, 256, true) }},
+		{"timeouts", func(up string) (*exec.Cmd, string, error) { return b.startReverseProxy(up, 256, true, "-timeouts") }},
 		{"sluice", func(up string) (*exec.Cmd, string, error) { return b.startSluice(up, "") }},
 		{"sluice-redis", func(up string) (*exec.Cmd, string, error) { return b.startSluice(up, b.redisURL) }},
 	}
@@ -352,7 +366,7 @@ func run() error {
 			span(ss, func(s sample) float64 { return s.upCPU }, "%.1f"),
 			span(ss, func(s sample) float64 { return float64(s.newConns) }, "%.0f"))
 	}
-	for _, base := range []string{"tuned", "pooled"} {
+	for _, base := range []string{"tuned", "pooled", "timeouts"} {
 		bs := all[names[base]]
 		for _, n := range []string{"sluice", "sluice-redis", "nginx"} {
 			ss := all[names[n]]
@@ -397,6 +411,7 @@ var names = map[string]string{
 	"default":      "ReverseProxy, default transport",
 	"tuned":        "ReverseProxy, MaxIdleConnsPerHost 256",
 	"pooled":       "ReverseProxy, MaxIdleConnsPerHost 256, BufferPool",
+	"timeouts":     "ReverseProxy, MaxIdleConnsPerHost 256, BufferPool, sluice proxy's timeouts",
 	"sluice":       "sluice proxy, memory",
 	"sluice-redis": "sluice proxy, Redis",
 }
@@ -533,10 +548,10 @@ func (b *bench) startUpstream() (cmd *exec.Cmd, addr, stats string, err error) {
 }
 
 // startReverseProxy starts proxybench as a bare ReverseProxy to up.
-func (b *bench) startReverseProxy(up string, idle int, pool bool) (*exec.Cmd, string, error) {
+func (b *bench) startReverseProxy(up string, idle int, pool bool, extra ...string) (*exec.Cmd, string, error) {
 	addr := proc.FreeAddr()
-	cmd := exec.Command(b.self, "-role", "reverseproxy", "-listen", addr, "-upstream", up, "-idle", strconv.Itoa(idle), "-pool="+strconv.FormatBool(pool), "-gc-headroom", strconv.FormatInt(*headroomF, 10))
-	if pool {
+	cmd := exec.Command(b.self, append([]string{"-role", "reverseproxy", "-listen", addr, "-upstream", up, "-idle", strconv.Itoa(idle), "-pool=" + strconv.FormatBool(pool), "-gc-headroom", strconv.FormatInt(*headroomF, 10)}, extra...)...)
+	if pool && len(extra) == 0 {
 		pooledPprof = proc.FreeAddr()
 		cmd.Args = append(cmd.Args, "-pprof", pooledPprof)
 	}
