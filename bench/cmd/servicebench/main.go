@@ -9,11 +9,12 @@
 // runs seconds apart. Every row gives the CPU time per request of the service, of
 // redis-server and of the load generator (from /proc), and on Redis the decisions each
 // call of sluice's script carried (INFO commandstats); each service's half-peak row has
-// the floor (cmd/floor, up for the whole run) paced at the same rate beside it, and its
-// p99 less the floor's. It ends with the figures issue 25's targets name. It prints
+// the floor (cmd/floor, up for the whole run) paced at the same rate beside it, twice in
+// a row (the second run is the spread two runs of one service show, against which the
+// first comparison is read), and its p99 less the floor's. It ends with the figures issue 25's targets name. It prints
 // Markdown tables for bench/README.md.
 //
-//	cd bench && go run ./cmd/servicebench            # about 2 minutes
+//	cd bench && go run ./cmd/servicebench            # about 4 minutes; with -reference default about 7
 //	cd bench && go run ./cmd/servicebench -d 5s      # shorter runs
 //	cd bench && go run ./cmd/servicebench -only redis -reference default
 //
@@ -144,9 +145,12 @@ type bench struct {
 // measured is what the summary needs of one service.
 type measured struct {
 	peak, half result
-	// floorHalf is the floor paced at this service's half-peak rate, when measured.
-	floorHalf    result
-	hasFloorHalf bool
+	// floorHalf is the floor paced at this service's half-peak rate, when measured, and
+	// floorAgain the same run of the floor repeated at once: how far two runs of one
+	// service at one rate differ on this machine, the resolution of the comparisons
+	// against the floor.
+	floorHalf, floorAgain result
+	hasFloorHalf          bool
 }
 
 // overFloor is the half-peak p99 less the floor's at the same rate (µs).
@@ -165,6 +169,9 @@ func (m *measured) atHalf(who, p99Target string) {
 		m.half.RPS, m.half.cpuService, m.floorHalf.cpuService, m.half.cpuService-m.floorHalf.cpuService)
 	fmt.Printf("| %s, p99 at half of its peak less the floor's at that rate | %s − %s = %s | %s |\n", who,
 		us(m.half.P99), us(m.floorHalf.P99), signedUS(m.overFloor()), p99Target)
+	fmt.Printf("| the floor against itself at that rate, two runs in a row: service CPU, p99 | %.1f − %.1f = %.1f; %s − %s = %s | – |\n",
+		m.floorAgain.cpuService, m.floorHalf.cpuService, m.floorAgain.cpuService-m.floorHalf.cpuService,
+		us(m.floorAgain.P99), us(m.floorHalf.P99), signedUS(m.floorAgain.P99-m.floorHalf.P99))
 }
 
 // round is one round of the alternation: sluice on Redis, the reference, the floor.
@@ -452,9 +459,16 @@ func (b *bench) common(s *service, skipHTTP bool) (float64, error) {
 		if err != nil {
 			return 0, err
 		}
-		m.floorHalf, m.hasFloorHalf = f, true
+		// And the floor again: what the comparison above would show if sluice were the
+		// floor, the run-to-run spread it must be read against.
+		again, err := b.load(b.floor, "grpc", 64, half)
+		if err != nil {
+			return 0, err
+		}
+		m.floorHalf, m.floorAgain, m.hasFloorHalf = f, again, true
 		row(s, "ShouldRateLimit", fmt.Sprintf("%.0f/s (half of peak)", half), r, signedUS(m.overFloor()))
 		row(b.floor, "ShouldRateLimit", fmt.Sprintf("%.0f/s (%s's half of peak)", half, s.name), f, "")
+		row(b.floor, "ShouldRateLimit", fmt.Sprintf("%.0f/s (%s's half of peak), again", half, s.name), again, signedUS(again.P99-f.P99))
 	}
 	if !skipHTTP {
 		r, err = b.load(s, "http", 64, 0)
