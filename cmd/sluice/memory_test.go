@@ -31,9 +31,11 @@ func metric(text, name string) float64 {
 // and evictions were not exported).
 func TestServeBoundsMemory(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "p.yaml")
-	// Hour-long fixed windows: nothing empties, so nothing is swept during the test and
-	// every state past the bound is an eviction.
-	os.WriteFile(cfg, []byte("policies:\n  - {name: per-key, key: ip, algorithm: fixed_window, rate: 5, period: hour}\n"), 0o644)
+	// GCRA at 5 an hour: a state empties 12 minutes after its one decision, so nothing is
+	// swept or replaced during the test and every state past the bound is an eviction. (Not
+	// a fixed window: its windows are aligned to the hour, and one that ends during the
+	// test empties every state at once, which inserts then replace uncounted.)
+	os.WriteFile(cfg, []byte("policies:\n  - {name: per-key, key: ip, algorithm: gcra, rate: 5, period: hour}\n"), 0o644)
 	const bound, keys = 300, 1200
 	base, _, _ := started(t, "--config", cfg, "--max-keys", strconv.Itoa(bound))
 
