@@ -140,10 +140,29 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// hourEdgeMargin is how long before the end of a wall-clock hour a test that starts the
+// service waits for the hour to pass. The binary decides on the wall clock, and most of
+// these tests' limits are hour-long fixed windows (Envoy's unit: hour), aligned to the
+// hour: one that ended during a test would reset every count at once and turn a denial
+// the test expects into an admission.
+const hourEdgeMargin = 15 * time.Second
+
+// awayFromHourEnd waits, when the wall clock is within hourEdgeMargin of the next hour,
+// until that hour has begun.
+func awayFromHourEnd(t testing.TB) {
+	t.Helper()
+	now := time.Now()
+	if left := now.Truncate(time.Hour).Add(time.Hour).Sub(now); left < hourEdgeMargin {
+		t.Logf("waiting %v for the hour to end: the test's hour-long windows would end during it", left)
+		time.Sleep(left + 100*time.Millisecond)
+	}
+}
+
 // started runs `sluice serve args...` in-process until the test ends and returns its
 // HTTP base URL, gRPC address and log.
 func started(t *testing.T, args ...string) (string, string, *syncBuffer) {
 	t.Helper()
+	awayFromHourEnd(t)
 	addrs := make(chan [2]net.Addr, 1)
 	listenHook = func(h, g net.Addr) { addrs <- [2]net.Addr{h, g} }
 	t.Cleanup(func() { listenHook = nil })
@@ -418,6 +437,7 @@ func TestProxyCommand(t *testing.T) {
 // exit 0, and returns the address it listens on.
 func startedProxy(t *testing.T, args ...string) string {
 	t.Helper()
+	awayFromHourEnd(t)
 	addrs := make(chan net.Addr, 1)
 	proxyListenHook = func(a net.Addr) { addrs <- a }
 	t.Cleanup(func() { proxyListenHook = nil })
