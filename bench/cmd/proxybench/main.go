@@ -29,7 +29,7 @@
 // the proxy opened during the run. All proxies are up at once and measured in turn for
 // -rounds rounds, so that the ratios of a round come from runs seconds apart.
 //
-//	cd bench && go run ./cmd/proxybench                  # about 4 minutes
+//	cd bench && go run ./cmd/proxybench                  # about 5 minutes
 //	cd bench && go run ./cmd/proxybench -d 5s -rounds 2  # shorter
 //	cd bench && go run ./cmd/proxybench -profile /tmp/proxy.pprof   # and CPU profiles of sluice proxy (memory) and the pooled ReverseProxy
 //
