@@ -11,8 +11,8 @@
 // call of sluice's script carried (INFO commandstats); each service's half-peak row has
 // the floor (cmd/floor, up for the whole run) paced at the same rate beside it, twice in
 // a row (the second run is the spread two runs of one service show, against which the
-// first comparison is read), and its p99 less the floor's. It ends with the figures issue 25's targets name. It prints
-// Markdown tables for bench/README.md.
+// first comparison is read), and its p99 less the floor's. It ends with the figures issue
+// 25's targets name. It prints Markdown tables for bench/README.md.
 //
 //	cd bench && go run ./cmd/servicebench            # about 4 minutes; with -reference default about 7
 //	cd bench && go run ./cmd/servicebench -d 5s      # shorter runs
