@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/memory"
 )
 
@@ -16,6 +17,7 @@ import (
 // a lease or reservation a FailLocal decision made in the local limiter is released or
 // settled there, once the store is back too.
 func TestLeasesAndSettlements(t *testing.T) {
+	clocktest.AwayFromEdge(t, time.Hour, 10*time.Second) // tokens is an hour's fixed window on the wall clock
 	ctx := context.Background()
 	store := newFaultyStore(t)
 	local := memory.New()

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/denycache"
 	"github.com/sluicehq/sluice/failover"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/redisstore"
@@ -85,6 +86,9 @@ type redisStack struct {
 
 func newRedisStack(t *testing.T, opts ...failover.Option) *redisStack {
 	t.Helper()
+	// Redis decides on its own clock, the wall clock: an hour-long fixed window the test
+	// counts in must not end during it.
+	clocktest.AwayFromEdge(t, time.Hour, 10*time.Second)
 	srv := redistest.Start(t)
 	store, err := redisstore.Open(srv.URL())
 	if err != nil {

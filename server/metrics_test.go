@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/memory"
 )
 
@@ -68,6 +69,7 @@ func TestDescriptorCounters(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { w.Close() })
+	clocktest.AwayFromEdge(t, time.Hour, 10*time.Second) // hour-long windows on the wall clock
 	store := memory.New()
 	t.Cleanup(func() { store.Close() })
 	reg := prometheus.NewRegistry()

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/server"
 )
@@ -140,22 +141,13 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
-// hourEdgeMargin is how long before the end of a wall-clock hour a test that starts the
-// service waits for the hour to pass. The binary decides on the wall clock, and most of
-// these tests' limits are hour-long fixed windows (Envoy's unit: hour), aligned to the
-// hour: one that ended during a test would reset every count at once and turn a denial
-// the test expects into an admission.
-const hourEdgeMargin = 15 * time.Second
-
-// awayFromHourEnd waits, when the wall clock is within hourEdgeMargin of the next hour,
-// until that hour has begun.
+// awayFromHourEnd waits out the last 15 s of a wall-clock hour (clocktest.AwayFromEdge).
+// The binary decides on the wall clock, and most of these tests' limits are hour-long
+// fixed windows (Envoy's unit: hour), aligned to the hour: one that ended during a test
+// would reset every count at once and turn a denial the test expects into an admission.
 func awayFromHourEnd(t testing.TB) {
 	t.Helper()
-	now := time.Now()
-	if left := now.Truncate(time.Hour).Add(time.Hour).Sub(now); left < hourEdgeMargin {
-		t.Logf("waiting %v for the hour to end: the test's hour-long windows would end during it", left)
-		time.Sleep(left + 100*time.Millisecond)
-	}
+	clocktest.AwayFromEdge(t, time.Hour, 15*time.Second)
 }
 
 // started runs `sluice serve args...` in-process until the test ends and returns its

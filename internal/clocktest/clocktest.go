@@ -33,3 +33,24 @@ func (c *Clock) Micros() int64 { return c.us.Load() }
 
 // SetMicros sets the clock to us microseconds since the Unix epoch.
 func (c *Clock) SetMicros(us int64) { c.us.Store(us) }
+
+// TB is the part of testing.TB that AwayFromEdge uses.
+type TB interface {
+	Helper()
+	Logf(format string, args ...any)
+}
+
+// AwayFromEdge waits, when the wall clock is within margin of the end of a window of
+// length period (windows aligned to multiples of period since the Unix epoch, as
+// FixedWindow's are), until the next window has begun. A test that counts a fixed
+// window's decisions on the wall clock calls it before it starts, so that the window
+// cannot end during the test and reset the counts it expects.
+func AwayFromEdge(tb TB, period, margin time.Duration) {
+	tb.Helper()
+	now := time.Now().UnixMicro()
+	p := period.Microseconds()
+	if left := time.Duration(p-now%p) * time.Microsecond; left < margin {
+		tb.Logf("waiting %v for a %v window to end: the test counts decisions in one", left, period)
+		time.Sleep(left + 100*time.Millisecond)
+	}
+}
