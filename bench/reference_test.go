@@ -25,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/denycache"
 	"github.com/sluicehq/sluice/failover"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/redisstore"
@@ -222,9 +223,7 @@ func conform(t *testing.T, store sluice.Limiter, cfg *config.Config, refAddr str
 
 	// Minute windows (both services align them to the Unix epoch): the run, about 2 s,
 	// must end in the minute it starts in.
-	if left := time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)); left < 20*time.Second {
-		time.Sleep(left + 100*time.Millisecond)
-	}
+	clocktest.AwayFromEdge(t, time.Minute, 20*time.Second)
 	minute := time.Now().Truncate(time.Minute)
 
 	seed := testSeed()

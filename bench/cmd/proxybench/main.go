@@ -304,10 +304,10 @@ func run() error {
 		start func(up string) (*exec.Cmd, string, error)
 	}{
 		{"nginx", func(up string) (*exec.Cmd, string, error) { return b.startNginx(nginxBin, up) }},
-		{"default", func(up string) (*exec.Cmd, string, error) { return b.startReverseProxy(up, 0, false) }},
-		{"tuned", func(up string) (*exec.Cmd, string, error) { return b.startReverseProxy(up, 256, false) }},
-		{"pooled", func(up string) (*exec.Cmd, string, error) { return b.startReverseProxy(up, 256, true) }},
-		{"timeouts", func(up string) (*exec.Cmd, string, error) { return b.startReverseProxy(up, 256, true, "-timeouts") }},
+		{"default", func(up string) (*exec.Cmd, string, error) { return b.startReverseProxy(up, 0, false, false) }},
+		{"tuned", func(up string) (*exec.Cmd, string, error) { return b.startReverseProxy(up, 256, false, false) }},
+		{"pooled", func(up string) (*exec.Cmd, string, error) { return b.startReverseProxy(up, 256, true, false) }},
+		{"timeouts", func(up string) (*exec.Cmd, string, error) { return b.startReverseProxy(up, 256, true, true) }},
 		{"sluice", func(up string) (*exec.Cmd, string, error) { return b.startSluice(up, "") }},
 		{"sluice-redis", func(up string) (*exec.Cmd, string, error) { return b.startSluice(up, b.redisURL) }},
 	}
@@ -547,11 +547,13 @@ func (b *bench) startUpstream() (cmd *exec.Cmd, addr, stats string, err error) {
 	return cmd, addr, stats, proc.WaitHTTP("http://"+stats+"/", 20*time.Second)
 }
 
-// startReverseProxy starts proxybench as a bare ReverseProxy to up.
-func (b *bench) startReverseProxy(up string, idle int, pool bool, extra ...string) (*exec.Cmd, string, error) {
+// startReverseProxy starts proxybench as a bare ReverseProxy to up (serveReverseProxy's
+// idle, pool and timeouts). The pooled one without timeouts serves pprof, for -profile.
+func (b *bench) startReverseProxy(up string, idle int, pool, timeouts bool) (*exec.Cmd, string, error) {
 	addr := proc.FreeAddr()
-	cmd := exec.Command(b.self, append([]string{"-role", "reverseproxy", "-listen", addr, "-upstream", up, "-idle", strconv.Itoa(idle), "-pool=" + strconv.FormatBool(pool), "-gc-headroom", strconv.FormatInt(*headroomF, 10)}, extra...)...)
-	if pool && len(extra) == 0 {
+	cmd := exec.Command(b.self, "-role", "reverseproxy", "-listen", addr, "-upstream", up, "-idle", strconv.Itoa(idle),
+		"-pool="+strconv.FormatBool(pool), "-timeouts="+strconv.FormatBool(timeouts), "-gc-headroom", strconv.FormatInt(*headroomF, 10))
+	if pool && !timeouts {
 		pooledPprof = proc.FreeAddr()
 		cmd.Args = append(cmd.Args, "-pprof", pooledPprof)
 	}
