@@ -65,6 +65,26 @@ func (c *Config) Domain(name string) (*Domain, bool) {
 	return d, ok
 }
 
+// Failure is the failure handling of one limit, resolved: the one place where the
+// failure mode's order is written, called by every front end (the JSON API, Envoy RLS,
+// the proxy) and by the stack for limits that name no policy.
+//
+// p is the limit's policy; nil for an Envoy domain or a limit of no policy. flag is the
+// service's --failure-mode; sluice.FailInherit when not given. The mode is the policy's
+// [Policy.FailureMode], else flag, else store.failure_mode, else sluice.FailOpen. The
+// local share is the policy's [Policy.LocalShare], else store.local_share, else 1. A
+// nil Config has no store block.
+func (c *Config) Failure(p *Policy, flag sluice.FailureMode) sluice.Failure {
+	var own, store sluice.Failure
+	if p != nil {
+		own = sluice.Failure{Mode: p.FailureMode, Share: p.LocalShare}
+	}
+	if c != nil {
+		store = sluice.Failure{Mode: c.Store.FailureMode, Share: c.Store.LocalShare}
+	}
+	return own.Or(sluice.Failure{Mode: flag}).Or(store).Or(sluice.Failure{Mode: sluice.FailOpen, Share: 1})
+}
+
 // Store holds the store settings of the top-level "store" block.
 type Store struct {
 	// RedisURL is the Redis URL (redis://, rediss://, as go-redis parses it), already
@@ -76,11 +96,13 @@ type Store struct {
 	// Deadline is the longest a decision may wait for the store; 0 means the default of
 	// the failover package.
 	Deadline time.Duration
-	// FailureMode is the default failure mode of policies and domains that set none;
-	// sluice.FailInherit leaves the choice to the service (its --failure-mode flag).
+	// FailureMode is store.failure_mode as written; sluice.FailInherit when unset. It
+	// applies to a policy or domain that names no mode of its own when the service's
+	// --failure-mode is not given either: see [Config.Failure].
 	FailureMode sluice.FailureMode
-	// LocalShare is the default share of a limit given to the in-process fallback in
-	// sluice.FailLocal mode, in (0, 1]; 0 means the failover package's default.
+	// LocalShare is store.local_share (or 1/store.expected_nodes) as written: the share
+	// of a limit the in-process fallback gets in sluice.FailLocal mode, in (0, 1]; 0
+	// when unset. See [Config.Failure].
 	LocalShare float64
 	// DenyCache is deny_cache: the cache of the store's denials in front of it
 	// (package denycache). The zero value leaves the service's defaults.
@@ -432,18 +454,10 @@ func (m *merger) addSluiceFile(d *decoder, sf *sluiceFile) {
 	}
 }
 
-// finish resolves what depends on the whole configuration: policies inherit the store's
-// failure mode and local share.
+// finish sorts what the files gave in any order. Settings that inherit stay unset here:
+// they are resolved once, where they are used (see [Config.Failure]).
 func (m *merger) finish() {
 	c := m.cfg
-	for _, p := range c.Policies {
-		if p.FailureMode == sluice.FailInherit {
-			p.FailureMode = c.Store.FailureMode
-		}
-		if p.LocalShare == 0 && p.FailureMode == sluice.FailLocal {
-			p.LocalShare = c.Store.LocalShare
-		}
-	}
 	slices.SortFunc(c.Domains, func(a, b *Domain) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(c.QuotaDomains, func(a, b *QuotaDomain) int { return strings.Compare(a.Name, b.Name) })
 }

@@ -263,8 +263,16 @@ policies:
 			want: []string{
 				"store.yaml:2:14: store.redis_url: must be a redis://, rediss:// or unix:// URL",
 				`store.yaml:3:13: store.deadline: must be a positive duration such as 5ms or 1s, got "-5ms"`,
-				"store.yaml:5:16: store.local_share: only applies to failure_mode local, not open",
+				// store.local_share beside failure_mode open is no error: --failure-mode
+				// local, or a policy's own failure_mode local, makes it apply.
 			},
+		},
+		{
+			name: "a policy's share beside its own mode",
+			files: map[string]string{"p.yaml": `policies:
+  - {name: a, rate: 1, period: 1s, failure_mode: closed, expected_nodes: 3}
+`},
+			want: []string{"p.yaml:2:74: policies[0].expected_nodes: only applies to failure_mode local, not closed"},
 		},
 		{
 			name: "deny cache",
@@ -400,19 +408,28 @@ func TestValidateErrorWrapsErrInvalidLimit(t *testing.T) {
 	}
 }
 
-// A policy's local_share is checked against the failure mode it inherits from the store.
-func TestInheritedFailureModeErrors(t *testing.T) {
-	got := loadErrors(t, map[string]string{"p.yaml": `store:
+// A policy's local_share is not checked against store.failure_mode: the service's
+// --failure-mode comes between them, and can make the policy's share apply.
+func TestInheritedLocalShareAccepted(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "p.yaml", `store:
   failure_mode: closed
 policies:
   - name: a
     rate: 1
     period: 1s
-    expected_nodes: 3
-`})
-	want := "p.yaml:7:21: policies[0].expected_nodes: only applies to failure_mode local, and this policy inherits closed from store.failure_mode"
-	if len(got) != 1 || got[0] != want {
-		t.Errorf("got %q\nwant %q", got, want)
+    expected_nodes: 4
+`)
+	cfg, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := cfg.Policy("a")
+	if got := cfg.Failure(p, sluice.FailInherit); got != (sluice.Failure{Mode: sluice.FailClosed, Share: 0.25}) {
+		t.Errorf("without the flag: %+v, want closed from the store block", got)
+	}
+	if got := cfg.Failure(p, sluice.FailLocal); got != (sluice.Failure{Mode: sluice.FailLocal, Share: 0.25}) {
+		t.Errorf("with --failure-mode local: %+v, want local at the policy's 1/4", got)
 	}
 }
 

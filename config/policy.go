@@ -34,12 +34,12 @@ type Policy struct {
 	Key KeySource
 	// Shadow: decide, log and send headers, but never block.
 	Shadow bool
-	// FailureMode is the policy's mode, or the store's default when the policy sets none;
-	// sluice.FailInherit when neither does (the service's default applies).
+	// FailureMode is the policy's failure_mode as written; sluice.FailInherit when it
+	// names none. [Config.Failure] resolves it.
 	FailureMode sluice.FailureMode
-	// LocalShare is the share of the limit given to the in-process fallback in sluice.FailLocal
-	// mode, in (0, 1]: local_share, or 1/expected_nodes, or the store's default; 0 lets
-	// the failover package choose.
+	// LocalShare is the policy's local_share, or 1/expected_nodes, as written: the share
+	// of the limit the in-process fallback gets in sluice.FailLocal mode, in (0, 1]; 0
+	// when it names none. [Config.Failure] resolves it.
 	LocalShare float64
 	// ExpectedNodes is expected_nodes as written (0 when the file gave local_share).
 	ExpectedNodes int
@@ -69,10 +69,8 @@ type Policy struct {
 	idTiers   map[string]string
 	mux       *http.ServeMux
 
-	path            string
-	nameNode        *yaml.Node
-	localShareNode  *yaml.Node
-	localShareField string
+	path     string
+	nameNode *yaml.Node
 }
 
 // Tier is a named limit, such as free or pro.
@@ -446,14 +444,23 @@ func (d *decoder) failure(o *object) (mode sluice.FailureMode, share float64, no
 			share = 1 / float64(v)
 		}
 	}
-	if (hasShare || hasNodes) && mode != sluice.FailInherit && mode != sluice.FailLocal {
-		n, f := vs, "local_share"
-		if !hasShare {
-			n, f = vn, "expected_nodes"
-		}
-		d.errorf(n, o.field(f), "only applies to failure_mode local, not %s", mode)
-	}
 	return mode, share, nodes
+}
+
+// ownShare reports a policy's local_share or expected_nodes beside its own failure_mode
+// of open or closed: a policy's own mode always applies, so its share never would. (The
+// store block's share is not checked so: the --failure-mode flag or a policy's own
+// failure_mode local can make it apply whatever store.failure_mode says.)
+func (d *decoder) ownShare(o *object, mode sluice.FailureMode) {
+	if mode == sluice.FailInherit || mode == sluice.FailLocal {
+		return
+	}
+	for _, f := range []string{"local_share", "expected_nodes"} {
+		if v, ok := o.get(f); ok {
+			d.errorf(v, o.field(f), "only applies to failure_mode local, not %s", mode)
+			return
+		}
+	}
 }
 
 func (d *decoder) admin(n *yaml.Node) *Admin {
@@ -571,11 +578,7 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 		p.Shadow, _ = d.boolean(v, o.field("shadow"))
 	}
 	p.FailureMode, p.LocalShare, p.ExpectedNodes = d.failure(o)
-	if v, ok := o.get("local_share"); ok {
-		p.localShareNode, p.localShareField = v, o.field("local_share")
-	} else if v, ok := o.get("expected_nodes"); ok {
-		p.localShareNode, p.localShareField = v, o.field("expected_nodes")
-	}
+	d.ownShare(o, p.FailureMode)
 
 	if v, ok := o.get("tier_header"); ok {
 		p.TierHeader, _ = d.str(v, o.field("tier_header"))
@@ -980,8 +983,10 @@ func validHeaderName(s string) bool {
 	})
 }
 
-// checkInherited reports the problems that depend on the whole configuration: a policy's
-// local_share or expected_nodes only makes sense when its resolved mode is local.
+// checkInherited reports the problems that depend on the whole configuration: an IP
+// policy's override or identity tier that names a prefix its clients are never limited by.
+// (A policy's local_share is not checked against the store's failure mode: the service's
+// --failure-mode comes between them, see [Config.Failure].)
 func checkInherited(c *Config) Errors {
 	var errs Errors
 	for _, p := range c.Policies {
@@ -1016,13 +1021,6 @@ func checkInherited(c *Config) Errors {
 					})
 				}
 			}
-		}
-		if p.localShareNode != nil && p.FailureMode != sluice.FailLocal && p.FailureMode != sluice.FailInherit {
-			errs = append(errs, &Error{
-				Pos:   Position{File: p.Pos.File, Line: p.localShareNode.Line, Column: p.localShareNode.Column},
-				Field: p.localShareField,
-				Msg:   fmt.Sprintf("only applies to failure_mode local, and this policy inherits %s from store.failure_mode", p.FailureMode),
-			})
 		}
 	}
 	return errs

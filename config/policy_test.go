@@ -42,8 +42,12 @@ func TestTestdataPolicies(t *testing.T) {
 		t.Fatal("per-ip missing")
 	}
 	if perIP.Limit != (sluice.Limit{Algorithm: sluice.SlidingWindow, Rate: 100, Period: time.Minute}) ||
-		perIP.Key != (KeySource{Type: KeyIP}) || perIP.FailureMode != sluice.FailLocal || perIP.LocalShare != 0.25 {
+		perIP.Key != (KeySource{Type: KeyIP}) || perIP.FailureMode != sluice.FailInherit || perIP.LocalShare != 0 {
 		t.Errorf("per-ip %+v", perIP)
+	}
+	// per-ip names no mode: it inherits the store block's local at its 1/4.
+	if f := c.Failure(perIP, sluice.FailInherit); f != (sluice.Failure{Mode: sluice.FailLocal, Share: 0.25}) {
+		t.Errorf("per-ip resolves to %+v", f)
 	}
 
 	api, _ := c.Policy("api")

@@ -551,7 +551,7 @@ func (s *Server) items(cfg *config.Config, req *CheckRequest) ([]item, scope, er
 		if err != nil {
 			return nil, scope{}, err
 		}
-		return items, scope{p.Name, p.FailureMode, p.LocalShare}, nil
+		return items, scope{p.Name, p}, nil
 	case req.Domain != "":
 		if len(req.Descriptors) == 0 {
 			return nil, scope{}, badRequest("rate limit descriptor list must not be empty")

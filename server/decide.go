@@ -49,12 +49,12 @@ func settleItem(key string, limit sluice.Limit, n int64, shadow bool, ttl time.D
 	return it
 }
 
-// scope is what the limits of one request share: the policy or domain they belong to,
-// and its failure mode and local share (zero values inherit, see resolveMode).
+// scope is what the limits of one request share: the name of the policy or domain they
+// belong to, and the policy (nil for a domain), whose failure handling applies (see
+// config.Config.Failure).
 type scope struct {
-	name  string
-	mode  sluice.FailureMode
-	share float64
+	name   string
+	policy *config.Policy
 }
 
 // decide decides the items of sc with the semantics of the package doc (package
@@ -63,10 +63,7 @@ type scope struct {
 //
 // op names the request's span (see the package doc): opRLS, opCheck, opPeek or opUsage.
 func (s *Server) decide(ctx context.Context, op string, cfg *config.Config, sc scope, items []item) (evaluator.Outcome, error) {
-	f := sluice.Failure{Mode: resolveMode(cfg, sc.mode, s.mode), Share: sc.share}
-	if f.Share == 0 {
-		f.Share = cfg.Store.LocalShare
-	}
+	f := cfg.Failure(sc.policy, s.mode)
 	name := sc.name
 	for i := range items {
 		it := &items[i]

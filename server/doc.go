@@ -235,9 +235,9 @@
 // # Failure modes
 //
 // Each limit carries its failure mode in its request (sluice.Request.Failure), for the
-// failover layer of the stack: the policy's own mode, else Options.FailureMode (the
-// --failure-mode flag), else the configuration's store.failure_mode. Envoy domains have
-// no mode of their own. Each limit also carries its policy's (or domain's) name, for the
+// failover layer of the stack, resolved by config.Config.Failure: the policy's own mode,
+// else Options.FailureMode (the --failure-mode flag), else the configuration's
+// store.failure_mode, else open. Envoy domains have no mode of their own. Each limit also carries its policy's (or domain's) name, for the
 // decision log and the metrics.
 //
 // # Traces

@@ -15,29 +15,6 @@ import (
 	"github.com/sluicehq/sluice/stack"
 )
 
-func TestResolveMode(t *testing.T) {
-	open := &config.Config{Store: config.Store{FailureMode: sluice.FailOpen}}
-	unset := &config.Config{}
-	for _, tc := range []struct {
-		name           string
-		cfg            *config.Config
-		policy, server sluice.FailureMode
-		want           sluice.FailureMode
-	}{
-		{"nothing set", unset, sluice.FailInherit, sluice.FailInherit, sluice.FailInherit},
-		{"store default", open, sluice.FailInherit, sluice.FailInherit, sluice.FailOpen},
-		{"policy inherits the store default", open, sluice.FailOpen, sluice.FailInherit, sluice.FailOpen},
-		{"the flag overrides the store default", open, sluice.FailInherit, sluice.FailClosed, sluice.FailClosed},
-		{"the flag overrides an inherited mode", open, sluice.FailOpen, sluice.FailClosed, sluice.FailClosed},
-		{"a policy's own mode beats the flag", open, sluice.FailLocal, sluice.FailClosed, sluice.FailLocal},
-		{"a policy's own mode without a store default", unset, sluice.FailClosed, sluice.FailOpen, sluice.FailClosed},
-	} {
-		if got := resolveMode(tc.cfg, tc.policy, tc.server); got != tc.want {
-			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
-
 // failureConfig has policies and a domain whose failure modes come from every rule:
 // a policy's own, the store default, the flag.
 const failureConfig = `
@@ -46,6 +23,7 @@ policies:
   - {name: strict, key: ip, rate: 1, period: second, failure_mode: closed, routes: {"POST /x": {rate: 1, period: second}}}
   - {name: lenient, key: ip, rate: 1, period: second}
   - {name: shared, key: ip, rate: 1, period: second, failure_mode: local, local_share: 0.25}
+  - {name: open, key: ip, rate: 1, period: second, failure_mode: open}
 `
 
 const failureDomain = `
@@ -105,7 +83,7 @@ func all(fs []sluice.Failure, n int, want sluice.Failure) bool {
 
 // TestPolicyFailure: each limit's failure mode travels in its request (sluice.Request's
 // Failure), resolved from the policy or domain it belongs to: the policy's own mode and
-// share, else the flag, else the store default. For the proxy, PoliciesFor sets each
+// share, else the flag, else the store default, else open. For the proxy, PoliciesFor sets each
 // httplimit.Policy's Failure (a route limit's is its policy's); for the Server, its
 // requests carry it. (These replace PolicyFallback, which found the mode again from the
 // policy named in the store key; a domain's keys name no policy, and now need not.)
@@ -115,7 +93,8 @@ func TestPolicyFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	closed, open := sluice.Failure{Mode: sluice.FailClosed}, sluice.Failure{Mode: sluice.FailOpen}
+	// Every field is resolved (config.Config.Failure): a share nobody set is the whole limit.
+	closed, open := sluice.Failure{Mode: sluice.FailClosed, Share: 1}, sluice.Failure{Mode: sluice.FailOpen, Share: 1}
 	for _, tc := range []struct {
 		name   string
 		def    sluice.FailureMode
@@ -128,6 +107,7 @@ func TestPolicyFailure(t *testing.T) {
 		{"route limit of the policy", sluice.FailInherit, RouteLimitName("strict", "POST /x"), `{"policy":"strict","key":"192.0.2.1","method":"POST","path":"/x"}`, 2, closed},
 		{"store default", sluice.FailInherit, "lenient", `{"policy":"lenient","key":"192.0.2.1"}`, 1, open},
 		{"flag over the store default", sluice.FailClosed, "lenient", `{"policy":"lenient","key":"192.0.2.1"}`, 1, closed},
+		{"a policy's own mode equal to the store's keeps it against the flag", sluice.FailClosed, "open", `{"policy":"open","key":"192.0.2.1"}`, 1, open},
 		{"local with its own share", sluice.FailOpen, "shared", `{"policy":"shared","key":"192.0.2.1"}`, 1, sluice.Failure{Mode: sluice.FailLocal, Share: 0.25}},
 		{"a domain takes the store default", sluice.FailInherit, "", `{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`, 1, open},
 		{"a domain takes the flag", sluice.FailClosed, "", `{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`, 1, closed},

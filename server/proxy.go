@@ -284,10 +284,7 @@ func PoliciesFor(cfg *config.Config, h *keys.Hasher, def sluice.FailureMode) ([]
 			tierHeader, tierPolicy = p.TierHeader, p.Name
 		}
 		limit, _ := p.LimitFor("", "")
-		failure := sluice.Failure{Mode: resolveMode(cfg, p.FailureMode, def), Share: p.LocalShare}
-		if failure.Share == 0 {
-			failure.Share = cfg.Store.LocalShare
-		}
+		failure := cfg.Failure(p, def)
 		hp := httplimit.Policy{Name: p.Name, Limit: limit, Key: key, Shadow: p.Shadow, Failure: failure, Settle: settleOf(p.Settle, 0)}
 		if len(p.Tiers) > 0 && p.TierHeader != "" {
 			hp.Tiers = make(map[string]sluice.Limit, len(p.Tiers))

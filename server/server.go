@@ -54,9 +54,9 @@ type Options struct {
 	// when Config is nil too.
 	Watcher *config.Watcher
 	Config  *config.Config
-	// FailureMode, when set, overrides the configuration's store.failure_mode: it is the
-	// failure mode of every policy and domain that does not name its own (see
-	// resolveMode). FailureUnset leaves the configuration's, else failover's default.
+	// FailureMode is the service's --failure-mode: the failure mode of every policy and
+	// domain that names none of its own, before the configuration's store.failure_mode
+	// (see config.Config.Failure). sluice.FailInherit when not given.
 	FailureMode sluice.FailureMode
 	// ShadowHeaders puts shadow limits in the RateLimit headers (the JSON API's and
 	// Envoy's response_headers_to_add). By default they stay out: a client obeying a
@@ -438,18 +438,4 @@ func (s *Server) checkReady(ctx context.Context) error {
 		return fmt.Errorf("store not reachable: %w", err)
 	}
 	return nil
-}
-
-// resolveMode is the failure mode of one decision: a policy's own mode, else the
-// server's (the --failure-mode flag), else the configuration's store default. The config
-// package folds the store default into each policy's FailureMode, so a policy mode equal
-// to the store default counts as inherited and the server's mode overrides it.
-func resolveMode(cfg *config.Config, policy, server sluice.FailureMode) sluice.FailureMode {
-	if server != sluice.FailInherit && (policy == sluice.FailInherit || policy == cfg.Store.FailureMode) {
-		return server
-	}
-	if policy == sluice.FailInherit {
-		return cfg.Store.FailureMode
-	}
-	return policy
 }

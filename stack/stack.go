@@ -62,7 +62,9 @@ const DefaultMaxKeys = 1 << 20
 type Options struct {
 	// RedisURL keeps limits in Redis, overriding cfg.Store.RedisURL. Both empty: memory.
 	RedisURL string
-	// FailureMode overrides cfg.Store.FailureMode as the default failure mode.
+	// FailureMode is the service's --failure-mode: the failure mode of limits whose policy
+	// names none, before cfg.Store.FailureMode (config.Config.Failure resolves the order;
+	// the stack's default is its resolution for a limit of no policy).
 	FailureMode sluice.FailureMode
 	// Deadline overrides cfg.Store.Deadline (failover.DefaultDeadline when both are 0).
 	Deadline time.Duration
@@ -245,10 +247,6 @@ func Open(cfg *config.Config, o Options) (*Stack, error) {
 		if deadline == 0 {
 			deadline = cfg.Store.Deadline
 		}
-		mode := o.FailureMode
-		if mode == sluice.FailInherit {
-			mode = cfg.Store.FailureMode
-		}
 		// The Redis store returns as soon as its context ends, so the store is called on
 		// the request's own goroutine: no goroutine and no two scheduler hand-offs per
 		// decision.
@@ -256,7 +254,7 @@ func Open(cfg *config.Config, o Options) (*Stack, error) {
 			failover.WithDeadline(deadline),
 			failover.WithInlineCalls(),
 			failover.WithBreaker(o.Breaker),
-			failover.WithDefault(sluice.Failure{Mode: mode, Share: cfg.Store.LocalShare}),
+			failover.WithDefault(cfg.Failure(nil, o.FailureMode)),
 			failover.WithLocalLimiter(local),
 			failover.WithStateChange(func(from, to sluice.BreakerState) {
 				log.Warn("circuit breaker", slog.String("from", from.String()), slog.String("to", to.String()))
