@@ -43,8 +43,11 @@
 // An identity (in overrides and identity_tiers) is written as sluice prints it,
 // "api_key:<MAC>", "user:<id>" or "ip:<address or prefix>" (`sluice key` prints it), or
 // as the bare ID; anything else is a load error. A policy's tier comes from
-// identity_tiers, else from tier_header (which `sluice proxy` believes only from
-// identity.trusted_proxies), else default_tier.
+// identity_tiers, else from tier_header, else default_tier. `sluice proxy` believes every
+// header that selects an identity, a tier or a cost (a user key's header, tier_header,
+// settle's estimate_header) only from identity.trusted_proxies, by the rule in package
+// httplimit's doc ("Trust"): from any other peer, a user-keyed policy limits the client
+// address, and the tier and the estimate are the policy's defaults.
 //
 // A limit is {rate, period, burst, algorithm}: algorithm is a name sluice.ParseAlgorithm
 // accepts and defaults to the policy's (gcra by default); period is a Go duration ("1s",

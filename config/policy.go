@@ -97,7 +97,8 @@ type Settle struct {
 	// TTL is how long a reservation waits for its actual cost; after it, the estimate
 	// stands. Required.
 	TTL time.Duration
-	// EstimateHeader is the request header holding the estimate (default X-Cost-Estimate).
+	// EstimateHeader is the request header holding the estimate (default X-Cost-Estimate),
+	// believed only from identity.trusted_proxies.
 	EstimateHeader string
 	// CostHeader is the upstream's response header or trailer holding the actual cost
 	// (default X-Cost).

@@ -105,24 +105,34 @@
 //
 // # Trust
 //
-// Whatever a limit is keyed or sized by must come from a source the client cannot forge,
-// or the client picks its own limit:
+// This is sluice's one rule for what clients send; `sluice proxy` and every front end
+// follow it. A request header that selects an identity, a tier, a cost or a priority is
+// believed only from a trusted peer: a request sent straight by one of the
+// keys.ClientIP's TrustedProxies, which must set the header on every request, replacing
+// whatever the client sent. From any other peer the header is ignored, never an error,
+// and the policy's own source applies:
 //
-//   - the client address: ByIP with a keys.ClientIP that believes its one forwarding
-//     header only from TrustedProxies (the zero ClientIP: the connection's peer);
-//   - the tier (Config.Tier): a header believed only from a trusted proxy that sets it
-//     after authenticating the client (TrustedHeader), a lookup from the identity (an
-//     account's plan), or a value an authentication middleware put in the request's
-//     context. Never a header read from every request: "X-Plan: pro" would turn a free
-//     limit into a pro one;
-//   - the identity of ByUser: what authentication established, or a header set by a
-//     trusted proxy (TrustedHeader);
-//   - an API key is the client's to present, and is trusted only as far as it is secret:
-//     a client that presents none is simply not limited by that policy, so pair it with a
-//     per-IP policy.
+//   - the client address: ByIP with a keys.ClientIP believes its one forwarding header
+//     only from TrustedProxies (the zero ClientIP: the connection's peer);
+//   - an identity (ByUser): what authentication established (a value an authentication
+//     middleware put in the request's context), or a header read with TrustedHeader.
+//     ByTrustedHeader keys a request from any other peer by its client address, so that
+//     a client neither picks an identity nor escapes the policy;
+//   - the tier (Config.Tier): TrustedHeader, a lookup from the identity (an account's
+//     plan), or the context; else the policy's default. "X-Plan: pro" from a client
+//     never turns a free limit into a pro one;
+//   - the cost (Settle.EstimateFrom): TrustedHeader, else the policy's estimate. An
+//     estimate is at least 1, and the actual cost the handler reports is charged
+//     whatever was reserved;
+//   - an API key is a credential, not a claim: it is the client's to present, and is
+//     believed from anyone as far as it is secret. Its MAC keys the limit, so a client
+//     that presents none, or a new made-up key, is limited by that policy only as a
+//     stranger is: pair it with a per-IP policy.
 //
-// Per-identity overrides (Policy.Overrides) are such a mapping from the identity: they
-// apply to whoever the Key says the request is, never to what the request claims.
+// keys.ClientIP.Trusted is the one test of a trusted peer; TrustedHeader and
+// ByTrustedHeader are the readings built on it. Per-identity overrides
+// (Policy.Overrides) are a mapping from the identity: they apply to whoever the Key says
+// the request is, never to what the request claims.
 //
 // # Traces
 //

@@ -30,8 +30,8 @@ const DefaultUnavailableRetryAfter = time.Second
 // ErrIdentify wraps the error of a KeyFunc that could not identify a request's client.
 var ErrIdentify = errors.New("httplimit: cannot identify client")
 
-// ErrEstimate: a request's cost estimate header is not a non-negative integer. The request
-// is answered 400.
+// ErrEstimate: a request's cost estimate, from a trusted peer (Settle.EstimateFrom), is not
+// a non-negative integer. The request is answered 400.
 var ErrEstimate = errors.New("httplimit: bad cost estimate")
 
 // Config configures a Middleware.

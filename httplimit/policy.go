@@ -65,34 +65,39 @@ type Policy struct {
 }
 
 // Settle makes a policy's cost an estimate: the request spends the estimate (from
-// EstimateHeader, else Estimate), and when the handler has returned, the middleware
-// settles it (sluice.Limiter.Settle) at the actual cost the handler put in CostHeader,
-// as a response header or a trailer. A response without it leaves the estimate standing.
+// EstimateFrom, else Estimate; at least 1), and when the handler has returned, the
+// middleware settles it (sluice.Limiter.Settle) at the actual cost the handler put in
+// CostHeader, as a response header or a trailer, whatever the estimate was. A response
+// without it leaves the estimate standing.
 type Settle struct {
 	// TTL is how long the reservation waits (sluice.Request.SettleTTL). Required.
 	TTL time.Duration
-	// EstimateHeader names the request header with the estimate: a non-negative integer,
-	// capped at what the limit can ever allow. Empty means Estimate only.
-	EstimateHeader string
-	// Estimate is the estimate when the request has no EstimateHeader; 0 means 1.
+	// EstimateFrom returns the request's estimate as written: a non-negative integer, or
+	// "" for none. A cost is what a client must not choose (see Trust in the package
+	// doc): use TrustedHeader(proxies, "X-Cost-Estimate"), never a header read from every
+	// request. Nil means Estimate only.
+	EstimateFrom func(*http.Request) string
+	// Estimate is the estimate when EstimateFrom gives none; 0 means 1.
 	Estimate int64
 	// CostHeader names the response header or trailer with the actual cost. Required.
 	CostHeader string
 }
 
-// estimate is the request's estimated cost under limit.
+// estimate is the request's estimated cost under limit: at least 1, so that every
+// request holds a reservation its actual cost is settled against, and at most what the
+// limit can ever allow.
 func (s *Settle) estimate(r *http.Request, limit sluice.Limit) (int64, error) {
-	n := max(s.Estimate, 1)
-	if s.EstimateHeader != "" {
-		if v := r.Header.Get(s.EstimateHeader); v != "" {
+	n := s.Estimate
+	if s.EstimateFrom != nil {
+		if v := s.EstimateFrom(r); v != "" {
 			e, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 			if err != nil || e < 0 {
-				return 0, fmt.Errorf("%w: %s must be a non-negative integer, got %.40q", ErrEstimate, s.EstimateHeader, v)
+				return 0, fmt.Errorf("%w: want a non-negative integer, got %.40q", ErrEstimate, v)
 			}
 			n = e
 		}
 	}
-	return min(n, limit.MaxCost()), nil
+	return min(max(n, 1), limit.MaxCost()), nil
 }
 
 // actual is the cost the handler reported in w's header or trailers, or false.
@@ -149,9 +154,10 @@ func ByAPIKey(h *keys.Hasher, extract func(*http.Request) string) KeyFunc {
 }
 
 // ByUser identifies requests by the user ID that user returns ("" for an anonymous
-// request, so the policy does not apply). user typically reads what an authentication
-// middleware that runs before this one put in the request's context. A nil user fails
-// every request with an error (500).
+// request, so the policy does not apply). user reads what authentication established: a
+// value an authentication middleware that runs before this one put in the request's
+// context, or TrustedHeader; never a header read from every request (see Trust in the
+// package doc, and ByTrustedHeader). A nil user fails every request with an error (500).
 func ByUser(user func(*http.Request) string) KeyFunc {
 	if user == nil {
 		return failing(errors.New("httplimit: ByUser needs a user function"))
@@ -193,11 +199,30 @@ func headerOf(name string) func(*http.Request) string {
 	}
 }
 
-// TrustedHeader returns a Config.Tier (or ByUser) function that reads the named header
-// only from a request sent straight by one of c's trusted proxies (keys.ClientIP.Trusted),
-// and "" from any other peer, so that a client cannot pick its own tier or identity by
-// sending the header itself. The proxy must set the header on every request, replacing
-// whatever the client sent.
+// ByTrustedHeader identifies a request that comes straight from one of c's trusted
+// proxies by the ID in the named header, as an identity of kind (none: the proxy says the
+// request is anonymous, and the policy does not apply); a request from any other peer by
+// its client address (ByIP(c)), whatever it sends. A client can then neither choose its
+// identity nor escape the policy.
+func ByTrustedHeader(c *keys.ClientIP, name string, kind keys.Kind) KeyFunc {
+	get, byIP := headerOf(name), ByIP(c)
+	return func(r *http.Request) (keys.Identity, error) {
+		if c == nil || !c.Trusted(r) {
+			return byIP(r)
+		}
+		if id := get(r); id != "" {
+			return keys.Identity{Kind: kind, ID: id}, nil
+		}
+		return keys.Identity{}, nil
+	}
+}
+
+// TrustedHeader reads a header that selects an identity, a tier, a cost or a priority,
+// by the rule of Trust in the package doc: it returns the named header's value only
+// for a request sent straight by one of c's trusted proxies (keys.ClientIP.Trusted), and
+// "" for any other peer or a nil c, so that a client cannot choose by sending the header
+// itself. The proxy must set the header on every request, replacing whatever the client
+// sent. Use it for Config.Tier, Settle.EstimateFrom and ByUser (or ByTrustedHeader).
 func TrustedHeader(c *keys.ClientIP, name string) func(*http.Request) string {
 	get := headerOf(name)
 	return func(r *http.Request) string {

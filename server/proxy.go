@@ -270,7 +270,7 @@ func PoliciesFor(cfg *config.Config, h *keys.Hasher, def sluice.FailureMode) ([]
 		case config.KeyIP:
 			key, kind = httplimit.ByIP(ip), keys.IP
 		case config.KeyUser:
-			key, kind = httplimit.ByUser(httplimit.Header(p.Key.Header)), keys.User
+			key, kind = httplimit.ByTrustedHeader(ip, p.Key.Header, keys.User), keys.User
 		case config.KeyAPIKey:
 			key, kind = httplimit.ByAPIKey(h, httplimit.Header(p.Key.Header)), keys.APIKey
 		default:
@@ -285,7 +285,7 @@ func PoliciesFor(cfg *config.Config, h *keys.Hasher, def sluice.FailureMode) ([]
 		}
 		limit, _ := p.LimitFor("", "")
 		failure := cfg.Failure(p, def)
-		hp := httplimit.Policy{Name: p.Name, Limit: limit, Key: key, Shadow: p.Shadow, Failure: failure, Settle: settleOf(p.Settle, 0)}
+		hp := httplimit.Policy{Name: p.Name, Limit: limit, Key: key, Shadow: p.Shadow, Failure: failure, Settle: settleOf(ip, p.Settle, 0)}
 		if len(p.Tiers) > 0 && p.TierHeader != "" {
 			hp.Tiers = make(map[string]sluice.Limit, len(p.Tiers))
 			for _, t := range p.Tiers {
@@ -308,7 +308,7 @@ func PoliciesFor(cfg *config.Config, h *keys.Hasher, def sluice.FailureMode) ([]
 		for _, rt := range p.Routes {
 			out = append(out, httplimit.Policy{
 				Name: RouteLimitName(p.Name, rt.Pattern), Route: rt.Pattern,
-				Limit: rt.Limit, Key: key, Shadow: p.Shadow, Failure: failure, Settle: settleOf(p.Settle, rt.Estimate),
+				Limit: rt.Limit, Key: key, Shadow: p.Shadow, Failure: failure, Settle: settleOf(ip, p.Settle, rt.Estimate),
 			})
 		}
 	}
@@ -320,12 +320,14 @@ func PoliciesFor(cfg *config.Config, h *keys.Hasher, def sluice.FailureMode) ([]
 }
 
 // settleOf is the middleware's Settle for a policy's settle block, with a route's fixed
-// estimate when it has one; nil without a block.
-func settleOf(s *config.Settle, estimate int64) *httplimit.Settle {
+// estimate when it has one; nil without a block. The estimate header is believed only
+// from ip's trusted proxies.
+func settleOf(ip *keys.ClientIP, s *config.Settle, estimate int64) *httplimit.Settle {
 	if s == nil {
 		return nil
 	}
-	return &httplimit.Settle{TTL: s.TTL, EstimateHeader: s.EstimateHeader, CostHeader: s.CostHeader, Estimate: cmp.Or(estimate, s.Estimate)}
+	return &httplimit.Settle{TTL: s.TTL, EstimateFrom: httplimit.TrustedHeader(ip, s.EstimateHeader),
+		CostHeader: s.CostHeader, Estimate: cmp.Or(estimate, s.Estimate)}
 }
 
 func equalFoldHeader(a, b string) bool {
