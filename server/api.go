@@ -261,13 +261,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) s
 
 func (s *Server) decodeCheck(w http.ResponseWriter, r *http.Request) (*CheckRequest, error) {
 	var req CheckRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, int64(s.requestLimits(s.config()).MaxBytes)+maxEnvelope))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := decodeJSON(w, r, int64(s.requestLimits(s.config()).MaxBytes)+maxEnvelope, &req); err != nil {
 		return nil, badRequest("malformed JSON body: %v", err)
-	}
-	if dec.More() {
-		return nil, badRequest("malformed JSON body: more than one value")
 	}
 	return &req, nil
 }
@@ -283,12 +278,13 @@ func (s *Server) observed(api string, serve func(http.ResponseWriter, *http.Requ
 	}
 }
 
-// decodeSmall reads a JSON body of at most maxEnvelope bytes into v: one value, no
-// unknown fields; any fault is a bad request saying want.
+// decodeSmall reads a JSON body of at most maxEnvelope bytes into v, as decodeJSON does;
+// any fault is a bad request saying want.
 func decodeSmall(w http.ResponseWriter, r *http.Request, v any, want string) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxEnvelope))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil || dec.More() {
+	if err := decodeJSON(w, r, maxEnvelope, v); err != nil {
+		if errors.Is(err, errNotUnicode) {
+			return badRequest("malformed JSON body: %v", err)
+		}
 		return badRequest("malformed JSON body: want %s", want)
 	}
 	return nil

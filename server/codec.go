@@ -1,7 +1,7 @@
 package server
 
 import (
-	"encoding/binary"
+	"strings"
 	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -18,13 +18,19 @@ import (
 )
 
 // rlsCodec is the gRPC server's codec. It decodes a RateLimitRequest and encodes a
-// RateLimitResponse itself, with protowire, into the generated message types; every
-// other message, and any RateLimitRequest or RateLimitResponse holding something it does
-// not handle (an unknown field, a field it does not know, a message field sent twice,
-// a string that is not UTF-8, a nil element of a repeated field, a response's quota or
-// dynamic_metadata), goes to gRPC's proto codec. Its result is the proto codec's: the
-// same message (proto.Equal) from the same bytes, the same bytes from the same message,
-// the same errors.
+// RateLimitResponse itself, with protowire, into the generated message types. A
+// RateLimitRequest holding something the quick decoder does not handle (an unknown
+// field, a field it does not know, a message field sent twice) goes to decodeLenient;
+// every other message, and a RateLimitResponse holding something the encoder does not
+// handle (a nil element of a repeated field, a response's quota or dynamic_metadata),
+// goes to gRPC's proto codec, and from there to decodeLenient when proto refuses it for
+// a string that is not UTF-8 (an RLQS report's bucket id). Its result is the proto
+// codec's (the same message, proto.Equal, from the same bytes; the same bytes from the
+// same message; the same errors) with one exception: a received message's strings may
+// hold any bytes. Envoy
+// forwards header bytes as they came, and each string is decided as its bytes, so a
+// value that is not UTF-8 is a distinct value, never an error that Envoy would fail open
+// on.
 //
 // A decoded request's strings share one copy of the message's bytes, and a request of
 // one descriptor of at most smallEntries entries has its descriptor and entries in one
@@ -63,8 +69,16 @@ func (c rlsCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		if decodeRequest(b, r) {
 			return nil
 		}
+		return decodeLenient(b, r)
 	}
-	return c.proto.Unmarshal(data, v)
+	err := c.proto.Unmarshal(data, v)
+	if m, ok := v.(proto.Message); ok && err != nil && strings.Contains(err.Error(), "invalid UTF-8") {
+		// An RLQS report's bucket id, say: decided as its bytes, like an RLS request.
+		if decodeLenient(data.Materialize(), m) == nil {
+			return nil
+		}
+	}
+	return err
 }
 
 // The field numbers of the messages the codec handles (rls.proto, ratelimit.proto,
@@ -127,9 +141,9 @@ type smallRequest struct {
 
 // requestShape walks an encoded RateLimitRequest and returns its number of descriptors
 // and of entries (all descriptors together); ok is false for a message decodeRequest
-// does not handle, which the proto codec then decodes (or refuses). ascii tells that
-// every byte of the message is below 0x80, so that every string in it is UTF-8.
-func requestShape(b []byte, ascii bool) (descs, entries int, ok bool) {
+// does not handle, which decodeLenient then decodes (or refuses). A string may hold
+// any bytes.
+func requestShape(b []byte) (descs, entries int, ok bool) {
 	for len(b) > 0 {
 		num, typ, n := consumeTag(b)
 		if n < 0 {
@@ -138,8 +152,8 @@ func requestShape(b []byte, ascii bool) (descs, entries int, ok bool) {
 		b = b[n:]
 		switch {
 		case num == reqDomain && typ == protowire.BytesType:
-			v, n := consumeBytes(b)
-			if n < 0 || !(ascii || utf8.Valid(v)) {
+			_, n := consumeBytes(b)
+			if n < 0 {
 				return 0, 0, false
 			}
 			b = b[n:]
@@ -148,7 +162,7 @@ func requestShape(b []byte, ascii bool) (descs, entries int, ok bool) {
 			if n < 0 {
 				return 0, 0, false
 			}
-			e, ok := descriptorShape(v, ascii)
+			e, ok := descriptorShape(v)
 			if !ok {
 				return 0, 0, false
 			}
@@ -169,7 +183,7 @@ func requestShape(b []byte, ascii bool) (descs, entries int, ok bool) {
 }
 
 // descriptorShape is requestShape for one RateLimitDescriptor: its number of entries.
-func descriptorShape(b []byte, ascii bool) (entries int, ok bool) {
+func descriptorShape(b []byte) (entries int, ok bool) {
 	var limit, hits bool
 	for len(b) > 0 {
 		num, typ, n := consumeTag(b)
@@ -180,7 +194,7 @@ func descriptorShape(b []byte, ascii bool) (entries int, ok bool) {
 		switch {
 		case num == descEntries && typ == protowire.BytesType:
 			v, n := consumeBytes(b)
-			if n < 0 || !entryShape(v, ascii) {
+			if n < 0 || !entryShape(v) {
 				return 0, false
 			}
 			entries++
@@ -213,15 +227,15 @@ func descriptorShape(b []byte, ascii bool) (entries int, ok bool) {
 }
 
 // entryShape reports whether decodeRequest handles an encoded descriptor entry.
-func entryShape(b []byte, ascii bool) bool {
+func entryShape(b []byte) bool {
 	for len(b) > 0 {
 		num, typ, n := consumeTag(b)
 		if n < 0 || (num != entryKey && num != entryValue) || typ != protowire.BytesType {
 			return false
 		}
 		b = b[n:]
-		v, n := consumeBytes(b)
-		if n < 0 || !(ascii || utf8.Valid(v)) {
+		_, n = consumeBytes(b)
+		if n < 0 {
 			return false
 		}
 		b = b[n:]
@@ -276,10 +290,10 @@ func wrapperShape(b []byte) bool {
 	return true
 }
 
-// decodeRequest decodes b into r as proto.Unmarshal does, and reports whether it did:
-// false (r untouched) for a message requestShape does not accept.
+// decodeRequest decodes b into r as proto.Unmarshal does, strings as their bytes, and
+// reports whether it did: false (r untouched) for a message requestShape does not accept.
 func decodeRequest(b []byte, r *rlsv3.RateLimitRequest) bool {
-	nd, ne, ok := requestShape(b, isASCII(b))
+	nd, ne, ok := requestShape(b)
 	if !ok {
 		return false
 	}
@@ -458,22 +472,6 @@ func consumeBytes(b []byte) ([]byte, int) {
 		return b[1:n], n
 	}
 	return protowire.ConsumeBytes(b)
-}
-
-// isASCII reports whether every byte of b is below 0x80.
-func isASCII(b []byte) bool {
-	for len(b) >= 8 {
-		if binary.LittleEndian.Uint64(b)&0x8080808080808080 != 0 {
-			return false
-		}
-		b = b[8:]
-	}
-	for _, c := range b {
-		if c >= 0x80 {
-			return false
-		}
-	}
-	return true
 }
 
 // validString is utf8.ValidString, quicker for a short ASCII string.

@@ -269,9 +269,7 @@ func (s *Server) handleOverridePut(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req OverrideRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxOverrideBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := decodeJSON(w, r, maxOverrideBody, &req); err != nil {
 		s.writeError(w, r, badRequest("malformed JSON body: %v", err))
 		return
 	}

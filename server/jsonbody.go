@@ -1,0 +1,96 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"unicode/utf8"
+)
+
+// errNotUnicode: a JSON body that encoding/json would change: it replaces each byte that
+// is not UTF-8, and each \u escape of a lone surrogate, with U+FFFD, so two identities
+// that differ only there would share one counter. Such a body is a bad request.
+var errNotUnicode = errors.New("the body is not Unicode text (bytes that are not UTF-8, or a \\u escape of a lone surrogate; RFC 8259 §8): a key is decided as written, so it cannot be replaced")
+
+// decodeJSON reads r's body, at most limit bytes, into v: one JSON value, no unknown
+// fields, and Unicode text (errNotUnicode), so that every string is decided exactly as the
+// client wrote it.
+func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		return fmt.Errorf("reading the body: %w", err)
+	}
+	if !unicodeText(b) {
+		return errNotUnicode
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("more than one value")
+	}
+	return nil
+}
+
+// unicodeText reports whether b is UTF-8 and every \u escape in it that encodes a
+// surrogate is half of a pair: whether encoding/json decodes each of b's strings without
+// replacing anything.
+func unicodeText(b []byte) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		i++ // the escaped byte: skipped by the loop, so "\\\\" is one escape
+		if i >= len(b) || b[i] != 'u' {
+			continue
+		}
+		c, ok := hex4(b[i+1:])
+		if !ok {
+			continue // not an escape encoding/json accepts: it refuses the body
+		}
+		i += 4
+		switch {
+		case c >= 0xdc00 && c <= 0xdfff:
+			return false // a low surrogate alone
+		case c >= 0xd800 && c <= 0xdbff:
+			if i+6 < len(b) && b[i+1] == '\\' && b[i+2] == 'u' {
+				if lo, ok := hex4(b[i+3:]); ok && lo >= 0xdc00 && lo <= 0xdfff {
+					i += 6
+					continue
+				}
+			}
+			return false // a high surrogate without its low half
+		}
+	}
+	return true
+}
+
+// hex4 is the value of the four hexadecimal digits that b starts with.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var c rune
+	for _, x := range b[:4] {
+		switch {
+		case '0' <= x && x <= '9':
+			x -= '0'
+		case 'a' <= x && x <= 'f':
+			x -= 'a' - 10
+		case 'A' <= x && x <= 'F':
+			x -= 'A' - 10
+		default:
+			return 0, false
+		}
+		c = c<<4 | rune(x)
+	}
+	return c, true
+}

@@ -1,0 +1,213 @@
+package server
+
+import (
+	"fmt"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/dynamicpb"
+)
+
+// decodeLenient decodes b into m as proto.Unmarshal does, except that a string may hold
+// any bytes. Envoy forwards header bytes as they came (into RLS descriptors and RLQS
+// bucket ids), and a message refused for a byte that is not UTF-8 would be allowed by an
+// Envoy that fails open; each string is decided as its bytes instead. It decodes b as
+// m's twin, whose string fields are bytes fields (the same wire format, without proto's
+// UTF-8 check), then copies the twin into m, each string as its bytes. Unknown fields are
+// kept, as proto.Unmarshal keeps them.
+func decodeLenient(b []byte, m proto.Message) error {
+	dst := m.ProtoReflect()
+	md, err := twinOf(dst.Descriptor())
+	if err != nil {
+		return err
+	}
+	twin := dynamicpb.NewMessage(md)
+	if err := proto.Unmarshal(b, twin); err != nil {
+		return err
+	}
+	proto.Reset(m)
+	copyTwin(dst, twin)
+	return nil
+}
+
+var twins sync.Map // protoreflect.FullName -> twinResult
+
+type twinResult struct {
+	md  protoreflect.MessageDescriptor
+	err error
+}
+
+// twinOf returns the twin of md: md's file and the files of every message reachable from
+// md's fields, rebuilt with every string field made a bytes field and every map a
+// repeated field of its entries (a map key cannot be bytes). Built once per message.
+func twinOf(md protoreflect.MessageDescriptor) (protoreflect.MessageDescriptor, error) {
+	if t, ok := twins.Load(md.FullName()); ok {
+		return t.(twinResult).md, t.(twinResult).err
+	}
+	t := buildTwin(md)
+	twins.Store(md.FullName(), t)
+	return t.md, t.err
+}
+
+func buildTwin(md protoreflect.MessageDescriptor) twinResult {
+	// The files to twin: those of the messages reachable from md, dependencies first.
+	var order []protoreflect.FileDescriptor
+	files, msgs := map[string]bool{}, map[protoreflect.FullName]bool{}
+	var visit func(m protoreflect.MessageDescriptor)
+	visit = func(m protoreflect.MessageDescriptor) {
+		if msgs[m.FullName()] {
+			return
+		}
+		msgs[m.FullName()] = true
+		fields := m.Fields()
+		for i := range fields.Len() {
+			if f := fields.Get(i); f.Message() != nil {
+				visit(f.Message())
+			}
+		}
+		if f := m.ParentFile(); !files[f.Path()] {
+			files[f.Path()] = true
+			order = append(order, f)
+		}
+	}
+	visit(md)
+	local := new(protoregistry.Files)
+	for _, fd := range sortByImports(order) {
+		fdp := protodesc.ToFileDescriptorProto(fd)
+		for _, m := range fdp.MessageType {
+			stringsToBytes(m)
+		}
+		twin, err := protodesc.NewFile(fdp, twinResolver{local})
+		if err == nil {
+			err = local.RegisterFile(twin)
+		}
+		if err != nil {
+			return twinResult{err: fmt.Errorf("the bytes twin of %s: %w", fd.Path(), err)}
+		}
+	}
+	d, err := local.FindDescriptorByName(md.FullName())
+	if err != nil {
+		return twinResult{err: fmt.Errorf("the bytes twin of %s: %w", md.FullName(), err)}
+	}
+	return twinResult{md: d.(protoreflect.MessageDescriptor)}
+}
+
+// sortByImports orders files so that each comes after the files of the set it imports.
+func sortByImports(files []protoreflect.FileDescriptor) []protoreflect.FileDescriptor {
+	in := map[string]protoreflect.FileDescriptor{}
+	for _, f := range files {
+		in[f.Path()] = f
+	}
+	var out []protoreflect.FileDescriptor
+	done := map[string]bool{}
+	var add func(f protoreflect.FileDescriptor)
+	add = func(f protoreflect.FileDescriptor) {
+		if done[f.Path()] {
+			return
+		}
+		done[f.Path()] = true
+		imports := f.Imports()
+		for i := range imports.Len() {
+			if g, ok := in[imports.Get(i).Path()]; ok {
+				add(g)
+			}
+		}
+		out = append(out, f)
+	}
+	for _, f := range files {
+		add(f)
+	}
+	return out
+}
+
+// stringsToBytes makes every string field of m and of its nested messages a bytes
+// field, and every map entry a plain message (a map key cannot be bytes; the wire
+// format of a map is that of a repeated field of its entries).
+func stringsToBytes(m *descriptorpb.DescriptorProto) {
+	for _, f := range m.Field {
+		if f.GetType() == descriptorpb.FieldDescriptorProto_TYPE_STRING {
+			f.Type = descriptorpb.FieldDescriptorProto_TYPE_BYTES.Enum()
+		}
+	}
+	if m.GetOptions().GetMapEntry() {
+		m.Options.MapEntry = nil
+	}
+	for _, n := range m.NestedType {
+		stringsToBytes(n)
+	}
+}
+
+// twinResolver resolves the twin files first, then every other file as the program
+// registered it.
+type twinResolver struct{ local *protoregistry.Files }
+
+func (r twinResolver) FindFileByPath(path string) (protoreflect.FileDescriptor, error) {
+	if fd, err := r.local.FindFileByPath(path); err == nil {
+		return fd, nil
+	}
+	return protoregistry.GlobalFiles.FindFileByPath(path)
+}
+
+func (r twinResolver) FindDescriptorByName(name protoreflect.FullName) (protoreflect.Descriptor, error) {
+	if d, err := r.local.FindDescriptorByName(name); err == nil {
+		return d, nil
+	}
+	return protoregistry.GlobalFiles.FindDescriptorByName(name)
+}
+
+// copyTwin copies src, a twin, into dst, the generated message it mirrors: fields by
+// number, a bytes value into a string field as its bytes, a map's entries into the map,
+// and the unknown fields.
+func copyTwin(dst, src protoreflect.Message) {
+	fields := dst.Descriptor().Fields()
+	src.Range(func(sf protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		df := fields.ByNumber(sf.Number())
+		switch {
+		case df.IsMap():
+			entries, to := v.List(), dst.Mutable(df).Map()
+			for i := range entries.Len() {
+				e := entries.Get(i).Message()
+				ef := e.Descriptor().Fields()
+				k := twinScalar(df.MapKey(), e.Get(ef.ByNumber(1))).MapKey()
+				if df.MapValue().Message() != nil {
+					val := to.NewValue()
+					copyTwin(val.Message(), e.Get(ef.ByNumber(2)).Message())
+					to.Set(k, val)
+				} else {
+					to.Set(k, twinScalar(df.MapValue(), e.Get(ef.ByNumber(2))))
+				}
+			}
+		case df.IsList():
+			from, to := v.List(), dst.Mutable(df).List()
+			for i := range from.Len() {
+				if df.Message() != nil {
+					e := to.NewElement()
+					copyTwin(e.Message(), from.Get(i).Message())
+					to.Append(e)
+				} else {
+					to.Append(twinScalar(df, from.Get(i)))
+				}
+			}
+		case df.Message() != nil:
+			copyTwin(dst.Mutable(df).Message(), v.Message())
+		default:
+			dst.Set(df, twinScalar(df, v))
+		}
+		return true
+	})
+	if u := src.GetUnknown(); len(u) > 0 {
+		dst.SetUnknown(u)
+	}
+}
+
+// twinScalar is v, a twin's scalar, as the value of field f: a string for a string.
+func twinScalar(f protoreflect.FieldDescriptor, v protoreflect.Value) protoreflect.Value {
+	if f.Kind() == protoreflect.StringKind {
+		return protoreflect.ValueOfString(string(v.Bytes()))
+	}
+	return v
+}
