@@ -84,8 +84,8 @@ while i <= nkeys do
     local algo, rate, period, burst, n
     algo, rate, period, burst, n, pos = sunpack('<ddddd', reqs, pos)
     local key = KEYS[i]
-    -- state(i, key), inline: a Lua call per decision costs Redis 2% (555 instructions of
-    -- 28.3k, bench/cmd/rediscost) on this, the common path.
+    -- state(i, key), inline: this is the common path, and a Lua call per decision is a
+    -- measurable share of Redis's work (bench/README.md).
     local v = vals[i]
     if written then
       local w = written[key]
