@@ -56,7 +56,7 @@ type Options struct {
 	Config  *config.Config
 	// FailureMode is the service's --failure-mode: the failure mode of every policy and
 	// domain that names none of its own, before the configuration's store.failure_mode
-	// (see config.Config.Failure). sluice.FailInherit when not given.
+	// (see [config.Config.Failure]). [sluice.FailInherit] when not given.
 	FailureMode sluice.FailureMode
 	// ShadowHeaders puts shadow limits in the RateLimit headers (the JSON API's and
 	// Envoy's response_headers_to_add). By default they stay out: a client obeying a
