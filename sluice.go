@@ -5,10 +5,12 @@
 // store runs exactly those machines, so the in-process store (package memory) and the Redis
 // store (package redisstore) give identical Decisions for identical inputs and clocks.
 //
-// Everything else is a decorator around the Limiter interface, composed like http.Handler
-// middleware:
+// Everything else is a decorator around the [Limiter] interface, composed like http.Handler
+// middleware; package stack builds the part from observe down, in this order:
 //
-//	request -> httplimit -> observe -> failover -> memory | redisstore -> Decision
+//	request -> httplimit | server (identity, policies, headers)
+//	        -> internal/evaluator (a request's layered policies, all or nothing, shadow)
+//	        -> observe -> failover -> denycache -> memory | redisstore -> Report, Decisions
 //
 // # Time and rounding
 //

@@ -1,21 +1,16 @@
 // Package httplimit is net/http middleware that rate-limits requests with any
-// sluice.Limiter (the production stack of package stack, or a bare store), and reports the
-// limits in the standard headers.
+// [sluice.Limiter] (the production stack of package stack, or a bare store) and reports the
+// limits in the standard headers. docs/http.md is the guide: the headers by example, the
+// responses, whom to trust, traces.
 //
 //	mw, err := httplimit.New(httplimit.Config{
 //		Limiter: store,
 //		Policies: []httplimit.Policy{
 //			{Name: "per-ip", Limit: sluice.PerSecond(20), Key: httplimit.ByIP(clientIP)},
-//			{Name: "per-key", Tiers: map[string]sluice.Limit{"free": sluice.PerMinute(60), "pro": sluice.PerMinute(600)},
-//				Key: httplimit.ByAPIKey(hasher, httplimit.Header("X-API-Key"))},
 //			{Name: "search", Route: "GET /search", Limit: sluice.PerSecond(2), Key: httplimit.ByIP(clientIP)},
 //		},
-//		Tier: tierOf,
 //	})
 //	http.ListenAndServe(addr, mw.Handler(mux))
-//
-// Handler has the shape func(http.Handler) http.Handler, so it plugs into net/http, chi
-// (r.Use(mw.Handler)), gorilla/mux and alice as is; examples/ shows gin and echo.
 //
 // # Which policies apply
 //
@@ -34,74 +29,35 @@
 // # How the decision is made
 //
 // The applying policies of a request are one request to the Limiter, decided all or
-// nothing (package stack builds the Limiter the service uses; the evaluation is the one
-// `sluice serve` uses too): the request passes only if every enforced policy allows it,
-// and a request denied by any policy spends nothing from any other. Shadow policies are
-// decided after, each on its own, spending only when the request passed; they never
-// block, are logged (Warn when they would deny), and their errors are logged and
-// ignored. Each policy's Name and Failure travel with its limit, for the decision log,
-// the metrics and the failure mode of the layers below.
+// nothing by the evaluation `sluice serve` uses too: the request passes only if every
+// enforced policy allows it, and a request denied by any policy spends nothing from any
+// other. Shadow policies are decided after, each on its own, spending only when the request
+// passed; they never block. A [sluice.Concurrency] policy's admitted request holds a lease
+// until its handler returns (panics and departed clients included), or, when the release
+// cannot reach the store, until the Limit's Lease has passed.
 //
-// A policy with a sluice.Concurrency limit admits a request only while fewer than its Rate
-// requests of the client are in its handler: the admitted request holds a lease
-// (Decision.Lease), which the middleware releases when the handler returns, panics
-// included, and also when the client has gone away (the release does not use the
-// request's context). A lease the release cannot reach (a store failure, a killed
-// process) expires by its TTL, Limit.Lease.
+// # Headers and responses
 //
-// # Headers (draft-ietf-httpapi-ratelimit-headers-11)
+// A decided request's response carries RateLimit-Policy and RateLimit
+// (draft-ietf-httpapi-ratelimit-headers-11): RFC 9651 Lists with one String Item per decided
+// enforced policy, in Config.Policies order (shadow ones only with Config.ShadowHeaders);
+// q and w from the Limit ([Quota]); r the Remaining; t the RetryAfter rounded up to whole
+// seconds when positive, else the ResetAfter, each capped at Retry-After in a refusal; pk
+// ([Policy.PartitionKey]) the identity as a Byte Sequence, an API key's MAC. A Concurrency
+// policy has qu="concurrent-requests" and no w. A decision that failed open
+// ([sluice.PathOpen]) is named in RateLimit-Policy only. Config.LegacyHeaders adds
+// X-RateLimit-Limit, -Remaining and -Reset (delta-seconds) for the policy that denied with
+// the longest wait, else the one with the least remaining.
 //
-// Every response to a decided request carries RateLimit-Policy and RateLimit, RFC 9651
-// Lists with one Item per decided enforced policy, in Config.Policies order, each a
-// String naming the policy (shadow policies stay out unless Config.ShadowHeaders: a
-// client that obeys a shadow policy's r=0 would stop although nothing is enforced):
-//
-//	RateLimit-Policy: "per-ip";q=20;w=1, "per-key";q=60;w=60;pk=:YXBpX2tleTo...:
-//	RateLimit: "per-ip";r=19;t=1, "per-key";r=0;t=3;pk=:YXBpX2tleTo...:
-//
-// q and w come from the applied Limit (see Quota: Rate per Period, in whole seconds). r is
-// Decision.Remaining. t is Decision.RetryAfter rounded up to whole seconds when it is
-// positive (a denied policy: r is 0 until then), else Decision.ResetAfter rounded up (the
-// time until the quota is whole again). In a refusal every t is capped at Retry-After, so
-// Retry-After never points before the end of an effective window (§6). A decision that
-// failed open (Decision.Path sluice.PathOpen: the store was down) is named in
-// RateLimit-Policy but left out of RateLimit and the legacy fields: its quota is
-// unknown, and r=0 would tell clients to stop while every request is allowed. pk, when
-// Policy.PartitionKey is set, is the identity "kind:id" as a Byte Sequence; for API keys
-// it holds the MAC, never the key. A Concurrency policy is advertised as
-// "name";q=<Rate>;qu="concurrent-requests", without w (the draft's quota unit for requests
-// in flight); its r is the free slots and, in a refusal, t is the time until the oldest
-// lease expires, an upper bound (a holder may finish sooner).
-//
-// With Config.LegacyHeaders, X-RateLimit-Limit (q), X-RateLimit-Remaining (r) and
-// X-RateLimit-Reset (t, in delta-seconds, not a timestamp) describe one policy: the
-// enforced one that denied with the longest wait, else the one with the least remaining
-// (ties: the longest t).
-//
-// # Responses
-//
-// A denied request gets Retry-After in delay-seconds: the longest RetryAfter of the
-// policies that denied it, rounded up and at least 1, so a client that waits that long
-// and retries is allowed (if nothing else spent its quota meanwhile). The body is written
-// by Config.Limited, by default a 429 application/problem+json (RFC 9457) of type
-// quota-exceeded whose violated-policies lists the denying policies.
-//
-// A request that cannot be decided is never let through by this package:
-//
-//   - a limiter error wrapping sluice.ErrStoreUnavailable (a failover decorator failing
-//     closed), and any other limiter error that is not bad input (a store that is down or
-//     closed, a canceled context), is answered by Config.Unavailable, by default 503 with
-//     Retry-After: Config.UnavailableRetryAfter (1 second by default). To fail open or fall
-//     back to a local limit when the store is down, wrap the Limiter in a failover
-//     decorator; the decision it returns is then used like any other.
-//   - bad input, that is a KeyFunc error (wrapped in ErrIdentify, e.g. a Unix-socket peer
-//     with no IP) or a limiter error for which sluice.IsBadInput is true (an invalid limit),
-//     is answered by Config.Error, by default 500 with a problem body. Bad input is a bug
-//     in the configuration, never the client's doing, and never fails open. What a client
-//     shapes cannot cause it: an over-long identity (a header of any length) is decided
-//     under its keys.Bound form, like any other.
-//
-// No RateLimit fields are sent in those cases: there was no decision to report.
+// A denied request is answered by Config.Limited (by default 429, an RFC 9457 problem of
+// type quota-exceeded) with Retry-After: the longest RetryAfter of the denying policies,
+// rounded up, at least 1 second. A request that cannot be decided is never let through: a
+// limiter error that is not bad input (a store down or closed, failover failing closed
+// with [sluice.ErrStoreUnavailable], a canceled context) is answered by Config.Unavailable
+// (503, Retry-After Config.UnavailableRetryAfter); wrap the Limiter in package failover to
+// fail open or locally instead. Bad input (a KeyFunc error, wrapped in [ErrIdentify], or one
+// for which [sluice.IsBadInput] holds) is a configuration bug, answered by Config.Error
+// (500); nothing a client sends causes it. Neither sends RateLimit fields.
 //
 // # Trust
 //
@@ -134,20 +90,10 @@
 // (Policy.Overrides) are a mapping from the identity: they apply to whoever the Key says
 // the request is, never to what the request claims.
 //
-// # Traces
+// # Secrets and traces
 //
-// With Config.TracerProvider set, each request's decision is one OpenTelemetry span,
-// sluice.httplimit: a child of the span in the request's context (otelhttp's, say), else
-// of the request's W3C traceparent header. It carries sluice.policy (the applying
-// policies' names, comma-separated), sluice.result (allowed, denied or error),
-// sluice.path (store, cache, open, closed or local), sluice.store_latency_ms and, when the
-// store failed, sluice.error_kind. The next handler's request carries the span's context,
-// so a reverse proxy can send its traceparent upstream. Without a TracerProvider nothing
-// is traced and nothing is allocated for it.
-//
-// # Secrets
-//
-// API keys reach the middleware only through ByAPIKey, which replaces them with their
+// API keys reach the middleware only through [ByAPIKey], which replaces them with their
 // HMAC (keys.Hasher) before anything else sees them: store keys, log records, headers and
-// Result hold only the MAC.
+// Result hold only the MAC. With Config.TracerProvider each decision is one span,
+// sluice.httplimit; without it nothing is traced or allocated.
 package httplimit

@@ -11,16 +11,6 @@ import (
 	"github.com/sluicehq/sluice/keys"
 )
 
-// sfString reports whether s can be an RFC 9651 String: printable ASCII only.
-func sfString(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
-}
-
 // FuzzHeaders formats the RateLimit-Policy and RateLimit fields for two decisions of any
 // policy names, limits, counts, times and partition keys, and parses them back with an
 // RFC 9651 parser: a name that can be a String always serializes, every member round-trips
@@ -55,7 +45,7 @@ func FuzzHeaders(f *testing.F) {
 		}
 		ra := abs(retryAfter) % 1e9
 		h := http.Header{}
-		if !sfString(name) || !sfString(name2) {
+		if !sfv.ValidString(name) || !sfv.ValidString(name2) {
 			return // New refuses names that are not structured-field Strings
 		}
 		writeHeaders(h, &policyItems{}, ds, ra, legacy)

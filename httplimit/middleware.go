@@ -13,13 +13,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dunglas/httpsfv"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/evaluator"
 	"github.com/sluicehq/sluice/internal/logattr"
+	"github.com/sluicehq/sluice/internal/sfv"
 	"github.com/sluicehq/sluice/internal/span"
 	"github.com/sluicehq/sluice/keys"
 )
@@ -195,8 +195,8 @@ func checkPolicy(p *Policy, names map[string]bool) error {
 		return errors.New("duplicate name")
 	}
 	names[p.Name] = true
-	if _, err := httpsfv.Marshal(httpsfv.List{httpsfv.NewItem(p.Name)}); err != nil {
-		return fmt.Errorf("name is not a structured-field String (printable ASCII only): %w", err)
+	if !sfv.ValidString(p.Name) {
+		return errors.New("name is not a structured-field String (printable ASCII only)")
 	}
 	if p.Limit == (sluice.Limit{}) && len(p.Tiers) == 0 && len(p.Overrides) == 0 {
 		return fmt.Errorf("%w: no Limit, Tiers or Overrides", sluice.ErrInvalidLimit)

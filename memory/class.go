@@ -28,9 +28,9 @@ type class interface {
 	sweep(now int64) int
 	// sample offers up to m of shard i's entries, from its sweep cursor on, to best.
 	sample(i int, best *victim, m int) int
-	// retire takes every shard lock (in index order, AllowMulti's order) and, if the class
-	// holds no state, sets its gone flag (classRef.gone, given to newClass) and calls drop
-	// before releasing them. A retired class stores nothing more: a decision that would
+	// retire takes every shard lock (in index order, the order Store.Decide takes them
+	// in) and, if the class holds no state, sets its gone flag (classRef.gone, given to
+	// newClass) and calls drop before releasing them. A retired class stores nothing more: a decision that would
 	// insert a key is computed but not kept, and its caller, seeing the flag, decides again
 	// on the Limit's new class.
 	retire(drop func()) bool

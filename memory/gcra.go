@@ -21,10 +21,9 @@ import (
 // bucket's two.
 //
 // Arrays are rebuilt above 70% full (slots in use, tombstones included) and grow when
-// more than 68% of the slots would be live, so they are 51–70% full. A lookup walks about
-// 1.5–2.2 slots on average (linear probing), and a slot costs 34–47 bytes per key. At 80%
-// a lookup walked up to 3 slots, often into a second cache line: at 1M keys, 8% of the
-// time per decision.
+// more than 68% of the slots would be live, so they are 51–70% full: a lookup walks about
+// 1.5–2.2 slots on average (linear probing), rarely into a second cache line, and a slot
+// costs 34–47 bytes per key.
 type gslot struct{ lhdr }
 
 func (e *gslot) seize(v int64) (algo.State, int64) {

@@ -1,5 +1,5 @@
-// Package memory is sluice's in-process store: a sluice.Limiter (and sluice.MultiLimiter)
-// for all six algorithms, running the state machines of internal/algo directly.
+// Package memory is sluice's in-process store: a [sluice.Limiter] for every
+// [sluice.Algorithm], running the state machines of internal/algo directly.
 //
 //	store := memory.New()
 //	defer store.Close()
@@ -33,9 +33,9 @@
 // # Memory bound
 //
 // State that has become equivalent to empty (a full bucket, an aged-out window) is deleted
-// by an incremental sweeper: every SweepInterval it visits a bounded slice of each shard,
-// holding one shard's lock at a time, so there is never a stop-the-world scan; tables shrink
-// when they empty out. An insert that finds its shard's table full sweeps that one shard
+// by an incremental sweeper: every sweep interval ([WithSweepInterval]) it visits a bounded
+// slice of each shard, holding one shard's lock at a time, so there is never a
+// stop-the-world scan; tables shrink when they empty out. An insert that finds its shard's table full sweeps that one shard
 // first. Deleting such state changes no decision.
 //
 // Where keys come and go (many keys, each rarely seen, so that a key's state has emptied

@@ -29,8 +29,8 @@ import (
 //     unchanged).
 //
 // Slots are 32 bytes. Arrays are rebuilt above 80% full and grow when live keys would fill
-// more than 75%, so they stay 56–80% full (40–57 bytes per key; 46 at 1M keys): the
-// 48-byte-per-key budget does not allow GCRA's 70% ceiling with slots a third larger.
+// more than 75%, so they stay 56–80% full (40–57 bytes per key): a 48-byte-per-key budget
+// does not allow GCRA's 70% ceiling with slots a third larger.
 type pslot struct {
 	lhdr // ctl holds State.B
 	// a is State.A. Only the slot's holder reads or writes it, so it is a plain word: the

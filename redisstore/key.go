@@ -39,7 +39,7 @@ func escapeIdentity(id string) string {
 
 // plain returns the index of the first byte of id that escaping changes, or len(id).
 // Short identities are scanned byte by byte; longer ones with three strings.IndexByte
-// (vector instructions). strings.ContainsAny, before, built its byte set on every call.
+// (vector instructions), which unlike strings.ContainsAny builds no byte set per call.
 func plain(id string) int {
 	if len(id) < 16 {
 		for i := 0; i < len(id); i++ {

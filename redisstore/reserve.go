@@ -10,7 +10,7 @@ import (
 	"github.com/sluicehq/sluice/internal/algo"
 )
 
-// Reservations (sluice.Reserver)
+// Reservations ([sluice.Limiter.Reserve])
 //
 // Reserve is one call of a second script, built from lua/prelude.lua and lua/reserve_*.lua
 // (transcriptions of internal/algo/reserve.go), on the same key AllowN uses for the same
@@ -32,9 +32,9 @@ import (
 var reserveScript = newScript("prelude.lua", "reserve_gcra.lua", "reserve_leaky_bucket.lua",
 	"reserve_token_bucket.lua", "reserve_cancel.lua", "reserve_entry.lua")
 
-// Reserve implements sluice.Reserver for GCRA, TokenBucket and LeakyBucket limits (see the package doc
-// of sluice for the semantics, and the comment above for how it runs on Redis). The
-// deadline of ctx bounds the wait, measured from the moment Reserve is called.
+// Reserve implements [sluice.Limiter.Reserve] for GCRA, TokenBucket and LeakyBucket
+// limits (see package sluice for the semantics, and the comment above for how it runs on
+// Redis). The deadline of ctx bounds the wait, measured from the moment Reserve is called.
 func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
 	maxWait := int64(-1)
 	if deadline, ok := ctx.Deadline(); ok {

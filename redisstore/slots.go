@@ -34,7 +34,7 @@ type slotCall struct {
 // allowAcrossSlots decides reqs, whose keys are in more than one cluster slot, all or
 // nothing: each slot's requests are decided, and spent if they all fit, by one call of
 // the decision script per slot, all concurrently; if any slot denied or failed, the slots
-// that spent are refunded (see "Decisions across cluster slots" in the package doc).
+// that spent are refunded (docs/redis.md, "Decisions across cluster slots", has the rules).
 // Decide has validated reqs.
 //
 // ats, when not nil, receives each request's instant: its slot call's now.

@@ -43,7 +43,7 @@ func remaining(t *testing.T, s *Store, key string, l sluice.Limit) int64 {
 	return d.Remaining
 }
 
-// checkDenied fails t unless ds is a denied batch as sluice.MultiLimiter describes it:
+// checkDenied fails t unless ds is a denied batch as [sluice.Limiter.Decide] describes it:
 // nothing allowed, RetryAfter only on the requests in blocking.
 func checkDenied(t *testing.T, ds []sluice.Decision, blocking ...int) {
 	t.Helper()

@@ -1,184 +1,59 @@
-// Package redisstore is sluice's Redis store: a sluice.Limiter for
-// all six algorithms on Redis (standalone, Sentinel or Cluster), deciding exactly as the
-// in-process store (package memory) does. It needs Redis 6.0 or later (its scripts use
-// SET ... KEEPTTL); the tests run Redis 7.
+// Package redisstore is sluice's Redis store: a [sluice.Limiter] for every
+// [sluice.Algorithm] on Redis 6.0 or later (standalone, Sentinel or Cluster), deciding
+// exactly as the in-process store (package memory) does. docs/redis.md is the guide: how a
+// call runs, tuning, failures and operating Redis.
 //
 //	store, err := redisstore.Open("redis://localhost:6379")
 //	if err != nil { ... }
 //	defer store.Close()
 //	d, err := store.AllowN(ctx, "user:42", sluice.PerSecond(10), 1)
 //
-// # One script, Redis's clock
+// # Decisions and clock
 //
-// Every decision is one Lua script call that reads the key's state, runs the algorithm and
-// writes the new state, atomically. The script (lua/*.lua, embedded) is a line-by-line
-// transcription of internal/algo, in integer microseconds with every intermediate below
-// 2^53 so Lua's doubles are exact; a differential test holds it to identical Decisions
-// with the memory store. "Now" is read inside the script with TIME, so application clocks
-// never matter; WithClock supplies the caller's clock instead (tests, simulation).
-//
-// The script comes in seven builds of the same files: one per algorithm, which a call
-// whose decisions all use that algorithm runs, and one with all six for mixed calls (Redis
-// runs a script's whole body on every call, so a call's script defines only what it uses).
-// All are loaded at start with SCRIPT LOAD on every node and called with EVALSHA. A
-// NOSCRIPT reply (after a restart, failover or SCRIPT FLUSH) is healed by sending the
-// script once with EVAL, which runs it and loads it again; the caller never sees it.
+// The limits of a request on one cluster slot are decided by one call of an embedded Lua
+// script (lua/*.lua, called with EVALSHA), a transcription of internal/algo that a
+// differential test holds to the memory store's Decisions; concurrent decisions for one
+// server or slot share a call ([WithBatchSize], [WithConcurrency]). A request whose limits
+// span slots is decided all or nothing in two phases: each slot decides and spends, and if
+// any denies, the slots that spent are refunded. A refund never over-admits; between the
+// phases a concurrent request may be under-admitted for about a round trip. "Now" is
+// Redis's clock (TIME, inside the script), in integer microseconds, unless [WithClock].
 //
 // # Keys and TTLs
 //
-// One (identity, Limit) is one Redis key: a string for the fixed-size states, a sorted set
-// for SlidingLog. The layout is "<prefix>{<escaped identity>}:<algorithm>:<rate>:<period
-// µs>:<burst>" (see Store.Key): the identity inside a hash tag, escaped so that no
-// identity can collide with another or leave its slot. A string holds the state's integer
-// fields (algo.State's A, then B, then C, as the algorithm uses them) as little-endian
-// IEEE-754 doubles, 8, 16 or 24 bytes: binary, so that Redis neither formats nor parses
-// decimal text. The bucket algorithms' fields count 1/S µs (algo.Params). Every key the
-// store writes carries a TTL equal to the time until its state is equivalent to empty
-// (algo.ExpiresAt), rounded up to a millisecond. A write that leaves that instant as it
-// was keeps the key's TTL rather than setting it again (SET ... KEEPTTL, cheaper for
-// Redis): a fixed window's or calendar quota's spends after the first in a period, unless
-// WithMinTTL raises the TTL or the store decides on WithClock's clock. So a TTL changed by
-// hand (PERSIST) stands until the next period's first spend. A decision that spends
-// nothing never creates a key; on an existing key it writes only what the algorithm
-// changed (a window algorithm moving to a new window), as the memory store keeps it.
+// One (identity, Limit) is one key, "<prefix>{<escaped identity>}:<algorithm>:<rate>:<period
+// µs>:<burst>" ([Store.Key], [DefaultPrefix]): the identity in a hash tag, escaped so that no
+// identity collides with another or leaves its slot. A string holds the state's fields as
+// little-endian doubles; SlidingLog and Concurrency keys are sorted sets; a reservation to
+// settle is "<limiter key>:res:<id>", in the same slot. Every key's TTL is the time until
+// its state is equivalent to empty (algo.ExpiresAt), rounded up to a millisecond, and at
+// least [WithMinTTL]. A decision that spends nothing never creates a key.
 //
-// A Concurrency limit's key ("<prefix>{<identity>}:concurrency:<rate>:<lease µs>:0") is a
-// sorted set of the lease ids held, scored by expiry (lua/concurrency.lua), whose TTL is
-// its last lease's expiry. A reservation of a request with a SettleTTL is a string beside
-// its limiter key, "<limiter key>:res:<id>" (the same hash tag, so the same slot): the
-// estimate, the decision's instant, the instant its state was empty again and the
-// reservation's expiry, as doubles, kept for the SettleTTL; once settled it holds "s".
+// # Errors
 //
-// # Coalescing
-//
-// Concurrent decisions are coalesced: while a script call is in flight, decisions arriving
-// for the same server (the same slot on a cluster) queue, and the next call decides all of
-// them at once (up to WithBatchSize), in arrival order. A lone decision is sent at once, so
-// at low load nothing waits; under load, one script call amortises Redis's per-call cost
-// over many decisions. Calls are sent through rueidis, which pipelines concurrent commands
-// on shared connections, by the store's batch goroutines: these outlive a batch, and up
-// to 8 per store wait idle for the next one; Close ends them.
-//
-// # Decisions across cluster slots
-//
-// A script may touch the keys of one cluster slot only, and the limits of one request are
-// often in several: a per-IP limit and a per-API-key limit are two identities. Decide
-// decides such a batch all or nothing, in two phases:
-//
-//  1. Reserve. The requests are grouped by slot and every group is decided by one call of
-//     the decision script, all groups concurrently; a group spends only if all its requests
-//     fit, as a batch in one slot does, and its call also returns its now, the instant of
-//     its spends. If every group was allowed, the batch is allowed: there is nothing to
-//     commit.
-//  2. Refund. Otherwise every group that spent is given back, concurrently, by one call of
-//     the refund script (lua/refund.lua) on the same primary, which runs the refunds of
-//     internal/algo (algo.Refund, algo.RefundSlidingLog) with the spends' now, and reports
-//     each key as it then stands.
-//
-// The Decisions of a denied batch are sluice.Limiter.Decide's: none is allowed; those that
-// blocked carry their RetryAfter; the others have RetryAfter 0, and the Remaining and
-// ResetAfter of their key after the refund, as if nothing had been spent.
-//
-// A refund never over-admits: a refunded key is never more permissive than had the spend's
-// decision spent nothing. FixedWindow, SlidingWindow and SlidingLog get back exactly what
-// was spent. GCRA, TokenBucket and LeakyBucket get back the spend less the time elapsed
-// between the phases on the primary's clock, time during which a concurrent spend may have
-// found the bucket full had the refunded spend not been made (giving it all back would
-// hand that time out twice); a key with a backlog thus keeps up to one round trip of
-// emission time too much per refund (see algo.RefundGCRA, which also says what a clock
-// step back between the phases does). Reservations (Store.Reserve) are the exception: a
-// reservation on the same key and Limit between the phases can be overtaken by up to the
-// refunded units, so do not pace with a limit that batches across slots also use.
-//
-// Between the phases, a concurrent request may be denied by units that are then refunded:
-// under-admission, for at most the time from a slot's first-phase call to its refund
-// (about one round trip, plus the wait for the slowest slot's answer); never
-// over-admission.
-//
-// If a group's call fails (an error reply, a broken connection, the caller's context
-// ending), the groups that spent are refunded and the batch returns the error, to which a
-// failover decorator applies its failure mode. A call whose fate is unknown (it was sent
-// but not answered) may have spent and is not refunded, nor is one whose refund fails
-// (logged): those units stay spent until the key's state empties, under-admission again.
-// Refunds run after the caller's context has ended, for up to 5 s, and Close waits for
-// them.
-//
-// Cost: a batch across k slots that is allowed is one round trip, k script calls in
-// parallel; a denied one is two when some slot spent. These calls go to Redis directly,
-// not through the coalescing above, which a batch in one slot still uses.
-//
-// # Performance
-//
-// bench/README.md has the measurements and the commands. WithBatchSize and WithConcurrency
-// tune the coalescing. Under load a decision allocates nothing on the client: each call is
-// built in buffers the batch reuses once the call has been answered. Requests, states and
-// answers cross into Lua as little-endian doubles.
-//
-// Latency. Every key expires when its state is empty, often milliseconds after it was
-// written, and Redis expires keys in its periodic task (hz times a second, 10 by default),
-// holding other commands meanwhile: under load that is where the tail latency comes from.
-// Run a Redis that serves rate limits with hz 100 (redis.conf; the store logs a hint at
-// start when a primary's hz is below 50), and consider WithMinTTL (sluice serve's
-// --redis-min-ttl), which trades memory for fewer keys created and expired.
+// Bad input wraps sluice's sentinel errors ([sluice.IsBadInput]) and spends nothing. Every
+// failure is a [sluice.StoreError] of the kind the store gives it ([sluice.KindOf]):
+// timeouts, refused and reset connections, BUSY, OOM, LOADING, READONLY, CLUSTERDOWN,
+// redirections, missing scripts; before the first connection with [WithConnectRetry], one
+// wrapping [ErrNotConnected]; after Close, [sluice.ErrClosed]. A decision whose fate is
+// unknown is not retried, since it may have spent: failure modes are package failover's.
+// A live caller never gets a cancellation ([sluice.ForeignCancel]).
 //
 // # Connecting
 //
-// Open connects before it returns, and fails when Redis cannot be reached; with
-// WithConnectRetry it returns at once and keeps connecting in the background, decisions
-// failing fast (ErrNotConnected) until it succeeds: what a service wants when it may
-// start before its Redis. After the first connection, rueidis reconnects by itself.
+// [Open] takes redis:// or rediss:// (TLS) URLs: standalone "host:port[/db]", a Cluster by
+// any seed nodes ("?addr=host2:port&addr=..."), Sentinel ("?addr=...&master_set=name"); ACL
+// user and password; dial_timeout, write_timeout, client_name, db, and for rediss ca_file
+// and skip_verify. [New] takes a rueidis.Client for anything else (client certificates,
+// Sentinel credentials).
 //
-// Open accepts these URL forms:
+// # Operating Redis
 //
-//	redis://[user:password@]host:port[/db]          standalone
-//	rediss://[user:password@]host:port[/db]         standalone over TLS
-//	redis://host1:port?addr=host2:port&addr=...     cluster: any nodes as seeds; the
-//	                                                client detects Cluster mode itself
-//	redis://sentinel1:26379?addr=sentinel2:26379&master_set=mymaster
-//	                                                Sentinel: the sentinels' addresses and
-//	                                                the master's name
-//
-// user:password are the ACL credentials (only a password for requirepass). Query options:
-// dial_timeout, write_timeout (durations), skip_verify (rediss only), client_name, db, and
-// ca_file (rediss only): a PEM file of the CA certificates that verify the server, for a
-// private CA, instead of the system's roots (and without skip_verify). For anything else
-// (client certificates, Sentinel credentials) build a rueidis.Client and use New.
-//
-// # Failures
-//
-// A decision that cannot reach Redis returns the client's error wrapped (errors.As finds
-// *rueidis.RedisError for server replies such as OOM, BUSY, LOADING, READONLY or
-// CLUSTERDOWN). The store does not retry a decision whose fate is unknown, since it may
-// already have been spent; failover policies belong in a decorator (package failover).
-// A caller whose context ends while its decision is queued gets the context's error and
-// its decision is dropped unsent; once sent, it may still be spent. A caller whose
-// context is live never gets a cancellation: when a connection dialled for several calls
-// is abandoned with the call that dialled it, the others fail as the store failing
-// (sluice.KindRefused, see sluice.ForeignCancel).
-//
-// # Eviction
-//
-// Rate-limit state must not be evicted: an evicted key is a reset quota. New reads
-// maxmemory-policy on every primary and logs a warning when it is anything but
-// noeviction (volatile-* policies evict keys with a TTL, which all of the store's keys
-// have). Managed Redis often refuses CONFIG; that is logged at debug level and tolerated.
-// EvictedKeys reports the servers' evicted_keys counter, for metrics.
-//
-// # Failover and over-admission
-//
-// Redis replicates asynchronously: a primary answers a script call before its replicas
-// have the writes. When a primary dies and a replica takes over (Cluster or Sentinel), the
-// spends the old primary acknowledged but had not sent on are lost, and the new primary
-// admits those units again. Per key, the over-admission of one failover is at most the
-// units the old primary admitted for that key during its replication lag at the moment it
-// died (the lag is bounded by the replication link, and refused writes beyond it when
-// min-replicas-max-lag is set), and never more than the key's limit (a key whose whole
-// state was lost is a fresh key). The store does not WAIT for replicas, which would close
-// the gap at a round trip per decision. While no primary serves a slot (a few
-// cluster-node-timeouts), and while a slot is down (CLUSTERDOWN), the failure mode decides
-// its keys: open admits uncounted, closed denies. A slot migrated with MIGRATE keeps its
-// keys' state: no over-admission. The stack package's cluster fault tests count each of
-// these against a real cluster with replicas.
+// Run it with maxmemory-policy noeviction (an evicted key is a reset quota: [New] warns
+// otherwise, [Store.EvictedKeys] counts them) and hz 100 (its key expiry is most of the tail
+// latency). Replication is asynchronous: when a replica takes over, a key can be admitted
+// again at most what the old primary admitted for it during its replication lag, and never
+// more than its limit.
 package redisstore
 
 import (

@@ -56,10 +56,8 @@
 // sync interval, the cross-region latency or the loss of the shared Redis. This is better than
 // the nodes × rate × sync interval of optimistic schemes (each node decides on stale global
 // counts), and it is paid for in utilisation instead: a node whose demand grows waits two
-// to three sync intervals for shares to move to it, and bursts are split between nodes.
-// Measured (3 nodes in two regions, demand moving between them every 800ms): 90% of the
-// limit used at a 10ms interval, 86% at 50ms, 59% at 200ms, and never a unit above what
-// one limiter would have admitted.
+// to three sync intervals for shares to move to it, and bursts are split between nodes
+// (bench/README.md has the utilisation measured at several sync intervals).
 //
 // When the shared Redis is unreachable, nodes keep deciding within their last known
 // share, with Path sluice.PathLocal, until their lease runs out; then they deny until it is

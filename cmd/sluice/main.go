@@ -15,11 +15,12 @@
 // With no arguments at all, `go run ./cmd/sluice serve` starts a useful service on a
 // fresh machine: the in-memory store and the built-in example configuration.
 //
-// On Redis, serve and proxy decide through observe -> denycache -> failover -> redisstore
-// (observe -> denycache -> memory without Redis): the deny cache (--deny-cache-bytes,
-// default 8 MiB; 0 turns it off) answers repeats of the store's denials in-process while
-// they certainly hold, for at most --deny-cache-max-age (default 1s, the longest a reset
-// made through another replica goes unseen), and the decision log samples them.
+// serve and proxy decide through the layers [stack.Open] builds, in its order: observe ->
+// failover -> denycache -> redisstore on Redis, observe -> denycache -> memory without it.
+// The deny cache (--deny-cache-bytes, default 8 MiB; 0 turns it off) answers repeats of
+// the store's denials in-process while they certainly hold, for at most
+// --deny-cache-max-age (default 1s, the longest a reset made through another replica goes
+// unseen), and the decision log samples them.
 //
 // serve and proxy let the heap grow by at least --gc-headroom-bytes (default 64 MiB)
 // between garbage collections, Go's own pacing once more than that is live, unless GOGC

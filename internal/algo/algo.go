@@ -33,8 +33,8 @@
 //
 // GCRA, TokenBucket and LeakyBucket are one limiter (TestTokenBucketIsGCRA,
 // TestLeakyBucketIsGCRA) kept as three functions, not one under three names, because each
-// state layout is what that algorithm's Redis keys hold across versions (a TokenBucket of
-// the previous version would read GCRA's TAT as a full bucket).
+// state layout is what that algorithm's Redis keys hold: a TokenBucket state read as
+// GCRA's, or the reverse, would be a different bucket.
 //
 // # Results
 //

@@ -84,3 +84,17 @@ func escaped(s string) string {
 	}
 	return string(b)
 }
+
+// FuzzValidString: ValidString holds exactly for the strings a structured-field
+// serializer accepts as a String as they are.
+func FuzzValidString(f *testing.F) {
+	for _, s := range []string{"per-ip", "", `a"b\c`, "caf\xc3\xa9", "tab\t", "\x7f", "~ "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		_, err := httpsfv.Marshal(httpsfv.List{httpsfv.NewItem(s)})
+		if got := ValidString(s); got != (err == nil) {
+			t.Errorf("ValidString(%q) = %v, httpsfv.Marshal error: %v", s, got, err)
+		}
+	})
+}

@@ -1,4 +1,4 @@
--- Mirrors memory.Store's decision loop (AllowN and AllowMulti in memory/memory.go): the
+-- Mirrors memory.Store's decision loop (Store.Decide in memory/memory.go): the
 -- entry point. Each request runs the function of its algorithm above, which reads the
 -- key's state, decides (mirroring one function of internal/algo) and writes the new state
 -- with a TTL equal to the time until it is equivalent to empty (algo.ExpiresAt).
@@ -15,7 +15,7 @@
 --   little-endian doubles each, in ascending order: the index of the group's first request
 --   and the number of its requests (at least 2). A request in no group is an independent
 --   decision. A group is decided without spending, and only if all its requests are
---   allowed are they decided again, spending (as memory.Store.AllowMulti does).
+--   allowed are they decided again, spending (as memory.Store.Decide does).
 -- ARGV[5]: absent or "0" when every key is distinct, "1" when a key appears more than
 --   once among KEYS. Requests are decided in order, so two requests on one key in one call
 --   see each other's spending (written, in prelude.lua), which is tracked only with "1".
@@ -84,8 +84,8 @@ while i <= nkeys do
     local algo, rate, period, burst, n
     algo, rate, period, burst, n, pos = sunpack('<ddddd', reqs, pos)
     local key = KEYS[i]
-    -- state(i, key), inline: a Lua call per decision costs Redis 2% (555 instructions of
-    -- 28.3k, bench/cmd/rediscost) on this, the common path.
+    -- state(i, key), inline: this is the common path, and a Lua call per decision is a
+    -- measurable share of Redis's work (bench/README.md).
     local v = vals[i]
     if written then
       local w = written[key]

@@ -124,8 +124,8 @@ local minttl = tonumber(ARGV[2])
 -- State codec: a fixed-size state (algo.State's A, B, C) is one string key holding the
 -- fields it uses ("A", "A B" or "A B C") as little-endian IEEE-754 doubles, 8, 16 or 24
 -- bytes. Every field is an integer below 2^53, so the doubles are exact. Binary, not
--- decimal text: formatting and parsing decimal numbers (sprintf and strtod inside Lua and
--- Redis) took a third of the server's time per decision.
+-- decimal text, because formatting and parsing decimal numbers (sprintf and strtod inside
+-- Lua and Redis) would be a large part of the server's work per decision.
 local sformat, spack, sunpack = string.format, struct.pack, struct.unpack
 
 -- decode returns a state's three fields from a key's value (false when the key is
@@ -185,8 +185,7 @@ local lastttl, lastarg = -1, ''
 -- put stores a key's new state val, which becomes equivalent to empty at exp
 -- (algo.ExpiresAt): PSETEX with a TTL of ttlms(exp - now), or DEL when that is not
 -- positive. (PSETEX rather than SET ... PX: one argument fewer to convert and no options
--- to parse; with a TTL memo, 1,660 fewer Redis instructions per decision, of
--- 31,800, counted by bench/cmd/rediscost.)
+-- to parse; bench/README.md has the count.)
 -- With a minimum TTL, a state equivalent to empty is kept for that long (as package
 -- memory keeps it until its sweep): a clock that steps back then still sees it.
 -- (ttlms and int are inline, and floor is ttl - ttl % 1, exact below 2^53: this runs for
