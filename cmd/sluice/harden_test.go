@@ -341,9 +341,9 @@ func policyQuota(t *testing.T, h http.Header, name string) string {
 
 // TestProxyClientCannotPickItsTier: through `sluice proxy`, "X-Plan: pro" from a client
 // leaves it on the free tier (60/min) with the built-in configuration, with identity_tiers
-// that do not name it, and with a tier_header whose sender is not a trusted proxy; from a
-// trusted proxy the header is believed, and identity_tiers put their identities in their
-// tier.
+// that do not name it, with a tier_header whose sender is not a trusted proxy, and with an
+// X-User-ID that names a pro user from a client that is not a trusted proxy; from a trusted
+// proxy the headers are believed, and identity_tiers put their identities in their tier.
 func TestProxyClientCannotPickItsTier(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer up.Close()
@@ -360,7 +360,7 @@ policies:
       pro: {rate: 1000, period: minute}
 `)
 	}
-	byIdentity := writeConfig(t, "members.yaml", `policies:
+	members := `policies:
   - name: api
     key: user
     default_tier: free
@@ -369,7 +369,11 @@ policies:
       pro: {rate: 1000, period: minute}
     identity_tiers:
       "user:vip": pro
-`)
+`
+	// With the client as the trusted proxy that sets X-User-ID, and without: then
+	// X-User-ID is not believed, and the client is its address.
+	byIdentity := writeConfig(t, "members.yaml", "identity: {trusted_proxies: [127.0.0.1]}\n"+members)
+	untrustedIdentity := writeConfig(t, "members-untrusted.yaml", members)
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -379,6 +383,7 @@ policies:
 		{"built-in", nil, "", "60"},
 		{"identity_tiers, another user", []string{"--config", byIdentity}, "someone", "60"},
 		{"identity_tiers, the user in the tier", []string{"--config", byIdentity}, "vip", "1000"},
+		{"identity_tiers, the user's header from a client", []string{"--config", untrustedIdentity}, "vip", "60"},
 		{"tier header, client not a trusted proxy", []string{"--config", tiered("10.0.0.0/8")}, "", "60"},
 		{"tier header from a trusted proxy", []string{"--config", tiered("127.0.0.1")}, "", "1000"},
 	} {

@@ -10,7 +10,7 @@ import (
 )
 
 // TestProxySettle: through `sluice proxy`, a policy that settles costs spends the
-// request's X-Cost-Estimate (or the route's fixed estimate) up front and the cost the
+// X-Cost-Estimate a trusted proxy sent (or the route's fixed estimate) up front and the cost the
 // upstream reports in its X-Cost trailer or header when the response ends: an
 // under-estimate is charged, an over-estimate refunded, an overrun denies the next
 // request, and a malformed estimate is 400. On memory and Redis.
@@ -29,7 +29,9 @@ func TestProxySettle(t *testing.T) {
 				io.WriteString(w, "completion")
 			}))
 			defer up.Close()
-			cfg := writeConfig(t, "p.yaml", `policies:
+			// The client is the trusted proxy: it sets X-User-ID and X-Cost-Estimate.
+			cfg := writeConfig(t, "p.yaml", `identity: {trusted_proxies: [127.0.0.1]}
+policies:
   - name: tokens
     key: user
     algorithm: token_bucket

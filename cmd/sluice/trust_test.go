@@ -91,7 +91,9 @@ func TestProxyTrust(t *testing.T) {
 				}
 				args := []string{"--upstream", up.URL, "--listen", "127.0.0.1:0", "--config", cfg}
 				if redisURL != "" {
-					args = append(args, "--redis", redisURL)
+					// A deadline a loaded machine meets: a decision failed open would
+					// count as a header believed.
+					args = append(args, "--redis", redisURL, "--deadline", "2s", "--failure-mode", "closed")
 				}
 				return "http://" + startedProxy(t, args...)
 			}
