@@ -168,7 +168,7 @@ func TestBurstAndQuotaOnOneDescriptor(t *testing.T) {
 	cfg := parseConfig(t, config.File{Name: "billing.yaml", Data: []byte(burstAndQuotaDomain)})
 	for _, k := range stores {
 		t.Run(k.name, func(t *testing.T) {
-			r, clock := newServer(t, k, cfg, Options{})
+			r, clock := newServer(t, k, cfg, Options{RLSHeaders: RLSHeaders{IETF: true}})
 			clock.Set(time.Date(2030, 4, 10, 12, 0, 0, 0, time.UTC))
 			ctx := context.Background()
 			req := &rlsv3.RateLimitRequest{Domain: "billing", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("customer", "c1")}}
@@ -238,7 +238,7 @@ func mustLoc(t *testing.T, name string) *time.Location {
 // period start, and advertises the period's length.
 func TestCalendarBlockedRule(t *testing.T) {
 	cfg := parseConfig(t, configFile("d.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: month, requests_per_unit: 0, calendar: true, zone: Europe/Berlin}\n"))
-	r, clock := newServer(t, stores[0], cfg, Options{})
+	r, clock := newServer(t, stores[0], cfg, Options{RLSHeaders: RLSHeaders{IETF: true}})
 	berlin := mustLoc(t, "Europe/Berlin")
 	clock.Set(time.Date(2030, 2, 27, 0, 0, 0, 0, berlin))
 	resp, err := r.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", "v")}})

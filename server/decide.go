@@ -98,9 +98,8 @@ const (
 	opUsage = "sluice.usage"
 )
 
-// windowReset is the time until the fixed window of length period that holds now ends,
-// as the reference implementation reports duration_until_reset for a limit it did not
-// consult (requests_per_unit 0).
+// windowReset is the time until the fixed window of length period that holds now ends:
+// a requests_per_unit 0 rule's decision, which no store makes, waits that long.
 func windowReset(now time.Time, period time.Duration) time.Duration {
 	if period <= 0 {
 		return 0

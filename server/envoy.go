@@ -6,8 +6,10 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
+	"unsafe"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -145,8 +147,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if !out.Allowed && !s.shadowMode {
 		a.resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
+	now := s.now()
 	for i := range items {
-		descriptorStatus(&items[i], &a.statuses[i])
+		descriptorStatus(&items[i], &a.statuses[i], now)
 		ed.count(&items[i])
 	}
 	s.addHeaders(a, items, out.RetryAfter)
@@ -215,20 +218,20 @@ type statusBlock struct {
 }
 
 // answer is a ShouldRateLimit answer and the memory its messages point into, allocated at
-// once (704 bytes, a size class): the response, its descriptor statuses (for one
-// descriptor; several take two more allocations), the two response headers of an allowed
-// answer and the text of their values, so that the common answer is one allocation (a
-// denial's Retry-After is one more). Nothing in it is written after the handler returns
-// it.
+// once: the response, its descriptor statuses (for one descriptor; several take two more
+// allocations), three response headers and the text of their values, so that the common
+// answer is one allocation.
+// Nothing in it is written after the handler returns it.
 type answer struct {
 	resp     rlsv3.RateLimitResponse
 	statuses []statusBlock
 	ptr      [1]*rlsv3.RateLimitResponse_DescriptorStatus
 	block    [1]statusBlock
 	hptrs    [3]*corev3.HeaderValue
-	hvals    [2]corev3.HeaderValue
+	hvals    [3]corev3.HeaderValue
 	// text holds the RateLimit value, RateLimit-Policy's unless it is a rule's member
-	// written at load, and Retry-After's, when they fit (else they take an allocation).
+	// written at load, and Retry-After's, or the reference's three numbers, when they fit
+	// (else they take an allocation).
 	text [88]byte
 }
 
@@ -270,13 +273,12 @@ func (a *answer) addHeader(key, value string) {
 //
 //   - no rule, or a replaced rule: OK, no current_limit, limit_remaining 0;
 //   - unlimited: OK, no current_limit, limit_remaining 4294967295;
-//   - requests_per_unit 0: OVER_LIMIT (OK in shadow mode), limit_remaining 0,
-//     duration_until_reset the end of the unit's window;
+//   - requests_per_unit 0: OVER_LIMIT (OK in shadow mode), limit_remaining 0;
 //   - otherwise the decision: OVER_LIMIT when over (OK in shadow mode), limit_remaining
-//     Decision.Remaining, duration_until_reset Decision.RetryAfter when over, else
-//     Decision.ResetAfter;
+//     Decision.Remaining;
+//   - duration_until_reset, for both, resetAfter at now;
 //   - quota_mode: as shadow mode, but over the limit without duration_until_reset.
-func descriptorStatus(it *item, m *statusBlock) {
+func descriptorStatus(it *item, m *statusBlock, now time.Time) {
 	st := &m.status
 	st.Code = rlsv3.RateLimitResponse_OK
 	switch it.status {
@@ -300,12 +302,7 @@ func descriptorStatus(it *item, m *statusBlock) {
 	}
 	if it.Decided {
 		st.LimitRemaining = uint32(min(it.Decision.Remaining, math.MaxUint32))
-		d := it.Decision.ResetAfter
-		if over && it.Decision.RetryAfter > 0 {
-			d = it.Decision.RetryAfter
-		}
-		// durationpb.New, into the answer's own memory.
-		m.reset.Seconds, m.reset.Nanos = int64(d/time.Second), int32(d%time.Second)
+		m.reset.Seconds = resetAfter(it, now)
 		st.DurationUntilReset = &m.reset
 	}
 	if over && r.QuotaMode && !r.Shadow {
@@ -315,14 +312,55 @@ func descriptorStatus(it *item, m *statusBlock) {
 	}
 }
 
-// addHeaders sets the answer's response_headers_to_add: RateLimit-Policy and RateLimit for
-// the items, and Retry-After when the answer is OVER_LIMIT.
+// resetAfter is a decided descriptor's duration_until_reset in whole seconds, as the
+// reference computes it (utils.CalculateReset): the unit's length (times the limit
+// override's unit_multiplier) less the Unix time in seconds modulo it, that is the time
+// from the current second to the end of the epoch-aligned fixed window holding it,
+// whatever the counter holds. A calendar rule's window is its calendar period, whose end
+// is counted from the current second. A rule of another algorithm (a sluice extension)
+// has no window: its duration is the decision's RetryAfter when over the limit, else its
+// ResetAfter, rounded up to whole seconds.
+func resetAfter(it *item, now time.Time) int64 {
+	r := it.rule
+	switch {
+	case !r.Calendar.IsZero():
+		sec := now.Truncate(time.Second)
+		_, end := r.Calendar.Bounds(sec)
+		return ceilSeconds(end.Sub(sec))
+	case it.status == config.Blocked || r.Limit.Algorithm == sluice.FixedWindow:
+		div := int64(r.Unit.Period() / time.Second)
+		if it.unitMultiplier > 1 {
+			div *= int64(it.unitMultiplier)
+		}
+		if div <= 0 {
+			return 0
+		}
+		return div - ((now.Unix()%div)+div)%div
+	}
+	d := it.Decision.ResetAfter
+	if it.Over() && it.Decision.RetryAfter > 0 {
+		d = it.Decision.RetryAfter
+	}
+	return ceilSeconds(d)
+}
+
+// addHeaders sets the answer's response_headers_to_add, as Options.RLSHeaders asks: the
+// reference's three headers (referenceHeaders), then RateLimit-Policy and RateLimit for
+// the items and, when the answer is OVER_LIMIT, Retry-After.
 func (s *Server) addHeaders(a *answer, items []item, retryAfter time.Duration) {
+	h := &s.rlsHeaders
+	text := a.text[:0]
+	if h.Reference {
+		text = s.referenceHeaders(a, text)
+	}
+	if !h.IETF {
+		return
+	}
 	ra := time.Duration(0)
 	if a.resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		ra = retryAfter
 	}
-	p, l, retry := rateLimitHeaders(a.text[:0], items, ra, s.shadowHeaders)
+	p, l, retry := rateLimitHeaders(text[len(text):], items, ra, s.shadowHeaders)
 	if p != "" {
 		a.addHeader("RateLimit-Policy", p)
 		if l != "" {
@@ -334,11 +372,49 @@ func (s *Server) addHeaders(a *answer, items []item, retryAfter time.Duration) {
 	}
 }
 
+// referenceHeaders adds the reference implementation's headers (its
+// LIMIT_RESPONSE_HEADERS_ENABLED) to the answer, whose statuses are filled, and returns
+// text with their values appended (taken from its capacity when they fit). They describe
+// one descriptor, chosen as there: the last whose code is OVER_LIMIT, else, among those
+// with a current_limit, the first with the least limit_remaining below 4294967295.
+// Their values are its requests_per_unit, its limit_remaining and its duration_until_reset
+// in seconds. An answer with no such descriptor has none of them.
+func (s *Server) referenceHeaders(a *answer, text []byte) []byte {
+	var pick *statusBlock
+	least := uint32(math.MaxUint32)
+	for i := range a.statuses {
+		m := &a.statuses[i]
+		st := &m.status
+		if st.CurrentLimit != nil && st.LimitRemaining < least {
+			pick, least = m, st.LimitRemaining
+		}
+		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			pick, least = m, 0
+		}
+	}
+	if pick == nil {
+		return text
+	}
+	h := &s.rlsHeaders
+	num := func(v int64) string {
+		from := len(text)
+		text = strconv.AppendInt(text, v, 10)
+		return unsafe.String(&text[from], len(text)-from)
+	}
+	a.addHeader(h.Limit, num(int64(pick.status.CurrentLimit.RequestsPerUnit)))
+	a.addHeader(h.Remaining, num(int64(pick.status.LimitRemaining)))
+	// A quota_mode descriptor over its limit has no duration_until_reset in the answer;
+	// its reset is still the window's.
+	a.addHeader(h.Reset, num(pick.reset.Seconds))
+	return text
+}
+
 // closedResponse is the answer when the store is down and the failure mode is closed:
 // every limited descriptor over the limit, with the headers of a denial (nothing remains;
 // retry after a second).
 func (s *Server) closedResponse(items []item) *rlsv3.RateLimitResponse {
 	a := newAnswer(len(items))
+	now := s.now()
 	a.resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	for i := range items {
 		it := &items[i]
@@ -347,7 +423,7 @@ func (s *Server) closedResponse(items []item) *rlsv3.RateLimitResponse {
 			it.Decision = sluice.Decision{Limit: it.Limit, Path: sluice.PathClosed, RetryAfter: time.Second}
 			it.TooBig = true // over, whatever the (unknown) state
 		}
-		descriptorStatus(it, &a.statuses[i])
+		descriptorStatus(it, &a.statuses[i], now)
 	}
 	if s.shadowMode {
 		a.resp.OverallCode = rlsv3.RateLimitResponse_OK

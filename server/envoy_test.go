@@ -107,9 +107,23 @@ const (
 )
 
 // envoySteps run in order against one server whose clock stands at t0 (20 s into the
-// minute, hour and day). shadowHeaders is the server's Options.ShadowHeaders: without it a
+// minute, hour and day). ietf is the server's Options.RLSHeaders.IETF: without it the
+// answers carry no headers. shadowHeaders is its Options.ShadowHeaders: without it a
 // shadow limit stays out of the RateLimit headers.
-func envoySteps(shadowHeaders bool) []envoyStep {
+func envoySteps(ietf, shadowHeaders bool) []envoyStep {
+	steps := ietfSteps(shadowHeaders)
+	if !ietf {
+		for _, s := range steps {
+			if s.want != nil {
+				s.want.ResponseHeadersToAdd = nil
+			}
+		}
+	}
+	return steps
+}
+
+// ietfSteps are envoySteps with the IETF fields.
+func ietfSteps(shadowHeaders bool) []envoyStep {
 	shadowHdrs := hdrs("RateLimit-Policy", `"edge.shadow";q=1;w=60`, "RateLimit", `"edge.shadow";r=0;t=40`)
 	if !shadowHeaders {
 		shadowHdrs = nil
@@ -161,7 +175,7 @@ func envoySteps(shadowHeaders bool) []envoyStep {
 		}, 0},
 		{"several descriptors: one exhausted denies, the others spend nothing",
 			edgeReq(desc("remote_address", "1.1.1.1"), desc("message_type", "marketing", "to_number", "777"), desc("unknown", "x")), &resp{
-				OverallCode: over, Statuses: []*status_{st(over, ra, 0, ten), st(ok, mk, 5, 0), noLimit},
+				OverallCode: over, Statuses: []*status_{st(over, ra, 0, ten), st(ok, mk, 5, dayLeft), noLimit},
 				ResponseHeadersToAdd: hdrs(
 					"RateLimit-Policy", `"edge.remote_address";q=3;w=60, "edge.message_type_marketing.to_number";q=5;w=86400`,
 					"RateLimit", `"edge.remote_address";r=0;t=40, "edge.message_type_marketing.to_number";r=5;t=0`,
@@ -185,15 +199,15 @@ func envoySteps(shadowHeaders bool) []envoyStep {
 			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"edge.remote_address_4.4.4.4";q=2;w=30`, "RateLimit", `"edge.remote_address_4.4.4.4";r=1;t=10`),
 		}, 0},
 		{"gcra extension, burst 2", edgeReq(desc("api", "k1")), &resp{
-			OverallCode: ok, Statuses: []*status_{st(ok, cur("", 600, minute), 1, 100*time.Millisecond)},
+			OverallCode: ok, Statuses: []*status_{st(ok, cur("", 600, minute), 1, time.Second)},
 			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"edge.api";q=600;w=60`, "RateLimit", `"edge.api";r=1;t=1`),
 		}, 0},
 		{"gcra burst spent", edgeReq(desc("api", "k1")), &resp{
-			OverallCode: ok, Statuses: []*status_{st(ok, cur("", 600, minute), 0, 200*time.Millisecond)},
+			OverallCode: ok, Statuses: []*status_{st(ok, cur("", 600, minute), 0, time.Second)},
 			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"edge.api";q=600;w=60`, "RateLimit", `"edge.api";r=0;t=1`),
 		}, 0},
-		{"gcra over: duration_until_reset is the time until a retry passes", edgeReq(desc("api", "k1")), &resp{
-			OverallCode: over, Statuses: []*status_{st(over, cur("", 600, minute), 0, 100*time.Millisecond)},
+		{"gcra over: duration_until_reset is the time until a retry passes, in whole seconds", edgeReq(desc("api", "k1")), &resp{
+			OverallCode: over, Statuses: []*status_{st(over, cur("", 600, minute), 0, time.Second)},
 			ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"edge.api";q=600;w=60`, "RateLimit", `"edge.api";r=0;t=1`, "Retry-After", "1"),
 		}, 0},
 		{"shadow mode: first", edgeReq(desc("shadow", "s")), &resp{
@@ -233,19 +247,19 @@ func envoySteps(shadowHeaders bool) []envoyStep {
 
 func TestShouldRateLimit(t *testing.T) {
 	type run struct {
-		k             storeKind
-		name          string
-		shadowHeaders bool
+		k                   storeKind
+		name                string
+		ietf, shadowHeaders bool
 	}
-	runs := []run{{stores[0], "memory shadow headers", true}}
+	runs := []run{{stores[0], "memory IETF headers", true, false}, {stores[0], "memory IETF and shadow headers", true, true}}
 	for _, k := range stores {
-		runs = append(runs, run{k, k.name, false})
+		runs = append(runs, run{k, k.name, false, false})
 	}
 	for _, run := range runs {
 		t.Run(run.name, func(t *testing.T) {
-			r, _ := newServer(t, run.k, loadConfig(t, "edge.yaml"), Options{ShadowHeaders: run.shadowHeaders})
+			r, _ := newServer(t, run.k, loadConfig(t, "edge.yaml"), Options{ShadowHeaders: run.shadowHeaders, RLSHeaders: RLSHeaders{IETF: run.ietf}})
 			ctx := context.Background()
-			for _, step := range envoySteps(run.shadowHeaders) {
+			for _, step := range envoySteps(run.ietf, run.shadowHeaders) {
 				got, err := r.rls.ShouldRateLimit(ctx, step.req)
 				if step.wantErr != 0 {
 					if status.Code(err) != step.wantErr {
@@ -299,9 +313,10 @@ func TestShouldRateLimitReusesNothingStale(t *testing.T) {
 	small := edgeReq(desc("remote_address", "2.2.2.2"))
 	want := &resp{
 		OverallCode: ok, Statuses: []*status_{st(ok, cur("", 3, minute), 2, 40*time.Second)},
-		ResponseHeadersToAdd: hdrs("RateLimit-Policy", `"edge.remote_address";q=3;w=60`, "RateLimit", `"edge.remote_address";r=2;t=40`),
+		ResponseHeadersToAdd: hdrs("RateLimit-Limit", "3", "RateLimit-Remaining", "2", "RateLimit-Reset", "40",
+			"RateLimit-Policy", `"edge.remote_address";q=3;w=60`, "RateLimit", `"edge.remote_address";r=2;t=40`),
 	}
-	r, _ := newServer(t, stores[0], loadConfig(t, "edge.yaml"), Options{})
+	r, _ := newServer(t, stores[0], loadConfig(t, "edge.yaml"), Options{RLSHeaders: RLSHeaders{Reference: true, IETF: true}})
 	ctx := context.Background()
 	for range 3 {
 		if _, err := r.srv.ShouldRateLimit(ctx, big); err != nil {
@@ -347,7 +362,7 @@ func TestShouldRateLimitFailsClosed(t *testing.T) {
 				t.Fatal(err)
 			}
 			srv, st := openRedisStack(t, cfg, nil, stack.Options{Deadline: 20 * time.Millisecond})
-			s, err := New(Options{Limiter: st.Limiter(), Ready: st.Ready, Config: cfg, FailureMode: tc.flag})
+			s, err := New(Options{Limiter: st.Limiter(), Ready: st.Ready, Config: cfg, FailureMode: tc.flag, RLSHeaders: RLSHeaders{IETF: true}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/net/http/httpguts"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -58,8 +59,12 @@ type Options struct {
 	// domain that names none of its own, before the configuration's store.failure_mode
 	// (see [config.Config.Failure]). [sluice.FailInherit] when not given.
 	FailureMode sluice.FailureMode
-	// ShadowHeaders puts shadow limits in the RateLimit headers (the JSON API's and
-	// Envoy's response_headers_to_add). By default they stay out: a client obeying a
+	// RLSHeaders says which headers Envoy's rate limit answers ask Envoy to add to the
+	// client's response (response_headers_to_add). The zero value adds none, as the
+	// reference implementation does by default.
+	RLSHeaders RLSHeaders
+	// ShadowHeaders puts shadow limits in the RateLimit headers (the JSON API's and,
+	// with RLSHeaders.IETF, Envoy's response_headers_to_add). By default they stay out: a client obeying a
 	// shadow limit's remaining would stop sending although nothing is enforced. The JSON
 	// answer's limits list them either way, marked shadow.
 	ShadowHeaders bool
@@ -112,6 +117,49 @@ type Options struct {
 	TracerProvider trace.TracerProvider
 }
 
+// The reference implementation's default header names (its LIMIT_LIMIT_HEADER,
+// LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER).
+const (
+	DefaultLimitHeader     = "RateLimit-Limit"
+	DefaultRemainingHeader = "RateLimit-Remaining"
+	DefaultResetHeader     = "RateLimit-Reset"
+)
+
+// RLSHeaders selects the headers of Envoy's rate limit answers (Options.RLSHeaders).
+// Both sets may be on; the reference's come first.
+type RLSHeaders struct {
+	// Reference adds the reference implementation's three headers, as its
+	// LIMIT_RESPONSE_HEADERS_ENABLED does. They describe one descriptor: the last one
+	// over its limit, else the first with the least limit_remaining; their values are its
+	// requests_per_unit, its limit_remaining and its duration_until_reset in seconds.
+	Reference bool
+	// Limit, Remaining and Reset name those three headers (the reference's
+	// LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER). Empty takes
+	// DefaultLimitHeader, DefaultRemainingHeader and DefaultResetHeader; anything else
+	// must be a valid HTTP field name.
+	Limit, Remaining, Reset string
+	// IETF adds RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers-11),
+	// one item per limit the store decided, and Retry-After to OVER_LIMIT answers.
+	IETF bool
+}
+
+// resolve returns h with its empty names defaulted, or an error naming a field name
+// that is not a valid HTTP field name.
+func (h RLSHeaders) resolve() (RLSHeaders, error) {
+	for _, f := range []struct {
+		name *string
+		def  string
+	}{{&h.Limit, DefaultLimitHeader}, {&h.Remaining, DefaultRemainingHeader}, {&h.Reset, DefaultResetHeader}} {
+		if *f.name == "" {
+			*f.name = f.def
+		}
+		if !httpguts.ValidHeaderFieldName(*f.name) {
+			return h, fmt.Errorf("server: RLSHeaders: %q is not a valid HTTP header name", *f.name)
+		}
+	}
+	return h, nil
+}
+
 // Server is the rate limit service: the HTTP JSON API (Handler), Envoy's rate limit
 // service over gRPC (RegisterGRPC), health, metrics and admin endpoints. It is safe for
 // concurrent use.
@@ -122,6 +170,7 @@ type Server struct {
 	mode          sluice.FailureMode
 	shadowMode    bool
 	shadowHeaders bool
+	rlsHeaders    RLSHeaders
 	adminToken    func() (string, error)
 	ready         func(context.Context) error
 	registry      *prometheus.Registry
@@ -202,6 +251,10 @@ func New(opts Options) (*Server, error) {
 	}
 	if s.static == nil {
 		s.static = config.Default()
+	}
+	var err error
+	if s.rlsHeaders, err = opts.RLSHeaders.resolve(); err != nil {
+		return nil, err
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -582,7 +582,8 @@ func TestProxyShadowAndPolicyLabels(t *testing.T) {
 }
 
 // TestServeShadowOutOfHeaders: a shadow_mode descriptor over its limit stays out of
-// Envoy's response_headers_to_add and of the JSON API's headers.
+// Envoy's response_headers_to_add (the IETF fields, asked for) and of the JSON API's
+// headers.
 func TestServeShadowOutOfHeaders(t *testing.T) {
 	cfg := writeConfig(t, "edge.yaml", `domain: edge
 descriptors:
@@ -592,13 +593,16 @@ descriptors:
     shadow_mode: true
     rate_limit: {unit: minute, requests_per_unit: 1, name: trial}
 `)
-	base, grpcAddr, _ := started(t, "--config", cfg, "--log-level", "warn")
+	base, grpcAddr, _ := started(t, "--config", cfg, "--log-level", "warn", "--rls-ietf-headers")
 	rls := rlsClient(t, grpcAddr)
 	for i := range 3 {
 		resp, err := rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge",
 			Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("remote_address", "A"), descriptor("trial", "A")}})
 		if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
 			t.Fatalf("call %d: %v %v", i, resp, err)
+		}
+		if len(resp.ResponseHeadersToAdd) == 0 {
+			t.Fatalf("call %d: no headers with --rls-ietf-headers", i)
 		}
 		for _, h := range resp.ResponseHeadersToAdd {
 			if strings.Contains(h.Value, "trial") {

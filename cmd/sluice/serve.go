@@ -42,7 +42,12 @@ func serveCommand() *cli.Command {
 	flags = append(flags, listenTLSFlags()...)
 	flags = append(flags, commonFlags()...)
 	flags = append(flags,
-		&cli.BoolFlag{Name: "shadow-mode", Usage: "answer every request as allowed while still deciding, counting and reporting limits (the reference implementation's SHADOW_MODE)", Sources: cli.EnvVars("SLUICE_SHADOW_MODE")},
+		&cli.BoolFlag{Name: "shadow-mode", Usage: "answer every request as allowed while still deciding, counting and reporting limits (the reference implementation's SHADOW_MODE, also read)", Sources: cli.EnvVars("SLUICE_SHADOW_MODE", "SHADOW_MODE")},
+		&cli.BoolFlag{Name: "limit-response-headers", Usage: "add the reference implementation's three headers to Envoy rate limit answers (response_headers_to_add): the limit, the remaining quota and the seconds to the reset of the descriptor closest to its limit, as its LIMIT_RESPONSE_HEADERS_ENABLED (also read). Off: no such headers, as there", Sources: cli.EnvVars("SLUICE_LIMIT_RESPONSE_HEADERS", "LIMIT_RESPONSE_HEADERS_ENABLED")},
+		&cli.StringFlag{Name: "limit-limit-header", Value: server.DefaultLimitHeader, Usage: "the `NAME` of --limit-response-headers' limit header (the reference's LIMIT_LIMIT_HEADER, also read)", Sources: cli.EnvVars("SLUICE_LIMIT_LIMIT_HEADER", "LIMIT_LIMIT_HEADER")},
+		&cli.StringFlag{Name: "limit-remaining-header", Value: server.DefaultRemainingHeader, Usage: "the `NAME` of --limit-response-headers' remaining header (the reference's LIMIT_REMAINING_HEADER, also read)", Sources: cli.EnvVars("SLUICE_LIMIT_REMAINING_HEADER", "LIMIT_REMAINING_HEADER")},
+		&cli.StringFlag{Name: "limit-reset-header", Value: server.DefaultResetHeader, Usage: "the `NAME` of --limit-response-headers' reset header (the reference's LIMIT_RESET_HEADER, also read)", Sources: cli.EnvVars("SLUICE_LIMIT_RESET_HEADER", "LIMIT_RESET_HEADER")},
+		&cli.BoolFlag{Name: "rls-ietf-headers", Usage: "add RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers), one item per limit, and Retry-After on OVER_LIMIT to Envoy rate limit answers (response_headers_to_add), as the HTTP API sends them. Off: none, as the reference implementation", Sources: cli.EnvVars("SLUICE_RLS_IETF_HEADERS")},
 		&cli.StringFlag{Name: "admin-token-file", Usage: "read the admin token (for /v1/reset and /v1/config) from this `FILE` on every admin request, instead of the configuration's admin block (default: $SLUICE_ADMIN_TOKEN). Without a token, admin endpoints refuse every request", Sources: cli.EnvVars("SLUICE_ADMIN_TOKEN_FILE")},
 		&cli.DurationFlag{Name: "shutdown-timeout", Value: server.DefaultShutdownTimeout, Usage: "on SIGTERM or SIGINT, how long to wait for requests in flight", Sources: cli.EnvVars("SLUICE_SHUTDOWN_TIMEOUT")},
 		&cli.DurationFlag{Name: "http-read-timeout", Value: server.DefaultHTTPTimeouts.Read, Usage: "the longest the HTTP API reads one request, body included", Sources: cli.EnvVars("SLUICE_HTTP_READ_TIMEOUT")},
@@ -90,10 +95,17 @@ func serve(ctx context.Context, c *cli.Command) error {
 	cfg := w.Config()
 
 	opts := server.Options{
-		Limiter:         st.Limiter(),
-		Watcher:         w,
-		FailureMode:     e.opts.FailureMode,
-		ShadowMode:      c.Bool("shadow-mode"),
+		Limiter:     st.Limiter(),
+		Watcher:     w,
+		FailureMode: e.opts.FailureMode,
+		ShadowMode:  c.Bool("shadow-mode"),
+		RLSHeaders: server.RLSHeaders{
+			Reference: c.Bool("limit-response-headers"),
+			Limit:     c.String("limit-limit-header"),
+			Remaining: c.String("limit-remaining-header"),
+			Reset:     c.String("limit-reset-header"),
+			IETF:      c.Bool("rls-ietf-headers"),
+		},
 		Ready:           st.Ready,
 		Registry:        e.reg,
 		Logger:          log,
