@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -17,7 +16,6 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
@@ -108,31 +106,26 @@ var conformanceDescriptors = [][]string{
 	{"unknown", "1"},
 }
 
+// conformanceModel is what pairModel needs to know of conformanceConfig.
+var conformanceModel = modelConfig{
+	shadow: map[string]bool{"shadow": true},
+	quota:  map[string]bool{"quota": true},
+	share:  map[string]string{"shared": "grp*"},
+}
+
 // TestReferenceConformance sends the same random ShouldRateLimit requests to sluice
-// (package server on the in-memory store, on the Redis store, and on the Redis store
-// behind failover and the deny cache as sluice serve runs it, loaded with
-// conformanceConfig) and to
-// envoyproxy/ratelimit (on a redis-server of its own, loaded with the same file), one
-// after the other, and compares the answers field by field: overall_code; per descriptor
-// code, current_limit and limit_remaining; duration_until_reset to the second.
+// (package server loaded with conformanceConfig, on the in-memory store, on the Redis
+// store, and on the Redis store behind failover and the deny cache as sluice serve runs
+// it) and to envoyproxy/ratelimit (on a redis-server of its own, loaded with the same
+// file), both in the same second, and compares whole answers: overall_code, and per
+// descriptor code, current_limit, limit_remaining and duration_until_reset, and the
+// response headers, by default (none) and with the reference's
+// LIMIT_RESPONSE_HEADERS_ENABLED (sluice's RLSHeaders.Reference).
 //
-// What the comparison allows for is what server's package doc says sluice does
-// differently, and nothing else:
-//
-//   - A request over its limit spends nothing in sluice, from any of its descriptors,
-//     while the reference counts every hit. So in a denied request limit_remaining and
-//     duration_until_reset are not compared (sluice reports the quota left, and 0 for an
-//     empty counter's reset), and afterwards the counters of its descriptors may differ:
-//     for them only code-free fields (current_limit) are compared from then on. Shadow
-//     and quota_mode descriptors likewise, once the reference's remaining reaches 0
-//     (their refused hits count there too).
-//   - In a request denied before any store call, by a rule with requests_per_unit 0 or
-//     by a cost its limit can never allow, the other descriptors are looked at (cost 0):
-//     one reports OK while it has quota left, where the reference, having counted the
-//     hits, may report OVER_LIMIT. Their codes are not compared in such a request.
-//   - A descriptor's limit override is counted apart from the configured rule of the same
-//     descriptor; the reference shares the counter. A descriptor with an override makes
-//     its counter one that may differ.
+// What each answer must be is pairModel's: the reference's answer as the reference
+// computes it, and sluice's with the differences server's package doc lists, and no
+// others. A round whose answers straddle a second is compared without its times and sent
+// again. The log says how many answers were compared.
 //
 // It needs the reference's binary: by default it go-installs reference.Version (the Go
 // module proxy must be reachable; the binary is kept in the user's cache directory).
@@ -141,16 +134,30 @@ func TestReferenceConformance(t *testing.T) {
 	if err != nil {
 		t.Fatalf("envoyproxy/ratelimit is needed and could not be built: %v", err)
 	}
-	rs := redistest.Start(t)
 	root := t.TempDir()
 	if err := reference.WriteConfig(root, "conf.yaml", []byte(conformanceConfig)); err != nil {
 		t.Fatal(err)
 	}
-	refProc, err := reference.Start(bin, root, rs.Addr())
-	if err != nil {
-		t.Fatal(err)
+	// Two reference processes, each on a redis-server of its own: one with its defaults,
+	// one sending its headers.
+	type refService struct {
+		redis *redistest.Server
+		proc  *reference.Process
 	}
-	defer refProc.Stop()
+	refs := map[bool]refService{}
+	for _, headers := range []bool{false, true} {
+		rs := redistest.Start(t)
+		var env []string
+		if headers {
+			env = append(env, "LIMIT_RESPONSE_HEADERS_ENABLED=true")
+		}
+		p, err := reference.Start(bin, root, rs.Addr(), env...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Stop()
+		refs[headers] = refService{rs, p}
+	}
 
 	cfgDir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(cfgDir, "conf.yaml"), []byte(conformanceConfig), 0o644); err != nil {
@@ -160,26 +167,28 @@ func TestReferenceConformance(t *testing.T) {
 	if err != nil {
 		t.Fatalf("sluice rejects the configuration the reference loads: %v", err)
 	}
-	stores := []struct {
-		name string
-		open func(t *testing.T) sluice.Limiter
+	runs := []struct {
+		name    string
+		headers bool
+		open    func(t *testing.T) sluice.Limiter
 	}{
-		{"memory", func(t *testing.T) sluice.Limiter {
+		{"memory", false, func(t *testing.T) sluice.Limiter {
 			m := memory.New()
 			t.Cleanup(func() { m.Close() })
 			return m
 		}},
-		{"redis", func(t *testing.T) sluice.Limiter { return openRedisStore(t) }},
+		{"redis with the reference's headers", true, func(t *testing.T) sluice.Limiter { return openRedisStore(t) }},
 		// As sluice serve decides on Redis: a deny cache over failover over the store.
-		{"redis behind failover and the deny cache", func(t *testing.T) sluice.Limiter {
+		{"redis behind failover and the deny cache", false, func(t *testing.T) sluice.Limiter {
 			return denycache.New(failover.New(openRedisStore(t), failover.WithDeadline(time.Second)))
 		}},
 	}
-	for _, st := range stores {
-		t.Run(st.name, func(t *testing.T) {
-			rs.MustDo("FLUSHALL") // the reference starts afresh too
-			l := st.open(t)
-			conform(t, l, cfg, refProc.GRPCAddr)
+	for _, run := range runs {
+		t.Run(run.name, func(t *testing.T) {
+			ref := refs[run.headers]
+			ref.redis.MustDo("FLUSHALL") // the reference starts afresh too
+			l := run.open(t)
+			conform(t, l, cfg, ref.proc.GRPCAddr, run.headers)
 			if c, ok := l.(*denycache.Cache); ok && c.Len() == 0 {
 				t.Error("the deny cache remembered no denial: the run did not exercise it")
 			}
@@ -197,29 +206,36 @@ func openRedisStore(t *testing.T) *redisstore.Store {
 	return r
 }
 
-// conform runs the comparison against sluice's server on store.
-func conform(t *testing.T, store sluice.Limiter, cfg *config.Config, refAddr string) {
-	srv, err := server.New(server.Options{Limiter: store, Config: cfg})
+// dialRLS returns a client of the rate limit service at addr, closed when the test ends.
+func dialRLS(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := srv.NewGRPCServer()
+	t.Cleanup(func() { conn.Close() })
+	return rlsv3.NewRateLimitServiceClient(conn)
+}
+
+// serveRLS serves s's rate limit service on a loopback port until the test ends and
+// returns a client of it.
+func serveRLS(t *testing.T, s *server.Server) rlsv3.RateLimitServiceClient {
+	g := s.NewGRPCServer()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	go g.Serve(ln)
-	defer g.Stop()
+	t.Cleanup(g.Stop)
+	return dialRLS(t, ln.Addr().String())
+}
 
-	dial := func(addr string) rlsv3.RateLimitServiceClient {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		return rlsv3.NewRateLimitServiceClient(conn)
+// conform runs the comparison against sluice's server on store.
+func conform(t *testing.T, store sluice.Limiter, cfg *config.Config, refAddr string, headers bool) {
+	srv, err := server.New(server.Options{Limiter: store, Config: cfg, RLSHeaders: server.RLSHeaders{Reference: headers}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	sl, ref := dial(ln.Addr().String()), dial(refAddr)
+	p := &pair{t: t, sl: serveRLS(t, srv), ref: dialRLS(t, refAddr), model: newPairModel(conformanceModel, headers, false)}
 
 	// Minute windows (both services align them to the Unix epoch): the run, about 2 s,
 	// must end in the minute it starts in.
@@ -229,45 +245,15 @@ func conform(t *testing.T, store sluice.Limiter, cfg *config.Config, refAddr str
 	seed := testSeed()
 	rng := rand.New(rand.NewPCG(seed, 7919))
 	t.Logf("seed %d", seed)
-	diverged := map[string]bool{} // counters that may differ, by descriptor and limit
-	var compared, deniedSluice, deniedRef, mismatches, counted int
-	ctx := context.Background()
 	for i := 0; i < *conformanceN; i++ {
-		req := conformanceRequest(rng, i/100)
-		a, errA := sl.ShouldRateLimit(ctx, req)
-		b, errB := ref.ShouldRateLimit(ctx, req)
+		p.send(conformanceRequest(rng, i/100))
 		if !time.Now().Truncate(time.Minute).Equal(minute) {
 			t.Fatalf("a minute boundary passed after %d requests: the run must fit in one minute window (fewer -conformance-requests)", i)
 		}
-		if (errA != nil) != (errB != nil) {
-			t.Errorf("request %d %s: sluice error %v, reference error %v", i, show(req), errA, errB)
-			mismatches++
-			for _, d := range req.Descriptors {
-				diverged[counterOf(req.Domain, d)] = true
-			}
-			continue
-		}
-		if errA != nil {
-			continue // both refuse it (an empty descriptor, say)
-		}
-		compared++
-		if a.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
-			deniedSluice++
-		}
-		if b.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
-			deniedRef++
-		}
-		if diffs := compareAnswers(req, a, b, diverged, &counted); len(diffs) > 0 {
-			mismatches++
-			if mismatches <= 20 {
-				t.Errorf("request %d %s:\n  %s\n  sluice:    %s\n  reference: %s", i, show(req), strings.Join(diffs, "\n  "), showResp(a), showResp(b))
-			}
-		}
 	}
-	t.Logf("%d requests compared, %d mismatches; denied by sluice %d, by the reference %d; code, limit_remaining and duration_until_reset compared for %d limited descriptors; %d counters diverged",
-		compared, mismatches, deniedSluice, deniedRef, counted, len(diverged))
-	if compared < *conformanceN/2 || deniedSluice < compared/10 || counted < compared/4 {
-		t.Errorf("the run compared %d requests with %d denials, and counts for %d descriptors: too few to say anything", compared, deniedSluice, counted)
+	p.report(*conformanceN / 2)
+	if p.denied[0] < p.compared/10 {
+		t.Errorf("sluice denied %d of %d requests: too few to say anything", p.denied[0], p.compared)
 	}
 }
 
@@ -315,118 +301,6 @@ func conformanceRequest(rng *rand.Rand, round int) *rlsv3.RateLimitRequest {
 	return req
 }
 
-// compareAnswers returns how a (sluice) differs from b (the reference) beyond what the
-// test's doc allows, and marks the counters that may differ from now on.
-func compareAnswers(req *rlsv3.RateLimitRequest, a, b *rlsv3.RateLimitResponse, diverged map[string]bool, counted *int) []string {
-	var diffs []string
-	if a.OverallCode != b.OverallCode {
-		// Allowed only when a counter of the request has diverged.
-		any := false
-		for _, d := range req.Descriptors {
-			if diverged[counterOf(req.Domain, d)] || d.Limit != nil {
-				any = true
-			}
-		}
-		if !any {
-			diffs = append(diffs, fmt.Sprintf("overall_code %v, reference %v", a.OverallCode, b.OverallCode))
-		}
-	}
-	if len(a.Statuses) != len(b.Statuses) {
-		return append(diffs, fmt.Sprintf("%d statuses, reference %d", len(a.Statuses), len(b.Statuses)))
-	}
-	denied := a.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT || b.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT
-	looked := deniedBeforeTheStore(req, b)
-	for i, sa := range a.Statuses {
-		sb := b.Statuses[i]
-		if !proto.Equal(sa.CurrentLimit, sb.CurrentLimit) {
-			diffs = append(diffs, fmt.Sprintf("descriptor %d: current_limit %v, reference %v", i, sa.CurrentLimit, sb.CurrentLimit))
-			continue
-		}
-		d := req.Descriptors[i]
-		c := counterOf(req.Domain, d)
-		shadow := d.Entries[0].Key == "shadow" || d.Entries[0].Key == "quota"
-		if d.Limit != nil {
-			diverged[c] = true
-		}
-		if !diverged[c] {
-			if sb.CurrentLimit != nil {
-				*counted++
-			}
-			if sa.Code != sb.Code && !(looked && sa.Code == rlsv3.RateLimitResponse_OK) {
-				diffs = append(diffs, fmt.Sprintf("descriptor %d: code %v, reference %v", i, sa.Code, sb.Code))
-			}
-			// A shadow or quota descriptor's hits that take the reference to 0 may be
-			// refused hits, which sluice does not spend: it reports the quota left and,
-			// on an empty counter, a reset of 0.
-			refused := denied || shadow && sb.LimitRemaining == 0
-			if !refused && sa.LimitRemaining != sb.LimitRemaining {
-				diffs = append(diffs, fmt.Sprintf("descriptor %d: limit_remaining %d, reference %d", i, sa.LimitRemaining, sb.LimitRemaining))
-			}
-			da, db := sa.DurationUntilReset.AsDuration(), sb.DurationUntilReset.AsDuration()
-			// (A quota_mode descriptor over its limit has none; in a refused request
-			// sluice only looked at it, and it is not over.)
-			if !refused && ((sa.DurationUntilReset == nil) != (sb.DurationUntilReset == nil) || da-db > time.Second || db-da > time.Second) {
-				diffs = append(diffs, fmt.Sprintf("descriptor %d: duration_until_reset %v, reference %v", i, sa.DurationUntilReset, sb.DurationUntilReset))
-			}
-		}
-		if shadow && sb.LimitRemaining == 0 {
-			diverged[c] = true
-		}
-	}
-	// A denied request leaves every counter it names possibly different.
-	if denied {
-		for _, d := range req.Descriptors {
-			diverged[counterOf(req.Domain, d)] = true
-		}
-	}
-	return diffs
-}
-
-// deniedBeforeTheStore reports whether sluice denies req without asking its store: one of
-// its descriptors matches a rule with requests_per_unit 0, or the hits of a descriptor's
-// namings add up to more than its limit (b, the reference's answer, says which limits
-// apply).
-func deniedBeforeTheStore(req *rlsv3.RateLimitRequest, b *rlsv3.RateLimitResponse) bool {
-	sum := map[string]uint64{}
-	for i, d := range req.Descriptors {
-		l := b.Statuses[i].GetCurrentLimit()
-		if l == nil {
-			continue
-		}
-		if l.RequestsPerUnit == 0 {
-			return true
-		}
-		hits := uint64(1)
-		if req.HitsAddend != 0 {
-			hits = uint64(req.HitsAddend)
-		}
-		if d.HitsAddend != nil {
-			hits = d.HitsAddend.Value
-		}
-		c := counterOf(req.Domain, d)
-		if sum[c] += hits; sum[c] > uint64(l.RequestsPerUnit) {
-			return true
-		}
-	}
-	return false
-}
-
-// counterOf names the counter a descriptor is decided on in the reference: its domain
-// and entries (a configured rule and an override share it there), with the pattern in
-// place of a value that conformanceConfig's share_threshold wildcard matches.
-func counterOf(domain string, d *ratelimitv3.RateLimitDescriptor) string {
-	var b strings.Builder
-	b.WriteString(domain)
-	for _, e := range d.Entries {
-		v := e.Value
-		if e.Key == "shared" && strings.HasPrefix(v, "grp") && d.Limit == nil {
-			v = "grp*"
-		}
-		fmt.Fprintf(&b, "|%s=%s", e.Key, v)
-	}
-	return b.String()
-}
-
 func show(req *rlsv3.RateLimitRequest) string {
 	var parts []string
 	for _, d := range req.Descriptors {
@@ -444,18 +318,4 @@ func show(req *rlsv3.RateLimitRequest) string {
 		parts = append(parts, s+"]")
 	}
 	return fmt.Sprintf("domain=%s hits=%d %s", req.Domain, req.HitsAddend, strings.Join(parts, " "))
-}
-
-func showResp(r *rlsv3.RateLimitResponse) string {
-	var parts []string
-	for _, s := range r.Statuses {
-		p := s.Code.String()
-		if s.CurrentLimit != nil {
-			p += fmt.Sprintf(" %s %d/%v rem=%d reset=%v", s.CurrentLimit.Name, s.CurrentLimit.RequestsPerUnit, s.CurrentLimit.Unit, s.LimitRemaining, s.DurationUntilReset.AsDuration())
-		} else if s.LimitRemaining != 0 {
-			p += fmt.Sprintf(" rem=%d", s.LimitRemaining)
-		}
-		parts = append(parts, p)
-	}
-	return r.OverallCode.String() + " {" + strings.Join(parts, "; ") + "}"
 }
