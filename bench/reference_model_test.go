@@ -150,7 +150,10 @@ func (m *pairModel) step(req *rlsv3.RateLimitRequest, b *rlsv3.RateLimitResponse
 			continue
 		}
 		lim := proto.Clone(sb.CurrentLimit).(*rlsv3.RateLimitResponse_RateLimit)
-		k := d.Entries[0].Key
+		k := ""
+		if len(d.Entries) > 0 {
+			k = d.Entries[0].Key
+		}
 		l := &limited{i: i, lim: lim, rpu: uint64(lim.RequestsPerUnit), hits: hitsOf(req, d),
 			shadow: m.cfg.shadow[k] && d.Limit == nil, quota: m.cfg.quota[k] && d.Limit == nil,
 			refKey: m.counter(req.Domain, d, lim, now, false), slKey: m.counter(req.Domain, d, lim, now, true)}

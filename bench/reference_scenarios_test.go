@@ -12,6 +12,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/bench/internal/reference"
@@ -195,6 +196,14 @@ descriptors:
 		r.expect("several descriptors: one over denies, the others spend nothing",
 			rq("basic", dsc("key2", "value2"), dsc("key1", "foo"), dsc("key1", "baz")), "OVER_LIMIT: OK/1 OVER_LIMIT/0 OK/3")
 		r.expect("several descriptors, allowed", rq("basic", dsc("key2", "value2"), dsc("key1", "baz")), "OK: OK/0 OK/2")
+		r.expect("a descriptor without entries matches no rule", rq("basic", dsc(), dsc("key1", "baz")), "OK: OK/- OK/1")
+		empty := dsc()
+		empty.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_HOUR}
+		r.expect("a limit override without entries is counted under the domain", rq("basic", empty), "OK: OK/0")
+		r.expect("a limit override without entries is counted under the domain", rq("basic", empty), "OVER_LIMIT: OVER_LIMIT/0")
+		// Both refuse these, with the same messages.
+		r.send(rq("", dsc("key1", "foo")))
+		r.send(rq("basic"))
 	})
 
 	// reload: a file added to the directories is loaded by both; removed, its domain is

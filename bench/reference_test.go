@@ -92,7 +92,7 @@ descriptors:
 `
 
 // conformanceDescriptors are the descriptors requests are made of: matched by each rule
-// above, and by none.
+// above, and by none (one without entries among them).
 var conformanceDescriptors = [][]string{
 	{"remote_address", "10.0.0.1"}, {"remote_address", "10.0.0.2"},
 	{"user", "vip"}, {"user", "u1"}, {"user", "u2"}, {"user", ""}, {"", "x"},
@@ -103,7 +103,7 @@ var conformanceDescriptors = [][]string{
 	{"app", "a1"}, {"app", "a2"}, {"app_override", "x"},
 	{"any", "v1"}, {"any", "v2"},
 	{"shared", "grp1"}, {"shared", "grp2"},
-	{"unknown", "1"},
+	{"unknown", "1"}, {},
 }
 
 // conformanceModel is what pairModel needs to know of conformanceConfig.

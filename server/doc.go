@@ -1,7 +1,10 @@
-// Package server is the sluice rate limit service: an HTTP JSON API, Envoy's rate limit
-// service over gRPC, health, metrics and admin endpoints, all deciding with one
-// sluice.Limiter against a configuration that can be reloaded while it serves. It is
-// what `sluice serve` runs; Proxy is what `sluice proxy` runs.
+// Package server is the sluice rate limit service: Envoy's rate limit service (RLS) and
+// Rate Limit Quota Service (RLQS) over gRPC, an HTTP JSON API, and health, metrics and
+// admin endpoints, all deciding with one sluice.Limiter against a configuration that can
+// be reloaded while it serves. It is what `sluice serve` runs; Proxy is what `sluice
+// proxy` runs. This page is the contract; docs/envoy.md (Envoy, the reference
+// implementation's settings, the conformance tests) and docs/service.md (the JSON API,
+// run-time overrides) are the guides.
 //
 //	st, err := stack.Open(watcher.Config(), stack.Options{RedisURL: url})
 //	...
@@ -11,68 +14,91 @@
 //
 // # Envoy's rate limit service
 //
-// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit (go-control-plane's
-// stubs) answers as the reference implementation, envoyproxy/ratelimit, does for a
-// configuration it reads unchanged (package config):
+// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit answers as the reference
+// implementation, envoyproxy/ratelimit, answers at its default settings for a
+// configuration it reads unchanged (package config), but for the differences listed next:
 //
-//   - each descriptor is matched in the request's domain (config.Domain.Match): the most
-//     specific rule wins; a descriptor's limit override replaces the configured limit
-//     (fixed window, with unit_multiplier); rules named in another matched rule's
-//     replaces are dropped;
-//   - hits_addend: the descriptor's, else the request's, else 1; is_negative_hits only
-//     looks (sluice spends nothing on denied requests, so there is nothing to refund);
-//   - a descriptor named more than once in a request (two of a route's actions producing
-//     the same one) is counted once per naming, as there: each status reports the
-//     quota left after its naming and the ones before it, and a request whose namings
-//     together exceed what the limit can ever allow is over the limit;
-//   - overall_code is OVER_LIMIT when any descriptor that is not in shadow mode is over
-//     its limit (with Options.ShadowMode, never);
-//   - per descriptor: no rule (or a replaced one) is OK with no current_limit; unlimited
-//     is OK with limit_remaining 4294967295 and never touches the store;
-//     requests_per_unit 0 is OVER_LIMIT without touching the store; any other rule is
-//     decided by the store and reports code, current_limit (name, requests_per_unit,
-//     unit, unit_multiplier), limit_remaining (Decision.Remaining) and
-//     duration_until_reset (Decision.RetryAfter when over the limit, the time after
-//     which a retry passes; else Decision.ResetAfter, the time until the quota is whole).
-//     A shadow_mode descriptor over its limit answers OK;
-//   - response_headers_to_add carries RateLimit-Policy and RateLimit
-//     (draft-ietf-httpapi-ratelimit-headers-11, one item per limit, named by the rule's
-//     rate_limit name or full key) and, for OVER_LIMIT, Retry-After;
-//   - an unknown domain limits nothing (every descriptor OK); an empty domain, no
-//     descriptors, a descriptor without entries or an override with an unknown unit is
-//     InvalidArgument;
-//   - a request over Options.RequestLimits (store.request_limits: descriptors per call,
-//     entries per descriptor, bytes of all keys and values) is InvalidArgument (HTTP 400
-//     in the JSON API) before any work, and spends nothing; a gRPC message larger than
-//     any request within the limits in force at start is refused (ResourceExhausted)
-//     before it is decoded;
-//   - no value a client shapes makes the call an error: a counter key longer than
-//     keys.MaxStoreKeyLen is decided under its keys.Bound digest form.
+//   - Each descriptor is matched in the request's domain (config.Domain.Match); a limit
+//     override replaces the configured limit; a rule named in another matched rule's
+//     replaces is dropped. An unknown domain limits nothing (every descriptor OK).
+//   - Hits: the descriptor's hits_addend, else the request's, else 1 (0 with
+//     is_negative_hits). A descriptor named twice in a request counts once per naming;
+//     each status reports the quota left after its naming and the ones before it.
+//   - overall_code is OVER_LIMIT when a descriptor that is neither shadow_mode nor
+//     quota_mode is over its limit; with Options.ShadowMode (the reference's SHADOW_MODE),
+//     always OK, the statuses unchanged.
+//   - A descriptor without a rule, or with a replaced one: OK, no current_limit,
+//     limit_remaining 0. Unlimited: OK, limit_remaining 4294967295, no store call.
+//     requests_per_unit 0: OVER_LIMIT, limit_remaining 0, no store call. Otherwise the
+//     store decides: code, current_limit (name, requests_per_unit, unit, and the
+//     override's unit_multiplier), limit_remaining. shadow_mode over its limit answers OK;
+//     quota_mode over its limit answers OK without duration_until_reset.
+//   - duration_until_reset, for every descriptor with a current_limit, is whole seconds
+//     computed as the reference's utils.CalculateReset: the unit's length (times the
+//     unit_multiplier) less the Unix time in seconds modulo it, whatever the counter
+//     holds. A calendar rule (a sluice extension) counts to its period's end; a rule of
+//     another algorithm (a sluice extension) reports the decision's RetryAfter when over,
+//     else its ResetAfter, rounded up.
+//   - response_headers_to_add is empty unless Options.RLSHeaders asks: Reference adds the
+//     reference's LIMIT_RESPONSE_HEADERS_ENABLED headers (requests_per_unit,
+//     limit_remaining and duration_until_reset of the last descriptor over its limit,
+//     else of the first with the least limit_remaining), IETF adds RateLimit-Policy and
+//     RateLimit (draft-ietf-httpapi-ratelimit-headers-11, one item per limit the store
+//     decided, shadow ones only with Options.ShadowHeaders) and, on OVER_LIMIT, Retry-After.
+//   - A descriptor without entries matches no rule (with a limit override, it is counted
+//     under the domain alone). An empty domain, no descriptors, an override with an
+//     unknown unit, and a request over Options.RequestLimits (store.request_limits) are
+//     InvalidArgument, before any work; a gRPC message larger than any request within the
+//     limits in force at start is ResourceExhausted, before it is decoded. No value a
+//     client shapes makes the call an error: a counter key longer than
+//     keys.MaxStoreKeyLen is decided under its keys.Bound form.
+//   - When the store fails and the failure mode is closed, every limited descriptor is
+//     OVER_LIMIT (an error would let Envoy's default failure_mode_deny: false allow the
+//     request); other store errors are Unavailable, and Envoy applies its failure mode.
 //
-// One difference is deliberate: a request that is over the limit spends nothing, from
-// any of its descriptors. The enforced descriptors of a request are decided in one
-// Decide call, all or nothing (package evaluator, shared with httplimit), so one
-// exhausted descriptor does not eat the quota of the others; the reference counts every
-// hit, even refused ones. Shadow descriptors are decided after, each on its own,
-// spending only when the request passes (and looked at, cost 0, when it is denied).
-// Two consequences, visible beside the reference: a
-// descriptor of a denied request reports the quota it still has (the reference, 0 once
-// it counted the refused hit), and one whose counter holds nothing reports
-// duration_until_reset 0, its quota being whole (the reference, the time to its window's
-// end). In a request denied before any store call (by a requests_per_unit 0 rule, or by
-// a cost its limit can never allow), the other descriptors are looked at (cost 0), so
-// one reports OK while it has any quota left. One more difference follows from the
-// stores keeping state per key and Limit: a descriptor's limit override is counted apart
-// from the configured rule of the same descriptor (the reference shares one counter
-// between them), so a client whose override changes starts the new limit afresh.
+// Where sluice answers differently, and why:
 //
-// bench's TestReferenceConformance sends random requests to this server and to
-// envoyproxy/ratelimit itself, and finds no other difference.
+//   - A denied request spends nothing, from any of its descriptors: they are decided in
+//     one Decide call, all or nothing (package evaluator, shared with httplimit), so an
+//     exhausted limit does not eat the others' quota. The reference counts every hit,
+//     refused ones too. So a descriptor of a denied request reports the quota it still
+//     has (there, 0 once the refused hit is counted), only the descriptors that do not
+//     fit are OVER_LIMIT, and the counters it names hold less than the reference's after.
+//   - A request denied before any store call (a requests_per_unit 0 rule, or namings of
+//     one limit that together exceed it) looks at its other descriptors, cost 0: one is
+//     OVER_LIMIT only when nothing is left of it.
+//   - shadow_mode and quota_mode descriptors are decided after the others, each alone:
+//     spent when the request passed and they fit, looked at (cost 0) otherwise, for the
+//     same reason.
+//   - A store keeps state per (key, limit), so a limit override with another limit than
+//     the configured rule's counts apart from it (the reference keeps one counter per
+//     descriptor and window start, whatever the limit).
+//   - A limit override's unit_multiplier is honoured (a window of unit × multiplier,
+//     echoed in current_limit); the reference, at the version bench tests against,
+//     ignores the field.
+//   - is_negative_hits spends nothing and reports the state (returning quota is not part
+//     of sluice's model: a denied request spent nothing to return); the reference ignores
+//     the field and spends the hits.
+//   - Refusals carry gRPC codes (InvalidArgument, ResourceExhausted, Unavailable) where
+//     the reference returns Unknown with the same message.
+//   - Past the failover deadline (store.deadline, --deadline) the failure mode decides;
+//     the reference waits for Redis (REDIS_TIMEOUT) and fails the call.
 //
-// When the store fails and a failover decorator fails closed, ShouldRateLimit answers
-// OVER_LIMIT for every limited descriptor (an error would let Envoy's default
-// failure_mode_deny: false allow the request). Other store errors are gRPC Unavailable,
-// and Envoy applies its own failure mode.
+// bench's TestReferenceConformance and TestReferenceScenarios compare whole answers with
+// the reference's and encode these differences; they find no other.
+//
+// The reference's other settings that change an answer (docs/envoy.md maps every one):
+//
+//	STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT  no such setting: sluice always spends nothing of a
+//	                                         denied request (the reference with it still counts
+//	                                         the refused hit of the descriptor that goes over)
+//	LOCAL_CACHE_SIZE_IN_BYTES                the deny cache (package denycache) answers repeats of
+//	                                         a denial in-process, with the store's answer; the
+//	                                         reference's local cache answers limit_remaining 0
+//	NEAR_LIMIT_RATIO                         changes no answer there (a statistic); none here
+//	QUOTA_MODE (global)                      not supported; quota_mode per descriptor is
+//	RESPONSE_DYNAMIC_METADATA                not supported: no dynamic_metadata is sent
+//	MERGE_DOMAIN_CONFIG                      not supported (package config)
 //
 // The gRPC server NewGRPCServer returns decodes ShouldRateLimit's request and encodes its
 // answer with a codec of its own, to the same messages and bytes as gRPC's proto codec;
@@ -121,28 +147,10 @@
 // enforcing it; a reconnected proxy is a new client, which gets what is left at once and
 // its full share once the old one lapsed.
 //
-// no_assignment_behavior and expired_assignment_behavior are filter settings; a rule
-// writes what its proxies are meant to be configured with, and maps to the filter's
-// RateLimitQuotaBucketSettings as:
-//
-//	reporting_interval                 -> reporting_interval
-//	no_assignment: allow | deny        -> no_assignment_behavior.fallback_rate_limit
-//	                                      .blanket_rule ALLOW_ALL | DENY_ALL
-//	expired_assignment: allow | deny   -> expired_assignment_behavior.fallback_rate_limit
-//	                                      .blanket_rule ALLOW_ALL | DENY_ALL
-//	expired_assignment: reuse_last     -> expired_assignment_behavior.reuse_last_assignment
-//
-// The overshoot bound (bench/README.md) needs expired_assignment deny, the default: a
-// proxy cut off from the service stops admitting when its share lapses, which is when
-// the service gives that share to others.
-//
-// Metrics: sluice_rlqs_clients (streams open), sluice_rlqs_buckets (distinct buckets they
-// report on), sluice_rlqs_assigned_rate{domain,bucket} (requests per second assigned to
-// all clients of a bucket, at its last rebalance here), sluice_rlqs_reported_requests_total
-// {domain,bucket,result}, sluice_rlqs_bucket_actions_total{action}. Labels name rules,
-// never bucket id values. The decision log has one "rlqs rebalance" line per bucket
-// rebalanced (info when the client's share moved, debug when not), with the bucket's
-// digest, never its id values.
+// no_assignment_behavior and expired_assignment_behavior are filter settings: a rule
+// writes what its proxies are meant to be configured with (docs/envoy.md maps them). The
+// overshoot bound (bench/README.md) needs expired_assignment deny, the default. The RLQS
+// metrics and log lines are listed in docs/envoy.md.
 //
 // # HTTP JSON API
 //
@@ -167,52 +175,29 @@
 //	GET  /metrics     Prometheus metrics: the server's, the observe decorator's if it was
 //	                  registered on Options.Registry, Go and process collectors
 //
-// A CheckRequest names a sluice policy and the identity it limits (client IP, user ID or
-// raw API key, hashed at once with HMAC-SHA256 and never stored or logged), or an Envoy
-// domain and descriptors. For a policy, the limit is the identity's override set through
-// /v1/overrides (source "api_override"), else its configured override, else its tier's,
-// else the policy's; a method and path matching one of the policy's routes add
-// the route's limit, decided atomically with it. The store keys are those the httplimit
-// middleware uses, so the JSON API, `sluice proxy` and an application's middleware on
-// the same store share counters. A cost the limit can never allow is 400 (it is an error
-// in sluice, not a denial); bad input is 400 with an RFC 9457 problem body, an unknown
-// policy 404, and a store that is down (or fails closed) 503 with Retry-After.
+// A CheckRequest names a sluice policy and the identity it limits, or an Envoy domain and
+// descriptors. A policy's limit is the identity's run-time override, else its configured
+// override, else its tier's, else the policy's, with the limit of a matching route
+// decided atomically beside it; the store keys are httplimit's, so the JSON API, `sluice
+// proxy` and an application's middleware share counters. A raw API key is hashed with
+// HMAC-SHA256 at once and never stored or logged. Bad input, and a cost the limit can
+// never allow, are 400 with an RFC 9457 problem body; an unknown policy 404; a store that
+// is down (or fails closed) 503 with Retry-After. Leases and reservations:
+// docs/concurrency-and-settlement.md (Envoy's domains hold no concurrency limits).
 //
-// A check under a concurrency policy returns the lease it took ("lease" in the limit's
-// status), which the client releases with /v1/release when its work is done (else it
-// expires after the policy's lease). A check with a cost under a policy with a settle
-// block returns a "reservation", settled with /v1/settle (else the cost checked stands
-// after the block's ttl). Envoy's RLS has no call at a request's end, so its domains hold
-// no concurrency limits (docs/concurrency-and-settlement.md).
-//
-// Admin endpoints need "Authorization: Bearer <token>". The token comes from
-// Options.AdminToken, else the configuration's admin block (an environment variable or
-// a file, read on every request so it can rotate), else $SLUICE_ADMIN_TOKEN; it is
-// compared in constant time and never logged. Without a token every admin request is
-// refused with 403.
+// Admin endpoints need "Authorization: Bearer <token>", from Options.AdminToken, else
+// the configuration's admin block (read on every request), else $SLUICE_ADMIN_TOKEN,
+// compared in constant time and never logged; without a token they answer 403.
 //
 // # Overrides at run time
 //
-// PUT /v1/overrides/{policy}/{identity} with {"rate", "period", "burst"?, "algorithm"?,
-// "zone"?, "anchor_day"?, "expires_in"?, "reason"?} sets a limit for one identity (or a
-// pattern) of a policy, ahead of the configuration. The identity is written raw (an IP
-// address or prefix, a user ID, an API key, which is hashed on arrival and never kept),
-// or as the decision log prints it: a store key "policy:kind:id:route:tier" or the
-// identity "kind:id". A trailing '*' makes a pattern over user IDs or IPs ("org-42:*";
-// "*" alone is every identity); the most specific override wins: an exact identity before
-// every pattern, then the longest pattern. The algorithm defaults to the policy's (to
-// fixed_window for a calendar period). Bad input is 400 naming the field ("rate:",
-// "period:", "identity:", "policy:", ...) and changes nothing.
-//
-// Overrides live in Options.Overrides: on Redis one hash and a version counter
-// (override.Redis), polled every Options.OverrideRefresh (500 ms), so every replica
-// applies a change within a second and they survive restarts; on memory in the process.
-// An override with expires_in stops applying at that instant and is deleted at the next
-// refresh. Every change is logged at Info ("override set", "override removed",
-// "override expired": policy, identity, by (the admin token's source, never the token),
-// before, after, reason) and counted in sluice_server_override_changes_total{action}.
-// The proxy (`sluice proxy`, ProxyOptions.Overrides) applies them too, ahead of the
-// configuration's, refreshing as requests come.
+// PUT /v1/overrides/{policy}/{identity} sets a limit for one identity, or a pattern with
+// a trailing '*', ahead of the configuration; the most specific wins (an exact identity,
+// then the longest pattern). Bad input is 400 naming the field and changes nothing. They
+// live in Options.Overrides (on Redis: shared by every replica, polled every
+// Options.OverrideRefresh; on memory: in the process), stop applying at their
+// expires_in, and every change is logged and counted. The proxy applies them too.
+// docs/service.md has the request body, the identity forms and the log lines.
 //
 // # TLS
 //

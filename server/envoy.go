@@ -88,9 +88,6 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	defer putScratch(sc)
 	descs, mults, hits := sc.descs, sc.mults, sc.hits
 	for i, d := range req.Descriptors {
-		if len(d.GetEntries()) == 0 {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
-		}
 		from := len(sc.entries)
 		for _, e := range d.Entries {
 			sc.entries = append(sc.entries, config.Entry{Key: e.GetKey(), Value: e.GetValue()})

@@ -240,7 +240,9 @@ func ietfSteps(shadowHeaders bool) []envoyStep {
 		}, 0},
 		{"empty domain", &rlsv3.RateLimitRequest{Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b")}}, nil, codes.InvalidArgument},
 		{"no descriptors", &rlsv3.RateLimitRequest{Domain: "edge"}, nil, codes.InvalidArgument},
-		{"descriptor without entries", edgeReq(&ratelimitv3.RateLimitDescriptor{}), nil, codes.InvalidArgument},
+		{"a descriptor without entries matches no rule, as in the reference", edgeReq(&ratelimitv3.RateLimitDescriptor{}), &resp{
+			OverallCode: ok, Statuses: []*status_{noLimit},
+		}, 0},
 		{"override with an unknown unit", edgeReq(withOverride(desc("remote_address", "9.9.9.9"), 1, typev3.RateLimitUnit_UNKNOWN, 0)), nil, codes.InvalidArgument},
 	}
 }
