@@ -217,8 +217,7 @@ type statusBlock struct {
 // answer is a ShouldRateLimit answer and the memory its messages point into, allocated at
 // once: the response, its descriptor statuses (for one descriptor; several take two more
 // allocations), three response headers and the text of their values, so that the common
-// answer is one allocation.
-// Nothing in it is written after the handler returns it.
+// answer is one allocation. Nothing in it is written after the handler returns it.
 type answer struct {
 	resp     rlsv3.RateLimitResponse
 	statuses []statusBlock
@@ -273,7 +272,8 @@ func (a *answer) addHeader(key, value string) {
 //   - requests_per_unit 0: OVER_LIMIT (OK in shadow mode), limit_remaining 0;
 //   - otherwise the decision: OVER_LIMIT when over (OK in shadow mode), limit_remaining
 //     Decision.Remaining;
-//   - duration_until_reset, for both, resetAfter at now;
+//   - duration_until_reset, in both cases, resetAfter at now (kept in m.reset for every
+//     descriptor with a current_limit, for the reference's headers);
 //   - quota_mode: as shadow mode, but over the limit without duration_until_reset.
 func descriptorStatus(it *item, m *statusBlock, now time.Time) {
 	st := &m.status
@@ -297,9 +297,9 @@ func descriptorStatus(it *item, m *statusBlock, now time.Time) {
 	if over && !it.Shadow {
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
+	m.reset.Seconds = resetAfter(it, now)
 	if it.Decided {
 		st.LimitRemaining = uint32(min(it.Decision.Remaining, math.MaxUint32))
-		m.reset.Seconds = resetAfter(it, now)
 		st.DurationUntilReset = &m.reset
 	}
 	if over && r.QuotaMode && !r.Shadow {
@@ -400,8 +400,8 @@ func (s *Server) referenceHeaders(a *answer, text []byte) []byte {
 	}
 	a.addHeader(h.Limit, num(int64(pick.status.CurrentLimit.RequestsPerUnit)))
 	a.addHeader(h.Remaining, num(int64(pick.status.LimitRemaining)))
-	// A quota_mode descriptor over its limit has no duration_until_reset in the answer;
-	// its reset is still the window's.
+	// m.reset, not DurationUntilReset: a quota_mode descriptor over its limit has none in
+	// the answer, and its reset is still the window's.
 	a.addHeader(h.Reset, num(pick.reset.Seconds))
 	return text
 }
