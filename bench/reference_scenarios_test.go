@@ -13,6 +13,8 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/bench/internal/reference"
@@ -115,9 +117,9 @@ func dsc(kv ...string) *ratelimitv3.RateLimitDescriptor {
 	return d
 }
 
-// codes is an answer's overall code and its descriptors' codes and limit_remaining, for
-// the scenarios' own expectations: "OVER_LIMIT: OK/4 OVER_LIMIT/0".
-func codes(r *rlsv3.RateLimitResponse) string {
+// answerCodes is an answer's overall code and its descriptors' codes and
+// limit_remaining, for the scenarios' own expectations: "OVER_LIMIT: OK/4 OVER_LIMIT/0".
+func answerCodes(r *rlsv3.RateLimitResponse) string {
 	var b strings.Builder
 	b.WriteString(r.GetOverallCode().String() + ":")
 	for _, st := range r.GetStatuses() {
@@ -138,7 +140,7 @@ func codes(r *rlsv3.RateLimitResponse) string {
 // reference documents for the scenario.
 func (r *scenarioRun) expect(step string, req *rlsv3.RateLimitRequest, want string) {
 	r.t.Helper()
-	if got := codes(r.send(req)); got != want {
+	if got := answerCodes(r.send(req)); got != want {
 		r.t.Errorf("%s: sluice answered %s, want %s", step, got, want)
 	}
 }
@@ -345,6 +347,55 @@ descriptors:
 		r.expect("nested unlimited", rq("unlimited", dsc("key1", "a", "internal", "y")), "OK: OK/max")
 		r.expect("beside a limit", rq("unlimited", dsc("internal", "x"), dsc("key1", "a")), "OK: OK/max OK/0")
 		r.expect("beside a limit over", rq("unlimited", dsc("internal", "x"), dsc("key1", "a")), "OVER_LIMIT: OK/max OVER_LIMIT/0")
+	})
+
+	// The differences server's package doc lists that the model does not follow, each
+	// asserted as documented, on fresh counters.
+	t.Run("documented_differences", func(t *testing.T) {
+		r := startScenario(t, bin, scenario{files: map[string]string{"diff.yaml": "domain: diff\ndescriptors:\n  - key: key1\n    rate_limit: {unit: minute, requests_per_unit: 3}\n"}})
+		// both has both services answer a request made by mk(try), in one second.
+		both := func(mk func(try int) *rlsv3.RateLimitRequest) (sl, ref *rlsv3.RateLimitResponse, now int64) {
+			t.Helper()
+			for try := 0; ; try++ {
+				before := time.Now().Unix()
+				a, errA := r.sl.ShouldRateLimit(context.Background(), mk(try))
+				b, errB := r.ref.ShouldRateLimit(context.Background(), mk(try))
+				if errA != nil || errB != nil {
+					t.Fatalf("sluice: %v; the reference: %v", errA, errB)
+				}
+				if time.Now().Unix() == before || try == maxStraddleRetries {
+					return a, b, before
+				}
+			}
+		}
+		// is_negative_hits: sluice only looks; the reference ignores the flag and spends.
+		a, b, _ := both(func(try int) *rlsv3.RateLimitRequest {
+			d := dsc("key1", "negative-"+strconv.Itoa(try))
+			d.HitsAddend, d.IsNegativeHits = wrapperspb.UInt64(1), true
+			return rq("diff", d)
+		})
+		if a.Statuses[0].LimitRemaining != 3 || b.Statuses[0].LimitRemaining != 2 {
+			t.Errorf("is_negative_hits: limit_remaining %d in sluice, %d in the reference; want 3 (nothing spent) and 2", a.Statuses[0].LimitRemaining, b.Statuses[0].LimitRemaining)
+		}
+		// unit_multiplier: sluice's window is unit × multiplier and current_limit says so;
+		// the reference ignores the field.
+		a, b, now := both(func(try int) *rlsv3.RateLimitRequest {
+			d := dsc("key1", "multiplier-"+strconv.Itoa(try))
+			d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_MINUTE, UnitMultiplier: wrapperspb.UInt32(2)}
+			return rq("diff", d)
+		})
+		if got, want := compact(a.Statuses[0]), "code:OK current_limit:{requests_per_unit:2 unit:MINUTE unit_multiplier:{value:2}} limit_remaining:1 duration_until_reset:{seconds:"+strconv.FormatInt(120-now%120, 10)+"}"; got != want {
+			t.Errorf("unit_multiplier: sluice answered %s, want %s", got, want)
+		}
+		if got, want := compact(b.Statuses[0]), "code:OK current_limit:{requests_per_unit:2 unit:MINUTE} limit_remaining:1 duration_until_reset:{seconds:"+strconv.FormatInt(60-now%60, 10)+"}"; got != want {
+			t.Errorf("unit_multiplier: the reference answered %s, want %s (it ignores the field)", got, want)
+		}
+		// Refusals: the same message, InvalidArgument in sluice, Unknown in the reference.
+		_, errA := r.sl.ShouldRateLimit(context.Background(), rq("", dsc("key1", "x")))
+		_, errB := r.ref.ShouldRateLimit(context.Background(), rq("", dsc("key1", "x")))
+		if status.Code(errA) != codes.InvalidArgument || status.Code(errB) != codes.Unknown || status.Convert(errA).Message() != status.Convert(errB).Message() {
+			t.Errorf("an empty domain: sluice %v, the reference %v; want InvalidArgument and Unknown with one message", errA, errB)
+		}
 	})
 	t.Logf("%d responses of each service compared whole across the scenarios", total)
 }
