@@ -79,8 +79,8 @@
 //   - is_negative_hits spends nothing and reports the state (returning quota is not part
 //     of sluice's model: a denied request spent nothing to return); the reference ignores
 //     the field and spends the hits.
-//   - Refusals carry gRPC codes (InvalidArgument, ResourceExhausted, Unavailable) where
-//     the reference returns Unknown with the same message.
+//   - Refusals carry gRPC codes (InvalidArgument, ResourceExhausted, Unavailable); the
+//     reference's are Unknown (an empty domain or descriptor list: the same message).
 //   - Past the failover deadline (store.deadline, --deadline) the failure mode decides;
 //     the reference waits for Redis (REDIS_TIMEOUT) and fails the call.
 //
