@@ -425,8 +425,9 @@ func (s *Server) probeReady(ctx context.Context) (stop func()) {
 	return func() { cancel(); <-done }
 }
 
-// checkReady reports why the service is not ready: shutting down, or the store is not
-// reachable.
+// checkReady reports why the service is not ready: shutting down, the store refuses its
+// settings (sluice.KindMisconfigured, named so: retrying cannot fix it), or the store is
+// not reachable.
 func (s *Server) checkReady(ctx context.Context) error {
 	if s.draining.Load() {
 		return errors.New("shutting down")
@@ -434,6 +435,9 @@ func (s *Server) checkReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, DefaultReadyTimeout)
 	defer cancel()
 	if err := s.ready(ctx); err != nil {
+		if sluice.KindOf(err) == sluice.KindMisconfigured {
+			return fmt.Errorf("store misconfigured: %w", err)
+		}
 		return fmt.Errorf("store not reachable: %w", err)
 	}
 	return nil

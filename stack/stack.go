@@ -237,6 +237,7 @@ func Open(cfg *config.Config, o Options) (*Stack, error) {
 		}
 		st.closers = append(st.closers, rs.Close)
 		st.Store, st.ready = rs, rs.Ping
+		registerMisconfigured(reg, rs)
 		st.Quota = quota.NewRedis(rs.Client, QuotaPrefix, o.Clock)
 		st.Overrides = override.NewRedis(rs.Client, rs.Prefix())
 		local := memory.New(memory.WithMaxKeys(LocalMaxKeys))
@@ -296,6 +297,22 @@ func registerMemory(reg prometheus.Registerer, role string, m *memory.Store) {
 		Namespace: "sluice", Name: "memory_evictions_total", ConstLabels: labels,
 		Help: "States an in-process store evicted, closest to empty first, to stay within its key bound; each is a quota forgotten early.",
 	}, func() float64 { return float64(m.Evictions()) }))
+}
+
+// registerMisconfigured exports, per cause, whether Redis refuses the store's settings
+// (redisstore.Store.Misconfigured): an error retrying cannot fix.
+func registerMisconfigured(reg prometheus.Registerer, rs *redisstore.Store) {
+	for _, cause := range redisstore.ConfigCauses {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "sluice", Name: "store_misconfigured", ConstLabels: prometheus.Labels{"cause": cause},
+			Help: "1 while Redis refuses the store's settings for this cause (auth, database, tls, cluster, sentinel, command) at the latest connection attempt or readiness check: retrying cannot fix it, the operator must; else 0.",
+		}, func() float64 {
+			if ce := rs.Misconfigured(); ce != nil && ce.Cause == cause {
+				return 1
+			}
+			return 0
+		}))
+	}
 }
 
 // withDenyCache puts a deny cache configured by cfg and o in front of store, unless they

@@ -69,7 +69,9 @@ func start(c *cli.Command) (*env, error) {
 	e.opts.Logger, e.opts.Registry = log, e.reg
 	// A Redis that is down when the service starts is a store failure like any other:
 	// the service starts, the failure mode answers, /readyz reports it, and the store
-	// connects in the background.
+	// connects in the background. A Redis that refuses the URL's settings (credentials,
+	// database, certificate, cluster or Sentinel mode) is not down, and no retry fixes it:
+	// the command fails at start, naming the cause (redisstore.ConfigError).
 	e.opts.ConnectRetry = true
 	if e.stack, err = stack.Open(e.w.Config(), e.opts); err != nil {
 		e.w.Close()
