@@ -113,6 +113,11 @@ func readStoreFlags(c *cli.Command) (stack.Options, error) {
 		Deadline: c.Duration("deadline"),
 		MaxKeys:  c.Int64("max-keys"),
 		Sampling: c.Float("log-sampling"),
+
+		MaxReservations: int(c.Int("max-reservations")),
+		// serve's RLQS bound (proxy has no RLQS flags: 0): the quota.Memory keeps at most
+		// as many entries as its streams' buckets.
+		QuotaMaxClients: int(c.Int("rlqs-max-streams") * c.Int("rlqs-max-buckets-per-stream")),
 	}
 	if c.IsSet("deny-cache-bytes") {
 		o.DenyCache.MaxBytes = c.Int64("deny-cache-bytes")
