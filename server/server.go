@@ -106,6 +106,11 @@ type Options struct {
 	// apply to every endpoint, the health and metrics endpoints included (a probe must
 	// then present a client certificate too). NextProtos is set by Serve.
 	TLS *tls.Config
+	// MaxConnections bounds the connections open at once on each of Serve's listeners;
+	// one more is closed as soon as it is accepted, counted in
+	// sluice_server_connections_refused_total. 0: DefaultMaxConnections; negative: no
+	// bound.
+	MaxConnections int
 	// TracerProvider, when set, traces every decision request (one span per
 	// ShouldRateLimit and per /v1/check, /v1/peek and /v1/usage; see the package doc).
 	// Nil traces nothing, at no cost.
@@ -136,6 +141,7 @@ type Server struct {
 	reqLimits     config.RequestLimits
 	timeouts      Timeouts
 	rlqs          *rlqs
+	conns         *connLimits
 	customToken   bool
 	tracer        span.Tracer
 	envoy         atomic.Pointer[envoyCache]
@@ -237,6 +243,9 @@ func New(opts Options) (*Server, error) {
 	if s.rlqs, err = newRLQS(s, opts.Quota, s.registry); err != nil {
 		return nil, err
 	}
+	if s.conns, err = newConnLimits(s.registry, opts.MaxConnections); err != nil {
+		return nil, err
+	}
 	s.ovr = newOverrideCache(opts.Overrides, opts.OverrideRefresh, s.now, s.log,
 		func() { m.overrideChanges.WithLabelValues("expire").Inc() })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -326,6 +335,7 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 	errc := make(chan error, 2)
 	var hs *http.Server
 	if httpLn != nil {
+		httpLn = s.conns.listener(httpLn, "http")
 		hs = s.timeouts.Server(s.Handler())
 		hs.ErrorLog = slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)
 		if s.tls != nil {
@@ -342,6 +352,7 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 	}
 	var gs *grpc.Server
 	if grpcLn != nil {
+		grpcLn = s.conns.listener(grpcLn, "grpc")
 		var opts []grpc.ServerOption
 		if s.tls != nil {
 			// credentials.NewTLS clones the configuration and offers h2 by ALPN.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
@@ -51,6 +53,7 @@ var chartBounds = []struct {
 	{"maxReservations", "SLUICE_MAX_RESERVATIONS", stack.DefaultMaxReservations},
 	{"rlqsMaxStreams", "SLUICE_RLQS_MAX_STREAMS", server.DefaultQuotaMaxStreams},
 	{"rlqsMaxBucketsPerStream", "SLUICE_RLQS_MAX_BUCKETS_PER_STREAM", server.DefaultQuotaMaxBucketsPerStream},
+	{"maxConnections", "SLUICE_MAX_CONNECTIONS", server.DefaultMaxConnections},
 }
 
 // readChart reads deploy/helm/sluice/values.yaml, and the memory limit in bytes.
@@ -269,12 +272,39 @@ quota_buckets:
 	for err := range errs {
 		t.Fatal(err)
 	}
+	bucketsLive := liveHeap(t, p.base, pprofAddr)
+
+	// Then every connection the listeners allow, held idle: gRPC connections past their
+	// preface (a client's that made one call), HTTP ones before their first request.
+	maxConns := int(chart.Bounds["SLUICE_MAX_CONNECTIONS"])
+	for range maxConns - len(conns) - 2 { // the fill's and the extra stream's connections
+		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "mesh",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("k", "key-0")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	httpAddr := strings.TrimPrefix(p.base, "http://")
+	for range maxConns - 8 { // room for this test's /metrics and pprof requests
+		c, err := net.Dial("tcp", httpAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
 	rss, peak := procMemory(t, p.cmd.Process.Pid)
 	live := liveHeap(t, p.base, pprofAddr)
+	t.Logf("with %d gRPC and %d HTTP connections too: %.1f MiB live (%.0f bytes per connection), RSS %.1f MiB, peak %.1f MiB; gRPC connections open %v, refused %v",
+		maxConns-len(conns)-2, maxConns-8, mib(live), float64(live-bucketsLive)/float64(2*maxConns-len(conns)-10), mib(rss), mib(peak),
+		metricValue(t, p.base, `sluice_server_connections{listener="grpc"}`), metricValue(t, p.base, "sluice_server_connections_refused_total"))
 	held := metricValue(t, p.base, "sluice_rlqs_buckets")
-	t.Logf("GOMEMLIMIT %s, memory limit %.0f MiB; %d keys and %d RLQS streams × %d buckets (%v held): RSS %.1f MiB, peak %.1f MiB (%.1f MiB at start); live heap %.1f MiB at start, %.1f with the keys (%.0f bytes per key), %.1f with the buckets too (%.0f bytes per bucket)",
-		chart.GoMemLimit, mib(limit), maxKeys, streams, buckets, held, mib(rss), mib(peak), mib(base),
-		mib(baseLive), mib(keysLive), float64(keysLive-baseLive)/float64(maxKeys), mib(live), float64(live-keysLive)/float64(streams*buckets))
+	t.Logf("GOMEMLIMIT %s, memory limit %.0f MiB; %d keys and %d RLQS streams × %d buckets (%v held): live heap %.1f MiB at start (RSS %.1f MiB), %.1f with the keys (%.0f bytes per key), %.1f with the buckets too (%.0f bytes per bucket)",
+		chart.GoMemLimit, mib(limit), maxKeys, streams, buckets, held, mib(baseLive), mib(base),
+		mib(keysLive), float64(keysLive-baseLive)/float64(maxKeys), mib(bucketsLive), float64(bucketsLive-keysLive)/float64(streams*buckets))
 	if held != float64(streams*buckets) {
 		t.Errorf("sluice_rlqs_buckets %v, want %d", held, streams*buckets)
 	}

@@ -52,6 +52,7 @@ func serveCommand() *cli.Command {
 		&cli.IntFlag{Name: "max-descriptors", Usage: fmt.Sprintf("refuse a rate limit request (gRPC InvalidArgument, HTTP 400) of more descriptors than this (0: the configuration's store.request_limits, else %d)", config.DefaultMaxDescriptors), Sources: cli.EnvVars("SLUICE_MAX_DESCRIPTORS")},
 		&cli.IntFlag{Name: "max-entries", Usage: fmt.Sprintf("refuse a rate limit request with a descriptor of more entries than this (0: the configuration's, else %d)", config.DefaultMaxEntries), Sources: cli.EnvVars("SLUICE_MAX_ENTRIES")},
 		&cli.IntFlag{Name: "max-request-bytes", Usage: fmt.Sprintf("refuse a rate limit request whose descriptors' keys and values exceed this many bytes, and a JSON body of more than this plus 64 KiB (0: the configuration's, else %d)", config.DefaultMaxBytes), Sources: cli.EnvVars("SLUICE_MAX_REQUEST_BYTES")},
+		&cli.IntFlag{Name: "max-connections", Usage: fmt.Sprintf("the most connections open at once on each listener (HTTP, gRPC); one more is closed as soon as it is accepted, counted in sluice_server_connections_refused_total (0: %d; -1: unbounded). bench/README.md has the bytes per connection", server.DefaultMaxConnections), Sources: cli.EnvVars("SLUICE_MAX_CONNECTIONS")},
 		&cli.IntFlag{Name: "rlqs-max-streams", Value: server.DefaultQuotaMaxStreams, Usage: "the most RLQS streams (connected proxies) open at once; one more is refused with RESOURCE_EXHAUSTED, counted in sluice_rlqs_streams_refused_total. Memory grows with streams times --rlqs-max-buckets-per-stream (bench/README.md has the bytes per bucket)", Sources: cli.EnvVars("SLUICE_RLQS_MAX_STREAMS")},
 		&cli.IntFlag{Name: "rlqs-max-buckets-per-stream", Value: server.DefaultQuotaMaxBucketsPerStream, Usage: "the most distinct RLQS buckets one stream reports on; a report on one more is answered with abandon_action (sluice_rlqs_bucket_actions_total{action=\"abandon_too_many_buckets\"})", Sources: cli.EnvVars("SLUICE_RLQS_MAX_BUCKETS_PER_STREAM")},
 	)
@@ -108,7 +109,8 @@ func serve(ctx context.Context, c *cli.Command) error {
 			MaxEntries:     int(c.Int("max-entries")),
 			MaxBytes:       int(c.Int("max-request-bytes")),
 		},
-		HTTPTimeouts: server.Timeouts{Read: c.Duration("http-read-timeout"), Write: c.Duration("http-write-timeout")},
+		MaxConnections: int(c.Int("max-connections")),
+		HTTPTimeouts:   server.Timeouts{Read: c.Duration("http-read-timeout"), Write: c.Duration("http-write-timeout")},
 		Quota: server.QuotaOptions{Store: st.Quota,
 			MaxStreams: int(c.Int("rlqs-max-streams")), MaxBucketsPerStream: int(c.Int("rlqs-max-buckets-per-stream"))},
 		Overrides: st.Overrides,

@@ -126,7 +126,7 @@ func render(t *testing.T, set ...string) *rendered {
 // chart's memory limit) and the configuration's store.deny_cache is not overridden.
 var defaultBounds = map[string]string{
 	"SLUICE_MAX_KEYS": "", "SLUICE_DENY_CACHE_BYTES": "", "SLUICE_MAX_RESERVATIONS": "",
-	"SLUICE_RLQS_MAX_STREAMS": "", "SLUICE_RLQS_MAX_BUCKETS_PER_STREAM": "",
+	"SLUICE_RLQS_MAX_STREAMS": "", "SLUICE_RLQS_MAX_BUCKETS_PER_STREAM": "", "SLUICE_MAX_CONNECTIONS": "",
 }
 
 func TestChart(t *testing.T) {
@@ -150,10 +150,10 @@ func TestChart(t *testing.T) {
 		{name: "defaults", bounds: defaultBounds},
 		{name: "redis url", set: []string{"redis.url=redis://redis:6379"}, redisSecret: "rel-sluice-redis", createdURL: "redis://redis:6379", bounds: defaultBounds},
 		{name: "everything", set: []string{"redis.existingSecret=redis-auth", "autoscaling.enabled=true", "serviceMonitor.enabled=true", "adminToken.existingSecret=sluice-admin", "failureMode=local", "redis.minTTL=1m",
-			"bounds.maxKeys=2000000", "bounds.denyCacheBytes=0", "bounds.maxReservations=10", "bounds.rlqsMaxStreams=20000", "bounds.rlqsMaxBucketsPerStream=7"},
+			"bounds.maxKeys=2000000", "bounds.denyCacheBytes=0", "bounds.maxReservations=10", "bounds.rlqsMaxStreams=20000", "bounds.rlqsMaxBucketsPerStream=7", "bounds.maxConnections=-1"},
 			redisSecret: "redis-auth", options: true, bounds: map[string]string{
 				"SLUICE_MAX_KEYS": "2000000", "SLUICE_DENY_CACHE_BYTES": "0", "SLUICE_MAX_RESERVATIONS": "10",
-				"SLUICE_RLQS_MAX_STREAMS": "20000", "SLUICE_RLQS_MAX_BUCKETS_PER_STREAM": "7"}},
+				"SLUICE_RLQS_MAX_STREAMS": "20000", "SLUICE_RLQS_MAX_BUCKETS_PER_STREAM": "7", "SLUICE_MAX_CONNECTIONS": "-1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := render(t, tc.set...)
