@@ -188,6 +188,11 @@ const (
 	// KindOverload: the store was not called because too many earlier calls are still
 	// running past their deadline.
 	KindOverload ErrorKind = "overload"
+	// KindMisconfigured: the store refuses the connection's settings (credentials or
+	// permissions, a database it does not have, a certificate that does not verify, a
+	// cluster or Sentinel address of a server that is not one). Retrying cannot fix it:
+	// the operator must. The failure mode applies meanwhile.
+	KindMisconfigured ErrorKind = "misconfigured"
 	// KindOther: any other failure of the store (a script error, an unexpected reply).
 	KindOther ErrorKind = "other"
 )

@@ -73,7 +73,9 @@ func WithLogger(l *slog.Logger) Option { return func(o *watchOptions) { o.logger
 // "..data" symbolic link is replaced atomically, and edits to a link's target elsewhere
 // are all seen. Only events on those paths (and on configuration files new in a watched
 // configuration directory) reload: writes to other files in the same directories are
-// ignored. Links are resolved again after every reload, so a swapped link is followed.
+// ignored, and are not logged one record per event (see Ignored), so that a service whose
+// log file is in the same directory does not feed its own writes back to itself. Links are
+// resolved again after every reload, so a swapped link is followed.
 // Events are debounced (WithDebounce). A watched reload rejected with the same error as the
 // previous one is neither logged nor counted again; Reload always reports.
 type Watcher struct {
@@ -83,16 +85,21 @@ type Watcher struct {
 	cur      atomic.Pointer[Config]
 	rejectN  atomic.Uint64
 	reloadN  atomic.Uint64
+	ignoredN atomic.Uint64
 	lastErr  atomic.Pointer[errBox]
 	mu       sync.Mutex // serializes reloads and the watch set
 	fsw      *fsnotify.Watcher
 	watching map[string]bool // directories fsnotify watches
 	names    map[string]bool // paths whose events matter (rewatch)
 	dir      string          // the resolved configuration directory, "" for a file
-	lastRej  string          // the error of the last rejected reload, "" after a good one
-	done     chan struct{}
-	wg       sync.WaitGroup
-	closing  sync.Once
+	// lastSummary and summarized are when the ignored events were last logged and how
+	// many had been ignored then; the loop's own.
+	lastSummary time.Time
+	summarized  uint64
+	lastRej     string // the error of the last rejected reload, "" after a good one
+	done        chan struct{}
+	wg          sync.WaitGroup
+	closing     sync.Once
 }
 
 type errBox struct{ err error }
@@ -155,6 +162,11 @@ func (w *Watcher) Path() string { return w.path }
 // Rejected is the number of rejected reloads so far.
 func (w *Watcher) Rejected() uint64 { return w.rejectN.Load() }
 
+// Ignored is the number of file-system events so far on files in the watched directories
+// that cannot change the configuration (a log file beside it, say). They reload nothing,
+// and are logged at most once per IgnoredSummaryEvery, as a count.
+func (w *Watcher) Ignored() uint64 { return w.ignoredN.Load() }
+
 // Reloads is the number of reloads that put a new configuration in force.
 func (w *Watcher) Reloads() uint64 { return w.reloadN.Load() }
 
@@ -203,7 +215,7 @@ func (w *Watcher) loop() {
 				return
 			}
 			if !w.relevant(ev.Name) {
-				w.o.logger.Debug("config: file event ignored", "event", ev.String())
+				w.ignore(ev)
 				continue
 			}
 			w.o.logger.Debug("config: file event", "event", ev.String())
@@ -217,6 +229,25 @@ func (w *Watcher) loop() {
 			w.reload("watch")
 		}
 	}
+}
+
+// IgnoredSummaryEvery is the least time between two log records of the file-system events
+// a Watcher ignores.
+const IgnoredSummaryEvery = time.Minute
+
+// ignore counts an event on a file that cannot change the configuration, and logs (at
+// Debug) at most one record per IgnoredSummaryEvery of how many were ignored: a service
+// whose log file sits beside its configuration writes a record for each event, and each
+// record is itself an event. Called on the loop's goroutine only.
+func (w *Watcher) ignore(ev fsnotify.Event) {
+	n := w.ignoredN.Add(1)
+	now := time.Now()
+	if !w.lastSummary.IsZero() && now.Sub(w.lastSummary) < IgnoredSummaryEvery {
+		return
+	}
+	w.o.logger.Debug("config: file events on other files ignored", "events", n-w.summarized, "last", ev.String(),
+		"next_summary_in", IgnoredSummaryEvery)
+	w.lastSummary, w.summarized = now, n
 }
 
 func (w *Watcher) reload(trigger string) (bool, error) {

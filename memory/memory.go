@@ -132,6 +132,24 @@ func WithClock(clock func() time.Time) Option {
 	return func(s *Store) { s.clock = func() int64 { return algo.Micros(clock()) } }
 }
 
+// WithMaxReservations caps the records of decisions whose cost is to be settled
+// (sluice.Request.SettleTTL), each kept until its settle TTL; 0 (the default) means no
+// cap. A decision allowed while n are held is decided as usual, but keeps no record: its
+// settlement finds none (sluice.ErrUnknownReservation) and its estimate stands, counted by
+// ReservationsDropped.
+func WithMaxReservations(n int) Option { return func(s *Store) { s.res.max = n } }
+
+// Reservations returns the settlement records held (see WithMaxReservations).
+func (s *Store) Reservations() int {
+	s.res.mu.Lock()
+	defer s.res.mu.Unlock()
+	return len(s.res.m)
+}
+
+// ReservationsDropped returns how many allowed decisions kept no settlement record because
+// WithMaxReservations were held.
+func (s *Store) ReservationsDropped() uint64 { return s.res.dropped.Load() }
+
 // WithMaxKeys caps the number of (key, Limit) states held; 0 (the default) means no cap.
 // See the package doc for the eviction rule.
 func WithMaxKeys(n int64) Option { return func(s *Store) { s.maxKeys = n } }

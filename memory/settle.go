@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
@@ -12,9 +13,15 @@ import (
 // reservations holds the records of decisions whose cost is to be settled
 // (sluice.Request.SettleTTL), until their TTL passes; a settled one stays as a tombstone
 // until then, so that a second settlement is told apart from an unknown one.
+//
+// At most max records are kept (0: no bound); a decision allowed while max are held keeps
+// no record, and its settlement finds none (sluice.ErrUnknownReservation: its estimate
+// stands), counted in dropped.
 type reservations struct {
-	mu sync.Mutex
-	m  map[reservationKey]reservation
+	mu      sync.Mutex
+	m       map[reservationKey]reservation
+	max     int
+	dropped atomic.Uint64
 }
 
 type reservationKey struct {
@@ -37,6 +44,11 @@ func (rs *reservations) record(req *sluice.Request, now int64, r algo.Result) sl
 	rs.mu.Lock()
 	if rs.m == nil {
 		rs.m = make(map[reservationKey]reservation)
+	}
+	if rs.max > 0 && len(rs.m) >= rs.max {
+		rs.mu.Unlock()
+		rs.dropped.Add(1)
+		return id
 	}
 	rs.m[reservationKey{req.Limit, req.Key, id}] = rec
 	rs.mu.Unlock()

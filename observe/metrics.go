@@ -30,7 +30,8 @@ import (
 //	                                             deadline; not those a denycache.Cache
 //	                                             answered)
 //	sluice_store_errors_total{kind}              store failures by sluice.ErrorKind (timeout,
-//	                                             refused, oom, busy, breaker_open, ...)
+//	                                             refused, oom, busy, breaker_open,
+//	                                             misconfigured, ...)
 //	sluice_breaker_state{state}                  1 for the circuit breaker's current state
 //	                                             (closed, half_open, open), 0 for the others,
 //	                                             as of the last decision through a

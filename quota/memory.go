@@ -9,20 +9,36 @@ import (
 
 // Memory is a Store in process memory, for one instance. It is safe for concurrent use.
 // A bucket whose clients have all expired is forgotten (a few at each report), so its
-// memory is bounded by the buckets reported on within one TTL.
+// memory is bounded by the buckets reported on within one TTL, and by WithMaxClients.
 type Memory struct {
-	now     func() time.Time
-	mu      sync.Mutex
-	buckets map[string]*bucket
-	byExp   bucketHeap // buckets by the expiry of their newest client
+	now        func() time.Time
+	maxClients int
+	mu         sync.Mutex
+	buckets    map[string]*bucket
+	byExp      bucketHeap // buckets by the expiry of their newest client
+	clients    int        // (bucket, client) entries held
 }
 
+// MemoryOption configures a Memory store.
+type MemoryOption func(*Memory)
+
+// WithMaxClients bounds the (bucket, client) entries a Memory store holds, over every
+// bucket (0, the default: no bound). A report that would add one more, expired entries
+// dropped first, is answered as a full bucket is (Assignment.Rate -1): the client
+// abandons it. A client's entry stays until its TTL after its stream closes, so a client
+// that reconnects again and again is bounded by this, not by its streams.
+func WithMaxClients(n int) MemoryOption { return func(m *Memory) { m.maxClients = n } }
+
 // NewMemory returns an empty Memory store reading time from now (time.Now when nil).
-func NewMemory(now func() time.Time) *Memory {
+func NewMemory(now func() time.Time, opts ...MemoryOption) *Memory {
 	if now == nil {
 		now = time.Now
 	}
-	return &Memory{now: now, buckets: map[string]*bucket{}}
+	m := &Memory{now: now, buckets: map[string]*bucket{}}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
 }
 
 type bucket struct {
@@ -49,14 +65,33 @@ func (m *Memory) Rebalance(_ context.Context, reps []Report, out []Assignment) e
 		out[i] = m.rebalance(&reps[i], now)
 	}
 	// Forget a few buckets nobody reported on within their TTL.
-	for range 2 {
+	m.forget(now, 2)
+	return nil
+}
+
+// forget drops at most n buckets whose clients have all expired.
+func (m *Memory) forget(now int64, n int) {
+	for range n {
 		if len(m.byExp) == 0 || m.byExp[0].expires > now {
 			break
 		}
 		b := heap.Pop(&m.byExp).(*bucket)
 		delete(m.buckets, b.key)
+		m.clients -= len(b.clients)
 	}
-	return nil
+}
+
+// full reports whether one more client entry would exceed WithMaxClients, after dropping
+// a few expired buckets when sweep is set (never while a bucket is being updated: it
+// could be one of them).
+func (m *Memory) full(now int64, sweep bool) bool {
+	if m.maxClients <= 0 || m.clients < m.maxClients {
+		return false
+	}
+	if sweep {
+		m.forget(now, expiredPerCall)
+	}
+	return m.clients >= m.maxClients
 }
 
 // rebalance is rebalance.lua in Go: drop expired clients, replace the reporter's entry,
@@ -64,6 +99,9 @@ func (m *Memory) Rebalance(_ context.Context, reps []Report, out []Assignment) e
 func (m *Memory) rebalance(r *Report, now int64) Assignment {
 	b := m.buckets[r.Key]
 	if b == nil {
+		if m.full(now, true) {
+			return Assignment{Rate: -1}
+		}
 		b = &bucket{key: r.Key, clients: map[string]*client{}}
 		m.buckets[r.Key] = b
 		b.expires = now
@@ -77,6 +115,7 @@ func (m *Memory) rebalance(r *Report, now int64) Assignment {
 		b.weight -= c.weight
 		b.assigned -= c.assigned
 		delete(b.clients, c.id)
+		m.clients--
 	}
 	n := int64(len(b.clients))
 	c := b.clients[r.Client]
@@ -85,11 +124,12 @@ func (m *Memory) rebalance(r *Report, now int64) Assignment {
 		b.assigned -= c.assigned
 	} else {
 		n++
-		if n > MaxClients {
+		if n > MaxClients || m.full(now, false) {
 			return Assignment{Rate: -1, Clients: n - 1, Assigned: b.assigned}
 		}
 		c = &client{id: r.Client}
 		b.clients[r.Client] = c
+		m.clients++
 		heap.Push(&b.byExp, c)
 	}
 	b.weight += r.Weight

@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"net"
@@ -24,11 +26,117 @@ func failed(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
+	return sluice.ForeignCancel(ctx, storeError(err))
+}
+
+// storeError returns err as a sluice.StoreError of the kind classify gives it (err itself
+// when it is one already); a misconfiguration's error is a ConfigError naming its cause.
+func storeError(err error) error {
 	var se *sluice.StoreError
-	if !errors.As(err, &se) {
-		err = &sluice.StoreError{Kind: classify(err), Err: err}
+	if errors.As(err, &se) {
+		return err
 	}
-	return sluice.ForeignCancel(ctx, err)
+	if c := misconfiguration(err); c != "" {
+		return &sluice.StoreError{Kind: sluice.KindMisconfigured, Err: &ConfigError{Cause: c, Err: err}}
+	}
+	return &sluice.StoreError{Kind: classify(err), Err: err}
+}
+
+// Causes of a misconfiguration (ConfigError.Cause), each a metric label.
+const (
+	// CauseAuth: Redis refuses the URL's credentials (WRONGPASS, NOAUTH, a password for a
+	// server that has none) or the user's ACL permissions (NOPERM).
+	CauseAuth = "auth"
+	// CauseDatabase: the URL's database index is not one the server has.
+	CauseDatabase = "database"
+	// CauseTLS: the server's certificate does not verify (rediss://).
+	CauseTLS = "tls"
+	// CauseCluster: a cluster URL (several addresses) names a server with cluster support
+	// disabled.
+	CauseCluster = "cluster"
+	// CauseSentinel: a Sentinel URL (master_set) names a server that is not a Sentinel, or
+	// a master the Sentinel does not monitor.
+	CauseSentinel = "sentinel"
+	// CauseCommand: the server does not know a command the store needs (it is not a Redis
+	// that runs scripts, or a Sentinel named as a server).
+	CauseCommand = "command"
+)
+
+// ConfigCauses lists every ConfigError.Cause.
+var ConfigCauses = []string{CauseAuth, CauseDatabase, CauseTLS, CauseCluster, CauseSentinel, CauseCommand}
+
+// causeHints say what to fix, per cause.
+var causeHints = map[string]string{
+	CauseAuth:     "check the user and password in the URL and the user's ACL permissions",
+	CauseDatabase: "the URL's database index is not one this server has",
+	CauseTLS:      "the server's certificate does not verify; name its CA with ca_file",
+	CauseCluster:  "the URL names a cluster but the server has cluster support disabled",
+	CauseSentinel: "the URL's master_set is not a master this Sentinel monitors, or the address is not a Sentinel",
+	CauseCommand:  "the server does not know a command the store needs",
+}
+
+// ConfigError is an error retrying cannot fix: Redis refuses the store's connection
+// settings (the URL, the server's own configuration), and only an operator can change
+// either. The store returns it inside a sluice.StoreError of sluice.KindMisconfigured.
+type ConfigError struct {
+	// Cause is one of ConfigCauses.
+	Cause string
+	// Err is Redis's (or the TLS handshake's) error.
+	Err error
+}
+
+func (e *ConfigError) Error() string {
+	return "Redis refuses the store's settings (" + e.Cause + ": " + causeHints[e.Cause] +
+		"; retrying cannot fix it): " + e.Err.Error()
+}
+
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// misconfiguration returns the cause (one of ConfigCauses) of err when it is an error
+// retrying cannot fix, else "".
+func misconfiguration(err error) string {
+	var cv *tls.CertificateVerificationError
+	var ua x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var ci x509.CertificateInvalidError
+	if errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci) {
+		return CauseTLS
+	}
+	var ce *ConfigError
+	if errors.As(err, &ce) {
+		return ce.Cause
+	}
+	var cause string
+	walk(err, func(e error) bool {
+		cause = replyCause(e.Error())
+		return cause == ""
+	})
+	return cause
+}
+
+// replyCause returns the cause of a Redis error reply that retrying cannot fix, else "".
+func replyCause(msg string) string {
+	has := func(subs ...string) bool {
+		for _, sub := range subs {
+			if strings.Contains(msg, sub) {
+				return true
+			}
+		}
+		return false
+	}
+	switch {
+	case has("WRONGPASS", "NOAUTH", "NOPERM", "without any password configured"):
+		return CauseAuth
+	case has("DB index is out of range", "invalid DB index"):
+		return CauseDatabase
+	case has("cluster support disabled"):
+		return CauseCluster
+	case has("No such master with that name", "unknown command 'SENTINEL'"):
+		return CauseSentinel
+	case has("unknown command"):
+		return CauseCommand
+	}
+	return ""
 }
 
 // redisCodes maps the first word of a Redis error reply to its Kind.
@@ -45,7 +153,9 @@ var redisCodes = map[string]sluice.ErrorKind{
 	"NOSCRIPT":    sluice.KindNoScript,
 }
 
-// classify returns the kind of an error of a call to Redis: a Redis error reply by its
+// classify returns the kind of an error of a call to Redis: a misconfiguration
+// (misconfiguration: credentials, database, TLS verification, a cluster or Sentinel URL
+// of a server that is not one); a Redis error reply by its
 // leading code (BUSY, OOM, LOADING, READONLY, MASTERDOWN, CLUSTERDOWN, MOVED, ASK,
 // TRYAGAIN, NOSCRIPT), whether the reply is an error of its own in the chain or quoted
 // in a message after ": "; network errors (timeouts, refused, reset, EOF); rueidis's own
@@ -61,6 +171,9 @@ func classify(err error) sluice.ErrorKind {
 	}
 	if k := sluice.KindOf(err); k == sluice.KindBadInput || k == sluice.KindClosed {
 		return k
+	}
+	if misconfiguration(err) != "" {
+		return sluice.KindMisconfigured
 	}
 	// A Redis reply is the most specific information: look for it first, as a store may
 	// wrap it in a context or network error and vice versa.

@@ -2,11 +2,14 @@ package redisstore
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -67,6 +70,15 @@ func TestClassify(t *testing.T) {
 		{decideErr("ERR Error running script (call to f_x): @user_script:1: bad argument"), sluice.KindOther},
 		// A word that merely starts like a code is not one.
 		{decideErr("BUSYGROUP Consumer Group name already exists"), sluice.KindOther},
+		// Errors retrying cannot fix (issue 39, item 7).
+		{decideErr("WRONGPASS invalid username-password pair or user is disabled."), sluice.KindMisconfigured},
+		{decideErr("NOAUTH HELLO must be called with the client already authenticated"), sluice.KindMisconfigured},
+		{decideErr("NOPERM User limiter has no permissions to run the 'evalsha' command"), sluice.KindMisconfigured},
+		{fmt.Errorf("redisstore: connect: %w", replyErr("DB index is out of range")), sluice.KindMisconfigured},
+		{fmt.Errorf("redisstore: connect: %w", replyErr("This instance has cluster support disabled")), sluice.KindMisconfigured},
+		{fmt.Errorf("redisstore: connect: %w", replyErr("No such master with that name")), sluice.KindMisconfigured},
+		{fmt.Errorf("redisstore: connect: %w", &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}), sluice.KindMisconfigured},
+		{fmt.Errorf("redisstore: connect: %w", x509.HostnameError{Certificate: &x509.Certificate{}, Host: "redis"}), sluice.KindMisconfigured},
 	}
 	for _, tt := range tests {
 		name := "nil"
@@ -108,5 +120,27 @@ func TestFailedForeignCancel(t *testing.T) {
 	}
 	if got := failed(context.Background(), err); sluice.KindOf(got) != sluice.KindRefused || errors.Is(got, context.Canceled) {
 		t.Errorf("another call's cancellation: %v of kind %q, want %q and no context.Canceled", got, sluice.KindOf(got), sluice.KindRefused)
+	}
+}
+
+// TestMisconfigurationCause: a misconfiguration's error names its cause and says that
+// retrying cannot fix it.
+func TestMisconfigurationCause(t *testing.T) {
+	for reply, cause := range map[string]string{
+		"WRONGPASS invalid username-password pair":                          CauseAuth,
+		"DB index is out of range":                                          CauseDatabase,
+		"This instance has cluster support disabled":                        CauseCluster,
+		"unknown command 'SENTINEL', with args beginning with: 'SENTINELS'": CauseSentinel,
+		"unknown command 'EVALSHA'":                                         CauseCommand,
+	} {
+		err := failed(context.Background(), fmt.Errorf("redisstore: connect: %w", replyErr(reply)))
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Cause != cause {
+			t.Errorf("%q: %v, want a ConfigError of cause %q", reply, err, cause)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, "retrying cannot fix it") || !strings.Contains(msg, reply) {
+			t.Errorf("%q: message %q", reply, msg)
+		}
 	}
 }

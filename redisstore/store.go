@@ -34,10 +34,11 @@
 // Bad input wraps sluice's sentinel errors ([sluice.IsBadInput]) and spends nothing. Every
 // failure is a [sluice.StoreError] of the kind the store gives it ([sluice.KindOf]):
 // timeouts, refused and reset connections, BUSY, OOM, LOADING, READONLY, CLUSTERDOWN,
-// redirections, missing scripts; before the first connection with [WithConnectRetry], one
-// wrapping [ErrNotConnected]; after Close, [sluice.ErrClosed]. A decision whose fate is
-// unknown is not retried, since it may have spent: failure modes are package failover's.
-// A live caller never gets a cancellation ([sluice.ForeignCancel]).
+// redirections, missing scripts, misconfigurations ([ConfigError]); before the first
+// connection with [WithConnectRetry], one wrapping [ErrNotConnected]; after Close,
+// [sluice.ErrClosed]. A decision whose fate is unknown is not retried, since it may have
+// spent: failure modes are package failover's. A live caller never gets a cancellation
+// ([sluice.ForeignCancel]).
 //
 // # Connecting
 //
@@ -45,7 +46,11 @@
 // any seed nodes ("?addr=host2:port&addr=..."), Sentinel ("?addr=...&master_set=name"); ACL
 // user and password; dial_timeout, write_timeout, client_name, db, and for rediss ca_file
 // and skip_verify. [New] takes a rueidis.Client for anything else (client certificates,
-// Sentinel credentials).
+// Sentinel credentials). A connection Redis refuses for the store's settings (a
+// [ConfigError]: credentials, a database it lacks, a certificate that does not verify, a
+// cluster or Sentinel URL of a server that is not one) fails Open, [WithConnectRetry] or
+// not: no retry fixes it. Met later, it is a failure of kind sluice.KindMisconfigured,
+// which [Store.Misconfigured] reports.
 //
 // # Operating Redis
 //
@@ -94,8 +99,11 @@ type Store struct {
 	// client-side bookkeeping.
 	recent [recentSlots]atomic.Pointer[limitInfo]
 
-	dialErr   atomic.Pointer[error] // the last failed connection attempt, while there is no conn
-	stop      context.Context       // ends when Close starts: the start-up work and connect loop stop
+	dialErr atomic.Pointer[error] // the last failed connection attempt, while there is no conn
+	// misconf is the misconfiguration the latest connection attempt or Ping met; nil
+	// after one that succeeded or failed otherwise.
+	misconf   atomic.Pointer[ConfigError]
+	stop      context.Context // ends when Close starts: the start-up work and connect loop stop
 	stopStart context.CancelFunc
 	closeMu   sync.RWMutex // excludes Close from startCall, startRun and attaching a connection
 	closed    atomic.Bool
@@ -134,7 +142,11 @@ func (s *Store) connected() (*conn, error) {
 		return cn, nil
 	}
 	if p := s.dialErr.Load(); p != nil {
-		return nil, &sluice.StoreError{Kind: sluice.KindRefused, Err: fmt.Errorf("%w: %w", ErrNotConnected, *p)}
+		kind := sluice.KindRefused
+		if sluice.KindOf(*p) == sluice.KindMisconfigured {
+			kind = sluice.KindMisconfigured
+		}
+		return nil, &sluice.StoreError{Kind: kind, Err: fmt.Errorf("%w: %w", ErrNotConnected, *p)}
 	}
 	return nil, &sluice.StoreError{Kind: sluice.KindRefused, Err: ErrNotConnected}
 }
@@ -236,7 +248,13 @@ func WithConcurrency(n int) Option {
 // decision fails at once with an error wrapping ErrNotConnected and the last connection
 // error, so that a failover decorator applies its failure mode. A service should not exit
 // or wait because its Redis is down when it starts. Without it, Open returns the
-// connection error. A malformed URL is an error either way. New ignores it.
+// connection error. A malformed URL is an error either way, and so is a first connection
+// attempt that Redis refuses for the store's settings (a ConfigError: credentials, a
+// database it does not have, a certificate that does not verify, a cluster or Sentinel URL
+// of a server that is not one), which retrying cannot fix: the operator must. Once the
+// store is retrying, a misconfiguration met later is kept retrying (the server's settings
+// may be fixed), reported by Misconfigured and Ping, and logged at most once per
+// MisconfigLogEvery. New ignores it.
 func WithConnectRetry() Option {
 	return func(o *options) error {
 		o.retry = true
@@ -273,8 +291,11 @@ func Open(url string, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	client, err := rueidis.NewClient(copt)
-	if err != nil && !o.retry {
-		return nil, fmt.Errorf("redisstore: connect: %w", err)
+	if err != nil {
+		err = fmt.Errorf("redisstore: connect: %w", storeError(err))
+		if !o.retry || sluice.KindOf(err) == sluice.KindMisconfigured {
+			return nil, err
+		}
 	}
 	s := newStore(o)
 	s.own = true
@@ -282,7 +303,6 @@ func Open(url string, opts ...Option) (*Store, error) {
 		s.attach(client)
 		return s, nil
 	}
-	err = fmt.Errorf("redisstore: connect: %w", err)
 	s.dialErr.Store(&err)
 	s.logger.Warn("redisstore: Redis is not reachable; decisions fail until it is, retrying in the background", "error", err)
 	s.inflight.Add(1)
@@ -313,10 +333,16 @@ func cutCAFile(raw string) (string, string, error) {
 	return u.String(), ca, nil
 }
 
+// MisconfigLogEvery is the least time between two log records of the same
+// misconfiguration met while connecting.
+const MisconfigLogEvery = time.Minute
+
 // connectLoop tries to connect until it succeeds or Close starts.
 func (s *Store) connectLoop(copt rueidis.ClientOption) {
 	defer s.inflight.Done()
 	wait := 100 * time.Millisecond
+	var logged time.Time // when the misconfiguration last logged was
+	var loggedCause string
 	for {
 		select {
 		case <-s.stop.Done():
@@ -335,8 +361,14 @@ func (s *Store) connectLoop(copt rueidis.ClientOption) {
 			s.logger.Info("redisstore: connected to Redis")
 			return
 		}
-		err = fmt.Errorf("redisstore: connect: %w", err)
+		err = fmt.Errorf("redisstore: connect: %w", storeError(err))
 		s.dialErr.Store(&err)
+		ce := s.noteMisconfig(err)
+		if ce != nil && (ce.Cause != loggedCause || time.Since(logged) >= MisconfigLogEvery) {
+			s.logger.Error("redisstore: Redis refuses the store's settings; decisions fail until the settings are fixed, still retrying",
+				"cause", ce.Cause, "error", err, "next_report_in", MisconfigLogEvery)
+			logged, loggedCause = time.Now(), ce.Cause
+		}
 		if wait = 2 * wait; wait > 5*time.Second {
 			wait = 5 * time.Second
 		}
@@ -394,6 +426,7 @@ func (s *Store) attach(client rueidis.Client) {
 	}
 	s.conn.Store(cn)
 	s.dialErr.Store(nil)
+	s.misconf.Store(nil)
 	s.inflight.Add(1)
 	go func() {
 		defer s.inflight.Done()
@@ -454,9 +487,27 @@ func (s *Store) Ping(ctx context.Context) error {
 		return err
 	}
 	if err := cn.client.Do(ctx, cn.client.B().Ping().Build()).Error(); err != nil {
-		return wrap(ctx, "PING", err)
+		err = wrap(ctx, "PING", err)
+		s.noteMisconfig(err)
+		return err
 	}
+	s.misconf.Store(nil)
 	return nil
+}
+
+// Misconfigured returns the misconfiguration the store's latest connection attempt or
+// Ping met: an error retrying cannot fix, which only the operator can (see ConfigError).
+// It is nil once one succeeds, or fails for another reason.
+func (s *Store) Misconfigured() *ConfigError { return s.misconf.Load() }
+
+// noteMisconfig records err's misconfiguration, or its absence, for Misconfigured.
+func (s *Store) noteMisconfig(err error) *ConfigError {
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		ce = nil
+	}
+	s.misconf.Store(ce)
+	return ce
 }
 
 // limitInfo is what the store derives once per Limit.

@@ -171,7 +171,9 @@
 //	GET  /v1/overrides?policy=P
 //	                  list the overrides in force (admin)
 //	GET  /healthz     200 while the process serves (liveness)
-//	GET  /readyz      200 when the store answers a ping and the server is not draining
+//	GET  /readyz      200 when the store answers a ping and the server is not draining;
+//	                  503 otherwise, with the reason ("store misconfigured" when the
+//	                  store refuses its settings: sluice.KindMisconfigured)
 //	GET  /metrics     Prometheus metrics: the server's, the observe decorator's if it was
 //	                  registered on Options.Registry, Go and process collectors
 //

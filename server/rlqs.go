@@ -25,10 +25,13 @@ import (
 // RateLimitQuotaServiceName is the RLQS gRPC service, as the gRPC health service knows it.
 const RateLimitQuotaServiceName = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"
 
-// Defaults of QuotaOptions.
+// Defaults of QuotaOptions. Memory grows with the buckets the streams hold, at most
+// MaxStreams × MaxBucketsPerStream, and a little with each stream (bench/README.md has
+// both figures): the defaults, filled, fit the shipped chart's memory limit beside the
+// other bounds of the service (stack.DefaultMaxKeys).
 const (
-	DefaultQuotaMaxStreams          = 10000
-	DefaultQuotaMaxBucketsPerStream = 1000
+	DefaultQuotaMaxStreams          = 500
+	DefaultQuotaMaxBucketsPerStream = 100
 	DefaultQuotaFirstReportTimeout  = time.Minute
 	// UnmatchedTTL is the assignment_time_to_live of the ALLOW_ALL answered for a bucket
 	// no rule matches (and for every bucket of an unknown domain).
@@ -44,7 +47,9 @@ type QuotaOptions struct {
 	// refused with RESOURCE_EXHAUSTED. 0: DefaultQuotaMaxStreams.
 	MaxStreams int
 	// MaxBucketsPerStream caps the distinct buckets one stream reports on; a report on
-	// one more is answered with abandon_action. 0: DefaultQuotaMaxBucketsPerStream.
+	// one more is answered with abandon_action. 0: DefaultQuotaMaxBucketsPerStream. The
+	// buckets an instance holds, and their entries in a quota.Memory store, are at most
+	// MaxStreams × MaxBucketsPerStream.
 	MaxBucketsPerStream int
 	// FirstReportTimeout ends a stream that sends no report for that long after it
 	// opened (DEADLINE_EXCEEDED). 0: DefaultQuotaFirstReportTimeout.

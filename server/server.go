@@ -111,6 +111,11 @@ type Options struct {
 	// apply to every endpoint, the health and metrics endpoints included (a probe must
 	// then present a client certificate too). NextProtos is set by Serve.
 	TLS *tls.Config
+	// MaxConnections bounds the connections open at once on each of Serve's listeners;
+	// one more is closed as soon as it is accepted, counted in
+	// sluice_server_connections_refused_total. 0: DefaultMaxConnections; negative: no
+	// bound.
+	MaxConnections int
 	// TracerProvider, when set, traces every decision request (one span per
 	// ShouldRateLimit and per /v1/check, /v1/peek and /v1/usage; see the package doc).
 	// Nil traces nothing, at no cost.
@@ -185,6 +190,7 @@ type Server struct {
 	reqLimits     config.RequestLimits
 	timeouts      Timeouts
 	rlqs          *rlqs
+	conns         *connLimits
 	customToken   bool
 	tracer        span.Tracer
 	envoy         atomic.Pointer[envoyCache]
@@ -290,6 +296,9 @@ func New(opts Options) (*Server, error) {
 	if s.rlqs, err = newRLQS(s, opts.Quota, s.registry); err != nil {
 		return nil, err
 	}
+	if s.conns, err = newConnLimits(s.registry, opts.MaxConnections); err != nil {
+		return nil, err
+	}
 	s.ovr = newOverrideCache(opts.Overrides, opts.OverrideRefresh, s.now, s.log,
 		func() { m.overrideChanges.WithLabelValues("expire").Inc() })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -379,6 +388,7 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 	errc := make(chan error, 2)
 	var hs *http.Server
 	if httpLn != nil {
+		httpLn = s.conns.listener(httpLn, "http")
 		hs = s.timeouts.Server(s.Handler())
 		hs.ErrorLog = slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)
 		if s.tls != nil {
@@ -395,6 +405,7 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 	}
 	var gs *grpc.Server
 	if grpcLn != nil {
+		grpcLn = s.conns.listener(grpcLn, "grpc")
 		var opts []grpc.ServerOption
 		if s.tls != nil {
 			// credentials.NewTLS clones the configuration and offers h2 by ALPN.
@@ -478,8 +489,9 @@ func (s *Server) probeReady(ctx context.Context) (stop func()) {
 	return func() { cancel(); <-done }
 }
 
-// checkReady reports why the service is not ready: shutting down, or the store is not
-// reachable.
+// checkReady reports why the service is not ready: shutting down, the store refuses its
+// settings (sluice.KindMisconfigured, named so: retrying cannot fix it), or the store is
+// not reachable.
 func (s *Server) checkReady(ctx context.Context) error {
 	if s.draining.Load() {
 		return errors.New("shutting down")
@@ -487,6 +499,9 @@ func (s *Server) checkReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, DefaultReadyTimeout)
 	defer cancel()
 	if err := s.ready(ctx); err != nil {
+		if sluice.KindOf(err) == sluice.KindMisconfigured {
+			return fmt.Errorf("store misconfigured: %w", err)
+		}
 		return fmt.Errorf("store not reachable: %w", err)
 	}
 	return nil

@@ -21,7 +21,7 @@
 // left out: there is nothing to fail over from.
 //
 // The local fallback of failover (failure mode local) is a memory store the stack makes
-// and owns, holding at most LocalMaxKeys keys.
+// and owns, with the memory store's bounds (Options.MaxKeys, Options.MaxReservations).
 package stack
 
 import (
@@ -46,16 +46,20 @@ import (
 	"github.com/sluicehq/sluice/redisstore"
 )
 
-// LocalMaxKeys bounds the keys of the local fallback store.
-const LocalMaxKeys = 1 << 20
+// DefaultMaxKeys bounds the keys of the memory store, and of the local fallback beside
+// Redis, when Options.MaxKeys is 0, so that a client spraying distinct keys cannot grow
+// the service without bound. It is a key count: each key costs its slot (24–40 bytes at
+// 50–80% occupancy, memory's package doc) plus the key's own bytes; bench/README.md has
+// the resident size measured at this bound. Over it, the store evicts the states closest
+// to empty (memory.WithMaxKeys), counted in sluice_memory_evictions_total. With the other
+// defaults of this package, denycache's and server's RLQS bounds, it fits the shipped
+// chart's memory limit.
+const DefaultMaxKeys = 1 << 19
 
-// DefaultMaxKeys bounds the memory store's keys when Options.MaxKeys is 0, so that a
-// client spraying distinct keys cannot grow the service without bound. It is a key count:
-// each key costs its slot (24–40 bytes at 50–80% occupancy, memory's package doc) plus the
-// key's own bytes; bench/README.md has the resident size measured at this bound. Over it,
-// the store evicts the states closest to empty (memory.WithMaxKeys), counted in
-// sluice_memory_evictions_total.
-const DefaultMaxKeys = 1 << 20
+// DefaultMaxReservations bounds the settlement records the memory store (and the local
+// fallback) keeps when Options.MaxReservations is 0 (memory.WithMaxReservations): one per
+// allowed decision of a policy that settles, until its settle TTL.
+const DefaultMaxReservations = 1 << 16
 
 // Options are the settings a command line may give on top of the configuration's store
 // block. Zero values defer to the configuration, then to each package's default.
@@ -68,9 +72,18 @@ type Options struct {
 	FailureMode sluice.FailureMode
 	// Deadline overrides cfg.Store.Deadline (failover.DefaultDeadline when both are 0).
 	Deadline time.Duration
-	// MaxKeys bounds the memory store's keys: 0 takes DefaultMaxKeys, a negative value
-	// leaves the store unbounded (idle keys are still swept).
+	// MaxKeys bounds the keys of the memory store, or of the local fallback on Redis: 0
+	// takes DefaultMaxKeys, a negative value leaves the store unbounded (idle keys are
+	// still swept).
 	MaxKeys int64
+	// MaxReservations bounds the settlement records of the memory store, or of the local
+	// fallback: 0 takes DefaultMaxReservations, negative leaves them unbounded (each is
+	// still dropped after its settle TTL).
+	MaxReservations int
+	// QuotaMaxClients bounds the (bucket, client) entries of the quota.Memory beside the
+	// memory store (quota.WithMaxClients); 0: no bound of its own. serve sets it to its
+	// RLQS bound, streams × buckets per stream.
+	QuotaMaxClients int
 	// DenyCache configures the deny cache; see DenyCache.
 	DenyCache DenyCache
 	// Sampling is observe's log sampling; negative takes observe.DefaultSampling.
@@ -200,13 +213,7 @@ func Open(cfg *config.Config, o Options) (*Stack, error) {
 	mopts := []observe.MetricsOption{observe.WithMetricsLogger(log)}
 	var lim sluice.Limiter
 	if rawURL == "" {
-		var opts []memory.Option
-		switch {
-		case o.MaxKeys == 0:
-			opts = append(opts, memory.WithMaxKeys(DefaultMaxKeys))
-		case o.MaxKeys > 0:
-			opts = append(opts, memory.WithMaxKeys(o.MaxKeys))
-		}
+		opts := o.memoryBounds()
 		if o.Clock != nil {
 			opts = append(opts, memory.WithClock(o.Clock))
 		}
@@ -214,7 +221,7 @@ func Open(cfg *config.Config, o Options) (*Stack, error) {
 		st.closers = append(st.closers, m.Close)
 		registerMemory(reg, "memory", m)
 		st.Store, st.Overrides = m, override.NewMemory()
-		st.Quota = quota.NewMemory(o.Clock)
+		st.Quota = quota.NewMemory(o.Clock, quota.WithMaxClients(o.QuotaMaxClients))
 		lim = st.withDenyCache(m, cfg, o, reg)
 	} else {
 		st.kind, st.target = "redis", Redact(rawURL)
@@ -237,9 +244,10 @@ func Open(cfg *config.Config, o Options) (*Stack, error) {
 		}
 		st.closers = append(st.closers, rs.Close)
 		st.Store, st.ready = rs, rs.Ping
+		registerMisconfigured(reg, rs)
 		st.Quota = quota.NewRedis(rs.Client, QuotaPrefix, o.Clock)
 		st.Overrides = override.NewRedis(rs.Client, rs.Prefix())
-		local := memory.New(memory.WithMaxKeys(LocalMaxKeys))
+		local := memory.New(o.memoryBounds()...)
 		st.closers = append(st.closers, local.Close)
 		registerMemory(reg, "local", local)
 
@@ -284,6 +292,25 @@ func Open(cfg *config.Config, o Options) (*Stack, error) {
 	return st, nil
 }
 
+// memoryBounds are the bounds of an in-memory store (the store, or the local fallback) o
+// sets, defaults resolved.
+func (o Options) memoryBounds() []memory.Option {
+	var opts []memory.Option
+	switch {
+	case o.MaxKeys == 0:
+		opts = append(opts, memory.WithMaxKeys(DefaultMaxKeys))
+	case o.MaxKeys > 0:
+		opts = append(opts, memory.WithMaxKeys(o.MaxKeys))
+	}
+	switch {
+	case o.MaxReservations == 0:
+		opts = append(opts, memory.WithMaxReservations(DefaultMaxReservations))
+	case o.MaxReservations > 0:
+		opts = append(opts, memory.WithMaxReservations(o.MaxReservations))
+	}
+	return opts
+}
+
 // registerMemory exports a memory store's size and evictions, labelled store="memory" for
 // the service's store and store="local" for failover's local fallback.
 func registerMemory(reg prometheus.Registerer, role string, m *memory.Store) {
@@ -296,6 +323,30 @@ func registerMemory(reg prometheus.Registerer, role string, m *memory.Store) {
 		Namespace: "sluice", Name: "memory_evictions_total", ConstLabels: labels,
 		Help: "States an in-process store evicted, closest to empty first, to stay within its key bound; each is a quota forgotten early.",
 	}, func() float64 { return float64(m.Evictions()) }))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "sluice", Name: "memory_reservations", ConstLabels: labels,
+		Help: "Settlement records held by an in-process store, each until its settle TTL.",
+	}, func() float64 { return float64(m.Reservations()) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: "sluice", Name: "memory_reservations_dropped_total", ConstLabels: labels,
+		Help: "Allowed decisions of a settling policy that kept no settlement record, the store holding its bound of them: their estimate stands.",
+	}, func() float64 { return float64(m.ReservationsDropped()) }))
+}
+
+// registerMisconfigured exports, per cause, whether Redis refuses the store's settings
+// (redisstore.Store.Misconfigured): an error retrying cannot fix.
+func registerMisconfigured(reg prometheus.Registerer, rs *redisstore.Store) {
+	for _, cause := range redisstore.ConfigCauses {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "sluice", Name: "store_misconfigured", ConstLabels: prometheus.Labels{"cause": cause},
+			Help: "1 while Redis refuses the store's settings for this cause (auth, database, tls, cluster, sentinel, command) at the latest connection attempt or readiness check: retrying cannot fix it, the operator must; else 0.",
+		}, func() float64 {
+			if ce := rs.Misconfigured(); ce != nil && ce.Cause == cause {
+				return 1
+			}
+			return 0
+		}))
+	}
 }
 
 // withDenyCache puts a deny cache configured by cfg and o in front of store, unless they

@@ -22,6 +22,12 @@
 // --deny-cache-max-age (default 1s, the longest a reset made through another replica goes
 // unseen), and the decision log samples them.
 //
+// serve and proxy start while their Redis is down (the failure mode answers, /readyz says
+// why, the store keeps connecting), but exit 1 at start when Redis refuses the URL's
+// settings (wrong credentials, a database it lacks, a certificate that does not verify, a
+// cluster or Sentinel URL of a server that is not one): no retry fixes those. Met later,
+// they show on /readyz ("store misconfigured") and in sluice_store_misconfigured{cause}.
+//
 // serve and proxy let the heap grow by at least --gc-headroom-bytes (default 64 MiB)
 // between garbage collections, Go's own pacing once more than that is live, unless GOGC
 // is set in the environment (internal/headroom): a service that keeps little state would

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/denycache"
 	"github.com/sluicehq/sluice/internal/headroom"
 	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/stack"
 )
 
 // commonFlags are the configuration and store flags of serve and proxy.
@@ -26,10 +27,11 @@ func commonFlags() []cli.Flag {
 		&cli.StringFlag{Name: "failure-mode", Usage: "what to do when Redis cannot decide: open (allow), closed (deny: HTTP 503, Envoy OVER_LIMIT) or local (decide in-process with a share of each limit). Overrides the configuration's store.failure_mode; a policy that names its own mode keeps it", Sources: cli.EnvVars("SLUICE_FAILURE_MODE")},
 		&cli.DurationFlag{Name: "deadline", Usage: "the longest a decision waits for Redis before the failure mode decides (0: the configuration's store.deadline, else 5ms)", Sources: cli.EnvVars("SLUICE_DEADLINE")},
 		&cli.DurationFlag{Name: "redis-min-ttl", Usage: "Redis store: keep every key at least this long (redisstore.WithMinTTL; 0: a key lives exactly until its state is empty). A client that returns within it finds its key and overwrites it, instead of Redis expiring the key and creating it again: less of Redis's periodic expiry work, for more memory (see the redisstore docs)", Sources: cli.EnvVars("SLUICE_REDIS_MIN_TTL")},
-		&cli.Int64Flag{Name: "max-keys", Usage: "in-memory store: the most (key, limit) states kept; over it the states closest to empty are evicted, counted in sluice_memory_evictions_total (0: stack.DefaultMaxKeys, 1048576; -1: unbounded; idle keys are always swept)", Sources: cli.EnvVars("SLUICE_MAX_KEYS")},
+		&cli.Int64Flag{Name: "max-keys", Usage: fmt.Sprintf("in-memory store, and the local fallback (--failure-mode local) beside Redis: the most (key, limit) states kept; over it the states closest to empty are evicted, counted in sluice_memory_evictions_total (0: stack.DefaultMaxKeys, %d; -1: unbounded; idle keys are always swept). bench/README.md has the bytes per key", stack.DefaultMaxKeys), Sources: cli.EnvVars("SLUICE_MAX_KEYS")},
 		&cli.Int64Flag{Name: "deny-cache-bytes", Value: denycache.DefaultMaxBytes, Usage: "remember the store's denials in up to this many bytes and answer repeats of them in-process while they certainly hold, so a client over its limit costs Redis nothing and its repeats are sampled in the decision log (see the denycache package; 0 disables). Overrides the configuration's store.deny_cache", Sources: cli.EnvVars("SLUICE_DENY_CACHE_BYTES")},
 		&cli.DurationFlag{Name: "deny-cache-max-age", Value: denycache.DefaultMaxAge, Usage: "the longest a remembered denial answers without asking the store: how long a reset made through another replica can go unseen", Sources: cli.EnvVars("SLUICE_DENY_CACHE_MAX_AGE")},
 		&cli.Int64Flag{Name: "gc-headroom-bytes", Value: headroom.Default, Usage: "let the heap grow by at least this many bytes between garbage collections (Go's own pacing, GOGC=100, once the live heap is larger): fewer collections for a process that keeps little state, as on Redis. 0: Go's pacing. Not applied when GOGC is set in the environment (see the internal/headroom package)", Sources: cli.EnvVars("SLUICE_GC_HEADROOM_BYTES")},
+		&cli.IntFlag{Name: "max-reservations", Usage: fmt.Sprintf("in-memory store and local fallback: the most settlement records kept (one per allowed decision of a policy with settle, until its settle TTL); a decision allowed over it keeps none, so its estimate stands, counted in sluice_memory_reservations_dropped_total (0: stack.DefaultMaxReservations, %d; -1: unbounded)", stack.DefaultMaxReservations), Sources: cli.EnvVars("SLUICE_MAX_RESERVATIONS")},
 		&cli.FloatFlag{Name: "log-sampling", Value: -1, Usage: "the share of allowed decisions, and of denials the deny cache repeated, written to the decision log, in [0, 1] (the store's denials and failures are always logged; -1: the observe package's default of 1%)", Sources: cli.EnvVars("SLUICE_LOG_SAMPLING")},
 	}
 }
@@ -55,6 +57,9 @@ func serveCommand() *cli.Command {
 		&cli.IntFlag{Name: "max-descriptors", Usage: fmt.Sprintf("refuse a rate limit request (gRPC InvalidArgument, HTTP 400) of more descriptors than this (0: the configuration's store.request_limits, else %d)", config.DefaultMaxDescriptors), Sources: cli.EnvVars("SLUICE_MAX_DESCRIPTORS")},
 		&cli.IntFlag{Name: "max-entries", Usage: fmt.Sprintf("refuse a rate limit request with a descriptor of more entries than this (0: the configuration's, else %d)", config.DefaultMaxEntries), Sources: cli.EnvVars("SLUICE_MAX_ENTRIES")},
 		&cli.IntFlag{Name: "max-request-bytes", Usage: fmt.Sprintf("refuse a rate limit request whose descriptors' keys and values exceed this many bytes, and a JSON body of more than this plus 64 KiB (0: the configuration's, else %d)", config.DefaultMaxBytes), Sources: cli.EnvVars("SLUICE_MAX_REQUEST_BYTES")},
+		&cli.IntFlag{Name: "max-connections", Usage: fmt.Sprintf("the most connections open at once on each listener (HTTP, gRPC); one more is closed as soon as it is accepted, counted in sluice_server_connections_refused_total (0: %d; -1: unbounded). bench/README.md has the bytes per connection", server.DefaultMaxConnections), Sources: cli.EnvVars("SLUICE_MAX_CONNECTIONS")},
+		&cli.IntFlag{Name: "rlqs-max-streams", Value: server.DefaultQuotaMaxStreams, Usage: "the most RLQS streams (connected proxies) open at once; one more is refused with RESOURCE_EXHAUSTED, counted in sluice_rlqs_streams_refused_total. Memory grows with streams times --rlqs-max-buckets-per-stream (bench/README.md has the bytes per bucket)", Sources: cli.EnvVars("SLUICE_RLQS_MAX_STREAMS")},
+		&cli.IntFlag{Name: "rlqs-max-buckets-per-stream", Value: server.DefaultQuotaMaxBucketsPerStream, Usage: "the most distinct RLQS buckets one stream reports on; a report on one more is answered with abandon_action (sluice_rlqs_bucket_actions_total{action=\"abandon_too_many_buckets\"})", Sources: cli.EnvVars("SLUICE_RLQS_MAX_BUCKETS_PER_STREAM")},
 	)
 	flags = append(flags, pprofFlags()...)
 	flags = append(flags, logFlags()...)
@@ -116,14 +121,19 @@ func serve(ctx context.Context, c *cli.Command) error {
 			MaxEntries:     int(c.Int("max-entries")),
 			MaxBytes:       int(c.Int("max-request-bytes")),
 		},
-		HTTPTimeouts: server.Timeouts{Read: c.Duration("http-read-timeout"), Write: c.Duration("http-write-timeout")},
-		Quota:        server.QuotaOptions{Store: st.Quota},
-		Overrides:    st.Overrides,
+		MaxConnections: int(c.Int("max-connections")),
+		HTTPTimeouts:   server.Timeouts{Read: c.Duration("http-read-timeout"), Write: c.Duration("http-write-timeout")},
+		Quota: server.QuotaOptions{Store: st.Quota,
+			MaxStreams: int(c.Int("rlqs-max-streams")), MaxBucketsPerStream: int(c.Int("rlqs-max-buckets-per-stream"))},
+		Overrides: st.Overrides,
 
 		TracerProvider: e.tracerProvider(),
 	}
 	if opts.RequestLimits.MaxDescriptors < 0 || opts.RequestLimits.MaxEntries < 0 || opts.RequestLimits.MaxBytes < 0 {
 		return cli.Exit("--max-descriptors, --max-entries and --max-request-bytes must not be negative", exitUsage)
+	}
+	if opts.Quota.MaxStreams < 1 || opts.Quota.MaxBucketsPerStream < 1 {
+		return cli.Exit("--rlqs-max-streams and --rlqs-max-buckets-per-stream must be at least 1", exitUsage)
 	}
 	if f := c.String("admin-token-file"); f != "" {
 		opts.AdminToken = config.Admin{TokenFile: f}.Token

@@ -69,7 +69,9 @@ func start(c *cli.Command) (*env, error) {
 	e.opts.Logger, e.opts.Registry = log, e.reg
 	// A Redis that is down when the service starts is a store failure like any other:
 	// the service starts, the failure mode answers, /readyz reports it, and the store
-	// connects in the background.
+	// connects in the background. A Redis that refuses the URL's settings (credentials,
+	// database, certificate, cluster or Sentinel mode) is not down, and no retry fixes it:
+	// the command fails at start, naming the cause (redisstore.ConfigError).
 	e.opts.ConnectRetry = true
 	if e.stack, err = stack.Open(e.w.Config(), e.opts); err != nil {
 		e.w.Close()
@@ -111,6 +113,11 @@ func readStoreFlags(c *cli.Command) (stack.Options, error) {
 		Deadline: c.Duration("deadline"),
 		MaxKeys:  c.Int64("max-keys"),
 		Sampling: c.Float("log-sampling"),
+
+		MaxReservations: int(c.Int("max-reservations")),
+		// serve's RLQS bound (proxy has no RLQS flags: 0): the quota.Memory keeps at most
+		// as many entries as its streams' buckets.
+		QuotaMaxClients: int(c.Int("rlqs-max-streams") * c.Int("rlqs-max-buckets-per-stream")),
 	}
 	if c.IsSet("deny-cache-bytes") {
 		o.DenyCache.MaxBytes = c.Int64("deny-cache-bytes")

@@ -121,6 +121,14 @@ func render(t *testing.T, set ...string) *rendered {
 // container, resources, the ConfigMap mounted as a directory (so that its ..data swap
 // reloads in place) holding a configuration sluice loads, the Redis URL from a Secret in
 // the variable serve reads, a PodDisruptionBudget, and the optional HPA and ServiceMonitor.
+// defaultBounds are the environment the chart's default bounds give: none, so that sluice
+// serve's defaults apply (cmd/sluice's TestBinaryRLQSBoundFitsChart fills them under the
+// chart's memory limit) and the configuration's store.deny_cache is not overridden.
+var defaultBounds = map[string]string{
+	"SLUICE_MAX_KEYS": "", "SLUICE_DENY_CACHE_BYTES": "", "SLUICE_MAX_RESERVATIONS": "",
+	"SLUICE_RLQS_MAX_STREAMS": "", "SLUICE_RLQS_MAX_BUCKETS_PER_STREAM": "", "SLUICE_MAX_CONNECTIONS": "",
+}
+
 func TestChart(t *testing.T) {
 	lint := exec.Command(helmBin(t), "lint", "--strict", chartDir, "--set", "redis.url=redis://redis:6379")
 	if out, err := lint.CombinedOutput(); err != nil {
@@ -137,11 +145,15 @@ func TestChart(t *testing.T) {
 		redisSecret string // the Secret the Redis URL comes from; "" for none
 		createdURL  string // the URL in the Secret the chart creates
 		options     bool   // HPA, ServiceMonitor and the admin token are on
+		bounds      map[string]string
 	}{
-		{name: "defaults"},
-		{name: "redis url", set: []string{"redis.url=redis://redis:6379"}, redisSecret: "rel-sluice-redis", createdURL: "redis://redis:6379"},
-		{name: "everything", set: []string{"redis.existingSecret=redis-auth", "autoscaling.enabled=true", "serviceMonitor.enabled=true", "adminToken.existingSecret=sluice-admin", "failureMode=local", "redis.minTTL=1m"},
-			redisSecret: "redis-auth", options: true},
+		{name: "defaults", bounds: defaultBounds},
+		{name: "redis url", set: []string{"redis.url=redis://redis:6379"}, redisSecret: "rel-sluice-redis", createdURL: "redis://redis:6379", bounds: defaultBounds},
+		{name: "everything", set: []string{"redis.existingSecret=redis-auth", "autoscaling.enabled=true", "serviceMonitor.enabled=true", "adminToken.existingSecret=sluice-admin", "failureMode=local", "redis.minTTL=1m",
+			"bounds.maxKeys=2000000", "bounds.denyCacheBytes=0", "bounds.maxReservations=10", "bounds.rlqsMaxStreams=20000", "bounds.rlqsMaxBucketsPerStream=7", "bounds.maxConnections=-1"},
+			redisSecret: "redis-auth", options: true, bounds: map[string]string{
+				"SLUICE_MAX_KEYS": "2000000", "SLUICE_DENY_CACHE_BYTES": "0", "SLUICE_MAX_RESERVATIONS": "10",
+				"SLUICE_RLQS_MAX_STREAMS": "20000", "SLUICE_RLQS_MAX_BUCKETS_PER_STREAM": "7", "SLUICE_MAX_CONNECTIONS": "-1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := render(t, tc.set...)
@@ -246,6 +258,13 @@ func TestChart(t *testing.T) {
 				t.Error("no GOMEMLIMIT: the runtime does not know the pod's memory limit")
 			} else if n, err := byteCount(e.Value); err != nil || n <= 0 || n >= c.Resources.Limits.Memory().Value() {
 				t.Errorf("GOMEMLIMIT %q (%d bytes, %v), want below the memory limit %s", e.Value, n, err, c.Resources.Limits.Memory())
+			}
+			// Each bound of what clients can grow is set as --set says (in decimal: a large
+			// number must not render as 2e+06), or left to sluice serve's default.
+			for name, want := range tc.bounds {
+				if e, ok := env[name]; ok != (want != "") || e.Value != want {
+					t.Errorf("%s %+v (set: %v), want %q", name, e, ok, want)
+				}
 			}
 			redisURL, ok := env["SLUICE_REDIS_URL"]
 			switch {
