@@ -33,12 +33,13 @@ import (
 var targetLabels = []string{"job", "instance"}
 
 // redisOnly are the metrics only a sluice on Redis exports: the in-memory store cannot
-// fail, so it has no failover decorator (fallbacks, store errors) and no Redis
-// to poll for evicted keys. TestPromQL holds this list to what each store exports.
+// fail, so it has no failover decorator (fallbacks, store errors), no Redis to poll for
+// evicted keys and no Redis settings to be refused. TestPromQL holds this list to what each store exports.
 var redisOnly = []string{
 	"sluice_fallback_decisions_total",
 	"sluice_redis_evicted_keys_total",
 	"sluice_store_errors_total",
+	"sluice_store_misconfigured",
 }
 
 // grafanaVars are values for the Grafana variables the dashboard's expressions use, so
