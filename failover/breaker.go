@@ -115,6 +115,7 @@ var (
 // Failures, half-open probes and every state change hold mu.
 type breaker struct {
 	cfg      Breaker
+	now      func() time.Time
 	bucket   time.Duration // the length of one of the Window's numBuckets buckets
 	onChange func(from, to sluice.BreakerState)
 	cur      atomic.Pointer[generation]
@@ -142,12 +143,12 @@ type generation struct {
 // ticket is a call let through by allow; the call's outcome goes to done with it.
 type ticket struct{ g *generation }
 
-func newBreaker(cfg Breaker, onChange func(from, to sluice.BreakerState)) *breaker {
-	b := &breaker{cfg: cfg, bucket: cfg.Window / numBuckets, onChange: onChange}
+func newBreaker(cfg Breaker, now func() time.Time, onChange func(from, to sluice.BreakerState)) *breaker {
+	b := &breaker{cfg: cfg, now: now, bucket: cfg.Window / numBuckets, onChange: onChange}
 	if b.bucket <= 0 {
 		b.bucket = cfg.Window
 	}
-	b.cur.Store(&generation{state: sluice.BreakerClosed, start: time.Now()})
+	b.cur.Store(&generation{state: sluice.BreakerClosed, start: now()})
 	return b
 }
 
@@ -159,7 +160,7 @@ func (b *breaker) allow() (t ticket, probe bool, err error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	g := b.current(time.Now())
+	g := b.current(b.now())
 	switch {
 	case g.state == sluice.BreakerOpen:
 		return ticket{}, false, errOpenState

@@ -6,18 +6,20 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 )
 
 // breakerAt is a breaker under test, its changes recorded.
 type breakerAt struct {
 	*breaker
+	clk     *clocktest.Clock
 	changes []string
 }
 
 func testBreaker(t *testing.T, cfg Breaker) *breakerAt {
 	t.Helper()
-	b := &breakerAt{}
-	b.breaker = newBreaker(cfg.withDefaults(), func(from, to sluice.BreakerState) {
+	b := &breakerAt{clk: clocktest.New(time.Now())}
+	b.breaker = newBreaker(cfg.withDefaults(), b.clk.Now, func(from, to sluice.BreakerState) {
 		b.changes = append(b.changes, from.String()+">"+to.String())
 	})
 	return b
@@ -29,6 +31,7 @@ var errStore = &sluice.StoreError{Kind: sluice.KindTimeout, Err: errors.New("sto
 // breaker refuses.
 func (b *breakerAt) call(t *testing.T, outcome error, now time.Time) {
 	t.Helper()
+	b.clk.Set(now)
 	tk, _, err := b.allow()
 	if err != nil {
 		t.Fatalf("refused at %v: %v", now, err)

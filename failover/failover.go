@@ -31,7 +31,8 @@ type Limiter struct {
 	def        sluice.Failure
 	maxPending int64
 	onChange   func(from, to sluice.BreakerState)
-	stateNow   atomic.Uint32 // the breaker's state as of its last change (sluice.BreakerState)
+	clock      func() time.Time // the breaker's clock
+	stateNow   atomic.Uint32    // the breaker's state as of its last change (sluice.BreakerState)
 
 	inline bool
 	shared *sharedDeadlines // the deadlines of inline decisions
@@ -57,6 +58,11 @@ func WithDeadline(d time.Duration) Option {
 
 // WithBreaker configures the circuit breaker; zero fields take their defaults.
 func WithBreaker(b Breaker) Option { return func(l *Limiter) { l.breakerCfg = b } }
+
+// WithClock makes the circuit breaker read now from clock instead of time.Now: its
+// FailingFor, Window and OpenFor pass on that clock (tests, simulation). Deadlines and
+// ProbeTimeout bound real store calls and stay on the real clock.
+func WithClock(clock func() time.Time) Option { return func(l *Limiter) { l.clock = clock } }
 
 // WithDefault sets the Failure of limits whose request leaves fields of theirs zero
 // (default: FailOpen, share 1, right for a single node). Zero fields of f keep the
@@ -111,6 +117,7 @@ func New(primary sluice.Limiter, opts ...Option) *Limiter {
 		deadline:   DefaultDeadline,
 		def:        sluice.Failure{Mode: sluice.FailOpen, Share: 1},
 		maxPending: DefaultMaxPending,
+		clock:      time.Now,
 		drained:    make(chan struct{}),
 	}
 	for _, o := range opts {
@@ -121,7 +128,7 @@ func New(primary sluice.Limiter, opts ...Option) *Limiter {
 		l.shared = newSharedDeadlines(l.deadline)
 	}
 	l.stateNow.Store(uint32(sluice.BreakerClosed))
-	l.cb = newBreaker(l.breakerCfg, func(from, to sluice.BreakerState) {
+	l.cb = newBreaker(l.breakerCfg, l.clock, func(from, to sluice.BreakerState) {
 		l.stateNow.Store(uint32(to))
 		if l.onChange != nil {
 			l.onChange(from, to)
@@ -132,7 +139,7 @@ func New(primary sluice.Limiter, opts ...Option) *Limiter {
 
 // State returns the circuit breaker's state now. An open breaker whose OpenFor has passed
 // reports half-open.
-func (l *Limiter) State() sluice.BreakerState { return l.cb.state(time.Now()) }
+func (l *Limiter) State() sluice.BreakerState { return l.cb.state(l.cb.now()) }
 
 // Deadline returns the longest a decision waits for the store.
 func (l *Limiter) Deadline() time.Duration { return l.deadline }
@@ -278,7 +285,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, limit sluice.Limit, n
 	res, err := l.primary.Reserve(ctx, key, limit, n)
 	l.leave()
 	brk, failed := judge(ctx, &struct{}{}, err)
-	l.cb.done(t, brk, time.Now())
+	l.cb.done(t, brk, l.cb.now())
 	if failed {
 		return sluice.Reservation{}, unavailable(brk)
 	}
@@ -507,12 +514,12 @@ func (l *Limiter) enter() (t ticket, probe bool, err error) {
 	}
 	if l.pending.Add(1) > l.maxPending {
 		l.leave()
-		l.cb.done(t, errOverload, time.Now())
+		l.cb.done(t, errOverload, l.cb.now())
 		return ticket{}, false, errOverload
 	}
 	if l.closed.Load() { // read after counting the call (see Close)
 		l.leave()
-		l.cb.done(t, errExcluded, time.Now())
+		l.cb.done(t, errExcluded, l.cb.now())
 		return ticket{}, false, fmt.Errorf("failover: %w", sluice.ErrClosed)
 	}
 	return t, probe, nil
@@ -532,7 +539,7 @@ func leaveInline[T any](l *Limiter, ctx context.Context, start time.Time, v *T, 
 	end := time.Now()
 	out := attempt[T]{called: true, latency: end.Sub(start)}
 	brk, failed := judge(ctx, v, err)
-	l.cb.done(t, brk, end)
+	l.cb.done(t, brk, l.cb.now())
 	if failed {
 		err = brk
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -569,7 +576,7 @@ func callAsync[A, T any](l *Limiter, ctx context.Context, probe bool, start time
 			if brk == nil && time.Since(start) > l.deadline {
 				brk = ErrDeadline
 			}
-			l.cb.done(t, brk, time.Now())
+			l.cb.done(t, brk, l.cb.now())
 		}
 		ch <- result[T]{v, err} // buffered: never blocks, even when the caller has left
 	}()
@@ -594,7 +601,7 @@ func callAsync[A, T any](l *Limiter, ctx context.Context, probe bool, start time
 		out.err = brk
 	}
 	if !probe {
-		l.cb.done(t, brk, time.Now())
+		l.cb.done(t, brk, l.cb.now())
 	}
 	return out
 }
@@ -612,13 +619,13 @@ func giveUp[T any](l *Limiter, ctx context.Context, ch chan result[T], start tim
 	if cerr := ctx.Err(); cerr != nil {
 		// The caller's own context ended: nothing to say about the store.
 		if !probe {
-			l.cb.done(t, errExcluded, time.Now())
+			l.cb.done(t, errExcluded, l.cb.now())
 		}
 		out.err = fmt.Errorf("failover: %w", cerr)
 		return result[T]{}, out
 	}
 	if !probe {
-		l.cb.done(t, ErrDeadline, time.Now())
+		l.cb.done(t, ErrDeadline, l.cb.now())
 	}
 	out.err, out.failed = deadlineError(l.deadline, nil), true
 	return result[T]{}, out

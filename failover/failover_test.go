@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/memory"
 )
 
@@ -568,7 +569,9 @@ func TestBreakerCycle(t *testing.T) {
 	var mu sync.Mutex
 	var changes []string
 	openFor := 100 * time.Millisecond
+	clk := clocktest.New(time.Now())
 	l := newLimiter(t, store, WithBreaker(Breaker{ConsecutiveFailures: 3, FailingFor: -1, OpenFor: openFor, Probes: 2}),
+		WithClock(clk.Now),
 		WithStateChange(func(from, to sluice.BreakerState) {
 			mu.Lock()
 			changes = append(changes, from.String()+">"+to.String())
@@ -603,7 +606,7 @@ func TestBreakerCycle(t *testing.T) {
 		t.Fatal("the store was called while the breaker was open")
 	}
 
-	time.Sleep(openFor + 20*time.Millisecond)
+	clk.Advance(openFor + time.Microsecond)
 	if s := l.State(); s != sluice.BreakerHalfOpen {
 		t.Fatalf("after OpenFor: %v, want half-open", s)
 	}
@@ -611,7 +614,7 @@ func TestBreakerCycle(t *testing.T) {
 		t.Fatalf("failed probe: %+v", rep)
 	}
 
-	time.Sleep(openFor + 20*time.Millisecond)
+	clk.Advance(openFor + time.Microsecond)
 	store.setFail(nil)
 	for i := 0; i < 2; i++ {
 		if d, _ := decide(); d.Path != sluice.PathStore {
@@ -984,20 +987,23 @@ func TestReserve(t *testing.T) {
 // FailingFor do.
 func TestBreakerFailingFor(t *testing.T) {
 	store := newFaultyStore(t)
-	l := newLimiter(t, store, WithBreaker(Breaker{ConsecutiveFailures: 5, FailingFor: 100 * time.Millisecond}))
+	clk := clocktest.New(time.Now())
+	l := newLimiter(t, store, WithBreaker(Breaker{ConsecutiveFailures: 5, FailingFor: 100 * time.Millisecond}), WithClock(clk.Now))
 	ctx := context.Background()
 	limit := sluice.PerSecond(1000)
 	store.setFail(storeErr(sluice.KindBusy, "BUSY Redis is busy running a script."))
-	start := time.Now()
 	for i := 0; i < 50; i++ {
 		l.AllowN(ctx, "k", limit, 1)
 	}
-	if time.Since(start) < 100*time.Millisecond {
-		if s := l.State(); s != sluice.BreakerClosed {
-			t.Fatalf("a burst of 50 failures within %v opened the breaker", time.Since(start))
-		}
+	if s := l.State(); s != sluice.BreakerClosed {
+		t.Fatalf("a burst of 50 failures at one instant opened the breaker")
 	}
-	time.Sleep(100 * time.Millisecond)
+	clk.Advance(99 * time.Millisecond)
+	l.AllowN(ctx, "k", limit, 1)
+	if s := l.State(); s != sluice.BreakerClosed {
+		t.Fatalf("failures for 99ms opened the breaker")
+	}
+	clk.Advance(time.Millisecond)
 	l.AllowN(ctx, "k", limit, 1)
 	if s := l.State(); s != sluice.BreakerOpen {
 		t.Fatalf("failures for 100ms: breaker %v, want open", s)

@@ -17,10 +17,11 @@ import (
 // a lease or reservation a FailLocal decision made in the local limiter is released or
 // settled there, once the store is back too.
 func TestLeasesAndSettlements(t *testing.T) {
-	clocktest.AwayFromEdge(t, time.Hour, 10*time.Second) // tokens is an hour's fixed window on the wall clock
 	ctx := context.Background()
 	store := newFaultyStore(t)
-	local := memory.New()
+	// tokens is an hour's fixed window: the local store's clock stands mid-hour, so the
+	// window cannot end during the test.
+	local := memory.New(memory.WithClock(clocktest.New(time.Date(2025, 6, 1, 12, 30, 0, 0, time.UTC)).Now))
 	defer local.Close()
 	l := newLimiter(t, store, WithLocalLimiter(local), WithDefault(sluice.Failure{Mode: sluice.FailLocal}))
 	inflight := sluice.InFlight(1, time.Hour)
