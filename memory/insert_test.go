@@ -300,6 +300,7 @@ func TestInsertWithoutSweepingDeletesNothing(t *testing.T) {
 // tables: no key holds two states, every state is found from its key, and the counts
 // agree. Run it with -race.
 func TestColdInsertsUnderConcurrency(t *testing.T) {
+	const coldOps = 20000 // decisions per goroutine
 	ctx := context.Background()
 	s, clk := newTestStore(t, WithShards(2), WithSweepInterval(time.Millisecond))
 	l := sluice.PerSecond(1000)
@@ -307,16 +308,13 @@ func TestColdInsertsUnderConcurrency(t *testing.T) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("user:%d", i)
 	}
-	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(g), 3))
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
+			for i := range coldOps {
+				if g == 1 {
+					clk.Advance(50 * time.Microsecond) // the clock moves as the traffic goes
 				}
 				k := keys[rng.IntN(len(keys))]
 				if g == 0 && i%64 == 0 {
@@ -330,19 +328,6 @@ func TestColdInsertsUnderConcurrency(t *testing.T) {
 			}
 		})
 	}
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			clk.Advance(50 * time.Microsecond)
-			time.Sleep(10 * time.Microsecond)
-		}
-	})
-	time.Sleep(300 * time.Millisecond)
-	close(stop)
 	wg.Wait()
 	s.Close() // the sweeper too: the tables hold still from here
 	r, err := s.class(&l)

@@ -142,15 +142,9 @@ func testSweepAndResetWithLockFreeReaders(t *testing.T, c lockFreeCase) {
 	l := sluice.PerSecond(c.rate(5, time.Second))
 	l.Algorithm = c.alg
 	var wg sync.WaitGroup
-	stop := make(chan struct{})
 	for g := 0; g < 4; g++ {
 		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
+			for i := range 2000 {
 				k := fmt.Sprintf("k%d", (i*7+g)%500)
 				if i%50 == 0 {
 					s.Reset(ctx, k, l)
@@ -162,17 +156,10 @@ func testSweepAndResetWithLockFreeReaders(t *testing.T, c lockFreeCase) {
 			}
 		})
 	}
-	time.Sleep(200 * time.Millisecond)
-	close(stop)
 	wg.Wait()
 	clk.Advance(2 * time.Second)
-	deadline := time.Now().Add(5 * time.Second)
-	for s.Len() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d keys left after idling", s.Len())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	s.Close() // the background sweeper stops; the test sweeps from here
+	sweepUntilEmpty(t, s)
 }
 
 // TestSlotsBeginWithHeader: the generic table reaches a slot's key, meta and control word
