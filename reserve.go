@@ -128,6 +128,18 @@ const cancelBudget = 250 * time.Millisecond
 //
 // n == 0 returns nil at once (after checking ctx).
 func Wait(ctx context.Context, r Limiter, key string, limit Limit, n int64) error {
+	return wait(ctx, r, key, limit, n, newTimer)
+}
+
+// newTimer is Wait's timer source: a channel that receives at instant at (on the local
+// clock) and a function that stops it.
+func newTimer(at time.Time) (<-chan time.Time, func() bool) {
+	t := time.NewTimer(time.Until(at))
+	return t.C, t.Stop
+}
+
+// wait is Wait with its timer source, which tests replace.
+func wait(ctx context.Context, r Limiter, key string, limit Limit, n int64, newTimer func(at time.Time) (<-chan time.Time, func() bool)) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -142,14 +154,13 @@ func Wait(ctx context.Context, r Limiter, key string, limit Limit, n int64) erro
 		giveBack(ctx, res)
 		return fmt.Errorf("%w: %d units of %v would wait %v", ErrWaitExceedsDeadline, n, limit, res.Delay)
 	}
-	d := time.Until(res.At)
-	if d <= 0 {
+	if d := time.Until(res.At); d <= 0 {
 		return nil
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
+	c, stop := newTimer(res.At)
+	defer stop()
 	select {
-	case <-t.C:
+	case <-c:
 		return nil
 	case <-ctx.Done():
 		giveBack(ctx, res)

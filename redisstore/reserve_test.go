@@ -189,8 +189,9 @@ func TestWaitCancelledAcrossLatency(t *testing.T) {
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- sluice.Wait(wctx, s, "w", l, 1) }()
-	time.Sleep(200 * time.Millisecond) // reserved (one 40ms round trip) and asleep
+	rs := reserveSignal{Limiter: s, reserved: make(chan struct{}, 1)}
+	go func() { done <- sluice.Wait(wctx, rs, "w", l, 1) }()
+	<-rs.reserved // Wait has its reservation, 5s ahead: it sleeps, or is about to
 	cancelled := time.Now()
 	cancel()
 	select {
@@ -198,8 +199,9 @@ func TestWaitCancelledAcrossLatency(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("Wait returned %v, want context.Canceled", err)
 		}
-		// One cancel round trip (40ms) plus scheduling.
-		if el := time.Since(cancelled); el > 200*time.Millisecond {
+		// A real latency fault: one cancel round trip (40ms) and scheduling on busy cores,
+		// within a slack of 1s; the sleep it cut short was 5s.
+		if el := time.Since(cancelled); el > time.Second {
 			t.Fatalf("cancelled Wait returned after %v", el)
 		}
 	case <-time.After(3 * time.Second):
@@ -426,4 +428,17 @@ func TestReserveCluster(t *testing.T) {
 			}
 		}
 	}
+}
+
+// reserveSignal is a Limiter that signals on reserved each time a Reserve through it has
+// returned, so that a test knows when a Wait holds its reservation.
+type reserveSignal struct {
+	sluice.Limiter
+	reserved chan struct{}
+}
+
+func (r reserveSignal) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
+	res, err := r.Limiter.Reserve(ctx, key, limit, n)
+	r.reserved <- struct{}{}
+	return res, err
 }
