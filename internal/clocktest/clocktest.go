@@ -1,5 +1,6 @@
-// Package clocktest is a settable clock for tests: the stores, the deny cache and the HTTP
-// layers take a func() time.Time, and tests give them Clock.Now.
+// Package clocktest is the clocks of tests: the stores, the deny cache, the breaker and the
+// HTTP layers take a func() time.Time, and tests give them a settable Clock's Now, or a
+// Running clock where time must pass for real.
 package clocktest
 
 import (
@@ -33,6 +34,19 @@ func (c *Clock) Micros() int64 { return c.us.Load() }
 
 // SetMicros sets the clock to us microseconds since the Unix epoch.
 func (c *Clock) SetMicros(us int64) { c.us.Store(us) }
+
+// Running returns a clock that reads from when Running is called, then runs at the
+// rate of the monotonic clock. A test whose limits are fixed windows aligned to the Unix
+// epoch, and which needs time to pass for real (TTLs, deadlines, a store on the wall
+// clock), starts it mid-window (MidHour for hour-long windows), so that no window ends
+// during the test.
+func Running(from time.Time) func() time.Time {
+	start := time.Now()
+	return func() time.Time { return from.Add(time.Since(start)) }
+}
+
+// MidHour is an instant in the middle of an hour, for Running.
+var MidHour = time.Date(2025, time.June, 1, 12, 30, 0, 0, time.UTC)
 
 // TB is the part of testing.TB that AwayFromEdge uses.
 type TB interface {
