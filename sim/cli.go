@@ -92,7 +92,7 @@ func RunCLI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		cfg.Store, cfg.StoreName = RedisStore(*redisURL), "redis"
 	}
 	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		bar := newProgress(stderr, time.Second)
+		bar := newProgress(stderr, time.Second, time.Now)
 		defer bar.finish()
 		cfg.Progress = bar.update
 	}
@@ -149,19 +149,21 @@ func algorithmNames() []string {
 // short runs print nothing.
 type progress struct {
 	w     io.Writer
+	now   func() time.Time
 	start time.Time
 	delay time.Duration
 	mu    sync.Mutex
 	bar   *progressbar.ProgressBar
 }
 
-func newProgress(w io.Writer, delay time.Duration) *progress {
-	return &progress{w: w, start: time.Now(), delay: delay}
+// newProgress returns a progress bar on w that appears once delay has passed on clock now.
+func newProgress(w io.Writer, delay time.Duration, now func() time.Time) *progress {
+	return &progress{w: w, now: now, start: now(), delay: delay}
 }
 
 // update is a Config.Progress.
 func (p *progress) update(done, total int64) {
-	if time.Since(p.start) < p.delay {
+	if p.now().Sub(p.start) < p.delay {
 		return
 	}
 	p.mu.Lock()

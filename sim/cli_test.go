@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/clocktest"
 )
 
 func runCLI(t *testing.T, args ...string) (stdout, stderr string, err error) {
@@ -125,12 +127,14 @@ func TestCLIUsageErrors(t *testing.T) {
 
 func TestProgressAppearsOnlyAfterTheDelay(t *testing.T) {
 	var buf bytes.Buffer
-	p := newProgress(&buf, 50*time.Millisecond)
+	clk := clocktest.New(time.Now())
+	p := newProgress(&buf, 50*time.Millisecond, clk.Now)
+	clk.Advance(49 * time.Millisecond)
 	p.update(10, 100)
 	if buf.Len() != 0 {
 		t.Fatalf("drew before the delay: %q", buf.String())
 	}
-	time.Sleep(60 * time.Millisecond)
+	clk.Advance(time.Millisecond)
 	p.update(50, 100)
 	p.update(150, 100) // closed-loop patterns overshoot the estimate
 	p.finish()
