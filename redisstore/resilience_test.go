@@ -19,6 +19,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -157,12 +158,11 @@ func TestTTL(t *testing.T) {
 		id := "ttl:" + a.String()
 		key := s.Key(id, l)
 		// The window algorithms' windows are aligned to multiples of the period since the
-		// epoch (on Redis's clock, this machine's): start at least 600 ms before a boundary,
-		// so that a slow machine does not carry the decisions below into the next window,
-		// where the 4th would be allowed.
-		if rest := l.Period - time.Duration(time.Now().UnixNano())%l.Period; rest < 600*time.Millisecond {
-			time.Sleep(rest + time.Millisecond)
-		}
+		// epoch on Redis's clock (this machine's), whose TTLs are what the test checks, so
+		// it stays on that clock: start at least 600 ms before a boundary, so that a slow
+		// machine does not carry the decisions below into the next window, where the 4th
+		// would be allowed.
+		clocktest.AwayFromEdge(t, l.Period, 600*time.Millisecond)
 		if d, err := s.AllowN(ctx, id, l, 0); err != nil || !d.Allowed {
 			t.Fatalf("%v: look: %+v, %v", a, d, err)
 		}
@@ -294,9 +294,7 @@ func TestWindowKeepsTTL(t *testing.T) {
 			var cur, prev, next int64
 			if l.Calendar.IsZero() {
 				p := l.Period.Microseconds()
-				if rest := l.Period - time.Duration(time.Now().UnixNano())%l.Period; rest < 3*time.Second {
-					time.Sleep(rest + 10*time.Millisecond)
-				}
+				clocktest.AwayFromEdge(t, l.Period, 3*time.Second) // Redis's clock: its TTLs are tested
 				cur = time.Now().UnixMicro() / p * p
 				prev, next = cur-p, cur+p
 			} else {
