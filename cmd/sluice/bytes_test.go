@@ -35,9 +35,9 @@ descriptors:
     descriptors:
       - key: path
         value: /login
-        rate_limit: {unit: hour, requests_per_unit: 5}
+        rate_limit: {algorithm: gcra, unit: hour, requests_per_unit: 5}
   - key: api_key
-    rate_limit: {unit: hour, requests_per_unit: 3}
+    rate_limit: {algorithm: gcra, unit: hour, requests_per_unit: 3}
 `
 
 // TestRLSAnyBytes: through serve, on memory and on Redis, a ShouldRateLimit whose

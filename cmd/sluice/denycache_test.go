@@ -35,7 +35,7 @@ func TestServeDenyCache(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			on := tc.on
 			cfg := t.TempDir()
-			files := map[string]string{"edge.yaml": "domain: edge\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: 2\n"}
+			files := map[string]string{"edge.yaml": "domain: edge\ndescriptors:\n  - key: user\n    rate_limit:\n      algorithm: gcra\n      unit: hour\n      requests_per_unit: 2\n"}
 			if tc.store != "" {
 				files["store.yaml"] = tc.store
 			}
@@ -147,7 +147,7 @@ func grepLines(s string, subs ...string) string {
 func TestServeDenyCacheMemory(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "edge.yaml")
-	if err := os.WriteFile(cfg, []byte("domain: edge\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: 1\n"), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte("domain: edge\ndescriptors:\n  - key: user\n    rate_limit:\n      algorithm: gcra\n      unit: hour\n      requests_per_unit: 1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// A max age no loaded machine outlasts while the 50 calls run: the cache must answer all.

@@ -43,7 +43,7 @@ func failureConfig(t *testing.T, store string, policies []string) string {
 	}
 	b.WriteString("}\npolicies:\n")
 	for _, p := range policies {
-		fmt.Fprintf(&b, "  - {name: %s, key: ip, algorithm: fixed_window, rate: 2, period: hour", policyName(p))
+		fmt.Fprintf(&b, "  - {name: %s, key: ip, algorithm: gcra, rate: 2, period: hour", policyName(p))
 		if p != "" {
 			fmt.Fprintf(&b, ", failure_mode: %s", p)
 		}

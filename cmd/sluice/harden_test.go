@@ -36,9 +36,9 @@ const hardDomain = `domain: hard
 descriptors:
   - key: user
     value: "vip*"
-    rate_limit: {unit: minute, requests_per_unit: 100}
+    rate_limit: {algorithm: gcra, unit: minute, requests_per_unit: 100}
   - key: remote_address
-    rate_limit: {unit: minute, requests_per_unit: 5}
+    rate_limit: {algorithm: gcra, unit: minute, requests_per_unit: 5}
 `
 
 // longUser is a descriptor value of 48 KiB of the bytes every layer escapes.
@@ -419,7 +419,7 @@ func TestProxyClientIPHeader(t *testing.T) {
 	for chosen := range claims {
 		t.Run(chosen, func(t *testing.T) {
 			cfg := writeConfig(t, "ip.yaml", "identity:\n  trusted_proxies: [127.0.0.1]\n  client_ip_header: "+chosen+
-				"\npolicies:\n  - {name: per-ip, key: ip, algorithm: fixed_window, rate: 1, period: hour}\n")
+				"\npolicies:\n  - {name: per-ip, key: ip, algorithm: gcra, rate: 1, period: hour}\n")
 			addr := startedProxy(t, "--upstream", up.URL, "--listen", "127.0.0.1:0", "--config", cfg)
 			others := 0 // requests allowed that claimed an address in another header
 			for sent, claim := range claims {
@@ -519,7 +519,7 @@ func TestProxyShadowAndPolicyLabels(t *testing.T) {
 	cfg := writeConfig(t, "shadow.yaml", `policies:
   - name: real
     key: ip
-    algorithm: fixed_window
+    algorithm: gcra
     rate: 100
     period: hour
     routes:
@@ -527,7 +527,7 @@ func TestProxyShadowAndPolicyLabels(t *testing.T) {
   - name: trial
     key: ip
     shadow: true
-    algorithm: fixed_window
+    algorithm: gcra
     rate: 1
     period: minute
 `)
@@ -588,10 +588,10 @@ func TestServeShadowOutOfHeaders(t *testing.T) {
 	cfg := writeConfig(t, "edge.yaml", `domain: edge
 descriptors:
   - key: remote_address
-    rate_limit: {unit: hour, requests_per_unit: 100, name: real}
+    rate_limit: {algorithm: gcra, unit: hour, requests_per_unit: 100, name: real}
   - key: trial
     shadow_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1, name: trial}
+    rate_limit: {algorithm: gcra, unit: minute, requests_per_unit: 1, name: trial}
 `)
 	base, grpcAddr, _ := started(t, "--config", cfg, "--log-level", "warn", "--rls-ietf-headers")
 	rls := rlsClient(t, grpcAddr)

@@ -26,7 +26,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/server"
 )
@@ -141,20 +140,10 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
-// awayFromHourEnd waits out the last 15 s of a wall-clock hour (clocktest.AwayFromEdge).
-// The binary decides on the wall clock, and most of these tests' limits are hour-long
-// fixed windows (Envoy's unit: hour), aligned to the hour: one that ended during a test
-// would reset every count at once and turn a denial the test expects into an admission.
-func awayFromHourEnd(t testing.TB) {
-	t.Helper()
-	clocktest.AwayFromEdge(t, time.Hour, 15*time.Second)
-}
-
 // started runs `sluice serve args...` in-process until the test ends and returns its
 // HTTP base URL, gRPC address and log.
 func started(t *testing.T, args ...string) (string, string, *syncBuffer) {
 	t.Helper()
-	awayFromHourEnd(t)
 	addrs := make(chan [2]net.Addr, 1)
 	listenHook = func(h, g net.Addr) { addrs <- [2]net.Addr{h, g} }
 	t.Cleanup(func() { listenHook = nil })
@@ -329,7 +318,7 @@ func TestRedisMinTTL(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer up.Close()
 	proxyCfg := filepath.Join(t.TempDir(), "p.yaml")
-	if err := os.WriteFile(proxyCfg, []byte("policies:\n  - {name: per-ip, key: ip, algorithm: fixed_window, rate: 2, period: hour}\n"), 0o644); err != nil {
+	if err := os.WriteFile(proxyCfg, []byte("policies:\n  - {name: per-ip, key: ip, algorithm: gcra, rate: 2, period: hour}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// decide makes two allowed decisions on one key through cmd on redisURL with args.
@@ -395,7 +384,7 @@ func TestProxyCommand(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "upstream") }))
 	defer up.Close()
 	cfg := filepath.Join(t.TempDir(), "p.yaml")
-	os.WriteFile(cfg, []byte("policies:\n  - {name: per-ip, key: ip, algorithm: fixed_window, rate: 2, period: hour}\n"), 0o644)
+	os.WriteFile(cfg, []byte("policies:\n  - {name: per-ip, key: ip, algorithm: gcra, rate: 2, period: hour}\n"), 0o644)
 	base := "http://" + startedProxy(t, "--upstream", up.URL, "--listen", "127.0.0.1:0", "--config", cfg)
 	for i, want := range []int{200, 200, 429} {
 		rp, err := http.Get(base + "/x")
@@ -429,7 +418,6 @@ func TestProxyCommand(t *testing.T) {
 // exit 0, and returns the address it listens on.
 func startedProxy(t *testing.T, args ...string) string {
 	t.Helper()
-	awayFromHourEnd(t)
 	addrs := make(chan net.Addr, 1)
 	proxyListenHook = func(a net.Addr) { addrs <- a }
 	t.Cleanup(func() { proxyListenHook = nil })
@@ -461,7 +449,7 @@ func TestBinarySignals(t *testing.T) {
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "edge.yaml")
 	write := func(rpu int) {
-		os.WriteFile(cfgPath, fmt.Appendf(nil, "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", rpu), 0o644)
+		os.WriteFile(cfgPath, fmt.Appendf(nil, "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {algorithm: gcra, unit: hour, requests_per_unit: %d}\n", rpu), 0o644)
 	}
 	write(7)
 	cmd := exec.Command(bin, "serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--config", dir, "--log-format", "json")

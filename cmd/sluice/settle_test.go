@@ -107,7 +107,7 @@ func TestServeJSONSettle(t *testing.T) {
 	for _, st := range pipelineStores[:2] {
 		t.Run(st.name, func(t *testing.T) {
 			cfg := writeConfig(t, "sluice.yaml", `policies:
-  - {name: tokens, key: user, algorithm: fixed_window, rate: 100, period: day, settle: {ttl: 1m}}
+  - {name: tokens, key: user, algorithm: token_bucket, rate: 100, period: day, settle: {ttl: 1m}}
 `)
 			base, _, _ := started(t, append(append([]string{"--config", cfg}, pipelineFlags...), st.flags(t)...)...)
 			post := func(path, body string) (int, map[string]any) { return postJSON(t, base+path, body) }

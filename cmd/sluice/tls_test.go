@@ -173,7 +173,7 @@ func TestProxyTLS(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "upstream") }))
 	defer up.Close()
 	cfg := filepath.Join(f.dir, "p.yaml")
-	os.WriteFile(cfg, []byte("policies:\n  - {name: per-ip, key: ip, algorithm: fixed_window, rate: 5, period: hour}\n"), 0o644)
+	os.WriteFile(cfg, []byte("policies:\n  - {name: per-ip, key: ip, algorithm: gcra, rate: 5, period: hour}\n"), 0o644)
 	base := "https://" + startedProxy(t, "--upstream", up.URL, "--listen", "127.0.0.1:0", "--config", cfg,
 		"--tls-cert", f.certFile, "--tls-key", f.keyFile)
 	resp, err := f.httpsClient().Get(base + "/x")

@@ -21,12 +21,12 @@ const trustIdentity = "identity: {trusted_proxies: [127.0.0.1/32], api_key_secre
 // trustPolicies are one policy per header that could select a limit, each run in a
 // proxy of its own.
 var trustPolicies = map[string]string{
-	"ip":   "  - {name: by-ip, key: ip, algorithm: fixed_window, rate: 2, period: hour}\n",
-	"user": "  - {name: by-user, key: {type: user, header: X-User-ID}, algorithm: fixed_window, rate: 5, period: hour}\n",
-	"tier": "  - {name: by-tier, key: ip, algorithm: fixed_window, tier_header: X-Plan, default_tier: free,\n" +
+	"ip":   "  - {name: by-ip, key: ip, algorithm: gcra, rate: 2, period: hour}\n",
+	"user": "  - {name: by-user, key: {type: user, header: X-User-ID}, algorithm: gcra, rate: 5, period: hour}\n",
+	"tier": "  - {name: by-tier, key: ip, algorithm: gcra, tier_header: X-Plan, default_tier: free,\n" +
 		"     tiers: {free: {rate: 2, period: hour}, pro: {rate: 10, period: hour}}}\n",
 	"cost": "  - {name: by-cost, key: ip, algorithm: token_bucket, rate: 10, period: hour, settle: {ttl: 5m}}\n",
-	"key":  "  - {name: by-key, key: {type: api_key, header: X-API-Key}, algorithm: fixed_window, rate: 2, period: hour}\n",
+	"key":  "  - {name: by-key, key: {type: api_key, header: X-API-Key}, algorithm: gcra, rate: 2, period: hour}\n",
 }
 
 // peer is an HTTP client whose connections come from the loopback address from.
