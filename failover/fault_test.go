@@ -293,12 +293,12 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 				s := sample{at: start.Sub(begin), latency: lat, path: d.Path, mode: mode, allowed: d.Allowed}
 				s.bad = check(d, err, mode, limit, local)
 				results[g] = append(results[g], s)
-				time.Sleep(loadPause)
+				time.Sleep(loadPause) // real-fault test: a steady load paced in real time
 			}
 		}()
 	}
 
-	time.Sleep(healthyBefore)
+	time.Sleep(healthyBefore) // real-fault test: load on the healthy store first, in real time
 	injectAt := time.Now()
 	tmu.Lock()
 	if n := len(transitions); n > 0 {
@@ -306,7 +306,7 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 	}
 	tmu.Unlock()
 	heal := f.inject(t, e)
-	time.Sleep(f.hold)
+	time.Sleep(f.hold) // real-fault test: the fault lasts this long on the real clock
 	heal()
 	healAt := time.Now()
 	t.Logf("fault held %v", healAt.Sub(injectAt).Round(time.Millisecond))
@@ -327,7 +327,7 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 		}
 		return false
 	})
-	time.Sleep(healthyAfter)
+	time.Sleep(healthyAfter) // real-fault test: load on the healed store, in real time
 	stop.Store(true)
 	wg.Wait()
 	stalls.stop()

@@ -29,7 +29,7 @@ func TestRedisErrorKinds(t *testing.T) {
 					defer close(done)
 					srv.Do("EVAL", "while true do end", "0") // ends with SCRIPT KILL
 				}()
-				time.Sleep(100 * time.Millisecond)
+				time.Sleep(100 * time.Millisecond) // real fault: the script is running past busy-reply-threshold
 				return func() {
 					srv.MustDo("SCRIPT", "KILL")
 					<-done

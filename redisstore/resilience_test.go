@@ -120,7 +120,7 @@ func TestServerRestartUnderLoad(t *testing.T) {
 
 	killed := time.Now()
 	srv.Kill()
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // real fault: Redis stays down this long under load
 	srv.Restart()
 	ready := time.Now()
 	load.waitOK(t, 1000)

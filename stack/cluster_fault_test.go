@@ -245,7 +245,7 @@ func TestClusterSlotMigration(t *testing.T) {
 		t.Fatal("no key on the first primary")
 	}
 	load := startLoad(t, lim, sluice.PathOpen)
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // real-fault test: load on the healthy cluster first
 	srcID, _ := src.Do("CLUSTER", "MYID")
 	dstID, _ := dst.Do("CLUSTER", "MYID")
 	must := func(s *redistest.Server, args ...string) {
@@ -306,7 +306,7 @@ func TestClusterDown(t *testing.T) {
 	c := redistest.StartClusterWithReplicas(t, clusterNodeTimeout)
 	lim := openCluster(t, c, sluice.FailClosed)
 	load := startLoad(t, lim, sluice.PathClosed)
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // real-fault test: load on the healthy cluster first
 	c.Replicas[2].Kill()
 	c.Nodes[2].Kill()
 	deadline := time.Now().Add(20 * time.Second)
