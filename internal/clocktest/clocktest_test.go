@@ -26,3 +26,17 @@ func TestAwayFromEdge(t *testing.T) {
 		t.Fatalf("waited %v with no margin", d)
 	}
 }
+
+// TestRunning: a Running clock starts at its instant and never goes back.
+func TestRunning(t *testing.T) {
+	now := Running(MidHour)
+	first := now()
+	if first.Before(MidHour) || first.Sub(MidHour) > time.Minute {
+		t.Fatalf("first reading %v, want MidHour (%v) or just after", first, MidHour)
+	}
+	for range 1000 {
+		if next := now(); next.Before(first) {
+			t.Fatalf("went back from %v to %v", first, next)
+		}
+	}
+}
