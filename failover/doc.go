@@ -18,7 +18,8 @@
 // that honours its context on the caller's goroutine. A caller whose own context ends
 // first gets its context's error, not counted against the store. A [Breaker] opens on
 // failures, then calls nothing for its OpenFor, then lets probes through (its doc has the
-// rules and defaults); [WithStateChange] reports its changes.
+// rules and defaults); [WithStateChange] reports its changes, and [WithClock] gives it a
+// clock other than time.Now.
 //
 // # Failure modes
 //
