@@ -13,30 +13,58 @@ import (
 // chart's memory limit (bench/README.md has the bytes per connection).
 const DefaultMaxConnections = 1024
 
-// connLimits bound the connections open at once on each of Serve's listeners and export
-// how many are open and how many were refused, by listener (http, grpc).
+// DefaultProxyMaxConnections is the bound LimitProxyListener applies when given 0: the
+// proxy faces end users, so its bound is higher than the service's.
+const DefaultProxyMaxConnections = 4096
+
+// connLimits bound the connections open at once on listeners and export how many are
+// open and how many were refused, by listener.
 type connLimits struct {
 	max     int64 // 0: unbounded
 	open    *prometheus.GaugeVec
 	refused *prometheus.CounterVec
 }
 
+// newConnLimits makes the bound of Serve's listeners (http, grpc): max, 0 for
+// DefaultMaxConnections, negative for none.
 func newConnLimits(reg prometheus.Registerer, max int) (*connLimits, error) {
-	l := &connLimits{
-		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "sluice_server_connections",
-			Help: "Connections open, by listener (http, grpc).",
-		}, []string{"listener"}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_server_connections_refused_total",
-			Help: "Connections closed as soon as accepted because the listener had its maximum open (Options.MaxConnections, serve's --max-connections), by listener.",
-		}, []string{"listener"}),
+	return connLimitsOf(reg, "server", "Options.MaxConnections, serve's --max-connections", cmpMax(max, DefaultMaxConnections))
+}
+
+// LimitProxyListener bounds ln, the proxy's listener, to max client connections open at
+// once (0: DefaultProxyMaxConnections; negative: no bound): one more is closed as soon as
+// it is accepted. It exports sluice_proxy_connections and
+// sluice_proxy_connections_refused_total in reg.
+func LimitProxyListener(ln net.Listener, max int, reg prometheus.Registerer) (net.Listener, error) {
+	l, err := connLimitsOf(reg, "proxy", "proxy's --max-connections", cmpMax(max, DefaultProxyMaxConnections))
+	if err != nil {
+		return nil, err
 	}
+	return l.listener(ln, "proxy"), nil
+}
+
+// cmpMax is max, def for 0, and 0 (no bound) for a negative max.
+func cmpMax(max, def int) int64 {
 	switch {
 	case max == 0:
-		l.max = DefaultMaxConnections
+		return int64(def)
 	case max > 0:
-		l.max = int64(max)
+		return int64(max)
+	}
+	return 0
+}
+
+func connLimitsOf(reg prometheus.Registerer, subsystem, setting string, max int64) (*connLimits, error) {
+	l := &connLimits{
+		max: max,
+		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "sluice", Subsystem: subsystem, Name: "connections",
+			Help: "Connections open, by listener.",
+		}, []string{"listener"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sluice", Subsystem: subsystem, Name: "connections_refused_total",
+			Help: "Connections closed as soon as accepted because the listener had its maximum open (" + setting + "), by listener.",
+		}, []string{"listener"}),
 	}
 	if err := register(reg, []prometheus.Collector{l.open, l.refused}); err != nil {
 		return nil, err

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -65,4 +68,51 @@ func TestServeMaxConnections(t *testing.T) {
 func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
+}
+
+// TestProxyMaxConnections: with --max-connections 2, sluice proxy holds two connections
+// a client opens and keeps idle, closes a third as soon as it is accepted, and serves
+// again once one of the two is closed. Before, its listener had no bound.
+func TestProxyMaxConnections(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "upstream") }))
+	defer up.Close()
+	addr := startedProxy(t, "--upstream", up.URL, "--listen", "127.0.0.1:0", "--max-connections", "2", "--log-level", "warn")
+	var held []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		held = append(held, c)
+	}
+	// The first two are accepted in order; the third is closed on accept. The event is
+	// the proxy closing it; the deadline only turns a held connection (no bound) into a
+	// failure rather than a hang.
+	over, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer over.Close()
+	over.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := over.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+		t.Fatalf("a 3rd connection over a bound of 2: read %d bytes, %v; want it closed", n, err)
+	}
+	held[0].Close()
+	// The proxy sees the close when it next reads; a new connection is then served.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		rp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Get("http://" + addr + "/x")
+		if err == nil {
+			rp.Body.Close()
+			if rp.StatusCode != 200 {
+				t.Fatalf("after a close: %d", rp.StatusCode)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no connection served within 20s after one of the two closed: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

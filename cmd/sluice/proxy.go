@@ -19,6 +19,7 @@ func proxyCommand() *cli.Command {
 		&cli.StringFlag{Name: "upstream", Usage: "the `URL` allowed requests are forwarded to (required)", Sources: cli.EnvVars("SLUICE_UPSTREAM")},
 		&cli.StringFlag{Name: "listen", Value: ":8000", Usage: "listen `ADDR`ess of the proxy", Sources: cli.EnvVars("SLUICE_PROXY_ADDR")},
 		&cli.StringFlag{Name: "admin", Usage: "listen `ADDR`ess for /healthz, /readyz and /metrics (and the JSON API on the same store); empty disables it", Sources: cli.EnvVars("SLUICE_PROXY_ADMIN_ADDR")},
+		&cli.IntFlag{Name: "max-connections", Usage: fmt.Sprintf("the most client connections open at once; one more is closed as soon as it is accepted, counted in sluice_proxy_connections_refused_total (0: %d; -1: unbounded)", server.DefaultProxyMaxConnections), Sources: cli.EnvVars("SLUICE_PROXY_MAX_CONNECTIONS")},
 		&cli.IntFlag{Name: "upstream-idle-conns", Value: server.DefaultUpstreamIdleConns, Usage: "the most idle connections to the upstream kept open for reuse", Sources: cli.EnvVars("SLUICE_UPSTREAM_IDLE_CONNS")},
 		&cli.BoolFlag{Name: "upstream-http2", Usage: "speak HTTP/2 to the upstream: by ALPN over TLS for https://, prior-knowledge cleartext for http:// (the upstream must speak it)", Sources: cli.EnvVars("SLUICE_UPSTREAM_HTTP2")},
 		&cli.BoolFlag{Name: "legacy-headers", Usage: "also send X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset", Sources: cli.EnvVars("SLUICE_LEGACY_HEADERS")},
@@ -85,6 +86,9 @@ func proxy(ctx context.Context, c *cli.Command) error {
 	}
 	if proxyListenHook != nil {
 		proxyListenHook(ln.Addr())
+	}
+	if ln, err = server.LimitProxyListener(ln, int(c.Int("max-connections")), e.reg); err != nil {
+		return err
 	}
 	if tlsCfg != nil {
 		tlsCfg.NextProtos = []string{"h2", "http/1.1"}
