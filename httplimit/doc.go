@@ -41,7 +41,8 @@
 // A decided request's response carries RateLimit-Policy and RateLimit
 // (draft-ietf-httpapi-ratelimit-headers-11): RFC 9651 Lists with one String Item per decided
 // enforced policy, in Config.Policies order (shadow ones only with Config.ShadowHeaders);
-// q and w from the Limit ([Quota]); r the Remaining; t the RetryAfter rounded up to whole
+// q and w from the Limit (a bucket whose Burst exceeds its Rate as its bucket: Burst per
+// refill time); r the Remaining; t the RetryAfter rounded up to whole
 // seconds when positive, else the ResetAfter, each capped at Retry-After in a refusal; pk
 // ([Policy.PartitionKey]) the identity as a Byte Sequence, an API key's MAC. A Concurrency
 // policy has qu="concurrent-requests" and no w. A decision that failed open

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/ratelimitheader"
 	"github.com/sluicehq/sluice/internal/sfv"
 	"github.com/sluicehq/sluice/keys"
 )
@@ -48,15 +49,15 @@ func FuzzHeaders(f *testing.F) {
 		if !sfv.ValidString(name) || !sfv.ValidString(name2) {
 			return // New refuses names that are not structured-field Strings
 		}
-		writeHeaders(h, &policyItems{}, ds, ra, legacy)
+		writeHeaders(h, &policyItems{}, ds, ratelimitheader.Refusal{Refused: ra > 0, Wait: time.Duration(ra) * time.Second}, legacy)
 		pol := parseList(t, h, HeaderRateLimitPolicy)
 		lim := parseList(t, h, HeaderRateLimit)
 		if len(pol) != 2 || len(lim) != 2 {
 			t.Fatalf("%d policy and %d limit members, want 2 each", len(pol), len(lim))
 		}
 		for i, pd := range ds {
-			q, w := Quota(pd.Limit)
-			tt := effectiveWindow(pd.Decision)
+			q, w := ratelimitheader.Quota(pd.Limit)
+			tt := ratelimitheader.Seconds(ratelimitheader.Wait(&pd.Decision))
 			if ra > 0 {
 				tt = min(tt, ra)
 			}

@@ -8,31 +8,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/sfv"
 	"github.com/sluicehq/sluice/keys"
 )
-
-func TestQuota(t *testing.T) {
-	tests := []struct {
-		limit sluice.Limit
-		q, w  int64
-	}{
-		{sluice.PerSecond(10), 10, 1},
-		{sluice.PerMinute(100), 100, 60},
-		{sluice.PerDay(1000), 1000, 86400},
-		{sluice.Limit{Rate: 5, Period: 100 * time.Millisecond}, 50, 1},
-		{sluice.Limit{Rate: 3, Period: 1500 * time.Millisecond}, 4, 2}, // 3 per 1.5s = 4 per 2s
-		{sluice.Limit{Rate: 7, Period: 2500 * time.Millisecond}, 8, 3}, // floor(8.4)
-		{sluice.Limit{Algorithm: sluice.FixedWindow, Rate: sluice.MaxRate, Period: time.Microsecond}, sfv.MaxInteger, 1},
-		{sluice.Limit{}, 0, 0},
-	}
-	for _, tt := range tests {
-		q, w := Quota(tt.limit)
-		if q != tt.q || w != tt.w {
-			t.Errorf("Quota(%v) = q=%d w=%d, want q=%d w=%d", tt.limit, q, w, tt.q, tt.w)
-		}
-	}
-}
 
 func TestHeadersParseAsStructuredFields(t *testing.T) {
 	hasher, err := keys.NewHasher([]byte("0123456789abcdef0123456789abcdef"), keys.Base64URL)

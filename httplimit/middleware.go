@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/evaluator"
 	"github.com/sluicehq/sluice/internal/logattr"
+	"github.com/sluicehq/sluice/internal/ratelimitheader"
 	"github.com/sluicehq/sluice/internal/sfv"
 	"github.com/sluicehq/sluice/internal/span"
 	"github.com/sluicehq/sluice/keys"
@@ -162,7 +163,7 @@ func New(cfg Config) (*Middleware, error) {
 	if ra <= 0 {
 		ra = DefaultUnavailableRetryAfter
 	}
-	m.unavail = fmt.Sprint(ceilSeconds(ra))
+	m.unavail = fmt.Sprint(ratelimitheader.Seconds(ra))
 	names := map[string]bool{}
 	for i, p := range cfg.Policies {
 		if err := checkPolicy(&p, names); err != nil {
@@ -285,11 +286,8 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			m.fail(w, r, err)
 			return
 		}
-		var retry int64
-		if !res.Allowed {
-			retry = max(1, ceilSeconds(res.RetryAfter))
-		}
-		writeHeaders(w.Header(), &m.items, m.advertised(res.Decisions), retry, m.cfg.LegacyHeaders)
+		refusal := ratelimitheader.Refusal{Refused: !res.Allowed, Wait: res.RetryAfter}
+		writeHeaders(w.Header(), &m.items, m.advertised(res.Decisions), refusal, m.cfg.LegacyHeaders)
 		if !res.Allowed {
 			m.cfg.Limited(w, r, res)
 			return

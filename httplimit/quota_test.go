@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/ratelimitheader"
 )
 
 func TestQuotaKeepsRemainingWithinQ(t *testing.T) {
@@ -20,7 +21,7 @@ func TestQuotaKeepsRemainingWithinQ(t *testing.T) {
 		{sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: time.Second, Burst: 99}, 10, 1},
 	}
 	for _, c := range cases {
-		q, w := Quota(c.l)
+		q, w := ratelimitheader.Quota(c.l)
 		if q != c.q || w != c.w {
 			t.Errorf("Quota(%v) = q=%d w=%d, want q=%d w=%d", c.l, q, w, c.q, c.w)
 		}

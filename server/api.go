@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/logattr"
+	"github.com/sluicehq/sluice/internal/ratelimitheader"
 	"github.com/sluicehq/sluice/keys"
 )
 
@@ -448,19 +449,15 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, req *CheckReques
 		resp.Limits[i] = limitStatus(&items[i])
 	}
 	h := w.Header()
-	hra := ra
-	if !enforce {
-		hra = 0
-	}
-	if p, l, retry := rateLimitHeaders(nil, items, hra, s.shadowHeaders); p != "" {
+	refusal := ratelimitheader.Refusal{Refused: enforce && !allowed, Wait: ra}
+	p, l, retry := rateLimitHeaders(nil, items, refusal, s.shadowHeaders)
+	if p != "" {
 		h.Set(httplimit.HeaderRateLimitPolicy, p)
-		if l != "" {
-			h.Set(httplimit.HeaderRateLimit, l)
-		}
-		if retry != "" {
-			h.Set(httplimit.HeaderRetryAfter, retry)
-		}
-	} else if retry != "" {
+	}
+	if l != "" {
+		h.Set(httplimit.HeaderRateLimit, l)
+	}
+	if retry != "" {
 		h.Set(httplimit.HeaderRetryAfter, retry)
 	}
 	status, code := http.StatusOK, "ok"
@@ -506,7 +503,7 @@ func limitStatus(it *item) LimitStatus {
 		}
 		if c := l.Calendar; !c.IsZero() {
 			ls.Period, ls.Zone, ls.AnchorDay = c.Unit.String(), c.Zone.String(), c.Anchor
-			ls.WindowSeconds = int64((it.Decision.Window + time.Second - 1) / time.Second)
+			ls.WindowSeconds = ratelimitheader.Seconds(it.Decision.Window)
 		}
 	case config.Blocked:
 		ls.Algorithm, ls.Period = sluice.FixedWindow.String(), it.Decision.Limit.Period.String()

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/ratelimitheader"
 )
 
 // rls implements envoy.service.ratelimit.v3.RateLimitService.
@@ -323,7 +324,7 @@ func resetAfter(it *item, now time.Time) int64 {
 	case !r.Calendar.IsZero():
 		sec := now.Truncate(time.Second)
 		_, end := r.Calendar.Bounds(sec)
-		return ceilSeconds(end.Sub(sec))
+		return ratelimitheader.Seconds(end.Sub(sec))
 	case it.status == config.Blocked || r.Limit.Algorithm == sluice.FixedWindow:
 		div := int64(r.Unit.Period() / time.Second)
 		if it.unitMultiplier > 1 {
@@ -338,7 +339,7 @@ func resetAfter(it *item, now time.Time) int64 {
 	if it.Over() && it.Decision.RetryAfter > 0 {
 		d = it.Decision.RetryAfter
 	}
-	return ceilSeconds(d)
+	return ratelimitheader.Seconds(d)
 }
 
 // addHeaders sets the answer's response_headers_to_add, as Options.RLSHeaders asks: the
@@ -353,11 +354,11 @@ func (s *Server) addHeaders(a *answer, items []item, retryAfter time.Duration) {
 	if !h.IETF {
 		return
 	}
-	ra := time.Duration(0)
+	var r ratelimitheader.Refusal
 	if a.resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
-		ra = retryAfter
+		r = ratelimitheader.Refusal{Refused: true, Wait: retryAfter}
 	}
-	p, l, retry := rateLimitHeaders(text[len(text):], items, ra, s.shadowHeaders)
+	p, l, retry := rateLimitHeaders(text[len(text):], items, r, s.shadowHeaders)
 	if p != "" {
 		a.addHeader("RateLimit-Policy", p)
 		if l != "" {

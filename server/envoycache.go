@@ -7,7 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/ratelimitheader"
 	"github.com/sluicehq/sluice/internal/sfv"
 )
 
@@ -38,7 +38,7 @@ type envoyRule struct {
 	// key) as an RFC 9651 String.
 	quoted string
 	// policy is the RateLimit-Policy member of the rule's own Limit, "" when that
-	// member is not the same for every request (a calendar period, a concurrency limit).
+	// member is not the same for every request (a calendar period).
 	policy string
 	limit  sluice.Limit
 }
@@ -117,9 +117,9 @@ func newEnvoyRule(vec *prometheus.CounterVec, domain string, r *config.Rule) *en
 		quoted:   string(sfv.AppendString(nil, ruleName(r))),
 		limit:    r.Limit,
 	}
-	if l := r.Limit; l.Calendar.IsZero() && l.Algorithm != sluice.Concurrency {
-		q, w := httplimit.Quota(l)
-		er.policy = string(appendMember(nil, er.quoted, "", ";q=", min(q, maxSFInteger), ";w=", w))
+	if l := r.Limit; l.Calendar.IsZero() {
+		m := ratelimitheader.Member{Quoted: er.quoted, Decision: &sluice.Decision{Limit: l}}
+		er.policy = string(ratelimitheader.AppendPolicy(nil, &m))
 	}
 	return er
 }

@@ -1,12 +1,14 @@
 package server
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/evaluator"
+	"github.com/sluicehq/sluice/internal/ratelimitheader"
 )
 
 // TestHeadersFailOpen: a limit whose decision failed open is in RateLimit-Policy but not in
@@ -18,12 +20,39 @@ func TestHeadersFailOpen(t *testing.T) {
 	open := item{name: "b", status: config.Limited, Item: evaluator.Item{Request: sluice.Request{Limit: lim}, Decided: true,
 		Decision: sluice.Decision{Allowed: true, Limit: lim, Path: sluice.PathOpen}}}
 
-	p, l, _ := rateLimitHeaders(nil, []item{open, store}, 0, false)
+	p, l, _ := rateLimitHeaders(nil, []item{open, store}, ratelimitheader.Refusal{}, false)
 	if p != `"b";q=10;w=1, "a";q=10;w=1` || l != `"a";r=9;t=1` {
 		t.Errorf("open then store: policy %q, limit %q", p, l)
 	}
-	p, l, _ = rateLimitHeaders(nil, []item{open}, 0, false)
+	p, l, _ = rateLimitHeaders(nil, []item{open}, ratelimitheader.Refusal{}, false)
 	if p != `"b";q=10;w=1` || l != "" {
 		t.Errorf("open only: policy %q, limit %q", p, l)
+	}
+}
+
+// TestRLSRefusalHasRetryAfter: an Envoy answer OVER_LIMIT because a descriptor's cost
+// exceeds what its limit can ever allow (no wait would let it pass) still carries
+// Retry-After, of 1 second, as every refusal of every front end does: a client told
+// nothing would retry at once.
+func TestRLSRefusalHasRetryAfter(t *testing.T) {
+	cfg := parseConfig(t, configFile("edge.yaml", "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3}\n"))
+	for _, k := range stores {
+		t.Run(k.name, func(t *testing.T) {
+			r, _ := newServer(t, k, cfg, Options{})
+			resp, err := r.rls.ShouldRateLimit(context.Background(), edgeReq(withHits(desc("k", "v"), 4)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.OverallCode != over {
+				t.Fatalf("code %v, want OVER_LIMIT", resp.OverallCode)
+			}
+			got := map[string]string{}
+			for _, h := range resp.ResponseHeadersToAdd {
+				got[h.Key] = h.Value
+			}
+			if got["Retry-After"] != "1" || got["RateLimit-Policy"] != `"edge.k";q=3;w=60` {
+				t.Errorf("headers %v, want RateLimit-Policy q=3;w=60 and Retry-After 1", got)
+			}
+		})
 	}
 }
