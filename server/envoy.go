@@ -316,8 +316,8 @@ func descriptorStatus(it *item, m *statusBlock, now time.Time) {
 // from the current second to the end of the epoch-aligned fixed window holding it,
 // whatever the counter holds. A calendar rule's window is its calendar period, whose end
 // is counted from the current second. A rule of another algorithm (a sluice extension)
-// has no window: its duration is the decision's RetryAfter when over the limit, else its
-// ResetAfter, rounded up to whole seconds.
+// has no window: its duration is the wait RateLimit's t tells (ratelimitheader.Wait: the
+// decision's RetryAfter when over the limit, else its ResetAfter), in the same seconds.
 func resetAfter(it *item, now time.Time) int64 {
 	r := it.rule
 	switch {
@@ -335,11 +335,7 @@ func resetAfter(it *item, now time.Time) int64 {
 		}
 		return div - ((now.Unix()%div)+div)%div
 	}
-	d := it.Decision.ResetAfter
-	if it.Over() && it.Decision.RetryAfter > 0 {
-		d = it.Decision.RetryAfter
-	}
-	return ratelimitheader.Seconds(d)
+	return ratelimitheader.Seconds(ratelimitheader.Wait(&it.Decision))
 }
 
 // addHeaders sets the answer's response_headers_to_add, as Options.RLSHeaders asks: the

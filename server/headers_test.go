@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,7 +40,7 @@ func TestRLSRefusalHasRetryAfter(t *testing.T) {
 	cfg := parseConfig(t, configFile("edge.yaml", "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3}\n"))
 	for _, k := range stores {
 		t.Run(k.name, func(t *testing.T) {
-			r, _ := newServer(t, k, cfg, Options{})
+			r, _ := newServer(t, k, cfg, Options{RLSHeaders: RLSHeaders{IETF: true}})
 			resp, err := r.rls.ShouldRateLimit(context.Background(), edgeReq(withHits(desc("k", "v"), 4)))
 			if err != nil {
 				t.Fatal(err)
@@ -52,6 +54,35 @@ func TestRLSRefusalHasRetryAfter(t *testing.T) {
 			}
 			if got["Retry-After"] != "1" || got["RateLimit-Policy"] != `"edge.k";q=3;w=60` {
 				t.Errorf("headers %v, want RateLimit-Policy q=3;w=60 and Retry-After 1", got)
+			}
+		})
+	}
+}
+
+// TestRLSResetIsRateLimitT: an Envoy answer's duration_until_reset and its RateLimit t
+// tell the same wait, allowed (the time until the quota is whole) and denied (the time
+// until the request would pass), for a rule with no fixed window (gcra), with the IETF
+// headers on.
+func TestRLSResetIsRateLimitT(t *testing.T) {
+	cfg := parseConfig(t, configFile("edge.yaml", "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: gcra}\n"))
+	for _, k := range stores {
+		t.Run(k.name, func(t *testing.T) {
+			r, _ := newServer(t, k, cfg, Options{RLSHeaders: RLSHeaders{IETF: true}})
+			for i, hits := range []uint64{1, 2, 1} {
+				resp, err := r.rls.ShouldRateLimit(context.Background(), edgeReq(withHits(desc("k", "v"), hits)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var tParam string
+				for _, h := range resp.ResponseHeadersToAdd {
+					if h.Key == "RateLimit" {
+						_, tParam, _ = strings.Cut(h.Value, ";t=")
+					}
+				}
+				d := resp.Statuses[0].DurationUntilReset.AsDuration()
+				if want := strconv.FormatInt(ratelimitheader.Seconds(d), 10); tParam != want || d <= 0 {
+					t.Errorf("call %d (%v): duration_until_reset %v, RateLimit t=%s, want t=%s", i, resp.OverallCode, d, tParam, want)
+				}
 			}
 		})
 	}
