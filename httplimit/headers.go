@@ -40,7 +40,7 @@ type policyItem struct {
 
 // member returns d's member of the fields, its serializations from the cache.
 func (c *policyItems) member(d *PolicyDecision) ratelimitheader.Member {
-	m := ratelimitheader.Member{Name: d.Policy, Decision: &d.Decision, Blocks: d.blocks()}
+	m := ratelimitheader.Member{Name: d.Policy, Decision: &d.Decision, Blocks: d.blocks}
 	if d.partitionKey {
 		m.PK = d.Identity.String()
 	}

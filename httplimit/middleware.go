@@ -98,7 +98,7 @@ type Result struct {
 func (res *Result) Violated() []string {
 	var names []string
 	for i := range res.Decisions {
-		if res.Decisions[i].blocks() {
+		if res.Decisions[i].blocks {
 			names = append(names, res.Decisions[i].Policy)
 		}
 	}
@@ -125,10 +125,10 @@ type PolicyDecision struct {
 
 	partitionKey bool
 	settle       *Settle
+	// blocks reports whether the policy denied the request, as the evaluator judged it
+	// (evaluator.Item.Blocks).
+	blocks bool
 }
-
-// blocks reports whether d is an enforced policy that denied its request.
-func (d *PolicyDecision) blocks() bool { return !d.Shadow && !d.Allowed && d.RetryAfter > 0 }
 
 // Middleware is HTTP middleware that rate-limits requests. Create it with New; it is safe
 // for concurrent use.
@@ -546,20 +546,23 @@ func (m *Middleware) decide(r *http.Request, sp span.Span) (_ *Result, err error
 		if !it.Decided {
 			continue
 		}
-		it.d.Key = it.Key // as Evaluate bounded it
-		it.d.set(it.Decision)
+		it.decided()
 		res.Decisions = append(res.Decisions, it.d)
 	}
 	m.log(ctx, r, res)
 	return res, nil
 }
 
-func (d *PolicyDecision) set(dec sluice.Decision) {
+// decided fills p's PolicyDecision from what Evaluate decided of its item.
+func (p *pending) decided() {
+	d := &p.d
+	d.Key = p.Key // as Evaluate bounded it
 	limit := d.Limit
-	d.Decision = dec
+	d.Decision = p.Decision
 	if d.Decision.Limit == (sluice.Limit{}) {
 		d.Decision.Limit = limit
 	}
+	d.blocks = p.Blocks()
 }
 
 func (m *Middleware) log(ctx context.Context, r *http.Request, res *Result) {
@@ -573,7 +576,7 @@ func (m *Middleware) log(ctx context.Context, r *http.Request, res *Result) {
 		switch {
 		case d.Shadow && !d.Allowed:
 			level, msg = slog.LevelWarn, "rate limit would deny (shadow)"
-		case d.blocks():
+		case d.blocks:
 			level, msg = slog.LevelInfo, "rate limit denied"
 		case !d.Allowed:
 			// Passed on its own; the request was denied by another policy and this one
