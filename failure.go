@@ -111,7 +111,9 @@ type Failure struct {
 	// Share is the share of the limit the in-process limiter gets in FailLocal mode, in
 	// (0, 1]: typically 1/N for N nodes sharing the store, so that the fleet stays within
 	// the limit while the store is away. 0 defers to the next rule; values outside (0, 1]
-	// are treated as 0.
+	// are treated as 0. It is taken as parts per million of the limit, rounded to the
+	// nearest, and the limit's Rate and Burst are scaled in integers, rounded down, at
+	// least 1.
 	Share float64
 }
 

@@ -33,8 +33,9 @@
 //	            Path is sluice.PathClosed; RetryAfter is Breaker.OpenFor. Front ends
 //	            answer 503, not 429.
 //	FailLocal   decide with the local limiter (WithLocalLimiter, typically a memory
-//	            store) under ShareOf(limit, share): Rate and Burst times the share,
-//	            rounded down, at least 1; all or nothing, like the store; Path is
+//	            store) under the Failure's share of the limit: Rate and Burst times
+//	            the share in parts per million, rounded down, at least 1 (package
+//	            internal/share); all or nothing, like the store; Path is
 //	            sluice.PathLocal and Decision.Limit the share. Without a local
 //	            limiter, FailLocal fails closed.
 //

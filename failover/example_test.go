@@ -64,8 +64,3 @@ func Example_modes() {
 	// closed allowed=false path=closed limit=9/1m0s gcra kind=refused error=sluice: store unavailable: dial tcp: connect: connection refused
 	// local  allowed=true path=local limit=3/1m0s gcra kind=refused error=<nil>
 }
-
-func ExampleShareOf() {
-	fmt.Println(failover.ShareOf(sluice.PerSecond(100).WithBurst(20), 0.25))
-	// Output: 25/1s gcra burst 5
-}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/share"
 )
 
 // DefaultDeadline is how long a decision waits for the store unless WithDeadline says
@@ -232,15 +233,14 @@ func (l *Limiter) fallback(reqs []sluice.Request) sluice.Failure {
 }
 
 // decideLocal decides reqs on the local limiter, all or nothing, each under its share of
-// its limit (ShareOf); a cost that can never fit its share denies the request without
+// its limit (shareOf); a cost that can never fit its share denies the request without
 // spending.
 func (l *Limiter) decideLocal(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
 	shared := make([]sluice.Request, len(reqs))
 	tooBig := false
 	for i, r := range reqs {
-		share := r.Failure.Or(l.def).Share
 		shared[i] = r
-		shared[i].Limit = ShareOf(r.Limit, share)
+		shared[i].Limit = shareOf(r.Limit, r.Failure.Or(l.def).Share)
 		if r.N > shared[i].Limit.MaxCost() {
 			tooBig = true
 		}
@@ -303,7 +303,7 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) err
 	if l.local != nil {
 		// Every share a Failure may have given it is possible; the default one is
 		// what the local limiter most likely holds.
-		_ = l.local.Reset(ctx, key, ShareOf(limit, l.def.Share))
+		_ = l.local.Reset(ctx, key, shareOf(limit, l.def.Share))
 		if l.def.Share != 1 {
 			_ = l.local.Reset(ctx, key, limit)
 		}
@@ -325,7 +325,7 @@ func (l *Limiter) Release(ctx context.Context, key string, limit sluice.Limit, l
 	}
 	a := call(l, ctx, false, releaseArgs{l.primary, key, limit, lease}, release)
 	if !a.v && l.local != nil {
-		if held, _ := l.local.Release(ctx, key, ShareOf(limit, l.def.Share), lease); held {
+		if held, _ := l.local.Release(ctx, key, shareOf(limit, l.def.Share), lease); held {
 			return true, nil
 		}
 	}
@@ -346,7 +346,7 @@ func (l *Limiter) Settle(ctx context.Context, key string, limit sluice.Limit, re
 	}
 	a := call(l, ctx, false, settleArgs{l.primary, key, limit, reservation, cost}, settle)
 	if l.local != nil && (a.failed || errors.Is(a.err, sluice.ErrUnknownReservation)) {
-		d, err := l.local.Settle(ctx, key, ShareOf(limit, l.def.Share), reservation, cost)
+		d, err := l.local.Settle(ctx, key, shareOf(limit, l.def.Share), reservation, cost)
 		switch {
 		case err == nil:
 			d.Path = sluice.PathLocal
@@ -652,4 +652,10 @@ func judge[T any](ctx context.Context, v *T, err error) (brk error, failed bool)
 		return err, true
 	}
 	return errExcluded, false
+}
+
+// shareOf is the limit the local limiter applies for limit under the Failure's share
+// (a fraction): share.Limit, the share taken as parts per million.
+func shareOf(limit sluice.Limit, fraction float64) sluice.Limit {
+	return share.Limit(limit, share.FromFraction(fraction))
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/region"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -191,30 +192,27 @@ func TestParseMode(t *testing.T) {
 	}
 }
 
-func TestShareOf(t *testing.T) {
-	tests := []struct {
-		limit sluice.Limit
-		share float64
-		want  sluice.Limit
-	}{
-		{sluice.PerSecond(100), 1, sluice.PerSecond(100)},
-		{sluice.PerSecond(100), 0, sluice.PerSecond(100)},
-		{sluice.PerSecond(100), 1.5, sluice.PerSecond(100)},
-		{sluice.PerSecond(100), 0.25, sluice.PerSecond(25)},
-		{sluice.PerSecond(100), 1.0 / 3, sluice.PerSecond(33)},
-		{sluice.PerSecond(2), 0.1, sluice.PerSecond(1)}, // never below 1
-		{sluice.PerMinute(60).WithBurst(10), 0.5, sluice.PerMinute(30).WithBurst(5)},
-		{sluice.PerMinute(60).WithBurst(1), 0.5, sluice.PerMinute(30).WithBurst(1)},
-		{sluice.Limit{Algorithm: sluice.SlidingWindow, Rate: 1000, Period: time.Hour}, 0.1,
-			sluice.Limit{Algorithm: sluice.SlidingWindow, Rate: 100, Period: time.Hour}},
-	}
-	for _, tt := range tests {
-		got := ShareOf(tt.limit, tt.share)
-		if got != tt.want {
-			t.Errorf("ShareOf(%v, %v) = %v, want %v", tt.limit, tt.share, got, tt.want)
+// TestLocalShareIsRegionShare: a node's share of a limit while the store is down is the
+// limit a region's share of the same fraction applies: one rounding (29% of 100 is 29).
+func TestLocalShareIsRegionShare(t *testing.T) {
+	limits := []sluice.Limit{sluice.PerSecond(100), sluice.PerMinute(60).WithBurst(10), sluice.PerSecond(3),
+		{Algorithm: sluice.SlidingWindow, Rate: 1000, Period: time.Hour}}
+	for _, f := range []float64{0.29, 0.57, 1.0 / 3, 0.1, 0.5, 1} {
+		store := newFaultyStore(t)
+		store.setFail(storeErr(sluice.KindOOM, "OOM command not allowed when used memory > 'maxmemory'."))
+		l := newLimiter(t, store, WithDefault(sluice.Failure{Mode: sluice.FailLocal, Share: f}), WithLocalLimiter(memoryStore(t)))
+		rs, err := region.NewShare(memoryStore(t), f)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if err := got.Validate(); err != nil {
-			t.Errorf("ShareOf(%v, %v) is invalid: %v", tt.limit, tt.share, err)
+		for _, lim := range limits {
+			d, err := l.AllowN(context.Background(), "k", lim, 1)
+			if err != nil || d.Path != sluice.PathLocal {
+				t.Fatalf("share %v of %v: %+v, %v; want a local decision", f, lim, d, err)
+			}
+			if want := rs.Limit(lim); d.Limit.Rate != want.Rate || d.Limit.EffectiveBurst() != want.EffectiveBurst() {
+				t.Errorf("share %v of %v: failover applies %v, a region %v", f, lim, d.Limit, want)
+			}
 		}
 	}
 }

@@ -281,7 +281,7 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 			ctx := context.Background()
 			failure := sluice.Failure{Mode: mode, Share: testShare}
 			limit := sluice.Limit{Algorithm: sluice.Algorithms()[g%6], Rate: 400, Period: time.Second}
-			local := ShareOf(limit, testShare)
+			local := shareOf(limit, testShare)
 			keys := make([]string, loadKeys)
 			for i := range keys {
 				keys[i] = fmt.Sprintf("%s-load-%d-%d", f.name, g, i)

@@ -28,7 +28,7 @@ func ExampleNewShare() {
 		}
 	}
 	fmt.Println(allowed, limiter.Limit(sluice.PerSecond(10)))
-	// Output: 5 5/1s gcra burst 5
+	// Output: 5 5/1s gcra
 }
 
 // Global mode: every node decides in process and syncs with the shared Redis every 50ms.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/share"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -28,7 +29,7 @@ var syncBody string
 
 var syncSHA = func() string { s := sha1.Sum([]byte(syncBody)); return hex.EncodeToString(s[:]) }()
 
-const pool = 1_000_000 // shares are in parts per million of the limit
+const pool = share.Whole // shares are in parts per million of the limit
 
 // Global is the global mode: a sluice.Limiter that decides every request in process, from
 // this node's leased share of each limit, and reconciles with a shared Redis in the
@@ -182,7 +183,7 @@ type entry struct {
 	rkey  string
 	limit sluice.Limit
 	full  algo.Params // the whole limit, as a TokenBucket
-	p     algo.Params // full with Burst = this node's share of it (burstOf)
+	p     algo.Params // full with Burst = this node's share of it
 
 	share int64      // ppm applied now
 	st    algo.State // the bucket, on the share clock
@@ -201,15 +202,6 @@ type entry struct {
 
 	ready     chan struct{} // closed after the first sync attempt
 	readyOnce sync.Once
-}
-
-// burstOf is the bucket depth at share: ⌊Burst·share/pool⌋ units, at least one while
-// share > 0. It never exceeds the limit's Burst, so e.full's units (S, U) serve every share.
-func (e *entry) burstOf(share int64) int64 {
-	if share <= 0 {
-		return 0
-	}
-	return max(1, algo.MulDiv(e.full.Burst, share, pool))
 }
 
 // tick advances the share clock to the local time now.
@@ -272,24 +264,26 @@ func (e *entry) try(now, n int64, commit bool) (r algo.Result, ok bool) {
 	return r, true
 }
 
-// setShare switches to share at now. The bucket keeps what it holds, up to the new depth
+// setShare switches to the share ppm at now. The bucket keeps what it holds, up to the new depth
 // (algo.TokenBucket clamps a credit above it), rounded down to a whole µs of refill; a
 // share of 0 empties it, so that no node holds credit beyond the share it applies.
-func (e *entry) setShare(share, now int64) {
+func (e *entry) setShare(ppm, now int64) {
 	e.tick(now)
-	if share == e.share {
+	if ppm == e.share {
 		return
 	}
 	switch {
-	case share == 0:
+	case ppm == 0:
 		e.st = algo.State{B: e.vnow}
 	case e.share > 0:
 		// A bucket full in ResetAfter µs holds Burst·U - ResetAfter·S (algo.TokenBucket).
 		_, r := algo.TokenBucket(e.st, e.vnow, e.p, 0)
 		e.st = algo.State{A: max(0, e.p.Burst*e.p.U-r.ResetAfter*e.p.S), B: e.vnow}
 	}
-	e.share = share
-	e.p.Burst = e.burstOf(share)
+	e.share = ppm
+	// ⌊Burst·share/pool⌋, at least one while share > 0: never more than the limit's Burst,
+	// so e.full's units (S, U) serve every share.
+	e.p.Burst = share.Of(e.full.Burst, ppm)
 }
 
 // fence drops the share of an entry that has not synced successfully for a lease.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/share"
 )
 
 // Share is the per-region mode: a sluice.Limiter that decides every request against an inner
@@ -12,8 +13,9 @@ import (
 // fixed fraction of the limit it is asked for. Regions configured with fractions summing to
 // at most 1 hold the global limit together without talking to each other.
 //
-// Scaling (Scale): Rate becomes ⌊Rate·f⌋ and the bucket depth ⌊EffectiveBurst·f⌋, each at
-// least 1; Period and Algorithm are kept. The floor never gives a region more than its
+// Scaling (package internal/share, as failover's local limiter scales): Rate becomes
+// ⌊Rate·f⌋ and the bucket depth ⌊Burst·f⌋, each at least 1, with f in parts per million;
+// Period and Algorithm are kept. The floor never gives a region more than its
 // fraction, except that each region gets at least one unit per Period and a burst of one,
 // so with very small limits the regions' sum may exceed the global limit by up to one unit
 // per region and Period.
@@ -34,27 +36,15 @@ func NewShare(inner sluice.Limiter, fraction float64) (*Share, error) {
 	if !(fraction > 0 && fraction <= 1) {
 		return nil, fmt.Errorf("region: share %v must be in (0, 1]", fraction)
 	}
-	ppm := int64(fraction*1e6 + 0.5)
+	ppm := share.FromFraction(fraction)
 	if ppm < 1 {
 		return nil, fmt.Errorf("region: share %v is below one part per million", fraction)
 	}
 	return &Share{inner: inner, ppm: ppm}, nil
 }
 
-// Scale returns l scaled to ppm parts per million (1e6 is the whole limit), as described
-// on Share.
-func Scale(l sluice.Limit, ppm int64) sluice.Limit {
-	out := l
-	out.Rate = max(1, l.Rate*ppm/1e6) // ≤ 2^40·10^6 < 2^63
-	switch l.Algorithm {
-	case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket:
-		out.Burst = max(1, l.EffectiveBurst()*ppm/1e6)
-	}
-	return out
-}
-
 // Limit returns the limit Share applies for l.
-func (s *Share) Limit(l sluice.Limit) sluice.Limit { return Scale(l, s.ppm) }
+func (s *Share) Limit(l sluice.Limit) sluice.Limit { return share.Limit(l, s.ppm) }
 
 // Decide implements sluice.Limiter under the scaled limits.
 func (s *Share) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {

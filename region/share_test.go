@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/share"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -21,18 +22,19 @@ func TestScale(t *testing.T) {
 		ppm  int64
 		want sluice.Limit
 	}{
-		{sluice.PerSecond(100), 500_000, sluice.Limit{Rate: 50, Period: time.Second, Burst: 50}},
+		{sluice.PerSecond(100), 500_000, sluice.Limit{Rate: 50, Period: time.Second}},
 		{sluice.PerSecond(100).WithBurst(30), 333_333, sluice.Limit{Rate: 33, Period: time.Second, Burst: 9}},
-		{sluice.PerSecond(3), 100_000, sluice.Limit{Rate: 1, Period: time.Second, Burst: 1}},
+		{sluice.PerSecond(3), 100_000, sluice.Limit{Rate: 1, Period: time.Second}},
 		{sluice.PerMinute(1000).With(sluice.FixedWindow), 250_000, sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 250, Period: time.Minute}},
-		{sluice.PerSecond(100), 1_000_000, sluice.Limit{Rate: 100, Period: time.Second, Burst: 100}},
+		{sluice.PerSecond(100), 1_000_000, sluice.Limit{Rate: 100, Period: time.Second}},
 	}
 	for _, tt := range tests {
-		if got := Scale(tt.in, tt.ppm); got != tt.want {
-			t.Errorf("Scale(%v, %d) = %v, want %v", tt.in, tt.ppm, got, tt.want)
+		s := &Share{ppm: tt.ppm}
+		if got := s.Limit(tt.in); got != tt.want {
+			t.Errorf("Limit(%v) at %d ppm = %v, want %v", tt.in, tt.ppm, got, tt.want)
 		}
-		if err := Scale(tt.in, tt.ppm).Validate(); err != nil {
-			t.Errorf("Scale(%v, %d) is invalid: %v", tt.in, tt.ppm, err)
+		if err := s.Limit(tt.in).Validate(); err != nil {
+			t.Errorf("Limit(%v) at %d ppm is invalid: %v", tt.in, tt.ppm, err)
 		}
 	}
 	for _, f := range []float64{0, -0.5, 1.01, 1e-9} {
@@ -89,8 +91,8 @@ func TestPerRegionShares(t *testing.T) {
 	}
 	mem := memory.New()
 	defer mem.Close()
-	if res, err := (&Share{inner: mem, ppm: 500_000}).Reserve(ctx, "k", l, 1); err != nil || !res.OK || res.Limit != Scale(l, 500_000) {
-		t.Errorf("Reserve through a share of the memory store: %+v, %v; want it made under the share %v", res, err, Scale(l, 500_000))
+	if res, err := (&Share{inner: mem, ppm: 500_000}).Reserve(ctx, "k", l, 1); err != nil || !res.OK || res.Limit != share.Limit(l, 500_000) {
+		t.Errorf("Reserve through a share of the memory store: %+v, %v; want it made under the share %v", res, err, share.Limit(l, 500_000))
 	}
 	var plain sluice.Limiter = cannotReserve{mem}
 	s, _ := NewShare(plain, 0.5)
