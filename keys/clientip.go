@@ -149,12 +149,22 @@ func (c *ClientIP) walk(peer netip.Addr, hops []string) netip.Addr {
 	return client
 }
 
-// Prefix returns the client's address aggregated to IPv4Prefix or IPv6Prefix bits.
+// Prefix returns the client's address aggregated to IPv4Prefix or IPv6Prefix bits
+// (Aggregate).
 func (c *ClientIP) Prefix(r *http.Request) (netip.Prefix, error) {
 	a, err := c.Addr(r)
 	if err != nil {
 		return netip.Prefix{}, err
 	}
+	return c.Aggregate(a)
+}
+
+// Aggregate returns the prefix a client at a is limited as: a, IPv4-mapped addresses
+// unmapped and the zone dropped, masked to IPv4Prefix or IPv6Prefix bits. Every front end
+// turns a client address into an identity with it: the middleware's ByIP, the JSON API's
+// key of an ip policy, and an operator's override.
+func (c *ClientIP) Aggregate(a netip.Addr) (netip.Prefix, error) {
+	a = a.Unmap().WithZone("")
 	bits := c.IPv6Prefix
 	if bits == 0 {
 		bits = DefaultIPv6Prefix
@@ -170,6 +180,29 @@ func (c *ClientIP) Prefix(r *http.Request) (netip.Prefix, error) {
 		return netip.Prefix{}, fmt.Errorf("keys: aggregating %v: %w", a, err)
 	}
 	return p, nil
+}
+
+// ParseID returns the ID of the IP Identity an operator writes as s (an override's): an
+// address names the identity of a client at that address (Aggregate), and so does a
+// prefix at least as long as the aggregation; a shorter prefix is masked, as written.
+func (c *ClientIP) ParseID(s string) (string, error) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		p, err := c.Aggregate(a)
+		if err != nil {
+			return "", err
+		}
+		return PrefixID(p), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return "", fmt.Errorf("keys: %q is not an IP address or prefix", s)
+	}
+	if !p.Addr().Is4In6() && p.Addr().Zone() == "" {
+		if agg, err := c.Aggregate(p.Addr()); err == nil && p.Bits() >= agg.Bits() {
+			return PrefixID(agg), nil
+		}
+	}
+	return PrefixID(p.Masked()), nil
 }
 
 // Identity returns the IP Identity of the request's client: the address itself when the

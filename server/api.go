@@ -725,15 +725,7 @@ func (s *Server) identity(cfg *config.Config, p *config.Policy, key string) (key
 		if err != nil {
 			return keys.Identity{}, badRequest("policy %q limits client IPs: key %q is not an IP address", p.Name, key)
 		}
-		addr = addr.Unmap().WithZone("")
-		bits := 32
-		if addr.Is6() {
-			bits = cfg.Identity.IPv6Prefix
-			if bits <= 0 {
-				bits = config.DefaultIPv6Prefix
-			}
-		}
-		prefix, err := addr.Prefix(bits)
+		prefix, err := clientIP(&cfg.Identity).Aggregate(addr)
 		if err != nil {
 			return keys.Identity{}, badRequest("key %q: %v", key, err)
 		}

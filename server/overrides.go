@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -187,20 +186,13 @@ func (s *Server) overrideIdentity(cfg *config.Config, p *config.Policy, raw stri
 			rest = k.ID // escaped as printed
 		}
 		if kind == keys.IP {
-			return normaliseIP(rest)
+			return normaliseIP(cfg, rest)
 		}
 		return rest, nil
 	}
 	switch kind {
 	case keys.IP:
-		if _, err := netip.ParseAddr(raw); err == nil {
-			id, err := s.identity(cfg, p, raw)
-			if err != nil {
-				return "", badRequest("identity: %v", err)
-			}
-			return id.ID, nil
-		}
-		return normaliseIP(raw)
+		return normaliseIP(cfg, raw)
 	case keys.APIKey:
 		id, err := s.identity(cfg, p, raw)
 		if err != nil {
@@ -211,16 +203,14 @@ func (s *Server) overrideIdentity(cfg *config.Config, p *config.Policy, raw stri
 	return raw, nil
 }
 
-func normaliseIP(s string) (string, error) {
-	if a, err := netip.ParseAddr(s); err == nil {
-		a = a.Unmap()
-		return keys.PrefixID(netip.PrefixFrom(a, a.BitLen())), nil
-	}
-	p, err := netip.ParsePrefix(s)
+// normaliseIP is the identity an operator's IP address or prefix s names, as a request
+// from there is identified (keys.ClientIP.ParseID).
+func normaliseIP(cfg *config.Config, s string) (string, error) {
+	id, err := clientIP(&cfg.Identity).ParseID(s)
 	if err != nil {
-		return "", badRequest("identity: %q is not an IP address or prefix", s)
+		return "", badRequest("identity: %v", err)
 	}
-	return keys.PrefixID(p.Masked()), nil
+	return id, nil
 }
 
 func keyKind(t config.KeyType) keys.Kind {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -218,5 +219,34 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("the condition did not hold within 5s")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestOverrideNamesTheClientsIdentity: an IP override names the identity a request from
+// that address gets, however the operator writes it (an address, "ip:" and an address, a
+// prefix within the aggregation): an IPv6 client is its /64, so an override written for
+// one of its addresses applies to every address of that /64.
+func TestOverrideNamesTheClientsIdentity(t *testing.T) {
+	t.Setenv("SERVER_TEST_ADMIN_TOKEN", testAdminToken)
+	cfg := parseConfig(t, configFile("policies.yaml", `admin:
+  token_env: SERVER_TEST_ADMIN_TOKEN
+policies:
+  - {name: per-ip, key: ip, algorithm: fixed_window, rate: 2, period: minute}
+`))
+	r, _ := newServer(t, stores[0], cfg, Options{})
+	auth := []string{"Authorization", "Bearer " + testAdminToken}
+	for i, written := range []string{"ip:2001:db8:1:1::99", "2001:db8:1:2::99", "2001:db8:1:3::99/128", "ip:2001:db8:1:4::/80", "ip:198.51.100.7"} {
+		rate := 10 + i
+		if rp := do(t, "PUT", r.base+"/v1/overrides/per-ip/"+url.PathEscape(written), fmt.Sprintf(`{"rate":%d,"period":"1m"}`, rate), auth...); rp.status != 200 {
+			t.Fatalf("PUT %s: %d %s", written, rp.status, rp.body)
+		}
+		client := strings.TrimPrefix(strings.Split(strings.ReplaceAll(written, "::99", "::5"), "/")[0], "ip:")
+		if strings.HasSuffix(client, "::") {
+			client += "5"
+		}
+		ls := limits(t, do(t, "POST", r.base+"/v1/check", `{"policy":"per-ip","key":"`+client+`","cost":0}`))
+		if ls[0].Source != "api_override" || ls[0].Rate != int64(rate) {
+			t.Errorf("override written %q, client %s: source %s rate %d, want api_override %d", written, client, ls[0].Source, ls[0].Rate, rate)
+		}
 	}
 }

@@ -260,7 +260,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // as one ServeMux, so two policies cannot limit the same pattern. Configurations that
 // break either rule are refused.
 func PoliciesFor(cfg *config.Config, h *keys.Hasher, def sluice.FailureMode) ([]httplimit.Policy, func(*http.Request) string, error) {
-	ip := &keys.ClientIP{TrustedProxies: cfg.Identity.TrustedProxies, Header: cfg.Identity.ClientIPHeader, IPv6Prefix: cfg.Identity.IPv6Prefix}
+	ip := clientIP(&cfg.Identity)
 	var tierHeader, tierPolicy string
 	var out []httplimit.Policy
 	for _, p := range cfg.Policies {
@@ -332,4 +332,11 @@ func settleOf(ip *keys.ClientIP, s *config.Settle, estimate int64) *httplimit.Se
 
 func equalFoldHeader(a, b string) bool {
 	return http.CanonicalHeaderKey(a) == http.CanonicalHeaderKey(b)
+}
+
+// clientIP is how the configuration's identity block finds and aggregates a client's
+// address; every identity made from an address, in the proxy, the JSON API and the
+// overrides, goes through it.
+func clientIP(id *config.Identity) *keys.ClientIP {
+	return &keys.ClientIP{TrustedProxies: id.TrustedProxies, Header: id.ClientIPHeader, IPv6Prefix: id.IPv6Prefix}
 }
