@@ -59,8 +59,9 @@
 // shorter months); see docs/quotas.md. Every limit is checked with sluice.Limit.Validate. The key is ip (default),
 // user or api_key, written as a word or as {type, header}. Routes are net/http ServeMux
 // patterns ("GET /v1/items/{id}"), checked by registering them in a ServeMux, so malformed
-// and conflicting patterns are load errors; Policy.Route matches a request exactly as
-// ServeMux would. Policy.LimitFor resolves override, tier, default tier and policy limit.
+// and conflicting patterns are load errors; Policy.Route matches a request as ServeMux
+// would, on its path normalised as httplimit documents (decoded, ;parameters dropped,
+// slashes merged, no trailing slash, lower case). Policy.LimitFor resolves override, tier, default tier and policy limit.
 //
 // # envoyproxy/ratelimit files
 //

@@ -5,13 +5,13 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/route"
 	"github.com/sluicehq/sluice/keys"
 )
 
@@ -268,24 +268,19 @@ func (p *Policy) LimitFor(id, tier string) (sluice.Limit, string) {
 	return p.Limit, "policy"
 }
 
-// Route returns the route limit that applies to r, chosen as net/http's ServeMux chooses
-// (the most specific pattern wins; host patterns; {wildcards}). A request that ServeMux
-// would only redirect (a missing trailing slash) matches no route.
+// Route returns the route limit that applies to r: the pattern net/http's ServeMux would
+// choose (the most specific wins; host patterns; {wildcards}) for r's path normalised as
+// package internal/route documents (decoded, ;parameters dropped, slashes merged, dot
+// segments resolved, no trailing slash, lower case), as every front end matches it.
 func (p *Policy) Route(r *http.Request) (Route, bool) {
 	if p.mux == nil {
 		return Route{}, false
 	}
-	h, _ := p.mux.Handler(r)
-	if rh, ok := h.(routeHandler); ok {
-		return p.Routes[rh], true
+	if i, ok := route.Match(p.mux, r); ok {
+		return p.Routes[i], true
 	}
 	return Route{}, false
 }
-
-// routeHandler marks a route's index in a policy's ServeMux; it is never served.
-type routeHandler int
-
-func (routeHandler) ServeHTTP(http.ResponseWriter, *http.Request) {}
 
 // sluiceFile is what one sluice policy file holds.
 type sluiceFile struct {
@@ -628,7 +623,7 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 		mux := http.NewServeMux()
 		for _, kv := range d.pairs(v, field) {
 			rf := join(field, kv.key.Value)
-			if err := register(mux, kv.key.Value, routeHandler(len(p.Routes))); err != nil {
+			if err := route.Register(mux, kv.key.Value, len(p.Routes)); err != nil {
 				d.errorf(kv.key, rf, "%v", err)
 				continue
 			}
@@ -769,27 +764,6 @@ func (d *decoder) settle(n *yaml.Node, field string, p *Policy) *Settle {
 		}
 	}
 	return s
-}
-
-var registeredAt = regexp.MustCompile(` \(registered at [^)]*\)`)
-
-// register adds a pattern to a ServeMux, turning its panic on a malformed or conflicting
-// pattern into an error.
-func register(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			msg := fmt.Sprint(r)
-			msg = strings.TrimPrefix(msg, "http: ")
-			msg = registeredAt.ReplaceAllString(msg, "")
-			msg = strings.Join(strings.Fields(strings.ReplaceAll(strings.ReplaceAll(msg, ":\n", ": "), "\n", "; ")), " ")
-			err = fmt.Errorf("invalid route pattern: %s", msg)
-		}
-	}()
-	if pattern == "" {
-		return fmt.Errorf("invalid route pattern: empty")
-	}
-	mux.Handle(pattern, h)
-	return nil
 }
 
 func (d *decoder) algorithm(n *yaml.Node, field string) sluice.Algorithm {

@@ -86,7 +86,16 @@ func TestTestdataPolicies(t *testing.T) {
 		{"HEAD", "/v1/items/42", "GET /v1/items/{id}"}, // GET patterns match HEAD, as in ServeMux
 		{"DELETE", "/v1/items/42", ""},
 		{"GET", "/v1/export/2024/all.csv", "/v1/export/"},
-		{"GET", "/v1/export", ""}, // ServeMux would only redirect
+		{"GET", "/v1/export", "/v1/export/"}, // a subtree matches its own name (package route)
+		// Spellings of one path (package route): a trailing slash, ;parameters, an
+		// escaped slash, letter case, merged slashes and dot segments.
+		{"POST", "/v1/items/", "POST /v1/items"},
+		{"POST", "/v1/items;x=y", "POST /v1/items"},
+		{"POST", "/v1%2Fitems", "POST /v1/items"},
+		{"POST", "/V1/ITEMS", "POST /v1/items"},
+		{"POST", "//v1///items", "POST /v1/items"},
+		{"POST", "/v1/x/../items", "POST /v1/items"},
+		{"GET", "/V1/Items;v=2/42/", "GET /v1/items/{id}"},
 		{"GET", "/other", ""},
 	} {
 		r, ok := api.Route(httptest.NewRequest(tt.method, tt.target, nil))

@@ -17,8 +17,9 @@
 // A policy applies to a request when its Route is empty or is the pattern that
 // http.ServeMux would choose for the request among all the policies' Routes (so
 // "GET /items/{id}" and "/items/" never both apply: the more specific pattern wins, as in
-// a ServeMux; a non-canonical path such as "/items//7" matches as its canonical form),
-// its Key returns a non-zero identity, and a Limit is found for the identity (override,
+// a ServeMux), matched on the path normalised as every front end of sluice normalises
+// it: percent-decoded, ;parameters dropped, slashes merged, dot segments resolved, no
+// trailing slash (a "/items/" subtree also matches "/items"), lower case; its Key returns a non-zero identity, and a Limit is found for the identity (override,
 // then tier, then Policy.Limit; the zero Limit means "not limited").
 //
 // Each applying policy has its own store key, keys.Of(policy, identity, route, tier), so

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/evaluator"
 	"github.com/sluicehq/sluice/internal/logattr"
 	"github.com/sluicehq/sluice/internal/ratelimitheader"
+	"github.com/sluicehq/sluice/internal/route"
 	"github.com/sluicehq/sluice/internal/sfv"
 	"github.com/sluicehq/sluice/internal/span"
 	"github.com/sluicehq/sluice/keys"
@@ -136,7 +137,7 @@ type Middleware struct {
 	cfg      Config
 	policies []Policy
 	mux      *http.ServeMux // nil when no policy has a Route
-	routes   map[string]bool
+	routes   []string       // the route patterns, in mux as their indexes (route.Register)
 	unavail  string
 	items    policyItems
 	tracer   span.Tracer
@@ -149,7 +150,7 @@ func New(cfg Config) (*Middleware, error) {
 	if cfg.Limiter == nil {
 		return nil, errors.New("httplimit: Config.Limiter is nil")
 	}
-	m := &Middleware{cfg: cfg, routes: map[string]bool{}, tracer: span.NewTracer(cfg.TracerProvider)}
+	m := &Middleware{cfg: cfg, tracer: span.NewTracer(cfg.TracerProvider)}
 	if m.cfg.Limited == nil {
 		m.cfg.Limited = DefaultLimited
 	}
@@ -174,14 +175,14 @@ func New(cfg Config) (*Middleware, error) {
 		}
 		// Own the maps, so a caller that reuses them cannot race with requests.
 		p.Tiers, p.Overrides = maps.Clone(p.Tiers), maps.Clone(p.Overrides)
-		if p.Route != "" && !m.routes[p.Route] {
+		if p.Route != "" && !slices.Contains(m.routes, p.Route) {
 			if m.mux == nil {
 				m.mux = http.NewServeMux()
 			}
-			if err := register(m.mux, p.Route); err != nil {
+			if err := route.Register(m.mux, p.Route, len(m.routes)); err != nil {
 				return nil, fmt.Errorf("httplimit: policy %d (%q): %w", i, p.Name, err)
 			}
-			m.routes[p.Route] = true
+			m.routes = append(m.routes, p.Route)
 		}
 		m.policies = append(m.policies, p)
 	}
@@ -232,38 +233,14 @@ func checkPolicy(p *Policy, names map[string]bool) error {
 	return nil
 }
 
-// register adds pattern to mux, turning ServeMux's panics on bad or conflicting patterns
-// into errors.
-func register(mux *http.ServeMux, pattern string) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("route %q: %v", pattern, v)
-		}
-	}()
-	mux.Handle(pattern, http.NotFoundHandler())
-	return nil
-}
-
-// route returns the policy route pattern that r matches, or "".
+// route returns the policy route pattern that r matches, or "" (package internal/route:
+// r's path is normalised first).
 func (m *Middleware) route(r *http.Request) string {
 	if m.mux == nil {
 		return ""
 	}
-	_, p := m.mux.Handler(r)
-	if m.routes[p] {
-		return p
-	}
-	// ServeMux answers a non-canonical path ("/a//b", "/a/../b", "/dir") with a redirect
-	// and the canonical path; match that, so the route's limit cannot be dodged by
-	// spelling the path differently.
-	if len(p) > 0 && p[0] == '/' && r.URL != nil && p != r.URL.Path {
-		r2 := *r
-		u := *r.URL
-		u.Path, u.RawPath = p, ""
-		r2.URL = &u
-		if _, p = m.mux.Handler(&r2); m.routes[p] {
-			return p
-		}
+	if i, ok := route.Match(m.mux, r); ok {
+		return m.routes[i]
 	}
 	return ""
 }

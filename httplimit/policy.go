@@ -46,7 +46,8 @@ type Policy struct {
 	// Route restricts the policy to requests that http.ServeMux would route to this
 	// pattern ("GET /items/{id}", "/admin/", "api.example.com/"), with ServeMux's
 	// precedence among all the Routes of the Config: a request matches the most specific
-	// pattern only. Empty means every request. Each route pattern keeps its own state,
+	// pattern only. The path is normalised first (see the package doc), and the pattern's
+	// path is matched without regard to case. Empty means every request. Each route pattern keeps its own state,
 	// shared by every path it matches.
 	Route string
 	// Shadow makes the policy measure without enforcing: it is decided, logged and

@@ -40,7 +40,8 @@ type CheckRequest struct {
 	// default tier.
 	Tier string `json:"tier,omitempty"`
 	// Method, Path and Host describe the request being limited, when the policy's route
-	// limits should apply too (matched as http.ServeMux matches patterns).
+	// limits should apply too (matched as http.ServeMux matches patterns, on the path
+	// normalised as the proxy normalises it: see config.Policy.Route).
 	Method string `json:"method,omitempty"`
 	Path   string `json:"path,omitempty"`
 	Host   string `json:"host,omitempty"`
