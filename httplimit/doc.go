@@ -15,7 +15,7 @@
 // # Which policies apply
 //
 // A policy applies to a request when its Route is empty or is the pattern that
-// http.ServeMux would choose for the request among all the policies' Routes (so
+// http.ServeMux would choose for the request among the Routes of its RouteSet (so
 // "GET /items/{id}" and "/items/" never both apply: the more specific pattern wins, as in
 // a ServeMux), matched on the path normalised as every front end of sluice normalises
 // it: percent-decoded, ;parameters dropped, slashes merged, dot segments resolved, no

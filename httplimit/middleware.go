@@ -136,8 +136,7 @@ type PolicyDecision struct {
 type Middleware struct {
 	cfg      Config
 	policies []Policy
-	mux      *http.ServeMux // nil when no policy has a Route
-	routes   []string       // the route patterns, in mux as their indexes (route.Register)
+	sets     []routeSet // one per Policy.RouteSet that has Routes
 	unavail  string
 	items    policyItems
 	tracer   span.Tracer
@@ -175,14 +174,15 @@ func New(cfg Config) (*Middleware, error) {
 		}
 		// Own the maps, so a caller that reuses them cannot race with requests.
 		p.Tiers, p.Overrides = maps.Clone(p.Tiers), maps.Clone(p.Overrides)
-		if p.Route != "" && !slices.Contains(m.routes, p.Route) {
-			if m.mux == nil {
-				m.mux = http.NewServeMux()
+		if p.Route != "" {
+			p.set = slices.IndexFunc(m.sets, func(s routeSet) bool { return s.name == p.RouteSet })
+			if p.set < 0 {
+				p.set = len(m.sets)
+				m.sets = append(m.sets, routeSet{name: p.RouteSet, mux: http.NewServeMux()})
 			}
-			if err := route.Register(m.mux, p.Route, len(m.routes)); err != nil {
+			if err := m.sets[p.set].add(p.Route); err != nil {
 				return nil, fmt.Errorf("httplimit: policy %d (%q): %w", i, p.Name, err)
 			}
-			m.routes = append(m.routes, p.Route)
 		}
 		m.policies = append(m.policies, p)
 	}
@@ -233,14 +233,30 @@ func checkPolicy(p *Policy, names map[string]bool) error {
 	return nil
 }
 
-// route returns the policy route pattern that r matches, or "" (package internal/route:
-// r's path is normalised first).
-func (m *Middleware) route(r *http.Request) string {
-	if m.mux == nil {
-		return ""
+// routeSet is the Routes of one Policy.RouteSet, in one ServeMux: a request matches the
+// most specific of them only.
+type routeSet struct {
+	name   string
+	mux    *http.ServeMux
+	routes []string // the patterns, in mux as their indexes (route.Register)
+}
+
+func (s *routeSet) add(pattern string) error {
+	if slices.Contains(s.routes, pattern) {
+		return nil // several policies may limit one pattern
 	}
-	if i, ok := route.Match(m.mux, r); ok {
-		return m.routes[i]
+	if err := route.Register(s.mux, pattern, len(s.routes)); err != nil {
+		return err
+	}
+	s.routes = append(s.routes, pattern)
+	return nil
+}
+
+// match returns the pattern of s that r matches, or "" (package internal/route: r's path
+// is normalised first).
+func (s *routeSet) match(r *http.Request) string {
+	if i, ok := route.Match(s.mux, r); ok {
+		return s.routes[i]
 	}
 	return ""
 }
@@ -436,7 +452,11 @@ const spanName = "sluice.httplimit"
 // package doc for the semantics.
 func (m *Middleware) decide(r *http.Request, sp span.Span) (_ *Result, err error) {
 	ctx := r.Context()
-	route := m.route(r)
+	var few [4]string
+	routes := few[:0] // the pattern r matches in each route set
+	for i := range m.sets {
+		routes = append(routes, m.sets[i].match(r))
+	}
 	var tier string
 	if m.cfg.Tier != nil {
 		tier = m.cfg.Tier(r)
@@ -462,7 +482,7 @@ func (m *Middleware) decide(r *http.Request, sp span.Span) (_ *Result, err error
 	}()
 	for i := range m.policies {
 		p := &m.policies[i]
-		if p.Route != "" && p.Route != route {
+		if p.Route != "" && p.Route != routes[p.set] {
 			continue
 		}
 		id, err := p.Key(r)

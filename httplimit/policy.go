@@ -45,11 +45,17 @@ type Policy struct {
 	Key KeyFunc
 	// Route restricts the policy to requests that http.ServeMux would route to this
 	// pattern ("GET /items/{id}", "/admin/", "api.example.com/"), with ServeMux's
-	// precedence among all the Routes of the Config: a request matches the most specific
+	// precedence among the Routes of its RouteSet: a request matches the most specific
 	// pattern only. The path is normalised first (see the package doc), and the pattern's
-	// path is matched without regard to case. Empty means every request. Each route pattern keeps its own state,
-	// shared by every path it matches.
+	// path is matched without regard to case. Empty means every request. Each route
+	// pattern keeps its own state, shared by every path it matches.
 	Route string
+	// RouteSet names the set of Routes this policy's Route is chosen among: a request
+	// matches the most specific pattern of its set only, and sets are independent, so one
+	// set's "/v1/items" never hides another set's "/v1/". Policies without one share the
+	// set "". `sluice proxy` gives each configured policy's routes a set of their own, as
+	// the JSON API chooses a route among one policy's routes.
+	RouteSet string
 	// Shadow makes the policy measure without enforcing: it is decided, logged and
 	// reported in the headers, but never blocks a request, and its store errors are
 	// logged and ignored.
@@ -63,6 +69,8 @@ type Policy struct {
 	// Settle, when set, makes the policy's cost an estimate settled when the handler
 	// returns (see Settle).
 	Settle *Settle
+
+	set int // the index of RouteSet's routes in the Middleware
 }
 
 // Settle makes a policy's cost an estimate: the request spends the estimate (from

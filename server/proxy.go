@@ -255,10 +255,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // mode and local share, resolved as the Server does with def as its
 // Options.FailureMode.
 //
-// httplimit has one tier function for all policies, so the policies that have tiers must
-// all read them from the same header; and it matches route patterns across all policies
-// as one ServeMux, so two policies cannot limit the same pattern. Configurations that
-// break either rule are refused.
+// Each policy's routes are one httplimit.Policy.RouteSet, so a request meets the most
+// specific route of every policy, as in the JSON API. httplimit has one tier function for
+// all policies, so the policies that have tiers must all read them from the same header;
+// configurations that break that rule are refused.
 func PoliciesFor(cfg *config.Config, h *keys.Hasher, def sluice.FailureMode) ([]httplimit.Policy, func(*http.Request) string, error) {
 	ip := clientIP(&cfg.Identity)
 	var tierHeader, tierPolicy string
@@ -307,7 +307,7 @@ func PoliciesFor(cfg *config.Config, h *keys.Hasher, def sluice.FailureMode) ([]
 		out = append(out, hp)
 		for _, rt := range p.Routes {
 			out = append(out, httplimit.Policy{
-				Name: RouteLimitName(p.Name, rt.Pattern), Route: rt.Pattern,
+				Name: RouteLimitName(p.Name, rt.Pattern), Route: rt.Pattern, RouteSet: p.Name,
 				Limit: rt.Limit, Key: key, Shadow: p.Shadow, Failure: failure, Settle: settleOf(ip, p.Settle, rt.Estimate),
 			})
 		}

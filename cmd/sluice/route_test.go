@@ -76,3 +76,50 @@ func TestRouteLimitSpellings(t *testing.T) {
 		t.Errorf("upstream received %q", got)
 	}
 }
+
+// TestRouteLimitsOfTwoPolicies: one policy's route never hides another's. A request to
+// POST /v1/items meets the "/v1/" route of one policy and the "POST /v1/items" route of
+// another, through `sluice proxy` and through the JSON API alike.
+func TestRouteLimitsOfTwoPolicies(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	cfg := writeConfig(t, "p.yaml", `policies:
+  - name: broad
+    key: ip
+    rate: 1000
+    period: hour
+    routes:
+      "/v1/": {rate: 100, period: hour}
+  - name: narrow
+    key: ip
+    rate: 1000
+    period: hour
+    routes:
+      "POST /v1/items": {rate: 10, period: hour}
+`)
+	proxy := "http://" + startedProxy(t, "--upstream", up.URL, "--listen", "127.0.0.1:0", "--config", cfg)
+	serve, _, _ := started(t, "--config", cfg)
+	rp, err := http.Post(proxy+"/v1/items", "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp.Body.Close()
+	want := `"broad";q=1000;w=3600, "broad /v1/";q=100;w=3600, "narrow";q=1000;w=3600, "narrow POST /v1/items";q=10;w=3600`
+	if p := rp.Header.Get("RateLimit-Policy"); p != want {
+		t.Errorf("proxy: RateLimit-Policy %q, want %q", p, want)
+	}
+	for policy, want := range map[string]string{
+		"broad":  `"broad";q=1000;w=3600, "broad /v1/";q=100;w=3600`,
+		"narrow": `"narrow";q=1000;w=3600, "narrow POST /v1/items";q=10;w=3600`,
+	} {
+		body := `{"policy":"` + policy + `","key":"127.0.0.1","method":"POST","path":"/v1/items"}`
+		sr, err := http.Post(serve+"/v1/check", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sr.Body.Close()
+		if p := sr.Header.Get("RateLimit-Policy"); p != want {
+			t.Errorf("JSON API, policy %s: RateLimit-Policy %q, want %q", policy, p, want)
+		}
+	}
+}
