@@ -613,6 +613,9 @@ func CheckSettle(key string, limit Limit, reservation ReservationID, cost int64)
 const MaxKeyLen = 64 << 10
 
 // CheckRequest validates a key, limit and cost the way every store does before deciding.
+// For a valid limit the cost is valid exactly when 0 ≤ n ≤ limit.MaxCost(): a store that
+// keeps the limits it has validated checks a request under one of them with CheckKey and
+// that range, and calls CheckRequest for the error.
 func CheckRequest(key string, limit Limit, n int64) error {
 	if err := CheckKey(key); err != nil {
 		return err
@@ -635,13 +638,17 @@ func CheckRequest(key string, limit Limit, n int64) error {
 // CheckKey reports whether key is acceptable to a store: not empty, at most MaxKeyLen bytes.
 // Any bytes are allowed.
 func CheckKey(key string) error {
+	if key != "" && len(key) <= MaxKeyLen {
+		return nil // inlined: a store's every call takes this branch
+	}
+	return keyError(key)
+}
+
+func keyError(key string) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty key", ErrInvalidKey)
 	}
-	if len(key) > MaxKeyLen {
-		return fmt.Errorf("%w: key of %d bytes exceeds %d", ErrInvalidKey, len(key), MaxKeyLen)
-	}
-	return nil
+	return fmt.Errorf("%w: key of %d bytes exceeds %d", ErrInvalidKey, len(key), MaxKeyLen)
 }
 
 // IsBadInput reports whether err is about the caller's input (limit, cost or key) rather

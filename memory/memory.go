@@ -366,11 +366,12 @@ func (s *Store) retireIdle(r *classRef) {
 }
 
 // check validates a request against its class: the same errors as sluice.CheckRequest,
-// without re-validating a limit that already has a class.
+// without re-validating a limit that already has a class (sluice.CheckKey, and a cost
+// within [0, MaxCost], as CheckRequest documents).
 func (s *Store) check(key string, limit *sluice.Limit, n int64) (*classRef, error) {
 	// The common case in one call: a valid key and n for the class last used (marked
 	// used already). Anything else, and every error, is checkClass's.
-	if r := s.last.Load(); r != nil && key != "" && len(key) <= sluice.MaxKeyLen &&
+	if r := s.last.Load(); r != nil && sluice.CheckKey(key) == nil &&
 		sameLimit(&r.limit, limit) && !r.gone.Load() && r.used.Load() && n >= 0 && n <= r.cost {
 		return r, nil
 	}
@@ -379,8 +380,8 @@ func (s *Store) check(key string, limit *sluice.Limit, n int64) (*classRef, erro
 
 // checkClass is check beyond the class last used.
 func (s *Store) checkClass(key string, limit *sluice.Limit, n int64) (*classRef, error) {
-	if key == "" || len(key) > sluice.MaxKeyLen {
-		return nil, sluice.CheckKey(key)
+	if err := sluice.CheckKey(key); err != nil {
+		return nil, err
 	}
 	r, err := s.class(limit)
 	if err != nil {

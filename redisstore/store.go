@@ -543,7 +543,8 @@ func recentSlot(l sluice.Limit) int {
 // checkedInfo checks a request as sluice.CheckRequest does and returns the info of its
 // limit. Only valid limits have an info, so a limit found among the recent ones is not
 // validated again: only the key (sluice.CheckKey) and the cost, within [0, MaxCost], are
-// checked. Anything else takes sluice.CheckRequest, for its error.
+// checked, as CheckRequest documents. Anything else takes sluice.CheckRequest, for its
+// error.
 func (s *Store) checkedInfo(key string, limit sluice.Limit, n int64) (*limitInfo, error) {
 	if li := s.recent[recentSlot(limit)].Load(); li != nil && li.limit == limit && n >= 0 && n <= li.maxCost && sluice.CheckKey(key) == nil {
 		return li, nil
