@@ -229,7 +229,7 @@ type answer struct {
 	// text holds the RateLimit value, RateLimit-Policy's unless it is a rule's member
 	// written at load, and Retry-After's, or the reference's three numbers, when they fit
 	// (else they take an allocation).
-	text [88]byte
+	text [56]byte
 }
 
 // newAnswer returns an OK answer with n descriptor statuses to fill.
