@@ -14,7 +14,8 @@ var builtinFS embed.FS
 // DefaultFiles returns the files of the built-in configuration, named "builtin/<name>".
 // `sluice serve` without --config runs with it: the in-memory store, a "demo" policy of 10
 // requests per second per client IP (burst 20), an "api" policy per API key with free and
-// pro tiers, and an envoyproxy/ratelimit domain "demo".
+// pro tiers, a "users" policy of 100 requests per minute per user ID, and an
+// envoyproxy/ratelimit domain "demo".
 func DefaultFiles() []File {
 	entries, err := fs.ReadDir(builtinFS, "builtin")
 	if err != nil {

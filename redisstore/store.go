@@ -69,6 +69,7 @@ import (
 	"log/slog"
 	neturl "net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -266,6 +267,9 @@ func WithConnectRetry() Option {
 // returns a Store that owns the connection: Close closes it. See WithConnectRetry for a
 // Redis that is not reachable yet.
 func Open(url string, opts ...Option) (*Store, error) {
+	if err := CheckURL(url); err != nil {
+		return nil, err
+	}
 	url, caFile, err := cutCAFile(url)
 	if err != nil {
 		return nil, err
@@ -308,6 +312,20 @@ func Open(url string, opts ...Option) (*Store, error) {
 	s.inflight.Add(1)
 	go s.connectLoop(copt)
 	return s, nil
+}
+
+// CheckURL reports whether url has one of the schemes Open takes (redis://, rediss://,
+// unix://, and valkey:// and valkeys:// for redis:// and rediss://; see the package doc),
+// and for a host:port without one, suggests redis://.
+func CheckURL(url string) error {
+	scheme, rest, ok := strings.Cut(url, "://")
+	switch {
+	case !ok:
+		return fmt.Errorf("redisstore: %q is not a Redis URL; did you mean redis://%s?", url, url)
+	case !slices.Contains([]string{"redis", "rediss", "unix", "valkey", "valkeys"}, scheme):
+		return fmt.Errorf("redisstore: %q: unknown scheme %s://; did you mean redis://%s?", url, scheme, rest)
+	}
+	return nil
 }
 
 // cutCAFile removes the ca_file query option from raw (rueidis does not know it) and

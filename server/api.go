@@ -539,7 +539,7 @@ func (s *Server) items(cfg *config.Config, req *CheckRequest) ([]item, scope, er
 		}
 		p, ok := cfg.Policy(req.Policy)
 		if !ok {
-			return nil, scope{}, &apiError{http.StatusNotFound, fmt.Sprintf("no policy named %q", req.Policy)}
+			return nil, scope{}, unknownName(cfg, "policy", req.Policy)
 		}
 		items, err := s.policyItems(cfg, p, req, n)
 		if err != nil {
@@ -587,9 +587,10 @@ func (s *Server) items(cfg *config.Config, req *CheckRequest) ([]item, scope, er
 		}
 		ed := s.envoyCache(cfg).domain(req.Domain)
 		if ed == nil {
+			// Envoy's RLS answers an unknown domain with OK; a caller of the JSON API
+			// asks about a domain by name, and a name that is not there is a mistake.
 			s.metrics.unknownDomain.Inc()
-			items := make([]item, len(descs)) // all NoMatch, as Envoy's unknown domain
-			return items, scope{name: req.Domain}, nil
+			return nil, scope{}, unknownName(cfg, "domain", req.Domain)
 		}
 		items, err := s.domainItems(ed, descs, mults, hits, nil)
 		if err != nil {
@@ -598,6 +599,26 @@ func (s *Server) items(cfg *config.Config, req *CheckRequest) ([]item, scope, er
 		return items, scope{name: ed.dom.Name}, nil
 	}
 	return nil, scope{}, badRequest("name a policy (with key) or a domain (with descriptors)")
+}
+
+// unknownName is the 404 for a policy or domain (kind) the configuration does not have,
+// naming those it has.
+func unknownName(cfg *config.Config, kind, name string) *apiError {
+	var names []string
+	if kind == "domain" {
+		for _, d := range cfg.Domains {
+			names = append(names, d.Name)
+		}
+	} else {
+		for _, p := range cfg.Policies {
+			names = append(names, p.Name)
+		}
+	}
+	have := "none"
+	if len(names) > 0 {
+		have = strings.Join(names, ", ")
+	}
+	return &apiError{http.StatusNotFound, fmt.Sprintf("no %s named %q (the configuration's %s: %s)", kind, name, map[string]string{"policy": "policies", "domain": "domains"}[kind], have)}
 }
 
 // policyItems are the limits of one identity under policy p: the policy's limit (an

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -171,9 +172,14 @@ func (s *Server) overrideIdentity(cfg *config.Config, p *config.Policy, raw stri
 	if k, err := keys.ParseKey(raw); err == nil && k.Policy == p.Name && k.Kind == kind && k.ID != "" {
 		return k.ID, nil
 	}
+	for _, other := range []keys.Kind{keys.IP, keys.User, keys.APIKey} {
+		if other != kind && strings.HasPrefix(raw, string(other)+":") {
+			return "", badRequest("identity: %q is a %s, and policy %q limits %s", raw, other, p.Name, expects(p))
+		}
+	}
 	if pat, ok := strings.CutSuffix(raw, "*"); ok {
 		if kind == keys.APIKey {
-			return "", badRequest("identity: a pattern cannot match API keys, which are kept only as their MACs")
+			return "", badRequest("identity: a pattern cannot match API keys, which are kept only as their MACs: policy %q limits %s, so an override names one key", p.Name, expects(p))
 		}
 		pat = strings.TrimPrefix(pat, string(kind)+":")
 		if strings.Contains(pat, "*") {
@@ -192,8 +198,18 @@ func (s *Server) overrideIdentity(cfg *config.Config, p *config.Policy, raw stri
 	}
 	switch kind {
 	case keys.IP:
-		return normaliseIP(cfg, raw)
+		id, err := normaliseIP(cfg, raw)
+		if err != nil {
+			return "", badRequest("%v, and policy %q limits %s", err, p.Name, expects(p))
+		}
+		return id, nil
 	case keys.APIKey:
+		if _, err := netip.ParseAddr(raw); err == nil {
+			return "", badRequest("identity: %s is an IP address, and policy %q limits %s", raw, p.Name, expects(p))
+		}
+		if _, err := netip.ParsePrefix(raw); err == nil {
+			return "", badRequest("identity: %s is an IP prefix, and policy %q limits %s", raw, p.Name, expects(p))
+		}
 		id, err := s.identity(cfg, p, raw)
 		if err != nil {
 			return "", err
@@ -201,6 +217,17 @@ func (s *Server) overrideIdentity(cfg *config.Config, p *config.Policy, raw stri
 		return id.ID, nil
 	}
 	return raw, nil
+}
+
+// expects names what policy p limits, as an override's identity must be written.
+func expects(p *config.Policy) string {
+	switch p.Key.Type {
+	case config.KeyAPIKey:
+		return "API keys (the " + p.Key.Header + " header)"
+	case config.KeyUser:
+		return "user IDs (the " + p.Key.Header + " header)"
+	}
+	return "client IP addresses"
 }
 
 // normaliseIP is the identity an operator's IP address or prefix s names, as a request
@@ -242,7 +269,7 @@ func (s *Server) overridePolicy(cfg *config.Config, r *http.Request) (*config.Po
 	name := r.PathValue("policy")
 	p, ok := cfg.Policy(name)
 	if !ok {
-		return nil, "", badRequest("policy: no policy named %q", name)
+		return nil, "", badRequest("policy: %s", unknownName(cfg, "policy", name).msg)
 	}
 	id, err := s.overrideIdentity(cfg, p, r.PathValue("identity"))
 	if err != nil {
@@ -355,8 +382,9 @@ func (s *Server) handleOverrideGet(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleOverrideList(w http.ResponseWriter, r *http.Request) {
 	policy := r.URL.Query().Get("policy")
 	if policy != "" {
-		if _, ok := s.config().Policy(policy); !ok {
-			s.writeError(w, r, badRequest("policy: no policy named %q", policy))
+		cfg := s.config()
+		if _, ok := cfg.Policy(policy); !ok {
+			s.writeError(w, r, badRequest("policy: %s", unknownName(cfg, "policy", policy).msg))
 			return
 		}
 	}

@@ -3,12 +3,9 @@ package sim
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,78 +15,62 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// ErrUsage is returned by RunCLI for a command line it cannot parse (the message and the
-// usage have already been written to stderr). A CLI exits with status 2 for it.
+// ErrUsage is wrapped by RunCLI's error for an option it cannot take (an unknown
+// pattern or algorithm, a scale out of range); a CLI exits with status 2 for it.
 var ErrUsage = errors.New("sim: usage")
 
-// RunCLI is `sluice simulate`: it parses args (the arguments after "simulate"), runs the
-// simulation, writes the results to stdout in the chosen format and, with --out, the HTML
-// report to a file.
-//
-//	sluice simulate [--pattern NAME[,NAME...]|all] [--algorithms LIST|all]
-//	                [--format table|json|csv] [--out report.html] [--seed N]
-//	                [--scale F] [--redis URL]
-//
-// A progress bar is drawn on stderr, when it is a terminal, for runs taking more than a
-// second. -h prints the usage and the pattern names and returns flag.ErrHelp.
-func RunCLI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	v := map[string]*string{}
-	for _, f := range Flags() {
-		v[f.Name] = fs.String(f.Name, f.Value, f.Usage)
-	}
-	pattern, algorithms, format, out, redisURL := v["pattern"], v["algorithms"], v["format"], v["out"], v["redis"]
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: sluice simulate [flags]\n\nRuns deterministic traffic patterns against rate-limiting algorithms on a virtual clock\nand measures how far each strays from an exact sliding window.\n\nflags:\n")
-		fs.PrintDefaults()
-		fmt.Fprintf(fs.Output(), "\npatterns:\n")
-		for _, p := range Patterns(1) {
-			fmt.Fprintf(fs.Output(), "  %-12s %s\n", p.Name, p.Description)
-		}
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", ErrUsage, err)
-	}
+// CLI holds the options of `sluice simulate`, one per flag.
+type CLI struct {
+	// Pattern is "all" (or empty), or a comma-separated list of pattern names.
+	Pattern string
+	// Algorithms is "all" (or empty), or a comma-separated list of the algorithms
+	// AlgorithmNames lists.
+	Algorithms string
+	// Format is the output on stdout: "table" (or empty), "json" or "csv".
+	Format string
+	// Out, when not empty, is the file the HTML report is written to.
+	Out string
+	// Redis, when not empty, is the URL of the Redis store to decide through (RedisStore).
+	Redis string
+	// Seed seeds the random traffic: the same seed gives the same output.
+	Seed uint64
+	// Scale multiplies every pattern's requests, in (0, 1000] (1: as described).
+	Scale float64
+}
+
+// RunCLI is `sluice simulate`: it runs the simulation o asks for, writes the results to
+// stdout in o.Format and, with o.Out, the HTML report to a file. A progress bar is drawn
+// on stderr, when it is a terminal, for runs taking more than a second. An option it
+// cannot take is an error wrapping ErrUsage, returned before anything runs.
+func RunCLI(ctx context.Context, o CLI, stdout, stderr io.Writer) error {
 	usage := func(format string, a ...any) error {
-		fmt.Fprintf(stderr, "sluice simulate: "+format+"\n", a...)
-		fs.Usage()
 		return fmt.Errorf("%w: "+format, append([]any{ErrUsage}, a...)...)
 	}
-	if fs.NArg() > 0 {
-		return usage("unexpected argument %q", fs.Arg(0))
-	}
-	seed, err := strconv.ParseUint(*v["seed"], 10, 64)
-	if err != nil {
-		return usage("--seed must be an unsigned integer, got %q", *v["seed"])
-	}
-	scale, err := strconv.ParseFloat(*v["scale"], 64)
-	if err != nil || !(scale > 0) || scale > 1000 {
-		return usage("--scale must be in (0, 1000], got %q", *v["scale"])
+	scale := o.Scale
+	if !(scale > 0) || scale > 1000 {
+		return usage("--scale must be in (0, 1000], got %v", o.Scale)
 	}
 	write, ok := map[string]func(*Report, io.Writer) error{
+		"":      (*Report).WriteTable,
 		"table": (*Report).WriteTable,
 		"json":  (*Report).WriteJSON,
 		"csv":   (*Report).WriteCSV,
-	}[*format]
+	}[o.Format]
 	if !ok {
-		return usage("--format must be table, json or csv, got %q", *format)
+		return usage("--format must be table, json or csv, got %q", o.Format)
 	}
-	patterns, err := SelectPatterns(*pattern, scale)
+	patterns, err := SelectPatterns(o.Pattern, scale)
 	if err != nil {
-		return usage("%v", err)
+		return usage("--pattern: %v", err)
 	}
-	algs, err := SelectAlgorithms(*algorithms)
+	algs, err := SelectAlgorithms(o.Algorithms)
 	if err != nil {
-		return usage("%v", err)
+		return usage("--algorithms: %v", err)
 	}
 
-	cfg := Config{Patterns: patterns, Algorithms: algs, Seed: seed}
-	if *redisURL != "" {
-		cfg.Store, cfg.StoreName = RedisStore(*redisURL), "redis"
+	cfg := Config{Patterns: patterns, Algorithms: algs, Seed: o.Seed}
+	if o.Redis != "" {
+		cfg.Store, cfg.StoreName = RedisStore(o.Redis), "redis"
 	}
 	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		bar := newProgress(stderr, time.Second, time.Now)
@@ -100,8 +81,8 @@ func RunCLI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	if *out != "" {
-		f, err := os.Create(*out)
+	if o.Out != "" {
+		f, err := os.Create(o.Out)
 		if err != nil {
 			return fmt.Errorf("sim: %w", err)
 		}
@@ -116,26 +97,10 @@ func RunCLI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return write(report, stdout)
 }
 
-// Flag is one of RunCLI's flags: a CLI that parses its own flags can offer these and pass
-// the ones given on to RunCLI as --name=value.
-type Flag struct {
-	Name  string
-	Value string // the default
-	Usage string
-}
-
-// Flags returns RunCLI's flags, in the order its usage lists them.
-func Flags() []Flag {
-	return []Flag{
-		{"pattern", "all", "patterns to run: all, or a comma-separated list of `NAME`s"},
-		{"algorithms", "all", "algorithms to run: all, or a comma-separated `LIST` (" + strings.Join(algorithmNames(), ", ") + ")"},
-		{"format", "table", "output `FORMAT` on stdout: table, json or csv"},
-		{"out", "", "write the HTML report to this `FILE`"},
-		{"seed", "1", "random `SEED`; the same seed gives the same output"},
-		{"scale", "1", "multiply the number of requests of every pattern by this `FACTOR` (> 0); above 1, the cloudflare pattern's population gets a longer span instead (144: a day, about 400 million requests, Cloudflare's sample size)"},
-		{"redis", "", "decide through the Redis store at this `URL` (redis://host:port) with the simulation's clock, instead of in memory"},
-	}
-}
+// AlgorithmNames are the names of the algorithms a simulation runs: the six rate
+// algorithms (sluice.Algorithms). A concurrency limit counts requests in flight, not a
+// rate, and has no sliding window to be measured against.
+func AlgorithmNames() []string { return algorithmNames() }
 
 func algorithmNames() []string {
 	var out []string

@@ -6,9 +6,9 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"errors"
-	"flag"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,11 +16,36 @@ import (
 	"github.com/sluicehq/sluice/internal/clocktest"
 )
 
+// runCLI runs RunCLI with the options args set as `sluice simulate` flags would
+// ("--name", "value" pairs), the others at their defaults.
 func runCLI(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
-	var o, e bytes.Buffer
-	err = RunCLI(context.Background(), args, &o, &e)
-	return o.String(), e.String(), err
+	o := CLI{Pattern: "all", Algorithms: "all", Format: "table", Seed: 1, Scale: 1}
+	for i := 0; i+1 < len(args); i += 2 {
+		v := args[i+1]
+		switch args[i] {
+		case "--pattern":
+			o.Pattern = v
+		case "--algorithms":
+			o.Algorithms = v
+		case "--format":
+			o.Format = v
+		case "--out":
+			o.Out = v
+		case "--seed":
+			o.Seed, err = strconv.ParseUint(v, 10, 64)
+		case "--scale":
+			o.Scale, err = strconv.ParseFloat(v, 64)
+		default:
+			t.Fatalf("runCLI: unknown option %s", args[i])
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out, e bytes.Buffer
+	err = RunCLI(context.Background(), o, &out, &e)
+	return out.String(), e.String(), err
 }
 
 func TestCLIFormats(t *testing.T) {
@@ -96,29 +121,31 @@ func TestCLIWritesTheReport(t *testing.T) {
 }
 
 func TestCLIUsageErrors(t *testing.T) {
-	tests := [][]string{
-		{"--pattern", "nope"},
-		{"--algorithms", "gcra,bogus"},
-		{"--format", "xml"},
-		{"--scale", "0"},
-		{"--seed", "minus-one"},
-		{"stray"},
-		{"--out"},
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--pattern", "nope"}, "--pattern"},
+		{[]string{"--algorithms", "gcra,bogus"}, `unknown algorithm "bogus": a simulation runs gcra, token_bucket, leaky_bucket, fixed_window, sliding_window, sliding_log`},
+		// Concurrency limits requests in flight: it is neither run nor offered.
+		{[]string{"--algorithms", "concurrency"}, `unknown algorithm "concurrency": a simulation runs gcra,`},
+		{[]string{"--format", "xml"}, "--format"},
+		{[]string{"--scale", "0"}, "--scale"},
+		{[]string{"--scale", "1001"}, "--scale"},
 	}
-	for _, args := range tests {
-		t.Run(strings.Join(args, " "), func(t *testing.T) {
-			_, stderr, err := runCLI(t, args...)
-			if !errors.Is(err, ErrUsage) {
-				t.Errorf("err = %v, want ErrUsage", err)
+	for _, tc := range tests {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			_, stderr, err := runCLI(t, tc.args...)
+			if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want ErrUsage naming %q", err, tc.want)
 			}
-			if !strings.Contains(stderr, "usage: sluice simulate") {
-				t.Errorf("stderr lacks the usage: %q", stderr)
+			if _, offered, _ := strings.Cut(err.Error(), "runs "); strings.Contains(offered, "concurrency") {
+				t.Errorf("err = %v suggests an algorithm a simulation cannot run", err)
+			}
+			if stderr != "" {
+				t.Errorf("stderr = %q: RunCLI leaves reporting to its caller", stderr)
 			}
 		})
-	}
-	_, stderr, err := runCLI(t, "-h")
-	if !errors.Is(err, flag.ErrHelp) || !strings.Contains(stderr, "cdn-batch") {
-		t.Errorf("-h: err %v, stderr %q; want flag.ErrHelp and the pattern list", err, stderr)
 	}
 	if _, _, err := runCLI(t, "--pattern", "steady-1x", "--scale", "0.1", "--out", filepath.Join(t.TempDir(), "no", "such", "dir.html")); err == nil || errors.Is(err, ErrUsage) {
 		t.Errorf("unwritable --out: err = %v, want a plain error", err)

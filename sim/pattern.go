@@ -194,7 +194,8 @@ func SelectPatterns(list string, scale float64) ([]Pattern, error) {
 	return out, nil
 }
 
-// SelectAlgorithms parses a comma-separated list of algorithm names, or "all".
+// SelectAlgorithms parses a comma-separated list of the names AlgorithmNames lists, or
+// "all"; any other name is an error that lists those.
 func SelectAlgorithms(list string) ([]sluice.Algorithm, error) {
 	if strings.TrimSpace(list) == "all" || strings.TrimSpace(list) == "" {
 		return sluice.Algorithms(), nil
@@ -202,8 +203,8 @@ func SelectAlgorithms(list string) ([]sluice.Algorithm, error) {
 	var out []sluice.Algorithm
 	for _, n := range strings.Split(list, ",") {
 		a, err := sluice.ParseAlgorithm(n)
-		if err != nil {
-			return nil, err
+		if err != nil || !slices.Contains(sluice.Algorithms(), a) {
+			return nil, fmt.Errorf("unknown algorithm %q: a simulation runs %s", strings.TrimSpace(n), strings.Join(algorithmNames(), ", "))
 		}
 		if !slices.Contains(out, a) {
 			out = append(out, a)

@@ -22,11 +22,15 @@ func checkCommand() *cli.Command {
 		Usage:     "ask a running sluice server whether a request would pass",
 		ArgsUsage: " ",
 		Description: "Sends one request to a server's JSON API and prints the decision. The exit status is\n" +
-			"0 when the request is allowed, 3 when it is denied, 1 on errors.\n\n" +
+			"  0  allowed\n" +
+			"  1  an error: the server cannot be reached, or has no such policy or domain\n" +
+			"  2  a usage error: the command line cannot be parsed\n" +
+			"  3  denied\n" +
+			"  4  no limit of the configuration applies (the request would pass, uncounted)\n\n" +
 			"  sluice check --policy demo --key 203.0.113.7\n" +
 			"  sluice check --policy api --key \"$API_KEY\" --tier pro --method POST --path /v1/items\n" +
 			"  sluice check --domain demo --descriptor remote_address=203.0.113.7\n" +
-			"  sluice check --domain edge --descriptor message_type=marketing,to_number=555 --cost 2\n" +
+			"  sluice check --domain demo --descriptor user=alice --cost 2\n" +
 			"  sluice check --peek --policy demo --key 203.0.113.7      (spend nothing)\n" +
 			"  sluice check --health                                   (liveness: GET /healthz)\n" +
 			"  sluice check --ready                                    (readiness: GET /readyz)\n\n" +
@@ -34,7 +38,7 @@ func checkCommand() *cli.Command {
 			"container's health check needs no shell or curl: HEALTHCHECK CMD [\"sluice\", \"check\", \"--health\"].",
 		Flags: append(append([]cli.Flag{
 			&cli.StringFlag{Name: "server", Value: "http://localhost:8080", Usage: "the server's HTTP `URL`", Sources: cli.EnvVars("SLUICE_SERVER")},
-		}, requestFlags(true)...),
+		}, requestFlags("SLUICE_CHECK_")...),
 			&cli.Int64Flag{Name: "cost", Value: 1, Usage: "units to spend", Sources: cli.EnvVars("SLUICE_CHECK_COST")},
 			&cli.BoolFlag{Name: "health", Usage: "only probe the server's liveness (GET /healthz): exit 0 when it answers 200, else 1", Sources: cli.EnvVars("SLUICE_CHECK_HEALTH")},
 			&cli.BoolFlag{Name: "ready", Usage: "only probe the server's readiness (GET /readyz: the store answers and the server is not draining): exit 0 when it answers 200, else 1", Sources: cli.EnvVars("SLUICE_CHECK_READY")},
@@ -91,7 +95,21 @@ func check(ctx context.Context, c *cli.Command) error {
 	if !cr.Allowed {
 		return cli.Exit("", exitDenied)
 	}
+	if nothingMatched(cr.Limits) {
+		return cli.Exit("", exitNoMatch)
+	}
 	return nil
+}
+
+// nothingMatched reports whether no limit applied to the request: every descriptor
+// matched no rule (or a replaced one).
+func nothingMatched(ls []server.LimitStatus) bool {
+	for _, l := range ls {
+		if l.Status != "no_match" && l.Status != "replaced" {
+			return false
+		}
+	}
+	return true
 }
 
 // probe asks the server's health endpoint path and succeeds when it answers 200.
@@ -108,19 +126,12 @@ func probe(ctx context.Context, c *cli.Command, path string) error {
 	return nil
 }
 
-// requestFlags are the flags checkRequest reads; with env (check's), each can also be set
-// by a SLUICE_CHECK_ variable, several descriptors in one separated by ';'.
-func requestFlags(env bool) []cli.Flag {
-	from := func(v string) cli.ValueSourceChain {
-		if !env {
-			return cli.ValueSourceChain{}
-		}
-		return cli.EnvVars("SLUICE_CHECK_" + v)
-	}
-	descriptor := "a descriptor as `KEY=VALUE[,KEY=VALUE...]`, its entries in order (repeat the flag for several descriptors"
-	if env {
-		descriptor += "; in the variable, separate them with ';'"
-	}
+// requestFlags are the flags checkRequest reads, each also set by the environment
+// variable env+its name (SLUICE_CHECK_POLICY); several descriptors in one variable are
+// separated by ';'.
+func requestFlags(env string) []cli.Flag {
+	from := func(v string) cli.ValueSourceChain { return cli.EnvVars(env + v) }
+	descriptor := "a descriptor as `KEY=VALUE[,KEY=VALUE...]`, its entries in order (repeat the flag for several descriptors; in the variable, separate them with ';'"
 	return []cli.Flag{
 		&cli.StringFlag{Name: "policy", Usage: "the sluice policy `NAME`", Sources: from("POLICY")},
 		&cli.StringFlag{Name: "key", Usage: "the identity the policy limits: an IP address, a user ID or a raw API key", Sources: from("KEY")},
@@ -167,9 +178,13 @@ func send(ctx context.Context, c *cli.Command, method, path, token string, body 
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	hr, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.String("server"), "/")+path, rd)
+	base, err := serverURL(c)
 	if err != nil {
-		return nil, nil, cli.Exit(fmt.Sprintf("--server: %v", err), exitUsage)
+		return nil, nil, err
+	}
+	hr, err := http.NewRequestWithContext(ctx, method, base+path, rd)
+	if err != nil {
+		return nil, nil, usagef(c, "--server: %v", err)
 	}
 	if token != "" {
 		hr.Header.Set("Authorization", "Bearer "+token)
@@ -188,6 +203,20 @@ func send(ctx context.Context, c *cli.Command, method, path, token string, body 
 	defer resp.Body.Close()
 	out, err := io.ReadAll(io.LimitReader(resp.Body, limit))
 	return resp, out, err
+}
+
+// serverURL is --server without its trailing slash; a URL without the http:// or https://
+// scheme is a usage error that suggests it.
+func serverURL(c *cli.Command) (string, error) {
+	s := strings.TrimRight(c.String("server"), "/")
+	scheme, rest, ok := strings.Cut(s, "://")
+	switch {
+	case !ok:
+		return "", usagef(c, "--server %s has no scheme; did you mean http://%s?", s, s)
+	case scheme != "http" && scheme != "https":
+		return "", usagef(c, "--server %s: sluice speaks http:// or https://; did you mean http://%s?", s, rest)
+	}
+	return s, nil
 }
 
 // checkClient returns the HTTP client the TLS flags ask for.

@@ -22,12 +22,15 @@ func keyCommand() *cli.Command {
 			"and prints one line per limit: its name, the identity (the form an override is\n" +
 			"written in) and the store key. An API key is hashed with the secret in the\n" +
 			"configuration's identity.api_key_secret_env, which must be set, as in the service.\n\n" +
-			"  sluice key --config sluice.yaml --policy api --key \"$API_KEY\"\n" +
-			"  sluice key --config sluice.yaml --policy per-ip --key 2001:db8::7 --method POST --path /v1/items\n" +
-			"  sluice key --config envoy/ --domain edge --descriptor remote_address=203.0.113.7",
+			"  export SLUICE_API_KEY_SECRET=change-me   # the secret sluice serve hashes API keys with\n" +
+			"  sluice key --policy api --key \"$API_KEY\"\n" +
+			"  sluice key --policy demo --key 2001:db8::7\n" +
+			"  sluice key --policy api --key \"$API_KEY\" --method POST --path /v1/items\n" +
+			"  sluice key --config deploy/envoy/sluice --domain edge --descriptor remote_address=203.0.113.7\n",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "the configuration `PATH` (empty: the built-in example)", Sources: cli.EnvVars("SLUICE_CONFIG")},
-		}, requestFlags(false)...),
+		}, requestFlags("SLUICE_KEY_")...),
+		SliceFlagSeparator: ";",
 		Action: printKeys,
 	}
 }

@@ -61,16 +61,29 @@ func main() {
 const (
 	exitOK     = 0
 	exitError  = 1
-	exitUsage  = 2 // a command line that cannot be parsed
+	exitUsage  = 2 // a command line that cannot be parsed: one line on stderr says why
 	exitDenied = 3 // sluice check: the request would be denied
+	// exitNoMatch is sluice check's answer when no limit of the configuration applies
+	// to the request: it is allowed, but nothing counted it.
+	exitNoMatch = 4
 )
 
 // run runs the command line args and returns the process's exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
+	var notFound error
+	unixConventions(app, &notFound)
 	err := app.Run(ctx, args)
 	if err == nil {
+		err = notFound
+	}
+	if err == nil {
 		return exitOK
+	}
+	var ue *usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintln(stderr, ue.Error())
+		return exitUsage
 	}
 	var ec cli.ExitCoder
 	if errors.As(err, &ec) {

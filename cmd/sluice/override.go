@@ -22,10 +22,10 @@ func overrideCommand() *cli.Command {
 	common := []cli.Flag{
 		&cli.StringFlag{Name: "server", Value: "http://localhost:8080", Usage: "the server's HTTP `URL`", Sources: cli.EnvVars("SLUICE_SERVER")},
 		&cli.StringFlag{Name: "token-file", Usage: "read the admin token from this `FILE` (default: $SLUICE_ADMIN_TOKEN)", Sources: cli.EnvVars("SLUICE_ADMIN_TOKEN_FILE")},
-		&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "give up after this long"},
-		&cli.StringFlag{Name: "tls-ca", Usage: "for an https:// --server: trust the CAs in this PEM `FILE`"},
-		&cli.StringFlag{Name: "tls-cert", Usage: "present the client certificate in this PEM `FILE`; with --tls-key"},
-		&cli.StringFlag{Name: "tls-key", Usage: "the private key of --tls-cert, a PEM `FILE`"},
+		&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "give up after this long", Sources: cli.EnvVars("SLUICE_OVERRIDE_TIMEOUT")},
+		&cli.StringFlag{Name: "tls-ca", Usage: "for an https:// --server: trust the CAs in this PEM `FILE`", Sources: cli.EnvVars("SLUICE_OVERRIDE_TLS_CA")},
+		&cli.StringFlag{Name: "tls-cert", Usage: "present the client certificate in this PEM `FILE`; with --tls-key", Sources: cli.EnvVars("SLUICE_OVERRIDE_TLS_CERT")},
+		&cli.StringFlag{Name: "tls-key", Usage: "the private key of --tls-cert, a PEM `FILE`", Sources: cli.EnvVars("SLUICE_OVERRIDE_TLS_KEY")},
 	}
 	with := func(fs ...cli.Flag) []cli.Flag { return append(append([]cli.Flag{}, common...), fs...) }
 	return &cli.Command{
@@ -33,25 +33,30 @@ func overrideCommand() *cli.Command {
 		Usage: "set, read, list and remove the limits a running server applies per identity",
 		Description: "Limits set here apply at once, ahead of the configuration's overrides, tiers and\n" +
 			"policy limits; on Redis every replica applies them within a second, and they\n" +
-			"survive restarts. IDENTITY is written raw (an IP, a user ID, an API key, which is\n" +
-			"hashed on arrival) or as the decision log prints it (user:org-42); a trailing *\n" +
-			"is a pattern (org-42:*), and the most specific override wins.\n\n" +
-			"  sluice override set api org-42:* --rate 5000 --period 1m --reason 'upgrade' --expires-in 720h\n" +
-			"  sluice override get api org-42:*\n" +
-			"  sluice override list --policy api\n" +
-			"  sluice override rm api org-42:*",
+			"survive restarts. IDENTITY is of the kind the policy limits: an IP address or\n" +
+			"prefix, a user ID, or an API key (hashed on arrival), written raw or as the\n" +
+			"decision log prints it (user:org-42:alice). A trailing * makes a pattern of a user\n" +
+			"ID or an address (org-42:*), and the most specific override wins; API keys, kept\n" +
+			"only as their MACs, have no patterns. An identity of another kind is an error.\n" +
+			"The admin token is $SLUICE_ADMIN_TOKEN, or the file --token-file names, sent as\n" +
+			"Authorization: Bearer <token>.\n\n" +
+			"  sluice override set users 'org-42:*' --rate 5000 --period 1m --reason 'upgrade' --expires-in 720h\n" +
+			"  sluice override get users 'org-42:*'\n" +
+			"  sluice override set demo 203.0.113.7 --rate 1 --period 1s --expires-in 2h\n" +
+			"  sluice override list --policy users\n" +
+			"  sluice override rm users 'org-42:*'\n",
 		Commands: []*cli.Command{
 			{
 				Name: "set", Usage: "set an override", ArgsUsage: "POLICY IDENTITY",
 				Flags: with(
-					&cli.Int64Flag{Name: "rate", Usage: "units per period", Required: true},
-					&cli.StringFlag{Name: "period", Usage: "a Go duration (1m), a word (minute) or a calendar period (calendar_month)", Required: true},
-					&cli.Int64Flag{Name: "burst", Usage: "bucket depth (gcra, token_bucket, leaky_bucket)"},
-					&cli.StringFlag{Name: "algorithm", Usage: "the algorithm (default: the policy's)"},
-					&cli.StringFlag{Name: "zone", Usage: "a calendar period's IANA zone"},
-					&cli.IntFlag{Name: "anchor-day", Usage: "a calendar period's anchor day"},
-					&cli.StringFlag{Name: "expires-in", Usage: "remove the override after this `DURATION` (2s, 720h)"},
-					&cli.StringFlag{Name: "reason", Usage: "why, for the change log"},
+					&cli.Int64Flag{Name: "rate", Usage: "units per period", Required: true, Sources: cli.EnvVars("SLUICE_OVERRIDE_RATE")},
+					&cli.StringFlag{Name: "period", Usage: "a Go duration (1m), a word (minute) or a calendar period (calendar_month)", Required: true, Sources: cli.EnvVars("SLUICE_OVERRIDE_PERIOD")},
+					&cli.Int64Flag{Name: "burst", Usage: "bucket depth (gcra, token_bucket, leaky_bucket)", Sources: cli.EnvVars("SLUICE_OVERRIDE_BURST")},
+					&cli.StringFlag{Name: "algorithm", Usage: "the algorithm (default: the policy's)", Sources: cli.EnvVars("SLUICE_OVERRIDE_ALGORITHM")},
+					&cli.StringFlag{Name: "zone", Usage: "a calendar period's IANA zone", Sources: cli.EnvVars("SLUICE_OVERRIDE_ZONE")},
+					&cli.IntFlag{Name: "anchor-day", Usage: "a calendar period's anchor day", Sources: cli.EnvVars("SLUICE_OVERRIDE_ANCHOR_DAY")},
+					&cli.StringFlag{Name: "expires-in", Usage: "remove the override after this `DURATION` (2s, 720h)", Sources: cli.EnvVars("SLUICE_OVERRIDE_EXPIRES_IN")},
+					&cli.StringFlag{Name: "reason", Usage: "why, for the change log", Sources: cli.EnvVars("SLUICE_OVERRIDE_REASON")},
 				),
 				Action: func(ctx context.Context, c *cli.Command) error {
 					p, id, err := policyIdentity(c)
@@ -77,7 +82,7 @@ func overrideCommand() *cli.Command {
 				},
 			},
 			{
-				Name: "list", Usage: "print the overrides in force", Flags: with(&cli.StringFlag{Name: "policy", Usage: "only this policy's"}),
+				Name: "list", Usage: "print the overrides in force", Flags: with(&cli.StringFlag{Name: "policy", Usage: "only this policy's", Sources: cli.EnvVars("SLUICE_OVERRIDE_POLICY")}),
 				Action: func(ctx context.Context, c *cli.Command) error {
 					path := "/v1/overrides"
 					if p := c.String("policy"); p != "" {
@@ -102,7 +107,7 @@ func overrideCommand() *cli.Command {
 
 func policyIdentity(c *cli.Command) (string, string, error) {
 	if c.NArg() != 2 {
-		return "", "", cli.Exit(fmt.Sprintf("want POLICY IDENTITY, got %d arguments", c.NArg()), exitUsage)
+		return "", "", usagef(c, "want POLICY IDENTITY, got %d arguments", c.NArg())
 	}
 	return c.Args().Get(0), c.Args().Get(1), nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
@@ -40,7 +39,7 @@ func pprofFromFlags(c *cli.Command, log *slog.Logger) (stop func(), err error) {
 // reads a request within 10 s and writes an answer within writeTimeout (a profile or
 // trace longer than that is refused by net/http/pprof).
 func servePprof(addr string, writeTimeout time.Duration, log *slog.Logger) (stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listen("pprof", addr)
 	if err != nil {
 		return nil, err
 	}

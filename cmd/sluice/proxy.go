@@ -80,7 +80,7 @@ func proxy(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	ln, err := net.Listen("tcp", c.String("listen"))
+	ln, err := listen("listen", c.String("listen"))
 	if err != nil {
 		return err
 	}
@@ -101,7 +101,7 @@ func proxy(ctx context.Context, c *cli.Command) error {
 	defer cancel()
 	adminDone := make(chan error, 1)
 	if a := c.String("admin"); a != "" {
-		al, err := net.Listen("tcp", a)
+		al, err := listen("admin", a)
 		if err != nil {
 			ln.Close()
 			return err

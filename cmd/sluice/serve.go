@@ -69,8 +69,8 @@ func serveCommand() *cli.Command {
 		Description: "Serves the HTTP JSON API (default :8080) and Envoy's rate limit service over gRPC\n" +
 			"(default :8081). Limits are kept in memory unless --redis or the configuration names\n" +
 			"Redis. Without --config, a built-in example configuration is used: a \"demo\" policy of\n" +
-			"10 requests/s per client IP, an \"api\" policy per API key with tiers, and an Envoy\n" +
-			"domain \"demo\".\n\n" +
+			"10 requests/s per client IP, an \"api\" policy per API key with tiers, a \"users\"\n" +
+			"policy of 100 requests/min per user ID, and an Envoy domain \"demo\".\n\n" +
 			"The configuration is reloaded when its files change and on SIGHUP; an invalid one is\n" +
 			"rejected, logged and counted (sluice_config_reload_rejected_total), and the previous\n" +
 			"one stays in force. SIGTERM or SIGINT stops accepting connections, finishes the\n" +
@@ -145,12 +145,12 @@ func serve(ctx context.Context, c *cli.Command) error {
 
 	var hl, gl net.Listener
 	if a := c.String("http"); a != "" {
-		if hl, err = net.Listen("tcp", a); err != nil {
+		if hl, err = listen("http", a); err != nil {
 			return err
 		}
 	}
 	if a := c.String("grpc"); a != "" {
-		if gl, err = net.Listen("tcp", a); err != nil {
+		if gl, err = listen("grpc", a); err != nil {
 			if hl != nil {
 				hl.Close()
 			}
@@ -173,6 +173,8 @@ func serve(ctx context.Context, c *cli.Command) error {
 		slog.String("store", st.Kind()),
 		slog.String("config", describeConfig(w)),
 		slog.String("digest", cfg.Digest),
+		slog.String("http", addrString(hl)),
+		slog.String("grpc", addrString(gl)),
 		slog.Int("policies", len(cfg.Policies)),
 		slog.Int("domains", len(cfg.Domains)),
 	}
@@ -188,11 +190,29 @@ func serve(ctx context.Context, c *cli.Command) error {
 	return srv.Serve(ctx, hl, gl)
 }
 
+// listen listens on the address addr that --flag chose; an error names the flag, so that
+// an address in use says which setting to change.
+func listen(flag, addr string) (net.Listener, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--%s %s: %w", flag, addr, err)
+	}
+	return l, nil
+}
+
 func addrOf(l net.Listener) net.Addr {
 	if l == nil {
 		return nil
 	}
 	return l.Addr()
+}
+
+// addrString is l's address, or "" for no listener.
+func addrString(l net.Listener) string {
+	if l == nil {
+		return ""
+	}
+	return l.Addr().String()
 }
 
 func describeConfig(w *config.Watcher) string {

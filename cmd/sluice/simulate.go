@@ -3,39 +3,18 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"strings"
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/sim"
 )
 
-// simulateEnv names the environment variable of each of the simulator's flags
-// (sim.Flags).
-var simulateEnv = map[string]string{
-	"pattern":    "SLUICE_SIMULATE_PATTERN",
-	"algorithms": "SLUICE_SIMULATE_ALGORITHMS",
-	"format":     "SLUICE_SIMULATE_FORMAT",
-	"out":        "SLUICE_SIMULATE_OUT",
-	"seed":       "SLUICE_SIMULATE_SEED",
-	"scale":      "SLUICE_SIMULATE_SCALE",
-	"redis":      "SLUICE_SIMULATE_REDIS_URL",
-}
-
-// simulateCommand offers sim.RunCLI's flags as the other commands offer theirs (double
-// dashes, an environment variable each) and passes those given on to it, which checks
-// their values.
+// simulateCommand is sim.RunCLI behind flags like every other command's: double dashes,
+// an environment variable each, and a usage error of one line for a value it cannot take.
 func simulateCommand() *cli.Command {
-	var flags []cli.Flag
-	for _, f := range sim.Flags() {
-		env, ok := simulateEnv[f.Name]
-		if !ok {
-			panic("simulate: no environment variable for sim flag " + f.Name)
-		}
-		flags = append(flags, &cli.StringFlag{Name: f.Name, Value: f.Value, Usage: f.Usage, Sources: cli.EnvVars(env)})
-	}
 	var patterns strings.Builder
 	for _, p := range sim.Patterns(1) {
 		fmt.Fprintf(&patterns, "  %-12s %s\n", p.Name, p.Description)
@@ -51,23 +30,27 @@ func simulateCommand() *cli.Command {
 			"  sluice simulate --out report.html\n" +
 			"  sluice simulate --format json --pattern boundary,cdn-batch --algorithms fixed_window,sliding_window\n\n" +
 			"Patterns:\n" + strings.TrimRight(patterns.String(), "\n"),
-		Flags: flags,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "pattern", Value: "all", Usage: "patterns to run: all, or a comma-separated list of `NAME`s", Sources: cli.EnvVars("SLUICE_SIMULATE_PATTERN")},
+			&cli.StringFlag{Name: "algorithms", Value: "all", Usage: "algorithms to run: all, or a comma-separated `LIST` (" + strings.Join(sim.AlgorithmNames(), ", ") + ")", Sources: cli.EnvVars("SLUICE_SIMULATE_ALGORITHMS")},
+			&cli.StringFlag{Name: "format", Value: "table", Usage: "output `FORMAT` on stdout: table, json or csv", Sources: cli.EnvVars("SLUICE_SIMULATE_FORMAT")},
+			&cli.StringFlag{Name: "out", Usage: "write the HTML report to this `FILE`", Sources: cli.EnvVars("SLUICE_SIMULATE_OUT")},
+			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "random `SEED`; the same seed gives the same output", Sources: cli.EnvVars("SLUICE_SIMULATE_SEED")},
+			&cli.FloatFlag{Name: "scale", Value: 1, Usage: "multiply the number of requests of every pattern by this `FACTOR`, in (0, 1000]; above 1, the cloudflare pattern's population gets a longer span instead (144: a day, about 400 million requests, Cloudflare's sample size)", Sources: cli.EnvVars("SLUICE_SIMULATE_SCALE")},
+			&cli.StringFlag{Name: "redis", Usage: "decide through the Redis store at this `URL` (redis://host:port) with the simulation's clock, instead of in memory", Sources: cli.EnvVars("SLUICE_SIMULATE_REDIS_URL")},
+		},
 		Action: func(ctx context.Context, c *cli.Command) error {
-			if c.Args().Present() {
-				return cli.Exit(fmt.Sprintf("simulate takes no arguments, got %q", c.Args().First()), exitUsage)
-			}
-			var args []string
-			for _, f := range sim.Flags() {
-				if c.IsSet(f.Name) {
-					args = append(args, "--"+f.Name+"="+c.String(f.Name))
+			if u := c.String("redis"); u != "" {
+				if err := redisstore.CheckURL(u); err != nil {
+					return usagef(c, "--redis: %v", err)
 				}
 			}
-			err := sim.RunCLI(ctx, args, c.Root().Writer, c.Root().ErrWriter)
-			switch {
-			case errors.Is(err, flag.ErrHelp):
-				return nil
-			case errors.Is(err, sim.ErrUsage):
-				return cli.Exit("", exitUsage)
+			err := sim.RunCLI(ctx, sim.CLI{
+				Pattern: c.String("pattern"), Algorithms: c.String("algorithms"), Format: c.String("format"),
+				Out: c.String("out"), Redis: c.String("redis"), Seed: c.Uint64("seed"), Scale: c.Float("scale"),
+			}, c.Root().Writer, c.Root().ErrWriter)
+			if errors.Is(err, sim.ErrUsage) {
+				return usagef(c, "%s", strings.TrimPrefix(err.Error(), sim.ErrUsage.Error()+": "))
 			}
 			return err
 		},
