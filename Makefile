@@ -112,7 +112,7 @@ $(HELM):
 	GOBIN=$(dir $(HELM)) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 chart-test: $(HELM)
-	$(HELM) lint --strict deploy/helm/sluice
+	$(HELM) lint --strict deploy/helm/sluice --set image.repository=registry.example.com/sluice
 	cd deploy/test && $(GO) vet ./chart && HELM=$(HELM) $(GO) test -count=1 ./chart
 
 # ci-deploy: what .ci/run adds to make test (see README, "Deploy").

@@ -242,7 +242,24 @@ policies:
 		{
 			name:  "invalid YAML",
 			files: map[string]string{"policies.yaml": "policies:\n  - name: a\n    rate: 1: 2\n"},
-			want:  []string{"policies.yaml:3: invalid YAML: mapping values are not allowed in this context"},
+			want:  []string{"policies.yaml:3:5: invalid YAML: mapping values are not allowed in this context"},
+		},
+		{
+			// The parser names the line where the list began; the error names the line
+			// at fault.
+			name:  "invalid YAML: a mis-indented field in a list",
+			files: map[string]string{"policies.yaml": "policies:\n  - name: a\n    rate: 10\n    period: second\n   key: ip\n"},
+			want:  []string{"policies.yaml:5:4: invalid YAML: did not find expected '-' indicator"},
+		},
+		{
+			name:  "invalid YAML: a field of the second entry out of the list",
+			files: map[string]string{"policies.yaml": "policies:\n  - name: a\n    rate: 10\n    period: second\n    key: ip\n  - name: b\n    rate: 10\n  period: second\n"},
+			want:  []string{"policies.yaml:8:3: invalid YAML: did not find expected '-' indicator"},
+		},
+		{
+			name:  "invalid YAML: an unterminated quote in a list",
+			files: map[string]string{"policies.yaml": "policies:\n  - name: a\n    key: {type: user, header: \"X\n  - name: b\n    rate: 10\n"},
+			want:  []string{"policies.yaml:3:5: invalid YAML: found unexpected end of stream"},
 		},
 		{
 			name:  "neither format",

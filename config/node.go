@@ -49,6 +49,49 @@ func (d *decoder) wrapErr(n *yaml.Node, field string, err error) {
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
+// maxScanLines bounds the files syntaxError scans line by line.
+const maxScanLines = 5000
+
+// syntaxError returns the message of the YAML parser's error err on data, and the
+// position of the line at fault. The parser names the line where the construct it was
+// reading began (the start of a list, for a mis-indented entry further down), or none at
+// all (an unterminated quote); the line at fault is the first line at which the file's
+// beginning fails to parse with the same message, and its column is that line's first
+// character.
+func (d *decoder) syntaxError(data []byte, err error) (string, Position) {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	pos := Position{File: d.file}
+	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		pos.Line, _ = strconv.Atoi(m[1])
+		msg = m[2]
+	} else {
+		pos.Line = max(1, bytes.Count(bytes.TrimRight(data, "\n"), []byte("\n"))+1)
+	}
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	if len(lines) > maxScanLines {
+		return msg, pos
+	}
+	end := 0
+	for i, l := range lines {
+		end += len(l)
+		var n yaml.Node
+		perr := yaml.Unmarshal(data[:end], &n)
+		if perr == nil {
+			continue
+		}
+		pmsg := strings.TrimPrefix(perr.Error(), "yaml: ")
+		if m := yamlLine.FindStringSubmatch(perr.Error()); m != nil {
+			pmsg = m[2]
+		}
+		if pmsg == msg {
+			pos.Line = i + 1
+			pos.Column = len(l) - len(bytes.TrimLeft(l, " \t")) + 1
+			break
+		}
+	}
+	return msg, pos
+}
+
 // parse reads the single YAML document in data. It returns the document's content node, or
 // nil after recording an error.
 func (d *decoder) parse(data []byte) *yaml.Node {
@@ -59,17 +102,7 @@ func (d *decoder) parse(data []byte) *yaml.Node {
 			d.errorf(nil, "", "file is empty")
 			return nil
 		}
-		msg := err.Error()
-		pos := Position{File: d.file}
-		if m := yamlLine.FindStringSubmatch(msg); m != nil {
-			pos.Line, _ = strconv.Atoi(m[1])
-			msg = m[2]
-		} else {
-			// The parser gave no line (an unterminated quote: "unexpected end of
-			// stream"): it failed at the end of the file, so name the last line.
-			msg = strings.TrimPrefix(msg, "yaml: ")
-			pos.Line = max(1, bytes.Count(bytes.TrimRight(data, "\n"), []byte("\n"))+1)
-		}
+		msg, pos := d.syntaxError(data, err)
 		d.errs = append(d.errs, &Error{Pos: pos, Msg: "invalid YAML: " + msg, Err: err})
 		return nil
 	}

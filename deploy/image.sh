@@ -27,6 +27,12 @@ builder() {
 		echo podman
 	elif command -v buildah >/dev/null 2>&1; then
 		echo buildah
+	elif command -v docker >/dev/null 2>&1; then
+		# The CLI is here, its daemon is not: say so, with what docker itself says.
+		local why
+		why=$(docker info 2>&1 >/dev/null | grep -m1 -i -E 'cannot connect|error|permission' || true)
+		echo "docker is installed but its daemon does not answer${why:+ ($why)}: start it (sudo systemctl start docker, or Docker Desktop), or install podman or buildah (Debian/Ubuntu: apt-get install podman)" >&2
+		return 1
 	else
 		echo "no image builder: install docker, podman or buildah (Debian/Ubuntu: apt-get install podman)" >&2
 		return 1

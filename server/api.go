@@ -381,12 +381,27 @@ func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) string {
 		u := UsageLimit{LimitStatus: limitStatus(it)}
 		if it.Decided {
 			u.Used = max(0, it.Decision.Limit.MaxCost()-it.Decision.Remaining)
-			u.ResetAt = now.Add(it.Decision.ResetAfter).UTC().Format(time.RFC3339Nano)
+			u.ResetAt = resetAt(now, it.Decision).UTC().Format(time.RFC3339Nano)
 		}
 		resp.Limits[i] = u
 	}
 	writeJSON(w, http.StatusOK, resp)
 	return "ok"
+}
+
+// resetAt is when d's limit is whole again, seen at now. A calendar quota resets at a
+// period boundary, which is exact: the bound nearest now+ResetAfter, which differs from it
+// only by how far the store's clock is from now.
+func resetAt(now time.Time, d sluice.Decision) time.Time {
+	at := now.Add(d.ResetAfter)
+	if c := d.Limit.Calendar; !c.IsZero() {
+		start, end := c.Bounds(at)
+		if at.Sub(start) < end.Sub(at) {
+			return start
+		}
+		return end
+	}
+	return at
 }
 
 // parseDescriptor parses "k1=v1,k2=v2", each key and value URL-unescaped.
@@ -922,7 +937,7 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) string {
 	}
 	switch {
 	case errors.Is(err, sluice.ErrUnknownReservation):
-		return s.writeError(w, r, &apiError{http.StatusNotFound, err.Error() + " (never made, or past the policy's settle TTL: the cost checked stands)"})
+		return s.writeError(w, r, &apiError{http.StatusNotFound, err.Error()})
 	case errors.Is(err, sluice.ErrSettled):
 		return s.writeError(w, r, &apiError{http.StatusConflict, err.Error()})
 	}

@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"net/url"
 	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
 )
 
 func getUsage(t *testing.T, base string, q url.Values) UsageResponse {
@@ -73,5 +76,29 @@ func TestUsageDescriptors(t *testing.T) {
 				t.Fatalf("after one check: %+v", u)
 			}
 		})
+	}
+}
+
+// TestResetAtIsAPeriodBoundary: a calendar quota's reset_at is the period boundary
+// itself, though the store decided microseconds before or after the server's now; any
+// other limit's is now plus ResetAfter.
+func TestResetAtIsAPeriodBoundary(t *testing.T) {
+	zone, err := sluice.ParseZone("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cal := sluice.Calendar{Unit: sluice.CalendarMonth, Zone: zone}
+	month := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 100, Period: 24 * time.Hour, Calendar: cal}
+	now := time.Date(2026, 12, 7, 19, 8, 20, 565135821, time.UTC)
+	_, end := cal.Bounds(now) // 2026-12-31T23:00:00Z
+	for _, skew := range []time.Duration{0, 34288 * time.Nanosecond, -34288 * time.Nanosecond, 3 * time.Second, -3 * time.Second} {
+		d := sluice.Decision{Limit: month, ResetAfter: end.Sub(now) + skew}
+		if got := resetAt(now, d).UTC().Format(time.RFC3339Nano); got != "2026-12-31T23:00:00Z" {
+			t.Errorf("skew %v: reset_at %s, want the period boundary 2026-12-31T23:00:00Z", skew, got)
+		}
+	}
+	d := sluice.Decision{Limit: sluice.PerSecond(10), ResetAfter: 1500 * time.Microsecond}
+	if got := resetAt(now, d); !got.Equal(now.Add(1500 * time.Microsecond)) {
+		t.Errorf("a rate limit's reset_at %v, want now+ResetAfter", got)
 	}
 }

@@ -31,7 +31,7 @@ func keyCommand() *cli.Command {
 			&cli.StringFlag{Name: "config", Usage: "the configuration `PATH` (empty: the built-in example)", Sources: cli.EnvVars("SLUICE_CONFIG")},
 		}, requestFlags("SLUICE_KEY_")...),
 		SliceFlagSeparator: ";",
-		Action: printKeys,
+		Action:             printKeys,
 	}
 }
 

@@ -149,8 +149,13 @@ func TestServeJSONSettle(t *testing.T) {
 				{"unknown reservation", "zzzz", 1, 404},
 				{"negative cost", r1, -1, 400},
 			} {
-				if code, out := settle(c.res, c.cost); code != c.code {
+				code, out := settle(c.res, c.cost)
+				if code != c.code {
 					t.Errorf("%s: %d %v, want %d", c.what, code, out, c.code)
+				}
+				// The reason is given once: "(never made, or past its settle TTL ...)".
+				if d, _ := out["detail"].(string); strings.Count(d, "never made") > 1 {
+					t.Errorf("%s: detail %q gives its reason more than once", c.what, d)
 				}
 				if got := peek(); got != 45 {
 					t.Errorf("%s changed the state: %v remaining, want 45", c.what, got)

@@ -38,6 +38,9 @@ func helmBin(t *testing.T) string {
 	return h
 }
 
+// testRepository is the image repository the chart is rendered with.
+const testRepository = "registry.example.com/sluice"
+
 // rendered is one `helm template` output, by kind and name.
 type rendered struct {
 	deployment     *appsv1.Deployment
@@ -54,7 +57,7 @@ type rendered struct {
 // its Kubernetes API type, rejecting unknown fields.
 func render(t *testing.T, set ...string) *rendered {
 	t.Helper()
-	args := []string{"template", "rel", chartDir, "--namespace", "ns"}
+	args := []string{"template", "rel", chartDir, "--namespace", "ns", "--set", "image.repository=" + testRepository}
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}
@@ -130,9 +133,15 @@ var defaultBounds = map[string]string{
 }
 
 func TestChart(t *testing.T) {
-	lint := exec.Command(helmBin(t), "lint", "--strict", chartDir, "--set", "redis.url=redis://redis:6379")
+	lint := exec.Command(helmBin(t), "lint", "--strict", chartDir, "--set", "redis.url=redis://redis:6379", "--set", "image.repository="+testRepository)
 	if out, err := lint.CombinedOutput(); err != nil {
 		t.Fatalf("helm lint --strict: %v\n%s", err, out)
+	}
+	// No image is published: an install that does not say where its image is fails,
+	// and says how to make one, rather than leaving pods pulling forever.
+	out, err := exec.Command(helmBin(t), "template", "rel", chartDir).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "image.repository is not set") || !strings.Contains(string(out), "make image IMAGE=") {
+		t.Errorf("helm template without image.repository: err %v, output %s; want a failure saying how to build and push the image", err, out)
 	}
 	serveHelp, err := exec.Command(sluiceBin, "serve", "--help").CombinedOutput()
 	if err != nil {
