@@ -31,9 +31,9 @@ func checkCommand() *cli.Command {
 			"  sluice check --policy api --key \"$API_KEY\" --tier pro --method POST --path /v1/items\n" +
 			"  sluice check --domain demo --descriptor remote_address=203.0.113.7\n" +
 			"  sluice check --domain demo --descriptor user=alice --cost 2\n" +
-			"  sluice check --peek --policy demo --key 203.0.113.7      (spend nothing)\n" +
-			"  sluice check --health                                   (liveness: GET /healthz)\n" +
-			"  sluice check --ready                                    (readiness: GET /readyz)\n\n" +
+			"  sluice check --peek --policy demo --key 203.0.113.7      # spend nothing\n" +
+			"  sluice check --health                                   # liveness: GET /healthz\n" +
+			"  sluice check --ready                                    # readiness: GET /readyz\n\n" +
 			"--health and --ready exit 0 when the server answers 200 and 1 otherwise, so a\n" +
 			"container's health check needs no shell or curl: HEALTHCHECK CMD [\"sluice\", \"check\", \"--health\"].",
 		Flags: append(append([]cli.Flag{
@@ -83,8 +83,7 @@ func check(ctx context.Context, c *cli.Command) error {
 	switch resp.StatusCode {
 	case http.StatusOK, http.StatusTooManyRequests:
 	default:
-		fmt.Fprintf(w, "%s\n", bytes.TrimSpace(out))
-		return fmt.Errorf("server answered %s", resp.Status)
+		return answerError(resp, out)
 	}
 	var cr server.CheckResponse
 	if err := json.Unmarshal(out, &cr); err != nil {
@@ -110,6 +109,21 @@ func nothingMatched(ls []server.LimitStatus) bool {
 		}
 	}
 	return true
+}
+
+// answerError is the error of an answer other than the one asked for: the detail of an
+// application/problem+json body (what the server says is wrong), and the status.
+func answerError(resp *http.Response, body []byte) error {
+	var p struct {
+		Detail string `json:"detail"`
+	}
+	if json.Unmarshal(body, &p) == nil && p.Detail != "" {
+		return fmt.Errorf("%s (server answered %s)", p.Detail, resp.Status)
+	}
+	if b := bytes.TrimSpace(body); len(b) > 0 {
+		return fmt.Errorf("server answered %s: %s", resp.Status, b)
+	}
+	return fmt.Errorf("server answered %s", resp.Status)
 }
 
 // probe asks the server's health endpoint path and succeeds when it answers 200.

@@ -22,7 +22,7 @@ func keyCommand() *cli.Command {
 			"and prints one line per limit: its name, the identity (the form an override is\n" +
 			"written in) and the store key. An API key is hashed with the secret in the\n" +
 			"configuration's identity.api_key_secret_env, which must be set, as in the service.\n\n" +
-			"  export SLUICE_API_KEY_SECRET=change-me   # the secret sluice serve hashes API keys with\n" +
+			"  export SLUICE_API_KEY_SECRET=replace-with-32-random-bytes   # the secret sluice serve hashes API keys with\n" +
 			"  sluice key --policy api --key \"$API_KEY\"\n" +
 			"  sluice key --policy demo --key 2001:db8::7\n" +
 			"  sluice key --policy api --key \"$API_KEY\" --method POST --path /v1/items\n" +

@@ -40,6 +40,7 @@ func overrideCommand() *cli.Command {
 			"only as their MACs, have no patterns. An identity of another kind is an error.\n" +
 			"The admin token is $SLUICE_ADMIN_TOKEN, or the file --token-file names, sent as\n" +
 			"Authorization: Bearer <token>.\n\n" +
+			"  export SLUICE_ADMIN_TOKEN=change-me   # the admin token sluice serve was started with\n" +
 			"  sluice override set users 'org-42:*' --rate 5000 --period 1m --reason 'upgrade' --expires-in 720h\n" +
 			"  sluice override get users 'org-42:*'\n" +
 			"  sluice override set demo 203.0.113.7 --rate 1 --period 1s --expires-in 2h\n" +
@@ -136,6 +137,9 @@ func adminCall(ctx context.Context, c *cli.Command, method, path string, body []
 	if err != nil {
 		return err
 	}
+	if resp.StatusCode/100 != 2 {
+		return answerError(resp, out)
+	}
 	w := c.Root().Writer
 	if len(bytes.TrimSpace(out)) > 0 {
 		var v any
@@ -143,9 +147,6 @@ func adminCall(ctx context.Context, c *cli.Command, method, path string, body []
 			out, _ = json.MarshalIndent(v, "", "  ")
 		}
 		fmt.Fprintf(w, "%s\n", bytes.TrimSpace(out))
-	}
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("server answered %s", resp.Status)
 	}
 	return nil
 }

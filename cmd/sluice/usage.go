@@ -35,6 +35,10 @@ func unixConventions(c *cli.Command, notFound *error) {
 		return flagUsageError(c, err)
 	}
 	if len(c.Commands) > 0 {
+		// The flags after a command are that command's: an unknown command is reported
+		// as such, not as the first of its flags that this command lacks.
+		one := 1
+		c.StopOnNthArg = &one
 		c.Action = func(_ context.Context, c *cli.Command) error {
 			if !c.Args().Present() {
 				if c.Root() == c {
