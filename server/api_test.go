@@ -213,10 +213,12 @@ func TestHTTPAPI(t *testing.T) {
 				{name: "domain peek by query", method: "GET", path: "/v1/peek?domain=edge&descriptor=message_type%3Dmarketing%2Cto_number%3D1", status: 200, check: remaining(3)},
 				{name: "domain over the limit", path: "/v1/check", body: `{"domain":"edge","cost":4,"descriptors":[{"entries":[{"key":"message_type","value":"marketing"},{"key":"to_number","value":"1"}]}]}`, status: 429, allowed: no},
 				{name: "domain limit override", path: "/v1/check", body: `{"domain":"edge","descriptors":[{"entries":[{"key":"x","value":"y"}],"limit":{"requests_per_unit":1,"unit":"hour"}}]}`, status: 200, check: remaining(0)},
-				{name: "unknown domain limits nothing", path: "/v1/check", body: `{"domain":"nope","descriptors":[{"entries":[{"key":"x","value":"y"}]}]}`, status: 200, allowed: yes,
+				// Envoy's RLS answers an unknown domain OK; the JSON API, asked about a
+				// domain by name, says there is none.
+				{name: "unknown domain is not found", path: "/v1/check", body: `{"domain":"nope","descriptors":[{"entries":[{"key":"x","value":"y"}]}]}`, status: 404,
 					check: func(t *testing.T, rp reply) {
-						if l := limits(t, rp); len(l) != 1 || l[0].Status != "no_match" {
-							t.Fatalf("limits %s", rp.body)
+						if !strings.Contains(rp.body, `no domain named \"nope\" (the configuration's domains: `) {
+							t.Fatalf("body %s", rp.body)
 						}
 					}},
 

@@ -174,7 +174,7 @@ func (s *Server) overrideIdentity(cfg *config.Config, p *config.Policy, raw stri
 	}
 	for _, other := range []keys.Kind{keys.IP, keys.User, keys.APIKey} {
 		if other != kind && strings.HasPrefix(raw, string(other)+":") {
-			return "", badRequest("identity: %q is a %s, and policy %q limits %s", raw, other, p.Name, expects(p))
+			return "", badRequest("identity: %q is of kind %s, and policy %q limits %s", raw, other, p.Name, expects(p))
 		}
 	}
 	if pat, ok := strings.CutSuffix(raw, "*"); ok {

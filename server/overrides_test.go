@@ -87,6 +87,22 @@ func TestOverridesAPI(t *testing.T) {
 			if rp := put("keys/ab*", `{"rate":5,"period":"1m"}`); rp.status != 400 || !strings.Contains(rp.body, "identity:") {
 				t.Errorf("API key pattern: %d %s", rp.status, rp.body)
 			}
+			// An identity of another kind than the policy limits is refused, naming what
+			// the policy expects, never taken (and hashed) as one of its own kind.
+			for path, want := range map[string]string{
+				"keys/203.0.113.7":     `203.0.113.7 is an IP address, and policy \"keys\" limits API keys (the X-Api-Key header)`,
+				"keys/2001:db8::%2F64": `2001:db8::/64 is an IP prefix, and policy \"keys\" limits API keys`,
+				"keys/user:org-1":      `\"user:org-1\" is of kind user, and policy \"keys\" limits API keys`,
+				"orgs/ip:203.0.113.7":  `\"ip:203.0.113.7\" is of kind ip, and policy \"orgs\" limits user IDs (the X-User header)`,
+				"nosuch/x":             `no policy named \"nosuch\" (the configuration's policies: orgs, keys)`,
+			} {
+				if rp := put(path, `{"rate":5,"period":"1m"}`); rp.status != 400 || !strings.Contains(rp.body, want) {
+					t.Errorf("PUT %s: %d %s, want 400 saying %s", path, rp.status, rp.body, want)
+				}
+			}
+			if rp := do(t, "GET", r.base+"/v1/overrides?policy=nosuch", "", auth...); rp.status != 400 || !strings.Contains(rp.body, "the configuration's policies: orgs, keys") {
+				t.Errorf("list of an unknown policy: %d %s", rp.status, rp.body)
+			}
 			if rp := do(t, "GET", r.base+"/v1/overrides", "", auth...); !strings.Contains(rp.body, `"overrides":[]`) {
 				t.Fatalf("after invalid input: %s", rp.body)
 			}

@@ -544,7 +544,7 @@ func TestCheckSendsDescriptorsAsWritten(t *testing.T) {
 		mu.Lock()
 		got = append(got, req)
 		mu.Unlock()
-		json.NewEncoder(w).Encode(server.CheckResponse{Allowed: true})
+		json.NewEncoder(w).Encode(server.CheckResponse{Allowed: true, Limits: []server.LimitStatus{{Status: "limited"}}})
 	}))
 	defer srv.Close()
 	want := [][]server.Descriptor{
