@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -51,6 +53,20 @@ func (c *cluster) starved() bool {
 	return false
 }
 
+// testLog is a logger that writes through tb.Log, so that what the stores log (Redis's hz
+// advice, sync failures) shows with a failing test or -v, and after a benchmark's figures
+// rather than between its name and them.
+func testLog(tb testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tbWriter{tb}, nil))
+}
+
+type tbWriter struct{ tb testing.TB }
+
+func (w tbWriter) Write(p []byte) (int, error) {
+	w.tb.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
 func newCluster(t testing.TB, srv *redistest.Server, opts ...GlobalOption) *cluster {
 	t.Helper()
 	c := &cluster{t: t, proxy: faultproxy.Start(t, srv.Addr())}
@@ -59,12 +75,12 @@ func newCluster(t testing.TB, srv *redistest.Server, opts ...GlobalOption) *clus
 	c.events = make([][]time.Time, len(urls))
 	c.paths = make([]map[sluice.Path]int, len(urls))
 	for i, url := range urls {
-		store, err := redisstore.Open(url)
+		store, err := redisstore.Open(url, redisstore.WithLogger(testLog(t)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { store.Close() })
-		g, err := NewGlobal(store, append([]GlobalOption{WithNode(fmt.Sprintf("n%d", i+1))}, opts...)...)
+		g, err := NewGlobal(store, append([]GlobalOption{WithNode(fmt.Sprintf("n%d", i+1)), WithLogger(testLog(t))}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -307,7 +323,7 @@ func TestGlobalFirstDecisionWithoutRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	proxy := faultproxy.Start(t, srv.Addr())
-	store, err := redisstore.Open("redis://" + proxy.Addr())
+	store, err := redisstore.Open("redis://"+proxy.Addr(), redisstore.WithLogger(testLog(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +358,7 @@ func TestGlobalFirstDecisionWithoutRedis(t *testing.T) {
 func TestGlobalRejectsWindowLimits(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	store, err := redisstore.Open(srv.URL())
+	store, err := redisstore.Open(srv.URL(), redisstore.WithLogger(testLog(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -470,7 +486,7 @@ func algoParams(l sluice.Limit) algo.Params { return algo.ParamsOf(l.With(sluice
 func TestGlobalDecideAllOrNothing(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	store, err := redisstore.Open(srv.URL())
+	store, err := redisstore.Open(srv.URL(), redisstore.WithLogger(testLog(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
