@@ -1,9 +1,16 @@
 # make test: install what the tests need when it is missing, then vet and run every test.
 GO ?= go
 
-.PHONY: test deps vet unit modules bench fmt image image-test deps-image chart-test ci-deploy fuzz soak
+.PHONY: test deps vet unit docs modules bench fmt image image-test deps-image chart-test ci-deploy fuzz soak
 
-test: deps vet unit modules
+test: deps vet unit docs modules
+
+# Builds without -race use the settings deploy/Dockerfile builds the image with
+# (CGO_ENABLED=0, -trimpath): go vet, the allocation tests, the binary that cmd/sluice's
+# and deploy/test's tests start (cmd/sluice's sluiceBinary and TestImageBinary build it as
+# the Dockerfile does) then share every compiled package, so that a cold cache compiles
+# the dependencies twice, with and without -race, rather than three times.
+IMAGE_BUILD := CGO_ENABLED=0 GOFLAGS=-trimpath
 
 # The nested modules keep peer libraries and web frameworks out of the main go.mod: the
 # gin and echo examples run their tests; deploy/test checks the Grafana dashboard's and
@@ -15,19 +22,20 @@ test: deps vet unit modules
 NESTED_TESTED := examples/gin examples/echo
 modules:
 	@for d in $(NESTED_TESTED); do \
-		echo "== $$d"; \
-		(cd $$d && $(GO) vet -mod=mod ./... && $(GO) test -mod=mod -race -count=1 ./...) || exit 1; \
+		echo "== $$d: go vet, go test -race"; \
+		(cd $$d && $(IMAGE_BUILD) $(GO) vet -mod=mod ./... && $(GO) test -mod=mod -race -count=1 ./...) || exit 1; \
 	done
 	@echo "== deploy/test: the dashboard's and alerts' PromQL against a running sluice serve (memory, Redis)"; \
-		cd deploy/test && $(GO) vet . ./internal/... ./promql && $(GO) test -count=1 ./promql
-	@echo "== bench"; cd bench && $(GO) vet -mod=mod ./...
+		cd deploy/test && $(IMAGE_BUILD) $(GO) vet . ./internal/... ./promql && $(IMAGE_BUILD) $(GO) test -count=1 ./promql
+	@echo "== bench: go vet (compiles every benchmark)"; cd bench && $(IMAGE_BUILD) $(GO) vet -mod=mod ./...
 	@echo "== bench: conformance with envoyproxy/ratelimit, requests and configuration files (go-installs it on first use)"; \
-		cd bench && $(GO) test -mod=mod -count=1 -run '^TestReference' .
+		cd bench && $(IMAGE_BUILD) $(GO) test -mod=mod -count=1 -run '^TestReference' .
 
 # deps installs redis-server (the Redis store, failure and service tests) and chromium (the
 # simulator report test) from the OS packages when they are missing: with apt-get as root,
 # or through sudo when it needs no password. Otherwise it says what to install and stops.
 deps:
+	@echo "== deps: redis-server and chromium"
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server redis-tools"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
@@ -42,16 +50,27 @@ deps:
 	@redis-server --version
 
 vet:
-	$(GO) vet ./...
+	@echo "== go vet ./... (compiles every package and its dependencies first: minutes from a cold cache)"
+	$(IMAGE_BUILD) $(GO) vet ./...
+	@echo "== gofmt"
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 # The allocation tests count allocations, which the race detector adds its own to: they are
 # built only without it (//go:build !race) and run in a second step without -race.
 unit:
-	$(GO) test -race -count=1 -timeout 12m ./...
-	$(GO) test -count=1 -run 'AllocatesNothing' ./memory
-	$(GO) test -count=1 -run 'Allocations|RLSCodecDifferential' ./server
+	@echo "== go test -race ./... (compiles every package again with the race detector, then tests; each package's line appears as it finishes)"
+	$(GO) test -race -count=1 -timeout 12m -skip '^TestDocumentedCommands$$' ./...
+	@echo "== allocation tests, without -race"
+	$(IMAGE_BUILD) $(GO) test -count=1 -run 'AllocatesNothing' ./memory
+	$(IMAGE_BUILD) $(GO) test -count=1 -run 'Allocations|RLSCodecDifferential' ./server
+
+# docs runs every command of README.md, docs/*.md and the --help examples against the
+# built binary (cmd/sluice TestDocumentedCommands); -v lists each, and every command
+# marked "untested: REASON" as a SKIP with its reason.
+docs:
+	@echo "== documented commands: README.md, docs/*.md and every --help example, as written"
+	$(GO) test -race -count=1 -run '^TestDocumentedCommands$$' -v ./cmd/sluice
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -6,6 +6,7 @@ import (
 	"debug/elf"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,14 +27,13 @@ type imageBuild struct {
 
 // dockerfileBuild reads the lines between "# BEGIN build" and "# END build" of the
 // Dockerfile: ENV lines and one RUN go build line.
-func dockerfileBuild(t *testing.T, path, version string) imageBuild {
-	t.Helper()
+func dockerfileBuild(path, version string) (imageBuild, error) {
+	var b imageBuild
 	f, err := os.Open(path)
 	if err != nil {
-		t.Fatal(err)
+		return b, err
 	}
 	defer f.Close()
-	var b imageBuild
 	in := false
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
@@ -56,7 +56,7 @@ func dockerfileBuild(t *testing.T, path, version string) imageBuild {
 				b.args = append(b.args, a)
 			}
 		default:
-			t.Fatalf("%s: unexpected line between BEGIN build and END build: %q", path, line)
+			return b, fmt.Errorf("%s: unexpected line between BEGIN build and END build: %q", path, line)
 		}
 	}
 	for i, a := range b.args {
@@ -65,9 +65,24 @@ func dockerfileBuild(t *testing.T, path, version string) imageBuild {
 		}
 	}
 	if len(b.args) == 0 || b.args[0] != "build" || b.out == "" {
-		t.Fatalf("%s: no `RUN go build ... -o FILE` between BEGIN build and END build", path)
+		return b, fmt.Errorf("%s: no `RUN go build ... -o FILE` between BEGIN build and END build", path)
 	}
-	return b
+	return b, nil
+}
+
+// command is the go command of b writing the binary to bin, run from the module root as
+// the Dockerfile's WORKDIR is.
+func (b imageBuild) command(bin string) *exec.Cmd {
+	args := append([]string(nil), b.args...)
+	for i := range args {
+		if args[i] == b.out {
+			args[i] = bin
+		}
+	}
+	build := exec.Command("go", args...)
+	build.Dir = filepath.Join("..", "..")
+	build.Env = append(os.Environ(), b.env...)
+	return build
 }
 
 // TestImageBinary builds the binary exactly as deploy/Dockerfile does and runs it as the
@@ -79,7 +94,10 @@ func dockerfileBuild(t *testing.T, path, version string) imageBuild {
 // `make image-test` to put in the image.
 func TestImageBinary(t *testing.T) {
 	const version = "v0.0.0-imagetest"
-	b := dockerfileBuild(t, filepath.Join("..", "..", "deploy", "Dockerfile"), version)
+	b, err := dockerfileBuild(filepath.Join("..", "..", "deploy", "Dockerfile"), version)
+	if err != nil {
+		t.Fatal(err)
+	}
 	// User 65532 must reach the binary: open up the test's directory and its parent.
 	root := t.TempDir()
 	for _, d := range []string{filepath.Dir(root), root} {
@@ -98,17 +116,9 @@ func TestImageBinary(t *testing.T) {
 		}
 		bin, files = filepath.Join(dir, filepath.FromSlash(rel)), dir
 	}
-	args := append([]string(nil), b.args...)
-	for i := range args {
-		if args[i] == b.out {
-			args[i] = bin
-		}
-	}
-	build := exec.Command("go", args...)
-	build.Dir = filepath.Join("..", "..") // the Dockerfile's WORKDIR is the module root
-	build.Env = append(os.Environ(), b.env...)
+	build := b.command(bin)
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		t.Fatalf("%s: %v\n%s", strings.Join(build.Args, " "), err, out)
 	}
 	if err := filepath.WalkDir(files, func(p string, d os.DirEntry, err error) error {
 		if err == nil {

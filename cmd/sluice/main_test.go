@@ -44,16 +44,24 @@ var (
 	binErr    error
 )
 
-// sluiceBinary builds the sluice binary from this package, once per test run, and
-// returns its path.
+// sluiceBinary builds the sluice binary from this package, once per test run, as
+// deploy/Dockerfile builds the image's (CGO_ENABLED=0, -trimpath), and returns its path:
+// the tests start the binary that ships, and its build shares every compiled package
+// with TestImageBinary's and with make test's go vet, which use the same settings.
 func sluiceBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		if binDir, binErr = os.MkdirTemp("", "sluice-bin"); binErr != nil {
 			return
 		}
-		if out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, "sluice"), ".").CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		b, err := dockerfileBuild(filepath.Join("..", "..", "deploy", "Dockerfile"), "v0.0.0-test")
+		if err != nil {
+			binErr = err
+			return
+		}
+		build := b.command(filepath.Join(binDir, "sluice"))
+		if out, err := build.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("%s: %v\n%s", strings.Join(build.Args, " "), err, out)
 		}
 	})
 	if binErr != nil {
