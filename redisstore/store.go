@@ -315,7 +315,7 @@ func Open(url string, opts ...Option) (*Store, error) {
 }
 
 // CheckURL reports whether url has one of the schemes Open takes (redis://, rediss://,
-// unix://, and valkey:// and valkeys:// for redis:// and rediss://; see the package doc),
+// unix://, and valkey:// and valkeys:// for redis:// and rediss://; docs/redis.md lists the forms),
 // and for a host:port without one, suggests redis://.
 func CheckURL(url string) error {
 	scheme, rest, ok := strings.Cut(url, "://")
