@@ -258,3 +258,46 @@ func TestImageBinary(t *testing.T) {
 		t.Errorf("check --health with no server: exit %d, want %d: %s", code, exitError, out)
 	}
 }
+
+// TestImageScriptSaysWhyItCannotBuild: `make image` (deploy/image.sh build) tells a docker
+// CLI whose daemon does not answer from no image builder at all. The PATH it runs with
+// holds only what the script needs and, in the first case, a docker that answers `docker
+// info` as the CLI does without its daemon.
+func TestImageScriptSaysWhyItCannotBuild(t *testing.T) {
+	bin := t.TempDir()
+	for _, tool := range []string{"bash", "dirname", "grep"} {
+		p, err := exec.LookPath(tool)
+		if err != nil {
+			t.Fatalf("%s: %v", tool, err)
+		}
+		if err := os.Symlink(p, filepath.Join(bin, tool)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script, err := filepath.Abs(filepath.Join("..", "..", "deploy", "image.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := func() (string, error) {
+		cmd := exec.Command(filepath.Join(bin, "bash"), script, "build")
+		cmd.Env = []string{"PATH=" + bin, "VERSION=v0.0.0-test"}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+
+	out, err := build()
+	if err == nil || !strings.Contains(out, "no image builder: install docker, podman or buildah") {
+		t.Errorf("without docker, podman or buildah: err %v, output %q; want no image builder", err, out)
+	}
+
+	daemonDown := "#!" + filepath.Join(bin, "bash") + "\n" +
+		`echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?" >&2` + "\nexit 1\n"
+	if err := os.WriteFile(filepath.Join(bin, "docker"), []byte(daemonDown), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err = build()
+	if err == nil || !strings.Contains(out, "docker is installed but its daemon does not answer (Cannot connect to the Docker daemon") ||
+		strings.Contains(out, "no image builder") {
+		t.Errorf("docker without its daemon: err %v, output %q; want the daemon named as what is missing", err, out)
+	}
+}
