@@ -81,8 +81,9 @@ func TestDocumentedCommands(t *testing.T) {
 			for _, c := range d.cmds {
 				t.Run(c.where, func(t *testing.T) {
 					if c.untested != "" {
-						t.Skipf("untested: %s: %s", c.untested, c.line)
+						t.Skipf("untested (%s): %s", c.untested, c.line)
 					}
+					t.Log(c.line)
 					s.run(t, c)
 				})
 			}
