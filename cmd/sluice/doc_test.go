@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -66,7 +67,11 @@ func TestDocumentedCommands(t *testing.T) {
 		}
 		docs = append(docs, d)
 	}
-	docs = append(docs, helpExamples(newApp(io.Discard, io.Discard))...)
+	help, err := helpExamples(newApp(io.Discard, io.Discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs = append(docs, help...)
 
 	n := 0
 	for _, d := range docs {
@@ -156,8 +161,9 @@ func parseMarkdown(name, text string) (docSession, error) {
 }
 
 // helpExamples returns, per command, the examples of its --help.
-func helpExamples(c *cli.Command) []docSession {
+func helpExamples(c *cli.Command) ([]docSession, error) {
 	var out []docSession
+	var errs []error
 	var walk func(c *cli.Command, path string)
 	walk = func(c *cli.Command, path string) {
 		d := docSession{name: path + " --help"}
@@ -166,7 +172,10 @@ func helpExamples(c *cli.Command) []docSession {
 			if !strings.HasPrefix(l, "  ") || !(strings.HasPrefix(t, "sluice ") || strings.HasPrefix(t, "curl ") || strings.HasPrefix(t, "export ")) {
 				continue
 			}
-			if cmd, ok, err := parseCommand(d.name, t); err == nil && ok {
+			cmd, ok, err := parseCommand(d.name, t)
+			if err != nil {
+				errs = append(errs, err)
+			} else if ok {
 				d.cmds = append(d.cmds, cmd)
 			}
 		}
@@ -181,7 +190,7 @@ func helpExamples(c *cli.Command) []docSession {
 		}
 	}
 	walk(c, "sluice")
-	return out
+	return out, errors.Join(errs...)
 }
 
 // parseCommand splits a command line from its trailing comment and reads the comment's
