@@ -183,7 +183,7 @@
 // decided atomically beside it; the store keys are httplimit's, so the JSON API, `sluice
 // proxy` and an application's middleware share counters. A raw API key is hashed with
 // HMAC-SHA256 at once and never stored or logged. Bad input, and a cost the limit can
-// never allow, are 400 with an RFC 9457 problem body; an unknown policy 404; a store that
+// never allow, are 400 with an RFC 9457 problem body; an unknown policy or domain 404; a store that
 // is down (or fails closed) 503 with Retry-After. Leases and reservations:
 // docs/concurrency-and-settlement.md (Envoy's domains hold no concurrency limits).
 //
