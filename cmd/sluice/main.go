@@ -10,7 +10,10 @@
 //	sluice version   print the version
 //
 // Every flag can also be set with the environment variable shown in its --help (for
-// example SLUICE_HTTP_ADDR for serve's --http); a flag on the command line wins.
+// example SLUICE_HTTP_ADDR for serve's --http); a flag on the command line wins. A
+// command line that cannot be parsed exits 2 with one line on stderr that names the
+// mistake and the nearest command or flag (usage.go); check's exit statuses are in its
+// --help.
 //
 // With no arguments at all, `go run ./cmd/sluice serve` starts a useful service on a
 // fresh machine: the in-memory store and the built-in example configuration.
