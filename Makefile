@@ -50,7 +50,7 @@ deps:
 	@redis-server --version
 
 vet:
-	@echo "== go vet ./... (compiles every package and its dependencies first: minutes from a cold cache)"
+	@echo "== go vet ./... (compiles every package and its dependencies first: minutes from an empty cache, with nothing printed meanwhile)"
 	$(IMAGE_BUILD) $(GO) vet ./...
 	@echo "== gofmt"
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
