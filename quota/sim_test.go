@@ -26,7 +26,7 @@ type simProxy struct {
 
 // TestSimulation: N proxies under skewed demand, one at 10× the others, then the skew
 // moves to another proxy, then a proxy dies. Per second of virtual time the proxies
-// together must admit at most R + (1 + ⌈P/I⌉)·(B + N) (derived in bench/README.md: the
+// together must admit at most R + (1 + ⌈P/I⌉)·(B + N) (derived in docs/envoy.md: the
 // shares sum to at most R at every instant, each proxy's bucket holds at most its part of
 // the burst plus one token, and it is refilled at most once per report, at most ⌈P/I⌉
 // times in a second, plus what it held when the second began). Each proxy's share must be

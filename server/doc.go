@@ -149,7 +149,7 @@
 //
 // no_assignment_behavior and expired_assignment_behavior are filter settings: a rule
 // writes what its proxies are meant to be configured with (docs/envoy.md maps them). The
-// overshoot bound (bench/README.md) needs expired_assignment deny, the default. The RLQS
+// overshoot bound (docs/envoy.md) needs expired_assignment deny, the default. The RLQS
 // metrics and log lines are listed in docs/envoy.md.
 //
 // # HTTP JSON API
