@@ -395,4 +395,8 @@ func (p *pair) report(minCompared int) {
 }
 
 // compact is m in the text format on one line.
-func compact(m proto.Message) string { return prototext.MarshalOptions{}.Format(m) }
+func compact(m proto.Message) string {
+	// prototext puts one or two spaces between fields at random, so that no one depends on
+	// its output: one space, always, for a comparison.
+	return strings.Join(strings.Fields(prototext.MarshalOptions{}.Format(m)), " ")
+}

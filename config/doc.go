@@ -127,7 +127,9 @@
 //     key "a_b" with value "c" and key "a" with value "b_c" collide there; they do not here,
 //     and Match.Key is escaped so counters never collide either.
 //   - A wildcard is a value ending in "*"; the reference also treats a key ending in "*"
-//     without a value as a wildcard over "key_value", which is not reproduced.
+//     without a value as a wildcard over "key_value", which is not reproduced (such a key
+//     is literal, and share_threshold on it is ignored with a warning, where the
+//     reference accepts it).
 //   - A rate_limit without requests_per_unit is read as 0 (every request denied) and a
 //     replaces name that matches no rate_limit replaces nothing, as in the reference, but
 //     both are reported in Config.Warnings, which the service logs at every load: the

@@ -581,7 +581,14 @@ func (d *decoder) descriptors(dom *Domain, o *object, field string, parent []Ent
 		}
 		if n.shareThreshold && !wildcard {
 			fv, _ := io.get("share_threshold")
-			d.errorf(fv, io.field("share_threshold"), "applies only to wildcard values (ending in '*'), not %q", n.value)
+			if n.value == "" && strings.HasSuffix(n.key, "*") {
+				// The reference accepts it: its key wildcard (a key ending in "*" without a
+				// value, matched against "key_value"), which sluice does not reproduce.
+				d.warnf(fv, io.field("share_threshold"), "ignored: a key ending in '*' is a literal key here, not the reference's key wildcard")
+				n.shareThreshold = false
+			} else {
+				d.errorf(fv, io.field("share_threshold"), "applies only to wildcard values (ending in '*'), not %q", n.value)
+			}
 		}
 		if n.value != "" && (!wildcard || n.shareThreshold) {
 			n.valuePart = n.keyPart + escaped(n.value)

@@ -750,6 +750,9 @@ descriptors:
       unlimited: true
       unit: fortnight
       key: x
+  - key: prefix*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
 `)
 	c, err := Load(dir)
 	if err != nil {
@@ -764,6 +767,7 @@ descriptors:
 		"envoy.yaml:13:5: descriptors[2].unit: is not a field here (known fields: key, value, rate_limit, rate_limits, descriptors, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold): ignored, as envoyproxy/ratelimit ignores it",
 		"envoy.yaml:17:7: descriptors[2].rate_limit.key: is not a field here (known fields: unit, requests_per_unit, unlimited, name, replaces, algorithm, burst, calendar, zone, anchor_day): ignored, as envoyproxy/ratelimit ignores it",
 		`envoy.yaml:16:13: descriptors[2].rate_limit.unit: "fortnight" is not a unit, and unlimited ignores it (remove it)`,
+		`envoy.yaml:19:22: descriptors[3].share_threshold: ignored: a key ending in '*' is a literal key here, not the reference's key wildcard`,
 		`envoy.yaml:11:25: descriptors[1].rate_limit.replaces[0].name: no rate_limit in domain "d" is named "nope": it replaces nothing`,
 	}
 	if strings.Join(got, "\n") != strings.Join(wantWarn, "\n") {
