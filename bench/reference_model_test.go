@@ -319,10 +319,14 @@ type pair struct {
 	model    *pairModel
 	compared int // rounds whose answers were compared whole
 	// straddled counts rounds answered across a second boundary: compared but for the
-	// seconds of duration_until_reset and the reset header, and sent again.
+	// seconds of duration_until_reset and the reset header, and sent again (unless once).
 	straddled  int
 	mismatches int
 	denied     [2]int // by sluice, by the reference
+	// once sends every round once: a straddling round is compared without its times and
+	// not sent again. Scenarios set it, since their steps expect fixed counts, which a
+	// round sent again would change.
+	once bool
 }
 
 // maxStraddleRetries bounds how often send repeats a round that straddled a second.
@@ -370,7 +374,7 @@ func (p *pair) send(req *rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse {
 		} else if !proto.Equal(gotA, wantSl) {
 			p.fail(req, "sluice's answer is not the reference's with the documented differences", compact(gotA), compact(wantSl)+"\n  the reference: "+compact(gotB))
 		}
-		if !straddled || try == maxStraddleRetries {
+		if !straddled || try == maxStraddleRetries || p.once {
 			return a
 		}
 	}

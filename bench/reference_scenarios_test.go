@@ -99,7 +99,7 @@ func startScenario(t *testing.T, bin string, s scenario) *scenarioRun {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &pair{t: t, sl: serveRLS(t, srv), ref: dialRLS(t, ref.GRPCAddr), model: newPairModel(s.model, s.headers, s.shadow)}
+	p := &pair{t: t, sl: serveRLS(t, srv), ref: dialRLS(t, ref.GRPCAddr), model: newPairModel(s.model, s.headers, s.shadow), once: true}
 	// The scenarios count in minute and hour windows: none may end during one.
 	clocktest.AwayFromEdge(t, time.Minute, 15*time.Second)
 	return &scenarioRun{pair: p, slDir: slDir, refDir: filepath.Join(root, "ratelimit", "config"), redis: rs}
