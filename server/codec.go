@@ -1,7 +1,6 @@
 package server
 
 import (
-	"strings"
 	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -72,8 +71,10 @@ func (c rlsCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		return decodeLenient(b, r)
 	}
 	err := c.proto.Unmarshal(data, v)
-	if m, ok := v.(proto.Message); ok && err != nil && strings.Contains(err.Error(), "invalid UTF-8") {
-		// An RLQS report's bucket id, say: decided as its bytes, like an RLS request.
+	if m, ok := v.(proto.Message); ok && err != nil {
+		// The twin reads the same wire format without the UTF-8 check, so it decodes
+		// exactly what proto refused for a string's bytes alone (an RLQS report's bucket
+		// id, say), and refuses the rest; proto's error then stands.
 		if decodeLenient(data.Materialize(), m) == nil {
 			return nil
 		}
