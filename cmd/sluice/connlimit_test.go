@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -22,13 +23,9 @@ func TestServeMaxConnections(t *testing.T) {
 	base, grpcAddr, _ := started(t, "--max-connections", "3", "--log-level", "warn")
 	waitMetric := func(name string, want float64) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for metricValue(t, base, name) != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s %v, want %v within 20s", name, metricValue(t, base, name), want)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		eventually(t, 20*time.Second, fmt.Sprintf("%s at %v", name, want),
+			func() bool { return metricValue(t, base, name) == want },
+			func() string { return fmt.Sprint(metricValue(t, base, name)) })
 	}
 	var held []net.Conn
 	for range 3 {
@@ -100,19 +97,17 @@ func TestProxyMaxConnections(t *testing.T) {
 	}
 	held[0].Close()
 	// The proxy sees the close when it next reads; a new connection is then served.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	status, lastErr := 0, error(nil)
+	eventually(t, 20*time.Second, "a connection served after one of the two closed", func() bool {
 		rp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Get("http://" + addr + "/x")
-		if err == nil {
-			rp.Body.Close()
-			if rp.StatusCode != 200 {
-				t.Fatalf("after a close: %d", rp.StatusCode)
-			}
-			break
+		if lastErr = err; err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no connection served within 20s after one of the two closed: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
+		rp.Body.Close()
+		status = rp.StatusCode
+		return true
+	}, func() string { return fmt.Sprint(lastErr) })
+	if status != 200 {
+		t.Fatalf("after a close: %d", status)
 	}
 }

@@ -70,6 +70,23 @@ func sluiceBinary(t *testing.T) string {
 	return filepath.Join(binDir, "sluice")
 }
 
+// eventually polls cond until it holds, for a state the process under test reaches on
+// its own (a connection it closed, a metric it updated, a check it ran): the event is
+// cond turning true; within only turns its absence into a failure rather than a hang.
+// The failure names what, and describe's account of the state, if describe is set.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool, describe func() string) {
+	t.Helper()
+	for deadline := time.Now().Add(within); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			state := ""
+			if describe != nil {
+				state = ": " + describe()
+			}
+			t.Fatalf("%s: not within %v%s", what, within, state)
+		}
+	}
+}
+
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger and reads of a
 // test.
 type syncBuffer struct {

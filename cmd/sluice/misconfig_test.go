@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os/exec"
@@ -166,14 +167,10 @@ func TestServeRedisMisconfiguredWhileRunning(t *testing.T) {
 	}
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for !ok() {
-			if time.Now().After(deadline) {
-				code, body := ready()
-				t.Fatalf("%s: not within 20s; /readyz %d %s", what, code, body)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		eventually(t, 20*time.Second, what, ok, func() string {
+			code, body := ready()
+			return fmt.Sprintf("/readyz %d %s", code, body)
+		})
 	}
 	waitFor("/readyz names the misconfiguration", func() bool {
 		code, body := ready()
