@@ -161,13 +161,12 @@ quota_buckets:
 	pprofAddr := freeAddr(t)
 	p := startServe(t, bin, "--config", cfg, "--pprof", pprofAddr)
 	grpcAddr := ""
-	for deadline := time.Now().Add(20 * time.Second); grpcAddr == ""; time.Sleep(10 * time.Millisecond) {
+	eventually(t, 20*time.Second, "the gRPC address logged", func() bool {
 		if m := p.logged("serving gRPC"); m != nil {
 			grpcAddr, _ = m["addr"].(string)
-		} else if time.Now().After(deadline) {
-			t.Fatal("no gRPC address logged within 20s")
 		}
-	}
+		return grpcAddr != ""
+	}, nil)
 	_, base := procMemory(t, p.cmd.Process.Pid)
 	baseLive := liveHeap(t, p.base, pprofAddr)
 
