@@ -10,6 +10,12 @@
 //	adaptive  failsafe-go's adaptivelimiter.PriorityLimiter: a concurrency limit learned
 //	          from latency, and a queue from which sheddable requests are rejected first
 //
+// The -fs-* flags are the adaptive limiter's settings; their defaults are the ones that
+// met issue 42's targets here, which differ from failsafe-go's own (each flag's help
+// names both). Sheddable requests never wait for a permit (-fs-max-wait-sheddable 0):
+// with failsafe-go's queue alone, sheddable arrivals keep the queue near the cap at which
+// every priority is rejected, and critical requests are shed with them.
+//
 // A protection sheds with 503, Retry-After and the temporary-reduced-capacity problem
 // type. The upstream (see upstream) has -workers workers, lognormal service times
 // (-median, -sigma) and a queue of -queue; it serves a request to the end even when the
@@ -44,14 +50,14 @@ import (
 
 var (
 	workers     = flag.Int("workers", 16, "the upstream's workers: requests served at once")
-	median      = flag.Duration("median", 25*time.Millisecond, "the median service time at full speed")
+	median      = flag.Duration("median", 100*time.Millisecond, "the median service time at full speed")
 	sigma       = flag.Float64("sigma", 0.5, "the lognormal service time's σ (of its logarithm)")
 	queue       = flag.Int("queue", 1024, "the upstream's queue: requests waiting for a worker beyond which it answers 503")
 	steps       = flag.String("steps", "0.5,1,2,4", "offered loads, multiples of the capacity, each run for -step")
-	step        = flag.Duration("step", 5*time.Second, "how long each load step lasts")
+	step        = flag.Duration("step", 6*time.Second, "how long each load step lasts")
 	slow        = flag.Duration("slow", 16*time.Second, "how long the last step's load goes on after the upstream halves its speed (0: it never does)")
 	criticalMax = flag.Float64("critical-max", 0, "cap the critical arrivals at this multiple of the capacity, the rest of each step sheddable (0: half of every step is critical)")
-	timeout     = flag.Duration("timeout", time.Second, "each client's timeout")
+	timeout     = flag.Duration("timeout", 2*time.Second, "each client's timeout")
 	fixed       = flag.Int("fixed", 0, "the fixed protection's limit (0: -workers, the upstream's own concurrency)")
 	only        = flag.String("only", "none,fixed,adaptive", "the protections to run, in this order")
 	sample      = flag.Duration("sample", 100*time.Millisecond, "how often the limit and in-flight requests are sampled")
@@ -69,18 +75,19 @@ func init() {
 	flag.UintVar(&fs.MinLimit, "fs-min", 1, "adaptive: WithLimits min")
 	flag.UintVar(&fs.MaxLimit, "fs-max", 200, "adaptive: WithLimits max")
 	flag.UintVar(&fs.InitialLimit, "fs-initial", 20, "adaptive: WithLimits initial")
-	flag.Float64Var(&fs.MaxLimitFactor, "fs-factor", 5, "adaptive: WithMaxLimitFactor, the limit's cap as a multiple of the requests in flight")
+	flag.Float64Var(&fs.MaxLimitFactor, "fs-factor", 2, "adaptive: WithMaxLimitFactor, the limit's cap as a multiple of the requests in flight (failsafe-go's default: 5)")
 	flag.DurationVar(&fs.StabilizeWindow, "fs-stabilize", 0, "adaptive: WithMaxLimitStabilizationWindow (0: off)")
-	flag.DurationVar(&fs.WindowMin, "fs-window-min", time.Second, "adaptive: WithRecentWindow min duration")
+	flag.DurationVar(&fs.WindowMin, "fs-window-min", 250*time.Millisecond, "adaptive: WithRecentWindow min duration, the shortest time between two changes of the limit (failsafe-go's default: 1s)")
 	flag.DurationVar(&fs.WindowMax, "fs-window-max", 30*time.Second, "adaptive: WithRecentWindow max duration")
 	flag.UintVar(&fs.WindowSamples, "fs-samples", 50, "adaptive: WithRecentWindow min samples")
 	flag.Float64Var(&fs.Quantile, "fs-quantile", 0.9, "adaptive: WithRecentQuantile")
-	flag.UintVar(&fs.BaselineAge, "fs-baseline", 10, "adaptive: WithBaselineWindow age, in recent windows")
+	flag.UintVar(&fs.BaselineAge, "fs-baseline", 50, "adaptive: WithBaselineWindow age, in recent windows: how slowly the baseline latency follows the recent one (failsafe-go's default: 10)")
 	flag.UintVar(&fs.Correlation, "fs-correlation", 50, "adaptive: WithCorrelationWindow size")
-	flag.Float64Var(&fs.QueueInitial, "fs-queue-initial", 2, "adaptive: WithQueueing initial rejection factor (queued requests, a multiple of the limit, at which rejection begins)")
-	flag.Float64Var(&fs.QueueMax, "fs-queue-max", 3, "adaptive: WithQueueing max rejection factor (queued requests at which every priority is rejected)")
-	flag.DurationVar(&fs.MaxWait, "fs-max-wait", 0, "adaptive: the longest a request waits in the queue for a permit (0: until its client gives up)")
-	flag.DurationVar(&fs.Calibration, "fs-calibrate", 100*time.Millisecond, "adaptive: the prioritizer's calibration interval")
+	flag.Float64Var(&fs.QueueInitial, "fs-queue-initial", 1, "adaptive: WithQueueing initial rejection factor: queued requests, a multiple of the limit, at which the lowest priorities begin to be rejected (BuildPrioritized's default: 2)")
+	flag.Float64Var(&fs.QueueMax, "fs-queue-max", 2, "adaptive: WithQueueing max rejection factor: queued requests, a multiple of the limit, at which every priority is rejected (BuildPrioritized's default: 3)")
+	flag.DurationVar(&fs.MaxWait, "fs-max-wait", -1, "adaptive: the longest a request waits in the queue for a permit, AcquirePermitWithMaxWait's argument (< 0: until its client gives up)")
+	flag.DurationVar(&fs.ShedWait, "fs-max-wait-sheddable", 0, "adaptive: the same for sheddable requests (0: never queue, take a permit only when one is free; < 0: -fs-max-wait)")
+	flag.DurationVar(&fs.Calibration, "fs-calibrate", 10*time.Millisecond, "adaptive: the prioritizer's calibration interval (ScheduleCalibrations), how often the priority below which requests are rejected is recomputed from the queue")
 }
 
 func main() {

@@ -158,7 +158,8 @@ type adaptiveSettings struct {
 	Correlation     uint          `json:"correlation_window"`
 	QueueInitial    float64       `json:"queue_initial_rejection_factor"`
 	QueueMax        float64       `json:"queue_max_rejection_factor"`
-	MaxWait         time.Duration `json:"max_wait_ns"`
+	MaxWait         time.Duration `json:"max_wait_ns"`           // the longest a request waits for a permit; < 0: until its client gives up
+	ShedWait        time.Duration `json:"max_wait_sheddable_ns"` // the same for sheddable requests; < 0: MaxWait
 	Calibration     time.Duration `json:"calibration_interval_ns"`
 }
 
@@ -194,13 +195,17 @@ func adaptive(s adaptiveSettings) protection {
 		label: "adaptive",
 		wrap: func(next http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				prio := priorityOf(criticalityOf(r))
+				class := criticalityOf(r)
+				prio, wait := priorityOf(class), s.MaxWait
+				if class == sheddable && s.ShedWait >= 0 {
+					wait = s.ShedWait
+				}
 				var permit adaptivelimiter.Permit
 				var err error
-				if s.MaxWait > 0 {
-					permit, err = lim.AcquirePermitWithMaxWait(priority.ContextWithPriority(r.Context(), prio), s.MaxWait)
-				} else {
+				if wait < 0 {
 					permit, err = lim.AcquirePermitWithPriority(r.Context(), prio)
+				} else {
+					permit, err = lim.AcquirePermitWithMaxWait(priority.ContextWithPriority(r.Context(), prio), wait)
 				}
 				switch {
 				case errors.Is(err, adaptivelimiter.ErrExceeded):
