@@ -109,7 +109,9 @@ func (rep *report) chart(r runResult) template.HTML {
 	fmt.Fprintf(&b, `<text class="tick" x="%d" y="%.1f" text-anchor="end">0</text>`, plotX-4, ly(0))
 	wy := ly(rep.Workers)
 	fmt.Fprintf(&b, `<line class="capacity" x1="%d" y1="%.1f" x2="%d" y2="%.1f"><title>the upstream's %d workers</title></line>`, plotX, wy, plotX+plotW, wy, rep.Workers)
-	fmt.Fprintf(&b, `<text class="tick" x="%d" y="%.1f" text-anchor="end">%d</text>`, plotX-4, wy+3, rep.Workers)
+	if wy < ly(0)-10 && wy > ly(ltop)+10 {
+		fmt.Fprintf(&b, `<text class="tick" x="%d" y="%.1f" text-anchor="end">%d</text>`, plotX-4, wy+3, rep.Workers)
+	}
 	path := func(class, title string, v func(sampleAt) int) {
 		var p strings.Builder
 		for i, s := range r.Samples {

@@ -248,9 +248,11 @@ func (rep *report) evaluate() {
 		}
 		h, l := r.Phases[hi], r.Phases[lo]
 		add(fmt.Sprintf("critical success at %s ≥ 99%%", h.Name), pct(h.Critical.Success), h.Critical.Success >= 0.99)
-		add(fmt.Sprintf("critical p99 at %s ≤ 2× its p99 at %s", h.Name, l.Name),
-			fmt.Sprintf("%.0f ms vs %.0f ms (%.2f×)", h.Critical.P99, l.Critical.P99, h.Critical.P99/l.Critical.P99),
-			h.Critical.OK > 0 && h.Critical.P99 <= 2*l.Critical.P99)
+		p99 := fmt.Sprintf("%.0f ms vs %.0f ms (%.2f×)", h.Critical.P99, l.Critical.P99, h.Critical.P99/l.Critical.P99)
+		if h.Critical.OK == 0 {
+			p99 = fmt.Sprintf("no successes (%.0f ms at %s)", l.Critical.P99, l.Name)
+		}
+		add(fmt.Sprintf("critical p99 at %s ≤ 2× its p99 at %s", h.Name, l.Name), p99, h.Critical.OK > 0 && h.Critical.P99 <= 2*l.Critical.P99)
 		add(fmt.Sprintf("goodput at %s ≥ 90%% of capacity", h.Name), fmt.Sprintf("%.0f/s, %s", h.Goodput, pct(h.Goodput/rep.Capacity)),
 			h.Goodput >= 0.9*rep.Capacity)
 		if st := r.Settle; st != nil && r.Protection != "none" {
