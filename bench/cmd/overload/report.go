@@ -266,7 +266,7 @@ func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
 
 // print writes the table and the targets.
 func (rep *report) print(w io.Writer) {
-	fmt.Fprintf(w, "\n| protection | phase | offered/s | goodput/s (of capacity) | critical ok | critical p50 / p99 ms | sheddable ok | sheddable p50 / p99 ms | shed | upstream 503 | timed out | limit mean (min–max) |\n")
+	fmt.Fprintf(w, "\n| protection | phase | offered/s | goodput/s (of capacity) | critical ok | critical p50 / p99 ms | sheddable ok | sheddable p50 / p99 ms | shed | upstream 503 | lost (timed out, failed, not sent) | limit mean (min–max) |\n")
 	fmt.Fprintf(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range rep.Runs {
 		for i, p := range r.Phases {
