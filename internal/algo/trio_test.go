@@ -70,7 +70,7 @@ func trioRun(l sluice.Limit, seed uint64, steps int) []string {
 			}
 		case k < 6:
 			maxWait := []int64{-1, 0, rng.Int64N(p.Period + 1)}[rng.IntN(3)]
-			s, last = Reserve(s, now, p, n, maxWait)
+			s, last = ReserveGCRA(s, now, p, n, maxWait)
 			op = fmt.Sprintf("reserve %d %d %v %d %d", n, maxWait, last.OK, last.Delay, last.At-now)
 		case k < 7:
 			var ok bool
