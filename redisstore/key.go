@@ -16,17 +16,18 @@ const DefaultPrefix = "sluice:"
 //	<prefix>{<escaped identity>}:bucket:<algorithm>:<rate>:<period µs>:<burst>
 //
 // the second for GCRA, TokenBucket and LeakyBucket limits, for example
-// "sluice:{user:42}:bucket:gcra:10:1000000:0". Those three names are one machine
-// (algo.GCRA), whose state is a TAT. Earlier versions kept three machines under the
-// suffixes ":gcra:", ":token_bucket:" and ":leaky_bucket:", whose states (a TAT, a credit
-// and its time, a level and its time) read as a TAT would be other buckets, so the merged
-// machine has the word "bucket" of its own: keys of the old suffixes are never read. They
-// expire by their TTL (at most the time their bucket took to fill), and their identities
-// start afresh with a full bucket, as after a change of tier. The identity sits inside a Redis Cluster
+// "sluice:{user:42}:bucket:gcra:10:1000000:0". The identity sits inside a Redis Cluster
 // hash tag, so every key of one identity (one per Limit) is in the same slot and a
 // multi-limit decision on it is one script call. The suffix is the whole Limit, because a
 // store keeps separate state per (key, Limit): a key moved to another Limit starts afresh
 // while its old state expires.
+//
+// The word "bucket" marks the state of the one bucket machine (algo.GCRA, a TAT). Keys
+// ending ":gcra:...", ":token_bucket:..." or ":leaky_bucket:..." hold the states of the
+// three machines those names were before (a TAT, a credit and its time, a level and its
+// time), which read as a TAT would be other buckets: the store never reads them. They
+// expire by their TTL, and their identities start afresh with a full bucket, as after a
+// change of tier (docs/redis.md).
 //
 // Escaping keeps the hash tag and the layout unambiguous whatever bytes the identity holds:
 // '%' becomes "%25", '{' "%7B" and '}' "%7D". The escaped identity then contains no '}', so

@@ -23,11 +23,11 @@
 //
 // One (identity, Limit) is one key, "<prefix>{<escaped identity>}:<algorithm>:<rate>:<period
 // µs>:<burst>" ([Store.Key], [DefaultPrefix]), with ":bucket" before the algorithm for GCRA,
-// TokenBucket and LeakyBucket: the identity in a hash tag, escaped so that no identity
-// collides with another or leaves its slot. The three bucket names are one state machine,
-// whose keys earlier versions wrote as three machines under ":gcra:", ":token_bucket:" and
-// ":leaky_bucket:"; those keys are never read, expire by their TTL, and leave their
-// identities to start afresh with a full bucket, as after a change of tier. A string holds the state's fields as
+// TokenBucket and LeakyBucket, one state machine: the identity in a hash tag, escaped so
+// that no identity collides with another or leaves its slot. Keys of the bucket names
+// without ":bucket" hold the states of the three machines they once were and are never
+// read: they expire by their TTL, and their identities start afresh with a full bucket
+// (key.go, docs/redis.md). A string holds the state's fields as
 // little-endian doubles; SlidingLog and Concurrency keys are sorted sets; a reservation to
 // settle is "<limiter key>:res:<id>", in the same slot. Every key's TTL is the time until
 // its state is equivalent to empty (algo.ExpiresAt), rounded up to a millisecond, and at

@@ -41,10 +41,10 @@ package algo
 // was written at has not yet come.
 //
 // Stored state: the Redis store keeps this TAT under a key suffix of its own,
-// ":bucket:<name>:..." (redisstore, "Key layout"), not under the suffixes of the three
-// separate machines of earlier versions, whose token_bucket and leaky_bucket states read
-// as a TAT would be other buckets. Keys of those suffixes are never read again: they
-// expire by their TTL, and their identities start afresh with a full bucket, as after a
+// ":bucket:<name>:..." (redisstore, "Key layout"). Keys under the bare names' suffixes hold
+// the states of the three machines the names once were (a credit and its time, a level and
+// its time), which read as a TAT would be other buckets; they are never read, expire by
+// their TTL, and leave their identities to start afresh with a full bucket, as after a
 // change of tier.
 func GCRA(s State, now int64, p Params, n int64) (State, Result) {
 	if p.S != 1 {
