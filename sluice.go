@@ -62,10 +62,16 @@ const (
 	// GCRA is the generic cell rate algorithm (virtual scheduling): one timestamp per key,
 	// the theoretical arrival time, with tolerance (Burst-1)·Period/Rate.
 	GCRA Algorithm = iota
-	// TokenBucket holds up to Burst tokens refilled continuously at Rate per Period.
+	// TokenBucket holds up to Burst tokens refilled continuously at Rate per Period. It is
+	// GCRA under another name: a token bucket is full exactly when GCRA's arrival time
+	// has come, so the two admit the same requests with the same Decisions, and every
+	// store runs one state machine for both. The name remains for the configurations and
+	// callers that use it; a Limit keeps the name it was given, and state is kept per
+	// Limit, so a GCRA and a TokenBucket limit of the same numbers count apart.
 	TokenBucket
 	// LeakyBucket is the leaky bucket as a meter: a level that drains at Rate per Period,
-	// capacity Burst.
+	// capacity Burst. Like TokenBucket it is GCRA under another name (the bucket is empty
+	// exactly when GCRA's arrival time has come), kept for the same reasons.
 	LeakyBucket
 	// FixedWindow counts events in windows of length Period aligned to multiples of Period
 	// since the Unix epoch.

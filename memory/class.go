@@ -72,9 +72,9 @@ func newClass(st *Store, l sluice.Limit, id int, gone *atomic.Bool) class {
 		return newCalendarClass(st, l.Calendar, p, id, gone)
 	}
 	switch l.Algorithm {
-	case sluice.GCRA:
+	case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket: // one machine, algo.GCRA
 		if p.S > 1 {
-			// The TAT has a part below 1µs (algo.Params): two words, as TokenBucket.
+			// The TAT has a part below 1µs (algo.Params): two words.
 			return newPairClass(st, p, id, gone, algo.GCRA)
 		}
 		return newGCRAClass(st, p, id, gone)
@@ -126,18 +126,6 @@ func newClass(st *Store, l sluice.Limit, id int, gone *atomic.Bool) class {
 				return 0
 			},
 		})}
-	case sluice.TokenBucket, sluice.LeakyBucket:
-		if p.S == 1 {
-			// Both are GCRA with another state and the same Result for every request
-			// (algo.TokenBucket, algo.LeakyBucket), and LeakyBucket's reservations are
-			// GCRA's: decided on GCRA's one-word state, without a lock. The Decision
-			// still reports the caller's Limit.
-			return newGCRAClass(st, algo.ParamsOf(l.With(sluice.GCRA)), id, gone)
-		}
-		if l.Algorithm == sluice.TokenBucket {
-			return newPairClass(st, p, id, gone, algo.TokenBucket)
-		}
-		return newPairClass(st, p, id, gone, algo.LeakyBucket)
 	default:
 		return newPairClass(st, p, id, gone, algo.FixedWindow)
 	}

@@ -7,18 +7,12 @@ import (
 	"github.com/sluicehq/sluice/internal/algo"
 )
 
-// A GCRA key's state is one word, its TAT, when the limit's Rate divides its Period (S = 1,
-// algo.Params; otherwise the TAT has a part below 1µs and the class keeps two words in
-// pair.go's slots). That word is kept in the slot's control word (lockfree.go),
+// A key of a bucket limit (GCRA, TokenBucket or LeakyBucket: one machine, algo.GCRA) keeps
+// one word, its TAT, when the limit's Rate divides its Period (S = 1, algo.Params;
+// otherwise the TAT has a part below 1µs and the class keeps two words in pair.go's
+// slots). That word is kept in the slot's control word (lockfree.go),
 // so a decision on an existing key takes no lock at all: it updates the TAT with one
 // compare-and-swap, retrying if another core got there first. Slots are 24 bytes.
-//
-// TokenBucket and LeakyBucket limits with S = 1 use this class too, with the limit's GCRA
-// Params: a token bucket full at time F, or a leaky bucket empty at F, is a TAT of F, and
-// algo.TokenBucket's and algo.LeakyBucket's Result for every request is GCRA's
-// (TestTokenBucketIsGCRA, TestLeakyBucketIsGCRA), as are LeakyBucket's reservations
-// (TestReserveLeakyBucketIsReserveGCRA), so the store keeps the one word instead of the
-// bucket's two.
 //
 // Arrays are rebuilt above 70% full (slots in use, tombstones included) and grow when
 // more than 68% of the slots would be live, so they are 51–70% full: a lookup walks about
@@ -41,8 +35,8 @@ func (e *gslot) peek() (algo.State, bool) {
 	return algo.State{A: v & valMask}, !isSentinel(v)
 }
 
-// retire is retireTAT: a GCRA class's Params are GCRA's, for which algo.ExpiresAt of the
-// one-word state is that word (TestGCRAExpiresAtItsTAT).
+// retire is retireTAT: algo.ExpiresAt of the bucket machine's one-word state is that word
+// (TestGCRAExpiresAtItsTAT).
 func (e *gslot) retire(now int64, _ algo.Params) bool { return e.retireTAT(now) }
 
 func (e *gslot) apply(now int64, p algo.Params, n int64, f algoFunc) algo.Result {

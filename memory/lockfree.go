@@ -8,8 +8,8 @@ import (
 	"github.com/sluicehq/sluice/internal/algo"
 )
 
-// The lock-free classes (GCRA, and TokenBucket and LeakyBucket on GCRA's state, in
-// gcra.go; the two-word states in pair.go) decide an existing key without the shard lock:
+// The lock-free classes (the bucket machine's one-word TAT, for GCRA, TokenBucket and
+// LeakyBucket limits alike, in gcra.go; the two-word states in pair.go) decide an existing key without the shard lock:
 // a decision finds the slot with atomic loads and updates the state inside it, so the only
 // cache line it writes is the slot's own. Two cores deciding unrelated keys then never
 // write a shared line, and a hot key costs one line transfer per decision instead of two

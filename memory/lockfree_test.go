@@ -14,8 +14,8 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// lockFreeAlgs are the algorithms whose classes decide without the shard lock: GCRA, and
-// TokenBucket and LeakyBucket on GCRA's state (gcra.go), and the two-word ones (pair.go).
+// lockFreeAlgs are the algorithms whose classes decide without the shard lock: the three
+// names of the bucket machine (gcra.go, or pair.go when S > 1) and FixedWindow (pair.go).
 var lockFreeAlgs = []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket, sluice.FixedWindow}
 
 // lockFreeCase is one lock-free class under test: an algorithm, and for the bucket

@@ -11,13 +11,12 @@
 // found through a copy-on-write map; each shard is a mutex and an open-addressing table whose
 // slots hold the key (by reference) beside the state inline. A decision on an existing key
 // hashes the key once, probes slots that are usually in one cache line, and allocates
-// nothing. For GCRA (when Rate divides Period) it takes no lock at all: the TAT is one
-// word, updated by compare-and-swap in the key's own slot (see lockfree.go for why that is
-// safe against concurrent inserts, deletions and rebuilds), so a decision writes only that
-// slot's cache line. TokenBucket and LeakyBucket, whose every Result is GCRA's
-// (algo.TokenBucket, algo.LeakyBucket), are decided the same way on GCRA's state when Rate
-// divides Period. FixedWindow, and the three bucket algorithms with a TAT finer than 1µs,
-// keep two words, which a decision updates holding a mark in the slot's own control word
+// nothing. For the bucket limits (GCRA, TokenBucket and LeakyBucket, one machine:
+// algo.GCRA) when Rate divides Period it takes no lock at all: the TAT is one word,
+// updated by compare-and-swap in the key's own slot (see lockfree.go for why that is safe
+// against concurrent inserts, deletions and rebuilds), so a decision writes only that
+// slot's cache line. FixedWindow, and the bucket limits with a TAT finer than 1µs, keep
+// two words, which a decision updates holding a mark in the slot's own control word
 // (pair.go), again writing only the slot's line. SlidingWindow and SlidingLog take the
 // key's shard lock for the few nanoseconds of a decision, so a hot key never serialises
 // unrelated keys beyond the 1/Shards that share its shard.
@@ -42,7 +41,7 @@
 // and been swept before it comes back), the lock-free tables reuse the slots of deleted
 // keys (lockfree.go), so inserts allocate nothing once the tables have their size
 // (TestColdRegimeAllocatesNothing); the tables hold the keys seen lately, not every key
-// ever seen. A GCRA insert (TokenBucket and LeakyBucket on GCRA's state too) probes its
+// ever seen. An insert of a bucket key with a one-word TAT probes its
 // table once, without the lock, and holds the shard lock only to write the slot it chose;
 // where its probe run holds a state that has emptied, the new key takes that slot in its
 // place, deleting the state as the sweeper would (only in a store that sweeps). An array
@@ -115,7 +114,7 @@ type classRef struct {
 	limit sluice.Limit
 	c     class
 	more  outcomer    // c, when its decisions carry more than algo.Result; else nil
-	gcra  *gcraClass  // c, when it is one (GCRA, and the buckets on GCRA's state); else nil
+	gcra  *gcraClass  // c, when it is one (a bucket limit with S = 1); else nil
 	cost  int64       // c.maxCost(), which check reads on every decision
 	gone  atomic.Bool // set when c is retired (class.retire); c reads it too
 	used  atomic.Bool // looked up since the sweeper's last visit
@@ -126,8 +125,7 @@ type Option func(*Store)
 
 // WithClock makes the store read now from clock instead of its monotonic clock. Times
 // before 1970-01-01T00:00:00.000001Z count as that instant: internal/algo's states are
-// epoch microseconds, and a TokenBucket emptied at the epoch itself would read as a fresh
-// key.
+// epoch microseconds, and a state written at the epoch itself could read as a fresh key.
 func WithClock(clock func() time.Time) Option {
 	return func(s *Store) { s.clock = func() int64 { return algo.Micros(clock()) } }
 }

@@ -7,9 +7,10 @@ import (
 	"github.com/sluicehq/sluice/internal/algo"
 )
 
-// FixedWindow (window start, count), and GCRA, TokenBucket (credit, last) and LeakyBucket
-// (level, last conformance time) when Rate does not divide Period, keep two words, A and B
-// of algo.State. Like GCRA (lockfree.go)
+// FixedWindow (window start, count), and the bucket machine (algo.GCRA, for GCRA,
+// TokenBucket and LeakyBucket limits) when Rate does not divide Period (its TAT and the
+// part of a µs below it), keep two words, A and B of algo.State. Like the one-word TAT
+// (gcra.go, lockfree.go)
 // they decide an existing key without the shard lock, so a decision writes only the key's
 // own slot; two words cannot be swapped together, so the slot carries its own tiny lock:
 //

@@ -10,10 +10,8 @@ import (
 )
 
 // Reserve implements sluice.Limiter for GCRA, TokenBucket and LeakyBucket limits, running
-// algo.Reserve on the key's state under its shard lock: ReserveGCRA for a TokenBucket or
-// LeakyBucket limit kept on GCRA's state, whose reservations are the same
-// (algo.TestReserveTokenBucketIsReserveGCRA, algo.TestReserveLeakyBucketIsReserveGCRA).
-// The reservation shares the key's state with AllowN, and its Cancel runs
+// algo.ReserveGCRA, the bucket machine's reservation, on the key's state under its shard
+// lock. The reservation shares the key's state with AllowN, and its Cancel runs
 // algo.CancelReservation (see sluice.Reservation.Cancel for the rule). Delay is on the
 // store's clock; At is time.Now() plus Delay.
 func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
@@ -41,9 +39,9 @@ func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n i
 	}
 	h := s.hash(key)
 	var r algo.Reservation
-	p := u.params() // a TokenBucket or LeakyBucket class may keep GCRA's state (class.go)
+	p := u.params()
 	u.update(key, h, s.now(), func(st algo.State, now int64) (algo.State, bool) {
-		st, r = algo.Reserve(st, now, p, n, maxWait)
+		st, r = algo.ReserveGCRA(st, now, p, n, maxWait)
 		return st, r.OK && r.After != r.Before
 	})
 	if ref.gone.Load() { // the sweeper retired the class meanwhile: nothing was kept
@@ -70,12 +68,11 @@ func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n i
 	}), nil
 }
 
-// updater is implemented by the classes of the algorithms that can reserve: gcraClass
-// (GCRA, and TokenBucket and LeakyBucket on GCRA's state) and pairClass (any of the three,
-// with S > 1).
+// updater is implemented by the classes of the algorithms that can reserve or settle:
+// gcraClass and pairClass (the bucket machine with S = 1 and S > 1; pairClass also holds
+// FixedWindow) and windowClass (SlidingWindow).
 type updater interface {
 	update(key string, h uint64, now int64, f func(algo.State, int64) (algo.State, bool))
-	// params returns the Params the class's states are kept under, which decide which
-	// algorithm's reservation runs on them.
+	// params returns the Params the class's states are kept under.
 	params() algo.Params
 }

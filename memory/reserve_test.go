@@ -9,8 +9,8 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// reservableLimits has each reservable algorithm with S = 1 (kept on GCRA's one-word state)
-// and with S > 1 (its own two-word state).
+// reservableLimits has each name of the bucket machine with S = 1 (a one-word TAT) and
+// with S > 1 (a two-word TAT).
 func reservableLimits() []sluice.Limit {
 	return []sluice.Limit{
 		sluice.PerSecond(10),

@@ -82,8 +82,7 @@ func (rs *reservations) sweep(now int64) {
 	rs.mu.Unlock()
 }
 
-// Settle implements sluice.Limiter: algo.Settle on the key's state under its shard lock
-// (on GCRA's state for a TokenBucket or LeakyBucket limit kept on it, as Reserve does),
+// Settle implements sluice.Limiter: algo.Settle on the key's state under its shard lock,
 // then a look at the key.
 func (s *Store) Settle(ctx context.Context, key string, limit sluice.Limit, reservation sluice.ReservationID, cost int64) (sluice.Decision, error) {
 	if err := sluice.CheckSettle(key, limit, reservation, cost); err != nil {

@@ -13,12 +13,21 @@ const DefaultPrefix = "sluice:"
 // Key layout
 //
 //	<prefix>{<escaped identity>}:<algorithm>:<rate>:<period µs>:<burst>
+//	<prefix>{<escaped identity>}:bucket:<algorithm>:<rate>:<period µs>:<burst>
 //
-// for example "sluice:{user:42}:gcra:10:1000000:0". The identity sits inside a Redis Cluster
+// the second for GCRA, TokenBucket and LeakyBucket limits, for example
+// "sluice:{user:42}:bucket:gcra:10:1000000:0". The identity sits inside a Redis Cluster
 // hash tag, so every key of one identity (one per Limit) is in the same slot and a
 // multi-limit decision on it is one script call. The suffix is the whole Limit, because a
 // store keeps separate state per (key, Limit): a key moved to another Limit starts afresh
 // while its old state expires.
+//
+// The word "bucket" marks the state of the one bucket machine (algo.GCRA, a TAT). Keys
+// ending ":gcra:...", ":token_bucket:..." or ":leaky_bucket:..." hold the states of the
+// three machines those names were before (a TAT, a credit and its time, a level and its
+// time), which read as a TAT would be other buckets: the store never reads them. They
+// expire by their TTL, and their identities start afresh with a full bucket, as after a
+// change of tier (docs/redis.md).
 //
 // Escaping keeps the hash tag and the layout unambiguous whatever bytes the identity holds:
 // '%' becomes "%25", '{' "%7B" and '}' "%7D". The escaped identity then contains no '}', so
@@ -88,8 +97,9 @@ func idSlot(id string) uint16 {
 func limitTail(l sluice.Limit) string { return "}" + limitSuffix(l) }
 
 // limitSuffix is the part of the key after the identity: ":<algorithm>:<rate>:<period
-// µs>:<burst>", the Limit exactly as given (Burst 0 stays 0), so that two Limits share
-// state only when they are equal, as in every store.
+// µs>:<burst>", with ":bucket" before it for the bucket machine (see Key layout), the Limit
+// exactly as given (Burst 0 stays 0), so that two Limits share state only when they are
+// equal, as in every store.
 //
 // A calendar limit's suffix is ":calendar_month:<rate>:<zone>:<anchor>" instead.
 func limitSuffix(l sluice.Limit) string {
@@ -100,7 +110,12 @@ func limitSuffix(l sluice.Limit) string {
 	if c := l.Calendar; !c.IsZero() {
 		return ":" + c.Unit.String() + ":" + strconv.FormatInt(l.Rate, 10) + ":" + c.Zone.String() + ":" + strconv.Itoa(c.Anchor)
 	}
-	return ":" + l.Algorithm.String() + ":" + strconv.FormatInt(l.Rate, 10) + ":" +
+	head := ":"
+	switch l.Algorithm {
+	case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket:
+		head = ":bucket:"
+	}
+	return head + l.Algorithm.String() + ":" + strconv.FormatInt(l.Rate, 10) + ":" +
 		strconv.FormatInt(l.Period.Microseconds(), 10) + ":" + strconv.FormatInt(l.Burst, 10)
 }
 

@@ -13,7 +13,8 @@ import (
 // Reservations ([sluice.Limiter.Reserve])
 //
 // Reserve is one call of a second script, built from lua/prelude.lua and lua/reserve_*.lua
-// (transcriptions of internal/algo/reserve.go), on the same key AllowN uses for the same
+// (transcriptions of algo.ReserveGCRA, the bucket machine's reservation, and
+// algo.CancelReservation), on the same key AllowN uses for the same
 // identity and Limit, so reservations and decisions share one state. "Now" is Redis's TIME
 // unless WithClock says otherwise, so every client of one Redis books slots on one clock:
 // workers on many machines pace to one quota whatever their own clocks say. A reservation's
@@ -29,8 +30,7 @@ import (
 // has not come on Redis's clock (algo.CancelReservation). A cancel whose fate is unknown (a
 // timeout) may be retried: the check makes it idempotent.
 
-var reserveScript = newScript("prelude.lua", "reserve_gcra.lua", "reserve_leaky_bucket.lua",
-	"reserve_token_bucket.lua", "reserve_cancel.lua", "reserve_entry.lua")
+var reserveScript = newScript("prelude.lua", "reserve_gcra.lua", "reserve_cancel.lua", "reserve_entry.lua")
 
 // Reserve implements [sluice.Limiter.Reserve] for GCRA, TokenBucket and LeakyBucket
 // limits (see package sluice for the semantics, and the comment above for how it runs on

@@ -66,7 +66,7 @@ func TestReserveMirrorsAlgo(t *testing.T) {
 						t.Fatal(err)
 					}
 					var want algo.Reservation
-					state[key], want = algo.Reserve(state[key], now, p, n, maxWait)
+					state[key], want = algo.ReserveGCRA(state[key], now, p, n, maxWait)
 					if n == 0 {
 						want = algo.Reservation{OK: true}
 					}

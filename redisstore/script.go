@@ -20,14 +20,26 @@ import (
 var luaFiles embed.FS
 
 // calendarCode is the scripts' number for a calendar limit (a FixedWindow with a
-// sluice.Calendar), decided by calendar_window.lua; the others are their Algorithm.
+// sluice.Calendar), decided by calendar_window.lua; the others are their Algorithm, except
+// that TokenBucket and LeakyBucket limits are GCRA's number: one machine, algo.GCRA
+// (limitCode).
 const calendarCode = 7
 
-// algoFiles[a] is the file that transcribes algorithm number a.
+// limitCode is the scripts' number for l.
+func limitCode(l sluice.Limit) int {
+	switch {
+	case !l.Calendar.IsZero():
+		return calendarCode
+	case l.Algorithm == sluice.TokenBucket, l.Algorithm == sluice.LeakyBucket:
+		return int(sluice.GCRA)
+	}
+	return int(l.Algorithm)
+}
+
+// algoFiles[a] is the file that transcribes algorithm number a ("" for the numbers of
+// TokenBucket and LeakyBucket, which the scripts decide as GCRA).
 var algoFiles = [...]string{
 	sluice.GCRA:          "gcra.lua",
-	sluice.TokenBucket:   "token_bucket.lua",
-	sluice.LeakyBucket:   "leaky_bucket.lua",
 	sluice.FixedWindow:   "fixed_window.lua",
 	sluice.SlidingWindow: "sliding_window.lua",
 	sluice.SlidingLog:    "sliding_log.lua",
@@ -47,9 +59,9 @@ type script struct {
 // (closures, and the garbage they leave for Lua's collector) would cost every call.
 var decideScript = algoScript(allAlgos, "decide.lua")
 
-// decideScripts[a] decides only algorithm a.
+// decideScripts[a] decides only algorithm a (the zero script for the unused numbers).
 var decideScripts = func() (out [len(algoFiles)]script) {
-	for a := range algoFiles {
+	for _, a := range allAlgos {
 		out[a] = algoScript([]int{a}, "decide.lua")
 	}
 	return out
@@ -57,8 +69,10 @@ var decideScripts = func() (out [len(algoFiles)]script) {
 
 // allAlgos is every algorithm number the scripts know.
 var allAlgos = func() (all []int) {
-	for a := range algoFiles {
-		all = append(all, a)
+	for a, f := range algoFiles {
+		if f != "" {
+			all = append(all, a)
+		}
 	}
 	return all
 }()
@@ -101,7 +115,7 @@ func scriptFor(calls []*call) script {
 			}
 		}
 	}
-	if !seen || int(first) >= len(decideScripts) {
+	if !seen || first >= len(decideScripts) || algoFiles[first] == "" {
 		return decideScript
 	}
 	return decideScripts[first]
@@ -337,6 +351,9 @@ func (s *Store) loadScripts(ctx context.Context, client rueidis.Client) error {
 	var first error
 	for addr, node := range client.Nodes() {
 		for _, sc := range append([]script{decideScript}, decideScripts[:]...) {
+			if sc.sha == "" {
+				continue
+			}
 			sha, err := node.Do(ctx, node.B().ScriptLoad().Script(sc.body).Build()).ToString()
 			if err == nil && sha != sc.sha {
 				err = errorf("SCRIPT LOAD on %s returned %s, want %s", addr, sha, sc.sha)

@@ -22,8 +22,12 @@
 // # Keys and TTLs
 //
 // One (identity, Limit) is one key, "<prefix>{<escaped identity>}:<algorithm>:<rate>:<period
-// µs>:<burst>" ([Store.Key], [DefaultPrefix]): the identity in a hash tag, escaped so that no
-// identity collides with another or leaves its slot. A string holds the state's fields as
+// µs>:<burst>" ([Store.Key], [DefaultPrefix]), with ":bucket" before the algorithm for GCRA,
+// TokenBucket and LeakyBucket, one state machine: the identity in a hash tag, escaped so
+// that no identity collides with another or leaves its slot. Keys of the bucket names
+// without ":bucket" hold the states of the three machines they once were and are never
+// read: they expire by their TTL, and their identities start afresh with a full bucket
+// (key.go, docs/redis.md). A string holds the state's fields as
 // little-endian doubles; SlidingLog and Concurrency keys are sorted sets; a reservation to
 // settle is "<limiter key>:res:<id>", in the same slot. Every key's TTL is the time until
 // its state is equivalent to empty (algo.ExpiresAt), rounded up to a millisecond, and at
@@ -540,8 +544,9 @@ type limitInfo struct {
 	packed [32]byte
 	// args are the same four fields as decimal arguments, for the reservation script.
 	args [4]string
-	// code is the scripts' number for the limit: its Algorithm, or calendarCode (whose
-	// period field is then per call, see calendarArgs).
+	// code is the scripts' number for the limit (limitCode): its Algorithm, GCRA's for the
+	// three bucket names, or calendarCode (whose period field is then per call, see
+	// calendarArgs).
 	code int
 	// maxCost is limit.MaxCost().
 	maxCost int64
@@ -590,15 +595,11 @@ func (s *Store) makeInfo(l sluice.Limit) *limitInfo {
 		return v.(*limitInfo)
 	}
 	p := algo.ParamsOf(l)
-	li := &limitInfo{limit: l, tail: limitTail(l), code: int(l.Algorithm), maxCost: l.MaxCost()}
+	li := &limitInfo{limit: l, tail: limitTail(l), code: limitCode(l), maxCost: l.MaxCost()}
 	b := li.packed[:0]
 	f1, f2 := p.Rate, p.Period // Concurrency: Period is the lease
-	switch l.Algorithm {
-	case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket:
+	if li.code == int(sluice.GCRA) {
 		f1, f2 = p.S, p.U
-	}
-	if p.Calendar {
-		li.code = calendarCode
 	}
 	for i, x := range []int64{int64(li.code), f1, f2, p.Burst} {
 		li.args[i] = strconv.FormatInt(x, 10)

@@ -21,8 +21,8 @@
 //
 // The protocol (the sync script, region/lua/sync.lua, runs atomically per limit):
 //
-//   - A node enforces its share w of the limit with internal/algo's TokenBucket, the
-//     limit's own state machine: ⌊w·Burst⌋ units deep (at least one while w > 0), on a
+//   - A node enforces its share w of the limit with internal/algo's GCRA, the bucket
+//     limits' one state machine: ⌊w·Burst⌋ units deep (at least one while w > 0), on a
 //     clock that runs at w of real time, so that it refills at w·Rate per Period. A new
 //     share keeps what the bucket holds, up to the new depth. Shares are integers in parts
 //     per million.

@@ -175,21 +175,24 @@ func (g *Global) Close() error {
 // now is the node's monotonic clock in µs.
 func (g *Global) now() int64 { return time.Since(g.start).Microseconds() }
 
-// entry is one (identity, Limit) on this node: algo.TokenBucket under the limit with this
-// node's share of the burst, run on a clock (vnow) that advances at the node's share of
+// entry is one (identity, Limit) on this node: the bucket machine (algo.GCRA) under the
+// limit with this node's share of the burst, run on a clock (vnow) that advances at the node's share of
 // real time, so that the bucket refills at its share of the rate.
 type entry struct {
 	mu    sync.Mutex
 	rkey  string
 	limit sluice.Limit
-	full  algo.Params // the whole limit, as a TokenBucket
+	full  algo.Params // the whole limit
 	p     algo.Params // full with Burst = this node's share of it
 
 	share int64      // ppm applied now
 	st    algo.State // the bucket, on the share clock
-	vnow  int64      // the share clock, µs: Σ real µs · share/pool, at least 1
-	vrem  int64      // its remainder, in ppm·µs
-	last  int64      // local µs the share clock was last advanced
+	// empty: the bucket is empty at vnow whatever its depth (set while there is no share,
+	// when the depth is not yet known; st is then unused until a share fills it).
+	empty bool
+	vnow  int64 // the share clock, µs: Σ real µs · share/pool, at least 1
+	vrem  int64 // its remainder, in ppm·µs
+	last  int64 // local µs the share clock was last advanced
 
 	demand, admitted int64 // units since the last sync was sent
 	sentAt           int64 // local µs the last sync was sent (-1 before the first)
@@ -252,38 +255,44 @@ func (e *entry) try(now, n int64, commit bool) (r algo.Result, ok bool) {
 	if e.share == 0 {
 		return algo.Result{}, false
 	}
-	if max(n, 1) > e.p.Burst { // algo.TokenBucket requires n ≤ Burst: report a look
-		_, r = algo.TokenBucket(e.st, e.vnow, e.p, 0)
+	if max(n, 1) > e.p.Burst { // algo.GCRA requires n ≤ Burst: report a look
+		_, r = algo.GCRA(e.st, e.vnow, e.p, 0)
 		r.Allowed, r.RetryAfter = false, 0
 		return r, false
 	}
-	st, r := algo.TokenBucket(e.st, e.vnow, e.p, n)
+	st, r := algo.GCRA(e.st, e.vnow, e.p, n)
 	if r.Allowed && n > 0 && commit {
 		e.st = st
 	}
 	return r, true
 }
 
-// setShare switches to the share ppm at now. The bucket keeps what it holds, up to the new depth
-// (algo.TokenBucket clamps a credit above it), rounded down to a whole µs of refill; a
-// share of 0 empties it, so that no node holds credit beyond the share it applies.
+// setShare switches to the share ppm at now. The bucket keeps what it holds, up to the new depth,
+// rounded down to a whole µs of refill; a share of 0 empties it, so that no node holds
+// credit beyond the share it applies.
 func (e *entry) setShare(ppm, now int64) {
 	e.tick(now)
 	if ppm == e.share {
 		return
 	}
+	credit := int64(-1) // what the bucket holds at vnow, when it carries over
 	switch {
 	case ppm == 0:
-		e.st = algo.State{B: e.vnow}
+		e.st, e.empty = algo.State{}, true
 	case e.share > 0:
-		// A bucket full in ResetAfter µs holds Burst·U - ResetAfter·S (algo.TokenBucket).
-		_, r := algo.TokenBucket(e.st, e.vnow, e.p, 0)
-		e.st = algo.State{A: max(0, e.p.Burst*e.p.U-r.ResetAfter*e.p.S), B: e.vnow}
+		// A bucket full in ResetAfter µs holds Burst·U - ResetAfter·S.
+		_, r := algo.GCRA(e.st, e.vnow, e.p, 0)
+		credit = max(0, e.p.Burst*e.p.U-r.ResetAfter*e.p.S)
+	case e.empty:
+		credit = 0
 	}
 	e.share = ppm
 	// ⌊Burst·share/pool⌋, at least one while share > 0: never more than the limit's Burst,
 	// so e.full's units (S, U) serve every share.
 	e.p.Burst = share.Of(e.full.Burst, ppm)
+	if credit >= 0 {
+		e.st, e.empty = algo.GCRAHolding(e.vnow, credit, e.p), false
+	}
 }
 
 // fence drops the share of an entry that has not synced successfully for a lease.
@@ -310,13 +319,13 @@ func (g *Global) entry(key string, limit sluice.Limit) (*entry, bool) {
 		return e, false
 	}
 	now := g.now()
-	full := algo.ParamsOf(limit.With(sluice.TokenBucket))
+	full := algo.ParamsOf(limit)
 	e := &entry{
 		rkey:   g.shared.Key(key, limit) + ":global",
 		limit:  limit,
 		full:   full,
 		p:      full,
-		st:     algo.State{B: 1}, // empty until a share fills it (see the package doc)
+		empty:  true, // until a share fills it (see the package doc)
 		vnow:   1,
 		last:   now,
 		sentAt: -1,
@@ -401,7 +410,7 @@ func (g *Global) Reset(ctx context.Context, key string, limit sluice.Limit) erro
 	if e, ok := g.entries[entryKey{key, limit}]; ok {
 		e.mu.Lock()
 		e.setShare(0, g.now())
-		e.st, e.everShared = algo.State{B: e.vnow}, true // empty: no fresh full bucket after a reset
+		e.st, e.empty, e.everShared = algo.State{}, true, true // empty: no fresh full bucket after a reset
 		e.mu.Unlock()
 	}
 	g.mu.Unlock()
@@ -563,7 +572,7 @@ func (g *Global) sync() {
 			if vals[1] == 1 && !e.everShared {
 				// No node held any share for a lease and the time to fill the bucket:
 				// the global bucket is full, and this node is the only one with a share.
-				e.st = algo.State{} // algo.TokenBucket's full bucket
+				e.st, e.empty = algo.State{}, false // a full bucket
 			}
 			if e.share > 0 {
 				e.everShared = true

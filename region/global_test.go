@@ -390,8 +390,8 @@ func TestGlobalRejectsWindowLimits(t *testing.T) {
 
 // newEntry is a node's bucket for l, outside any Global.
 func newEntry(l sluice.Limit) *entry {
-	full := algo.ParamsOf(l.With(sluice.TokenBucket))
-	e := &entry{limit: l, full: full, p: full, st: algo.State{B: 1}, vnow: 1}
+	full := algo.ParamsOf(l)
+	e := &entry{limit: l, full: full, p: full, empty: true, vnow: 1}
 	e.p.Burst = 0
 	return e
 }
@@ -410,7 +410,7 @@ func TestNodeBucketIsAlgo(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(share), uint64(l.Rate)))
 			e := newEntry(l)
 			e.setShare(share, 0)
-			e.st = algo.State{} // full, as a fresh limit's first share
+			e.st, e.empty = algo.State{}, false // full, as a fresh limit's first share
 			p := algo.ParamsOf(l.With(sluice.GCRA))
 			p.Burst = e.p.Burst
 			var gs algo.State

@@ -103,7 +103,8 @@ type Result struct {
 	// RetryAfterHonest: every tested Retry-After let the request through exactly then.
 	RetryAfterHonest bool `json:"retry_after_honest"`
 	// StateBytesPerKey is the algorithm's own state per key in bytes: 8 per int64 field
-	// (GCRA 8, token and leaky bucket 16, fixed window 16, sliding window 24), and for
+	// (the bucket machine, for gcra, token_bucket and leaky_bucket alike, 8: its TAT; fixed
+	// window 16; sliding window 24), and for
 	// sliding_log 8 per timestamp at each key's peak, averaged over the keys that had
 	// traffic. Key bytes and table overhead are excluded (package memory documents them).
 	StateBytesPerKey float64 `json:"state_bytes_per_key"`
@@ -529,9 +530,9 @@ func runOne(ctx context.Context, store StoreFunc, p Pattern, a sluice.Algorithm,
 // stateBytes is Result.StateBytesPerKey.
 func stateBytes(a sluice.Algorithm, keys []keyState) float64 {
 	switch a {
-	case sluice.GCRA:
+	case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket: // one machine, algo.GCRA
 		return 8
-	case sluice.TokenBucket, sluice.LeakyBucket, sluice.FixedWindow:
+	case sluice.FixedWindow:
 		return 16
 	case sluice.SlidingWindow:
 		return 24

@@ -24,17 +24,16 @@
 //     Callers validate n ≤ Params.MaxCost beforehand (sluice.CheckRequest).
 //   - Time going backwards (an NTP step, a failover to a host whose clock is behind) never
 //     grants quota: a state that records a time later than now allows no more than it would
-//     at that time. GCRA, TokenBucket and LeakyBucket count the refill or drain between
-//     now and that time as not yet come, and so decide alike (TestTokenBucketIsGCRA,
-//     TestLeakyBucketIsGCRA); the window algorithms treat now as that time, so elapsed
+//     at that time. The bucket machine (GCRA) counts the refill or drain between now and
+//     that time as not yet come; the window algorithms treat now as that time, so elapsed
 //     time is never negative. Results are never negative.
 //   - A fresh key is the zero State; the functions never need to tell "absent" from a
 //     state they wrote, and the zero State is the same as an expired one.
 //
-// GCRA, TokenBucket and LeakyBucket are one limiter (TestTokenBucketIsGCRA,
-// TestLeakyBucketIsGCRA) kept as three functions, not one under three names, because each
-// state layout is what that algorithm's Redis keys hold: a TokenBucket state read as
-// GCRA's, or the reverse, would be a different bucket.
+// GCRA, TokenBucket and LeakyBucket are one limiter, so they are one function, GCRA, under
+// three names (see GCRA for why the names remain): Decide, Reserve (ReserveGCRA), Refund,
+// Charge and ExpiresAt run it for all three, and TestBucketTrio holds its observable
+// results to testdata/buckets.golden.
 //
 // # Results
 //
@@ -54,7 +53,7 @@ import (
 
 // Params is a validated sluice.Limit in integer microseconds.
 //
-// The bucket algorithms (GCRA, TokenBucket, LeakyBucket) count in units of 1/S µs, in
+// The bucket machine (GCRA, under all three bucket names) counts in units of 1/S µs, in
 // which one unit of cost is exactly U: U/S = Period/Rate, the emission interval, as a
 // fraction in lowest terms (S = Rate/g, U = Period/g, g = gcd(Period, Rate)). Their
 // arithmetic is then exact whether or not Rate divides Period: a client sending Rate units
@@ -157,15 +156,11 @@ func Micros(t time.Time) int64 { return max(t.UnixMicro(), 1) }
 // calendar limit (see CalendarWindow).
 func Decide(s State, now int64, p Params, n int64) (State, Result) {
 	switch p.Algo {
-	case sluice.TokenBucket:
-		return TokenBucket(s, now, p, n)
-	case sluice.LeakyBucket:
-		return LeakyBucket(s, now, p, n)
 	case sluice.FixedWindow:
 		return FixedWindow(s, now, p, n)
 	case sluice.SlidingWindow:
 		return SlidingWindow(s, now, p, n)
-	default:
+	default: // GCRA, TokenBucket, LeakyBucket
 		return GCRA(s, now, p, n)
 	}
 }
@@ -175,13 +170,6 @@ func Decide(s State, now int64, p Params, n int64) (State, Result) {
 // expires at once (0).
 func ExpiresAt(s State, p Params) int64 {
 	switch p.Algo {
-	case sluice.TokenBucket:
-		if s == (State{}) {
-			return 0
-		}
-		return s.B + ceilDiv(p.Burst*p.U-s.A, p.S) // last spend + time to refill the missing credit
-	case sluice.LeakyBucket:
-		return s.B + ceilDiv(s.A, p.S) // last conformance time + time to drain the level
 	case sluice.FixedWindow:
 		if s.B == 0 {
 			return 0
@@ -192,7 +180,7 @@ func ExpiresAt(s State, p Params) int64 {
 		return s.A + p.Period
 	case sluice.SlidingWindow:
 		return slidingFullAt(s, p.Period)
-	default:
+	default: // the bucket machine: its TAT, rounded up
 		return s.A
 	}
 }

@@ -287,24 +287,6 @@ func TestFixedWindowBoundaryBurstReachesTwiceRate(t *testing.T) {
 	}
 }
 
-func TestGCRAAndTokenBucketAndLeakyBucketAgree(t *testing.T) {
-	for _, l := range testLimits {
-		rng := rand.New(rand.NewPCG(7, uint64(l.Rate)))
-		ms := []*machine{newMachine(l.With(sluice.GCRA)), newMachine(l.With(sluice.TokenBucket)), newMachine(l.With(sluice.LeakyBucket))}
-		now := epoch
-		for i := 0; i < 50000; i++ {
-			now += randomStep(rng, now, ms[0].p)
-			n := rng.Int64N(min(ms[0].p.MaxCost(), 3) + 1)
-			want := ms[0].decide(now, n)
-			for _, m := range ms[1:] {
-				if got := m.decide(now, n); got != want {
-					t.Fatalf("%v step %d: %v gives %+v, gcra %+v", l, i, m.p.Algo, got, want)
-				}
-			}
-		}
-	}
-}
-
 func TestTimeGoingBackwardsGrantsNothing(t *testing.T) {
 	for _, l := range allLimits() {
 		t.Run(l.String(), func(t *testing.T) {
@@ -448,37 +430,6 @@ func TestFallbackSpacesUnitsByT(t *testing.T) {
 	}
 }
 
-// TestTokenBucketIsGCRA: TokenBucket gives GCRA's Result for every request, clock steps
-// back included (a step back spends the refill between the two readings, as GCRA's TAT
-// does), for every test limit, those with a part below 1µs too. The memory store relies on
-// it: it decides a TokenBucket limit with S = 1 on GCRA's one-word state.
-func TestTokenBucketIsGCRA(t *testing.T) { testIsGCRA(t, sluice.TokenBucket) }
-
-// TestLeakyBucketIsGCRA: as TestTokenBucketIsGCRA, for LeakyBucket, whose level at now is
-// GCRA's TAT - now.
-func TestLeakyBucketIsGCRA(t *testing.T) { testIsGCRA(t, sluice.LeakyBucket) }
-
-func testIsGCRA(t *testing.T, a sluice.Algorithm) {
-	for _, l := range testLimits {
-		rng := rand.New(rand.NewPCG(13, uint64(l.Rate)))
-		g, m := newMachine(l.With(sluice.GCRA)), newMachine(l.With(a))
-		p := g.p
-		now := epoch
-		for i := 0; i < 50000; i++ {
-			if rng.IntN(6) == 0 {
-				now -= rng.Int64N(2*p.Period + 1) // a clock step back
-			} else {
-				now += randomStep(rng, now, p)
-			}
-			n := rng.Int64N(min(p.MaxCost(), 3) + 1)
-			want := g.decide(now, n)
-			if got := m.decide(now, n); got != want {
-				t.Fatalf("%v step %d at %d (n %d): %v %+v, gcra %+v", l, i, now, n, a, got, want)
-			}
-		}
-	}
-}
-
 // TestGCRAStepIsGCRA: GCRAStep and GCRAAllowed split GCRA (S = 1) without changing it.
 func TestGCRAStepIsGCRA(t *testing.T) {
 	for _, l := range testLimits {
@@ -566,6 +517,35 @@ func TestFillIsDecision(t *testing.T) {
 			o.Fill(&d, &l)
 			if d != want || o.Decision(l) != want {
 				t.Fatalf("%v: Outcome %+v filled %+v, Decision %+v, want %+v", l, o, d, o.Decision(l), want)
+			}
+		}
+	}
+}
+
+// TestGCRAHolding: the state GCRAHolding makes holds the credit it was given: a look at
+// the same instant reports ⌊credit/U⌋ units and a full bucket (credit/S) µs later, rounded
+// up; a credit of the whole burst or more is the zero State.
+func TestGCRAHolding(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 41))
+	for i := 0; i < 2000; i++ {
+		l := trioLimit(rng)
+		p := ParamsOf(l)
+		bt := p.Burst * p.U
+		now := epoch + rng.Int64N(p.Period)
+		for _, credit := range []int64{0, 1, p.U - 1, p.U, rng.Int64N(bt + 1), bt - 1, bt, bt + 1} {
+			if credit < 0 {
+				continue
+			}
+			s := GCRAHolding(now, credit, p)
+			if credit >= bt {
+				if s != (State{}) {
+					t.Fatalf("%v: credit %d of %d: %+v, want the zero State", l, credit, bt, s)
+				}
+				continue
+			}
+			_, r := GCRA(s, now, p, 0)
+			if rem, reset := credit/p.U, ceilDiv(bt-credit, p.S); r.Remaining != rem || r.ResetAfter != reset {
+				t.Fatalf("%v: credit %d of %d: look %+v, want Remaining %d, ResetAfter %d", l, credit, bt, r, rem, reset)
 			}
 		}
 	}

@@ -1,6 +1,13 @@
 package algo
 
-// GCRA is the generic cell rate algorithm in its virtual-scheduling form.
+// GCRA is the generic cell rate algorithm in its virtual-scheduling form, and the one
+// state machine of the three bucket names: Decide runs it for sluice.GCRA,
+// sluice.TokenBucket and sluice.LeakyBucket alike. A token bucket of Burst tokens refilled
+// at Rate per Period and a leaky bucket (ITU-T I.371's continuous-state meter) of depth
+// Burst drained at that rate admit exactly the requests GCRA admits: the token bucket is
+// full, and the leaky bucket empty, at GCRA's TAT, and a token bucket's tokens at now are
+// ⌊(Burst·U - (TAT - now)·S)/U⌋, Remaining below. The names remain so that configurations
+// and callers keep their words; what each bucket would record is a function of the TAT.
 //
 // State: the theoretical arrival time (TAT) of the next unit if the key sent at exactly the
 // rate, TAT = A - B/S µs: A is the TAT rounded up to a whole µs and B ∈ [0, S) the part
@@ -12,13 +19,13 @@ package algo
 // now⌉, the time until a full allowance. RetryAfter (denied) = ⌈max(TAT, now) +
 // (n·U - Burst·U)/S - now⌉.
 //
-// Rounding: none in the state. GCRA, TokenBucket and LeakyBucket count time in units of
-// 1/S µs and a unit of cost as U of them, U/S = Period/Rate exactly (Params; with S = 1,
-// when Rate divides Period, plain µs). Results are rounded up to whole µs, so they are
-// exact at the µs grid: allowed at now+RetryAfter and denied 1µs earlier, empty at
-// now+ResetAfter (ExpiresAt) and not 1µs earlier. Under Params' fallback (Burst·U above
-// 2^50) units are spaced by T = ⌈Period/Rate⌉ µs instead: never closer than the rate,
-// and less than 1µs per unit apart from it.
+// Rounding: none in the state. Time is counted in units of 1/S µs and a unit of cost as U
+// of them, U/S = Period/Rate exactly (Params; with S = 1, when Rate divides Period, plain
+// µs). Results are rounded up to whole µs, so they are exact at the µs grid: allowed at
+// now+RetryAfter and denied 1µs earlier, empty at now+ResetAfter (ExpiresAt) and not 1µs
+// earlier. Under Params' fallback (Burst·U above 2^50) units are spaced by T =
+// ⌈Period/Rate⌉ µs instead: never closer than the rate, and less than 1µs per unit apart
+// from it.
 //
 // Burst: Burst units at once after a quiet spell of Burst·Period/Rate, then one unit every
 // Period/Rate. A client sending exactly Rate units per Period, spread out or (with Burst ≥
@@ -27,13 +34,18 @@ package algo
 // Error bound against an exact sliding window: in any interval of length d (µs) at most
 // Burst + ⌊d·Rate/Period⌋ units (⌊d/T⌋ under the fallback), so at most Burst +
 // Rate·d/Period, and at most Burst + Rate - 1 in an open window of one Period (2·Rate - 1
-// with the default Burst = Rate), reached only by a full burst after a quiet spell. GCRA,
-// TokenBucket and LeakyBucket admit exactly the same requests for the same Limit (ITU-T
-// I.371: virtual scheduling and the continuous-state leaky bucket are equivalent, and a
-// token bucket is the meter read the other way up); they differ in what the state
-// records.
+// with the default Burst = Rate), reached only by a full burst after a quiet spell.
 //
-// Time going backwards leaves TAT ahead of now, which only shrinks the allowance.
+// Time going backwards leaves TAT ahead of now, which only shrinks the allowance: read as
+// a token or leaky bucket, the refill or drain between now and the later instant the state
+// was written at has not yet come.
+//
+// Stored state: the Redis store keeps this TAT under a key suffix of its own,
+// ":bucket:<name>:..." (redisstore, "Key layout"). Keys under the bare names' suffixes hold
+// the states of the three machines the names once were (a credit and its time, a level and
+// its time), which read as a TAT would be other buckets; they are never read, expire by
+// their TTL, and leave their identities to start afresh with a full bucket, as after a
+// change of tier.
 func GCRA(s State, now int64, p Params, n int64) (State, Result) {
 	if p.S != 1 {
 		return gcraFrac(s, now, p, n)
@@ -103,6 +115,20 @@ func GCRAFresh(now int64, p *Params, n int64) (State, Result) {
 	return State{A: now + n*p.U}, Result{Allowed: true, Remaining: p.Burst - n, ResetAfter: n * p.U}
 }
 
+// GCRAHolding is the bucket machine's state, at now, of a bucket that holds credit
+// (in units of 1/S µs, one unit of cost being U; at most Burst·U): a token bucket with that
+// many tokens, or a leaky bucket with that much room, is full again (Burst·U -
+// credit)/S µs after now, which is its TAT. A credit of Burst·U or more is the zero State,
+// a full bucket. Rounding: none (TAT = A - B/S exactly). It lets a caller that changes a
+// bucket's depth (region) carry what the bucket holds across the change.
+func GCRAHolding(now, credit int64, p Params) State {
+	if missing := p.Burst*p.U - credit; missing > 0 {
+		a, b := advance(now, 0, missing, p.S)
+		return State{A: a, B: b}
+	}
+	return State{}
+}
+
 // gcraFrac is GCRA when S > 1: the TAT has a part below 1µs.
 func gcraFrac(s State, now int64, p Params, n int64) (State, Result) {
 	c := cost(n)
@@ -151,144 +177,6 @@ func gcraRemaining(ahead, frac, bt int64, p Params) int64 {
 		return 0
 	}
 	return nonNeg(floorDiv(bt-(ahead*p.S-frac), p.U))
-}
-
-// TokenBucket is a bucket of Burst tokens refilled continuously at Rate per Period.
-//
-// State: A = credit, the tokens held at time B, in units of 1/S µs of refill (one token =
-// U; 0 ≤ A ≤ Burst·U); B = the time of the last spend. The zero State is a full bucket. At
-// now the credit is min(Burst·U, A + (now-B)·S); a cost n is allowed when credit ≥ n·U,
-// and spends n·U of it.
-//
-// Remaining = ⌊credit/U⌋. ResetAfter = ⌈(Burst·U - credit)/S⌉, the time until the bucket
-// is full again. RetryAfter (denied) = ⌈(n·U - credit)/S⌉.
-//
-// Rounding, burst and error bound: as GCRA's. TokenBucket is GCRA with another state and
-// the same Result for every request (TestTokenBucketIsGCRA): the bucket is full at
-// B + (Burst·U - A)/S, GCRA's TAT.
-//
-// If now is before B (time went backwards), the bucket holds A at B, and what can be spent
-// at now is A less the refill between now and B, (B - now)·S (none if that is more than
-// A): as GCRA, which measures everything from its TAT, decides. A step back never makes
-// more available than at B, and a spend is recorded at B. ResetAfter and RetryAfter then
-// also wait out B - now.
-func TokenBucket(s State, now int64, p Params, n int64) (State, Result) {
-	c := cost(n)
-	bt := p.Burst * p.U
-	credit, last := bt, now
-	if s != (State{}) {
-		last = max64(s.B, now)
-		credit = refill(s.A, now-s.B, bt, p.S)
-	}
-	wait := last - now // > 0 only when time went backwards
-	// avail is what can be spent at now: credit, less the refill still to come before B.
-	avail := backRoom(credit, wait, p.S)
-	need := c * p.U
-	if avail < need {
-		return s, Result{
-			Remaining:  nonNeg(avail) / p.U,
-			ResetAfter: wait + ceilDiv(bt-credit, p.S),
-			RetryAfter: wait + ceilDiv(need-credit, p.S),
-		}
-	}
-	if n > 0 {
-		credit -= need
-		avail -= need
-		s = State{A: credit, B: last}
-	}
-	return s, Result{
-		Allowed:    true,
-		Remaining:  avail / p.U,
-		ResetAfter: wait + ceilDiv(bt-credit, p.S),
-	}
-}
-
-// refill is min(full, a + max(0, el)·S), without computing a product that could overflow.
-func refill(a, el, full, S int64) int64 {
-	if el <= 0 {
-		return min64(a, full)
-	}
-	if S == 1 {
-		return min64(full, a+el)
-	}
-	if el > (full-a)/S {
-		return full
-	}
-	return a + el*S
-}
-
-// drain is max(0, x - max(0, el)·S), without computing a product that could overflow.
-func drain(x, el, S int64) int64 {
-	if el <= 0 {
-		return x
-	}
-	if S == 1 {
-		return nonNeg(x - el)
-	}
-	if el >= (x+S-1)/S {
-		return 0
-	}
-	return x - el*S
-}
-
-// LeakyBucket is the leaky bucket as a meter (ITU-T I.371's continuous-state leaky bucket).
-//
-// State: A = X, the bucket's level in units of 1/S µs of work (a unit adds U, and the level
-// drains S per µs; 0 ≤ X ≤ Burst·U); B = LCT, the last conformance time. At now the level
-// is X' = max(0, X - (now-LCT)·S); a cost n is allowed when X' + n·U ≤ Burst·U, and then
-// X = X' + n·U, LCT = now.
-//
-// Remaining = ⌊(Burst·U - X')/U⌋. ResetAfter = ⌈X'/S⌉, the time until the bucket is
-// empty. RetryAfter (denied) = ⌈(X' + n·U - Burst·U)/S⌉.
-//
-// Rounding, burst and error bound: as GCRA's. LeakyBucket is GCRA with another state and
-// the same Result for every request (TestLeakyBucketIsGCRA): the bucket is empty at
-// LCT + X/S, GCRA's TAT.
-//
-// If now is before LCT (time went backwards), nothing drains until LCT, and the level
-// seen at now also holds the drain still to come before LCT, (LCT - now)·S: as GCRA, which
-// measures everything from its TAT, decides. A step back never leaves more room than at
-// LCT, and a spend is recorded at LCT. ResetAfter and RetryAfter then also wait out
-// LCT - now.
-func LeakyBucket(s State, now int64, p Params, n int64) (State, Result) {
-	c := cost(n)
-	bt := p.Burst * p.U
-	last := max64(s.B, now)
-	level := drain(s.A, now-s.B, p.S)
-	wait := last - now
-	room := backRoom(bt-level, wait, p.S)
-	need := c * p.U
-	if need > room {
-		return s, Result{
-			Remaining:  nonNeg(room) / p.U,
-			ResetAfter: wait + ceilDiv(level, p.S),
-			RetryAfter: wait + ceilDiv(level+need-bt, p.S),
-		}
-	}
-	if n > 0 {
-		level += need
-		room -= need
-		s = State{A: level, B: last}
-	}
-	return s, Result{
-		Allowed:    true,
-		Remaining:  room / p.U,
-		ResetAfter: wait + ceilDiv(level, p.S),
-	}
-}
-
-// backRoom is x, an amount a state holds at its recorded time (TokenBucket's credit,
-// LeakyBucket's room), less the refill or drain still to come before that time when the
-// clock reads wait µs earlier: x - wait·S, or -1 when that is below zero (the product
-// could overflow).
-func backRoom(x, wait, S int64) int64 {
-	if wait <= 0 {
-		return x
-	}
-	if wait > x/S {
-		return -1
-	}
-	return x - wait*S
 }
 
 // cost is the cost a call is evaluated at: n, or 1 for a look (n == 0).

@@ -30,10 +30,6 @@ import "github.com/sluicehq/sluice"
 // SlidingLog (see RefundSlidingLog).
 func Refund(s State, now int64, p Params, n, at int64) State {
 	switch p.Algo {
-	case sluice.TokenBucket:
-		return RefundTokenBucket(s, now, p, n, at)
-	case sluice.LeakyBucket:
-		return RefundLeakyBucket(s, now, p, n, at)
 	case sluice.FixedWindow:
 		if p.Calendar {
 			return RefundCalendarWindow(s, p, n, at)
@@ -41,12 +37,13 @@ func Refund(s State, now int64, p Params, n, at int64) State {
 		return RefundFixedWindow(s, now, p, n, at)
 	case sluice.SlidingWindow:
 		return RefundSlidingWindow(s, now, p, n, at)
-	default:
+	default: // GCRA, TokenBucket, LeakyBucket
 		return RefundGCRA(s, now, p, n, at)
 	}
 }
 
-// RefundGCRA gives back a GCRA spend of n units made at at.
+// RefundGCRA gives back a spend of n units made at at by the bucket machine (GCRA, under
+// any of its three names).
 //
 // The spend moved the TAT forward by n·U/S. The refund moves it back by that much less
 // the time elapsed since the spend, g = n·U - max(0, now-at)·S (in units of 1/S µs; none
@@ -64,7 +61,7 @@ func Refund(s State, now int64, p Params, n, at int64) State {
 // the spend was not ahead of at (the bucket had no backlog), and otherwise keeps now - at
 // of emission time too many: it under-admits by at most (now-at)·Rate/Period units, once.
 //
-// Reservations (ReserveGCRA, ReserveLeakyBucket) between the spend and the refund are
+// Reservations (ReserveGCRA) between the spend and the refund are
 // the exception: they take slots at a reserved instant that may be after now, and the
 // refund leaves a hole before those slots that a single TAT cannot hold (as
 // CancelReservation explains), into which up to n units may then be admitted beside the
@@ -74,6 +71,9 @@ func Refund(s State, now int64, p Params, n, at int64) State {
 //
 // Time going backwards: a refund whose clock reads before at counts no time as elapsed
 // and gives back n·U/S, which the TAT the spend left always covers (TAT - n·U/S ≥ at).
+// (The separate token and leaky buckets of earlier versions gave back less here: their
+// state could not move the instant it recorded back before the spend. Both answers obey
+// the first rule above; this one is exact at the spend's own instant.)
 // The bound above assumes that the decisions between the spend and the refund were made
 // at instants no later than the refund's now (a clock that does not step back within
 // that round trip); a step back of d between them can leave up to d of emission time
@@ -90,42 +90,6 @@ func RefundGCRA(s State, now int64, p Params, n, at int64) State {
 		return State{A: now}
 	}
 	return State{A: a, B: b}
-}
-
-// RefundTokenBucket gives back a TokenBucket spend of n units made at at: RefundGCRA on
-// the TAT the state stands for, B + (Burst·U - A)/S. The credit at B grows by g (as in
-// RefundGCRA), up to what leaves the bucket exactly full at max(now, B): A' = min(A + g,
-// Burst·U - max(0, now-B)·S). A bucket already full at now is left as it is, and B, the
-// last spend, is kept.
-//
-// Rounding, error bound and clock step back: as RefundGCRA's. When now is before B (time
-// went backwards), the TAT cannot go below B in this state, so the refund may give back
-// less than RefundGCRA on the same TAT: never more.
-func RefundTokenBucket(s State, now int64, p Params, n, at int64) State {
-	g := refundable(n, now, at, p)
-	bt := p.Burst * p.U
-	if g <= 0 || s == (State{}) || refill(s.A, now-s.B, bt, p.S) == bt {
-		return s
-	}
-	// The bucket is not full at now, so (now - B)·S < Burst·U - A: no overflow.
-	top := bt - nonNeg(now-s.B)*p.S
-	return State{A: min64(s.A+g, top), B: s.B}
-}
-
-// RefundLeakyBucket gives back a LeakyBucket spend of n units made at at: RefundGCRA on the
-// TAT the state stands for, LCT + X/S. The level at LCT falls by g (as in RefundGCRA), not
-// below what leaves the bucket exactly empty at max(now, LCT): X' = max(X - g,
-// max(0, now-LCT)·S). A bucket already empty at now is left as it is, and LCT is kept.
-//
-// Rounding, error bound and clock step back: as RefundGCRA's, and as RefundTokenBucket's
-// when now is before LCT.
-func RefundLeakyBucket(s State, now int64, p Params, n, at int64) State {
-	g := refundable(n, now, at, p)
-	if g <= 0 || drain(s.A, now-s.B, p.S) == 0 {
-		return s
-	}
-	// The bucket is not empty at now, so (now - LCT)·S < X: no overflow.
-	return State{A: max64(s.A-g, nonNeg(now-s.B)*p.S), B: s.B}
 }
 
 // refundable is what RefundGCRA gives back, in units of 1/S µs: n·U less the time elapsed

@@ -226,45 +226,6 @@ func TestRefundStepBackNeverGrants(t *testing.T) {
 	}
 }
 
-// TestRefundBucketsAgree: GCRA, TokenBucket and LeakyBucket, one limiter described three
-// ways, decide alike after the same spends and refunds when the clock does not step back.
-func TestRefundBucketsAgree(t *testing.T) {
-	for _, l := range testLimits {
-		rng := rand.New(rand.NewPCG(11, uint64(l.Rate)))
-		ms := []*machine{newMachine(l.With(sluice.GCRA)), newMachine(l.With(sluice.TokenBucket)), newMachine(l.With(sluice.LeakyBucket))}
-		p := ms[0].p
-		now := epoch
-		var spends []event
-		for i := 0; i < 5000; i++ {
-			now += randomStep(rng, now, p) / 4
-			if len(spends) > 0 && rng.IntN(3) == 0 {
-				k := rng.IntN(len(spends))
-				sp := spends[k]
-				spends = append(spends[:k], spends[k+1:]...)
-				for _, m := range ms {
-					m.refund(now, sp.n, sp.t)
-				}
-			} else {
-				n := 1 + rng.Int64N(p.MaxCost())
-				r := ms[0].decide(now, n)
-				for _, m := range ms[1:] {
-					if got := m.decide(now, n); got != r {
-						t.Fatalf("%v step %d: %v %+v, GCRA %+v", l, i, m.p.Algo, got, r)
-					}
-				}
-				if r.Allowed {
-					spends = append(spends, event{now, n})
-				}
-			}
-			for _, m := range ms[1:] {
-				if got, want := m.probe(now, 1), ms[0].probe(now, 1); got != want {
-					t.Fatalf("%v step %d: after a refund %v %+v, GCRA %+v", l, i, m.p.Algo, got, want)
-				}
-			}
-		}
-	}
-}
-
 // TestRefundUntouchedStates: a refund of a key that holds nothing (fresh, expired or reset)
 // leaves it as it is, and n == 0 gives nothing back.
 func TestRefundUntouchedStates(t *testing.T) {

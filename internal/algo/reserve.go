@@ -6,8 +6,8 @@ import "github.com/sluicehq/sluice"
 //
 // A reservation spends n units now for use at a later instant, the earliest at which the
 // algorithm would have admitted them: Reserve answers "when may I go?" rather than "may I
-// go now?". The three reservable algorithms (the bucket algorithms) obey one rule, which the
-// tests check:
+// go now?". The bucket machine (GCRA, under all three names), the one that can reserve,
+// obeys one rule, which the tests check:
 //
 //   - the delay of a reservation is exactly the RetryAfter that AllowN would report from the
 //     same state at the same now (0 when AllowN would allow), and
@@ -18,12 +18,11 @@ import "github.com/sluicehq/sluice"
 // Period/Rate, i.e. at most Burst + ⌊(d-1)·S/U⌋ units in any open interval of length d.
 // Reservations, plain AllowN decisions and cancellations may be mixed on one key.
 //
-// A reservation that waits records a time in the future (GCRA's TAT, TokenBucket's last
-// spend, LeakyBucket's LCT), which later decisions read as they read a clock step back. The
-// window algorithms cannot reserve: they have no notion of a future slot.
+// A reservation that waits records a TAT in the future, which later decisions read as they
+// read a clock step back. The window algorithms cannot reserve: they have no notion of a
+// future slot.
 
-// Reservation is the outcome of ReserveGCRA, ReserveTokenBucket or ReserveLeakyBucket, in
-// microseconds.
+// Reservation is the outcome of ReserveGCRA, in microseconds.
 type Reservation struct {
 	// OK reports whether the units were reserved (and spent). A refusal spends nothing.
 	OK bool
@@ -37,25 +36,14 @@ type Reservation struct {
 	Before, After State
 }
 
-// CanReserve reports whether a has a reservation function: GCRA, TokenBucket and
-// LeakyBucket.
+// CanReserve reports whether limits of algorithm a can be reserved: the names of the
+// bucket machine, GCRA, TokenBucket and LeakyBucket.
 func CanReserve(a sluice.Algorithm) bool {
 	return a == sluice.GCRA || a == sluice.TokenBucket || a == sluice.LeakyBucket
 }
 
-// Reserve runs ReserveGCRA, ReserveTokenBucket or ReserveLeakyBucket for p.Algo. It must
-// not be called for other algorithms (see CanReserve).
-func Reserve(s State, now int64, p Params, n, maxWait int64) (State, Reservation) {
-	switch p.Algo {
-	case sluice.TokenBucket:
-		return ReserveTokenBucket(s, now, p, n, maxWait)
-	case sluice.LeakyBucket:
-		return ReserveLeakyBucket(s, now, p, n, maxWait)
-	}
-	return ReserveGCRA(s, now, p, n, maxWait)
-}
-
-// ReserveGCRA reserves n units under GCRA (state as in GCRA: TAT = A - B/S).
+// ReserveGCRA reserves n units under the bucket machine (GCRA, TokenBucket and
+// LeakyBucket; state as in GCRA: TAT = A - B/S).
 //
 // With tat = max(TAT, now), the units may be used at at = max(now, tat + (n·U -
 // Burst·U)/S) (rounded up to a whole µs), and TAT becomes max(tat, at) + n·U/S whether or
@@ -89,69 +77,6 @@ func ReserveGCRA(s State, now int64, p Params, n, maxWait int64) (State, Reserva
 	s = State{A: na, B: nb}
 	r.After = s
 	return s, r
-}
-
-// ReserveLeakyBucket reserves n units under LeakyBucket (state as in LeakyBucket: A = X,
-// the level in units of 1/S µs of work, B = LCT, the last conformance time).
-//
-// With last = max(LCT, now) and level = max(0, X - max(0, now-LCT)·S) (the level at
-// last), let over = level + n·U - Burst·U. If over ≤ 0 the units fit at last: X = level +
-// n·U, LCT = last, as LeakyBucket does; they may be used at once, or, when time went
-// backwards (now before LCT), once the clock is within -over/S of LCT, as LeakyBucket
-// would then admit them. Otherwise they fit once the bucket has drained by over, w =
-// ⌈over/S⌉ µs after last: they may be used at last + w, and the state becomes what
-// LeakyBucket leaves at that instant, X = max(0, level - w·S) + n·U (Burst·U when S = 1:
-// full), LCT = last + w, a conformance time in the future. Later decisions before that
-// instant see a bucket that has not yet started to drain, which is exactly the backlog.
-// maxWait and n == 0 are as in ReserveGCRA. The delays are GCRA's
-// (TestReserveLeakyBucketIsReserveGCRA).
-func ReserveLeakyBucket(s State, now int64, p Params, n, maxWait int64) (State, Reservation) {
-	r := Reservation{OK: true, At: now, Before: s, After: s}
-	if n == 0 {
-		return s, r
-	}
-	bt := p.Burst * p.U
-	last := max64(s.B, now)
-	level := drain(s.A, now-s.B, p.S)
-	next := State{A: level + n*p.U, B: last}
-	if over := next.A - bt; over > 0 {
-		w := ceilDiv(over, p.S)
-		next = State{A: drain(level, w, p.S) + n*p.U, B: last + w}
-		r.Delay = last + w - now
-		r.At = last + w
-	} else if last > now {
-		r.Delay = nonNeg(last - now + ceilDiv(over, p.S))
-		r.At = now + r.Delay
-	}
-	if maxWait >= 0 && r.Delay > maxWait {
-		r.OK = false
-		return s, r
-	}
-	r.After = next
-	return next, r
-}
-
-// ReserveTokenBucket reserves n units under TokenBucket (state as in TokenBucket: A =
-// credit, B = the time of the last spend) by running ReserveLeakyBucket on the bucket read
-// the other way up: a credit of A at B is a level of Burst·U - A at B, and the zero State
-// is a full bucket either way (levelOf). The state after a reservation that waits is what
-// TokenBucket leaves at its instant: the credit then, less n·U, with B = that instant, in
-// the future. maxWait and n == 0 are as in ReserveGCRA; the delays are GCRA's
-// (TestReserveTokenBucketIsReserveGCRA).
-func ReserveTokenBucket(s State, now int64, p Params, n, maxWait int64) (State, Reservation) {
-	_, r := ReserveLeakyBucket(levelOf(s, p), now, p, n, maxWait)
-	r.Before, r.After = s, levelOf(r.After, p) // r.After is s again when nothing was spent
-	return r.After, r
-}
-
-// levelOf converts between TokenBucket's state and LeakyBucket's for the same p, either
-// way: credit = Burst·U - level at the same B, the zero State (a full bucket) to itself.
-// Every state either algorithm writes has B ≥ 1, so the conversion is its own inverse.
-func levelOf(s State, p Params) State {
-	if s == (State{}) {
-		return s
-	}
-	return State{A: p.Burst*p.U - s.A, B: s.B}
 }
 
 // CancelReservation gives r's units back if the algorithm allows, and reports whether it

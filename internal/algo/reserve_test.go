@@ -41,7 +41,7 @@ func TestReserveIsAllowAtItsInstant(t *testing.T) {
 				}
 				n := 1 + rng.Int64N(min(p.MaxCost(), 3))
 				_, allow := Decide(s, now, p, n)
-				got, r := Reserve(s, now, p, n, -1)
+				got, r := ReserveGCRA(s, now, p, n, -1)
 				if !r.OK || r.Delay != allow.RetryAfter || r.At != now+r.Delay || r.Delay < 0 {
 					t.Fatalf("step %d: reserve %+v, AllowN %+v", i, r, allow)
 				}
@@ -61,66 +61,6 @@ func TestReserveIsAllowAtItsInstant(t *testing.T) {
 	}
 }
 
-// TestReserveLeakyBucketIsReserveGCRA: from the same history, clock steps back included,
-// LeakyBucket's reservations have GCRA's delays and refusals, cancellations give back
-// alike, and the two keys decide alike afterwards (TestLeakyBucketIsGCRA): the memory store
-// reserves a LeakyBucket limit on GCRA's state.
-func TestReserveLeakyBucketIsReserveGCRA(t *testing.T) { testReserveIsGCRA(t, sluice.LeakyBucket) }
-
-// TestReserveTokenBucketIsReserveGCRA: as TestReserveLeakyBucketIsReserveGCRA, for
-// TokenBucket; the memory store reserves a TokenBucket limit with S = 1 on GCRA's state.
-func TestReserveTokenBucketIsReserveGCRA(t *testing.T) { testReserveIsGCRA(t, sluice.TokenBucket) }
-
-func testReserveIsGCRA(t *testing.T, a sluice.Algorithm) {
-	for _, l := range testLimits {
-		rng := rand.New(rand.NewPCG(14, uint64(l.Rate)))
-		pg, pa := ParamsOf(l.With(sluice.GCRA)), ParamsOf(l.With(a))
-		var sg, sa State
-		now := epoch
-		var given int
-		for i := 0; i < 50000; i++ {
-			if rng.IntN(6) == 0 {
-				now -= rng.Int64N(2*pg.Period + 1)
-			} else {
-				now += randomStep(rng, now, pg)
-			}
-			n := rng.Int64N(min(pg.MaxCost(), 3) + 1)
-			switch rng.IntN(3) {
-			case 0:
-				maxWait := []int64{-1, 0, rng.Int64N(pg.Period)}[rng.IntN(3)]
-				var rg, ra Reservation
-				sg, rg = ReserveGCRA(sg, now, pg, n, maxWait)
-				sa, ra = Reserve(sa, now, pa, n, maxWait)
-				if rg.OK != ra.OK || rg.Delay != ra.Delay || rg.At != ra.At {
-					t.Fatalf("%v step %d at %d (n %d, maxWait %d): %v %+v, gcra %+v", l, i, now, n, maxWait, a, ra, rg)
-				}
-				if rng.IntN(2) == 0 {
-					var okg, oka bool
-					at := now + rng.Int64N(rg.Delay+2)
-					sg, okg = CancelReservation(sg, at, rg)
-					sa, oka = CancelReservation(sa, at, ra)
-					if okg != oka {
-						t.Fatalf("%v step %d: cancel at %d: %v %v, gcra %v", l, i, at, a, oka, okg)
-					}
-					if oka {
-						given++
-					}
-				}
-			default:
-				var rg, ra Result
-				sg, rg = GCRA(sg, now, pg, n)
-				sa, ra = Decide(sa, now, pa, n)
-				if rg != ra {
-					t.Fatalf("%v step %d at %d (n %d): %v %+v, gcra %+v", l, i, now, n, a, ra, rg)
-				}
-			}
-		}
-		if given == 0 {
-			t.Fatalf("%v: no cancellation gave anything back; the test covers too little", l)
-		}
-	}
-}
-
 // TestReserveMaxWait: a reservation whose delay exceeds maxWait is refused and spends
 // nothing; one within it is made.
 func TestReserveMaxWait(t *testing.T) {
@@ -133,12 +73,12 @@ func TestReserveMaxWait(t *testing.T) {
 			for i := 0; i < 5000; i++ {
 				now += randomStep(rng, now, p) / 4
 				n := 1 + rng.Int64N(min(p.MaxCost(), 3))
-				_, free := Reserve(s, now, p, n, -1)
+				_, free := ReserveGCRA(s, now, p, n, -1)
 				maxWait := []int64{0, free.Delay - 1, free.Delay, free.Delay + 1, rng.Int64N(p.Period)}[rng.IntN(5)]
 				if maxWait < 0 {
 					maxWait = 0
 				}
-				next, r := Reserve(s, now, p, n, maxWait)
+				next, r := ReserveGCRA(s, now, p, n, maxWait)
 				if r.Delay != free.Delay {
 					t.Fatalf("step %d: delay %d with maxWait %d, %d without", i, r.Delay, maxWait, free.Delay)
 				}
@@ -158,8 +98,8 @@ func TestReserveMaxWait(t *testing.T) {
 func TestReserveZeroCost(t *testing.T) {
 	for _, l := range reservableLimits() {
 		p := ParamsOf(l)
-		s, _ := Reserve(State{}, epoch, p, p.MaxCost(), -1)
-		s2, r := Reserve(s, epoch, p, 0, 0)
+		s, _ := ReserveGCRA(State{}, epoch, p, p.MaxCost(), -1)
+		s2, r := ReserveGCRA(s, epoch, p, 0, 0)
 		if !r.OK || r.Delay != 0 || s2 != s {
 			t.Fatalf("%v: n=0 gives %+v and state %+v -> %+v", l, r, s, s2)
 		}
@@ -199,7 +139,7 @@ func TestPacingBound(t *testing.T) {
 				switch op := rng.IntN(10); {
 				case op < 6:
 					var r Reservation
-					s, r = Reserve(s, now, p, n, []int64{-1, p.T, 0}[rng.IntN(3)])
+					s, r = ReserveGCRA(s, now, p, n, []int64{-1, p.T, 0}[rng.IntN(3)])
 					if r.OK {
 						used[i] = event{r.At, n}
 						open = append(open, pending{r, i})
@@ -264,10 +204,10 @@ func TestCancelUndoesExactly(t *testing.T) {
 				now += randomStep(rng, now, p) / 3
 				// Some backlog first, so that reservations wait.
 				for k := rng.IntN(3); k > 0; k-- {
-					base, _ = Reserve(base, now, p, 1+rng.Int64N(p.MaxCost()), -1)
+					base, _ = ReserveGCRA(base, now, p, 1+rng.Int64N(p.MaxCost()), -1)
 				}
 				n := 1 + rng.Int64N(min(p.MaxCost(), 3))
-				s, r := Reserve(base, now, p, n, -1)
+				s, r := ReserveGCRA(base, now, p, n, -1)
 				later := now + rng.Int64N(r.Delay+2)
 				switch rng.IntN(3) {
 				case 0: // nothing in between
@@ -281,12 +221,12 @@ func TestCancelUndoesExactly(t *testing.T) {
 						t.Fatal("a refused cancel changed the state")
 					}
 				case 1: // a later reservation overtakes it
-					s2, _ := Reserve(s, later, p, 1, -1)
+					s2, _ := ReserveGCRA(s, later, p, 1, -1)
 					if got, ok := CancelReservation(s2, later, r); ok || got != s2 {
 						t.Fatalf("step %d: an overtaken reservation was given back", i)
 					}
 				default: // a later reservation is cancelled first: r is last again
-					s2, r2 := Reserve(s, later, p, 1, -1)
+					s2, r2 := ReserveGCRA(s, later, p, 1, -1)
 					s3, ok2 := CancelReservation(s2, later, r2)
 					got, ok := CancelReservation(s3, later, r)
 					if ok2 != (later < r2.At) {

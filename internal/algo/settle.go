@@ -88,15 +88,11 @@ func Charge(s State, now int64, p Params, n int64) State {
 	}
 	n = min64(n, p.Burst) // no more than empties the state; keeps n·U below 2^50
 	switch p.Algo {
-	case sluice.TokenBucket:
-		return ChargeTokenBucket(s, now, p, n)
-	case sluice.LeakyBucket:
-		return ChargeLeakyBucket(s, now, p, n)
 	case sluice.FixedWindow:
 		return ChargeFixedWindow(s, now, p, n)
 	case sluice.SlidingWindow:
 		return ChargeSlidingWindow(s, now, p, n)
-	default:
+	default: // GCRA, TokenBucket, LeakyBucket
 		return ChargeGCRA(s, now, p, n)
 	}
 }
@@ -104,6 +100,13 @@ func Charge(s State, now int64, p Params, n int64) State {
 // ChargeGCRA moves the TAT on by n·U/S from max(TAT, now), as GCRA's spend does, but to no
 // later than now + Burst·U/S (an empty bucket). A TAT already later than that (the clock
 // stepped back) is left as it is. Rounding: none; the cap is exact in units of 1/S µs.
+//
+// The cap is where a decision at the settlement's own instant finds the bucket empty, a
+// function of the TAT and now alone, so two states that decide alike are charged alike.
+// (The separate token and leaky buckets of earlier versions capped at empty as of the
+// later instant their state recorded, which a clock step back or a waiting reservation
+// puts after now, and so charged more there; that instant is not part of what the bucket
+// decides.)
 func ChargeGCRA(s State, now int64, p Params, n int64) State {
 	bt := p.Burst * p.U
 	ta, tb := tatFrom(s, now)
@@ -117,29 +120,6 @@ func ChargeGCRA(s State, now int64, p Params, n int64) State {
 	}
 	q := ceilDiv(bt, p.S)
 	return State{A: now + q, B: q*p.S - bt}
-}
-
-// ChargeTokenBucket takes n·U from the credit the bucket holds at max(now, B), not below 0
-// (an empty bucket), and records that instant as the last spend. Rounding: none.
-func ChargeTokenBucket(s State, now int64, p Params, n int64) State {
-	bt := p.Burst * p.U
-	credit, last := bt, now
-	if s != (State{}) {
-		last = max64(s.B, now)
-		credit = refill(s.A, now-s.B, bt, p.S)
-	}
-	return State{A: nonNeg(credit - n*p.U), B: last}
-}
-
-// ChargeLeakyBucket adds n·U to the level the bucket holds at max(now, LCT), not above
-// Burst·U (a full meter), and records that instant. Rounding: none.
-func ChargeLeakyBucket(s State, now int64, p Params, n int64) State {
-	bt := p.Burst * p.U
-	level := drain(s.A, now-s.B, p.S)
-	if level >= bt {
-		return State{A: level, B: max64(s.B, now)}
-	}
-	return State{A: min64(level+n*p.U, bt), B: max64(s.B, now)}
 }
 
 // ChargeFixedWindow counts n more units in now's window (moving the state on to it, as

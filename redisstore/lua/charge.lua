@@ -1,12 +1,13 @@
--- Mirrors algo.ChargeGCRA, algo.ChargeTokenBucket, algo.ChargeLeakyBucket,
+-- Mirrors algo.ChargeGCRA (the bucket machine: GCRA, TokenBucket and LeakyBucket),
 -- algo.ChargeFixedWindow and algo.ChargeSlidingWindow (internal/algo/settle.go), and
--- algo.ExpiresAt for the five, for one charge of a settlement (settle.lua): v is the key's
+-- algo.ExpiresAt for the three, for one charge of a settlement (settle.lua): v is the key's
 -- value (false when absent), the limit's fields as decide.lua passes them (S, U for the
 -- buckets; rate, P for the windows), burst its effective burst (Rate for the windows) and
 -- n the units charged, at most burst. The new state is written (put, prelude.lua).
 -- Returns the value the key holds afterwards.
 
--- charge[a] is the charge of algorithm number a.
+-- charge[a] is the charge of algorithm number a (0 for the three bucket names, as in
+-- decide.lua).
 local charge = {}
 
 -- Mirrors algo.ChargeGCRA. State: TAT = a - b/S µs (gcra.lua).
@@ -23,48 +24,6 @@ local function charge_gcra(key, v, S, U, burst, n)
   local val
   if S == 1 then val = spack('<d', a) else val = spack('<dd', a, b) end
   put(key, val, a)
-  return val
-end
-
--- Mirrors algo.ChargeTokenBucket. State: a = credit at b, the last spend (token_bucket.lua).
-local function charge_token_bucket(key, v, S, U, burst, n)
-  local a, b = decode(v)
-  local bt = burst * U
-  local credit, last = bt, now
-  if not (a == 0 and b == 0) then
-    -- algo.refill(a, now - b, bt, S)
-    local el = now - b
-    credit = a
-    if el <= 0 then
-      if credit > bt then credit = bt end
-    elseif el > floor((bt - a) / S) then
-      credit = bt
-    else
-      credit = a + el * S
-    end
-    last = b
-    if now > last then last = now end
-  end
-  credit = credit - n * U
-  if credit < 0 then credit = 0 end
-  local val = spack('<dd', credit, last)
-  put(key, val, last + ceildiv(bt - credit, S))
-  return val
-end
-
--- Mirrors algo.ChargeLeakyBucket. State: a = X, the level at b = LCT (leaky_bucket.lua).
-local function charge_leaky_bucket(key, v, S, U, burst, n)
-  local a, b = decode(v)
-  local bt = burst * U
-  local level = drain(a, now - b, S)
-  if level < bt then
-    level = level + n * U
-    if level > bt then level = bt end
-  end
-  local last = b
-  if now > last then last = now end
-  local val = spack('<dd', level, last)
-  put(key, val, last + ceildiv(level, S))
   return val
 end
 
@@ -102,7 +61,5 @@ local function charge_sliding_window(key, v, rate, P, burst, n)
 end
 
 charge[0] = charge_gcra
-charge[1] = charge_token_bucket
-charge[2] = charge_leaky_bucket
 charge[3] = charge_fixed_window
 charge[4] = charge_sliding_window

@@ -5,10 +5,11 @@
 --
 -- KEYS: one per request, in order.
 -- ARGV[1], ARGV[2]: now and the minimum TTL (prelude.lua).
--- ARGV[3]: the requests, five little-endian doubles each: algorithm (0 GCRA,
---   1 TokenBucket, 2 LeakyBucket, 3 FixedWindow, 4 SlidingWindow, 5 SlidingLog,
---   6 Concurrency, 7 a calendar FixedWindow), rate, period (µs; a Concurrency limit's
---   lease; a calendar limit's index into ARGV[7]), burst (Limit.EffectiveBurst; for
+-- ARGV[3]: the requests, five little-endian doubles each: algorithm (0 the bucket
+--   machine, for GCRA, TokenBucket and LeakyBucket alike, 3 FixedWindow, 4 SlidingWindow,
+--   5 SlidingLog, 6 Concurrency, 7 a calendar FixedWindow; 1 and 2 are unused), rate,
+--   period (µs; for the bucket machine S and U of algo.Params instead; a Concurrency
+--   limit's lease; a calendar limit's index into ARGV[7]), burst (Limit.EffectiveBurst; for
 --   Concurrency the id of the lease to take), cost n. Binary, because parsing decimal
 --   arguments (strtod, twice per tonumber) cost more than the decisions themselves.
 -- ARGV[4]: absent or empty, or the all-or-nothing groups (sluice.Limiter.Decide), two

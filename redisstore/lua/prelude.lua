@@ -1,6 +1,5 @@
 -- Mirrors algo.MulDiv, algo.MulDivCeil, algo.floorDiv, algo.ceilDiv, algo.advance,
--- algo.drain, algo.backRoom, algo.nonNeg, algo.windowStart and algo.cost (internal/algo): the integer
--- helpers; and the clock, the state codec and the state writes shared by the algorithm
+-- algo.nonNeg, algo.windowStart and algo.cost (internal/algo): the integer helpers; and the clock, the state codec and the state writes shared by the algorithm
 -- files that follow, which mirror the stores' read, decide, write loop around each
 -- function of internal/algo.
 --
@@ -39,22 +38,6 @@ local function advance(a, b, k, S)
   k = k - b
   local q = floor((k + S - 1) / S)
   return a + q, q * S - k
-end
-
--- Mirrors algo.drain: max(0, x - max(0, el)·S), without a product beyond the level.
-local function drain(x, el, S)
-  if el <= 0 then return x end
-  if el >= floor((x + S - 1) / S) then return 0 end
-  return x - el * S
-end
-
--- Mirrors algo.backRoom for wait > 0 (time went backwards): x, held at a state's recorded
--- time (TokenBucket's credit, LeakyBucket's room), less the refill or drain still to come
--- before that time, x - wait·S, or -1 when that is below zero. The callers test wait > 0
--- themselves, so a decision on a clock that did not go back makes no call.
-local function backroom(x, wait, S)
-  if wait > floor(x / S) then return -1 end
-  return x - wait * S
 end
 
 -- Mirrors algo.MulDiv and algo.MulDivCeil: ⌊a·b/c⌋ and whether a remainder is left, for

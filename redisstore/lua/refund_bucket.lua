@@ -1,11 +1,11 @@
--- Mirrors algo.RefundGCRA, algo.RefundTokenBucket, algo.RefundLeakyBucket and
--- algo.refundable (internal/algo/refund.go), and algo.ExpiresAt for the three, for one
--- refund: v is the key's value (false when absent), S, U the limit's units (algo.Params),
+-- Mirrors algo.RefundGCRA (the bucket machine: GCRA, TokenBucket and LeakyBucket) and
+-- algo.refundable (internal/algo/refund.go), and algo.ExpiresAt for it, for one refund: v is the key's value (false when absent), S, U the limit's units (algo.Params),
 -- burst its effective burst, n the refunded cost and at the instant it was spent. The new
 -- state is written (put, prelude.lua) only when it changes. Returns the value the key
 -- holds afterwards, for the look that reports it (refund.lua).
 
--- refund[a] is the refund of algorithm number a: this file and the two after it
+-- refund[a] is the refund of algorithm number a (0 for the three bucket names, as in
+-- decide.lua): this file and the two after it
 -- (refund_window.lua, refund_log.lua) register theirs, as the algorithm files do in run.
 local refund = {}
 
@@ -33,40 +33,4 @@ local function refund_gcra(key, v, S, U, burst, n, at)
   return val
 end
 
--- Mirrors algo.RefundTokenBucket. State: a = credit at b, the last spend (token_bucket.lua).
-local function refund_token_bucket(key, v, S, U, burst, n, at)
-  local a, b = decode(v)
-  local g = refundable(n, at, S, U)
-  local bt = burst * U
-  if g <= 0 or (a == 0 and b == 0) then return v end
-  -- algo.refill(a, now - b, bt, S): the credit at now; a full bucket keeps its state
-  local credit = a
-  local el = now - b
-  if el > 0 then
-    if el > floor((bt - a) / S) then credit = bt else credit = a + el * S end
-  end
-  if credit >= bt then return v end
-  local top = bt - nonneg(now - b) * S
-  a = a + g
-  if a > top then a = top end
-  local val = spack('<dd', a, b)
-  put(key, val, b + ceildiv(bt - a, S))
-  return val
-end
-
--- Mirrors algo.RefundLeakyBucket. State: a = X, the level at b = LCT (leaky_bucket.lua).
-local function refund_leaky_bucket(key, v, S, U, burst, n, at)
-  local a, b = decode(v)
-  local g = refundable(n, at, S, U)
-  if g <= 0 or drain(a, now - b, S) == 0 then return v end
-  local low = nonneg(now - b) * S
-  a = a - g
-  if a < low then a = low end
-  local val = spack('<dd', a, b)
-  put(key, val, b + ceildiv(a, S))
-  return val
-end
-
 refund[0] = refund_gcra
-refund[1] = refund_token_bucket
-refund[2] = refund_leaky_bucket

@@ -27,8 +27,8 @@ local v = redis.call('GET', key)
 if c < n then
   local x = n - c
   local rat = at
-  if alg < 3 then
-    -- algo.refundAt for the buckets (f1 = S, f2 = U)
+  if alg == 0 then
+    -- algo.refundAt for the bucket machine (f1 = S, f2 = U)
     local xx = x
     if xx > burst then xx = burst end
     local t = full - ceildiv(xx * f2, f1)
