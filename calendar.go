@@ -2,22 +2,19 @@ package sluice
 
 import (
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 	_ "time/tzdata" // calendar zones resolve in a container without /usr/share/zoneinfo
 )
 
-// CalendarUnit is the length of a calendar period. The zero value, NoCalendar, means a
-// Limit is not a calendar quota.
+// CalendarUnit is the length of a calendar period. The zero value means a Limit is not a
+// calendar quota: its windows are Period long.
 type CalendarUnit uint8
 
 const (
-	// NoCalendar: the Limit's windows are Period long (the zero value).
-	NoCalendar CalendarUnit = iota
 	// CalendarDay: from local midnight to the next (23, 24 or 25 hours across DST).
-	CalendarDay
+	CalendarDay CalendarUnit = iota + 1
 	// CalendarWeek: an ISO week, from local midnight on Monday (or the anchor weekday).
 	CalendarWeek
 	// CalendarMonth: from local midnight on the 1st (or the anchor day) of one month to
@@ -29,23 +26,12 @@ const (
 
 var calendarNames = [...]string{"", "calendar_day", "calendar_week", "calendar_month", "calendar_year"}
 
-// String returns the unit's configuration name ("calendar_month"), "" for NoCalendar.
+// String returns the unit's configuration name ("calendar_month"), "" for the zero unit.
 func (u CalendarUnit) String() string {
 	if int(u) < len(calendarNames) {
 		return calendarNames[u]
 	}
 	return fmt.Sprintf("calendar(%d)", uint8(u))
-}
-
-// ParseCalendarUnit parses a name as String prints it.
-func ParseCalendarUnit(s string) (CalendarUnit, bool) {
-	s = strings.ToLower(strings.TrimSpace(s))
-	for i, n := range calendarNames {
-		if i > 0 && s == n {
-			return CalendarUnit(i), true
-		}
-	}
-	return NoCalendar, false
 }
 
 // Calendar makes a FixedWindow Limit count per calendar period: its windows are bounded
@@ -79,9 +65,9 @@ func (c Calendar) String() string {
 	return s
 }
 
-// Validate reports whether c can bound windows; the error wraps ErrInvalidLimit. Its
+// validate reports whether c can bound windows; the error wraps ErrInvalidLimit. Its
 // Zone is valid by construction (see ParseZone).
-func (c Calendar) Validate() error {
+func (c Calendar) validate() error {
 	if c.IsZero() {
 		return nil
 	}
@@ -156,23 +142,13 @@ func ParseZone(name string) (Zone, error) {
 	return z, nil
 }
 
-// MustParseZone is ParseZone for names known to be valid, such as literals in a
-// program; it panics on an unknown name.
-func MustParseZone(name string) Zone {
-	z, err := ParseZone(name)
-	if err != nil {
-		panic(err)
-	}
-	return z
-}
-
 func (z Zone) entry() zoneEntry { return (*zones.list.Load())[z.id] }
 
 // String returns the name the Zone was parsed from; "" for the zero Zone.
 func (z Zone) String() string { return z.entry().name }
 
-// Location returns the zone's location; time.UTC for the zero Zone.
-func (z Zone) Location() *time.Location { return z.entry().loc }
+// location returns the zone's location; time.UTC for the zero Zone.
+func (z Zone) location() *time.Location { return z.entry().loc }
 
 // MarshalText implements encoding.TextMarshaler, as String.
 func (z Zone) MarshalText() ([]byte, error) { return []byte(z.String()), nil }
@@ -188,12 +164,12 @@ func (z *Zone) UnmarshalText(b []byte) error {
 }
 
 // Bounds returns the calendar period holding t: start ≤ t < end. It returns zero times
-// for a Calendar that fails Validate.
+// for a Calendar that no valid Limit holds (see [Limit.Validate]).
 func (c Calendar) Bounds(t time.Time) (start, end time.Time) {
-	if c.Validate() != nil || c.IsZero() {
+	if c.validate() != nil || c.IsZero() {
 		return time.Time{}, time.Time{}
 	}
-	loc := c.Zone.Location()
+	loc := c.Zone.location()
 	lt := t.In(loc)
 	y, m, d := lt.Date()
 	start = c.startNear(y, m, d, loc)

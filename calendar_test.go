@@ -46,28 +46,28 @@ func TestCalendarBounds(t *testing.T) {
 			date(time.UTC, 2028, 1, 1, 0), date(time.UTC, 2029, 1, 1, 0)},
 		{"year anchor 366 in a common year", sluice.Calendar{Unit: sluice.CalendarYear, Anchor: 366}, date(time.UTC, 2027, 12, 31, 1),
 			date(time.UTC, 2027, 12, 31, 0), date(time.UTC, 2028, 12, 31, 0)},
-		{"New York spring forward day is 23h", sluice.Calendar{Unit: sluice.CalendarDay, Zone: sluice.MustParseZone("America/New_York")}, date(ny, 2026, 3, 8, 12),
+		{"New York spring forward day is 23h", sluice.Calendar{Unit: sluice.CalendarDay, Zone: zoneOf("America/New_York")}, date(ny, 2026, 3, 8, 12),
 			date(ny, 2026, 3, 8, 0), date(ny, 2026, 3, 9, 0)},
-		{"New York fall back day is 25h", sluice.Calendar{Unit: sluice.CalendarDay, Zone: sluice.MustParseZone("America/New_York")}, date(ny, 2026, 11, 1, 12),
+		{"New York fall back day is 25h", sluice.Calendar{Unit: sluice.CalendarDay, Zone: zoneOf("America/New_York")}, date(ny, 2026, 11, 1, 12),
 			date(ny, 2026, 11, 1, 0), date(ny, 2026, 11, 2, 0)},
-		{"Berlin spring forward", sluice.Calendar{Unit: sluice.CalendarDay, Zone: sluice.MustParseZone("Europe/Berlin")}, date(berlin, 2026, 3, 29, 3),
+		{"Berlin spring forward", sluice.Calendar{Unit: sluice.CalendarDay, Zone: zoneOf("Europe/Berlin")}, date(berlin, 2026, 3, 29, 3),
 			date(berlin, 2026, 3, 29, 0), date(berlin, 2026, 3, 30, 0)},
-		{"Berlin fall back", sluice.Calendar{Unit: sluice.CalendarDay, Zone: sluice.MustParseZone("Europe/Berlin")}, date(berlin, 2026, 10, 25, 2),
+		{"Berlin fall back", sluice.Calendar{Unit: sluice.CalendarDay, Zone: zoneOf("Europe/Berlin")}, date(berlin, 2026, 10, 25, 2),
 			date(berlin, 2026, 10, 25, 0), date(berlin, 2026, 10, 26, 0)},
-		{"Berlin March across DST", sluice.Calendar{Unit: sluice.CalendarMonth, Zone: sluice.MustParseZone("Europe/Berlin")}, date(berlin, 2026, 3, 31, 23),
+		{"Berlin March across DST", sluice.Calendar{Unit: sluice.CalendarMonth, Zone: zoneOf("Europe/Berlin")}, date(berlin, 2026, 3, 31, 23),
 			date(berlin, 2026, 3, 1, 0), date(berlin, 2026, 4, 1, 0)},
 		{"ISO week from Monday", sluice.Calendar{Unit: sluice.CalendarWeek}, date(time.UTC, 2026, 12, 6, 23), // a Sunday
 			date(time.UTC, 2026, 11, 30, 0), date(time.UTC, 2026, 12, 7, 0)},
 		{"week from Wednesday", sluice.Calendar{Unit: sluice.CalendarWeek, Anchor: 3}, date(time.UTC, 2026, 12, 1, 12), // a Tuesday
 			date(time.UTC, 2026, 11, 25, 0), date(time.UTC, 2026, 12, 2, 0)},
-		{"Kiritimati is a day ahead of UTC", sluice.Calendar{Unit: sluice.CalendarDay, Zone: sluice.MustParseZone("Pacific/Kiritimati")}, date(time.UTC, 2026, 12, 31, 10),
+		{"Kiritimati is a day ahead of UTC", sluice.Calendar{Unit: sluice.CalendarDay, Zone: zoneOf("Pacific/Kiritimati")}, date(time.UTC, 2026, 12, 31, 10),
 			date(kiri, 2027, 1, 1, 0), date(kiri, 2027, 1, 2, 0)},
-		{"Kiritimati new year", sluice.Calendar{Unit: sluice.CalendarYear, Zone: sluice.MustParseZone("Pacific/Kiritimati")}, date(time.UTC, 2026, 12, 31, 9),
+		{"Kiritimati new year", sluice.Calendar{Unit: sluice.CalendarYear, Zone: zoneOf("Pacific/Kiritimati")}, date(time.UTC, 2026, 12, 31, 9),
 			date(kiri, 2026, 1, 1, 0), date(kiri, 2027, 1, 1, 0)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := tt.c.Validate(); err != nil {
+			if err := sluice.PerCalendar(1, tt.c).Validate(); err != nil {
 				t.Fatal(err)
 			}
 			start, end := tt.c.Bounds(tt.at)
@@ -99,7 +99,7 @@ func TestCalendarBounds(t *testing.T) {
 // TestCalendarAnchor31 walks an anchor on the 31st through every month of a leap and a
 // common year: each period starts on the month's last day when it has fewer than 31.
 func TestCalendarAnchor31(t *testing.T) {
-	c := sluice.Calendar{Unit: sluice.CalendarMonth, Zone: sluice.MustParseZone("Europe/Berlin"), Anchor: 31}
+	c := sluice.Calendar{Unit: sluice.CalendarMonth, Zone: zoneOf("Europe/Berlin"), Anchor: 31}
 	loc := mustZone(t, "Europe/Berlin")
 	for _, year := range []int{2027, 2028} {
 		for m := time.January; m <= time.December; m++ {
@@ -134,7 +134,7 @@ func TestCalendarValidate(t *testing.T) {
 			t.Errorf("%v: Validate accepted it", l)
 		}
 	}
-	if err := sluice.PerCalendar(1000, sluice.Calendar{Unit: sluice.CalendarMonth, Zone: sluice.MustParseZone("Europe/Berlin"), Anchor: 15}).Validate(); err != nil {
+	if err := sluice.PerCalendar(1000, sluice.Calendar{Unit: sluice.CalendarMonth, Zone: zoneOf("Europe/Berlin"), Anchor: 15}).Validate(); err != nil {
 		t.Error(err)
 	}
 }
@@ -145,20 +145,20 @@ func TestZone(t *testing.T) {
 	if _, err := sluice.ParseZone("Mars/Olympus"); !errors.Is(err, sluice.ErrInvalidLimit) {
 		t.Errorf("unknown zone: %v, want ErrInvalidLimit", err)
 	}
-	a, b := sluice.MustParseZone("Europe/Berlin"), sluice.MustParseZone("Europe/Berlin")
-	if a != b || a == (sluice.Zone{}) || a == sluice.MustParseZone("America/New_York") {
+	a, b := zoneOf("Europe/Berlin"), zoneOf("Europe/Berlin")
+	if a != b || a == (sluice.Zone{}) || a == zoneOf("America/New_York") {
 		t.Errorf("zones of one name differ, or match another: %v %v", a, b)
 	}
-	if a.String() != "Europe/Berlin" || a.Location().String() != "Europe/Berlin" {
-		t.Errorf("zone names %q, location %v", a.String(), a.Location())
+	if a.String() != "Europe/Berlin" || sluice.ZoneLocation(a).String() != "Europe/Berlin" {
+		t.Errorf("zone names %q, location %v", a.String(), sluice.ZoneLocation(a))
 	}
-	if z, err := sluice.ParseZone(""); err != nil || z != (sluice.Zone{}) || z.Location() != time.UTC || z.String() != "" {
+	if z, err := sluice.ParseZone(""); err != nil || z != (sluice.Zone{}) || sluice.ZoneLocation(z) != time.UTC || z.String() != "" {
 		t.Errorf(`ParseZone("") = %v, %v`, z, err)
 	}
 	// "UTC" is kept as written, as the Redis store's keys hold it, though it decides as
 	// the zero Zone does.
-	if u := sluice.MustParseZone("UTC"); u == (sluice.Zone{}) || u.String() != "UTC" || u.Location() != time.UTC {
-		t.Errorf("UTC: %v %v", u, u.Location())
+	if u := zoneOf("UTC"); u == (sluice.Zone{}) || u.String() != "UTC" || sluice.ZoneLocation(u) != time.UTC {
+		t.Errorf("UTC: %v %v", u, sluice.ZoneLocation(u))
 	}
 	type doc struct {
 		Zone sluice.Zone `json:"zone"`
@@ -177,4 +177,13 @@ func TestZone(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"Zone":"Mars/Olympus"}`), &d); !errors.Is(err, sluice.ErrInvalidLimit) {
 		t.Errorf("unknown zone in JSON: %v", err)
 	}
+}
+
+// zoneOf is sluice.ParseZone of a name known to be valid.
+func zoneOf(name string) sluice.Zone {
+	z, err := sluice.ParseZone(name)
+	if err != nil {
+		panic(err)
+	}
+	return z
 }

@@ -34,14 +34,6 @@ func ExampleLimit_Validate() {
 	// true sluice: invalid limit: period must be at least 1µs, got 0s
 }
 
-func ExampleCheckRequest() {
-	// A cost no amount of waiting could satisfy is an error, not a denial.
-	err := sluice.CheckRequest("k", sluice.PerMinute(5), 6)
-	fmt.Println(errors.Is(err, sluice.ErrCostExceedsLimit))
-	// Output:
-	// true
-}
-
 // At most 2 requests of a client in flight: each admitted request holds a lease until it
 // releases it (or until the lease's 30s have passed).
 func ExampleInFlight() {

@@ -7,8 +7,8 @@ import (
 
 // LeaseID identifies the lease an allowed request took under a Concurrency limit
 // (Decision.Lease); give it to Limiter.Release when the request is done. The zero LeaseID
-// is no lease. Stores give ids in [1, MaxLeaseID]. Its text (String, MarshalText) is the
-// id in base 36, at most 11 characters, and the zero LeaseID's is "".
+// is no lease. Stores give ids in [1, 2^53-1]. Its text (String, MarshalText) is the id
+// in base 36, at most 11 characters, and the zero LeaseID's is "".
 type LeaseID uint64
 
 // ReservationID identifies the reservation an allowed request with a SettleTTL made
@@ -16,9 +16,9 @@ type LeaseID uint64
 // ReservationID is no reservation. Ids and their text are as LeaseID's.
 type ReservationID uint64
 
-// MaxLeaseID bounds lease and reservation ids: they are below 2^53, so that Redis's Lua
-// holds them exactly.
-const MaxLeaseID = 1<<53 - 1
+// maxID bounds lease and reservation ids (store.MaxLeaseID): they are below 2^53, so
+// that Redis's Lua holds them exactly.
+const maxID = 1<<53 - 1
 
 // String returns the id in base 36, "" for the zero LeaseID.
 func (id LeaseID) String() string { return formatID(uint64(id)) }
@@ -26,19 +26,13 @@ func (id LeaseID) String() string { return formatID(uint64(id)) }
 // MarshalText implements encoding.TextMarshaler, as String.
 func (id LeaseID) MarshalText() ([]byte, error) { return appendID(nil, uint64(id)), nil }
 
-// UnmarshalText implements encoding.TextUnmarshaler: "" is the zero LeaseID, anything
-// else as ParseLeaseID.
+// UnmarshalText implements encoding.TextUnmarshaler: "" is the zero LeaseID; anything else
+// is read as String writes it, and text that no store gives is an error wrapping
+// [ErrInvalidLease].
 func (id *LeaseID) UnmarshalText(b []byte) error {
 	v, err := unmarshalID(b, ErrInvalidLease, "lease")
 	*id = LeaseID(v)
 	return err
-}
-
-// ParseLeaseID reads a lease id as String writes it. "" and anything a store never gives
-// are errors wrapping ErrInvalidLease.
-func ParseLeaseID(s string) (LeaseID, error) {
-	v, err := parseID(s, ErrInvalidLease, "lease")
-	return LeaseID(v), err
 }
 
 // String returns the id in base 36, "" for the zero ReservationID.
@@ -47,20 +41,13 @@ func (id ReservationID) String() string { return formatID(uint64(id)) }
 // MarshalText implements encoding.TextMarshaler, as String.
 func (id ReservationID) MarshalText() ([]byte, error) { return appendID(nil, uint64(id)), nil }
 
-// UnmarshalText implements encoding.TextUnmarshaler: "" is the zero ReservationID,
-// anything else as ParseReservationID.
+// UnmarshalText implements encoding.TextUnmarshaler: "" is the zero ReservationID;
+// anything else is read as String writes it, and text that no store gives is an error
+// wrapping [ErrUnknownReservation] (no store holds such a reservation).
 func (id *ReservationID) UnmarshalText(b []byte) error {
 	v, err := unmarshalID(b, ErrUnknownReservation, "reservation")
 	*id = ReservationID(v)
 	return err
-}
-
-// ParseReservationID reads a reservation id as String writes it. "" and anything a store
-// never gives are errors wrapping ErrUnknownReservation: no store holds such a
-// reservation.
-func ParseReservationID(s string) (ReservationID, error) {
-	v, err := parseID(s, ErrUnknownReservation, "reservation")
-	return ReservationID(v), err
 }
 
 func formatID(v uint64) string {
@@ -78,7 +65,7 @@ func appendID(b []byte, v uint64) []byte {
 }
 
 // validID reports whether v is an id a store gives.
-func validID(v uint64) bool { return v != 0 && v <= MaxLeaseID }
+func validID(v uint64) bool { return v != 0 && v <= maxID }
 
 // parseID reads an id in base 36; the error wraps sentinel and names what.
 func parseID(s string, sentinel error, what string) (uint64, error) {

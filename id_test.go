@@ -6,18 +6,21 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
 )
 
 // TestIDText checks the text of lease and reservation ids: base 36, "" for the zero id,
-// round trips through String/Parse and JSON, and errors for anything no store gives.
+// round trips through String/UnmarshalText and JSON, and errors for anything no store gives.
 func TestIDText(t *testing.T) {
-	for _, v := range []uint64{1, 35, 36, 123456789, sluice.MaxLeaseID} {
+	for _, v := range []uint64{1, 35, 36, 123456789, store.MaxLeaseID} {
 		l, r := sluice.LeaseID(v), sluice.ReservationID(v)
-		if got, err := sluice.ParseLeaseID(l.String()); err != nil || got != l {
-			t.Errorf("lease %d: %q parses to %v, %v", v, l.String(), got, err)
+		var gl sluice.LeaseID
+		if err := gl.UnmarshalText([]byte(l.String())); err != nil || gl != l {
+			t.Errorf("lease %d: %q parses to %v, %v", v, l.String(), gl, err)
 		}
-		if got, err := sluice.ParseReservationID(r.String()); err != nil || got != r {
-			t.Errorf("reservation %d: %q parses to %v, %v", v, r.String(), got, err)
+		var gr sluice.ReservationID
+		if err := gr.UnmarshalText([]byte(r.String())); err != nil || gr != r {
+			t.Errorf("reservation %d: %q parses to %v, %v", v, r.String(), gr, err)
 		}
 	}
 	if s := sluice.LeaseID(36).String(); s != "10" {
@@ -26,12 +29,14 @@ func TestIDText(t *testing.T) {
 	if sluice.LeaseID(0).String() != "" || sluice.ReservationID(0).String() != "" {
 		t.Error("the zero id's text is not empty")
 	}
-	for _, s := range []string{"", "0", "not an id", "-1", "2gosa7pa2gw" /* MaxLeaseID+1 */, "000000000001"} {
-		if _, err := sluice.ParseLeaseID(s); !errors.Is(err, sluice.ErrInvalidLease) {
-			t.Errorf("ParseLeaseID(%q): %v, want ErrInvalidLease", s, err)
+	for _, s := range []string{"0", "not an id", "-1", "2gosa7pa2gw" /* MaxLeaseID+1 */, "000000000001"} {
+		var l sluice.LeaseID
+		if err := l.UnmarshalText([]byte(s)); !errors.Is(err, sluice.ErrInvalidLease) {
+			t.Errorf("LeaseID.UnmarshalText(%q): %v, want ErrInvalidLease", s, err)
 		}
-		if _, err := sluice.ParseReservationID(s); !errors.Is(err, sluice.ErrUnknownReservation) {
-			t.Errorf("ParseReservationID(%q): %v, want ErrUnknownReservation", s, err)
+		var r sluice.ReservationID
+		if err := r.UnmarshalText([]byte(s)); !errors.Is(err, sluice.ErrUnknownReservation) {
+			t.Errorf("ReservationID.UnmarshalText(%q): %v, want ErrUnknownReservation", s, err)
 		}
 	}
 
@@ -39,7 +44,7 @@ func TestIDText(t *testing.T) {
 		Lease       sluice.LeaseID       `json:"lease,omitempty"`
 		Reservation sluice.ReservationID `json:"reservation,omitempty"`
 	}
-	for _, d := range []doc{{}, {Lease: 1234567, Reservation: sluice.MaxLeaseID}} {
+	for _, d := range []doc{{}, {Lease: 1234567, Reservation: store.MaxLeaseID}} {
 		raw, err := json.Marshal(d)
 		if err != nil {
 			t.Fatal(err)

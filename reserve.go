@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/reservation"
 )
 
 // Reservations pace instead of denying: Limiter.Reserve spends a request's units at the
@@ -30,7 +32,8 @@ import (
 // nothing. Without a deadline a reservation is made however far ahead its instant is.
 
 // Reservation is a store's promise that N units of a key's quota under Limit are spent for
-// use at At. The zero Reservation is not OK and cancels nothing.
+// use at At. The zero Reservation is not OK and cancels nothing. A store makes one
+// cancellable with store.WithCancel.
 //
 // Copies of a Reservation share its cancellation: Cancel gives the units back at most once
 // however many copies call it.
@@ -60,12 +63,12 @@ type canceler struct {
 	f    func(context.Context) (bool, error)
 }
 
-// WithCancel returns a copy of r whose Cancel calls f, at most once with success, to give
-// the units back. It is for stores implementing Limiter.Reserve. f reports whether the store gave
-// the units back; an error lets a later Cancel try again.
-func (r Reservation) WithCancel(f func(ctx context.Context) (bool, error)) Reservation {
-	r.cancel = &canceler{f: f}
-	return r
+func init() {
+	reservation.WithCancel = func(r any, f func(context.Context) (bool, error)) any {
+		res := r.(Reservation)
+		res.cancel = &canceler{f: f}
+		return res
+	}
 }
 
 // Cancel tells the store that the reserved units will not be used and gives them back

@@ -37,7 +37,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/bits"
 	"strings"
 	"time"
 )
@@ -100,12 +99,6 @@ var algorithmNames = [numAlgorithms]string{
 	Concurrency:   "concurrency",
 }
 
-// Algorithms lists the six rate algorithms, in declaration order. Concurrency, which
-// limits requests in flight rather than a rate, is not among them.
-func Algorithms() []Algorithm {
-	return []Algorithm{GCRA, TokenBucket, LeakyBucket, FixedWindow, SlidingWindow, SlidingLog}
-}
-
 // String returns the algorithm's snake_case name, as used in configuration files.
 func (a Algorithm) String() string {
 	if a < numAlgorithms {
@@ -114,9 +107,9 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("algorithm(%d)", uint8(a))
 }
 
-// Valid reports whether a names one of the algorithms (the six rate algorithms or
+// valid reports whether a names one of the algorithms (the six rate algorithms or
 // Concurrency).
-func (a Algorithm) Valid() bool { return a < numAlgorithms }
+func (a Algorithm) valid() bool { return a < numAlgorithms }
 
 // ParseAlgorithm parses an algorithm name as printed by String. It also accepts hyphens for
 // underscores and is case-insensitive.
@@ -132,7 +125,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 
 // MarshalText implements encoding.TextMarshaler.
 func (a Algorithm) MarshalText() ([]byte, error) {
-	if !a.Valid() {
+	if !a.valid() {
 		return nil, fmt.Errorf("%w: unknown algorithm %d", ErrInvalidLimit, uint8(a))
 	}
 	return []byte(a.String()), nil
@@ -183,10 +176,6 @@ func InFlight(n int64, lease time.Duration) Limit {
 	return Limit{Algorithm: Concurrency, Rate: n, Lease: lease}
 }
 
-// MaxLease is the longest Lease a Concurrency limit may have: a day. A lease is a bound
-// on a request's lifetime, not a quota period.
-const MaxLease = 24 * time.Hour
-
 // PerSecond returns a GCRA limit of rate events per second with burst rate.
 func PerSecond(rate int64) Limit { return Limit{Algorithm: GCRA, Rate: rate, Period: time.Second} }
 
@@ -206,22 +195,19 @@ func (l Limit) With(a Algorithm) Limit { l.Algorithm = a; return l }
 // WithBurst returns a copy of l with the given burst.
 func (l Limit) WithBurst(burst int64) Limit { l.Burst = burst; return l }
 
-// MaxPeriod is the longest Period a Limit may have (2^50 µs, about 35.7 years). It keeps
-// every intermediate of every algorithm below 2^53 microseconds, where Lua's doubles are
-// exact, for any time before the year 2180: the latest instant an algorithm computes is
-// the end of the window after the current one, now + 2·Period (2^53 µs is in 2255).
-const MaxPeriod = 1 << 50 * time.Microsecond
+// Bounds of a Limit; package store exports them (store.maxPeriod, ...) and documents why.
+const (
+	maxPeriod  = 1 << 50 * time.Microsecond
+	maxRate    = 1 << 40
+	maxLogRate = 1 << 20
+	maxLease   = 24 * time.Hour
+)
 
-// MaxRate is the largest Rate or Burst a Limit may have. It keeps counts exact in Lua and
-// the sliding log bounded.
-const MaxRate = 1 << 40
-
-// MaxLogRate is the largest Rate a SlidingLog limit may have: the log keeps one timestamp
-// per admitted unit in the window, so its memory is proportional to Rate.
-const MaxLogRate = 1 << 20
-
-// Validate reports whether l can be decided. The error wraps ErrInvalidLimit and names the
-// offending field.
+// Validate reports whether l can be decided. The error wraps [ErrInvalidLimit] and names
+// the offending field. Rate and Burst are at most 2^40, Period at most 2^50 µs (about
+// 35.7 years), and so is a bucket's refill time, Burst·Period/Rate; a SlidingLog's Rate
+// and a Concurrency limit's are at most 2^20, and a Lease at most a day. These bounds keep
+// every intermediate exact in Lua; package store names them.
 func (l Limit) Validate() error {
 	if l.Algorithm == Concurrency {
 		return l.validateConcurrency()
@@ -234,32 +220,32 @@ func (l Limit) Validate() error {
 			return fmt.Errorf("%w: a calendar limit has no period, got %v", ErrInvalidLimit, l.Period)
 		case l.Rate <= 0:
 			return fmt.Errorf("%w: rate must be positive, got %d", ErrInvalidLimit, l.Rate)
-		case l.Rate > MaxRate:
-			return fmt.Errorf("%w: rate %d exceeds the maximum %d", ErrInvalidLimit, l.Rate, int64(MaxRate))
+		case l.Rate > maxRate:
+			return fmt.Errorf("%w: rate %d exceeds the maximum %d", ErrInvalidLimit, l.Rate, int64(maxRate))
 		case l.Lease != 0:
 			return fmt.Errorf("%w: lease is for concurrency limits only; a calendar limit has lease %v", ErrInvalidLimit, l.Lease)
 		case l.Burst != 0:
 			return fmt.Errorf("%w: a calendar limit has no burst, got %d", ErrInvalidLimit, l.Burst)
 		}
-		return l.Calendar.Validate()
+		return l.Calendar.validate()
 	}
 	switch {
-	case !l.Algorithm.Valid():
+	case !l.Algorithm.valid():
 		return fmt.Errorf("%w: unknown algorithm %d", ErrInvalidLimit, uint8(l.Algorithm))
 	case l.Lease != 0:
 		return fmt.Errorf("%w: lease is for concurrency limits only; %v has lease %v", ErrInvalidLimit, l.Algorithm, l.Lease)
 	case l.Rate <= 0:
 		return fmt.Errorf("%w: rate must be positive, got %d", ErrInvalidLimit, l.Rate)
-	case l.Rate > MaxRate:
-		return fmt.Errorf("%w: rate %d exceeds the maximum %d", ErrInvalidLimit, l.Rate, int64(MaxRate))
+	case l.Rate > maxRate:
+		return fmt.Errorf("%w: rate %d exceeds the maximum %d", ErrInvalidLimit, l.Rate, int64(maxRate))
 	case l.Period < time.Microsecond:
 		return fmt.Errorf("%w: period must be at least 1µs, got %v", ErrInvalidLimit, l.Period)
-	case l.Period > MaxPeriod:
-		return fmt.Errorf("%w: period %v exceeds the maximum %v", ErrInvalidLimit, l.Period, MaxPeriod)
+	case l.Period > maxPeriod:
+		return fmt.Errorf("%w: period %v exceeds the maximum %v", ErrInvalidLimit, l.Period, maxPeriod)
 	case l.Burst < 0:
 		return fmt.Errorf("%w: burst must not be negative, got %d", ErrInvalidLimit, l.Burst)
-	case l.Burst > MaxRate:
-		return fmt.Errorf("%w: burst %d exceeds the maximum %d", ErrInvalidLimit, l.Burst, int64(MaxRate))
+	case l.Burst > maxRate:
+		return fmt.Errorf("%w: burst %d exceeds the maximum %d", ErrInvalidLimit, l.Burst, int64(maxRate))
 	}
 	switch l.Algorithm {
 	case GCRA, TokenBucket, LeakyBucket:
@@ -267,17 +253,17 @@ func (l Limit) Validate() error {
 			return fmt.Errorf("%w: %d per %v spaces events less than 1µs apart; use a longer period or a window algorithm",
 				ErrInvalidLimit, l.Rate, l.Period)
 		}
-		// The time to fill a whole bucket, Burst·T, stays below MaxPeriod so that every
+		// The time to fill a whole bucket, Burst·T, stays below maxPeriod so that every
 		// intermediate is exact in Lua.
 		t := ceilDiv(l.Period.Microseconds(), l.Rate)
-		if b := l.EffectiveBurst(); b > int64(MaxPeriod/time.Microsecond)/t {
+		if b := l.effectiveBurst(); b > int64(maxPeriod/time.Microsecond)/t {
 			return fmt.Errorf("%w: burst %d × interval %dµs exceeds the maximum %v to refill a bucket",
-				ErrInvalidLimit, b, t, MaxPeriod)
+				ErrInvalidLimit, b, t, maxPeriod)
 		}
 	case SlidingLog:
-		if l.Rate > MaxLogRate {
+		if l.Rate > maxLogRate {
 			return fmt.Errorf("%w: sliding_log keeps one timestamp per unit; rate %d exceeds its maximum %d (use sliding_window)",
-				ErrInvalidLimit, l.Rate, int64(MaxLogRate))
+				ErrInvalidLimit, l.Rate, int64(maxLogRate))
 		}
 	}
 	return nil
@@ -287,14 +273,14 @@ func (l Limit) validateConcurrency() error {
 	switch {
 	case l.Rate <= 0:
 		return fmt.Errorf("%w: concurrency must be positive, got %d", ErrInvalidLimit, l.Rate)
-	case l.Rate > MaxLogRate:
-		return fmt.Errorf("%w: concurrency keeps one lease per request; %d exceeds its maximum %d", ErrInvalidLimit, l.Rate, int64(MaxLogRate))
+	case l.Rate > maxLogRate:
+		return fmt.Errorf("%w: concurrency keeps one lease per request; %d exceeds its maximum %d", ErrInvalidLimit, l.Rate, int64(maxLogRate))
 	case l.Lease <= 0:
 		return fmt.Errorf("%w: a concurrency limit needs a lease TTL (lease), got %v", ErrInvalidLimit, l.Lease)
 	case l.Lease < time.Millisecond:
 		return fmt.Errorf("%w: lease must be at least 1ms, got %v", ErrInvalidLimit, l.Lease)
-	case l.Lease > MaxLease:
-		return fmt.Errorf("%w: lease %v exceeds the maximum %v", ErrInvalidLimit, l.Lease, MaxLease)
+	case l.Lease > maxLease:
+		return fmt.Errorf("%w: lease %v exceeds the maximum %v", ErrInvalidLimit, l.Lease, maxLease)
 	case l.Period != 0:
 		return fmt.Errorf("%w: a concurrency limit has no period (got %v); its lease bounds each request", ErrInvalidLimit, l.Period)
 	case l.Burst != 0:
@@ -303,9 +289,9 @@ func (l Limit) validateConcurrency() error {
 	return nil
 }
 
-// EffectiveBurst is the bucket depth the bucket algorithms use: Burst, or Rate when Burst is 0.
-// For the window algorithms it is Rate.
-func (l Limit) EffectiveBurst() int64 {
+// effectiveBurst is the bucket depth the bucket algorithms use: Burst, or Rate when
+// Burst is 0. For the window algorithms it is Rate.
+func (l Limit) effectiveBurst() int64 {
 	switch l.Algorithm {
 	case GCRA, TokenBucket, LeakyBucket:
 		if l.Burst > 0 {
@@ -322,32 +308,7 @@ func (l Limit) MaxCost() int64 {
 	if l.Algorithm == Concurrency {
 		return 1
 	}
-	return l.EffectiveBurst()
-}
-
-// FillTime is the time an empty state takes to allow MaxCost again: for the bucket
-// algorithms EffectiveBurst·Period/Rate, rounded up to a whole microsecond; for the
-// window algorithms Period; for Concurrency Lease (the longest a slot stays taken). It
-// is 0 for a limit that fails Validate.
-func (l Limit) FillTime() time.Duration {
-	if l.Rate <= 0 || l.Period <= 0 && l.Algorithm != Concurrency {
-		return 0
-	}
-	switch l.Algorithm {
-	case Concurrency:
-		return l.Lease
-	case GCRA, TokenBucket, LeakyBucket:
-		hi, lo := bits.Mul64(uint64(l.EffectiveBurst()), uint64(l.Period.Microseconds()))
-		if hi >= uint64(l.Rate) {
-			return 0 // beyond what Validate accepts
-		}
-		q, r := bits.Div64(hi, lo, uint64(l.Rate))
-		if r != 0 {
-			q++
-		}
-		return time.Duration(q) * time.Microsecond
-	}
-	return l.Period
+	return l.effectiveBurst()
 }
 
 // String formats l as "10/1s gcra burst 20", or a Concurrency limit as "10 concurrency
@@ -505,12 +466,9 @@ type Request struct {
 	// SettleTTL, when positive, makes N an estimate: an allowed decision spends N and
 	// records a reservation (Decision.Reservation) that Limiter.Settle settles at the
 	// actual cost within SettleTTL; one not settled by then stands at N. Only the
-	// algorithms that can settle take it (see Limiter.Settle); at most MaxSettleTTL.
+	// algorithms that can settle take it (see [Limiter.Settle]); at most a day.
 	SettleTTL time.Duration
 }
-
-// MaxSettleTTL is the longest a reservation waits for its settlement.
-const MaxSettleTTL = 24 * time.Hour
 
 // Report is what the layers of a Limiter learned while deciding one call, returned with
 // its decisions. The zero Report means the store was not asked and nothing failed.
@@ -557,130 +515,12 @@ func AllowMulti(ctx context.Context, l Limiter, reqs []Request) ([]Decision, err
 	return ds, nil
 }
 
-// CheckRequests validates reqs the way every store does before deciding them, and that
-// ds can hold their decisions. Errors name the request's index.
-func CheckRequests(reqs []Request, ds []Decision) error {
-	if len(ds) < len(reqs) {
-		return fmt.Errorf("%w: %d decisions for %d requests", ErrInvalidCost, len(ds), len(reqs))
-	}
-	for i := range reqs {
-		r := &reqs[i]
-		err := CheckRequest(r.Key, r.Limit, r.N)
-		if err == nil {
-			err = CheckSettleTTL(r.Limit, r.SettleTTL)
-		}
-		if err != nil {
-			if len(reqs) == 1 {
-				return err
-			}
-			return fmt.Errorf("request %d: %w", i, err)
-		}
-	}
-	return nil
-}
-
-// CheckSettleTTL reports whether a request under limit may carry SettleTTL ttl.
-func CheckSettleTTL(limit Limit, ttl time.Duration) error {
-	switch {
-	case ttl == 0:
-		return nil
-	case ttl < 0 || ttl > MaxSettleTTL:
-		return fmt.Errorf("%w: settle TTL must be in (0, %v], got %v", ErrInvalidLimit, MaxSettleTTL, ttl)
-	case limit.Algorithm == SlidingLog || limit.Algorithm == Concurrency:
-		return fmt.Errorf("%w: %v cannot settle a cost after the fact; use gcra, token_bucket, leaky_bucket, fixed_window or sliding_window", ErrInvalidLimit, limit.Algorithm)
-	case !limit.Calendar.IsZero():
-		return fmt.Errorf("%w: a calendar quota cannot settle a cost after the fact (its period's count is billed as admitted)", ErrInvalidLimit)
-	}
-	return nil
-}
-
-// CheckSettle validates a settlement the way every store does. A reservation id that no
-// store gives is an error wrapping ErrUnknownReservation.
-func CheckSettle(key string, limit Limit, reservation ReservationID, cost int64) error {
-	if err := CheckKey(key); err != nil {
-		return err
-	}
-	if err := limit.Validate(); err != nil {
-		return err
-	}
-	if err := CheckSettleTTL(limit, time.Second); err != nil {
-		return err
-	}
-	if cost < 0 {
-		return fmt.Errorf("%w: a settled cost must not be negative, got %d", ErrInvalidCost, cost)
-	}
-	if !validID(uint64(reservation)) {
-		return fmt.Errorf("%w: %d is not a reservation id", ErrUnknownReservation, uint64(reservation))
-	}
-	return nil
-}
-
-// MaxKeyLen is the longest key a store accepts.
-const MaxKeyLen = 64 << 10
-
-// CheckRequest validates a key, limit and cost the way every store does before deciding.
-// For a valid limit the cost is valid exactly when 0 ≤ n ≤ limit.MaxCost(): a store that
-// keeps the limits it has validated checks a request under one of them with CheckKey and
-// that range, and calls CheckRequest for the error.
-func CheckRequest(key string, limit Limit, n int64) error {
-	if err := CheckKey(key); err != nil {
-		return err
-	}
-	if err := limit.Validate(); err != nil {
-		return err
-	}
-	if n < 0 {
-		return fmt.Errorf("%w: cost must not be negative, got %d", ErrInvalidCost, n)
-	}
-	if n > 1 && limit.Algorithm == Concurrency {
-		return fmt.Errorf("%w: a request takes one lease of %v; cost must be 0 or 1, got %d", ErrInvalidCost, limit, n)
-	}
-	if n > limit.MaxCost() {
-		return fmt.Errorf("%w: cost %d exceeds the %d that %v can ever allow", ErrCostExceedsLimit, n, limit.MaxCost(), limit)
-	}
-	return nil
-}
-
-// CheckKey reports whether key is acceptable to a store: not empty, at most MaxKeyLen bytes.
-// Any bytes are allowed.
-func CheckKey(key string) error {
-	if key != "" && len(key) <= MaxKeyLen {
-		return nil // inlined: a store's every call takes this branch
-	}
-	return keyError(key)
-}
-
-func keyError(key string) error {
-	if key == "" {
-		return fmt.Errorf("%w: empty key", ErrInvalidKey)
-	}
-	return fmt.Errorf("%w: key of %d bytes exceeds %d", ErrInvalidKey, len(key), MaxKeyLen)
-}
-
-// IsBadInput reports whether err is about the caller's input (limit, cost or key) rather
-// than a failure of the store. Bad input is never failed open.
-func IsBadInput(err error) bool {
+// isBadInput reports whether err is about the caller's input rather than a failure of the
+// store (see KindOf).
+func isBadInput(err error) bool {
 	return errors.Is(err, ErrInvalidLimit) || errors.Is(err, ErrInvalidCost) ||
 		errors.Is(err, ErrCostExceedsLimit) || errors.Is(err, ErrInvalidKey) ||
 		errors.Is(err, ErrInvalidLease) || errors.Is(err, ErrUnknownReservation) || errors.Is(err, ErrSettled)
-}
-
-// CheckRelease validates a release the way every store does: a valid key, a Concurrency
-// limit, and a lease id of the kind stores give (in [1, MaxLeaseID]).
-func CheckRelease(key string, limit Limit, lease LeaseID) error {
-	if err := CheckKey(key); err != nil {
-		return err
-	}
-	if err := limit.Validate(); err != nil {
-		return err
-	}
-	if limit.Algorithm != Concurrency {
-		return fmt.Errorf("%w: only a concurrency limit holds leases; %v does not", ErrInvalidLimit, limit)
-	}
-	if !validID(uint64(lease)) {
-		return fmt.Errorf("%w: %d is not a lease id", ErrInvalidLease, uint64(lease))
-	}
-	return nil
 }
 
 // Sentinel errors. Stores wrap them with %w and detail.
@@ -691,7 +531,7 @@ var (
 	ErrInvalidCost = errors.New("sluice: invalid cost")
 	// ErrCostExceedsLimit: the cost is larger than the limit can ever allow (Limit.MaxCost).
 	ErrCostExceedsLimit = errors.New("sluice: cost exceeds limit")
-	// ErrInvalidKey: an empty key or one longer than MaxKeyLen.
+	// ErrInvalidKey: an empty key, or one longer than 64 KiB.
 	ErrInvalidKey = errors.New("sluice: invalid key")
 	// ErrInvalidLease: a lease id that no store gives out (see LeaseID).
 	ErrInvalidLease = errors.New("sluice: invalid lease")

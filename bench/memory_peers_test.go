@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/store"
 )
 
 // The limit every library is given, as far as its model can say it: one unit per second
@@ -48,14 +49,14 @@ type memLib struct {
 	name string
 	new  func() (memLimiter, error)
 	// mayDeny is set for a limit that cannot be made unexhaustible (sluice's SlidingLog
-	// keeps at most sluice.MaxLogRate timestamps).
+	// keeps at most store.MaxLogRate timestamps).
 	mayDeny bool
 }
 
 // memLibs lists sluice's memory store for each algorithm, the floor, then the peers.
 func memLibs() []memLib {
 	var libs []memLib
-	for _, alg := range sluice.Algorithms() {
+	for _, alg := range store.Algorithms() {
 		libs = append(libs, memLib{
 			name:    "sluice-" + alg.String(),
 			new:     func() (memLimiter, error) { return newSluiceMem(alg) },
@@ -80,7 +81,7 @@ func sluiceMemLimit(alg sluice.Algorithm) sluice.Limit {
 	case sluice.SlidingLog:
 		// Windows aligned to multiples of memPeriod since the epoch: the next boundary is
 		// in 2033, so no run crosses one.
-		return sluice.Limit{Algorithm: alg, Rate: sluice.MaxLogRate, Period: memPeriod}
+		return sluice.Limit{Algorithm: alg, Rate: store.MaxLogRate, Period: memPeriod}
 	}
 	return sluice.Limit{Algorithm: alg, Rate: memBurst, Period: memPeriod}
 }

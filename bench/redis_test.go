@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/bench/internal/lean"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/store"
 )
 
 var (
@@ -73,7 +74,7 @@ func redisLibs() []redisLib {
 			return bt.Decide(ctx, benchKey(i))
 		}, func() { bt.Close(); c.Close() }
 	}})
-	for _, a := range sluice.Algorithms() {
+	for _, a := range store.Algorithms() {
 		limit := sluice.Limit{Algorithm: a, Rate: 1000, Period: time.Second}
 		if a == sluice.SlidingLog {
 			limit.Rate = 100 // one timestamp per unit: keep the log of a hot key small

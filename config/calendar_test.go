@@ -29,11 +29,11 @@ func TestCalendarPolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, _ := c.Policy("monthly")
-	want := sluice.PerCalendar(1000, sluice.Calendar{Unit: sluice.CalendarMonth, Zone: sluice.MustParseZone("Europe/Berlin"), Anchor: 15})
+	want := sluice.PerCalendar(1000, sluice.Calendar{Unit: sluice.CalendarMonth, Zone: mustZone("Europe/Berlin"), Anchor: 15})
 	if p.Limit != want {
 		t.Errorf("policy limit %v, want %v", p.Limit, want)
 	}
-	if got := p.Tiers[0].Limit; got != sluice.PerCalendar(50000, sluice.Calendar{Unit: sluice.CalendarMonth, Zone: sluice.MustParseZone("America/New_York"), Anchor: 31}) {
+	if got := p.Tiers[0].Limit; got != sluice.PerCalendar(50000, sluice.Calendar{Unit: sluice.CalendarMonth, Zone: mustZone("America/New_York"), Anchor: 31}) {
 		t.Errorf("pro tier %v", got)
 	}
 	if got := p.Tiers[1].Limit; got != sluice.PerCalendar(10, sluice.Calendar{Unit: sluice.CalendarDay}) {
@@ -61,7 +61,7 @@ descriptors:
 	}
 	wants := []sluice.Limit{
 		{Algorithm: sluice.FixedWindow, Rate: 30, Period: 30 * 24 * time.Hour}, // the reference's month
-		sluice.PerCalendar(1000, sluice.Calendar{Unit: sluice.CalendarMonth, Zone: sluice.MustParseZone("Europe/Berlin"), Anchor: 15}),
+		sluice.PerCalendar(1000, sluice.Calendar{Unit: sluice.CalendarMonth, Zone: mustZone("Europe/Berlin"), Anchor: 15}),
 		sluice.PerCalendar(7, sluice.Calendar{Unit: sluice.CalendarWeek}),
 	}
 	for i, w := range wants {
@@ -180,4 +180,13 @@ func TestRateLimitsErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mustZone is sluice.ParseZone of a name known to be valid.
+func mustZone(name string) sluice.Zone {
+	z, err := sluice.ParseZone(name)
+	if err != nil {
+		panic(err)
+	}
+	return z
 }

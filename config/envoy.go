@@ -11,6 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Entry is one key/value pair of a rate limit descriptor, as Envoy sends it and as a
@@ -760,7 +761,7 @@ func (d *decoder) rateLimit(dom *Domain, n *yaml.Node, path string, at []Entry) 
 	}
 	var burst int64
 	if v, ok := o.get("burst"); ok {
-		burst, _ = d.integer(v, o.field("burst"), 1, sluice.MaxRate)
+		burst, _ = d.integer(v, o.field("burst"), 1, store.MaxRate)
 		switch alg {
 		case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket:
 		default:
@@ -772,7 +773,7 @@ func (d *decoder) rateLimit(dom *Domain, n *yaml.Node, path string, at []Entry) 
 		if on, _ := d.boolean(v, o.field("calendar")); on {
 			cal.Unit = calendarUnits[r.Unit]
 			switch {
-			case cal.Unit == sluice.NoCalendar && r.Unit != UnitUnknown:
+			case cal.IsZero() && r.Unit != UnitUnknown:
 				d.errorf(v, o.field("calendar"), "applies to the units day, week, month and year, not %s", r.Unit)
 			case o.has("algorithm") && alg != sluice.FixedWindow:
 				d.errorf(v, o.field("calendar"), "a calendar period is counted by fixed_window, not %s", alg)

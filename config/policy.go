@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/route"
 	"github.com/sluicehq/sluice/keys"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Policy is one named sluice policy: who is limited (Key), how much (Limit, or a tier's
@@ -633,7 +634,7 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 			}
 			var est int64
 			if v, ok := to.get("estimate"); ok {
-				est, _ = d.integer(v, to.field("estimate"), 1, sluice.MaxRate)
+				est, _ = d.integer(v, to.field("estimate"), 1, store.MaxRate)
 				if !o.has("settle") {
 					d.errorf(v, to.field("estimate"), "needs the policy's settle block (its costs are not estimates otherwise)")
 				}
@@ -725,8 +726,8 @@ func (d *decoder) settle(n *yaml.Node, field string, p *Policy) *Settle {
 			switch {
 			case err != nil:
 				d.errorf(v, o.field("ttl"), "%v", err)
-			case t > sluice.MaxSettleTTL:
-				d.errorf(v, o.field("ttl"), "must be at most %v", sluice.MaxSettleTTL)
+			case t > store.MaxSettleTTL:
+				d.errorf(v, o.field("ttl"), "must be at most %v", store.MaxSettleTTL)
 			default:
 				s.TTL = t
 			}
@@ -748,7 +749,7 @@ func (d *decoder) settle(n *yaml.Node, field string, p *Policy) *Settle {
 		}
 	}
 	if v, ok := o.get("estimate"); ok {
-		s.Estimate, _ = d.integer(v, o.field("estimate"), 1, sluice.MaxRate)
+		s.Estimate, _ = d.integer(v, o.field("estimate"), 1, store.MaxRate)
 	}
 	limits := []sluice.Limit{p.Limit}
 	for _, t := range p.Tiers {
@@ -758,7 +759,7 @@ func (d *decoder) settle(n *yaml.Node, field string, p *Policy) *Settle {
 		limits = append(limits, r.Limit)
 	}
 	for _, l := range limits {
-		if l.Rate > 0 && sluice.CheckSettleTTL(l, time.Second) != nil {
+		if l.Rate > 0 && store.CheckSettleTTL(l, time.Second) != nil {
 			d.errorf(n, field, "settles costs, which %v cannot (gcra, token_bucket, leaky_bucket, fixed_window and sliding_window can)", l.Algorithm)
 			break
 		}
@@ -781,7 +782,7 @@ func (d *decoder) algorithm(n *yaml.Node, field string) sluice.Algorithm {
 
 func algorithmList() string {
 	var names []string
-	for _, a := range sluice.Algorithms() {
+	for _, a := range store.Algorithms() {
 		names = append(names, a.String())
 	}
 	return strings.Join(names, ", ")
@@ -803,7 +804,7 @@ func (d *decoder) limitAt(o *object, inherit sluice.Algorithm, readAlg bool) (sl
 	}
 	rateNode, hasRate := o.get("rate")
 	if hasRate {
-		l.Rate, _ = d.integer(rateNode, o.field("rate"), 1, sluice.MaxRate)
+		l.Rate, _ = d.integer(rateNode, o.field("rate"), 1, store.MaxRate)
 	} else {
 		d.errorf(o.node, o.field("rate"), "is required")
 	}
@@ -826,7 +827,7 @@ func (d *decoder) limitAt(o *object, inherit sluice.Algorithm, readAlg bool) (sl
 	}
 	if v, ok := o.get("period"); ok && l.Algorithm != sluice.Concurrency {
 		s, ok := d.str(v, o.field("period"))
-		if u, cal := sluice.ParseCalendarUnit(s); ok && cal {
+		if u, cal := ParseCalendarUnit(s); ok && cal {
 			l.Calendar.Unit = u
 			if a, ok := o.get("algorithm"); ok && l.Algorithm != sluice.FixedWindow {
 				d.errorf(a, o.field("algorithm"), "a %s period is counted by fixed_window, not %s", s, l.Algorithm)
@@ -836,8 +837,8 @@ func (d *decoder) limitAt(o *object, inherit sluice.Algorithm, readAlg bool) (sl
 			p, err := ParsePeriod(s)
 			if err != nil {
 				d.errorf(v, o.field("period"), "%v", err)
-			} else if p > sluice.MaxPeriod {
-				d.errorf(v, o.field("period"), "must be at most %v", sluice.MaxPeriod)
+			} else if p > store.MaxPeriod {
+				d.errorf(v, o.field("period"), "must be at most %v", store.MaxPeriod)
 			} else {
 				l.Period = p
 			}
@@ -847,7 +848,7 @@ func (d *decoder) limitAt(o *object, inherit sluice.Algorithm, readAlg bool) (sl
 	}
 	d.calendar(o, &l.Calendar, "period: calendar_day, calendar_week, calendar_month or calendar_year")
 	if v, ok := o.get("burst"); ok {
-		l.Burst, _ = d.integer(v, o.field("burst"), 1, sluice.MaxRate)
+		l.Burst, _ = d.integer(v, o.field("burst"), 1, store.MaxRate)
 		switch l.Algorithm {
 		case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket:
 		default:
@@ -871,6 +872,18 @@ func (d *decoder) limitAt(o *object, inherit sluice.Algorithm, readAlg bool) (sl
 	return l, true
 }
 
+// ParseCalendarUnit parses a calendar period's name as [sluice.CalendarUnit.String]
+// prints it ("calendar_month"), case-insensitive; ok is false for any other text.
+func ParseCalendarUnit(s string) (u sluice.CalendarUnit, ok bool) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	for u := sluice.CalendarDay; u <= sluice.CalendarYear; u++ {
+		if s == u.String() {
+			return u, true
+		}
+	}
+	return 0, false
+}
+
 // calendar reads zone and anchor_day of o into c, whose Unit the period set (they apply
 // only to calendar periods; needs says how to ask for one).
 func (d *decoder) calendar(o *object, c *sluice.Calendar, needs string) {
@@ -878,7 +891,7 @@ func (d *decoder) calendar(o *object, c *sluice.Calendar, needs string) {
 		name, _ := d.str(v, o.field("zone"))
 		z, err := sluice.ParseZone(name)
 		switch {
-		case c.Unit == sluice.NoCalendar:
+		case c.IsZero():
 			d.errorf(v, o.field("zone"), "applies only to calendar periods (%s)", needs)
 		case err != nil:
 			d.errorf(v, o.field("zone"), "unknown time zone %q (want an IANA name such as Europe/Berlin)", name)
@@ -888,9 +901,9 @@ func (d *decoder) calendar(o *object, c *sluice.Calendar, needs string) {
 	}
 	if v, ok := o.get("anchor_day"); ok {
 		a, ok := d.integer(v, o.field("anchor_day"), 1, 366)
-		if c.Unit == sluice.NoCalendar {
+		if c.IsZero() {
 			d.errorf(v, o.field("anchor_day"), "applies only to calendar periods (%s)", needs)
-		} else if err := (sluice.Calendar{Unit: c.Unit, Anchor: int(a)}).Validate(); ok && err != nil {
+		} else if err := sluice.PerCalendar(1, sluice.Calendar{Unit: c.Unit, Anchor: int(a)}).Validate(); ok && err != nil {
 			d.errorf(v, o.field("anchor_day"), "%s", strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": "))
 		} else {
 			c.Anchor = int(a)

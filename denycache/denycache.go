@@ -71,6 +71,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
 )
 
 const (
@@ -258,7 +259,7 @@ func (c *Cache) Reserve(ctx context.Context, key string, limit sluice.Limit, n i
 		return res, err
 	}
 	sh, k := c.shard(key), slot{key, limit}
-	return res.WithCancel(func(ctx context.Context) (bool, error) {
+	return store.WithCancel(res, func(ctx context.Context) (bool, error) {
 		sh.forget(k)
 		ok, err := res.Cancel(ctx)
 		sh.forget(k) // a denial decided while the cancel was under way predates it

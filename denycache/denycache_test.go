@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/store"
 )
 
 func newClock() *clocktest.Clock { return clocktest.New(time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)) }
@@ -46,7 +47,7 @@ func setup(t *testing.T, opts ...Option) (*Cache, *counting, *clocktest.Clock) {
 // itself. Remaining from the Cache is the figure at the denial, never above the store's.
 func TestMatchesTheStore(t *testing.T) {
 	ctx := context.Background()
-	for _, a := range sluice.Algorithms() {
+	for _, a := range store.Algorithms() {
 		for _, maxAge := range []time.Duration{time.Hour, 7 * time.Millisecond} {
 			t.Run(fmt.Sprintf("%v/maxAge=%v", a, maxAge), func(t *testing.T) {
 				c, inner, clk := setup(t, WithMaxAge(maxAge))
@@ -320,7 +321,7 @@ type fixed struct {
 func (f *fixed) Decide(_ context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
 	f.calls.Add(1)
 	if len(reqs) != 1 {
-		return sluice.Report{Kind: sluice.KindBadInput}, fmt.Errorf("fixed: %d limits: %w", len(reqs), sluice.ErrInvalidKey)
+		return sluice.Report{Kind: store.KindBadInput}, fmt.Errorf("fixed: %d limits: %w", len(reqs), sluice.ErrInvalidKey)
 	}
 	ds[0] = f.d
 	return sluice.Report{StoreCalled: true}, f.err
@@ -382,7 +383,7 @@ func TestBadInput(t *testing.T) {
 		{"k", limit, 3, sluice.ErrCostExceedsLimit},
 		{"k", sluice.Limit{Rate: 0, Period: time.Second}, 1, sluice.ErrInvalidLimit},
 		{"", limit, 1, sluice.ErrInvalidKey},
-		{strings.Repeat("x", sluice.MaxKeyLen+1), limit, 1, sluice.ErrInvalidKey},
+		{strings.Repeat("x", store.MaxKeyLen+1), limit, 1, sluice.ErrInvalidKey},
 	} {
 		if _, err := c.AllowN(ctx, tc.key, tc.limit, tc.n); !errors.Is(err, tc.want) {
 			t.Errorf("AllowN(%.10q, %v, %d): %v, want %v", tc.key, tc.limit, tc.n, err, tc.want)

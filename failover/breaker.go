@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Breaker configures the circuit breaker. Zero fields take the defaults given with each
@@ -148,25 +149,25 @@ func newBreaker(cfg Breaker, now func() time.Time, onChange func(from, to sluice
 	if b.bucket <= 0 {
 		b.bucket = cfg.Window
 	}
-	b.cur.Store(&generation{state: sluice.BreakerClosed, start: now()})
+	b.cur.Store(&generation{state: store.BreakerClosed, start: now()})
 	return b
 }
 
 // allow lets a call through, or returns errOpenState (open) or errTooManyProbes
 // (half-open, Probes probes under way). probe reports a half-open breaker's probe.
 func (b *breaker) allow() (t ticket, probe bool, err error) {
-	if g := b.cur.Load(); g.state == sluice.BreakerClosed {
+	if g := b.cur.Load(); g.state == store.BreakerClosed {
 		return ticket{g}, false, nil
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	g := b.current(b.now())
 	switch {
-	case g.state == sluice.BreakerOpen:
+	case g.state == store.BreakerOpen:
 		return ticket{}, false, errOpenState
-	case g.state == sluice.BreakerHalfOpen && b.probes >= b.cfg.Probes:
+	case g.state == store.BreakerHalfOpen && b.probes >= b.cfg.Probes:
 		return ticket{}, false, errTooManyProbes
-	case g.state == sluice.BreakerHalfOpen:
+	case g.state == store.BreakerHalfOpen:
 		b.probes++
 		return ticket{g}, true, nil
 	}
@@ -178,7 +179,7 @@ func (b *breaker) allow() (t ticket, probe bool, err error) {
 // else for a failure.
 func (b *breaker) done(t ticket, err error, now time.Time) {
 	g := t.g
-	if g.state == sluice.BreakerClosed && err == nil {
+	if g.state == store.BreakerClosed && err == nil {
 		if b.cur.Load() != g {
 			return
 		}
@@ -193,7 +194,7 @@ func (b *breaker) done(t ticket, err error, now time.Time) {
 		}
 		return
 	}
-	if err == errExcluded && g.state == sluice.BreakerClosed {
+	if err == errExcluded && g.state == store.BreakerClosed {
 		return
 	}
 	b.mu.Lock()
@@ -202,15 +203,15 @@ func (b *breaker) done(t ticket, err error, now time.Time) {
 		return
 	}
 	switch {
-	case g.state == sluice.BreakerHalfOpen && err == errExcluded:
+	case g.state == store.BreakerHalfOpen && err == errExcluded:
 		b.probes-- // its place goes to another probe
-	case g.state == sluice.BreakerHalfOpen && err == nil:
+	case g.state == store.BreakerHalfOpen && err == nil:
 		if b.probeOK++; b.probeOK >= b.cfg.Probes {
-			b.setState(sluice.BreakerClosed, now)
+			b.setState(store.BreakerClosed, now)
 		}
-	case g.state == sluice.BreakerHalfOpen:
-		b.setState(sluice.BreakerOpen, now)
-	case g.state == sluice.BreakerClosed:
+	case g.state == store.BreakerHalfOpen:
+		b.setState(store.BreakerOpen, now)
+	case g.state == store.BreakerClosed:
 		age := b.age(g, now)
 		g.add(&g.fail, age)
 		b.streak++
@@ -225,7 +226,7 @@ func (b *breaker) done(t ticket, err error, now time.Time) {
 		if (b.streak >= b.cfg.ConsecutiveFailures && now.Sub(b.streakStart) >= b.cfg.FailingFor) ||
 			(ok+failed >= uint64(b.cfg.MinCalls) && float64(failed) >= b.cfg.FailureRatio*float64(ok+failed) &&
 				now.Sub(b.windowStart) >= b.cfg.FailingFor) {
-			b.setState(sluice.BreakerOpen, now)
+			b.setState(store.BreakerOpen, now)
 		}
 	}
 }
@@ -233,7 +234,7 @@ func (b *breaker) done(t ticket, err error, now time.Time) {
 // state returns the breaker's state at now, turning an open breaker whose OpenFor has
 // passed half-open.
 func (b *breaker) state(now time.Time) sluice.BreakerState {
-	if g := b.cur.Load(); g.state == sluice.BreakerClosed {
+	if g := b.cur.Load(); g.state == store.BreakerClosed {
 		return g.state
 	}
 	b.mu.Lock()
@@ -245,8 +246,8 @@ func (b *breaker) state(now time.Time) sluice.BreakerState {
 // half-open. b.mu is held.
 func (b *breaker) current(now time.Time) *generation {
 	g := b.cur.Load()
-	if g.state == sluice.BreakerOpen && now.After(g.until) {
-		b.setState(sluice.BreakerHalfOpen, now)
+	if g.state == store.BreakerOpen && now.After(g.until) {
+		b.setState(store.BreakerHalfOpen, now)
 		g = b.cur.Load()
 	}
 	return g
@@ -259,7 +260,7 @@ func (b *breaker) setState(to sluice.BreakerState, now time.Time) {
 		return
 	}
 	g := &generation{state: to, start: now}
-	if to == sluice.BreakerOpen {
+	if to == store.BreakerOpen {
 		g.until = now.Add(b.cfg.OpenFor)
 	}
 	b.streak, b.probes, b.probeOK = 0, 0, 0

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/store"
 )
 
 // breakerAt is a breaker under test, its changes recorded.
@@ -25,7 +26,7 @@ func testBreaker(t *testing.T, cfg Breaker) *breakerAt {
 	return b
 }
 
-var errStore = &sluice.StoreError{Kind: sluice.KindTimeout, Err: errors.New("store down")}
+var errStore = &sluice.StoreError{Kind: store.KindTimeout, Err: errors.New("store down")}
 
 // call lets one call through and reports outcome at now; it fails the test if the
 // breaker refuses.
@@ -59,9 +60,9 @@ func TestBreakerConsecutive(t *testing.T) {
 	b.call(t, errExcluded, t0.Add(35*time.Millisecond))
 	b.call(t, errStore, t0.Add(40*time.Millisecond))
 	b.call(t, errStore, t0.Add(50*time.Millisecond)) // 3 in a row, but only 20ms old
-	b.want(t, t0.Add(50*time.Millisecond), sluice.BreakerClosed)
+	b.want(t, t0.Add(50*time.Millisecond), store.BreakerClosed)
 	b.call(t, errStore, t0.Add(80*time.Millisecond)) // 50ms since the streak's first
-	b.want(t, t0.Add(80*time.Millisecond), sluice.BreakerOpen)
+	b.want(t, t0.Add(80*time.Millisecond), store.BreakerOpen)
 	if _, _, err := b.allow(); !errors.Is(err, errOpenState) {
 		t.Fatalf("open breaker let a call through: %v", err)
 	}
@@ -85,9 +86,9 @@ func TestBreakerRatio(t *testing.T) {
 	b.call(t, nil, at)
 	b.call(t, errExcluded, at) // not a call answered by the store
 	b.call(t, nil, at)
-	b.want(t, at, sluice.BreakerClosed) // 1 of 3
-	b.call(t, errStore, at)             // 2 of 4: half
-	b.want(t, at, sluice.BreakerOpen)
+	b.want(t, at, store.BreakerClosed) // 1 of 3
+	b.call(t, errStore, at)            // 2 of 4: half
+	b.want(t, at, store.BreakerOpen)
 
 	// With the old successes still in the Window, the same calls would not trip it.
 	b = testBreaker(t, Breaker{ConsecutiveFailures: 1 << 30, FailingFor: -1, FailureRatio: 0.5, MinCalls: 4, Window: 10 * time.Second})
@@ -100,7 +101,7 @@ func TestBreakerRatio(t *testing.T) {
 	b.call(t, nil, at)
 	b.call(t, nil, at)
 	b.call(t, errStore, at) // 2 of 7
-	b.want(t, at, sluice.BreakerClosed)
+	b.want(t, at, store.BreakerClosed)
 }
 
 // TestBreakerHalfOpen: open to half-open after OpenFor; Probes probes go through and no
@@ -110,9 +111,9 @@ func TestBreakerHalfOpen(t *testing.T) {
 	b := testBreaker(t, Breaker{ConsecutiveFailures: 1, FailingFor: -1, OpenFor: time.Second, Probes: 2})
 	t0 := b.cur.Load().start
 	b.call(t, errStore, t0)
-	b.want(t, t0.Add(time.Second), sluice.BreakerOpen)
+	b.want(t, t0.Add(time.Second), store.BreakerOpen)
 	at := t0.Add(time.Second + time.Millisecond)
-	b.want(t, at, sluice.BreakerHalfOpen)
+	b.want(t, at, store.BreakerHalfOpen)
 
 	p1, probe, err := b.allow()
 	if err != nil || !probe {
@@ -131,19 +132,19 @@ func TestBreakerHalfOpen(t *testing.T) {
 		t.Fatalf("probe after an excluded one: %v", err)
 	}
 	b.done(p2, nil, at)
-	b.want(t, at, sluice.BreakerHalfOpen)
+	b.want(t, at, store.BreakerHalfOpen)
 	b.done(p3, nil, at)
-	b.want(t, at, sluice.BreakerClosed)
+	b.want(t, at, store.BreakerClosed)
 
 	// Counts start afresh: one failure (ConsecutiveFailures 1) opens it again; a failed
 	// probe opens it at once.
 	b.call(t, errStore, at)
-	b.want(t, at, sluice.BreakerOpen)
+	b.want(t, at, store.BreakerOpen)
 	at = at.Add(2 * time.Second)
-	b.want(t, at, sluice.BreakerHalfOpen)
+	b.want(t, at, store.BreakerHalfOpen)
 	b.call(t, nil, at)
 	b.call(t, errStore, at)
-	b.want(t, at, sluice.BreakerOpen)
+	b.want(t, at, store.BreakerOpen)
 	want := []string{"closed>open", "open>half_open", "half_open>closed", "closed>open", "open>half_open", "half_open>open"}
 	if len(b.changes) != len(want) {
 		t.Fatalf("changes %v, want %v", b.changes, want)
@@ -163,13 +164,13 @@ func TestBreakerGenerations(t *testing.T) {
 	old, _, _ := b.allow() // let through while closed, answers late
 	b.call(t, errStore, t0)
 	b.call(t, errStore, t0)
-	b.want(t, t0, sluice.BreakerOpen)
+	b.want(t, t0, store.BreakerOpen)
 	at := t0.Add(2 * time.Second)
-	b.want(t, at, sluice.BreakerHalfOpen)
+	b.want(t, at, store.BreakerHalfOpen)
 	b.done(old, errStore, at) // from the closed generation: no effect on the probe
-	b.want(t, at, sluice.BreakerHalfOpen)
+	b.want(t, at, store.BreakerHalfOpen)
 	b.call(t, nil, at)
-	b.want(t, at, sluice.BreakerClosed)
+	b.want(t, at, store.BreakerClosed)
 	b.done(old, errStore, at) // nor on the new closed generation
 	if ok, failed := b.cur.Load().counts(0); ok != 0 || failed != 0 {
 		t.Fatalf("counts of the new generation: %d ok, %d failed", ok, failed)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/store"
 )
 
 type ctxKey struct{}
@@ -118,18 +119,18 @@ func TestSharedDeadlinesParent(t *testing.T) {
 // values.
 func TestInlineReport(t *testing.T) {
 	parent := context.WithValue(context.Background(), ctxKey{}, "v")
-	store := &valueStore{faultyStore: newFaultyStore(t)}
-	l := New(store, WithInlineCalls())
+	faulty := &valueStore{faultyStore: newFaultyStore(t)}
+	l := New(faulty, WithInlineCalls())
 	defer l.Close()
 	ds := make([]sluice.Decision, 1)
 	rep, err := l.Decide(parent, []sluice.Request{{Key: "k", Limit: sluice.PerSecond(1), N: 1}}, ds)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rep.StoreCalled || rep.Breaker != sluice.BreakerClosed || rep.Failure != nil || rep.Kind != "" || !ds[0].Allowed {
+	if !rep.StoreCalled || rep.Breaker != store.BreakerClosed || rep.Failure != nil || rep.Kind != "" || !ds[0].Allowed {
 		t.Errorf("report %+v, decision %+v", rep, ds[0])
 	}
-	if got := store.seen.Load(); got == nil || *got != "v" {
+	if got := faulty.seen.Load(); got == nil || *got != "v" {
 		t.Errorf("the store's context carried %v, want the caller's value", got)
 	}
 }
@@ -157,10 +158,10 @@ func TestSharedDeadlineChunks(t *testing.T) {
 		slowEvery = 10
 		d         = 500 * time.Millisecond
 	)
-	store := &slowStore{Store: memory.New()}
-	defer store.Store.Close()
+	faulty := &slowStore{Store: memory.New()}
+	defer faulty.Store.Close()
 	// A breaker that never opens: the slow calls' failures must not decide the others.
-	l := New(store, WithInlineCalls(), WithDeadline(d), WithBreaker(Breaker{ConsecutiveFailures: 1 << 20, MinCalls: 1 << 20}))
+	l := New(faulty, WithInlineCalls(), WithDeadline(d), WithBreaker(Breaker{ConsecutiveFailures: 1 << 20, MinCalls: 1 << 20}))
 	defer l.Close()
 	limit := sluice.PerSecond(1000)
 
@@ -187,15 +188,15 @@ func TestSharedDeadlineChunks(t *testing.T) {
 	wg.Wait()
 
 	seen := map[context.Context]string{}
-	store.mu.Lock()
-	defer store.mu.Unlock()
+	faulty.mu.Lock()
+	defer faulty.mu.Unlock()
 	for i, r := range results {
 		slow := i%slowEvery == 0
 		key := fmt.Sprint("fast:", i)
 		if slow {
 			key = fmt.Sprint("slow:", i)
 		}
-		call, ok := store.calls[key]
+		call, ok := faulty.calls[key]
 		if !ok {
 			t.Errorf("%s: the store was not called", key)
 			continue
@@ -219,8 +220,8 @@ func TestSharedDeadlineChunks(t *testing.T) {
 			t.Errorf("%s: %+v, want allowed by the store", key, r.d)
 		}
 	}
-	if len(store.calls) != decisions {
-		t.Errorf("%d store calls, want %d", len(store.calls), decisions)
+	if len(faulty.calls) != decisions {
+		t.Errorf("%d store calls, want %d", len(faulty.calls), decisions)
 	}
 }
 

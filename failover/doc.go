@@ -39,7 +39,7 @@
 //	            sluice.PathLocal and Decision.Limit the share. Without a local
 //	            limiter, FailLocal fails closed.
 //
-// Bad input ([sluice.IsBadInput]) is returned as is, before anything else: it is never
+// Bad input ([store.IsBadInput]) is returned as is, before anything else: it is never
 // failed open and never touches the breaker.
 //
 // # What counts as a failure
@@ -47,8 +47,8 @@
 // Stores classify their own errors ([sluice.StoreError], read with [sluice.KindOf]); every
 // class that [sluice.ErrorKind.IsFailure] names, and an error of no known class, is a
 // failure, and so is a cancellation while the caller's context is live
-// ([sluice.ForeignCancel]). This package adds the deadline ([sluice.KindTimeout]), the open
-// breaker ([sluice.KindBreakerOpen]) and too many pending calls ([sluice.KindOverload]).
+// ([store.ForeignCancel]). This package adds the deadline ([store.KindTimeout]), the open
+// breaker ([store.KindBreakerOpen]) and too many pending calls ([store.KindOverload]).
 // An answer a layer below gave without asking the store (Report.StoreCalled false, as a
 // deny cache's) is neither a success nor a failure to the breaker.
 //

@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/failover"
 	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/store"
 )
 
 func Example() {
@@ -40,7 +41,7 @@ type downStore struct{ sluice.Limiter }
 
 func (downStore) Decide(context.Context, []sluice.Request, []sluice.Decision) (sluice.Report, error) {
 	err := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
-	return sluice.Report{StoreCalled: true, Kind: sluice.KindRefused}, &sluice.StoreError{Kind: sluice.KindRefused, Err: err}
+	return sluice.Report{StoreCalled: true, Kind: store.KindRefused}, &sluice.StoreError{Kind: store.KindRefused, Err: err}
 }
 
 // Each request chooses its failure mode in its Failure, as a front end does from the

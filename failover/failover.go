@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/share"
+	"github.com/sluicehq/sluice/store"
 )
 
 // DefaultDeadline is how long a decision waits for the store unless WithDeadline says
@@ -75,7 +76,7 @@ func WithDefault(f sluice.Failure) Option {
 // WithMaxPending bounds the store calls running at once, including those still running
 // after their caller was released at the deadline (a store that ignores its context, a
 // frozen server). While n are running, decisions use the failure mode without calling
-// the store (sluice.KindOverload), so goroutines never pile up. Default
+// the store (store.KindOverload), so goroutines never pile up. Default
 // DefaultMaxPending; a non-positive n takes the default.
 func WithMaxPending(n int) Option {
 	return func(l *Limiter) {
@@ -128,7 +129,7 @@ func New(primary sluice.Limiter, opts ...Option) *Limiter {
 	if l.inline {
 		l.shared = newSharedDeadlines(l.deadline)
 	}
-	l.stateNow.Store(uint32(sluice.BreakerClosed))
+	l.stateNow.Store(uint32(store.BreakerClosed))
 	l.cb = newBreaker(l.breakerCfg, l.clock, func(from, to sluice.BreakerState) {
 		l.stateNow.Store(uint32(to))
 		if l.onChange != nil {
@@ -165,8 +166,8 @@ func (l *Limiter) Close() error {
 // request's strictest Failure decides (see the package doc). A caller whose own context
 // ends first gets its context's error. The Report says what happened.
 func (l *Limiter) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
-	if err := sluice.CheckRequests(reqs, ds); err != nil {
-		return sluice.Report{Kind: sluice.KindBadInput}, err
+	if err := store.CheckRequests(reqs, ds); err != nil {
+		return sluice.Report{Kind: store.KindBadInput}, err
 	}
 	if len(reqs) == 0 {
 		return sluice.Report{}, nil
@@ -221,7 +222,7 @@ func (l *Limiter) fallback(reqs []sluice.Request) sluice.Failure {
 			continue
 		}
 		f := reqs[i].Failure.Or(l.def)
-		if f.Mode.Strictness() > out.Mode.Strictness() {
+		if strictness(f.Mode) > strictness(out.Mode) {
 			out = f
 		}
 	}
@@ -230,6 +231,21 @@ func (l *Limiter) fallback(reqs []sluice.Request) sluice.Failure {
 		out.Mode = sluice.FailClosed
 	}
 	return out
+}
+
+// strictness orders failure modes for a request whose limits name different ones:
+// closed, then local, then open (a request fails as its strictest limit says).
+// FailInherit is 0.
+func strictness(m sluice.FailureMode) int {
+	switch m {
+	case sluice.FailClosed:
+		return 3
+	case sluice.FailLocal:
+		return 2
+	case sluice.FailOpen:
+		return 1
+	}
+	return 0
 }
 
 // decideLocal decides reqs on the local limiter, all or nothing, each under its share of
@@ -272,12 +288,12 @@ func (l *Limiter) decideLocal(ctx context.Context, reqs []sluice.Request, ds []s
 // fails, the error wraps sluice.ErrStoreUnavailable (a paced worker waits and retries;
 // no failure mode makes up a reservation).
 func (l *Limiter) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
-	if err := sluice.CheckRequest(key, limit, n); err != nil {
+	if err := store.CheckRequest(key, limit, n); err != nil {
 		return sluice.Reservation{}, err
 	}
 	t, _, err := l.enter()
 	if err != nil {
-		if sluice.KindOf(err).IsFailure() {
+		if store.IsFailure(sluice.KindOf(err)) {
 			err = unavailable(err)
 		}
 		return sluice.Reservation{}, err
@@ -296,7 +312,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, limit sluice.Limit, n
 // deadline, through the breaker) and in the local limiter. A store failure returns an
 // error wrapping sluice.ErrStoreUnavailable.
 func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) error {
-	if err := sluice.CheckRequest(key, limit, 0); err != nil {
+	if err := store.CheckRequest(key, limit, 0); err != nil {
 		return err
 	}
 	a := call(l, ctx, false, resetArgs{l.primary, key, limit}, reset)
@@ -320,7 +336,7 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) err
 // failure returns an error wrapping sluice.ErrStoreUnavailable; the lease then expires
 // by its TTL.
 func (l *Limiter) Release(ctx context.Context, key string, limit sluice.Limit, lease sluice.LeaseID) (bool, error) {
-	if err := sluice.CheckRelease(key, limit, lease); err != nil {
+	if err := store.CheckRelease(key, limit, lease); err != nil {
 		return false, err
 	}
 	a := call(l, ctx, false, releaseArgs{l.primary, key, limit, lease}, release)
@@ -341,7 +357,7 @@ func (l *Limiter) Release(ctx context.Context, key string, limit sluice.Limit, l
 // an error wrapping sluice.ErrStoreUnavailable; the reservation then stands at its
 // estimate.
 func (l *Limiter) Settle(ctx context.Context, key string, limit sluice.Limit, reservation sluice.ReservationID, cost int64) (sluice.Decision, error) {
-	if err := sluice.CheckSettle(key, limit, reservation, cost); err != nil {
+	if err := store.CheckSettle(key, limit, reservation, cost); err != nil {
 		return sluice.Decision{}, err
 	}
 	a := call(l, ctx, false, settleArgs{l.primary, key, limit, reservation, cost}, settle)
@@ -425,7 +441,7 @@ type attempt[T any] struct {
 func call[A, T any](l *Limiter, ctx context.Context, decision bool, a A, f func(context.Context, A) (T, error)) attempt[T] {
 	t, probe, err := l.enter()
 	if err != nil {
-		return attempt[T]{err: err, failed: sluice.KindOf(err).IsFailure()}
+		return attempt[T]{err: err, failed: store.IsFailure(sluice.KindOf(err))}
 	}
 	start := time.Now()
 	if l.inline && !probe {
@@ -488,8 +504,8 @@ func reset(ctx context.Context, a resetArgs) (struct{}, error) {
 // The causes recorded for decisions the failure mode made without an answer from the
 // store, classified for sluice.KindOf.
 var (
-	errBreakerOpen = &sluice.StoreError{Kind: sluice.KindBreakerOpen, Err: ErrBreakerOpen}
-	errOverload    = &sluice.StoreError{Kind: sluice.KindOverload, Err: ErrOverload}
+	errBreakerOpen = &sluice.StoreError{Kind: store.KindBreakerOpen, Err: ErrBreakerOpen}
+	errOverload    = &sluice.StoreError{Kind: store.KindOverload, Err: ErrOverload}
 )
 
 func deadlineError(d time.Duration, cause error) error {
@@ -497,7 +513,7 @@ func deadlineError(d time.Duration, cause error) error {
 	if cause != nil {
 		err = fmt.Errorf("%w (%v): %w", ErrDeadline, d, cause)
 	}
-	return &sluice.StoreError{Kind: sluice.KindTimeout, Err: err}
+	return &sluice.StoreError{Kind: store.KindTimeout, Err: err}
 }
 
 // enter lets a store call through the breaker, the pending bound and Close. When err is
@@ -635,7 +651,7 @@ func giveUp[T any](l *Limiter, ctx context.Context, ch chan result[T], start tim
 // whether err is a store failure; when it is, brk is the failure, which the failure mode
 // records. ctx is the caller's: an error caused by its own cancellation or deadline says
 // nothing about the store. A cancellation while ctx is live is not the caller's, so it is
-// a store failure (sluice.ForeignCancel): another call sharing the store's work gave up,
+// a store failure (store.ForeignCancel): another call sharing the store's work gave up,
 // and this one was not decided. A decision that the layer below answered without asking
 // the store (a deny cache's, whose Report says so) says nothing about the store either.
 func judge[T any](ctx context.Context, v *T, err error) (brk error, failed bool) {
@@ -648,7 +664,7 @@ func judge[T any](ctx context.Context, v *T, err error) (brk error, failed bool)
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		return errExcluded, false
 	}
-	if err = sluice.ForeignCancel(ctx, err); sluice.KindOf(err).IsFailure() {
+	if err = store.ForeignCancel(ctx, err); store.IsFailure(sluice.KindOf(err)) {
 		return err, true
 	}
 	return errExcluded, false

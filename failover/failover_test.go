@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/region"
+	"github.com/sluicehq/sluice/store"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -139,15 +140,15 @@ func TestKinds(t *testing.T) {
 		want sluice.ErrorKind
 	}{
 		// failover's own causes (sluice.KindOf itself is tested in package sluice).
-		{deadlineError(time.Second, nil), sluice.KindTimeout},
-		{deadlineError(time.Second, context.DeadlineExceeded), sluice.KindTimeout},
-		{fmt.Errorf("%w: %w", errBreakerOpen, errors.New("circuit breaker is open")), sluice.KindBreakerOpen},
-		{errOverload, sluice.KindOverload},
+		{deadlineError(time.Second, nil), store.KindTimeout},
+		{deadlineError(time.Second, context.DeadlineExceeded), store.KindTimeout},
+		{fmt.Errorf("%w: %w", errBreakerOpen, errors.New("circuit breaker is open")), store.KindBreakerOpen},
+		{errOverload, store.KindOverload},
 		// A store's own classification passes through, however it is wrapped.
-		{storeErr(sluice.KindLoading, "LOADING Redis is loading the dataset in memory"), sluice.KindLoading},
-		{fmt.Errorf("x: %w", storeErr(sluice.KindBusy, "BUSY Redis is busy running a script.")), sluice.KindBusy},
+		{storeErr(store.KindLoading, "LOADING Redis is loading the dataset in memory"), store.KindLoading},
+		{fmt.Errorf("x: %w", storeErr(store.KindBusy, "BUSY Redis is busy running a script.")), store.KindBusy},
 		// An error no store classified is a failure all the same.
-		{errors.New("something broke"), sluice.KindOther},
+		{errors.New("something broke"), store.KindOther},
 	}
 	for _, tt := range tests {
 		name := "nil"
@@ -183,13 +184,24 @@ func TestParseMode(t *testing.T) {
 			t.Errorf("ParseFailureMode(%q) = %v, %v; want %v, error %v", tt.in, got, err, tt.want, tt.err)
 		}
 		if err == nil && tt.want != sluice.FailInherit {
-			var m sluice.FailureMode
-			b, _ := tt.want.MarshalText()
-			if err := m.UnmarshalText(b); err != nil || m != tt.want {
+			if m, err := sluice.ParseFailureMode(tt.want.String()); err != nil || m != tt.want {
 				t.Errorf("round trip of %v: %v, %v", tt.want, m, err)
 			}
 		}
 	}
+}
+
+// pathOf is the Path of a decision made in failure mode m.
+func pathOf(m sluice.FailureMode) sluice.Path {
+	switch m {
+	case sluice.FailOpen:
+		return sluice.PathOpen
+	case sluice.FailClosed:
+		return sluice.PathClosed
+	case sluice.FailLocal:
+		return sluice.PathLocal
+	}
+	return sluice.PathStore
 }
 
 // TestLocalShareIsRegionShare: a node's share of a limit while the store is down is the
@@ -198,9 +210,9 @@ func TestLocalShareIsRegionShare(t *testing.T) {
 	limits := []sluice.Limit{sluice.PerSecond(100), sluice.PerMinute(60).WithBurst(10), sluice.PerSecond(3),
 		{Algorithm: sluice.SlidingWindow, Rate: 1000, Period: time.Hour}}
 	for _, f := range []float64{0.29, 0.57, 1.0 / 3, 0.1, 0.5, 1} {
-		store := newFaultyStore(t)
-		store.setFail(storeErr(sluice.KindOOM, "OOM command not allowed when used memory > 'maxmemory'."))
-		l := newLimiter(t, store, WithDefault(sluice.Failure{Mode: sluice.FailLocal, Share: f}), WithLocalLimiter(memoryStore(t)))
+		faulty := newFaultyStore(t)
+		faulty.setFail(storeErr(store.KindOOM, "OOM command not allowed when used memory > 'maxmemory'."))
+		l := newLimiter(t, faulty, WithDefault(sluice.Failure{Mode: sluice.FailLocal, Share: f}), WithLocalLimiter(memoryStore(t)))
 		rs, err := region.NewShare(memoryStore(t), f)
 		if err != nil {
 			t.Fatal(err)
@@ -210,7 +222,7 @@ func TestLocalShareIsRegionShare(t *testing.T) {
 			if err != nil || d.Path != sluice.PathLocal {
 				t.Fatalf("share %v of %v: %+v, %v; want a local decision", f, lim, d, err)
 			}
-			if want := rs.Limit(lim); d.Limit.Rate != want.Rate || d.Limit.EffectiveBurst() != want.EffectiveBurst() {
+			if want := rs.Limit(lim); d.Limit.Rate != want.Rate || store.EffectiveBurst(d.Limit) != store.EffectiveBurst(want) {
 				t.Errorf("share %v of %v: failover applies %v, a region %v", f, lim, d.Limit, want)
 			}
 		}
@@ -221,7 +233,7 @@ func TestLocalShareIsRegionShare(t *testing.T) {
 // mode and the share: the request's Failure, then the limiter's default.
 func TestModes(t *testing.T) {
 	limit := sluice.PerMinute(10)
-	down := storeErr(sluice.KindLoading, "LOADING Redis is loading the dataset in memory")
+	down := storeErr(store.KindLoading, "LOADING Redis is loading the dataset in memory")
 	tests := []struct {
 		name      string
 		opts      []Option
@@ -274,10 +286,10 @@ func TestModes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			store := newFaultyStore(t)
-			store.setFail(down)
+			faulty := newFaultyStore(t)
+			faulty.setFail(down)
 			// A breaker that never opens, so that every call reaches the store.
-			l := newLimiter(t, store, append(tt.opts, WithDeadline(time.Second), WithLocalLimiter(memoryStore(t)),
+			l := newLimiter(t, faulty, append(tt.opts, WithDeadline(time.Second), WithLocalLimiter(memoryStore(t)),
 				WithBreaker(Breaker{ConsecutiveFailures: 1 << 30, MinCalls: 1 << 30}))...)
 			ctx := context.Background()
 			wantMode := map[sluice.Path]sluice.FailureMode{
@@ -289,13 +301,13 @@ func TestModes(t *testing.T) {
 				if d.Path != tt.wantPath {
 					t.Fatalf("call %d: path %v, want %v", i, d.Path, tt.wantPath)
 				}
-				if rep.Kind != sluice.KindLoading || !errors.Is(rep.Failure, down) || !rep.StoreCalled {
+				if rep.Kind != store.KindLoading || !errors.Is(rep.Failure, down) || !rep.StoreCalled {
 					t.Errorf("call %d: report %+v, want the LOADING cause", i, rep)
 				}
 				if rep.Fallback.Mode != wantMode || (tt.wantPath == sluice.PathLocal && rep.Fallback.Share != tt.wantShare) {
 					t.Errorf("call %d: report's Fallback %+v, want mode %v (share %v)", i, rep.Fallback, wantMode, tt.wantShare)
 				}
-				if rep.Breaker != sluice.BreakerClosed {
+				if rep.Breaker != store.BreakerClosed {
 					t.Errorf("call %d: report's breaker %v, want closed", i, rep.Breaker)
 				}
 				switch tt.wantPath {
@@ -333,7 +345,7 @@ func TestModes(t *testing.T) {
 // to limit with, the request fails closed, whether the mode comes from the default or
 // from the request.
 func TestLocalWithoutLocalLimiter(t *testing.T) {
-	down := storeErr(sluice.KindReadOnly, "READONLY You can't write against a read only replica.")
+	down := storeErr(store.KindReadOnly, "READONLY You can't write against a read only replica.")
 	limit := sluice.PerMinute(10)
 	for _, tc := range []struct {
 		name    string
@@ -344,9 +356,9 @@ func TestLocalWithoutLocalLimiter(t *testing.T) {
 		{"request", nil, sluice.Failure{Mode: sluice.FailLocal, Share: 0.5}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			store := newFaultyStore(t)
-			store.setFail(down)
-			l := newLimiter(t, store, append(tc.opts, WithBreaker(Breaker{ConsecutiveFailures: 1 << 30, MinCalls: 1 << 30}))...)
+			faulty := newFaultyStore(t)
+			faulty.setFail(down)
+			l := newLimiter(t, faulty, append(tc.opts, WithBreaker(Breaker{ConsecutiveFailures: 1 << 30, MinCalls: 1 << 30}))...)
 			for i := 0; i < 3; i++ {
 				d, rep, err := decideOne(context.Background(), l, sluice.Request{Key: "k", Limit: limit, N: 1, Failure: tc.failure})
 				if d.Path != sluice.PathClosed || d.Allowed || d.Limit != limit || d.RetryAfter != time.Second {
@@ -355,7 +367,7 @@ func TestLocalWithoutLocalLimiter(t *testing.T) {
 				if !errors.Is(err, sluice.ErrStoreUnavailable) || !errors.Is(err, down) {
 					t.Fatalf("call %d: %v; want ErrStoreUnavailable and the cause", i, err)
 				}
-				if rep.Fallback.Mode != sluice.FailClosed || rep.Kind != sluice.KindReadOnly || !errors.Is(rep.Failure, down) {
+				if rep.Fallback.Mode != sluice.FailClosed || rep.Kind != store.KindReadOnly || !errors.Is(rep.Failure, down) {
 					t.Errorf("call %d: report %+v; want the closed fallback and the READONLY cause", i, rep)
 				}
 			}
@@ -379,7 +391,7 @@ func TestLocalWithoutLocalLimiter(t *testing.T) {
 // enforced limits stricter.
 func TestShadowFailsOpen(t *testing.T) {
 	ctx := context.Background()
-	down := storeErr(sluice.KindClusterDown, "CLUSTERDOWN The cluster is down")
+	down := storeErr(store.KindClusterDown, "CLUSTERDOWN The cluster is down")
 	closed := sluice.Failure{Mode: sluice.FailClosed}
 	local := sluice.Failure{Mode: sluice.FailLocal, Share: 0.5}
 	open := sluice.Failure{Mode: sluice.FailOpen}
@@ -411,16 +423,16 @@ func TestShadowFailsOpen(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			store := newFaultyStore(t)
-			store.setFail(down)
-			l := newLimiter(t, store, append(tt.opts, WithLocalLimiter(memoryStore(t)),
+			faulty := newFaultyStore(t)
+			faulty.setFail(down)
+			l := newLimiter(t, faulty, append(tt.opts, WithLocalLimiter(memoryStore(t)),
 				WithBreaker(Breaker{ConsecutiveFailures: 1 << 30, MinCalls: 1 << 30}))...)
 			wantMode := map[sluice.Path]sluice.FailureMode{
 				sluice.PathOpen: sluice.FailOpen, sluice.PathClosed: sluice.FailClosed, sluice.PathLocal: sluice.FailLocal,
 			}[tt.wantPath]
 			ds := make([]sluice.Decision, len(tt.reqs))
 			rep, err := l.Decide(ctx, tt.reqs, ds)
-			if rep.Fallback.Mode != wantMode || rep.Kind != sluice.KindClusterDown || !errors.Is(rep.Failure, down) {
+			if rep.Fallback.Mode != wantMode || rep.Kind != store.KindClusterDown || !errors.Is(rep.Failure, down) {
 				t.Errorf("report %+v, want fallback %v and the CLUSTERDOWN cause", rep, wantMode)
 			}
 			for i, d := range ds {
@@ -448,8 +460,8 @@ func TestShadowFailsOpen(t *testing.T) {
 }
 
 func TestBadInputIsNeverFailedOpen(t *testing.T) {
-	store := newFaultyStore(t)
-	l := newLimiter(t, store, WithDefault(sluice.Failure{Mode: sluice.FailOpen}), WithBreaker(Breaker{ConsecutiveFailures: 1}))
+	faulty := newFaultyStore(t)
+	l := newLimiter(t, faulty, WithDefault(sluice.Failure{Mode: sluice.FailOpen}), WithBreaker(Breaker{ConsecutiveFailures: 1}))
 	ctx := context.Background()
 	bad := []struct {
 		key   string
@@ -463,37 +475,37 @@ func TestBadInputIsNeverFailedOpen(t *testing.T) {
 	}
 	for _, b := range bad {
 		d, rep, err := decideOne(ctx, l, sluice.Request{Key: b.key, Limit: b.limit, N: b.n})
-		if !sluice.IsBadInput(err) || d.Allowed {
+		if !store.IsBadInput(err) || d.Allowed {
 			t.Errorf("Decide(%q, %v, %d) = %+v, %v; want bad input", b.key, b.limit, b.n, d, err)
 		}
-		if rep.Kind != sluice.KindBadInput || rep.StoreCalled || rep.Failure != nil {
+		if rep.Kind != store.KindBadInput || rep.StoreCalled || rep.Failure != nil {
 			t.Errorf("Decide(%q, %v, %d): report %+v", b.key, b.limit, b.n, rep)
 		}
-		if d, err := l.AllowN(ctx, b.key, b.limit, b.n); !sluice.IsBadInput(err) || d.Allowed {
+		if d, err := l.AllowN(ctx, b.key, b.limit, b.n); !store.IsBadInput(err) || d.Allowed {
 			t.Errorf("AllowN(%q, %v, %d) = %+v, %v; want bad input", b.key, b.limit, b.n, d, err)
 		}
 	}
-	if _, err := l.Decide(ctx, []sluice.Request{{Key: "k", Limit: sluice.PerSecond(1), N: 1}}, nil); !sluice.IsBadInput(err) {
+	if _, err := l.Decide(ctx, []sluice.Request{{Key: "k", Limit: sluice.PerSecond(1), N: 1}}, nil); !store.IsBadInput(err) {
 		t.Errorf("no room for the decision: %v, want bad input", err)
 	}
 	// Bad input detected by the store itself (a duplicate in a batch) is returned as is
 	// and does not trip a breaker that opens on the first failure.
 	reqs := []sluice.Request{{Key: "k", Limit: sluice.PerSecond(5), N: 1}, {Key: "k", Limit: sluice.PerSecond(5), N: 1}}
 	for i := 0; i < 3; i++ {
-		if _, err := sluice.AllowMulti(ctx, l, reqs); !sluice.IsBadInput(err) {
+		if _, err := sluice.AllowMulti(ctx, l, reqs); !store.IsBadInput(err) {
 			t.Fatalf("duplicate batch: %v, want bad input", err)
 		}
 	}
-	store.setFail(fmt.Errorf("store says: %w", sluice.ErrInvalidLimit))
+	faulty.setFail(fmt.Errorf("store says: %w", sluice.ErrInvalidLimit))
 	for i := 0; i < 3; i++ {
-		if _, err := l.AllowN(ctx, "k", sluice.PerSecond(5), 1); !sluice.IsBadInput(err) {
+		if _, err := l.AllowN(ctx, "k", sluice.PerSecond(5), 1); !store.IsBadInput(err) {
 			t.Fatalf("store bad input: %v", err)
 		}
 	}
-	if s := l.State(); s != sluice.BreakerClosed {
+	if s := l.State(); s != store.BreakerClosed {
 		t.Errorf("breaker %v after bad input, want closed", s)
 	}
-	if store.calls.Load() == 0 {
+	if faulty.calls.Load() == 0 {
 		t.Error("the store was never called")
 	}
 }
@@ -503,10 +515,10 @@ func TestBadInputIsNeverFailedOpen(t *testing.T) {
 // the store returns.
 func TestDeadlineWithStoreIgnoringContext(t *testing.T) {
 	const deadline = 20 * time.Millisecond
-	store := newFaultyStore(t)
-	l := newLimiter(t, store, WithDeadline(deadline), WithDefault(sluice.Failure{Mode: sluice.FailClosed}),
+	faulty := newFaultyStore(t)
+	l := newLimiter(t, faulty, WithDeadline(deadline), WithDefault(sluice.Failure{Mode: sluice.FailClosed}),
 		WithBreaker(Breaker{ConsecutiveFailures: 1 << 30, MinCalls: 1 << 30}), WithMaxPending(40))
-	release := store.setHang()
+	release := faulty.setHang()
 	before := runtime.NumGoroutine()
 
 	var wg sync.WaitGroup
@@ -525,13 +537,13 @@ func TestDeadlineWithStoreIgnoringContext(t *testing.T) {
 				if d.Path != sluice.PathClosed || !errors.Is(err, sluice.ErrStoreUnavailable) {
 					t.Errorf("hanging store: %+v, %v; want closed", d, err)
 				}
-				if rep.Kind != sluice.KindTimeout && rep.Kind != sluice.KindOverload {
+				if rep.Kind != store.KindTimeout && rep.Kind != store.KindOverload {
 					t.Errorf("kind %q, want timeout or overload", rep.Kind)
 				}
-				if rep.Kind == sluice.KindTimeout && (!errors.Is(rep.Failure, ErrDeadline) || !rep.StoreCalled) {
+				if rep.Kind == store.KindTimeout && (!errors.Is(rep.Failure, ErrDeadline) || !rep.StoreCalled) {
 					t.Errorf("timeout: report %+v, want the deadline as the cause of a store call", rep)
 				}
-				if rep.Kind == sluice.KindOverload && (!errors.Is(rep.Failure, ErrOverload) || rep.StoreCalled) {
+				if rep.Kind == store.KindOverload && (!errors.Is(rep.Failure, ErrOverload) || rep.StoreCalled) {
 					t.Errorf("overload: report %+v, want the overload as the cause, no store call", rep)
 				}
 			}
@@ -542,7 +554,7 @@ func TestDeadlineWithStoreIgnoringContext(t *testing.T) {
 		t.Errorf("slowest decision took %v with a %v deadline", w, deadline)
 	}
 	// At most WithMaxPending calls were left running; the rest were not started.
-	if n := store.calls.Load(); n > 40 {
+	if n := faulty.calls.Load(); n > 40 {
 		t.Errorf("%d store calls started, want at most the 40 pending allowed", n)
 	}
 	if extra := runtime.NumGoroutine() - before; extra > 45 {
@@ -563,12 +575,12 @@ func TestDeadlineWithStoreIgnoringContext(t *testing.T) {
 // TestBreakerCycle: consecutive failures open the breaker, which stops calling the store;
 // after OpenFor it probes, a failed probe opens it again, and successful probes close it.
 func TestBreakerCycle(t *testing.T) {
-	store := newFaultyStore(t)
+	faulty := newFaultyStore(t)
 	var mu sync.Mutex
 	var changes []string
 	openFor := 100 * time.Millisecond
 	clk := clocktest.New(time.Now())
-	l := newLimiter(t, store, WithBreaker(Breaker{ConsecutiveFailures: 3, FailingFor: -1, OpenFor: openFor, Probes: 2}),
+	l := newLimiter(t, faulty, WithBreaker(Breaker{ConsecutiveFailures: 3, FailingFor: -1, OpenFor: openFor, Probes: 2}),
 		WithClock(clk.Now),
 		WithStateChange(func(from, to sluice.BreakerState) {
 			mu.Lock()
@@ -585,41 +597,41 @@ func TestBreakerCycle(t *testing.T) {
 		return d, rep
 	}
 
-	store.setFail(storeErr(sluice.KindBusy, "BUSY Redis is busy running a script."))
+	faulty.setFail(storeErr(store.KindBusy, "BUSY Redis is busy running a script."))
 	for i := 0; i < 3; i++ {
 		if d, _ := decide(); d.Path != sluice.PathOpen {
 			t.Fatalf("failure %d: path %v", i, d.Path)
 		}
 	}
-	if s := l.State(); s != sluice.BreakerOpen {
+	if s := l.State(); s != store.BreakerOpen {
 		t.Fatalf("after 3 failures: %v, want open", s)
 	}
-	calls := store.calls.Load()
+	calls := faulty.calls.Load()
 	d, rep := decide()
-	if d.Path != sluice.PathOpen || rep.StoreCalled || rep.Kind != sluice.KindBreakerOpen || rep.Breaker != sluice.BreakerOpen ||
+	if d.Path != sluice.PathOpen || rep.StoreCalled || rep.Kind != store.KindBreakerOpen || rep.Breaker != store.BreakerOpen ||
 		!errors.Is(rep.Failure, ErrBreakerOpen) {
 		t.Fatalf("open breaker: %+v %+v", d, rep)
 	}
-	if store.calls.Load() != calls {
+	if faulty.calls.Load() != calls {
 		t.Fatal("the store was called while the breaker was open")
 	}
 
 	clk.Advance(openFor + time.Microsecond)
-	if s := l.State(); s != sluice.BreakerHalfOpen {
+	if s := l.State(); s != store.BreakerHalfOpen {
 		t.Fatalf("after OpenFor: %v, want half-open", s)
 	}
-	if _, rep := decide(); !rep.StoreCalled || rep.Breaker != sluice.BreakerOpen { // the probe fails
+	if _, rep := decide(); !rep.StoreCalled || rep.Breaker != store.BreakerOpen { // the probe fails
 		t.Fatalf("failed probe: %+v", rep)
 	}
 
 	clk.Advance(openFor + time.Microsecond)
-	store.setFail(nil)
+	faulty.setFail(nil)
 	for i := 0; i < 2; i++ {
 		if d, _ := decide(); d.Path != sluice.PathStore {
 			t.Fatalf("probe %d: path %v", i, d.Path)
 		}
 	}
-	if s := l.State(); s != sluice.BreakerClosed {
+	if s := l.State(); s != store.BreakerClosed {
 		t.Fatalf("after 2 good probes: %v, want closed", s)
 	}
 	mu.Lock()
@@ -632,49 +644,49 @@ func TestBreakerCycle(t *testing.T) {
 }
 
 func TestBreakerFailureRatio(t *testing.T) {
-	store := newFaultyStore(t)
-	l := newLimiter(t, store, WithBreaker(Breaker{ConsecutiveFailures: 100, FailingFor: -1, FailureRatio: 0.5, MinCalls: 10}))
+	faulty := newFaultyStore(t)
+	l := newLimiter(t, faulty, WithBreaker(Breaker{ConsecutiveFailures: 100, FailingFor: -1, FailureRatio: 0.5, MinCalls: 10}))
 	ctx := context.Background()
 	limit := sluice.PerSecond(1000)
-	readOnly := storeErr(sluice.KindReadOnly, "READONLY You can't write against a read only replica.")
+	readOnly := storeErr(store.KindReadOnly, "READONLY You can't write against a read only replica.")
 	for i := 0; i < 9; i++ { // alternate: never two failures in a row
 		if i%2 == 0 {
-			store.setFail(readOnly)
+			faulty.setFail(readOnly)
 		} else {
-			store.setFail(nil)
+			faulty.setFail(nil)
 		}
 		l.AllowN(ctx, "k", limit, 1)
-		if s := l.State(); s != sluice.BreakerClosed {
+		if s := l.State(); s != store.BreakerClosed {
 			t.Fatalf("call %d: %v before MinCalls", i, s)
 		}
 	}
-	store.setFail(nil)
+	faulty.setFail(nil)
 	l.AllowN(ctx, "k", limit, 1) // 10 calls, 5 failures: ratio 0.5 is reached on the next failure
-	if s := l.State(); s != sluice.BreakerClosed {
+	if s := l.State(); s != store.BreakerClosed {
 		t.Fatalf("ratio reached on a success: %v (the breaker trips on failures)", s)
 	}
-	store.setFail(readOnly)
+	faulty.setFail(readOnly)
 	l.AllowN(ctx, "k", limit, 1)
-	if s := l.State(); s != sluice.BreakerOpen {
+	if s := l.State(); s != store.BreakerOpen {
 		t.Fatalf("6 failures in 11 calls: %v, want open", s)
 	}
 }
 
 func TestCallerCancellationIsNotAStoreFailure(t *testing.T) {
-	store := newFaultyStore(t)
-	l := newLimiter(t, store, WithDeadline(time.Second), WithDefault(sluice.Failure{Mode: sluice.FailOpen}), WithBreaker(Breaker{ConsecutiveFailures: 1}))
-	release := store.setHang()
+	faulty := newFaultyStore(t)
+	l := newLimiter(t, faulty, WithDeadline(time.Second), WithDefault(sluice.Failure{Mode: sluice.FailOpen}), WithBreaker(Breaker{ConsecutiveFailures: 1}))
+	release := faulty.setHang()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	d, rep, err := decideOne(ctx, l, sluice.Request{Key: "k", Limit: sluice.PerSecond(1), N: 1})
 	if !errors.Is(err, context.DeadlineExceeded) || d.Allowed || d.Path != sluice.PathStore {
 		t.Errorf("caller deadline: %+v, %v; want the caller's context error, not a fallback", d, err)
 	}
-	if rep.Kind != sluice.KindTimeout || rep.Failure != nil {
+	if rep.Kind != store.KindTimeout || rep.Failure != nil {
 		t.Errorf("report %+v", rep)
 	}
 	release()
-	if s := l.State(); s != sluice.BreakerClosed {
+	if s := l.State(); s != store.BreakerClosed {
 		t.Errorf("breaker %v after the caller's own deadline", s)
 	}
 }
@@ -688,37 +700,37 @@ func TestStoreCancellationIsAStoreFailure(t *testing.T) {
 	limit := sluice.PerMinute(10)
 	causes := map[string]error{
 		"unclassified": fmt.Errorf("store: dial: %w", context.Canceled),
-		"classified":   &sluice.StoreError{Kind: sluice.KindCanceled, Err: fmt.Errorf("store: dial: %w", context.Canceled)},
+		"classified":   &sluice.StoreError{Kind: store.KindCanceled, Err: fmt.Errorf("store: dial: %w", context.Canceled)},
 	}
 	modes := []sluice.FailureMode{sluice.FailOpen, sluice.FailClosed, sluice.FailLocal}
 	for _, inline := range []bool{false, true} {
 		for cname, cause := range causes {
 			for _, mode := range modes {
 				t.Run(fmt.Sprintf("inline=%v/%s/%v", inline, cname, mode), func(t *testing.T) {
-					store := newFaultyStore(t)
+					faulty := newFaultyStore(t)
 					opts := []Option{WithDefault(sluice.Failure{Mode: mode}), WithLocalLimiter(memoryStore(t)),
 						WithBreaker(Breaker{ConsecutiveFailures: 2, FailingFor: -1})}
 					if inline {
 						opts = append(opts, WithInlineCalls())
 					}
-					l := newLimiter(t, store, opts...)
-					store.setFail(cause)
+					l := newLimiter(t, faulty, opts...)
+					faulty.setFail(cause)
 					d, rep, err := decideOne(context.Background(), l, sluice.Request{Key: "k", Limit: limit, N: 1})
 					if errors.Is(err, context.Canceled) {
 						t.Fatalf("a live caller got %v", err)
 					}
-					if d.Path != mode.Path() {
-						t.Errorf("path %v, want %v (%+v, %v)", d.Path, mode.Path(), d, err)
+					if d.Path != pathOf(mode) {
+						t.Errorf("path %v, want %v (%+v, %v)", d.Path, pathOf(mode), d, err)
 					}
 					if (mode == sluice.FailClosed) != errors.Is(err, sluice.ErrStoreUnavailable) || mode != sluice.FailClosed && err != nil {
 						t.Errorf("error %v in mode %v", err, mode)
 					}
-					if rep.Kind != sluice.KindRefused || rep.Failure == nil || !rep.StoreCalled {
-						t.Errorf("report %+v, want a store failure of kind %q", rep, sluice.KindRefused)
+					if rep.Kind != store.KindRefused || rep.Failure == nil || !rep.StoreCalled {
+						t.Errorf("report %+v, want a store failure of kind %q", rep, store.KindRefused)
 					}
 					// The breaker counts it: a second one opens it.
 					decideOne(context.Background(), l, sluice.Request{Key: "k", Limit: limit, N: 1})
-					if s := l.State(); s != sluice.BreakerOpen {
+					if s := l.State(); s != store.BreakerOpen {
 						t.Errorf("breaker %v after two store cancellations, want open", s)
 					}
 				})
@@ -726,9 +738,9 @@ func TestStoreCancellationIsAStoreFailure(t *testing.T) {
 		}
 	}
 	// Calls that are not decisions: the store is unavailable, not the caller cancelled.
-	store := newFaultyStore(t)
-	l := newLimiter(t, store, WithBreaker(Breaker{ConsecutiveFailures: 1 << 20}))
-	store.setFail(causes["unclassified"])
+	faulty := newFaultyStore(t)
+	l := newLimiter(t, faulty, WithBreaker(Breaker{ConsecutiveFailures: 1 << 20}))
+	faulty.setFail(causes["unclassified"])
 	ctx := context.Background()
 	_, err := l.Reserve(ctx, "k", sluice.PerSecond(1), 1)
 	if !errors.Is(err, sluice.ErrStoreUnavailable) || errors.Is(err, context.Canceled) {
@@ -745,7 +757,7 @@ type notAtomicStore struct{ *memory.Store }
 
 func (s notAtomicStore) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
 	if len(reqs) > 1 {
-		return sluice.Report{Kind: sluice.KindBadInput}, fmt.Errorf("test store: %w", sluice.ErrInvalidKey)
+		return sluice.Report{Kind: store.KindBadInput}, fmt.Errorf("test store: %w", sluice.ErrInvalidKey)
 	}
 	return s.Store.Decide(ctx, reqs, ds)
 }
@@ -773,11 +785,11 @@ func TestAllowMulti(t *testing.T) {
 			}
 			ds := make([]sluice.Decision, len(reqs))
 			rep, err := l.Decide(ctx, reqs, ds)
-			if !errors.Is(err, sluice.ErrInvalidKey) || rep.Kind != sluice.KindBadInput || rep.Failure != nil || ds[0].Allowed || ds[0].Path != sluice.PathStore {
+			if !errors.Is(err, sluice.ErrInvalidKey) || rep.Kind != store.KindBadInput || rep.Failure != nil || ds[0].Allowed || ds[0].Path != sluice.PathStore {
 				t.Fatalf("%+v, %+v, %v, want the store's error and no fallback", ds, rep, err)
 			}
 		}
-		if s := l.State(); s != sluice.BreakerClosed {
+		if s := l.State(); s != store.BreakerClosed {
 			t.Errorf("breaker %v after the store's error, want closed", s)
 		}
 	})
@@ -793,9 +805,9 @@ func TestAllowMulti(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run("strictest mode "+tt.name, func(t *testing.T) {
-			store := newFaultyStore(t)
-			store.setFail(storeErr(sluice.KindClusterDown, "CLUSTERDOWN The cluster is down"))
-			l := newLimiter(t, store, WithLocalLimiter(memoryStore(t)), WithDefault(sluice.Failure{Share: 0.5}))
+			faulty := newFaultyStore(t)
+			faulty.setFail(storeErr(store.KindClusterDown, "CLUSTERDOWN The cluster is down"))
+			l := newLimiter(t, faulty, WithLocalLimiter(memoryStore(t)), WithDefault(sluice.Failure{Share: 0.5}))
 			reqs := []sluice.Request{
 				{Key: "a", Limit: sluice.PerMinute(10), N: 1, Failure: sluice.Failure{Mode: tt.m0, Share: 0.5}},
 				{Key: "a", Limit: sluice.PerHour(100), N: 1, Failure: sluice.Failure{Mode: tt.m1, Share: 0.5}},
@@ -811,7 +823,7 @@ func TestAllowMulti(t *testing.T) {
 				} else if err != nil {
 					t.Fatal(err)
 				}
-				if rep.Fallback.Mode.Path() != tt.wantPath || rep.Kind != sluice.KindClusterDown {
+				if pathOf(rep.Fallback.Mode) != tt.wantPath || rep.Kind != store.KindClusterDown {
 					t.Fatalf("report %+v, want the fallback of path %v", rep, tt.wantPath)
 				}
 				for _, d := range ds {
@@ -844,9 +856,9 @@ func memoryStore(t *testing.T) *memory.Store {
 }
 
 func TestLocalCostAboveShare(t *testing.T) {
-	store := newFaultyStore(t)
-	store.setFail(storeErr(sluice.KindOOM, "OOM command not allowed when used memory > 'maxmemory'."))
-	l := newLimiter(t, store, WithDefault(sluice.Failure{Mode: sluice.FailLocal, Share: 0.25}), WithLocalLimiter(memoryStore(t)))
+	faulty := newFaultyStore(t)
+	faulty.setFail(storeErr(store.KindOOM, "OOM command not allowed when used memory > 'maxmemory'."))
+	l := newLimiter(t, faulty, WithDefault(sluice.Failure{Mode: sluice.FailLocal, Share: 0.25}), WithLocalLimiter(memoryStore(t)))
 	d, err := l.AllowN(context.Background(), "k", sluice.PerSecond(8), 4) // share allows 2
 	if err != nil || d.Allowed || d.Path != sluice.PathLocal || d.Limit.Rate != 2 || d.RetryAfter <= 0 {
 		t.Errorf("%+v, %v; want a local denial with a RetryAfter", d, err)
@@ -854,8 +866,8 @@ func TestLocalCostAboveShare(t *testing.T) {
 }
 
 func TestReset(t *testing.T) {
-	store := newFaultyStore(t)
-	l := newLimiter(t, store, WithDefault(sluice.Failure{Mode: sluice.FailLocal}), WithLocalLimiter(memoryStore(t)))
+	faulty := newFaultyStore(t)
+	l := newLimiter(t, faulty, WithDefault(sluice.Failure{Mode: sluice.FailLocal}), WithLocalLimiter(memoryStore(t)))
 	ctx := context.Background()
 	limit := sluice.PerMinute(1)
 	if d, _ := l.AllowN(ctx, "k", limit, 1); !d.Allowed {
@@ -867,20 +879,20 @@ func TestReset(t *testing.T) {
 	if d, _ := l.AllowN(ctx, "k", limit, 1); !d.Allowed {
 		t.Fatal("denied after Reset")
 	}
-	store.setFail(storeErr(sluice.KindLoading, "LOADING Redis is loading the dataset in memory"))
+	faulty.setFail(storeErr(store.KindLoading, "LOADING Redis is loading the dataset in memory"))
 	if err := l.Reset(ctx, "k", limit); !errors.Is(err, sluice.ErrStoreUnavailable) {
 		t.Fatalf("Reset on a failing store: %v, want ErrStoreUnavailable", err)
 	}
-	if err := l.Reset(ctx, "", limit); !sluice.IsBadInput(err) {
+	if err := l.Reset(ctx, "", limit); !store.IsBadInput(err) {
 		t.Fatalf("Reset with an empty key: %v", err)
 	}
 }
 
 // TestResetLocal: Reset forgets the key's state in the local limiter too.
 func TestResetLocal(t *testing.T) {
-	store := newFaultyStore(t)
-	store.setFail(storeErr(sluice.KindLoading, "LOADING Redis is loading the dataset in memory"))
-	l := newLimiter(t, store, WithDefault(sluice.Failure{Mode: sluice.FailLocal, Share: 0.5}), WithLocalLimiter(memoryStore(t)),
+	faulty := newFaultyStore(t)
+	faulty.setFail(storeErr(store.KindLoading, "LOADING Redis is loading the dataset in memory"))
+	l := newLimiter(t, faulty, WithDefault(sluice.Failure{Mode: sluice.FailLocal, Share: 0.5}), WithLocalLimiter(memoryStore(t)),
 		WithBreaker(Breaker{ConsecutiveFailures: 1 << 30, MinCalls: 1 << 30}))
 	ctx := context.Background()
 	limit := sluice.PerMinute(2) // a local share of 1
@@ -904,8 +916,8 @@ func TestResetLocal(t *testing.T) {
 func TestReserve(t *testing.T) {
 	ctx := context.Background()
 	limit := sluice.PerSecond(10)
-	store := newFaultyStore(t)
-	l := newLimiter(t, store, WithDeadline(20*time.Millisecond), WithDefault(sluice.Failure{Mode: sluice.FailOpen}),
+	faulty := newFaultyStore(t)
+	l := newLimiter(t, faulty, WithDeadline(20*time.Millisecond), WithDefault(sluice.Failure{Mode: sluice.FailOpen}),
 		WithBreaker(Breaker{ConsecutiveFailures: 2, FailingFor: -1, OpenFor: time.Hour}))
 
 	// Through to the store, sharing its state with decisions.
@@ -921,7 +933,7 @@ func TestReserve(t *testing.T) {
 		t.Fatalf("Reserve past the burst: %+v, %v; want a delay", res, err)
 	}
 	// Without the decision deadline: a store slower than it still reserves.
-	release := store.setHang()
+	release := faulty.setHang()
 	var released atomic.Bool
 	// The store hangs for five deadlines of real time (the deadline is a real timer).
 	timer := time.AfterFunc(100*time.Millisecond, func() { released.Store(true); release() })
@@ -936,38 +948,38 @@ func TestReserve(t *testing.T) {
 	// Bad input, including a limit that cannot be reserved, is returned as is and does
 	// not count against the store.
 	for i := 0; i < 3; i++ {
-		if _, err := l.Reserve(ctx, "", limit, 1); !sluice.IsBadInput(err) {
+		if _, err := l.Reserve(ctx, "", limit, 1); !store.IsBadInput(err) {
 			t.Fatalf("Reserve with an empty key: %v", err)
 		}
 		if _, err := l.Reserve(ctx, "k", limit.With(sluice.FixedWindow), 1); !errors.Is(err, sluice.ErrInvalidLimit) || errors.Is(err, sluice.ErrStoreUnavailable) {
 			t.Fatalf("Reserve of a fixed window: %v, want ErrInvalidLimit", err)
 		}
 	}
-	if s := l.State(); s != sluice.BreakerClosed {
+	if s := l.State(); s != store.BreakerClosed {
 		t.Fatalf("breaker %v after bad input, want closed", s)
 	}
 
 	// A failing store: ErrStoreUnavailable and the cause, counted by the breaker.
-	down := storeErr(sluice.KindRefused, "dial tcp: connection refused")
-	store.setFail(down)
+	down := storeErr(store.KindRefused, "dial tcp: connection refused")
+	faulty.setFail(down)
 	for i := 0; i < 2; i++ {
 		res, err := l.Reserve(ctx, "k2", limit, 1)
 		if !errors.Is(err, sluice.ErrStoreUnavailable) || !errors.Is(err, down) || res.OK {
 			t.Fatalf("Reserve on a failing store: %+v, %v; want ErrStoreUnavailable", res, err)
 		}
 	}
-	if s := l.State(); s != sluice.BreakerOpen {
+	if s := l.State(); s != store.BreakerOpen {
 		t.Fatalf("breaker %v after 2 failed reservations, want open", s)
 	}
 
 	// An open breaker: ErrStoreUnavailable without calling the store.
-	store.setFail(nil)
-	calls := store.calls.Load()
+	faulty.setFail(nil)
+	calls := faulty.calls.Load()
 	res, err = l.Reserve(ctx, "k3", limit, 1)
-	if !errors.Is(err, sluice.ErrStoreUnavailable) || !errors.Is(err, ErrBreakerOpen) || sluice.KindOf(err) != sluice.KindBreakerOpen || res.OK {
+	if !errors.Is(err, sluice.ErrStoreUnavailable) || !errors.Is(err, ErrBreakerOpen) || sluice.KindOf(err) != store.KindBreakerOpen || res.OK {
 		t.Fatalf("Reserve with the breaker open: %+v, %v; want ErrStoreUnavailable", res, err)
 	}
-	if store.calls.Load() != calls {
+	if faulty.calls.Load() != calls {
 		t.Error("the store was called while the breaker was open")
 	}
 	// Decisions meanwhile follow their failure mode.
@@ -985,26 +997,26 @@ func TestReserve(t *testing.T) {
 // failing every decision it carried) does not open the breaker; failures that go on for
 // FailingFor do.
 func TestBreakerFailingFor(t *testing.T) {
-	store := newFaultyStore(t)
+	faulty := newFaultyStore(t)
 	clk := clocktest.New(time.Now())
-	l := newLimiter(t, store, WithBreaker(Breaker{ConsecutiveFailures: 5, FailingFor: 100 * time.Millisecond}), WithClock(clk.Now))
+	l := newLimiter(t, faulty, WithBreaker(Breaker{ConsecutiveFailures: 5, FailingFor: 100 * time.Millisecond}), WithClock(clk.Now))
 	ctx := context.Background()
 	limit := sluice.PerSecond(1000)
-	store.setFail(storeErr(sluice.KindBusy, "BUSY Redis is busy running a script."))
+	faulty.setFail(storeErr(store.KindBusy, "BUSY Redis is busy running a script."))
 	for i := 0; i < 50; i++ {
 		l.AllowN(ctx, "k", limit, 1)
 	}
-	if s := l.State(); s != sluice.BreakerClosed {
+	if s := l.State(); s != store.BreakerClosed {
 		t.Fatalf("a burst of 50 failures at one instant opened the breaker")
 	}
 	clk.Advance(99 * time.Millisecond)
 	l.AllowN(ctx, "k", limit, 1)
-	if s := l.State(); s != sluice.BreakerClosed {
+	if s := l.State(); s != store.BreakerClosed {
 		t.Fatalf("failures for 99ms opened the breaker")
 	}
 	clk.Advance(time.Millisecond)
 	l.AllowN(ctx, "k", limit, 1)
-	if s := l.State(); s != sluice.BreakerOpen {
+	if s := l.State(); s != store.BreakerOpen {
 		t.Fatalf("failures for 100ms: breaker %v, want open", s)
 	}
 }
@@ -1031,32 +1043,32 @@ func (s *cacheStore) Decide(ctx context.Context, reqs []sluice.Request, ds []slu
 // passed on with StoreCalled false, and says nothing about the store to the breaker: it
 // does not break a streak of failures.
 func TestAnswerWithoutStore(t *testing.T) {
-	store := &cacheStore{faultyStore: newFaultyStore(t)}
-	l := newLimiter(t, store, WithBreaker(Breaker{ConsecutiveFailures: 3, FailingFor: -1, OpenFor: time.Hour}))
+	faulty := &cacheStore{faultyStore: newFaultyStore(t)}
+	l := newLimiter(t, faulty, WithBreaker(Breaker{ConsecutiveFailures: 3, FailingFor: -1, OpenFor: time.Hour}))
 	ctx := context.Background()
 	req := sluice.Request{Key: "k", Limit: sluice.PerSecond(10), N: 1}
 
 	d, rep, err := decideOne(ctx, l, req)
-	if err != nil || !d.Allowed || d.Path != sluice.PathStore || !rep.StoreCalled || rep.Breaker != sluice.BreakerClosed {
+	if err != nil || !d.Allowed || d.Path != sluice.PathStore || !rep.StoreCalled || rep.Breaker != store.BreakerClosed {
 		t.Fatalf("store answer: %+v, %+v, %v", d, rep, err)
 	}
-	store.setFail(storeErr(sluice.KindBusy, "BUSY Redis is busy running a script."))
+	faulty.setFail(storeErr(store.KindBusy, "BUSY Redis is busy running a script."))
 	for i := 0; i < 2; i++ {
 		if d, _, _ := decideOne(ctx, l, req); d.Path != sluice.PathOpen {
 			t.Fatalf("failure %d: %+v", i, d)
 		}
 	}
-	store.cached.Store(true)
+	faulty.cached.Store(true)
 	d, rep, err = decideOne(ctx, l, req)
 	if err != nil || d.Allowed || d.Path != sluice.PathCache || rep.StoreCalled || rep.Failure != nil || rep.Kind != "" {
 		t.Fatalf("answer without the store: %+v, %+v, %v", d, rep, err)
 	}
-	if s := l.State(); s != sluice.BreakerClosed {
+	if s := l.State(); s != store.BreakerClosed {
 		t.Fatalf("breaker %v after 2 failures", s)
 	}
-	store.cached.Store(false)
+	faulty.cached.Store(false)
 	decideOne(ctx, l, req) // the third failure in a row, the cached answer not counting
-	if s := l.State(); s != sluice.BreakerOpen {
+	if s := l.State(); s != store.BreakerOpen {
 		t.Fatalf("breaker %v after 3 store failures around a cached answer, want open", s)
 	}
 }
@@ -1067,13 +1079,13 @@ func TestAnswerWithoutStore(t *testing.T) {
 func TestCloseWaitsForStoreCalls(t *testing.T) {
 	for _, inline := range []bool{false, true} {
 		t.Run(fmt.Sprintf("inline=%v", inline), func(t *testing.T) {
-			store := newFaultyStore(t)
+			faulty := newFaultyStore(t)
 			opts := []Option{WithDeadline(time.Millisecond)}
 			if inline {
 				opts = append(opts, WithInlineCalls())
 			}
-			l := newLimiter(t, store, opts...)
-			release := store.setHang()
+			l := newLimiter(t, faulty, opts...)
+			release := faulty.setHang()
 			const n = 4
 			var wg sync.WaitGroup
 			for range n {
@@ -1083,7 +1095,7 @@ func TestCloseWaitsForStoreCalls(t *testing.T) {
 					l.AllowN(context.Background(), "k", sluice.PerSecond(10), 1)
 				}()
 			}
-			for store.calls.Load() < n {
+			for faulty.calls.Load() < n {
 				time.Sleep(time.Millisecond) // until every call is in the store
 			}
 			closed := make(chan struct{})
@@ -1106,5 +1118,16 @@ func TestCloseWaitsForStoreCalls(t *testing.T) {
 				t.Errorf("after Close: %v, want ErrClosed", err)
 			}
 		})
+	}
+}
+
+// TestStrictness: a request whose limits name different failure modes fails as the
+// strictest says: closed, then local, then open, then inherit.
+func TestStrictness(t *testing.T) {
+	order := []sluice.FailureMode{sluice.FailInherit, sluice.FailOpen, sluice.FailLocal, sluice.FailClosed}
+	for i := 1; i < len(order); i++ {
+		if strictness(order[i]) <= strictness(order[i-1]) {
+			t.Errorf("strictness(%v) = %d, not above strictness(%v) = %d", order[i], strictness(order[i]), order[i-1], strictness(order[i-1]))
+		}
 	}
 }

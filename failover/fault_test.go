@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/store"
 )
 
 // The fault tests run a failover.Limiter with its defaults (5ms deadline, breaker opening
@@ -221,11 +222,11 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 		e.proxy = faultproxy.Start(t, e.srv.Addr())
 		url = "redis://" + e.proxy.Addr()
 	}
-	store, err := redisstore.Open(url)
+	backend, err := redisstore.Open(url)
 	if err != nil {
 		t.Fatalf("redisstore.Open(%s): %v", url, err)
 	}
-	t.Cleanup(func() { store.Close() })
+	t.Cleanup(func() { backend.Close() })
 
 	// The script is loaded in the background: wait until the store decides. Then warm
 	// up every connection the client will use (it dials lazily, per slot, within the
@@ -234,7 +235,7 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 	waitFor(t, 5*time.Second, "a first store decision", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		_, err := store.AllowN(ctx, "warmup", sluice.PerSecond(1000), 1)
+		_, err := backend.AllowN(ctx, "warmup", sluice.PerSecond(1000), 1)
 		return err == nil
 	})
 	var warm sync.WaitGroup
@@ -244,9 +245,9 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 			defer warm.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			limit := sluice.Limit{Algorithm: sluice.Algorithms()[g%6], Rate: 400, Period: time.Second}
+			limit := sluice.Limit{Algorithm: store.Algorithms()[g%6], Rate: 400, Period: time.Second}
 			for i := 0; i < loadKeys; i++ {
-				if _, err := store.AllowN(ctx, fmt.Sprintf("%s-load-%d-%d", f.name, g, i), limit, 1); err != nil {
+				if _, err := backend.AllowN(ctx, fmt.Sprintf("%s-load-%d-%d", f.name, g, i), limit, 1); err != nil {
 					t.Errorf("warm-up: %v", err)
 					return
 				}
@@ -259,7 +260,7 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 	var transitions []transition
 	local := memory.New()
 	t.Cleanup(func() { local.Close() })
-	lim := New(store, append([]Option{WithDeadline(testFaultDeadline(t)), WithLocalLimiter(local), WithStateChange(func(from, to sluice.BreakerState) {
+	lim := New(backend, append([]Option{WithDeadline(testFaultDeadline(t)), WithLocalLimiter(local), WithStateChange(func(from, to sluice.BreakerState) {
 		tmu.Lock()
 		transitions = append(transitions, transition{time.Now(), from, to})
 		tmu.Unlock()
@@ -280,7 +281,7 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 			mode := loadModes[g%3]
 			ctx := context.Background()
 			failure := sluice.Failure{Mode: mode, Share: testShare}
-			limit := sluice.Limit{Algorithm: sluice.Algorithms()[g%6], Rate: 400, Period: time.Second}
+			limit := sluice.Limit{Algorithm: store.Algorithms()[g%6], Rate: 400, Period: time.Second}
 			local := shareOf(limit, testShare)
 			keys := make([]string, loadKeys)
 			for i := range keys {
@@ -314,13 +315,13 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 	// Recovery: the breaker closes again, with no restart of anything on our side.
 	var recoveredAt time.Time
 	waitFor(t, recoverWithin, fmt.Sprintf("the breaker to close after the fault (it needs %d store answers in a row within %v)", 3, deadline), func() bool {
-		if lim.State() != sluice.BreakerClosed {
+		if lim.State() != store.BreakerClosed {
 			return false
 		}
 		tmu.Lock()
 		defer tmu.Unlock()
 		for _, tr := range slices.Backward(transitions) {
-			if tr.to == sluice.BreakerClosed && tr.at.After(healAt) {
+			if tr.to == store.BreakerClosed && tr.at.After(healAt) {
 				recoveredAt = tr.at
 				return true
 			}
@@ -364,12 +365,12 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 	trs := slices.Clone(transitions)
 	tmu.Unlock()
 	var openedAt time.Time
-	atInject := sluice.BreakerClosed
+	atInject := store.BreakerClosed
 	for _, tr := range trs {
 		if tr.at.Before(injectAt) {
 			atInject = tr.to
 		}
-		if tr.to == sluice.BreakerOpen && !tr.at.Before(injectAt) {
+		if tr.to == store.BreakerOpen && !tr.at.Before(injectAt) {
 			openedAt = tr.at
 			break
 		}
@@ -397,7 +398,7 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 	}
 	fig := figures{name: f.name, decisions: len(during), toOpen: -1, toRecover: -1}
 	switch {
-	case atInject != sluice.BreakerClosed:
+	case atInject != store.BreakerClosed:
 		fig.toOpen = alreadyOpen
 	case !openedAt.IsZero():
 		fig.toOpen = openedAt.Sub(injectAt)
@@ -430,7 +431,7 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 			fallback, settled, 100*f.minFallback)
 	}
 	for _, m := range loadModes {
-		if !slices.ContainsFunc(during, func(s sample) bool { return s.path == m.Path() }) {
+		if !slices.ContainsFunc(during, func(s sample) bool { return s.path == pathOf(m) }) {
 			t.Errorf("no %v decision during the fault", m)
 		}
 	}
@@ -457,7 +458,7 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 	// have been spent: the count is then only bounded.
 	waitFor(t, recoverWithin, "the breaker to be closed with the load stopped", func() bool {
 		lim.AllowN(context.Background(), "poke", sluice.PerSecond(1000), 1)
-		return lim.State() == sluice.BreakerClosed
+		return lim.State() == store.BreakerClosed
 	})
 	ctx := context.Background()
 	closed := sluice.Failure{Mode: sluice.FailClosed}

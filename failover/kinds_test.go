@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/store"
 )
 
 // TestRedisErrorKinds provokes real Redis failures and checks the Kind that the Report of
@@ -35,7 +36,7 @@ func TestRedisErrorKinds(t *testing.T) {
 					<-done
 				}
 			},
-			want: sluice.KindBusy,
+			want: store.KindBusy,
 		},
 		{
 			name: "maxmemory",
@@ -45,7 +46,7 @@ func TestRedisErrorKinds(t *testing.T) {
 				srv.MustDo("DEBUG", "POPULATE", "30000", "filler", "16")
 				return func() { srv.MustDo("CONFIG", "SET", "maxmemory", "0") }
 			},
-			want: sluice.KindOOM,
+			want: store.KindOOM,
 		},
 		{
 			name: "replica",
@@ -54,7 +55,7 @@ func TestRedisErrorKinds(t *testing.T) {
 				srv.MustDo("REPLICAOF", "127.0.0.1", "1") // a primary that never answers
 				return func() { srv.MustDo("REPLICAOF", "NO", "ONE") }
 			},
-			want: sluice.KindReadOnly,
+			want: store.KindReadOnly,
 		},
 		{
 			name: "killed",
@@ -62,7 +63,7 @@ func TestRedisErrorKinds(t *testing.T) {
 				srv.Kill()
 				return srv.Restart
 			},
-			want: sluice.KindRefused,
+			want: store.KindRefused,
 		},
 		{
 			name: "frozen",
@@ -70,7 +71,7 @@ func TestRedisErrorKinds(t *testing.T) {
 				srv.Pause()
 				return srv.Resume
 			},
-			want: sluice.KindTimeout,
+			want: store.KindTimeout,
 		},
 	}
 	for _, tt := range tests {

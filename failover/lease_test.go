@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/store"
 )
 
 // TestLeasesAndSettlements: through failover, a lease and a reservation the store made are
@@ -18,21 +19,21 @@ import (
 // settled there, once the store is back too.
 func TestLeasesAndSettlements(t *testing.T) {
 	ctx := context.Background()
-	store := newFaultyStore(t)
+	faulty := newFaultyStore(t)
 	// tokens is an hour's fixed window: the local store's clock stands mid-hour, so the
 	// window cannot end during the test.
 	local := memory.New(memory.WithClock(clocktest.New(time.Date(2025, 6, 1, 12, 30, 0, 0, time.UTC)).Now))
 	defer local.Close()
-	l := newLimiter(t, store, WithLocalLimiter(local), WithDefault(sluice.Failure{Mode: sluice.FailLocal}))
+	l := newLimiter(t, faulty, WithLocalLimiter(local), WithDefault(sluice.Failure{Mode: sluice.FailLocal}))
 	inflight := sluice.InFlight(1, time.Hour)
 	tokens := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 100, Period: time.Hour}
-	down := storeErr(sluice.KindLoading, "LOADING Redis is loading the dataset in memory")
+	down := storeErr(store.KindLoading, "LOADING Redis is loading the dataset in memory")
 
 	d, _, err := decideOne(ctx, l, sluice.Request{Key: "k", Limit: inflight, N: 1})
 	if err != nil || !d.Allowed || d.Path != sluice.PathStore || d.Lease == 0 {
 		t.Fatalf("store's lease: %+v, %v", d, err)
 	}
-	store.setFail(down)
+	faulty.setFail(down)
 	if held, err := l.Release(ctx, "k", inflight, d.Lease); held || !errors.Is(err, sluice.ErrStoreUnavailable) {
 		t.Fatalf("release while the store is down: %v, %v", held, err)
 	}
@@ -44,7 +45,7 @@ func TestLeasesAndSettlements(t *testing.T) {
 	if err != nil || r.Path != sluice.PathLocal || r.Reservation == 0 {
 		t.Fatalf("local reservation: %+v, %v", r, err)
 	}
-	store.setFail(nil)
+	faulty.setFail(nil)
 	if held, err := l.Release(ctx, "k", inflight, ld.Lease); !held || err != nil {
 		t.Fatalf("release of the local lease: %v, %v", held, err)
 	}

@@ -10,7 +10,7 @@ import (
 )
 
 // TestOverlongIdentityIsDecided: a user header of 200 KiB (escaped by the key to about
-// 600 KiB, past sluice.MaxKeyLen) is decided like any other identity, and the per-IP
+// 600 KiB, past store.MaxKeyLen) is decided like any other identity, and the per-IP
 // policy of the same request is enforced; nothing answers 500.
 func TestOverlongIdentityIsDecided(t *testing.T) {
 	st, _ := newStore(t)

@@ -58,7 +58,7 @@
 // with [sluice.ErrStoreUnavailable], a canceled context) is answered by Config.Unavailable
 // (503, Retry-After Config.UnavailableRetryAfter); wrap the Limiter in package failover to
 // fail open or locally instead. Bad input (a KeyFunc error, wrapped in [ErrIdentify], or one
-// for which [sluice.IsBadInput] holds) is a configuration bug, answered by Config.Error
+// for which [store.IsBadInput] holds) is a configuration bug, answered by Config.Error
 // (500); nothing a client sends causes it. Neither sends RateLimit fields.
 //
 // # Trust

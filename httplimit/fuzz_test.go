@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice/internal/ratelimitheader"
 	"github.com/sluicehq/sluice/internal/sfv"
 	"github.com/sluicehq/sluice/keys"
+	"github.com/sluicehq/sluice/store"
 )
 
 // FuzzHeaders formats the RateLimit-Policy and RateLimit fields for two decisions of any
@@ -22,7 +23,7 @@ func FuzzHeaders(f *testing.F) {
 	f.Add("a\"b\\c", uint8(3), int64(1000), int64(3600), int64(0), int64(5000), int64(9000), true, "api_key:abc", int64(5), "x", false)
 	f.Add("", uint8(5), int64(1<<20), int64(86400*365), int64(1<<60), int64(0), int64(1), true, "\x00\xff", int64(1<<40), "é", true)
 	f.Fuzz(func(t *testing.T, name string, alg uint8, rate, periodS, remaining, retryMS, resetMS int64, pk bool, id string, retryAfter int64, name2 string, legacy bool) {
-		algs := sluice.Algorithms()
+		algs := store.Algorithms()
 		abs := func(v int64) int64 {
 			if v < 0 {
 				return -(v + 1)

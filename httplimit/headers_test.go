@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/keys"
+	"github.com/sluicehq/sluice/store"
 )
 
 func TestHeadersParseAsStructuredFields(t *testing.T) {
@@ -179,7 +180,7 @@ func (openLimiter) Decide(_ context.Context, reqs []sluice.Request, ds []sluice.
 	for i, r := range reqs {
 		ds[i] = sluice.Decision{Allowed: true, Limit: r.Limit, Path: sluice.PathOpen}
 	}
-	return sluice.Report{StoreCalled: true, Failure: sluice.ErrStoreUnavailable, Kind: sluice.KindRefused,
+	return sluice.Report{StoreCalled: true, Failure: sluice.ErrStoreUnavailable, Kind: store.KindRefused,
 		Fallback: sluice.Failure{Mode: sluice.FailOpen}}, nil
 }
 

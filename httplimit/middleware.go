@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/internal/sfv"
 	"github.com/sluicehq/sluice/internal/span"
 	"github.com/sluicehq/sluice/keys"
+	"github.com/sluicehq/sluice/store"
 )
 
 // DefaultUnavailableRetryAfter is the Retry-After sent with a 503 when Config leaves it 0.
@@ -71,7 +72,7 @@ type Config struct {
 	Unavailable func(w http.ResponseWriter, r *http.Request, err error)
 	// Error writes the response when the request could not be decided because of bad
 	// input: a KeyFunc error (wrapping ErrIdentify) or a limiter error for which
-	// sluice.IsBadInput is true. Nil means DefaultError (500 problem).
+	// store.IsBadInput is true. Nil means DefaultError (500 problem).
 	Error func(w http.ResponseWriter, r *http.Request, err error)
 	// TracerProvider, when set, traces each request's decision: one span (a child of the
 	// request context's span, else of the request's W3C traceparent), whose context the
@@ -224,7 +225,7 @@ func checkPolicy(p *Policy, names map[string]bool) error {
 		}
 		for _, l := range append([]sluice.Limit{p.Limit}, slices.Collect(maps.Values(p.Tiers))...) {
 			if l != (sluice.Limit{}) {
-				if err := sluice.CheckSettleTTL(l, s.TTL); err != nil || s.TTL <= 0 {
+				if err := store.CheckSettleTTL(l, s.TTL); err != nil || s.TTL <= 0 {
 					return fmt.Errorf("Settle: %w (TTL %v)", cmp.Or(err, sluice.ErrInvalidLimit), s.TTL)
 				}
 			}
@@ -394,10 +395,10 @@ func (m *Middleware) advertised(ds []PolicyDecision) []PolicyDecision {
 // error is a store failure: 503 with Retry-After, so the request is refused (fail
 // closed); wrap the Limiter in a failover decorator to fail open instead.
 func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
-	bad := errors.Is(err, ErrIdentify) || sluice.IsBadInput(err)
+	bad := errors.Is(err, ErrIdentify) || store.IsBadInput(err)
 	if m.cfg.Logger != nil {
 		level := slog.LevelError
-		if sluice.IsBadInput(err) {
+		if store.IsBadInput(err) {
 			level = slog.LevelWarn // a request's input, not a failure of the service
 		}
 		if errors.Is(err, context.Canceled) {

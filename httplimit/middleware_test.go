@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/keys"
+	"github.com/sluicehq/sluice/store"
 )
 
 // policyNames returns the policy names in w's RateLimit header, nil when there is none.
@@ -126,7 +127,7 @@ type failingPolicy struct {
 func (f failingPolicy) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
 	for _, r := range reqs {
 		if r.Policy == f.policy {
-			return sluice.Report{}, &sluice.StoreError{Kind: sluice.KindTimeout, Err: errors.New("timed out")}
+			return sluice.Report{}, &sluice.StoreError{Kind: store.KindTimeout, Err: errors.New("timed out")}
 		}
 	}
 	return f.Limiter.Decide(ctx, reqs, ds)

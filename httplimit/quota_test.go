@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/ratelimitheader"
+	"github.com/sluicehq/sluice/store"
 )
 
 func TestQuotaKeepsRemainingWithinQ(t *testing.T) {
@@ -25,7 +26,7 @@ func TestQuotaKeepsRemainingWithinQ(t *testing.T) {
 		if q != c.q || w != c.w {
 			t.Errorf("Quota(%v) = q=%d w=%d, want q=%d w=%d", c.l, q, w, c.q, c.w)
 		}
-		if c.l.EffectiveBurst() > c.l.Rate && q < c.l.EffectiveBurst() {
+		if store.EffectiveBurst(c.l) > c.l.Rate && q < store.EffectiveBurst(c.l) {
 			t.Errorf("%v: q=%d below the burst a client can see as r", c.l, q)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
 )
 
 // TestWaitingRetryAfterIsEnough: a client that gets a 429 and waits exactly Retry-After
@@ -21,7 +22,7 @@ func TestWaitingRetryAfterIsEnough(t *testing.T) {
 		{Rate: 1, Period: 24 * time.Hour},            // one a day
 	}
 	for _, b := range backends(t) {
-		for _, a := range sluice.Algorithms() {
+		for _, a := range store.Algorithms() {
 			for _, shape := range shapes {
 				limit := shape.With(a)
 				t.Run(fmt.Sprintf("%s/%v/%d per %v burst %d", b.name, a, limit.Rate, limit.Period, limit.Burst), func(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 
 // MaxStoreKeyLen is the longest store key Bound returns unchanged. Longer keys (a client
 // can make one from a header or an Envoy descriptor value) are replaced by a digest form
-// of MaxStoreKeyLen+1+64 bytes, well under sluice.MaxKeyLen even after a store's escaping
+// of MaxStoreKeyLen+1+64 bytes, well under store.MaxKeyLen even after a store's escaping
 // triples it, so no client-shaped key is ever refused by a store.
 const MaxStoreKeyLen = 1024
 

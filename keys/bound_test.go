@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
 )
 
 func TestBound(t *testing.T) {
@@ -17,7 +17,7 @@ func TestBound(t *testing.T) {
 	if len(b) != MaxStoreKeyLen+65 || !strings.HasPrefix(b, long[:MaxStoreKeyLen]) {
 		t.Fatalf("Bound(48 KiB) = %d bytes", len(b))
 	}
-	if err := sluice.CheckKey(b); err != nil || 3*len(b) > sluice.MaxKeyLen {
+	if err := store.CheckKey(b); err != nil || 3*len(b) > store.MaxKeyLen {
 		t.Errorf("a bound key (%d bytes, %d escaped at worst) is not a valid store key: %v", len(b), 3*len(b), err)
 	}
 	if Bound(b) == b {

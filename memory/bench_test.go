@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
 )
 
 // BenchmarkAllow decides one unit per op on prewarmed keys from parallel goroutines, with a
 // limit loose enough that the decision work, not denial, is measured.
 func BenchmarkAllow(b *testing.B) {
 	ctx := context.Background()
-	for _, alg := range sluice.Algorithms() {
+	for _, alg := range store.Algorithms() {
 		for _, nkeys := range []int{1, 10_000, 1_000_000} {
 			if alg == sluice.SlidingLog && nkeys > 10_000 {
 				continue // one timestamp per unit: a million logs is not what it is for
@@ -82,7 +83,7 @@ func benchLimit(alg sluice.Algorithm) sluice.Limit {
 	case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket:
 		return sluice.Limit{Algorithm: alg, Rate: 1, Period: 24 * time.Hour, Burst: 10_000}
 	case sluice.SlidingLog:
-		return sluice.Limit{Algorithm: alg, Rate: sluice.MaxLogRate, Period: time.Hour}
+		return sluice.Limit{Algorithm: alg, Rate: store.MaxLogRate, Period: time.Hour}
 	}
 	return sluice.Limit{Algorithm: alg, Rate: 1 << 40, Period: time.Hour}
 }

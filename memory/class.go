@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 // class holds every key's state under one Limit.
@@ -383,8 +384,8 @@ func (g *gen[S]) sweepShard(sh *shard[S], now int64, budget int) {
 	t.shrink(g.st.hash)
 }
 
-// newLeaseID is a random lease id in [1, sluice.MaxLeaseID].
-func newLeaseID() uint64 { return rand.Uint64N(sluice.MaxLeaseID) + 1 }
+// newLeaseID is a random lease id in [1, store.MaxLeaseID].
+func newLeaseID() uint64 { return rand.Uint64N(store.MaxLeaseID) + 1 }
 
 // release gives back lease id of key, if the class holds Concurrency state (else false).
 func release(c class, key string, h uint64, now int64, id uint64) bool {

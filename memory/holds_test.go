@@ -31,7 +31,7 @@ func TestHoldsNeverReadsAnotherKeysBytes(t *testing.T) {
 	if got := h.meta.Load() & rekeying; got == rekeying {
 		t.Fatal("setKey left the slot's meta marked as rekeying")
 	}
-	if keyLen(rekeying) <= 1<<16 { // sluice.MaxKeyLen
+	if keyLen(rekeying) <= 1<<16 { // store.MaxKeyLen
 		t.Fatalf("rekeying's length %d could match a real key", keyLen(rekeying))
 	}
 }

@@ -130,7 +130,7 @@ func sameGen(c int64, m uint64) bool { return (c^int64(m))&genMask == 0 }
 func keyLen(m uint64) int { return int(m&keyMask) >> 32 }
 
 // rekeying is the length field of a meta word while its slot's key pointer changes: longer
-// than any key (sluice.MaxKeyLen), so that no probe matches it, and not zero, so that it
+// than any key (store.MaxKeyLen), so that no probe matches it, and not zero, so that it
 // ends no probe run.
 const rekeying = uint64(1<<(genShift-32)-1) << 32
 

@@ -84,6 +84,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Store is the in-process limiter. The zero Store is not usable; call New.
@@ -363,13 +364,13 @@ func (s *Store) retireIdle(r *classRef) {
 	})
 }
 
-// check validates a request against its class: the same errors as sluice.CheckRequest,
-// without re-validating a limit that already has a class (sluice.CheckKey, and a cost
+// check validates a request against its class: the same errors as store.CheckRequest,
+// without re-validating a limit that already has a class (store.CheckKey, and a cost
 // within [0, MaxCost], as CheckRequest documents).
 func (s *Store) check(key string, limit *sluice.Limit, n int64) (*classRef, error) {
 	// The common case in one call: a valid key and n for the class last used (marked
 	// used already). Anything else, and every error, is checkClass's.
-	if r := s.last.Load(); r != nil && sluice.CheckKey(key) == nil &&
+	if r := s.last.Load(); r != nil && store.CheckKey(key) == nil &&
 		sameLimit(&r.limit, limit) && !r.gone.Load() && r.used.Load() && n >= 0 && n <= r.cost {
 		return r, nil
 	}
@@ -378,7 +379,7 @@ func (s *Store) check(key string, limit *sluice.Limit, n int64) (*classRef, erro
 
 // checkClass is check beyond the class last used.
 func (s *Store) checkClass(key string, limit *sluice.Limit, n int64) (*classRef, error) {
-	if err := sluice.CheckKey(key); err != nil {
+	if err := store.CheckKey(key); err != nil {
 		return nil, err
 	}
 	r, err := s.class(limit)
@@ -386,7 +387,7 @@ func (s *Store) checkClass(key string, limit *sluice.Limit, n int64) (*classRef,
 		return nil, err
 	}
 	if n < 0 || n > r.cost {
-		return nil, sluice.CheckRequest(key, *limit, n)
+		return nil, store.CheckRequest(key, *limit, n)
 	}
 	return r, nil
 }
@@ -507,7 +508,7 @@ func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error
 // Release implements sluice.Limiter. An emptied lease set stays until the sweeper
 // deletes it, as expired state does.
 func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, lease sluice.LeaseID) (bool, error) {
-	if err := sluice.CheckRelease(key, limit, lease); err != nil {
+	if err := store.CheckRelease(key, limit, lease); err != nil {
 		return false, err
 	}
 	r, err := s.class(&limit)
@@ -526,7 +527,7 @@ func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, lea
 func (s *Store) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
 	if len(reqs) == 1 && reqs[0].SettleTTL == 0 {
 		if len(ds) == 0 {
-			return sluice.Report{}, sluice.CheckRequests(reqs, ds)
+			return sluice.Report{}, store.CheckRequests(reqs, ds)
 		}
 		d, err := s.AllowN(ctx, reqs[0].Key, reqs[0].Limit, reqs[0].N)
 		if err != nil {
@@ -543,7 +544,7 @@ func (s *Store) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.D
 
 func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sluice.Decision) error {
 	if len(out) < len(reqs) {
-		return sluice.CheckRequests(reqs, out)
+		return store.CheckRequests(reqs, out)
 	}
 	if s.closed.Load() {
 		return sluice.ErrClosed
@@ -563,7 +564,7 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 		r := &reqs[i]
 		ref, err := s.check(r.Key, &r.Limit, r.N)
 		if err == nil {
-			err = sluice.CheckSettleTTL(r.Limit, r.SettleTTL)
+			err = store.CheckSettleTTL(r.Limit, r.SettleTTL)
 		}
 		if err != nil {
 			if len(reqs) == 1 {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/store"
 )
 
 var start = time.Date(2026, 11, 1, 5, 59, 0, 0, time.UTC) // an hour before US DST ends
@@ -43,7 +44,7 @@ func sweepUntilEmpty(t *testing.T, s *Store) {
 
 func limitsUnderTest() []sluice.Limit {
 	var out []sluice.Limit
-	for _, a := range sluice.Algorithms() {
+	for _, a := range store.Algorithms() {
 		out = append(out, sluice.Limit{Algorithm: a, Rate: 20, Period: time.Second, Burst: 5})
 	}
 	return out
@@ -139,7 +140,7 @@ func TestBadInputIsAnError(t *testing.T) {
 		{"k", ok, -1, sluice.ErrInvalidCost},
 		{"k", ok, 11, sluice.ErrCostExceedsLimit},
 		{"", ok, 1, sluice.ErrInvalidKey},
-		{string(make([]byte, sluice.MaxKeyLen+1)), ok, 1, sluice.ErrInvalidKey},
+		{string(make([]byte, store.MaxKeyLen+1)), ok, 1, sluice.ErrInvalidKey},
 	}
 	for _, c := range cases {
 		if _, err := s.AllowN(ctx, c.key, c.limit, c.n); !errors.Is(err, c.want) {
@@ -554,7 +555,7 @@ func TestRetirementLosesNoDecision(t *testing.T) {
 // TestSameLimitIsEquality checks that sameLimit tells apart two Limits that differ in any
 // one field, so that a field added to sluice.Limit cannot be left out of it.
 func TestSameLimitIsEquality(t *testing.T) {
-	base := sluice.PerCalendar(5, sluice.Calendar{Unit: sluice.CalendarMonth, Zone: sluice.MustParseZone("Europe/Berlin"), Anchor: 3})
+	base := sluice.PerCalendar(5, sluice.Calendar{Unit: sluice.CalendarMonth, Zone: mustZone("Europe/Berlin"), Anchor: 3})
 	other := sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 6, Period: time.Hour, Burst: 7, Lease: time.Second,
 		Calendar: sluice.Calendar{Unit: sluice.CalendarDay}}
 	if !sameLimit(&base, &base) {
@@ -597,4 +598,13 @@ func TestDecideRefusesRepeats(t *testing.T) {
 			t.Errorf("%d requests: the refused Decide spent: %d left of %d", n, d.Remaining, reqs[0].Limit.Rate)
 		}
 	}
+}
+
+// mustZone is sluice.ParseZone of a name known to be valid.
+func mustZone(name string) sluice.Zone {
+	z, err := sluice.ParseZone(name)
+	if err != nil {
+		panic(err)
+	}
+	return z
 }

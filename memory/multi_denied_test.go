@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
 )
 
 // A denied batch spends nothing, so a request in it that would have passed alone reports
 // the state as it is: the Remaining and ResetAfter a look (n == 0) reports.
 func TestAllowMultiDeniedReportsUnspentState(t *testing.T) {
 	ctx := context.Background()
-	for _, a := range sluice.Algorithms() {
+	for _, a := range store.Algorithms() {
 		t.Run(a.String(), func(t *testing.T) {
 			s, _ := newTestStore(t)
 			tight := sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 1, Period: 5 * time.Second}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Reserve implements sluice.Limiter for GCRA, TokenBucket and LeakyBucket limits, running
@@ -55,7 +56,7 @@ func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n i
 	if !r.OK || r.After == r.Before {
 		return res, nil
 	}
-	return res.WithCancel(func(ctx context.Context) (bool, error) {
+	return store.WithCancel(res, func(ctx context.Context) (bool, error) {
 		if s.closed.Load() {
 			return false, sluice.ErrClosed
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
 )
 
 // reservableLimits has each name of the bucket machine with S = 1 (a one-word TAT) and
@@ -31,7 +32,7 @@ func TestReserveQueuesAtTheRate(t *testing.T) {
 			slot := func(k int64) time.Duration {
 				return time.Duration((k*l.Period.Microseconds()+l.Rate-1)/l.Rate) * time.Microsecond
 			}
-			burst := l.EffectiveBurst()
+			burst := store.EffectiveBurst(l)
 			for i := int64(0); i < burst+5; i++ {
 				r, err := s.Reserve(ctx, "k", l, 1)
 				if err != nil {
@@ -61,7 +62,7 @@ func TestReserveCancelReturnsTheSlot(t *testing.T) {
 		t.Run(l.String(), func(t *testing.T) {
 			s, clock := newTestStore(t)
 			ctx := context.Background()
-			burst := l.EffectiveBurst()
+			burst := store.EffectiveBurst(l)
 			if _, err := s.Reserve(ctx, "k", l, burst); err != nil { // empty the bucket
 				t.Fatal(err)
 			}

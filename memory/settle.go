@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 // reservations holds the records of decisions whose cost is to be settled
@@ -85,7 +86,7 @@ func (rs *reservations) sweep(now int64) {
 // Settle implements sluice.Limiter: algo.Settle on the key's state under its shard lock,
 // then a look at the key.
 func (s *Store) Settle(ctx context.Context, key string, limit sluice.Limit, reservation sluice.ReservationID, cost int64) (sluice.Decision, error) {
-	if err := sluice.CheckSettle(key, limit, reservation, cost); err != nil {
+	if err := store.CheckSettle(key, limit, reservation, cost); err != nil {
 		return sluice.Decision{}, err
 	}
 	ref, err := s.class(&limit)

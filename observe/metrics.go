@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Metrics are the Prometheus metrics of one or more observed limiters. Create them once
@@ -181,7 +182,7 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, err
 		m.breakerStates = append(m.breakerStates, m.breaker.WithLabelValues(st.String()))
 	}
 	m.breakerNow.Store(-1)
-	m.setBreaker(sluice.BreakerClosed)
+	m.setBreaker(store.BreakerClosed)
 	if m.evictFn != nil {
 		if m.evictEvery <= 0 {
 			m.evictEvery = 15 * time.Second
@@ -267,7 +268,7 @@ func (m *Metrics) setBreaker(s sluice.BreakerState) {
 }
 
 // breakerStates are the states sluice_breaker_state has a series for.
-var breakerStates = [...]sluice.BreakerState{sluice.BreakerClosed, sluice.BreakerHalfOpen, sluice.BreakerOpen}
+var breakerStates = [...]sluice.BreakerState{store.BreakerClosed, store.BreakerHalfOpen, store.BreakerOpen}
 
 // The result label values of sluice_decisions_total, by index.
 const (
@@ -343,10 +344,10 @@ func (m *Metrics) record(policy string, d *sluice.Decision, err error, kind slui
 	if called {
 		p.latency.Observe(storeLatency.Seconds())
 	}
-	if kind.IsFailure() {
+	if store.IsFailure(kind) {
 		m.storeErrors.WithLabelValues(string(kind)).Inc()
 	}
-	if breaker != sluice.BreakerNone {
+	if breaker != store.BreakerNone {
 		m.setBreaker(breaker)
 	}
 }

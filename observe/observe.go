@@ -88,6 +88,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/logattr"
+	"github.com/sluicehq/sluice/store"
 )
 
 // DefaultPolicy is the policy name of decisions whose request names none, unless
@@ -247,7 +248,7 @@ func (l *Limiter) Release(ctx context.Context, key string, limit sluice.Limit, l
 func (l *Limiter) Settle(ctx context.Context, key string, limit sluice.Limit, reservation sluice.ReservationID, cost int64) (sluice.Decision, error) {
 	d, err := l.inner.Settle(ctx, key, limit, reservation, cost)
 	level := opLevel(err)
-	if sluice.IsBadInput(err) {
+	if store.IsBadInput(err) {
 		level = slog.LevelInfo
 	}
 	l.logOp(ctx, level, "rate limit settlement", key, err, func() []slog.Attr {
@@ -388,7 +389,7 @@ func (l *Limiter) observe(ctx context.Context, rep *sluice.Report, start time.Ti
 			attrs = append(attrs, slog.Float64("share", rep.Fallback.Share))
 		}
 	}
-	if rep.Breaker != sluice.BreakerNone {
+	if rep.Breaker != store.BreakerNone {
 		attrs = append(attrs, slog.String("breaker", rep.Breaker.String()))
 	}
 	if called {

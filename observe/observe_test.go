@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/store"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -89,17 +90,17 @@ func newRedisStack(t *testing.T, opts ...failover.Option) *redisStack {
 	srv := redistest.Start(t)
 	// An hour-long fixed window the test counts in must not end during it: the store's
 	// clock runs in real time from the middle of an hour.
-	store, err := redisstore.Open(srv.URL(), redisstore.WithClock(clocktest.Running(clocktest.MidHour)))
+	backend, err := redisstore.Open(srv.URL(), redisstore.WithClock(clocktest.Running(clocktest.MidHour)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { store.Close() })
+	t.Cleanup(func() { backend.Close() })
 	local := memory.New()
 	t.Cleanup(func() { local.Close() })
 	// A deadline a healthy store meets on a busy machine under the race detector.
-	fo := failover.New(store, append([]failover.Option{failover.WithDeadline(time.Second), failover.WithLocalLimiter(local)}, opts...)...)
+	fo := failover.New(backend, append([]failover.Option{failover.WithDeadline(time.Second), failover.WithLocalLimiter(local)}, opts...)...)
 	t.Cleanup(func() { fo.Close() })
-	return &redisStack{srv: srv, store: store, fo: fo}
+	return &redisStack{srv: srv, store: backend, fo: fo}
 }
 
 // TestDeniedDecisionLog: the log of a denial says what the limiter saw, enough to answer
@@ -173,7 +174,7 @@ type leakyStore struct{ sluice.Limiter }
 func (s leakyStore) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
 	key := reqs[0].Key
 	err := fmt.Errorf("store: cannot decide %q (%s): %w", key, key, errors.New("READONLY You can't write against a read only replica."))
-	return sluice.Report{StoreCalled: true}, &sluice.StoreError{Kind: sluice.KindReadOnly, Err: err}
+	return sluice.Report{StoreCalled: true}, &sluice.StoreError{Kind: store.KindReadOnly, Err: err}
 }
 
 // singles decides one limit at a time with its Limiter and cannot decide several at once
@@ -182,7 +183,7 @@ type singles struct{ sluice.Limiter }
 
 func (s singles) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
 	if len(reqs) > 1 {
-		return sluice.Report{Kind: sluice.KindBadInput}, fmt.Errorf("singles: %w", sluice.ErrInvalidKey)
+		return sluice.Report{Kind: store.KindBadInput}, fmt.Errorf("singles: %w", sluice.ErrInvalidKey)
 	}
 	return s.Limiter.Decide(ctx, reqs, ds)
 }
@@ -201,7 +202,7 @@ func TestRawKeyNeverLogged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := lim.AllowN(ctx, rawKey, limit, 5); !sluice.IsBadInput(err) { // cost above the burst
+	if _, err := lim.AllowN(ctx, rawKey, limit, 5); !store.IsBadInput(err) { // cost above the burst
 		t.Fatalf("bad input: %v", err)
 	}
 	if err := lim.Reset(ctx, rawKey, limit); err != nil {
@@ -254,10 +255,10 @@ func TestRawKeyNeverLogged(t *testing.T) {
 }
 
 func TestSampling(t *testing.T) {
-	store := memory.New()
-	defer store.Close()
+	backend := memory.New()
+	defer backend.Close()
 	logger, buf := newLogger()
-	lim := New(store, WithLogger(logger), WithSampling(0.25))
+	lim := New(backend, WithLogger(logger), WithSampling(0.25))
 	ctx := context.Background()
 	for i := 0; i < 100; i++ {
 		lim.AllowN(ctx, fmt.Sprint("k", i), sluice.PerMinute(10), 1)
@@ -389,7 +390,7 @@ func TestMetrics(t *testing.T) {
 	// It comes back: the breaker closes, the gauge follows.
 	st.srv.Restart()
 	deadline := time.Now().Add(10 * time.Second)
-	for st.fo.State() != sluice.BreakerClosed || val("sluice_breaker_state", map[string]string{"state": "closed"}) != 1 {
+	for st.fo.State() != store.BreakerClosed || val("sluice_breaker_state", map[string]string{"state": "closed"}) != 1 {
 		if time.Now().After(deadline) {
 			t.Fatalf("breaker still %v", st.fo.State())
 		}
@@ -476,10 +477,10 @@ func TestEvictedKeysPoller(t *testing.T) {
 }
 
 func TestAllowMultiLogsEachRequest(t *testing.T) {
-	store := memory.New()
-	defer store.Close()
+	backend := memory.New()
+	defer backend.Close()
 	logger, buf := newLogger()
-	lim := New(store, WithLogger(logger), WithSampling(1), WithDefaultPolicy("fallback"))
+	lim := New(backend, WithLogger(logger), WithSampling(1), WithDefaultPolicy("fallback"))
 	reqs := []sluice.Request{
 		{Key: rawKey, Limit: sluice.PerMinute(1), N: 1, Policy: "per-minute"},
 		{Key: rawKey, Limit: sluice.PerHour(10), N: 1}, // no Policy: the default
@@ -503,7 +504,7 @@ func TestAllowMultiLogsEachRequest(t *testing.T) {
 	// A limiter that cannot decide a batch atomically says so, and observe passes its
 	// error on, logged (with its kind) for each request.
 	logger, buf = newLogger()
-	if _, err := sluice.AllowMulti(ctx, New(singles{store}, WithLogger(logger)), reqs); !errors.Is(err, sluice.ErrInvalidKey) {
+	if _, err := sluice.AllowMulti(ctx, New(singles{backend}, WithLogger(logger)), reqs); !errors.Is(err, sluice.ErrInvalidKey) {
 		t.Errorf("AllowMulti over a limiter without batches: %v, want the store's error", err)
 	}
 	evs = buf.events(t)
@@ -529,7 +530,7 @@ func (c *valueSpy) Value(key any) any {
 // downStore fails every call, classified as refused.
 type downStore struct{}
 
-var errDown = &sluice.StoreError{Kind: sluice.KindRefused, Err: errors.New("connect: connection refused")}
+var errDown = &sluice.StoreError{Kind: store.KindRefused, Err: errors.New("connect: connection refused")}
 
 func (downStore) Decide(context.Context, []sluice.Request, []sluice.Decision) (sluice.Report, error) {
 	return sluice.Report{StoreCalled: true}, errDown
@@ -552,8 +553,8 @@ func (downStore) Release(context.Context, string, sluice.Limit, sluice.LeaseID) 
 // whose store is down, a shadow limit fails open even when its Failure says closed, and
 // the metrics count it so under its policy.
 func TestRequestPolicyAndShadow(t *testing.T) {
-	store := memory.New()
-	defer store.Close()
+	backend := memory.New()
+	defer backend.Close()
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)
 	if err != nil {
@@ -561,7 +562,7 @@ func TestRequestPolicyAndShadow(t *testing.T) {
 	}
 	defer m.Close()
 	logger, buf := newLogger()
-	lim := New(store, WithLogger(logger), WithMetrics(m), WithSampling(1), WithDefaultPolicy("unnamed"))
+	lim := New(backend, WithLogger(logger), WithMetrics(m), WithSampling(1), WithDefaultPolicy("unnamed"))
 	ctx := &valueSpy{Context: context.Background()}
 
 	batch := []sluice.Request{
@@ -677,8 +678,8 @@ func TestRequestPolicyAndShadow(t *testing.T) {
 // the inner limiter refuses without writing a decision (bad input), gets, and has logged
 // and counted, no decision of the earlier call.
 func TestErrorLogsNoStaleDecision(t *testing.T) {
-	store := memory.New()
-	defer store.Close()
+	backend := memory.New()
+	defer backend.Close()
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)
 	if err != nil {
@@ -686,7 +687,7 @@ func TestErrorLogsNoStaleDecision(t *testing.T) {
 	}
 	defer m.Close()
 	logger, buf := newLogger()
-	lim := New(store, WithLogger(logger), WithMetrics(m), WithSampling(1))
+	lim := New(backend, WithLogger(logger), WithMetrics(m), WithSampling(1))
 	ctx := context.Background()
 	limit := sluice.PerMinute(2)
 	ds := make([]sluice.Decision, 1)
@@ -694,7 +695,7 @@ func TestErrorLogsNoStaleDecision(t *testing.T) {
 		t.Fatalf("first call: %+v, %v", ds[0], err)
 	}
 	ds[0].Path = sluice.PathLocal // as a failure mode's decision would have it
-	if _, err := lim.Decide(ctx, []sluice.Request{{Key: rawKey, Limit: limit, N: 3, Policy: "api"}}, ds); !sluice.IsBadInput(err) {
+	if _, err := lim.Decide(ctx, []sluice.Request{{Key: rawKey, Limit: limit, N: 3, Policy: "api"}}, ds); !store.IsBadInput(err) {
 		t.Fatalf("cost above the burst: %v", err)
 	}
 	if ds[0] != (sluice.Decision{}) {
@@ -712,7 +713,7 @@ func TestErrorLogsNoStaleDecision(t *testing.T) {
 		t.Errorf("bad input logged with a failure mode: %v", ev)
 	}
 	if got := metricValue(t, reg, "sluice_decisions_total", map[string]string{"policy": "api", "result": "error", "path": "store"}); got != 1 {
-		t.Errorf("bad input counted %v times on path store, want 1", got)
+		t.Errorf("bad input counted %v times on path backend, want 1", got)
 	}
 	if strings.Contains(gatherText(t, reg), "sluice_fallback_decisions_total") {
 		t.Error("bad input counted as a fallback decision")
@@ -725,12 +726,12 @@ func TestErrorLogsNoStaleDecision(t *testing.T) {
 // and logged at Info, and Redis never sees it.
 func TestCachedDenials(t *testing.T) {
 	srv := redistest.Start(t)
-	store, err := redisstore.Open(srv.URL())
+	backend, err := redisstore.Open(srv.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
-	fo := failover.New(store, failover.WithDeadline(time.Second),
+	defer backend.Close()
+	fo := failover.New(backend, failover.WithDeadline(time.Second),
 		failover.WithBreaker(failover.Breaker{FailingFor: -1, OpenFor: time.Hour}))
 	defer fo.Close()
 	reg := prometheus.NewRegistry()
@@ -821,7 +822,7 @@ func TestCachedDenials(t *testing.T) {
 			}
 		}
 	}
-	if s := fo.State(); s != sluice.BreakerOpen {
+	if s := fo.State(); s != store.BreakerOpen {
 		t.Errorf("breaker %v after 8 failed store calls among 40 cached answers, want open", s)
 	}
 }
@@ -860,7 +861,7 @@ func TestMetricsInterleavedPolicies(t *testing.T) {
 				// of w+1 decisions.
 				p := policies[(i/(w+1)+w)%len(policies)]
 				d := sluice.Decision{Allowed: i%3 != 0, Path: sluice.PathStore}
-				m.record(p, &d, nil, "", sluice.BreakerNone, time.Microsecond, i%2 == 0)
+				m.record(p, &d, nil, "", store.BreakerNone, time.Microsecond, i%2 == 0)
 			}
 		})
 	}

@@ -195,7 +195,7 @@ func (s Spec) ToLimit() (sluice.Limit, error) {
 		return sluice.Limit{}, err
 	}
 	l := sluice.Limit{Algorithm: alg, Rate: s.Rate, Burst: s.Burst}
-	if u, ok := sluice.ParseCalendarUnit(s.Period); ok {
+	if u, ok := config.ParseCalendarUnit(s.Period); ok {
 		if s.Algorithm == "" {
 			l.Algorithm = sluice.FixedWindow
 		}

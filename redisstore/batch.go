@@ -18,10 +18,11 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 // maxCallKeyBytes bounds the key bytes one script call carries, so that a batch of long
-// identities (up to sluice.MaxKeyLen each) stays a reasonable command.
+// identities (up to store.MaxKeyLen each) stays a reasonable command.
 const maxCallKeyBytes = 1 << 20
 
 // item is one request in a script call. Its Redis key (Store.appendKey) is built only
@@ -38,7 +39,7 @@ type item struct {
 func newItem(key string, li *limitInfo, n int64) item {
 	it := item{id: key, info: li, n: n}
 	if n > 0 && li.limit.Algorithm == sluice.Concurrency {
-		it.lease = rand.Uint64N(sluice.MaxLeaseID) + 1
+		it.lease = rand.Uint64N(store.MaxLeaseID) + 1
 	}
 	return it
 }

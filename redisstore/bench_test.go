@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/procstat"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store"
 )
 
 const benchKeys = 100_000
@@ -39,7 +40,7 @@ func BenchmarkAllowN(b *testing.B) {
 	for _, cfg := range []struct{ batch, conc int }{{128, 2}, {1, 2}} {
 		batch := cfg.batch
 		s := open(b, srv.URL(), WithBatchSize(batch), WithConcurrency(cfg.conc))
-		for _, a := range sluice.Algorithms() {
+		for _, a := range store.Algorithms() {
 			limit := sluice.Limit{Algorithm: a, Rate: 1000, Period: time.Second}
 			if a == sluice.SlidingLog {
 				limit.Rate = 100

@@ -13,9 +13,9 @@ import (
 
 // calendarLimits are calendar quotas in zones whose period starts break naive arithmetic.
 var calendarLimits = []sluice.Limit{
-	sluice.PerCalendar(3, sluice.Calendar{Unit: sluice.CalendarDay, Zone: sluice.MustParseZone("America/New_York")}),
-	sluice.PerCalendar(5, sluice.Calendar{Unit: sluice.CalendarMonth, Zone: sluice.MustParseZone("Europe/Berlin"), Anchor: 31}),
-	sluice.PerCalendar(4, sluice.Calendar{Unit: sluice.CalendarWeek, Zone: sluice.MustParseZone("Pacific/Kiritimati")}),
+	sluice.PerCalendar(3, sluice.Calendar{Unit: sluice.CalendarDay, Zone: mustZone("America/New_York")}),
+	sluice.PerCalendar(5, sluice.Calendar{Unit: sluice.CalendarMonth, Zone: mustZone("Europe/Berlin"), Anchor: 31}),
+	sluice.PerCalendar(4, sluice.Calendar{Unit: sluice.CalendarWeek, Zone: mustZone("Pacific/Kiritimati")}),
 	sluice.PerCalendar(2, sluice.Calendar{Unit: sluice.CalendarYear}),
 	sluice.PerCalendar(7, sluice.Calendar{Unit: sluice.CalendarMonth, Anchor: 29}),
 }
@@ -143,4 +143,13 @@ func TestCalendarServerClock(t *testing.T) {
 	if err != nil || !ds[0].Allowed || ds[0].Window != 24*time.Hour {
 		t.Fatalf("%+v, %v", ds, err)
 	}
+}
+
+// mustZone is sluice.ParseZone of a name known to be valid.
+func mustZone(name string) sluice.Zone {
+	z, err := sluice.ParseZone(name)
+	if err != nil {
+		panic(err)
+	}
+	return z
 }

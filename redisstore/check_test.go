@@ -8,9 +8,10 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
 )
 
-// TestValidationIsCheckRequest: both stores refuse a request with sluice.CheckRequest's
+// TestValidationIsCheckRequest: both stores refuse a request with store.CheckRequest's
 // error, and take what it takes, whether the limit is new to the store or one it has
 // validated already (each keeps those, and checks a request under one of them on a
 // shorter path).
@@ -21,16 +22,16 @@ func TestValidationIsCheckRequest(t *testing.T) {
 		{Algorithm: sluice.SlidingWindow, Rate: 4, Period: time.Minute},
 		{Algorithm: sluice.Concurrency, Rate: 2, Lease: time.Minute},
 		{Rate: 0, Period: time.Second}, {Rate: 1, Period: time.Second, Burst: -1}}
-	keys := []string{"k", "", strings.Repeat("x", sluice.MaxKeyLen), strings.Repeat("x", sluice.MaxKeyLen+1)}
-	type store interface {
+	keys := []string{"k", "", strings.Repeat("x", store.MaxKeyLen), strings.Repeat("x", store.MaxKeyLen+1)}
+	type limiter interface {
 		sluice.Limiter
 		AllowN(context.Context, string, sluice.Limit, int64) (sluice.Decision, error)
 	}
-	for name, s := range map[string]store{"memory": mem, "redis": red} {
+	for name, s := range map[string]limiter{"memory": mem, "redis": red} {
 		for li, l := range limits {
 			for ki, key := range keys {
 				for _, n := range []int64{-1, 0, 1, 2, 3, 10, 11} {
-					want := sluice.CheckRequest(key, l, n)
+					want := store.CheckRequest(key, l, n)
 					for pass := range 2 { // the second finds the limit validated
 						k := key
 						if want == nil && k == "k" {

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
 )
 
 // failed returns err, a failure of a call to Redis made under ctx, as a sluice.StoreError
@@ -19,14 +20,14 @@ import (
 // failure mode.
 //
 // A cancellation while ctx is live is not ctx's, and is a store failure
-// (sluice.ForeignCancel): rueidis dials a missing connection once for every command
+// (store.ForeignCancel): rueidis dials a missing connection once for every command
 // waiting on it, under the context of the first, and when that context ends, every
 // command waiting gets its cancellation.
 func failed(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	return sluice.ForeignCancel(ctx, storeError(err))
+	return store.ForeignCancel(ctx, storeError(err))
 }
 
 // storeError returns err as a sluice.StoreError of the kind classify gives it (err itself
@@ -37,7 +38,7 @@ func storeError(err error) error {
 		return err
 	}
 	if c := misconfiguration(err); c != "" {
-		return &sluice.StoreError{Kind: sluice.KindMisconfigured, Err: &ConfigError{Cause: c, Err: err}}
+		return &sluice.StoreError{Kind: store.KindMisconfigured, Err: &ConfigError{Cause: c, Err: err}}
 	}
 	return &sluice.StoreError{Kind: classify(err), Err: err}
 }
@@ -77,7 +78,7 @@ var causeHints = map[string]string{
 
 // ConfigError is an error retrying cannot fix: Redis refuses the store's connection
 // settings (the URL, the server's own configuration), and only an operator can change
-// either. The store returns it inside a sluice.StoreError of sluice.KindMisconfigured.
+// either. The store returns it inside a sluice.StoreError of store.KindMisconfigured.
 type ConfigError struct {
 	// Cause is one of ConfigCauses.
 	Cause string
@@ -141,16 +142,16 @@ func replyCause(msg string) string {
 
 // redisCodes maps the first word of a Redis error reply to its Kind.
 var redisCodes = map[string]sluice.ErrorKind{
-	"BUSY":        sluice.KindBusy,
-	"OOM":         sluice.KindOOM,
-	"LOADING":     sluice.KindLoading,
-	"READONLY":    sluice.KindReadOnly,
-	"MASTERDOWN":  sluice.KindReadOnly,
-	"CLUSTERDOWN": sluice.KindClusterDown,
-	"MOVED":       sluice.KindRedirect,
-	"ASK":         sluice.KindRedirect,
-	"TRYAGAIN":    sluice.KindRedirect,
-	"NOSCRIPT":    sluice.KindNoScript,
+	"BUSY":        store.KindBusy,
+	"OOM":         store.KindOOM,
+	"LOADING":     store.KindLoading,
+	"READONLY":    store.KindReadOnly,
+	"MASTERDOWN":  store.KindReadOnly,
+	"CLUSTERDOWN": store.KindClusterDown,
+	"MOVED":       store.KindRedirect,
+	"ASK":         store.KindRedirect,
+	"TRYAGAIN":    store.KindRedirect,
+	"NOSCRIPT":    store.KindNoScript,
 }
 
 // classify returns the kind of an error of a call to Redis: a misconfiguration
@@ -160,7 +161,7 @@ var redisCodes = map[string]sluice.ErrorKind{
 // TRYAGAIN, NOSCRIPT), whether the reply is an error of its own in the chain or quoted
 // in a message after ": "; network errors (timeouts, refused, reset, EOF); rueidis's own
 // connection errors; context errors (a cancellation reads as the caller's: failed tells
-// it from another call's, with the call's context). Anything else is sluice.KindOther.
+// it from another call's, with the call's context). Anything else is store.KindOther.
 //
 // MOVED, ASK and TRYAGAIN are followed by the cluster client itself, so one that
 // surfaces is a storm that did not settle; NOSCRIPT is healed by the store itself, so one
@@ -169,11 +170,11 @@ func classify(err error) sluice.ErrorKind {
 	if err == nil {
 		return ""
 	}
-	if k := sluice.KindOf(err); k == sluice.KindBadInput || k == sluice.KindClosed {
+	if k := sluice.KindOf(err); k == store.KindBadInput || k == store.KindClosed {
 		return k
 	}
 	if misconfiguration(err) != "" {
-		return sluice.KindMisconfigured
+		return store.KindMisconfigured
 	}
 	// A Redis reply is the most specific information: look for it first, as a store may
 	// wrap it in a context or network error and vice versa.
@@ -182,34 +183,34 @@ func classify(err error) sluice.ErrorKind {
 	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
-		return sluice.KindTimeout
+		return store.KindTimeout
 	case errors.Is(err, context.Canceled):
-		return sluice.KindCanceled
+		return store.KindCanceled
 	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EHOSTUNREACH),
 		errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EADDRNOTAVAIL):
-		return sluice.KindRefused
+		return store.KindRefused
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNABORTED),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
-		return sluice.KindReset
+		return store.KindReset
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return sluice.KindTimeout
+		return store.KindTimeout
 	}
 	var oe *net.OpError
 	if errors.As(err, &oe) && oe.Op == "dial" {
-		return sluice.KindRefused
+		return store.KindRefused
 	}
 	// Clients that report connection loss with their own error values (rueidis:
 	// "rueidis client is closing or unable to connect redis").
 	msg := err.Error()
 	if strings.Contains(msg, "unable to connect") || strings.Contains(msg, "connection refused") {
-		return sluice.KindRefused
+		return store.KindRefused
 	}
 	if strings.Contains(msg, "connection reset") || strings.Contains(msg, "broken pipe") {
-		return sluice.KindReset
+		return store.KindReset
 	}
-	return sluice.KindOther
+	return store.KindOther
 }
 
 // redisKind finds a Redis error code in err's chain.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
 )
 
 // replyErr is an error shaped like a Redis client's error reply (its message is the
@@ -45,40 +46,40 @@ func TestClassify(t *testing.T) {
 		want sluice.ErrorKind
 	}{
 		{nil, ""},
-		{fmt.Errorf("x: %w", sluice.ErrInvalidLimit), sluice.KindBadInput},
-		{fmt.Errorf("x: %w", os.ErrDeadlineExceeded), sluice.KindTimeout},
-		{refused, sluice.KindRefused},
-		{fmt.Errorf("x: %w", &net.OpError{Op: "read", Err: os.NewSyscallError("read", syscall.ECONNRESET)}), sluice.KindReset},
-		{fmt.Errorf("x: %w", syscall.EPIPE), sluice.KindReset},
-		{fmt.Errorf("x: %w", io.EOF), sluice.KindReset},
-		{fmt.Errorf("x: %w", io.ErrUnexpectedEOF), sluice.KindReset},
-		{errors.New("rueidis client is closing or unable to connect redis"), sluice.KindRefused},
-		{decideErr("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."), sluice.KindBusy},
-		{decideErr("OOM command not allowed when used memory > 'maxmemory'."), sluice.KindOOM},
-		{decideErr("LOADING Redis is loading the dataset in memory"), sluice.KindLoading},
-		{decideErr("READONLY You can't write against a read only replica."), sluice.KindReadOnly},
-		{decideErr("MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."), sluice.KindReadOnly},
-		{decideErr("CLUSTERDOWN The cluster is down"), sluice.KindClusterDown},
-		{decideErr("MOVED 3999 127.0.0.1:6381"), sluice.KindRedirect},
-		{decideErr("ASK 3999 127.0.0.1:6381"), sluice.KindRedirect},
-		{decideErr("TRYAGAIN Multiple keys request during rehashing of slot"), sluice.KindRedirect},
-		{decideErr("NOSCRIPT No matching script. Please use EVAL."), sluice.KindNoScript},
+		{fmt.Errorf("x: %w", sluice.ErrInvalidLimit), store.KindBadInput},
+		{fmt.Errorf("x: %w", os.ErrDeadlineExceeded), store.KindTimeout},
+		{refused, store.KindRefused},
+		{fmt.Errorf("x: %w", &net.OpError{Op: "read", Err: os.NewSyscallError("read", syscall.ECONNRESET)}), store.KindReset},
+		{fmt.Errorf("x: %w", syscall.EPIPE), store.KindReset},
+		{fmt.Errorf("x: %w", io.EOF), store.KindReset},
+		{fmt.Errorf("x: %w", io.ErrUnexpectedEOF), store.KindReset},
+		{errors.New("rueidis client is closing or unable to connect redis"), store.KindRefused},
+		{decideErr("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."), store.KindBusy},
+		{decideErr("OOM command not allowed when used memory > 'maxmemory'."), store.KindOOM},
+		{decideErr("LOADING Redis is loading the dataset in memory"), store.KindLoading},
+		{decideErr("READONLY You can't write against a read only replica."), store.KindReadOnly},
+		{decideErr("MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."), store.KindReadOnly},
+		{decideErr("CLUSTERDOWN The cluster is down"), store.KindClusterDown},
+		{decideErr("MOVED 3999 127.0.0.1:6381"), store.KindRedirect},
+		{decideErr("ASK 3999 127.0.0.1:6381"), store.KindRedirect},
+		{decideErr("TRYAGAIN Multiple keys request during rehashing of slot"), store.KindRedirect},
+		{decideErr("NOSCRIPT No matching script. Please use EVAL."), store.KindNoScript},
 		// The reply formatted into a message rather than wrapped.
-		{fmt.Errorf("redisstore: decide: %v", "OOM command not allowed"), sluice.KindOOM},
+		{fmt.Errorf("redisstore: decide: %v", "OOM command not allowed"), store.KindOOM},
 		// A reply that wraps a timeout is still the reply.
-		{errors.Join(replyErr("LOADING loading"), context.DeadlineExceeded), sluice.KindLoading},
-		{decideErr("ERR Error running script (call to f_x): @user_script:1: bad argument"), sluice.KindOther},
+		{errors.Join(replyErr("LOADING loading"), context.DeadlineExceeded), store.KindLoading},
+		{decideErr("ERR Error running script (call to f_x): @user_script:1: bad argument"), store.KindOther},
 		// A word that merely starts like a code is not one.
-		{decideErr("BUSYGROUP Consumer Group name already exists"), sluice.KindOther},
+		{decideErr("BUSYGROUP Consumer Group name already exists"), store.KindOther},
 		// Errors retrying cannot fix (issue 39, item 7).
-		{decideErr("WRONGPASS invalid username-password pair or user is disabled."), sluice.KindMisconfigured},
-		{decideErr("NOAUTH HELLO must be called with the client already authenticated"), sluice.KindMisconfigured},
-		{decideErr("NOPERM User limiter has no permissions to run the 'evalsha' command"), sluice.KindMisconfigured},
-		{fmt.Errorf("redisstore: connect: %w", replyErr("DB index is out of range")), sluice.KindMisconfigured},
-		{fmt.Errorf("redisstore: connect: %w", replyErr("This instance has cluster support disabled")), sluice.KindMisconfigured},
-		{fmt.Errorf("redisstore: connect: %w", replyErr("No such master with that name")), sluice.KindMisconfigured},
-		{fmt.Errorf("redisstore: connect: %w", &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}), sluice.KindMisconfigured},
-		{fmt.Errorf("redisstore: connect: %w", x509.HostnameError{Certificate: &x509.Certificate{}, Host: "redis"}), sluice.KindMisconfigured},
+		{decideErr("WRONGPASS invalid username-password pair or user is disabled."), store.KindMisconfigured},
+		{decideErr("NOAUTH HELLO must be called with the client already authenticated"), store.KindMisconfigured},
+		{decideErr("NOPERM User limiter has no permissions to run the 'evalsha' command"), store.KindMisconfigured},
+		{fmt.Errorf("redisstore: connect: %w", replyErr("DB index is out of range")), store.KindMisconfigured},
+		{fmt.Errorf("redisstore: connect: %w", replyErr("This instance has cluster support disabled")), store.KindMisconfigured},
+		{fmt.Errorf("redisstore: connect: %w", replyErr("No such master with that name")), store.KindMisconfigured},
+		{fmt.Errorf("redisstore: connect: %w", &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}), store.KindMisconfigured},
+		{fmt.Errorf("redisstore: connect: %w", x509.HostnameError{Certificate: &x509.Certificate{}, Host: "redis"}), store.KindMisconfigured},
 	}
 	for _, tt := range tests {
 		name := "nil"
@@ -99,8 +100,8 @@ func TestClassify(t *testing.T) {
 
 // TestFailedKeepsStoreError: an error that already carries a class keeps it.
 func TestFailedKeepsStoreError(t *testing.T) {
-	se := &sluice.StoreError{Kind: sluice.KindTimeout, Err: decideErr("LOADING Redis is loading the dataset in memory")}
-	if got := failed(context.Background(), fmt.Errorf("x: %w", se)); sluice.KindOf(got) != sluice.KindTimeout || !errors.Is(got, se) {
+	se := &sluice.StoreError{Kind: store.KindTimeout, Err: decideErr("LOADING Redis is loading the dataset in memory")}
+	if got := failed(context.Background(), fmt.Errorf("x: %w", se)); sluice.KindOf(got) != store.KindTimeout || !errors.Is(got, se) {
 		t.Errorf("failed(%v) = %v of kind %q, want it kept", se, got, sluice.KindOf(got))
 	}
 	if failed(context.Background(), nil) != nil {
@@ -115,11 +116,11 @@ func TestFailedForeignCancel(t *testing.T) {
 	err := fmt.Errorf("redisstore: decide: dial tcp 127.0.0.1:1: %w", context.Canceled)
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
-	if got := failed(gone, err); sluice.KindOf(got) != sluice.KindCanceled || !errors.Is(got, context.Canceled) {
-		t.Errorf("the caller's own cancellation: %v of kind %q, want %q", got, sluice.KindOf(got), sluice.KindCanceled)
+	if got := failed(gone, err); sluice.KindOf(got) != store.KindCanceled || !errors.Is(got, context.Canceled) {
+		t.Errorf("the caller's own cancellation: %v of kind %q, want %q", got, sluice.KindOf(got), store.KindCanceled)
 	}
-	if got := failed(context.Background(), err); sluice.KindOf(got) != sluice.KindRefused || errors.Is(got, context.Canceled) {
-		t.Errorf("another call's cancellation: %v of kind %q, want %q and no context.Canceled", got, sluice.KindOf(got), sluice.KindRefused)
+	if got := failed(context.Background(), err); sluice.KindOf(got) != store.KindRefused || errors.Is(got, context.Canceled) {
+		t.Errorf("another call's cancellation: %v of kind %q, want %q and no context.Canceled", got, sluice.KindOf(got), store.KindRefused)
 	}
 }
 

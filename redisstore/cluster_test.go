@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/store"
 )
 
 func clusterURL(c *redistest.Cluster) string {
@@ -23,8 +24,8 @@ func clusterURL(c *redistest.Cluster) string {
 // hostileIdentities are identities that try to break the key layout.
 var hostileIdentities = []string{
 	"{", "}", "{}", "}{", "{{}}", "a{b}c", "{user}:1", "user:1", "user}:1", ":", "::", "a:b",
-	"%", "%7D", "%257D", "%7B%7D", "\x00", "a\x00b", "\xff\xfe\xfd", "é{", strings.Repeat("}", sluice.MaxKeyLen),
-	strings.Repeat("{", sluice.MaxKeyLen), strings.Repeat("x", sluice.MaxKeyLen-1) + "}",
+	"%", "%7D", "%257D", "%7B%7D", "\x00", "a\x00b", "\xff\xfe\xfd", "é{", strings.Repeat("}", store.MaxKeyLen),
+	strings.Repeat("{", store.MaxKeyLen), strings.Repeat("x", store.MaxKeyLen-1) + "}",
 }
 
 // TestHostileIdentities: identities with '{', '}', ':', '%', NUL, invalid UTF-8 and 64 KiB
@@ -96,7 +97,7 @@ func TestCluster(t *testing.T) {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("user:%d", i)
 	}
-	for _, a := range sluice.Algorithms() {
+	for _, a := range store.Algorithms() {
 		t.Run(a.String(), func(t *testing.T) {
 			l := sluice.Limit{Algorithm: a, Rate: 3, Period: time.Second}
 			for step := 0; step < 6; step++ {
@@ -118,8 +119,8 @@ func TestCluster(t *testing.T) {
 	t.Run("calendar across slots", func(t *testing.T) {
 		// Two identities in different slots: one's quota denies, so the other's spend is
 		// refunded (refund_calendar_window), as memory spends nothing.
-		month := sluice.PerCalendar(3, sluice.Calendar{Unit: sluice.CalendarMonth, Zone: sluice.MustParseZone("Europe/Berlin"), Anchor: 31})
-		day := sluice.PerCalendar(2, sluice.Calendar{Unit: sluice.CalendarDay, Zone: sluice.MustParseZone("America/New_York")})
+		month := sluice.PerCalendar(3, sluice.Calendar{Unit: sluice.CalendarMonth, Zone: mustZone("Europe/Berlin"), Anchor: 31})
+		day := sluice.PerCalendar(2, sluice.Calendar{Unit: sluice.CalendarDay, Zone: mustZone("America/New_York")})
 		for i := 0; i < 10; i++ {
 			clock.Advance(5 * time.Hour)
 			reqs := []sluice.Request{{Key: "org:1", Limit: month, N: 1}, {Key: "user:2", Limit: day, N: 1}}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store"
 )
 
 // TestConcurrentOneKey: 8 stores (8 separate connections) × 64 goroutines deciding on one
@@ -51,7 +52,7 @@ func TestConcurrentOneKey(t *testing.T) {
 		return allowed.Load()
 	}
 
-	for _, a := range sluice.Algorithms() {
+	for _, a := range store.Algorithms() {
 		t.Run(a.String(), func(t *testing.T) {
 			l := sluice.Limit{Algorithm: a, Rate: 100, Period: time.Hour}
 			key := "hot:" + a.String()

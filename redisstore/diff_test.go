@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/store"
 )
 
 // TestDifferentialMemory feeds the memory store and the Redis store the same random
@@ -35,7 +36,7 @@ func TestDifferentialMemory(t *testing.T) {
 	clock, mem, red := pairedStores(t)
 
 	var lanes []*lane
-	for _, a := range append(sluice.Algorithms(), sluice.Concurrency) {
+	for _, a := range append(store.Algorithms(), sluice.Concurrency) {
 		n := lanesPerAlgorithm
 		if a == sluice.Concurrency {
 			n = 4 // one state machine of a few lines: fewer lanes cover it
@@ -242,26 +243,26 @@ func step(rng *rand.Rand, clock *clocktest.Clock, limits []sluice.Limit) {
 // extremeLimits are limits at the edges sluice.Limit.Validate allows, where an
 // intermediate that left 2^53 would make Lua's doubles disagree with Go's integers.
 func extremeLimits(a sluice.Algorithm) []sluice.Limit {
-	maxP := sluice.MaxPeriod
+	maxP := store.MaxPeriod
 	var ls []sluice.Limit
 	switch a {
 	case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket:
 		ls = []sluice.Limit{
-			{Rate: sluice.MaxRate, Period: maxP}, // T = 1024µs, Burst·T = 2^50
-			{Rate: 1, Period: maxP},              // T = 2^50
-			{Rate: 1 << 20, Period: (1 << 20) * time.Microsecond, Burst: sluice.MaxRate}, // T = 1µs, the deepest bucket
-			{Rate: 3, Period: maxP - 2*time.Microsecond, Burst: 2},                       // Burst·U > 2^50: whole µs, T rounded up
-			{Rate: 1<<20 - 3, Period: 1 << 30 * time.Microsecond},                        // exact units: S = 2^20-3, Burst·U just below 2^50
-			{Rate: 7, Period: maxP, Burst: 1},                                            // exact units: S = 7, Burst·U = 2^50
-			{Rate: 999_983, Period: 24 * time.Hour, Burst: 1000},                         // exact units: S = 999983
+			{Rate: store.MaxRate, Period: maxP}, // T = 1024µs, Burst·T = 2^50
+			{Rate: 1, Period: maxP},             // T = 2^50
+			{Rate: 1 << 20, Period: (1 << 20) * time.Microsecond, Burst: store.MaxRate}, // T = 1µs, the deepest bucket
+			{Rate: 3, Period: maxP - 2*time.Microsecond, Burst: 2},                      // Burst·U > 2^50: whole µs, T rounded up
+			{Rate: 1<<20 - 3, Period: 1 << 30 * time.Microsecond},                       // exact units: S = 2^20-3, Burst·U just below 2^50
+			{Rate: 7, Period: maxP, Burst: 1},                                           // exact units: S = 7, Burst·U = 2^50
+			{Rate: 999_983, Period: 24 * time.Hour, Burst: 1000},                        // exact units: S = 999983
 		}
 	case sluice.SlidingLog:
-		ls = []sluice.Limit{{Rate: sluice.MaxLogRate, Period: maxP}, {Rate: 3, Period: maxP}}
+		ls = []sluice.Limit{{Rate: store.MaxLogRate, Period: maxP}, {Rate: 3, Period: maxP}}
 	default:
 		ls = []sluice.Limit{
-			{Rate: sluice.MaxRate, Period: maxP},
-			{Rate: sluice.MaxRate, Period: time.Microsecond},
-			{Rate: sluice.MaxRate - 1, Period: maxP - time.Microsecond},
+			{Rate: store.MaxRate, Period: maxP},
+			{Rate: store.MaxRate, Period: time.Microsecond},
+			{Rate: store.MaxRate - 1, Period: maxP - time.Microsecond},
 		}
 	}
 	return withAlgorithm(a, ls)
@@ -278,7 +279,7 @@ func TestDifferentialExtremes(t *testing.T) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(7, 11))
 	var all []sluice.Limit
-	for _, a := range sluice.Algorithms() {
+	for _, a := range store.Algorithms() {
 		all = append(all, extremeLimits(a)...)
 	}
 	keys := []string{"x0", "x1"}
@@ -296,12 +297,12 @@ func TestDifferentialExtremes(t *testing.T) {
 		case p < 8: // backwards
 			clock.SetMicros(now - rng.Int64N(1<<20))
 		default: // a fraction of a maximal period
-			clock.SetMicros(now + rng.Int64N(int64(sluice.MaxPeriod/time.Microsecond)/8))
+			clock.SetMicros(now + rng.Int64N(int64(store.MaxPeriod/time.Microsecond)/8))
 		}
 		// Times stay within two maximal periods (70 years) of the present, so that the end of
 		// a window two periods on, the largest time the algorithms compute, is below 2^53:
-		// the range sluice.MaxPeriod is sized for.
-		if clock.Micros() > start+2*int64(sluice.MaxPeriod/time.Microsecond) {
+		// the range store.MaxPeriod is sized for.
+		if clock.Micros() > start+2*int64(store.MaxPeriod/time.Microsecond) {
 			clock.SetMicros(start) // a jump back: the stores must agree on that too
 		}
 		mc := l.MaxCost()
@@ -333,8 +334,8 @@ func TestDifferentialExtremes(t *testing.T) {
 	// b·(P-e-1)/P. At P = 2^50 with b odd, e is chosen so that the exact product is one
 	// short of a multiple of P; in doubles it rounds up to that multiple, and a naive
 	// floor(b·(P-e-1)/P) comes out one unit too high. The script's long division must not.
-	P := int64(sluice.MaxPeriod / time.Microsecond)
-	sw := sluice.Limit{Algorithm: sluice.SlidingWindow, Rate: sluice.MaxRate, Period: sluice.MaxPeriod}
+	P := int64(store.MaxPeriod / time.Microsecond)
+	sw := sluice.Limit{Algorithm: sluice.SlidingWindow, Rate: store.MaxRate, Period: store.MaxPeriod}
 	bigP := big.NewInt(P)
 	for _, b := range []int64{3, 5, 12345, 1<<39 + 1} {
 		key := fmt.Sprint("sw", b)
@@ -373,7 +374,7 @@ func TestDifferentialLargeCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	algs := append(sluice.Algorithms(), sluice.Concurrency)
+	algs := append(store.Algorithms(), sluice.Concurrency)
 	var all []sluice.Limit
 	for _, a := range algs {
 		all = append(all, limitsFor(a)...)

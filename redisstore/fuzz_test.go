@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
 )
 
 // redisHashTag is the part of key Redis Cluster hashes: between the first '{' and the next
@@ -21,7 +22,7 @@ func redisHashTag(key string) string {
 
 // FuzzKey: the Redis keys of two different identities under one Limit always differ
 // (escaping is injective), and every key of an identity hashes to the identity's slot
-// whatever bytes it holds (any key sluice.CheckKey accepts) ('{', '}', '%', ':', NUL, invalid UTF-8): an identity can
+// whatever bytes it holds (any key store.CheckKey accepts) ('{', '}', '%', ':', NUL, invalid UTF-8): an identity can
 // neither collide with another nor move its state to another slot.
 func FuzzKey(f *testing.F) {
 	f.Add("user:42", "user:42}")
@@ -30,7 +31,7 @@ func FuzzKey(f *testing.F) {
 	f.Add("{}", "%25")
 	f.Add("", "\x00")
 	f.Fuzz(func(t *testing.T, a, b string) {
-		if sluice.CheckKey(a) != nil || sluice.CheckKey(b) != nil {
+		if store.CheckKey(a) != nil || store.CheckKey(b) != nil {
 			return // outside the target: the store refuses them before building a key
 		}
 		s := newStore(options{prefix: DefaultPrefix})

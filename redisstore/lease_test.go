@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/store"
 )
 
 // TestConcurrencyInFlight: 64 goroutines take leases of one key on a real Redis (on its
@@ -105,7 +106,7 @@ func TestReleaseUnknownOrExpired(t *testing.T) {
 		return v
 	}
 	before := members()
-	for _, lease := range []sluice.LeaseID{12345, sluice.MaxLeaseID} {
+	for _, lease := range []sluice.LeaseID{12345, store.MaxLeaseID} {
 		if held, err := s.Release(ctx, "k", limit, lease); held || err != nil {
 			t.Fatalf("release of unknown %v: %v, %v", lease, held, err)
 		}
@@ -132,7 +133,7 @@ func TestReleaseUnknownOrExpired(t *testing.T) {
 		want  error
 	}{
 		{limit, 0, sluice.ErrInvalidLease},
-		{limit, sluice.MaxLeaseID + 1, sluice.ErrInvalidLease},
+		{limit, store.MaxLeaseID + 1, sluice.ErrInvalidLease},
 		{sluice.PerSecond(3), b.Lease, sluice.ErrInvalidLimit},
 		{sluice.Limit{Algorithm: sluice.Concurrency, Rate: 3}, b.Lease, sluice.ErrInvalidLimit},
 	} {

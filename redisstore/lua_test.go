@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store"
 )
 
 // TestLuaMulDiv checks the Lua long division against algo.MulDiv and algo.MulDivCeil on
@@ -128,7 +129,7 @@ func TestScriptFor(t *testing.T) {
 		}
 		return out
 	}
-	for _, a := range sluice.Algorithms() {
+	for _, a := range store.Algorithms() {
 		code := limitCode(sluice.Limit{Algorithm: a}) // GCRA's for TokenBucket and LeakyBucket
 		if got := scriptFor(calls(a, a, a)); got.sha != decideScripts[code].sha {
 			t.Errorf("%v only: got script %s, want %s", a, got.sha, decideScripts[code].sha)

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store"
 )
 
 // refundModel is one key's state under one limit, decided and refunded by the Go
@@ -170,7 +171,7 @@ func TestDifferentialRefund(t *testing.T) {
 		}
 	}
 	start := clock.Micros()
-	for _, a := range sluice.Algorithms() {
+	for _, a := range store.Algorithms() {
 		t.Run(a.String(), func(t *testing.T) {
 			limits := limitsFor(a)
 			lane(t, a, limits, 4000, func(rng *rand.Rand, _ sluice.Limit) { step(rng, clock, limits) },
@@ -189,9 +190,9 @@ func TestDifferentialRefund(t *testing.T) {
 				case p < 9:
 					clock.SetMicros(now - rng.Int64N(1<<20))
 				default:
-					clock.SetMicros(now + rng.Int64N(int64(sluice.MaxPeriod/time.Microsecond)/8))
+					clock.SetMicros(now + rng.Int64N(int64(store.MaxPeriod/time.Microsecond)/8))
 				}
-				if clock.Micros() > start+2*int64(sluice.MaxPeriod/time.Microsecond) {
+				if clock.Micros() > start+2*int64(store.MaxPeriod/time.Microsecond) {
 					clock.SetMicros(start)
 				}
 			}, func(rng *rand.Rand, l sluice.Limit) int64 {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Reservations ([sluice.Limiter.Reserve])
@@ -47,7 +48,7 @@ func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n i
 // reserve is Reserve with an explicit bound on the wait (µs, -1 for none); it also returns
 // the script's reservation, in the store's clock.
 func (s *Store) reserve(ctx context.Context, key string, limit sluice.Limit, n, maxWait int64) (sluice.Reservation, algo.Reservation, error) {
-	if err := sluice.CheckRequest(key, limit, n); err != nil {
+	if err := store.CheckRequest(key, limit, n); err != nil {
 		return sluice.Reservation{}, algo.Reservation{}, err
 	}
 	if !algo.CanReserve(limit.Algorithm) {
@@ -92,7 +93,7 @@ func (s *Store) reserve(ctx context.Context, key string, limit sluice.Limit, n, 
 	if !r.OK {
 		return res, r, nil
 	}
-	return res.WithCancel(func(ctx context.Context) (bool, error) {
+	return store.WithCancel(res, func(ctx context.Context) (bool, error) {
 		return s.cancel(ctx, k, li, r)
 	}), r, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/internal/algo"
 	"github.com/sluicehq/sluice/internal/faultproxy"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store"
 )
 
 // TestReserveMirrorsAlgo drives the reservation script and internal/algo with the same
@@ -380,7 +381,7 @@ func (r *recorder) Reserve(ctx context.Context, key string, limit sluice.Limit, 
 	r.mu.Unlock()
 	r.last = res
 	inner := res
-	return res.WithCancel(func(ctx context.Context) (bool, error) {
+	return store.WithCancel(res, func(ctx context.Context) (bool, error) {
 		ok, err := inner.Cancel(ctx)
 		if ok {
 			r.mu.Lock()

@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store"
 )
 
 // loadRun decides continuously from 16 goroutines until stop is closed and records when
@@ -48,7 +49,7 @@ func startLoad(s *Store, stop <-chan struct{}) *loadRun {
 				}
 				start := time.Now()
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				_, err := s.AllowN(ctx, fmt.Sprintf("load:%d:%d", g, i%50), limit.With(sluice.Algorithms()[i%6]), 1)
+				_, err := s.AllowN(ctx, fmt.Sprintf("load:%d:%d", g, i%50), limit.With(store.Algorithms()[i%6]), 1)
 				cancel()
 				r.mu.Lock()
 				if err != nil {
@@ -153,7 +154,7 @@ func TestTTL(t *testing.T) {
 	ctx := context.Background()
 	pttl := func(key string) time.Duration { return keyTTL(t, srv, key) }
 	var maxReset time.Duration
-	for _, a := range sluice.Algorithms() {
+	for _, a := range store.Algorithms() {
 		l := sluice.Limit{Algorithm: a, Rate: 3, Period: 1200 * time.Millisecond}
 		id := "ttl:" + a.String()
 		key := s.Key(id, l)
@@ -199,7 +200,7 @@ func TestTTL(t *testing.T) {
 	// algorithm both spends and looks.
 	spent := map[sluice.Algorithm]int{}
 	limitOf := func(i int) sluice.Limit {
-		return sluice.Limit{Algorithm: sluice.Algorithms()[i%6], Rate: int64(1 + (i/6)%5),
+		return sluice.Limit{Algorithm: store.Algorithms()[i%6], Rate: int64(1 + (i/6)%5),
 			Period: time.Duration(1+(i/30)%7) * time.Second, Burst: int64((i / 12) % 3)}
 	}
 	for i := 0; i < 600; i++ {
@@ -225,7 +226,7 @@ func TestTTL(t *testing.T) {
 			spent[l.Algorithm]++
 		}
 	}
-	for _, a := range sluice.Algorithms() {
+	for _, a := range store.Algorithms() {
 		if spent[a] == 0 {
 			t.Errorf("the mixed workload never spent on %v", a)
 		}
@@ -264,9 +265,9 @@ func TestWindowKeepsTTL(t *testing.T) {
 	now := time.Now()
 	// A day, in whichever of two zones 12 hours apart is an hour or more from its
 	// midnights, so that no step below crosses into the next day.
-	day := sluice.Calendar{Unit: sluice.CalendarDay, Zone: sluice.MustParseZone("UTC")}
+	day := sluice.Calendar{Unit: sluice.CalendarDay, Zone: mustZone("UTC")}
 	if start, end := day.Bounds(now); now.Sub(start) < time.Hour || end.Sub(now) < time.Hour {
-		day.Zone = sluice.MustParseZone("Etc/GMT-12")
+		day.Zone = mustZone("Etc/GMT-12")
 	}
 	window := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: 10 * time.Second}
 	for _, l := range []sluice.Limit{window, sluice.PerCalendar(10, day)} {
@@ -379,7 +380,7 @@ func TestForeignStateReadsAsEmpty(t *testing.T) {
 	writes["list"] = func(key string) { srv.MustDo("RPUSH", key, "a") }
 	writes["hash"] = func(key string) { srv.MustDo("HSET", key, "a", "1") }
 	writes["zset"] = func(key string) { srv.MustDo("ZADD", key, "1", "a") }
-	for _, a := range sluice.Algorithms() {
+	for _, a := range store.Algorithms() {
 		if a == sluice.SlidingLog {
 			continue // a sorted set, not a string
 		}
@@ -492,7 +493,7 @@ func TestCancelledCallsKeepKeysIntact(t *testing.T) {
 // TestStoreSideCancellation: rueidis dials a missing connection once for every command
 // waiting on it, under the context of the command that asked first, and when that context
 // ends every command waiting gets its cancellation. A decision or a PING whose own
-// context is live must then get a store failure (sluice.KindRefused), never an error that
+// context is live must then get a store failure (store.KindRefused), never an error that
 // reads as its caller's cancellation: a failover decorator would pass that to the caller
 // instead of applying its failure mode.
 func TestStoreSideCancellation(t *testing.T) {
@@ -536,7 +537,7 @@ func TestStoreSideCancellation(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_, err := s.AllowN(ctx, "down", limit, 1)
-		return sluice.KindOf(err) == sluice.KindRefused
+		return sluice.KindOf(err) == store.KindRefused
 	})
 	srv.Restart()
 	srv.Pause()
@@ -593,9 +594,9 @@ func TestStoreSideCancellation(t *testing.T) {
 		if ctxB.Err() != nil {
 			t.Fatalf("%s: its own context ended (%v): it did not share A's dial", name, err)
 		}
-		if errors.Is(err, context.Canceled) || sluice.KindOf(err) != sluice.KindRefused {
+		if errors.Is(err, context.Canceled) || sluice.KindOf(err) != store.KindRefused {
 			t.Errorf("%s, its context live, after A's dial was abandoned: %v of kind %q; want a store failure of kind %q",
-				name, err, sluice.KindOf(err), sluice.KindRefused)
+				name, err, sluice.KindOf(err), store.KindRefused)
 		}
 	}
 	if n := len(dials); n > 0 {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 // settleScript settles a reservation (lua/settle.lua), with every algorithm for the look
@@ -61,7 +62,7 @@ func (s *Store) decideSettled(ctx context.Context, cn *conn, reqs []sluice.Reque
 		if r.SettleTTL <= 0 || r.N == 0 || !out[i].Allowed {
 			continue
 		}
-		id := rand.Uint64N(sluice.MaxLeaseID) + 1
+		id := rand.Uint64N(store.MaxLeaseID) + 1
 		rv := algo.ReservedOf(algo.ParamsOf(r.Limit), r.N, ats[i], algo.Result{ResetAfter: out[i].ResetAfter.Microseconds()})
 		var b [32]byte
 		for j, x := range []int64{rv.N, rv.At, rv.FullAt, ats[i] + r.SettleTTL.Microseconds()} {
@@ -95,7 +96,7 @@ func (s *Store) decideSettled(ctx context.Context, cn *conn, reqs []sluice.Reque
 // Settle implements sluice.Limiter: one script call (lua/settle.lua) on the key and the
 // reservation's record, in one slot.
 func (s *Store) Settle(ctx context.Context, key string, limit sluice.Limit, reservation sluice.ReservationID, cost int64) (sluice.Decision, error) {
-	if err := sluice.CheckSettle(key, limit, reservation, cost); err != nil {
+	if err := store.CheckSettle(key, limit, reservation, cost); err != nil {
 		return sluice.Decision{}, err
 	}
 	cn, err := s.usable()

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/internal/algo"
 	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store"
 )
 
 // settleLimits are the limits the settlement tests run: every algorithm that settles, at
@@ -141,7 +142,7 @@ func TestSettleBadInput(t *testing.T) {
 			{"negative cost", l, d[0].Reservation, -1, sluice.ErrInvalidCost},
 			{"unknown reservation", l, 424242, 1, sluice.ErrUnknownReservation},
 			{"no reservation", l, 0, 1, sluice.ErrUnknownReservation},
-			{"an id no store gives", l, sluice.MaxLeaseID + 1, 1, sluice.ErrUnknownReservation},
+			{"an id no store gives", l, store.MaxLeaseID + 1, 1, sluice.ErrUnknownReservation},
 			{"another limit", sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 11, Period: time.Hour}, d[0].Reservation, 1, sluice.ErrUnknownReservation},
 			{"sliding log", sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 10, Period: time.Hour}, d[0].Reservation, 1, sluice.ErrInvalidLimit},
 			{"concurrency", sluice.InFlight(3, time.Second), d[0].Reservation, 1, sluice.ErrInvalidLimit},
@@ -294,7 +295,7 @@ func TestDifferentialSettle(t *testing.T) {
 				default:
 					clock.SetMicros(now + rng.Int64N(int64(time.Hour/time.Microsecond)))
 				}
-				if clock.Micros() > start+int64(sluice.MaxPeriod/time.Microsecond) {
+				if clock.Micros() > start+int64(store.MaxPeriod/time.Microsecond) {
 					clock.SetMicros(start)
 				}
 			})

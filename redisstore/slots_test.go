@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/store"
 )
 
 // idsInOtherSlots returns n identities "<base><i>" whose slots are none of avoid's.
@@ -81,12 +82,12 @@ func TestAcrossSlots(t *testing.T) {
 		}
 		ips := idsInOtherSlots("ip:", workers, key, tenant)
 		var ample []sluice.Limit
-		for _, a := range sluice.Algorithms() {
+		for _, a := range store.Algorithms() {
 			ample = append(ample, sluice.Limit{Algorithm: a, Rate: 1000, Period: day})
 		}
 		tenantLimits := []sluice.Limit{ample[sluice.GCRA], ample[sluice.SlidingLog]}
 		blocker := func(g int) sluice.Limit {
-			return sluice.Limit{Algorithm: sluice.Algorithms()[g%6], Rate: 5, Period: day}
+			return sluice.Limit{Algorithm: store.Algorithms()[g%6], Rate: 5, Period: day}
 		}
 		admitted := make([]int, workers)
 		var wg sync.WaitGroup
@@ -151,7 +152,7 @@ func TestAcrossSlots(t *testing.T) {
 		ips := idsInOtherSlots("ip:", workers, key)
 		scarce := sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 50, Period: day}
 		var ample []sluice.Limit
-		for _, a := range sluice.Algorithms() {
+		for _, a := range store.Algorithms() {
 			ample = append(ample, sluice.Limit{Algorithm: a, Rate: 1000, Period: day, Burst: 1000})
 		}
 		admitted := make([]int64, workers)
@@ -206,7 +207,7 @@ func TestAcrossSlots(t *testing.T) {
 		s := open(t, url, WithPrefix("clock:"))
 		key := "api:key"
 		ips := idsInOtherSlots("ip:", workers, key)
-		long := sluice.MaxPeriod // no window ends during the test
+		long := store.MaxPeriod // no window ends during the test
 		exact := []sluice.Limit{
 			{Algorithm: sluice.SlidingLog, Rate: 1000, Period: day},
 			{Algorithm: sluice.FixedWindow, Rate: 1000, Period: long},
@@ -275,7 +276,7 @@ func TestAcrossSlots(t *testing.T) {
 		defer mem.Close()
 		rng := rand.New(rand.NewPCG(17, 19))
 		var limits []sluice.Limit
-		for _, a := range sluice.Algorithms() {
+		for _, a := range store.Algorithms() {
 			limits = append(limits, limitsFor(a)...)
 		}
 		ids := idsInOtherSlots("id:", 5)

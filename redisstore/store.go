@@ -35,14 +35,14 @@
 //
 // # Errors
 //
-// Bad input wraps sluice's sentinel errors ([sluice.IsBadInput]) and spends nothing. Every
+// Bad input wraps sluice's sentinel errors ([store.IsBadInput]) and spends nothing. Every
 // failure is a [sluice.StoreError] of the kind the store gives it ([sluice.KindOf]):
 // timeouts, refused and reset connections, BUSY, OOM, LOADING, READONLY, CLUSTERDOWN,
 // redirections, missing scripts, misconfigurations ([ConfigError]); before the first
 // connection with [WithConnectRetry], one wrapping [ErrNotConnected]; after Close,
 // [sluice.ErrClosed]. A decision whose fate is unknown is not retried, since it may have
 // spent: failure modes are package failover's. A live caller never gets a cancellation
-// ([sluice.ForeignCancel]).
+// ([store.ForeignCancel]).
 //
 // # Connecting
 //
@@ -53,7 +53,7 @@
 // Sentinel credentials). A connection Redis refuses for the store's settings (a
 // [ConfigError]: credentials, a database it lacks, a certificate that does not verify, a
 // cluster or Sentinel URL of a server that is not one) fails Open, [WithConnectRetry] or
-// not: no retry fixes it. Met later, it is a failure of kind sluice.KindMisconfigured,
+// not: no retry fixes it. Met later, it is a failure of kind store.KindMisconfigured,
 // which [Store.Misconfigured] reports.
 //
 // # Operating Redis
@@ -84,6 +84,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Store is a sluice.Limiter backed by Redis. It is safe for
@@ -147,13 +148,13 @@ func (s *Store) connected() (*conn, error) {
 		return cn, nil
 	}
 	if p := s.dialErr.Load(); p != nil {
-		kind := sluice.KindRefused
-		if sluice.KindOf(*p) == sluice.KindMisconfigured {
-			kind = sluice.KindMisconfigured
+		kind := store.KindRefused
+		if sluice.KindOf(*p) == store.KindMisconfigured {
+			kind = store.KindMisconfigured
 		}
 		return nil, &sluice.StoreError{Kind: kind, Err: fmt.Errorf("%w: %w", ErrNotConnected, *p)}
 	}
-	return nil, &sluice.StoreError{Kind: sluice.KindRefused, Err: ErrNotConnected}
+	return nil, &sluice.StoreError{Kind: store.KindRefused, Err: ErrNotConnected}
 }
 
 // Option configures a Store.
@@ -301,7 +302,7 @@ func Open(url string, opts ...Option) (*Store, error) {
 	client, err := rueidis.NewClient(copt)
 	if err != nil {
 		err = fmt.Errorf("redisstore: connect: %w", storeError(err))
-		if !o.retry || sluice.KindOf(err) == sluice.KindMisconfigured {
+		if !o.retry || sluice.KindOf(err) == store.KindMisconfigured {
 			return nil, err
 		}
 	}
@@ -563,16 +564,16 @@ func recentSlot(l sluice.Limit) int {
 	return int((h * 0x9e3779b97f4a7c15) >> (64 - recentBits))
 }
 
-// checkedInfo checks a request as sluice.CheckRequest does and returns the info of its
+// checkedInfo checks a request as store.CheckRequest does and returns the info of its
 // limit. Only valid limits have an info, so a limit found among the recent ones is not
-// validated again: only the key (sluice.CheckKey) and the cost, within [0, MaxCost], are
-// checked, as CheckRequest documents. Anything else takes sluice.CheckRequest, for its
+// validated again: only the key (store.CheckKey) and the cost, within [0, MaxCost], are
+// checked, as CheckRequest documents. Anything else takes store.CheckRequest, for its
 // error.
 func (s *Store) checkedInfo(key string, limit sluice.Limit, n int64) (*limitInfo, error) {
-	if li := s.recent[recentSlot(limit)].Load(); li != nil && li.limit == limit && n >= 0 && n <= li.maxCost && sluice.CheckKey(key) == nil {
+	if li := s.recent[recentSlot(limit)].Load(); li != nil && li.limit == limit && n >= 0 && n <= li.maxCost && store.CheckKey(key) == nil {
 		return li, nil
 	}
-	if err := sluice.CheckRequest(key, limit, n); err != nil {
+	if err := store.CheckRequest(key, limit, n); err != nil {
 		return nil, err
 	}
 	return s.info(limit), nil
@@ -674,11 +675,11 @@ func report(err error, latency time.Duration) sluice.Report {
 	if err == nil {
 		return sluice.Report{StoreCalled: true, StoreLatency: latency}
 	}
-	return sluice.Report{StoreCalled: !sluice.IsBadInput(err), StoreLatency: latency, Kind: sluice.KindOf(err)}
+	return sluice.Report{StoreCalled: !store.IsBadInput(err), StoreLatency: latency, Kind: sluice.KindOf(err)}
 }
 
 func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sluice.Decision) error {
-	if err := sluice.CheckRequests(reqs, out); err != nil {
+	if err := store.CheckRequests(reqs, out); err != nil {
 		return err
 	}
 	if len(reqs) == 0 {
@@ -734,7 +735,7 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 
 // Reset implements sluice.Limiter: it deletes key's state under limit.
 func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error {
-	if err := sluice.CheckRequest(key, limit, 0); err != nil {
+	if err := store.CheckRequest(key, limit, 0); err != nil {
 		return err
 	}
 	cn, err := s.usable()
@@ -750,7 +751,7 @@ func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error
 
 // Release implements sluice.Limiter: one script call (lua/release.lua) on the lease set.
 func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, lease sluice.LeaseID) (bool, error) {
-	if err := sluice.CheckRelease(key, limit, lease); err != nil {
+	if err := store.CheckRelease(key, limit, lease); err != nil {
 		return false, err
 	}
 	cn, err := s.usable()

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store"
 )
 
 // newTestClock returns a settable clock for the stores under test.
@@ -64,7 +65,7 @@ func TestAllowNEveryAlgorithm(t *testing.T) {
 	clock := newTestClock()
 	s := open(t, srv.URL(), WithClock(clock.Now), WithMinTTL(time.Hour))
 	ctx := context.Background()
-	for _, a := range sluice.Algorithms() {
+	for _, a := range store.Algorithms() {
 		t.Run(a.String(), func(t *testing.T) {
 			l := sluice.Limit{Algorithm: a, Rate: 3, Period: time.Second}
 			key := "basic:" + a.String()
@@ -112,7 +113,7 @@ func TestBadInput(t *testing.T) {
 		want  error
 	}{
 		{"empty key", "", ok, 1, sluice.ErrInvalidKey},
-		{"long key", strings.Repeat("k", sluice.MaxKeyLen+1), ok, 1, sluice.ErrInvalidKey},
+		{"long key", strings.Repeat("k", store.MaxKeyLen+1), ok, 1, sluice.ErrInvalidKey},
 		{"zero limit", "k", sluice.Limit{}, 1, sluice.ErrInvalidLimit},
 		{"negative cost", "k", ok, -1, sluice.ErrInvalidCost},
 		{"cost above burst", "k", ok, 11, sluice.ErrCostExceedsLimit},
@@ -302,7 +303,7 @@ func TestClockAtTheEpoch(t *testing.T) {
 	srv := redistest.Start(t)
 	s := open(t, srv.URL(), WithClock(func() time.Time { return time.Unix(0, 0) }), WithMinTTL(time.Hour))
 	ctx := context.Background()
-	for _, a := range sluice.Algorithms() {
+	for _, a := range store.Algorithms() {
 		l := sluice.Limit{Algorithm: a, Rate: 5, Period: time.Second}
 		admitted := 0
 		for i := 0; i < 3; i++ {

@@ -6,14 +6,15 @@ import (
 	"sort"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Decide implements sluice.Limiter: the limits of a request are decided on this node's
 // shares, all or nothing, under the locks of all their entries. A limit this node has not
 // seen recently waits for one sync first, as in AllowN.
 func (g *Global) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
-	if err := sluice.CheckRequests(reqs, ds); err != nil {
-		return sluice.Report{Kind: sluice.KindBadInput}, err
+	if err := store.CheckRequests(reqs, ds); err != nil {
+		return sluice.Report{Kind: store.KindBadInput}, err
 	}
 	if len(reqs) == 1 {
 		d, err := g.AllowN(ctx, reqs[0].Key, reqs[0].Limit, reqs[0].N)
@@ -33,11 +34,11 @@ func (g *Global) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.
 	seen := make(map[entryKey]int, len(reqs))
 	for i, r := range reqs {
 		if err := checkBucket(r.Limit); err != nil {
-			return sluice.Report{Kind: sluice.KindBadInput}, fmt.Errorf("request %d: %w", i, err)
+			return sluice.Report{Kind: store.KindBadInput}, fmt.Errorf("request %d: %w", i, err)
 		}
 		k := entryKey{r.Key, r.Limit}
 		if j, dup := seen[k]; dup {
-			return sluice.Report{Kind: sluice.KindBadInput}, fmt.Errorf("%w: request %d repeats the key and limit of request %d", sluice.ErrInvalidKey, i, j)
+			return sluice.Report{Kind: store.KindBadInput}, fmt.Errorf("%w: request %d repeats the key and limit of request %d", sluice.ErrInvalidKey, i, j)
 		}
 		seen[k] = i
 		e, fresh := g.entry(r.Key, r.Limit)
@@ -100,7 +101,7 @@ func (g *Global) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.
 // not a schedule, so reservations are not offered: the error wraps
 // sluice.ErrInvalidLimit.
 func (g *Global) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
-	if err := sluice.CheckRequest(key, limit, n); err != nil {
+	if err := store.CheckRequest(key, limit, n); err != nil {
 		return sluice.Reservation{}, err
 	}
 	return sluice.Reservation{}, fmt.Errorf("%w: region.Global cannot reserve", sluice.ErrInvalidLimit)

@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/internal/algo"
 	"github.com/sluicehq/sluice/internal/share"
 	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/store"
 )
 
 //go:embed lua/sync.lua
@@ -342,7 +343,7 @@ func (g *Global) entry(key string, limit sluice.Limit) (*entry, bool) {
 // sync (triggered at once) before its first decision; every other decision is in process.
 // Decisions made while the shared Redis is unreachable have Path sluice.PathLocal.
 func (g *Global) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
-	if err := sluice.CheckRequest(key, limit, n); err != nil {
+	if err := store.CheckRequest(key, limit, n); err != nil {
 		return sluice.Decision{}, err
 	}
 	if err := checkBucket(limit); err != nil {
@@ -400,7 +401,7 @@ func (g *Global) decideLocked(e *entry, limit sluice.Limit, n, now int64, commit
 // global state are untouched: removing them would let this node be granted shares they
 // still apply.
 func (g *Global) Reset(ctx context.Context, key string, limit sluice.Limit) error {
-	if err := sluice.CheckRequest(key, limit, 0); err != nil {
+	if err := store.CheckRequest(key, limit, 0); err != nil {
 		return err
 	}
 	if err := checkBucket(limit); err != nil {
@@ -420,7 +421,7 @@ func (g *Global) Reset(ctx context.Context, key string, limit sluice.Limit) erro
 // Release implements sluice.Limiter. Global holds bucket limits only, so every release is
 // an error wrapping sluice.ErrInvalidLimit: a Concurrency limit is never decided here.
 func (g *Global) Release(ctx context.Context, key string, limit sluice.Limit, lease sluice.LeaseID) (bool, error) {
-	if err := sluice.CheckRelease(key, limit, lease); err != nil {
+	if err := store.CheckRelease(key, limit, lease); err != nil {
 		return false, err
 	}
 	return false, checkBucket(limit)
@@ -430,7 +431,7 @@ func (g *Global) Release(ctx context.Context, key string, limit sluice.Limit, le
 // with a SettleTTL is decided at its estimate, which stands): every settlement is an error
 // wrapping sluice.ErrUnknownReservation, or the error of its bad input.
 func (g *Global) Settle(ctx context.Context, key string, limit sluice.Limit, reservation sluice.ReservationID, cost int64) (sluice.Decision, error) {
-	if err := sluice.CheckSettle(key, limit, reservation, cost); err != nil {
+	if err := store.CheckSettle(key, limit, reservation, cost); err != nil {
 		return sluice.Decision{}, err
 	}
 	if err := checkBucket(limit); err != nil {

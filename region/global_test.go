@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/internal/faultproxy"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/store"
 )
 
 // The global-mode tests run three nodes in one process, in two "regions": n1 and n2 reach
@@ -75,12 +76,12 @@ func newCluster(t testing.TB, srv *redistest.Server, opts ...GlobalOption) *clus
 	c.events = make([][]time.Time, len(urls))
 	c.paths = make([]map[sluice.Path]int, len(urls))
 	for i, url := range urls {
-		store, err := redisstore.Open(url, redisstore.WithLogger(testLog(t)))
+		backend, err := redisstore.Open(url, redisstore.WithLogger(testLog(t)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { store.Close() })
-		g, err := NewGlobal(store, append([]GlobalOption{WithNode(fmt.Sprintf("n%d", i+1)), WithLogger(testLog(t))}, opts...)...)
+		t.Cleanup(func() { backend.Close() })
+		g, err := NewGlobal(backend, append([]GlobalOption{WithNode(fmt.Sprintf("n%d", i+1)), WithLogger(testLog(t))}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +191,7 @@ func maxIn(ev []int64, d int64) int64 {
 // Burst + ⌊(d-1)/T⌋.
 func overshoot(ev []int64, l sluice.Limit, span int64) (worst int64, at int64) {
 	T := (l.Period.Microseconds() + l.Rate - 1) / l.Rate
-	b := l.EffectiveBurst()
+	b := store.EffectiveBurst(l)
 	for i, d := range []int64{T, 5 * T, b * T, l.Period.Microseconds() / 2, l.Period.Microseconds(), 2 * l.Period.Microseconds(), span} {
 		if x := maxIn(ev, d) - (b + (d-1)/T); x > worst || i == 0 {
 			worst, at = x, d
@@ -323,12 +324,12 @@ func TestGlobalFirstDecisionWithoutRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	proxy := faultproxy.Start(t, srv.Addr())
-	store, err := redisstore.Open("redis://"+proxy.Addr(), redisstore.WithLogger(testLog(t)))
+	backend, err := redisstore.Open("redis://"+proxy.Addr(), redisstore.WithLogger(testLog(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { store.Close() })
-	g, err := NewGlobal(store, WithSyncInterval(20*time.Millisecond), WithSyncTimeout(5*time.Second))
+	t.Cleanup(func() { backend.Close() })
+	g, err := NewGlobal(backend, WithSyncInterval(20*time.Millisecond), WithSyncTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,12 +359,12 @@ func TestGlobalFirstDecisionWithoutRedis(t *testing.T) {
 func TestGlobalRejectsWindowLimits(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	store, err := redisstore.Open(srv.URL(), redisstore.WithLogger(testLog(t)))
+	backend, err := redisstore.Open(srv.URL(), redisstore.WithLogger(testLog(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { store.Close() })
-	g, err := NewGlobal(store)
+	t.Cleanup(func() { backend.Close() })
+	g, err := NewGlobal(backend)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +447,7 @@ func TestNodeBucketExtremes(t *testing.T) {
 		share int64
 	}{
 		{sluice.Limit{Rate: 1 << 40, Period: 1 << 50 * time.Microsecond, Burst: 1 << 40}, 1},
-		{sluice.Limit{Rate: 1, Period: sluice.MaxPeriod, Burst: 1}, pool},
+		{sluice.Limit{Rate: 1, Period: store.MaxPeriod, Burst: 1}, pool},
 		{sluice.Limit{Rate: 200, Period: time.Second, Burst: 20}, 333_333},
 		{sluice.Limit{Rate: 7, Period: time.Second, Burst: 10}, 1},
 	}
@@ -486,12 +487,12 @@ func algoParams(l sluice.Limit) algo.Params { return algo.ParamsOf(l.With(sluice
 func TestGlobalDecideAllOrNothing(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	store, err := redisstore.Open(srv.URL(), redisstore.WithLogger(testLog(t)))
+	backend, err := redisstore.Open(srv.URL(), redisstore.WithLogger(testLog(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { store.Close() })
-	g, err := NewGlobal(store, WithNode("solo"), WithSyncInterval(20*time.Millisecond))
+	t.Cleanup(func() { backend.Close() })
+	g, err := NewGlobal(backend, WithNode("solo"), WithSyncInterval(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -554,7 +555,7 @@ func TestGlobalDecideAllOrNothing(t *testing.T) {
 
 	// Bad input spends nothing either; and the node offers no reservations.
 	dup := []sluice.Request{{Key: "tenant", Limit: big, N: 1}, {Key: "tenant", Limit: big, N: 1}}
-	if rep, err := g.Decide(ctx, dup, ds); !errors.Is(err, sluice.ErrInvalidKey) || rep.Kind != sluice.KindBadInput {
+	if rep, err := g.Decide(ctx, dup, ds); !errors.Is(err, sluice.ErrInvalidKey) || rep.Kind != store.KindBadInput {
 		t.Errorf("a key and limit twice: %+v, %v; want ErrInvalidKey", rep, err)
 	}
 	if _, err := g.Decide(ctx, both, ds[:1]); !errors.Is(err, sluice.ErrInvalidCost) {

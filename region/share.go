@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/share"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Share is the per-region mode: a sluice.Limiter that decides every request against an inner
@@ -53,9 +54,9 @@ func (s *Share) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.D
 	for i := range scaled {
 		if err := scaled[i].Limit.Validate(); err != nil {
 			if len(reqs) == 1 {
-				return sluice.Report{Kind: sluice.KindBadInput}, err
+				return sluice.Report{Kind: store.KindBadInput}, err
 			}
-			return sluice.Report{Kind: sluice.KindBadInput}, fmt.Errorf("request %d: %w", i, err)
+			return sluice.Report{Kind: store.KindBadInput}, fmt.Errorf("request %d: %w", i, err)
 		}
 		scaled[i].Limit = s.Limit(scaled[i].Limit)
 	}

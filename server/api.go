@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/internal/logattr"
 	"github.com/sluicehq/sluice/internal/ratelimitheader"
 	"github.com/sluicehq/sluice/keys"
+	"github.com/sluicehq/sluice/store"
 )
 
 // CheckRequest is the body of POST /v1/check, /v1/peek and /v1/reset. It names either a
@@ -244,7 +245,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) s
 	switch {
 	case errors.As(err, &ae):
 		p.Status, p.Detail, code = ae.status, ae.msg, "invalid"
-	case sluice.IsBadInput(err):
+	case store.IsBadInput(err):
 		p.Status, p.Detail, code = http.StatusBadRequest, err.Error(), "invalid"
 	default:
 		p.Status, code = http.StatusServiceUnavailable, "unavailable"
@@ -859,7 +860,11 @@ func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) string {
 	if req.Policy == "" {
 		return s.writeError(w, r, badRequest("a release names the policy (and key) whose check took the lease"))
 	}
-	lease, err := sluice.ParseLeaseID(req.Lease)
+	var lease sluice.LeaseID
+	err := lease.UnmarshalText([]byte(req.Lease))
+	if err == nil && lease == 0 {
+		err = fmt.Errorf("%w: %q is not a lease id", sluice.ErrInvalidLease, req.Lease)
+	}
 	if err != nil {
 		return s.writeError(w, r, badRequest("%v", err))
 	}
@@ -916,7 +921,11 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) string {
 	if err != nil {
 		return s.writeError(w, r, err)
 	}
-	reservation, perr := sluice.ParseReservationID(req.Reservation) // an id no store gives: none holds it
+	var reservation sluice.ReservationID
+	perr := reservation.UnmarshalText([]byte(req.Reservation)) // an id no store gives: none holds it
+	if reservation == 0 {
+		perr = sluice.ErrUnknownReservation
+	}
 	err = fmt.Errorf("%w: %.40q", sluice.ErrUnknownReservation, req.Reservation)
 	for i := range items {
 		it := &items[i]

@@ -173,7 +173,7 @@
 //	GET  /healthz     200 while the process serves (liveness)
 //	GET  /readyz      200 when the store answers a ping and the server is not draining;
 //	                  503 otherwise, with the reason ("store misconfigured" when the
-//	                  store refuses its settings: sluice.KindMisconfigured)
+//	                  store refuses its settings: store.KindMisconfigured)
 //	GET  /metrics     Prometheus metrics: the server's, the observe decorator's if it was
 //	                  registered on Options.Registry, Go and process collectors
 //

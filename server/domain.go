@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/store"
 )
 
 // domainItems matches the descriptors of one request against an envoyproxy/ratelimit
@@ -44,7 +45,7 @@ func (s *Server) domainItems(ed *envoyDomain, descs []config.Descriptor, mults [
 		period := m.Rule.Unit.Period()
 		if k := mults[m.Descriptor]; k > 1 {
 			it.unitMultiplier = k
-			if period > sluice.MaxPeriod/time.Duration(k) {
+			if period > store.MaxPeriod/time.Duration(k) {
 				return nil, fmt.Errorf("descriptor %d: limit override of %d × %v is too long", m.Descriptor, k, m.Rule.Unit)
 			}
 			period *= time.Duration(k)

@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/ratelimitheader"
+	"github.com/sluicehq/sluice/store"
 )
 
 // rls implements envoy.service.ratelimit.v3.RateLimitService.
@@ -130,7 +131,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			// would be failed open by Envoy's default failure_mode_deny: false).
 			return s.closedResponse(items), nil
 		}
-		if sluice.IsBadInput(err) {
+		if store.IsBadInput(err) {
 			// Not a store failure: the evaluator bounds client-shaped keys and rules out
 			// impossible costs, so this is a limit the configuration let through.
 			s.log.LogAttrs(ctx, slog.LevelDebug, "rate limit request refused", slog.String("domain", dom.Name), slog.String("error", err.Error()))

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/keys"
 	"github.com/sluicehq/sluice/override"
+	"github.com/sluicehq/sluice/store"
 )
 
 // DefaultOverrideRefresh is how often a server looks for override changes made through
@@ -311,7 +312,7 @@ func (s *Server) handleOverridePut(w http.ResponseWriter, r *http.Request) {
 func overrideOf(p *config.Policy, id string, req *OverrideRequest, now time.Time) (override.Override, error) {
 	spec := override.Spec{Algorithm: req.Algorithm, Rate: req.Rate, Period: req.Period, Burst: req.Burst, Zone: req.Zone, AnchorDay: req.AnchorDay}
 	if spec.Algorithm == "" {
-		if _, cal := sluice.ParseCalendarUnit(req.Period); !cal {
+		if _, cal := config.ParseCalendarUnit(req.Period); !cal {
 			l, _ := p.LimitFor("", "")
 			spec.Algorithm = l.Algorithm.String()
 		} else {
@@ -319,8 +320,8 @@ func overrideOf(p *config.Policy, id string, req *OverrideRequest, now time.Time
 		}
 	}
 	switch {
-	case req.Rate <= 0 || req.Rate > sluice.MaxRate:
-		return override.Override{}, badRequest("rate: must be in 1..%d, got %d", int64(sluice.MaxRate), req.Rate)
+	case req.Rate <= 0 || req.Rate > store.MaxRate:
+		return override.Override{}, badRequest("rate: must be in 1..%d, got %d", int64(store.MaxRate), req.Rate)
 	case req.Period == "":
 		return override.Override{}, badRequest("period: is required")
 	case req.Burst < 0:
@@ -329,7 +330,7 @@ func overrideOf(p *config.Policy, id string, req *OverrideRequest, now time.Time
 	if _, err := sluice.ParseAlgorithm(spec.Algorithm); err != nil {
 		return override.Override{}, badRequest("algorithm: %v", strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": "))
 	}
-	if _, cal := sluice.ParseCalendarUnit(req.Period); !cal {
+	if _, cal := config.ParseCalendarUnit(req.Period); !cal {
 		if _, err := config.ParsePeriod(req.Period); err != nil {
 			return override.Override{}, badRequest("period: %v", err)
 		}

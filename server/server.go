@@ -31,6 +31,7 @@ import (
 	"github.com/sluicehq/sluice/internal/span"
 	"github.com/sluicehq/sluice/keys"
 	"github.com/sluicehq/sluice/override"
+	"github.com/sluicehq/sluice/store"
 )
 
 // DefaultShutdownTimeout is how long Serve waits for requests in flight when its context
@@ -490,7 +491,7 @@ func (s *Server) probeReady(ctx context.Context) (stop func()) {
 }
 
 // checkReady reports why the service is not ready: shutting down, the store refuses its
-// settings (sluice.KindMisconfigured, named so: retrying cannot fix it), or the store is
+// settings (store.KindMisconfigured, named so: retrying cannot fix it), or the store is
 // not reachable.
 func (s *Server) checkReady(ctx context.Context) error {
 	if s.draining.Load() {
@@ -499,7 +500,7 @@ func (s *Server) checkReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, DefaultReadyTimeout)
 	defer cancel()
 	if err := s.ready(ctx); err != nil {
-		if sluice.KindOf(err) == sluice.KindMisconfigured {
+		if sluice.KindOf(err) == store.KindMisconfigured {
 			return fmt.Errorf("store misconfigured: %w", err)
 		}
 		return fmt.Errorf("store not reachable: %w", err)

@@ -12,7 +12,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
 )
 
 // ErrUsage is wrapped by RunCLI's error for an option it cannot take (an unknown
@@ -98,13 +98,13 @@ func RunCLI(ctx context.Context, o CLI, stdout, stderr io.Writer) error {
 }
 
 // AlgorithmNames are the names of the algorithms a simulation runs: the six rate
-// algorithms (sluice.Algorithms). A concurrency limit counts requests in flight, not a
+// algorithms (store.Algorithms). A concurrency limit counts requests in flight, not a
 // rate, and has no sliding window to be measured against.
 func AlgorithmNames() []string { return algorithmNames() }
 
 func algorithmNames() []string {
 	var out []string
-	for _, a := range sluice.Algorithms() {
+	for _, a := range store.Algorithms() {
 		out = append(out, a.String())
 	}
 	return out

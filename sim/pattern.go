@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Arrival is one request of a traffic pattern: at At microseconds after the start of the
@@ -198,12 +199,12 @@ func SelectPatterns(list string, scale float64) ([]Pattern, error) {
 // "all"; any other name is an error that lists those.
 func SelectAlgorithms(list string) ([]sluice.Algorithm, error) {
 	if strings.TrimSpace(list) == "all" || strings.TrimSpace(list) == "" {
-		return sluice.Algorithms(), nil
+		return store.Algorithms(), nil
 	}
 	var out []sluice.Algorithm
 	for _, n := range strings.Split(list, ",") {
 		a, err := sluice.ParseAlgorithm(n)
-		if err != nil || !slices.Contains(sluice.Algorithms(), a) {
+		if err != nil || !slices.Contains(store.Algorithms(), a) {
 			return nil, fmt.Errorf("unknown algorithm %q: a simulation runs %s", strings.TrimSpace(n), strings.Join(algorithmNames(), ", "))
 		}
 		if !slices.Contains(out, a) {

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
 	"github.com/sluicehq/sluice/memory"
+	"github.com/sluicehq/sluice/store"
 )
 
 // StoreFunc opens the limiter one run decides with. now is the run's virtual clock: the
@@ -136,7 +137,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		cfg.Patterns = Patterns(1)
 	}
 	if cfg.Algorithms == nil {
-		cfg.Algorithms = sluice.Algorithms()
+		cfg.Algorithms = store.Algorithms()
 	}
 	if cfg.Store == nil {
 		cfg.Store, cfg.StoreName = MemoryStore, "memory"

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
 )
 
 // testScale keeps the built-in patterns small enough for -race: 3 s of single-key traffic,
@@ -210,7 +211,7 @@ func TestSteadyTraffic(t *testing.T) {
 		}
 	}
 	periods := int64(p.Duration / p.Limit.Period)
-	for _, a := range sluice.Algorithms() {
+	for _, a := range store.Algorithms() {
 		if x := result(t, r, "steady-1x", a); x.Denied != 0 || x.MaxWindowRatio != 1 {
 			t.Errorf("steady-1x under %v: %d denied, max window %v; want 0 and 1", a, x.Denied, x.MaxWindowRatio)
 		}

@@ -21,7 +21,7 @@
 //   - cost n > 0 spends n units if they fit, all or nothing; a denial spends nothing and
 //     leaves the state unchanged. n == 0 only looks: the result says whether one unit would
 //     be allowed now (Allowed, RetryAfter) and how many remain, and the state is unchanged.
-//     Callers validate n ≤ Params.MaxCost beforehand (sluice.CheckRequest).
+//     Callers validate n ≤ Params.MaxCost beforehand (store.CheckRequest).
 //   - Time going backwards (an NTP step, a failover to a host whose clock is behind) never
 //     grants quota: a state that records a time later than now allows no more than it would
 //     at that time. The bucket machine (GCRA) counts the refill or drain between now and
@@ -49,6 +49,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
 )
 
 // Params is a validated sluice.Limit in integer microseconds.
@@ -90,7 +91,7 @@ func ParamsOf(l sluice.Limit) Params {
 	p := Params{
 		Rate:   l.Rate,
 		Period: l.Period.Microseconds(),
-		Burst:  l.EffectiveBurst(),
+		Burst:  store.EffectiveBurst(l),
 		Algo:   l.Algorithm,
 	}
 	if !l.Calendar.IsZero() {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
 )
 
 // machine is one key's state under one algorithm, for driving tests uniformly.
@@ -53,7 +54,7 @@ var testLimits = []sluice.Limit{
 // allLimits returns every test limit under every algorithm.
 func allLimits() []sluice.Limit {
 	var out []sluice.Limit
-	for _, a := range sluice.Algorithms() {
+	for _, a := range store.Algorithms() {
 		for _, l := range testLimits {
 			out = append(out, l.With(a))
 		}

@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
 )
 
 // fuzzLimit builds a valid limit from fuzz input, or reports false. Periods up to 10 s
 // and rates up to 1000 keep each run of operations short while covering every rounding
 // regime (Rate dividing Period or not, bursts above and below Rate).
 func fuzzLimit(alg uint8, rate, periodUS, burst int64) (sluice.Limit, bool) {
-	algs := sluice.Algorithms()
+	algs := store.Algorithms()
 	abs := func(v int64) int64 {
 		if v < 0 {
 			return -(v + 1)

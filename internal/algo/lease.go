@@ -42,7 +42,7 @@ func (l *Leases) expire(now int64) {
 // State: the leases held (Leases). A decision first drops the leases that have expired
 // (expiry ≤ now). Cost 1 takes a lease with id id, expiring at now + Period, if fewer
 // than Rate are held, and only when commit is set (the decision's Outcome.Lease is then
-// id); cost 0 only looks. Callers validate n ≤ 1 beforehand (sluice.CheckRequest).
+// id); cost 0 only looks. Callers validate n ≤ 1 beforehand (store.CheckRequest).
 //
 // Results: Remaining is Rate less the leases held after the call; ResetAfter the time
 // until the last lease held expires; RetryAfter, for a denial, the time until the oldest

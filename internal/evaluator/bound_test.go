@@ -10,13 +10,14 @@ import (
 	"github.com/sluicehq/sluice/keys"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/store"
 )
 
-// TestOverlongKeyIsDecided: an item whose key is past sluice.MaxKeyLen (and past it
+// TestOverlongKeyIsDecided: an item whose key is past store.MaxKeyLen (and past it
 // three times over once a store escapes it) is decided under its keys.Bound form, with
 // the request's other limits, on memory and on Redis: never an error.
 func TestOverlongKeyIsDecided(t *testing.T) {
-	long := "envoy/d/user=vip" + strings.Repeat("%{}", sluice.MaxKeyLen/2)
+	long := "envoy/d/user=vip" + strings.Repeat("%{}", store.MaxKeyLen/2)
 	stores := map[string]func(t *testing.T) sluice.Limiter{
 		"memory": func(t *testing.T) sluice.Limiter {
 			s := memory.New()

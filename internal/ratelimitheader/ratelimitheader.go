@@ -77,8 +77,8 @@ func Quota(l sluice.Limit) (q, w int64) {
 	units, window := l.Rate, l.Period
 	switch l.Algorithm {
 	case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket:
-		if b := l.EffectiveBurst(); b > l.Rate {
-			units, window = b, l.FillTime()
+		if b := l.MaxCost(); b > l.Rate {
+			units, window = b, fillTime(b, l)
 		}
 	}
 	if window%time.Second == 0 {
@@ -91,6 +91,20 @@ func Quota(l sluice.Limit) (q, w int64) {
 	}
 	quo, _ := bits.Div64(hi, lo, uint64(window))
 	return int64(min(quo, sfv.MaxInteger)), w
+}
+
+// fillTime is the time an empty bucket of depth b under l takes to hold b again:
+// b·Period/Rate, rounded up to a whole microsecond; 0 beyond what Limit.Validate accepts.
+func fillTime(b int64, l sluice.Limit) time.Duration {
+	hi, lo := bits.Mul64(uint64(b), uint64(l.Period.Microseconds()))
+	if hi >= uint64(l.Rate) {
+		return 0
+	}
+	q, r := bits.Div64(hi, lo, uint64(l.Rate))
+	if r != 0 {
+		q++
+	}
+	return time.Duration(q) * time.Microsecond
 }
 
 // DecisionQuota is Quota for the limit d decided. For a calendar limit, q is Rate and w

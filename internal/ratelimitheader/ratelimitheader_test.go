@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/sfv"
+	"github.com/sluicehq/sluice/store"
 )
 
 func TestQuota(t *testing.T) {
@@ -19,7 +20,7 @@ func TestQuota(t *testing.T) {
 		{sluice.Limit{Rate: 5, Period: 100 * time.Millisecond}, 50, 1},
 		{sluice.Limit{Rate: 3, Period: 1500 * time.Millisecond}, 4, 2}, // 3 per 1.5s = 4 per 2s
 		{sluice.Limit{Rate: 7, Period: 2500 * time.Millisecond}, 8, 3}, // floor(8.4)
-		{sluice.Limit{Algorithm: sluice.FixedWindow, Rate: sluice.MaxRate, Period: time.Microsecond}, sfv.MaxInteger, 1},
+		{sluice.Limit{Algorithm: sluice.FixedWindow, Rate: store.MaxRate, Period: time.Microsecond}, sfv.MaxInteger, 1},
 		{sluice.Limit{}, 0, 0},
 		// Rate 0 allows nothing (an Envoy rule's requests_per_unit 0): q=0 over its window.
 		{sluice.Limit{Algorithm: sluice.FixedWindow, Period: time.Minute}, 0, 60},
@@ -104,5 +105,24 @@ func TestWriteIntoDst(t *testing.T) {
 	}
 	if f.Policy != m.Policy || f.RateLimit != `"a";r=0;t=1` || f.RetryAfter != "1" || f.XReset != "1" {
 		t.Errorf("fields %+v", f)
+	}
+}
+
+// TestFillTime: b·Period/Rate, rounded up to a µs; 0 for a limit with no rate.
+func TestFillTime(t *testing.T) {
+	tests := []struct {
+		l    sluice.Limit
+		want time.Duration
+	}{
+		{sluice.PerSecond(10), time.Second},
+		{sluice.PerSecond(10).WithBurst(25), 2500 * time.Millisecond},
+		{sluice.PerSecond(3), time.Second},
+		{sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 3, Period: time.Second, Burst: 1}, 333334 * time.Microsecond},
+		{sluice.Limit{Burst: 5}, 0},
+	}
+	for _, tt := range tests {
+		if got := fillTime(tt.l.MaxCost(), tt.l); got != tt.want {
+			t.Errorf("fillTime(%v) = %v, want %v", tt.l, got, tt.want)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store"
 )
 
 func TestFromFraction(t *testing.T) {
@@ -39,8 +40,8 @@ func TestLimit(t *testing.T) {
 		{sluice.PerSecond(100).WithBurst(20), 0.25, sluice.PerSecond(25).WithBurst(5)},
 		{sluice.Limit{Algorithm: sluice.SlidingWindow, Rate: 1000, Period: time.Hour}, 0.1,
 			sluice.Limit{Algorithm: sluice.SlidingWindow, Rate: 100, Period: time.Hour}},
-		{sluice.Limit{Algorithm: sluice.FixedWindow, Rate: sluice.MaxRate, Period: time.Hour}, 0.5,
-			sluice.Limit{Algorithm: sluice.FixedWindow, Rate: sluice.MaxRate / 2, Period: time.Hour}},
+		{sluice.Limit{Algorithm: sluice.FixedWindow, Rate: store.MaxRate, Period: time.Hour}, 0.5,
+			sluice.Limit{Algorithm: sluice.FixedWindow, Rate: store.MaxRate / 2, Period: time.Hour}},
 	}
 	for _, tt := range tests {
 		got := Limit(tt.limit, FromFraction(tt.share))
