@@ -1,36 +1,35 @@
-// Package sluice is a rate limiter for Go services and the contract its parts share.
+// Package sluice is a rate limiter for Go services: the contract that every part of it
+// keeps, and the calls a program makes.
 //
-// A limiter decides, per key, whether n more events fit under a Limit now. Six algorithms
-// (see Algorithm) are written once as pure integer state machines in internal/algo; every
-// store runs exactly those machines, so the in-process store (package memory) and the Redis
-// store (package redisstore) give identical Decisions for identical inputs and clocks.
+// A [Limiter] decides a slice of [Request] values (each a key, a [Limit] and a cost) as
+// one request, all or nothing, and writes a [Decision] for each: either every limit has
+// room and all are spent, or nothing is spent. It returns a [Report] of what the layers learned (whether the store
+// was asked, the failure a failure mode absorbed, the breaker's state). Errors wrap the
+// sentinel errors below for bad input, and [StoreError] for store failures; [KindOf]
+// classifies them. [Allow], [AllowN] and [Wait] are the single-limit conveniences.
 //
-// Everything else is a decorator around the [Limiter] interface, composed like http.Handler
-// middleware; package stack builds the part from observe down, in this order:
+// Six algorithms ([Algorithm]) are pure integer state machines, written once; the
+// in-process store (package memory) and the Redis store (package redisstore) run the same
+// machines and give identical decisions for identical inputs and clocks. Time is integer
+// microseconds since the Unix epoch; no floating point takes part in a decision.
 //
-//	request -> httplimit | server (identity, policies, headers)
-//	        -> internal/evaluator (a request's layered policies, all or nothing, shadow)
-//	        -> observe -> failover -> denycache -> memory | redisstore -> Report, Decisions
+// Everything else is a decorator around a Limiter. A request travels down these layers;
+// package stack builds the part from observe down, in this order:
 //
-// # Time and rounding
+//	httplimit | server            identity, policies, headers, 429 or an Envoy answer
+//	  -> internal/evaluator       a request's layered policies: all or nothing, shadow
+//	    -> observe                decision log, metrics, traces
+//	      -> failover             deadline, circuit breaker, failure modes, local fallback
+//	        -> denycache          repeats of the store's denials, answered in-process
+//	          -> memory | redisstore
 //
-// All decisions use integer microseconds since the Unix epoch; no floating point takes part.
-// A Period is truncated to whole microseconds. The bucket algorithms (GCRA, TokenBucket,
-// LeakyBucket) space events by exactly Period/Rate, counting in fractions of a microsecond
-// when Rate does not divide Period (for 7 per second, sevenths: a client sending 7 in each
-// second, spread out or all at once, is never denied); the results (RetryAfter, ResetAfter)
-// are rounded up to whole microseconds. Only a limit whose Burst·Period is too large for
-// that (above 2^50 µs once the fraction Period/Rate is in lowest terms) counts whole
-// microseconds instead, with T = ceil(Period/Rate): it then never admits more than the
-// configured rate, and falls short by less than one microsecond per event. A limit whose
-// Period/Rate would be below 1 µs is invalid.
+// Package [github.com/sluicehq/sluice/store] holds what only an implementation of Limiter
+// needs: the validation every store runs, the bounds it enforces, the classes of its
+// failures.
 //
-// # Costs
-//
-// AllowN spends n units. n == 0 spends nothing and reports whether one more unit would be
-// allowed now (see Limiter). A cost larger than the limit can ever allow (Limit.MaxCost) is
-// an error wrapping ErrCostExceedsLimit rather than a denial: no amount of waiting would let
-// it pass, so a Retry-After would be a lie.
+// A cost larger than a limit can ever allow ([Limit.MaxCost]) is an error wrapping
+// [ErrCostExceedsLimit], not a denial: no amount of waiting would let it pass. A cost of
+// 0 spends nothing and reports whether one more unit would be allowed now.
 package sluice
 
 import (
@@ -42,6 +41,16 @@ import (
 )
 
 // Algorithm selects the state machine that decides a Limit. The zero value is GCRA.
+//
+// Time is counted in whole microseconds, and a Period is truncated to them. The bucket
+// algorithms (GCRA, TokenBucket, LeakyBucket) space events by exactly Period/Rate,
+// counting in fractions of a microsecond when Rate does not divide Period (for 7 per
+// second, sevenths: a client sending 7 in each second, spread out or all at once, is never
+// denied); RetryAfter and ResetAfter are rounded up to whole microseconds. Only a limit
+// whose Burst·Period is too large for that (above 2^50 µs once Period/Rate is in lowest
+// terms) counts whole microseconds, with T = ⌈Period/Rate⌉: it then never admits more
+// than the configured rate, and falls short by less than 1 µs per event. A limit whose
+// Period/Rate is below 1 µs is invalid.
 //
 // Error bounds are stated against an exact sliding window of length Period, i.e. the largest
 // number of units admitted in any interval (t-Period, t]:
@@ -330,8 +339,8 @@ func (l Limit) String() string {
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // Path says how a Decision was reached. The zero value means the store decided; PathOpen,
-// PathClosed and PathLocal are the decisions of the failure modes of the same names (see
-// FailureMode.Path).
+// PathClosed and PathLocal are the decisions of the failure modes of the same names
+// ([FailOpen], [FailClosed], [FailLocal]).
 type Path uint8
 
 const (
@@ -370,7 +379,7 @@ type Decision struct {
 	// It is never negative.
 	Remaining int64
 	// ResetAfter is the time until the key's state is back to empty (a full bucket, an
-	// empty window): after it, Remaining would be Limit.MaxCost(). Never negative. For a
+	// empty window): after it, Remaining would be [Limit.MaxCost]. Never negative. For a
 	// calendar limit it is always the time to the next period start, counted or not.
 	ResetAfter time.Duration
 	// RetryAfter is the time until the same cost would be allowed, if nothing else is spent
@@ -416,7 +425,7 @@ type Limiter interface {
 	// it took, the failure a failure mode absorbed, the breaker's state.
 	//
 	// Errors wrap ErrInvalidLimit, ErrInvalidCost, ErrCostExceedsLimit or ErrInvalidKey
-	// for bad input (nothing is spent), and other errors, classified by KindOf, for store
+	// for bad input (nothing is spent), and other errors, classified by [KindOf], for store
 	// failures.
 	Decide(ctx context.Context, reqs []Request, ds []Decision) (Report, error)
 	// Reserve spends n units of key's quota under limit at the earliest instant they fit
@@ -485,8 +494,8 @@ type Report struct {
 	Kind ErrorKind
 	// Fallback is the failure mode and share that decided, when Failure is set.
 	Fallback Failure
-	// Breaker is the circuit breaker's state after the call; BreakerNone when no
-	// breaker took part.
+	// Breaker is the circuit breaker's state after the call; the zero BreakerState when
+	// no breaker took part.
 	Breaker BreakerState
 }
 
@@ -529,7 +538,7 @@ var (
 	ErrInvalidLimit = errors.New("sluice: invalid limit")
 	// ErrInvalidCost: a negative cost.
 	ErrInvalidCost = errors.New("sluice: invalid cost")
-	// ErrCostExceedsLimit: the cost is larger than the limit can ever allow (Limit.MaxCost).
+	// ErrCostExceedsLimit: the cost is larger than the limit can ever allow ([Limit.MaxCost]).
 	ErrCostExceedsLimit = errors.New("sluice: cost exceeds limit")
 	// ErrInvalidKey: an empty key, or one longer than 64 KiB.
 	ErrInvalidKey = errors.New("sluice: invalid key")

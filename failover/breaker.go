@@ -42,7 +42,7 @@ import (
 // that state. While closed and healthy, letting a call through and counting its success
 // take no lock and allocate nothing.
 //
-// Only store failures count (see sluice.ErrorKind.IsFailure): bad input, a caller's own cancellation
+// Only store failures count (see [store.IsFailure]): bad input, a caller's own cancellation
 // or deadline, and a closed limiter neither trip the breaker nor count as successes.
 type Breaker struct {
 	// ConsecutiveFailures opens the breaker after this many failed calls in a row

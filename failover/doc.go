@@ -45,7 +45,7 @@
 // # What counts as a failure
 //
 // Stores classify their own errors ([sluice.StoreError], read with [sluice.KindOf]); every
-// class that [sluice.ErrorKind.IsFailure] names, and an error of no known class, is a
+// class that [store.IsFailure] names, and an error of no known class, is a
 // failure, and so is a cancellation while the caller's context is live
 // ([store.ForeignCancel]). This package adds the deadline ([store.KindTimeout]), the open
 // breaker ([store.KindBreakerOpen]) and too many pending calls ([store.KindOverload]).

@@ -96,7 +96,7 @@ import (
 // generation still name exactly one key, and the ABA rule above holds.
 //
 // A state's word is a time in epoch microseconds or a count, from 0 to below 2^genShift
-// (Store.now keeps the clock at most maxMicros, and a state is at most MaxPeriod ahead of
+// (Store.now keeps the clock at most maxMicros, and a state is at most store.MaxPeriod ahead of
 // it), so it never reaches the generation's bits or looks like a sentinel.
 const (
 	tombstone = -1 << 63

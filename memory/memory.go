@@ -366,7 +366,7 @@ func (s *Store) retireIdle(r *classRef) {
 
 // check validates a request against its class: the same errors as store.CheckRequest,
 // without re-validating a limit that already has a class (store.CheckKey, and a cost
-// within [0, MaxCost], as CheckRequest documents).
+// within [0, MaxCost], as [store.CheckRequest] documents).
 func (s *Store) check(key string, limit *sluice.Limit, n int64) (*classRef, error) {
 	// The common case in one call: a valid key and n for the class last used (marked
 	// used already). Anything else, and every error, is checkClass's.

@@ -59,7 +59,7 @@ import (
 // fraction in lowest terms (S = Rate/g, U = Period/g, g = gcd(Period, Rate)). Their
 // arithmetic is then exact whether or not Rate divides Period: a client sending Rate units
 // in every Period, in a burst at its start or spread evenly, is never denied, and no
-// interval admits more than the exact bound. When Burst·U would exceed 2^50 (MaxPeriod in
+// interval admits more than the exact bound. When Burst·U would exceed 2^50 (store.MaxPeriod in
 // µs, which keeps every intermediate exact in Lua's doubles) the limit falls back to whole
 // microseconds, S = 1 and U = T = ⌈Period/Rate⌉: the realised rate is then Period/T ≤ Rate,
 // each unit losing less than 1 µs. Only limits whose Rate does not divide Period and whose

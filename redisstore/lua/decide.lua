@@ -9,7 +9,7 @@
 --   machine, for GCRA, TokenBucket and LeakyBucket alike, 3 FixedWindow, 4 SlidingWindow,
 --   5 SlidingLog, 6 Concurrency, 7 a calendar FixedWindow; 1 and 2 are unused), rate,
 --   period (µs; for the bucket machine S and U of algo.Params instead; a Concurrency
---   limit's lease; a calendar limit's index into ARGV[7]), burst (Limit.EffectiveBurst; for
+--   limit's lease; a calendar limit's index into ARGV[7]), burst (store.EffectiveBurst; for
 --   Concurrency the id of the lease to take), cost n. Binary, because parsing decimal
 --   arguments (strtod, twice per tonumber) cost more than the decisions themselves.
 -- ARGV[4]: absent or empty, or the all-or-nothing groups (sluice.Limiter.Decide), two

@@ -10,7 +10,7 @@
 -- ARGV[3]: "r" to reserve, "c" to cancel.
 -- ARGV[4..7]: algorithm (0, the bucket machine, for GCRA, TokenBucket and LeakyBucket
 --   alike; unused), the limit's units S and U (algo.Params: one unit of cost is U/S µs,
---   exactly Period/Rate), burst (Limit.EffectiveBurst).
+--   exactly Period/Rate), burst (store.EffectiveBurst).
 -- Reserve: ARGV[8] cost n, ARGV[9] maxWait µs (-1: no bound).
 --   Returns ok, delay, at, before a, before b, after a, after b.
 -- Cancel: ARGV[8] at, ARGV[9..12] before a, before b, after a, after b.
