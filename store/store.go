@@ -1,7 +1,7 @@
 // Package store is the part of sluice's contract that only an implementation of
 // [sluice.Limiter] needs: the stores (memory, redisstore) and the decorators around them
-// (denycache, failover, observe, region). A program that only uses a Limiter never
-// imports it.
+// (denycache, failover, observe, region). A program that uses a Limiter needs it at
+// most to name the class of an error ([sluice.KindOf] returns one of the kinds here).
 //
 // It holds what every implementation must agree on, so that each is written once:
 //
@@ -12,7 +12,9 @@
 //     [sluice.StoreError] carries and [sluice.KindOf] reads, and which of them a failure
 //     mode absorbs ([IsFailure]);
 //   - the states a circuit breaker reports in [sluice.Report] ([BreakerClosed], ...);
-//   - the making of a cancellable [sluice.Reservation] ([WithCancel]).
+//   - the making of a cancellable [sluice.Reservation] ([WithCancel]);
+//   - what a store derives from a Limit ([EffectiveBurst]) and the rate algorithms every
+//     store decides alike ([Algorithms]), which differential tests range over.
 package store
 
 import (
