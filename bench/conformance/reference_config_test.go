@@ -24,7 +24,7 @@ var configMutants = flag.Int("conformance-configs", 150, "mutated configurations
 // invalid units and numbers, unlimited beside a unit, empty keys, bad replaces, ...),
 // has the reference's own checker (config_check_cmd) and config.Parse judge each result,
 // and reports every file one accepts and the other rejects, except the differences
-// config's package doc lists. sluice's warnings (a rate_limit without
+// docs/configuration.md lists. sluice's warnings (a rate_limit without
 // requests_per_unit, a replaces name that matches nothing) are not rejections: the
 // reference accepts those files silently.
 func TestReferenceConfigValidation(t *testing.T) {

@@ -31,7 +31,7 @@ type modelConfig struct {
 //
 //   - The reference counts every hit of every descriptor with a limit (its Redis INCRBY),
 //     allowed or not; a descriptor is over when its count exceeds requests_per_unit.
-//   - sluice counts only what a request it allows spends, as server's package doc says: the
+//   - sluice counts only what a request it allows spends, as docs/envoy.md says: the
 //     enforced descriptors of a request all fit, and are all spent, or none is; a
 //     requests_per_unit 0 rule, or namings of one counter that together exceed its limit,
 //     deny before any store call, and the others are then looked at; shadow and quota_mode

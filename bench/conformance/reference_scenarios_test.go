@@ -88,7 +88,7 @@ func startScenario(t *testing.T, bin string, s scenario) *scenarioRun {
 	t.Cleanup(func() { w.Close() })
 	// A deadline as generous as the reference's wait for Redis: on two shared cores the
 	// first script load can outlast the 5 ms default, and then the failure mode, not
-	// Redis, would decide (a difference server's package doc lists).
+	// Redis, would decide (a difference docs/envoy.md lists).
 	st, err := stack.Open(w.Config(), stack.Options{RedisURL: url, Deadline: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -349,7 +349,7 @@ descriptors:
 		r.expect("beside a limit over", rq("unlimited", dsc("internal", "x"), dsc("key1", "a")), "OVER_LIMIT: OK/max OVER_LIMIT/0")
 	})
 
-	// The differences server's package doc lists that the model does not follow, each
+	// The differences docs/envoy.md lists that the model does not follow, each
 	// asserted as documented, on fresh counters.
 	t.Run("documented_differences", func(t *testing.T) {
 		r := startScenario(t, bin, scenario{files: map[string]string{"diff.yaml": "domain: diff\ndescriptors:\n  - key: key1\n    rate_limit: {unit: minute, requests_per_unit: 3}\n"}})

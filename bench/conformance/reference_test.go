@@ -123,7 +123,7 @@ var conformanceModel = modelConfig{
 // LIMIT_RESPONSE_HEADERS_ENABLED (sluice's RLSHeaders.Reference).
 //
 // What each answer must be is pairModel's: the reference's answer as the reference
-// computes it, and sluice's with the differences server's package doc lists, and no
+// computes it, and sluice's with the differences docs/envoy.md lists, and no
 // others. A round whose answers straddle a second is compared without its times and sent
 // again. The log says how many answers were compared.
 //
