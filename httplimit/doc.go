@@ -12,54 +12,17 @@
 //	})
 //	http.ListenAndServe(addr, mw.Handler(mux))
 //
-// # Which policies apply
-//
-// A policy applies to a request when its Route is empty or is the pattern that
-// http.ServeMux would choose for the request among the Routes of its RouteSet (so
-// "GET /items/{id}" and "/items/" never both apply: the more specific pattern wins, as in
-// a ServeMux), matched on the path normalised as every front end of sluice normalises
-// it: percent-decoded, ;parameters dropped, slashes merged, dot segments resolved, no
-// trailing slash (a "/items/" subtree also matches "/items"), lower case; its Key returns a non-zero identity, and a Limit is found for the identity (override,
-// then tier, then Policy.Limit; the zero Limit means "not limited").
-//
-// Each applying policy has its own store key, keys.Of(policy, identity, route, tier), so
-// policies never share state, a route pattern's limit is shared by all the paths it
-// matches, and a tier change starts the identity afresh under the new tier's limit.
-// Every request costs 1 unit.
-//
-// # How the decision is made
-//
-// The applying policies of a request are one request to the Limiter, decided all or
-// nothing by the evaluation `sluice serve` uses too: the request passes only if every
-// enforced policy allows it, and a request denied by any policy spends nothing from any
-// other. Shadow policies are decided after, each on its own, spending only when the request
-// passed; they never block. A [sluice.Concurrency] policy's admitted request holds a lease
-// until its handler returns (panics and departed clients included), or, when the release
-// cannot reach the store, until the Limit's Lease has passed.
-//
-// # Headers and responses
-//
-// A decided request's response carries RateLimit-Policy and RateLimit
-// (draft-ietf-httpapi-ratelimit-headers-11): RFC 9651 Lists with one String Item per decided
-// enforced policy, in Config.Policies order (shadow ones only with Config.ShadowHeaders);
-// q and w from the Limit (a bucket whose Burst exceeds its Rate as its bucket: Burst per
-// refill time); r the Remaining; t the RetryAfter rounded up to whole
-// seconds when positive, else the ResetAfter, each capped at Retry-After in a refusal; pk
-// ([Policy.PartitionKey]) the identity as a Byte Sequence, an API key's MAC. A Concurrency
-// policy has qu="concurrent-requests" and no w. A decision that failed open
-// ([sluice.PathOpen]) is named in RateLimit-Policy only. Config.LegacyHeaders adds
-// X-RateLimit-Limit, -Remaining and -Reset (delta-seconds) for the policy that denied with
-// the longest wait, else the one with the least remaining.
-//
-// A denied request is answered by Config.Limited (by default 429, an RFC 9457 problem of
-// type quota-exceeded) with Retry-After: the longest RetryAfter of the denying policies,
-// rounded up, at least 1 second. A request that cannot be decided is never let through: a
-// limiter error that is not bad input (a store down or closed, failover failing closed
-// with [sluice.ErrStoreUnavailable], a canceled context) is answered by Config.Unavailable
-// (503, Retry-After Config.UnavailableRetryAfter); wrap the Limiter in package failover to
-// fail open or locally instead. Bad input (a KeyFunc error, wrapped in [ErrIdentify], or one
-// for which [store.IsBadInput] holds) is a configuration bug, answered by Config.Error
-// (500); nothing a client sends causes it. Neither sends RateLimit fields.
+// A policy applies to a request when its Route is empty or is the pattern http.ServeMux
+// would choose among its RouteSet's Routes, on the path normalised as every front end of
+// sluice normalises it (docs/http.md); its Key gives the identity and keys.Of the store
+// key. The applying policies are one request to the Limiter, decided all or nothing as
+// `sluice serve` decides: a request denied by any enforced policy spends nothing from any
+// other, and shadow policies never block. Decided responses carry RateLimit-Policy and
+// RateLimit (draft-ietf-httpapi-ratelimit-headers-11); a denial is answered by
+// Config.Limited (429 with Retry-After, at least 1 second); a request that cannot be
+// decided is never let through (Config.Unavailable, 503), and bad input is a
+// configuration bug (Config.Error, 500). docs/http.md states the headers, the responses
+// and the traces in full.
 //
 // # Trust
 //
@@ -92,10 +55,6 @@
 // (Policy.Overrides) are a mapping from the identity: they apply to whoever the Key says
 // the request is, never to what the request claims.
 //
-// # Secrets and traces
-//
 // API keys reach the middleware only through [ByAPIKey], which replaces them with their
-// HMAC (keys.Hasher) before anything else sees them: store keys, log records, headers and
-// Result hold only the MAC. With Config.TracerProvider each decision is one span,
-// sluice.httplimit; without it nothing is traced or allocated.
+// HMAC (keys.Hasher) before anything else sees them.
 package httplimit
