@@ -241,7 +241,7 @@ func (d *Domain) matchOf(desc int, r *Rule, entries []Entry, steps []step) Match
 }
 
 // Lookup returns the rule for one descriptor's entries, or nil, by the reference
-// implementation's rules (see the package documentation): level by level, an exact
+// implementation's rules (docs/configuration.md): level by level, an exact
 // key/value first, then the longest matching value prefix wildcard, then the key alone;
 // no backtracking; a rule applies only at the level of the descriptor's last entry. For a
 // descriptor with several limits (rate_limits) it returns the first; see LookupAll.

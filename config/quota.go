@@ -31,8 +31,8 @@ type QuotaDomain struct {
 
 // QuotaBehavior is what a proxy does with a bucket it holds no assignment for: before
 // the first one (no_assignment_behavior) or after its assignment expired
-// (expired_assignment_behavior). It is a filter setting, not a server answer; the server
-// package doc maps it to the filter's RateLimitQuotaBucketSettings.
+// (expired_assignment_behavior). It is a filter setting, not a server answer;
+// docs/envoy.md maps it to the filter's RateLimitQuotaBucketSettings.
 type QuotaBehavior uint8
 
 const (

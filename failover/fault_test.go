@@ -29,7 +29,7 @@ import (
 // redis-server, under continuous load from loadGoroutines goroutines split between the
 // three modes, and hurt the server the ways production servers get hurt.
 //
-// The figures in the package doc come from this test:
+// The figures in bench/README.md, "Failover under faults", come from this test:
 //
 //	go test ./failover -run TestFaults -count=1 -v
 const (

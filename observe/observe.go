@@ -8,72 +8,17 @@
 //	lim := observe.New(failover.New(redis), observe.WithLogger(logger), observe.WithMetrics(metrics))
 //	rep, err := lim.Decide(ctx, []sluice.Request{{Key: key, Limit: limit, N: 1, Policy: "per-api-key"}}, ds)
 //
-// # The decision log
-//
-// Each event has the message "rate limit decision" and these attributes:
-//
-//	policy         the request's Policy, else WithDefaultPolicy's name
-//	key            the key hashed (HashKey, or WithKeyHash); the raw key never appears,
-//	               and an error message that quotes it has it replaced by the hash
-//	algorithm      gcra, token_bucket, ..., and limit, period_ms, burst of the applied Limit
-//	cost           the units asked for (n)
-//	allowed        the decision
-//	remaining      Decision.Remaining
-//	used           what the limiter saw: the units counted against the limit after the
-//	               decision (Limit.MaxCost − Remaining), that is the window's count for
-//	               the window algorithms and the bucket's level (burst minus tokens) for
-//	               the bucket ones. A denial spends nothing, so for a denial it is exactly
-//	               the state the store held when it refused.
-//	retry_after_ms, reset_after_ms
-//	               Decision.RetryAfter and ResetAfter in milliseconds, rounded up
-//	path           store, open, closed, local or cache (who decided; cache: a
-//	               denycache.Cache repeated the store's earlier denial)
-//	shadow         true for a shadow limit (sluice.Request.Shadow)
-//	mode, share    the failure mode and local share, when a failure mode decided
-//	breaker        closed, half_open or open, when a circuit breaker took part
-//	store_latency_us
-//	               time waiting for the store, in microseconds (absent when it was not
-//	               called)
-//	latency_us     the whole call, in microseconds
-//	error, error_kind
-//	               the error returned, or the store failure that a failure mode absorbed,
-//	               and its sluice.ErrorKind
-//
-// Allowed decisions that the store made are sampled (WithSampling, default 1%), and so are
-// denials a deny cache answered (path cache): each repeats a denial of the store's, which
-// was logged, and a client hammering a key over its limit would otherwise write a line per
-// request. The store's denials are always logged. Allowed and denied decisions are logged
-// at Info, the others at Warn.
-//
-// # Failures are summarised
-//
-// A failure decision is one that returned an error or that a failure mode made (path
-// open, closed or local, or a store failure absorbed). Failures are grouped by policy,
-// error_kind, path and mode. In each interval (WithFailureSummary, default 10s) the first
-// failure of each group is logged at once in full, as above; the others of the group are
-// counted, and when the interval is over (noticed at the next decision, or at Flush) one
-// Warn event "rate limit failures" per group that had more gives:
-//
-//	policy, error_kind, path, mode   the group
-//	suppressed     the failures of the group not logged on their own
-//	allowed, denied                  of the suppressed, how many were allowed and denied
-//	since, interval_ms               when the interval began, and its length
-//	error          the first suppressed failure's error, keys redacted as above
-//
-// So every failure decision is either a line of its own or counted in exactly one
-// summary, and an outage writes at most two lines per group per interval, whatever the
-// traffic. The metrics count every failure regardless.
-//
-// To explain a disputed 429, search the log for the key's hash (HashKey of the key the
-// front end built, e.g. keys.Key.String()) and read used, remaining and retry_after_ms of
-// its denials.
-//
-// # Where the details come from
+// Each decision is one "rate limit decision" event with the policy, the key's hash (never
+// the raw key), the limit, cost, decision, counts, path, failure mode, breaker state and
+// latencies. Allowed decisions and a deny cache's repeated denials are sampled
+// ([WithSampling], default 1%); the store's denials are always logged. Failures are
+// grouped by policy, error kind, path and mode: the first of a group in each interval
+// ([WithFailureSummary], default 10s) is logged in full, the others counted in one
+// "rate limit failures" event, so an outage writes at most two lines per group per
+// interval. docs/decision-log.md lists every attribute.
 //
 // Everything but the request and the decisions comes from the sluice.Report the inner
-// limiter returns: store latency (the whole inner call when the store reports none), the
-// store's error even when a failure mode absorbed it, the failure mode that decided and
-// the breaker state. observe knows no other layer.
+// limiter returns; observe knows no other layer.
 package observe
 
 import (

@@ -15,7 +15,7 @@ import (
 // unless WithFailureSummary says otherwise.
 const DefaultFailureSummary = 10 * time.Second
 
-// WithFailureSummary sets the interval of the failure summary (see the package doc;
+// WithFailureSummary sets the interval of the failure summary (docs/decision-log.md;
 // default DefaultFailureSummary). Zero or negative turns summarising off: every failure
 // decision is then a line of its own, so an outage logs as many lines as it has requests.
 func WithFailureSummary(every time.Duration) Option {

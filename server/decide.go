@@ -57,11 +57,11 @@ type scope struct {
 	policy *config.Policy
 }
 
-// decide decides the items of sc with the semantics of the package doc (package
+// decide decides the items of sc with the semantics of docs/envoy.md (package
 // evaluator). Errors are those of the enforced limits' store call; bad input was ruled
 // out by the caller.
 //
-// op names the request's span (see the package doc): opRLS, opCheck, opPeek or opUsage.
+// op names the request's span (docs/service.md, "Traces"): opRLS, opCheck, opPeek or opUsage.
 func (s *Server) decide(ctx context.Context, op string, cfg *config.Config, sc scope, items []item) (evaluator.Outcome, error) {
 	f := cfg.Failure(sc.policy, s.mode)
 	name := sc.name

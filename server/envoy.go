@@ -31,8 +31,8 @@ type rls struct {
 	s *Server
 }
 
-// ShouldRateLimit answers one request of Envoy's rate limit filter. See the package doc
-// for how each field is filled.
+// ShouldRateLimit answers one request of Envoy's rate limit filter. docs/envoy.md says
+// how each field is filled.
 func (r *rls) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	return r.s.ShouldRateLimit(ctx, req)
 }

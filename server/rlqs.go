@@ -103,7 +103,7 @@ type streamBucket struct {
 }
 
 // StreamRateLimitQuotas serves one proxy: each report gets one response with one action
-// per reported bucket, in order. See the package doc for the answers.
+// per reported bucket, in order. docs/envoy.md states the answers.
 func (q *rlqs) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
 	q.mu.Lock()
 	if q.streams >= q.maxStreams {

@@ -118,7 +118,7 @@ type Options struct {
 	// bound.
 	MaxConnections int
 	// TracerProvider, when set, traces every decision request (one span per
-	// ShouldRateLimit and per /v1/check, /v1/peek and /v1/usage; see the package doc).
+	// ShouldRateLimit and per /v1/check, /v1/peek and /v1/usage; docs/service.md, "Traces").
 	// Nil traces nothing, at no cost.
 	TracerProvider trace.TracerProvider
 }
@@ -325,7 +325,7 @@ func (s *Server) Registry() *prometheus.Registry { return s.registry }
 func (s *Server) hasher(cfg *config.Config) (*keys.Hasher, error) { return s.hashers.get(cfg) }
 
 // Handler returns the HTTP API: the JSON endpoints under /v1/, /healthz, /readyz and
-// /metrics. See the package doc.
+// /metrics, as docs/service.md lists them.
 func (s *Server) Handler() http.Handler { return s.routes() }
 
 // RegisterGRPC registers Envoy's rate limit service, the Rate Limit Quota Service and
