@@ -6,6 +6,7 @@
 //	sluice check     ask a running server whether a request would pass, or (--health,
 //	                 --ready) whether it is live or ready: a container's health check
 //	sluice key       print the identity and store keys a request would be counted under
+//	sluice override  set, read, list and remove the limits a running server applies per identity
 //	sluice simulate  run traffic patterns against the algorithms and report their accuracy
 //	sluice version   print the version
 //
@@ -20,25 +21,10 @@
 //
 // serve and proxy decide through the layers [stack.Open] builds, in its order: observe ->
 // failover -> denycache -> redisstore on Redis, observe -> denycache -> memory without it.
-// The deny cache (--deny-cache-bytes, default 8 MiB; 0 turns it off) answers repeats of
-// the store's denials in-process while they certainly hold, for at most
-// --deny-cache-max-age (default 1s, the longest a reset made through another replica goes
-// unseen), and the decision log samples them.
-//
-// serve and proxy start while their Redis is down (the failure mode answers, /readyz says
-// why, the store keeps connecting), but exit 1 at start when Redis refuses the URL's
-// settings (wrong credentials, a database it lacks, a certificate that does not verify, a
-// cluster or Sentinel URL of a server that is not one): no retry fixes those. Met later,
-// they show on /readyz ("store misconfigured") and in sluice_store_misconfigured{cause}.
-//
-// serve and proxy let the heap grow by at least --gc-headroom-bytes (default 64 MiB)
-// between garbage collections, Go's own pacing once more than that is live, unless GOGC
-// is set in the environment (internal/headroom): a service that keeps little state would
-// otherwise collect many times a second under load.
-//
-// serve and proxy speak TLS with --tls-cert and --tls-key (re-read when the files change,
-// so a rotated certificate needs no restart) and require client certificates with
-// --tls-client-ca; check reaches such a server with --tls-ca, --tls-cert and --tls-key.
+// They start while their Redis is down (the failure mode answers, /readyz says why), but
+// exit 1 at start when Redis refuses the URL's settings (wrong credentials, a database it
+// lacks, a certificate that does not verify, a cluster or Sentinel URL of a server that
+// is not one): no retry fixes those. Each flag's --help states the rest.
 package main
 
 import (

@@ -72,16 +72,7 @@ func overrideCommand() *cli.Command {
 					return adminCall(ctx, c, http.MethodPut, overridePath(p, id), body)
 				},
 			},
-			{
-				Name: "get", Usage: "print one override", ArgsUsage: "POLICY IDENTITY", Flags: with(),
-				Action: func(ctx context.Context, c *cli.Command) error {
-					p, id, err := policyIdentity(c)
-					if err != nil {
-						return err
-					}
-					return adminCall(ctx, c, http.MethodGet, overridePath(p, id), nil)
-				},
-			},
+			{Name: "get", Usage: "print one override", ArgsUsage: "POLICY IDENTITY", Flags: with(), Action: onIdentity(http.MethodGet)},
 			{
 				Name: "list", Usage: "print the overrides in force", Flags: with(&cli.StringFlag{Name: "policy", Usage: "only this policy's", Sources: cli.EnvVars("SLUICE_OVERRIDE_POLICY")}),
 				Action: func(ctx context.Context, c *cli.Command) error {
@@ -92,17 +83,20 @@ func overrideCommand() *cli.Command {
 					return adminCall(ctx, c, http.MethodGet, path, nil)
 				},
 			},
-			{
-				Name: "rm", Usage: "remove an override", ArgsUsage: "POLICY IDENTITY", Flags: with(),
-				Action: func(ctx context.Context, c *cli.Command) error {
-					p, id, err := policyIdentity(c)
-					if err != nil {
-						return err
-					}
-					return adminCall(ctx, c, http.MethodDelete, overridePath(p, id), nil)
-				},
-			},
+			{Name: "rm", Usage: "remove an override", ArgsUsage: "POLICY IDENTITY", Flags: with(), Action: onIdentity(http.MethodDelete)},
 		},
+	}
+}
+
+// onIdentity is the action of a subcommand that sends method, without a body, to the
+// override its POLICY IDENTITY arguments name.
+func onIdentity(method string) cli.ActionFunc {
+	return func(ctx context.Context, c *cli.Command) error {
+		p, id, err := policyIdentity(c)
+		if err != nil {
+			return err
+		}
+		return adminCall(ctx, c, method, overridePath(p, id), nil)
 	}
 }
 
