@@ -40,54 +40,27 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer, w *config.Watcher) (*metrics, error) {
 	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_server_requests_total",
-			Help: "Requests answered, by API (should_rate_limit, check, peek, reset) and outcome (ok, over_limit, invalid, unavailable, error, denied).",
-		}, []string{"api", "code"}),
+		requests: newCounterVec("sluice_server_requests_total", "Requests answered, by API (should_rate_limit, check, peek, reset) and outcome (ok, over_limit, invalid, unavailable, error, denied).", "api", "code"),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_server_request_duration_seconds",
 			Help:    "Time to answer a request, by API.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"api"}),
-		descriptors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_envoy_descriptors_total",
-			Help: "Envoy descriptors answered, by domain, rule (the reference implementation's full key of the configured rule) and result (ok, over_limit, shadow_over_limit, unlimited, no_match, replaced).",
-		}, []string{"domain", "rule", "result"}),
-		unknownDomain: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_envoy_unknown_domain_total",
-			Help: "ShouldRateLimit requests for a domain the configuration does not have (answered OK).",
-		}),
-		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_server_store_errors_total",
-			Help: "Requests that could not be decided because the store failed and no failure mode decided instead.",
-		}),
-		adminDenied: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_server_admin_denied_total",
-			Help: "Admin requests refused for a missing or wrong token.",
-		}),
+		descriptors:   newCounterVec("sluice_envoy_descriptors_total", "Envoy descriptors answered, by domain, rule (the reference implementation's full key of the configured rule) and result (ok, over_limit, shadow_over_limit, unlimited, no_match, replaced).", "domain", "rule", "result"),
+		unknownDomain: newCounter("sluice_envoy_unknown_domain_total", "ShouldRateLimit requests for a domain the configuration does not have (answered OK)."),
+		storeErrors:   newCounter("sluice_server_store_errors_total", "Requests that could not be decided because the store failed and no failure mode decided instead."),
+		adminDenied:   newCounter("sluice_server_admin_denied_total", "Admin requests refused for a missing or wrong token."),
 	}
-	m.overrideChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sluice_server_override_changes_total",
-		Help: "Changes of the limits set at run time (/v1/overrides), by action: set, delete, expire.",
-	}, []string{"action"})
+	m.overrideChanges = newCounterVec("sluice_server_override_changes_total", "Changes of the limits set at run time (/v1/overrides), by action: set, delete, expire.", "action")
 	for _, a := range []string{"set", "delete", "expire"} {
 		m.overrideChanges.WithLabelValues(a)
 	}
 	cs := []prometheus.Collector{m.requests, m.duration, m.descriptors, m.unknownDomain, m.storeErrors, m.adminDenied, m.overrideChanges}
 	if w != nil {
 		cs = append(cs,
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "sluice_config_reloads_total",
-				Help: "Configuration reloads that put a new configuration in force.",
-			}, func() float64 { return float64(w.Reloads()) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "sluice_config_reload_rejected_total",
-				Help: "Configuration reloads rejected (invalid or unreadable); the previous configuration stayed in force.",
-			}, func() float64 { return float64(w.Rejected()) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "sluice_config_last_reload_successful",
-				Help: "1 when the last configuration reload succeeded (or none was tried), 0 when it was rejected.",
-			}, func() float64 {
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_config_reloads_total", Help: "Configuration reloads that put a new configuration in force."}, func() float64 { return float64(w.Reloads()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_config_reload_rejected_total", Help: "Configuration reloads rejected (invalid or unreadable); the previous configuration stayed in force."}, func() float64 { return float64(w.Rejected()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_config_last_reload_successful", Help: "1 when the last configuration reload succeeded (or none was tried), 0 when it was rejected."}, func() float64 {
 				if w.LastError() != nil {
 					return 0
 				}
@@ -163,3 +136,17 @@ var processStart = time.Now()
 // monotonic reads the monotonic clock alone (time.Now reads the wall clock too): the
 // time since the process started.
 func monotonic() time.Duration { return time.Since(processStart) }
+
+// newCounter, newCounterVec and newGaugeVec make the server's metrics, which need only a
+// name, a help text and labels.
+func newCounter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func newCounterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func newGaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+}

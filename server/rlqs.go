@@ -376,44 +376,20 @@ type quotaMetrics struct {
 
 func newQuotaMetrics(reg prometheus.Registerer, q *rlqs) (*quotaMetrics, error) {
 	m := &quotaMetrics{
-		reported: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_rlqs_reported_requests_total",
-			Help: "Requests proxies reported on RLQS buckets, by domain, bucket rule and result (allowed, denied).",
-		}, []string{"domain", "bucket", "result"}),
-		assigned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "sluice_rlqs_assigned_rate",
-			Help: "Requests per second assigned to all clients of a bucket (never above its limit), by domain and bucket rule, as of its last rebalance on this instance.",
-		}, []string{"domain", "bucket"}),
-		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_rlqs_bucket_actions_total",
-			Help: "Bucket actions answered, by kind (token_bucket, allow_all, deny_all, no_match, unknown_domain, abandon_malformed, abandon_too_many_buckets, abandon_bucket_full).",
-		}, []string{"action"}),
-		unknownDomain: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_rlqs_unknown_domain_total",
-			Help: "Usage reports for a domain the configuration has no quota domain for (every bucket answered ALLOW_ALL).",
-		}),
-		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_rlqs_store_errors_total",
-			Help: "Usage reports left unanswered because the store failed.",
-		}),
-		refused: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_rlqs_streams_refused_total",
-			Help: "RLQS streams refused because the instance had its maximum open.",
-		}),
+		reported:      newCounterVec("sluice_rlqs_reported_requests_total", "Requests proxies reported on RLQS buckets, by domain, bucket rule and result (allowed, denied).", "domain", "bucket", "result"),
+		assigned:      newGaugeVec("sluice_rlqs_assigned_rate", "Requests per second assigned to all clients of a bucket (never above its limit), by domain and bucket rule, as of its last rebalance on this instance.", "domain", "bucket"),
+		actions:       newCounterVec("sluice_rlqs_bucket_actions_total", "Bucket actions answered, by kind (token_bucket, allow_all, deny_all, no_match, unknown_domain, abandon_malformed, abandon_too_many_buckets, abandon_bucket_full).", "action"),
+		unknownDomain: newCounter("sluice_rlqs_unknown_domain_total", "Usage reports for a domain the configuration has no quota domain for (every bucket answered ALLOW_ALL)."),
+		storeErrors:   newCounter("sluice_rlqs_store_errors_total", "Usage reports left unanswered because the store failed."),
+		refused:       newCounter("sluice_rlqs_streams_refused_total", "RLQS streams refused because the instance had its maximum open."),
 	}
 	m.action = map[string]prometheus.Counter{}
 	for _, a := range quotaActions {
 		m.action[a] = m.actions.WithLabelValues(a)
 	}
 	cs := []prometheus.Collector{m.reported, m.assigned, m.actions, m.unknownDomain, m.storeErrors, m.refused,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "sluice_rlqs_clients",
-			Help: "RLQS streams (connected clients) open on this instance.",
-		}, func() float64 { q.mu.Lock(); defer q.mu.Unlock(); return float64(q.streams) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "sluice_rlqs_buckets",
-			Help: "Distinct RLQS buckets the clients connected to this instance report on.",
-		}, func() float64 { q.mu.Lock(); defer q.mu.Unlock(); return float64(len(q.buckets)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_rlqs_clients", Help: "RLQS streams (connected clients) open on this instance."}, func() float64 { q.mu.Lock(); defer q.mu.Unlock(); return float64(q.streams) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_rlqs_buckets", Help: "Distinct RLQS buckets the clients connected to this instance report on."}, func() float64 { q.mu.Lock(); defer q.mu.Unlock(); return float64(len(q.buckets)) }),
 	}
 	if err := register(reg, cs); err != nil {
 		return nil, err
