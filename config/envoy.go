@@ -530,16 +530,12 @@ func (d *decoder) descriptors(dom *Domain, o *object, field string, parent []Ent
 			continue
 		}
 		n := &node{line: item.Line}
-		if kv, ok := io.get("key"); ok {
-			n.key, _ = d.str(kv, io.field("key"))
-		}
+		read(io, "key", &n.key, d.str)
 		if n.key == "" {
 			d.errorf(item, io.field("key"), "is required")
 			continue
 		}
-		if vv, ok := io.get("value"); ok {
-			n.value, _ = d.str(vv, io.field("value"))
-		}
+		read(io, "value", &n.value, d.str)
 		wildcard := strings.HasSuffix(n.value, "*")
 		n.prefix = strings.TrimSuffix(n.value, "*")
 		n.keyPart = "/" + escaped(n.key) + "="
@@ -679,12 +675,8 @@ func (d *decoder) rateLimit(dom *Domain, n *yaml.Node, path string, at []Entry) 
 	}
 	before := len(d.errs)
 	r := &Rule{Domain: dom.Name, Path: at, FullKey: fullKey(dom.Name, at), Pos: d.pos(n)}
-	if v, ok := o.get("unlimited"); ok {
-		r.Unlimited, _ = d.boolean(v, o.field("unlimited"))
-	}
-	if v, ok := o.get("name"); ok {
-		r.Name, _ = d.str(v, o.field("name"))
-	}
+	read(o, "unlimited", &r.Unlimited, d.boolean)
+	read(o, "name", &r.Name, d.str)
 	if v, ok := o.get("replaces"); ok {
 		for i, item := range d.seq(v, o.field("replaces")) {
 			ipath := index(o.field("replaces"), i)

@@ -409,3 +409,11 @@ func join(path, name string) string {
 }
 
 func index(path string, i int) string { return fmt.Sprintf("%s[%d]", path, i) }
+
+// read sets *dst to o's field name, read by parse, when the field is set; parse records
+// any error, and *dst is then parse's zero answer.
+func read[T any](o *object, name string, dst *T, parse func(*yaml.Node, string) (T, bool)) {
+	if v, ok := o.get(name); ok {
+		*dst, _ = parse(v, o.field(name))
+	}
+}

@@ -357,9 +357,7 @@ func (d *decoder) store(n *yaml.Node) *Store {
 			}
 		}
 	}
-	if v, ok := o.get("deadline"); ok {
-		s.Deadline, _ = d.duration(v, o.field("deadline"))
-	}
+	read(o, "deadline", &s.Deadline, d.duration)
 	s.FailureMode, s.LocalShare, _ = d.failure(o)
 	if v, ok := o.get("deny_cache"); ok {
 		s.DenyCache = d.denyCache(v, o.field("deny_cache"))
@@ -406,9 +404,7 @@ func (d *decoder) denyCache(n *yaml.Node, path string) DenyCache {
 		c.MaxBytes, _ = d.integer(v, o.field("max_bytes"), 0, 1<<40)
 		c.Off = c.MaxBytes == 0
 	}
-	if v, ok := o.get("max_age"); ok {
-		c.MaxAge, _ = d.duration(v, o.field("max_age"))
-	}
+	read(o, "max_age", &c.MaxAge, d.duration)
 	return c
 }
 
@@ -466,12 +462,8 @@ func (d *decoder) admin(n *yaml.Node) *Admin {
 		return nil
 	}
 	a := &Admin{}
-	if v, ok := o.get("token_env"); ok {
-		a.TokenEnv, _ = d.str(v, o.field("token_env"))
-	}
-	if v, ok := o.get("token_file"); ok {
-		a.TokenFile, _ = d.str(v, o.field("token_file"))
-	}
+	read(o, "token_env", &a.TokenEnv, d.str)
+	read(o, "token_file", &a.TokenFile, d.str)
 	return a
 }
 
@@ -510,9 +502,7 @@ func (d *decoder) identity(n *yaml.Node) *Identity {
 			id.IPv6Prefix = int(p)
 		}
 	}
-	if v, ok := o.get("api_key_secret_env"); ok {
-		id.APIKeySecretEnv, _ = d.str(v, o.field("api_key_secret_env"))
-	}
+	read(o, "api_key_secret_env", &id.APIKeySecretEnv, d.str)
 	return id
 }
 
@@ -571,9 +561,7 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 	}
 
 	p.Key = d.keySource(o)
-	if v, ok := o.get("shadow"); ok {
-		p.Shadow, _ = d.boolean(v, o.field("shadow"))
-	}
+	read(o, "shadow", &p.Shadow, d.boolean)
 	p.FailureMode, p.LocalShare, p.ExpectedNodes = d.failure(o)
 	d.ownShare(o, p.FailureMode)
 

@@ -240,9 +240,7 @@ func (d *decoder) quotaBucket(n *yaml.Node, path string) *QuotaBucket {
 	}
 	before := len(d.errs)
 	b := &QuotaBucket{Pos: d.pos(n), ReportingInterval: DefaultReportingInterval, Expired: QuotaDeny}
-	if v, ok := o.get("name"); ok {
-		b.Name, _ = d.str(v, o.field("name"))
-	}
+	read(o, "name", &b.Name, d.str)
 	if v, ok := o.get("bucket_id"); ok {
 		field := o.field("bucket_id")
 		for _, kv := range d.pairs(v, field) {
@@ -275,9 +273,7 @@ func (d *decoder) quotaBucket(n *yaml.Node, path string) *QuotaBucket {
 		}
 		b.Name = strings.Join(parts, ",")
 	}
-	if v, ok := o.get("unlimited"); ok {
-		b.Unlimited, _ = d.boolean(v, o.field("unlimited"))
-	}
+	read(o, "unlimited", &b.Unlimited, d.boolean)
 	if b.Unlimited {
 		for _, f := range []string{"rate", "period", "burst"} {
 			if v, ok := o.get(f); ok {
