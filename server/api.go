@@ -27,10 +27,9 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// CheckRequest is the body of POST /v1/check, /v1/peek and /v1/reset. It names either a
-// sluice policy and the identity it limits (Policy, Key, and optionally Tier and a route
-// given by Method and Path) or an envoyproxy/ratelimit domain and descriptors.
-type CheckRequest struct {
+// Subject is the sluice policy a request names and what it limits under it; a
+// CheckRequest, a ReleaseRequest and a SettleRequest name it alike.
+type Subject struct {
 	// Policy is the name of a sluice policy; Key the identity it limits: a client IP
 	// address for key: ip policies (IPv6 aggregated to the configured prefix), a user ID
 	// for key: user, or the raw API key for key: api_key (hashed at once; it is never
@@ -46,6 +45,13 @@ type CheckRequest struct {
 	Method string `json:"method,omitempty"`
 	Path   string `json:"path,omitempty"`
 	Host   string `json:"host,omitempty"`
+}
+
+// CheckRequest is the body of POST /v1/check, /v1/peek and /v1/reset. It names either a
+// sluice policy and the identity it limits (Policy, Key, and optionally Tier and a route
+// given by Method and Path) or an envoyproxy/ratelimit domain and descriptors.
+type CheckRequest struct {
+	Subject
 
 	// Domain and Descriptors are an Envoy-style request against an envoyproxy/ratelimit
 	// domain.
@@ -142,13 +148,8 @@ type LimitStatus struct {
 // (with its tier, and method and path when a route's concurrency limit applied), and the
 // lease its answer carried.
 type ReleaseRequest struct {
-	Policy string `json:"policy"`
-	Key    string `json:"key"`
-	Tier   string `json:"tier,omitempty"`
-	Method string `json:"method,omitempty"`
-	Path   string `json:"path,omitempty"`
-	Host   string `json:"host,omitempty"`
-	Lease  string `json:"lease"`
+	Subject
+	Lease string `json:"lease"`
 }
 
 // ReleaseResponse is the answer of /v1/release. Released is false for a lease that had
@@ -164,12 +165,7 @@ type ReleaseResponse struct {
 // (with its tier, and method and path when a route's limit applied), the reservation its
 // answer carried, and the actual cost.
 type SettleRequest struct {
-	Policy      string `json:"policy"`
-	Key         string `json:"key"`
-	Tier        string `json:"tier,omitempty"`
-	Method      string `json:"method,omitempty"`
-	Path        string `json:"path,omitempty"`
-	Host        string `json:"host,omitempty"`
+	Subject
 	Reservation string `json:"reservation"`
 	Cost        *int64 `json:"cost"`
 }
@@ -324,11 +320,10 @@ func (s *Server) servePeekQuery(w http.ResponseWriter, r *http.Request) string {
 func lookQuery(r *http.Request) (*CheckRequest, error) {
 	q := r.URL.Query()
 	zero := int64(0)
-	req := &CheckRequest{
+	req := &CheckRequest{Subject: Subject{
 		Policy: q.Get("policy"), Key: q.Get("key"), Tier: q.Get("tier"),
 		Method: q.Get("method"), Path: q.Get("path"), Host: q.Get("host"),
-		Domain: q.Get("domain"), Cost: &zero,
-	}
+	}, Domain: q.Get("domain"), Cost: &zero}
 	for _, d := range q["descriptor"] {
 		desc, err := parseDescriptor(d)
 		if err != nil {
@@ -869,7 +864,7 @@ func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) string {
 		return s.writeError(w, r, badRequest("%v", err))
 	}
 	cfg := s.config()
-	items, _, err := s.items(cfg, &CheckRequest{Policy: req.Policy, Key: req.Key, Tier: req.Tier, Method: req.Method, Path: req.Path, Host: req.Host})
+	items, _, err := s.items(cfg, &CheckRequest{Subject: req.Subject})
 	if err != nil {
 		return s.writeError(w, r, err)
 	}
@@ -917,7 +912,7 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) string {
 	if p, ok := cfg.Policy(req.Policy); ok && p.Settle == nil {
 		return s.writeError(w, r, badRequest("policy %q does not settle costs (it has no settle block)", req.Policy))
 	}
-	items, _, err := s.items(cfg, &CheckRequest{Policy: req.Policy, Key: req.Key, Tier: req.Tier, Method: req.Method, Path: req.Path, Host: req.Host})
+	items, _, err := s.items(cfg, &CheckRequest{Subject: req.Subject})
 	if err != nil {
 		return s.writeError(w, r, err)
 	}

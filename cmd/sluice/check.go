@@ -160,10 +160,10 @@ func requestFlags(env string) []cli.Flag {
 // checkRequest reads the request flags shared by check and key: a --policy with its
 // identity and route, or a --domain with its --descriptor entries; Cost is left nil.
 func checkRequest(c *cli.Command) (server.CheckRequest, error) {
-	req := server.CheckRequest{
+	req := server.CheckRequest{Subject: server.Subject{
 		Policy: c.String("policy"), Key: c.String("key"), Tier: c.String("tier"),
-		Method: c.String("method"), Path: c.String("path"), Domain: c.String("domain"),
-	}
+		Method: c.String("method"), Path: c.String("path"),
+	}, Domain: c.String("domain")}
 	for _, d := range c.StringSlice("descriptor") {
 		var desc server.Descriptor
 		for part := range strings.SplitSeq(d, ",") {
