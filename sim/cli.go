@@ -100,9 +100,7 @@ func RunCLI(ctx context.Context, o CLI, stdout, stderr io.Writer) error {
 // AlgorithmNames are the names of the algorithms a simulation runs: the six rate
 // algorithms (store.Algorithms). A concurrency limit counts requests in flight, not a
 // rate, and has no sliding window to be measured against.
-func AlgorithmNames() []string { return algorithmNames() }
-
-func algorithmNames() []string {
+func AlgorithmNames() []string {
 	var out []string
 	for _, a := range store.Algorithms() {
 		out = append(out, a.String())

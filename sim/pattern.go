@@ -205,7 +205,7 @@ func SelectAlgorithms(list string) ([]sluice.Algorithm, error) {
 	for _, n := range strings.Split(list, ",") {
 		a, err := sluice.ParseAlgorithm(n)
 		if err != nil || !slices.Contains(store.Algorithms(), a) {
-			return nil, fmt.Errorf("unknown algorithm %q: a simulation runs %s", strings.TrimSpace(n), strings.Join(algorithmNames(), ", "))
+			return nil, fmt.Errorf("unknown algorithm %q: a simulation runs %s", strings.TrimSpace(n), strings.Join(AlgorithmNames(), ", "))
 		}
 		if !slices.Contains(out, a) {
 			out = append(out, a)
