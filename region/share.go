@@ -11,21 +11,13 @@ import (
 
 // Share is the per-region mode: a sluice.Limiter that decides every request against an inner
 // limiter (the region's own store, usually a redisstore.Store on the region's Redis) under a
-// fixed fraction of the limit it is asked for. Regions configured with fractions summing to
-// at most 1 hold the global limit together without talking to each other.
+// fixed fraction of the limit it is asked for, scaled by share.Limit as failover's local
+// limiter is: Rate and Burst rounded down, at least 1 each. Regions configured with
+// fractions summing to at most 1 hold the global limit together without talking to each
+// other (with very small limits, up to one unit per region and Period over it).
 //
-// Scaling (package internal/share, as failover's local limiter scales): Rate becomes
-// ⌊Rate·f⌋ and the bucket depth ⌊Burst·f⌋, each at least 1, with f in parts per million;
-// Period and Algorithm are kept. The floor never gives a region more than its
-// fraction, except that each region gets at least one unit per Period and a burst of one,
-// so with very small limits the regions' sum may exceed the global limit by up to one unit
-// per region and Period.
-//
-// Decisions report the scaled Limit, the one that was applied (Remaining, RetryAfter and the
-// headers built from them describe the region's share). A cost above the scaled MaxCost is
-// an error wrapping sluice.ErrCostExceedsLimit from the inner limiter.
-//
-// Several limits at once, reservations and resets are scaled and passed through.
+// Decisions report the scaled Limit, the one that was applied. Several limits at once,
+// reservations and resets are scaled and passed through.
 type Share struct {
 	inner sluice.Limiter
 	ppm   int64
