@@ -214,10 +214,17 @@ func (s *Server) routes() http.Handler {
 }
 
 func writeText(w http.ResponseWriter, status int, msg string) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
+	writeBody(w, status, "text/plain; charset=utf-8", []byte(msg+"\n"))
+}
+
+// writeBody answers status with body, a whole document of type ctype.
+func writeBody(w http.ResponseWriter, status int, ctype string, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", ctype)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	fmt.Fprintln(w, msg)
+	w.Write(body) // copies: a ResponseWriter must not keep the slice
 }
 
 // apiError is an error with the HTTP status it is answered with.
@@ -486,12 +493,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, req *CheckReques
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	body, _ := json.Marshal(v)
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(body)+1))
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	w.Write(append(body, '\n'))
+	writeBody(w, status, "application/json", append(body, '\n'))
 }
 
 func limitStatus(it *item) LimitStatus {

@@ -102,12 +102,7 @@ func appendJSONString(b []byte, s string) []byte {
 func writeCheckResponse(w http.ResponseWriter, status int, r *CheckResponse) {
 	bp := jsonBuffers.Get().(*[]byte)
 	body := append(appendCheckResponse((*bp)[:0], r), '\n')
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	w.Write(body) // copies: a ResponseWriter must not keep the slice
+	writeBody(w, status, "application/json", body)
 	if cap(body) <= maxPooledJSON {
 		*bp = body
 		jsonBuffers.Put(bp)
