@@ -56,15 +56,10 @@ func cmpMax(max, def int) int64 {
 
 func connLimitsOf(reg prometheus.Registerer, subsystem, setting string, max int64) (*connLimits, error) {
 	l := &connLimits{
-		max: max,
-		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "sluice", Subsystem: subsystem, Name: "connections",
-			Help: "Connections open, by listener.",
-		}, []string{"listener"}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "sluice", Subsystem: subsystem, Name: "connections_refused_total",
-			Help: "Connections closed as soon as accepted because the listener had its maximum open (" + setting + "), by listener.",
-		}, []string{"listener"}),
+		max:  max,
+		open: newGaugeVec("sluice_"+subsystem+"_connections", "Connections open, by listener.", "listener"),
+		refused: newCounterVec("sluice_"+subsystem+"_connections_refused_total",
+			"Connections closed as soon as accepted because the listener had its maximum open ("+setting+"), by listener.", "listener"),
 	}
 	if err := register(reg, []prometheus.Collector{l.open, l.refused}); err != nil {
 		return nil, err
