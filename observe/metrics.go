@@ -130,40 +130,28 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, err
 	if reg == nil {
 		return nil, errors.New("observe: nil prometheus.Registerer")
 	}
+	counterVec := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: c.namespace, Name: name, Help: help}, labels)
+	}
+	gaugeVec := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: c.namespace, Name: name, Help: help}, labels)
+	}
 	m := &Metrics{
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: c.namespace, Name: "decisions_total",
-			Help: "Rate limit decisions by policy, result (allowed, denied, error) and path (store, open, closed, local, cache).",
-		}, []string{"policy", "result", "path"}),
-		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: c.namespace, Name: "fallback_decisions_total",
-			Help: "Decisions made by a failure mode (open, closed, local) because the store could not decide.",
-		}, []string{"policy", "mode", "result"}),
+		decisions: counterVec("decisions_total", "Rate limit decisions by policy, result (allowed, denied, error) and path (store, open, closed, local, cache).", "policy", "result", "path"),
+		fallbacks: counterVec("fallback_decisions_total", "Decisions made by a failure mode (open, closed, local) because the store could not decide.", "policy", "mode", "result"),
 		storeLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: c.namespace, Name: "store_latency_seconds",
 			Help:    "Time spent waiting for the store per decision that called it, including calls cut at the deadline.",
 			Buckets: c.buckets,
 		}, []string{"policy"}),
-		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: c.namespace, Name: "store_errors_total",
-			Help: "Store failures by kind (timeout, refused, reset, busy, oom, loading, readonly, clusterdown, redirect, noscript, breaker_open, overload, other).",
-		}, []string{"kind"}),
-		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: c.namespace, Name: "breaker_state",
-			Help: "Circuit breaker state: 1 for the current state (closed, half_open, open), 0 for the others.",
-		}, []string{"state"}),
-		evicted: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: c.namespace, Name: "redis_evicted_keys_total",
-			Help: "Growth of Redis's evicted_keys since the first poll; each evicted key is a reset quota.",
-		}),
-		evictErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: c.namespace, Name: "redis_evicted_keys_poll_errors_total",
-			Help: "Failed polls of Redis's evicted_keys.",
-		}),
-		logger:     c.logger,
-		evictFn:    c.evictFn,
-		evictEvery: c.evictEvery,
-		stopped:    make(chan struct{}),
+		storeErrors: counterVec("store_errors_total", "Store failures by kind (timeout, refused, reset, busy, oom, loading, readonly, clusterdown, redirect, noscript, breaker_open, overload, other).", "kind"),
+		breaker:     gaugeVec("breaker_state", "Circuit breaker state: 1 for the current state (closed, half_open, open), 0 for the others.", "state"),
+		evicted:     prometheus.NewCounter(prometheus.CounterOpts{Namespace: c.namespace, Name: "redis_evicted_keys_total", Help: "Growth of Redis's evicted_keys since the first poll; each evicted key is a reset quota."}),
+		evictErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: c.namespace, Name: "redis_evicted_keys_poll_errors_total", Help: "Failed polls of Redis's evicted_keys."}),
+		logger:      c.logger,
+		evictFn:     c.evictFn,
+		evictEvery:  c.evictEvery,
+		stopped:     make(chan struct{}),
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	cs := []prometheus.Collector{m.decisions, m.fallbacks, m.storeLatency, m.storeErrors, m.breaker}
