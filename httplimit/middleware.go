@@ -49,7 +49,7 @@ type Config struct {
 	// Nil means every request has tier "".
 	Tier func(*http.Request) string
 	// LegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset
-	// for the tightest policy (see the package doc).
+	// for the tightest policy (docs/http.md, "Headers").
 	LegacyHeaders bool
 	// ShadowHeaders puts shadow policies in the headers too. By default they stay out:
 	// a client that obeys a shadow policy's remaining would stop sending although
@@ -76,7 +76,7 @@ type Config struct {
 	Error func(w http.ResponseWriter, r *http.Request, err error)
 	// TracerProvider, when set, traces each request's decision: one span (a child of the
 	// request context's span, else of the request's W3C traceparent), whose context the
-	// next handler's request carries. See the package doc. Nil traces nothing, at no
+	// next handler's request carries (docs/http.md, "Traces"). Nil traces nothing, at no
 	// cost.
 	TracerProvider trace.TracerProvider
 }

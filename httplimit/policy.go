@@ -46,7 +46,7 @@ type Policy struct {
 	// Route restricts the policy to requests that http.ServeMux would route to this
 	// pattern ("GET /items/{id}", "/admin/", "api.example.com/"), with ServeMux's
 	// precedence among the Routes of its RouteSet: a request matches the most specific
-	// pattern only. The path is normalised first (see the package doc), and the pattern's
+	// pattern only. The path is normalised first (docs/http.md), and the pattern's
 	// path is matched without regard to case. Empty means every request. Each route
 	// pattern keeps its own state, shared by every path it matches.
 	Route string

@@ -34,7 +34,7 @@ const pool = share.Whole // shares are in parts per million of the limit
 
 // Global is the global mode: a sluice.Limiter that decides every request in process, from
 // this node's leased share of each limit, and reconciles with a shared Redis in the
-// background. See the package doc for the protocol, its bound and its trade-offs.
+// background. docs/regions-and-pacing.md has the protocol, its bound and its trade-offs.
 //
 // Only the bucket algorithms (GCRA, TokenBucket, LeakyBucket, which decide alike) can be
 // held globally, since shares of a rate add up and shares of a window do not; a window
@@ -326,7 +326,7 @@ func (g *Global) entry(key string, limit sluice.Limit) (*entry, bool) {
 		limit:  limit,
 		full:   full,
 		p:      full,
-		empty:  true, // until a share fills it (see the package doc)
+		empty:  true, // until a share fills it (docs/regions-and-pacing.md)
 		vnow:   1,
 		last:   now,
 		sentAt: -1,
