@@ -142,7 +142,7 @@ type IdentityTier struct {
 // must be 64 hexadecimal digits (what keys.Hasher writes); for IPs the address or prefix
 // must parse. Anything else is an error: an override that can never match is a mistake.
 func overrideID(t KeyType, s string) (string, error) {
-	kind := keys.Kind(t.String())
+	kind := t.Kind()
 	id := s
 	if v, ok := cutKind(s, string(kind)); ok {
 		id = v
@@ -222,6 +222,9 @@ func (t KeyType) String() string {
 	}
 	return fmt.Sprintf("key_type(%d)", uint8(t))
 }
+
+// Kind is the kind of the identities a policy of key type t limits.
+func (t KeyType) Kind() keys.Kind { return keys.Kind(t.String()) }
 
 // Tier returns the limit of the named tier.
 func (p *Policy) Tier(name string) (sluice.Limit, bool) {

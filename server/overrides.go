@@ -169,7 +169,7 @@ func (s *Server) overrideIdentity(cfg *config.Config, p *config.Policy, raw stri
 	if raw == "" || strings.TrimSpace(raw) != raw || strings.ContainsAny(raw, "\x00\r\n") {
 		return "", badRequest("identity: must be non-empty, without surrounding white space or control characters")
 	}
-	kind := keyKind(p.Key.Type)
+	kind := p.Key.Type.Kind()
 	if k, err := keys.ParseKey(raw); err == nil && k.Policy == p.Name && k.Kind == kind && k.ID != "" {
 		return k.ID, nil
 	}
@@ -239,16 +239,6 @@ func normaliseIP(cfg *config.Config, s string) (string, error) {
 		return "", badRequest("identity: %v", err)
 	}
 	return id, nil
-}
-
-func keyKind(t config.KeyType) keys.Kind {
-	switch t {
-	case config.KeyUser:
-		return keys.User
-	case config.KeyAPIKey:
-		return keys.APIKey
-	}
-	return keys.IP
 }
 
 // tokenName names the admin credential in logs: the source of the token, never the token.
