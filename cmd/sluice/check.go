@@ -36,17 +36,11 @@ func checkCommand() *cli.Command {
 			"  sluice check --ready                                    # readiness: GET /readyz\n\n" +
 			"--health and --ready exit 0 when the server answers 200 and 1 otherwise, so a\n" +
 			"container's health check needs no shell or curl: HEALTHCHECK CMD [\"sluice\", \"check\", \"--health\"].",
-		Flags: append(append([]cli.Flag{
-			&cli.StringFlag{Name: "server", Value: "http://localhost:8080", Usage: "the server's HTTP `URL`", Sources: cli.EnvVars("SLUICE_SERVER")},
-		}, requestFlags("SLUICE_CHECK_")...),
+		Flags: append(append(clientFlags("SLUICE_CHECK_"), requestFlags("SLUICE_CHECK_")...),
 			&cli.Int64Flag{Name: "cost", Value: 1, Usage: "units to spend", Sources: cli.EnvVars("SLUICE_CHECK_COST")},
 			&cli.BoolFlag{Name: "health", Usage: "only probe the server's liveness (GET /healthz): exit 0 when it answers 200, else 1", Sources: cli.EnvVars("SLUICE_CHECK_HEALTH")},
 			&cli.BoolFlag{Name: "ready", Usage: "only probe the server's readiness (GET /readyz: the store answers and the server is not draining): exit 0 when it answers 200, else 1", Sources: cli.EnvVars("SLUICE_CHECK_READY")},
 			&cli.BoolFlag{Name: "peek", Usage: "only look: spend nothing (/v1/peek)", Sources: cli.EnvVars("SLUICE_CHECK_PEEK")},
-			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "give up after this long", Sources: cli.EnvVars("SLUICE_CHECK_TIMEOUT")},
-			&cli.StringFlag{Name: "tls-ca", Usage: "for an https:// --server: trust the CAs in this PEM `FILE` (default: the system's)", Sources: cli.EnvVars("SLUICE_CHECK_TLS_CA")},
-			&cli.StringFlag{Name: "tls-cert", Usage: "for a server that requires client certificates: present the certificate in this PEM `FILE`; with --tls-key", Sources: cli.EnvVars("SLUICE_CHECK_TLS_CERT")},
-			&cli.StringFlag{Name: "tls-key", Usage: "the private key of --tls-cert, a PEM `FILE`", Sources: cli.EnvVars("SLUICE_CHECK_TLS_KEY")},
 		),
 		// A descriptor's entries are separated by commas, so several descriptors in one
 		// value (the environment variable) are separated by semicolons.
@@ -154,6 +148,18 @@ func requestFlags(env string) []cli.Flag {
 		&cli.StringFlag{Name: "path", Usage: "the request's path, for route limits", Sources: from("PATH")},
 		&cli.StringFlag{Name: "domain", Usage: "an envoyproxy/ratelimit `DOMAIN`", Sources: from("DOMAIN")},
 		&cli.StringSliceFlag{Name: "descriptor", Usage: descriptor + ")", Sources: from("DESCRIPTORS")},
+	}
+}
+
+// clientFlags are the flags of a command that calls a running server: its URL, how long
+// to wait, and TLS; env prefixes their environment variables.
+func clientFlags(env string) []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "server", Value: "http://localhost:8080", Usage: "the server's HTTP `URL`", Sources: cli.EnvVars("SLUICE_SERVER")},
+		&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "give up after this long", Sources: cli.EnvVars(env + "TIMEOUT")},
+		&cli.StringFlag{Name: "tls-ca", Usage: "for an https:// --server: trust the CAs in this PEM `FILE` (default: the system's)", Sources: cli.EnvVars(env + "TLS_CA")},
+		&cli.StringFlag{Name: "tls-cert", Usage: "for a server that requires client certificates: present the certificate in this PEM `FILE`; with --tls-key", Sources: cli.EnvVars(env + "TLS_CERT")},
+		&cli.StringFlag{Name: "tls-key", Usage: "the private key of --tls-cert, a PEM `FILE`", Sources: cli.EnvVars(env + "TLS_KEY")},
 	}
 }
 

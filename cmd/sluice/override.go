@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/urfave/cli/v3"
 
@@ -19,14 +18,8 @@ import (
 // overrideCommand is `sluice override set|get|list|rm`: the overrides API of a running
 // server (/v1/overrides), with the admin token from --token-file or $SLUICE_ADMIN_TOKEN.
 func overrideCommand() *cli.Command {
-	common := []cli.Flag{
-		&cli.StringFlag{Name: "server", Value: "http://localhost:8080", Usage: "the server's HTTP `URL`", Sources: cli.EnvVars("SLUICE_SERVER")},
-		&cli.StringFlag{Name: "token-file", Usage: "read the admin token from this `FILE` (default: $SLUICE_ADMIN_TOKEN)", Sources: cli.EnvVars("SLUICE_ADMIN_TOKEN_FILE")},
-		&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "give up after this long", Sources: cli.EnvVars("SLUICE_OVERRIDE_TIMEOUT")},
-		&cli.StringFlag{Name: "tls-ca", Usage: "for an https:// --server: trust the CAs in this PEM `FILE`", Sources: cli.EnvVars("SLUICE_OVERRIDE_TLS_CA")},
-		&cli.StringFlag{Name: "tls-cert", Usage: "present the client certificate in this PEM `FILE`; with --tls-key", Sources: cli.EnvVars("SLUICE_OVERRIDE_TLS_CERT")},
-		&cli.StringFlag{Name: "tls-key", Usage: "the private key of --tls-cert, a PEM `FILE`", Sources: cli.EnvVars("SLUICE_OVERRIDE_TLS_KEY")},
-	}
+	common := append(clientFlags("SLUICE_OVERRIDE_"),
+		&cli.StringFlag{Name: "token-file", Usage: "read the admin token from this `FILE` (default: $SLUICE_ADMIN_TOKEN)", Sources: cli.EnvVars("SLUICE_ADMIN_TOKEN_FILE")})
 	with := func(fs ...cli.Flag) []cli.Flag { return append(append([]cli.Flag{}, common...), fs...) }
 	return &cli.Command{
 		Name:  "override",
