@@ -1,9 +1,20 @@
 # make test: install what the tests need when it is missing, then vet and run every test.
 GO ?= go
 
-.PHONY: test deps vet unit docs modules bench bench-vet fmt image image-test deps-image chart-test ci-deploy fuzz soak
+.PHONY: test tests main-tests deps vet unit docs modules bench bench-vet fmt image image-test deps-image chart-test ci-deploy fuzz soak
 
-test: deps vet unit docs modules
+# After vet (which compiles every package once without -race), the race-detector tests of the
+# main module (unit, then docs) and the nested modules' tests run side by side: the nested
+# modules compile what only they use (gin, echo, Prometheus's parser, envoyproxy/ratelimit)
+# while the main module's tests leave a core idle (waiting on Redis, on a process, on the
+# slowest package). Their lines interleave; each names its package, and each phase's
+# header says when it starts. A failure in either fails make test.
+test: deps vet
+	@$(MAKE) --no-print-directory -j2 --output-sync=line tests
+tests: main-tests modules
+main-tests:
+	@$(MAKE) --no-print-directory unit
+	@$(MAKE) --no-print-directory docs
 
 # Builds without -race use the settings deploy/Dockerfile builds the image with
 # (CGO_ENABLED=0, -trimpath): go vet, the allocation tests, the binary that cmd/sluice's
