@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/table"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -41,7 +42,7 @@ type class interface {
 // cache line.
 type shard[S any] struct {
 	mu     sync.Mutex
-	t      table[S]
+	t      table.Table[S]
 	cursor int
 	n      int64 // states held, under mu, on the lock's line (Store.count)
 	_      [64 - 8 - 32 - 8 - 8]byte
@@ -252,27 +253,26 @@ func (g *gen[S]) decideIn(sh *shard[S], key string, h uint64, now, n int64, comm
 // decideWith is decideIn deciding with f in place of the class's ops.decide.
 func (g *gen[S]) decideWith(sh *shard[S], key string, h uint64, now, n int64, commit bool,
 	f func(s *S, now int64, p algo.Params, n int64, commit bool) algo.Result) algo.Result {
-	tag := uint32(h >> 32)
-	if i := sh.t.find(key, h, tag); i >= 0 {
-		return f(&sh.t.slots[i].s, now, g.p, n, commit)
+	if i := sh.t.Find(key, h); i >= 0 {
+		return f(&sh.t.At(i).V, now, g.p, n, commit)
 	}
 	var s S
 	r := f(&s, now, g.p, n, commit)
 	if commit && r.Allowed && n > 0 && !g.gone.Load() {
-		g.add(sh, key, h, tag, s, now)
+		g.add(sh, key, h, s, now)
 	}
 	return r
 }
 
 // add inserts a new key, dropping expired state first rather than growing the table.
 // Store.evictOver keeps the store under MaxKeys afterwards.
-func (g *gen[S]) add(sh *shard[S], key string, h uint64, tag uint32, s S, now int64) {
+func (g *gen[S]) add(sh *shard[S], key string, h uint64, s S, now int64) {
 	t := &sh.t
-	if (t.n+1)*maxLoadDen > len(t.slots)*maxLoadNum && g.st.sweepGap > 0 {
+	if t.Full() && g.st.sweepGap > 0 {
 		g.st.sweepTime(now)
-		g.sweepShard(sh, now, len(t.slots))
+		g.sweepShard(sh, now, t.Cap())
 	}
-	t.insert(key, h, tag, s, g.st.hash)
+	t.Insert(key, h, s)
 	g.st.count(&sh.n, 1)
 }
 
@@ -294,11 +294,11 @@ func (g *gen[S]) sample(i int, best *victim, m int) int {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	t := &sh.t
-	c := len(t.slots)
+	c := t.Cap()
 	offered := 0
 	for j, probed := sh.cursor%max(c, 1), 0; offered < m && probed < c; probed++ {
-		if e := &t.slots[j]; e.ptr != nil {
-			best.offer(e.key(), g.ops.expires(&e.s, g.p))
+		if e := t.At(j); e.Used() {
+			best.offer(e.Key(), g.ops.expires(&e.V, g.p))
 			offered++
 		}
 		if j++; j == c {
@@ -312,8 +312,8 @@ func (g *gen[S]) reset(key string, h uint64) bool {
 	sh := &g.shards[g.shardIndex(h)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if i := sh.t.find(key, h, uint32(h>>32)); i >= 0 {
-		sh.t.remove(i, g.st.hash)
+	if i := sh.t.Find(key, h); i >= 0 {
+		sh.t.Delete(i)
 		g.st.count(&sh.n, -1)
 		return true
 	}
@@ -326,8 +326,8 @@ func (g *gen[S]) sweep(now int64) int {
 	for i := range g.shards {
 		sh := &g.shards[i]
 		sh.mu.Lock()
-		g.sweepShard(sh, now, max(64, len(sh.t.slots)/8))
-		live += sh.t.n
+		g.sweepShard(sh, now, max(64, sh.t.Cap()/8))
+		live += sh.t.Len()
 		sh.mu.Unlock()
 	}
 	return live
@@ -337,7 +337,7 @@ func (g *gen[S]) sweep(now int64) int {
 func (g *gen[S]) retire(drop func()) bool {
 	return underAll(len(g.shards), func(i int) *sync.Mutex { return &g.shards[i].mu }, func() bool {
 		for i := range g.shards {
-			if g.shards[i].t.n > 0 {
+			if g.shards[i].t.Len() > 0 {
 				return false
 			}
 		}
@@ -364,15 +364,15 @@ func underAll(n int, mu func(int) *sync.Mutex, f func() bool) bool {
 // has become equivalent to empty; then it shrinks a table that has emptied out.
 func (g *gen[S]) sweepShard(sh *shard[S], now int64, budget int) {
 	t := &sh.t
-	c := len(t.slots)
-	if t.n == 0 || c == 0 {
+	c := t.Cap()
+	if t.Len() == 0 || c == 0 {
 		return
 	}
 	i := sh.cursor % c
 	for ; budget > 0; budget-- {
-		e := &t.slots[i]
-		if e.ptr != nil && g.ops.expires(&e.s, g.p) <= now {
-			t.remove(i, g.st.hash) // a later entry may have moved into i: look again
+		e := t.At(i)
+		if e.Used() && g.ops.expires(&e.V, g.p) <= now {
+			t.Delete(i) // a later entry may have moved into i: look again
 			g.st.count(&sh.n, -1)
 			continue
 		}
@@ -381,7 +381,7 @@ func (g *gen[S]) sweepShard(sh *shard[S], now int64, budget int) {
 		}
 	}
 	sh.cursor = i
-	t.shrink(g.st.hash)
+	t.Shrink()
 }
 
 // newLeaseID is a random lease id in [1, store.MaxLeaseID].
@@ -397,11 +397,11 @@ func release(c class, key string, h uint64, now int64, id uint64) bool {
 	sh := &g.shards[g.shardIndex(h)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i := sh.t.find(key, h, uint32(h>>32))
-	if i < 0 || sh.t.slots[i].s == nil {
+	i := sh.t.Find(key, h)
+	if i < 0 || sh.t.At(i).V == nil {
 		return false
 	}
-	return algo.Release(sh.t.slots[i].s, now, id)
+	return algo.Release(sh.t.At(i).V, now, id)
 }
 
 // windowClass is SlidingWindow's class: gen with the updater settlements use.
@@ -415,14 +415,14 @@ func (w windowClass) update(key string, h uint64, now int64, f func(algo.State, 
 	sh := &g.shards[g.shardIndex(h)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	tag := uint32(h >> 32)
-	if i := sh.t.find(key, h, tag); i >= 0 {
-		if next, write := f(sh.t.slots[i].s, now); write {
-			sh.t.slots[i].s = next
+	if i := sh.t.Find(key, h); i >= 0 {
+		e := sh.t.At(i)
+		if next, write := f(e.V, now); write {
+			e.V = next
 		}
 		return
 	}
 	if next, write := f(algo.State{}, now); write && !g.gone.Load() {
-		g.add(sh, key, h, tag, next, now)
+		g.add(sh, key, h, next, now)
 	}
 }

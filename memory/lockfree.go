@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/table"
 )
 
 // The lock-free classes (the bucket machine's one-word TAT, for GCRA, TokenBucket and
@@ -44,12 +45,16 @@ import (
 //     key's state (no ABA): its swap succeeds only while generation g lives, and g's key is
 //     the one it compared (holds compares only the key stored with meta of generation g).
 //     TestReusedSlotRefusesAStaleDecider replays that interleaving.
-//   - Deleting a key (sweep, Reset, eviction) tombstones its slot, then closes the hole:
-//     later keys of its probe run that may sit there move back (shift, or sweepAll for a
-//     whole shard at once; a move seizes the old slot and is a new use of the new one),
-//     and the hole a run ends with becomes unused, keeping its generation. So a live key
-//     stays reachable from its home slot without crossing an unused one, and tombstones
-//     do not pile up. A lock-free finder that misses a moving key retries under the lock.
+//   - Deleting a key (sweep, Reset, eviction) follows package table's one deletion rule,
+//     backward shift, with one difference: a deleted or moved-from slot is a tombstone
+//     until the shift reaches it, because a lock-free decider may hold its index (and
+//     generation) across the move, and a tombstone is what makes its swap fail. So
+//     deletion tombstones the slot, then closes the hole: later keys of its probe run that
+//     may sit there ([table.Fills]) move back (shift, or sweepAll for a whole shard at
+//     once; a move seizes the old slot and is a new use of the new one), and the hole a
+//     run ends with becomes unused, keeping its generation. So a live key stays reachable
+//     from its home slot without crossing an unused one, and tombstones do not pile up. A
+//     lock-free finder that misses a moving key retries under the lock.
 //   - A rebuild (growing, shrinking, or shedding exhausted slots) seizes every old slot
 //     (control word = tombstone) as it copies it into a fresh array, so a decider still on
 //     the old array fails and retries under the lock. An old array is never written again
@@ -184,11 +189,14 @@ func hdr[S any](e *S) *lhdr { return (*lhdr)(unsafe.Pointer(e)) }
 
 func gmeta(key string, h uint64) uint64 { return uint64(len(key))<<32 | h>>32 }
 
-// lhome is the slot a key prefers in an array of c slots, from its tag (the low 32 bits
-// of its meta word, the high half of its hash). Positions come from the tag's high bits;
-// the shard index is its low bits. The tag is in the slot, so moving and copying a key
-// never reads its bytes.
-func lhome(m uint64, c int) int { return int(uint64(uint32(m)) * uint64(c) >> 32) }
+// lhome is the slot a key prefers in an array of c slots: [table.Home] of its tag (the
+// low 32 bits of its meta word, the high half of its hash). Positions come from the tag's
+// high bits; the shard index is its low bits. The tag is in the slot, so moving and
+// copying a key never reads its bytes.
+func lhome(m uint64, c int) int { return table.Home(uint32(m), c) }
+
+// minCap is the smallest array.
+const minCap = 8
 
 // cell is what the table needs of a slot type S beyond its header: how its state is read,
 // written and retired under its concurrency rule. Every method is called with the shard
@@ -340,9 +348,9 @@ func (a *larray[S]) assign(i int, ptr *byte, m uint64, s algo.State, put func(*S
 	return old&keyMask == 0
 }
 
-// shift closes the hole tombstone i leaves in its probe run, with the lock held, as
-// table.remove does: each later key of the run that may sit at the hole moves back into
-// it (its old slot seized, the hole given the key and state under a new generation) and
+// shift closes the hole tombstone i leaves in its probe run, with the lock held, by
+// [table.Table.Delete]'s backward shift: each later key of the run that may sit at the
+// hole ([table.Fills]) moves back into it (its old slot seized, the hole given the key and state under a new generation) and
 // leaves the next hole, until an unused slot ends the run; the last hole becomes unused,
 // keeping its generation. A hole whose generation is exhausted stays a tombstone and ends
 // the shift, and such tombstones are stepped over: either keeps the run whole.
@@ -367,8 +375,7 @@ func (g *lockFree[S, P]) shift(sh *lshard[S], a *larray[S], i int) {
 		if he.ctl.Load() == tombstone {
 			continue
 		}
-		k := lhome(m, c)
-		if (j > i && (k <= i || k > j)) || (j < i && k <= i && k > j) {
+		if table.Fills(i, j, lhome(m, c)) {
 			g.move(sh, a, j, i, m)
 			i = j
 		}
@@ -492,17 +499,14 @@ func endRun[S any](sh *lshard[S], a *larray[S], r *run) {
 	r.changed = true
 }
 
-// fill moves the live key of slot j, whose meta is m, back to the earliest hole of r at
-// or after its home, if any, with the lock held; j is then a hole.
+// fill moves the live key of slot j, whose meta is m, back to the earliest hole of r it
+// may fill ([table.Fills]: at or after its home), if any, with the lock held; j is then a
+// hole.
 func (g *lockFree[S, P]) fill(sh *lshard[S], a *larray[S], r *run, j int, m uint64) {
-	c := len(a.slots)
-	dk := lhome(m, c) - r.start
-	if dk < 0 {
-		dk += c
-	}
+	k := lhome(m, len(a.slots))
 	for q := 0; q < r.n; q++ {
 		x := r.holes[q]
-		if d := x - r.start; d >= dk || d < 0 && d+c >= dk {
+		if table.Fills(x, j, k) {
 			g.move(sh, a, j, x, m)
 			r.changed = true
 			copy(r.holes[q:r.n], r.holes[q+1:r.n])

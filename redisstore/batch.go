@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/table"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -149,22 +150,14 @@ type batcher struct {
 	running int
 }
 
-// keySet finds a key repeated within one script call. The script keeps what it wrote to
-// each key for a later request on the same key only when told to (ARGV[5]): the
-// bookkeeping costs Redis a table insert and lookup per decision, and repeated keys are
-// rare outside hot keys.
-//
-// It is an open-addressing table of the keys' hashes and indexes, cleared and reused
-// from call to call: a map[string]struct{} cost several times as much per key to fill
-// and clear.
-type keySet struct {
-	hashes []uint64 // 0: empty
-	index  []int32  // into the keys, where hashes is set
-}
-
+// keys is the table [repeats] finds a key repeated within one script call in, cleared
+// and reused from call to call: a map[string]struct{} cost several times as much per key
+// to fill and clear. The script keeps what it wrote to each key for a later request on
+// the same key only when told to (ARGV[5]): the bookkeeping costs Redis a table insert
+// and lookup per decision, and repeated keys are rare outside hot keys.
 var (
-	keySetPool = sync.Pool{New: func() any { return new(keySet) }}
-	keySeed    = maphash.MakeSeed()
+	keySets = sync.Pool{New: func() any { return new(table.Table[struct{}]) }}
+	keySeed = maphash.MakeSeed()
 )
 
 // repeats reports whether keys holds a key twice.
@@ -175,30 +168,16 @@ func repeats(keys []string) bool {
 	case 2:
 		return keys[0] == keys[1]
 	}
-	n := 8
-	for n < 2*len(keys) {
-		n <<= 1
-	}
-	set := keySetPool.Get().(*keySet)
-	defer keySetPool.Put(set)
-	if cap(set.hashes) < n {
-		set.hashes, set.index = make([]uint64, n), make([]int32, n)
-	} else {
-		set.hashes, set.index = set.hashes[:n], set.index[:n]
-		clear(set.hashes)
-	}
-	mask := uint64(n - 1)
-	for k, key := range keys {
-		h := maphash.String(keySeed, key) | 1
-		for i := h & mask; ; i = (i + 1) & mask {
-			if set.hashes[i] == 0 {
-				set.hashes[i], set.index[i] = h, int32(k)
-				break
-			}
-			if set.hashes[i] == h && keys[set.index[i]] == key {
-				return true
-			}
+	set := keySets.Get().(*table.Table[struct{}])
+	defer keySets.Put(set)
+	set.Reset(len(keys))
+	defer set.Reset(0) // drops the references to the keys' bytes
+	for _, key := range keys {
+		h := maphash.String(keySeed, key)
+		if set.Find(key, h) >= 0 {
+			return true
 		}
+		set.Insert(key, h, struct{}{})
 	}
 	return false
 }
