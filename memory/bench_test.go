@@ -87,3 +87,34 @@ func benchLimit(alg sluice.Algorithm) sluice.Limit {
 	}
 	return sluice.Limit{Algorithm: alg, Rate: 1 << 40, Period: time.Hour}
 }
+
+// BenchmarkDecideOne decides one request per op through Decide, as the evaluator and the
+// deny cache call the store, on 10k prewarmed keys of a lock-free class (GCRA) and of a
+// locked one (SlidingWindow).
+//
+//	go test -run '^$' -bench BenchmarkDecideOne -benchmem ./memory
+func BenchmarkDecideOne(b *testing.B) {
+	ctx := context.Background()
+	for _, alg := range []sluice.Algorithm{sluice.GCRA, sluice.SlidingWindow} {
+		b.Run(alg.String(), func(b *testing.B) {
+			l := benchLimit(alg)
+			s := New()
+			defer s.Close()
+			keys := make([]string, 10_000)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("user:%08d", i)
+				s.AllowN(ctx, keys[i], l, 1)
+			}
+			reqs, ds := make([]sluice.Request, 1), make([]sluice.Decision, 1)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				reqs[0] = sluice.Request{Key: keys[i%len(keys)], Limit: l, N: 1}
+				if _, err := s.Decide(ctx, reqs, ds); err != nil || !ds[0].Allowed {
+					b.Fatal(ds[0], err)
+				}
+				i += 7919
+			}
+		})
+	}
+}

@@ -208,3 +208,28 @@ func BenchmarkCallers(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecideOne decides one request per call through Decide from one caller, as the
+// service's evaluator calls the store at low load: every script call carries one key.
+// Besides runBench's figures it reports the allocations and the process's CPU time per
+// decision (the client's work, with the Go runtime's).
+//
+//	go test -run '^$' -bench BenchmarkDecideOne -benchmem -benchtime 20000x ./redisstore
+func BenchmarkDecideOne(b *testing.B) {
+	srv := redistest.Start(b)
+	s := open(b, srv.URL())
+	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.FixedWindow} {
+		limit := sluice.Limit{Algorithm: a, Rate: 1_000_000, Period: time.Second}
+		b.Run(a.String(), func(b *testing.B) {
+			reqs, ds := make([]sluice.Request, 1), make([]sluice.Decision, 1)
+			b.ReportAllocs()
+			cpu0 := procstat.CPU()
+			runBench(b, srv, 1, func(ctx context.Context, i int) error {
+				reqs[0] = sluice.Request{Key: benchKeyNames[i%1000], Limit: limit, N: 1}
+				_, err := s.Decide(ctx, reqs, ds)
+				return err
+			})
+			b.ReportMetric(float64((procstat.CPU()-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
+		})
+	}
+}

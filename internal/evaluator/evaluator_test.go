@@ -131,3 +131,21 @@ func BenchmarkEvaluate(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkEvaluateOne: a request of one enforced item, the common one, on the memory
+// store.
+//
+//	go test -run '^$' -bench BenchmarkEvaluateOne -benchmem ./internal/evaluator
+func BenchmarkEvaluateOne(b *testing.B) {
+	s := memory.New()
+	defer s.Close()
+	items := []Item{item("w", sluice.PerSecond(500_000_000), 1, false)}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		items[0].Decided = false
+		if out, err := Evaluate(ctx, s, items, self); err != nil || !out.Allowed {
+			b.Fatal(out, err)
+		}
+	}
+}
