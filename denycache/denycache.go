@@ -200,47 +200,41 @@ func (c *Cache) shard(key string) *shard {
 // else is decided by the inner limiter, and the denials in its answer are remembered (a
 // limit that blocked a denied request was denied by its own state).
 func (c *Cache) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
-	if len(reqs) == 1 && len(ds) > 0 && reqs[0].N > 0 {
-		return c.decideOne(ctx, reqs, ds)
+	// One clock reading serves the lookup and, taken before the store is asked, dates a
+	// denial the store makes no later than the store made it.
+	now, held := c.now(), true
+	type asked struct {
+		sh  *shard
+		gen uint64 // the shard's Reset count before the store was asked
 	}
-	var buf [8]uint64
-	gens := buf[:0]
+	var buf [8]asked
+	as := buf[:0]
 	for _, r := range reqs {
-		gens = append(gens, c.shard(r.Key).gen.Load())
+		sh := c.shard(r.Key)
+		as = append(as, asked{sh, sh.gen.Load()})
 	}
-	start := c.now()
+	if len(reqs) == 1 && len(ds) > 0 && reqs[0].N > 0 {
+		r, sh := &reqs[0], as[0].sh
+		held = false
+		if sh.n.Load() > 0 {
+			// A request that matches a denial is good input: the denial is the inner
+			// limiter's answer to the same key, Limit and cost. Bad input matches none
+			// and is the inner limiter's to reject.
+			var d sluice.Decision
+			var ok bool
+			if d, ok, held = c.lookup(sh, r.Key, r.Limit, r.N, now); ok {
+				ds[0] = d
+				return sluice.Report{}, nil
+			}
+		}
+	}
 	rep, err := c.inner.Decide(ctx, reqs, ds)
 	if err == nil {
 		for i := range reqs {
 			if r := &reqs[i]; r.N > 0 {
-				c.learn(c.shard(r.Key), gens[i], start, r, &ds[i], true)
+				c.learn(as[i].sh, as[i].gen, now, r, &ds[i], held)
 			}
 		}
-	}
-	return rep, err
-}
-
-func (c *Cache) decideOne(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
-	r := &reqs[0]
-	sh := c.shard(r.Key)
-	// One clock reading serves the lookup and, taken before the store is asked, dates a
-	// denial the store makes no later than the store made it.
-	now, held := c.now(), false
-	if sh.n.Load() > 0 {
-		// A request that matches a denial is good input: the denial is the inner
-		// limiter's answer to the same key, Limit and cost. Bad input matches none and
-		// is the inner limiter's to reject.
-		var d sluice.Decision
-		var ok bool
-		if d, ok, held = c.lookup(sh, r.Key, r.Limit, r.N, now); ok {
-			ds[0] = d
-			return sluice.Report{}, nil
-		}
-	}
-	gen := sh.gen.Load()
-	rep, err := c.inner.Decide(ctx, reqs, ds)
-	if err == nil {
-		c.learn(sh, gen, now, r, &ds[0], held)
 	}
 	return rep, err
 }

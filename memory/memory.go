@@ -526,6 +526,9 @@ func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, lea
 // says only that the store was asked.
 func (s *Store) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
 	if len(reqs) == 1 && reqs[0].SettleTTL == 0 {
+		// AllowN decides a lock-free class without the shard lock and needs none of the
+		// general path's ordering of locks (BenchmarkDecideOne; TestDecideOneAgainstGeneral
+		// holds it to decideMulti).
 		if len(ds) == 0 {
 			return sluice.Report{}, store.CheckRequests(reqs, ds)
 		}

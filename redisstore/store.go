@@ -627,26 +627,11 @@ func (s *Store) appendKey(b []byte, key, tail string) []byte {
 	return append(b, tail...)
 }
 
-// AllowN is Decide of one request, without the slices.
+// AllowN is Decide of one request.
 func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
-	li, err := s.checkedInfo(key, limit, n)
-	if err != nil {
-		return sluice.Decision{}, err
-	}
-	cn, err := s.usable()
-	if err != nil {
-		return sluice.Decision{}, err
-	}
-	c := getCall(ctx)
-	c.items = c.one[:1]
-	c.res = c.oneRes[:1]
-	c.items[0] = newItem(key, li, n)
-	if err := s.submit(ctx, cn, c); err != nil {
-		return sluice.Decision{}, err
-	}
-	d := c.res[0].Decision(limit)
-	putCall(c)
-	return d, nil
+	var d [1]sluice.Decision
+	_, err := s.Decide(ctx, []sluice.Request{{Key: key, Limit: limit, N: n}}, d[:])
+	return d[0], err
 }
 
 // Decide implements sluice.Limiter: the requests are decided in one script call, all or
@@ -654,19 +639,8 @@ func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n in
 // are decided all or nothing too, by the protocol in "Decisions across cluster slots"
 // (Store.allowAcrossSlots). Errors of Redis come classified (sluice.KindOf).
 func (s *Store) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
-	if len(reqs) == 1 && len(ds) > 0 && reqs[0].SettleTTL == 0 {
-		r := &reqs[0]
-		start := time.Now()
-		d, err := s.AllowN(ctx, r.Key, r.Limit, r.N)
-		rep := report(err, time.Since(start))
-		if err != nil {
-			return rep, err
-		}
-		ds[0] = d
-		return rep, nil
-	}
 	start := time.Now()
-	err := s.decideMulti(ctx, reqs, ds)
+	err := s.decide(ctx, reqs, ds)
 	return report(err, time.Since(start)), err
 }
 
@@ -678,41 +652,36 @@ func report(err error, latency time.Duration) sluice.Report {
 	return sluice.Report{StoreCalled: !store.IsBadInput(err), StoreLatency: latency, Kind: sluice.KindOf(err)}
 }
 
-func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sluice.Decision) error {
-	if err := store.CheckRequests(reqs, out); err != nil {
-		return err
+func (s *Store) decide(ctx context.Context, reqs []sluice.Request, out []sluice.Decision) error {
+	if len(out) < len(reqs) {
+		return store.CheckRequests(reqs, out)
 	}
 	if len(reqs) == 0 {
 		return nil
 	}
-	type ident struct {
-		key   string
-		limit sluice.Limit
+	c := getCall(ctx)
+	c.items, c.res = c.one[:0], c.oneRes[:]
+	if len(reqs) > 1 {
+		c.items, c.res = make([]item, 0, len(reqs)), make([]algo.Outcome, len(reqs))
 	}
-	cn, err := s.usable()
+	cn, err := s.prepare(reqs, c)
 	if err != nil {
+		putCall(c)
 		return err
 	}
-	seen := make(map[ident]int, len(reqs))
-	items := make([]item, len(reqs))
-	first, cross, settled := uint16(0), false, false
-	if cn.cluster {
-		first = idSlot(reqs[0].Key)
+	cross, settled := false, false
+	for i := range reqs {
+		cross = cross || cn.cluster && idSlot(reqs[i].Key) != idSlot(reqs[0].Key)
+		settled = settled || reqs[i].SettleTTL > 0 && reqs[i].N > 0
 	}
-	for i, r := range reqs {
-		id := ident{r.Key, r.Limit}
-		if j, dup := seen[id]; dup {
-			return fmt.Errorf("%w: request %d repeats the key and limit of request %d", sluice.ErrInvalidKey, i, j)
+	if settled || cross {
+		putCall(c)
+		// A copy, so that reqs stays where its caller put it (AllowN's, on its stack):
+		// these rarer paths keep the requests beyond the call.
+		reqs := slices.Clone(reqs)
+		if settled {
+			return s.decideSettled(ctx, cn, reqs, out, cross)
 		}
-		seen[id] = i
-		items[i] = newItem(r.Key, s.info(r.Limit), r.N)
-		cross = cross || cn.cluster && idSlot(r.Key) != first
-		settled = settled || r.SettleTTL > 0 && r.N > 0
-	}
-	if settled {
-		return s.decideSettled(ctx, cn, reqs, out, cross)
-	}
-	if cross {
 		ds, err := s.allowAcrossSlots(ctx, reqs, nil)
 		if err != nil {
 			return err
@@ -720,9 +689,6 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 		copy(out, ds)
 		return nil
 	}
-	c := getCall(ctx)
-	c.items = items
-	c.res = make([]algo.Outcome, len(items))
 	if err := s.submit(ctx, cn, c); err != nil {
 		return err
 	}
@@ -731,6 +697,40 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 	}
 	putCall(c)
 	return nil
+}
+
+// prepare checks reqs (as store.CheckRequests does, and that no key and limit repeat)
+// and appends their items to c's; then it returns the connection to decide them on.
+func (s *Store) prepare(reqs []sluice.Request, c *call) (*conn, error) {
+	for i := range reqs {
+		r := &reqs[i]
+		li, err := s.checkedInfo(r.Key, r.Limit, r.N)
+		if err == nil {
+			err = store.CheckSettleTTL(r.Limit, r.SettleTTL)
+		}
+		if err != nil {
+			if len(reqs) > 1 {
+				err = fmt.Errorf("request %d: %w", i, err)
+			}
+			return nil, err
+		}
+		c.items = append(c.items, newItem(r.Key, li, r.N))
+	}
+	if len(reqs) > 1 {
+		type ident struct {
+			key   string
+			limit sluice.Limit
+		}
+		seen := make(map[ident]int, len(reqs))
+		for i, r := range reqs {
+			id := ident{r.Key, r.Limit}
+			if j, dup := seen[id]; dup {
+				return nil, fmt.Errorf("%w: request %d repeats the key and limit of request %d", sluice.ErrInvalidKey, i, j)
+			}
+			seen[id] = i
+		}
+	}
+	return s.usable()
 }
 
 // Reset implements sluice.Limiter: it deletes key's state under limit.

@@ -111,7 +111,8 @@ func (e *ShadowError) Unwrap() error { return e.Err }
 func Evaluate[T any](ctx context.Context, lim sluice.Limiter, items []T, item func(*T) *Item) (Outcome, error) {
 	if len(items) == 1 {
 		// The common request, one enforced limit: decided as below, without the
-		// bookkeeping of namings and looks that only several items or a shadow one need.
+		// bookkeeping of namings and looks that only several items or a shadow one need
+		// (BenchmarkEvaluateOne; TestEvaluateOne holds it to evaluate).
 		if it := item(&items[0]); it.asked() && !it.Shadow && !it.Decided {
 			it.Key = keys.Bound(it.Key)
 			if it.N <= it.Limit.MaxCost() {

@@ -139,7 +139,7 @@ func BenchmarkEvaluate(b *testing.B) {
 func BenchmarkEvaluateOne(b *testing.B) {
 	s := memory.New()
 	defer s.Close()
-	items := []Item{item("w", sluice.PerSecond(500_000_000), 1, false)}
+	items := []Item{item("w", sluice.Limit{Rate: 1e6, Period: time.Second, Burst: 1e9}, 1, false)}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {

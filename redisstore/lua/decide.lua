@@ -34,7 +34,8 @@
 -- script.go).
 
 -- A call of one request, the common case at low load, decides it and returns its result
--- directly. Its state is read with GET through redis.pcall: a key of another type (an
+-- directly (measured by bench's cmd/rediscost -batch 1; TestDecideLuaOneKeyAgainstGeneral
+-- holds it to the general path below). Its state is read with GET through redis.pcall: a key of another type (an
 -- error reply, a table) reads as absent, as MGET reads it below, so that a look or a
 -- denial leaves it as a call of several requests would.
 local nkeys = #KEYS
