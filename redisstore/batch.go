@@ -169,17 +169,17 @@ func repeats(keys []string) bool {
 		return keys[0] == keys[1]
 	}
 	set := keySets.Get().(*table.Table[struct{}])
-	defer keySets.Put(set)
 	set.Reset(len(keys))
-	defer set.Reset(0) // drops the references to the keys' bytes
+	found := false
 	for _, key := range keys {
-		h := maphash.String(keySeed, key)
-		if set.Find(key, h) >= 0 {
-			return true
+		if _, added := set.Add(key, maphash.String(keySeed, key), struct{}{}); !added {
+			found = true
+			break
 		}
-		set.Insert(key, h, struct{}{})
 	}
-	return false
+	set.Reset(0) // drops the references to the keys' bytes
+	keySets.Put(set)
+	return found
 }
 
 // minExtraCall is how many decisions must be waiting before a third (or later) call goes

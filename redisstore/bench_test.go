@@ -233,3 +233,19 @@ func BenchmarkDecideOne(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRepeats is the repeated-key check of one script call of 40 distinct keys.
+//
+//	go test -run '^$' -bench BenchmarkRepeats ./redisstore
+func BenchmarkRepeats(b *testing.B) {
+	keys := make([]string, 40)
+	for i := range keys {
+		keys[i] = "sluice:{" + benchKey(i) + "}:g1000:1000000"
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if repeats(keys) {
+			b.Fatal("repeats")
+		}
+	}
+}

@@ -70,7 +70,8 @@ func (t *Table[V]) Len() int { return t.n }
 // Cap is the number of slots.
 func (t *Table[V]) Cap() int { return len(t.slots) }
 
-// At returns slot i, 0 <= i < Cap(). A Delete or an Insert may move every slot.
+// At returns slot i, 0 <= i < Cap(). A Delete, or an Insert or Add that adds a key, may
+// move every slot.
 func (t *Table[V]) At(i int) *Slot[V] { return &t.slots[i] }
 
 // Full reports whether the next Insert of an absent key grows the table.
@@ -113,6 +114,33 @@ func (t *Table[V]) Insert(key string, h uint64, v V) int {
 	t.slots[i] = Slot[V]{ptr: unsafe.StringData(key), klen: uint32(len(key)), tag: tag, V: v}
 	t.n++
 	return i
+}
+
+// Add returns the position of key, whose hash is h and which must not be empty,
+// inserting it with value v when it is absent; added reports whether it did. It probes
+// once where Find and then Insert probe twice (but for an Insert that grows the table).
+func (t *Table[V]) Add(key string, h uint64, v V) (i int, added bool) {
+	c, tag := len(t.slots), Tag(h)
+	if c == 0 || t.Full() {
+		if i = t.Find(key, h); i >= 0 {
+			return i, false
+		}
+		return t.Insert(key, h, v), true
+	}
+	for i = Home(tag, c); ; {
+		e := &t.slots[i]
+		if e.ptr == nil {
+			*e = Slot[V]{ptr: unsafe.StringData(key), klen: uint32(len(key)), tag: tag, V: v}
+			t.n++
+			return i, true
+		}
+		if e.tag == tag && e.klen == uint32(len(key)) && e.Key() == key {
+			return i, false
+		}
+		if i++; i == c {
+			i = 0
+		}
+	}
 }
 
 // Delete removes the entry at position i, which must hold one, by backward shift (the

@@ -87,12 +87,23 @@ func TestTableAgainstMap(t *testing.T) {
 				case r < 50 && !ok:
 					what = "insert"
 					j := tb.Insert(k, h, step)
+					if rng.IntN(2) == 0 {
+						what = "add"
+						tb.Delete(j)
+						var added bool
+						if j, added = tb.Add(k, h, step); !added {
+							t.Fatalf("step %d: Add(%q) of an absent key added nothing", step, k)
+						}
+					}
 					if tb.At(j).Key() != k || tb.At(j).V != step {
 						t.Fatalf("step %d: Insert(%q) returned slot %d holding %q", step, k, j, tb.At(j).Key())
 					}
 					want[k] = step
 				case r < 50:
 					what = "update"
+					if j, added := tb.Add(k, h, -1); added || j != i {
+						t.Fatalf("step %d: Add(%q) of a present key at %d gave %d, %v", step, k, i, j, added)
+					}
 					tb.At(i).V = step
 					want[k] = step
 				case r < 90 && ok:
