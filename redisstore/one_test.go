@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store"
 )
 
 // TestDecideLuaOneKeyAgainstGeneral: decide.lua's branch for a call of one key decides as
