@@ -107,7 +107,7 @@ func TestValidationErrors(t *testing.T) {
     rate: 5
     lease: 48h
 `},
-			want: []string{"policies.yaml:5:12: policies[0]: sluice: invalid limit: lease 48h0m0s exceeds the maximum 24h0m0s"},
+			want: []string{"policies.yaml:5:12: policies[0].lease: lease 48h0m0s exceeds the maximum 24h0m0s"},
 		},
 		{
 			name: "unknown field (typo)",
@@ -155,7 +155,7 @@ func TestValidationErrors(t *testing.T) {
     rate: 2000000
     period: 1s
 `},
-			want: []string{"policies.yaml:4:11: policies[0]: sluice: invalid limit: 2000000 per 1s spaces events less than 1µs apart; use a longer period or a window algorithm"},
+			want: []string{"policies.yaml:4:11: policies[0].rate: 2000000 per 1s spaces events less than 1µs apart; use a longer period or a window algorithm"},
 		},
 		{
 			name: "burst on a window algorithm, failure mode typo",
@@ -420,7 +420,7 @@ func TestValidateErrorWrapsErrInvalidLimit(t *testing.T) {
 		t.Fatalf("err %v does not wrap sluice.ErrInvalidLimit", err)
 	}
 	var es Errors
-	if !errors.As(err, &es) || len(es) != 1 || es[0].Pos.Line != 4 || es[0].Field != "policies[0]" {
+	if !errors.As(err, &es) || len(es) != 1 || es[0].Pos.Line != 4 || es[0].Field != "policies[0].rate" {
 		t.Fatalf("errors %#v", es)
 	}
 }

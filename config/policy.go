@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"net/netip"
 	"os"
@@ -555,12 +556,16 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 	}
 
 	alg := sluice.GCRA
+	var faulted []string // the algorithm, when d.algorithm reported it
 	if v, ok := o.get("algorithm"); ok {
-		alg = d.algorithm(v, o.field("algorithm"))
+		n := len(d.errs)
+		if alg = d.algorithm(v, o.field("algorithm")); len(d.errs) != n {
+			faulted = append(faulted, "algorithm")
+		}
 	}
 	hasRate, hasPeriod := o.has("rate"), o.has("period")
 	if hasRate || hasPeriod || o.has("burst") || o.has("lease") || !o.has("tiers") {
-		p.Limit, _ = d.limitAt(o, alg, false)
+		p.Limit, _ = d.limit(o, sluice.GCRA, faulted...)
 	}
 
 	p.Key = d.keySource(o)
@@ -779,88 +784,54 @@ func algorithmList() string {
 	return strings.Join(names, ", ")
 }
 
-// limit reads algorithm, rate, period and burst of o into a validated sluice.Limit.
-// The algorithm defaults to inherit.
-func (d *decoder) limit(o *object, inherit sluice.Algorithm) (sluice.Limit, bool) {
-	return d.limitAt(o, inherit, true)
-}
-
-// limitAt is limit; readAlg false means o's algorithm field was read by the caller and
-// inherit is its value.
-func (d *decoder) limitAt(o *object, inherit sluice.Algorithm, readAlg bool) (sluice.Limit, bool) {
+// limit reads the limit of o ([LimitSpec] as YAML writes it) into a validated
+// sluice.Limit, taking the algorithm inherit when o names none. Each problem is reported
+// at its field, except those of the fields in faulted, which the caller reported.
+func (d *decoder) limit(o *object, inherit sluice.Algorithm, faulted ...string) (sluice.Limit, bool) {
 	before := len(d.errs)
-	l := sluice.Limit{Algorithm: inherit}
-	if v, ok := o.get("algorithm"); ok && readAlg {
-		l.Algorithm = d.algorithm(v, o.field("algorithm"))
+	skip := map[string]bool{}
+	for _, f := range faulted {
+		skip[f] = true
 	}
-	rateNode, hasRate := o.get("rate")
-	if hasRate {
-		l.Rate, _ = d.integer(rateNode, o.field("rate"), 1, store.MaxRate)
-	} else {
-		d.errorf(o.node, o.field("rate"), "is required")
-	}
-	leaseNode, hasLease := o.get("lease")
-	if l.Algorithm == sluice.Concurrency {
-		if v, ok := o.get("period"); ok {
-			d.errorf(v, o.field("period"), "is not used by concurrency limits; a request holds its slot until it ends or its lease expires (lease)")
-		}
-		if !hasLease {
-			d.errorf(o.node, o.field("lease"), "is required for a concurrency limit: the longest a request holds its slot, e.g. 30s")
-		} else if s, ok := d.str(leaseNode, o.field("lease")); ok {
-			if p, err := ParsePeriod(s); err != nil {
-				d.errorf(leaseNode, o.field("lease"), "%v", err)
-			} else {
-				l.Lease = p
-			}
-		}
-	} else if hasLease {
-		d.errorf(leaseNode, o.field("lease"), "applies only to concurrency limits; %s ignores it", l.Algorithm)
-	}
-	if v, ok := o.get("period"); ok && l.Algorithm != sluice.Concurrency {
-		s, ok := d.str(v, o.field("period"))
-		if u, cal := ParseCalendarUnit(s); ok && cal {
-			l.Calendar.Unit = u
-			if a, ok := o.get("algorithm"); ok && l.Algorithm != sluice.FixedWindow {
-				d.errorf(a, o.field("algorithm"), "a %s period is counted by fixed_window, not %s", s, l.Algorithm)
-			}
-			l.Algorithm = sluice.FixedWindow
-		} else if ok {
-			p, err := ParsePeriod(s)
-			if err != nil {
-				d.errorf(v, o.field("period"), "%v", err)
-			} else if p > store.MaxPeriod {
-				d.errorf(v, o.field("period"), "must be at most %v", store.MaxPeriod)
-			} else {
-				l.Period = p
-			}
-		}
-	} else if l.Algorithm != sluice.Concurrency {
-		d.errorf(o.node, o.field("period"), "is required")
-	}
-	d.calendar(o, &l.Calendar, "period: calendar_day, calendar_week, calendar_month or calendar_year")
-	if v, ok := o.get("burst"); ok {
-		l.Burst, _ = d.integer(v, o.field("burst"), 1, store.MaxRate)
-		switch l.Algorithm {
-		case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket:
+	var s LimitSpec
+	var anchor int64
+	for _, f := range []struct {
+		name string
+		str  *string
+		num  *int64
+	}{
+		{"algorithm", &s.Algorithm, nil}, {"rate", nil, &s.Rate}, {"period", &s.Period, nil},
+		{"burst", nil, &s.Burst}, {"lease", &s.Lease, nil}, {"zone", &s.Zone, nil}, {"anchor_day", nil, &anchor},
+	} {
+		v, ok := o.get(f.name)
+		switch {
+		case !ok:
+		case f.str != nil:
+			*f.str, ok = d.str(v, o.field(f.name))
 		default:
-			d.errorf(v, o.field("burst"), "applies only to gcra, token_bucket and leaky_bucket; %s ignores it", l.Algorithm)
+			*f.num, ok = d.integer(v, o.field(f.name), math.MinInt64, math.MaxInt64)
+		}
+		if !ok && o.has(f.name) {
+			skip[f.name] = true
 		}
 	}
-	if len(d.errs) != before {
-		return l, false
+	s.AnchorDay = int(max(min(anchor, 1<<20), -1<<20)) // out of range either way, and an int on every platform
+	if !o.has("rate") {
+		d.errorf(o.node, o.field("rate"), "is required")
+		skip["rate"] = true
 	}
-	if err := l.Validate(); err != nil {
-		n := rateNode
-		if l.Algorithm == sluice.Concurrency && leaseNode != nil {
-			n = leaseNode
+	l, err := s.Limit(inherit)
+	for _, fe := range fieldErrors(err) {
+		if skip[fe.Field] {
+			continue
 		}
-		if n == nil {
-			n = o.node
+		n := o.node
+		if v, ok := o.get(fe.Field); ok {
+			n = v
 		}
-		d.wrapErr(n, o.path, err)
-		return l, false
+		d.errs = append(d.errs, &Error{Pos: d.pos(n), Field: o.field(fe.Field), Msg: fe.Msg, Err: fe.Err})
 	}
-	return l, true
+	return l, err == nil && len(d.errs) == before
 }
 
 // ParseCalendarUnit parses a calendar period's name as [sluice.CalendarUnit.String]

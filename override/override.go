@@ -16,7 +16,6 @@ package override
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sort"
 	"strings"
 	"time"
@@ -42,15 +41,9 @@ type Override struct {
 	Expires time.Time `json:"expires,omitzero"`
 }
 
-// Spec is a limit as the admin API and the store write it.
-type Spec struct {
-	Algorithm string `json:"algorithm"`
-	Rate      int64  `json:"rate"`
-	Period    string `json:"period"`
-	Burst     int64  `json:"burst,omitempty"`
-	Zone      string `json:"zone,omitempty"`
-	AnchorDay int    `json:"anchor_day,omitempty"`
-}
+// Spec is a limit as the admin API and the store write it; a Spec in the store names
+// its algorithm.
+type Spec = config.LimitSpec
 
 // Pattern reports whether o's identity is a pattern.
 func (o Override) Pattern() bool { return strings.HasSuffix(o.Identity, "*") }
@@ -88,7 +81,7 @@ func NewSet(list []Override, now time.Time) *Set {
 	s := &Set{exact: map[[2]string]*Override{}, patterns: map[string][]*Override{}}
 	for _, o := range list {
 		if o.Limit == (sluice.Limit{}) {
-			l, err := o.Spec.ToLimit()
+			l, err := o.Spec.Limit(sluice.GCRA)
 			if err != nil {
 				continue // written by something else: ignored
 			}
@@ -182,40 +175,4 @@ func (s *Set) List(policy string, now time.Time) []Override {
 		}
 	}
 	return out
-}
-
-// ToLimit is the sluice.Limit s describes: period a Go duration, a word (second, minute,
-// hour, day, week) or a calendar period (calendar_month, with Zone and AnchorDay).
-func (s Spec) ToLimit() (sluice.Limit, error) {
-	alg, err := sluice.ParseAlgorithm(s.Algorithm)
-	if s.Algorithm == "" {
-		alg, err = sluice.GCRA, nil
-	}
-	if err != nil {
-		return sluice.Limit{}, err
-	}
-	l := sluice.Limit{Algorithm: alg, Rate: s.Rate, Burst: s.Burst}
-	if u, ok := config.ParseCalendarUnit(s.Period); ok {
-		if s.Algorithm == "" {
-			l.Algorithm = sluice.FixedWindow
-		}
-		z, err := sluice.ParseZone(s.Zone)
-		if err != nil {
-			return sluice.Limit{}, err
-		}
-		l.Calendar = sluice.Calendar{Unit: u, Zone: z, Anchor: s.AnchorDay}
-	} else {
-		if s.Zone != "" || s.AnchorDay != 0 {
-			return sluice.Limit{}, fmt.Errorf("%w: zone and anchor_day apply only to calendar periods", sluice.ErrInvalidLimit)
-		}
-		p, err := config.ParsePeriod(s.Period)
-		if err != nil {
-			return sluice.Limit{}, fmt.Errorf("%w: period: %v", sluice.ErrInvalidLimit, err)
-		}
-		l.Period = p
-	}
-	if err := l.Validate(); err != nil {
-		return sluice.Limit{}, err
-	}
-	return l, nil
 }

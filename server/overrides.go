@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -17,7 +18,6 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/keys"
 	"github.com/sluicehq/sluice/override"
-	"github.com/sluicehq/sluice/store"
 )
 
 // DefaultOverrideRefresh is how often a server looks for override changes made through
@@ -28,13 +28,9 @@ const DefaultOverrideRefresh = 500 * time.Millisecond
 const maxOverrideBody = 8 << 10
 
 // OverrideRequest is the body of PUT /v1/overrides/{policy}/{identity}.
+// Its limit takes the policy's algorithm when it names none.
 type OverrideRequest struct {
-	Rate      int64  `json:"rate"`
-	Period    string `json:"period"`
-	Burst     int64  `json:"burst,omitempty"`
-	Algorithm string `json:"algorithm,omitempty"`
-	Zone      string `json:"zone,omitempty"`
-	AnchorDay int    `json:"anchor_day,omitempty"`
+	config.LimitSpec
 	// ExpiresIn is a Go duration ("2s", "720h"); empty means never.
 	ExpiresIn string `json:"expires_in,omitempty"`
 	Reason    string `json:"reason,omitempty"`
@@ -300,46 +296,13 @@ func (s *Server) handleOverridePut(w http.ResponseWriter, r *http.Request) {
 
 // overrideOf checks an override request for policy p; the error names the field.
 func overrideOf(p *config.Policy, id string, req *OverrideRequest, now time.Time) (override.Override, error) {
-	spec := override.Spec{Algorithm: req.Algorithm, Rate: req.Rate, Period: req.Period, Burst: req.Burst, Zone: req.Zone, AnchorDay: req.AnchorDay}
-	if spec.Algorithm == "" {
-		if _, cal := config.ParseCalendarUnit(req.Period); !cal {
-			l, _ := p.LimitFor("", "")
-			spec.Algorithm = l.Algorithm.String()
-		} else {
-			spec.Algorithm = sluice.FixedWindow.String()
-		}
+	def, _ := p.LimitFor("", "")
+	l, err := req.LimitSpec.Limit(def.Algorithm)
+	if fe := (*config.FieldError)(nil); errors.As(err, &fe) {
+		return override.Override{}, badRequest("%v", fe)
 	}
-	switch {
-	case req.Rate <= 0 || req.Rate > store.MaxRate:
-		return override.Override{}, badRequest("rate: must be in 1..%d, got %d", int64(store.MaxRate), req.Rate)
-	case req.Period == "":
-		return override.Override{}, badRequest("period: is required")
-	case req.Burst < 0:
-		return override.Override{}, badRequest("burst: must not be negative, got %d", req.Burst)
-	}
-	if _, err := sluice.ParseAlgorithm(spec.Algorithm); err != nil {
-		return override.Override{}, badRequest("algorithm: %v", strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": "))
-	}
-	if _, cal := config.ParseCalendarUnit(req.Period); !cal {
-		if _, err := config.ParsePeriod(req.Period); err != nil {
-			return override.Override{}, badRequest("period: %v", err)
-		}
-	}
-	l, err := spec.ToLimit()
-	if err != nil {
-		field := "limit"
-		switch msg := err.Error(); {
-		case strings.Contains(msg, "burst"):
-			field = "burst"
-		case strings.Contains(msg, "zone"):
-			field = "zone"
-		case strings.Contains(msg, "anchor"):
-			field = "anchor_day"
-		case strings.Contains(msg, "calendar") || strings.Contains(msg, "period"):
-			field = "period"
-		}
-		return override.Override{}, badRequest("%s: %v", field, strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": "))
-	}
+	spec := req.LimitSpec
+	spec.Algorithm = l.Algorithm.String()
 	o := override.Override{Policy: p.Name, Identity: id, Limit: l, Spec: spec, Reason: req.Reason, Set: now.UTC()}
 	if req.ExpiresIn != "" {
 		d, err := time.ParseDuration(req.ExpiresIn)
@@ -416,7 +379,7 @@ func (s *Server) logChange(ctx context.Context, msg, policy, identity, by string
 		}
 		str := o.Limit.String()
 		if o.Limit == (sluice.Limit{}) {
-			if l, err := o.Spec.ToLimit(); err == nil {
+			if l, err := o.Spec.Limit(sluice.GCRA); err == nil {
 				str = l.String()
 			}
 		}

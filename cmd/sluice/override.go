@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/server"
 )
 
@@ -44,7 +45,8 @@ func overrideCommand() *cli.Command {
 				Name: "set", Usage: "set an override", ArgsUsage: "POLICY IDENTITY",
 				Flags: with(
 					&cli.Int64Flag{Name: "rate", Usage: "units per period", Required: true, Sources: cli.EnvVars("SLUICE_OVERRIDE_RATE")},
-					&cli.StringFlag{Name: "period", Usage: "a Go duration (1m), a word (minute) or a calendar period (calendar_month)", Required: true, Sources: cli.EnvVars("SLUICE_OVERRIDE_PERIOD")},
+					&cli.StringFlag{Name: "period", Usage: "a Go duration (1m), a word (minute) or a calendar period (calendar_month); none for a concurrency limit", Sources: cli.EnvVars("SLUICE_OVERRIDE_PERIOD")},
+					&cli.StringFlag{Name: "lease", Usage: "a concurrency limit's longest hold of a slot (30s)", Sources: cli.EnvVars("SLUICE_OVERRIDE_LEASE")},
 					&cli.Int64Flag{Name: "burst", Usage: "bucket depth (gcra, token_bucket, leaky_bucket)", Sources: cli.EnvVars("SLUICE_OVERRIDE_BURST")},
 					&cli.StringFlag{Name: "algorithm", Usage: "the algorithm (default: the policy's)", Sources: cli.EnvVars("SLUICE_OVERRIDE_ALGORITHM")},
 					&cli.StringFlag{Name: "zone", Usage: "a calendar period's IANA zone", Sources: cli.EnvVars("SLUICE_OVERRIDE_ZONE")},
@@ -58,8 +60,10 @@ func overrideCommand() *cli.Command {
 						return err
 					}
 					body, _ := json.Marshal(server.OverrideRequest{
-						Rate: c.Int64("rate"), Period: c.String("period"), Burst: c.Int64("burst"),
-						Algorithm: c.String("algorithm"), Zone: c.String("zone"), AnchorDay: c.Int("anchor-day"),
+						LimitSpec: config.LimitSpec{
+							Rate: c.Int64("rate"), Period: c.String("period"), Burst: c.Int64("burst"), Lease: c.String("lease"),
+							Algorithm: c.String("algorithm"), Zone: c.String("zone"), AnchorDay: c.Int("anchor-day"),
+						},
 						ExpiresIn: c.String("expires-in"), Reason: c.String("reason"),
 					})
 					return adminCall(ctx, c, http.MethodPut, overridePath(p, id), body)
