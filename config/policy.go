@@ -137,42 +137,106 @@ type IdentityTier struct {
 	field string
 }
 
-// overrideID reads the identity an override is written for: the form sluice prints it in
-// (keys.Identity.String: "api_key:<hex MAC>", "user:<id>", "ip:<address>"; `sluice key`
-// prints it), or the bare ID. For API keys "hmac:<hex MAC>" is accepted too, and the MAC
-// must be 64 hexadecimal digits (what keys.Hasher writes); for IPs the address or prefix
-// must parse. Anything else is an error: an override that can never match is a mistake.
-func overrideID(t KeyType, s string) (string, error) {
-	kind := t.Kind()
-	id := s
-	if v, ok := cutKind(s, string(kind)); ok {
-		id = v
-	} else if v, ok := cutKind(s, "hmac"); ok && t == KeyAPIKey {
-		id = v
-	} else {
-		for _, other := range []string{"ip", "user", "api_key", "hmac"} {
-			if _, ok := cutKind(s, other); ok && other != string(kind) && t != KeyIP {
-				return "", fmt.Errorf("names a %s identity, but policy limits %s identities", other, kind)
-			}
+// IdentityForm is what [Policy.ParseIdentity] accepts beyond the forms it always does.
+// The zero value is what a configuration file accepts; the admin API sets every field.
+type IdentityForm struct {
+	// Patterns accepts a trailing '*': a pattern matching every identity that begins
+	// with the text before it. API keys, kept only as their MACs, have none.
+	Patterns bool
+	// HashKey, when set, reads a bare identity of an API-key policy as the raw key and
+	// returns its MAC. When nil, an API key is written as its MAC, so that raw keys never
+	// need to be written in a file.
+	HashKey func(apiKey string) (string, error)
+	// ClientIP, when set, reads an IP address or prefix as the identity of the clients it
+	// covers (an IPv6 address: its prefix as configured). When nil, it is taken as written,
+	// and [Parse] reports one that no client is identified by.
+	ClientIP *keys.ClientIP
+}
+
+// ParseIdentity reads the identity s that an operator writes for p (an override's, or an
+// identity tier's) and returns its ID, as keys.Identity.ID holds it. Accepted are: the
+// form sluice prints an identity in (keys.Identity.String: "api_key:<MAC>", "user:<id>",
+// "ip:<address or prefix>", escaped as printed; `sluice key` prints it), "hmac:<MAC>" for
+// an API key, a store key of p as the decision log prints it
+// ("<policy>:<kind>:<id>:<route>:<tier>"), the bare ID, and what form adds. A MAC is 64
+// lower-case hex digits (what keys.Hasher writes). An identity of another kind than p
+// limits, an empty one, or one with white space at either end or control characters is an
+// error: an override that can never match is a mistake.
+func (p *Policy) ParseIdentity(s string, form IdentityForm) (string, error) {
+	if s == "" || strings.TrimSpace(s) != s || strings.ContainsAny(s, "\x00\r\n") {
+		return "", fmt.Errorf("must be non-empty, without surrounding white space or control characters")
+	}
+	kind := p.Key.Type.Kind()
+	if k, err := keys.ParseKey(s); err == nil && k.Policy == p.Name && k.Kind == kind && k.ID != "" {
+		return p.checkID(k.ID, s, form)
+	}
+	for _, other := range []string{"ip", "user", "api_key", "hmac"} {
+		if _, ok := strings.CutPrefix(s, other+":"); ok && other != string(kind) && (other != "hmac" || kind != keys.APIKey) {
+			return "", fmt.Errorf("%q is of kind %s, and policy %q limits %s", s, strings.Replace(other, "hmac", "api_key", 1), p.Name, p.limits())
 		}
 	}
-	switch t {
+	if pat, ok := strings.CutSuffix(s, "*"); ok && form.Patterns {
+		if kind == keys.APIKey {
+			return "", fmt.Errorf("a pattern cannot match API keys, which are kept only as their MACs: policy %q limits %s, so an override names one key", p.Name, p.limits())
+		}
+		pat = strings.TrimPrefix(pat, string(kind)+":")
+		if strings.Contains(pat, "*") {
+			return "", fmt.Errorf("only a trailing '*' makes a pattern, got %q", s)
+		}
+		return pat + "*", nil
+	}
+	if id, ok := cutKind(s, string(kind)); ok {
+		return p.checkID(id, s, form)
+	}
+	if id, ok := cutKind(s, "hmac"); ok {
+		return p.checkID(id, s, form)
+	}
+	if kind == keys.APIKey && form.HashKey != nil {
+		if _, err := netip.ParseAddr(s); err == nil {
+			return "", fmt.Errorf("%s is an IP address, and policy %q limits %s", s, p.Name, p.limits())
+		}
+		if _, err := netip.ParsePrefix(s); err == nil {
+			return "", fmt.Errorf("%s is an IP prefix, and policy %q limits %s", s, p.Name, p.limits())
+		}
+		return form.HashKey(s)
+	}
+	return p.checkID(s, s, form)
+}
+
+// checkID is ParseIdentity's answer for id, written as s: id itself, or for an IP the
+// identity of its clients.
+func (p *Policy) checkID(id, s string, form IdentityForm) (string, error) {
+	switch p.Key.Type {
 	case KeyAPIKey:
 		if len(id) != 64 || strings.Trim(id, "0123456789abcdef") != "" {
 			return "", fmt.Errorf("must be an API key's MAC as sluice prints it, api_key:<64 lower-case hex digits> (`sluice key` prints it), got %q", s)
 		}
 	case KeyIP:
-		pfx, err := parsePrefix(id)
-		if err != nil {
-			return "", fmt.Errorf("must be a client address or prefix (ip:203.0.113.7, ip:2001:db8::/64), got %q", s)
+		if form.ClientIP != nil {
+			if v, err := form.ClientIP.ParseID(id); err == nil {
+				return v, nil
+			}
+		} else if pfx, err := parsePrefix(id); err == nil {
+			return keys.PrefixID(pfx), nil
 		}
-		id = keys.PrefixID(pfx)
+		return "", fmt.Errorf("must be a client address or prefix (ip:203.0.113.7, ip:2001:db8::/64), got %q, and policy %q limits %s", s, p.Name, p.limits())
 	case KeyUser:
 		if id == "" {
 			return "", fmt.Errorf("names an empty user ID")
 		}
 	}
 	return id, nil
+}
+
+// limits names what p limits, as an operator writes its identities.
+func (p *Policy) limits() string {
+	switch p.Key.Type {
+	case KeyAPIKey:
+		return "API keys (the " + p.Key.Header + " header)"
+	case KeyUser:
+		return "user IDs (the " + p.Key.Header + " header)"
+	}
+	return "client IP addresses"
 }
 
 // cutKind removes "kind:" from s, unescaping the rest as keys.Identity.String escapes it
@@ -658,7 +722,7 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 				continue
 			}
 			of := join(field, kv.key.Value)
-			id, err := overrideID(p.Key.Type, kv.key.Value)
+			id, err := p.ParseIdentity(kv.key.Value, IdentityForm{})
 			if err != nil {
 				d.errorf(kv.key, of, "%v", err)
 				continue
@@ -685,7 +749,7 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 		}
 		for _, kv := range d.pairs(v, field) {
 			of := join(field, kv.key.Value)
-			id, err := overrideID(p.Key.Type, kv.key.Value)
+			id, err := p.ParseIdentity(kv.key.Value, IdentityForm{})
 			if err != nil {
 				d.errorf(kv.key, of, "%v", err)
 				continue

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/keys"
 )
 
 func TestTestdataPolicies(t *testing.T) {
@@ -334,8 +335,8 @@ func TestOverrideForms(t *testing.T) {
 	for _, tc := range []struct{ key, written, want string }{
 		{"api_key", "hmac:4f2a9c", "api_key:<64 lower-case hex digits>"},
 		{"api_key", "sk_live_raw", "api_key:<64 lower-case hex digits>"},
-		{"api_key", "user:alice", "names a user identity"},
-		{"user", "api_key:" + mac, "names a api_key identity"},
+		{"api_key", "user:alice", `"user:alice" is of kind user, and policy "p" limits API keys`},
+		{"user", "api_key:" + mac, "is of kind api_key, and policy \"p\" limits user IDs"},
 		{"ip", "ip:nonsense", "must be a client address or prefix"},
 		{"ip", "2001:db8::1", "never matches: clients are limited per /64, so write ip:2001:db8::/64"},
 		{"ip", "10.0.0.0/24", "never matches: clients are limited per /32"},
@@ -351,12 +352,58 @@ func TestOverrideForms(t *testing.T) {
 func TestIdentityTiersErrors(t *testing.T) {
 	for _, tc := range []struct{ body, want string }{
 		{"    identity_tiers: {\"user:a\": gold}\n", `p.yaml:9:32: policies[0].identity_tiers["user:a"]: names no tier of this policy: "gold"`},
-		{"    identity_tiers: {\"api_key:zz\": pro}\n", `p.yaml:9:22: policies[0].identity_tiers["api_key:zz"]: names a api_key identity`},
+		{"    identity_tiers: {\"api_key:zz\": pro}\n", `p.yaml:9:22: policies[0].identity_tiers["api_key:zz"]: "api_key:zz" is of kind api_key, and policy "p" limits user IDs (the X-User-ID header)`},
 	} {
 		_, err := Parse(File{Name: "p.yaml", Data: []byte("policies:\n  - name: p\n    key: user\n    default_tier: free\n    tiers:\n" +
 			"      free: {rate: 1, period: 1s}\n      pro: {rate: 5, period: 1s}\n    overrides: {}\n" + tc.body)})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("err %v, want %s", err, tc.want)
+		}
+	}
+}
+
+// TestParseIdentityForms: what the admin API's IdentityForm adds to a file's forms, and
+// what stays refused in both.
+func TestParseIdentityForms(t *testing.T) {
+	mac := "4f2a9c0d3b1e5a7f8c6d2e4b9a1f3c5e7d9b2a4c6e8f0a1b3c5d7e9f1a2b4c6d"
+	api := IdentityForm{
+		Patterns: true,
+		HashKey:  func(string) (string, error) { return mac, nil },
+		ClientIP: &keys.ClientIP{IPv6Prefix: 64},
+	}
+	pol := func(name string, t KeyType) *Policy {
+		return &Policy{Name: name, Key: KeySource{Type: t, Header: "X-H"}}
+	}
+	for _, tc := range []struct {
+		p            *Policy
+		written      string
+		file, viaAPI string // "" when refused
+	}{
+		{pol("u", KeyUser), "org-1:*", "org-1:*", "org-1:*"},
+		{pol("u", KeyUser), "user:org-1:*", "org-1:*", "org-1:*"}, // a file has no patterns: a literal ID
+		{pol("u", KeyUser), "u:user:alice::", "alice", "alice"},
+		{pol("u", KeyUser), "a*b*", "a*b*", ""},
+		{pol("u", KeyUser), " alice", "", ""},
+		{pol("k", KeyAPIKey), "sk_live_raw", "", mac},
+		{pol("k", KeyAPIKey), mac, mac, mac},
+		{pol("k", KeyAPIKey), "api_key:" + mac, mac, mac},
+		{pol("k", KeyAPIKey), "api_key:zz", "", ""},
+		{pol("k", KeyAPIKey), "203.0.113.7", "", ""},
+		{pol("k", KeyAPIKey), "ab*", "", ""},
+		{pol("i", KeyIP), "2001:db8::1", "2001:db8::1", "2001:db8::/64"},
+		{pol("i", KeyIP), "ip:198.51.100.7", "198.51.100.7", "198.51.100.7"},
+		{pol("i", KeyIP), "user:x", "", ""},
+	} {
+		for _, f := range []struct {
+			form IdentityForm
+			want string
+		}{{IdentityForm{}, tc.file}, {api, tc.viaAPI}} {
+			got, err := tc.p.ParseIdentity(tc.written, f.form)
+			if f.want == "" && err == nil {
+				t.Errorf("%s %q (API %v): got %q, want an error", tc.p.Key.Type, tc.written, f.form.Patterns, got)
+			} else if f.want != "" && (err != nil || got != f.want) {
+				t.Errorf("%s %q (API %v): got %q, %v, want %q", tc.p.Key.Type, tc.written, f.form.Patterns, got, err, f.want)
+			}
 		}
 	}
 }

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/netip"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -157,81 +155,27 @@ func (s *Server) apiOverride(p *config.Policy, id keys.Identity) (*override.Over
 	return s.ovr.lookup(p.Name, id.ID)
 }
 
-// overrideIdentity normalises the identity of an override request for policy p: as the
-// decision log prints it (a store key "policy:kind:id:route:tier", or the identity
-// "kind:id"), or raw (an IP address or prefix, a user ID, an API key, hashed at once). A
-// trailing '*' makes a pattern; API keys, stored hashed, have none.
+// overrideIdentity reads the identity of an override request for policy p
+// (config.Policy.ParseIdentity): the API takes patterns, raw API keys, which it hashes at
+// once, and IP addresses and prefixes as the identity of the clients they cover.
 func (s *Server) overrideIdentity(cfg *config.Config, p *config.Policy, raw string) (string, error) {
-	if raw == "" || strings.TrimSpace(raw) != raw || strings.ContainsAny(raw, "\x00\r\n") {
-		return "", badRequest("identity: must be non-empty, without surrounding white space or control characters")
-	}
-	kind := p.Key.Type.Kind()
-	if k, err := keys.ParseKey(raw); err == nil && k.Policy == p.Name && k.Kind == kind && k.ID != "" {
-		return k.ID, nil
-	}
-	for _, other := range []keys.Kind{keys.IP, keys.User, keys.APIKey} {
-		if other != kind && strings.HasPrefix(raw, string(other)+":") {
-			return "", badRequest("identity: %q is of kind %s, and policy %q limits %s", raw, other, p.Name, expects(p))
-		}
-	}
-	if pat, ok := strings.CutSuffix(raw, "*"); ok {
-		if kind == keys.APIKey {
-			return "", badRequest("identity: a pattern cannot match API keys, which are kept only as their MACs: policy %q limits %s, so an override names one key", p.Name, expects(p))
-		}
-		pat = strings.TrimPrefix(pat, string(kind)+":")
-		if strings.Contains(pat, "*") {
-			return "", badRequest("identity: only a trailing '*' makes a pattern, got %q", raw)
-		}
-		return pat + "*", nil
-	}
-	if rest, ok := strings.CutPrefix(raw, string(kind)+":"); ok && rest != "" {
-		if k, err := keys.ParseKey(p.Name + ":" + string(kind) + ":" + rest + "::"); err == nil && k.ID != "" {
-			rest = k.ID // escaped as printed
-		}
-		if kind == keys.IP {
-			return normaliseIP(cfg, rest)
-		}
-		return rest, nil
-	}
-	switch kind {
-	case keys.IP:
-		id, err := normaliseIP(cfg, raw)
-		if err != nil {
-			return "", badRequest("%v, and policy %q limits %s", err, p.Name, expects(p))
-		}
-		return id, nil
-	case keys.APIKey:
-		if _, err := netip.ParseAddr(raw); err == nil {
-			return "", badRequest("identity: %s is an IP address, and policy %q limits %s", raw, p.Name, expects(p))
-		}
-		if _, err := netip.ParsePrefix(raw); err == nil {
-			return "", badRequest("identity: %s is an IP prefix, and policy %q limits %s", raw, p.Name, expects(p))
-		}
-		id, err := s.identity(cfg, p, raw)
-		if err != nil {
-			return "", err
-		}
-		return id.ID, nil
-	}
-	return raw, nil
-}
-
-// expects names what policy p limits, as an override's identity must be written.
-func expects(p *config.Policy) string {
-	switch p.Key.Type {
-	case config.KeyAPIKey:
-		return "API keys (the " + p.Key.Header + " header)"
-	case config.KeyUser:
-		return "user IDs (the " + p.Key.Header + " header)"
-	}
-	return "client IP addresses"
-}
-
-// normaliseIP is the identity an operator's IP address or prefix s names, as a request
-// from there is identified (keys.ClientIP.ParseID).
-func normaliseIP(cfg *config.Config, s string) (string, error) {
-	id, err := clientIP(&cfg.Identity).ParseID(s)
-	if err != nil {
+	var hashErr error // the server's, not the request's
+	id, err := p.ParseIdentity(raw, config.IdentityForm{
+		Patterns: true,
+		HashKey: func(key string) (string, error) {
+			h, err := s.hasher(cfg)
+			if err != nil {
+				hashErr = err
+				return "", err
+			}
+			return h.Identity(key).ID, nil
+		},
+		ClientIP: clientIP(&cfg.Identity),
+	})
+	switch {
+	case hashErr != nil:
+		return "", hashErr
+	case err != nil:
 		return "", badRequest("identity: %v", err)
 	}
 	return id, nil
