@@ -12,27 +12,13 @@ import (
 // Secrets are never in it: the Redis URL's password is replaced by "xxxxx", and the admin
 // token and API-key secret appear only as the names of their sources.
 func (c *Config) Dump() ([]byte, error) {
-	type limitView struct {
-		Algorithm string `json:"algorithm"`
-		Rate      int64  `json:"rate"`
-		Period    string `json:"period,omitempty"`
-		Burst     int64  `json:"burst,omitempty"`
-		Lease     string `json:"lease,omitempty"`
-		Zone      string `json:"zone,omitempty"`
-		AnchorDay int    `json:"anchor_day,omitempty"`
-	}
+	type limitView = LimitSpec
 	lv := func(l sluice.Limit) *limitView {
 		if l.Rate == 0 {
 			return nil
 		}
-		if c := l.Calendar; !c.IsZero() {
-			return &limitView{Algorithm: l.Algorithm.String(), Rate: l.Rate, Period: c.Unit.String(), Zone: c.Zone.String(), AnchorDay: c.Anchor}
-		}
-		v := &limitView{Algorithm: l.Algorithm.String(), Rate: l.Rate, Period: l.Period.String(), Burst: l.Burst}
-		if l.Algorithm == sluice.Concurrency {
-			v.Period, v.Lease = "", l.Lease.String()
-		}
-		return v
+		v := SpecOf(l)
+		return &v
 	}
 	type named struct {
 		Name  string     `json:"name"`

@@ -28,6 +28,21 @@ type LimitSpec struct {
 	AnchorDay int    `json:"anchor_day,omitempty"`
 }
 
+// SpecOf is the LimitSpec that writes l, naming its algorithm:
+// SpecOf(l).Limit(a) is l for every valid l and every a.
+func SpecOf(l sluice.Limit) LimitSpec {
+	s := LimitSpec{Algorithm: l.Algorithm.String(), Rate: l.Rate, Burst: l.Burst}
+	switch {
+	case l.Algorithm == sluice.Concurrency:
+		s.Lease = l.Lease.String()
+	case !l.Calendar.IsZero():
+		s.Period, s.Zone, s.AnchorDay = l.Calendar.Unit.String(), l.Calendar.Zone.String(), l.Calendar.Anchor
+	default:
+		s.Period = l.Period.String()
+	}
+	return s
+}
+
 // FieldError is a problem with one field of a [LimitSpec]. Field is the field's name as
 // written ("rate", "anchor_day"); Err, when set, wraps sluice.ErrInvalidLimit.
 type FieldError struct {

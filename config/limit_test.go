@@ -48,3 +48,25 @@ func TestLimitSpecNamesTheField(t *testing.T) {
 		t.Errorf("inherited: %v %v", l, err)
 	}
 }
+
+// TestSpecOfWritesTheLimit: SpecOf is the inverse of LimitSpec.Limit.
+func TestSpecOfWritesTheLimit(t *testing.T) {
+	for _, l := range []sluice.Limit{
+		{Algorithm: sluice.TokenBucket, Rate: 5, Period: time.Minute, Burst: 9},
+		{Algorithm: sluice.SlidingWindow, Rate: 100, Period: 90 * time.Second},
+		{Algorithm: sluice.Concurrency, Rate: 3, Lease: 30 * time.Second},
+		sluice.PerCalendar(7, sluice.Calendar{Unit: sluice.CalendarMonth, Anchor: 31}),
+	} {
+		if got, err := SpecOf(l).Limit(sluice.GCRA); err != nil || got != l {
+			t.Errorf("%v: SpecOf %+v reads as %v, %v", l, SpecOf(l), got, err)
+		}
+	}
+	z, err := sluice.ParseZone("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := sluice.PerCalendar(7, sluice.Calendar{Unit: sluice.CalendarWeek, Zone: z})
+	if got, err := SpecOf(l).Limit(sluice.GCRA); err != nil || got.String() != l.String() || got.Calendar.Zone.String() != "Europe/Berlin" {
+		t.Errorf("%v: reads as %v, %v", l, got, err)
+	}
+}
