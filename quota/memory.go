@@ -15,8 +15,8 @@ type Memory struct {
 	maxClients int
 	mu         sync.Mutex
 	buckets    map[string]*bucket
-	byExp      bucketHeap // buckets by the expiry of their newest client
-	clients    int        // (bucket, client) entries held
+	byExp      expiryHeap[*bucket] // buckets by the expiry of their newest client
+	clients    int                 // (bucket, client) entries held
 }
 
 // MemoryOption configures a Memory store.
@@ -44,16 +44,15 @@ func NewMemory(now func() time.Time, opts ...MemoryOption) *Memory {
 type bucket struct {
 	key              string
 	clients          map[string]*client
-	byExp            clientHeap
+	byExp            expiryHeap[*client]
 	weight, assigned int64 // sums over clients
-	expires          int64 // the latest client expiry, µs
-	index            int   // in Memory.byExp
+	expiry                 // the latest client expiry, its place in Memory.byExp
 }
 
 type client struct {
-	id                        string
-	weight, assigned, expires int64
-	index                     int // in bucket.byExp
+	id               string
+	weight, assigned int64
+	expiry           // its place in bucket.byExp
 }
 
 // Rebalance implements Store.
@@ -151,36 +150,29 @@ func (m *Memory) Buckets() int {
 	return len(m.buckets)
 }
 
-type clientHeap []*client
+// expiry is what an expiryHeap orders by, and where it keeps its element.
+type expiry struct {
+	expires int64 // µs
+	index   int   // in the heap
+}
 
-func (h clientHeap) Len() int           { return len(h) }
-func (h clientHeap) Less(i, j int) bool { return h[i].expires < h[j].expires }
-func (h clientHeap) Swap(i, j int) {
+func (e *expiry) at() *expiry { return e }
+
+// expiryHeap orders its elements by expiry, soonest first (for container/heap).
+type expiryHeap[T interface{ at() *expiry }] []T
+
+func (h expiryHeap[T]) Len() int           { return len(h) }
+func (h expiryHeap[T]) Less(i, j int) bool { return h[i].at().expires < h[j].at().expires }
+func (h expiryHeap[T]) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
+	h[i].at().index, h[j].at().index = i, j
 }
-func (h *clientHeap) Push(x any) { c := x.(*client); c.index = len(*h); *h = append(*h, c) }
-func (h *clientHeap) Pop() any {
+func (h *expiryHeap[T]) Push(x any) { t := x.(T); t.at().index = len(*h); *h = append(*h, t) }
+func (h *expiryHeap[T]) Pop() any {
 	old := *h
-	c := old[len(old)-1]
-	old[len(old)-1] = nil
+	t := old[len(old)-1]
+	var zero T
+	old[len(old)-1] = zero
 	*h = old[:len(old)-1]
-	return c
-}
-
-type bucketHeap []*bucket
-
-func (h bucketHeap) Len() int           { return len(h) }
-func (h bucketHeap) Less(i, j int) bool { return h[i].expires < h[j].expires }
-func (h bucketHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
-}
-func (h *bucketHeap) Push(x any) { b := x.(*bucket); b.index = len(*h); *h = append(*h, b) }
-func (h *bucketHeap) Pop() any {
-	old := *h
-	b := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return b
+	return t
 }
