@@ -242,8 +242,12 @@ func (s *Server) handleOverridePut(w http.ResponseWriter, r *http.Request) {
 func overrideOf(p *config.Policy, id string, req *OverrideRequest, now time.Time) (override.Override, error) {
 	def, _ := p.LimitFor("", "")
 	l, err := req.LimitSpec.Limit(def.Algorithm)
-	if fe := (*config.FieldError)(nil); errors.As(err, &fe) {
-		return override.Override{}, badRequest("%v", fe)
+	if err != nil {
+		var fe *config.FieldError
+		if errors.As(err, &fe) {
+			err = fe // the first field at fault
+		}
+		return override.Override{}, badRequest("%v", err)
 	}
 	spec := req.LimitSpec
 	spec.Algorithm = l.Algorithm.String()
