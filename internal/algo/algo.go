@@ -186,21 +186,7 @@ func ExpiresAt(s State, p Params) int64 {
 	}
 }
 
-func max64(a, b int64) int64 {
-	if a > b {
-		return a
-	}
-	return b
-}
-
-func min64(a, b int64) int64 {
-	if a < b {
-		return a
-	}
-	return b
-}
-
-func nonNeg(a int64) int64 { return max64(a, 0) }
+func nonNeg(a int64) int64 { return max(a, 0) }
 
 // ceilDiv is ⌈a/b⌉ for b > 0 and any a. b is often S, and S is usually 1.
 func ceilDiv(a, b int64) int64 {

@@ -39,13 +39,6 @@ package algo
 // Time going backwards leaves TAT ahead of now, which only shrinks the allowance: read as
 // a token or leaky bucket, the refill or drain between now and the later instant the state
 // was written at has not yet come.
-//
-// Stored state: the Redis store keeps this TAT under a key suffix of its own,
-// ":bucket:<name>:..." (redisstore, "Key layout"). Keys under the bare names' suffixes hold
-// the states of the three machines the names once were (a credit and its time, a level and
-// its time), which read as a TAT would be other buckets; they are never read, expire by
-// their TTL, and leave their identities to start afresh with a full bucket, as after a
-// change of tier.
 func GCRA(s State, now int64, p Params, n int64) (State, Result) {
 	if p.S != 1 {
 		return gcraFrac(s, now, p, n)
@@ -55,11 +48,11 @@ func GCRA(s State, now int64, p Params, n int64) (State, Result) {
 	next, ok := GCRAStep(s.A, now, &p, cost(n))
 	switch {
 	case !ok:
-		r := GCRAAllowed(max64(s.A, now), now, &p) // the state as it stands
+		r := GCRAAllowed(max(s.A, now), now, &p) // the state as it stands
 		r.Allowed, r.RetryAfter = false, next-p.Burst*p.U-now
 		return s, r
 	case n == 0:
-		return s, GCRAAllowed(max64(s.A, now), now, &p)
+		return s, GCRAAllowed(max(s.A, now), now, &p)
 	}
 	s.A = next
 	return s, GCRAAllowed(next, now, &p)
@@ -76,7 +69,7 @@ func GCRA(s State, now int64, p Params, n int64) (State, Result) {
 // is not copied on a decision's path: they inline, and a Params passed by value is copied
 // at each call.
 func GCRAStep(tat, now int64, p *Params, n int64) (next int64, ok bool) {
-	next = max64(tat, now) + n*p.U
+	next = max(tat, now) + n*p.U
 	return next, next-p.Burst*p.U <= now
 }
 

@@ -79,6 +79,6 @@ func RefundCalendarWindow(s State, p Params, n, at int64) State {
 	if at < s.A || at >= s.C || s.B == 0 {
 		return s
 	}
-	s.B -= min64(n, s.B)
+	s.B -= min(n, s.B)
 	return s
 }

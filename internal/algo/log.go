@@ -115,7 +115,7 @@ func SlidingLog(l *Log, now int64, p Params, n int64, commit bool) Result {
 		}
 	}
 	if n > 0 && commit {
-		l.push(max64(now, l.Newest()), int(c), int(p.Rate))
+		l.push(max(now, l.Newest()), int(c), int(p.Rate))
 		held += c
 	}
 	return Result{Allowed: true, Remaining: p.Rate - held, ResetAfter: reset()}

@@ -71,9 +71,6 @@ func Refund(s State, now int64, p Params, n, at int64) State {
 //
 // Time going backwards: a refund whose clock reads before at counts no time as elapsed
 // and gives back n·U/S, which the TAT the spend left always covers (TAT - n·U/S ≥ at).
-// (The separate token and leaky buckets of earlier versions gave back less here: their
-// state could not move the instant it recorded back before the spend. Both answers obey
-// the first rule above; this one is exact at the spend's own instant.)
 // The bound above assumes that the decisions between the spend and the refund were made
 // at instants no later than the refund's now (a clock that does not step back within
 // that round trip); a step back of d between them can leave up to d of emission time
@@ -117,7 +114,7 @@ func RefundFixedWindow(s State, now int64, p Params, n, at int64) State {
 	if s.A != windowStart(at, p.Period) {
 		return s
 	}
-	s.B -= min64(n, s.B)
+	s.B -= min(n, s.B)
 	return s
 }
 
@@ -135,9 +132,9 @@ func RefundFixedWindow(s State, now int64, p Params, n, at int64) State {
 func RefundSlidingWindow(s State, now int64, p Params, n, at int64) State {
 	switch w := windowStart(at, p.Period); s.A {
 	case w:
-		s.C -= min64(n, s.C)
+		s.C -= min(n, s.C)
 	case w + p.Period:
-		s.B -= min64(n, s.B)
+		s.B -= min(n, s.B)
 	}
 	return s
 }
@@ -159,7 +156,7 @@ func RefundSlidingLog(l *Log, now int64, p Params, n, at int64) {
 	for end > 0 && l.at(end-1) > at {
 		end--
 	}
-	m := int(min64(n, int64(end)))
+	m := int(min(n, int64(end)))
 	l.remove(end-m, m)
 }
 

@@ -77,7 +77,7 @@ func refundAt(p Params, r Reserved, x int64) int64 {
 	case sluice.FixedWindow, sluice.SlidingWindow:
 		return r.At
 	}
-	return max64(r.At, r.FullAt-ceilDiv(min64(x, p.Burst)*p.U, p.S))
+	return max(r.At, r.FullAt-ceilDiv(min(x, p.Burst)*p.U, p.S))
 }
 
 // Charge spends n units of p.Algo on s at now whatever the state allows, stopping where it
@@ -86,7 +86,7 @@ func Charge(s State, now int64, p Params, n int64) State {
 	if n <= 0 {
 		return s
 	}
-	n = min64(n, p.Burst) // no more than empties the state; keeps n·U below 2^50
+	n = min(n, p.Burst) // no more than empties the state; keeps n·U below 2^50
 	switch p.Algo {
 	case sluice.FixedWindow:
 		return ChargeFixedWindow(s, now, p, n)
@@ -103,10 +103,6 @@ func Charge(s State, now int64, p Params, n int64) State {
 //
 // The cap is where a decision at the settlement's own instant finds the bucket empty, a
 // function of the TAT and now alone, so two states that decide alike are charged alike.
-// (The separate token and leaky buckets of earlier versions capped at empty as of the
-// later instant their state recorded, which a clock step back or a waiting reservation
-// puts after now, and so charged more there; that instant is not part of what the bucket
-// decides.)
 func ChargeGCRA(s State, now int64, p Params, n int64) State {
 	bt := p.Burst * p.U
 	ta, tb := tatFrom(s, now)
@@ -129,7 +125,7 @@ func ChargeFixedWindow(s State, now int64, p Params, n int64) State {
 	if w := windowStart(now, p.Period); w > s.A {
 		s = State{A: w}
 	}
-	s.B = max64(s.B, min64(s.B+n, p.Rate))
+	s.B = max(s.B, min(s.B+n, p.Rate))
 	return s
 }
 
@@ -138,6 +134,6 @@ func ChargeFixedWindow(s State, now int64, p Params, n int64) State {
 func ChargeSlidingWindow(s State, now int64, p Params, n int64) State {
 	P := p.Period
 	s = slide(s, now, P)
-	s.C = max64(s.C, min64(s.C+n, p.Rate))
+	s.C = max(s.C, min(s.C+n, p.Rate))
 	return s
 }

@@ -87,7 +87,7 @@ func SlidingWindow(s State, now int64, p Params, n int64) (State, Result) {
 	c := cost(n)
 	P := p.Period
 	s = slide(s, now, P)
-	e := min64(nonNeg(now-s.A), P-1)
+	e := min(nonNeg(now-s.A), P-1)
 	weighted := MulDiv(s.B, P-e-1, P)
 	if weighted+s.C+c > p.Rate {
 		var at int64
