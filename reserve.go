@@ -82,12 +82,10 @@ func init() {
 //     reservation or decision has taken the slots after it, and one state (GCRA's
 //     TAT, a bucket's credit or level) cannot hold a hole in front of them.
 //
-// Otherwise nothing changes and Cancel returns false. This is stricter than
-// golang.org/x/time/rate, which also gives back the part of an overtaken reservation that
-// later ones did not reserve, scheduling newcomers into slots later reservations hold (two
-// units in one emission interval, drawing on the burst allowance). Here a cancelled
-// reservation either leaves no trace or changes nothing. Cancelling a reservation that is
-// not OK, or cancelling twice, returns false without asking the store.
+// Otherwise nothing changes and Cancel returns false: a cancelled reservation leaves no
+// trace or changes nothing (golang.org/x/time/rate would give back the part later
+// reservations did not overtake, double-booking their slots). Cancelling a reservation
+// that is not OK, or cancelling twice, returns false without asking the store.
 func (r Reservation) Cancel(ctx context.Context) (bool, error) {
 	c := r.cancel
 	if !r.OK || c == nil {
@@ -150,11 +148,11 @@ func wait(ctx context.Context, r Limiter, key string, limit Limit, n int64, newT
 	if err != nil {
 		return err
 	}
-	if !res.OK {
-		return fmt.Errorf("%w: %d units of %v would wait %v", ErrWaitExceedsDeadline, n, limit, res.Delay)
+	if deadline, ok := ctx.Deadline(); res.OK && ok && res.At.After(deadline) {
+		giveBack(ctx, res) // the answer came so late that the instant slipped past the deadline
+		res.OK = false
 	}
-	if deadline, ok := ctx.Deadline(); ok && res.At.After(deadline) {
-		giveBack(ctx, res)
+	if !res.OK {
 		return fmt.Errorf("%w: %d units of %v would wait %v", ErrWaitExceedsDeadline, n, limit, res.Delay)
 	}
 	if d := time.Until(res.At); d <= 0 {

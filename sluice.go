@@ -221,32 +221,28 @@ func (l Limit) Validate() error {
 	if l.Algorithm == Concurrency {
 		return l.validateConcurrency()
 	}
+	switch {
+	case !l.Algorithm.valid():
+		return fmt.Errorf("%w: unknown algorithm %d", ErrInvalidLimit, uint8(l.Algorithm))
+	case l.Lease != 0:
+		return fmt.Errorf("%w: lease is for concurrency limits only; %v has lease %v", ErrInvalidLimit, l, l.Lease)
+	case l.Rate <= 0:
+		return fmt.Errorf("%w: rate must be positive, got %d", ErrInvalidLimit, l.Rate)
+	case l.Rate > maxRate:
+		return fmt.Errorf("%w: rate %d exceeds the maximum %d", ErrInvalidLimit, l.Rate, int64(maxRate))
+	}
 	if !l.Calendar.IsZero() {
 		switch {
 		case l.Algorithm != FixedWindow:
 			return fmt.Errorf("%w: a calendar period is counted by fixed_window, not %v", ErrInvalidLimit, l.Algorithm)
 		case l.Period != 0:
 			return fmt.Errorf("%w: a calendar limit has no period, got %v", ErrInvalidLimit, l.Period)
-		case l.Rate <= 0:
-			return fmt.Errorf("%w: rate must be positive, got %d", ErrInvalidLimit, l.Rate)
-		case l.Rate > maxRate:
-			return fmt.Errorf("%w: rate %d exceeds the maximum %d", ErrInvalidLimit, l.Rate, int64(maxRate))
-		case l.Lease != 0:
-			return fmt.Errorf("%w: lease is for concurrency limits only; a calendar limit has lease %v", ErrInvalidLimit, l.Lease)
 		case l.Burst != 0:
 			return fmt.Errorf("%w: a calendar limit has no burst, got %d", ErrInvalidLimit, l.Burst)
 		}
 		return l.Calendar.validate()
 	}
 	switch {
-	case !l.Algorithm.valid():
-		return fmt.Errorf("%w: unknown algorithm %d", ErrInvalidLimit, uint8(l.Algorithm))
-	case l.Lease != 0:
-		return fmt.Errorf("%w: lease is for concurrency limits only; %v has lease %v", ErrInvalidLimit, l.Algorithm, l.Lease)
-	case l.Rate <= 0:
-		return fmt.Errorf("%w: rate must be positive, got %d", ErrInvalidLimit, l.Rate)
-	case l.Rate > maxRate:
-		return fmt.Errorf("%w: rate %d exceeds the maximum %d", ErrInvalidLimit, l.Rate, int64(maxRate))
 	case l.Period < time.Microsecond:
 		return fmt.Errorf("%w: period must be at least 1µs, got %v", ErrInvalidLimit, l.Period)
 	case l.Period > maxPeriod:
