@@ -25,6 +25,7 @@
 package stack
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,12 +49,10 @@ import (
 
 // DefaultMaxKeys bounds the keys of the memory store, and of the local fallback beside
 // Redis, when Options.MaxKeys is 0, so that a client spraying distinct keys cannot grow
-// the service without bound. It is a key count: each key costs its slot (24–40 bytes at
-// 50–80% occupancy, memory's package doc) plus the key's own bytes; bench/README.md has
-// the resident size measured at this bound. Over it, the store evicts the states closest
-// to empty (memory.WithMaxKeys), counted in sluice_memory_evictions_total. With the other
-// defaults of this package, denycache's and server's RLQS bounds, it fits the shipped
-// chart's memory limit.
+// the service without bound. Over it, the store evicts the states closest to empty
+// (memory.WithMaxKeys), counted in sluice_memory_evictions_total. With the other defaults
+// of this package, denycache's and server's RLQS bounds, it fits the shipped chart's
+// memory limit.
 const DefaultMaxKeys = 1 << 19
 
 // DefaultMaxReservations bounds the settlement records the memory store (and the local
@@ -296,17 +295,11 @@ func Open(cfg *config.Config, o Options) (*Stack, error) {
 // sets, defaults resolved.
 func (o Options) memoryBounds() []memory.Option {
 	var opts []memory.Option
-	switch {
-	case o.MaxKeys == 0:
-		opts = append(opts, memory.WithMaxKeys(DefaultMaxKeys))
-	case o.MaxKeys > 0:
-		opts = append(opts, memory.WithMaxKeys(o.MaxKeys))
+	if n := cmp.Or(o.MaxKeys, DefaultMaxKeys); n > 0 {
+		opts = append(opts, memory.WithMaxKeys(n))
 	}
-	switch {
-	case o.MaxReservations == 0:
-		opts = append(opts, memory.WithMaxReservations(DefaultMaxReservations))
-	case o.MaxReservations > 0:
-		opts = append(opts, memory.WithMaxReservations(o.MaxReservations))
+	if n := cmp.Or(o.MaxReservations, DefaultMaxReservations); n > 0 {
+		opts = append(opts, memory.WithMaxReservations(n))
 	}
 	return opts
 }
