@@ -59,7 +59,6 @@ import (
 //	FixedWindow    2·Rate (Rate at the end of one window, Rate at the start of the next)
 //	SlidingWindow  at most 2·Rate in the worst case; for steady traffic it is within the
 //	               approximation error of weighting the previous window by overlap
-//	               (Cloudflare measured 0.003% wrong decisions on real traffic)
 //	GCRA, TokenBucket, LeakyBucket
 //	               Burst + Rate·d/Period in any interval of length d: Burst at once,
 //	               then one unit every Period/Rate (so at most Burst + Rate - 1 in one

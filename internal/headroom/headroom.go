@@ -2,14 +2,10 @@
 // collections the heap may grow by at least a fixed number of bytes, and by Go's default
 // share of what is live (GOGC=100) once that share is larger.
 //
-// Go's default collects when the heap has grown by as much as it held live after the
-// last collection. A service that keeps little state but allocates on every request
-// (`sluice serve` on Redis: a few MB live, a few KB of gRPC per request) then collects
-// many times a second under load, and every collection costs work that does not shrink
-// with the heap: scanning every goroutine's stack and the globals, starting and ending
-// the mark phase, the write barrier while it runs. A headroom trades that many bytes of
-// memory for fewer collections. A large live heap (the memory store holding many keys)
-// is paced as Go paces it.
+// A service that keeps little state but allocates on every request (`sluice serve` on
+// Redis) would otherwise collect many times a second, each collection costing work that
+// does not shrink with the heap (stacks, globals, the mark phase). A headroom trades that
+// many bytes for fewer collections; a large live heap is paced as Go paces it.
 //
 // How: after each collection (a finalizer that re-arms itself every cycle), the hook
 // reads from runtime/metrics the heap that collection marked live and the stacks and
