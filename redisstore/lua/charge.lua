@@ -46,12 +46,7 @@ end
 -- window's count, c = the current window's (sliding_window.lua).
 local function charge_sliding_window(key, v, rate, P, burst, n)
   local a, b, c = decode(v)
-  local w = window_start(now, P)
-  if w == a + P then
-    a, b, c = w, c, 0
-  elseif w > a + P then
-    a, b, c = w, 0, 0
-  end
+  a, b, c = slide(a, b, c, P)
   local nc = c + n
   if nc > rate then nc = rate end
   if nc > c then c = nc end

@@ -12,16 +12,17 @@ local function sliding_full_at(a, b, c, P)
   return 0
 end
 
+-- Mirrors algo.slide: the state moved on to now's window.
+local function slide(a, b, c, P)
+  local w = window_start(now, P)
+  if w == a + P then return w, c, 0 elseif w > a + P then return w, 0, 0 end
+  return a, b, c
+end
+
 local function sliding_window(key, v, rate, P, burst, n, commit)
   local a0, b0, cur0 = decode(v)
-  local a, b, cur = a0, b0, cur0
+  local a, b, cur = slide(a0, b0, cur0, P)
   local c = cost(n)
-  local w = window_start(now, P)
-  if w == a + P then
-    a, b, cur = w, cur, 0
-  elseif w > a + P then
-    a, b, cur = w, 0, 0
-  end
   local e = nonneg(now - a)
   if e > P - 1 then e = P - 1 end
   local weighted = muldiv(b, P - e - 1, P)
