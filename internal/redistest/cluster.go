@@ -85,34 +85,21 @@ func startCluster(tb testing.TB, replicas bool, timeoutMS int, opts []Option) *C
 			tb.Fatalf("redistest: CLUSTER MYID: %v", err)
 		}
 		c.meet(r, p, buses[p])
-		deadline := time.Now().Add(startTimeout)
-		for {
-			// REPLICATE fails until the replica has learnt of its primary by gossip.
+		// REPLICATE fails until the replica has learnt of its primary by gossip.
+		poll(tb, 10*time.Millisecond, func() error {
 			_, err := r.Do("CLUSTER", "REPLICATE", id)
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				tb.Fatalf("redistest: CLUSTER REPLICATE %s on %s: %v", id, r.Addr(), err)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return wrapf(err, "CLUSTER REPLICATE %s on %s", id, r.Addr())
+		})
 	}
 	c.WaitHealthy()
-	deadline := time.Now().Add(startTimeout)
 	for _, r := range c.Replicas {
-		for {
+		poll(tb, 20*time.Millisecond, func() error {
 			info, err := r.Do("INFO", "replication")
-			if err == nil {
-				if st, _ := InfoField(info, "master_link_status"); st == "up" {
-					break
-				}
+			if st, _ := InfoField(info, "master_link_status"); err == nil && st == "up" {
+				return nil
 			}
-			if time.Now().After(deadline) {
-				tb.Fatalf("redistest: replica %s not in sync: %v %q", r.Addr(), err, info)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return fmt.Errorf("replica %s not in sync: %v %q", r.Addr(), err, info)
+		})
 	}
 	return c
 }
@@ -142,17 +129,7 @@ func (c *Cluster) Addrs() []string {
 // after a timeout.
 func (c *Cluster) WaitHealthy() {
 	c.tb.Helper()
-	deadline := time.Now().Add(startTimeout)
-	for {
-		err := c.healthy()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			c.tb.Fatalf("redistest: cluster not healthy after %v: %v", startTimeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll(c.tb, 20*time.Millisecond, func() error { return wrapf(c.healthy(), "cluster not healthy") })
 }
 
 func (c *Cluster) healthy() error {

@@ -35,18 +35,12 @@ func StartSentinel(tb testing.TB, primary *Server, name string) *Sentinel {
 	s.launchNew()
 
 	want := primary.Addr()
-	deadline := time.Now().Add(startTimeout)
-	for {
+	poll(tb, 20*time.Millisecond, func() error {
 		reply, err := s.Do("SENTINEL", "GET-MASTER-ADDR-BY-NAME", name)
-		if err == nil {
-			host, port, ok := strings.Cut(reply, "\n")
-			if ok && net.JoinHostPort(host, port) == want {
-				return &Sentinel{Server: s, Name: name}
-			}
+		if host, port, ok := strings.Cut(reply, "\n"); err == nil && ok && net.JoinHostPort(host, port) == want {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("redistest: sentinel on %s does not report %s for %q: %q %v", s.Addr(), want, name, reply, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("sentinel on %s does not report %s for %q: %q %v", s.Addr(), want, name, reply, err)
+	})
+	return &Sentinel{Server: s, Name: name}
 }

@@ -241,13 +241,32 @@ func (s *Server) Restart() {
 	s.kill()
 	// The port was just released; another process may grab it in between, and the kernel
 	// may briefly refuse the bind. Retry for a while before giving up.
-	var err error
-	for deadline := time.Now().Add(startTimeout); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if err = s.launch(); err == nil {
+	poll(s.tb, 50*time.Millisecond, func() error { return wrapf(s.launch(), "restart") })
+}
+
+// poll calls f every interval until it returns nil, failing tb with f's last error once
+// startTimeout has passed.
+func poll(tb testing.TB, interval time.Duration, f func() error) {
+	tb.Helper()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		err := f()
+		if err == nil {
 			return
 		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: after %v: %v", startTimeout, err)
+		}
+		time.Sleep(interval)
 	}
-	s.tb.Fatalf("redistest: restart: %v", err)
+}
+
+// wrapf is err with the context format gives, or nil when err is nil.
+func wrapf(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf(format+": %w", append(args, err)...)
 }
 
 // Running reports whether the process is alive (it may be paused).
@@ -318,13 +337,12 @@ func (s *Server) CommandStats() (map[string]CommandStat, error) {
 			k, v, _ := strings.Cut(kv, "=")
 			switch k {
 			case "calls":
-				if st.Calls, err = strconv.ParseInt(v, 10, 64); err != nil {
-					return nil, fmt.Errorf("redistest: INFO commandstats: %s: %w", line, err)
-				}
+				st.Calls, err = strconv.ParseInt(v, 10, 64)
 			case "usec":
-				if st.Usec, err = strconv.ParseFloat(v, 64); err != nil {
-					return nil, fmt.Errorf("redistest: INFO commandstats: %s: %w", line, err)
-				}
+				st.Usec, err = strconv.ParseFloat(v, 64)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("redistest: INFO commandstats: %s: %w", line, err)
 			}
 		}
 		out[name] = st
