@@ -174,16 +174,16 @@ func (c Calendar) Bounds(t time.Time) (start, end time.Time) {
 	y, m, d := lt.Date()
 	start = c.startNear(y, m, d, loc)
 	for !start.After(t) {
-		next := c.next(start, loc)
+		next := c.step(start, loc, 1)
 		if next.After(t) {
 			return start, next
 		}
 		start = next
 	}
 	for start.After(t) {
-		start = c.prev(start, loc)
+		start = c.step(start, loc, -1)
 	}
-	return start, c.next(start, loc)
+	return start, c.step(start, loc, 1)
 }
 
 // startNear is a period start within one period of the local date y-m-d.
@@ -202,32 +202,19 @@ func (c Calendar) startNear(y int, m time.Month, d int, loc *time.Location) time
 	return time.Date(y, m, d, 0, 0, 0, 0, loc)
 }
 
-// next is the start of the period after the one starting at s.
-func (c Calendar) next(s time.Time, loc *time.Location) time.Time {
+// step is the start of the period k periods after the one starting at s (before it for
+// k < 0).
+func (c Calendar) step(s time.Time, loc *time.Location, k int) time.Time {
 	y, m, d := s.In(loc).Date()
 	switch c.Unit {
 	case CalendarWeek:
-		return time.Date(y, m, d+7, 0, 0, 0, 0, loc)
+		return time.Date(y, m, d+7*k, 0, 0, 0, 0, loc)
 	case CalendarMonth:
-		return monthStart(y, m+1, c.Anchor, loc)
+		return monthStart(y, m+time.Month(k), c.Anchor, loc)
 	case CalendarYear:
-		return yearStart(y+1, c.Anchor, loc)
+		return yearStart(y+k, c.Anchor, loc)
 	}
-	return time.Date(y, m, d+1, 0, 0, 0, 0, loc)
-}
-
-// prev is the start of the period before the one starting at s.
-func (c Calendar) prev(s time.Time, loc *time.Location) time.Time {
-	y, m, d := s.In(loc).Date()
-	switch c.Unit {
-	case CalendarWeek:
-		return time.Date(y, m, d-7, 0, 0, 0, 0, loc)
-	case CalendarMonth:
-		return monthStart(y, m-1, c.Anchor, loc)
-	case CalendarYear:
-		return yearStart(y-1, c.Anchor, loc)
-	}
-	return time.Date(y, m, d-1, 0, 0, 0, 0, loc)
+	return time.Date(y, m, d+k, 0, 0, 0, 0, loc)
 }
 
 // monthStart is local midnight on the anchor day of month m of year y (m may be out of

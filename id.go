@@ -64,21 +64,14 @@ func appendID(b []byte, v uint64) []byte {
 	return strconv.AppendUint(b, v, 36)
 }
 
-// validID reports whether v is an id a store gives.
-func validID(v uint64) bool { return v != 0 && v <= maxID }
-
-// parseID reads an id in base 36; the error wraps sentinel and names what.
-func parseID(s string, sentinel error, what string) (uint64, error) {
-	v, err := strconv.ParseUint(s, 36, 64)
-	if err != nil || !validID(v) || len(s) > 11 {
-		return 0, fmt.Errorf("%w: %.40q is not a %s id", sentinel, s, what)
-	}
-	return v, nil
-}
-
+// unmarshalID reads an id in base 36, "" as 0; the error wraps sentinel and names what.
 func unmarshalID(b []byte, sentinel error, what string) (uint64, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
-	return parseID(string(b), sentinel, what)
+	v, err := strconv.ParseUint(string(b), 36, 64)
+	if err != nil || v == 0 || v > maxID || len(b) > 11 {
+		return 0, fmt.Errorf("%w: %.40q is not a %s id", sentinel, b, what)
+	}
+	return v, nil
 }
