@@ -1,6 +1,9 @@
 package algo
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+)
 
 // Leases is the state of a Concurrency limit: the leases held, each an id and the instant
 // (µs) it expires, in order of expiry (ties by id), as a Redis sorted set scored by expiry
@@ -70,27 +73,7 @@ func Concurrency(l *Leases, now int64, p Params, n int64, id uint64, commit bool
 	return Result{Allowed: true, Remaining: p.Rate - held, ResetAfter: nonNeg(l.ExpiresAt() - now)}
 }
 
-func compareLease(a, b lease) int {
-	switch {
-	case a.exp != b.exp:
-		return cmpInt(a.exp, b.exp)
-	case a.id < b.id:
-		return -1
-	case a.id > b.id:
-		return 1
-	}
-	return 0
-}
-
-func cmpInt(a, b int64) int {
-	if a < b {
-		return -1
-	}
-	if a > b {
-		return 1
-	}
-	return 0
-}
+func compareLease(a, b lease) int { return cmp.Or(cmp.Compare(a.exp, b.exp), cmp.Compare(a.id, b.id)) }
 
 // Release gives back lease id, after dropping the expired leases as Concurrency does, and
 // reports whether it was held: false for an expired, released or unknown id, which

@@ -43,20 +43,11 @@ func (l *Log) expire(now, period int64) {
 	}
 }
 
-// push appends c copies of t, growing the ring as needed (never beyond max entries: the
+// push appends c copies of t, growing the ring as needed (never beyond limit entries: the
 // caller only pushes what fits under Rate).
-func (l *Log) push(t int64, c int, max int) {
+func (l *Log) push(t int64, c int, limit int) {
 	if l.n+c > len(l.ts) {
-		size := len(l.ts) * 2
-		if size < l.n+c {
-			size = l.n + c
-		}
-		if size < 4 {
-			size = 4
-		}
-		if size > max {
-			size = max
-		}
+		size := min(max(len(l.ts)*2, l.n+c, 4), limit)
 		grown := make([]int64, size)
 		for i := 0; i < l.n; i++ {
 			grown[i] = l.at(i)

@@ -29,15 +29,6 @@ import "github.com/sluicehq/sluice"
 // after the fact would be units stamped at an instant they were not admitted at, or no
 // room to stamp them at all. Concurrency has no cost to settle (a lease is released).
 
-// CanSettle reports whether limits of algorithm a can be settled.
-func CanSettle(a sluice.Algorithm) bool {
-	switch a {
-	case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket, sluice.FixedWindow, sluice.SlidingWindow:
-		return true
-	}
-	return false
-}
-
 // Reserved is what a store records of an allowed decision of estimated cost N: the
 // decision's instant At and FullAt, the instant its state was equivalent to empty again
 // after the spend (At + the Result's ResetAfter, less 1 µs when S > 1 so that a rounded
