@@ -10,27 +10,6 @@ import (
 	"github.com/sluicehq/sluice/internal/reservation"
 )
 
-// Reservations pace instead of denying: Limiter.Reserve spends a request's units at the
-// earliest instant they fit and says when that is, so that callers wait rather than fail.
-// Many workers on many machines sharing one Redis-backed Limiter thereby share one
-// outbound quota (a third-party API allowing 50 requests per second, say): each acts at
-// its reserved instant and the fleet's combined stream obeys the limit.
-//
-// Only the bucket algorithms (GCRA, TokenBucket, LeakyBucket) can be reserved, and they
-// reserve alike, as they decide alike; Reserve returns an error wrapping ErrInvalidLimit
-// for the window algorithms, which have no future slot to book. Reservations and decisions
-// on the same key and Limit share one state: a reservation is exactly what Decide would
-// have allowed at the reserved instant, so a key's admitted stream (reserved or not) holds
-// to the algorithm's bound, Burst + ⌊(d-1)·Rate/Period⌋ units in any interval of length d.
-//
-// Reserve validates key, limit and n as Decide does: n above Limit.MaxCost is an error
-// wrapping ErrCostExceedsLimit, not a refusal, since no wait would make it fit. n == 0
-// reserves nothing and is OK at once.
-//
-// The deadline of ctx, if it has one, is the longest the caller will wait: a reservation
-// whose instant would fall after it is refused (Reservation.OK is false) and spends
-// nothing. Without a deadline a reservation is made however far ahead its instant is.
-
 // Reservation is a store's promise that N units of a key's quota under Limit are spent for
 // use at At. The zero Reservation is not OK and cancels nothing. A store makes one
 // cancellable with store.WithCancel.

@@ -159,9 +159,7 @@ func (a *Algorithm) UnmarshalText(b []byte) error {
 // which must be zero for them.
 //
 // Calendar, when set, makes a FixedWindow limit a calendar quota: Rate events per
-// calendar period (a day, an ISO week, a month or a year in a named zone), whose windows
-// start at local midnights rather than at multiples of Period; Period must then be 0.
-// The zero Calendar is no calendar: every Limit without one means what it always did.
+// calendar period ([Calendar]); Period must then be 0.
 //
 // The zero Limit is invalid (Rate 0); use PerSecond and friends or fill every field.
 type Limit struct {
@@ -424,8 +422,14 @@ type Limiter interface {
 	// failures.
 	Decide(ctx context.Context, reqs []Request, ds []Decision) (Report, error)
 	// Reserve spends n units of key's quota under limit at the earliest instant they fit
-	// (see Reservation). Only GCRA, TokenBucket and LeakyBucket limits can be reserved;
-	// the others are an error wrapping ErrInvalidLimit.
+	// (see Reservation), so that callers pace rather than fail: many workers sharing one
+	// Redis-backed Limiter share one outbound quota, each acting at its reserved instant.
+	// A reservation is exactly what Decide would have allowed at that instant, on the same
+	// state. The deadline of ctx, if any, is the longest the caller will wait: a
+	// reservation whose instant would fall after it is refused (OK false) and spends
+	// nothing. Input is validated as Decide validates it; n == 0 is OK at once. Only GCRA,
+	// TokenBucket and LeakyBucket limits can be reserved; the others are an error wrapping
+	// ErrInvalidLimit.
 	Reserve(ctx context.Context, key string, limit Limit, n int64) (Reservation, error)
 	// Reset forgets key's state under limit.
 	Reset(ctx context.Context, key string, limit Limit) error
