@@ -205,10 +205,7 @@ func Open(cfg *config.Config, o Options) (*Stack, error) {
 		reg = prometheus.NewRegistry()
 	}
 	st := &Stack{kind: "memory", ready: func(context.Context) error { return nil }}
-	rawURL := o.RedisURL
-	if rawURL == "" {
-		rawURL = cfg.Store.RedisURL
-	}
+	rawURL := cmp.Or(o.RedisURL, cfg.Store.RedisURL)
 	mopts := []observe.MetricsOption{observe.WithMetricsLogger(log)}
 	var lim sluice.Limiter
 	if rawURL == "" {
@@ -250,15 +247,11 @@ func Open(cfg *config.Config, o Options) (*Stack, error) {
 		st.closers = append(st.closers, local.Close)
 		registerMemory(reg, "local", local)
 
-		deadline := o.Deadline
-		if deadline == 0 {
-			deadline = cfg.Store.Deadline
-		}
 		// The Redis store returns as soon as its context ends, so the store is called on
 		// the request's own goroutine: no goroutine and no two scheduler hand-offs per
 		// decision.
 		fl := failover.New(st.withDenyCache(rs, cfg, o, reg),
-			failover.WithDeadline(deadline),
+			failover.WithDeadline(cmp.Or(o.Deadline, cfg.Store.Deadline)),
 			failover.WithInlineCalls(),
 			failover.WithBreaker(o.Breaker),
 			failover.WithDefault(cfg.Failure(nil, o.FailureMode)),
