@@ -19,13 +19,10 @@ package algo
 // now⌉, the time until a full allowance. RetryAfter (denied) = ⌈max(TAT, now) +
 // (n·U - Burst·U)/S - now⌉.
 //
-// Rounding: none in the state. Time is counted in units of 1/S µs and a unit of cost as U
-// of them, U/S = Period/Rate exactly (Params; with S = 1, when Rate divides Period, plain
-// µs). Results are rounded up to whole µs, so they are exact at the µs grid: allowed at
-// now+RetryAfter and denied 1µs earlier, empty at now+ResetAfter (ExpiresAt) and not 1µs
-// earlier. Under Params' fallback (Burst·U above 2^50) units are spaced by T =
-// ⌈Period/Rate⌉ µs instead: never closer than the rate, and less than 1µs per unit apart
-// from it.
+// Rounding: none in the state, which counts in units of 1/S µs (Params, and its fallback
+// to whole µs). Results are rounded up to whole µs, so they are exact at the µs grid:
+// allowed at now+RetryAfter and denied 1µs earlier, empty at now+ResetAfter (ExpiresAt)
+// and not 1µs earlier.
 //
 // Burst: Burst units at once after a quiet spell of Burst·Period/Rate, then one unit every
 // Period/Rate. A client sending exactly Rate units per Period, spread out or (with Burst ≥
@@ -61,13 +58,9 @@ func GCRA(s State, now int64, p Params, n int64) (State, Result) {
 // GCRAStep is GCRA's admission alone, for a limit with S = 1 and a cost n > 0: the TAT a
 // spend of n at now leaves, and whether it is allowed (if not, the state is unchanged).
 // With GCRAAllowed it splits GCRA so that a caller updating the TAT by compare-and-swap
-// (the memory store's lock-free path) keeps the divisions of the results out of the
-// window between its load and its swap: GCRA(State{A: tat}, now, p, n) is
-// (State{A: next}, GCRAAllowed(next, now, &p)) when ok.
-//
-// GCRAStep, GCRAAllowed and GCRAFresh take p by pointer only so that a caller's Params
-// is not copied on a decision's path: they inline, and a Params passed by value is copied
-// at each call.
+// keeps the divisions out of the window between its load and its swap:
+// GCRA(State{A: tat}, now, p, n) is (State{A: next}, GCRAAllowed(next, now, &p)) when ok.
+// GCRAStep, GCRAAllowed and GCRAFresh take p by pointer so that it is not copied.
 func GCRAStep(tat, now int64, p *Params, n int64) (next int64, ok bool) {
 	next = max(tat, now) + n*p.U
 	return next, next-p.Burst*p.U <= now
@@ -84,20 +77,12 @@ func GCRAAllowed(next, now int64, p *Params) Result {
 	}
 }
 
-// GCRAFresh is GCRA on a key with no state (the zero State: a new key, or one whose state
-// emptied and was deleted), in closed form, for a limit with S = 1 (as GCRAStep) and a now
-// at or after the epoch: GCRA(State{}, now, *p, n) for every such input.
-//
-// State kept: none is read; the State returned is the one GCRA would write (the TAT
-// now + n·U after an allowed spend, else the zero State). Rounding and error bound:
-// GCRA's, which it equals; with S = 1 every quantity is a whole µs, so nothing rounds. A
-// fresh key has a full allowance: a cost n ≤ Burst is allowed, leaving Remaining =
-// Burst - n and ResetAfter = n·U; a cost n > Burst is denied, leaving Remaining = Burst
-// and RetryAfter = (n - Burst)·U; a look reports Remaining = Burst and ResetAfter = 0.
-// Nothing divides, and it inlines.
-//
-// Clock stepping back: a fresh key has no TAT for time to step back past, so every now
-// decides the same way.
+// GCRAFresh is GCRA(State{}, now, *p, n) in closed form (nothing divides, and it
+// inlines), for a key with no state, a limit with S = 1 and a now at or after the epoch.
+// A fresh key has a full allowance: a cost n ≤ Burst is allowed, leaving the TAT now + n·U,
+// Remaining Burst - n and ResetAfter n·U; a larger cost is denied with Remaining Burst and
+// RetryAfter (n - Burst)·U. Rounding and error bound are GCRA's (with S = 1 nothing
+// rounds); with no TAT, a clock stepping back changes nothing.
 func GCRAFresh(now int64, p *Params, n int64) (State, Result) {
 	switch {
 	case n > p.Burst:
