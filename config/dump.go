@@ -106,7 +106,7 @@ func (c *Config) Dump() ([]byte, error) {
 		Quotas   []quotaDomainView `json:"quota_domains,omitempty"`
 	}{Digest: c.Digest, Files: c.Files}
 
-	view.Store.Redis = redactURL(c.Store.RedisURL)
+	view.Store.Redis = RedactURL(c.Store.RedisURL)
 	view.Store.RedisEnv = c.Store.RedisURLEnv
 	if c.Store.Deadline > 0 {
 		view.Store.Deadline = c.Store.Deadline.String()
@@ -181,11 +181,8 @@ func (c *Config) Dump() ([]byte, error) {
 	return json.MarshalIndent(view, "", "  ")
 }
 
-// redactURL hides the password of a URL.
-func redactURL(s string) string {
-	if s == "" {
-		return ""
-	}
+// RedactURL returns a URL with its password replaced, for logs, errors and dumps.
+func RedactURL(s string) string {
 	u, err := url.Parse(s)
 	if err != nil {
 		return "(unparsable URL)"

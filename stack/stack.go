@@ -220,7 +220,7 @@ func Open(cfg *config.Config, o Options) (*Stack, error) {
 		st.Quota = quota.NewMemory(o.Clock, quota.WithMaxClients(o.QuotaMaxClients))
 		lim = st.withDenyCache(m, cfg, o, reg)
 	} else {
-		st.kind, st.target = "redis", Redact(rawURL)
+		st.kind, st.target = "redis", config.RedactURL(rawURL)
 		// One script call in flight rather than the store's default two: the service's
 		// decisions come from many concurrent callers, so each call then carries more of
 		// them, which costs the service and Redis less per decision; the price is that a
@@ -352,15 +352,6 @@ func (s *Stack) withDenyCache(store sluice.Limiter, cfg *config.Config, o Option
 		Help: "Denials of the store held by the deny cache, which answers repeats of them in-process (decisions with path=\"cache\").",
 	}, func() float64 { return float64(c.Len()) }))
 	return c
-}
-
-// Redact returns a URL with its password replaced, for logs and errors.
-func Redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
 }
 
 // Scrub removes a URL's password from msg, wherever the message quotes it.

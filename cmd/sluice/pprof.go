@@ -10,7 +10,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/sluicehq/sluice/stack"
+	"github.com/sluicehq/sluice/config"
 )
 
 // defaultPprofWriteTimeout is the pprof listener's write timeout: above the 30 s of a
@@ -78,7 +78,7 @@ func redactArgs(args []string) []string {
 			}
 		}
 		if strings.Contains(v, "://") && strings.Contains(v, "@") {
-			out[i] = prefix + stack.Redact(v)
+			out[i] = prefix + config.RedactURL(v)
 		}
 	}
 	return out
