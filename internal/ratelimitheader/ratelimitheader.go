@@ -28,6 +28,7 @@ import (
 	"unsafe"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
 	"github.com/sluicehq/sluice/internal/sfv"
 )
 
@@ -96,15 +97,10 @@ func Quota(l sluice.Limit) (q, w int64) {
 // fillTime is the time an empty bucket of depth b under l takes to hold b again:
 // b·Period/Rate, rounded up to a whole microsecond; 0 beyond what Limit.Validate accepts.
 func fillTime(b int64, l sluice.Limit) time.Duration {
-	hi, lo := bits.Mul64(uint64(b), uint64(l.Period.Microseconds()))
-	if hi >= uint64(l.Rate) {
+	if hi, _ := bits.Mul64(uint64(b), uint64(l.Period.Microseconds())); hi >= uint64(l.Rate) {
 		return 0
 	}
-	q, r := bits.Div64(hi, lo, uint64(l.Rate))
-	if r != 0 {
-		q++
-	}
-	return time.Duration(q) * time.Microsecond
+	return time.Duration(algo.MulDivCeil(b, l.Period.Microseconds(), l.Rate)) * time.Microsecond
 }
 
 // DecisionQuota is Quota for the limit d decided. For a calendar limit, q is Rate and w
