@@ -37,8 +37,7 @@ func New(target string) (*Proxy, error) {
 	}
 	p := &Proxy{target: target, ln: ln, conns: make(map[*link]struct{}), unblock: make(chan struct{})}
 	close(p.unblock)
-	p.wg.Add(1)
-	go p.accept()
+	p.wg.Go(p.accept)
 	return p, nil
 }
 
@@ -123,7 +122,6 @@ func (p *Proxy) Close() error {
 }
 
 func (p *Proxy) accept() {
-	defer p.wg.Done()
 	for {
 		client, err := p.ln.Accept()
 		if err != nil {
@@ -150,18 +148,15 @@ func (p *Proxy) accept() {
 		}
 		p.conns[l] = struct{}{}
 		p.mu.Unlock()
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
+		p.wg.Go(func() {
 			var inner sync.WaitGroup
-			inner.Add(2)
-			go func() { defer inner.Done(); p.pipe(l, server, client) }()
-			go func() { defer inner.Done(); p.pipe(l, client, server) }()
+			inner.Go(func() { p.pipe(l, server, client) })
+			inner.Go(func() { p.pipe(l, client, server) })
 			inner.Wait()
 			p.mu.Lock()
 			delete(p.conns, l)
 			p.mu.Unlock()
-		}()
+		})
 	}
 }
 
