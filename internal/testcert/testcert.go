@@ -31,18 +31,12 @@ func NewCA(t testing.TB, cn string) *CA {
 	t.Helper()
 	key := newKey(t)
 	tmpl := &x509.Certificate{
-		SerialNumber:          serial(t),
 		Subject:               pkix.Name{CommonName: cn},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatalf("testcert: CA: %v", err)
-	}
+	der := create(t, tmpl, tmpl, key, key)
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
 		t.Fatalf("testcert: CA: %v", err)
@@ -101,14 +95,8 @@ func WriteFile(t testing.TB, dir, name string, data []byte) string {
 func (ca *CA) issue(t testing.TB, tmpl *x509.Certificate) (certPEM, keyPEM []byte) {
 	t.Helper()
 	key := newKey(t)
-	tmpl.SerialNumber = serial(t)
-	tmpl.NotBefore = time.Now().Add(-time.Hour)
-	tmpl.NotAfter = time.Now().Add(24 * time.Hour)
 	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatalf("testcert: %v", err)
-	}
+	der := create(t, tmpl, ca.Cert, key, ca.key)
 	kder, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
 		t.Fatalf("testcert: %v", err)
@@ -126,11 +114,19 @@ func newKey(t testing.TB) *ecdsa.PrivateKey {
 	return k
 }
 
-func serial(t testing.TB) *big.Int {
+// create signs tmpl for key with parent's signer, giving it a random serial number and a
+// validity from an hour ago for a day.
+func create(t testing.TB, tmpl, parent *x509.Certificate, key, signer *ecdsa.PrivateKey) []byte {
 	t.Helper()
-	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
 	if err != nil {
 		t.Fatalf("testcert: %v", err)
 	}
-	return n
+	tmpl.SerialNumber = serial
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, signer)
+	if err != nil {
+		t.Fatalf("testcert: %v", err)
+	}
+	return der
 }
