@@ -54,18 +54,18 @@ func Refund(s State, now int64, p Params, n, at int64) State {
 // have spent on the key. Had the refunded spend not been made, that decision might have
 // found the bucket full, and the time during which it was full does not accumulate
 // allowance; with the spend made, the TAT ran ahead through that time instead. Giving
-// back all of n·U/S would hand that time out a second time (in a test: a third unit
-// within one emission interval of a burst of two). The time the bucket can have been full
-// is at most now - at, so TAT - n·U/S + (now - at) is never below the TAT without the
-// spend. When nothing else was spent in between, the refund is exact if the TAT before
-// the spend was not ahead of at (the bucket had no backlog), and otherwise keeps now - at
-// of emission time too many: it under-admits by at most (now-at)·Rate/Period units, once.
+// back all of n·U/S would hand that time out a second time. The time the bucket can have
+// been full is at most now - at, so TAT - n·U/S + (now - at) is never below the TAT
+// without the spend. When nothing else was spent in between, the refund is exact if the
+// TAT before the spend was not ahead of at (the bucket had no backlog), and otherwise
+// keeps now - at of emission time too many: it under-admits by at most
+// (now-at)·Rate/Period units, once.
 //
-// Reservations (ReserveGCRA) between the spend and the refund are
-// the exception: they take slots at a reserved instant that may be after now, and the
-// refund leaves a hole before those slots that a single TAT cannot hold (as
-// CancelReservation explains), into which up to n units may then be admitted beside the
-// reserved ones. A limit that is paced with reservations should not also be refunded.
+// Reservations (ReserveGCRA) between the spend and the refund are the exception: they
+// take slots at a reserved instant that may be after now, and the refund leaves a hole
+// before those slots that a single TAT cannot hold (as CancelReservation explains), into
+// which up to n units may then be admitted beside the reserved ones. A limit that is
+// paced with reservations should not also be refunded.
 //
 // Rounding: none. TAT' = A' - B'/S with B' ∈ [0, S), as GCRA keeps it.
 //
