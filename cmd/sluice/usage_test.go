@@ -31,7 +31,7 @@ func TestUsageErrorsAreOneLine(t *testing.T) {
 		{[]string{"check", "--server", "localhost:8080", "--policy", "demo", "--key", "k"}, "sluice check: --server localhost:8080 has no scheme; did you mean http://localhost:8080?"},
 		{[]string{"check", "--server", "redis://localhost:8080", "--policy", "demo", "--key", "k"}, "did you mean http://localhost:8080?"},
 		{[]string{"serve", "--redis", "localhost:6379"}, "did you mean redis://localhost:6379?"},
-		{[]string{"override", "set", "users", "x"}, "sluice override set: missing --rate, --period"},
+		{[]string{"override", "set", "users", "x"}, "sluice override set: missing --rate"},
 		{[]string{"override", "get", "users"}, "sluice override get: want POLICY IDENTITY, got 1 arguments"},
 		{[]string{"simulate", "--algorithms", "gcra,foo"}, `sluice simulate: --algorithms: unknown algorithm "foo": a simulation runs gcra, token_bucket, leaky_bucket, fixed_window, sliding_window, sliding_log`},
 		{[]string{"simulate", "--algorithms", "concurrency"}, `unknown algorithm "concurrency"`},
