@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/store"
 )
@@ -529,11 +530,11 @@ func TestStoreSideCancellation(t *testing.T) {
 	if _, err := s.AllowN(context.Background(), "warm", limit, 1); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the store's start-up checks", func() bool { return strings.Contains(logs.String(), "hz 100 lowers") })
+	poll.Until(t, 10*time.Second, "the store's start-up checks", func() bool { return strings.Contains(logs.String(), "hz 100 lowers") })
 
 	// Lose the connection: once a decision's dial is refused, the next one dials anew.
 	srv.Kill()
-	waitUntil(t, "a refused dial", func() bool {
+	poll.Until(t, 10*time.Second, "a refused dial", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_, err := s.AllowN(ctx, "down", limit, 1)
@@ -601,15 +602,5 @@ func TestStoreSideCancellation(t *testing.T) {
 	}
 	if n := len(dials); n > 0 {
 		t.Errorf("%d dials besides A's: B or PING did not wait on A's", n)
-	}
-}
-
-// waitUntil polls cond until it holds, failing the test after 10s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
 	}
 }
