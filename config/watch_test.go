@@ -311,7 +311,7 @@ func TestWatcherStopsOnClose(t *testing.T) {
 	}
 	w.Close() // idempotent
 	writeFile(t, dir, "policies.yaml", policyFile(2))
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // an absence: ten debounce intervals in which a closed watcher must not reload
 	if rateOf(w.Config()) != 1 {
 		t.Error("configuration changed after Close")
 	}
@@ -355,7 +355,7 @@ func TestWatcherConcurrentReaders(t *testing.T) {
 				t.Errorf("Reload: %v", err)
 			}
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // pacing: the swaps interleave with the watcher's reloads rather than coalesce
 	}
 	poll.Until(t, 10*time.Second, "the last version", func() bool { return rateOf(w.Config()) == versions })
 	close(stop)
