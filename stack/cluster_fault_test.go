@@ -164,13 +164,13 @@ func TestClusterFailover(t *testing.T) {
 	c := redistest.StartClusterWithReplicas(t, clusterNodeTimeout)
 	lim := openCluster(t, c, sluice.FailOpen)
 	load := startLoad(t, lim, sluice.PathOpen)
-	time.Sleep(300 * time.Millisecond) // load on a healthy cluster first
+	time.Sleep(300 * time.Millisecond) // real-fault test: load on a healthy cluster first
 	c.Nodes[0].Kill()
 	t0 := time.Now()
 	waitPromoted(t, c.Replicas[0])
 	recovered(t, lim)
 	t.Logf("the replica took over and the store decides again %v after the kill", time.Since(t0))
-	time.Sleep(300 * time.Millisecond) // load on the healed cluster
+	time.Sleep(300 * time.Millisecond) // real-fault test: load on the healed cluster
 	load.finish()
 
 	after := used(t, lim)
@@ -259,12 +259,12 @@ func TestClusterSlotMigration(t *testing.T) {
 			break
 		}
 		must(src, "MIGRATE", host, port, k, "0", "5000")
-		time.Sleep(300 * time.Millisecond) // decisions on it meanwhile are redirected with ASK
+		time.Sleep(300 * time.Millisecond) // real-fault test: decisions on it meanwhile are redirected with ASK
 	}
 	for _, n := range c.Nodes {
 		must(n, "CLUSTER", "SETSLOT", fmt.Sprint(slot), "NODE", dstID)
 	}
-	time.Sleep(300 * time.Millisecond) // MOVED, then the new slot map
+	time.Sleep(300 * time.Millisecond) // real-fault test: MOVED, then the new slot map
 	recovered(t, lim)
 	load.finish()
 	if owner := c.NodeForSlot(slot); owner != dst {
@@ -306,7 +306,7 @@ func TestClusterDown(t *testing.T) {
 		st, _ := redistest.InfoField(info, "cluster_state")
 		return st == "fail"
 	})
-	time.Sleep(300 * time.Millisecond) // decisions while it is down: CLUSTERDOWN
+	time.Sleep(300 * time.Millisecond) // real-fault test: decisions while it is down: CLUSTERDOWN
 	c.Nodes[2].Restart()
 	c.Replicas[2].Restart()
 	c.WaitHealthy()
