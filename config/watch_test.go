@@ -455,7 +455,10 @@ func TestWatcherIgnoresOtherFiles(t *testing.T) {
 		WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 
 	writeFile(t, dir, "policies.yaml", "policies:\n  - name: p\n    rate: -1\n    period: 1s\n")
-	poll.Until(t, 10*time.Second, "the rejection", func() bool { return w.Rejected() == 1 })
+	// The rejection is counted before it is logged: wait for both.
+	poll.Until(t, 10*time.Second, "the rejection counted and logged", func() bool {
+		return w.Rejected() == 1 && logs.count("config: reload rejected;") == 1
+	})
 	before := logs.count("level=ERROR")
 
 	const writes = 20
