@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/poll"
 )
 
 // policyFile is a sluice policy file whose policy "p" has the given rate.
@@ -30,18 +32,6 @@ func rateOf(c *Config) int64 {
 		return -1
 	}
 	return p.Limit.Rate
-}
-
-// waitFor polls cond until it holds, failing the test after 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 type counter struct{ n atomic.Int64 }
@@ -191,9 +181,9 @@ func TestWatcherReloads(t *testing.T) {
 				t.Fatalf("initial rate %d, want 1", got)
 			}
 			tt.change(t, dir)
-			waitFor(t, "the new configuration", func() bool { return rateOf(w.Config()) == 2 })
+			poll.Until(t, 10*time.Second, "the new configuration", func() bool { return rateOf(w.Config()) == 2 })
 			// The callback runs just after the new configuration is in force.
-			waitFor(t, "the reload callback", func() bool { return seen.Load() == w.Config() })
+			poll.Until(t, 10*time.Second, "the reload callback", func() bool { return seen.Load() == w.Config() })
 			if reloaded.n.Load() < 1 || w.Reloads() < 1 || seen.Load() != w.Config() {
 				t.Errorf("reload not reported: counter %d, Reloads %d, callback %p vs %p",
 					reloaded.n.Load(), w.Reloads(), seen.Load(), w.Config())
@@ -217,9 +207,9 @@ func TestWatcherFollowsSwappedDirectory(t *testing.T) {
 	w := newWatcher(t, filepath.Join(dir, "current"))
 	os.Symlink("v2", filepath.Join(dir, "tmp"))
 	os.Rename(filepath.Join(dir, "tmp"), filepath.Join(dir, "current"))
-	waitFor(t, "v2", func() bool { return rateOf(w.Config()) == 2 })
+	poll.Until(t, 10*time.Second, "v2", func() bool { return rateOf(w.Config()) == 2 })
 	writeFile(t, filepath.Join(dir, "v2"), "policies.yaml", policyFile(3))
-	waitFor(t, "the edit inside v2", func() bool { return rateOf(w.Config()) == 3 })
+	poll.Until(t, 10*time.Second, "the edit inside v2", func() bool { return rateOf(w.Config()) == 3 })
 }
 
 func TestWatcherRejectsInvalidConfig(t *testing.T) {
@@ -250,14 +240,14 @@ func TestWatcherRejectsInvalidConfig(t *testing.T) {
 
 	// Fixing the file puts the new configuration in force and clears LastError.
 	writeFile(t, dir, "policies.yaml", policyFile(5))
-	waitFor(t, "the fixed configuration", func() bool { return rateOf(w.Config()) == 5 })
+	poll.Until(t, 10*time.Second, "the fixed configuration", func() bool { return rateOf(w.Config()) == 5 })
 	if w.LastError() != nil {
 		t.Errorf("LastError after a good reload: %v", w.LastError())
 	}
 
 	// A deleted file is rejected as well; the configuration stays.
 	os.Remove(path)
-	waitFor(t, "the rejection of a missing file", func() bool { return w.Rejected() == 2 })
+	poll.Until(t, 10*time.Second, "the rejection of a missing file", func() bool { return w.Rejected() == 2 })
 	if rateOf(w.Config()) != 5 {
 		t.Error("configuration lost when its file was removed")
 	}
@@ -321,7 +311,7 @@ func TestWatcherStopsOnClose(t *testing.T) {
 	}
 	w.Close() // idempotent
 	writeFile(t, dir, "policies.yaml", policyFile(2))
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // an absence: ten debounce intervals in which a closed watcher must not reload
 	if rateOf(w.Config()) != 1 {
 		t.Error("configuration changed after Close")
 	}
@@ -365,9 +355,9 @@ func TestWatcherConcurrentReaders(t *testing.T) {
 				t.Errorf("Reload: %v", err)
 			}
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // pacing: the swaps interleave with the watcher's reloads rather than coalesce
 	}
-	waitFor(t, "the last version", func() bool { return rateOf(w.Config()) == versions })
+	poll.Until(t, 10*time.Second, "the last version", func() bool { return rateOf(w.Config()) == versions })
 	close(stop)
 	wg.Wait()
 	if msg := torn.Load(); msg != nil {
@@ -465,7 +455,10 @@ func TestWatcherIgnoresOtherFiles(t *testing.T) {
 		WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 
 	writeFile(t, dir, "policies.yaml", "policies:\n  - name: p\n    rate: -1\n    period: 1s\n")
-	waitFor(t, "the rejection", func() bool { return w.Rejected() == 1 })
+	// The rejection is counted before it is logged: wait for both.
+	poll.Until(t, 10*time.Second, "the rejection counted and logged", func() bool {
+		return w.Rejected() == 1 && logs.count("config: reload rejected;") == 1
+	})
 	before := logs.count("level=ERROR")
 
 	const writes = 20
@@ -475,7 +468,7 @@ func TestWatcherIgnoresOtherFiles(t *testing.T) {
 	}
 	// Once every ignored event is counted, no reload can be pending from them (an ignored
 	// event does not arm the debounce timer).
-	waitFor(t, "the ignored events", func() bool { return w.Ignored() >= 2*writes })
+	poll.Until(t, 10*time.Second, "the ignored events", func() bool { return w.Ignored() >= 2*writes })
 	if n := logs.count("ignored"); n > 1 {
 		t.Errorf("%d log records of the %d ignored events, want at most one summary", n, w.Ignored())
 	}
@@ -487,12 +480,12 @@ func TestWatcherIgnoresOtherFiles(t *testing.T) {
 	}
 	// Touching the invalid file again is the same rejection: not logged or counted again.
 	writeFile(t, dir, "policies.yaml", "policies:\n  - name: p\n    rate: -1\n    period: 1s\n")
-	waitFor(t, "the repeated rejection", func() bool { return logs.count("rejected again") >= 1 })
+	poll.Until(t, 10*time.Second, "the repeated rejection", func() bool { return logs.count("rejected again") >= 1 })
 	if w.Rejected() != 1 || logs.count("level=ERROR") != before {
 		t.Errorf("the same invalid file counted %d rejections, %d errors logged", w.Rejected(), logs.count("level=ERROR")-before)
 	}
 	writeFile(t, dir, "policies.yaml", policyFile(7))
-	waitFor(t, "the fixed file", func() bool { return rateOf(w.Config()) == 7 })
+	poll.Until(t, 10*time.Second, "the fixed file", func() bool { return rateOf(w.Config()) == 7 })
 	if w.Reloads() != 1 {
 		t.Errorf("%d reloads, want 1 (other files reloaded too)", w.Reloads())
 	}
@@ -513,7 +506,7 @@ func TestWatcherFollowsLinksOutOfTheDirectory(t *testing.T) {
 		}
 		w := newWatcher(t, conf)
 		writeFile(t, elsewhere, "real.yaml", policyFile(2))
-		waitFor(t, "the edit of the link's target", func() bool { return rateOf(w.Config()) == 2 })
+		poll.Until(t, 10*time.Second, "the edit of the link's target", func() bool { return rateOf(w.Config()) == 2 })
 	})
 	t.Run("file through two links", func(t *testing.T) {
 		root := t.TempDir()
@@ -531,8 +524,8 @@ func TestWatcherFollowsLinksOutOfTheDirectory(t *testing.T) {
 		if err := os.Rename(tmp, filepath.Join(root, "a", "p.yaml")); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the repointed middle link", func() bool { return rateOf(w.Config()) == 2 })
+		poll.Until(t, 10*time.Second, "the repointed middle link", func() bool { return rateOf(w.Config()) == 2 })
 		writeFile(t, filepath.Join(root, "c"), "p.yaml", policyFile(3))
-		waitFor(t, "the edit of the new target", func() bool { return rateOf(w.Config()) == 3 })
+		poll.Until(t, 10*time.Second, "the edit of the new target", func() bool { return rateOf(w.Config()) == 3 })
 	})
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/region"
 	"github.com/sluicehq/sluice/store"
@@ -1095,9 +1096,7 @@ func TestCloseWaitsForStoreCalls(t *testing.T) {
 					l.AllowN(context.Background(), "k", sluice.PerSecond(10), 1)
 				}()
 			}
-			for faulty.calls.Load() < n {
-				time.Sleep(time.Millisecond) // until every call is in the store
-			}
+			poll.Until(t, 10*time.Second, "every call in the store", func() bool { return faulty.calls.Load() >= n })
 			closed := make(chan struct{})
 			go func() {
 				l.Close()

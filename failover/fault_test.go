@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/faultproxy"
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/redisstore"
@@ -232,7 +233,7 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 	// up every connection the client will use (it dials lazily, per slot, within the
 	// first caller's deadline) by deciding each load key once, concurrently and without
 	// a tight deadline. Only then does the failover.Limiter start.
-	waitFor(t, 5*time.Second, "a first store decision", func() bool {
+	poll.Until(t, 5*time.Second, "a first store decision", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_, err := backend.AllowN(ctx, "warmup", sluice.PerSecond(1000), 1)
@@ -314,7 +315,7 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 
 	// Recovery: the breaker closes again, with no restart of anything on our side.
 	var recoveredAt time.Time
-	waitFor(t, recoverWithin, fmt.Sprintf("the breaker to close after the fault (it needs %d store answers in a row within %v)", 3, deadline), func() bool {
+	poll.Until(t, recoverWithin, fmt.Sprintf("the breaker to close after the fault (it needs %d store answers in a row within %v)", 3, deadline), func() bool {
 		if lim.State() != store.BreakerClosed {
 			return false
 		}
@@ -456,7 +457,7 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 	// A fresh key after recovery is decided exactly, by the store. A call the store
 	// does not answer in time (a busy machine) fails closed, and its unit may or may not
 	// have been spent: the count is then only bounded.
-	waitFor(t, recoverWithin, "the breaker to be closed with the load stopped", func() bool {
+	poll.Until(t, recoverWithin, "the breaker to be closed with the load stopped", func() bool {
 		lim.AllowN(context.Background(), "poke", sluice.PerSecond(1000), 1)
 		return lim.State() == store.BreakerClosed
 	})
@@ -540,17 +541,6 @@ func testFaultDeadline(t *testing.T) time.Duration {
 	return d
 }
 
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestStallMonitor: the fault tests excuse a decision's latency only for the time the
 // process was stopped, not for the time a caller was held: a blocked goroutine leaves the
 // monitor running, a stopped process (SIGSTOP, as a busy machine deschedules it) does not.
@@ -561,7 +551,7 @@ func TestStallMonitor(t *testing.T) {
 	var start, held time.Time
 	for try := 0; try < 5 && (try == 0 || m.within(start, held) > 150*time.Millisecond); try++ {
 		start = time.Now()
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // real time: the monitor must tell a held caller from a stopped process
 		held = time.Now()
 	}
 	stopper := exec.Command("sh", "-c", fmt.Sprintf("kill -STOP %d; sleep 0.3; kill -CONT %d", os.Getpid(), os.Getpid()))

@@ -3,10 +3,12 @@ package failover
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/store"
@@ -86,19 +88,21 @@ func TestRedisErrorKinds(t *testing.T) {
 				WithBreaker(Breaker{ConsecutiveFailures: 1 << 30, MinCalls: 1 << 30}))
 			defer lim.Close()
 			limit := sluice.PerMinute(1000)
-			waitFor(t, 5*time.Second, "a store decision", func() bool {
+			poll.Until(t, 5*time.Second, "a store decision", func() bool {
 				d, err := lim.AllowN(context.Background(), "warm", limit, 1)
 				return err == nil && d.Path == sluice.PathStore
 			})
 
 			heal := tt.inject(t, srv)
 			var rep sluice.Report
-			for i := 0; i < 20; i++ { // the first calls may still ride an old connection
+			i := 0 // the first calls may still ride an old connection
+			poll.UntilDescribed(t, 10*time.Second, "a decision failing with kind "+string(tt.want), func() bool {
 				var d sluice.Decision
 				var err error
-				d, rep, err = decideOne(context.Background(), lim, sluice.Request{Key: "k" + string(rune('a'+i)), Limit: limit, N: 1})
+				d, rep, err = decideOne(context.Background(), lim, sluice.Request{Key: fmt.Sprintf("k%d", i), Limit: limit, N: 1})
+				i++
 				if d.Path == sluice.PathStore {
-					continue
+					return false
 				}
 				if d.Path != sluice.PathClosed || err == nil {
 					t.Fatalf("%+v, %v", d, err)
@@ -106,17 +110,14 @@ func TestRedisErrorKinds(t *testing.T) {
 				if !errors.Is(err, sluice.ErrStoreUnavailable) || rep.Failure == nil || !errors.Is(err, rep.Failure) {
 					t.Fatalf("closed: %v, report %+v; want ErrStoreUnavailable and the report's cause", err, rep)
 				}
-				if rep.Kind == tt.want {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+				return rep.Kind == tt.want
+			}, func() string { return fmt.Sprintf("kind %q, cause %v", rep.Kind, rep.Failure) })
 			t.Logf("cause: %v", rep.Failure)
 			if rep.Kind != tt.want {
 				t.Errorf("kind %q (cause %v), want %q", rep.Kind, rep.Failure, tt.want)
 			}
 			heal()
-			waitFor(t, 10*time.Second, "the store to decide again", func() bool {
+			poll.Until(t, 10*time.Second, "the store to decide again", func() bool {
 				d, err := lim.AllowN(context.Background(), "after", limit, 1)
 				return err == nil && d.Path == sluice.PathStore
 			})

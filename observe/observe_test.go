@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/denycache"
 	"github.com/sluicehq/sluice/failover"
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/redisstore"
@@ -389,27 +390,21 @@ func TestMetrics(t *testing.T) {
 
 	// It comes back: the breaker closes, the gauge follows.
 	st.srv.Restart()
-	deadline := time.Now().Add(10 * time.Second)
-	for st.fo.State() != store.BreakerClosed || val("sluice_breaker_state", map[string]string{"state": "closed"}) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("breaker still %v", st.fo.State())
+	poll.UntilDescribed(t, 10*time.Second, "the breaker closed and its gauge following", func() bool {
+		if st.fo.State() == store.BreakerClosed && val("sluice_breaker_state", map[string]string{"state": "closed"}) == 1 {
+			return true
 		}
 		decide(ctx, lim, api("user:probe", sluice.PerSecond(100), 1))
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	}, func() string { return fmt.Sprint("breaker ", st.fo.State()) })
 
 	// Evictions: the first poll is the baseline, growth is counted. (A connection from
 	// before the restart may fail the first poll, as it would fail one background poll.)
-	for i := 0; ; i++ {
-		err := m.PollEvictedKeys(ctx)
-		if err == nil {
-			break
-		}
-		if i == 50 {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var pollErr error
+	poll.UntilDescribed(t, 10*time.Second, "a poll of the evicted keys", func() bool {
+		pollErr = m.PollEvictedKeys(ctx)
+		return pollErr == nil
+	}, func() string { return fmt.Sprint(pollErr) })
 	if got := val("sluice_redis_evicted_keys_poll_errors_total", nil); got < 0 {
 		t.Errorf("poll errors metric missing")
 	}
@@ -463,13 +458,9 @@ func TestEvictedKeysPoller(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for metricValue(t, reg, "sluice_redis_evicted_keys_total", nil) != 35 {
-		if time.Now().After(deadline) {
-			t.Fatalf("evicted keys %v, want 30 + 5", metricValue(t, reg, "sluice_redis_evicted_keys_total", nil))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.UntilDescribed(t, 5*time.Second, "evicted keys 30 + 5", func() bool {
+		return metricValue(t, reg, "sluice_redis_evicted_keys_total", nil) == 35
+	}, func() string { return fmt.Sprint(metricValue(t, reg, "sluice_redis_evicted_keys_total", nil)) })
 	m.Close()
 	if !strings.Contains(buf.String(), "evicted") || !strings.Contains(buf.String(), `"level":"WARN"`) {
 		t.Errorf("no eviction warning logged:\n%s", buf.String())

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -61,7 +62,7 @@ func TestCallCtx(t *testing.T) {
 		// callCtx.
 		idleCtx := func() *callCtx {
 			var cc *callCtx
-			waitUntil(t, "an idle batch goroutine", func() bool {
+			poll.Until(t, 10*time.Second, "an idle batch goroutine", func() bool {
 				s.loopMu.Lock()
 				defer s.loopMu.Unlock()
 				if len(s.idle) != 1 {
@@ -160,13 +161,13 @@ func TestBatchLoops(t *testing.T) {
 			}
 		}()
 	}
-	waitUntil(t, "more batch goroutines than may stay idle", func() bool {
+	poll.Until(t, 10*time.Second, "more batch goroutines than may stay idle", func() bool {
 		return countLoops()-base > maxIdleLoops
 	})
 	srv.Resume()
 	wg.Wait()
 	t.Logf("%d batch goroutines started for the burst", s.loops.Load()-started)
-	waitUntil(t, "the burst's batch goroutines to end or go idle", func() bool {
+	poll.Until(t, 10*time.Second, "the burst's batch goroutines to end or go idle", func() bool {
 		s.loopMu.Lock()
 		idle := len(s.idle)
 		s.loopMu.Unlock()
@@ -176,7 +177,7 @@ func TestBatchLoops(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "Close to end the batch goroutines", func() bool { return countLoops() == base })
+	poll.Until(t, 10*time.Second, "Close to end the batch goroutines", func() bool { return countLoops() == base })
 	if _, err := s.AllowN(ctx, "closed", limit, 1); !errors.Is(err, sluice.ErrClosed) {
 		t.Errorf("after Close: %v, want sluice.ErrClosed", err)
 	}

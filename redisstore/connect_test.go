@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -91,14 +92,8 @@ func TestOpenCluster(t *testing.T) {
 	}
 	decideOnce(t, s)
 	// The script is loaded on every primary at start.
-	deadline := time.Now().Add(5 * time.Second)
 	for _, n := range c.Nodes {
-		for n.MustDo("SCRIPT", "EXISTS", decideScript.sha) != "1" {
-			if time.Now().After(deadline) {
-				t.Fatalf("script not loaded on %s", n.Addr())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		poll.Until(t, 5*time.Second, "the script loaded on "+n.Addr(), func() bool { return n.MustDo("SCRIPT", "EXISTS", decideScript.sha) == "1" })
 	}
 	// SCRIPT FLUSH on every node: decisions heal it.
 	for _, n := range c.Nodes {
@@ -297,23 +292,19 @@ func TestConnectRetry(t *testing.T) {
 	}
 
 	srv.Restart()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	poll.Until(t, 15*time.Second, "the store connected after Redis started", func() bool {
 		d, err := s.AllowN(ctx, "k", sluice.PerSecond(5), 1)
 		if err == nil {
 			if !d.Allowed || d.Remaining != 4 {
 				t.Fatalf("first decision after connecting: %+v", d)
 			}
-			break
+			return true
 		}
 		if !errors.Is(err, ErrNotConnected) {
 			t.Fatalf("decision while connecting: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the store did not connect within 15 s of Redis starting: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	})
 	if s.Client() == nil {
 		t.Error("Client() is nil after connecting")
 	}
@@ -331,7 +322,7 @@ func TestConnectRetryCloseWhileConnecting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // a few attempts
+	time.Sleep(300 * time.Millisecond) // real fault: a few connect attempts on a stopped Redis
 	start := time.Now()
 	if err := s.Close(); err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@ import (
 )
 
 // TestDifferentialMemory feeds the memory store and the Redis store the same random
-// operations with the same clock and demands identical Decisions: per algorithm 100,000
+// operations with the same clock and demands identical Decisions: per algorithm 50,000
 // operations over a few keys and limits, costs 0–3, single and multi-limit decisions and
 // resets, with time steps that are small, zero, exactly on window boundaries (and 1µs either
 // side), large jumps, and occasionally backwards. Concurrency lanes also release leases
@@ -32,7 +32,7 @@ import (
 // under load, and the differential covers the batching too.
 func TestDifferentialMemory(t *testing.T) {
 	t.Parallel()
-	const lanesPerAlgorithm, steps = 10, 10_000
+	const lanesPerAlgorithm, steps = 10, 5_000
 	clock, mem, red := pairedStores(t)
 
 	var lanes []*lane

@@ -49,7 +49,8 @@ func Example() {
 	// allowed=false remaining=0 retry-after=30s
 }
 
-// Several limits on one identity, all or nothing: 2 per second and 3 per hour.
+// Several limits on one identity, all or nothing: 2 per minute and 3 per hour: a
+// request the minute's limit denies spends nothing from the hour's.
 func ExampleStore_Decide() {
 	store, err := redisstore.Open(redisURL)
 	if err != nil {
@@ -58,22 +59,21 @@ func ExampleStore_Decide() {
 	defer store.Close()
 
 	ctx := context.Background()
-	perSecond := sluice.PerSecond(2)
+	perMinute := sluice.PerMinute(2)
 	perHour := sluice.PerHour(3).With(sluice.SlidingLog)
 	for i := 0; i < 4; i++ {
 		ds, err := sluice.AllowMulti(ctx, store, []sluice.Request{
-			{Key: "api-key:7", Limit: perSecond, N: 1},
+			{Key: "api-key:7", Limit: perMinute, N: 1},
 			{Key: "api-key:7", Limit: perHour, N: 1},
 		})
 		if err != nil {
 			log.Fatal(err)
 		}
-		fmt.Printf("allowed=%v per-second remaining=%d per-hour remaining=%d\n", ds[0].Allowed, ds[0].Remaining, ds[1].Remaining)
-		time.Sleep(600 * time.Millisecond)
+		fmt.Printf("allowed=%v per-minute remaining=%d per-hour remaining=%d\n", ds[0].Allowed, ds[0].Remaining, ds[1].Remaining)
 	}
 	// Output:
-	// allowed=true per-second remaining=1 per-hour remaining=2
-	// allowed=true per-second remaining=1 per-hour remaining=1
-	// allowed=true per-second remaining=1 per-hour remaining=0
-	// allowed=false per-second remaining=2 per-hour remaining=0
+	// allowed=true per-minute remaining=1 per-hour remaining=2
+	// allowed=true per-minute remaining=0 per-hour remaining=1
+	// allowed=false per-minute remaining=0 per-hour remaining=1
+	// allowed=false per-minute remaining=0 per-hour remaining=1
 }

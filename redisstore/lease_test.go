@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,7 +55,7 @@ func TestConcurrencyInFlight(t *testing.T) {
 				now := inFlight.Add(1)
 				for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
 				}
-				time.Sleep(time.Millisecond) // the request's work
+				runtime.Gosched() // the request's work: other callers run while the lease is held
 				inFlight.Add(-1)
 				held, err := s.Release(ctx, "inflight", limit, d.Lease)
 				if err != nil || !held {
@@ -191,7 +192,7 @@ func TestLeaseOfKilledHolder(t *testing.T) {
 	}
 	// Wait on the event: the slot frees at the lease's expiry, which the denial names.
 	for !d.Allowed {
-		time.Sleep(min(d.RetryAfter, 50*time.Millisecond))
+		time.Sleep(min(d.RetryAfter, 50*time.Millisecond)) // real-fault test: the lease of a killed holder expires on Redis's clock
 		if d, err = s.AllowN(ctx, "holder", limit, 1); err != nil {
 			t.Fatal(err)
 		}
@@ -221,7 +222,7 @@ func TestLeaseHolderProcess(t *testing.T) {
 		t.Fatalf("holder: %+v, %v", d, err)
 	}
 	fmt.Printf("HELD %s\n", d.Lease)
-	time.Sleep(time.Minute) // until killed
+	time.Sleep(time.Minute) // real-fault test: the holder process is killed while it sleeps here
 }
 
 // TestLeaseAllOrNothing: a concurrency limit layered with a rate limit in one request is

@@ -45,9 +45,9 @@ func (m *refundModel) refund(now, n, at int64) {
 
 // TestDifferentialRefund feeds the Go refunds (internal/algo) and the refund script the
 // same spends, refunds and decisions with the same clock, and demands identical results:
-// per algorithm 4,000 operations over three keys and three limits, refunds of spends made
+// per algorithm 1,000 operations over three keys and three limits, refunds of spends made
 // just before or long before (their windows rolled, their units expired), with the
-// clock's steps from TestDifferentialMemory, backwards ones included, and 1,500 more at the
+// clock's steps from TestDifferentialMemory, backwards ones included, and 500 more at the
 // limits and costs of TestDifferentialExtremes. The refund script's looks must match the
 // Go decision of cost 0 after the Go refund, every later decision must match too, and so
 // must the states, field by field (timestamp by timestamp for SlidingLog).
@@ -174,12 +174,12 @@ func TestDifferentialRefund(t *testing.T) {
 	for _, a := range store.Algorithms() {
 		t.Run(a.String(), func(t *testing.T) {
 			limits := limitsFor(a)
-			lane(t, a, limits, 4000, func(rng *rand.Rand, _ sluice.Limit) { step(rng, clock, limits) },
+			lane(t, a, limits, 1000, func(rng *rand.Rand, _ sluice.Limit) { step(rng, clock, limits) },
 				func(rng *rand.Rand, l sluice.Limit) int64 { return min(rng.Int64N(4), l.MaxCost()) })
 		})
 		// At the edges Validate allows (the clock moves as in TestDifferentialExtremes).
 		t.Run(a.String()+"/extremes", func(t *testing.T) {
-			lane(t, a, extremeLimits(a), 1500, func(rng *rand.Rand, l sluice.Limit) {
+			lane(t, a, extremeLimits(a), 500, func(rng *rand.Rand, l sluice.Limit) {
 				period, now := l.Period.Microseconds(), clock.Micros()
 				switch p := rng.IntN(10); {
 				case p < 3:

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/store"
 )
@@ -67,22 +68,14 @@ func startLoad(s *Store, stop <-chan struct{}) *loadRun {
 
 func (r *loadRun) waitOK(t *testing.T, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
 	r.mu.Lock()
 	target := r.ok + n
 	r.mu.Unlock()
-	for {
+	poll.Until(t, 10*time.Second, fmt.Sprintf("%d more decisions of the load", n), func() bool {
 		r.mu.Lock()
-		ok := r.ok
-		r.mu.Unlock()
-		if ok >= target {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("load made %d of %d decisions in 10s", ok-target+n, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		defer r.mu.Unlock()
+		return r.ok >= target
+	})
 }
 
 // TestScriptFlushUnderLoad: SCRIPT FLUSH in the middle of a load run causes no failed
@@ -190,10 +183,10 @@ func TestTTL(t *testing.T) {
 		}
 		maxReset = max(maxReset, d.ResetAfter)
 	}
-	time.Sleep(maxReset + 20*time.Millisecond)
-	if keys := srv.MustDo("KEYS", "*"); keys != "" {
-		t.Errorf("keys left once every state is empty: %q", keys)
-	}
+	// Redis expires keys on its own clock; the PTTLs above bound each by its ResetAfter.
+	poll.UntilDescribed(t, maxReset+5*time.Second, "every key expired once every state is empty",
+		func() bool { return srv.MustDo("KEYS", "*") == "" },
+		func() string { return "keys left: " + srv.MustDo("KEYS", "*") })
 
 	// A mixed workload, single and multi-limit: every key it leaves has a TTL. The cost,
 	// burst, rate and period vary independently of the algorithm (i/6 and on), so every
@@ -467,7 +460,7 @@ func TestCancelledCallsKeepKeysIntact(t *testing.T) {
 	if errsN.Load() == 0 {
 		t.Fatal("no decision ran out of time: the test did not exercise cancelled calls")
 	}
-	time.Sleep(50 * time.Millisecond) // calls abandoned by their callers may still land
+	time.Sleep(50 * time.Millisecond) // real fault: calls abandoned at their deadline may still be on the wire and land
 	keys := strings.Fields(srv.MustDo("KEYS", "*"))
 	if len(keys) == 0 {
 		t.Fatal("no keys written")
@@ -529,11 +522,11 @@ func TestStoreSideCancellation(t *testing.T) {
 	if _, err := s.AllowN(context.Background(), "warm", limit, 1); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the store's start-up checks", func() bool { return strings.Contains(logs.String(), "hz 100 lowers") })
+	poll.Until(t, 10*time.Second, "the store's start-up checks", func() bool { return strings.Contains(logs.String(), "hz 100 lowers") })
 
 	// Lose the connection: once a decision's dial is refused, the next one dials anew.
 	srv.Kill()
-	waitUntil(t, "a refused dial", func() bool {
+	poll.Until(t, 10*time.Second, "a refused dial", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_, err := s.AllowN(ctx, "down", limit, 1)
@@ -601,15 +594,5 @@ func TestStoreSideCancellation(t *testing.T) {
 	}
 	if n := len(dials); n > 0 {
 		t.Errorf("%d dials besides A's: B or PING did not wait on A's", n)
-	}
-}
-
-// waitUntil polls cond until it holds, failing the test after 10s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
 	}
 }

@@ -287,7 +287,7 @@ func TestExtraCallsWaitForEnoughDecisions(t *testing.T) {
 					t.Error(err)
 				}
 			}()
-			time.Sleep(20 * time.Millisecond) // one at a time, in order
+			time.Sleep(20 * time.Millisecond) // real-fault test: Redis is stopped; the calls reach its socket one at a time, in order
 		}
 		srv.Resume()
 		wg.Wait()

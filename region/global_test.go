@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
 	"github.com/sluicehq/sluice/internal/faultproxy"
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/store"
@@ -257,14 +258,10 @@ func TestGlobalCutKeepsShares(t *testing.T) {
 		case 1:
 			// On a starved machine the first syncs may be slow: wait for n3's share.
 			var st Stats
-			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-				if st, _ = c.nodes[2].Stats(key, globalLimit); st.Share > 0 {
-					break
-				}
-			}
-			if st.Share == 0 {
-				t.Fatalf("n3 holds no share before the cut: %+v", st)
-			}
+			poll.UntilDescribed(t, 10*time.Second, "n3 holding a share before the cut", func() bool {
+				st, _ = c.nodes[2].Stats(key, globalLimit)
+				return st.Share > 0
+			}, func() string { return fmt.Sprintf("%+v", st) })
 			shareAtCut = st.Share
 			c.proxy.SetRefuse(true)
 			c.proxy.Cut()

@@ -13,6 +13,7 @@ import (
 	"github.com/dunglas/httpsfv"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/stack"
 )
 
@@ -339,13 +340,9 @@ func TestReadinessFollowsRedis(t *testing.T) {
 	if rp := do(t, "GET", r.base+"/readyz", ""); rp.status != 503 || !strings.Contains(rp.body, "store not reachable") {
 		t.Fatalf("/readyz %d %q with Redis down", rp.status, rp.body)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for health() != healthpb.HealthCheckResponse_NOT_SERVING {
-		if time.Now().After(deadline) {
-			t.Fatal("gRPC health still SERVING 10s after Redis died")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, "gRPC health NOT_SERVING after Redis died", func() bool {
+		return health() == healthpb.HealthCheckResponse_NOT_SERVING
+	})
 	if rp := do(t, "GET", r.base+"/healthz", ""); rp.status != 200 {
 		t.Fatalf("/healthz %d: liveness must not follow the store", rp.status)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/memory"
 )
 
@@ -107,11 +108,7 @@ func TestDescriptorCounters(t *testing.T) {
 	// A reload brings new *config.Rule values for the same rules.
 	reloads := w.Reloads()
 	writeAtomically(t, path, metricsConfig("v1"))
-	for deadline := time.Now().Add(10 * time.Second); w.Reloads() == reloads; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the configuration was not reloaded")
-		}
-	}
+	poll.Until(t, 10*time.Second, "the configuration reloaded", func() bool { return w.Reloads() != reloads })
 	ask(desc("a", "1"))
 	ask(desc("u", "1"))
 	want["m m.a over_limit"]++

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/override"
 	"github.com/sluicehq/sluice/stack"
 )
@@ -217,24 +218,12 @@ func TestProxyAppliesAPIOverrides(t *testing.T) {
 			if rp := do(t, "PUT", r.base+"/v1/overrides/per-ip/ip:127.0.0.1", `{"rate":9,"period":"1m"}`, auth...); rp.status != 200 {
 				t.Fatalf("PUT: %d %s", rp.status, rp.body)
 			}
-			waitFor(t, func() bool { return strings.Contains(quota(), `"per-ip";q=9;w=60`) })
+			poll.Until(t, 5*time.Second, "the override in the quota header", func() bool { return strings.Contains(quota(), `"per-ip";q=9;w=60`) })
 			if rp := do(t, "DELETE", r.base+"/v1/overrides/per-ip/127.0.0.1", "", auth...); rp.status != 204 {
 				t.Fatalf("DELETE: %d %s", rp.status, rp.body)
 			}
-			waitFor(t, func() bool { return strings.Contains(quota(), `"per-ip";q=3;w=60`) })
+			poll.Until(t, 5*time.Second, "the override in the quota header", func() bool { return strings.Contains(quota(), `"per-ip";q=3;w=60`) })
 		})
-	}
-}
-
-// waitFor polls cond until it holds, for at most 5 s.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("the condition did not hold within 5s")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/stack"
 )
 
@@ -182,31 +183,22 @@ func TestProxyReload(t *testing.T) {
 		t.Fatalf("second under rate 1: %d", rp.status)
 	}
 	write(5)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.Until(t, 10*time.Second, "the reloaded limit in effect", func() bool {
 		rp := do(t, "GET", base+"/", "")
 		if rp.status == 200 {
 			if q := rp.header.Get("RateLimit-Policy"); q != `"per-ip";q=5;w=3600` {
 				t.Fatalf("after reload RateLimit-Policy %q", q)
 			}
-			break
+			return true
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the reloaded limit did not take effect within 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false
+	})
 	// Valid for config, refused by the proxy: two tier headers.
 	writeAtomically(t, path, `policies:
   - {name: a, key: ip, rate: 9, period: hour, tier_header: X-A, tiers: {x: {rate: 1, period: hour}}}
   - {name: b, key: ip, rate: 9, period: hour, tier_header: X-B, tiers: {x: {rate: 1, period: hour}}}
 `)
-	for w.Reloads() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the second configuration was not loaded")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, "the second configuration loaded", func() bool { return w.Reloads() >= 2 })
 	rp := do(t, "GET", base+"/", "")
 	if q := rp.header.Get("RateLimit-Policy"); q != `"per-ip";q=5;w=3600` {
 		t.Fatalf("a configuration the proxy refused took effect: RateLimit-Policy %q", q)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/poll"
 )
 
 // reloadConfig is a domain whose one rule is named after the version.
@@ -111,18 +112,13 @@ func TestHotReloadUnderLoad(t *testing.T) {
 
 	waitFor := func(name string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			resp, err := r.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+		var resp *rlsv3.RateLimitResponse
+		var err error
+		poll.UntilDescribed(t, 10*time.Second, fmt.Sprintf("rule %q in force", name), func() bool {
+			resp, err = r.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
 				Domain: "hot", Descriptors: []*ratelimitDescriptor{desc("k", "probe")}})
-			if err == nil && resp.Statuses[0].CurrentLimit.GetName() == name {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("rule %q not in force 10s after writing it (last answer %v, %v)", name, resp, err)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return err == nil && resp.Statuses[0].CurrentLimit.GetName() == name
+		}, func() string { return fmt.Sprintf("last answer %v, %v", resp, err) })
 	}
 	rejectedBefore := w.Rejected()
 	for v := 1; v <= 6; v++ {
@@ -131,13 +127,7 @@ func TestHotReloadUnderLoad(t *testing.T) {
 		waitFor(name)
 		// An invalid file: the rule in force stays.
 		writeAtomically(t, path, "domain: hot\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
-		deadline := time.Now().Add(10 * time.Second)
-		for w.Rejected() == rejectedBefore {
-			if time.Now().After(deadline) {
-				t.Fatal("the invalid file was not rejected within 10s")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		poll.Until(t, 10*time.Second, "the invalid file rejected", func() bool { return w.Rejected() != rejectedBefore })
 		rejectedBefore = w.Rejected()
 		waitFor(name)
 	}
@@ -150,7 +140,8 @@ func TestHotReloadUnderLoad(t *testing.T) {
 		t.Fatalf("Reload: %v", err)
 	}
 	waitFor("final")
-	time.Sleep(50 * time.Millisecond)
+	base := requests.Load()
+	poll.Until(t, 10*time.Second, "more requests on the final configuration", func() bool { return requests.Load() >= base+50 })
 	stop.Store(true)
 	wg.Wait()
 	close(errs)
@@ -178,18 +169,18 @@ func TestHotReloadUnderLoad(t *testing.T) {
 	t.Logf("%d requests during %d reloads and %d rejected reloads", requests.Load(), w.Reloads(), w.Rejected())
 }
 
-// slowLimiter holds every decision for a while, so that requests are in flight when the
-// server is asked to stop.
+// slowLimiter holds every decision until release is closed, so that requests are in
+// flight when the server is asked to stop.
 type slowLimiter struct {
 	sluice.Limiter
-	delay   time.Duration
+	release chan struct{}
 	started chan struct{}
 	once    sync.Once
 }
 
 func (l *slowLimiter) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
 	l.once.Do(func() { close(l.started) })
-	time.Sleep(l.delay)
+	<-l.release
 	return l.Limiter.Decide(ctx, reqs, ds)
 }
 
@@ -200,7 +191,7 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Run(api, func(t *testing.T) {
 			cfg := loadConfig(t, "policies.yaml", "edge.yaml")
 			st := memoryStack(t, cfg)
-			slow := &slowLimiter{Limiter: st.Limiter(), delay: 300 * time.Millisecond, started: make(chan struct{})}
+			slow := &slowLimiter{Limiter: st.Limiter(), release: make(chan struct{}), started: make(chan struct{})}
 			s, err := New(Options{Limiter: slow, Ready: st.Ready, Config: cfg})
 			if err != nil {
 				t.Fatal(err)
@@ -225,6 +216,17 @@ func TestGracefulShutdown(t *testing.T) {
 			<-slow.started
 			stopped := make(chan error, 1)
 			go func() { stopped <- r.stop() }()
+			// The request is held until the server refuses new connections: it is then
+			// in flight during the shutdown.
+			refused := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+			poll.Until(t, 10*time.Second, "new connections refused", func() bool {
+				rp, err := refused.Get(r.base + "/healthz")
+				if err == nil {
+					rp.Body.Close()
+				}
+				return err != nil
+			})
+			close(slow.release)
 			if err := <-done; err != nil {
 				t.Fatalf("the request in flight failed: %v", err)
 			}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/stack"
 )
@@ -256,17 +258,11 @@ func TestRLQSConformance(t *testing.T) {
 		wantCode(t, err, codes.ResourceExhausted, "streams already open")
 		c.cancel()
 		// The slot frees when the first stream ends (waited for, not slept on).
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			_, err := openQuota(t, r).report("edge", usage{id: name("a")})
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the slot never freed: %v", err)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		var lastErr error
+		poll.UntilDescribed(t, 10*time.Second, "the slot to free", func() bool {
+			_, lastErr = openQuota(t, r).report("edge", usage{id: name("a")})
+			return lastErr == nil
+		}, func() string { return fmt.Sprint(lastErr) })
 	})
 
 	t.Run("a stream that sends nothing", func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/failover"
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/stack"
 )
@@ -92,7 +93,7 @@ func startLoad(t *testing.T, lim sluice.Limiter, mode sluice.Path) *clusterLoad 
 				default:
 					l.fail(fmt.Sprintf("decision on path %v, want store or %v", d.Path, mode))
 				}
-				time.Sleep(500 * time.Microsecond)
+				time.Sleep(500 * time.Microsecond) // real-fault test: a steady load paced in real time
 			}
 		})
 	}
@@ -113,18 +114,17 @@ func (l *clusterLoad) finish() {
 // recovered waits until every key is decided by the store again, without a restart.
 func recovered(t *testing.T, lim sluice.Limiter) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for k := 0; k < clusterKeys; {
-		d, err := sluice.AllowN(context.Background(), lim, key(k), clusterRate, 0)
-		if err == nil && d.Path == sluice.PathStore {
-			k++
-			continue
+	k := 0
+	var d sluice.Decision
+	var err error
+	poll.UntilDescribed(t, 20*time.Second, "every key decided by the store after the fault healed", func() bool {
+		for ; k < clusterKeys; k++ {
+			if d, err = sluice.AllowN(context.Background(), lim, key(k), clusterRate, 0); err != nil || d.Path != sluice.PathStore {
+				return false
+			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("key %d not decided by the store 20s after the fault healed: %+v, %v", k, d, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return true
+	}, func() string { return fmt.Sprintf("key %d: %+v, %v", k, d, err) })
 }
 
 // used reads each key's count from the store (a look at cost 0).
@@ -164,13 +164,13 @@ func TestClusterFailover(t *testing.T) {
 	c := redistest.StartClusterWithReplicas(t, clusterNodeTimeout)
 	lim := openCluster(t, c, sluice.FailOpen)
 	load := startLoad(t, lim, sluice.PathOpen)
-	time.Sleep(300 * time.Millisecond) // load on a healthy cluster first
+	time.Sleep(300 * time.Millisecond) // real-fault test: load on a healthy cluster first
 	c.Nodes[0].Kill()
 	t0 := time.Now()
 	waitPromoted(t, c.Replicas[0])
 	recovered(t, lim)
 	t.Logf("the replica took over and the store decides again %v after the kill", time.Since(t0))
-	time.Sleep(300 * time.Millisecond) // load on the healed cluster
+	time.Sleep(300 * time.Millisecond) // real-fault test: load on the healed cluster
 	load.finish()
 
 	after := used(t, lim)
@@ -196,17 +196,13 @@ func TestClusterFailover(t *testing.T) {
 // waitPromoted waits until r reports itself a primary.
 func waitPromoted(t *testing.T, r *redistest.Server) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		info, err := r.Do("INFO", "replication")
-		if role, _ := redistest.InfoField(info, "role"); err == nil && role == "master" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replica %s not promoted: %q %v", r.Addr(), info, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var info string
+	var err error
+	poll.UntilDescribed(t, 20*time.Second, "replica "+r.Addr()+" promoted", func() bool {
+		info, err = r.Do("INFO", "replication")
+		role, _ := redistest.InfoField(info, "role")
+		return err == nil && role == "master"
+	}, func() string { return fmt.Sprintf("%q %v", info, err) })
 }
 
 // TestClusterSlotMigration: a slot holding live keys moves to another primary under load,
@@ -220,19 +216,15 @@ func TestClusterSlotMigration(t *testing.T) {
 	// slower than the deadline on loaded cores), which spends nothing in Redis; it is
 	// asked again.
 	for k := range clusterKeys {
-		for start := time.Now(); ; {
+		var path sluice.Path
+		poll.UntilDescribed(t, 20*time.Second, fmt.Sprintf("key %d decided by the store", k), func() bool {
 			d, err := sluice.AllowN(context.Background(), lim, key(k), clusterRate, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d.Path == sluice.PathStore {
-				break
-			}
-			if time.Since(start) > 20*time.Second {
-				t.Fatalf("key %d: still decided on path %v after 20s", k, d.Path)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			path = d.Path
+			return d.Path == sluice.PathStore
+		}, func() string { return fmt.Sprint("path ", path) })
 	}
 	// The slot of one key, served by the primary that does not serve the first key.
 	src, dst := c.Nodes[0], c.Nodes[1]
@@ -267,12 +259,12 @@ func TestClusterSlotMigration(t *testing.T) {
 			break
 		}
 		must(src, "MIGRATE", host, port, k, "0", "5000")
-		time.Sleep(300 * time.Millisecond) // decisions on it meanwhile are redirected with ASK
+		time.Sleep(300 * time.Millisecond) // real-fault test: decisions on it meanwhile are redirected with ASK
 	}
 	for _, n := range c.Nodes {
 		must(n, "CLUSTER", "SETSLOT", fmt.Sprint(slot), "NODE", dstID)
 	}
-	time.Sleep(300 * time.Millisecond) // MOVED, then the new slot map
+	time.Sleep(300 * time.Millisecond) // real-fault test: MOVED, then the new slot map
 	recovered(t, lim)
 	load.finish()
 	if owner := c.NodeForSlot(slot); owner != dst {
@@ -309,18 +301,12 @@ func TestClusterDown(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // real-fault test: load on the healthy cluster first
 	c.Replicas[2].Kill()
 	c.Nodes[2].Kill()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	poll.Until(t, 20*time.Second, "the cluster reporting itself down", func() bool {
 		info, _ := c.Nodes[0].Do("CLUSTER", "INFO")
-		if st, _ := redistest.InfoField(info, "cluster_state"); st == "fail" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the cluster never reported itself down")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(300 * time.Millisecond) // decisions while it is down: CLUSTERDOWN
+		st, _ := redistest.InfoField(info, "cluster_state")
+		return st == "fail"
+	})
+	time.Sleep(300 * time.Millisecond) // real-fault test: decisions while it is down: CLUSTERDOWN
 	c.Nodes[2].Restart()
 	c.Replicas[2].Restart()
 	c.WaitHealthy()

@@ -76,7 +76,7 @@ func TestOutageLogIsBounded(t *testing.T) {
 				if ds[0].Path == sluice.PathOpen {
 					failed[p].Add(1)
 				}
-				time.Sleep(time.Millisecond) // pacing, a steady load over several intervals
+				time.Sleep(time.Millisecond) // real-fault test: pacing, a steady load over several intervals
 			}
 		})
 	}

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice/denycache"
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/stack"
 )
@@ -161,12 +162,12 @@ quota_buckets:
 	pprofAddr := freeAddr(t)
 	p := startServe(t, bin, "--config", cfg, "--pprof", pprofAddr)
 	grpcAddr := ""
-	eventually(t, 20*time.Second, "the gRPC address logged", func() bool {
+	poll.Until(t, 20*time.Second, "the gRPC address logged", func() bool {
 		if m := p.logged("serving gRPC"); m != nil {
 			grpcAddr, _ = m["addr"].(string)
 		}
 		return grpcAddr != ""
-	}, nil)
+	})
 	_, base := procMemory(t, p.cmd.Process.Pid)
 	baseLive := liveHeap(t, p.base, pprofAddr)
 

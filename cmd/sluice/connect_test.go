@@ -12,6 +12,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -47,18 +48,13 @@ func TestServeStartsWithRedisDown(t *testing.T) {
 	}
 
 	srv.Restart()
-	for i := 0; ; i++ {
+	i := 0
+	// The built-in demo policy allows 100 per second: 99 left means the store decided.
+	poll.Until(t, 15*time.Second, "serve deciding on Redis after Redis started", func() bool {
 		resp, err := rls.ShouldRateLimit(context.Background(), req(10+i))
-		// The built-in demo policy allows 100 per second: 99 left means the store decided.
-		if err == nil && resp.OverallCode == rlsv3.RateLimitResponse_OK && resp.Statuses[0].LimitRemaining == 99 {
-			t.Logf("after %d tries: %v", i+1, resp)
-			break
-		}
-		if i == 150 {
-			t.Fatalf("serve did not decide on Redis within 15 s of Redis starting: %v %v", resp, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		i++
+		return err == nil && resp.OverallCode == rlsv3.RateLimitResponse_OK && resp.Statuses[0].LimitRemaining == 99
+	})
 	r, err = http.Get(base + "/readyz")
 	if err != nil {
 		t.Fatal(err)

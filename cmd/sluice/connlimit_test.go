@@ -12,6 +12,8 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluicehq/sluice/internal/poll"
 )
 
 // TestServeMaxConnections: with --max-connections 3, the gRPC listener holds three
@@ -23,7 +25,7 @@ func TestServeMaxConnections(t *testing.T) {
 	base, grpcAddr, _ := started(t, "--max-connections", "3", "--log-level", "warn")
 	waitMetric := func(name string, want float64) {
 		t.Helper()
-		eventually(t, 20*time.Second, fmt.Sprintf("%s at %v", name, want),
+		poll.UntilDescribed(t, 20*time.Second, fmt.Sprintf("%s at %v", name, want),
 			func() bool { return metricValue(t, base, name) == want },
 			func() string { return fmt.Sprint(metricValue(t, base, name)) })
 	}
@@ -98,7 +100,7 @@ func TestProxyMaxConnections(t *testing.T) {
 	held[0].Close()
 	// The proxy sees the close when it next reads; a new connection is then served.
 	status, lastErr := 0, error(nil)
-	eventually(t, 20*time.Second, "a connection served after one of the two closed", func() bool {
+	poll.UntilDescribed(t, 20*time.Second, "a connection served after one of the two closed", func() bool {
 		rp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Get("http://" + addr + "/x")
 		if lastErr = err; err != nil {
 			return false

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -176,16 +177,10 @@ func TestEnvoyExample(t *testing.T) {
 				// The example's deadline is 5ms: until the store has connected and loaded
 				// its scripts, decisions fail open (limit_remaining 0). Wait for the store.
 				warm := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: exampleDescriptors(envoyRequest{"192.0.2.250", map[string]string{":path": "/warm-up"}})}
-				for deadline := time.Now().Add(10 * time.Second); ; {
+				poll.Until(t, 10*time.Second, "the Redis store deciding", func() bool {
 					resp, err := rls.ShouldRateLimit(context.Background(), warm)
-					if err == nil && len(resp.GetStatuses()) > 0 && resp.GetStatuses()[0].GetLimitRemaining() > 0 {
-						break
-					}
-					if time.Now().After(deadline) {
-						t.Fatalf("the Redis store never decided: %v, %v", resp, err)
-					}
-					time.Sleep(20 * time.Millisecond)
-				}
+					return err == nil && len(resp.GetStatuses()) > 0 && resp.GetStatuses()[0].GetLimitRemaining() > 0
+				})
 			}
 			ask := func(r envoyRequest) *rlsv3.RateLimitResponse {
 				t.Helper()

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/server"
 )
@@ -553,19 +554,16 @@ func TestProxyShadowAndPolicyLabels(t *testing.T) {
 		}
 	}
 	var body string
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if rp, err := http.Get("http://" + admin + "/metrics"); err == nil {
-			b, _ := io.ReadAll(rp.Body)
-			rp.Body.Close()
-			body = string(b)
-			break
+	poll.Until(t, 10*time.Second, "the admin listener answering", func() bool {
+		rp, err := http.Get("http://" + admin + "/metrics")
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the admin listener did not answer")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		b, _ := io.ReadAll(rp.Body)
+		rp.Body.Close()
+		body = string(b)
+		return true
+	})
 	for _, want := range []string{
 		`sluice_decisions_total{path="store",policy="real",result="allowed"} 3`,
 		`sluice_decisions_total{path="store",policy="real GET /items/{id}",result="allowed"} 3`,

@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/poll"
 )
 
 // TestProxyConcurrency: through `sluice proxy` with a slow upstream and a concurrency
@@ -106,14 +109,13 @@ type answer struct {
 // passes makes get's request until it is not refused with 429, for at most 5s: a lease
 // is released just after the response that held it ends.
 func passes(t *testing.T, get func(context.Context) answer) answer {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		a := get(context.Background())
-		if a.err != nil || a.code != http.StatusTooManyRequests || time.Now().After(deadline) {
-			return a
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	t.Helper()
+	var a answer
+	poll.UntilDescribed(t, 5*time.Second, "a request not refused with 429", func() bool {
+		a = get(context.Background())
+		return a.err != nil || a.code != http.StatusTooManyRequests
+	}, func() string { return fmt.Sprint(a.code) })
+	return a
 }
 
 // TestServeJSONLease: through `sluice serve`'s JSON API, a check under a concurrency

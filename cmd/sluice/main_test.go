@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/server"
 )
@@ -68,23 +69,6 @@ func sluiceBinary(t *testing.T) string {
 		t.Fatal(binErr)
 	}
 	return filepath.Join(binDir, "sluice")
-}
-
-// eventually polls cond until it holds, for a state the process under test reaches on
-// its own (a connection it closed, a metric it updated, a check it ran): the event is
-// cond turning true; within only turns its absence into a failure rather than a hang.
-// The failure names what, and describe's account of the state, if describe is set.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool, describe func() string) {
-	t.Helper()
-	for deadline := time.Now().Add(within); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			state := ""
-			if describe != nil {
-				state = ": " + describe()
-			}
-			t.Fatalf("%s: not within %v%s", what, within, state)
-		}
-	}
 }
 
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger and reads of a
@@ -282,17 +266,13 @@ func TestServeRedisFailureModes(t *testing.T) {
 			rls := rlsClient(t, grpcAddr)
 			// With Redis up the store decides (the first calls may be slow on a busy
 			// machine: connecting, loading the script).
-			for i := 0; ; i++ {
+			i := 0
+			poll.Until(t, 10*time.Second, "the store deciding with Redis up", func() bool {
 				req := &rlsv3.RateLimitRequest{Domain: "demo", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("remote_address", fmt.Sprint("198.51.100.", i))}}
+				i++
 				resp, err := rls.ShouldRateLimit(context.Background(), req)
-				if err == nil && resp.OverallCode == rlsv3.RateLimitResponse_OK && resp.Statuses[0].LimitRemaining == 99 {
-					break
-				}
-				if i == 50 {
-					t.Fatalf("with Redis up: %v %v", resp, err)
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
+				return err == nil && resp.OverallCode == rlsv3.RateLimitResponse_OK && resp.Statuses[0].LimitRemaining == 99
+			})
 			req := &rlsv3.RateLimitRequest{Domain: "demo", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("remote_address", "198.51.100.200")}}
 			srv.Pause()
 			defer srv.Resume()
@@ -533,21 +513,13 @@ func TestBinarySignals(t *testing.T) {
 	os.WriteFile(cfgPath, []byte("domain: edge\ndescriptors: [{key: k, rate_limit: {unit: eon, requests_per_unit: 1}}]\n"), 0o644)
 	cmd.Process.Signal(syscall.SIGHUP)
 	waitLog("SIGHUP: reloading the configuration")
-	for range 10 {
-		if l := limit(); l != 7 {
-			t.Fatalf("an invalid configuration took effect: limit %d", l)
-		}
-		time.Sleep(50 * time.Millisecond)
+	waitLog("config: reload rejected; the previous configuration stays in force")
+	if l := limit(); l != 7 {
+		t.Fatalf("an invalid configuration took effect: limit %d", l)
 	}
 	write(9)
 	cmd.Process.Signal(syscall.SIGHUP)
-	deadline := time.Now().Add(10 * time.Second)
-	for limit() != 9 {
-		if time.Now().After(deadline) {
-			t.Fatal("the valid configuration was not in force 10s after SIGHUP")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, "the valid configuration in force after SIGHUP", func() bool { return limit() == 9 })
 	cmd.Process.Signal(syscall.SIGTERM)
 	waitLog("store closed")
 	if err := cmd.Wait(); err != nil {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/testcert"
 )
@@ -167,7 +168,7 @@ func TestServeRedisMisconfiguredWhileRunning(t *testing.T) {
 	}
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
-		eventually(t, 20*time.Second, what, ok, func() string {
+		poll.UntilDescribed(t, 20*time.Second, what, ok, func() string {
 			code, body := ready()
 			return fmt.Sprintf("/readyz %d %s", code, body)
 		})

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/server"
 )
@@ -111,16 +112,12 @@ func (p *serveProcess) source(t *testing.T, key string) (string, int64) {
 func (p *serveProcess) waitSource(t *testing.T, key, source string, within time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for {
-		got, _ := p.source(t, key)
-		if got == source {
-			return time.Since(start)
-		}
-		if time.Since(start) > within {
-			t.Fatalf("%s: source %q after %v, want %q", p.base, got, within, source)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var got string
+	poll.UntilDescribed(t, within, p.base+": source "+source, func() bool {
+		got, _ = p.source(t, key)
+		return got == source
+	}, func() string { return "source " + got })
+	return time.Since(start)
 }
 
 // TestOverridesAcrossServeProcesses: two `sluice serve` processes of the built binary on

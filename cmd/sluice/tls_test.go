@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/testcert"
 	"github.com/sluicehq/sluice/server"
 )
@@ -149,28 +150,17 @@ func TestServeTLS(t *testing.T) {
 	os.WriteFile(f.certFile, c2, 0o600) // the key is not written yet
 	// Handshakes look at the files again once tlsRecheck has passed; the one that sees the
 	// half-done rotation logs it. Until then, and after, the old certificate is served.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) { // polling for the log line
+	poll.UntilDescribed(t, 5*time.Second, "the unusable rotation logged", func() bool {
 		if cn := f.servedCN(t, addr); cn != "sluice v1" {
 			t.Fatalf("halfway through a rotation served %q, want the previous certificate", cn)
 		}
-		if strings.Contains(logs.String(), "TLS files changed but cannot be used") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the unusable rotation was not logged within 5s:\n%s", logs.String())
-		}
-	}
+		return strings.Contains(logs.String(), "TLS files changed but cannot be used")
+	}, logs.String)
 	if cn := f.servedCN(t, addr); cn != "sluice v1" {
 		t.Fatalf("after the half-done rotation was seen, served %q, want the previous certificate", cn)
 	}
 	os.WriteFile(f.keyFile, k2, 0o600)
-	deadline := time.Now().Add(5 * time.Second)
-	for f.servedCN(t, addr) != "sluice v2" {
-		if time.Now().After(deadline) {
-			t.Fatal("the rotated certificate was not served within 5s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	poll.Until(t, 5*time.Second, "the rotated certificate served", func() bool { return f.servedCN(t, addr) == "sluice v2" })
 	if cn := f.servedCN(t, grpcAddr); cn != "sluice v2" {
 		t.Fatalf("gRPC listener served %q after the rotation, want sluice v2", cn)
 	}

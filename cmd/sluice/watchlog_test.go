@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/poll"
 )
 
 // TestBinaryLogBesideConfig: `sluice serve --config sluice.yaml --log-level debug >
@@ -63,18 +65,14 @@ func TestBinaryLogBesideConfig(t *testing.T) {
 	// waitCount waits until the log holds n records with msg.
 	waitCount := func(msg string, n int) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for strings.Count(logged(), `"msg":"`+msg+`"`) < n {
+		poll.UntilDescribed(t, 30*time.Second, fmt.Sprintf("%q logged %d times", msg, n), func() bool {
 			select {
 			case err := <-exited:
 				t.Fatalf("serve exited (%v) before logging %q %d times:\n%.3000s", err, msg, n, logged())
 			default:
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%q not logged %d times within 30s; the log is %d bytes", msg, n, len(logged()))
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return strings.Count(logged(), `"msg":"`+msg+`"`) >= n
+		}, func() string { return fmt.Sprintf("the log is %d bytes", len(logged())) })
 	}
 	waitCount("serving HTTP", 1)
 	const reloads = 5

@@ -67,7 +67,7 @@ func settled(t *testing.T, headroom int64) (goal, live int64) {
 			if gcPercent() == Percent(v[0], v[1]+v[2], headroom) {
 				return v[3], v[0]
 			}
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(2 * time.Millisecond) // poll: the finalizer runs on its own goroutine
 		}
 	}
 	t.Fatalf("the GC percent is %d ten seconds on, not what the last collection calls for", gcPercent())
@@ -112,7 +112,7 @@ func TestStartPacesByTheHeadroom(t *testing.T) {
 		t.Errorf("after stop: GC percent %d, want %d as before Start", p, before)
 	}
 	runtime.GC()
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // an absence: time for the finalizer goroutine, which runs after the collection, to act
 	if p := gcPercent(); p != before {
 		t.Errorf("a collection after stop set the GC percent to %d", p)
 	}
@@ -130,7 +130,7 @@ func TestStartLeavesAnOperatorsChoice(t *testing.T) {
 		t.Setenv("GOGC", c.env)
 		stop := Start(c.headroom)
 		runtime.GC()
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // an absence: time for the finalizer goroutine, which runs after the collection, to act
 		if p := gcPercent(); p != 70 {
 			t.Errorf("GOGC=%q, headroom %d: GC percent %d, want 70 left as it was", c.env, c.headroom, p)
 		}
