@@ -365,12 +365,12 @@ func (s *Store) retireIdle(r *classRef) {
 }
 
 // check validates a request against its class: the same errors as store.CheckRequest,
-// without re-validating a limit that already has a class (store.CheckKey, and a cost
+// without re-validating a limit that already has a class (store.ValidKey, and a cost
 // within [0, MaxCost], as [store.CheckRequest] documents).
 func (s *Store) check(key string, limit *sluice.Limit, n int64) (*classRef, error) {
 	// The common case in one call: a valid key and n for the class last used (marked
 	// used already). Anything else, and every error, is checkClass's.
-	if r := s.last.Load(); r != nil && store.CheckKey(key) == nil &&
+	if r := s.last.Load(); r != nil && store.ValidKey(key) &&
 		sameLimit(&r.limit, limit) && !r.gone.Load() && r.used.Load() && n >= 0 && n <= r.cost {
 		return r, nil
 	}

@@ -566,11 +566,11 @@ func recentSlot(l sluice.Limit) int {
 
 // checkedInfo checks a request as store.CheckRequest does and returns the info of its
 // limit. Only valid limits have an info, so a limit found among the recent ones is not
-// validated again: only the key (store.CheckKey) and the cost, within [0, MaxCost], are
+// validated again: only the key (store.ValidKey) and the cost, within [0, MaxCost], are
 // checked, as CheckRequest documents. Anything else takes store.CheckRequest, for its
 // error.
 func (s *Store) checkedInfo(key string, limit sluice.Limit, n int64) (*limitInfo, error) {
-	if li := s.recent[recentSlot(limit)].Load(); li != nil && li.limit == limit && n >= 0 && n <= li.maxCost && store.CheckKey(key) == nil {
+	if li := s.recent[recentSlot(limit)].Load(); li != nil && li.limit == limit && n >= 0 && n <= li.maxCost && store.ValidKey(key) {
 		return li, nil
 	}
 	if err := store.CheckRequest(key, limit, n); err != nil {

@@ -90,14 +90,20 @@ func CheckRequest(key string, limit sluice.Limit, n int64) error {
 	return nil
 }
 
-// CheckKey reports whether key is acceptable to a store: not empty, at most [MaxKeyLen]
-// bytes. Any bytes are allowed. The error wraps [sluice.ErrInvalidKey].
+// CheckKey reports whether key is acceptable to a store ([ValidKey]). The error wraps
+// [sluice.ErrInvalidKey].
 func CheckKey(key string) error {
-	if key != "" && len(key) <= MaxKeyLen {
-		return nil // inlined: a store's every call takes this branch
+	if ValidKey(key) {
+		return nil
 	}
 	return keyError(key)
 }
+
+// ValidKey reports whether key is acceptable to a store: not empty, at most [MaxKeyLen]
+// bytes. Any bytes are allowed. It is [CheckKey] without the error, for a store's path
+// for a request it has seen the like of: a call that may make an error, even when it
+// does not, costs that path the spills around the call.
+func ValidKey(key string) bool { return key != "" && len(key) <= MaxKeyLen }
 
 func keyError(key string) error {
 	if key == "" {

@@ -6,8 +6,8 @@
 // It holds what every implementation must agree on, so that each is written once:
 //
 //   - the validation every store runs before deciding ([CheckRequests], [CheckRequest],
-//     [CheckSettle], [CheckRelease]) and the bounds it enforces ([MaxKeyLen],
-//     [MaxRate], ...);
+//     [CheckSettle], [CheckRelease], [ValidKey]) and the bounds it enforces
+//     ([MaxKeyLen], [MaxRate], ...);
 //   - the classes a store gives its failures ([KindTimeout] ... [KindOther]), which a
 //     [sluice.StoreError] carries and [sluice.KindOf] reads, and which of them a failure
 //     mode absorbs ([IsFailure]);

@@ -50,6 +50,11 @@ func TestBounds(t *testing.T) {
 			t.Errorf("%s: past the bound: %v, want bad input", tt.name, tt.past)
 		}
 	}
+	for _, k := range []string{"", "k", strings.Repeat("k", store.MaxKeyLen), strings.Repeat("k", store.MaxKeyLen+1)} {
+		if ok, err := store.ValidKey(k), store.CheckKey(k); ok != (err == nil) {
+			t.Errorf("key of %d bytes: ValidKey %v, CheckKey %v", len(k), ok, err)
+		}
+	}
 	var id sluice.LeaseID
 	if err := id.UnmarshalText([]byte(sluice.LeaseID(store.MaxLeaseID).String())); err != nil {
 		t.Errorf("MaxLeaseID does not read back: %v", err)
