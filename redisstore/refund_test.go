@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -213,4 +214,110 @@ func decodeState(v string) algo.State {
 		f[i] = readFloat([]byte(v[8*i:]))
 	}
 	return algo.State{A: f[0], B: f[1], C: f[2]}
+}
+
+// TestRefundBoundaries pins the refund scripts to the Go refunds (internal/algo) at the
+// boundaries the random operations of TestDifferentialRefund almost never land on: the
+// script's look and the key's state must match the Go ones after every step, and a refund
+// that changes nothing must write nothing (the key's TTL is left as it was).
+func TestRefundBoundaries(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	clock := newTestClock()
+	red := open(t, srv.URL(), WithClock(clock.Now), WithMinTTL(24*time.Hour))
+	cn, err := red.connected()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// step is one operation at offset now from the start: a spend of n when refund is
+	// false, else a refund of n spent at offset at.
+	type step struct {
+		now, n, at int64
+		refund     bool
+	}
+	// Rate 3 per second: one unit is 1e6/3 µs, S = 3 (time in thirds of a µs).
+	thirds := sluice.Limit{Algorithm: sluice.GCRA, Rate: 3, Period: time.Second}
+	fixed := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 5, Period: time.Second}
+	cases := []struct {
+		name  string
+		limit sluice.Limit
+		steps []step
+		// keepTTL, when set, sets the key's TTL to 1 h before the last step and
+		// demands that the last step leave it.
+		keepTTL bool
+	}{
+		// The spend's time, n·Period/Rate = 333333⅓ µs, is not whole: a refund ⌊333333⅓⌋
+		// µs after it still gives back ⅓ µs, which brings the TAT to now.
+		{name: "GCRA/elapsed floor of the spend's time", limit: thirds, steps: []step{
+			{now: 0, n: 1},
+			{now: 333333, n: 1, at: 0, refund: true},
+		}},
+		// After the refund the TAT is now - ⅔ µs: a whole µs equal to now and a
+		// fraction, which the refund clamps to now exactly (no fraction left). Refunds
+		// of spends as the store makes them do not come here (the spend's own time
+		// keeps the TAT at or after now); the refund's contract takes any at.
+		{name: "GCRA/TAT now less a fraction", limit: thirds, steps: []step{
+			{now: 0, n: 2},
+			{now: 333334, n: 1, at: 333334, refund: true},
+		}},
+		// The window's count is back to 0; a second refund in it changes nothing.
+		{name: "FixedWindow/refund of an empty window", limit: fixed, steps: []step{
+			{now: 0, n: 1},
+			{now: 10, n: 1, at: 0, refund: true},
+			{now: 20, n: 1, at: 0, refund: true},
+		}, keepTTL: true},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			start := clock.Micros()/int64(time.Hour/time.Microsecond)*int64(time.Hour/time.Microsecond) +
+				int64(i+1)*int64(time.Hour/time.Microsecond)
+			key := fmt.Sprintf("boundary:%d", i)
+			req := sluice.Request{Key: key, Limit: tc.limit}
+			m := &refundModel{p: algo.ParamsOf(tc.limit)}
+			for j, st := range tc.steps {
+				now := start + st.now
+				clock.SetMicros(now)
+				req.N = st.n
+				last := j == len(tc.steps)-1
+				if last && tc.keepTTL {
+					srv.MustDo("PEXPIRE", red.Key(key, tc.limit), "3600000")
+				}
+				if st.refund {
+					m.refund(now, st.n, start+st.at)
+					look := *m
+					want := look.decide(now, 0)
+					c := &slotCall{idx: []int{0}, res: make([]algo.Outcome, 1), at: start + st.at}
+					if err := red.refundSlot(ctx, cn, []sluice.Request{req}, c); err != nil {
+						t.Fatalf("step %d: refund: %v", j, err)
+					}
+					if c.res[0].Result != want {
+						t.Fatalf("step %d: script's look %+v, Go %+v", j, c.res[0], want)
+					}
+				} else {
+					want := m.decide(now, st.n)
+					got, err := red.AllowN(ctx, key, tc.limit, st.n)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got != want.Decision(tc.limit) {
+						t.Fatalf("step %d: redis %+v, Go %+v", j, got, want)
+					}
+				}
+				v, err := srv.Do("GET", red.Key(key, tc.limit))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := decodeState(v); got != m.s {
+					t.Fatalf("step %d: state %+v in Redis, %+v in Go", j, got, m.s)
+				}
+			}
+			if tc.keepTTL {
+				ttl := srv.MustDo("PTTL", red.Key(key, tc.limit))
+				if n, err := strconv.ParseInt(ttl, 10, 64); err != nil || n <= 0 || n > 3600000 {
+					t.Fatalf("TTL %s ms after a refund that changes nothing, want the 1 h set before it", ttl)
+				}
+			}
+		})
+	}
 }
