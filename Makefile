@@ -1,14 +1,18 @@
 # make test: install what the tests need when it is missing, then vet and run every test.
 GO ?= go
 
-.PHONY: test tests main-tests deps vet unit docs modules bench bench-vet fmt image image-test deps-image chart-test ci-deploy fuzz soak
+.PHONY: test tests main-tests deps vet unit docs race modules bench bench-vet fmt image image-test deps-image chart-test ci-deploy fuzz soak
 
-# After vet (which compiles every package once without -race), the race-detector tests of the
-# main module (unit, then docs) and the nested modules' tests run side by side: the nested
-# modules compile what only they use (gin, echo, Prometheus's parser, envoyproxy/ratelimit)
-# while the main module's tests leave a core idle (waiting on Redis, on a process, on the
-# slowest package). Their lines interleave; each names its package, and each phase's
-# header says when it starts. A failure in either fails make test.
+# make test builds every package once, with the settings deploy/Dockerfile builds the image
+# with (IMAGE_BUILD): go vet, the tests, the binary the end-to-end tests start and the nested
+# modules all share one compiled copy, so the tested build is the shipped build and a cold
+# cache compiles each dependency once. The race detector is a second build of everything:
+# make race runs every test under it, and CI (.ci/run) runs make race after make test.
+# After vet, the main module's tests (unit, then docs) and the nested modules' tests run
+# side by side: the nested modules compile what only they use (gin, echo, Prometheus's
+# parser, envoyproxy/ratelimit) while the main module's tests leave a core idle (waiting on
+# Redis, on a process, on the slowest package). Their lines interleave, each naming its
+# package; each phase's header says when it starts. A failure in either fails make test.
 test: deps vet
 	@$(MAKE) --no-print-directory -j2 --output-sync=line tests
 tests: main-tests modules
@@ -16,11 +20,8 @@ main-tests:
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory docs
 
-# Builds without -race use the settings deploy/Dockerfile builds the image with
-# (CGO_ENABLED=0, -trimpath): go vet, the allocation tests, the binary that cmd/sluice's
-# and deploy/test's tests start (cmd/sluice's sluiceBinary and TestImageBinary build it as
-# the Dockerfile does) then share every compiled package, so that a cold cache compiles
-# the dependencies twice, with and without -race, rather than three times.
+# The Dockerfile's build settings. cmd/sluice's sluiceBinary and TestImageBinary build the
+# binary with them too.
 IMAGE_BUILD := CGO_ENABLED=0 GOFLAGS=-trimpath
 
 # The nested modules keep peer libraries and web frameworks out of the main go.mod: the
@@ -75,21 +76,23 @@ vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-# The allocation tests count allocations, which the race detector adds its own to: they are
-# built only without it (//go:build !race) and run in a second step without -race.
 unit:
-	@echo "== go test -race ./... (compiles every package again with the race detector, then tests; each package's line appears as it finishes)"
-	$(GO) test -race -count=1 -timeout 12m -skip '^TestDocumentedCommands$$' ./...
-	@echo "== allocation tests, without -race"
-	$(IMAGE_BUILD) $(GO) test -count=1 -run 'AllocatesNothing' ./memory
-	$(IMAGE_BUILD) $(GO) test -count=1 -run 'Allocations|RLSCodecDifferential' ./server
+	@echo "== go test ./... (compiles the tests, then runs them; each package's line appears as it finishes)"
+	$(IMAGE_BUILD) $(GO) test -count=1 -timeout 12m -skip '^TestDocumentedCommands$$' ./...
 
 # docs runs every command of README.md, docs/*.md and the --help examples against the
 # built binary (cmd/sluice TestDocumentedCommands); -v lists each, and every command
 # marked "untested: REASON" as a SKIP with its reason.
 docs:
 	@echo "== documented commands: README.md, docs/*.md and every --help example, as written"
-	$(GO) test -race -count=1 -run '^TestDocumentedCommands$$' -v ./cmd/sluice
+	$(IMAGE_BUILD) $(GO) test -count=1 -run '^TestDocumentedCommands$$' -v ./cmd/sluice
+
+# race runs every test of the main module under the race detector (it needs cgo): a second
+# build of every package, so not part of make test; CI runs it after make test. The
+# allocation tests are built only without it (//go:build !race): the detector allocates.
+race: deps
+	@echo "== go test -race ./..."
+	$(GO) test -race -count=1 -timeout 15m ./...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
