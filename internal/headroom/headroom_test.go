@@ -55,19 +55,31 @@ func read(names ...string) []int64 {
 
 func gcPercent() int { return int(read("/gc/gogc:percent")[0]) }
 
+// collectAndFinalize runs a collection and returns once every finalizer it queued (the
+// hook's among them) has run. The one finalizer goroutine takes the whole queue at once and
+// runs it before taking the next: when a sentinel queued by a second collection has run,
+// the first collection's batch is done; a third makes sure even if the first two were taken
+// as one batch.
+func collectAndFinalize() {
+	runtime.GC()
+	for range 2 {
+		done := make(chan struct{})
+		runtime.SetFinalizer(new([64]byte), func(*[64]byte) { close(done) })
+		runtime.GC()
+		<-done
+	}
+}
+
 // settled collects until the hook has set the percent the last collection's figures
 // call for, and returns the heap goal and the live heap of that collection.
 func settled(t *testing.T, headroom int64) (goal, live int64) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		runtime.GC()
-		for range 50 { // the finalizer runs on its own goroutine after the collection
-			v := read("/gc/heap/live:bytes", "/gc/scan/stack:bytes", "/gc/scan/globals:bytes", "/gc/heap/goal:bytes")
-			if gcPercent() == Percent(v[0], v[1]+v[2], headroom) {
-				return v[3], v[0]
-			}
-			time.Sleep(2 * time.Millisecond) // poll: the finalizer runs on its own goroutine
+		collectAndFinalize()
+		v := read("/gc/heap/live:bytes", "/gc/scan/stack:bytes", "/gc/scan/globals:bytes", "/gc/heap/goal:bytes")
+		if gcPercent() == Percent(v[0], v[1]+v[2], headroom) {
+			return v[3], v[0]
 		}
 	}
 	t.Fatalf("the GC percent is %d ten seconds on, not what the last collection calls for", gcPercent())
@@ -111,8 +123,7 @@ func TestStartPacesByTheHeadroom(t *testing.T) {
 	if p := gcPercent(); p != before {
 		t.Errorf("after stop: GC percent %d, want %d as before Start", p, before)
 	}
-	runtime.GC()
-	time.Sleep(20 * time.Millisecond) // an absence: time for the finalizer goroutine, which runs after the collection, to act
+	collectAndFinalize()
 	if p := gcPercent(); p != before {
 		t.Errorf("a collection after stop set the GC percent to %d", p)
 	}
@@ -129,8 +140,7 @@ func TestStartLeavesAnOperatorsChoice(t *testing.T) {
 	}{{"70", 64 << 20}, {"", 0}, {"off", 64 << 20}} {
 		t.Setenv("GOGC", c.env)
 		stop := Start(c.headroom)
-		runtime.GC()
-		time.Sleep(20 * time.Millisecond) // an absence: time for the finalizer goroutine, which runs after the collection, to act
+		collectAndFinalize()
 		if p := gcPercent(); p != 70 {
 			t.Errorf("GOGC=%q, headroom %d: GC percent %d, want 70 left as it was", c.env, c.headroom, p)
 		}
