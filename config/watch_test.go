@@ -310,8 +310,15 @@ func TestWatcherStopsOnClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Close() // idempotent
+	// A second watcher on the same file is the control: once it has reloaded, the change
+	// has been delivered and debounced, and an open watcher would have reloaded too.
+	control, err := NewWatcher(path, WithDebounce(10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer control.Close()
 	writeFile(t, dir, "policies.yaml", policyFile(2))
-	time.Sleep(100 * time.Millisecond) // an absence: ten debounce intervals in which a closed watcher must not reload
+	poll.Until(t, 10*time.Second, "the control watcher's reload", func() bool { return rateOf(control.Config()) == 2 })
 	if rateOf(w.Config()) != 1 {
 		t.Error("configuration changed after Close")
 	}
@@ -355,7 +362,9 @@ func TestWatcherConcurrentReaders(t *testing.T) {
 				t.Errorf("Reload: %v", err)
 			}
 		}
-		time.Sleep(2 * time.Millisecond) // pacing: the swaps interleave with the watcher's reloads rather than coalesce
+		// Each version is in force before the next is written: the swaps interleave with
+		// the watcher's reloads rather than coalesce.
+		poll.Until(t, 10*time.Second, fmt.Sprintf("version %d", v), func() bool { return rateOf(w.Config()) == int64(v) })
 	}
 	poll.Until(t, 10*time.Second, "the last version", func() bool { return rateOf(w.Config()) == versions })
 	close(stop)
