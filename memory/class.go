@@ -76,7 +76,7 @@ func newClass(st *Store, l sluice.Limit, id int, gone *atomic.Bool) class {
 	switch l.Algorithm {
 	case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket: // one machine, algo.GCRA
 		if p.S > 1 {
-			// The TAT has a part below 1µs (algo.Params): two words.
+			// S > 1: the TAT has a fractional part (algo.Params), two words.
 			return newPairClass(st, p, id, gone, algo.GCRA)
 		}
 		return newGCRAClass(st, p, id, gone)

@@ -9,15 +9,14 @@ import (
 
 // A key of a bucket limit (GCRA, TokenBucket or LeakyBucket: one machine, algo.GCRA) keeps
 // one word, its TAT, when the limit's Rate divides its Period (S = 1, algo.Params;
-// otherwise the TAT has a part below 1µs and the class keeps two words in pair.go's
-// slots). That word is kept in the slot's control word (lockfree.go),
-// so a decision on an existing key takes no lock at all: it updates the TAT with one
-// compare-and-swap, retrying if another core got there first. Slots are 24 bytes.
+// otherwise the TAT has a fractional part and the class keeps two words in pair.go's
+// slots). That word is kept in the slot's control word (lockfree.go), so a decision on an
+// existing key takes no lock at all: it updates the TAT with one compare-and-swap,
+// retrying if another core got there first.
 //
 // Arrays are rebuilt above 70% full (slots in use, tombstones included) and grow when
-// more than 68% of the slots would be live, so they are 51–70% full: a lookup walks about
-// 1.5–2.2 slots on average (linear probing), rarely into a second cache line, and a slot
-// costs 34–47 bytes per key.
+// more than 68% of the slots would be live (bench/README.md, "Figures behind design
+// choices", has what those bounds cost).
 type gslot struct{ lhdr }
 
 func (e *gslot) seize(v int64) (algo.State, int64) {
