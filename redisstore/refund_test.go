@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/store"
 )
@@ -54,13 +55,7 @@ func (m *refundModel) refund(now, n, at int64) {
 // must the states, field by field (timestamp by timestamp for SlidingLog).
 func TestDifferentialRefund(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	clock := newTestClock()
-	red := open(t, srv.URL(), WithClock(clock.Now), WithMinTTL(24*time.Hour))
-	cn, err := red.connected()
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, clock, red, cn := refundStore(t)
 	ctx := context.Background()
 	type spend struct {
 		req sluice.Request
@@ -208,6 +203,20 @@ func TestDifferentialRefund(t *testing.T) {
 	}
 }
 
+// refundStore starts a redis-server and opens a store on it, on a test clock and with a day's
+// minimum TTL (so that a TTL a refund rewrote can be told), and its connection.
+func refundStore(t *testing.T) (*redistest.Server, *clocktest.Clock, *Store, *conn) {
+	t.Helper()
+	srv := redistest.Start(t)
+	clock := newTestClock()
+	red := open(t, srv.URL(), WithClock(clock.Now), WithMinTTL(24*time.Hour))
+	cn, err := red.connected()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, clock, red, cn
+}
+
 func decodeState(v string) algo.State {
 	var f [3]int64
 	for i := 0; i < len(v)/8 && i < 3; i++ {
@@ -222,13 +231,7 @@ func decodeState(v string) algo.State {
 // that changes nothing must write nothing (the key's TTL is left as it was).
 func TestRefundBoundaries(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	clock := newTestClock()
-	red := open(t, srv.URL(), WithClock(clock.Now), WithMinTTL(24*time.Hour))
-	cn, err := red.connected()
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, clock, red, cn := refundStore(t)
 	ctx := context.Background()
 	// step is one operation at offset now from the start: a spend of n when refund is
 	// false, else a refund of n spent at offset at.
