@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -190,4 +191,37 @@ func postJSON(t *testing.T, url, body string) (int, map[string]any) {
 		t.Fatal(err)
 	}
 	return rp.StatusCode, out
+}
+
+// TestOverrideLease: `sluice override set --lease` gives one identity of a concurrency
+// policy more slots, through `sluice serve` on memory and on Redis: u1 then holds two
+// leases at once, the third check is 429, and another identity still has the policy's one.
+func TestOverrideLease(t *testing.T) {
+	for _, st := range pipelineStores[:2] {
+		t.Run(st.name, func(t *testing.T) {
+			t.Setenv("SLUICE_ADMIN_TOKEN", "override-test-token-0123456789")
+			cfg := writeConfig(t, "sluice.yaml", `policies:
+  - {name: jobs, key: user, algorithm: concurrency, rate: 1, lease: 1m}
+`)
+			base, _, _ := started(t, append(append([]string{"--config", cfg}, pipelineFlags...), st.flags(t)...)...)
+			var out, errb syncBuffer
+			if code := run(context.Background(), []string{"sluice", "override", "set", "--server", base, "jobs", "u1", "--rate", "2", "--lease", "1m"}, &out, &errb); code != 0 {
+				t.Fatalf("sluice override set --lease: exit %d: %s %s", code, out.String(), errb.String())
+			}
+			codes := func(key string, n int) []int {
+				var cs []int
+				for range n {
+					code, _ := postJSON(t, base+"/v1/check", `{"policy":"jobs","key":"`+key+`"}`)
+					cs = append(cs, code)
+				}
+				return cs
+			}
+			if got := codes("u1", 3); !slices.Equal(got, []int{200, 200, 429}) {
+				t.Errorf("u1 under its override of 2 slots: %v, want [200 200 429]", got)
+			}
+			if got := codes("u2", 2); !slices.Equal(got, []int{200, 429}) {
+				t.Errorf("u2 under the policy's 1 slot: %v, want [200 429]", got)
+			}
+		})
+	}
 }
