@@ -25,11 +25,8 @@ main-tests:
 IMAGE_BUILD := CGO_ENABLED=0 GOFLAGS=-trimpath
 
 # The nested modules keep peer libraries and web frameworks out of the main go.mod: the
-# gin and echo examples run their tests (without -race, built as go vet built them: each
-# example's module graph differs from the main module's, so a race build of it would
-# compile the framework and every sluice package once more, to check only an adapter
-# that the main module's race tests already cover); deploy/test checks the Grafana dashboard's and
-# the alert rules' PromQL with Prometheus's parser against a running sluice serve (its
+# gin and echo examples vet and test their adapters; deploy/test checks the Grafana
+# dashboard's and the alert rules' PromQL with Prometheus's parser against a running sluice serve (its
 # chart test runs in make chart-test); bench/conformance sends the same Envoy requests and
 # configuration files to sluice and to envoyproxy/ratelimit and compares the answers, and
 # bench/cmd/overload tests its own accounting. The rest of bench/ (the benchmarks and every
