@@ -2,7 +2,7 @@
 
 // The race detector allocates on synchronisation (and sync.Pool drops items under it), so
 // allocation counts mean nothing there: the tests in this file are built only without it,
-// and make test's unit step runs them in a run of their own without -race.
+// and make test (which builds without it) runs them; make race leaves them out.
 
 package server
 

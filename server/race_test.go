@@ -4,5 +4,5 @@ package server
 
 // codecCases is how many random messages TestRLSCodecDifferential sends each way. The race
 // detector makes the codec ~25 times slower and adds nothing to a single-goroutine
-// differential: make test runs the full count in its second step, without it.
+// differential: make test, which builds without it, runs the full count.
 const codecCases = 2000

@@ -26,7 +26,7 @@ import (
 const (
 	clusterDeadline = 50 * time.Millisecond
 	// clusterSlack is what a decision may take past the deadline: scheduling on two
-	// shared cores under -race, where stalls of 450–600 ms were seen in make test, and
+	// shared cores under -race (make race), where stalls of 450–600 ms were seen, and
 	// the failure mode's own work.
 	clusterSlack = time.Second
 	clusterKeys  = 48
