@@ -150,9 +150,8 @@ type batcher struct {
 	running int
 }
 
-// keys is the table [repeats] finds a key repeated within one script call in, cleared
-// and reused from call to call: a map[string]struct{} cost several times as much per key
-// to fill and clear. The script keeps what it wrote to each key for a later request on
+// keySets holds the tables [repeats] finds a key repeated within one script call in,
+// cleared and reused from call to call. The script keeps what it wrote to each key for a later request on
 // the same key only when told to (ARGV[5]): the bookkeeping costs Redis a table insert
 // and lookup per decision, and repeated keys are rare outside hot keys.
 var (
