@@ -15,10 +15,10 @@
 // algo.GCRA) when Rate divides Period it takes no lock at all: the TAT is one word,
 // updated by compare-and-swap in the key's own slot (see lockfree.go for why that is safe
 // against concurrent inserts, deletions and rebuilds), so a decision writes only that
-// slot's cache line. FixedWindow, and the bucket limits with a TAT finer than 1µs, keep
+// slot's cache line. FixedWindow, and the bucket limits whose TAT has a fractional part, keep
 // two words, which a decision updates holding a mark in the slot's own control word
 // (pair.go), again writing only the slot's line. SlidingWindow and SlidingLog take the
-// key's shard lock for the few nanoseconds of a decision, so a hot key never serialises
+// key's shard lock for the decision alone, so a hot key never serialises
 // unrelated keys beyond the 1/Shards that share its shard.
 //
 // A GCRA, TokenBucket or LeakyBucket key costs a 24-byte slot at 51–70% occupancy; a
