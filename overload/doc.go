@@ -35,13 +35,13 @@
 // The limit is Netflix's Gradient2 in integer arithmetic (nothing in it is floating point
 // or random), with Envoy adaptive concurrency's periodic re-measurement of the latency
 // without queueing. State: the limit in milli-permits (thousandths of a request), the
-// long-term latency in ns, and the number n of windows averaged into it (at most
-// LongWindow). At the close of each window, with short the mean latency of the window's
-// samples (ns, rounded toward zero, at least 1) and peak the most requests in flight
-// during it:
+// long-term latency in ns, and the number n of windows averaged into it (counted up to
+// 11). At the close of each window, with short the mean latency of the window's samples
+// (ns, rounded toward zero, at least 1) and peak the most requests in flight during it:
 //
-//	n     = min(n+1, LongWindow)
-//	long  = long + (short − long)/n                   an EWMA; a plain mean for the first windows
+//	n     = min(n+1, 11)
+//	d     = min(n, LongWindow) for n ≤ 10, else LongWindow
+//	long  = long + (short − long)/d                   the plain mean of the first 10 windows, then an EWMA
 //	long  = long − long/20  if long > 2·short         decay after a spell of overload
 //	grad  = clamp((100+Tolerance)·long·10/short, 500, 1000)    in thousandths
 //	next  = limit·grad/1000 + headroom                Headroom·1000, or ⌊√(limit·1000)⌋ (√ of the limit, in milli)

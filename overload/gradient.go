@@ -7,11 +7,15 @@ import "math/bits"
 type gradient struct {
 	limit    int64 // milli-permits, in [min·1000, max·1000]
 	long     int64 // ns; 0 before the first window
-	n        int64 // windows averaged into long, at most LongWindow
+	n        int64 // windows averaged into long, at most warmup+1
 	pinned   bool  // held at MinLimit while re-measuring
 	saved    int64 // the limit to return to after re-measuring
 	nextMeas int64 // ns on the clock, when the next re-measurement is due; 0: not scheduled
 }
+
+// warmup is how many windows the long-term latency is the plain mean of, before it
+// becomes an EWMA over LongWindow windows.
+const warmup = 10
 
 // maxSample caps a latency sample (about 18 minutes), so that the products below stay far
 // from overflow.
@@ -38,8 +42,12 @@ func (g *gradient) update(s *settings, now, short, peak int64) {
 		g.nextMeas = now + s.remeasure
 		return
 	}
-	g.n = min(g.n+1, s.longWindow)
-	g.long += (short - g.long) / g.n
+	g.n = min(g.n+1, warmup+1)
+	d := g.n
+	if g.n > warmup {
+		d = s.longWindow
+	}
+	g.long += (short - g.long) / min(d, s.longWindow)
 	if g.long > 2*short {
 		g.long -= g.long / 20
 	}

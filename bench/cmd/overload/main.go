@@ -59,7 +59,7 @@ var (
 	criticalMax = flag.Float64("critical-max", 0, "cap the critical arrivals at this multiple of the capacity, the rest of each step sheddable (0: half of every step is critical)")
 	timeout     = flag.Duration("timeout", 2*time.Second, "each client's timeout")
 	fixed       = flag.Int("fixed", 0, "the fixed protection's limit (0: -workers, the upstream's own concurrency)")
-	only        = flag.String("only", "none,fixed,adaptive", "the protections to run, in this order")
+	only        = flag.String("only", "none,fixed,adaptive,sluice", "the protections to run, in this order")
 	sample      = flag.Duration("sample", 100*time.Millisecond, "how often the limit and in-flight requests are sampled")
 	settleIn    = flag.Duration("settle", 10*time.Second, "after the upstream halves, the limit must stay within ±-swing of where it ends within this long")
 	swing       = flag.Float64("swing", 0.20, "the limit's allowed swing once settled, a fraction")
@@ -69,6 +69,7 @@ var (
 	htmlOut     = flag.String("html", "overload.html", "write the HTML report here (empty: not at all)")
 
 	fs adaptiveSettings
+	sl sluiceSettings
 )
 
 func init() {
@@ -88,6 +89,22 @@ func init() {
 	flag.DurationVar(&fs.MaxWait, "fs-max-wait", -1, "adaptive: the longest a request waits in the queue for a permit, AcquirePermitWithMaxWait's argument (< 0: until its client gives up)")
 	flag.DurationVar(&fs.ShedWait, "fs-max-wait-sheddable", 0, "adaptive: the same for sheddable requests (0: never queue, take a permit only when one is free; < 0: -fs-max-wait)")
 	flag.DurationVar(&fs.Calibration, "fs-calibrate", 10*time.Millisecond, "adaptive: the prioritizer's calibration interval (ScheduleCalibrations), how often the priority below which requests are rejected is recomputed from the queue")
+}
+
+func init() {
+	flag.IntVar(&sl.MinLimit, "sl-min", 0, "sluice: Config.MinLimit (0: overload's default)")
+	flag.IntVar(&sl.MaxLimit, "sl-max", 0, "sluice: Config.MaxLimit (0: overload's default)")
+	flag.IntVar(&sl.InitialLimit, "sl-initial", 0, "sluice: Config.InitialLimit (0: overload's default)")
+	flag.DurationVar(&sl.Window, "sl-window", 0, "sluice: Config.Window, how often the limit is recomputed (0: overload's default)")
+	flag.IntVar(&sl.MinSamples, "sl-samples", 0, "sluice: Config.MinSamples, latency samples a window needs (0: overload's default)")
+	flag.IntVar(&sl.LongWindow, "sl-long", 0, "sluice: Config.LongWindow, windows the long-term latency averages over (0: overload's default)")
+	flag.IntVar(&sl.Tolerance, "sl-tolerance", 0, "sluice: Config.Tolerance, percent (0: overload's default)")
+	flag.IntVar(&sl.Headroom, "sl-headroom", 0, "sluice: Config.Headroom, requests (0: the square root of the limit)")
+	flag.DurationVar(&sl.Remeasure, "sl-remeasure", 0, "sluice: Config.Remeasure, the period of re-measuring the latency without queueing (0: never)")
+	flag.IntVar(&sl.CriticalReserve, "sl-critical-reserve", 0, "sluice: Config.CriticalReserve, percent (0: overload's default; < 0: none)")
+	flag.IntVar(&sl.DefaultReserve, "sl-default-reserve", 0, "sluice: Config.DefaultReserve, percent")
+	flag.DurationVar(&sl.MaxWait, "sl-max-wait", 0, "sluice: Config.MaxWait, how long a critical request waits for a permit (0: overload's default; < 0: never)")
+	flag.IntVar(&sl.MaxQueue, "sl-max-queue", 0, "sluice: Config.MaxQueue (0: overload's default)")
 }
 
 func main() {
@@ -136,15 +153,21 @@ func run() error {
 			prots = append(prots, unprotected())
 		case "fixed":
 			prots = append(prots, fixedLimit(*fixed))
-		case "adaptive":
+		case "adaptive", "failsafe-go":
 			prots = append(prots, adaptive(fs))
+		case "sluice":
+			p, err := sluiceLimit(sl)
+			if err != nil {
+				return fmt.Errorf("-sl-*: %w", err)
+			}
+			prots = append(prots, p)
 		default:
 			return fmt.Errorf("-only: unknown protection %q", name)
 		}
 	}
 	rep := report{
 		Capacity: capacity, Workers: *workers, Median: *median, Sigma: *sigma, Queue: *queue,
-		Timeout: *timeout, Fixed: *fixed, Adaptive: fs, Phases: phases, Started: time.Now().UTC(),
+		Timeout: *timeout, Fixed: *fixed, Adaptive: fs, Sluice: sl, Phases: phases, Started: time.Now().UTC(),
 		SettleWithin: *settleIn, Swing: *swing,
 	}
 	fmt.Printf("upstream: %d workers, lognormal service time median %v σ %.2f, queue %d: capacity %.0f req/s; client timeout %v\n",

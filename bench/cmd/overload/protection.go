@@ -12,6 +12,7 @@ import (
 
 	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
 	"github.com/failsafe-go/failsafe-go/priority"
+	"github.com/sluicehq/sluice/overload"
 )
 
 // A protection stands between the load and the upstream and decides which requests reach
@@ -192,7 +193,7 @@ func adaptive(s adaptiveSettings) protection {
 	lim := b.BuildPrioritized(p)
 	stopCalibrating := p.ScheduleCalibrations(context.Background(), s.Calibration)
 	return &middleware{
-		label: "adaptive",
+		label: "failsafe-go",
 		wrap: func(next http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				class := criticalityOf(r)
@@ -209,7 +210,7 @@ func adaptive(s adaptiveSettings) protection {
 				}
 				switch {
 				case errors.Is(err, adaptivelimiter.ErrExceeded):
-					shed(w, "adaptive", time.Second)
+					shed(w, "failsafe-go", time.Second)
 					return
 				case err != nil: // the client has gone
 					return
@@ -221,4 +222,65 @@ func adaptive(s adaptiveSettings) protection {
 		gauges: func() gauge { return gauge{Limit: lim.Limit(), Inflight: lim.Inflight(), Queued: lim.Queued()} },
 		done:   stopCalibrating,
 	}
+}
+
+// sluiceSettings are the overload.Config fields the -sl-* flags set; 0 takes the
+// package's default.
+type sluiceSettings struct {
+	MinLimit        int           `json:"min_limit"`
+	MaxLimit        int           `json:"max_limit"`
+	InitialLimit    int           `json:"initial_limit"`
+	Window          time.Duration `json:"window_ns"`
+	MinSamples      int           `json:"min_samples"`
+	LongWindow      int           `json:"long_window"`
+	Tolerance       int           `json:"tolerance"`
+	Headroom        int           `json:"headroom"`
+	Remeasure       time.Duration `json:"remeasure_ns"`
+	CriticalReserve int           `json:"critical_reserve"`
+	DefaultReserve  int           `json:"default_reserve"`
+	MaxWait         time.Duration `json:"max_wait_ns"`
+	MaxQueue        int           `json:"max_queue"`
+}
+
+func (s sluiceSettings) config() overload.Config {
+	return overload.Config{
+		MinLimit: s.MinLimit, MaxLimit: s.MaxLimit, InitialLimit: s.InitialLimit,
+		Window: s.Window, MinSamples: s.MinSamples, LongWindow: s.LongWindow,
+		Tolerance: s.Tolerance, Headroom: s.Headroom, Remeasure: s.Remeasure,
+		CriticalReserve: s.CriticalReserve, DefaultReserve: s.DefaultReserve,
+		MaxWait: s.MaxWait, MaxQueue: s.MaxQueue,
+	}
+}
+
+// sluiceLimit is sluice's overload.Limiter: an adaptive concurrency limit with a share
+// reserved for critical requests, in which critical requests wait for a permit and
+// sheddable ones never do. The bench's classes are overload's Critical and Sheddable.
+func sluiceLimit(s sluiceSettings) (protection, error) {
+	lim, err := overload.New(s.config())
+	if err != nil {
+		return nil, err
+	}
+	return &middleware{
+		label: "sluice",
+		wrap: func(next http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				c, _ := overload.ParseCriticality(r.Header.Get(headerCriticality))
+				p, err := lim.Acquire(r.Context(), c)
+				var sh *overload.Shed
+				switch {
+				case errors.As(err, &sh) && sh.Reason != overload.ReasonCanceled:
+					shed(w, "sluice", sh.RetryAfter)
+					return
+				case err != nil: // the client has gone
+					return
+				}
+				next.ServeHTTP(w, r)
+				p.Release()
+			})
+		},
+		gauges: func() gauge {
+			st := lim.Stats()
+			return gauge{Limit: st.Limit, Inflight: st.InFlight, Queued: st.Queued}
+		},
+	}, nil
 }

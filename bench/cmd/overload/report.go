@@ -19,6 +19,7 @@ type report struct {
 	Timeout      time.Duration    `json:"timeout_ns"`
 	Fixed        int              `json:"fixed_limit"`
 	Adaptive     adaptiveSettings `json:"adaptive"`
+	Sluice       sluiceSettings   `json:"sluice"`
 	Phases       []phase          `json:"phases"`
 	SettleWithin time.Duration    `json:"settle_within_ns"`
 	Swing        float64          `json:"swing"`
