@@ -42,7 +42,8 @@ type Config struct {
 	// without queueing, as Envoy's adaptive concurrency filter re-measures its minimum
 	// RTT (min_rtt_calc_interval): the limit is held at MinLimit for one window, that
 	// window's latency becomes the long-term latency, and the limit returns to where it
-	// was. 0 (the default) never re-measures.
+	// was. 0 is the default, 1 minute; a negative value never re-measures, and then under
+	// saturation lasting many LongWindows the limit creeps upward (see the package doc).
 	Remeasure time.Duration
 
 	// CriticalReserve is the percentage of the limit that only Critical requests may use
@@ -56,8 +57,12 @@ type Config struct {
 	DefaultReserve int
 
 	// MaxWait is how long a Critical or Default request waits in the queue for a permit
-	// when none is free to it (default 1s; a negative value never queues). Sheddable
-	// requests never queue.
+	// when none is free to it; a negative value never queues, and Sheddable requests
+	// never queue. 0 (the default) waits as long as the long-term latency when the
+	// request queues (1s before the first window has closed): in that time about a
+	// limit's worth of permits end, so a request not admitted by then stands behind more
+	// than the service finishes in one service time, and waiting longer would only add
+	// that queue's delay to its latency.
 	MaxWait time.Duration
 	// MaxQueue bounds the requests waiting (default 1000); a Default request arriving at a
 	// full queue is shed, and a Critical one takes the place of the newest Default waiter.
@@ -77,9 +82,11 @@ const (
 	DefaultMinSamples      = 10
 	DefaultLongWindow      = 600
 	DefaultTolerance       = 50
+	DefaultRemeasure       = time.Minute
 	DefaultCriticalReserve = 20
-	DefaultMaxWait         = time.Second
-	DefaultMaxQueue        = 1000
+	// DefaultMaxWait is the zero MaxWait's wait before the long-term latency is known.
+	DefaultMaxWait  = time.Second
+	DefaultMaxQueue = 1000
 )
 
 // ErrInvalidConfig is wrapped by every error New returns for a Config.
@@ -92,11 +99,12 @@ type settings struct {
 	window            int64 // ns
 	minSamples        int64
 	longWindow        int64
-	tolerance         int64    // percent
-	headroom          int64    // requests; 0: ⌊√limit⌋
-	remeasure         int64    // ns; 0: never
-	share             [3]int64 // percent of the limit usable by Sheddable, Default, Critical
-	maxWait           time.Duration
+	tolerance         int64         // percent
+	headroom          int64         // requests; 0: ⌊√limit⌋
+	remeasure         int64         // ns; 0: never
+	share             [3]int64      // percent of the limit usable by Sheddable, Default, Critical
+	maxWait           time.Duration // 0: the long-term latency
+	queue             bool
 	maxQueue          int
 	clock             func() time.Time
 }
@@ -118,7 +126,7 @@ func (c Config) settings() (settings, error) {
 	}{
 		{"MinLimit", int64(c.MinLimit)}, {"MaxLimit", int64(c.MaxLimit)}, {"InitialLimit", int64(c.InitialLimit)},
 		{"Window", int64(c.Window)}, {"MinSamples", int64(c.MinSamples)}, {"LongWindow", int64(c.LongWindow)},
-		{"Tolerance", int64(c.Tolerance)}, {"Headroom", int64(c.Headroom)}, {"Remeasure", int64(c.Remeasure)},
+		{"Tolerance", int64(c.Tolerance)}, {"Headroom", int64(c.Headroom)},
 		{"DefaultReserve", int64(c.DefaultReserve)}, {"MaxQueue", int64(c.MaxQueue)},
 	} {
 		if f.v < 0 {
@@ -134,6 +142,12 @@ func (c Config) settings() (settings, error) {
 	}
 	if s.window == 0 {
 		s.window = int64(DefaultWindow)
+	}
+	switch {
+	case s.remeasure == 0:
+		s.remeasure = int64(DefaultRemeasure)
+	case s.remeasure < 0:
+		s.remeasure = 0
 	}
 	switch {
 	case s.max > maxLimit:
@@ -161,12 +175,8 @@ func (c Config) settings() (settings, error) {
 		return bad("CriticalReserve", "%d and DefaultReserve %d exceed 100 percent together", critical, c.DefaultReserve)
 	}
 	s.share = [3]int64{100 - critical - int64(c.DefaultReserve), 100 - critical, 100}
-	switch {
-	case s.maxWait == 0:
-		s.maxWait = DefaultMaxWait
-	case s.maxWait < 0:
-		s.maxWait = 0
-	}
+	s.queue = s.maxWait >= 0
+	s.maxWait = max(s.maxWait, 0)
 	if s.clock == nil {
 		s.clock = time.Now
 	}

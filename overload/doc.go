@@ -65,8 +65,9 @@
 // sample whose Release reads the clock earlier than its Acquire did (the clock stepped
 // back) is dropped, as Drop does; a sample longer than 2^40 ns (about 18 minutes) counts
 // as 2^40 ns. A window that opened later than now on the clock reopens at now, keeping
-// its samples. MaxWait runs on a timer and on the clock: a waiter is shed at the first of
-// its timer and an Acquire, Release or Drop that reads the clock MaxWait after it queued.
+// its samples. A waiter's wait (MaxWait) runs on a timer and on the clock: it is shed at
+// the first of its timer and an Acquire, Release or Drop that reads the clock its wait
+// after it queued.
 //
 // # Why not failsafe-go
 //

@@ -37,7 +37,7 @@ func (g *gradient) permits(s *settings) int64 {
 func (g *gradient) update(s *settings, now, short, peak int64) {
 	short = max(short, 1)
 	if g.pinned {
-		g.long, g.n, g.pinned = short, 1, false
+		g.long, g.n, g.pinned = short, warmup+1, false
 		g.limit = g.saved
 		g.nextMeas = now + s.remeasure
 		return

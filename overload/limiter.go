@@ -38,7 +38,7 @@ type Permit struct {
 const (
 	ReasonLimit        = "limit"         // no permit free to its criticality, and it may not queue
 	ReasonQueueFull    = "queue_full"    // the queue held MaxQueue requests
-	ReasonQueueTimeout = "queue_timeout" // it waited MaxWait without a permit
+	ReasonQueueTimeout = "queue_timeout" // it waited its longest (MaxWait) without a permit
 	ReasonCanceled     = "canceled"      // its context ended first
 )
 
@@ -114,7 +114,7 @@ func (l *Limiter) Acquire(ctx context.Context, c Criticality) (*Permit, error) {
 		l.mu.Unlock()
 		return p, nil
 	}
-	if c == Sheddable || l.s.maxWait == 0 {
+	if c == Sheddable || !l.s.queue {
 		defer l.mu.Unlock()
 		return nil, l.shedLocked(c, ReasonLimit, nil)
 	}
@@ -126,14 +126,15 @@ func (l *Limiter) Acquire(ctx context.Context, c Criticality) (*Permit, error) {
 		}
 		l.finish(back.Value.(*waiter), nil, l.shedLocked(Default, ReasonQueueFull, nil))
 	}
-	w := &waiter{c: c, deadline: now + int64(l.s.maxWait), ready: make(chan struct{})}
+	wait := l.wait()
+	w := &waiter{c: c, deadline: now + int64(wait), ready: make(chan struct{})}
 	w.elem = l.waiting[c].PushBack(w)
 	if l.queued != nil {
 		l.queued()
 	}
 	l.mu.Unlock()
 
-	t := time.NewTimer(l.s.maxWait)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	var reason string
 	var cause error
@@ -204,6 +205,17 @@ func (l *Limiter) Stats() Stats {
 	return Stats{Limit: int(l.g.permits(&l.s)), InFlight: int(l.inflight), Queued: l.waiting[0].Len() + l.waiting[1].Len()}
 }
 
+// wait is how long a request queued now may wait: MaxWait, or the long-term latency.
+func (l *Limiter) wait() time.Duration {
+	switch {
+	case l.s.maxWait > 0:
+		return l.s.maxWait
+	case l.g.long > 0:
+		return time.Duration(l.g.long)
+	}
+	return DefaultMaxWait
+}
+
 // share is how many requests of criticality c may be in flight at once.
 func (l *Limiter) share(c Criticality) int64 {
 	return l.g.permits(&l.s) * l.s.share[c+1] / 100
@@ -233,7 +245,7 @@ func (l *Limiter) dispatch(now int64) {
 	}
 }
 
-// expire sheds the waiters whose MaxWait has passed on the clock, from the front of each
+// expire sheds the waiters whose wait has passed on the clock, from the front of each
 // queue (a waiter behind one that has not expired waits for its timer).
 func (l *Limiter) expire(now int64) {
 	for c := Default; c <= Critical; c++ {

@@ -1,0 +1,172 @@
+package overload
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+type acquired struct {
+	c   Criticality
+	p   *Permit
+	err error
+}
+
+// waitQueued makes l report each request that joins its queue, and returns a function
+// that starts an Acquire and returns once the request is queued (or decided), with the
+// channel its outcome arrives on.
+func waitQueued(l *Limiter) func(ctx context.Context, c Criticality) <-chan acquired {
+	joined := make(chan struct{}, 1024)
+	l.queued = func() { joined <- struct{}{} }
+	return func(ctx context.Context, c Criticality) <-chan acquired {
+		out := make(chan acquired, 1)
+		go func() {
+			p, err := l.Acquire(ctx, c)
+			out <- acquired{c, p, err}
+		}()
+		select {
+		case <-joined:
+		case r := <-out: // decided without queueing
+			out <- r
+		}
+		return out
+	}
+}
+
+func shedReason(t *testing.T, err error) string {
+	t.Helper()
+	var s *Shed
+	if !errors.As(err, &s) {
+		t.Fatalf("error %v is not a *Shed", err)
+	}
+	return s.Reason
+}
+
+// TestQueueOrder: waiters are admitted Critical first, then Default, each class in the
+// order it arrived, one per permit ended; Sheddable requests never queue.
+func TestQueueOrder(t *testing.T) {
+	ctx := context.Background()
+	l, _ := newLimiter(t, Config{MinLimit: 2, MaxLimit: 2, CriticalReserve: -1, MaxWait: time.Hour})
+	start := waitQueued(l)
+	a, _ := l.Acquire(ctx, Default)
+	b, _ := l.Acquire(ctx, Default)
+	var outs []<-chan acquired
+	for _, c := range []Criticality{Default, Critical, Default, Critical} {
+		outs = append(outs, start(ctx, c))
+	}
+	if _, err := l.Acquire(ctx, Sheddable); shedReason(t, err) != ReasonLimit {
+		t.Fatalf("a Sheddable request queued or was admitted: %v", err)
+	}
+	if st := l.Stats(); st != (Stats{Limit: 2, InFlight: 2, Queued: 4}) {
+		t.Fatalf("Stats: %+v", st)
+	}
+	held := []*Permit{a, b}
+	for _, want := range []int{1, 3, 0, 2} { // the Critical waiters, then the Default ones
+		held[0].Release()
+		held = held[1:]
+		r := <-outs[want]
+		if r.err != nil {
+			t.Fatalf("waiter %d (%v): %v", want, r.c, r.err)
+		}
+		held = append(held, r.p)
+		if st := l.Stats(); st.InFlight != 2 {
+			t.Fatalf("after admitting waiter %d: %+v", want, st)
+		}
+	}
+}
+
+// TestArrivalDoesNotPass: a new Default request does not take a free permit while a
+// Default request waits, but a Critical one passes a waiting Default request.
+func TestArrivalDoesNotPass(t *testing.T) {
+	ctx := context.Background()
+	l, _ := newLimiter(t, Config{MinLimit: 5, MaxLimit: 5, MaxWait: time.Hour}) // Default's share: 4
+	start := waitQueued(l)
+	for range 4 {
+		l.Acquire(ctx, Default)
+	}
+	waiting := start(ctx, Default)
+	ctx2, cancel := context.WithCancel(ctx)
+	second := start(ctx2, Default)
+	if p, err := l.Acquire(ctx, Critical); err != nil || p == nil {
+		t.Fatalf("Critical beside waiting Default requests: %v", err)
+	}
+	cancel()
+	if r := <-second; shedReason(t, r.err) != ReasonCanceled || !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("canceled waiter: %v", r.err)
+	}
+	select {
+	case r := <-waiting:
+		t.Fatalf("the first waiter was decided with nothing released: %+v", r)
+	default:
+	}
+}
+
+// TestMaxWaitOnClock: a waiter is shed with queue_timeout once the clock has passed
+// MaxWait since it queued, at the next call that reads the clock.
+func TestMaxWaitOnClock(t *testing.T) {
+	ctx := context.Background()
+	l, clk := newLimiter(t, Config{MinLimit: 1, MaxLimit: 1, CriticalReserve: -1, MaxWait: time.Hour})
+	start := waitQueued(l)
+	held, _ := l.Acquire(ctx, Critical)
+	out := start(ctx, Default)
+	clk.advance(time.Hour - 1)
+	l.Acquire(ctx, Sheddable) // reads the clock: not yet
+	select {
+	case r := <-out:
+		t.Fatalf("shed before MaxWait: %+v", r)
+	default:
+	}
+	clk.advance(1)
+	held.Release() // expires the waiter before the freed permit is handed out
+	if r := <-out; shedReason(t, r.err) != ReasonQueueTimeout {
+		t.Fatalf("after MaxWait: %v", r.err)
+	}
+	if st := l.Stats(); st != (Stats{Limit: 1}) {
+		t.Errorf("Stats: %+v", st)
+	}
+}
+
+// TestMaxWaitTimer: a waiter nobody wakes is shed when its timer fires.
+func TestMaxWaitTimer(t *testing.T) {
+	ctx := context.Background()
+	l, _ := newLimiter(t, Config{MinLimit: 1, MaxLimit: 1, MaxWait: time.Millisecond})
+	l.Acquire(ctx, Critical)
+	_, err := l.Acquire(ctx, Critical)
+	if shedReason(t, err) != ReasonQueueTimeout {
+		t.Fatalf("Acquire: %v", err)
+	}
+}
+
+// TestQueueFull: a Default request arriving at a full queue is shed; a Critical one takes
+// the place of the newest Default waiter.
+func TestQueueFull(t *testing.T) {
+	ctx := context.Background()
+	l, _ := newLimiter(t, Config{MinLimit: 1, MaxLimit: 1, CriticalReserve: -1, MaxWait: time.Hour, MaxQueue: 2})
+	start := waitQueued(l)
+	held, _ := l.Acquire(ctx, Critical)
+	first, second := start(ctx, Default), start(ctx, Default)
+	if _, err := l.Acquire(ctx, Default); shedReason(t, err) != ReasonQueueFull {
+		t.Fatalf("Default at a full queue: %v", err)
+	}
+	crit := start(ctx, Critical)
+	if r := <-second; shedReason(t, r.err) != ReasonQueueFull {
+		t.Fatalf("the newest Default waiter: %v", r.err)
+	}
+	crit2 := start(ctx, Critical)
+	if r := <-first; shedReason(t, r.err) != ReasonQueueFull {
+		t.Fatalf("the remaining Default waiter: %v", r.err)
+	}
+	if _, err := l.Acquire(ctx, Critical); shedReason(t, err) != ReasonQueueFull {
+		t.Fatalf("Critical at a queue full of Critical waiters: %v", err)
+	}
+	held.Release()
+	r := <-crit
+	if r.err != nil {
+		t.Fatalf("the first Critical waiter: %v", r.err)
+	}
+	r.p.Release()
+	if r := <-crit2; r.err != nil {
+		t.Fatalf("the second Critical waiter: %v", r.err)
+	}
+}
