@@ -103,6 +103,9 @@ func TestShares(t *testing.T) {
 				if !errors.As(err, &s) || s.Reason != ReasonLimit || s.Criticality != step.c || s.RetryAfter != time.Second {
 					t.Fatalf("%v: %v (%+v)", step.c, err, s)
 				}
+				if want := "overload: " + step.c.String() + " request shed: limit"; err.Error() != want {
+					t.Errorf("Error() = %q, want %q", err.Error(), want)
+				}
 				break
 			}
 		}

@@ -170,3 +170,35 @@ func TestQueueFull(t *testing.T) {
 		t.Fatalf("the second Critical waiter: %v", r.err)
 	}
 }
+
+// TestWaitIsLongTermLatency: with MaxWait 0 a request waits as long as the long-term
+// latency when it queues, and 1s before that is known.
+func TestWaitIsLongTermLatency(t *testing.T) {
+	ctx := context.Background()
+	l, clk := newLimiter(t, Config{MinLimit: 1, MaxLimit: 1, CriticalReserve: -1, Window: time.Nanosecond, MinSamples: 1})
+	if got := l.wait(); got != DefaultMaxWait {
+		t.Fatalf("wait before any window: %v, want %v", got, DefaultMaxWait)
+	}
+	p, _ := l.Acquire(ctx, Critical)
+	clk.advance(10 * time.Minute)
+	p.Release() // closes the first window: the long-term latency is 10m
+	if got := l.wait(); got != 10*time.Minute {
+		t.Fatalf("wait: %v, want 10m", got)
+	}
+	start := waitQueued(l)
+	held, _ := l.Acquire(ctx, Critical)
+	out := start(ctx, Default)
+	clk.advance(10*time.Minute - 1)
+	l.Acquire(ctx, Sheddable)
+	select {
+	case r := <-out:
+		t.Fatalf("shed before its wait: %+v", r)
+	default:
+	}
+	clk.advance(1)
+	l.Acquire(ctx, Sheddable)
+	if r := <-out; shedReason(t, r.err) != ReasonQueueTimeout {
+		t.Fatalf("after its wait: %v", r.err)
+	}
+	held.Drop()
+}
