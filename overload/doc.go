@@ -23,12 +23,13 @@
 //	Critical   L
 //
 // so at any occupancy a Sheddable request is shed before a Default one, and a Default one
-// before a Critical one, and in flight never exceeds L. A Sheddable request beyond its
-// share is shed at once; a Critical or Default one waits in a bounded queue for up to
-// MaxWait. Waiters are admitted Critical first, then Default, each class in arrival
-// order, whenever a permit ends or the limit rises; a new arrival never passes a waiter
-// of its criticality or higher. The shares round down, so each reserve holds at least its
-// percentage; with a small limit a share can be 0.
+// before a Critical one, and no admission takes in flight above L (when L falls, the
+// requests in flight finish). A Sheddable request beyond its share is shed at once; a
+// Critical or Default one waits in a bounded queue for up to MaxWait (by default as long
+// as the long-term latency below). Waiters are admitted Critical first, then Default, each
+// class in arrival order, whenever a permit ends or the limit rises; a new arrival never
+// passes a waiter of its criticality or higher. The shares round down, so each reserve
+// holds at least its percentage; with a small limit a share can be 0.
 //
 // # The limit
 //
@@ -55,11 +56,14 @@
 // which is what the gradient measures, and it is steady on fewer samples than a tail.
 //
 // Under saturation that lasts many LongWindows the long-term latency follows the
-// short-term one up, and the limit creeps upward; Remeasure bounds that. When a
-// re-measurement is due at a window's close, the limit is held at MinLimit for the next
-// window, whose mean latency over the requests admitted in it becomes the long-term
-// latency (n restarts at 1); the limit then returns to its value before, and the next
-// re-measurement is due Remeasure later.
+// short-term one up, and the limit creeps upward; Remeasure (every minute by default)
+// bounds that. When a re-measurement is due at a window's close, the limit is held at
+// MinLimit for the next window, whose mean latency over the requests admitted in it
+// becomes the long-term latency, which the EWMA then continues from (no new warm-up); the
+// limit then returns to its value before, and the next re-measurement is due Remeasure
+// later. The same re-measurement lets the limit return when the service itself has
+// become slower or faster, which the long-term latency alone follows only over many
+// LongWindows.
 //
 // Time: latencies are differences of the Clock's readings (monotonic with time.Now). A
 // sample whose Release reads the clock earlier than its Acquire did (the clock stepped

@@ -192,3 +192,25 @@ func TestRemeasureBoundsCreep(t *testing.T) {
 		t.Errorf("the limit over the second half: %d–%d re-measuring, up to %d never", lo, hi, creep)
 	}
 }
+
+// TestClockStepsBack: a permit released at an earlier clock reading than it was acquired
+// at gives no sample, and the window reopens at the earlier reading.
+func TestClockStepsBack(t *testing.T) {
+	l, clk := newLimiter(t, Config{Window: time.Second, MinSamples: 1})
+	clk.advance(5 * time.Second)
+	p, _ := l.Acquire(context.Background(), Critical)
+	clk.advance(-2 * time.Second)
+	p.Release()
+	if l.winCount != 0 || l.g.n != 0 || l.winStart != 0 {
+		t.Fatalf("window after a negative sample: %d samples, %d windows closed, opened at %v", l.winCount, l.g.n, time.Duration(l.winStart))
+	}
+	clk.advance(-time.Hour)
+	for range 2 { // the first reopens the window at its release, the second closes it
+		p, _ = l.Acquire(context.Background(), Critical)
+		clk.advance(time.Second)
+		p.Release()
+	}
+	if l.g.n != 1 || l.g.long != int64(time.Second) {
+		t.Fatalf("after the clock stepped back an hour: %d windows closed, long-term latency %v", l.g.n, time.Duration(l.g.long))
+	}
+}

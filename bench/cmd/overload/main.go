@@ -9,12 +9,17 @@
 //	fixed     at most -fixed requests in flight (a semaphore), the rest shed at once
 //	adaptive  failsafe-go's adaptivelimiter.PriorityLimiter: a concurrency limit learned
 //	          from latency, and a queue from which sheddable requests are rejected first
+//	          (labelled failsafe-go in the output)
+//	sluice    sluice's overload.Limiter: a concurrency limit learned from latency, a
+//	          share of it reserved for critical requests, which wait for a permit while
+//	          sheddable ones are shed at once
 //
 // The -fs-* flags are the adaptive limiter's settings; their defaults are the ones that
 // met issue 42's targets here, which differ from failsafe-go's own (each flag's help
 // names both). Sheddable requests never wait for a permit (-fs-max-wait-sheddable 0):
 // with failsafe-go's queue alone, sheddable arrivals keep the queue near the cap at which
-// every priority is rejected, and critical requests are shed with them.
+// every priority is rejected, and critical requests are shed with them. The -sl-* flags
+// set overload.Config; 0 leaves a field at the package's default.
 //
 // A protection sheds with 503, Retry-After and the temporary-reduced-capacity problem
 // type. The upstream (see upstream) has -workers workers, lognormal service times
@@ -30,7 +35,7 @@
 //
 //	cd bench && go run ./cmd/overload                                  # about 2 minutes
 //	cd bench && go run ./cmd/overload -step 10s -slow 30s              # longer
-//	cd bench && go run ./cmd/overload -only adaptive -critical-max 0.5 # critical capped at half the capacity
+//	cd bench && go run ./cmd/overload -only sluice -critical-max 0.5   # critical capped at half the capacity
 //
 // Serving is sleeping, so the upstream's capacity does not depend on the CPU the load
 // generator leaves it; the generator, the protections and the upstream share one process.
