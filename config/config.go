@@ -37,15 +37,11 @@ type Config struct {
 	// Files are the files the configuration was loaded from, in load order. The built-in
 	// default's files are named "builtin/<name>".
 	Files []string
-	// Warnings are what the files say that envoyproxy/ratelimit accepts, and so does this
-	// package, but that is most likely a mistake: a rate_limit without requests_per_unit
-	// (read as 0: every request denied) and a replaces name that matches no rate_limit
-	// (it replaces nothing). Each reads file:line:column: field: message. The service
-	// logs them at every load.
+	// Warnings are what envoyproxy/ratelimit accepts, and so does this package, but is
+	// most likely a mistake (docs/configuration.md lists them).
 	Warnings Errors
-	// Digest is a SHA-256 over the names and contents of Files, in hex. Two configs with
-	// the same Digest were loaded from identical files; a Watcher does not replace the
-	// config when the digest did not change.
+	// Digest is the hex SHA-256 of the names and contents of Files: equal digests, equal
+	// files.
 	Digest string
 
 	policies     map[string]*Policy
@@ -65,15 +61,12 @@ func (c *Config) Domain(name string) (*Domain, bool) {
 	return d, ok
 }
 
-// Failure is the failure handling of one limit, resolved: the one place where the
-// failure mode's order is written, called by every front end (the JSON API, Envoy RLS,
-// the proxy) and by the stack for limits that name no policy.
-//
-// p is the limit's policy; nil for an Envoy domain or a limit of no policy. flag is the
-// service's --failure-mode; sluice.FailInherit when not given. The mode is the policy's
-// [Policy.FailureMode], else flag, else store.failure_mode, else sluice.FailOpen. The
-// local share is the policy's [Policy.LocalShare], else store.local_share, else 1. A
-// nil Config has no store block.
+// Failure resolves the failure handling of one limit; every front end calls it. p is the
+// limit's policy (nil for an Envoy domain or no policy); flag is --failure-mode
+// (sluice.FailInherit when not given). The mode is the policy's [Policy.FailureMode],
+// else flag, else store.failure_mode, else sluice.FailOpen; the local share is the
+// policy's [Policy.LocalShare], else store.local_share, else 1. A nil Config has no
+// store block.
 func (c *Config) Failure(p *Policy, flag sluice.FailureMode) sluice.Failure {
 	var own, store sluice.Failure
 	if p != nil {
@@ -87,28 +80,22 @@ func (c *Config) Failure(p *Policy, flag sluice.FailureMode) sluice.Failure {
 
 // Store holds the store settings of the top-level "store" block.
 type Store struct {
-	// RedisURL is the Redis URL (redis://, rediss://, as go-redis parses it), already
-	// read from the environment when the file names RedisURLEnv. Empty means the
-	// in-memory store.
+	// RedisURL is the Redis URL (redis://, rediss://, unix://), read from RedisURLEnv
+	// when the file names it. Empty means the in-memory store.
 	RedisURL string
 	// RedisURLEnv is the environment variable RedisURL was read from, if any.
 	RedisURLEnv string
 	// Deadline is the longest a decision may wait for the store; 0 means the default of
 	// the failover package.
 	Deadline time.Duration
-	// FailureMode is store.failure_mode as written; sluice.FailInherit when unset. It
-	// applies to a policy or domain that names no mode of its own when the service's
-	// --failure-mode is not given either: see [Config.Failure].
+	// FailureMode and LocalShare are store.failure_mode and store.local_share (or
+	// 1/store.expected_nodes) as written, unset when zero; see [Config.Failure].
 	FailureMode sluice.FailureMode
-	// LocalShare is store.local_share (or 1/store.expected_nodes) as written: the share
-	// of a limit the in-process fallback gets in sluice.FailLocal mode, in (0, 1]; 0
-	// when unset. See [Config.Failure].
-	LocalShare float64
-	// DenyCache is deny_cache: the cache of the store's denials in front of it
-	// (package denycache). The zero value leaves the service's defaults.
+	LocalShare  float64
+	// DenyCache is deny_cache (package denycache); zero leaves the service's defaults.
 	DenyCache DenyCache
-	// RequestLimits is request_limits: the caps on the size of one rate limit request.
-	// Zero fields take the service's flags, else the defaults.
+	// RequestLimits is request_limits; zero fields take the service's flags, else the
+	// defaults.
 	RequestLimits RequestLimits
 }
 
@@ -125,8 +112,7 @@ type RequestLimits struct {
 	MaxBytes int
 }
 
-// Default request limits: far above what Envoy sends (a route's rate_limits make a few
-// descriptors of a few entries each) and far below what costs a store or the heap.
+// Default request limits: far above what Envoy sends, far below what costs the heap.
 const (
 	DefaultMaxDescriptors = 256
 	DefaultMaxEntries     = 32
@@ -136,11 +122,10 @@ const (
 // Or returns l with each zero field taken from def, and the defaults for those still zero.
 func (l RequestLimits) Or(def RequestLimits) RequestLimits {
 	pick := func(v, d, builtin int) int {
-		switch {
-		case v > 0:
-			return v
-		case d > 0:
-			return d
+		for _, x := range []int{v, d} {
+			if x > 0 {
+				return x
+			}
 		}
 		return builtin
 	}
@@ -162,26 +147,27 @@ type DenyCache struct {
 	MaxAge time.Duration
 }
 
-// Admin says where the token guarding admin endpoints comes from. The token itself is never
-// written in a configuration file: it is read from an environment variable or a file (a
-// mounted Kubernetes Secret) each time Token is called, so it can rotate without a reload.
+// Admin says where the token guarding admin endpoints comes from: an environment variable
+// or a file (a mounted Secret), read at each Token call so it can rotate without a reload.
 type Admin struct {
 	TokenEnv  string
 	TokenFile string
 }
 
-// ErrNoAdminToken is returned by Admin.Token when no token is configured or the configured
-// source is empty. Admin endpoints must then refuse every request.
+// ErrNoAdminToken is returned by Admin.Token when no source yields a token; admin
+// endpoints then refuse every request.
 var ErrNoAdminToken = errors.New("config: no admin token configured")
 
 // Token reads the admin token now: the environment variable TokenEnv, else the file
 // TokenFile (surrounding white space trimmed). It returns an error wrapping ErrNoAdminToken
 // when neither yields a non-empty token.
 func (a Admin) Token() (string, error) {
+	var empty []string
 	if a.TokenEnv != "" {
 		if t := strings.TrimSpace(os.Getenv(a.TokenEnv)); t != "" {
 			return t, nil
 		}
+		empty = append(empty, "$"+a.TokenEnv+" is empty")
 	}
 	if a.TokenFile != "" {
 		b, err := os.ReadFile(a.TokenFile)
@@ -191,32 +177,26 @@ func (a Admin) Token() (string, error) {
 		if t := strings.TrimSpace(string(b)); t != "" {
 			return t, nil
 		}
+		empty = append(empty, a.TokenFile+" is empty")
 	}
-	switch {
-	case a.TokenEnv != "" && a.TokenFile != "":
-		return "", fmt.Errorf("%w: $%s is empty and %s is empty", ErrNoAdminToken, a.TokenEnv, a.TokenFile)
-	case a.TokenEnv != "":
-		return "", fmt.Errorf("%w: $%s is empty", ErrNoAdminToken, a.TokenEnv)
-	case a.TokenFile != "":
-		return "", fmt.Errorf("%w: %s is empty", ErrNoAdminToken, a.TokenFile)
+	if empty == nil {
+		return "", ErrNoAdminToken
 	}
-	return "", ErrNoAdminToken
+	return "", fmt.Errorf("%w: %s", ErrNoAdminToken, strings.Join(empty, " and "))
 }
 
-// Identity holds the top-level "identity" block: how the keys package finds who a client
-// is.
+// Identity is the top-level "identity" block: how the keys package finds who a client is.
 type Identity struct {
 	// TrustedProxies are the peers whose ClientIPHeader (and a policy's tier_header) is
 	// believed. Empty: forwarding headers are ignored.
 	TrustedProxies []netip.Prefix
-	// ClientIPHeader is client_ip_header: the one forwarding header that carries the
-	// client address, X-Forwarded-For (the default), X-Real-IP or Forwarded (RFC 7239), as
-	// nginx's real_ip_header. The others are ignored, whoever sends them.
+	// ClientIPHeader is the one forwarding header believed (keys.ClientIP.Header):
+	// X-Forwarded-For (the default), X-Real-IP or Forwarded.
 	ClientIPHeader string
 	// IPv6Prefix is the prefix length IPv6 clients are aggregated to (default 64).
 	IPv6Prefix int
-	// APIKeySecretEnv names the environment variable holding the HMAC secret API keys are
-	// hashed with. Empty: the service picks its own (a per-process random secret).
+	// APIKeySecretEnv names the environment variable holding the API keys' HMAC secret.
+	// Empty: a per-process random secret.
 	APIKeySecretEnv string
 }
 
@@ -230,12 +210,9 @@ type File struct {
 }
 
 // Load reads a configuration from path: a file, or a directory whose *.yaml and *.yml
-// files (not those whose names start with a dot, and not subdirectories) are each one
-// sluice policy file or one envoyproxy/ratelimit domain file. Symbolic links are
-// followed, so a Kubernetes ConfigMap volume loads as it is mounted.
-//
-// The error, when not about reading files, is an Errors value listing every problem of
-// every file with file:line:column and field.
+// files (not dot files, not subdirectories) are each a sluice policy file or an
+// envoyproxy/ratelimit file. Symbolic links are followed, so a Kubernetes ConfigMap
+// volume loads as mounted. The error, when not about reading files, is an [Errors].
 func Load(path string) (*Config, error) {
 	files, err := readFiles(path)
 	if err != nil {
@@ -256,10 +233,7 @@ func readFiles(path string) ([]File, error) {
 		}
 		return []File{{Name: path, Data: data}}, nil
 	}
-	// Files are read from one snapshot even while links are being swapped: the directory
-	// is resolved once, and files that point into a Kubernetes ConfigMap's "..data" link
-	// are read from the directory "..data" pointed to when the read began. If the links
-	// moved during the read, it starts again.
+	// Read from one snapshot of a ConfigMap's "..data" link; again if it moved meanwhile.
 	for attempt := 0; ; attempt++ {
 		files, stable, err := readDirOnce(path)
 		if stable || attempt == 4 {
@@ -329,10 +303,8 @@ func isYAMLName(name string) bool {
 	return ext == ".yaml" || ext == ".yml"
 }
 
-// Parse builds a configuration from files already in memory, in the given order. Each
-// file's format is detected from its content: a top-level "domain" key makes it an
-// envoyproxy/ratelimit file, anything else is read as a sluice policy file. All problems
-// of all files are returned together as an Errors value.
+// Parse builds a configuration from files in memory, in the given order, each read as
+// [Load] reads it; all problems of all files are returned together as an [Errors].
 func Parse(files ...File) (*Config, error) {
 	c := &Config{
 		Identity:     Identity{IPv6Prefix: DefaultIPv6Prefix, ClientIPHeader: keys.HeaderXForwardedFor},
@@ -353,8 +325,7 @@ func Parse(files ...File) (*Config, error) {
 		if root != nil {
 			if isEnvoyFile(root) {
 				d.envoy = true
-				// Merged even when the file has errors, so that conflicts between files
-				// are reported in the same load; the load fails anyway.
+				// Merged even with errors, so that conflicts between files are reported too.
 				if dom := d.envoyDomain(root); dom != nil && dom.Name != "" {
 					m.addDomain(d, dom)
 					if dom.quota != nil {
@@ -394,8 +365,7 @@ func isEnvoyFile(root *yaml.Node) bool {
 	return false
 }
 
-// merger combines the files of one load into a Config, checking what must be unique
-// across files.
+// merger combines the files of one load, checking what must be unique across files.
 type merger struct {
 	cfg                       *Config
 	storeAt, adminAt, identAt *Position
@@ -454,10 +424,8 @@ func (m *merger) addSluiceFile(d *decoder, sf *sluiceFile) {
 	}
 }
 
-// finish sorts what the files gave in any order. Settings that inherit stay unset here:
-// they are resolved once, where they are used (see [Config.Failure]).
+// finish sorts what the files gave in any order. Inherited settings stay unset.
 func (m *merger) finish() {
-	c := m.cfg
-	slices.SortFunc(c.Domains, func(a, b *Domain) int { return strings.Compare(a.Name, b.Name) })
-	slices.SortFunc(c.QuotaDomains, func(a, b *QuotaDomain) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(m.cfg.Domains, func(a, b *Domain) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(m.cfg.QuotaDomains, func(a, b *QuotaDomain) int { return strings.Compare(a.Name, b.Name) })
 }

@@ -14,20 +14,17 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// Entry is one key/value pair of a rate limit descriptor, as Envoy sends it and as a
-// configuration file writes it. In a file the value may be empty (any value matches), "*"
-// (any value) or end in "*" (any value with that prefix).
+// Entry is one key/value pair of a rate limit descriptor. In a file the value may be
+// empty or "*" (any value matches) or end in "*" (any value with that prefix).
 type Entry struct {
 	Key   string
 	Value string
 }
 
-// Descriptor is one descriptor of an Envoy rate limit request: its entries and, when Envoy
-// sent one, the per-descriptor limit override.
+// Descriptor is one descriptor of an Envoy rate limit request. Override, when not nil
+// (RateLimitDescriptor.limit), replaces what the configuration says for it.
 type Descriptor struct {
-	Entries []Entry
-	// Override, when not nil, replaces whatever the configuration says for this
-	// descriptor (RateLimitDescriptor.limit).
+	Entries  []Entry
 	Override *LimitOverride
 }
 
@@ -45,10 +42,9 @@ type Domain struct {
 	// Pos is where the domain is named.
 	Pos Position
 
-	root     *level
-	nameNode *yaml.Node
-	// keyPrefix is the start of the domain's counter keys, "envoy/<domain>" escaped.
-	keyPrefix string
+	root      *level
+	nameNode  *yaml.Node
+	keyPrefix string       // "envoy/<domain>" escaped: the start of its counter keys
 	quota     *QuotaDomain // the file's quota_buckets, if any
 }
 
@@ -58,10 +54,9 @@ type Rule struct {
 	Domain string
 	// Path is the descriptor entries from the domain down to this rule, as configured.
 	Path []Entry
-	// FullKey is the reference implementation's name for the rule and its statistics:
-	// "domain.key_value.key2" (a key without value writes the key alone). A limit of a
-	// descriptor's rate_limits list (a sluice extension) has "#<name>" appended, or
-	// "#<index>" (from 0) when it has no name.
+	// FullKey is the reference's name for the rule and its statistics,
+	// "domain.key_value.key2"; a limit of a rate_limits list has "#<name>" appended, or
+	// "#<index>" when it has no name.
 	FullKey string
 	// Name and Replaces are rate_limit.name and the names in rate_limit.replaces.
 	Name     string
@@ -70,33 +65,27 @@ type Rule struct {
 	Unlimited bool
 	// Shadow is the descriptor's shadow_mode: decide and count, but always answer OK.
 	Shadow bool
-	// QuotaMode is the descriptor's quota_mode: like Shadow, the descriptor never denies
-	// a request; over its limit, the reference reports it OK without
-	// duration_until_reset (and names it in its dynamic metadata, which sluice does not
-	// send).
+	// QuotaMode is the descriptor's quota_mode: like Shadow, never deny; over the limit,
+	// answer OK without duration_until_reset.
 	QuotaMode bool
 	// DetailedMetric is detailed_metric: statistics name the request's values.
 	DetailedMetric bool
-	// Unit and RequestsPerUnit are as written (Unit is UnitUnknown when Unlimited); they
-	// are what Envoy's current_limit reports.
+	// Unit and RequestsPerUnit are as written (UnitUnknown when Unlimited): Envoy's
+	// current_limit.
 	Unit            Unit
 	RequestsPerUnit uint32
-	// Limit is the sluice limit that decides: FixedWindow unless rate_limit.algorithm
-	// says otherwise, Rate requests_per_unit, Period the unit's length, Burst
-	// rate_limit.burst; with rate_limit.calendar a calendar quota (sluice.Calendar) in
-	// rate_limit.zone. It is the zero Limit when Unlimited or RequestsPerUnit is 0.
+	// Limit is the limit that decides: requests_per_unit per unit, by fixed_window or
+	// rate_limit.algorithm, or per calendar period (rate_limit.calendar). It is zero when
+	// Unlimited or RequestsPerUnit is 0.
 	Limit sluice.Limit
-	// Calendar is the calendar period of rate_limit.calendar, also for a rule with
-	// requests_per_unit 0 (whose Limit is zero); the zero Calendar otherwise.
+	// Calendar is rate_limit.calendar's period, also when Limit is zero.
 	Calendar sluice.Calendar
 	// Pos is where the rule's rate_limit block is.
 	Pos Position
 
 	replacesPos   []Position
 	replacesField []string
-	// suffix tells the limits of one descriptor's rate_limits apart in FullKey and
-	// statistics: "#<name>", or "#<index>" for an unnamed one; "" for a rate_limit.
-	suffix string
+	suffix        string // FullKey's "#<name>" or "#<index>" of a rate_limits entry
 }
 
 // Blocks reports whether the rule denies every request (requests_per_unit: 0).
@@ -106,18 +95,17 @@ func (r *Rule) Blocks() bool { return !r.Unlimited && r.RequestsPerUnit == 0 }
 type Status uint8
 
 const (
-	// NoMatch: no rule applies. Answer OK; there is no limit to report.
+	// NoMatch: no rule applies; answer OK.
 	NoMatch Status = iota
-	// Limited: decide Match.Limit for Match.Key with the limiter.
+	// Limited: decide Match.Limit for Match.Key.
 	Limited
-	// Unlimited: the rule is unlimited. Answer OK without calling the limiter; the
-	// reference reports limit_remaining 4294967295 and no current_limit.
+	// Unlimited: answer OK without deciding (limit_remaining 4294967295, no
+	// current_limit).
 	Unlimited
-	// Replaced: a rule matched but another matched rule of the same request replaces it
-	// (rate_limit.replaces). Answer OK for this descriptor without calling the limiter.
+	// Replaced: another matched rule replaces this one (rate_limit.replaces); answer OK
+	// without deciding.
 	Replaced
-	// Blocked: the rule has requests_per_unit 0. The descriptor is over the limit without
-	// calling the limiter (unless Shadow).
+	// Blocked: requests_per_unit 0; over the limit without deciding (unless Shadow).
 	Blocked
 )
 
@@ -135,18 +123,17 @@ type Match struct {
 	// Descriptor is the index of the request's descriptor matched.
 	Descriptor int
 	Status     Status
-	// Rule is the rule that matched (for a LimitOverride, a rule made from it with no
-	// name); nil for NoMatch.
+	// Rule is the rule that matched (for a LimitOverride, an unnamed one made from it);
+	// nil for NoMatch.
 	Rule *Rule
 	// Limit is Rule.Limit, to be decided when Status is Limited.
 	Limit sluice.Limit
-	// Key identifies the counter: the domain and the request's entries (for an entry
-	// matched by a share_threshold wildcard, the wildcard pattern instead of the value,
-	// so that all those values share one counter). Two different (domain, entries) never
-	// give the same Key. Empty for NoMatch, Unlimited and Replaced.
+	// Key identifies the counter: the domain and the request's entries (a share_threshold
+	// wildcard's pattern in place of the value), injectively. Empty for NoMatch,
+	// Unlimited and Replaced.
 	Key string
-	// StatsKey names the rule in metrics: Rule.FullKey, or with the request's values where
-	// detailed_metric / value_to_metric ask for them.
+	// StatsKey names the rule in metrics: Rule.FullKey, with the request's values where
+	// detailed_metric or value_to_metric ask for them.
 	StatsKey string
 	// Shadow is Rule.Shadow or Rule.QuotaMode: never deny because of this descriptor.
 	Shadow bool
@@ -155,30 +142,21 @@ type Match struct {
 // ErrInvalidOverride is returned by Domain.Match for a LimitOverride with an unknown unit.
 var ErrInvalidOverride = errors.New("config: invalid descriptor limit override")
 
-// Match matches each descriptor of one request, as the reference implementation's
-// ShouldRateLimit does before it calls its cache:
-//
-//   - a descriptor with a LimitOverride gets that limit (fixed window, no shadow, no name);
-//   - otherwise Lookup finds its rule, if any;
-//   - every rule found contributes its replaces names, and each named, limited rule whose
-//     name is among them becomes Replaced (unlimited rules are never replaced);
-//   - an unlimited rule gives Unlimited, a rule with requests_per_unit 0 Blocked.
-//
-// The result has one Match per descriptor, in order, except that a descriptor with several
-// limits (rate_limits, a sluice extension) has one per limit, adjacent and in file order;
-// Match.Descriptor names the descriptor. Its limits are decided all or nothing with the
-// request's others. The only error is for an override whose unit is UnitUnknown (it wraps
-// ErrInvalidOverride).
+// Match matches each descriptor of one request, as the reference's ShouldRateLimit does
+// (docs/configuration.md): a LimitOverride gives its limit (fixed window, no name), else
+// Lookup finds the rules; a named rule whose name a matched rule replaces becomes
+// Replaced (unlimited rules never are). The result has one Match per descriptor, in
+// order, or one per limit of a rate_limits list, adjacent. The only error, wrapping
+// ErrInvalidOverride, is for an override of an unknown unit.
 func (d *Domain) Match(descs []Descriptor) ([]Match, error) {
 	return d.AppendMatches(nil, descs)
 }
 
-// AppendMatches is Match appending the matches to dst (whose contents are kept), for a
-// caller that reuses one slice across requests. On error it returns dst unchanged.
+// AppendMatches is Match appending to dst; on error it returns dst unchanged.
 func (d *Domain) AppendMatches(dst []Match, descs []Descriptor) ([]Match, error) {
 	base := len(dst)
 	dst = slices.Grow(dst, len(descs))
-	var replaced map[string]bool // made only when a rule replaces others (reading nil is fine)
+	var replaced map[string]bool // made only when a rule replaces others
 	var stepBuf [8]step
 	for i, desc := range descs {
 		if o := desc.Override; o != nil {
@@ -240,11 +218,8 @@ func (d *Domain) matchOf(desc int, r *Rule, entries []Entry, steps []step) Match
 	return m
 }
 
-// Lookup returns the rule for one descriptor's entries, or nil, by the reference
-// implementation's rules (docs/configuration.md): level by level, an exact
-// key/value first, then the longest matching value prefix wildcard, then the key alone;
-// no backtracking; a rule applies only at the level of the descriptor's last entry. For a
-// descriptor with several limits (rate_limits) it returns the first; see LookupAll.
+// Lookup returns the rule for one descriptor's entries, or nil, by the reference's rules
+// (docs/configuration.md); the first of several limits (rate_limits): see LookupAll.
 func (d *Domain) Lookup(entries []Entry) *Rule {
 	if rs := d.LookupAll(entries); len(rs) > 0 {
 		return rs[0]
@@ -252,7 +227,7 @@ func (d *Domain) Lookup(entries []Entry) *Rule {
 	return nil
 }
 
-// LookupAll is Lookup returning every limit of the descriptor found, in file order.
+// LookupAll is Lookup returning every limit found, in file order.
 func (d *Domain) LookupAll(entries []Entry) []*Rule {
 	rs, _ := d.lookup(entries, nil)
 	return rs
@@ -264,8 +239,7 @@ type step struct {
 	wildcard bool
 }
 
-// lookup returns the rules for entries and how each entry was matched, appending the
-// steps to buf (which may be nil).
+// lookup returns the rules for entries and how each entry matched, appended to buf.
 func (d *Domain) lookup(entries []Entry, buf []step) ([]*Rule, []step) {
 	lvl := d.root
 	steps := buf
@@ -305,9 +279,8 @@ type node struct {
 	prefix     string  // wildcards: value without the trailing '*'
 	rules      []*Rule // rate_limit, or every limit of rate_limits
 	children   *level
-	// keyPart is this entry's part of a counter key, "/<key>=" escaped; valuePart is
-	// keyPart and the value escaped when every entry matched here writes the same value
-	// (an exact value, a share_threshold wildcard), else "".
+	// keyPart is "/<key>=" escaped; valuePart adds the value when every entry matched
+	// here writes the same one (exact, share_threshold), else "".
 	keyPart, valuePart string
 	valueToMetric      bool
 	shareThreshold     bool
@@ -343,9 +316,6 @@ func fullKey(domain string, entries []Entry) string {
 
 func statsKey(domain string, r *Rule, entries []Entry, steps []step) string {
 	if steps == nil || !r.DetailedMetric && !slices.ContainsFunc(steps, func(s step) bool { return s.n.valueToMetric }) {
-		// No request value in the name: each entry is written as the rule's own path
-		// has it (the key, and the configured value or wildcard pattern), which is what
-		// FullKey is made of.
 		return r.FullKey
 	}
 	var b strings.Builder
@@ -393,8 +363,7 @@ func counterKey(domain string, entries []Entry, steps []step) string {
 	return b.String()
 }
 
-// counterKey is the package's counterKey, with the parts that the domain's nodes fix
-// escaped at load.
+// counterKey is the package's counterKey, with the nodes' parts escaped at load.
 func (d *Domain) counterKey(entries []Entry, steps []step) string {
 	if d.keyPrefix == "" || len(steps) != len(entries) {
 		return counterKey(d.Name, entries, steps)
@@ -474,8 +443,7 @@ func (d *decoder) envoyDomain(root *yaml.Node) *Domain {
 	}
 	var names map[string]bool
 	dom.root, names = d.descriptors(dom, o, "descriptors", nil)
-	// A replaces name that matches nothing replaces nothing, as in envoyproxy/ratelimit,
-	// but it is most likely a typo that leaves both limits in force: warn.
+	// A replaces name that matches nothing replaces nothing, as in the reference: warn.
 	for _, r := range dom.Rules {
 		for i, name := range r.Replaces {
 			if !names[name] {
@@ -509,8 +477,8 @@ var rateLimitFields = []string{
 	"algorithm", "burst", "calendar", "zone", "anchor_day", // sluice extensions
 }
 
-// descriptors decodes the descriptor list under o[field] into a level; parent is the
-// entry path so far. It also returns the set of rate_limit names defined in the subtree.
+// descriptors decodes the descriptor list under o[field] into a level, and returns the
+// rate_limit names of the subtree; parent is the entry path so far.
 func (d *decoder) descriptors(dom *Domain, o *object, field string, parent []Entry) (*level, map[string]bool) {
 	names := map[string]bool{}
 	v, ok := o.get(field)
@@ -540,8 +508,7 @@ func (d *decoder) descriptors(dom *Domain, o *object, field string, parent []Ent
 		n.prefix = strings.TrimSuffix(n.value, "*")
 		n.keyPart = "/" + escaped(n.key) + "="
 
-		// Duplicates: the reference rejects two descriptors with the same key and value
-		// at one level ("duplicate descriptor composite key").
+		// The reference rejects a key and value twice at one level.
 		e := Entry{n.key, n.value}
 		var prev *node
 		switch {
@@ -579,8 +546,7 @@ func (d *decoder) descriptors(dom *Domain, o *object, field string, parent []Ent
 		if n.shareThreshold && !wildcard {
 			fv, _ := io.get("share_threshold")
 			if n.value == "" && strings.HasSuffix(n.key, "*") {
-				// The reference accepts it: its key wildcard (a key ending in "*" without a
-				// value, matched against "key_value"), which sluice does not reproduce.
+				// The reference's key wildcard, which sluice does not reproduce.
 				d.warnf(fv, io.field("share_threshold"), "ignored: a key ending in '*' is a literal key here, not the reference's key wildcard")
 				n.shareThreshold = false
 			} else {
@@ -630,9 +596,8 @@ func (d *decoder) descriptors(dom *Domain, o *object, field string, parent []Ent
 	return lvl, names
 }
 
-// rateLimits decodes a descriptor's rate_limits (a sluice extension): a list of
-// rate_limit bodies, each with an optional name, all applying to the descriptor. Two of
-// them may not share a name or a limit.
+// rateLimits decodes a descriptor's rate_limits (a sluice extension): rate_limit bodies
+// that all apply, no two with the same name or limit.
 func (d *decoder) rateLimits(dom *Domain, n *yaml.Node, path string, at []Entry) []*Rule {
 	items := d.seq(n, path)
 	if len(items) == 0 {
@@ -685,10 +650,8 @@ func (d *decoder) rateLimit(dom *Domain, n *yaml.Node, path string, at []Entry) 
 				continue
 			}
 			nv, _ := ro.get("name")
-			name := ""
-			if nv != nil {
-				name, _ = d.str(nv, ro.field("name"))
-			}
+			var name string
+			read(ro, "name", &name, d.str)
 			switch {
 			case name == "":
 				d.errorf(item, ro.field("name"), "must not be empty")
@@ -706,7 +669,7 @@ func (d *decoder) rateLimit(dom *Domain, n *yaml.Node, path string, at []Entry) 
 	rpuNode, hasRPU := o.get("requests_per_unit")
 	if r.Unlimited {
 		if hasUnit {
-			// The reference rejects a valid unit beside unlimited and ignores any other.
+			// The reference rejects a valid unit beside unlimited, ignores any other.
 			if s, ok := d.str(unitNode, o.field("unit")); ok {
 				if _, err := ParseUnit(s); err == nil {
 					d.errorf(unitNode, o.field("unit"), "must not be set when unlimited is true")
@@ -720,8 +683,7 @@ func (d *decoder) rateLimit(dom *Domain, n *yaml.Node, path string, at []Entry) 
 				d.errorf(v, o.field(f), "must not be set when unlimited is true")
 			}
 		}
-		// requests_per_unit is ignored when unlimited, as in the reference, which still
-		// requires it to be a 32-bit unsigned integer when it is written.
+		// Ignored when unlimited, but still a uint32, as in the reference.
 		if hasRPU {
 			d.integer(rpuNode, o.field("requests_per_unit"), 0, math.MaxUint32)
 		}
@@ -741,8 +703,7 @@ func (d *decoder) rateLimit(dom *Domain, n *yaml.Node, path string, at []Entry) 
 		r.Unit = u
 	}
 	if !hasRPU {
-		// envoyproxy/ratelimit reads a missing requests_per_unit as 0, and so does sluice,
-		// but a limit that denies everything is rarely meant without saying so: warn.
+		// Read as 0, as the reference does, but rarely meant: warn.
 		d.warnf(n, o.field("requests_per_unit"), "missing: read as 0, which denies every request (write 0 to say so)")
 	} else if v, ok := d.integer(rpuNode, o.field("requests_per_unit"), 0, math.MaxUint32); ok {
 		r.RequestsPerUnit = uint32(v)

@@ -26,13 +26,10 @@ func (p Position) String() string {
 	}
 }
 
-// Error is one problem in one configuration file. It formats as
-//
-//	policies.yaml:12:5: policies[2].rate: must be positive
-//
-// Field is the path of the offending field from the top of the file (empty for problems of
-// the file as a whole, such as unreadable YAML). Err, when set, is the underlying error
-// (for example one wrapping sluice.ErrInvalidLimit) and is what Unwrap returns.
+// Error is one problem in one configuration file, formatted as
+// "policies.yaml:12:5: policies[2].rate: must be positive". Field is the path of the
+// field from the top of the file (empty for the file as a whole); Err, when set, is the
+// underlying error (one wrapping sluice.ErrInvalidLimit, say).
 type Error struct {
 	Pos   Position
 	Field string
@@ -41,22 +38,16 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString(e.Pos.String())
-	b.WriteString(": ")
-	if e.Field != "" {
-		b.WriteString(e.Field)
-		b.WriteString(": ")
+	if e.Field == "" {
+		return e.Pos.String() + ": " + e.Msg
 	}
-	b.WriteString(e.Msg)
-	return b.String()
+	return e.Pos.String() + ": " + e.Field + ": " + e.Msg
 }
 
 // Unwrap returns the underlying error, if any.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Errors is every problem found while loading a configuration, in file order. A load that
-// fails returns an Errors value (possibly wrapped); use errors.As to get at the list.
+// Errors is every problem found while loading a configuration, in file order.
 type Errors []*Error
 
 // Error joins the messages one per line.
@@ -68,7 +59,7 @@ func (es Errors) Error() string {
 	return strings.Join(msgs, "\n")
 }
 
-// Unwrap returns the individual errors, so errors.Is and errors.As see each of them.
+// Unwrap returns the individual errors.
 func (es Errors) Unwrap() []error {
 	out := make([]error, len(es))
 	for i, e := range es {

@@ -14,15 +14,12 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// decoder walks yaml.Node trees and collects every problem with its position, so that one
-// load reports all the errors of a file together.
+// decoder walks yaml.Node trees and collects every problem of a file with its position.
 type decoder struct {
 	file  string
 	errs  Errors
 	warns Errors // accepted, as envoyproxy/ratelimit accepts them, but likely mistakes
-	// envoy: the file is an envoyproxy/ratelimit file, whose field names the reference
-	// checks without regard to where they are (misplaced ones are ignored there).
-	envoy bool
+	envoy bool   // an envoyproxy/ratelimit file: misplaced reference fields are ignored
 }
 
 func (d *decoder) pos(n *yaml.Node) Position {
@@ -36,8 +33,7 @@ func (d *decoder) errorf(n *yaml.Node, field, format string, args ...any) {
 	d.errs = append(d.errs, &Error{Pos: d.pos(n), Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
-// warnf records a warning (Config.Warnings): the file loads, but probably does not say
-// what its author meant.
+// warnf records a warning (Config.Warnings).
 func (d *decoder) warnf(n *yaml.Node, field, format string, args ...any) {
 	d.warns = append(d.warns, &Error{Pos: d.pos(n), Field: field, Msg: fmt.Sprintf(format, args...)})
 }
@@ -53,11 +49,9 @@ var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 const maxScanLines = 5000
 
 // syntaxError returns the message of the YAML parser's error err on data, and the
-// position of the line at fault. The parser names the line where the construct it was
-// reading began (the start of a list, for a mis-indented entry further down), or none at
-// all (an unterminated quote); the line at fault is the first line at which the file's
-// beginning fails to parse with the same message, and its column is that line's first
-// character.
+// position of the line at fault: the first line at which the file's beginning fails to
+// parse with the same message (the parser names where the construct began, or no line),
+// at that line's first character.
 func (d *decoder) syntaxError(data []byte, err error) (string, Position) {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	pos := Position{File: d.file}
@@ -92,8 +86,8 @@ func (d *decoder) syntaxError(data []byte, err error) (string, Position) {
 	return msg, pos
 }
 
-// parse reads the single YAML document in data. It returns the document's content node, or
-// nil after recording an error.
+// parse returns the content node of the single YAML document in data, or nil after
+// recording an error.
 func (d *decoder) parse(data []byte) *yaml.Node {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
@@ -154,9 +148,8 @@ func (o *object) has(name string) bool { _, ok := o.get(name); return ok }
 
 func (o *object) field(name string) string { return join(o.path, name) }
 
-// object checks that n is a mapping with only the known keys, each at most once.
-// A null node is an empty mapping. It returns nil (after recording an error) when n is
-// not a mapping.
+// object checks that n is a mapping (null is empty) with only the known keys, each at
+// most once; nil, after recording an error, when it is not.
 func (d *decoder) object(n *yaml.Node, path string, known ...string) *object {
 	n = deref(n)
 	o := &object{node: n, path: path, fields: map[string]pair{}}
@@ -164,7 +157,7 @@ func (d *decoder) object(n *yaml.Node, path string, known ...string) *object {
 		return o
 	}
 	if n.Kind != yaml.MappingNode {
-		d.errorf(n, path, "must be a mapping, got %s", kind(n))
+		d.errorf(n, path, "must be a mapping, got %s", describe(n))
 		return nil
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -176,9 +169,8 @@ func (d *decoder) object(n *yaml.Node, path string, known ...string) *object {
 		}
 		if !slices.Contains(known, name) {
 			if d.envoy && slices.Contains(referenceKeys, name) {
-				// envoyproxy/ratelimit checks each key against one list for the whole
-				// file (validateYamlKeys) and ignores a known key where it does not
-				// belong: the file loads there, so it loads here, with a warning.
+				// The reference checks keys against one list for the whole file and
+				// ignores a known key where it does not belong: a warning here.
 				d.warnf(k, join(path, name), "is not a field here (known fields: %s): ignored, as envoyproxy/ratelimit ignores it", strings.Join(known, ", "))
 				d.referenceKeysIn(v, join(path, name))
 				continue
@@ -203,8 +195,8 @@ var referenceKeys = []string{
 	"value_to_metric", "share_threshold",
 }
 
-// referenceKeysIn checks an ignored value as the reference checks every value: the keys
-// of its mappings must be among referenceKeys, and its lists must hold only mappings.
+// referenceKeysIn checks an ignored value as the reference does: mappings' keys among
+// referenceKeys, lists of mappings only.
 func (d *decoder) referenceKeysIn(n *yaml.Node, path string) {
 	n = deref(n)
 	switch n.Kind {
@@ -220,7 +212,7 @@ func (d *decoder) referenceKeysIn(n *yaml.Node, path string) {
 	case yaml.SequenceNode:
 		for i, e := range n.Content {
 			if deref(e).Kind != yaml.MappingNode {
-				d.errorf(e, index(path, i), "must be a mapping, got %s", kind(e))
+				d.errorf(e, index(path, i), "must be a mapping, got %s", describe(e))
 				continue
 			}
 			d.referenceKeysIn(e, index(path, i))
@@ -235,7 +227,7 @@ func (d *decoder) pairs(n *yaml.Node, path string) []pair {
 		return nil
 	}
 	if n.Kind != yaml.MappingNode {
-		d.errorf(n, path, "must be a mapping, got %s", kind(n))
+		d.errorf(n, path, "must be a mapping, got %s", describe(n))
 		return nil
 	}
 	seen := map[string]int{}
@@ -263,7 +255,7 @@ func (d *decoder) seq(n *yaml.Node, path string) []*yaml.Node {
 		return nil
 	}
 	if n.Kind != yaml.SequenceNode {
-		d.errorf(n, path, "must be a list, got %s", kind(n))
+		d.errorf(n, path, "must be a list, got %s", describe(n))
 		return nil
 	}
 	out := make([]*yaml.Node, len(n.Content))
@@ -273,15 +265,14 @@ func (d *decoder) seq(n *yaml.Node, path string) []*yaml.Node {
 	return out
 }
 
-// str returns a scalar as a string. Any scalar is accepted (as the reference
-// implementation does for descriptor values such as 123); null is "".
+// str returns a scalar as a string: any scalar, as the reference reads 123; null is "".
 func (d *decoder) str(n *yaml.Node, path string) (string, bool) {
 	n = deref(n)
 	if isNull(n) {
 		return "", true
 	}
 	if n.Kind != yaml.ScalarNode {
-		d.errorf(n, path, "must be a string, got %s", kind(n))
+		d.errorf(n, path, "must be a string, got %s", describe(n))
 		return "", false
 	}
 	return n.Value, true
@@ -368,30 +359,21 @@ func (d *decoder) duration(n *yaml.Node, path string) (time.Duration, bool) {
 	return v, true
 }
 
-func kind(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		return describe(n)
-	}
-	return "an unsupported YAML node"
-}
-
+// describe names what n is in an error message.
 func describe(n *yaml.Node) string {
-	if n.Kind != yaml.ScalarNode {
-		return kind(n)
-	}
-	switch n.Tag {
-	case "!!null":
+	switch {
+	case n.Kind == yaml.MappingNode:
+		return "a mapping"
+	case n.Kind == yaml.SequenceNode:
+		return "a list"
+	case n.Kind != yaml.ScalarNode:
+		return "an unsupported YAML node"
+	case n.Tag == "!!null":
 		return "nothing"
-	case "!!str":
+	case n.Tag == "!!str":
 		return strconv.Quote(n.Value)
-	default:
-		return n.Value
 	}
+	return n.Value
 }
 
 var plainName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_\-]*$`)
@@ -410,8 +392,7 @@ func join(path, name string) string {
 
 func index(path string, i int) string { return fmt.Sprintf("%s[%d]", path, i) }
 
-// read sets *dst to o's field name, read by parse, when the field is set; parse records
-// any error, and *dst is then parse's zero answer.
+// read sets *dst to o's field name, read by parse, when the field is set.
 func read[T any](o *object, name string, dst *T, parse func(*yaml.Node, string) (T, bool)) {
 	if v, ok := o.get(name); ok {
 		*dst, _ = parse(v, o.field(name))

@@ -17,38 +17,27 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// Policy is one named sluice policy: who is limited (Key), how much (Limit, or a tier's
-// limit, or an override), which routes carry limits of their own, and what happens when the
-// store fails.
-//
-// The limit for one identity is resolved by LimitFor: a per-identity override first, then
-// the tier named by the request (TierHeader), then DefaultTier, then Limit. A request whose
-// method and path match one of Routes is limited by that route's limit as well (per
-// identity and route), so several limits apply to one request and the most restrictive
-// decides.
+// Policy is one named sluice policy: who is limited (Key), how much ([Policy.LimitFor]),
+// which routes carry limits of their own (a request matching one is limited by both),
+// and what happens when the store fails.
 type Policy struct {
 	// Name identifies the policy (metrics, logs, headers, the /v1/check API).
 	Name string
-	// Limit is the policy's own limit. Its Rate is 0 when the policy sets only tiers (then
-	// DefaultTier names the tier that applies by default).
+	// Limit is the policy's own limit; zero when it sets only tiers.
 	Limit sluice.Limit
 	// Key says where the identity that is limited comes from.
 	Key KeySource
 	// Shadow: decide, log and send headers, but never block.
 	Shadow bool
-	// FailureMode is the policy's failure_mode as written; sluice.FailInherit when it
-	// names none. [Config.Failure] resolves it.
+	// FailureMode and LocalShare are failure_mode and local_share (or 1/expected_nodes)
+	// as written, unset when zero; [Config.Failure] resolves them. The share is that of
+	// the limit the in-process fallback gets in sluice.FailLocal mode, in (0, 1].
 	FailureMode sluice.FailureMode
-	// LocalShare is the policy's local_share, or 1/expected_nodes, as written: the share
-	// of the limit the in-process fallback gets in sluice.FailLocal mode, in (0, 1]; 0
-	// when it names none. [Config.Failure] resolves it.
-	LocalShare float64
+	LocalShare  float64
 	// ExpectedNodes is expected_nodes as written (0 when the file gave local_share).
 	ExpectedNodes int
-	// TierHeader is the request header that names the client's tier, set by whatever
-	// authenticated the client. The gateway (`sluice proxy`) believes it only from
-	// identity.trusted_proxies, so a client cannot pick its own tier. Empty: every
-	// request gets DefaultTier.
+	// TierHeader is the request header naming the client's tier, believed only from
+	// identity.trusted_proxies. Empty: every request gets DefaultTier.
 	TierHeader string
 	// DefaultTier is the tier of requests without a (known) tier; empty means Limit.
 	DefaultTier string
@@ -58,8 +47,7 @@ type Policy struct {
 	Routes []Route
 	// Overrides are the per-identity limits in file order.
 	Overrides []Override
-	// IdentityTiers map identities to their tier (identity_tiers), ahead of TierHeader:
-	// a tier that comes from who the client is, not from what the request says.
+	// IdentityTiers map identities to their tier, ahead of TierHeader.
 	IdentityTiers []IdentityTier
 	// Settle, when set, makes the policy's costs estimates settled later.
 	Settle *Settle
@@ -91,13 +79,11 @@ type Route struct {
 	Estimate int64
 }
 
-// Settle makes a policy's costs estimates, settled when the actual cost is known (the
-// settle: block of a policy): a request spends its estimate at once and holds a
-// reservation for up to TTL, which `sluice proxy` settles at the cost the upstream
-// reports, and the JSON API at the cost POST /v1/settle names.
+// Settle is a policy's settle block: a request spends its estimated cost at once and
+// holds a reservation for up to TTL, settled at the actual cost (see
+// docs/concurrency-and-settlement.md).
 type Settle struct {
-	// TTL is how long a reservation waits for its actual cost; after it, the estimate
-	// stands. Required.
+	// TTL is how long a reservation waits for its actual cost; then the estimate stands.
 	TTL time.Duration
 	// EstimateHeader is the request header holding the estimate (default X-Cost-Estimate),
 	// believed only from identity.trusted_proxies.
@@ -115,15 +101,17 @@ const (
 	DefaultCostHeader     = "X-Cost"
 )
 
-// Override is a limit for one identity, replacing the tier and policy limits. For an
-// api_key policy the identity is the hashed key as the keys package prints it, so raw
-// API keys never need to be written in a configuration file.
+// Override is a limit for one identity, replacing the tier and policy limits.
 type Override struct {
-	// ID is the identity's ID, as keys.Identity.ID holds it: the MAC of an API key in
-	// hex, the user ID, or the client address or prefix (keys.PrefixID).
+	// ID is the identity's ID, as keys.Identity.ID holds it (an API key's MAC in hex).
 	ID    string
 	Limit sluice.Limit
 
+	written
+}
+
+// written is where an identity is written in a file.
+type written struct {
 	node  *yaml.Node
 	field string
 }
@@ -133,35 +121,29 @@ type IdentityTier struct {
 	ID   string
 	Tier string
 
-	node  *yaml.Node
-	field string
+	written
 }
 
 // IdentityForm is what [Policy.ParseIdentity] accepts beyond the forms it always does.
-// The zero value is what a configuration file accepts; the admin API sets every field.
+// The zero value is what a configuration file accepts.
 type IdentityForm struct {
-	// Patterns accepts a trailing '*': a pattern matching every identity that begins
-	// with the text before it. API keys, kept only as their MACs, have none.
+	// Patterns accepts a trailing '*', matching every identity that begins with the text
+	// before it (not for API keys).
 	Patterns bool
 	// HashKey, when set, reads a bare identity of an API-key policy as the raw key and
-	// returns its MAC. When nil, an API key is written as its MAC, so that raw keys never
-	// need to be written in a file.
+	// returns its MAC; when nil, an API key is written as its MAC.
 	HashKey func(apiKey string) (string, error)
 	// ClientIP, when set, reads an IP address or prefix as the identity of the clients it
-	// covers (an IPv6 address: its prefix as configured). When nil, it is taken as written,
-	// and [Parse] reports one that no client is identified by.
+	// covers (keys.ClientIP.ParseID); when nil, it is taken as written.
 	ClientIP *keys.ClientIP
 }
 
-// ParseIdentity reads the identity s that an operator writes for p (an override's, or an
-// identity tier's) and returns its ID, as keys.Identity.ID holds it. Accepted are: the
-// form sluice prints an identity in (keys.Identity.String: "api_key:<MAC>", "user:<id>",
-// "ip:<address or prefix>", escaped as printed; `sluice key` prints it), "hmac:<MAC>" for
-// an API key, a store key of p as the decision log prints it
-// ("<policy>:<kind>:<id>:<route>:<tier>"), the bare ID, and what form adds. A MAC is 64
-// lower-case hex digits (what keys.Hasher writes). An identity of another kind than p
-// limits, an empty one, or one with white space at either end or control characters is an
-// error: an override that can never match is a mistake.
+// ParseIdentity reads the identity s an operator writes for p (an override's, an identity
+// tier's) and returns its ID, as keys.Identity.ID holds it. Accepted are
+// keys.Identity.String's form ("api_key:<MAC>", "user:<id>", "ip:<address or prefix>"),
+// "hmac:<MAC>", a store key of p (keys.Key.String), the bare ID, and what form adds; a
+// MAC is 64 lower-case hex digits. An identity of another kind than p limits, an empty
+// one, or one with surrounding white space or control characters is an error.
 func (p *Policy) ParseIdentity(s string, form IdentityForm) (string, error) {
 	if s == "" || strings.TrimSpace(s) != s || strings.ContainsAny(s, "\x00\r\n") {
 		return "", fmt.Errorf("must be non-empty, without surrounding white space or control characters")
@@ -203,8 +185,7 @@ func (p *Policy) ParseIdentity(s string, form IdentityForm) (string, error) {
 	return p.checkID(s, s, form)
 }
 
-// checkID is ParseIdentity's answer for id, written as s: id itself, or for an IP the
-// identity of its clients.
+// checkID is ParseIdentity's answer for id, written as s.
 func (p *Policy) checkID(id, s string, form IdentityForm) (string, error) {
 	switch p.Key.Type {
 	case KeyAPIKey:
@@ -240,7 +221,7 @@ func (p *Policy) limits() string {
 }
 
 // cutKind removes "kind:" from s, unescaping the rest as keys.Identity.String escapes it
-// (and taking it as written when it does not parse so, as "ip:2001:db8::1").
+// when it parses so (not "ip:2001:db8::1").
 func cutKind(s, kind string) (string, bool) {
 	rest, ok := strings.CutPrefix(s, kind+":")
 	if !ok {
@@ -263,12 +244,11 @@ type KeySource struct {
 type KeyType uint8
 
 const (
-	// KeyIP limits the client IP (behind trusted proxies, IPv6 aggregated to a prefix; see
-	// Identity).
+	// KeyIP limits the client IP (see Identity).
 	KeyIP KeyType = iota
-	// KeyUser limits the user ID found in a header set by the authentication layer.
+	// KeyUser limits the user ID in a header set by the authentication layer.
 	KeyUser
-	// KeyAPIKey limits the API key found in a header; it is HMAC-hashed before use.
+	// KeyAPIKey limits the API key in a header, HMAC-hashed before use.
 	KeyAPIKey
 )
 
@@ -313,10 +293,10 @@ func (p *Policy) Override(id string) (sluice.Limit, bool) {
 	return sluice.Limit{}, false
 }
 
-// LimitFor returns the limit of one identity in the given tier ("" when the request named
-// none) and where it came from: "override", "tier:<name>" or "policy". The identity's
-// override comes first, then its tier in IdentityTiers, then the tier named. A tier that is not
-// configured counts as no tier. The result is always a valid limit.
+// LimitFor returns the limit of one identity in the tier the request named ("" for none)
+// and where it came from: "override", "tier:<name>" or "policy". The override comes
+// first, then IdentityTiers, then the tier named if configured, then DefaultTier, then
+// Limit. The result is always a valid limit.
 func (p *Policy) LimitFor(id, tier string) (sluice.Limit, string) {
 	if l, ok := p.Override(id); ok {
 		return l, "override"
@@ -338,9 +318,7 @@ func (p *Policy) LimitFor(id, tier string) (sluice.Limit, string) {
 }
 
 // Route returns the route limit that applies to r: the pattern net/http's ServeMux would
-// choose (the most specific wins; host patterns; {wildcards}) for r's path normalised as
-// package internal/route documents (decoded, ;parameters dropped, slashes merged, dot
-// segments resolved, no trailing slash, lower case), as every front end matches it.
+// choose for r's path normalised as package internal/route documents.
 func (p *Policy) Route(r *http.Request) (Route, bool) {
 	if p.mux == nil {
 		return Route{}, false
@@ -509,9 +487,7 @@ func (d *decoder) failure(o *object) (mode sluice.FailureMode, share float64, no
 }
 
 // ownShare reports a policy's local_share or expected_nodes beside its own failure_mode
-// of open or closed: a policy's own mode always applies, so its share never would. (The
-// store block's share is not checked so: the --failure-mode flag or a policy's own
-// failure_mode local can make it apply whatever store.failure_mode says.)
+// of open or closed, which always applies, so its share never would.
 func (d *decoder) ownShare(o *object, mode sluice.FailureMode) {
 	if mode == sluice.FailInherit || mode == sluice.FailLocal {
 		return
@@ -574,8 +550,7 @@ func (d *decoder) identity(n *yaml.Node) *Identity {
 	return id
 }
 
-// parsePrefix accepts a CIDR or a single address (as a /32 or /128), normalized to its
-// masked form; IPv4-mapped IPv6 is unmapped.
+// parsePrefix reads a CIDR or an address (a /32 or /128), masked, IPv4-mapped unmapped.
 func parsePrefix(s string) (netip.Prefix, error) {
 	if !strings.Contains(s, "/") {
 		a, err := netip.ParseAddr(s)
@@ -728,7 +703,7 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 				continue
 			}
 			if l, ok := d.limit(to, alg); ok {
-				p.Overrides = append(p.Overrides, Override{ID: id, Limit: l, node: kv.key, field: of})
+				p.Overrides = append(p.Overrides, Override{ID: id, Limit: l, written: written{kv.key, of}})
 			}
 		}
 		for i := range p.Overrides {
@@ -767,13 +742,13 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 				continue
 			}
 			p.idTiers[id] = t
-			p.IdentityTiers = append(p.IdentityTiers, IdentityTier{ID: id, Tier: t, node: kv.key, field: of})
+			p.IdentityTiers = append(p.IdentityTiers, IdentityTier{ID: id, Tier: t, written: written{kv.key, of}})
 		}
 	}
 	return p
 }
 
-// settle reads a policy's settle block. Every limit of the policy must settle.
+// settle reads a policy's settle block; every limit of p must be one that settles.
 func (d *decoder) settle(n *yaml.Node, field string, p *Policy) *Settle {
 	o := d.object(n, field, "ttl", "estimate_header", "cost_header", "estimate")
 	if o == nil {
@@ -848,9 +823,8 @@ func algorithmList() string {
 	return strings.Join(names, ", ")
 }
 
-// limit reads the limit of o ([LimitSpec] as YAML writes it) into a validated
-// sluice.Limit, taking the algorithm inherit when o names none. Each problem is reported
-// at its field, except those of the fields in faulted, which the caller reported.
+// limit reads o's [LimitSpec] into a validated limit, inheriting the algorithm inherit.
+// Each problem is reported at its field, but for those in faulted, already reported.
 func (d *decoder) limit(o *object, inherit sluice.Algorithm, faulted ...string) (sluice.Limit, bool) {
 	before := len(d.errs)
 	skip := map[string]bool{}
@@ -899,7 +873,7 @@ func (d *decoder) limit(o *object, inherit sluice.Algorithm, faulted ...string) 
 }
 
 // ParseCalendarUnit parses a calendar period's name as [sluice.CalendarUnit.String]
-// prints it ("calendar_month"), case-insensitive; ok is false for any other text.
+// prints it ("calendar_month"), case-insensitively.
 func ParseCalendarUnit(s string) (u sluice.CalendarUnit, ok bool) {
 	s = strings.ToLower(strings.TrimSpace(s))
 	for u := sluice.CalendarDay; u <= sluice.CalendarYear; u++ {
@@ -998,43 +972,33 @@ func validHeaderName(s string) bool {
 }
 
 // checkInherited reports the problems that depend on the whole configuration: an IP
-// policy's override or identity tier that names a prefix its clients are never limited by.
-// (A policy's local_share is not checked against the store's failure mode: the service's
-// --failure-mode comes between them, see [Config.Failure].)
+// policy's override or identity tier naming a prefix its clients are never limited by.
 func checkInherited(c *Config) Errors {
 	var errs Errors
 	for _, p := range c.Policies {
-		if p.Key.Type == KeyIP {
-			type written struct {
-				ID    string
-				node  *yaml.Node
-				field string
+		check := func(id string, at written) {
+			pfx, err := parsePrefix(id)
+			if err != nil || at.node == nil || p.Key.Type != KeyIP {
+				return
 			}
-			var ids []written
-			for _, o := range p.Overrides {
-				ids = append(ids, written{o.ID, o.node, o.field})
+			want := 32
+			if pfx.Addr().Is6() {
+				want = c.Identity.IPv6Prefix
 			}
-			for _, o := range p.IdentityTiers {
-				ids = append(ids, written{o.ID, o.node, o.field})
+			if pfx.Bits() != want {
+				m, _ := pfx.Addr().Prefix(want)
+				errs = append(errs, &Error{
+					Pos:   Position{File: p.Pos.File, Line: at.node.Line, Column: at.node.Column},
+					Field: at.field,
+					Msg:   fmt.Sprintf("never matches: clients are limited per /%d, so write ip:%s", want, keys.PrefixID(m)),
+				})
 			}
-			for _, o := range ids {
-				pfx, err := parsePrefix(o.ID)
-				if err != nil || o.node == nil {
-					continue
-				}
-				want := 32
-				if pfx.Addr().Is6() {
-					want = c.Identity.IPv6Prefix
-				}
-				if pfx.Bits() != want {
-					m, _ := pfx.Addr().Prefix(want)
-					errs = append(errs, &Error{
-						Pos:   Position{File: p.Pos.File, Line: o.node.Line, Column: o.node.Column},
-						Field: o.field,
-						Msg:   fmt.Sprintf("never matches: clients are limited per /%d, so write ip:%s", want, keys.PrefixID(m)),
-					})
-				}
-			}
+		}
+		for _, o := range p.Overrides {
+			check(o.ID, o.written)
+		}
+		for _, o := range p.IdentityTiers {
+			check(o.ID, o.written)
 		}
 	}
 	return errs
