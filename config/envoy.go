@@ -11,7 +11,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/store"
 )
 
 // Entry is one key/value pair of a rate limit descriptor. In a file the value may be
@@ -708,45 +707,27 @@ func (d *decoder) rateLimit(dom *Domain, n *yaml.Node, path string, at []Entry) 
 	} else if v, ok := d.integer(rpuNode, o.field("requests_per_unit"), 0, math.MaxUint32); ok {
 		r.RequestsPerUnit = uint32(v)
 	}
-	alg := sluice.FixedWindow
-	if v, ok := o.get("algorithm"); ok {
-		alg = d.algorithm(v, o.field("algorithm"))
-	}
-	var burst int64
-	if v, ok := o.get("burst"); ok {
-		burst, _ = d.integer(v, o.field("burst"), 1, store.MaxRate)
-		switch alg {
-		case sluice.GCRA, sluice.TokenBucket, sluice.LeakyBucket:
-		default:
-			d.errorf(v, o.field("burst"), "applies only to gcra, token_bucket and leaky_bucket; %s ignores it (set algorithm)", alg)
-		}
-	}
-	var cal sluice.Calendar
+	// The sluice extensions (algorithm, burst, calendar, zone, anchor_day) are a
+	// LimitSpec's, with unit and requests_per_unit as its period and rate.
+	spec := LimitSpec{Rate: int64(r.RequestsPerUnit), Period: r.Unit.Period().String()}
+	skip := d.readSpec(o, &spec)
+	skip["rate"], skip["period"] = r.RequestsPerUnit == 0, r.Unit == UnitUnknown
 	if v, ok := o.get("calendar"); ok {
 		if on, _ := d.boolean(v, o.field("calendar")); on {
-			cal.Unit = calendarUnits[r.Unit]
-			switch {
-			case cal.IsZero() && r.Unit != UnitUnknown:
+			if cu, ok := calendarUnits[r.Unit]; ok {
+				spec.Period = cu.String()
+			} else if r.Unit != UnitUnknown {
 				d.errorf(v, o.field("calendar"), "applies to the units day, week, month and year, not %s", r.Unit)
-			case o.has("algorithm") && alg != sluice.FixedWindow:
-				d.errorf(v, o.field("calendar"), "a calendar period is counted by fixed_window, not %s", alg)
 			}
 		}
 	}
-	d.calendar(o, &cal, "calendar: true with unit day, week, month or year")
+	l, err := spec.limit(sluice.FixedWindow, "calendar: true with unit day, week, month or year")
+	d.specErrors(o, err, skip, map[string]string{"rate": "requests_per_unit", "period": "unit"})
 	if len(d.errs) != before {
 		return nil
 	}
-	r.Calendar = cal
-	if r.RequestsPerUnit > 0 {
-		r.Limit = sluice.Limit{Algorithm: alg, Rate: int64(r.RequestsPerUnit), Period: r.Unit.Period(), Burst: burst}
-		if !cal.IsZero() {
-			r.Limit = sluice.PerCalendar(int64(r.RequestsPerUnit), cal)
-		}
-		if err := r.Limit.Validate(); err != nil {
-			d.wrapErr(rpuNode, o.field("requests_per_unit"), err)
-			return nil
-		}
+	if r.Calendar = l.Calendar; r.RequestsPerUnit > 0 {
+		r.Limit = l
 	}
 	dom.Rules = append(dom.Rules, r)
 	return r

@@ -60,6 +60,11 @@ func (e *FieldError) Unwrap() error { return e.Err }
 // names none (fixed_window for a calendar period). The error joins a [*FieldError] for
 // every field at fault, in the order of LimitSpec's fields; errors.As finds the first.
 func (s LimitSpec) Limit(inherit sluice.Algorithm) (sluice.Limit, error) {
+	return s.limit(inherit, "period: calendar_day, calendar_week, calendar_month or calendar_year")
+}
+
+// limit is Limit, where needs says how the file asks for a calendar period.
+func (s LimitSpec) limit(inherit sluice.Algorithm, needs string) (sluice.Limit, error) {
 	var errs []error
 	fail := func(field, format string, args ...any) {
 		errs = append(errs, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
@@ -110,7 +115,6 @@ func (s LimitSpec) Limit(inherit sluice.Algorithm) (sluice.Limit, error) {
 			l.Period = p
 		}
 	}
-	const needs = "period: calendar_day, calendar_week, calendar_month or calendar_year"
 	if s.Zone != "" {
 		z, err := sluice.ParseZone(s.Zone)
 		switch {

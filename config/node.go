@@ -38,11 +38,6 @@ func (d *decoder) warnf(n *yaml.Node, field, format string, args ...any) {
 	d.warns = append(d.warns, &Error{Pos: d.pos(n), Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
-// wrapErr records err (kept for errors.Is) with a message of its own.
-func (d *decoder) wrapErr(n *yaml.Node, field string, err error) {
-	d.errs = append(d.errs, &Error{Pos: d.pos(n), Field: field, Msg: err.Error(), Err: err})
-}
-
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
 // maxScanLines bounds the files syntaxError scans line by line.

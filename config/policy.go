@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"net/http"
@@ -827,11 +828,24 @@ func algorithmList() string {
 // Each problem is reported at its field, but for those in faulted, already reported.
 func (d *decoder) limit(o *object, inherit sluice.Algorithm, faulted ...string) (sluice.Limit, bool) {
 	before := len(d.errs)
-	skip := map[string]bool{}
+	var s LimitSpec
+	skip := d.readSpec(o, &s)
 	for _, f := range faulted {
 		skip[f] = true
 	}
-	var s LimitSpec
+	if !o.has("rate") {
+		d.errorf(o.node, o.field("rate"), "is required")
+		skip["rate"] = true
+	}
+	l, err := s.Limit(inherit)
+	d.specErrors(o, err, skip, nil)
+	return l, err == nil && len(d.errs) == before
+}
+
+// readSpec reads the fields of o that a LimitSpec has into s, and returns the set of
+// those it reported as unreadable.
+func (d *decoder) readSpec(o *object, s *LimitSpec) (skip map[string]bool) {
+	skip = map[string]bool{}
 	var anchor int64
 	for _, f := range []struct {
 		name string
@@ -854,22 +868,23 @@ func (d *decoder) limit(o *object, inherit sluice.Algorithm, faulted ...string) 
 		}
 	}
 	s.AnchorDay = int(max(min(anchor, 1<<20), -1<<20)) // out of range either way, and an int on every platform
-	if !o.has("rate") {
-		d.errorf(o.node, o.field("rate"), "is required")
-		skip["rate"] = true
-	}
-	l, err := s.Limit(inherit)
+	return skip
+}
+
+// specErrors reports the problems of a [LimitSpec.Limit] error at o's fields, named as
+// in o (field renames a LimitSpec field), but for those in skip.
+func (d *decoder) specErrors(o *object, err error, skip map[string]bool, field map[string]string) {
 	for _, fe := range fieldErrors(err) {
 		if skip[fe.Field] {
 			continue
 		}
+		name := cmp.Or(field[fe.Field], fe.Field)
 		n := o.node
-		if v, ok := o.get(fe.Field); ok {
+		if v, ok := o.get(name); ok {
 			n = v
 		}
-		d.errs = append(d.errs, &Error{Pos: d.pos(n), Field: o.field(fe.Field), Msg: fe.Msg, Err: fe.Err})
+		d.errs = append(d.errs, &Error{Pos: d.pos(n), Field: o.field(name), Msg: fe.Msg, Err: fe.Err})
 	}
-	return l, err == nil && len(d.errs) == before
 }
 
 // ParseCalendarUnit parses a calendar period's name as [sluice.CalendarUnit.String]
@@ -882,33 +897,6 @@ func ParseCalendarUnit(s string) (u sluice.CalendarUnit, ok bool) {
 		}
 	}
 	return 0, false
-}
-
-// calendar reads zone and anchor_day of o into c, whose Unit the period set (they apply
-// only to calendar periods; needs says how to ask for one).
-func (d *decoder) calendar(o *object, c *sluice.Calendar, needs string) {
-	if v, ok := o.get("zone"); ok {
-		name, _ := d.str(v, o.field("zone"))
-		z, err := sluice.ParseZone(name)
-		switch {
-		case c.IsZero():
-			d.errorf(v, o.field("zone"), "applies only to calendar periods (%s)", needs)
-		case err != nil:
-			d.errorf(v, o.field("zone"), "unknown time zone %q (want an IANA name such as Europe/Berlin)", name)
-		default:
-			c.Zone = z
-		}
-	}
-	if v, ok := o.get("anchor_day"); ok {
-		a, ok := d.integer(v, o.field("anchor_day"), 1, 366)
-		if c.IsZero() {
-			d.errorf(v, o.field("anchor_day"), "applies only to calendar periods (%s)", needs)
-		} else if err := sluice.PerCalendar(1, sluice.Calendar{Unit: c.Unit, Anchor: int(a)}).Validate(); ok && err != nil {
-			d.errorf(v, o.field("anchor_day"), "%s", strings.TrimPrefix(err.Error(), sluice.ErrInvalidLimit.Error()+": "))
-		} else {
-			c.Anchor = int(a)
-		}
-	}
 }
 
 func (d *decoder) keySource(o *object) KeySource {
