@@ -103,13 +103,13 @@ type Store struct {
 // /v1/check, /v1/peek and /v1/reset): a request over a cap is refused before any work
 // (gRPC InvalidArgument, HTTP 400) and spends nothing. A zero field means its default.
 type RequestLimits struct {
-	// MaxDescriptors bounds the descriptors of one request (default 256).
-	MaxDescriptors int
-	// MaxEntries bounds the entries of one descriptor (default 32).
-	MaxEntries int
+	// MaxDescriptors bounds the descriptors of one request.
+	MaxDescriptors int `json:"max_descriptors,omitempty"`
+	// MaxEntries bounds the entries of one descriptor.
+	MaxEntries int `json:"max_entries,omitempty"`
 	// MaxBytes bounds the bytes of every entry's key and value of one request together,
-	// and the body of a JSON request (default 256 KiB).
-	MaxBytes int
+	// and the body of a JSON request.
+	MaxBytes int `json:"max_bytes,omitempty"`
 }
 
 // Default request limits: far above what Envoy sends, far below what costs the heap.
@@ -150,8 +150,8 @@ type DenyCache struct {
 // Admin says where the token guarding admin endpoints comes from: an environment variable
 // or a file (a mounted Secret), read at each Token call so it can rotate without a reload.
 type Admin struct {
-	TokenEnv  string
-	TokenFile string
+	TokenEnv  string `json:"token_env,omitempty"`
+	TokenFile string `json:"token_file,omitempty"`
 }
 
 // ErrNoAdminToken is returned by Admin.Token when no source yields a token; admin

@@ -7,10 +7,9 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// Dump returns the configuration as indented JSON, for a service's config endpoint and for
-// debugging: every policy and rule with its resolved limits, the files and the digest.
-// Secrets are never in it: the Redis URL's password is replaced by "xxxxx", and the admin
-// token and API-key secret appear only as the names of their sources.
+// Dump returns the configuration as indented JSON, for a service's config endpoint: every
+// policy and rule with its limits, the files and the digest. Secrets are never in it (the
+// Redis URL's password is redacted; tokens appear as the names of their sources).
 func (c *Config) Dump() ([]byte, error) {
 	type limitView = LimitSpec
 	lv := func(l sluice.Limit) *limitView {
@@ -85,16 +84,9 @@ func (c *Config) Dump() ([]byte, error) {
 			FailureMode string         `json:"failure_mode,omitempty"`
 			LocalShare  float64        `json:"local_share,omitempty"`
 			DenyCache   *denyCacheView `json:"deny_cache,omitempty"`
-			Requests    struct {
-				MaxDescriptors int `json:"max_descriptors,omitempty"`
-				MaxEntries     int `json:"max_entries,omitempty"`
-				MaxBytes       int `json:"max_bytes,omitempty"`
-			} `json:"request_limits"`
+			Requests    RequestLimits  `json:"request_limits"`
 		} `json:"store"`
-		Admin struct {
-			TokenEnv  string `json:"token_env,omitempty"`
-			TokenFile string `json:"token_file,omitempty"`
-		} `json:"admin"`
+		Admin    Admin `json:"admin"`
 		Identity struct {
 			TrustedProxies  []string `json:"trusted_proxies"`
 			ClientIPHeader  string   `json:"client_ip_header,omitempty"`
@@ -104,7 +96,7 @@ func (c *Config) Dump() ([]byte, error) {
 		Policies []policyView      `json:"policies"`
 		Domains  []domainView      `json:"domains"`
 		Quotas   []quotaDomainView `json:"quota_domains,omitempty"`
-	}{Digest: c.Digest, Files: c.Files}
+	}{Digest: c.Digest, Files: c.Files, Admin: c.Admin}
 
 	view.Store.Redis = RedactURL(c.Store.RedisURL)
 	view.Store.RedisEnv = c.Store.RedisURLEnv
@@ -119,9 +111,7 @@ func (c *Config) Dump() ([]byte, error) {
 			view.Store.DenyCache.MaxAge = dc.MaxAge.String()
 		}
 	}
-	rl := c.Store.RequestLimits.Or(RequestLimits{})
-	view.Store.Requests.MaxDescriptors, view.Store.Requests.MaxEntries, view.Store.Requests.MaxBytes = rl.MaxDescriptors, rl.MaxEntries, rl.MaxBytes
-	view.Admin.TokenEnv, view.Admin.TokenFile = c.Admin.TokenEnv, c.Admin.TokenFile
+	view.Store.Requests = c.Store.RequestLimits.Or(RequestLimits{})
 	view.Identity.TrustedProxies = []string{}
 	for _, p := range c.Identity.TrustedProxies {
 		view.Identity.TrustedProxies = append(view.Identity.TrustedProxies, p.String())

@@ -14,10 +14,8 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// QuotaDomain is one domain of the Rate Limit Quota Service (RLQS): the buckets a proxy
-// stream naming this domain reports on. A sluice policy file writes it under
-// quota_domains, an envoyproxy/ratelimit file under quota_buckets (the domain is the
-// file's).
+// QuotaDomain is one domain of the Rate Limit Quota Service (RLQS): the bucket rules of
+// a policy file's quota_domains entry or of an envoyproxy/ratelimit file's quota_buckets.
 type QuotaDomain struct {
 	Name string
 	// Buckets are the bucket rules in file order.
@@ -29,10 +27,8 @@ type QuotaDomain struct {
 	nameNode *yaml.Node
 }
 
-// QuotaBehavior is what a proxy does with a bucket it holds no assignment for: before
-// the first one (no_assignment_behavior) or after its assignment expired
-// (expired_assignment_behavior). It is a filter setting, not a server answer;
-// docs/envoy.md maps it to the filter's RateLimitQuotaBucketSettings.
+// QuotaBehavior is what a proxy does with a bucket before its first assignment or after
+// its assignment expired; docs/envoy.md maps it to the filter's settings.
 type QuotaBehavior uint8
 
 const (
@@ -56,9 +52,7 @@ func (b QuotaBehavior) String() string {
 // Defaults of a quota bucket.
 const (
 	DefaultReportingInterval = time.Second
-	// The assignment TTL defaults to DefaultTTLIntervals reporting intervals, so one
-	// lost report does not expire an assignment.
-	DefaultTTLIntervals = 3
+	DefaultTTLIntervals      = 3 // reporting intervals: one lost report does not expire
 )
 
 // Bounds of bucket ids, as reported and as configured: larger ids are malformed.
@@ -67,34 +61,30 @@ const (
 	MaxBucketIDBytes   = 256 // per key and per value
 )
 
-// MaxQuotaRate is the largest rate of a quota bucket: TokenBucket.tokens_per_fill is a
-// uint32.
+// MaxQuotaRate is the largest rate of a quota bucket (tokens_per_fill is a uint32).
 const MaxQuotaRate = math.MaxUint32
 
-// QuotaBucket is one bucket rule: the bucket ids it matches and the global limit each
-// matching bucket id gets, divided among the proxies reporting on it.
+// QuotaBucket is one bucket rule: the bucket ids it matches and the global limit of each,
+// divided among the proxies reporting on it.
 type QuotaBucket struct {
 	// Name names the rule in metrics and logs ("" in the file: the id pattern).
 	Name string
-	// ID is the bucket id pattern, sorted by key. A value "*" or "" matches any value,
-	// a value ending in '*' any value with that prefix, any other value itself. An id
+	// ID is the bucket id pattern, sorted by key; values match as an [Entry]'s. An id
 	// matches when it has exactly these keys and every value matches.
 	ID []Entry
-	// Rate requests per Period is the global limit of each matching bucket id. Rate 0
-	// denies every request (DENY_ALL); Unlimited allows every one (ALLOW_ALL).
+	// Rate per Period is the global limit of each matching id; 0 denies every request,
+	// Unlimited allows every one.
 	Rate      int64
 	Period    time.Duration
 	Unlimited bool
-	// Burst is the most requests all proxies together may admit at once beyond the
-	// rate; each proxy's token bucket holds its share of it (at least one token).
-	// Default: Rate/10, at least 1.
+	// Burst is the most all proxies together admit at once beyond the rate (default
+	// Rate/10, at least 1).
 	Burst int64
-	// ReportingInterval is the filter's reporting_interval the proxies are configured
-	// with; TTL is assignment_time_to_live (default DefaultTTLIntervals intervals).
+	// ReportingInterval is the filters' reporting_interval; TTL the assignments' time to
+	// live (default DefaultTTLIntervals intervals).
 	ReportingInterval time.Duration
 	TTL               time.Duration
-	// NoAssignment and Expired are the filter's no_assignment_behavior and
-	// expired_assignment_behavior for this bucket. Defaults: allow and deny.
+	// NoAssignment and Expired default to allow and deny.
 	NoAssignment QuotaBehavior
 	Expired      QuotaBehavior
 	// Pos is where the rule starts.
@@ -104,8 +94,7 @@ type QuotaBucket struct {
 }
 
 // QuotaMatch is the rule a reported bucket id matched and the key its state is kept
-// under: a SHA-256 digest of the domain and the id (sorted), so raw values never reach
-// the store.
+// under: a digest of the domain and the id, so raw values never reach the store.
 type QuotaMatch struct {
 	Bucket *QuotaBucket
 	Key    string
@@ -117,9 +106,8 @@ func (c *Config) QuotaDomain(name string) (*QuotaDomain, bool) {
 	return d, ok
 }
 
-// ValidBucketID reports why a reported bucket id is malformed: empty, more than
-// MaxBucketIDEntries entries, or a key or value longer than MaxBucketIDBytes or not
-// UTF-8. Nil means it may be matched.
+// ValidBucketID reports why a reported bucket id is malformed (empty, too many entries, a
+// key or value too long or not UTF-8), or nil.
 func ValidBucketID(id map[string]string) error {
 	switch {
 	case len(id) == 0:
@@ -135,9 +123,8 @@ func ValidBucketID(id map[string]string) error {
 	return nil
 }
 
-// Match returns the rule for a bucket id: among the rules with exactly the id's keys,
-// the first that matches in order of specificity (more exact values, then longer
-// prefixes, then file order). The id must be valid (ValidBucketID).
+// Match returns the rule for a valid bucket id: among the rules with exactly its keys,
+// the first that matches by specificity (more exact values, longer prefixes, file order).
 func (d *QuotaDomain) Match(id map[string]string) (QuotaMatch, bool) {
 	keys := make([]string, 0, len(id))
 	for k := range id {
@@ -168,8 +155,7 @@ func (b *QuotaBucket) matches(id map[string]string) bool {
 	return true
 }
 
-// quotaKey digests the domain and the sorted id, each part length-prefixed so no two
-// inputs give the same bytes.
+// quotaKey digests the domain and the sorted id, each part length-prefixed.
 func quotaKey(domain string, keys []string, id map[string]string) string {
 	n := 8 + len(domain)
 	for _, k := range keys {
@@ -324,35 +310,20 @@ func (d *decoder) quotaBucket(n *yaml.Node, path string) *QuotaBucket {
 			b.TTL = ttl
 		}
 	}
-	behavior := func(field string, reuse bool) (QuotaBehavior, bool) {
-		v, ok := o.get(field)
-		if !ok {
-			return 0, false
-		}
-		s, _ := d.str(v, o.field(field))
-		switch s {
-		case "allow":
-			return QuotaAllow, true
-		case "deny":
-			return QuotaDeny, true
-		case "reuse_last":
-			if reuse {
-				return QuotaReuseLast, true
+	// behavior reads a field that may name the first n QuotaBehaviors.
+	behavior := func(field string, dst *QuotaBehavior, n int) {
+		if v, ok := o.get(field); ok {
+			s, _ := d.str(v, o.field(field))
+			names := quotaBehaviorNames[:n]
+			if i := slices.Index(names, s); i >= 0 {
+				*dst = QuotaBehavior(i)
+			} else {
+				d.errorf(v, o.field(field), "must be %s or %s, got %q", strings.Join(names[:n-1], ", "), names[n-1], s)
 			}
 		}
-		want := "allow or deny"
-		if reuse {
-			want = "allow, deny or reuse_last"
-		}
-		d.errorf(v, o.field(field), "must be %s, got %q", want, s)
-		return 0, false
 	}
-	if bh, ok := behavior("no_assignment", false); ok {
-		b.NoAssignment = bh
-	}
-	if bh, ok := behavior("expired_assignment", true); ok {
-		b.Expired = bh
-	}
+	behavior("no_assignment", &b.NoAssignment, 2)
+	behavior("expired_assignment", &b.Expired, 3)
 	if len(d.errs) != before {
 		return nil
 	}
@@ -370,10 +341,8 @@ func (d *decoder) quotaDomains(n *yaml.Node) []*QuotaDomain {
 			continue
 		}
 		nv, _ := o.get("domain")
-		name := ""
-		if nv != nil {
-			name, _ = d.str(nv, o.field("domain"))
-		}
+		var name string
+		read(o, "domain", &name, d.str)
 		if name == "" {
 			d.errorf(item, o.field("domain"), "is required")
 			continue
