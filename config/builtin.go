@@ -11,11 +11,8 @@ import (
 //go:embed builtin/*.yaml
 var builtinFS embed.FS
 
-// DefaultFiles returns the files of the built-in configuration, named "builtin/<name>".
-// `sluice serve` without --config runs with it: the in-memory store, a "demo" policy of 10
-// requests per second per client IP (burst 20), an "api" policy per API key with free and
-// pro tiers, a "users" policy of 100 requests per minute per user ID, and an
-// envoyproxy/ratelimit domain "demo".
+// DefaultFiles returns the files of the built-in configuration, which `sluice serve` runs
+// without --config, named "builtin/<name>".
 func DefaultFiles() []File {
 	entries, err := fs.ReadDir(builtinFS, "builtin")
 	if err != nil {
@@ -36,12 +33,10 @@ func DefaultFiles() []File {
 var defaultConfig = sync.OnceValue(func() *Config {
 	c, err := Parse(DefaultFiles()...)
 	if err != nil {
-		// The built-in files are part of the binary and tested; this is a build defect.
 		panic(fmt.Sprintf("config: built-in configuration invalid: %v", err))
 	}
 	return c
 })
 
-// Default returns the built-in configuration (see DefaultFiles). Every call returns the
-// same immutable *Config.
+// Default returns the built-in configuration (DefaultFiles), the same *Config each call.
 func Default() *Config { return defaultConfig() }

@@ -9,27 +9,23 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// LimitSpec is a limit as an operator writes it: in a policy, a tier or a route of a
-// configuration file, or in an override set through the admin API. A zero field is not
-// set.
+// LimitSpec is a limit as an operator writes it (in a file or through the admin API). A
+// zero field is not set.
 type LimitSpec struct {
-	// Algorithm is a name sluice.ParseAlgorithm reads; empty inherits one (see
-	// [LimitSpec.Limit]).
+	// Algorithm is a name sluice.ParseAlgorithm reads; empty inherits one.
 	Algorithm string `json:"algorithm,omitempty"`
 	Rate      int64  `json:"rate"`
-	// Period is what [ParsePeriod] reads (1m, minute) or a calendar period
-	// ([ParseCalendarUnit]: calendar_month); concurrency limits have none.
+	// Period is what [ParsePeriod] or [ParseCalendarUnit] reads; none for concurrency.
 	Period string `json:"period,omitempty"`
 	Burst  int64  `json:"burst,omitempty"`
-	// Lease is how long a concurrency limit's slot is held at most, as [ParsePeriod] reads it.
+	// Lease is the longest a concurrency limit's slot is held, as [ParsePeriod] reads it.
 	Lease string `json:"lease,omitempty"`
 	// Zone and AnchorDay apply to calendar periods only.
 	Zone      string `json:"zone,omitempty"`
 	AnchorDay int    `json:"anchor_day,omitempty"`
 }
 
-// SpecOf is the LimitSpec that writes l, naming its algorithm:
-// SpecOf(l).Limit(a) is l for every valid l and every a.
+// SpecOf is the LimitSpec that writes l: SpecOf(l).Limit(a) is l for every valid l.
 func SpecOf(l sluice.Limit) LimitSpec {
 	s := LimitSpec{Algorithm: l.Algorithm.String(), Rate: l.Rate, Burst: l.Burst}
 	switch {
@@ -43,8 +39,8 @@ func SpecOf(l sluice.Limit) LimitSpec {
 	return s
 }
 
-// FieldError is a problem with one field of a [LimitSpec]. Field is the field's name as
-// written ("rate", "anchor_day"); Err, when set, wraps sluice.ErrInvalidLimit.
+// FieldError is a problem with one field of a [LimitSpec], named as written ("rate");
+// Err, when set, wraps sluice.ErrInvalidLimit.
 type FieldError struct {
 	Field string
 	Msg   string
@@ -57,8 +53,8 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
 func (e *FieldError) Unwrap() error { return e.Err }
 
 // Limit is the validated sluice.Limit s describes, taking the algorithm inherit when s
-// names none (fixed_window for a calendar period). The error joins a [*FieldError] for
-// every field at fault, in the order of LimitSpec's fields; errors.As finds the first.
+// names none (fixed_window for a calendar period). The error joins a [*FieldError] per
+// field at fault, in field order.
 func (s LimitSpec) Limit(inherit sluice.Algorithm) (sluice.Limit, error) {
 	return s.limit(inherit, "period: calendar_day, calendar_week, calendar_month or calendar_year")
 }
@@ -158,8 +154,8 @@ func (s LimitSpec) limit(inherit sluice.Algorithm, needs string) (sluice.Limit, 
 	return l, nil
 }
 
-// faultOf names the field of l, which fails Validate, that a change of would make it
-// valid: the burst, else the lease of a concurrency limit, else the rate.
+// faultOf names the field of l, which fails Validate, to change: the burst if that
+// suffices, else the lease of a concurrency limit, else the rate.
 func faultOf(l sluice.Limit) string {
 	if nb := l; l.Burst != 0 {
 		nb.Burst = 0

@@ -363,18 +363,10 @@ func (d *decoder) sluiceFile(root *yaml.Node) *sluiceFile {
 		sf.quotas = d.quotaDomains(n)
 	}
 	if n, ok := o.get("policies"); ok {
-		seen := map[string]*Policy{}
 		for i, item := range d.seq(n, "policies") {
-			p := d.policy(item, index("policies", i))
-			if p == nil {
-				continue
+			if p := d.policy(item, index("policies", i)); p != nil {
+				sf.policies = append(sf.policies, p) // names are checked by the merger
 			}
-			if prev, dup := seen[p.Name]; dup {
-				d.errorf(p.nameNode, p.path+".name", "duplicate policy %q (already defined at %s)", p.Name, prev.Pos)
-				continue
-			}
-			seen[p.Name] = p
-			sf.policies = append(sf.policies, p)
 		}
 	}
 	return sf

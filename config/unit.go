@@ -6,15 +6,10 @@ import (
 	"time"
 )
 
-// Unit is the time unit of an envoyproxy/ratelimit rate_limit block. Its names are those of
-// envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit in lower case; map it to
-// the protobuf enum by name (String), not by number.
-//
-// As in the reference implementation, a unit is a fixed length: a month is 30 days and a
-// year 365 days, and fixed windows are aligned to multiples of that length since the Unix
-// epoch (UTC), so a "week" window starts on a Thursday. The sluice extension
-// rate_limit.calendar: true makes day, week, month and year calendar periods instead (a
-// month from the 1st, in rate_limit.zone, UTC by default; see sluice.Calendar).
+// Unit is the time unit of an envoyproxy/ratelimit rate_limit block, named as
+// RateLimitResponse.RateLimit.Unit in lower case (map it to the protobuf enum by name).
+// As in the reference, a unit is a fixed length (a month 30 days, a year 365) and
+// windows are aligned to the Unix epoch; see docs/configuration.md.
 type Unit uint8
 
 // The units, shortest first. UnitUnknown is the zero value and is never valid in a file.
@@ -52,8 +47,8 @@ func (u Unit) Period() time.Duration {
 	return 0
 }
 
-// ParseUnit parses a unit name, case-insensitively (SECOND, second), as the reference
-// implementation does. "unknown" and anything else is an error.
+// ParseUnit parses a unit name case-insensitively, as the reference does; "unknown" is
+// an error.
 func ParseUnit(s string) (Unit, error) {
 	norm := strings.ToLower(strings.TrimSpace(s))
 	for i, name := range unitNames {
@@ -74,9 +69,8 @@ func UnitOf(d time.Duration) (Unit, bool) {
 	return UnitUnknown, false
 }
 
-// ParsePeriod parses the period of a sluice policy: a Go duration ("1s", "90s", "1m30s",
-// "24h") or one of the words second, minute, hour, day and week (7 days). It must be
-// positive.
+// ParsePeriod parses a policy's period: a positive Go duration ("90s", "24h") or one of
+// second, minute, hour, day and week.
 func ParsePeriod(s string) (time.Duration, error) {
 	norm := strings.ToLower(strings.TrimSpace(s))
 	switch norm {
