@@ -15,35 +15,26 @@ import (
 type Encoding uint8
 
 const (
-	// Hex: 64 lower-case hexadecimal digits. The zero value.
-	Hex Encoding = iota
-	// Base64URL: 43 characters of unpadded base64url (RFC 4648 §5).
-	Base64URL
+	Hex       Encoding = iota // 64 lower-case hexadecimal digits
+	Base64URL                 // 43 characters of unpadded base64url (RFC 4648 §5)
 )
 
-// MinSecretLen is the shortest secret NewHasher accepts, in bytes. RFC 2104 recommends a
-// key at least as long as the hash output (32 bytes for SHA-256); 16 random bytes is the
-// floor below which a secret is guessable.
+// MinSecretLen is the shortest secret NewHasher accepts, in bytes (32 are recommended).
 const MinSecretLen = 16
 
 // ErrWeakSecret is returned by NewHasher for a secret shorter than MinSecretLen.
 var ErrWeakSecret = errors.New("keys: API key secret too short")
 
-// Hasher turns raw API keys into identifiers that are safe to store and log:
-// HMAC-SHA256(secret, key). It is safe for concurrent use.
-//
-// Create one with NewHasher; the zero Hasher has no secret and hashes nothing (Sum returns
-// "" and Identity the zero Identity), so a forgotten secret fails closed instead of
-// hashing under a known key.
+// Hasher turns raw API keys into identifiers safe to store and log: HMAC-SHA256(secret,
+// key). It is safe for concurrent use. The zero Hasher hashes nothing (Sum returns "").
 type Hasher struct {
 	secret []byte
 	enc    Encoding
 	pool   sync.Pool // of hash.Hash, keyed with secret
 }
 
-// NewHasher returns a Hasher keyed with a copy of secret. The secret must be at least
-// MinSecretLen bytes (32 random bytes are recommended) and must stay the same across
-// processes that share a store, or they will count the same API key under different keys.
+// NewHasher returns a Hasher keyed with a copy of secret, of at least MinSecretLen bytes;
+// processes sharing a store must share it.
 func NewHasher(secret []byte, enc Encoding) (*Hasher, error) {
 	if len(secret) < MinSecretLen {
 		return nil, fmt.Errorf("%w: %d bytes, want at least %d", ErrWeakSecret, len(secret), MinSecretLen)
@@ -56,8 +47,7 @@ func NewHasher(secret []byte, enc Encoding) (*Hasher, error) {
 	return h, nil
 }
 
-// Sum returns the encoded HMAC-SHA256 of apiKey. The raw key is read here and nowhere
-// else; nothing derived from it but the MAC is returned or retained.
+// Sum returns the encoded HMAC-SHA256 of apiKey, retaining nothing else derived from it.
 func (h *Hasher) Sum(apiKey string) string {
 	if h == nil || len(h.secret) == 0 {
 		return ""
@@ -75,15 +65,14 @@ func (h *Hasher) Sum(apiKey string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Identity returns the APIKey Identity for apiKey: its MAC, never the key. An empty apiKey
-// (none presented) and a zero Hasher give the zero Identity.
+// Identity returns the APIKey Identity of apiKey, its MAC. An empty apiKey and a zero
+// Hasher give the zero Identity.
 func (h *Hasher) Identity(apiKey string) Identity {
 	if apiKey == "" {
 		return Identity{}
 	}
-	sum := h.Sum(apiKey)
-	if sum == "" {
-		return Identity{}
+	if sum := h.Sum(apiKey); sum != "" {
+		return Identity{Kind: APIKey, ID: sum}
 	}
-	return Identity{Kind: APIKey, ID: sum}
+	return Identity{}
 }

@@ -1,22 +1,20 @@
 package keys
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 )
 
 // Header names ClientIP knows how to read.
 const (
-	// HeaderForwarded is RFC 7239's Forwarded; its for= parameters are the hops.
-	HeaderForwarded = "Forwarded"
-	// HeaderXForwardedFor is X-Forwarded-For: a comma-separated list of hops, each proxy
-	// appending the address it received the request from.
-	HeaderXForwardedFor = "X-Forwarded-For"
-	// HeaderXRealIP is X-Real-IP: one address, set by the proxy.
-	HeaderXRealIP = "X-Real-IP"
+	HeaderForwarded     = "Forwarded"       // RFC 7239; its for= parameters are the hops
+	HeaderXForwardedFor = "X-Forwarded-For" // a comma-separated list of hops
+	HeaderXRealIP       = "X-Real-IP"       // one address, set by the proxy
 )
 
 // Default IPv4 and IPv6 aggregation prefixes of ClientIP.
@@ -25,34 +23,27 @@ const (
 	DefaultIPv6Prefix = 64
 )
 
-// ErrNoClientIP is returned when the connection's peer address cannot be parsed (for
-// example a Unix socket), so there is no address to limit.
+// ErrNoClientIP is returned when the connection's peer address cannot be parsed (a Unix
+// socket, say).
 var ErrNoClientIP = errors.New("keys: no client IP")
 
 // ClientIP finds the client address of an HTTP request. The zero value trusts no proxy:
-// the client is the connection's peer (http.Request.RemoteAddr), and forwarding headers
-// are ignored. It is safe for concurrent use as long as its fields are not modified.
+// the client is the connection's peer (RemoteAddr). It is safe for concurrent use while
+// its fields are not modified.
 //
-// When the peer is inside TrustedProxies, the one forwarding header named by Header is
-// read, as nginx's real_ip_header reads one: its hops, read right to left, are skipped
-// while they are trusted proxies too, and the first untrusted hop is the client. If every
-// hop is trusted, the left-most hop is the client. If a hop cannot be parsed (Forwarded's
-// "unknown" or an obfuscated "_node", or garbage), the walk stops and the nearest hop to
-// its right that parsed is the client (the peer if there is none): an unusable value never
-// lets a request pick its own identity, at worst it makes the clients behind one proxy
-// share a limit. A trusted peer that does not send the header is the client itself. Every
-// other forwarding header is ignored, whoever sends it.
-//
-// Name in Header the header your trusted proxies set or append to. A header that the
-// proxy passes through untouched is written by the client and can be spoofed.
+// When the peer is in TrustedProxies, the one header named by Header is read, as nginx's
+// real_ip_header: its hops, right to left, are skipped while trusted, and the first
+// untrusted hop is the client (the left-most if all are trusted). At a hop that does not
+// parse ("unknown", "_node", garbage) the walk stops at the hop to its right (or the
+// peer), so no value lets a request pick its own identity. A trusted peer without the
+// header is the client. Name the header your trusted proxies set or append to.
 type ClientIP struct {
-	// TrustedProxies are the prefixes of proxies whose forwarding header is believed.
-	// IPv4-mapped IPv6 prefixes are treated as IPv4.
+	// TrustedProxies are the proxies whose forwarding header is believed (IPv4-mapped
+	// prefixes as IPv4).
 	TrustedProxies []netip.Prefix
-	// Header is the forwarding header to read when the peer is trusted: "Forwarded"
-	// (parsed per RFC 7239), "X-Forwarded-For" or "X-Real-IP" (read as a comma-separated
-	// list of addresses; an optional port, or a bracketed IPv6 address, is accepted), or
-	// any other header of that list form. Empty means X-Forwarded-For.
+	// Header is the forwarding header to read: "Forwarded" (RFC 7239), or any header
+	// holding a comma-separated list of addresses (optionally with ports or brackets).
+	// Empty means X-Forwarded-For.
 	Header string
 	// IPv4Prefix is the prefix length IPv4 clients are aggregated to; 0 means 32.
 	IPv4Prefix int
@@ -60,9 +51,8 @@ type ClientIP struct {
 	IPv6Prefix int
 }
 
-// ParseClientIPHeader returns the canonical name of one of the forwarding headers
-// ClientIP is documented to read (Forwarded, X-Forwarded-For, X-Real-IP), matched
-// case-insensitively, or an error naming them.
+// ParseClientIPHeader returns the canonical name of Forwarded, X-Forwarded-For or
+// X-Real-IP, matched case-insensitively, or an error naming them.
 func ParseClientIPHeader(s string) (string, error) {
 	for _, h := range []string{HeaderXForwardedFor, HeaderXRealIP, HeaderForwarded} {
 		if strings.EqualFold(s, h) {
@@ -72,8 +62,7 @@ func ParseClientIPHeader(s string) (string, error) {
 	return "", fmt.Errorf("keys: client IP header %q: want %s, %s or %s", s, HeaderXForwardedFor, HeaderXRealIP, HeaderForwarded)
 }
 
-// ParsePrefixes parses CIDR prefixes ("10.0.0.0/8", "2001:db8::/32") or single addresses
-// (taken as /32 or /128), for ClientIP.TrustedProxies.
+// ParsePrefixes parses CIDR prefixes or addresses (as /32 or /128) for TrustedProxies.
 func ParsePrefixes(s ...string) ([]netip.Prefix, error) {
 	out := make([]netip.Prefix, 0, len(s))
 	for _, v := range s {
@@ -95,8 +84,8 @@ func ParsePrefixes(s ...string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// Addr returns the client's address: IPv4-mapped IPv6 unmapped, zone removed, not
-// aggregated. The error wraps ErrNoClientIP when RemoteAddr cannot be parsed.
+// Addr returns the client's address, unmapped and without zone, not aggregated. The error
+// wraps ErrNoClientIP.
 func (c *ClientIP) Addr(r *http.Request) (netip.Addr, error) {
 	peer, ok := parseHop(r.RemoteAddr)
 	if !ok {
@@ -105,35 +94,25 @@ func (c *ClientIP) Addr(r *http.Request) (netip.Addr, error) {
 	if !c.trusted(peer) {
 		return peer, nil
 	}
-	name := c.Header
-	if name == "" {
-		name = HeaderXForwardedFor
-	}
+	name := cmp.Or(c.Header, HeaderXForwardedFor)
 	values := r.Header.Values(name)
-	if len(values) == 0 {
-		return peer, nil
-	}
 	var hops []string
 	if http.CanonicalHeaderKey(name) == HeaderForwarded {
 		hops = forwardedFor(values)
 	} else {
 		hops = listHops(values)
 	}
-	if len(hops) == 0 {
-		return peer, nil
-	}
 	return c.walk(peer, hops), nil
 }
 
-// Trusted reports whether r comes straight from one of TrustedProxies: whether its
-// forwarding headers, and any other header the proxies set (a tier, a user), are
+// Trusted reports whether r comes straight from one of TrustedProxies, whose headers are
 // believed.
 func (c *ClientIP) Trusted(r *http.Request) bool {
 	peer, ok := parseHop(r.RemoteAddr)
 	return ok && c.trusted(peer)
 }
 
-// walk returns the right-most untrusted hop; see ClientIP.
+// walk returns the right-most untrusted hop, or peer for no hops; see ClientIP.
 func (c *ClientIP) walk(peer netip.Addr, hops []string) netip.Addr {
 	client := peer
 	for i := len(hops) - 1; i >= 0; i-- {
@@ -149,8 +128,7 @@ func (c *ClientIP) walk(peer netip.Addr, hops []string) netip.Addr {
 	return client
 }
 
-// Prefix returns the client's address aggregated to IPv4Prefix or IPv6Prefix bits
-// (Aggregate).
+// Prefix returns the client's address aggregated (Aggregate).
 func (c *ClientIP) Prefix(r *http.Request) (netip.Prefix, error) {
 	a, err := c.Addr(r)
 	if err != nil {
@@ -159,21 +137,13 @@ func (c *ClientIP) Prefix(r *http.Request) (netip.Prefix, error) {
 	return c.Aggregate(a)
 }
 
-// Aggregate returns the prefix a client at a is limited as: a, IPv4-mapped addresses
-// unmapped and the zone dropped, masked to IPv4Prefix or IPv6Prefix bits. Every front end
-// turns a client address into an identity with it: the middleware's ByIP, the JSON API's
-// key of an ip policy, and an operator's override.
+// Aggregate returns the prefix a client at a is limited as: a unmapped and without zone,
+// masked to IPv4Prefix or IPv6Prefix bits. Every front end identifies clients with it.
 func (c *ClientIP) Aggregate(a netip.Addr) (netip.Prefix, error) {
 	a = a.Unmap().WithZone("")
-	bits := c.IPv6Prefix
-	if bits == 0 {
-		bits = DefaultIPv6Prefix
-	}
+	bits := cmp.Or(c.IPv6Prefix, DefaultIPv6Prefix)
 	if a.Is4() {
-		bits = c.IPv4Prefix
-		if bits == 0 {
-			bits = DefaultIPv4Prefix
-		}
+		bits = cmp.Or(c.IPv4Prefix, DefaultIPv4Prefix)
 	}
 	p, err := a.Prefix(bits)
 	if err != nil {
@@ -182,9 +152,9 @@ func (c *ClientIP) Aggregate(a netip.Addr) (netip.Prefix, error) {
 	return p, nil
 }
 
-// ParseID returns the ID of the IP Identity an operator writes as s (an override's): an
-// address names the identity of a client at that address (Aggregate), and so does a
-// prefix at least as long as the aggregation; a shorter prefix is masked, as written.
+// ParseID returns the ID of the IP Identity an operator writes as s: an address, or a
+// prefix at least as long as the aggregation, names its client's (Aggregate); a shorter
+// prefix is masked, as written.
 func (c *ClientIP) ParseID(s string) (string, error) {
 	if a, err := netip.ParseAddr(s); err == nil {
 		p, err := c.Aggregate(a)
@@ -216,7 +186,7 @@ func (c *ClientIP) Identity(r *http.Request) (Identity, error) {
 }
 
 // PrefixID formats p the way Identity does: the bare address for a full-length prefix,
-// the prefix in CIDR notation otherwise. Use it to write per-identity overrides.
+// else CIDR notation.
 func PrefixID(p netip.Prefix) string {
 	if p.Bits() == p.Addr().BitLen() {
 		return p.Addr().String()
@@ -246,11 +216,7 @@ func parseHop(s string) (netip.Addr, bool) {
 	var a netip.Addr
 	if strings.HasPrefix(s, "[") {
 		end := strings.IndexByte(s, ']')
-		if end < 0 {
-			return netip.Addr{}, false
-		}
-		rest := s[end+1:]
-		if rest != "" && !validPort(rest) {
+		if end < 0 || end+1 < len(s) && !validPort(s[end+1:]) {
 			return netip.Addr{}, false
 		}
 		v, err := netip.ParseAddr(s[1:end])
@@ -268,25 +234,14 @@ func parseHop(s string) (netip.Addr, bool) {
 	return a.Unmap().WithZone(""), true
 }
 
-// validPort reports whether s is ":" followed by 1-5 digits (RFC 7239 also allows an
-// obfuscated port, "_abc", which is accepted as well).
+// validPort reports whether s is ":" followed by 1-5 digits or an obfuscated port
+// ("_abc", RFC 7239).
 func validPort(s string) bool {
 	if len(s) < 2 || s[0] != ':' {
 		return false
 	}
-	s = s[1:]
-	if s[0] == '_' {
-		return true
-	}
-	if len(s) > 5 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
+	_, err := strconv.ParseUint(s[1:], 10, 64)
+	return s[1] == '_' || len(s) <= 6 && err == nil
 }
 
 // listHops splits comma-separated header values, across every field line in order.

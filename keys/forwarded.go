@@ -3,14 +3,8 @@ package keys
 import "strings"
 
 // forwardedFor returns the for= node of each forwarded-element of RFC 7239 Forwarded field
-// values, in order. An element without for= yields "" (an unparseable hop), so the walk
-// stops there rather than skipping a hop it cannot see. Empty list elements are skipped,
-// as RFC 9110's #rule allows.
-//
-//	Forwarded   = 1#forwarded-element
-//	forwarded-element = [ forwarded-pair ] *( ";" [ forwarded-pair ] )
-//	forwarded-pair = token "=" value
-//	value          = token / quoted-string
+// values, in order: "" (an unparseable hop, where the walk stops) for an element without
+// for=; none for an empty element.
 func forwardedFor(values []string) []string {
 	var hops []string
 	for _, v := range values {
@@ -50,8 +44,7 @@ func splitQuoted(s string, sep byte) []string {
 	return append(parts, s[start:])
 }
 
-// unquote removes the quotes and backslash escapes of a quoted-string; a token is
-// returned as is.
+// unquote removes the quotes and backslash escapes of a quoted-string, if s is one.
 func unquote(s string) string {
 	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
 		return s

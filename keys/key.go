@@ -6,21 +6,17 @@ import (
 	"strings"
 )
 
-// Kind is the type of identity a key limits. Any non-empty string is a valid Kind; the
-// constants are the ones the rest of sluice produces.
+// Kind is the type of identity a key limits: any non-empty string.
 type Kind string
 
 const (
-	// User: an authenticated user, identified by the application's user ID.
-	User Kind = "user"
-	// APIKey: an API key, identified by its HMAC (see Hasher), never by the raw key.
-	APIKey Kind = "api_key"
-	// IP: a client address or IPv6 prefix (see ClientIP).
-	IP Kind = "ip"
+	User   Kind = "user"    // the application's user ID
+	APIKey Kind = "api_key" // an API key's MAC (see Hasher), never the raw key
+	IP     Kind = "ip"      // a client address or IPv6 prefix (see ClientIP)
 )
 
 // Identity is who is limited: a kind and an identifier of that kind. The zero Identity
-// means "no identity" (for example a request that presented no API key).
+// means no identity (a request without an API key, say).
 type Identity struct {
 	Kind Kind
 	ID   string
@@ -29,21 +25,11 @@ type Identity struct {
 // IsZero reports whether id identifies nobody (its ID is empty).
 func (id Identity) IsZero() bool { return id.ID == "" }
 
-// String returns "kind:id" with both parts escaped as in Key.String, so it is unambiguous
-// too. It never contains a raw API key, because an APIKey Identity holds only the MAC.
-func (id Identity) String() string {
-	var b strings.Builder
-	b.Grow(escapedLen(string(id.Kind)) + 1 + escapedLen(id.ID))
-	escapeTo(&b, string(id.Kind))
-	b.WriteByte(sep)
-	escapeTo(&b, id.ID)
-	return b.String()
-}
+// String returns "kind:id", both parts escaped as in Key.String.
+func (id Identity) String() string { return joinEscaped(string(id.Kind), id.ID) }
 
-// Key is everything that tells one rate-limit state from another. Route is the route the
-// limit applies to (a ServeMux pattern such as "GET /items/{id}"), empty for a limit on
-// every route; Tier is the identity's tier ("free", "pro"), empty when the policy has none.
-// Policy names the policy that owns the state, so two policies never share a counter.
+// Key is everything that tells one rate-limit state from another: the owning policy, the
+// identity, the route pattern (empty for every route) and the tier (empty for none).
 type Key struct {
 	Policy string
 	Kind   Kind
@@ -62,10 +48,11 @@ func (k Key) Identity() Identity { return Identity{Kind: k.Kind, ID: k.ID} }
 
 const sep = ':'
 
-// String encodes k as "policy:kind:id:route:tier", each field escaped (see the package
-// doc). Different Keys always give different strings.
-func (k Key) String() string {
-	fields := [...]string{k.Policy, string(k.Kind), k.ID, k.Route, k.Tier}
+// String encodes k as "policy:kind:id:route:tier", each field escaped (see the package doc).
+func (k Key) String() string { return joinEscaped(k.Policy, string(k.Kind), k.ID, k.Route, k.Tier) }
+
+// joinEscaped escapes each field and joins them with sep.
+func joinEscaped(fields ...string) string {
 	n := len(fields) - 1
 	for _, f := range fields {
 		n += escapedLen(f)
@@ -81,8 +68,8 @@ func (k Key) String() string {
 	return b.String()
 }
 
-// ParseIdentity is the inverse of Identity.String: ParseIdentity(id.String()) == id for
-// every Identity id, and every other string is an error wrapping ErrMalformedKey.
+// ParseIdentity is the inverse of Identity.String; any other string is an error wrapping
+// ErrMalformedKey.
 func ParseIdentity(s string) (Identity, error) {
 	kind, id, ok := strings.Cut(s, string(sep))
 	if !ok {
@@ -102,8 +89,8 @@ func ParseIdentity(s string) (Identity, error) {
 // ErrMalformedKey is returned by ParseKey for a string that Key.String cannot produce.
 var ErrMalformedKey = errors.New("keys: malformed key")
 
-// ParseKey is the inverse of Key.String: ParseKey(k.String()) == k for every Key k, and
-// every other string is an error wrapping ErrMalformedKey.
+// ParseKey is the inverse of Key.String; any other string is an error wrapping
+// ErrMalformedKey.
 func ParseKey(s string) (Key, error) {
 	var f [5]string
 	for i := range f {
@@ -157,14 +144,6 @@ func escapeTo(b *strings.Builder, s string) {
 }
 
 func unescape(s string) (string, error) {
-	if strings.IndexByte(s, '%') < 0 {
-		for i := 0; i < len(s); i++ {
-			if mustEscape(s[i]) {
-				return "", fmt.Errorf("%w: unescaped byte %#x", ErrMalformedKey, s[i])
-			}
-		}
-		return s, nil
-	}
 	var b strings.Builder
 	b.Grow(len(s))
 	for i := 0; i < len(s); i++ {
@@ -181,8 +160,7 @@ func unescape(s string) (string, error) {
 			}
 			v := hi<<4 | lo
 			if !mustEscape(v) {
-				// Key.String never escapes this byte, so accepting it would give a
-				// second spelling of the same Key.
+				// A second spelling of the same Key.
 				return "", fmt.Errorf("%w: needless escape %q", ErrMalformedKey, s[i:i+3])
 			}
 			b.WriteByte(v)
@@ -196,14 +174,8 @@ func unescape(s string) (string, error) {
 	return b.String(), nil
 }
 
-// unhex accepts only upper-case hex digits, the ones escapeTo writes, so that every Key has
-// exactly one spelling.
+// unhex accepts only the upper-case hex digits escapeTo writes.
 func unhex(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
+	i := strings.IndexByte(upperhex, c)
+	return byte(i), i >= 0
 }
