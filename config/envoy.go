@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -110,12 +111,7 @@ const (
 
 var statusNames = [...]string{"no_match", "limited", "unlimited", "replaced", "blocked"}
 
-func (s Status) String() string {
-	if int(s) < len(statusNames) {
-		return statusNames[s]
-	}
-	return fmt.Sprintf("status(%d)", uint8(s))
-}
+func (s Status) String() string { return enumName(statusNames[:], s, "status") }
 
 // Match is the outcome of matching one descriptor against one of its limits.
 type Match struct {
@@ -284,6 +280,28 @@ type node struct {
 	valueToMetric      bool
 	shareThreshold     bool
 	line               int
+}
+
+// add puts n in l, unless l holds its key and value already: it returns that node then.
+func (l *level) add(n *node) *node {
+	switch e := (Entry{n.key, n.value}); {
+	case n.value == "":
+		if prev := l.keyOnly[n.key]; prev != nil {
+			return prev
+		}
+		l.keyOnly[n.key] = n
+	case strings.HasSuffix(n.value, "*"):
+		if i := slices.IndexFunc(l.wildcards, func(w *node) bool { return w.key == n.key && w.value == n.value }); i >= 0 {
+			return l.wildcards[i]
+		}
+		l.wildcards = append(l.wildcards, n)
+	default:
+		if prev := l.exact[e]; prev != nil {
+			return prev
+		}
+		l.exact[e] = n
+	}
+	return nil
 }
 
 func (l *level) find(e Entry) (*node, bool) {
@@ -508,40 +526,17 @@ func (d *decoder) descriptors(dom *Domain, o *object, field string, parent []Ent
 		n.keyPart = "/" + escaped(n.key) + "="
 
 		// The reference rejects a key and value twice at one level.
-		e := Entry{n.key, n.value}
-		var prev *node
-		switch {
-		case n.value == "":
-			prev = lvl.keyOnly[n.key]
-		case wildcard:
-			for _, w := range lvl.wildcards {
-				if w.key == n.key && w.value == n.value {
-					prev = w
-				}
-			}
-		default:
-			prev = lvl.exact[e]
-		}
-		if prev != nil {
+		if prev := lvl.add(n); prev != nil {
 			d.errorf(item, ipath, "duplicate descriptor key %q value %q at this level (first at line %d)", n.key, n.value, prev.line)
 			continue
 		}
 
 		var shadow, quota, detailed bool
-		for _, f := range []struct {
-			name string
-			dst  *bool
-		}{
-			{"shadow_mode", &shadow},
-			{"quota_mode", &quota},
-			{"detailed_metric", &detailed},
-			{"value_to_metric", &n.valueToMetric},
-			{"share_threshold", &n.shareThreshold},
-		} {
-			if fv, ok := io.get(f.name); ok {
-				*f.dst, _ = d.boolean(fv, io.field(f.name))
-			}
-		}
+		read(io, "shadow_mode", &shadow, d.boolean)
+		read(io, "quota_mode", &quota, d.boolean)
+		read(io, "detailed_metric", &detailed, d.boolean)
+		read(io, "value_to_metric", &n.valueToMetric, d.boolean)
+		read(io, "share_threshold", &n.shareThreshold, d.boolean)
 		if n.shareThreshold && !wildcard {
 			fv, _ := io.get("share_threshold")
 			if n.value == "" && strings.HasSuffix(n.key, "*") {
@@ -556,7 +551,7 @@ func (d *decoder) descriptors(dom *Domain, o *object, field string, parent []Ent
 			n.valuePart = n.keyPart + escaped(n.value)
 		}
 
-		here := append(slices.Clip(parent), e)
+		here := append(slices.Clip(parent), Entry{n.key, n.value})
 		rv, one := io.get("rate_limit")
 		if one {
 			if r := d.rateLimit(dom, rv, io.field("rate_limit"), here); r != nil {
@@ -578,18 +573,7 @@ func (d *decoder) descriptors(dom *Domain, o *object, field string, parent []Ent
 		}
 		var sub map[string]bool
 		n.children, sub = d.descriptors(dom, io, "descriptors", here)
-		for k := range sub {
-			names[k] = true
-		}
-
-		switch {
-		case n.value == "":
-			lvl.keyOnly[n.key] = n
-		case wildcard:
-			lvl.wildcards = append(lvl.wildcards, n)
-		default:
-			lvl.exact[e] = n
-		}
+		maps.Copy(names, sub)
 	}
 	slices.SortStableFunc(lvl.wildcards, func(a, b *node) int { return len(b.prefix) - len(a.prefix) })
 	return lvl, names

@@ -262,12 +262,7 @@ const (
 )
 
 // String returns "ip", "user" or "api_key".
-func (t KeyType) String() string {
-	if int(t) < len(keyTypeNames) {
-		return keyTypeNames[t]
-	}
-	return fmt.Sprintf("key_type(%d)", uint8(t))
-}
+func (t KeyType) String() string { return enumName(keyTypeNames[:], t, "key_type") }
 
 // Kind is the kind of the identities a policy of key type t limits.
 func (t KeyType) Kind() keys.Kind { return keys.Kind(t.String()) }

@@ -42,12 +42,7 @@ const (
 
 var quotaBehaviorNames = [...]string{"allow", "deny", "reuse_last"}
 
-func (b QuotaBehavior) String() string {
-	if int(b) < len(quotaBehaviorNames) {
-		return quotaBehaviorNames[b]
-	}
-	return fmt.Sprintf("quota_behavior(%d)", uint8(b))
-}
+func (b QuotaBehavior) String() string { return enumName(quotaBehaviorNames[:], b, "quota_behavior") }
 
 // Defaults of a quota bucket.
 const (

@@ -32,11 +32,14 @@ var unitPeriods = [...]time.Duration{
 }
 
 // String returns the unit's lower-case name ("second").
-func (u Unit) String() string {
-	if int(u) < len(unitNames) {
-		return unitNames[u]
+func (u Unit) String() string { return enumName(unitNames[:], u, "unit") }
+
+// enumName is names[v], or kind(v) for a value without a name.
+func enumName[T ~uint8](names []string, v T, kind string) string {
+	if int(v) < len(names) {
+		return names[v]
 	}
-	return fmt.Sprintf("unit(%d)", uint8(u))
+	return fmt.Sprintf("%s(%d)", kind, uint8(v))
 }
 
 // Period is the unit's length; 0 for UnitUnknown.
