@@ -189,15 +189,15 @@ func (a Admin) Token() (string, error) {
 type Identity struct {
 	// TrustedProxies are the peers whose ClientIPHeader (and a policy's tier_header) is
 	// believed. Empty: forwarding headers are ignored.
-	TrustedProxies []netip.Prefix
+	TrustedProxies []netip.Prefix `json:"trusted_proxies"`
 	// ClientIPHeader is the one forwarding header believed (keys.ClientIP.Header):
 	// X-Forwarded-For (the default), X-Real-IP or Forwarded.
-	ClientIPHeader string
+	ClientIPHeader string `json:"client_ip_header,omitempty"`
 	// IPv6Prefix is the prefix length IPv6 clients are aggregated to (default 64).
-	IPv6Prefix int
+	IPv6Prefix int `json:"ipv6_prefix"`
 	// APIKeySecretEnv names the environment variable holding the API keys' HMAC secret.
 	// Empty: a per-process random secret.
-	APIKeySecretEnv string
+	APIKeySecretEnv string `json:"api_key_secret_env,omitempty"`
 }
 
 // DefaultIPv6Prefix is Identity.IPv6Prefix when the file sets none.

@@ -2,6 +2,7 @@ package config
 
 import (
 	"encoding/json"
+	"net/netip"
 	"net/url"
 
 	"github.com/sluicehq/sluice"
@@ -86,17 +87,12 @@ func (c *Config) Dump() ([]byte, error) {
 			DenyCache   *denyCacheView `json:"deny_cache,omitempty"`
 			Requests    RequestLimits  `json:"request_limits"`
 		} `json:"store"`
-		Admin    Admin `json:"admin"`
-		Identity struct {
-			TrustedProxies  []string `json:"trusted_proxies"`
-			ClientIPHeader  string   `json:"client_ip_header,omitempty"`
-			IPv6Prefix      int      `json:"ipv6_prefix"`
-			APIKeySecretEnv string   `json:"api_key_secret_env,omitempty"`
-		} `json:"identity"`
+		Admin    Admin             `json:"admin"`
+		Identity Identity          `json:"identity"`
 		Policies []policyView      `json:"policies"`
 		Domains  []domainView      `json:"domains"`
 		Quotas   []quotaDomainView `json:"quota_domains,omitempty"`
-	}{Digest: c.Digest, Files: c.Files, Admin: c.Admin}
+	}{Digest: c.Digest, Files: c.Files, Admin: c.Admin, Identity: c.Identity}
 
 	view.Store.Redis = RedactURL(c.Store.RedisURL)
 	view.Store.RedisEnv = c.Store.RedisURLEnv
@@ -112,13 +108,9 @@ func (c *Config) Dump() ([]byte, error) {
 		}
 	}
 	view.Store.Requests = c.Store.RequestLimits.Or(RequestLimits{})
-	view.Identity.TrustedProxies = []string{}
-	for _, p := range c.Identity.TrustedProxies {
-		view.Identity.TrustedProxies = append(view.Identity.TrustedProxies, p.String())
+	if view.Identity.TrustedProxies == nil {
+		view.Identity.TrustedProxies = []netip.Prefix{}
 	}
-	view.Identity.ClientIPHeader = c.Identity.ClientIPHeader
-	view.Identity.IPv6Prefix = c.Identity.IPv6Prefix
-	view.Identity.APIKeySecretEnv = c.Identity.APIKeySecretEnv
 
 	view.Policies = []policyView{}
 	for _, p := range c.Policies {

@@ -288,10 +288,8 @@ func (w *Watcher) rewatch() error {
 	names := map[string]bool{}
 	dirs := map[string]bool{}
 	add := func(p string) {
-		d := filepath.Dir(p)
-		if r, err := filepath.EvalSymlinks(d); err == nil {
-			d = r
-		} else {
+		d, err := filepath.EvalSymlinks(filepath.Dir(p))
+		if err != nil {
 			return // its directory is gone too: the parent's own entry covers its return
 		}
 		names[filepath.Join(d, filepath.Base(p))] = true
@@ -302,13 +300,13 @@ func (w *Watcher) rewatch() error {
 		add(p)
 	}
 	w.dir = ""
-	if real := chain[len(chain)-1]; isDir(real) {
-		if r, err := filepath.EvalSymlinks(real); err == nil {
+	if r, err := filepath.EvalSymlinks(chain[len(chain)-1]); err == nil {
+		if st, err := os.Stat(r); err == nil && st.IsDir() {
 			w.dir = r
 			dirs[r] = true
 			entries, _ := os.ReadDir(r)
 			for _, e := range entries {
-				if configName(e.Name()) || e.Name() == "..data" {
+				if watchedName(e.Name()) {
 					for _, p := range linkChain(filepath.Join(r, e.Name())) {
 						add(p)
 					}
@@ -348,15 +346,13 @@ func (w *Watcher) relevant(name string) bool {
 	if w.names[name] {
 		return true
 	}
-	return w.dir != "" && filepath.Dir(name) == w.dir && (configName(filepath.Base(name)) || filepath.Base(name) == "..data")
+	return w.dir != "" && filepath.Dir(name) == w.dir && watchedName(filepath.Base(name))
 }
 
-// configName reports whether a directory entry is one Load reads.
-func configName(name string) bool { return !strings.HasPrefix(name, ".") && isYAMLName(name) }
-
-func isDir(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.IsDir()
+// watchedName reports whether a directory entry is one Load reads, or a ConfigMap's
+// "..data" link.
+func watchedName(name string) bool {
+	return name == "..data" || !strings.HasPrefix(name, ".") && isYAMLName(name)
 }
 
 // linkChain resolves p (absolute) one symbolic link at a time and returns each link met,
