@@ -48,14 +48,19 @@ const maxScanLines = 5000
 // parse with the same message (the parser names where the construct began, or no line),
 // at that line's first character.
 func (d *decoder) syntaxError(data []byte, err error) (string, Position) {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	pos := Position{File: d.file}
-	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
-		pos.Line, _ = strconv.Atoi(m[1])
-		msg = m[2]
-	} else {
-		pos.Line = max(1, bytes.Count(bytes.TrimRight(data, "\n"), []byte("\n"))+1)
+	// split returns the parser's message and the line it names, if any.
+	split := func(err error) (string, int) {
+		if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+			line, _ := strconv.Atoi(m[1])
+			return m[2], line
+		}
+		return strings.TrimPrefix(err.Error(), "yaml: "), 0
 	}
+	msg, line := split(err)
+	if line == 0 {
+		line = max(1, bytes.Count(bytes.TrimRight(data, "\n"), []byte("\n"))+1)
+	}
+	pos := Position{File: d.file, Line: line}
 	lines := bytes.SplitAfter(data, []byte("\n"))
 	if len(lines) > maxScanLines {
 		return msg, pos
@@ -64,15 +69,9 @@ func (d *decoder) syntaxError(data []byte, err error) (string, Position) {
 	for i, l := range lines {
 		end += len(l)
 		var n yaml.Node
-		perr := yaml.Unmarshal(data[:end], &n)
-		if perr == nil {
+		if perr := yaml.Unmarshal(data[:end], &n); perr == nil {
 			continue
-		}
-		pmsg := strings.TrimPrefix(perr.Error(), "yaml: ")
-		if m := yamlLine.FindStringSubmatch(perr.Error()); m != nil {
-			pmsg = m[2]
-		}
-		if pmsg == msg {
+		} else if pmsg, _ := split(perr); pmsg == msg {
 			pos.Line = i + 1
 			pos.Column = len(l) - len(bytes.TrimLeft(l, " \t")) + 1
 			break
