@@ -471,8 +471,6 @@ func (d *decoder) envoyDomain(root *yaml.Node) *Domain {
 				})
 			}
 		}
-	}
-	for _, r := range dom.Rules {
 		r.replacesPos, r.replacesField = nil, nil
 	}
 	if v, ok := o.get("quota_buckets"); ok && dom.Name != "" {
