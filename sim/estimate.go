@@ -3,6 +3,7 @@ package sim
 import (
 	"math"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
 )
 
@@ -45,55 +46,52 @@ type EstimatorAccuracy struct {
 
 // estimate computes the Estimate of p's arrivals (for a closed-loop pattern, its demand).
 func estimate(p Pattern, arrivals []Arrival) Estimate {
-	P := p.Limit.Period.Microseconds()
-	R := p.Limit.Rate
+	P, R := p.Limit.Period.Microseconds(), p.Limit.Rate
 	keys := make([]keyState, p.Keys)
 	start := Epoch.UnixMicro()
 	var near int64
-	var disc, cont judged
+	var j [2]judged
 	for _, a := range arrivals {
-		exact, d, c := keys[a.Key].count(start+a.At, P)
-		disc.add(exact, d > R, float64(d), R)
-		cont.add(exact, c > float64(R), c, R)
+		exact, est := keys[a.Key].count(start+a.At, P)
+		for i := range j {
+			j[i].add(exact, est[i], R)
+		}
 		if 2*exact > R {
 			near++
 		}
 	}
 	n := int64(len(arrivals))
-	out := Estimate{Pattern: p.Name, Requests: n, Keys: p.Keys}
-	if n > 0 {
-		out.NearThreshold = float64(near) / float64(n)
-		out.Discrete = disc.accuracy(n)
-		out.Continuous = cont.accuracy(n)
-	}
-	return out
+	return Estimate{Pattern: p.Name, Requests: n, Keys: p.Keys, NearThreshold: float64(near) / float64(max(n, 1)),
+		Discrete: j[0].accuracy(n), Continuous: j[1].accuracy(n)}
 }
 
 // count records one request at t (µs) on the key, counting every request, and returns the
 // exact number of requests in (t-P, t], this one included, and the sliding window
-// counter's two estimates of it: sluice's discrete ⌊prev·(P-e-1)/P⌋ + cur and the
-// continuous prev·(P-e)/P + cur as Cloudflare published it.
-func (k *keyState) count(t, P int64) (exact, discrete int64, continuous float64) {
+// counter's two estimates of it (see Estimate): sluice's, and Cloudflare's formula.
+func (k *keyState) count(t, P int64) (exact int64, est [2]float64) {
 	exact = k.inWindow(t, P) + 1
 	k.win = append(k.win, t)
-	k.estimate(t, P, false) // rolls the fixed windows
-	k.cur++
-	e := t - k.wStart
-	discrete = algo.MulDiv(k.prev, P-e-1, P) + k.cur
-	continuous = float64(k.prev)*float64(P-e)/float64(P) + float64(k.cur)
-	return exact, discrete, continuous
+	p := windowCounter(sluice.SlidingWindow, P)
+	var r algo.Result
+	k.wc, r = algo.SlidingWindow(k.wc, t, p, 1)
+	e := t - k.wc.A
+	return exact, [2]float64{float64(p.Rate - r.Remaining), float64(k.wc.B)*float64(P-e)/float64(P) + float64(k.wc.C)}
 }
 
-// judged accumulates one estimator's verdicts on requests.
+// judged accumulates one estimator's verdicts on requests and, for a Population, on
+// sources.
 type judged struct {
 	wrongAllows, wrongDenies int64
 	diff                     float64 // sum of |estimate - exact| / exact
+
+	exceeded, missed, flagged, falseFlagged int
+	missedPeak                              int64 // the largest exact count among missed sources
 }
 
-// add judges one request: the exact count and whether the estimate exceeds the threshold R.
-func (j *judged) add(exact int64, over bool, est float64, R int64) {
+// add judges one request: its exact count against the estimate est, with threshold R.
+func (j *judged) add(exact int64, est float64, R int64) {
 	j.diff += math.Abs(est-float64(exact)) / float64(exact)
-	switch {
+	switch over := est > float64(R); {
 	case !over && exact > R:
 		j.wrongAllows++
 	case over && exact <= R:
@@ -101,10 +99,33 @@ func (j *judged) add(exact int64, over bool, est float64, R int64) {
 	}
 }
 
+// addSource judges one source: whether its exact count and its estimate ever exceeded
+// the threshold, and its peak exact count.
+func (j *judged) addSource(exceeded, flagged bool, peak int64) {
+	if exceeded {
+		j.exceeded++
+		if !flagged {
+			j.missed++
+			j.missedPeak = max(j.missedPeak, peak)
+		}
+	}
+	if flagged {
+		j.flagged++
+		if !exceeded {
+			j.falseFlagged++
+		}
+	}
+}
+
 func (j *judged) merge(o judged) {
 	j.wrongAllows += o.wrongAllows
 	j.wrongDenies += o.wrongDenies
 	j.diff += o.diff
+	j.exceeded += o.exceeded
+	j.missed += o.missed
+	j.flagged += o.flagged
+	j.falseFlagged += o.falseFlagged
+	j.missedPeak = max(j.missedPeak, o.missedPeak)
 }
 
 func (j judged) accuracy(n int64) EstimatorAccuracy {

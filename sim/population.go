@@ -4,14 +4,9 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"hash/fnv"
-	"io"
 	"math"
 	"math/rand/v2"
-	"runtime"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -185,63 +180,34 @@ func (p Population) sample(r *rand.Rand, keys int, d time.Duration) []Arrival {
 	return out
 }
 
-// tally accumulates the verdicts on a set of sources.
+// tally accumulates the verdicts on a set of sources, per estimator: sluice's (0) and
+// the formula as published (1).
 type tally struct {
-	sources    int
-	requests   int64
-	disc, cont judged
-	dSrc, cSrc sourceVerdicts
-	above      int
-}
-
-type sourceVerdicts struct {
-	exceeded, missed, flagged, falseFlagged int
-	missedPeak                              int64 // the largest exact count among missed sources
-}
-
-func (v *sourceVerdicts) add(exceeded, flagged bool, peak int64) {
-	if exceeded {
-		v.exceeded++
-		if !flagged {
-			v.missed++
-			v.missedPeak = max(v.missedPeak, peak)
-		}
-	}
-	if flagged {
-		v.flagged++
-		if !exceeded {
-			v.falseFlagged++
-		}
-	}
-}
-
-func (v *sourceVerdicts) merge(o sourceVerdicts) {
-	v.exceeded += o.exceeded
-	v.missed += o.missed
-	v.flagged += o.flagged
-	v.falseFlagged += o.falseFlagged
-	v.missedPeak = max(v.missedPeak, o.missedPeak)
+	sources  int
+	requests int64
+	above    int
+	est      [2]judged
 }
 
 func (t *tally) merge(o tally) {
 	t.sources += o.sources
 	t.requests += o.requests
-	t.disc.merge(o.disc)
-	t.cont.merge(o.cont)
-	t.dSrc.merge(o.dSrc)
-	t.cSrc.merge(o.cSrc)
 	t.above += o.above
+	for i := range t.est {
+		t.est[i].merge(o.est[i])
+	}
 }
 
 func (t tally) stratum() Stratum {
-	return Stratum{Sources: t.sources, Requests: t.requests, Discrete: t.disc.accuracy(t.requests), Continuous: t.cont.accuracy(t.requests)}
+	return Stratum{Sources: t.sources, Requests: t.requests, Discrete: t.est[0].accuracy(t.requests), Continuous: t.est[1].accuracy(t.requests)}
 }
 
-func (t tally) estimator(j judged, v sourceVerdicts, R int64) PopulationEstimator {
+func (t tally) estimator(i int, R int64) PopulationEstimator {
+	j := t.est[i]
 	return PopulationEstimator{
 		EstimatorAccuracy: j.accuracy(t.requests),
-		Exceeded:          v.exceeded, Missed: v.missed, MissedPeak: float64(v.missedPeak) / float64(R),
-		Flagged: v.flagged, FalseFlagged: v.falseFlagged,
+		Exceeded:          j.exceeded, Missed: j.missed, MissedPeak: float64(j.missedPeak) / float64(R),
+		Flagged: j.flagged, FalseFlagged: j.falseFlagged,
 	}
 }
 
@@ -261,40 +227,40 @@ func (p Population) judge(k *keyState, r *rand.Rand, rate float64, t *tally) {
 	*k = keyState{win: k.win[:0]}
 	P, R := p.Limit.Period.Microseconds(), p.Limit.Rate
 	start := Epoch.UnixMicro()
-	var exceeded, dFlag, cFlag bool
+	var exceeded bool
+	var flagged [2]bool
 	var peak int64
 	p.traffic(r, rate, func(at int64) {
-		exact, d, c := k.count(start+at, P)
+		exact, est := k.count(start+at, P)
 		t.requests++
-		t.disc.add(exact, d > R, float64(d), R)
-		t.cont.add(exact, c > float64(R), c, R)
+		for i, e := range est {
+			t.est[i].add(exact, e, R)
+			flagged[i] = flagged[i] || e > float64(R)
+		}
 		exceeded = exceeded || exact > R
-		dFlag = dFlag || d > R
-		cFlag = cFlag || c > float64(R)
 		peak = max(peak, exact)
 	})
 	t.sources++
 	if rate > float64(R) {
 		t.above++
 	}
-	t.dSrc.add(exceeded, dFlag, peak)
-	t.cSrc.add(exceeded, cFlag, peak)
+	for i := range t.est {
+		t.est[i].addSource(exceeded, flagged[i], peak)
+	}
 }
 
 // seedSource seeds pcg for source i of the population (near: of the extra near-threshold
 // sources) of the named pattern: every source has its own generator.
 func seedSource(pcg *rand.PCG, seed uint64, name string, i int, near bool) {
-	h := fnv.New64a()
-	io.WriteString(h, name+"/population")
-	stream := h.Sum64() ^ uint64(i)*0x9e3779b97f4a7c15
+	stream := nameHash(name+"/population") ^ uint64(i)*0x9e3779b97f4a7c15
 	if near {
 		stream = ^stream
 	}
 	pcg.Seed(seed, stream)
 }
 
-// populationChunk is the number of sources a worker takes at a time. Chunks are summed in
-// order, so the figures do not depend on how many workers there are.
+// populationChunk is the number of sources measured as one task. Chunks are summed in
+// order, so the figures do not depend on how many run at once.
 const populationChunk = 1024
 
 // measure computes the PopulationAccuracy of p for the given pattern name and seed. Each
@@ -304,61 +270,38 @@ func (p Population) measure(ctx context.Context, name string, seed uint64, paral
 	if err := p.check(); err != nil {
 		return PopulationAccuracy{}, fmt.Errorf("sim: pattern %s: %w", name, err)
 	}
-	if parallel <= 0 {
-		parallel = runtime.GOMAXPROCS(0)
-	}
 	// Chunks [0, crowd) are the population, split into near and rest; the following ones
 	// the extra near-threshold sources.
 	crowd := (p.Sources + populationChunk - 1) / populationChunk
-	chunks := crowd + (p.NearSources+populationChunk-1)/populationChunk
 	type result struct{ near, rest, extra tally }
-	results := make([]result, chunks)
-	var next atomic.Int64
-	var failed atomic.Bool
-	var wg sync.WaitGroup
-	for range max(1, min(parallel, chunks)) {
-		wg.Go(func() {
-			pcg := rand.NewPCG(0, 0)
-			r := rand.New(pcg)
-			var k keyState
-			for {
-				c := int(next.Add(1) - 1)
-				if c >= chunks || failed.Load() {
-					return
-				}
-				if ctx.Err() != nil {
-					failed.Store(true)
-					return
-				}
-				res := &results[c]
-				var n int64
-				if c < crowd {
-					for i := c * populationChunk; i < min((c+1)*populationChunk, p.Sources); i++ {
-						seedSource(pcg, seed, name, i, false)
-						rate := p.rate(r)
-						t := &res.rest
-						if p.near(rate) {
-							t = &res.near
-						}
-						before := t.requests
-						p.judge(&k, r, rate, t)
-						n += t.requests - before
-					}
-				} else {
-					for i := (c - crowd) * populationChunk; i < min((c-crowd+1)*populationChunk, p.NearSources); i++ {
-						seedSource(pcg, seed, name, i, true)
-						p.judge(&k, r, p.nearRate(r), &res.extra)
-					}
-					n = res.extra.requests
-				}
-				if progress != nil {
-					progress(n)
-				}
+	results := make([]result, crowd+(p.NearSources+populationChunk-1)/populationChunk)
+	err := forEach(ctx, len(results), parallel, func(_ context.Context, c int) error {
+		pcg := rand.NewPCG(0, 0)
+		r := rand.New(pcg)
+		var k keyState
+		res := &results[c]
+		extra, n := c >= crowd, p.Sources
+		if extra {
+			c, n = c-crowd, p.NearSources
+		}
+		for i := c * populationChunk; i < min((c+1)*populationChunk, n); i++ {
+			seedSource(pcg, seed, name, i, extra)
+			if extra {
+				p.judge(&k, r, p.nearRate(r), &res.extra)
+				continue
 			}
-		})
-	}
-	wg.Wait()
-	if err := ctx.Err(); err != nil {
+			rate, t := p.rate(r), &res.rest
+			if p.near(rate) {
+				t = &res.near
+			}
+			p.judge(&k, r, rate, t)
+		}
+		if progress != nil {
+			progress(res.near.requests + res.rest.requests + res.extra.requests)
+		}
+		return nil
+	})
+	if err != nil {
 		return PopulationAccuracy{}, err
 	}
 	var near, rest, extra tally
@@ -370,18 +313,15 @@ func (p Population) measure(ctx context.Context, name string, seed uint64, paral
 	all := near
 	all.merge(rest)
 
-	R := p.Limit.Rate
 	out := PopulationAccuracy{
 		Pattern: name, Sources: p.Sources, Requests: all.requests, Duration: p.Duration,
 		Limit:   fmt.Sprintf("%d %s", p.Limit.Rate, per(p.Limit.Period)),
 		MinRate: p.MinRate, Alpha: p.Alpha, SourcesAbove: all.above,
-		Discrete:   all.estimator(all.disc, all.dSrc, R),
-		Continuous: all.estimator(all.cont, all.cSrc, R),
+		Discrete:   all.estimator(0, p.Limit.Rate),
+		Continuous: all.estimator(1, p.Limit.Rate),
 		Near:       extra.stratum(),
 		Rest:       rest.stratum(),
-	}
-	if all.requests > 0 {
-		out.NearShare = float64(near.requests) / float64(all.requests)
+		NearShare:  float64(near.requests) / float64(max(all.requests, 1)),
 	}
 	mix := func(s float64, near, rest EstimatorAccuracy) Rates {
 		return Rates{

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -71,8 +72,7 @@ type Report struct {
 // history: the exact verdict for a request at t is "allow" when the units admitted in
 // (t-Period, t] plus its cost are at most Rate, which is what SlidingLog decides. A false
 // allow is a request the algorithm admitted that the exact window would have denied, a
-// false deny the reverse; both rates are per request (of all requests), the way Cloudflare
-// reports its figure.
+// false deny the reverse; both rates are per request, as Cloudflare reports its figure.
 type Result struct {
 	Pattern   string           `json:"pattern"`
 	Algorithm sluice.Algorithm `json:"algorithm"`
@@ -81,39 +81,36 @@ type Result struct {
 	Requests  int64            `json:"requests"`
 	Admitted  int64            `json:"admitted"`
 	Denied    int64            `json:"denied"`
-	// MaxWindowRatio is the largest number of units admitted for one key in any rolling
-	// window (t-Period, t], divided by Rate. 1 is exact; the fixed window reaches 2.
+	// MaxWindowRatio is the most units admitted for one key in any rolling window
+	// (t-Period, t], divided by Rate. 1 is exact; the fixed window reaches 2.
 	MaxWindowRatio float64 `json:"max_window_ratio"`
 	FalseAllows    int64   `json:"false_allows"`
 	FalseDenies    int64   `json:"false_denies"`
 	FalseAllowRate float64 `json:"false_allow_rate"`
 	FalseDenyRate  float64 `json:"false_deny_rate"`
-	// RateError, for the window counters (fixed_window, sliding_window), is the mean over
-	// requests of |estimate - real| / real, where estimate is the algorithm's count of the
-	// window (for sliding_window ⌊prev·(Period-e-1)/Period⌋ + cur) and real the exact
-	// count of (t-Period, t], over the requests where real > 0. Absent for the others.
+	// RateError, for fixed_window and sliding_window only, is the mean over requests with
+	// real > 0 of |estimate - real| / real: the algorithm's count of the window against the
+	// exact count of (t-Period, t].
 	RateError *float64 `json:"rate_error,omitempty"`
 	// RetryAfterChecks is the number of denials whose Retry-After was tested: with nothing
-	// admitted on the key meanwhile, a look at now+RetryAfter must allow (else the
-	// Retry-After was a lie, counted in RetryAfterLate) and a look 1µs earlier must deny
-	// (else it overstated the wait, counted in RetryAfterEarly). Denials sharing a key and
-	// a retry instant are tested once.
+	// admitted on the key meanwhile, a look at now+RetryAfter must allow (else it counts in
+	// RetryAfterLate) and a look 1µs earlier must deny (else in RetryAfterEarly). Denials
+	// sharing a key and a retry instant are tested once.
 	RetryAfterChecks int64 `json:"retry_after_checks"`
 	RetryAfterLate   int64 `json:"retry_after_late"`
 	RetryAfterEarly  int64 `json:"retry_after_early"`
 	// RetryAfterHonest: every tested Retry-After let the request through exactly then.
 	RetryAfterHonest bool `json:"retry_after_honest"`
-	// StateBytesPerKey is the algorithm's own state per key in bytes: 8 per int64 field
-	// (the bucket machine, for gcra, token_bucket and leaky_bucket alike, 8: its TAT; fixed
-	// window 16; sliding window 24), and for
-	// sliding_log 8 per timestamp at each key's peak, averaged over the keys that had
-	// traffic. Key bytes and table overhead are excluded (package memory documents them).
+	// StateBytesPerKey is the algorithm's own state per key, 8 bytes per int64: 8 for the
+	// bucket algorithms (a TAT), 16 for fixed_window, 24 for sliding_window, and for
+	// sliding_log 8 per timestamp at each key's peak, averaged over the keys with traffic.
+	// Key bytes and table overhead are excluded.
 	StateBytesPerKey float64 `json:"state_bytes_per_key"`
 
 	// Timeline is the charted key's history (not in JSON or CSV).
 	Timeline Timeline `json:"-"`
 
-	digest uint64 // of every (time, key, decision), to compare algorithms decision by decision
+	digest uint64 // of every (time, key, admitted so far), to compare runs decision by decision
 }
 
 // Timeline is one key's history in equal bins of virtual time.
@@ -145,25 +142,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Parallel <= 0 {
 		cfg.Parallel = runtime.GOMAXPROCS(0)
 	}
-	for _, p := range cfg.Patterns {
-		if err := p.check(); err != nil {
-			return nil, err
-		}
-		if p.Population != nil {
-			if err := p.Population.check(); err != nil {
-				return nil, fmt.Errorf("sim: pattern %s: %w", p.Name, err)
-			}
-		}
-	}
-
 	// Arrivals are generated once per pattern and shared, read-only, by its runs.
 	arrivals := make([][]Arrival, len(cfg.Patterns))
 	var total int64
 	for i, p := range cfg.Patterns {
-		arrivals[i] = p.Arrivals(patternRand(cfg.Seed, p.Name))
-		if !slices.IsSortedFunc(arrivals[i], func(a, b Arrival) int { return cmp.Compare(a.At, b.At) }) {
-			slices.SortStableFunc(arrivals[i], func(a, b Arrival) int { return cmp.Compare(a.At, b.At) })
+		if err := p.check(); err != nil {
+			return nil, err
 		}
+		arrivals[i] = p.Arrivals(patternRand(cfg.Seed, p.Name))
+		slices.SortStableFunc(arrivals[i], func(a, b Arrival) int { return cmp.Compare(a.At, b.At) })
 		for _, a := range arrivals[i] {
 			if a.Key < 0 || int(a.Key) >= p.Keys || a.At < 0 {
 				return nil, fmt.Errorf("sim: pattern %s: arrival %+v outside %d keys or before the start", p.Name, a, p.Keys)
@@ -174,7 +161,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			total += p.Population.expectedRequests()
 		}
 	}
-
 	var done atomic.Int64
 	progress := func(n int64) {
 		if cfg.Progress != nil {
@@ -182,42 +168,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 
-	type job struct{ p, a int }
-	jobs := make(chan job)
-	results := make([]Result, len(cfg.Patterns)*len(cfg.Algorithms))
-	errs := make([]error, len(results))
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	for range min(cfg.Parallel, len(results)) {
-		wg.Go(func() {
-			for j := range jobs {
-				i := j.p*len(cfg.Algorithms) + j.a
-				results[i], errs[i] = runOne(ctx, cfg.Store, cfg.Patterns[j.p], cfg.Algorithms[j.a], arrivals[j.p], progress)
-				if errs[i] != nil {
-					cancel()
-				}
-			}
-		})
-	}
-feed:
-	for p := range cfg.Patterns {
-		for a := range cfg.Algorithms {
-			select {
-			case jobs <- job{p, a}:
-			case <-ctx.Done():
-				break feed
-			}
-		}
-	}
-	close(jobs)
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	if err := ctx.Err(); err != nil {
+	algs := len(cfg.Algorithms)
+	results := make([]Result, len(cfg.Patterns)*algs)
+	err := forEach(ctx, len(results), cfg.Parallel, func(ctx context.Context, i int) (err error) {
+		p := i / algs
+		results[i], err = runOne(ctx, cfg.Store, cfg.Patterns[p], cfg.Algorithms[i%algs], arrivals[p], progress)
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	report := &Report{Seed: cfg.Seed, Store: cfg.StoreName, Patterns: cfg.Patterns, Results: results}
@@ -234,6 +192,28 @@ feed:
 	return report, nil
 }
 
+// forEach calls f for every i in [0, n), on up to workers goroutines. After an error it
+// starts no more calls and cancels the context of those under way. It returns the error
+// of the least i that failed, else ctx's.
+func forEach(ctx context.Context, n, workers int, f func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range max(1, min(workers, n)) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n && ctx.Err() == nil; i = int(next.Add(1) - 1) {
+				if errs[i] = f(ctx, i); errs[i] != nil {
+					cancel()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return cmp.Or(append(errs, ctx.Err())...)
+}
+
 func (p Pattern) check() error {
 	switch {
 	case p.Name == "":
@@ -245,31 +225,42 @@ func (p Pattern) check() error {
 	case p.Duration <= 0:
 		return fmt.Errorf("sim: pattern %s: duration %v", p.Name, p.Duration)
 	}
-	return p.Limit.Validate()
+	if err := p.Limit.Validate(); err != nil || p.Population == nil {
+		return err
+	}
+	if err := p.Population.check(); err != nil {
+		return fmt.Errorf("sim: pattern %s: %w", p.Name, err)
+	}
+	return nil
 }
 
 // patternRand is the generator for a pattern's arrivals: a function of the seed and the
 // pattern's name only, so adding patterns or algorithms changes no other pattern's traffic.
 func patternRand(seed uint64, name string) *rand.Rand {
-	h := fnv.New64a()
-	io.WriteString(h, name)
-	return rand.New(rand.NewPCG(seed, h.Sum64()))
+	return rand.New(rand.NewPCG(seed, nameHash(name)))
 }
 
-// virtualClock is a run's clock; only the run's goroutine moves it.
-type virtualClock struct{ us atomic.Int64 }
-
-func (c *virtualClock) now() time.Time { return time.UnixMicro(c.us.Load()).UTC() }
+func nameHash(s string) uint64 {
+	h := fnv.New64a()
+	io.WriteString(h, s)
+	return h.Sum64()
+}
 
 // keyState is what a run tracks per key to judge its decisions.
 type keyState struct {
 	win    []int64 // admitted timestamps (µs), oldest first from head; one per unit
 	head   int
-	peak   int   // most timestamps held in (t-Period, t]
-	admits int64 // units admitted so far; a probe is valid only if unchanged
-	// The window-counter estimate of (t-Period, t] from the admitted history.
-	wStart, cur, prev int64
-	seen              bool
+	peak   int        // most timestamps held in (t-Period, t]
+	admits int64      // units admitted so far; a probe is valid only if unchanged
+	wc     algo.State // a window counter's state (see windowCounter)
+	seen   bool
+}
+
+// windowCounter returns the parameters of algorithm a (FixedWindow or SlidingWindow)
+// over Period P, with a Rate it never reaches: deciding with them only counts, and
+// Rate - Remaining is the algorithm's estimate of the units in (now-P, now].
+func windowCounter(a sluice.Algorithm, P int64) algo.Params {
+	return algo.Params{Algo: a, Rate: 1 << 62, Period: P}
 }
 
 // inWindow drops timestamps at or before t-P and returns the count left.
@@ -284,35 +275,29 @@ func (k *keyState) inWindow(t, P int64) int64 {
 	return int64(len(k.win) - k.head)
 }
 
-// countAfter is the number of held timestamps later than t (binary search).
+// countAfter is the number of held timestamps later than t.
 func (k *keyState) countAfter(t int64) int64 {
-	lo, hi := k.head, len(k.win)
-	for lo < hi {
-		m := (lo + hi) / 2
-		if k.win[m] <= t {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	return int64(len(k.win) - lo)
+	i, _ := slices.BinarySearch(k.win[k.head:], t+1)
+	return int64(len(k.win) - k.head - i)
 }
 
-// estimate is the window counter's estimate at t, from admitted counts per fixed window.
-func (k *keyState) estimate(t, P int64, sliding bool) int64 {
-	switch w := t - t%P; {
-	case w == k.wStart+P:
-		k.wStart, k.prev, k.cur = w, k.cur, 0
-	case w > k.wStart+P:
-		k.wStart, k.prev, k.cur = w, 0, 0
-	}
-	if !sliding {
-		return k.cur
-	}
-	e := t - k.wStart
-	return algo.MulDiv(k.prev, P-e-1, P) + k.cur
+// queue is a container/heap of T, least first.
+type queue[T any] struct {
+	s    []T
+	less func(a, b T) bool
 }
 
+func (q *queue[T]) Len() int           { return len(q.s) }
+func (q *queue[T]) Less(i, j int) bool { return q.less(q.s[i], q.s[j]) }
+func (q *queue[T]) Swap(i, j int)      { q.s[i], q.s[j] = q.s[j], q.s[i] }
+func (q *queue[T]) Push(x any)         { q.s = append(q.s, x.(T)) }
+func (q *queue[T]) Pop() any {
+	x := q.s[len(q.s)-1]
+	q.s = q.s[:len(q.s)-1]
+	return x
+}
+
+// probe is a look at a denied key's Retry-After instant (allow) or 1µs before it.
 type probe struct {
 	at     int64
 	key    int32
@@ -320,37 +305,16 @@ type probe struct {
 	admits int64 // the key's admits at the denial
 }
 
-type probeHeap []probe
-
-func (h probeHeap) Len() int { return len(h) }
-func (h probeHeap) Less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
-	}
-	if h[i].key != h[j].key {
-		return h[i].key < h[j].key
-	}
-	return !h[i].allow && h[j].allow
-}
-func (h probeHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *probeHeap) Push(x any)   { *h = append(*h, x.(probe)) }
-func (h *probeHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
-
 // runOne runs pattern p under algorithm a on a fresh limiter.
-func runOne(ctx context.Context, store StoreFunc, p Pattern, a sluice.Algorithm, arrivals []Arrival, progress func(int64)) (Result, error) {
+func runOne(ctx context.Context, open StoreFunc, p Pattern, a sluice.Algorithm, arrivals []Arrival, progress func(int64)) (Result, error) {
 	limit := p.Limit.With(a)
 	if err := limit.Validate(); err != nil {
 		return Result{}, fmt.Errorf("sim: pattern %s under %v: %w", p.Name, a, err)
 	}
-	clock := &virtualClock{}
 	start := Epoch.UnixMicro()
-	clock.us.Store(start)
-	lim, closeStore, err := store(clock.now)
+	var clock atomic.Int64 // the virtual clock, µs; only this goroutine moves it
+	clock.Store(start)
+	lim, closeStore, err := open(func() time.Time { return time.UnixMicro(clock.Load()).UTC() })
 	if err != nil {
 		return Result{}, fmt.Errorf("sim: opening the store: %w", err)
 	}
@@ -360,6 +324,14 @@ func runOne(ctx context.Context, store StoreFunc, p Pattern, a sluice.Algorithm,
 	keyNames := make([]string, p.Keys)
 	for i := range keyNames {
 		keyNames[i] = fmt.Sprintf("sim:%s:%d", p.Name, i)
+	}
+	decide := func(t int64, key int32, n int64) (sluice.Decision, error) {
+		clock.Store(t)
+		d, err := sluice.AllowN(ctx, lim, keyNames[key], limit, n)
+		if err != nil {
+			return d, fmt.Errorf("sim: %s under %v: %w", p.Name, a, err)
+		}
+		return d, nil
 	}
 	keys := make([]keyState, p.Keys)
 	var src source = &openLoop{a: arrivals}
@@ -378,21 +350,25 @@ func runOne(ctx context.Context, store StoreFunc, p Pattern, a sluice.Algorithm,
 	// later bin (or the run ends), when its admitted history up to that instant is final.
 	sampled := 0
 	sampleTo := func(bin int) {
-		f := &keys[p.Focus]
 		for ; sampled < bin && sampled < timelineBins; sampled++ {
 			last := start + int64(sampled+1)*binW - 1 // the bin's last microsecond
-			tl.Window[sampled] = max(tl.Window[sampled], f.countAfter(last-P))
+			tl.Window[sampled] = max(tl.Window[sampled], keys[p.Focus].countAfter(last-P))
 		}
 	}
-	windowCounter := a == sluice.FixedWindow || a == sluice.SlidingWindow
+	counting := a == sluice.FixedWindow || a == sluice.SlidingWindow
+	wp := windowCounter(a, P)
 	var rateErrSum float64
-	var rateErrN int64
-	var maxWindow int64
+	var rateErrN, maxWindow int64
 
-	var probes probeHeap
+	probes := queue[probe]{less: func(x, y probe) bool {
+		if x.at != y.at || x.key != y.key {
+			return x.at < y.at || x.at == y.at && x.key < y.key
+		}
+		return !x.allow && y.allow
+	}}
 	probing := map[[2]int64]bool{}
 	runProbes := func(until int64) error {
-		for probes.Len() > 0 && probes[0].at <= until {
+		for probes.Len() > 0 && probes.s[0].at <= until {
 			pr := heap.Pop(&probes).(probe)
 			if pr.allow {
 				delete(probing, [2]int64{int64(pr.key), pr.at})
@@ -400,30 +376,24 @@ func runOne(ctx context.Context, store StoreFunc, p Pattern, a sluice.Algorithm,
 			if keys[pr.key].admits != pr.admits {
 				continue // something was admitted since: the Retry-After no longer applies
 			}
-			clock.us.Store(pr.at)
-			d, err := sluice.AllowN(ctx, lim, keyNames[pr.key], limit, 0)
+			d, err := decide(pr.at, pr.key, 0)
 			if err != nil {
-				return fmt.Errorf("sim: %s under %v: %w", p.Name, a, err)
-			}
-			switch {
-			case pr.allow && !d.Allowed:
-				res.RetryAfterLate++
-			case !pr.allow && d.Allowed:
-				res.RetryAfterEarly++
+				return err
 			}
 			if pr.allow {
 				res.RetryAfterChecks++
+				if !d.Allowed {
+					res.RetryAfterLate++
+				}
+			} else if d.Allowed {
+				res.RetryAfterEarly++
 			}
 		}
 		return nil
 	}
 
 	var batch int64
-	for {
-		arr, ok := src.next()
-		if !ok {
-			break
-		}
+	for arr, ok := src.next(); ok; arr, ok = src.next() {
 		if batch++; batch == 1024 {
 			progress(batch)
 			batch = 0
@@ -438,30 +408,24 @@ func runOne(ctx context.Context, store StoreFunc, p Pattern, a sluice.Algorithm,
 		k := &keys[arr.Key]
 		k.seen = true
 		real := k.inWindow(t, P)
-		var est int64
-		if windowCounter {
-			est = k.estimate(t, P, a == sluice.SlidingWindow)
+		if counting {
+			var r algo.Result
+			if k.wc, r = algo.Decide(k.wc, t, wp, 0); real > 0 {
+				rateErrSum += math.Abs(float64(wp.Rate-r.Remaining-real)) / float64(real)
+				rateErrN++
+			}
 		}
 		bin := int((t - start) / binW)
-		if arr.Key == int32(p.Focus) {
+		focus := arr.Key == int32(p.Focus)
+		if focus {
 			sampleTo(bin)
 		}
-
-		clock.us.Store(t)
-		d, err := sluice.AllowN(ctx, lim, keyNames[arr.Key], limit, 1)
+		d, err := decide(t, arr.Key, 1)
 		if err != nil {
-			return Result{}, fmt.Errorf("sim: %s under %v: %w", p.Name, a, err)
+			return Result{}, err
 		}
 		res.Requests++
 		exact := real+1 <= limit.Rate
-		if windowCounter && real > 0 {
-			diff := est - real
-			if diff < 0 {
-				diff = -diff
-			}
-			rateErrSum += float64(diff) / float64(real)
-			rateErrN++
-		}
 		after := real
 		if d.Allowed {
 			res.Admitted++
@@ -473,27 +437,24 @@ func runOne(ctx context.Context, store StoreFunc, p Pattern, a sluice.Algorithm,
 			after++
 			k.peak = max(k.peak, int(after))
 			maxWindow = max(maxWindow, after)
-			if windowCounter {
-				k.cur++
+			if counting {
+				k.wc, _ = algo.Decide(k.wc, t, wp, 1)
 			}
 		} else {
 			res.Denied++
 			if exact {
 				res.FalseDenies++
 			}
-			ra := d.RetryAfter.Microseconds()
-			at := t + ra
-			if id := [2]int64{int64(arr.Key), at}; !probing[id] && ra > 0 {
-				probing[id] = true
-				heap.Push(&probes, probe{at: at - 1, key: arr.Key, allow: false, admits: k.admits})
-				heap.Push(&probes, probe{at: at, key: arr.Key, allow: true, admits: k.admits})
-			}
-			if ra <= 0 {
+			if ra := d.RetryAfter.Microseconds(); ra <= 0 {
 				res.RetryAfterLate++ // a denial must name a positive wait
 				res.RetryAfterChecks++
+			} else if id := [2]int64{int64(arr.Key), t + ra}; !probing[id] {
+				probing[id] = true
+				heap.Push(&probes, probe{at: t + ra - 1, key: arr.Key, admits: k.admits})
+				heap.Push(&probes, probe{at: t + ra, key: arr.Key, allow: true, admits: k.admits})
 			}
 		}
-		if arr.Key == int32(p.Focus) && bin < timelineBins {
+		if focus && bin < timelineBins {
 			if d.Allowed {
 				tl.Admitted[bin]++
 			} else {
@@ -501,7 +462,7 @@ func runOne(ctx context.Context, store StoreFunc, p Pattern, a sluice.Algorithm,
 			}
 			tl.Window[bin] = max(tl.Window[bin], after)
 		}
-		res.digest = mix(mix(mix(res.digest, uint64(t)), uint64(arr.Key)), boolBit(d.Allowed))
+		res.digest = mix(mix(mix(res.digest, uint64(t)), uint64(arr.Key)), uint64(res.Admitted))
 		src.result(arr, d.Allowed, d.RetryAfter.Microseconds())
 	}
 	progress(batch)
@@ -512,16 +473,11 @@ func runOne(ctx context.Context, store StoreFunc, p Pattern, a sluice.Algorithm,
 
 	res.Timeline = tl
 	res.RetryAfterHonest = res.RetryAfterLate == 0
-	if res.Requests > 0 {
-		res.FalseAllowRate = float64(res.FalseAllows) / float64(res.Requests)
-		res.FalseDenyRate = float64(res.FalseDenies) / float64(res.Requests)
-	}
+	res.FalseAllowRate = float64(res.FalseAllows) / float64(max(res.Requests, 1))
+	res.FalseDenyRate = float64(res.FalseDenies) / float64(max(res.Requests, 1))
 	res.MaxWindowRatio = float64(maxWindow) / float64(limit.Rate)
-	if windowCounter {
-		e := 0.0
-		if rateErrN > 0 {
-			e = rateErrSum / float64(rateErrN)
-		}
+	if counting {
+		e := rateErrSum / float64(max(rateErrN, 1))
 		res.RateError = &e
 	}
 	res.StateBytesPerKey = stateBytes(a, keys)
@@ -545,17 +501,7 @@ func stateBytes(a sluice.Algorithm, keys []keyState) float64 {
 			n++
 		}
 	}
-	if n == 0 {
-		return 0
-	}
-	return 8 * float64(sum) / float64(n)
+	return 8 * float64(sum) / float64(max(n, 1))
 }
 
 func mix(h, v uint64) uint64 { return (h ^ v) * 1099511628211 }
-
-func boolBit(b bool) uint64 {
-	if b {
-		return 1
-	}
-	return 0
-}

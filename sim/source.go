@@ -33,17 +33,18 @@ type retryClients struct {
 	demand  []Arrival
 	i       int
 	end     int64
-	pending [][]int64 // per key: the demand times not yet admitted, oldest first
-	ready   []int64   // per key: the earliest time the client may send again
-	due     sendHeap  // keys with pending demand, by the time they send next
+	pending [][]int64   // per key: the demand times not yet admitted, oldest first
+	ready   []int64     // per key: the earliest time the client may send again
+	due     queue[send] // keys with pending demand, by the time they send next
 }
 
 func newRetryClients(demand []Arrival, keys int, end int64) *retryClients {
-	return &retryClients{demand: demand, end: end, pending: make([][]int64, keys), ready: make([]int64, keys)}
+	return &retryClients{demand: demand, end: end, pending: make([][]int64, keys), ready: make([]int64, keys),
+		due: queue[send]{less: sendsFirst}}
 }
 
 func (s *retryClients) next() (Arrival, bool) {
-	for s.i < len(s.demand) && (s.due.Len() == 0 || s.demand[s.i].At <= s.due[0].at) {
+	for s.i < len(s.demand) && (s.due.Len() == 0 || s.demand[s.i].At <= s.due.s[0].at) {
 		a := s.demand[s.i]
 		s.i++
 		if len(s.pending[a.Key]) == 0 {
@@ -79,21 +80,5 @@ type send struct {
 	key int32
 }
 
-// sendHeap orders sends by time, then key, so that runs are deterministic.
-type sendHeap []send
-
-func (h sendHeap) Len() int { return len(h) }
-func (h sendHeap) Less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
-	}
-	return h[i].key < h[j].key
-}
-func (h sendHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *sendHeap) Push(x any)   { *h = append(*h, x.(send)) }
-func (h *sendHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
+// sendsFirst orders sends by time, then key, so that runs are deterministic.
+func sendsFirst(x, y send) bool { return x.at < y.at || x.at == y.at && x.key < y.key }
