@@ -30,16 +30,10 @@ const (
 // published figures are not given.
 var CloudflareLimit = sluice.Limit{Rate: 50, Period: time.Minute}
 
-// Assumptions of the Cloudflare-like population where the post is silent; see
-// CloudflarePopulation.
+// Assumptions where the post is silent (see CloudflarePopulation): the span of the 400
+// million requests, and how many of the 270,000 sources sent above the threshold.
 const (
-	// cloudflareSpan is the assumed span of the 400 million requests. The post gives none;
-	// the rate limiter then handled "several billion requests per day", and a day is the
-	// span over which such figures are usually reported.
-	cloudflareSpan = 24 * time.Hour
-	// cloudflareSourcesAbove is the assumed number of the 270,000 sources whose mean rate
-	// was above the threshold. The post gives none; it implies at least five (3 sources
-	// missed, and more than one "mitigated sources"). We take 10: a handful.
+	cloudflareSpan         = 24 * time.Hour
 	cloudflareSourcesAbove = 10
 )
 
@@ -49,40 +43,29 @@ const CloudflareWorkload = "each source sends Poisson traffic at its own mean ra
 
 // CloudflarePopulation returns the population behind the comparison with Cloudflare's
 // published accuracy: sources under CloudflareLimit over d, with near extra sources in the
-// near-threshold band.
+// near-threshold band. What the post publishes fixes the population where it can; the
+// rest is assumed, each assumption with what it rests on:
 //
-// What the post publishes fixes the population where it can; the rest is assumed, each
-// assumption here with what it rests on:
-//
-//   - The threshold is 50 requests per minute, the post's worked example: "Let's say I set
-//     a limit of 50 requests per minute on an API endpoint" (CloudflareLimit). The
-//     thresholds behind the figures are not given.
+//   - The threshold is the post's worked example, 50 requests per minute ("Let's say I set
+//     a limit of 50 requests per minute on an API endpoint"); the real ones are not given.
 //   - The sample spans a day. Its span is not given; the limiter then handled "several
-//     billion requests per day", so 400 million requests are a fraction of a day's. Over
-//     a day, 1,481 requests per source (400 million over 270,000) is 1.03 a minute.
-//   - 10 of the 270,000 sources send above the threshold on average: a handful. How many
-//     did is not given; the post implies at least five ("3 sources have been allowed
-//     despite generating traffic slightly above the threshold", and "None of the mitigated
-//     sources was below the threshold" speaks of more than one mitigated).
-//   - The mean rates are Pareto-distributed (a power-law tail: most sources slow, a few
-//     fast), the usual heavy-tailed model of per-client request rates, with the mean and
-//     the share above the threshold just stated. Of the two Pareto laws that fit, this is
-//     the lighter-tailed one (Alpha ≈ 2.29, MinRate ≈ 0.58 per minute); in the other
-//     (Alpha ≈ 1.002) the median source would send one request every four hours and a few
-//     very fast ones would carry the mean.
+//     billion requests per day". Over a day, 400 million requests from 270,000 sources are
+//     1,481 per source, 1.03 a minute.
+//   - 10 of the 270,000 sources send above the threshold on average: a handful. The post
+//     implies at least five ("3 sources have been allowed despite generating traffic
+//     slightly above the threshold", and "None of the mitigated sources" speaks of more
+//     than one mitigated).
+//   - The mean rates are Pareto-distributed (most sources slow, a few fast), the usual
+//     heavy-tailed model of per-client rates, fitted to that mean and that share above the
+//     threshold. Of the two laws that fit, this is the lighter-tailed one (Alpha ≈ 2.29,
+//     MinRate ≈ 0.58 per minute); in the other (Alpha ≈ 1.002) the median source would send
+//     one request every four hours and a few very fast ones would carry the mean.
 //   - Each source sends Poisson traffic at its mean rate: the estimator "assumes a constant
-//     rate of requests during the previous sampling period", and Poisson is constant-rate
-//     traffic from independent clients.
-//   - "Every request that matches the rule is counted per client IP address"; how the
-//     analysis judged a request is not said. Every request is counted (the estimator alone,
-//     no mitigation feeding back), and judged wrong when the estimate and the exact count
-//     of the last minute fall on opposite sides of the threshold; the average difference
-//     is the mean over requests of |estimate − exact| / exact (Estimate). A source is let
-//     through despite traffic above the threshold when its exact count exceeded it and its
-//     estimate never did, and limited below it when the reverse.
-//
-// With 270,000 sources over a day, the population sends about 400 million requests:
-// Cloudflare's sample size.
+//     rate of requests during the previous sampling period".
+//   - How the analysis judged a request is not said. Every request is counted (no
+//     mitigation feeding back) and judged as [Estimate] says. A source is let through
+//     above the threshold when its exact count exceeded it and its estimate never did, and
+//     limited below it when the reverse.
 func CloudflarePopulation(sources int, d time.Duration, near int) Population {
 	periods := float64(cloudflareSpan) / float64(CloudflareLimit.Period)
 	mean := float64(CloudflareRequests) / CloudflareSources / periods

@@ -1,26 +1,16 @@
 // Package sim is sluice's traffic simulator: it runs deterministic traffic patterns against
 // every algorithm on a virtual clock, through a real store (package memory, or package
 // redisstore with the client clock), and measures where each algorithm strays from the
-// exact sliding window. It backs `sluice simulate` (RunCLI) and writes a self-contained
-// HTML report. The README's "Simulating the algorithms" is the guide, with the figures.
+// exact sliding window ([Result]). It backs `sluice simulate` ([RunCLI]) and writes a
+// self-contained HTML report. The README's "Simulating the algorithms" is the guide.
 //
 //	report, err := sim.Run(ctx, sim.Config{Seed: 1})
 //	report.WriteTable(os.Stdout)
 //	report.WriteHTML(f)
 //
-// Every run starts its virtual clock at Epoch and moves it only to the time of the next
+// Every run starts its virtual clock at [Epoch] and moves it only to the time of the next
 // request; arrivals are drawn from a PCG generator seeded with Config.Seed and the
 // pattern's name, so the same seed gives byte-identical JSON, CSV, table and HTML,
-// whatever Config.Parallel is.
-//
-// Each (pattern, algorithm) pair gives one [Result]: the most units admitted for one key
-// in any rolling window over Rate (max_window_ratio), false allows and denies against
-// the exact sliding log, whether every Retry-After was honest (a cost-0 look at the
-// instant it named must allow, 1µs earlier must deny), and the bytes of state per key.
-// An [Estimate] per pattern judges the sliding window counter as a rate estimator on the
-// raw traffic, as Cloudflare judged theirs; the cloudflare pattern's [Population]
-// ([CloudflarePopulation]) is set beside Cloudflare's published figures.
-//
-// [Patterns] lists the built-in patterns; a [Pattern] is plain data plus an arrival
-// generator, so callers can simulate their own.
+// whatever Config.Parallel is. [Patterns] lists the built-in patterns; a [Pattern] is
+// plain data plus an arrival generator, so callers can simulate their own.
 package sim

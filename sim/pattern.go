@@ -66,15 +66,11 @@ var (
 // number of requests: the duration of the single-key patterns and the number of keys of the
 // many-key ones, so that a test can run all of them in a fraction of a second.
 //
-// The cloudflare pattern is the workload behind the comparison with Cloudflare's published
-// accuracy for the sliding window counter: a sample of 27,000 sources over 10 minutes from
-// the population of CloudflarePopulation, whose assumptions are documented there, and
-// which Run measures whole: 270,000 sources, Cloudflare's number, with 2,000 more in the
-// near-threshold band. Its key 0 is the fastest source of the sample, and is charted. For
-// this pattern a scale below 1 shrinks the sample and the population alike, and a scale
-// above 1 lengthens the population's span instead, leaving the sample as at 1: at 144 the
-// span is a day and the population sends about 400 million requests, Cloudflare's sample
-// size (it takes a minute or two on two cores).
+// The cloudflare pattern is a sample of 27,000 sources over 10 minutes from
+// CloudflarePopulation's 270,000 (and 2,000 near the threshold), which Run measures whole;
+// its key 0, charted, is the sample's fastest source. For it a scale below 1 shrinks the
+// sample and the population alike, and a scale above 1 lengthens the population's span
+// instead: at 144 it is a day, about 400 million requests, Cloudflare's sample size.
 func Patterns(scale float64) []Pattern {
 	if !(scale > 0) {
 		scale = 1
@@ -83,53 +79,26 @@ func Patterns(scale float64) []Pattern {
 	rate := float64(baseLimit.Rate) / baseLimit.Period.Seconds() // per second
 	cf := CloudflarePopulation(scaleInt(CloudflareSources, min(scale, 1)), scaleDuration(10*time.Minute, max(scale, 1)), scaleInt(2000, min(scale, 1)))
 	cfKeys := scaleInt(27_000, min(scale, 1))
+	one := func(name, description string, arrivals func(*rand.Rand) []Arrival) Pattern {
+		return Pattern{Name: name, Description: description, Limit: baseLimit, Duration: dur, Keys: 1, Arrivals: arrivals}
+	}
 	return []Pattern{
-		{
-			Name:        "steady-0.5x",
-			Description: "One client sending at exactly half the limit, evenly spaced. Every algorithm admits everything.",
-			Limit:       baseLimit, Duration: dur, Keys: 1,
-			Arrivals: func(*rand.Rand) []Arrival { return steady(dur, rate*0.5) },
-		},
-		{
-			Name:        "steady-1x",
-			Description: "One client sending at exactly the limit, evenly spaced. Every algorithm should admit everything; an algorithm that denies here is wrong.",
-			Limit:       baseLimit, Duration: dur, Keys: 1,
-			Arrivals: func(*rand.Rand) []Arrival { return steady(dur, rate) },
-		},
-		{
-			Name:        "steady-2x",
-			Description: "One client sending at twice the limit, evenly spaced. Half should be denied; the buckets admit their burst first.",
-			Limit:       baseLimit, Duration: dur, Keys: 1,
-			Arrivals: func(*rand.Rand) []Arrival { return steady(dur, rate*2) },
-		},
-		{
-			Name:        "poisson",
-			Description: "One client with Poisson arrivals averaging exactly the limit: random clumps above it and lulls below.",
-			Limit:       baseLimit, Duration: dur, Keys: 1,
-			Arrivals: func(r *rand.Rand) []Arrival { return poisson(r, dur, rate, 0) },
-		},
-		{
-			Name:        "on-off",
-			Description: "Bursts at 3× the limit for 0.5 s, then 1 s of silence: 1× on average, but each burst overruns.",
-			Limit:       baseLimit, Duration: dur, Keys: 1,
-			Arrivals: func(r *rand.Rand) []Arrival { return onOff(r, dur, rate*3, 500*time.Millisecond, time.Second) },
-		},
-		{
-			Name:        "boundary",
-			Description: "Clients synchronised to wall-clock boundaries: the limit in the 50 ms before each window boundary and the limit again in the 50 ms after. The fixed window admits twice the limit within a tenth of a period at the first boundary.",
-			Limit:       baseLimit, Duration: dur, Keys: 1,
-			Arrivals: func(r *rand.Rand) []Arrival {
+		one("steady-0.5x", "One client sending at exactly half the limit, evenly spaced. Every algorithm admits everything.",
+			func(*rand.Rand) []Arrival { return steady(dur, rate*0.5) }),
+		one("steady-1x", "One client sending at exactly the limit, evenly spaced. Every algorithm should admit everything; an algorithm that denies here is wrong.",
+			func(*rand.Rand) []Arrival { return steady(dur, rate) }),
+		one("steady-2x", "One client sending at twice the limit, evenly spaced. Half should be denied; the buckets admit their burst first.",
+			func(*rand.Rand) []Arrival { return steady(dur, rate*2) }),
+		one("poisson", "One client with Poisson arrivals averaging exactly the limit: random clumps above it and lulls below.",
+			func(r *rand.Rand) []Arrival { return poisson(r, dur, rate, 0) }),
+		one("on-off", "Bursts at 3× the limit for 0.5 s, then 1 s of silence: 1× on average, but each burst overruns.",
+			func(r *rand.Rand) []Arrival { return onOff(r, dur, rate*3, 500*time.Millisecond, time.Second) }),
+		one("boundary", "Clients synchronised to wall-clock boundaries: the limit in the 50 ms before each window boundary and the limit again in the 50 ms after. The fixed window admits twice the limit within a tenth of a period at the first boundary.",
+			func(r *rand.Rand) []Arrival {
 				return boundary(r, dur, baseLimit.Period, int(2*baseLimit.Rate), baseLimit.Period/20)
-			},
-		},
-		{
-			Name:        "cdn-batch",
-			Description: "A CDN edge forwarding requests in batches: every 0.5 s on average, a batch of 10 on average (geometric) arriving in the same microsecond.",
-			Limit:       baseLimit, Duration: dur, Keys: 1,
-			Arrivals: func(r *rand.Rand) []Arrival {
-				return batches(r, dur, 500*time.Millisecond, float64(baseLimit.Rate)/2)
-			},
-		},
+			}),
+		one("cdn-batch", "A CDN edge forwarding requests in batches: every 0.5 s on average, a batch of 10 on average (geometric) arriving in the same microsecond.",
+			func(r *rand.Rand) []Arrival { return batches(r, dur, 500*time.Millisecond, float64(baseLimit.Rate)/2) }),
 		{
 			Name:        "zipf-keys",
 			Description: "1000 keys with Zipf popularity (s = 1.1): the hottest key sends at about 2× the limit, the long tail at a trickle. Charted: the hottest key.",
@@ -137,12 +106,9 @@ func Patterns(scale float64) []Pattern {
 			Arrivals: func(r *rand.Rand) []Arrival { return zipfKeys(r, baseDuration, scaleInt(1000, scale), 1.1, 2*rate) },
 		},
 		{
-			Name:             "retry-after",
-			Description:      "Ten clients, one key each, wanting 1.5× the limit; each waits exactly the Retry-After it is given and sends the denied request again, then the rest of its backlog.",
-			Limit:            baseLimit,
-			Duration:         dur,
-			Keys:             10,
-			HonourRetryAfter: true,
+			Name:        "retry-after",
+			Description: "Ten clients, one key each, wanting 1.5× the limit; each waits exactly the Retry-After it is given and sends the denied request again, then the rest of its backlog.",
+			Limit:       baseLimit, Duration: dur, Keys: 10, HonourRetryAfter: true,
 			Arrivals: func(r *rand.Rand) []Arrival {
 				var all []Arrival
 				for k := range 10 {
@@ -175,30 +141,24 @@ func PatternNames() []string {
 // names or "all", in the built-in order.
 func SelectPatterns(list string, scale float64) ([]Pattern, error) {
 	all := Patterns(scale)
-	if strings.TrimSpace(list) == "all" || strings.TrimSpace(list) == "" {
+	if l := strings.TrimSpace(list); l == "all" || l == "" {
 		return all, nil
 	}
-	want := map[string]bool{}
+	var names []string
 	for _, n := range strings.Split(list, ",") {
 		n = strings.TrimSpace(n)
 		if !slices.ContainsFunc(all, func(p Pattern) bool { return p.Name == n }) {
 			return nil, fmt.Errorf("unknown pattern %q (want all or some of %s)", n, strings.Join(PatternNames(), ", "))
 		}
-		want[n] = true
+		names = append(names, n)
 	}
-	var out []Pattern
-	for _, p := range all {
-		if want[p.Name] {
-			out = append(out, p)
-		}
-	}
-	return out, nil
+	return slices.DeleteFunc(all, func(p Pattern) bool { return !slices.Contains(names, p.Name) }), nil
 }
 
 // SelectAlgorithms parses a comma-separated list of the names AlgorithmNames lists, or
 // "all"; any other name is an error that lists those.
 func SelectAlgorithms(list string) ([]sluice.Algorithm, error) {
-	if strings.TrimSpace(list) == "all" || strings.TrimSpace(list) == "" {
+	if l := strings.TrimSpace(list); l == "all" || l == "" {
 		return store.Algorithms(), nil
 	}
 	var out []sluice.Algorithm

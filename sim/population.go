@@ -13,11 +13,9 @@ import (
 )
 
 // Population is a crowd of independent sources under one threshold, each sending Poisson
-// traffic at its own mean rate, the rates drawn from a Pareto distribution: most sources
-// slow, a few fast. It models the traffic behind Cloudflare's published accuracy figures
-// (see CloudflarePopulation), at the scale Cloudflare measured, without a store: the
-// sliding window counter keeps one counter pair per source, so each source is judged on
-// its own traffic alone and the crowd can be streamed one source at a time.
+// traffic at its own mean rate, the rates Pareto-distributed: most sources slow, a few
+// fast (see CloudflarePopulation). It is measured without a store, one source at a time:
+// the sliding window counter judges each source on its own traffic alone.
 type Population struct {
 	// Sources is the number of sources.
 	Sources int
@@ -28,26 +26,20 @@ type Population struct {
 	// MinRate (requests per Period, > 0) and Alpha (> 1) are the Pareto distribution of
 	// the sources' mean rates: a share (MinRate/x)^Alpha of sources send more than x.
 	MinRate, Alpha float64
-	// NearSources is the number of extra sources, drawn from the same distribution
-	// restricted to the near-threshold band [Rate/2, 3·Rate/2], on which the estimator is
-	// measured where it can err (PopulationAccuracy.Near).
+	// NearSources is the number of extra sources drawn from the same distribution
+	// restricted to the near-threshold band [Rate/2, 3·Rate/2] (PopulationAccuracy.Near).
 	NearSources int
 }
 
-// nearBand is the band of mean rates, as multiples of the threshold, whose sources are
-// near it: within ±50%.
+// The band of mean rates, as multiples of the threshold, whose sources are near it.
 const nearLow, nearHigh = 0.5, 1.5
 
 // PopulationAccuracy is how the sliding window counter fared as a rate estimator on a
-// Population, measured as Estimate measures it on a pattern (every request counted, each
-// judged by whether the estimate and the exact count of the last Period fall on the same
-// side of the threshold), and also per source, as Cloudflare reported part of its figures.
+// Population, per request as Estimate measures it on a pattern, and per source.
 //
-// The wrong-decision rate of a crowd is governed by how much of its traffic comes from
-// sources near the threshold: far below it the estimate, a few percent off, never crosses
-// it. Since each source is judged on its own traffic, a crowd's rate is exactly the
-// request-weighted mean of its sources' rates; Sensitivity uses that to show the rate for
-// any share of near-threshold traffic, mixing Near and Rest.
+// Only requests near the threshold can be misjudged. Since each source is judged on its
+// own traffic, a crowd's figures are the request-weighted mean of its sources':
+// Sensitivity mixes Near and Rest to show them for any share of near-threshold traffic.
 type PopulationAccuracy struct {
 	Pattern  string        `json:"pattern"`
 	Sources  int           `json:"sources"`
@@ -58,49 +50,39 @@ type PopulationAccuracy struct {
 	Alpha    float64       `json:"alpha"`
 	// SourcesAbove is the number of sources whose mean rate is above the threshold.
 	SourcesAbove int `json:"sources_above"`
-	// Discrete is sluice's estimator, ⌊prev·(Period-e-1)/Period⌋ + cur; Continuous the
-	// formula as Cloudflare published it, prev·(Period-e)/Period + cur.
+	// Discrete and Continuous are the two formulas, as in Estimate.
 	Discrete   PopulationEstimator `json:"discrete"`
 	Continuous PopulationEstimator `json:"continuous"`
-	// NearShare is the share of the population's requests sent by sources whose mean rate
-	// is within ±50% of the threshold.
+	// NearShare is the share of requests sent by sources whose mean rate is within ±50%
+	// of the threshold.
 	NearShare float64 `json:"near_share"`
-	// Near is the estimator on the NearSources extra near-threshold sources alone: its
-	// error rate among near-threshold requests, the property of the estimator that does
-	// not depend on how much of a crowd's traffic is near the threshold.
+	// Near holds the figures on the NearSources extra near-threshold sources alone, Rest
+	// on the population's sources outside the band.
 	Near Stratum `json:"near"`
-	// Rest is the estimator on the population's sources outside the band.
 	Rest Stratum `json:"rest"`
-	// Sensitivity is the wrong-decision rate and the average difference of crowds made of
-	// Rest and Near traffic in various proportions, by increasing NearShare: 0.01%, 0.1%,
-	// 1%, 10%, this population's own share, and 100% (Near alone).
+	// Sensitivity is the figures of crowds mixing Near and Rest traffic, by increasing
+	// NearShare: 0.01%, 0.1%, 1%, 10%, this population's own share, and 100%.
 	Sensitivity []SensitivityRow `json:"sensitivity"`
-	// ImpliedNearShare is the share of near-threshold traffic at which such a crowd's
-	// wrong-decision rate under sluice's estimator is Cloudflare's 0.003%, or 0 when no
-	// share gives it.
-	ImpliedNearShare float64 `json:"implied_near_share"`
-	// DifferenceNearShare is likewise the share at which the average difference is
-	// Cloudflare's 6%, or 0 when no share gives it.
+	// ImpliedNearShare and DifferenceNearShare are the NearShare at which such a crowd's
+	// wrong rate (sluice's formula) is CloudflareWrongRate, and its average difference
+	// CloudflareMeanDifference; 0 when no share gives it.
+	ImpliedNearShare    float64 `json:"implied_near_share"`
 	DifferenceNearShare float64 `json:"difference_near_share"`
 }
 
 // PopulationEstimator is one estimator's figures over a whole population.
 type PopulationEstimator struct {
 	EstimatorAccuracy
-	// Exceeded is the number of sources whose exact count exceeded the threshold at one
-	// of their requests at least.
-	Exceeded int `json:"exceeded"`
-	// Missed is the number of those whose estimate never did: sources let through despite
-	// traffic above the threshold (Cloudflare's false negatives: 3).
-	Missed int `json:"missed"`
-	// MissedPeak is the highest exact count over the threshold among the Missed sources
-	// (Cloudflare: their rate was less than 15% above it, a peak below 1.15).
+	// Exceeded sources had an exact count above the threshold at one request at least;
+	// Missed of them never had an estimate above it (let through), the highest exact
+	// count among them MissedPeak times the threshold.
+	Exceeded   int     `json:"exceeded"`
+	Missed     int     `json:"missed"`
 	MissedPeak float64 `json:"missed_peak"`
-	// Flagged is the number of sources whose estimate exceeded the threshold at one of
-	// their requests at least: the sources a limiter would have started to limit.
-	Flagged int `json:"flagged"`
-	// FalseFlagged is the number of Flagged sources whose exact count never exceeded the
-	// threshold (Cloudflare's false positives: none).
+	// Flagged sources had an estimate above the threshold at one request at least (a
+	// limiter would have limited them); FalseFlagged of them never had an exact count
+	// above it.
+	Flagged      int `json:"flagged"`
 	FalseFlagged int `json:"false_flagged"`
 }
 
@@ -113,8 +95,7 @@ type Stratum struct {
 }
 
 // SensitivityRow is the estimators' figures on a crowd whose share NearShare of requests
-// comes from near-threshold sources (like Near's) and the rest from sources away from it
-// (like Rest's).
+// comes from sources like Near's and the rest from sources like Rest's.
 type SensitivityRow struct {
 	NearShare float64 `json:"near_share"`
 	// Population marks the row at the population's own NearShare.

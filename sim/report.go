@@ -6,6 +6,7 @@ import (
 	"html"
 	"html/template"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -95,30 +96,25 @@ type cloudflareView struct {
 }
 
 // WriteHTML writes a self-contained HTML report that leads with its results: a headline
-// chart of every run's max_window_ratio, the summary table, then the discussion (the
-// sliding window counter as an estimator, and a comparison with Cloudflare's published
-// accuracy on the population of the first pattern that has one: the cloudflare pattern),
-// and per pattern a chart per algorithm of the charted key's admitted and denied requests over time and its rolling
-// window count against the limit. Everything is inline (SVG and CSS; no scripts, fonts or
-// external resources), and the same report gives the same bytes.
+// chart of every run's max_window_ratio, the summary table, the discussion (the sliding
+// window counter as an estimator, and beside Cloudflare's published accuracy on the first
+// pattern with a Population), and per pattern a chart per algorithm of the charted key's
+// admitted and denied requests and its rolling window count against the limit. It is all
+// inline SVG and CSS (no scripts, fonts or external resources); the same report gives the
+// same bytes.
 func (r *Report) WriteHTML(w io.Writer) error {
 	v := reportView{Seed: r.Seed, Store: r.Store, Results: r.Results, Estimates: r.Estimates, Headline: headlineSVG(r)}
-	pop := 0 // index in r.Populations
 	for i, p := range r.Patterns {
 		pv := patternView{Pattern: p, ID: "pattern-" + p.Name, LimitStr: fmt.Sprintf("%d %s", p.Limit.Rate, per(p.Limit.Period))}
-		var rs []Result
-		for _, x := range r.Results {
-			if x.Pattern == p.Name {
-				rs = append(rs, x)
-			}
-		}
+		rs := slices.DeleteFunc(slices.Clone(r.Results), func(x Result) bool { return x.Pattern != p.Name })
 		scale := chartScale(rs)
 		for _, x := range rs {
 			pv.Charts = append(pv.Charts, chartSVG(p, x, scale))
 		}
 		v.Patterns = append(v.Patterns, pv)
-		if p.Population != nil && v.Cloudflare == nil && pop < len(r.Populations) && i < len(r.Estimates) {
-			cf := &cloudflareView{Population: r.Populations[pop], Sample: r.Estimates[i], SampleKeys: p.Keys, Workload: CloudflareWorkload}
+		// Populations are in the order of their patterns: the first is this one's.
+		if p.Population != nil && v.Cloudflare == nil && len(r.Populations) > 0 && i < len(r.Estimates) {
+			cf := &cloudflareView{Population: r.Populations[0], Sample: r.Estimates[i], SampleKeys: p.Keys, Workload: CloudflareWorkload}
 			cf.Published.Requests, cf.Published.Sources = CloudflareRequests, CloudflareSources
 			cf.Published.WrongRate, cf.Published.MeanDif = CloudflareWrongRate, CloudflareMeanDifference
 			cf.Published.Missed, cf.Published.Overshoot = CloudflareMissedSources, CloudflareMissedOvershoot
@@ -131,9 +127,6 @@ func (r *Report) WriteHTML(w io.Writer) error {
 				}
 			}
 			v.Cloudflare = cf
-		}
-		if p.Population != nil {
-			pop++
 		}
 	}
 	if err := reportTmpl.Execute(w, v); err != nil {
@@ -247,13 +240,7 @@ func sum(v []int64) int64 {
 	return s
 }
 
-func maxOf(v []int64) int64 {
-	var m int64
-	for _, x := range v {
-		m = max(m, x)
-	}
-	return m
-}
+func maxOf(v []int64) int64 { return slices.Max(append(v[:len(v):len(v)], 0)) }
 
 // humanDuration prints whole hours, minutes and seconds the way people write them ("24 h",
 // "10 min", "30 s", "250 ms").
