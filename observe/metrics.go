@@ -49,27 +49,22 @@ type Metrics struct {
 	breaker      *prometheus.GaugeVec
 	evicted      prometheus.Counter
 	evictErrors  prometheus.Counter
+	metricsConfig
 
-	// policies caches the per-decision series of each policy (*policyMetrics), so that
-	// recording a decision hashes and validates no labels (WithLabelValues does both on
-	// every call).
+	// policies caches each policy's per-decision series, so that recording a decision
+	// hashes and validates no labels; last is the policy of the last decision recorded,
+	// found without the map.
 	policies sync.Map // policy string -> *policyMetrics
-	// last is the policy of the last decision recorded: a decision of the same policy
-	// as the one before finds its series by comparing names, without the map.
-	last atomic.Pointer[policyMetrics]
+	last     atomic.Pointer[policyMetrics]
 	// breakerStates are the breaker_state series by state; breakerMu serializes their
 	// updates and breakerNow is the state they show.
 	breakerStates []prometheus.Gauge
 	breakerMu     sync.Mutex
 	breakerNow    atomic.Int32
 
-	logger *slog.Logger
-
-	evictFn    func(context.Context) (int64, error)
-	evictEvery time.Duration
-	evictMu    sync.Mutex
-	evictLast  int64
-	evictSeen  bool
+	evictMu   sync.Mutex
+	evictLast int64
+	evictSeen bool
 
 	ctx     context.Context // ends at Close
 	cancel  context.CancelFunc
@@ -127,6 +122,9 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, err
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
+	if c.evictEvery <= 0 {
+		c.evictEvery = 15 * time.Second
+	}
 	if reg == nil {
 		return nil, errors.New("observe: nil prometheus.Registerer")
 	}
@@ -144,14 +142,12 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, err
 			Help:    "Time spent waiting for the store per decision that called it, including calls cut at the deadline.",
 			Buckets: c.buckets,
 		}, []string{"policy"}),
-		storeErrors: counterVec("store_errors_total", "Store failures by kind (timeout, refused, reset, busy, oom, loading, readonly, clusterdown, redirect, noscript, breaker_open, overload, other).", "kind"),
-		breaker:     gaugeVec("breaker_state", "Circuit breaker state: 1 for the current state (closed, half_open, open), 0 for the others.", "state"),
-		evicted:     prometheus.NewCounter(prometheus.CounterOpts{Namespace: c.namespace, Name: "redis_evicted_keys_total", Help: "Growth of Redis's evicted_keys since the first poll; each evicted key is a reset quota."}),
-		evictErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: c.namespace, Name: "redis_evicted_keys_poll_errors_total", Help: "Failed polls of Redis's evicted_keys."}),
-		logger:      c.logger,
-		evictFn:     c.evictFn,
-		evictEvery:  c.evictEvery,
-		stopped:     make(chan struct{}),
+		storeErrors:   counterVec("store_errors_total", "Store failures by kind (timeout, refused, reset, busy, oom, loading, readonly, clusterdown, redirect, noscript, breaker_open, overload, other).", "kind"),
+		breaker:       gaugeVec("breaker_state", "Circuit breaker state: 1 for the current state (closed, half_open, open), 0 for the others.", "state"),
+		evicted:       prometheus.NewCounter(prometheus.CounterOpts{Namespace: c.namespace, Name: "redis_evicted_keys_total", Help: "Growth of Redis's evicted_keys since the first poll; each evicted key is a reset quota."}),
+		evictErrors:   prometheus.NewCounter(prometheus.CounterOpts{Namespace: c.namespace, Name: "redis_evicted_keys_poll_errors_total", Help: "Failed polls of Redis's evicted_keys."}),
+		metricsConfig: c,
+		stopped:       make(chan struct{}),
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	cs := []prometheus.Collector{m.decisions, m.fallbacks, m.storeLatency, m.storeErrors, m.breaker}
@@ -172,9 +168,6 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, err
 	m.breakerNow.Store(-1)
 	m.setBreaker(store.BreakerClosed)
 	if m.evictFn != nil {
-		if m.evictEvery <= 0 {
-			m.evictEvery = 15 * time.Second
-		}
 		go m.pollLoop()
 	} else {
 		close(m.stopped)

@@ -1,6 +1,6 @@
 // Package observe makes every rate limit decision explainable: a decorator around any
 // sluice.Limiter that writes one structured log/slog event per decision and records
-// Prometheus metrics (see Metrics).
+// Prometheus metrics ([Metrics] lists the series).
 //
 //	metrics, err := observe.NewMetrics(prometheus.DefaultRegisterer,
 //		observe.WithEvictedKeys(redis.EvictedKeys, 15*time.Second))
@@ -8,20 +8,14 @@
 //	lim := observe.New(failover.New(redis), observe.WithLogger(logger), observe.WithMetrics(metrics))
 //	rep, err := lim.Decide(ctx, []sluice.Request{{Key: key, Limit: limit, N: 1, Policy: "per-api-key"}}, ds)
 //
-// Each decision is one "rate limit decision" event with the policy, the key's hash (never
-// the raw key), the limit, cost, decision, counts, path, failure mode, breaker state and
-// latencies. Allowed decisions and a deny cache's repeated denials are sampled
-// ([WithSampling], default 1%); the store's denials are always logged. Failures are
-// grouped by policy, error kind, path and mode: the first of a group in each interval
-// ([WithFailureSummary], default 10s) is logged in full, the others counted in one
-// "rate limit failures" event, so an outage writes at most two lines per group per
-// interval. docs/decision-log.md lists every attribute.
-//
-// Everything but the request and the decisions comes from the sluice.Report the inner
-// limiter returns; observe knows no other layer.
+// Each decision is one "rate limit decision" event; the key appears only hashed. Allowed
+// decisions are sampled ([WithSampling]) and failures summarised per interval
+// ([WithFailureSummary]). docs/decision-log.md is the log's contract. Everything but the
+// request and the decisions comes from the sluice.Report the inner limiter returns.
 package observe
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -44,7 +38,8 @@ const DefaultPolicy = "default"
 // answered) logged unless WithSampling says otherwise.
 const DefaultSampling = 0.01
 
-// Limiter is a sluice.Limiter that logs and measures every decision of an inner limiter. Create it with New; it is safe for concurrent use.
+// Limiter is a sluice.Limiter that logs and measures every decision of an inner limiter.
+// Create it with New; it is safe for concurrent use.
 type Limiter struct {
 	inner    sluice.Limiter
 	logger   *slog.Logger
@@ -70,16 +65,7 @@ func WithMetrics(m *Metrics) Option { return func(o *Limiter) { o.metrics = m } 
 // deterministic: with share 1/k, every k-th such decision is logged. The store's denials,
 // errors and fallback decisions are always logged.
 func WithSampling(share float64) Option {
-	return func(o *Limiter) {
-		switch {
-		case share <= 0:
-			o.sampling = 0
-		case share >= 1:
-			o.sampling = 1
-		default:
-			o.sampling = share
-		}
-	}
+	return func(o *Limiter) { o.sampling = min(max(share, 0), 1) }
 }
 
 // WithKeyHash sets how keys are written to the log (default HashKey). Use a keyed hash,
@@ -115,13 +101,6 @@ func HashKey(key string) string {
 	return "sha256:" + hex.EncodeToString(sum[:8])
 }
 
-func (l *Limiter) policyOf(r *sluice.Request) string {
-	if r.Policy != "" {
-		return r.Policy
-	}
-	return l.policy
-}
-
 // Decide implements sluice.Limiter. Each request of a call is logged and counted as a
 // decision of its own, under its Policy; a call of several requests adds batch and
 // batch_size attributes.
@@ -138,11 +117,7 @@ func (l *Limiter) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice
 		if d.Limit == (sluice.Limit{}) {
 			d.Limit = reqs[i].Limit
 		}
-		batch := i
-		if len(reqs) == 1 {
-			batch = -1
-		}
-		l.observe(ctx, &rep, start, elapsed, &reqs[i], &d, err, batch, len(reqs))
+		l.observe(ctx, &rep, start, elapsed, &reqs[i], &d, err, i, len(reqs))
 	}
 	return rep, err
 }
@@ -166,7 +141,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, limit sluice.Limit, n
 	return res, err
 }
 
-// limitAttrs are the attributes that name a limit in the logs of Reserve and Settle.
+// limitAttrs are the attributes that name a limit in the logs of Reserve, Settle and Reset.
 func limitAttrs(limit sluice.Limit) []slog.Attr {
 	return []slog.Attr{
 		slog.String("algorithm", limit.Algorithm.String()),
@@ -230,25 +205,14 @@ func (l *Limiter) logOp(ctx context.Context, level slog.Level, msg, key string, 
 // Reset implements sluice.Limiter. Resets are logged at Info.
 func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) error {
 	err := l.inner.Reset(ctx, key, limit)
-	if l.logger != nil {
-		attrs := []slog.Attr{
-			slog.String("key", l.hash(key)),
-			slog.String("algorithm", limit.Algorithm.String()),
-			slog.Int64("limit", limit.Rate),
-			logattr.Millis("period_ms", limit.Period),
-		}
-		if err != nil {
-			attrs = append(attrs, slog.String("error", l.redact(err.Error(), key)))
-		}
-		l.logger.LogAttrs(ctx, slog.LevelInfo, "rate limit reset", attrs...)
-	}
+	l.logOp(ctx, slog.LevelInfo, "rate limit reset", key, err, func() []slog.Attr { return limitAttrs(limit) })
 	return err
 }
 
-// observe logs and records one decision. batch is the request's index in a call of size
-// requests, or -1 for a call of one.
+// observe logs and records one decision, the request's of index batch in a call of size
+// requests.
 func (l *Limiter) observe(ctx context.Context, rep *sluice.Report, start time.Time, elapsed time.Duration, r *sluice.Request, d *sluice.Decision, err error, batch, size int) {
-	policy := l.policyOf(r)
+	policy := cmp.Or(r.Policy, l.policy)
 	kind := rep.Kind
 	if kind == "" {
 		kind = sluice.KindOf(err)
@@ -268,19 +232,16 @@ func (l *Limiter) observe(ctx context.Context, rep *sluice.Report, start time.Ti
 	if l.logger == nil {
 		return
 	}
-	summarise := l.fails.every > 0
-	if summarise {
-		l.fails.tick(l, ctx, start, elapsed)
+	l.fails.tick(l, ctx, start.Add(elapsed)) // nothing to do unless failures are summarised
+	mode := ""                               // the failure mode, when one took part
+	if failedOver(d.Path) || rep.Fallback.Mode != sluice.FailInherit {
+		mode = rep.Fallback.Mode.String()
 	}
-
 	level := slog.LevelInfo
 	if err != nil || failedOver(d.Path) || cause != nil {
 		level = slog.LevelWarn
-		if summarise && l.logger.Enabled(ctx, level) {
-			k := failKey{policy: policy, kind: kind, path: d.Path}
-			if failedOver(d.Path) || rep.Fallback.Mode != sluice.FailInherit {
-				k.mode = rep.Fallback.Mode.String()
-			}
+		if l.fails.every > 0 && l.logger.Enabled(ctx, level) {
+			k := failKey{policy: policy, kind: kind, mode: mode, path: d.Path}
 			first := l.fails.note(l, ctx, start.Add(elapsed), k, d.Allowed, func() string {
 				if cause == nil {
 					return ""
@@ -328,8 +289,8 @@ func (l *Limiter) observe(ctx context.Context, rep *sluice.Report, start time.Ti
 	if r.Shadow {
 		attrs = append(attrs, slog.Bool("shadow", true))
 	}
-	if failedOver(d.Path) || rep.Fallback.Mode != sluice.FailInherit {
-		attrs = append(attrs, slog.String("mode", rep.Fallback.Mode.String()))
+	if mode != "" {
+		attrs = append(attrs, slog.String("mode", mode))
 		if rep.Fallback.Mode == sluice.FailLocal {
 			attrs = append(attrs, slog.Float64("share", rep.Fallback.Share))
 		}
@@ -341,7 +302,7 @@ func (l *Limiter) observe(ctx context.Context, rep *sluice.Report, start time.Ti
 		attrs = append(attrs, logattr.Micros("store_latency_us", storeLatency))
 	}
 	attrs = append(attrs, logattr.Micros("latency_us", elapsed))
-	if batch >= 0 {
+	if size > 1 {
 		attrs = append(attrs, slog.Int("batch", batch), slog.Int("batch_size", size))
 	}
 	if cause != nil {

@@ -50,11 +50,9 @@ type failures struct {
 // note records a failure decision at now and reports whether it is the first of its group
 // in the interval (and so logged in full).
 func (f *failures) note(l *Limiter, ctx context.Context, now time.Time, k failKey, allowed bool, errMsg func() string) bool {
+	f.tick(l, ctx, now)
 	f.mu.Lock()
-	var lines [][]slog.Attr
-	if d := f.due.Load(); d != 0 && now.UnixNano() >= d {
-		lines = f.drain(now)
-	}
+	defer f.mu.Unlock()
 	if f.groups == nil {
 		f.groups = map[failKey]*failCount{}
 	}
@@ -65,40 +63,40 @@ func (f *failures) note(l *Limiter, ctx context.Context, now time.Time, k failKe
 	g, seen := f.groups[k]
 	if !seen {
 		f.groups[k] = &failCount{}
-	} else {
-		g.suppressed++
-		if allowed {
-			g.allowed++
-		} else {
-			g.denied++
-		}
-		if g.errMsg == "" {
-			g.errMsg = errMsg()
-		}
+		return true
 	}
-	f.mu.Unlock()
-	l.writeSummaries(ctx, lines)
-	return !seen
+	g.suppressed++
+	if allowed {
+		g.allowed++
+	} else {
+		g.denied++
+	}
+	if g.errMsg == "" {
+		g.errMsg = errMsg()
+	}
+	return false
 }
 
-// tick writes the summaries of an interval that is over at start+elapsed, if any. It is
-// one atomic load when no interval is under way.
-func (f *failures) tick(l *Limiter, ctx context.Context, start time.Time, elapsed time.Duration) {
-	d := f.due.Load()
-	if d == 0 {
-		return
+// tick writes the summaries of an interval that is over at now, if any. It is one atomic
+// load when no interval is under way.
+func (f *failures) tick(l *Limiter, ctx context.Context, now time.Time) {
+	if d := f.due.Load(); d != 0 && now.UnixNano() >= d {
+		f.flush(l, ctx, now, false)
 	}
-	now := start.Add(elapsed)
-	if now.UnixNano() < d {
-		return
-	}
+}
+
+// flush ends the interval under way and writes its summaries if it is over at now, or
+// with force whenever one is under way.
+func (f *failures) flush(l *Limiter, ctx context.Context, now time.Time, force bool) {
 	f.mu.Lock()
 	var lines [][]slog.Attr
-	if d := f.due.Load(); d != 0 && now.UnixNano() >= d {
+	if d := f.due.Load(); d != 0 && (force || now.UnixNano() >= d) {
 		lines = f.drain(now)
 	}
 	f.mu.Unlock()
-	l.writeSummaries(ctx, lines)
+	for _, attrs := range lines {
+		l.logger.LogAttrs(ctx, slog.LevelWarn, "rate limit failures", attrs...)
+	}
 }
 
 // drain ends the interval and returns a summary for each group that suppressed lines.
@@ -134,23 +132,10 @@ func (f *failures) drain(now time.Time) [][]slog.Attr {
 	return lines
 }
 
-func (l *Limiter) writeSummaries(ctx context.Context, lines [][]slog.Attr) {
-	for _, attrs := range lines {
-		l.logger.LogAttrs(ctx, slog.LevelWarn, "rate limit failures", attrs...)
-	}
-}
-
 // Flush writes the failure summary of the current interval now, without waiting for it to
 // end. Call it before the process exits so that no counted failure goes unreported.
 func (l *Limiter) Flush() {
-	if l.logger == nil {
-		return
+	if l.logger != nil {
+		l.fails.flush(l, context.Background(), time.Now(), true)
 	}
-	l.fails.mu.Lock()
-	var lines [][]slog.Attr
-	if l.fails.due.Load() != 0 {
-		lines = l.fails.drain(time.Now())
-	}
-	l.fails.mu.Unlock()
-	l.writeSummaries(context.Background(), lines)
 }
