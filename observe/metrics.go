@@ -20,27 +20,24 @@ import (
 //
 // Series (with the default namespace "sluice"):
 //
-//	sluice_decisions_total{policy,result,path}   decisions; result is allowed, denied or
-//	                                             error; path is store, open, closed, local
-//	                                             or cache (a denycache.Cache answered)
+//	sluice_decisions_total{policy,result,path}
+//		decisions; result is allowed, denied or error; path is store, open, closed, local
+//		or cache (a denycache.Cache answered)
 //	sluice_fallback_decisions_total{policy,mode,result}
-//	                                             decisions made by a failure mode (open,
-//	                                             closed, local) instead of the store
-//	sluice_store_latency_seconds{policy}         time waiting for the store, for decisions
-//	                                             that called it (including those cut at the
-//	                                             deadline; not those a denycache.Cache
-//	                                             answered)
-//	sluice_store_errors_total{kind}              store failures by sluice.ErrorKind (timeout,
-//	                                             refused, oom, busy, breaker_open,
-//	                                             misconfigured, ...)
-//	sluice_breaker_state{state}                  1 for the circuit breaker's current state
-//	                                             (closed, half_open, open), 0 for the others,
-//	                                             as of the last decision through a
-//	                                             failover.Limiter (give each breaker its own
-//	                                             Metrics, e.g. with WithNamespace)
-//	sluice_redis_evicted_keys_total              growth of Redis's evicted_keys since the
-//	                                             first poll (see WithEvictedKeys); any
-//	                                             growth means some quotas were reset
+//		decisions made by a failure mode (open, closed, local) instead of the store
+//	sluice_store_latency_seconds{policy}
+//		time waiting for the store, for decisions that called it (including those cut at
+//		the deadline; not those a denycache.Cache answered)
+//	sluice_store_errors_total{kind}
+//		store failures by sluice.ErrorKind (timeout, refused, oom, busy, breaker_open,
+//		misconfigured, ...)
+//	sluice_breaker_state{state}
+//		1 for the circuit breaker's current state (closed, half_open, open), 0 for the
+//		others, as of the last decision through a failover.Limiter (give each breaker its
+//		own Metrics, e.g. with WithNamespace)
+//	sluice_redis_evicted_keys_total
+//		growth of Redis's evicted_keys since the first poll (see WithEvictedKeys); any
+//		growth means some quotas were reset
 type Metrics struct {
 	decisions    *prometheus.CounterVec
 	fallbacks    *prometheus.CounterVec

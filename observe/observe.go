@@ -213,19 +213,13 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) err
 // requests.
 func (l *Limiter) observe(ctx context.Context, rep *sluice.Report, start time.Time, elapsed time.Duration, r *sluice.Request, d *sluice.Decision, err error, batch, size int) {
 	policy := cmp.Or(r.Policy, l.policy)
-	kind := rep.Kind
-	if kind == "" {
-		kind = sluice.KindOf(err)
-	}
+	kind := cmp.Or(rep.Kind, sluice.KindOf(err))
 	called := rep.StoreCalled && !(d.Path == sluice.PathCache && err == nil)
 	storeLatency := rep.StoreLatency
 	if called && storeLatency == 0 {
 		storeLatency = elapsed // a store that does not time itself: the whole call
 	}
-	cause := rep.Failure
-	if cause == nil {
-		cause = err
-	}
+	cause := cmp.Or(rep.Failure, err)
 	if l.metrics != nil {
 		l.metrics.record(policy, d, err, kind, rep.Breaker, storeLatency, called)
 	}
@@ -259,8 +253,7 @@ func (l *Limiter) observe(ctx context.Context, rep *sluice.Report, start time.Ti
 		return
 	}
 	lim := d.Limit
-	attrs := make([]slog.Attr, 0, 24)
-	attrs = append(attrs,
+	attrs := append(make([]slog.Attr, 0, 24),
 		slog.String("policy", policy),
 		slog.String("key", l.hash(r.Key)),
 		slog.String("algorithm", lim.Algorithm.String()),
