@@ -1,9 +1,11 @@
 package region
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"sort"
+	"slices"
+	"strings"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/store"
@@ -11,90 +13,81 @@ import (
 
 // Decide implements sluice.Limiter: the limits of a request are decided on this node's
 // shares, all or nothing, under the locks of all their entries. A limit this node has not
-// seen recently waits for one sync first, as in AllowN.
+// seen recently waits for one sync (triggered at once) before its first decision; every
+// other decision is in process. Decisions made while the shared Redis is unreachable have
+// Path sluice.PathLocal.
 func (g *Global) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
 	if err := store.CheckRequests(reqs, ds); err != nil {
 		return sluice.Report{Kind: store.KindBadInput}, err
 	}
-	if len(reqs) == 1 {
-		d, err := g.AllowN(ctx, reqs[0].Key, reqs[0].Limit, reqs[0].N)
-		if err == nil {
-			ds[0] = d
-		}
-		return sluice.Report{StoreCalled: err == nil, Kind: sluice.KindOf(err)}, err
-	}
-	if g.closed.Load() {
-		return sluice.Report{}, fmt.Errorf("region: %w", sluice.ErrClosed)
-	}
-	type held struct {
-		e *entry
-		i int
-	}
-	hs := make([]held, len(reqs))
-	seen := make(map[entryKey]int, len(reqs))
 	for i, r := range reqs {
 		if err := checkBucket(r.Limit); err != nil {
-			return sluice.Report{Kind: store.KindBadInput}, fmt.Errorf("request %d: %w", i, err)
+			if len(reqs) > 1 {
+				err = fmt.Errorf("request %d: %w", i, err)
+			}
+			return sluice.Report{Kind: store.KindBadInput}, err
 		}
-		k := entryKey{r.Key, r.Limit}
-		if j, dup := seen[k]; dup {
+	}
+	if g.closed.Load() {
+		return sluice.Report{Kind: store.KindClosed}, fmt.Errorf("region: %w", sluice.ErrClosed)
+	}
+	var buf, orderBuf [4]*entry
+	es := buf[:0]
+	for i, r := range reqs {
+		e := g.entry(r.Key, r.Limit)
+		if j := slices.Index(es, e); j >= 0 {
 			return sluice.Report{Kind: store.KindBadInput}, fmt.Errorf("%w: request %d repeats the key and limit of request %d", sluice.ErrInvalidKey, i, j)
 		}
-		seen[k] = i
-		e, fresh := g.entry(r.Key, r.Limit)
-		if fresh {
-			select {
-			case g.wake <- struct{}{}:
-			default:
-			}
-		}
-		hs[i] = held{e, i}
+		es = append(es, e)
 	}
-	for _, h := range hs {
-		select {
-		case <-h.e.ready:
-		case <-ctx.Done():
-			return sluice.Report{}, fmt.Errorf("region: waiting for the first sync: %w", ctx.Err())
+	for _, e := range es {
+		if err := e.wait(ctx); err != nil {
+			return sluice.Report{Kind: sluice.KindOf(err)}, err
 		}
 	}
 	// One lock order for every caller: by key, then by limit.
-	order := append([]held(nil), hs...)
-	sort.Slice(order, func(a, b int) bool {
-		ra, rb := &reqs[order[a].i], &reqs[order[b].i]
-		if ra.Key != rb.Key {
-			return ra.Key < rb.Key
-		}
-		return ra.Limit.String() < rb.Limit.String()
-	})
-	for _, h := range order {
-		h.e.mu.Lock()
+	order := append(orderBuf[:0], es...)
+	if len(order) > 1 {
+		slices.SortFunc(order, func(a, b *entry) int {
+			return cmp.Or(strings.Compare(a.id.key, b.id.key), strings.Compare(a.id.limit.String(), b.id.limit.String()))
+		})
 	}
-	defer func() {
-		for _, h := range order {
-			h.e.mu.Unlock()
-		}
-	}()
-	now := g.now()
+	for _, e := range order {
+		e.mu.Lock()
+	}
+	// A single request is decided and spent at once; several are looked at first, and
+	// spent only if they all fit.
+	now, one := g.now(), len(es) == 1
 	all := true
-	for i, h := range hs {
+	for i, e := range es {
 		var fits bool
-		ds[i], fits = g.decideLocked(h.e, reqs[i].Limit, reqs[i].N, now, false)
+		ds[i], fits = g.decideLocked(e, reqs[i].Limit, reqs[i].N, now, one)
 		all = all && fits
 	}
-	for i, h := range hs {
+	for i := 0; i < len(es) && !one; i++ {
 		if all {
-			ds[i], _ = g.decideLocked(h.e, reqs[i].Limit, reqs[i].N, now, true)
+			ds[i], _ = g.decideLocked(es[i], reqs[i].Limit, reqs[i].N, now, true)
 			continue
 		}
 		if ds[i].Allowed {
 			// It alone would pass, but nothing is spent: report the state as it is.
-			ds[i], _ = g.decideLocked(h.e, reqs[i].Limit, 0, now, false)
+			ds[i], _ = g.decideLocked(es[i], reqs[i].Limit, 0, now, false)
 			ds[i].RetryAfter = 0
 		}
-		h.e.demand += reqs[i].N // denied units are demand, as in AllowN
+		es[i].demand += reqs[i].N // denied units are demand, as when deciding one request
 		ds[i].Allowed = false
 	}
+	for _, e := range order {
+		e.mu.Unlock()
+	}
 	return sluice.Report{StoreCalled: true}, nil
+}
+
+// AllowN is Decide of one request.
+func (g *Global) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
+	var d [1]sluice.Decision
+	_, err := g.Decide(ctx, []sluice.Request{{Key: key, Limit: limit, N: n}}, d[:])
+	return d[0], err
 }
 
 // Reserve implements sluice.Limiter. A node's share is credit granted by the last sync,

@@ -32,13 +32,9 @@ var syncSHA = func() string { s := sha1.Sum([]byte(syncBody)); return hex.Encode
 
 const pool = share.Whole // shares are in parts per million of the limit
 
-// Global is the global mode: a sluice.Limiter that decides every request in process, from
-// this node's leased share of each limit, and reconciles with a shared Redis in the
-// background. docs/regions-and-pacing.md has the protocol, its bound and its trade-offs.
-//
-// Only the bucket algorithms (GCRA, TokenBucket, LeakyBucket, which decide alike) can be
-// held globally, since shares of a rate add up and shares of a window do not; a window
-// limit is an error wrapping sluice.ErrInvalidLimit.
+// Global is the global mode (see the package doc): a sluice.Limiter that decides every
+// request in process, from this node's leased share of each limit, and reconciles with a
+// shared Redis in the background. Only bucket limits can be held globally.
 type Global struct {
 	client   rueidis.Client
 	shared   *redisstore.Store
@@ -180,11 +176,11 @@ func (g *Global) now() int64 { return time.Since(g.start).Microseconds() }
 // limit with this node's share of the burst, run on a clock (vnow) that advances at the node's share of
 // real time, so that the bucket refills at its share of the rate.
 type entry struct {
-	mu    sync.Mutex
-	rkey  string
-	limit sluice.Limit
-	full  algo.Params // the whole limit
-	p     algo.Params // full with Burst = this node's share of it
+	mu   sync.Mutex
+	id   entryKey
+	rkey string
+	full algo.Params // the whole limit
+	p    algo.Params // full with Burst = this node's share of it
 
 	share int64      // ppm applied now
 	st    algo.State // the bucket, on the share clock
@@ -245,13 +241,10 @@ func (e *entry) real(v int64) time.Duration {
 	return time.Duration(min(q, never)) * time.Microsecond
 }
 
-// decide runs the node's bucket on a cost of n at the local time now, spending only if
-// allowed. ok is false when the bucket cannot allow n whatever the wait (no share, or n
-// above this node's depth): only a larger share will do.
-func (e *entry) decide(now, n int64) (r algo.Result, ok bool) { return e.try(now, n, true) }
-
-// try is decide, spending only when commit is set.
-func (e *entry) try(now, n int64, commit bool) (r algo.Result, ok bool) {
+// decide runs the node's bucket on a cost of n at the local time now, spending when
+// allowed and commit is set. ok is false when the bucket cannot allow n whatever the wait
+// (no share, or n above this node's depth): only a larger share will do.
+func (e *entry) decide(now, n int64, commit bool) (r algo.Result, ok bool) {
 	e.tick(now)
 	if e.share == 0 {
 		return algo.Result{}, false
@@ -312,18 +305,20 @@ func checkBucket(l sluice.Limit) error {
 	return fmt.Errorf("%w: region: global mode holds only gcra, token_bucket and leaky_bucket limits, not %v: shares of a window do not add up", sluice.ErrInvalidLimit, l.Algorithm)
 }
 
-func (g *Global) entry(key string, limit sluice.Limit) (*entry, bool) {
+// entry returns the node's entry for key under limit, made and announced to the sync loop
+// (which syncs it at once) if the node had none.
+func (g *Global) entry(key string, limit sluice.Limit) *entry {
 	k := entryKey{key, limit}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if e, ok := g.entries[k]; ok {
-		return e, false
+		return e
 	}
 	now := g.now()
 	full := algo.ParamsOf(limit)
 	e := &entry{
+		id:     k,
 		rkey:   g.shared.Key(key, limit) + ":global",
-		limit:  limit,
 		full:   full,
 		p:      full,
 		empty:  true, // until a share fills it (docs/regions-and-pacing.md)
@@ -336,38 +331,21 @@ func (g *Global) entry(key string, limit sluice.Limit) (*entry, bool) {
 	}
 	e.p.Burst = 0
 	g.entries[k] = e
-	return e, true
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+	return e
 }
 
-// AllowN is Decide of one request. A limit this node has not seen recently waits for one
-// sync (triggered at once) before its first decision; every other decision is in process.
-// Decisions made while the shared Redis is unreachable have Path sluice.PathLocal.
-func (g *Global) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Decision, error) {
-	if err := store.CheckRequest(key, limit, n); err != nil {
-		return sluice.Decision{}, err
-	}
-	if err := checkBucket(limit); err != nil {
-		return sluice.Decision{}, err
-	}
-	if g.closed.Load() {
-		return sluice.Decision{}, fmt.Errorf("region: %w", sluice.ErrClosed)
-	}
-	e, fresh := g.entry(key, limit)
-	if fresh {
-		select {
-		case g.wake <- struct{}{}:
-		default:
-		}
-	}
+// wait returns once e has had its first sync, or ctx's error.
+func (e *entry) wait(ctx context.Context) error {
 	select {
 	case <-e.ready:
+		return nil
 	case <-ctx.Done():
-		return sluice.Decision{}, fmt.Errorf("region: waiting for the first sync: %w", ctx.Err())
+		return fmt.Errorf("region: waiting for the first sync: %w", ctx.Err())
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	d, _ := g.decideLocked(e, limit, n, g.now(), true)
-	return d, nil
 }
 
 // decideLocked decides n units of e at now, e.mu held: it reports whether they fit and,
@@ -375,7 +353,7 @@ func (g *Global) AllowN(ctx context.Context, key string, limit sluice.Limit, n i
 func (g *Global) decideLocked(e *entry, limit sluice.Limit, n, now int64, commit bool) (sluice.Decision, bool) {
 	g.fence(e, now)
 	e.seen = now
-	r, ok := e.try(now, n, commit)
+	r, ok := e.decide(now, n, commit)
 	if commit {
 		e.demand += n
 	}

@@ -389,7 +389,7 @@ func TestGlobalRejectsWindowLimits(t *testing.T) {
 // newEntry is a node's bucket for l, outside any Global.
 func newEntry(l sluice.Limit) *entry {
 	full := algo.ParamsOf(l)
-	e := &entry{limit: l, full: full, p: full, empty: true, vnow: 1}
+	e := &entry{id: entryKey{limit: l}, full: full, p: full, empty: true, vnow: 1}
 	e.p.Burst = 0
 	return e
 }
@@ -417,7 +417,7 @@ func TestNodeBucketIsAlgo(t *testing.T) {
 			for i := 0; i < 20000; i++ {
 				now += rng.Int64N(2 * p.T)
 				n := rng.Int64N(min(p.Burst, 3) + 1)
-				got, ok := e.decide(now, n)
+				got, ok := e.decide(now, n, true)
 				// The share clock at now: ⌊now·share/pool⌋ µs after its start.
 				v := start + now*share/pool
 				var want algo.Result
@@ -458,18 +458,18 @@ func TestNodeBucketExtremes(t *testing.T) {
 		if depth < 1 {
 			t.Fatalf("%v share %d: depth %d below one unit", tt.limit, tt.share, depth)
 		}
-		r, ok := e.decide(0, 0)
+		r, ok := e.decide(0, 0, true)
 		w := e.real(r.ResetAfter).Microseconds()
 		if !ok || r.Remaining != 0 || w <= 0 {
 			t.Fatalf("%v share %d: a new bucket %+v (%v), time to fill %d", tt.limit, tt.share, r, ok, w)
 		}
-		if r, _ := e.decide(w-1, 0); r.Remaining == depth {
+		if r, _ := e.decide(w-1, 0, true); r.Remaining == depth {
 			t.Fatalf("%v share %d: full 1µs before the computed time (%d)", tt.limit, tt.share, w)
 		}
-		if r, _ := e.decide(w, 0); r.Remaining != depth || r.ResetAfter != 0 {
+		if r, _ := e.decide(w, 0, true); r.Remaining != depth || r.ResetAfter != 0 {
 			t.Fatalf("%v share %d: %+v at the computed time %d, depth %d", tt.limit, tt.share, r, w, depth)
 		}
-		if r, _ := e.decide(w+1<<55, 0); r.Remaining != depth { // a very long idle spell
+		if r, _ := e.decide(w+1<<55, 0, true); r.Remaining != depth { // a very long idle spell
 			t.Fatalf("%v: %+v after a long idle spell, depth %d", tt.limit, r, depth)
 		}
 	}
@@ -574,23 +574,23 @@ func TestSetShareKeepsCredit(t *testing.T) {
 	e := newEntry(l)
 	e.setShare(pool, 0)
 	now := int64(40_000) // 4 units earned
-	if r, _ := e.decide(now, 0); r.Remaining != 4 {
+	if r, _ := e.decide(now, 0, true); r.Remaining != 4 {
 		t.Fatalf("after 40ms at the whole share: %+v", r)
 	}
 	e.setShare(pool/5, now) // depth 2
-	if r, _ := e.decide(now, 0); r.Remaining != 2 {
+	if r, _ := e.decide(now, 0, true); r.Remaining != 2 {
 		t.Fatalf("at a fifth of the share: %+v, want the depth 2", r)
 	}
 	e.setShare(pool, now) // depth 10 again: the 2 kept, the rest to refill
-	if r, _ := e.decide(now, 0); r.Remaining != 2 || e.real(r.ResetAfter) != 80*time.Millisecond {
+	if r, _ := e.decide(now, 0, true); r.Remaining != 2 || e.real(r.ResetAfter) != 80*time.Millisecond {
 		t.Fatalf("back at the whole share: %+v, want 2 and full in 80ms", r)
 	}
 	e.setShare(0, now)
-	if r, ok := e.decide(now+time.Hour.Microseconds(), 1); ok || r.Allowed {
+	if r, ok := e.decide(now+time.Hour.Microseconds(), 1, true); ok || r.Allowed {
 		t.Fatalf("without a share: %+v %v", r, ok)
 	}
 	e.setShare(pool, now+time.Hour.Microseconds()) // emptied, and nothing earned meanwhile
-	if r, _ := e.decide(now+time.Hour.Microseconds(), 0); r.Remaining != 0 {
+	if r, _ := e.decide(now+time.Hour.Microseconds(), 0, true); r.Remaining != 0 {
 		t.Fatalf("after an hour without a share: %+v, want an empty bucket", r)
 	}
 }
