@@ -40,8 +40,8 @@ type CLI struct {
 
 // RunCLI is `sluice simulate`: it runs the simulation o asks for, writes the results to
 // stdout in o.Format and, with o.Out, the HTML report to a file. A progress bar is drawn
-// on stderr, when it is a terminal, for runs taking more than a second. An option it
-// cannot take is an error wrapping ErrUsage, returned before anything runs.
+// on stderr, when it is a terminal, for runs longer than a second. An option it cannot
+// take is an error wrapping ErrUsage, returned before anything runs.
 func RunCLI(ctx context.Context, o CLI, stdout, stderr io.Writer) error {
 	usage := func(format string, a ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrUsage}, a...)...)
@@ -98,8 +98,7 @@ func RunCLI(ctx context.Context, o CLI, stdout, stderr io.Writer) error {
 }
 
 // AlgorithmNames are the names of the algorithms a simulation runs: the six rate
-// algorithms (store.Algorithms). A concurrency limit counts requests in flight, not a
-// rate, and has no sliding window to be measured against.
+// algorithms (store.Algorithms); a concurrency limit has no window to be measured against.
 func AlgorithmNames() []string {
 	var out []string
 	for _, a := range store.Algorithms() {
@@ -108,8 +107,7 @@ func AlgorithmNames() []string {
 	return out
 }
 
-// progress draws a progress bar on w once a run has lasted longer than delay, so that
-// short runs print nothing.
+// progress draws a progress bar on w once a run has lasted longer than delay.
 type progress struct {
 	w     io.Writer
 	now   func() time.Time
@@ -119,7 +117,6 @@ type progress struct {
 	bar   *progressbar.ProgressBar
 }
 
-// newProgress returns a progress bar on w that appears once delay has passed on clock now.
 func newProgress(w io.Writer, delay time.Duration, now func() time.Time) *progress {
 	return &progress{w: w, now: now, start: now(), delay: delay}
 }

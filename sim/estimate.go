@@ -8,28 +8,21 @@ import (
 )
 
 // Estimate measures the sliding window counter as a rate estimator on a pattern's raw
-// traffic, the way Cloudflare measured theirs: every request counts (blocked or not), and at
-// each request the estimated number of requests in the last Period, this one included, is
-// compared with the exact number. A request is decided wrongly when exactly one of the two
-// exceeds the threshold (the pattern's Rate): a wrong allow when the estimate is within it
-// and the exact count is not, a wrong deny the reverse.
-//
-// This isolates the estimator from the limiter's feedback (a limiter admitting or denying
-// changes what it counts next); Result's false_allow_rate and false_deny_rate measure the
-// limiter end to end instead.
+// traffic, as Cloudflare measured theirs: every request counts (no limiter feeding back,
+// unlike Result), and at each request the estimated number of requests in the last Period,
+// this one included, is compared with the exact number. A request is decided wrongly when
+// exactly one of the two exceeds the threshold (Rate): a wrong allow when the estimate is
+// within it and the exact count is not, a wrong deny the reverse.
 type Estimate struct {
 	Pattern  string `json:"pattern"`
 	Requests int64  `json:"requests"`
 	Keys     int    `json:"keys"`
-	// Discrete is sluice's formula, ⌊prev·(Period-e-1)/Period⌋ + cur (see
-	// sluice.SlidingWindow).
-	Discrete EstimatorAccuracy `json:"discrete"`
-	// Continuous is the formula as Cloudflare published it, prev·(Period-e)/Period + cur,
-	// in floating point.
+	// Discrete is sluice's formula, ⌊prev·(Period-e-1)/Period⌋ + cur (sluice.SlidingWindow);
+	// Continuous the formula as Cloudflare published it, prev·(Period-e)/Period + cur.
+	Discrete   EstimatorAccuracy `json:"discrete"`
 	Continuous EstimatorAccuracy `json:"continuous"`
-	// NearThreshold is the share of requests whose exact count exceeds half the threshold:
-	// only there can an estimator with a few percent of error decide wrongly, so the wrong
-	// rate scales with it. Traffic far below the threshold is never misjudged.
+	// NearThreshold is the share of requests whose exact count exceeds half the threshold,
+	// the only ones an estimator a few percent off can misjudge.
 	NearThreshold float64 `json:"near_threshold"`
 }
 

@@ -60,8 +60,9 @@ func (r *Report) WriteCSV(w io.Writer) error {
 	return nil
 }
 
-// WriteTable writes the results as an aligned text table for a terminal.
+// WriteTable writes the results as aligned text tables for a terminal.
 func (r *Report) WriteTable(w io.Writer) error {
+	// One tabwriter for all: a line without a tab ends the table above it.
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "pattern\talgorithm\trequests\tadmitted\tdenied\tmax window\tfalse allow\tfalse deny\trate error\tretry-after\tstate B/key\t")
 	prev := ""
@@ -79,52 +80,37 @@ func (r *Report) WriteTable(w io.Writer) error {
 			name, x.Algorithm, x.Requests, x.Admitted, x.Denied, x.MaxWindowRatio,
 			pct(x.FalseAllowRate), pct(x.FalseDenyRate), rateErr, honesty(x), bytesPerKey(x.StateBytesPerKey))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if len(r.Estimates) == 0 {
-		return nil
-	}
-	fmt.Fprintf(w, "\nThe sliding window counter as a rate estimator, every request counted (Cloudflare published %s wrong, %s average difference on %d million requests):\n\n",
-		pct(CloudflareWrongRate), pct(CloudflareMeanDifference), CloudflareRequests/1_000_000)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "pattern\trequests\twrong (sluice)\tavg difference (sluice)\twrong (as published)\tavg difference (as published)\t")
-	for _, e := range r.Estimates {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t\n", e.Pattern, e.Requests,
-			pct(e.Discrete.WrongRate), pct(e.Discrete.MeanDifference), pct(e.Continuous.WrongRate), pct(e.Continuous.MeanDifference))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	for _, a := range r.Populations {
-		if err := a.writeTable(w); err != nil {
-			return err
+	if len(r.Estimates) > 0 {
+		fmt.Fprintf(tw, "\nThe sliding window counter as a rate estimator, every request counted (Cloudflare published %s wrong, %s average difference on %d million requests):\n\n",
+			pct(CloudflareWrongRate), pct(CloudflareMeanDifference), CloudflareRequests/1_000_000)
+		fmt.Fprintln(tw, "pattern\trequests\twrong (sluice)\tavg difference (sluice)\twrong (as published)\tavg difference (as published)\t")
+		for _, e := range r.Estimates {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t\n", e.Pattern, e.Requests,
+				pct(e.Discrete.WrongRate), pct(e.Discrete.MeanDifference), pct(e.Continuous.WrongRate), pct(e.Continuous.MeanDifference))
+		}
+		for _, a := range r.Populations {
+			a.writeTable(tw)
 		}
 	}
-	return nil
+	return tw.Flush()
 }
 
 // writeTable writes the population's figures beside Cloudflare's, and the sensitivity
 // table.
-func (a PopulationAccuracy) writeTable(w io.Writer) error {
-	fmt.Fprintf(w, "\nBeside Cloudflare's published accuracy: the whole population of the %s pattern, %s sources, %s requests over %s, threshold %s:\n\n",
+func (a PopulationAccuracy) writeTable(tw io.Writer) {
+	fmt.Fprintf(tw, "\nBeside Cloudflare's published accuracy: the whole population of the %s pattern, %s sources, %s requests over %s, threshold %s:\n\n",
 		a.Pattern, thousands(int64(a.Sources)), thousands(a.Requests), humanDuration(a.Duration), a.Limit)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "\tCloudflare (published)\tsluice\tas published\t")
 	fmt.Fprintf(tw, "requests\t%s\t%s\t%s\t\n", thousands(CloudflareRequests), thousands(a.Requests), thousands(a.Requests))
 	fmt.Fprintf(tw, "wrongly allowed or rate limited\t%s\t%s\t%s\t\n", pct(CloudflareWrongRate), pct(a.Discrete.WrongRate), pct(a.Continuous.WrongRate))
 	fmt.Fprintf(tw, "average difference\t%s\t%s\t%s\t\n", pct(CloudflareMeanDifference), pct(a.Discrete.MeanDifference), pct(a.Continuous.MeanDifference))
 	fmt.Fprintf(tw, "sources let through above the threshold\t%d, < %s above\t%s\t%s\t\n", CloudflareMissedSources, pct(CloudflareMissedOvershoot), missed(a.Discrete), missed(a.Continuous))
 	fmt.Fprintf(tw, "sources limited, never above it\tnone\t%d of %d\t%d of %d\t\n", a.Discrete.FalseFlagged, a.Discrete.Flagged, a.Continuous.FalseFlagged, a.Continuous.Flagged)
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "\n%s of these requests come from sources within ±50%% of the threshold. Among the requests of %s such sources\n"+
+	fmt.Fprintf(tw, "\n%s of these requests come from sources within ±50%% of the threshold. Among the requests of %s such sources\n"+
 		"(%s requests), the estimator errs on %s, with an average difference of %s; on the other sources' requests on %s, with %s.\n",
 		pct(a.NearShare), thousands(int64(a.Near.Sources)), thousands(a.Near.Requests), pct(a.Near.Discrete.WrongRate),
 		pct(a.Near.Discrete.MeanDifference), pct(a.Rest.Discrete.WrongRate), pct(a.Rest.Discrete.MeanDifference))
-	fmt.Fprintf(w, "\nBy share of requests from near-threshold sources:\n\n")
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "\nBy share of requests from near-threshold sources:\n\n")
 	fmt.Fprintln(tw, "near-threshold share\twrong (sluice)\tavg difference (sluice)\twrong (as published)\tavg difference (as published)\t")
 	for _, s := range a.Sensitivity {
 		share := pct(s.NearShare)
@@ -133,12 +119,8 @@ func (a PopulationAccuracy) writeTable(w io.Writer) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", share, pct(s.Discrete.WrongRate), pct(s.Discrete.MeanDifference), pct(s.Continuous.WrongRate), pct(s.Continuous.MeanDifference))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "\nCloudflare's %s wrong corresponds to a near-threshold share of %s; its %s average difference to %s.\n",
+	fmt.Fprintf(tw, "\nCloudflare's %s wrong corresponds to a near-threshold share of %s; its %s average difference to %s.\n",
 		pct(CloudflareWrongRate), shareOrNone(a.ImpliedNearShare), pct(CloudflareMeanDifference), shareOrNone(a.DifferenceNearShare))
-	return nil
 }
 
 // missed describes the sources an estimator let through despite traffic above the

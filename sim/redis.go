@@ -17,17 +17,10 @@ import (
 )
 
 // RedisStore returns a StoreFunc that runs each simulation through the Redis store at url
-// (see redisstore.Open for the URL forms), deciding at the run's virtual time
-// (redisstore.WithClock) instead of Redis's TIME. Each run gets keys under a prefix of its
-// own ("sluice-sim:<random>:<n>:"), so runs never see each other's or an earlier
-// invocation's state; the keys expire by their TTLs.
-//
-// Key TTLs are computed on the virtual clock but run out on Redis's. A run under load can
-// be slower than its virtual time, and a key must not expire between two of its decisions,
-// so every TTL is at least redisMinTTL; when the run ends its keys are deleted.
-//
-// A decision through Redis is a network round trip, so a full run takes minutes where the
-// memory store takes seconds; scale the patterns down for a quick look.
+// (see redisstore.Open), deciding at the run's virtual time (redisstore.WithClock). Each
+// run has a key prefix of its own ("sluice-sim:<random>:<n>:"), so no run sees another's
+// state. Every TTL is at least redisMinTTL, since a run can be slower than its virtual
+// time; when the run ends its keys are deleted.
 func RedisStore(url string) StoreFunc {
 	var nonce [6]byte
 	rand.Read(nonce[:])

@@ -21,13 +21,12 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// StoreFunc opens the limiter one run decides with. now is the run's virtual clock: the
-// limiter must take the time of every decision from it. The limiter starts empty for the
-// keys the run uses; close is called when the run ends.
+// StoreFunc opens the limiter one run decides with, empty for the run's keys and taking
+// the time of every decision from now, the run's virtual clock. close ends the run.
 type StoreFunc func(now func() time.Time) (lim sluice.Limiter, close func() error, err error)
 
 // MemoryStore opens a fresh in-process store (package memory) on the virtual clock, with
-// background sweeping off so that nothing but the run touches it.
+// background sweeping off.
 func MemoryStore(now func() time.Time) (sluice.Limiter, func() error, error) {
 	s := memory.New(memory.WithClock(now), memory.WithSweepInterval(0), memory.WithShards(16))
 	return s, s.Close, nil
@@ -47,8 +46,8 @@ type Config struct {
 	// Parallel is how many runs proceed at once; 0 means GOMAXPROCS. Results do not
 	// depend on it.
 	Parallel int
-	// Progress, if set, is called from time to time with the requests decided so far and
-	// the (estimated) total. It must be safe for concurrent use.
+	// Progress, if set, is called now and then with the requests decided so far and the
+	// estimated total, concurrently.
 	Progress func(done, total int64)
 }
 
