@@ -2,19 +2,15 @@
 // collections the heap may grow by at least a fixed number of bytes, and by Go's default
 // share of what is live (GOGC=100) once that share is larger.
 //
-// A service that keeps little state but allocates on every request (`sluice serve` on
-// Redis) would otherwise collect many times a second, each collection costing work that
-// does not shrink with the heap (stacks, globals, the mark phase). A headroom trades that
-// many bytes for fewer collections; a large live heap is paced as Go paces it.
+// A service that keeps little state but allocates on every request would otherwise
+// collect many times a second, each collection costing work that does not shrink with the
+// heap; a headroom trades that many bytes for fewer collections.
 //
-// How: after each collection (a finalizer that re-arms itself every cycle), the hook
-// reads from runtime/metrics the heap that collection marked live and the stacks and
-// globals it scanned, and sets the GC percent (debug.SetGCPercent) to Percent of them, so
-// that the runtime's next goal, live + (live + stacks + globals)·percent/100, is at least
-// live + headroom. The percent comes from the last collection: a heap that grows fast
-// between two collections may overshoot once, by percent of what was live at the first,
-// and the next collection corrects it. A memory limit (GOMEMLIMIT, debug.SetMemoryLimit)
-// still holds: the runtime collects sooner whenever the heap nears it.
+// After each collection (a finalizer that re-arms itself), the GC percent is set
+// (debug.SetGCPercent) to Percent of the heap that collection marked live and the stacks
+// and globals it scanned (runtime/metrics). A heap that grows fast between two collections
+// may overshoot once, by percent of what was live at the first; the next collection
+// corrects it. A memory limit (GOMEMLIMIT) still holds.
 //
 // GC percent is a property of the process, so there is one pacing at a time: a Start
 // replaces the one before it.

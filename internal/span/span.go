@@ -16,6 +16,8 @@ package span
 
 import (
 	"context"
+	"maps"
+	"slices"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -137,14 +139,8 @@ func (s Span) End(scope attribute.KeyValue, out evaluator.Outcome, err error) {
 
 // ExtractGRPC is Extract with the incoming gRPC metadata of ctx as the carrier.
 func (t Tracer) ExtractGRPC(ctx context.Context) context.Context {
-	if t.t == nil || trace.SpanContextFromContext(ctx).IsValid() {
-		return ctx
-	}
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok {
-		return ctx
-	}
-	return traceContext.Extract(ctx, mdCarrier(md))
+	md, _ := metadata.FromIncomingContext(ctx)
+	return t.Extract(ctx, mdCarrier(md))
 }
 
 // mdCarrier is gRPC metadata as a propagation.TextMapCarrier (keys are lower case).
@@ -159,10 +155,4 @@ func (c mdCarrier) Get(key string) string {
 
 func (c mdCarrier) Set(key, value string) { metadata.MD(c).Set(key, value) }
 
-func (c mdCarrier) Keys() []string {
-	ks := make([]string, 0, len(c))
-	for k := range c {
-		ks = append(ks, k)
-	}
-	return ks
-}
+func (c mdCarrier) Keys() []string { return slices.Collect(maps.Keys(c)) }
