@@ -1,6 +1,7 @@
 package region
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha1"
@@ -172,9 +173,9 @@ func (g *Global) Close() error {
 // now is the node's monotonic clock in µs.
 func (g *Global) now() int64 { return time.Since(g.start).Microseconds() }
 
-// entry is one (identity, Limit) on this node: the bucket machine (algo.GCRA) under the
-// limit with this node's share of the burst, run on a clock (vnow) that advances at the node's share of
-// real time, so that the bucket refills at its share of the rate.
+// entry is one (identity, Limit) on this node: the bucket machine (algo.GCRA) with this
+// node's share of the burst, on a clock (vnow) that advances at the node's share of real
+// time, so that the bucket refills at its share of the rate.
 type entry struct {
 	mu   sync.Mutex
 	id   entryKey
@@ -261,9 +262,9 @@ func (e *entry) decide(now, n int64, commit bool) (r algo.Result, ok bool) {
 	return r, true
 }
 
-// setShare switches to the share ppm at now. The bucket keeps what it holds, up to the new depth,
-// rounded down to a whole µs of refill; a share of 0 empties it, so that no node holds
-// credit beyond the share it applies.
+// setShare switches to the share ppm at now. The bucket keeps what it holds, up to the new
+// depth, rounded down to a whole µs of refill; a share of 0 empties it, so that no node
+// holds credit beyond the share it applies.
 func (e *entry) setShare(ppm, now int64) {
 	e.tick(now)
 	if ppm == e.share {
@@ -375,9 +376,8 @@ func (g *Global) decideLocked(e *entry, limit sluice.Limit, n, now int64, commit
 }
 
 // Reset implements sluice.Limiter: it forgets this node's state for key under limit (its
-// share and credit start again from nothing, at the next sync). Other nodes' shares and the
-// global state are untouched: removing them would let this node be granted shares they
-// still apply.
+// share and credit start again from nothing at the next sync). Other nodes' shares and the
+// global state, which they still apply, are untouched.
 func (g *Global) Reset(ctx context.Context, key string, limit sluice.Limit) error {
 	if err := store.CheckRequest(key, limit, 0); err != nil {
 		return err
@@ -396,8 +396,8 @@ func (g *Global) Reset(ctx context.Context, key string, limit sluice.Limit) erro
 	return nil
 }
 
-// Release implements sluice.Limiter. Global holds bucket limits only, so every release is
-// an error wrapping sluice.ErrInvalidLimit: a Concurrency limit is never decided here.
+// Release implements sluice.Limiter. Global holds no Concurrency limit, so every release
+// is an error wrapping sluice.ErrInvalidLimit.
 func (g *Global) Release(ctx context.Context, key string, limit sluice.Limit, lease sluice.LeaseID) (bool, error) {
 	if err := store.CheckRelease(key, limit, lease); err != nil {
 		return false, err
@@ -423,8 +423,7 @@ type Stats struct {
 	// Share is the fraction of the limit (ppm) this node applies.
 	Share int64
 	// Admitted and AdmittedPrev are the units all nodes reported admitted in the current
-	// and previous window of one Period, as of the last sync (reports lag by up to a sync
-	// interval).
+	// and previous window of one Period, as of the last sync.
 	Admitted, AdmittedPrev int64
 	// Nodes is the number of nodes holding a lease on the limit.
 	Nodes int64
@@ -513,20 +512,16 @@ func (g *Global) sync() {
 	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
 	defer cancel()
 	resps := g.client.DoMulti(ctx, cmds...)
-	var retry []int
+	var retry []int // a NOSCRIPT reply: the script did not run; EVAL runs and loads it
+	var again rueidis.Commands
 	for i, r := range resps {
 		if err, ok := rueidis.IsRedisErr(r.Error()); ok && err.IsNoScript() {
 			retry = append(retry, i)
+			again = append(again, g.client.B().Eval().Script(syncBody).Numkeys(1).Key(live[i].rkey).Arg(args[i]...).Build())
 		}
 	}
-	if len(retry) > 0 {
-		again := make(rueidis.Commands, len(retry))
-		for j, i := range retry {
-			again[j] = g.client.B().Eval().Script(syncBody).Numkeys(1).Key(live[i].rkey).Arg(args[i]...).Build()
-		}
-		for j, r := range g.client.DoMulti(ctx, again...) {
-			resps[retry[j]] = r
-		}
+	for j, r := range g.client.DoMulti(ctx, again...) {
+		resps[retry[j]] = r
 	}
 	g.syncs.Add(1)
 	var firstErr error
@@ -537,9 +532,7 @@ func (g *Global) sync() {
 		}
 		e.mu.Lock()
 		if err != nil {
-			if firstErr == nil {
-				firstErr = err
-			}
+			firstErr = cmp.Or(firstErr, err)
 			e.failed = true
 			e.demand += sends[i].demand // reported again with the next sync
 			e.admitted += sends[i].admitted
@@ -553,9 +546,7 @@ func (g *Global) sync() {
 				// the global bucket is full, and this node is the only one with a share.
 				e.st, e.empty = algo.State{}, false // a full bucket
 			}
-			if e.share > 0 {
-				e.everShared = true
-			}
+			e.everShared = e.everShared || e.share > 0
 			e.global, e.globalPrev, e.nodes = vals[2], vals[3], vals[4]
 		}
 		e.mu.Unlock()

@@ -9,22 +9,19 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// Share is the per-region mode: a sluice.Limiter that decides every request against an inner
-// limiter (the region's own store, usually a redisstore.Store on the region's Redis) under a
-// fixed fraction of the limit it is asked for, scaled by share.Limit as failover's local
-// limiter is: Rate and Burst rounded down, at least 1 each. Regions configured with
-// fractions summing to at most 1 hold the global limit together without talking to each
-// other (with very small limits, up to one unit per region and Period over it).
-//
-// Decisions report the scaled Limit, the one that was applied. Several limits at once,
-// reservations and resets are scaled and passed through.
+// Share is the per-region mode: a sluice.Limiter that decides every request against an
+// inner limiter (the region's own store) under a fixed fraction of the limit it is asked
+// for, scaled by share.Limit: Rate and Burst rounded down, at least 1 each. Regions with
+// fractions summing to at most 1 hold the global limit together (with very small limits,
+// up to one unit per region and Period over it). Every call is passed through under the
+// scaled limit, which decisions report.
 type Share struct {
 	inner sluice.Limiter
 	ppm   int64
 }
 
-// NewShare returns a Share applying fraction (0 < fraction ≤ 1) of every limit to inner.
-// The fraction is kept in parts per million.
+// NewShare returns a Share applying fraction (0 < fraction ≤ 1, kept in parts per
+// million) of every limit to inner.
 func NewShare(inner sluice.Limiter, fraction float64) (*Share, error) {
 	if !(fraction > 0 && fraction <= 1) {
 		return nil, fmt.Errorf("region: share %v must be in (0, 1]", fraction)
