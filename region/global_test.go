@@ -594,3 +594,33 @@ func TestSetShareKeepsCredit(t *testing.T) {
 		t.Fatalf("after an hour without a share: %+v, want an empty bucket", r)
 	}
 }
+
+// TestGlobalSyncAfterScriptFlush: a sync whose EVALSHA finds no script (SCRIPT FLUSH, a
+// restarted or failed-over Redis) sends it again with EVAL and succeeds.
+func TestGlobalSyncAfterScriptFlush(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	backend, err := redisstore.Open(srv.URL(), redisstore.WithLogger(testLog(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { backend.Close() })
+	g, err := NewGlobal(backend, WithSyncInterval(time.Hour), WithLogger(testLog(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	ctx := context.Background()
+	for _, key := range []string{"a", "b"} {
+		if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil {
+			t.Fatal(err)
+		}
+		// A new limit waits for its first sync, which it triggers.
+		if d, err := g.AllowN(ctx, key, globalLimit, 1); err != nil || !d.Allowed || d.Path != sluice.PathStore {
+			t.Fatalf("%s after SCRIPT FLUSH: %+v %v, want allowed by the store's share", key, d, err)
+		}
+		if st, ok := g.Stats(key, globalLimit); !ok || st.Unreachable || st.Share == 0 {
+			t.Fatalf("%s after SCRIPT FLUSH: stats %+v %v, want a share from a successful sync", key, st, ok)
+		}
+	}
+}
