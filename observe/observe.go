@@ -85,7 +85,7 @@ func New(inner sluice.Limiter, opts ...Option) *Limiter {
 		sampling: DefaultSampling,
 		hash:     HashKey,
 		policy:   DefaultPolicy,
-		fails:    failures{every: DefaultFailureSummary},
+		fails:    failures{every: DefaultFailureSummary, groups: map[failKey]*failCount{}},
 	}
 	for _, o := range opts {
 		o(l)

@@ -53,9 +53,6 @@ func (f *failures) note(l *Limiter, ctx context.Context, now time.Time, k failKe
 	f.tick(l, ctx, now)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.groups == nil {
-		f.groups = map[failKey]*failCount{}
-	}
 	if len(f.groups) == 0 {
 		f.start = now
 		f.due.Store(now.Add(f.every).UnixNano())

@@ -84,9 +84,6 @@ func WithNode(id string) GlobalOption {
 // 100ms): one pipelined round trip per interval, carrying every active limit.
 func WithSyncInterval(d time.Duration) GlobalOption {
 	return func(g *Global) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("region: sync interval %v below 1ms", d)
-		}
 		g.interval = d
 		return nil
 	}
@@ -106,9 +103,6 @@ func WithLease(d time.Duration) GlobalOption {
 // WithSyncTimeout bounds each sync round trip (default 1s).
 func WithSyncTimeout(d time.Duration) GlobalOption {
 	return func(g *Global) error {
-		if d <= 0 {
-			return fmt.Errorf("region: sync timeout %v must be positive", d)
-		}
 		g.timeout = d
 		return nil
 	}
@@ -149,7 +143,12 @@ func NewGlobal(shared *redisstore.Store, opts ...GlobalOption) (*Global, error) 
 	if g.lease == 0 {
 		g.lease = max(30*g.interval, 3*time.Second)
 	}
-	if g.lease < 2*g.interval {
+	switch {
+	case g.interval < time.Millisecond:
+		return nil, fmt.Errorf("region: sync interval %v below 1ms", g.interval)
+	case g.timeout <= 0:
+		return nil, fmt.Errorf("region: sync timeout %v must be positive", g.timeout)
+	case g.lease < 2*g.interval:
 		return nil, fmt.Errorf("region: lease %v must be at least two sync intervals (%v)", g.lease, 2*g.interval)
 	}
 	g.idle = 2 * g.lease

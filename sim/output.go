@@ -18,13 +18,9 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	if results == nil {
 		results = []Result{}
 	}
-	b, err := json.MarshalIndent(results, "", "  ")
-	if err != nil {
-		return fmt.Errorf("sim: encoding JSON: %w", err)
-	}
-	b = append(b, '\n')
-	_, err = w.Write(b)
-	return err
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(results)
 }
 
 // csvHeader is the first CSV row; WriteCSV's columns are in this order.
