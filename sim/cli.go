@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -46,8 +47,7 @@ func RunCLI(ctx context.Context, o CLI, stdout, stderr io.Writer) error {
 	usage := func(format string, a ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrUsage}, a...)...)
 	}
-	scale := o.Scale
-	if !(scale > 0) || scale > 1000 {
+	if !(o.Scale > 0) || o.Scale > 1000 {
 		return usage("--scale must be in (0, 1000], got %v", o.Scale)
 	}
 	write, ok := map[string]func(*Report, io.Writer) error{
@@ -59,7 +59,7 @@ func RunCLI(ctx context.Context, o CLI, stdout, stderr io.Writer) error {
 	if !ok {
 		return usage("--format must be table, json or csv, got %q", o.Format)
 	}
-	patterns, err := SelectPatterns(o.Pattern, scale)
+	patterns, err := SelectPatterns(o.Pattern, o.Scale)
 	if err != nil {
 		return usage("--pattern: %v", err)
 	}
@@ -82,15 +82,11 @@ func RunCLI(ctx context.Context, o CLI, stdout, stderr io.Writer) error {
 		return err
 	}
 	if o.Out != "" {
-		f, err := os.Create(o.Out)
-		if err != nil {
-			return fmt.Errorf("sim: %w", err)
-		}
-		if err := report.WriteHTML(f); err != nil {
-			f.Close()
+		var html bytes.Buffer
+		if err := report.WriteHTML(&html); err != nil {
 			return err
 		}
-		if err := f.Close(); err != nil {
+		if err := os.WriteFile(o.Out, html.Bytes(), 0o666); err != nil {
 			return fmt.Errorf("sim: %w", err)
 		}
 	}
