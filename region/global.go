@@ -43,7 +43,6 @@ type Global struct {
 	interval time.Duration
 	lease    time.Duration
 	timeout  time.Duration
-	idle     time.Duration
 	logger   *slog.Logger
 	start    time.Time
 
@@ -54,7 +53,6 @@ type Global struct {
 	stop    chan struct{}
 	stopped chan struct{}
 	closed  atomic.Bool
-	syncs   atomic.Int64
 	down    atomic.Bool // the last sync failed; failures are logged when this changes
 
 	onAdmit func(at time.Time, n int64) // tests: called under the entry's lock
@@ -151,7 +149,6 @@ func NewGlobal(shared *redisstore.Store, opts ...GlobalOption) (*Global, error) 
 	case g.lease < 2*g.interval:
 		return nil, fmt.Errorf("region: lease %v must be at least two sync intervals (%v)", g.lease, 2*g.interval)
 	}
-	g.idle = 2 * g.lease
 	go g.loop()
 	return g, nil
 }
@@ -467,7 +464,7 @@ func (g *Global) sync() {
 	live := make([]*entry, 0, len(g.entries))
 	for k, e := range g.entries {
 		e.mu.Lock()
-		idle := now-e.seen > g.idle.Microseconds() && e.demand == 0
+		idle := now-e.seen > 2*g.lease.Microseconds() && e.demand == 0
 		e.mu.Unlock()
 		if idle {
 			delete(g.entries, k) // its record in Redis lapses after a lease
@@ -522,7 +519,6 @@ func (g *Global) sync() {
 	for j, r := range g.client.DoMulti(ctx, again...) {
 		resps[retry[j]] = r
 	}
-	g.syncs.Add(1)
 	var firstErr error
 	for i, e := range live {
 		vals, err := resps[i].AsIntSlice()
