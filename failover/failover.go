@@ -87,16 +87,12 @@ func WithMaxPending(n int) Option {
 }
 
 // WithInlineCalls calls the store on the caller's goroutine, with the deadline in its
-// context, instead of on a goroutine of its own. It saves a goroutine and two scheduler
-// hand-offs per decision, but the decision then returns only when the store gives up:
-// use it only with a store that returns promptly when its context ends, as the memory
-// and Redis stores of this module do. Half-open probes still run on their own goroutine.
-//
-// Inline decisions (not Reset) that start within 1/16 of the deadline of one another
-// share one timer instead of a context.WithTimeout each: each waits at least 15/16 of
-// the deadline and never more than the deadline. A caller whose own deadline comes first
-// keeps it; a caller whose context is cancelled before its deadline while the store is
-// deciding is released when the store answers or at the deadline.
+// context, instead of on a goroutine of its own. The decision then returns only when the
+// store gives up: use it only with a store that returns promptly when its context ends,
+// as the memory and Redis stores of this module do. Half-open probes still run on their
+// own goroutine. An inline decision waits at least 15/16 of the deadline and never more;
+// a caller whose context is cancelled before its deadline while the store is deciding is
+// released when the store answers or at the deadline.
 func WithInlineCalls() Option { return func(l *Limiter) { l.inline = true } }
 
 // WithStateChange calls f on every breaker state change, for logs. It runs while the
@@ -161,10 +157,8 @@ func (l *Limiter) Close() error {
 	return nil
 }
 
-// Decide implements sluice.Limiter. Bad input is returned as is (never failed open). The
-// store decides within the deadline, unless the breaker is open; on a store failure the
-// request's strictest Failure decides (see the package doc). A caller whose own context
-// ends first gets its context's error. The Report says what happened.
+// Decide implements sluice.Limiter as the package doc says. A caller whose own context
+// ends first gets its context's error.
 func (l *Limiter) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
 	if err := store.CheckRequests(reqs, ds); err != nil {
 		return sluice.Report{Kind: store.KindBadInput}, err
@@ -233,9 +227,7 @@ func (l *Limiter) fallback(reqs []sluice.Request) sluice.Failure {
 	return out
 }
 
-// strictness orders failure modes for a request whose limits name different ones:
-// closed, then local, then open (a request fails as its strictest limit says).
-// FailInherit is 0.
+// strictness orders failure modes: closed, then local, then open; FailInherit is 0.
 func strictness(m sluice.FailureMode) int {
 	switch m {
 	case sluice.FailClosed:
@@ -315,10 +307,11 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) err
 	if err := store.CheckRequest(key, limit, 0); err != nil {
 		return err
 	}
-	a := call(l, ctx, false, resetArgs{l.primary, key, limit}, reset)
+	a := call(l, ctx, false, struct{}{}, func(ctx context.Context, _ struct{}) (struct{}, error) {
+		return struct{}{}, l.primary.Reset(ctx, key, limit)
+	})
 	if l.local != nil {
-		// Every share a Failure may have given it is possible; the default one is
-		// what the local limiter most likely holds.
+		// Any share is possible; the default one is the likeliest.
 		_ = l.local.Reset(ctx, key, shareOf(limit, l.def.Share))
 		if l.def.Share != 1 {
 			_ = l.local.Reset(ctx, key, limit)
@@ -339,7 +332,9 @@ func (l *Limiter) Release(ctx context.Context, key string, limit sluice.Limit, l
 	if err := store.CheckRelease(key, limit, lease); err != nil {
 		return false, err
 	}
-	a := call(l, ctx, false, releaseArgs{l.primary, key, limit, lease}, release)
+	a := call(l, ctx, false, struct{}{}, func(ctx context.Context, _ struct{}) (bool, error) {
+		return l.primary.Release(ctx, key, limit, lease)
+	})
 	if !a.v && l.local != nil {
 		if held, _ := l.local.Release(ctx, key, shareOf(limit, l.def.Share), lease); held {
 			return true, nil
@@ -360,7 +355,9 @@ func (l *Limiter) Settle(ctx context.Context, key string, limit sluice.Limit, re
 	if err := store.CheckSettle(key, limit, reservation, cost); err != nil {
 		return sluice.Decision{}, err
 	}
-	a := call(l, ctx, false, settleArgs{l.primary, key, limit, reservation, cost}, settle)
+	a := call(l, ctx, false, struct{}{}, func(ctx context.Context, _ struct{}) (sluice.Decision, error) {
+		return l.primary.Settle(ctx, key, limit, reservation, cost)
+	})
 	if l.local != nil && (a.failed || errors.Is(a.err, sluice.ErrUnknownReservation)) {
 		d, err := l.local.Settle(ctx, key, shareOf(limit, l.def.Share), reservation, cost)
 		switch {
@@ -375,29 +372,6 @@ func (l *Limiter) Settle(ctx context.Context, key string, limit sluice.Limit, re
 		return sluice.Decision{}, unavailable(a.err)
 	}
 	return a.v, a.err
-}
-
-type settleArgs struct {
-	store       sluice.Limiter
-	key         string
-	limit       sluice.Limit
-	reservation sluice.ReservationID
-	cost        int64
-}
-
-func settle(ctx context.Context, a settleArgs) (sluice.Decision, error) {
-	return a.store.Settle(ctx, a.key, a.limit, a.reservation, a.cost)
-}
-
-type releaseArgs struct {
-	store sluice.Limiter
-	key   string
-	limit sluice.Limit
-	lease sluice.LeaseID
-}
-
-func release(ctx context.Context, a releaseArgs) (bool, error) {
-	return a.store.Release(ctx, a.key, a.limit, a.lease)
 }
 
 func unavailable(cause error) error {
@@ -424,20 +398,15 @@ type attempt[T any] struct {
 
 // call runs f, the store call, through the breaker and within the deadline. The attempt
 // carries f's result and failed == false when the store answered (successfully, or with
-// an error that is not a store failure, such as bad input), and the cause with failed ==
-// true when the failure mode must decide.
+// an error that is not a store failure), and the cause with failed == true when the
+// failure mode must decide.
 //
-// f runs in its own goroutine so that the caller is released at the deadline even if
-// the store ignores its context; the goroutine ends when f returns, and at most
-// maxPending such goroutines run at any time. A half-open breaker's probe runs with
-// ProbeTimeout instead, detached from the caller (see Breaker).
-//
-// With WithInlineCalls, f runs on the caller's goroutine with the deadline in its
-// context; for a decision (not a Reset), that context is a shared deadline (see
-// sharedDeadlines), which ends at most the deadline after the call started.
-//
-// f gets its arguments as a, rather than from a closure, so that the inline path (a
-// decision per call, on the hot path) allocates nothing for it.
+// f runs in its own goroutine (at most maxPending at once), so that the caller is
+// released at the deadline even if the store ignores its context; a half-open breaker's
+// probe runs with ProbeTimeout, detached from the caller (see Breaker). With
+// WithInlineCalls, f runs on the caller's goroutine; a decision's context is then a
+// shared deadline (see sharedDeadlines). f gets its arguments as a, so that a decision
+// allocates no closure.
 func call[A, T any](l *Limiter, ctx context.Context, decision bool, a A, f func(context.Context, A) (T, error)) attempt[T] {
 	t, probe, err := l.enter()
 	if err != nil {
@@ -469,17 +438,11 @@ func call[A, T any](l *Limiter, ctx context.Context, decision bool, a A, f func(
 // copy first.
 type detacher[A any] interface{ detach() A }
 
-// decideArgs and resetArgs are the arguments of store calls (call's a).
+// decideArgs are the arguments of a decision's store call (call's a).
 type decideArgs struct {
 	store sluice.Limiter
 	reqs  []sluice.Request
 	ds    []sluice.Decision
-}
-
-type resetArgs struct {
-	store sluice.Limiter
-	key   string
-	limit sluice.Limit
 }
 
 // decided is a decision call's result: its report and the slice it wrote decisions to.
@@ -497,12 +460,7 @@ func (a decideArgs) detach() decideArgs {
 	return decideArgs{a.store, slices.Clone(a.reqs), make([]sluice.Decision, len(a.reqs))}
 }
 
-func reset(ctx context.Context, a resetArgs) (struct{}, error) {
-	return struct{}{}, a.store.Reset(ctx, a.key, a.limit)
-}
-
-// The causes recorded for decisions the failure mode made without an answer from the
-// store, classified for sluice.KindOf.
+// The classified causes of decisions made without an answer from the store.
 var (
 	errBreakerOpen = &sluice.StoreError{Kind: store.KindBreakerOpen, Err: ErrBreakerOpen}
 	errOverload    = &sluice.StoreError{Kind: store.KindOverload, Err: ErrOverload}
@@ -598,14 +556,15 @@ func callAsync[A, T any](l *Limiter, ctx context.Context, probe bool, start time
 	}()
 
 	var r result[T]
+	var late bool
 	select {
 	case r = <-ch:
 	case <-expired:
-		var out attempt[T]
-		if r, out = giveUp(l, ctx, ch, start, probe, t); out.err != nil {
-			return out
-		}
+		late = true
 	case <-ctx.Done():
+		late = true
+	}
+	if late {
 		var out attempt[T]
 		if r, out = giveUp(l, ctx, ch, start, probe, t); out.err != nil {
 			return out
@@ -649,11 +608,9 @@ func giveUp[T any](l *Limiter, ctx context.Context, ch chan result[T], start tim
 
 // judge returns what the breaker is told about a store call that answered v and err, and
 // whether err is a store failure; when it is, brk is the failure, which the failure mode
-// records. ctx is the caller's: an error caused by its own cancellation or deadline says
-// nothing about the store. A cancellation while ctx is live is not the caller's, so it is
-// a store failure (store.ForeignCancel): another call sharing the store's work gave up,
-// and this one was not decided. A decision that the layer below answered without asking
-// the store (a deny cache's, whose Report says so) says nothing about the store either.
+// records. ctx is the caller's: an error of its own cancellation or deadline, and a
+// decision answered without asking the store, say nothing about the store; a
+// cancellation while ctx is live is a store failure (store.ForeignCancel).
 func judge[T any](ctx context.Context, v *T, err error) (brk error, failed bool) {
 	switch {
 	case err == nil:
@@ -670,8 +627,7 @@ func judge[T any](ctx context.Context, v *T, err error) (brk error, failed bool)
 	return errExcluded, false
 }
 
-// shareOf is the limit the local limiter applies for limit under the Failure's share
-// (a fraction): share.Limit, the share taken as parts per million.
+// shareOf is the limit the local limiter applies for limit under a Failure's share.
 func shareOf(limit sluice.Limit, fraction float64) sluice.Limit {
 	return share.Limit(limit, share.FromFraction(fraction))
 }

@@ -286,20 +286,21 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			m.cfg.Limited(w, r, res)
 			return
 		}
-		if res.holdsLease() {
+		if res.holds(true) {
 			defer m.release(r, res)
 		}
-		if res.holdsReservation() {
+		if res.holds(false) {
 			defer m.settle(r, w, res)
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// holdsReservation reports whether a decision of res reserved an estimated cost.
-func (res *Result) holdsReservation() bool {
+// holds reports whether a decision of res took a lease (a Concurrency limit), or with
+// lease false, reserved an estimated cost.
+func (res *Result) holds(lease bool) bool {
 	for i := range res.Decisions {
-		if res.Decisions[i].Reservation != 0 {
+		if d := &res.Decisions[i]; (lease && d.Lease != 0) || (!lease && d.Reservation != 0) {
 			return true
 		}
 	}
@@ -327,16 +328,6 @@ func (m *Middleware) settle(r *http.Request, w http.ResponseWriter, res *Result)
 				slog.String("error", err.Error()))
 		}
 	}
-}
-
-// holdsLease reports whether a decision of res took a lease (a Concurrency limit).
-func (res *Result) holdsLease() bool {
-	for i := range res.Decisions {
-		if res.Decisions[i].Lease != 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // releaseTimeout bounds the store calls that release a request's leases. A lease not
@@ -373,27 +364,15 @@ func (m *Middleware) release(r *http.Request, res *Result) {
 // Config.ShadowHeaders, else the enforced ones (a client obeying a shadow policy's r=0
 // would stop sending although nothing is enforced).
 func (m *Middleware) advertised(ds []PolicyDecision) []PolicyDecision {
-	if m.cfg.ShadowHeaders {
+	shadow := func(d PolicyDecision) bool { return d.Shadow }
+	if m.cfg.ShadowHeaders || !slices.ContainsFunc(ds, shadow) {
 		return ds
 	}
-	for i := range ds {
-		if ds[i].Shadow {
-			out := make([]PolicyDecision, 0, len(ds))
-			for _, d := range ds {
-				if !d.Shadow {
-					out = append(out, d)
-				}
-			}
-			return out
-		}
-	}
-	return ds
+	return slices.DeleteFunc(slices.Clone(ds), shadow)
 }
 
-// fail answers a request that could not be decided. Bad input (an unidentifiable client,
-// an invalid limit, cost or key) is the server's or the request's fault: 500. Any other
-// error is a store failure: 503 with Retry-After, so the request is refused (fail
-// closed); wrap the Limiter in a failover decorator to fail open instead.
+// fail answers a request that could not be decided: Config.Error for bad input, else
+// Config.Unavailable with Retry-After.
 func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
 	bad := errors.Is(err, ErrIdentify) || store.IsBadInput(err)
 	if m.cfg.Logger != nil {
@@ -554,13 +533,11 @@ func (m *Middleware) decide(r *http.Request, sp span.Span) (_ *Result, err error
 // decided fills p's PolicyDecision from what Evaluate decided of its item.
 func (p *pending) decided() {
 	d := &p.d
-	d.Key = p.Key // as Evaluate bounded it
 	limit := d.Limit
-	d.Decision = p.Decision
+	d.Key, d.Decision, d.blocks = p.Key, p.Decision, p.Blocks() // Key as Evaluate bounded it
 	if d.Decision.Limit == (sluice.Limit{}) {
 		d.Decision.Limit = limit
 	}
-	d.blocks = p.Blocks()
 }
 
 func (m *Middleware) log(ctx context.Context, r *http.Request, res *Result) {
