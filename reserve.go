@@ -61,10 +61,8 @@ func init() {
 //     reservation or decision has taken the slots after it, and one state (GCRA's
 //     TAT, a bucket's credit or level) cannot hold a hole in front of them.
 //
-// Otherwise nothing changes and Cancel returns false: a cancelled reservation leaves no
-// trace or changes nothing (golang.org/x/time/rate would give back the part later
-// reservations did not overtake, double-booking their slots). Cancelling a reservation
-// that is not OK, or cancelling twice, returns false without asking the store.
+// Otherwise nothing changes and Cancel returns false. Cancelling a reservation that is
+// not OK, or cancelling twice, returns false without asking the store.
 func (r Reservation) Cancel(ctx context.Context) (bool, error) {
 	c := r.cancel
 	if !r.OK || c == nil {
@@ -111,8 +109,7 @@ func Wait(ctx context.Context, r Limiter, key string, limit Limit, n int64) erro
 	return wait(ctx, r, key, limit, n, newTimer)
 }
 
-// newTimer is Wait's timer source: a channel that receives at instant at (on the local
-// clock) and a function that stops it.
+// newTimer is Wait's timer source: a channel that receives at instant at, and its stop.
 func newTimer(at time.Time) (<-chan time.Time, func() bool) {
 	t := time.NewTimer(time.Until(at))
 	return t.C, t.Stop

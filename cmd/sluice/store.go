@@ -37,7 +37,7 @@ type env struct {
 	stopGC func()
 }
 
-// tracerProvider is e.tracer as server options take it: nil (off) when tracing is off.
+// tracerProvider is e.tracer as server options take it: a nil interface when off.
 func (e *env) tracerProvider() trace.TracerProvider {
 	if e.tracer == nil {
 		return nil
@@ -66,13 +66,9 @@ func start(c *cli.Command) (*env, error) {
 	}
 	e.reg = prometheus.NewRegistry()
 	e.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	e.opts.Logger, e.opts.Registry = log, e.reg
-	// A Redis that is down when the service starts is a store failure like any other:
-	// the service starts, the failure mode answers, /readyz reports it, and the store
-	// connects in the background. A Redis that refuses the URL's settings (credentials,
-	// database, certificate, cluster or Sentinel mode) is not down, and no retry fixes it:
-	// the command fails at start, naming the cause (redisstore.ConfigError).
-	e.opts.ConnectRetry = true
+	// A Redis that is down at start is a store failure like any other; one that refuses
+	// the URL's settings fails the command (redisstore.ConfigError).
+	e.opts.Logger, e.opts.Registry, e.opts.ConnectRetry = log, e.reg, true
 	if e.stack, err = stack.Open(e.w.Config(), e.opts); err != nil {
 		e.w.Close()
 		e.closeTracer()
