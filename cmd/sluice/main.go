@@ -40,9 +40,9 @@ func main() {
 
 // Exit codes.
 const (
-	exitOK     = 0
-	exitError  = 1
-	exitUsage  = 2 // a command line that cannot be parsed: one line on stderr says why
+	exitOK      = 0
+	exitError   = 1
+	exitUsage   = 2 // a command line that cannot be parsed: one line on stderr says why
 	exitDenied  = 3 // sluice check: the request would be denied
 	exitNoMatch = 4 // sluice check: no limit applies; allowed, uncounted
 )
