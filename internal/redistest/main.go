@@ -18,12 +18,9 @@ import (
 func Main(m *testing.M, use func(url string), opts ...Option) {
 	tb := &mainTB{}
 	var srv *Server
-	done := make(chan struct{})
-	go func() { // Fatalf ends this goroutine only
-		defer close(done)
-		srv = Start(tb, opts...)
-	}()
-	<-done
+	var wg sync.WaitGroup
+	wg.Go(func() { srv = Start(tb, opts...) }) // Fatalf ends this goroutine only
+	wg.Wait()
 	if tb.failed {
 		tb.cleanup()
 		os.Exit(1)

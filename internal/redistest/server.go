@@ -121,7 +121,6 @@ func newServer(tb testing.TB) *Server {
 // launchNew picks a free port and launches, retrying when the port was taken meanwhile.
 func (s *Server) launchNew() {
 	s.tb.Helper()
-
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		s.port, err = freePort()
@@ -159,8 +158,7 @@ func (s *Server) launch() error {
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
 	var stderr bytes.Buffer
-	cmd.Stdout = &stderr
-	cmd.Stderr = &stderr
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
 	// Die with the test binary, and keep terminal signals (Ctrl-C) to the test.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -239,8 +237,7 @@ func (s *Server) signal(sig syscall.Signal) {
 func (s *Server) Restart() {
 	s.tb.Helper()
 	s.kill()
-	// The port was just released; another process may grab it in between, and the kernel
-	// may briefly refuse the bind. Retry for a while before giving up.
+	// The port may be taken meanwhile, or briefly refused by the kernel: retry.
 	poll(s.tb, 50*time.Millisecond, func() error { return wrapf(s.launch(), "restart") })
 }
 
@@ -295,12 +292,8 @@ func (s *Server) cleanup() {
 	s.kill()
 }
 
-// Do sends one command over a fresh connection and returns the reply formatted as text:
-// simple strings and bulk strings as they are, integers in decimal, nil as "(nil)", arrays
-// one element per line (nested arrays flattened). An error reply is returned as an error.
-func (s *Server) Do(args ...string) (string, error) {
-	return Do(s.Addr(), args...)
-}
+// Do sends one command to the server (see the package-level Do).
+func (s *Server) Do(args ...string) (string, error) { return Do(s.Addr(), args...) }
 
 // MustDo is Do that fails the test on error.
 func (s *Server) MustDo(args ...string) string {
@@ -398,7 +391,9 @@ func cli(tb testing.TB, args ...string) (string, error) {
 	return string(out), nil
 }
 
-// Do sends one command to addr over a fresh connection (see Server.Do).
+// Do sends one command to addr over a fresh connection and returns the reply formatted as
+// text: simple strings and bulk strings as they are, integers in decimal, nil as "(nil)",
+// arrays one element per line (nested arrays flattened). An error reply is an error.
 func Do(addr string, args ...string) (string, error) {
 	conn, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
@@ -441,33 +436,26 @@ func readReply(r *bufio.Reader, out *strings.Builder) error {
 		out.WriteByte('\n')
 	case '-':
 		return ReplyError(line[1:])
-	case '$':
+	case '$', '*':
 		n, err := strconv.Atoi(line[1:])
-		if err != nil {
-			return fmt.Errorf("redistest: bad bulk length %q", line)
-		}
-		if n < 0 {
+		switch {
+		case err != nil:
+			return fmt.Errorf("redistest: bad length %q", line)
+		case n < 0:
 			out.WriteString("(nil)\n")
-			return nil
-		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return err
-		}
-		out.Write(buf[:n])
-		out.WriteByte('\n')
-	case '*':
-		n, err := strconv.Atoi(line[1:])
-		if err != nil {
-			return fmt.Errorf("redistest: bad array length %q", line)
-		}
-		if n < 0 {
-			out.WriteString("(nil)\n")
-		}
-		for i := 0; i < n; i++ {
-			if err := readReply(r, out); err != nil {
+		case line[0] == '*':
+			for range n {
+				if err := readReply(r, out); err != nil {
+					return err
+				}
+			}
+		default:
+			buf := make([]byte, n+2)
+			if _, err := io.ReadFull(r, buf); err != nil {
 				return err
 			}
+			out.Write(buf[:n])
+			out.WriteByte('\n')
 		}
 	default:
 		return fmt.Errorf("redistest: unexpected reply %q", line)
