@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"sync"
@@ -58,31 +59,18 @@ type Breaker struct {
 	ProbeTimeout time.Duration
 }
 
+// withDefaults fills b's zero fields (and non-positive durations, but FailingFor's).
 func (b Breaker) withDefaults() Breaker {
-	if b.ConsecutiveFailures == 0 {
-		b.ConsecutiveFailures = 5
-	}
-	if b.FailingFor == 0 {
-		b.FailingFor = 50 * time.Millisecond
-	}
 	if !(b.FailureRatio > 0 && b.FailureRatio <= 1) {
 		b.FailureRatio = 0.5
 	}
-	if b.MinCalls == 0 {
-		b.MinCalls = 20
-	}
-	if b.Window <= 0 {
-		b.Window = 10 * time.Second
-	}
-	if b.OpenFor <= 0 {
-		b.OpenFor = time.Second
-	}
-	if b.Probes == 0 {
-		b.Probes = 3
-	}
-	if b.ProbeTimeout <= 0 {
-		b.ProbeTimeout = time.Second
-	}
+	b.ConsecutiveFailures = cmp.Or(b.ConsecutiveFailures, 5)
+	b.FailingFor = cmp.Or(b.FailingFor, 50*time.Millisecond)
+	b.MinCalls = cmp.Or(b.MinCalls, 20)
+	b.Window = cmp.Or(max(b.Window, 0), 10*time.Second)
+	b.OpenFor = cmp.Or(max(b.OpenFor, 0), time.Second)
+	b.Probes = cmp.Or(b.Probes, 3)
+	b.ProbeTimeout = cmp.Or(max(b.ProbeTimeout, 0), time.Second)
 	return b
 }
 

@@ -22,8 +22,9 @@ const DefaultDeadline = 5 * time.Millisecond
 const DefaultMaxPending = 1024
 
 // Limiter is a sluice.Limiter that decides with a primary store and, when the store
-// fails, by the failure mode of the request's limits. It is safe for concurrent use.
-// Create it with New.
+// fails, by the failure mode of the request's limits. Reset, Release and Settle call the
+// store within the deadline, through the breaker, and return a store failure as an error
+// wrapping sluice.ErrStoreUnavailable. It is safe for concurrent use. Create it with New.
 type Limiter struct {
 	primary    sluice.Limiter
 	local      sluice.Limiter
@@ -34,7 +35,6 @@ type Limiter struct {
 	maxPending int64
 	onChange   func(from, to sluice.BreakerState)
 	clock      func() time.Time // the breaker's clock
-	stateNow   atomic.Uint32    // the breaker's state as of its last change (sluice.BreakerState)
 
 	inline bool
 	shared *sharedDeadlines // the deadlines of inline decisions
@@ -67,17 +67,15 @@ func WithBreaker(b Breaker) Option { return func(l *Limiter) { l.breakerCfg = b 
 func WithClock(clock func() time.Time) Option { return func(l *Limiter) { l.clock = clock } }
 
 // WithDefault sets the Failure of limits whose request leaves fields of theirs zero
-// (default: FailOpen, share 1, right for a single node). Zero fields of f keep the
-// defaults; use share 1/N for N nodes sharing the store.
+// (default: FailOpen, share 1); zero fields of f keep the defaults.
 func WithDefault(f sluice.Failure) Option {
 	return func(l *Limiter) { l.def = f.Or(l.def) }
 }
 
 // WithMaxPending bounds the store calls running at once, including those still running
-// after their caller was released at the deadline (a store that ignores its context, a
-// frozen server). While n are running, decisions use the failure mode without calling
-// the store (store.KindOverload), so goroutines never pile up. Default
-// DefaultMaxPending; a non-positive n takes the default.
+// after their caller was released at the deadline. While n are running, decisions use
+// the failure mode without calling the store (store.KindOverload). A non-positive n
+// takes DefaultMaxPending.
 func WithMaxPending(n int) Option {
 	return func(l *Limiter) {
 		if n > 0 {
@@ -125,13 +123,7 @@ func New(primary sluice.Limiter, opts ...Option) *Limiter {
 	if l.inline {
 		l.shared = newSharedDeadlines(l.deadline)
 	}
-	l.stateNow.Store(uint32(store.BreakerClosed))
-	l.cb = newBreaker(l.breakerCfg, l.clock, func(from, to sluice.BreakerState) {
-		l.stateNow.Store(uint32(to))
-		if l.onChange != nil {
-			l.onChange(from, to)
-		}
-	})
+	l.cb = newBreaker(l.breakerCfg, l.clock, l.onChange)
 	return l
 }
 
@@ -143,8 +135,7 @@ func (l *Limiter) State() sluice.BreakerState { return l.cb.state(l.cb.now()) }
 func (l *Limiter) Deadline() time.Duration { return l.deadline }
 
 // Close stops deciding (later calls return an error wrapping sluice.ErrClosed) and waits
-// for store calls still running (they end when the store honours their context or
-// answers). It closes neither the primary nor the local limiter.
+// for store calls still running. It closes neither the primary nor the local limiter.
 func (l *Limiter) Close() error {
 	if l.closed.Swap(true) {
 		return nil
@@ -179,13 +170,11 @@ func (l *Limiter) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice
 	case rep.StoreCalled && rep.StoreLatency == 0:
 		rep.StoreLatency = a.latency
 	}
-	rep.Breaker = l.state()
+	rep.Breaker, rep.Kind = l.state(), sluice.KindOf(a.err)
 	if !a.failed {
-		rep.Kind = sluice.KindOf(a.err)
 		return rep, a.err
 	}
-	rep.Failure, rep.Kind = a.err, sluice.KindOf(a.err)
-	rep.Fallback = l.fallback(reqs)
+	rep.Failure, rep.Fallback = a.err, l.fallback(reqs)
 	switch rep.Fallback.Mode {
 	case sluice.FailClosed:
 		for i := range reqs {
@@ -241,8 +230,7 @@ func strictness(m sluice.FailureMode) int {
 }
 
 // decideLocal decides reqs on the local limiter, all or nothing, each under its share of
-// its limit (shareOf); a cost that can never fit its share denies the request without
-// spending.
+// its limit; a cost that can never fit its share denies the request without spending.
 func (l *Limiter) decideLocal(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
 	shared := make([]sluice.Request, len(reqs))
 	tooBig := false
@@ -275,10 +263,8 @@ func (l *Limiter) decideLocal(ctx context.Context, reqs []sluice.Request, ds []s
 }
 
 // Reserve implements sluice.Limiter. A reservation is asked of the store through the
-// breaker, but without the decision deadline: the deadline of ctx is the reservation's
-// longest wait, and pacing waits by design. When the breaker is open or the store
-// fails, the error wraps sluice.ErrStoreUnavailable (a paced worker waits and retries;
-// no failure mode makes up a reservation).
+// breaker, but without the decision deadline (the deadline of ctx is its longest wait).
+// When the breaker is open or the store fails, the error wraps sluice.ErrStoreUnavailable.
 func (l *Limiter) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
 	if err := store.CheckRequest(key, limit, n); err != nil {
 		return sluice.Reservation{}, err
@@ -300,9 +286,8 @@ func (l *Limiter) Reserve(ctx context.Context, key string, limit sluice.Limit, n
 	return res, err
 }
 
-// Reset implements sluice.Limiter: it resets key's state in the store (within the
-// deadline, through the breaker) and in the local limiter. A store failure returns an
-// error wrapping sluice.ErrStoreUnavailable.
+// Reset implements sluice.Limiter: it resets key's state in the store and in the local
+// limiter.
 func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) error {
 	if err := store.CheckRequest(key, limit, 0); err != nil {
 		return err
@@ -323,11 +308,9 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) err
 	return a.err
 }
 
-// Release implements sluice.Limiter: it releases the lease in the store (within the
-// deadline, through the breaker) and, when the store did not hold it, in the local
-// limiter, which took it if a FailLocal decision did (under the default share). A store
-// failure returns an error wrapping sluice.ErrStoreUnavailable; the lease then expires
-// by its TTL.
+// Release implements sluice.Limiter: it releases the lease in the store and, when the
+// store did not hold it, in the local limiter, which took it if a FailLocal decision did
+// (under the default share).
 func (l *Limiter) Release(ctx context.Context, key string, limit sluice.Limit, lease sluice.LeaseID) (bool, error) {
 	if err := store.CheckRelease(key, limit, lease); err != nil {
 		return false, err
@@ -346,11 +329,9 @@ func (l *Limiter) Release(ctx context.Context, key string, limit sluice.Limit, l
 	return a.v, a.err
 }
 
-// Settle implements sluice.Limiter: it settles in the store (within the deadline, through
-// the breaker) and, when the store holds no such reservation, in the local limiter, which
-// made it if a FailLocal decision did (under the default share). A store failure returns
-// an error wrapping sluice.ErrStoreUnavailable; the reservation then stands at its
-// estimate.
+// Settle implements sluice.Limiter: it settles in the store and, when the store holds no
+// such reservation, in the local limiter, which made it if a FailLocal decision did
+// (under the default share).
 func (l *Limiter) Settle(ctx context.Context, key string, limit sluice.Limit, reservation sluice.ReservationID, cost int64) (sluice.Decision, error) {
 	if err := store.CheckSettle(key, limit, reservation, cost); err != nil {
 		return sluice.Decision{}, err
@@ -378,12 +359,8 @@ func unavailable(cause error) error {
 	return fmt.Errorf("%w: %w", sluice.ErrStoreUnavailable, cause)
 }
 
-func (l *Limiter) state() sluice.BreakerState { return sluice.BreakerState(l.stateNow.Load()) }
-
-type result[T any] struct {
-	v   T
-	err error
-}
+// state is the breaker's state as of its last change.
+func (l *Limiter) state() sluice.BreakerState { return l.cb.cur.Load().state }
 
 // attempt is the outcome of one store call made through the breaker and the deadline.
 type attempt[T any] struct {
@@ -474,10 +451,9 @@ func deadlineError(d time.Duration, cause error) error {
 	return &sluice.StoreError{Kind: store.KindTimeout, Err: err}
 }
 
-// enter lets a store call through the breaker, the pending bound and Close. When err is
-// not nil, the call must not be made and err is its outcome; otherwise the caller calls
-// the store and then done and leave (leaveInline, or callAsync's goroutine). probe
-// reports a half-open breaker's probe.
+// enter lets a store call through the breaker, the pending bound and Close, or returns
+// the call's outcome as err. A caller let through calls the store, then the breaker's
+// done and leave. probe reports a half-open breaker's probe.
 func (l *Limiter) enter() (t ticket, probe bool, err error) {
 	if l.closed.Load() {
 		return ticket{}, false, fmt.Errorf("failover: %w", sluice.ErrClosed)
@@ -510,8 +486,7 @@ func (l *Limiter) leave() {
 // reports the call to the breaker and returns the attempt (without its value).
 func leaveInline[T any](l *Limiter, ctx context.Context, start time.Time, v *T, err error, t ticket) attempt[T] {
 	l.leave()
-	end := time.Now()
-	out := attempt[T]{called: true, latency: end.Sub(start)}
+	latency := time.Since(start)
 	brk, failed := judge(ctx, v, err)
 	l.cb.done(t, brk, l.cb.now())
 	if failed {
@@ -520,8 +495,7 @@ func leaveInline[T any](l *Limiter, ctx context.Context, start time.Time, v *T, 
 			err = deadlineError(l.deadline, err)
 		}
 	}
-	out.err, out.failed = err, failed
-	return out
+	return attempt[T]{err: err, failed: failed, called: true, latency: latency}
 }
 
 // callAsync runs f, let through by enter, in a goroutine of its own (see call).
@@ -538,7 +512,7 @@ func callAsync[A, T any](l *Limiter, ctx context.Context, probe bool, start time
 		cctx, cancel = context.WithTimeout(ctx, l.deadline)
 		expired = cctx.Done() // also closed when ctx ends; giveUp tells which
 	}
-	ch := make(chan result[T], 1)
+	ch := make(chan attempt[T], 1)
 	go func() {
 		defer l.leave()
 		defer cancel()
@@ -552,23 +526,19 @@ func callAsync[A, T any](l *Limiter, ctx context.Context, probe bool, start time
 			}
 			l.cb.done(t, brk, l.cb.now())
 		}
-		ch <- result[T]{v, err} // buffered: never blocks, even when the caller has left
+		ch <- attempt[T]{v: v, err: err} // buffered: never blocks, even when the caller has left
 	}()
 
-	var r result[T]
-	var late bool
+	var r attempt[T]
 	select {
 	case r = <-ch:
 	case <-expired:
-		late = true
+		r = giveUp(l, ctx, ch, start, probe, t)
 	case <-ctx.Done():
-		late = true
+		r = giveUp(l, ctx, ch, start, probe, t)
 	}
-	if late {
-		var out attempt[T]
-		if r, out = giveUp(l, ctx, ch, start, probe, t); out.err != nil {
-			return out
-		}
+	if r.called {
+		return r // given up
 	}
 	out := attempt[T]{v: r.v, err: r.err, called: true, latency: time.Since(start)}
 	var brk error
@@ -582,12 +552,12 @@ func callAsync[A, T any](l *Limiter, ctx context.Context, probe bool, start time
 }
 
 // giveUp releases a caller whose deadline passed or whose own context ended before the
-// store answered. If the answer has arrived meanwhile it is returned with an attempt
-// whose err is nil instead.
-func giveUp[T any](l *Limiter, ctx context.Context, ch chan result[T], start time.Time, probe bool, t ticket) (result[T], attempt[T]) {
+// store answered, with an attempt that is called; if the answer has arrived meanwhile,
+// it returns that answer (not called) instead.
+func giveUp[T any](l *Limiter, ctx context.Context, ch chan attempt[T], start time.Time, probe bool, t ticket) attempt[T] {
 	select {
 	case r := <-ch:
-		return r, attempt[T]{}
+		return r
 	default:
 	}
 	out := attempt[T]{called: true, latency: time.Since(start)}
@@ -597,13 +567,13 @@ func giveUp[T any](l *Limiter, ctx context.Context, ch chan result[T], start tim
 			l.cb.done(t, errExcluded, l.cb.now())
 		}
 		out.err = fmt.Errorf("failover: %w", cerr)
-		return result[T]{}, out
+		return out
 	}
 	if !probe {
 		l.cb.done(t, ErrDeadline, l.cb.now())
 	}
 	out.err, out.failed = deadlineError(l.deadline, nil), true
-	return result[T]{}, out
+	return out
 }
 
 // judge returns what the breaker is told about a store call that answered v and err, and
