@@ -111,8 +111,7 @@ func readStoreFlags(c *cli.Command) (stack.Options, error) {
 		Sampling: c.Float("log-sampling"),
 
 		MaxReservations: int(c.Int("max-reservations")),
-		// serve's RLQS bound (proxy has no RLQS flags: 0): the quota.Memory keeps at most
-		// as many entries as its streams' buckets.
+		// serve's RLQS bound (proxy has no RLQS flags: 0).
 		QuotaMaxClients: int(c.Int("rlqs-max-streams") * c.Int("rlqs-max-buckets-per-stream")),
 	}
 	if c.IsSet("deny-cache-bytes") {
@@ -134,22 +133,23 @@ func readStoreFlags(c *cli.Command) (stack.Options, error) {
 		}
 		o.FailureMode = m
 	}
-	if d := c.Duration("redis-min-ttl"); d < 0 {
-		return o, cli.Exit("--redis-min-ttl must not be negative", exitUsage)
-	} else if d > 0 {
-		o.RedisOptions = append(o.RedisOptions, redisstore.WithMinTTL(d))
+	minTTL := c.Duration("redis-min-ttl")
+	for _, bad := range []struct {
+		is  bool
+		msg string
+	}{
+		{minTTL < 0, "--redis-min-ttl must not be negative"},
+		{o.Deadline < 0, "--deadline must not be negative"},
+		{c.Int64("deny-cache-bytes") < 0, "--deny-cache-bytes must not be negative (0 disables the cache)"},
+		{c.Duration("deny-cache-max-age") <= 0, "--deny-cache-max-age must be positive"},
+		{o.Sampling > 1 || (o.Sampling < 0 && o.Sampling != -1), "--log-sampling must be in [0, 1], or -1 for the default"},
+	} {
+		if bad.is {
+			return o, cli.Exit(bad.msg, exitUsage)
+		}
 	}
-	if o.Deadline < 0 {
-		return o, cli.Exit("--deadline must not be negative", exitUsage)
-	}
-	if c.Int64("deny-cache-bytes") < 0 {
-		return o, cli.Exit("--deny-cache-bytes must not be negative (0 disables the cache)", exitUsage)
-	}
-	if c.Duration("deny-cache-max-age") <= 0 {
-		return o, cli.Exit("--deny-cache-max-age must be positive", exitUsage)
-	}
-	if o.Sampling > 1 || (o.Sampling < 0 && o.Sampling != -1) {
-		return o, cli.Exit("--log-sampling must be in [0, 1], or -1 for the default", exitUsage)
+	if minTTL > 0 {
+		o.RedisOptions = append(o.RedisOptions, redisstore.WithMinTTL(minTTL))
 	}
 	return o, nil
 }
