@@ -82,8 +82,7 @@ func (r Reservation) Cancel(ctx context.Context) (bool, error) {
 }
 
 // ErrWaitExceedsDeadline: Wait refused to wait, since the reserved instant would fall
-// after the deadline of its context. Nothing is spent. It is not a context error: the
-// context has not expired yet.
+// after the deadline of its context. Nothing is spent.
 var ErrWaitExceedsDeadline = errors.New("sluice: wait would exceed the context deadline")
 
 // cancelBudget bounds the store round trip Wait spends giving a reservation back after its
@@ -95,13 +94,9 @@ const cancelBudget = 250 * time.Millisecond
 //
 //   - If ctx is already done, it returns ctx.Err() without reserving.
 //   - If the reserved instant would fall after the deadline of ctx, it returns an error
-//     wrapping ErrWaitExceedsDeadline at once, having spent nothing (the store refuses the
-//     reservation; should the store's answer arrive so late that the instant has slipped
-//     past the deadline, the reservation is cancelled).
-//   - If ctx ends while it sleeps, it cancels the reservation (see Reservation.Cancel: the
-//     units come back unless a later reservation has overtaken them) and returns
-//     ctx.Err(). The cancellation is one store round trip, given at most 250ms and never
-//     beyond the reserved instant, after which there would be nothing to give back.
+//     wrapping ErrWaitExceedsDeadline at once, having spent nothing.
+//   - If ctx ends while it sleeps, it cancels the reservation (see Reservation.Cancel)
+//     within at most 250ms and before the reserved instant, and returns ctx.Err().
 //   - Errors from Reserve (bad input, a store failure) are returned as they are.
 //
 // n == 0 returns nil at once (after checking ctx).

@@ -312,21 +312,16 @@ func (l Limit) String() string {
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // Path says how a Decision was reached. The zero value means the store decided; PathOpen,
-// PathClosed and PathLocal are the decisions of the failure modes of the same names
-// ([FailOpen], [FailClosed], [FailLocal]).
+// PathClosed and PathLocal are the decisions of the failure modes ([FailureMode]) of the
+// same names, made without consulting the store.
 type Path uint8
 
 const (
 	// PathStore: the store decided.
 	PathStore Path = iota
-	// PathOpen: the store failed and the policy fails open; the request was allowed without
-	// consulting any state.
-	PathOpen
-	// PathClosed: the store failed and the policy fails closed; the request was denied
-	// without consulting any state.
-	PathClosed
-	// PathLocal: the store failed and an in-process limiter with a share of the limit decided.
-	PathLocal
+	PathOpen   // FailOpen decided
+	PathClosed // FailClosed decided
+	PathLocal  // FailLocal decided
 	// PathCache: a cache of the store's denials (package denycache) answered from an
 	// earlier denial of the same key, limit and cost, which still held.
 	PathCache

@@ -399,9 +399,17 @@ func call[A, T any](l *Limiter, ctx context.Context, decision bool, a A, f func(
 			v, err = f(cctx, a)
 			cancel()
 		}
-		out := leaveInline(l, ctx, start, &v, err, t)
-		out.v = v
-		return out
+		l.leave()
+		latency := time.Since(start)
+		brk, failed := judge(ctx, &v, err)
+		l.cb.done(t, brk, l.cb.now())
+		if failed {
+			err = brk
+			if errors.Is(err, context.DeadlineExceeded) {
+				err = deadlineError(l.deadline, err)
+			}
+		}
+		return attempt[T]{v: v, err: err, failed: failed, called: true, latency: latency}
 	}
 	if d, ok := any(a).(detacher[A]); ok {
 		// The call may outlive the caller's Decide (it is released at the deadline), so
@@ -480,22 +488,6 @@ func (l *Limiter) leave() {
 	if l.pending.Add(-1) == 0 && l.closed.Load() {
 		l.drain.Do(func() { close(l.drained) })
 	}
-}
-
-// leaveInline ends an inline store call that started at start and answered err: it
-// reports the call to the breaker and returns the attempt (without its value).
-func leaveInline[T any](l *Limiter, ctx context.Context, start time.Time, v *T, err error, t ticket) attempt[T] {
-	l.leave()
-	latency := time.Since(start)
-	brk, failed := judge(ctx, v, err)
-	l.cb.done(t, brk, l.cb.now())
-	if failed {
-		err = brk
-		if errors.Is(err, context.DeadlineExceeded) {
-			err = deadlineError(l.deadline, err)
-		}
-	}
-	return attempt[T]{err: err, failed: failed, called: true, latency: latency}
 }
 
 // callAsync runs f, let through by enter, in a goroutine of its own (see call).
