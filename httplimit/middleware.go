@@ -153,10 +153,7 @@ func New(cfg Config) (*Middleware, error) {
 	if m.cfg.Error == nil {
 		m.cfg.Error = DefaultError
 	}
-	ra := cfg.UnavailableRetryAfter
-	if ra <= 0 {
-		ra = DefaultUnavailableRetryAfter
-	}
+	ra := cmp.Or(max(cfg.UnavailableRetryAfter, 0), DefaultUnavailableRetryAfter)
 	m.unavail = fmt.Sprint(ratelimitheader.Seconds(ra))
 	names := map[string]bool{}
 	for i, p := range cfg.Policies {
@@ -265,8 +262,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		}
 		res, err := m.decide(r, sp)
 		if errors.Is(err, ErrEstimate) {
-			p := &Problem{Type: ProblemBlank, Status: http.StatusBadRequest, Title: http.StatusText(http.StatusBadRequest), Detail: err.Error()}
-			p.ServeHTTP(w, r)
+			blank(w, r, http.StatusBadRequest, err.Error())
 			return
 		}
 		if err != nil {

@@ -20,17 +20,17 @@ type Cluster struct {
 }
 
 // StartCluster starts a cluster of 3 primaries (no replicas), slots assigned as
-// `redis-cli --cluster create` does, waits until every node reports cluster_state:ok and knows
-// every slot, and stops it when the test ends. Options apply to every node.
+// `redis-cli --cluster create` does, waits until it is healthy (WaitHealthy), and stops it
+// when the test ends. Options apply to every node.
 func StartCluster(tb testing.TB, opts ...Option) *Cluster {
 	tb.Helper()
 	return startCluster(tb, false, 2000, opts)
 }
 
 // StartClusterWithReplicas starts a cluster of 3 primaries, each with one replica
-// (Replicas[i] of Nodes[i]), whose nodes time out after nodeTimeout
-// (cluster-node-timeout), so a replica takes over about nodeTimeout after its primary
-// dies. It waits until the cluster is healthy and every replica has synchronised.
+// (Replicas[i] of Nodes[i]), whose nodes time out after nodeTimeout (so a replica takes
+// over about nodeTimeout after its primary dies), and waits until every replica has
+// synchronised.
 func StartClusterWithReplicas(tb testing.TB, nodeTimeout time.Duration, opts ...Option) *Cluster {
 	tb.Helper()
 	return startCluster(tb, true, int(nodeTimeout/time.Millisecond), opts)
@@ -175,7 +175,6 @@ func (c *Cluster) NodeForSlot(slot int) *Server {
 		if !n.Running() {
 			continue
 		}
-		// Each node's own line in CLUSTER NODES ("myself") lists the slot ranges it serves.
 		reply, err := n.Do("CLUSTER", "NODES")
 		if err != nil {
 			c.tb.Fatalf("redistest: CLUSTER NODES on %s: %v", n.Addr(), err)

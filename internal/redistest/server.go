@@ -50,17 +50,12 @@ func Binary(tb testing.TB, name string) string {
 // Option configures a server before it starts.
 type Option func(*config)
 
-type config struct {
-	args []string
-}
+type config struct{ args []string }
 
 // WithConfig sets a redis.conf directive, as `--name value...` on the command line, for
 // example WithConfig("maxmemory", "1mb") or WithConfig("appendonly", "yes").
 func WithConfig(name string, values ...string) Option {
-	return func(c *config) {
-		c.args = append(c.args, "--"+name)
-		c.args = append(c.args, values...)
-	}
+	return func(c *config) { c.args = append(append(c.args, "--"+name), values...) }
 }
 
 // Server is a redis-server process owned by a test. Its methods may be called from any
@@ -109,11 +104,7 @@ func start(tb testing.TB, base []string, opts []Option) *Server {
 
 func newServer(tb testing.TB) *Server {
 	tb.Helper()
-	s := &Server{
-		tb:  tb,
-		bin: Binary(tb, "redis-server"),
-		dir: tb.TempDir(),
-	}
+	s := &Server{tb: tb, bin: Binary(tb, "redis-server"), dir: tb.TempDir()}
 	tb.Cleanup(s.cleanup)
 	return s
 }
@@ -188,7 +179,7 @@ func (s *Server) launch() error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			s.kill()
+			s.Kill()
 			return fmt.Errorf("redis-server on port %d not ready after %v (last: %q, %v)\n%s", s.port, startTimeout, reply, err, tail(s.Log(), 20))
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -198,11 +189,6 @@ func (s *Server) launch() error {
 // Kill sends SIGKILL and waits for the process to exit. The port and data directory are
 // kept for Restart. Killing a stopped server is a no-op.
 func (s *Server) Kill() {
-	s.tb.Helper()
-	s.kill()
-}
-
-func (s *Server) kill() {
 	s.mu.Lock()
 	cmd, done := s.cmd, s.done
 	s.mu.Unlock()
@@ -232,11 +218,11 @@ func (s *Server) signal(sig syscall.Signal) {
 }
 
 // Restart kills the server if it is running and starts it again on the same port and data
-// directory (so a cluster node keeps its identity), waiting until it accepts commands.
-// Without persistence options the restarted server is empty.
+// directory, waiting until it accepts commands. Without persistence options the restarted
+// server is empty.
 func (s *Server) Restart() {
 	s.tb.Helper()
-	s.kill()
+	s.Kill()
 	// The port may be taken meanwhile, or briefly refused by the kernel: retry.
 	poll(s.tb, 50*time.Millisecond, func() error { return wrapf(s.launch(), "restart") })
 }
@@ -289,7 +275,7 @@ func (s *Server) cleanup() {
 	if cmd != nil {
 		_ = cmd.Process.Signal(syscall.SIGCONT) // a paused process cannot be waited on cleanly
 	}
-	s.kill()
+	s.Kill()
 }
 
 // Do sends one command to the server (see the package-level Do).
