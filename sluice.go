@@ -318,10 +318,10 @@ type Path uint8
 
 const (
 	// PathStore: the store decided.
-	PathStore Path = iota
-	PathOpen   // FailOpen decided
-	PathClosed // FailClosed decided
-	PathLocal  // FailLocal decided
+	PathStore  Path = iota
+	PathOpen        // FailOpen decided
+	PathClosed      // FailClosed decided
+	PathLocal       // FailLocal decided
 	// PathCache: a cache of the store's denials (package denycache) answered from an
 	// earlier denial of the same key, limit and cost, which still held.
 	PathCache
