@@ -102,8 +102,8 @@ func nothingMatched(ls []server.LimitStatus) bool {
 	return true
 }
 
-// answerError is the error of an answer other than the one asked for: the detail of an
-// application/problem+json body (what the server says is wrong), and the status.
+// answerError is the error of an answer other than the one asked for: the detail of a
+// problem+json body, and the status.
 func answerError(resp *http.Response, body []byte) error {
 	var p struct {
 		Detail string `json:"detail"`

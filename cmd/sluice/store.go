@@ -21,20 +21,16 @@ import (
 	"github.com/sluicehq/sluice/stack"
 )
 
-// env is what serve and proxy set up alike: the logger, the TLS settings of the
-// listeners, the store flags, the configuration watcher, the metrics registry and the
-// decision stack (package stack).
+// env is what serve and proxy set up alike.
 type env struct {
-	log   *slog.Logger
-	tls   *tls.Config
-	opts  stack.Options
-	w     *config.Watcher
-	reg   *prometheus.Registry
-	stack *stack.Stack
-	// tracer is the OTEL_TRACES_EXPORTER's provider; nil when tracing is off.
-	tracer *sdktrace.TracerProvider
-	// stopGC ends the collector's pacing by --gc-headroom-bytes.
-	stopGC func()
+	log    *slog.Logger
+	tls    *tls.Config
+	opts   stack.Options
+	w      *config.Watcher
+	reg    *prometheus.Registry
+	stack  *stack.Stack
+	tracer *sdktrace.TracerProvider // nil when tracing is off
+	stopGC func()                   // ends the collector's pacing by --gc-headroom-bytes
 }
 
 // tracerProvider is e.tracer as server options take it: a nil interface when off.

@@ -9,10 +9,8 @@ import (
 	"github.com/urfave/cli/v3"
 )
 
-// usageError is a command line that cannot be parsed: an unknown command or flag, a
-// flag without its value or with a value of the wrong type, a missing or stray
-// argument. run prints it as one line, "sluice serve: unknown flag --confg; did you
-// mean --config?", and exits with exitUsage; the help is for --help to print.
+// usageError is a command line that cannot be parsed. run prints it as one line,
+// "sluice serve: unknown flag --confg; did you mean --config?", and exits with exitUsage.
 type usageError struct {
 	cmd string // the command's full name: "sluice override set"
 	msg string
