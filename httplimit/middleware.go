@@ -181,19 +181,17 @@ func New(cfg Config) (*Middleware, error) {
 }
 
 func checkPolicy(p *Policy, names map[string]bool) error {
-	if p.Name == "" {
+	switch {
+	case p.Name == "":
 		return errors.New("empty name")
-	}
-	if names[p.Name] {
+	case names[p.Name]:
 		return errors.New("duplicate name")
-	}
-	names[p.Name] = true
-	if !sfv.ValidString(p.Name) {
+	case !sfv.ValidString(p.Name):
 		return errors.New("name is not a structured-field String (printable ASCII only)")
-	}
-	if p.Limit == (sluice.Limit{}) && len(p.Tiers) == 0 && len(p.Overrides) == 0 {
+	case p.Limit == (sluice.Limit{}) && len(p.Tiers) == 0 && len(p.Overrides) == 0:
 		return fmt.Errorf("%w: no Limit, Tiers or Overrides", sluice.ErrInvalidLimit)
 	}
+	names[p.Name] = true
 	if p.Limit != (sluice.Limit{}) {
 		if err := p.Limit.Validate(); err != nil {
 			return fmt.Errorf("Limit: %w", err)
