@@ -67,8 +67,7 @@ type Options struct {
 	// still dropped after its settle TTL).
 	MaxReservations int
 	// QuotaMaxClients bounds the (bucket, client) entries of the quota.Memory beside the
-	// memory store (quota.WithMaxClients); 0: no bound of its own. serve sets it to its
-	// RLQS bound, streams × buckets per stream.
+	// memory store (quota.WithMaxClients); 0: no bound of its own.
 	QuotaMaxClients int
 	// DenyCache configures the deny cache; see DenyCache.
 	DenyCache DenyCache
@@ -148,8 +147,7 @@ type Stack struct {
 	// Store is the bottom of the stack: a *memory.Store or a *redisstore.Store.
 	Store sluice.Limiter
 	// Quota keeps the Rate Limit Quota Service's assignments in the same store: a
-	// quota.Memory beside memory, a quota.Redis on the same Redis (so that every
-	// instance on it shares the clients of a bucket).
+	// quota.Memory beside memory, a quota.Redis on the same Redis.
 	Quota quota.Store
 	// Overrides keeps the limits set at run time beside the store: in the process on
 	// memory, in Redis (visible to every replica) on Redis.
