@@ -152,8 +152,8 @@ func (b *breaker) allow() (t ticket, probe bool, err error) {
 // else for a failure.
 func (b *breaker) done(t ticket, err error, now time.Time) {
 	g := t.g
-	if g.state == store.BreakerClosed && err == nil {
-		if b.cur.Load() != g {
+	if g.state == store.BreakerClosed && (err == nil || err == errExcluded) {
+		if err != nil || b.cur.Load() != g {
 			return
 		}
 		g.add(&g.succ, b.age(g, now))
@@ -165,9 +165,6 @@ func (b *breaker) done(t ticket, err error, now time.Time) {
 			}
 			b.mu.Unlock()
 		}
-		return
-	}
-	if err == errExcluded && g.state == store.BreakerClosed {
 		return
 	}
 	b.mu.Lock()

@@ -165,9 +165,7 @@ func evaluate[T any](ctx context.Context, lim sluice.Limiter, items []T, item fu
 			return out, err
 		}
 		for j, i := range lookAt {
-			it := at(i)
-			it.set(ds[j])
-			for k := i + 1; k < n; k++ {
+			for k := i; k < n; k++ { // i and the later namings of its key and limit
 				if o := at(k); o.asked() && !o.Shadow && o.first == i {
 					o.set(ds[j])
 				}
