@@ -173,17 +173,13 @@ func (c Calendar) Bounds(t time.Time) (start, end time.Time) {
 	lt := t.In(loc)
 	y, m, d := lt.Date()
 	start = c.startNear(y, m, d, loc)
-	for !start.After(t) {
-		next := c.step(start, loc, 1)
-		if next.After(t) {
-			return start, next
-		}
-		start = next
-	}
 	for start.After(t) {
 		start = c.step(start, loc, -1)
 	}
-	return start, c.step(start, loc, 1)
+	for end = c.step(start, loc, 1); !end.After(t); end = c.step(start, loc, 1) {
+		start = end
+	}
+	return start, end
 }
 
 // startNear is a period start within one period of the local date y-m-d.

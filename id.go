@@ -41,9 +41,8 @@ func (id ReservationID) String() string { return formatID(uint64(id)) }
 // MarshalText implements encoding.TextMarshaler, as String.
 func (id ReservationID) MarshalText() ([]byte, error) { return appendID(nil, uint64(id)), nil }
 
-// UnmarshalText implements encoding.TextUnmarshaler: "" is the zero ReservationID;
-// anything else is read as String writes it, and text that no store gives is an error
-// wrapping [ErrUnknownReservation] (no store holds such a reservation).
+// UnmarshalText implements encoding.TextUnmarshaler as LeaseID's does, with errors
+// wrapping [ErrUnknownReservation].
 func (id *ReservationID) UnmarshalText(b []byte) error {
 	v, err := unmarshalID(b, ErrUnknownReservation, "reservation")
 	*id = ReservationID(v)

@@ -61,10 +61,8 @@ func init() {
 //     reservation or decision has taken the slots after it, and one state (GCRA's
 //     TAT, a bucket's credit or level) cannot hold a hole in front of them.
 //
-// Otherwise nothing changes and Cancel returns false: a cancelled reservation leaves no
-// trace or changes nothing (golang.org/x/time/rate would give back the part later
-// reservations did not overtake, double-booking their slots). Cancelling a reservation
-// that is not OK, or cancelling twice, returns false without asking the store.
+// Otherwise nothing changes and Cancel returns false. Cancelling a reservation that is
+// not OK, or cancelling twice, returns false without asking the store.
 func (r Reservation) Cancel(ctx context.Context) (bool, error) {
 	c := r.cancel
 	if !r.OK || c == nil {
@@ -84,8 +82,7 @@ func (r Reservation) Cancel(ctx context.Context) (bool, error) {
 }
 
 // ErrWaitExceedsDeadline: Wait refused to wait, since the reserved instant would fall
-// after the deadline of its context. Nothing is spent. It is not a context error: the
-// context has not expired yet.
+// after the deadline of its context. Nothing is spent.
 var ErrWaitExceedsDeadline = errors.New("sluice: wait would exceed the context deadline")
 
 // cancelBudget bounds the store round trip Wait spends giving a reservation back after its
@@ -97,13 +94,9 @@ const cancelBudget = 250 * time.Millisecond
 //
 //   - If ctx is already done, it returns ctx.Err() without reserving.
 //   - If the reserved instant would fall after the deadline of ctx, it returns an error
-//     wrapping ErrWaitExceedsDeadline at once, having spent nothing (the store refuses the
-//     reservation; should the store's answer arrive so late that the instant has slipped
-//     past the deadline, the reservation is cancelled).
-//   - If ctx ends while it sleeps, it cancels the reservation (see Reservation.Cancel: the
-//     units come back unless a later reservation has overtaken them) and returns
-//     ctx.Err(). The cancellation is one store round trip, given at most 250ms and never
-//     beyond the reserved instant, after which there would be nothing to give back.
+//     wrapping ErrWaitExceedsDeadline at once, having spent nothing.
+//   - If ctx ends while it sleeps, it cancels the reservation (see Reservation.Cancel)
+//     within at most 250ms and before the reserved instant, and returns ctx.Err().
 //   - Errors from Reserve (bad input, a store failure) are returned as they are.
 //
 // n == 0 returns nil at once (after checking ctx).
@@ -111,8 +104,7 @@ func Wait(ctx context.Context, r Limiter, key string, limit Limit, n int64) erro
 	return wait(ctx, r, key, limit, n, newTimer)
 }
 
-// newTimer is Wait's timer source: a channel that receives at instant at (on the local
-// clock) and a function that stops it.
+// newTimer is Wait's timer source: a channel that receives at instant at, and its stop.
 func newTimer(at time.Time) (<-chan time.Time, func() bool) {
 	t := time.NewTimer(time.Until(at))
 	return t.C, t.Stop

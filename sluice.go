@@ -2,34 +2,20 @@
 // keeps, and the calls a program makes.
 //
 // A [Limiter] decides a slice of [Request] values (each a key, a [Limit] and a cost) as
-// one request, all or nothing, and writes a [Decision] for each: either every limit has
-// room and all are spent, or nothing is spent. It returns a [Report] of what the layers learned (whether the store
-// was asked, the failure a failure mode absorbed, the breaker's state). Errors wrap the
-// sentinel errors below for bad input, and [StoreError] for store failures; [KindOf]
-// classifies them. [Allow], [AllowN] and [Wait] are the single-limit conveniences.
+// one request, all or nothing, writes a [Decision] for each, and returns a [Report] of
+// what the layers learned. Errors wrap the sentinel errors below for bad input, and
+// [StoreError] for store failures; [KindOf] classifies them. [Allow], [AllowN] and [Wait]
+// are the single-limit conveniences.
 //
 // Six algorithms ([Algorithm]) are pure integer state machines, written once; the
 // in-process store (package memory) and the Redis store (package redisstore) run the same
 // machines and give identical decisions for identical inputs and clocks. Time is integer
 // microseconds since the Unix epoch; no floating point takes part in a decision.
 //
-// Everything else is a decorator around a Limiter. A request travels down these layers;
-// package stack builds the part from observe down, in this order:
-//
-//	httplimit | server            identity, policies, headers, 429 or an Envoy answer
-//	  -> internal/evaluator       a request's layered policies: all or nothing, shadow
-//	    -> observe                decision log, metrics, traces
-//	      -> failover             deadline, circuit breaker, failure modes, local fallback
-//	        -> denycache          repeats of the store's denials, answered in-process
-//	          -> memory | redisstore
-//
-// Package [github.com/sluicehq/sluice/store] holds what only an implementation of Limiter
-// needs: the validation every store runs, the bounds it enforces, the classes of its
-// failures.
-//
-// A cost larger than a limit can ever allow ([Limit.MaxCost]) is an error wrapping
-// [ErrCostExceedsLimit], not a denial: no amount of waiting would let it pass. A cost of
-// 0 spends nothing and reports whether one more unit would be allowed now.
+// Everything else is a decorator around a Limiter: the front ends (packages httplimit and
+// server) above the layers that package stack builds, in its documented order. Package
+// [github.com/sluicehq/sluice/store] holds what only an implementation of Limiter needs:
+// the validation every store runs, the bounds it enforces, the classes of its failures.
 package sluice
 
 import (
@@ -70,15 +56,12 @@ const (
 	// the theoretical arrival time, with tolerance (Burst-1)·Period/Rate.
 	GCRA Algorithm = iota
 	// TokenBucket holds up to Burst tokens refilled continuously at Rate per Period. It is
-	// GCRA under another name: a token bucket is full exactly when GCRA's arrival time
-	// has come, so the two admit the same requests with the same Decisions, and every
-	// store runs one state machine for both. The name remains for the configurations and
-	// callers that use it; a Limit keeps the name it was given, and state is kept per
+	// GCRA under another name: the two admit the same requests with the same Decisions,
+	// by one state machine. A Limit keeps the name it was given, and state is kept per
 	// Limit, so a GCRA and a TokenBucket limit of the same numbers count apart.
 	TokenBucket
 	// LeakyBucket is the leaky bucket as a meter: a level that drains at Rate per Period,
-	// capacity Burst. Like TokenBucket it is GCRA under another name (the bucket is empty
-	// exactly when GCRA's arrival time has come), kept for the same reasons.
+	// capacity Burst. Like TokenBucket it is GCRA under another name.
 	LeakyBucket
 	// FixedWindow counts events in windows of length Period aligned to multiples of Period
 	// since the Unix epoch.
@@ -115,8 +98,7 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("algorithm(%d)", uint8(a))
 }
 
-// valid reports whether a names one of the algorithms (the six rate algorithms or
-// Concurrency).
+// valid reports whether a names one of the algorithms.
 func (a Algorithm) valid() bool { return a < numAlgorithms }
 
 // ParseAlgorithm parses an algorithm name as printed by String. It also accepts hyphens for
@@ -255,8 +237,6 @@ func (l Limit) Validate() error {
 			return fmt.Errorf("%w: %d per %v spaces events less than 1µs apart; use a longer period or a window algorithm",
 				ErrInvalidLimit, l.Rate, l.Period)
 		}
-		// The time to fill a whole bucket, Burst·T, stays below maxPeriod so that every
-		// intermediate is exact in Lua.
 		t := ceilDiv(l.Period.Microseconds(), l.Rate)
 		if b := l.effectiveBurst(); b > int64(maxPeriod/time.Microsecond)/t {
 			return fmt.Errorf("%w: burst %d × interval %dµs exceeds the maximum %v to refill a bucket",
@@ -332,24 +312,18 @@ func (l Limit) String() string {
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // Path says how a Decision was reached. The zero value means the store decided; PathOpen,
-// PathClosed and PathLocal are the decisions of the failure modes of the same names
-// ([FailOpen], [FailClosed], [FailLocal]).
+// PathClosed and PathLocal are the decisions of the failure modes ([FailureMode]) of the
+// same names, made without consulting the store.
 type Path uint8
 
 const (
 	// PathStore: the store decided.
-	PathStore Path = iota
-	// PathOpen: the store failed and the policy fails open; the request was allowed without
-	// consulting any state.
-	PathOpen
-	// PathClosed: the store failed and the policy fails closed; the request was denied
-	// without consulting any state (the error wraps ErrStoreUnavailable).
-	PathClosed
-	// PathLocal: the store failed and an in-process limiter with a share of the limit decided.
-	PathLocal
-	// PathCache: the store denied the same key, limit and cost earlier, and a cache of
-	// denials (package denycache) answered from that denial, which still held, without
-	// asking the store again.
+	PathStore  Path = iota
+	PathOpen        // FailOpen decided
+	PathClosed      // FailClosed decided
+	PathLocal       // FailLocal decided
+	// PathCache: a cache of the store's denials (package denycache) answered from an
+	// earlier denial of the same key, limit and cost, which still held.
 	PathCache
 )
 
@@ -378,8 +352,7 @@ type Decision struct {
 	// RetryAfter is the time until the same cost would be allowed, if nothing else is spent
 	// meanwhile. It is 0 when Allowed (and for a cost that would pass now), never negative.
 	RetryAfter time.Duration
-	// Path says how the decision was reached: by the store, by a failure mode, or from a
-	// denial the store made earlier (PathCache).
+	// Path says how the decision was reached.
 	Path Path
 	// Lease identifies the lease an allowed request of cost 1 took under a Concurrency
 	// limit; give it to Limiter.Release when the request is done. Zero otherwise, and for
@@ -422,10 +395,8 @@ type Limiter interface {
 	// failures.
 	Decide(ctx context.Context, reqs []Request, ds []Decision) (Report, error)
 	// Reserve spends n units of key's quota under limit at the earliest instant they fit
-	// (see Reservation), so that callers pace rather than fail: many workers sharing one
-	// Redis-backed Limiter share one outbound quota, each acting at its reserved instant.
-	// A reservation is exactly what Decide would have allowed at that instant, on the same
-	// state. The deadline of ctx, if any, is the longest the caller will wait: a
+	// (see Reservation), so that callers pace rather than fail. A reservation is exactly
+	// what Decide would have allowed at that instant, on the same state. The deadline of ctx, if any, is the longest the caller will wait: a
 	// reservation whose instant would fall after it is refused (OK false) and spends
 	// nothing. Input is validated as Decide validates it; n == 0 is OK at once. Only GCRA,
 	// TokenBucket and LeakyBucket limits can be reserved; the others are an error wrapping
@@ -464,9 +435,8 @@ type Request struct {
 	// metrics. Empty means unnamed.
 	Policy string
 	// Shadow marks a limit that measures without enforcing. A store decides it like any
-	// other request; a failover decorator never lets its failure deny (it fails open),
-	// and observe reports it as shadow. Deciding shadow limits apart from the enforced
-	// ones, so that they never block, is the caller's part (package evaluator does it).
+	// other request; a failover decorator never lets its failure deny. Deciding shadow
+	// limits apart from the enforced ones is the caller's part (package evaluator).
 	Shadow bool
 	// Failure says how the limit is decided when the store cannot decide it. The zero
 	// value takes the failover decorator's default.
@@ -523,8 +493,7 @@ func AllowMulti(ctx context.Context, l Limiter, reqs []Request) ([]Decision, err
 	return ds, nil
 }
 
-// isBadInput reports whether err is about the caller's input rather than a failure of the
-// store (see KindOf).
+// isBadInput reports whether err wraps a sentinel error of bad input (see KindOf).
 func isBadInput(err error) bool {
 	return errors.Is(err, ErrInvalidLimit) || errors.Is(err, ErrInvalidCost) ||
 		errors.Is(err, ErrCostExceedsLimit) || errors.Is(err, ErrInvalidKey) ||
@@ -548,8 +517,7 @@ var (
 	ErrUnknownReservation = errors.New("sluice: unknown reservation")
 	// ErrSettled: a second settlement of one reservation.
 	ErrSettled = errors.New("sluice: reservation already settled")
-	// ErrStoreUnavailable: the store could not decide and the policy fails closed. HTTP
-	// front ends answer 503, not 429.
+	// ErrStoreUnavailable: the store could not decide and the policy fails closed.
 	ErrStoreUnavailable = errors.New("sluice: store unavailable")
 	// ErrClosed: the limiter has been closed.
 	ErrClosed = errors.New("sluice: limiter closed")

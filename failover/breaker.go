@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"sync"
@@ -21,26 +22,14 @@ import (
 // FailureRatio; either way only once the failures have gone on for FailingFor
 // (since the first of the streak, or the first in the Window).
 //
-// FailingFor matters because stores coalesce: the Redis store decides many concurrent
-// decisions in one script call, so one slow call fails them all at the same instant. A
-// burst of failures within a millisecond is one failure of the store, not many; failures
-// that go on for FailingFor are an outage.
-//
-// While half-open, each probe is a real decision sent to the store with ProbeTimeout
-// rather than the decision deadline, and detached from the caller's cancellation: the
-// caller is still released at the deadline (its decision made by the failure mode), but
-// the probe goes on, so that a store that needs longer than a deadline to come back (a
-// new connection, a TLS handshake) is not kept out by the deadline itself. A probe
-// counts as a success only if it answered within the deadline: a slower answer counts as
-// a failure (a store that answers in 100ms is no use with a 5ms deadline), but the
-// connection it made is there for the next probe. A probe that answers after its caller left has spent its
-// units in the store on top of the fallback decision: at most Probes units per OpenFor. Open, it lets no call through for OpenFor, then turns half-open
-// and lets Probes calls through: if they all succeed it closes (counts start afresh), and
-// the first failure opens it again for another OpenFor. Recovery needs no restart.
-//
-// The outcome of a call let through in one state is ignored once the breaker has left
-// that state. While closed and healthy, letting a call through and counting its success
-// take no lock and allocate nothing.
+// Open, it lets no call through for OpenFor, then turns half-open and lets Probes calls
+// through: if they all succeed it closes (counts start afresh), and the first failure
+// opens it again for another OpenFor. Each probe is a real decision sent to the store
+// with ProbeTimeout, detached from the caller (who is still released at the deadline);
+// it counts as a success only if it answered within the deadline. A probe that answers
+// after its caller left has spent its units on top of the fallback decision: at most
+// Probes units per OpenFor. The outcome of a call let through in one state is ignored
+// once the breaker has left that state. docs/failover.md explains why.
 //
 // Only store failures count (see [store.IsFailure]): bad input, a caller's own cancellation
 // or deadline, and a closed limiter neither trip the breaker nor count as successes.
@@ -70,50 +59,34 @@ type Breaker struct {
 	ProbeTimeout time.Duration
 }
 
+// withDefaults fills b's zero fields (and non-positive durations, but FailingFor's).
 func (b Breaker) withDefaults() Breaker {
-	if b.ConsecutiveFailures == 0 {
-		b.ConsecutiveFailures = 5
-	}
-	if b.FailingFor == 0 {
-		b.FailingFor = 50 * time.Millisecond
-	}
 	if !(b.FailureRatio > 0 && b.FailureRatio <= 1) {
 		b.FailureRatio = 0.5
 	}
-	if b.MinCalls == 0 {
-		b.MinCalls = 20
-	}
-	if b.Window <= 0 {
-		b.Window = 10 * time.Second
-	}
-	if b.OpenFor <= 0 {
-		b.OpenFor = time.Second
-	}
-	if b.Probes == 0 {
-		b.Probes = 3
-	}
-	if b.ProbeTimeout <= 0 {
-		b.ProbeTimeout = time.Second
-	}
+	b.ConsecutiveFailures = cmp.Or(b.ConsecutiveFailures, 5)
+	b.FailingFor = cmp.Or(b.FailingFor, 50*time.Millisecond)
+	b.MinCalls = cmp.Or(b.MinCalls, 20)
+	b.Window = cmp.Or(max(b.Window, 0), 10*time.Second)
+	b.OpenFor = cmp.Or(max(b.OpenFor, 0), time.Second)
+	b.Probes = cmp.Or(b.Probes, 3)
+	b.ProbeTimeout = cmp.Or(max(b.ProbeTimeout, 0), time.Second)
 	return b
 }
 
 // numBuckets is how many buckets the Window is counted in.
 const numBuckets = 10
 
-// errOpenState and errTooManyProbes are the breaker's refusals: open, and half-open with
-// all its probes under way.
+// The breaker's refusals: open, and half-open with all its probes under way.
 var (
 	errOpenState     = errors.New("circuit breaker is open")
 	errTooManyProbes = errors.New("too many requests")
 )
 
 // breaker is the circuit breaker that Breaker configures. Each state it enters is a
-// generation of its own; the outcome of a call let through in an earlier generation is
-// ignored. While closed, letting a call through reads one atomic pointer, and a
-// successful call adds one to an atomic per-bucket counter, taking the lock only when it
-// ends a failure streak: the closed, healthy path holds no lock and allocates nothing.
-// Failures, half-open probes and every state change hold mu.
+// generation of its own. While closed and healthy, letting a call through and counting
+// its success take no lock and allocate nothing; failures, half-open probes and every
+// state change hold mu.
 type breaker struct {
 	cfg      Breaker
 	now      func() time.Time
@@ -179,8 +152,8 @@ func (b *breaker) allow() (t ticket, probe bool, err error) {
 // else for a failure.
 func (b *breaker) done(t ticket, err error, now time.Time) {
 	g := t.g
-	if g.state == store.BreakerClosed && err == nil {
-		if b.cur.Load() != g {
+	if g.state == store.BreakerClosed && (err == nil || err == errExcluded) {
+		if err != nil || b.cur.Load() != g {
 			return
 		}
 		g.add(&g.succ, b.age(g, now))
@@ -192,9 +165,6 @@ func (b *breaker) done(t ticket, err error, now time.Time) {
 			}
 			b.mu.Unlock()
 		}
-		return
-	}
-	if err == errExcluded && g.state == store.BreakerClosed {
 		return
 	}
 	b.mu.Lock()
@@ -297,17 +267,14 @@ func (g *generation) add(counts *[numBuckets]atomic.Uint64, age uint64) {
 // counts returns the successes and failures counted in the Window that ends in bucket
 // age: that bucket and the numBuckets-1 before it.
 func (g *generation) counts(age uint64) (ok, failed uint64) {
-	for i := range numBuckets {
-		for _, w := range [2]*atomic.Uint64{&g.succ[i], &g.fail[i]} {
-			v := w.Load()
-			if a := v >> 32; (age-a)&(1<<32-1) < numBuckets && v != 0 {
-				if w == &g.fail[i] {
-					failed += v & (1<<32 - 1)
-				} else {
-					ok += v & (1<<32 - 1)
-				}
-			}
+	sum := func(w *atomic.Uint64) uint64 {
+		if v := w.Load(); v != 0 && (age-v>>32)&(1<<32-1) < numBuckets {
+			return v & (1<<32 - 1)
 		}
+		return 0
+	}
+	for i := range numBuckets {
+		ok, failed = ok+sum(&g.succ[i]), failed+sum(&g.fail[i])
 	}
 	return ok, failed
 }

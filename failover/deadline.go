@@ -11,14 +11,11 @@ import (
 // that start within deadline/deadlineShares of one another share one timer.
 const deadlineShares = 16
 
-// sharedDeadlines hands out the contexts of inline store calls (WithInlineCalls). A
-// context.WithTimeout per decision costs a timer, a registration with the caller's
-// context, a channel and their teardown: about a tenth of the service's CPU on Redis.
-// Instead, the decisions that start within slack of one another share one timer and one
-// channel, which is closed at the deadline of the first of them, and their contexts are
-// allocated deadlineChunk at a time (ctxChunk). Every decision therefore
-// gets between deadline−slack and deadline, never more: the caller never waits for the
-// store past its deadline.
+// sharedDeadlines hands out the contexts of inline store calls (WithInlineCalls) in place
+// of a context.WithTimeout each: the decisions that start within slack of one another
+// share one timer and one channel, closed at the deadline of the first of them, and their
+// contexts are allocated deadlineChunk at a time (ctxChunk). Every decision gets between
+// deadline−slack and deadline, never more.
 type sharedDeadlines struct {
 	d, slack time.Duration
 	cur      atomic.Pointer[sharedDeadline]
@@ -31,13 +28,9 @@ func newSharedDeadlines(d time.Duration) *sharedDeadlines {
 }
 
 // context returns the context of a store call that starts at now (a reading of
-// time.Now, with its monotonic clock) on behalf of parent: parent itself when parent's
-// own deadline comes first or it has already ended (exactly what context.WithTimeout
-// would give), else a context carrying parent's values that ends at a shared deadline
-// in (now+d−slack, now+d].
-//
-// The shared context does not end when parent is cancelled before its deadline: the
-// store call then returns when the store answers, or at the deadline.
+// time.Now) on behalf of parent: parent itself when parent's own deadline comes first or
+// it has already ended, else a context carrying parent's values that ends at a shared
+// deadline in (now+d−slack, now+d]. It does not end when parent is cancelled.
 func (s *sharedDeadlines) context(parent context.Context, now time.Time) context.Context {
 	if pd, ok := parent.Deadline(); (ok && pd.Sub(now) <= s.d) || parent.Err() != nil {
 		return parent
@@ -66,9 +59,7 @@ func (s *sharedDeadlines) fits(g *sharedDeadline, now time.Time) bool {
 const deadlineChunk = 32
 
 // ctxChunk holds the contexts of deadlineChunk store calls, handed out in turn and each
-// used once: one allocation for that many calls. A chunk is garbage once none of its
-// contexts is in use, so a context in use keeps the other calls' parents reachable
-// until then.
+// used once. A context in use keeps the chunk's other parents reachable.
 type ctxChunk struct {
 	next atomic.Int32 // the index of the next context to hand out
 	ctxs [deadlineChunk]deadlineCtx
@@ -86,13 +77,7 @@ func (s *sharedDeadlines) newCtx(parent context.Context, g *sharedDeadline) *dea
 				return c
 			}
 		}
-		fresh := &ctxChunk{}
-		fresh.next.Store(1)
-		c := &fresh.ctxs[0]
-		c.Context, c.g = parent, g
-		if s.chunk.CompareAndSwap(ch, fresh) {
-			return c
-		}
+		s.chunk.CompareAndSwap(ch, &ctxChunk{}) // used up: the next turn takes a fresh one
 	}
 }
 

@@ -11,21 +11,17 @@
 //	defer lim.Close()
 //
 // Each decision waits at most the deadline ([DefaultDeadline]) for the store, whether or
-// not the store honours its context ([WithInlineCalls] calls one that does on the
-// caller's goroutine); a [Breaker] stops calling a failing store. While the store fails,
-// each [sluice.Request]'s [sluice.Failure] decides, its zero fields taking
-// [WithDefault]'s (FailOpen, share 1); a request of several limits fails as the strictest
-// of its enforced limits says (closed, then local, then open), and shadow limits never
-// deny. FailOpen allows (Path sluice.PathOpen, zero counts); FailClosed denies with an
-// error wrapping sluice.ErrStoreUnavailable (Path sluice.PathClosed); FailLocal decides
-// with [WithLocalLimiter]'s limiter under the share of the limit, rounded down, at least
-// 1 (Path sluice.PathLocal), and fails closed without one.
+// not the store honours its context. While the store fails, each [sluice.Request]'s
+// [sluice.Failure] decides, its zero fields taking [WithDefault]'s (FailOpen, share 1); a
+// request of several limits fails as the strictest of its enforced limits says (closed,
+// then local, then open), and shadow limits never deny. FailOpen allows (Path
+// sluice.PathOpen, zero counts); FailClosed denies with an error wrapping
+// sluice.ErrStoreUnavailable (Path sluice.PathClosed); FailLocal decides with
+// [WithLocalLimiter]'s limiter under the share of the limit (Path sluice.PathLocal), and
+// fails closed without one.
 //
-// Bad input ([store.IsBadInput]) is returned as is: it is never failed open and never
-// touches the breaker. Stores classify their own errors ([sluice.KindOf]); every class
-// [store.IsFailure] names, an error of no known class and a foreign
-// cancellation ([store.ForeignCancel]) are failures; an answer given without asking the
-// store (Report.StoreCalled false) is neither success nor failure. Reserve asks the store
-// through the breaker, without the decision deadline, and no failure mode makes up a
-// reservation. docs/failover.md explains the deadline, the breaker and the modes.
+// Bad input ([store.IsBadInput]) is returned as is: never failed open, never counted by
+// the breaker. Every class [store.IsFailure] names, an error of no known class and a
+// foreign cancellation ([store.ForeignCancel]) are failures; an answer given without
+// asking the store (Report.StoreCalled false) is neither success nor failure.
 package failover

@@ -22,8 +22,9 @@ const DefaultDeadline = 5 * time.Millisecond
 const DefaultMaxPending = 1024
 
 // Limiter is a sluice.Limiter that decides with a primary store and, when the store
-// fails, by the failure mode of the request's limits. It is safe for concurrent use.
-// Create it with New.
+// fails, by the failure mode of the request's limits. Reset, Release and Settle call the
+// store within the deadline, through the breaker, and return a store failure as an error
+// wrapping sluice.ErrStoreUnavailable. It is safe for concurrent use. Create it with New.
 type Limiter struct {
 	primary    sluice.Limiter
 	local      sluice.Limiter
@@ -34,7 +35,6 @@ type Limiter struct {
 	maxPending int64
 	onChange   func(from, to sluice.BreakerState)
 	clock      func() time.Time // the breaker's clock
-	stateNow   atomic.Uint32    // the breaker's state as of its last change (sluice.BreakerState)
 
 	inline bool
 	shared *sharedDeadlines // the deadlines of inline decisions
@@ -67,17 +67,15 @@ func WithBreaker(b Breaker) Option { return func(l *Limiter) { l.breakerCfg = b 
 func WithClock(clock func() time.Time) Option { return func(l *Limiter) { l.clock = clock } }
 
 // WithDefault sets the Failure of limits whose request leaves fields of theirs zero
-// (default: FailOpen, share 1, right for a single node). Zero fields of f keep the
-// defaults; use share 1/N for N nodes sharing the store.
+// (default: FailOpen, share 1); zero fields of f keep the defaults.
 func WithDefault(f sluice.Failure) Option {
 	return func(l *Limiter) { l.def = f.Or(l.def) }
 }
 
 // WithMaxPending bounds the store calls running at once, including those still running
-// after their caller was released at the deadline (a store that ignores its context, a
-// frozen server). While n are running, decisions use the failure mode without calling
-// the store (store.KindOverload), so goroutines never pile up. Default
-// DefaultMaxPending; a non-positive n takes the default.
+// after their caller was released at the deadline. While n are running, decisions use
+// the failure mode without calling the store (store.KindOverload). A non-positive n
+// takes DefaultMaxPending.
 func WithMaxPending(n int) Option {
 	return func(l *Limiter) {
 		if n > 0 {
@@ -87,16 +85,12 @@ func WithMaxPending(n int) Option {
 }
 
 // WithInlineCalls calls the store on the caller's goroutine, with the deadline in its
-// context, instead of on a goroutine of its own. It saves a goroutine and two scheduler
-// hand-offs per decision, but the decision then returns only when the store gives up:
-// use it only with a store that returns promptly when its context ends, as the memory
-// and Redis stores of this module do. Half-open probes still run on their own goroutine.
-//
-// Inline decisions (not Reset) that start within 1/16 of the deadline of one another
-// share one timer instead of a context.WithTimeout each: each waits at least 15/16 of
-// the deadline and never more than the deadline. A caller whose own deadline comes first
-// keeps it; a caller whose context is cancelled before its deadline while the store is
-// deciding is released when the store answers or at the deadline.
+// context, instead of on a goroutine of its own. The decision then returns only when the
+// store gives up: use it only with a store that returns promptly when its context ends,
+// as the memory and Redis stores of this module do. Half-open probes still run on their
+// own goroutine. An inline decision waits at least 15/16 of the deadline and never more;
+// a caller whose context is cancelled before its deadline while the store is deciding is
+// released when the store answers or at the deadline.
 func WithInlineCalls() Option { return func(l *Limiter) { l.inline = true } }
 
 // WithStateChange calls f on every breaker state change, for logs. It runs while the
@@ -129,13 +123,7 @@ func New(primary sluice.Limiter, opts ...Option) *Limiter {
 	if l.inline {
 		l.shared = newSharedDeadlines(l.deadline)
 	}
-	l.stateNow.Store(uint32(store.BreakerClosed))
-	l.cb = newBreaker(l.breakerCfg, l.clock, func(from, to sluice.BreakerState) {
-		l.stateNow.Store(uint32(to))
-		if l.onChange != nil {
-			l.onChange(from, to)
-		}
-	})
+	l.cb = newBreaker(l.breakerCfg, l.clock, l.onChange)
 	return l
 }
 
@@ -147,8 +135,7 @@ func (l *Limiter) State() sluice.BreakerState { return l.cb.state(l.cb.now()) }
 func (l *Limiter) Deadline() time.Duration { return l.deadline }
 
 // Close stops deciding (later calls return an error wrapping sluice.ErrClosed) and waits
-// for store calls still running (they end when the store honours their context or
-// answers). It closes neither the primary nor the local limiter.
+// for store calls still running. It closes neither the primary nor the local limiter.
 func (l *Limiter) Close() error {
 	if l.closed.Swap(true) {
 		return nil
@@ -161,10 +148,8 @@ func (l *Limiter) Close() error {
 	return nil
 }
 
-// Decide implements sluice.Limiter. Bad input is returned as is (never failed open). The
-// store decides within the deadline, unless the breaker is open; on a store failure the
-// request's strictest Failure decides (see the package doc). A caller whose own context
-// ends first gets its context's error. The Report says what happened.
+// Decide implements sluice.Limiter as the package doc says. A caller whose own context
+// ends first gets its context's error.
 func (l *Limiter) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
 	if err := store.CheckRequests(reqs, ds); err != nil {
 		return sluice.Report{Kind: store.KindBadInput}, err
@@ -185,13 +170,11 @@ func (l *Limiter) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice
 	case rep.StoreCalled && rep.StoreLatency == 0:
 		rep.StoreLatency = a.latency
 	}
-	rep.Breaker = l.state()
+	rep.Breaker, rep.Kind = l.state(), sluice.KindOf(a.err)
 	if !a.failed {
-		rep.Kind = sluice.KindOf(a.err)
 		return rep, a.err
 	}
-	rep.Failure, rep.Kind = a.err, sluice.KindOf(a.err)
-	rep.Fallback = l.fallback(reqs)
+	rep.Failure, rep.Fallback = a.err, l.fallback(reqs)
 	switch rep.Fallback.Mode {
 	case sluice.FailClosed:
 		for i := range reqs {
@@ -233,9 +216,7 @@ func (l *Limiter) fallback(reqs []sluice.Request) sluice.Failure {
 	return out
 }
 
-// strictness orders failure modes for a request whose limits name different ones:
-// closed, then local, then open (a request fails as its strictest limit says).
-// FailInherit is 0.
+// strictness orders failure modes: closed, then local, then open; FailInherit is 0.
 func strictness(m sluice.FailureMode) int {
 	switch m {
 	case sluice.FailClosed:
@@ -249,8 +230,7 @@ func strictness(m sluice.FailureMode) int {
 }
 
 // decideLocal decides reqs on the local limiter, all or nothing, each under its share of
-// its limit (shareOf); a cost that can never fit its share denies the request without
-// spending.
+// its limit; a cost that can never fit its share denies the request without spending.
 func (l *Limiter) decideLocal(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
 	shared := make([]sluice.Request, len(reqs))
 	tooBig := false
@@ -283,10 +263,8 @@ func (l *Limiter) decideLocal(ctx context.Context, reqs []sluice.Request, ds []s
 }
 
 // Reserve implements sluice.Limiter. A reservation is asked of the store through the
-// breaker, but without the decision deadline: the deadline of ctx is the reservation's
-// longest wait, and pacing waits by design. When the breaker is open or the store
-// fails, the error wraps sluice.ErrStoreUnavailable (a paced worker waits and retries;
-// no failure mode makes up a reservation).
+// breaker, but without the decision deadline (the deadline of ctx is its longest wait).
+// When the breaker is open or the store fails, the error wraps sluice.ErrStoreUnavailable.
 func (l *Limiter) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
 	if err := store.CheckRequest(key, limit, n); err != nil {
 		return sluice.Reservation{}, err
@@ -308,17 +286,17 @@ func (l *Limiter) Reserve(ctx context.Context, key string, limit sluice.Limit, n
 	return res, err
 }
 
-// Reset implements sluice.Limiter: it resets key's state in the store (within the
-// deadline, through the breaker) and in the local limiter. A store failure returns an
-// error wrapping sluice.ErrStoreUnavailable.
+// Reset implements sluice.Limiter: it resets key's state in the store and in the local
+// limiter.
 func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) error {
 	if err := store.CheckRequest(key, limit, 0); err != nil {
 		return err
 	}
-	a := call(l, ctx, false, resetArgs{l.primary, key, limit}, reset)
+	a := call(l, ctx, false, struct{}{}, func(ctx context.Context, _ struct{}) (struct{}, error) {
+		return struct{}{}, l.primary.Reset(ctx, key, limit)
+	})
 	if l.local != nil {
-		// Every share a Failure may have given it is possible; the default one is
-		// what the local limiter most likely holds.
+		// Any share is possible; the default one is the likeliest.
 		_ = l.local.Reset(ctx, key, shareOf(limit, l.def.Share))
 		if l.def.Share != 1 {
 			_ = l.local.Reset(ctx, key, limit)
@@ -330,16 +308,16 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) err
 	return a.err
 }
 
-// Release implements sluice.Limiter: it releases the lease in the store (within the
-// deadline, through the breaker) and, when the store did not hold it, in the local
-// limiter, which took it if a FailLocal decision did (under the default share). A store
-// failure returns an error wrapping sluice.ErrStoreUnavailable; the lease then expires
-// by its TTL.
+// Release implements sluice.Limiter: it releases the lease in the store and, when the
+// store did not hold it, in the local limiter, which took it if a FailLocal decision did
+// (under the default share).
 func (l *Limiter) Release(ctx context.Context, key string, limit sluice.Limit, lease sluice.LeaseID) (bool, error) {
 	if err := store.CheckRelease(key, limit, lease); err != nil {
 		return false, err
 	}
-	a := call(l, ctx, false, releaseArgs{l.primary, key, limit, lease}, release)
+	a := call(l, ctx, false, struct{}{}, func(ctx context.Context, _ struct{}) (bool, error) {
+		return l.primary.Release(ctx, key, limit, lease)
+	})
 	if !a.v && l.local != nil {
 		if held, _ := l.local.Release(ctx, key, shareOf(limit, l.def.Share), lease); held {
 			return true, nil
@@ -351,16 +329,16 @@ func (l *Limiter) Release(ctx context.Context, key string, limit sluice.Limit, l
 	return a.v, a.err
 }
 
-// Settle implements sluice.Limiter: it settles in the store (within the deadline, through
-// the breaker) and, when the store holds no such reservation, in the local limiter, which
-// made it if a FailLocal decision did (under the default share). A store failure returns
-// an error wrapping sluice.ErrStoreUnavailable; the reservation then stands at its
-// estimate.
+// Settle implements sluice.Limiter: it settles in the store and, when the store holds no
+// such reservation, in the local limiter, which made it if a FailLocal decision did
+// (under the default share).
 func (l *Limiter) Settle(ctx context.Context, key string, limit sluice.Limit, reservation sluice.ReservationID, cost int64) (sluice.Decision, error) {
 	if err := store.CheckSettle(key, limit, reservation, cost); err != nil {
 		return sluice.Decision{}, err
 	}
-	a := call(l, ctx, false, settleArgs{l.primary, key, limit, reservation, cost}, settle)
+	a := call(l, ctx, false, struct{}{}, func(ctx context.Context, _ struct{}) (sluice.Decision, error) {
+		return l.primary.Settle(ctx, key, limit, reservation, cost)
+	})
 	if l.local != nil && (a.failed || errors.Is(a.err, sluice.ErrUnknownReservation)) {
 		d, err := l.local.Settle(ctx, key, shareOf(limit, l.def.Share), reservation, cost)
 		switch {
@@ -377,39 +355,12 @@ func (l *Limiter) Settle(ctx context.Context, key string, limit sluice.Limit, re
 	return a.v, a.err
 }
 
-type settleArgs struct {
-	store       sluice.Limiter
-	key         string
-	limit       sluice.Limit
-	reservation sluice.ReservationID
-	cost        int64
-}
-
-func settle(ctx context.Context, a settleArgs) (sluice.Decision, error) {
-	return a.store.Settle(ctx, a.key, a.limit, a.reservation, a.cost)
-}
-
-type releaseArgs struct {
-	store sluice.Limiter
-	key   string
-	limit sluice.Limit
-	lease sluice.LeaseID
-}
-
-func release(ctx context.Context, a releaseArgs) (bool, error) {
-	return a.store.Release(ctx, a.key, a.limit, a.lease)
-}
-
 func unavailable(cause error) error {
 	return fmt.Errorf("%w: %w", sluice.ErrStoreUnavailable, cause)
 }
 
-func (l *Limiter) state() sluice.BreakerState { return sluice.BreakerState(l.stateNow.Load()) }
-
-type result[T any] struct {
-	v   T
-	err error
-}
+// state is the breaker's state as of its last change.
+func (l *Limiter) state() sluice.BreakerState { return l.cb.cur.Load().state }
 
 // attempt is the outcome of one store call made through the breaker and the deadline.
 type attempt[T any] struct {
@@ -424,20 +375,15 @@ type attempt[T any] struct {
 
 // call runs f, the store call, through the breaker and within the deadline. The attempt
 // carries f's result and failed == false when the store answered (successfully, or with
-// an error that is not a store failure, such as bad input), and the cause with failed ==
-// true when the failure mode must decide.
+// an error that is not a store failure), and the cause with failed == true when the
+// failure mode must decide.
 //
-// f runs in its own goroutine so that the caller is released at the deadline even if
-// the store ignores its context; the goroutine ends when f returns, and at most
-// maxPending such goroutines run at any time. A half-open breaker's probe runs with
-// ProbeTimeout instead, detached from the caller (see Breaker).
-//
-// With WithInlineCalls, f runs on the caller's goroutine with the deadline in its
-// context; for a decision (not a Reset), that context is a shared deadline (see
-// sharedDeadlines), which ends at most the deadline after the call started.
-//
-// f gets its arguments as a, rather than from a closure, so that the inline path (a
-// decision per call, on the hot path) allocates nothing for it.
+// f runs in its own goroutine (at most maxPending at once), so that the caller is
+// released at the deadline even if the store ignores its context; a half-open breaker's
+// probe runs with ProbeTimeout, detached from the caller (see Breaker). With
+// WithInlineCalls, f runs on the caller's goroutine; a decision's context is then a
+// shared deadline (see sharedDeadlines). f gets its arguments as a, so that a decision
+// allocates no closure.
 func call[A, T any](l *Limiter, ctx context.Context, decision bool, a A, f func(context.Context, A) (T, error)) attempt[T] {
 	t, probe, err := l.enter()
 	if err != nil {
@@ -453,9 +399,17 @@ func call[A, T any](l *Limiter, ctx context.Context, decision bool, a A, f func(
 			v, err = f(cctx, a)
 			cancel()
 		}
-		out := leaveInline(l, ctx, start, &v, err, t)
-		out.v = v
-		return out
+		l.leave()
+		latency := time.Since(start)
+		brk, failed := judge(ctx, &v, err)
+		l.cb.done(t, brk, l.cb.now())
+		if failed {
+			err = brk
+			if errors.Is(err, context.DeadlineExceeded) {
+				err = deadlineError(l.deadline, err)
+			}
+		}
+		return attempt[T]{v: v, err: err, failed: failed, called: true, latency: latency}
 	}
 	if d, ok := any(a).(detacher[A]); ok {
 		// The call may outlive the caller's Decide (it is released at the deadline), so
@@ -469,17 +423,11 @@ func call[A, T any](l *Limiter, ctx context.Context, decision bool, a A, f func(
 // copy first.
 type detacher[A any] interface{ detach() A }
 
-// decideArgs and resetArgs are the arguments of store calls (call's a).
+// decideArgs are the arguments of a decision's store call (call's a).
 type decideArgs struct {
 	store sluice.Limiter
 	reqs  []sluice.Request
 	ds    []sluice.Decision
-}
-
-type resetArgs struct {
-	store sluice.Limiter
-	key   string
-	limit sluice.Limit
 }
 
 // decided is a decision call's result: its report and the slice it wrote decisions to.
@@ -497,12 +445,7 @@ func (a decideArgs) detach() decideArgs {
 	return decideArgs{a.store, slices.Clone(a.reqs), make([]sluice.Decision, len(a.reqs))}
 }
 
-func reset(ctx context.Context, a resetArgs) (struct{}, error) {
-	return struct{}{}, a.store.Reset(ctx, a.key, a.limit)
-}
-
-// The causes recorded for decisions the failure mode made without an answer from the
-// store, classified for sluice.KindOf.
+// The classified causes of decisions made without an answer from the store.
 var (
 	errBreakerOpen = &sluice.StoreError{Kind: store.KindBreakerOpen, Err: ErrBreakerOpen}
 	errOverload    = &sluice.StoreError{Kind: store.KindOverload, Err: ErrOverload}
@@ -516,10 +459,9 @@ func deadlineError(d time.Duration, cause error) error {
 	return &sluice.StoreError{Kind: store.KindTimeout, Err: err}
 }
 
-// enter lets a store call through the breaker, the pending bound and Close. When err is
-// not nil, the call must not be made and err is its outcome; otherwise the caller calls
-// the store and then done and leave (leaveInline, or callAsync's goroutine). probe
-// reports a half-open breaker's probe.
+// enter lets a store call through the breaker, the pending bound and Close, or returns
+// the call's outcome as err. A caller let through calls the store, then the breaker's
+// done and leave. probe reports a half-open breaker's probe.
 func (l *Limiter) enter() (t ticket, probe bool, err error) {
 	if l.closed.Load() {
 		return ticket{}, false, fmt.Errorf("failover: %w", sluice.ErrClosed)
@@ -548,24 +490,6 @@ func (l *Limiter) leave() {
 	}
 }
 
-// leaveInline ends an inline store call that started at start and answered err: it
-// reports the call to the breaker and returns the attempt (without its value).
-func leaveInline[T any](l *Limiter, ctx context.Context, start time.Time, v *T, err error, t ticket) attempt[T] {
-	l.leave()
-	end := time.Now()
-	out := attempt[T]{called: true, latency: end.Sub(start)}
-	brk, failed := judge(ctx, v, err)
-	l.cb.done(t, brk, l.cb.now())
-	if failed {
-		err = brk
-		if errors.Is(err, context.DeadlineExceeded) {
-			err = deadlineError(l.deadline, err)
-		}
-	}
-	out.err, out.failed = err, failed
-	return out
-}
-
 // callAsync runs f, let through by enter, in a goroutine of its own (see call).
 func callAsync[A, T any](l *Limiter, ctx context.Context, probe bool, start time.Time, t ticket, a A, f func(context.Context, A) (T, error)) attempt[T] {
 	var cctx context.Context
@@ -580,7 +504,7 @@ func callAsync[A, T any](l *Limiter, ctx context.Context, probe bool, start time
 		cctx, cancel = context.WithTimeout(ctx, l.deadline)
 		expired = cctx.Done() // also closed when ctx ends; giveUp tells which
 	}
-	ch := make(chan result[T], 1)
+	ch := make(chan attempt[T], 1)
 	go func() {
 		defer l.leave()
 		defer cancel()
@@ -594,22 +518,19 @@ func callAsync[A, T any](l *Limiter, ctx context.Context, probe bool, start time
 			}
 			l.cb.done(t, brk, l.cb.now())
 		}
-		ch <- result[T]{v, err} // buffered: never blocks, even when the caller has left
+		ch <- attempt[T]{v: v, err: err} // buffered: never blocks, even when the caller has left
 	}()
 
-	var r result[T]
+	var r attempt[T]
 	select {
 	case r = <-ch:
 	case <-expired:
-		var out attempt[T]
-		if r, out = giveUp(l, ctx, ch, start, probe, t); out.err != nil {
-			return out
-		}
+		r = giveUp(l, ctx, ch, start, probe, t)
 	case <-ctx.Done():
-		var out attempt[T]
-		if r, out = giveUp(l, ctx, ch, start, probe, t); out.err != nil {
-			return out
-		}
+		r = giveUp(l, ctx, ch, start, probe, t)
+	}
+	if r.called {
+		return r // given up
 	}
 	out := attempt[T]{v: r.v, err: r.err, called: true, latency: time.Since(start)}
 	var brk error
@@ -623,12 +544,12 @@ func callAsync[A, T any](l *Limiter, ctx context.Context, probe bool, start time
 }
 
 // giveUp releases a caller whose deadline passed or whose own context ended before the
-// store answered. If the answer has arrived meanwhile it is returned with an attempt
-// whose err is nil instead.
-func giveUp[T any](l *Limiter, ctx context.Context, ch chan result[T], start time.Time, probe bool, t ticket) (result[T], attempt[T]) {
+// store answered, with an attempt that is called; if the answer has arrived meanwhile,
+// it returns that answer (not called) instead.
+func giveUp[T any](l *Limiter, ctx context.Context, ch chan attempt[T], start time.Time, probe bool, t ticket) attempt[T] {
 	select {
 	case r := <-ch:
-		return r, attempt[T]{}
+		return r
 	default:
 	}
 	out := attempt[T]{called: true, latency: time.Since(start)}
@@ -638,22 +559,20 @@ func giveUp[T any](l *Limiter, ctx context.Context, ch chan result[T], start tim
 			l.cb.done(t, errExcluded, l.cb.now())
 		}
 		out.err = fmt.Errorf("failover: %w", cerr)
-		return result[T]{}, out
+		return out
 	}
 	if !probe {
 		l.cb.done(t, ErrDeadline, l.cb.now())
 	}
 	out.err, out.failed = deadlineError(l.deadline, nil), true
-	return result[T]{}, out
+	return out
 }
 
 // judge returns what the breaker is told about a store call that answered v and err, and
 // whether err is a store failure; when it is, brk is the failure, which the failure mode
-// records. ctx is the caller's: an error caused by its own cancellation or deadline says
-// nothing about the store. A cancellation while ctx is live is not the caller's, so it is
-// a store failure (store.ForeignCancel): another call sharing the store's work gave up,
-// and this one was not decided. A decision that the layer below answered without asking
-// the store (a deny cache's, whose Report says so) says nothing about the store either.
+// records. ctx is the caller's: an error of its own cancellation or deadline, and a
+// decision answered without asking the store, say nothing about the store; a
+// cancellation while ctx is live is a store failure (store.ForeignCancel).
 func judge[T any](ctx context.Context, v *T, err error) (brk error, failed bool) {
 	switch {
 	case err == nil:
@@ -670,8 +589,7 @@ func judge[T any](ctx context.Context, v *T, err error) (brk error, failed bool)
 	return errExcluded, false
 }
 
-// shareOf is the limit the local limiter applies for limit under the Failure's share
-// (a fraction): share.Limit, the share taken as parts per million.
+// shareOf is the limit the local limiter applies for limit under a Failure's share.
 func shareOf(limit sluice.Limit, fraction float64) sluice.Limit {
 	return share.Limit(limit, share.FromFraction(fraction))
 }

@@ -1,7 +1,6 @@
 // Package httplimit is net/http middleware that rate-limits requests with any
 // [sluice.Limiter] (the production stack of package stack, or a bare store) and reports the
-// limits in the standard headers. docs/http.md is the guide: the headers by example, the
-// responses, whom to trust, traces.
+// limits in the standard headers. docs/http.md is the guide.
 //
 //	mw, err := httplimit.New(httplimit.Config{
 //		Limiter: store,
@@ -13,16 +12,12 @@
 //	http.ListenAndServe(addr, mw.Handler(mux))
 //
 // A policy applies to a request when its Route is empty or is the pattern http.ServeMux
-// would choose among its RouteSet's Routes, on the path normalised as every front end of
-// sluice normalises it (docs/http.md); its Key gives the identity and keys.Of the store
-// key. The applying policies are one request to the Limiter, decided all or nothing as
-// `sluice serve` decides: a request denied by any enforced policy spends nothing from any
-// other, and shadow policies never block. Decided responses carry RateLimit-Policy and
-// RateLimit (draft-ietf-httpapi-ratelimit-headers-11); a denial is answered by
-// Config.Limited (429 with Retry-After, at least 1 second); a request that cannot be
-// decided is never let through (Config.Unavailable, 503), and bad input is a
-// configuration bug (Config.Error, 500). docs/http.md states the headers, the responses
-// and the traces in full.
+// would choose among its RouteSet's Routes, on the normalised path (package
+// internal/route); its Key gives the identity and keys.Of the store key. The applying
+// policies are one request to the Limiter, decided all or nothing: a request denied by
+// any enforced policy spends nothing from any other, and shadow policies never block. A
+// denial is answered by Config.Limited (429), a request that cannot be decided is never
+// let through (Config.Unavailable, 503), and bad input is Config.Error's (500).
 //
 // # Trust
 //
@@ -51,10 +46,7 @@
 //     stranger is: pair it with a per-IP policy.
 //
 // keys.ClientIP.Trusted is the one test of a trusted peer; TrustedHeader and
-// ByTrustedHeader are the readings built on it. Per-identity overrides
-// (Policy.Overrides) are a mapping from the identity: they apply to whoever the Key says
-// the request is, never to what the request claims.
-//
-// API keys reach the middleware only through [ByAPIKey], which replaces them with their
-// HMAC (keys.Hasher) before anything else sees them.
+// ByTrustedHeader are the readings built on it. Per-identity overrides apply to whoever
+// the Key says the request is, never to what the request claims. API keys reach the
+// middleware only through [ByAPIKey], which replaces them with their HMAC at once.
 package httplimit

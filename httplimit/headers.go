@@ -70,20 +70,15 @@ func writeHeaders(h http.Header, cache *policyItems, ds []PolicyDecision, r rate
 	// One slice holds every value; each field gets a full-capacity window of it.
 	vals := [...]string{f.Policy, f.RateLimit, f.XLimit, f.XRemaining, f.XReset, f.RetryAfter}
 	names := [...]string{HeaderRateLimitPolicy, HeaderRateLimit, HeaderXRateLimitLimit, HeaderXRateLimitRemaining, HeaderXRateLimitReset, HeaderRetryAfter}
-	n := 0
-	for _, v := range vals {
-		if v != "" {
-			n++
-		}
-	}
-	if n == 0 {
-		return
-	}
-	set := make([]string, 0, n)
+	var set []string
 	for i, v := range vals {
-		if v != "" {
-			set = append(set, v)
-			h[names[i]] = set[len(set)-1 : len(set) : len(set)]
+		if v == "" {
+			continue
 		}
+		if set == nil {
+			set = make([]string, 0, len(vals))
+		}
+		set = append(set, v)
+		h[names[i]] = set[len(set)-1 : len(set) : len(set)]
 	}
 }

@@ -39,9 +39,8 @@ var ErrEstimate = errors.New("httplimit: bad cost estimate")
 
 // Config configures a Middleware.
 type Config struct {
-	// Limiter decides: the enforced policies that apply to a request in one call, all or
-	// nothing. Build it with package stack to get the production stack (deny cache,
-	// failover, observe). Required.
+	// Limiter decides the policies that apply to a request. Build it with package stack
+	// to get the production stack. Required.
 	Limiter sluice.Limiter
 	// Policies are the limits to apply; see Policy.
 	Policies []Policy
@@ -51,9 +50,8 @@ type Config struct {
 	// LegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset
 	// for the tightest policy (docs/http.md, "Headers").
 	LegacyHeaders bool
-	// ShadowHeaders puts shadow policies in the headers too. By default they stay out:
-	// a client that obeys a shadow policy's remaining would stop sending although
-	// nothing is enforced.
+	// ShadowHeaders puts shadow policies in the headers too. By default they stay out: a
+	// client obeying one would stop sending although nothing is enforced.
 	ShadowHeaders bool
 	// Logger receives one record per policy decision (Info when the policy denied the
 	// request, Warn when a shadow policy would have, Debug otherwise) and one per limiter
@@ -83,16 +81,13 @@ type Config struct {
 
 // Result is what the middleware decided for one request.
 type Result struct {
-	// Decisions has one entry per policy that applied, in Config.Policies order.
-	// Policies that did not apply (another route, no identity, no limit for the tier)
-	// are absent. In a denied request nothing is spent: the other policies, shadow ones
-	// included, report their state as it is.
+	// Decisions has one entry per policy that applied, in Config.Policies order. In a
+	// denied request nothing is spent: the other policies report their state as it is.
 	Decisions []PolicyDecision
 	// Allowed reports whether every enforced policy allowed the request.
 	Allowed bool
 	// RetryAfter is, for a denied request, the longest RetryAfter among the policies that
-	// denied it: the time until the request would pass if nothing else is spent. 0 when
-	// Allowed.
+	// denied it; 0 when Allowed.
 	RetryAfter time.Duration
 }
 
@@ -127,9 +122,7 @@ type PolicyDecision struct {
 
 	partitionKey bool
 	settle       *Settle
-	// blocks reports whether the policy denied the request, as the evaluator judged it
-	// (evaluator.Item.Blocks).
-	blocks bool
+	blocks       bool // the policy denied the request (evaluator.Item.Blocks)
 }
 
 // Middleware is HTTP middleware that rate-limits requests. Create it with New; it is safe
@@ -160,10 +153,7 @@ func New(cfg Config) (*Middleware, error) {
 	if m.cfg.Error == nil {
 		m.cfg.Error = DefaultError
 	}
-	ra := cfg.UnavailableRetryAfter
-	if ra <= 0 {
-		ra = DefaultUnavailableRetryAfter
-	}
+	ra := cmp.Or(max(cfg.UnavailableRetryAfter, 0), DefaultUnavailableRetryAfter)
 	m.unavail = fmt.Sprint(ratelimitheader.Seconds(ra))
 	names := map[string]bool{}
 	for i, p := range cfg.Policies {
@@ -191,19 +181,17 @@ func New(cfg Config) (*Middleware, error) {
 }
 
 func checkPolicy(p *Policy, names map[string]bool) error {
-	if p.Name == "" {
+	switch {
+	case p.Name == "":
 		return errors.New("empty name")
-	}
-	if names[p.Name] {
+	case names[p.Name]:
 		return errors.New("duplicate name")
-	}
-	names[p.Name] = true
-	if !sfv.ValidString(p.Name) {
+	case !sfv.ValidString(p.Name):
 		return errors.New("name is not a structured-field String (printable ASCII only)")
-	}
-	if p.Limit == (sluice.Limit{}) && len(p.Tiers) == 0 && len(p.Overrides) == 0 {
+	case p.Limit == (sluice.Limit{}) && len(p.Tiers) == 0 && len(p.Overrides) == 0:
 		return fmt.Errorf("%w: no Limit, Tiers or Overrides", sluice.ErrInvalidLimit)
 	}
+	names[p.Name] = true
 	if p.Limit != (sluice.Limit{}) {
 		if err := p.Limit.Validate(); err != nil {
 			return fmt.Errorf("Limit: %w", err)
@@ -272,8 +260,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		}
 		res, err := m.decide(r, sp)
 		if errors.Is(err, ErrEstimate) {
-			p := &Problem{Type: ProblemBlank, Status: http.StatusBadRequest, Title: http.StatusText(http.StatusBadRequest), Detail: err.Error()}
-			p.ServeHTTP(w, r)
+			blank(w, r, http.StatusBadRequest, err.Error())
 			return
 		}
 		if err != nil {
@@ -286,84 +273,59 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			m.cfg.Limited(w, r, res)
 			return
 		}
-		if res.holdsLease() {
-			defer m.release(r, res)
-		}
-		if res.holdsReservation() {
-			defer m.settle(r, w, res)
+		if res.holds() {
+			defer m.finish(r, w, res)
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// holdsReservation reports whether a decision of res reserved an estimated cost.
-func (res *Result) holdsReservation() bool {
+// holds reports whether a decision of res took a lease or reserved an estimated cost.
+func (res *Result) holds() bool {
 	for i := range res.Decisions {
-		if res.Decisions[i].Reservation != 0 {
+		if d := &res.Decisions[i]; d.Lease != 0 || d.Reservation != 0 {
 			return true
 		}
 	}
 	return false
 }
 
-// settle settles the reservations of res at the cost the handler reported in w's header
-// or trailers, once it has returned (or panicked: then at what it reported, if anything).
-func (m *Middleware) settle(r *http.Request, w http.ResponseWriter, res *Result) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), releaseTimeout)
+// finishTimeout bounds the store calls that settle a request's reservations and release
+// its leases. A reservation not settled stands at its estimate; a lease not released
+// expires by its TTL.
+const finishTimeout = 2 * time.Second
+
+// finish settles the reservations of res at the cost the handler reported in w's header
+// or trailers, and gives back its leases, once next has returned or panicked, even when
+// the client has gone away.
+func (m *Middleware) finish(r *http.Request, w http.ResponseWriter, res *Result) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), finishTimeout)
 	defer cancel()
+	log := m.cfg.Logger
 	for i := range res.Decisions {
 		d := &res.Decisions[i]
-		if d.Reservation == 0 || d.settle == nil {
-			continue
+		if d.Reservation != 0 && d.settle != nil {
+			if c, ok := d.settle.actual(w.Header()); ok {
+				_, err := m.cfg.Limiter.Settle(ctx, d.Key, d.Limit, d.Reservation, c)
+				if err != nil && log != nil {
+					log.LogAttrs(ctx, slog.LevelWarn, "rate limit cost not settled; the estimate stands",
+						slog.String("policy", d.Policy), slog.String("key", d.Key), slog.Int64("cost", c),
+						slog.String("error", err.Error()))
+				}
+			}
 		}
-		c, ok := d.settle.actual(w.Header())
-		if !ok {
-			continue // the estimate stands
-		}
-		_, err := m.cfg.Limiter.Settle(ctx, d.Key, d.Limit, d.Reservation, c)
-		if err != nil && m.cfg.Logger != nil {
-			m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "rate limit cost not settled; the estimate stands",
-				slog.String("policy", d.Policy), slog.String("key", d.Key), slog.Int64("cost", c),
-				slog.String("error", err.Error()))
-		}
-	}
-}
-
-// holdsLease reports whether a decision of res took a lease (a Concurrency limit).
-func (res *Result) holdsLease() bool {
-	for i := range res.Decisions {
-		if res.Decisions[i].Lease != 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// releaseTimeout bounds the store calls that release a request's leases. A lease not
-// released expires by its TTL.
-const releaseTimeout = 2 * time.Second
-
-// release gives back the leases res took, once next has returned or panicked. It runs
-// even when the client has gone away (the request's context is done by then).
-func (m *Middleware) release(r *http.Request, res *Result) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), releaseTimeout)
-	defer cancel()
-	for i := range res.Decisions {
-		d := &res.Decisions[i]
 		if d.Lease == 0 {
 			continue
 		}
 		held, err := m.cfg.Limiter.Release(ctx, d.Key, d.Limit, d.Lease)
-		if m.cfg.Logger == nil {
-			continue
-		}
 		switch {
+		case log == nil:
 		case err != nil:
-			m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "rate limit lease not released; it expires by its TTL",
+			log.LogAttrs(ctx, slog.LevelWarn, "rate limit lease not released; it expires by its TTL",
 				slog.String("policy", d.Policy), slog.String("key", d.Key), slog.Duration("lease_ttl", d.Limit.Lease),
 				slog.String("error", err.Error()))
 		case !held:
-			m.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "rate limit lease had expired before the request ended",
+			log.LogAttrs(ctx, slog.LevelInfo, "rate limit lease had expired before the request ended",
 				slog.String("policy", d.Policy), slog.String("key", d.Key), slog.Duration("lease_ttl", d.Limit.Lease))
 		}
 	}
@@ -373,27 +335,15 @@ func (m *Middleware) release(r *http.Request, res *Result) {
 // Config.ShadowHeaders, else the enforced ones (a client obeying a shadow policy's r=0
 // would stop sending although nothing is enforced).
 func (m *Middleware) advertised(ds []PolicyDecision) []PolicyDecision {
-	if m.cfg.ShadowHeaders {
+	shadow := func(d PolicyDecision) bool { return d.Shadow }
+	if m.cfg.ShadowHeaders || !slices.ContainsFunc(ds, shadow) {
 		return ds
 	}
-	for i := range ds {
-		if ds[i].Shadow {
-			out := make([]PolicyDecision, 0, len(ds))
-			for _, d := range ds {
-				if !d.Shadow {
-					out = append(out, d)
-				}
-			}
-			return out
-		}
-	}
-	return ds
+	return slices.DeleteFunc(slices.Clone(ds), shadow)
 }
 
-// fail answers a request that could not be decided. Bad input (an unidentifiable client,
-// an invalid limit, cost or key) is the server's or the request's fault: 500. Any other
-// error is a store failure: 503 with Retry-After, so the request is refused (fail
-// closed); wrap the Limiter in a failover decorator to fail open instead.
+// fail answers a request that could not be decided: Config.Error for bad input, else
+// Config.Unavailable with Retry-After.
 func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
 	bad := errors.Is(err, ErrIdentify) || store.IsBadInput(err)
 	if m.cfg.Logger != nil {
@@ -422,8 +372,8 @@ type pending struct {
 	d PolicyDecision
 }
 
-// pendings is a request's pending items, reused across requests through pendingPool
-// (none is kept after decide returns); maxPooledPending bounds what goes back.
+// pendings is a request's pending items, reused through pendingPool; maxPooledPending
+// bounds what goes back.
 type pendings struct{ items []pending }
 
 var pendingPool = sync.Pool{New: func() any { return new(pendings) }}
@@ -554,13 +504,11 @@ func (m *Middleware) decide(r *http.Request, sp span.Span) (_ *Result, err error
 // decided fills p's PolicyDecision from what Evaluate decided of its item.
 func (p *pending) decided() {
 	d := &p.d
-	d.Key = p.Key // as Evaluate bounded it
 	limit := d.Limit
-	d.Decision = p.Decision
+	d.Key, d.Decision, d.blocks = p.Key, p.Decision, p.Blocks() // Key as Evaluate bounded it
 	if d.Decision.Limit == (sluice.Limit{}) {
 		d.Decision.Limit = limit
 	}
-	d.blocks = p.Blocks()
 }
 
 func (m *Middleware) log(ctx context.Context, r *http.Request, res *Result) {

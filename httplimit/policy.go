@@ -22,8 +22,8 @@ type KeyFunc func(r *http.Request) (keys.Identity, error)
 // Policy is one limit the middleware enforces (or, in shadow mode, only measures).
 //
 // Which Limit applies to a request is decided in this order: Lookup(identity), then
-// Overrides[identity], then Tiers[tier] where tier is Config.Tier(r), then Limit. If that gives the zero Limit the
-// policy does not apply to the request (so a policy may list only the tiers it limits).
+// Overrides[identity], then Tiers[Config.Tier(r)], then Limit. If that gives the zero
+// Limit the policy does not apply to the request.
 type Policy struct {
 	// Name identifies the policy in the RateLimit-Policy and RateLimit headers, in the
 	// problem body's violated-policies, in logs and in store keys. Required, unique, and
@@ -53,8 +53,7 @@ type Policy struct {
 	// RouteSet names the set of Routes this policy's Route is chosen among: a request
 	// matches the most specific pattern of its set only, and sets are independent, so one
 	// set's "/v1/items" never hides another set's "/v1/". Policies without one share the
-	// set "". `sluice proxy` gives each configured policy's routes a set of their own, as
-	// the JSON API chooses a route among one policy's routes.
+	// set "".
 	RouteSet string
 	// Shadow makes the policy measure without enforcing: it is decided, logged and
 	// reported in the headers, but never blocks a request, and its store errors are
@@ -82,9 +81,7 @@ type Settle struct {
 	// TTL is how long the reservation waits (sluice.Request.SettleTTL). Required.
 	TTL time.Duration
 	// EstimateFrom returns the request's estimate as written: a non-negative integer, or
-	// "" for none. A cost is what a client must not choose (see Trust in the package
-	// doc): use TrustedHeader(proxies, "X-Cost-Estimate"), never a header read from every
-	// request. Nil means Estimate only.
+	// "" for none; see Trust in the package doc. Nil means Estimate only.
 	EstimateFrom func(*http.Request) string
 	// Estimate is the estimate when EstimateFrom gives none; 0 means 1.
 	Estimate int64
@@ -92,9 +89,7 @@ type Settle struct {
 	CostHeader string
 }
 
-// estimate is the request's estimated cost under limit: at least 1, so that every
-// request holds a reservation its actual cost is settled against, and at most what the
-// limit can ever allow.
+// estimate is the request's estimated cost under limit, in [1, limit.MaxCost()].
 func (s *Settle) estimate(r *http.Request, limit sluice.Limit) (int64, error) {
 	n := s.Estimate
 	if s.EstimateFrom != nil {
@@ -150,9 +145,8 @@ func ByIP(c *keys.ClientIP) KeyFunc {
 }
 
 // ByAPIKey identifies requests by API key: extract returns the raw key ("" when none was
-// presented, so the policy does not apply), and h replaces it with its HMAC at once. The
-// raw key is passed to nothing else. With a nil Hasher or extractor every request fails
-// with an error (500): a misconfiguration never turns into an unlimited API.
+// presented, so the policy does not apply), and h replaces it with its HMAC at once. With
+// a nil Hasher or extractor every request fails with an error (500).
 func ByAPIKey(h *keys.Hasher, extract func(*http.Request) string) KeyFunc {
 	if h == nil || extract == nil {
 		return failing(errors.New("httplimit: ByAPIKey needs a Hasher and an extractor"))
@@ -163,10 +157,8 @@ func ByAPIKey(h *keys.Hasher, extract func(*http.Request) string) KeyFunc {
 }
 
 // ByUser identifies requests by the user ID that user returns ("" for an anonymous
-// request, so the policy does not apply). user reads what authentication established: a
-// value an authentication middleware that runs before this one put in the request's
-// context, or TrustedHeader; never a header read from every request (see Trust in the
-// package doc, and ByTrustedHeader). A nil user fails every request with an error (500).
+// request, so the policy does not apply). user reads what authentication established
+// (see Trust in the package doc). A nil user fails every request with an error (500).
 func ByUser(user func(*http.Request) string) KeyFunc {
 	if user == nil {
 		return failing(errors.New("httplimit: ByUser needs a user function"))
@@ -191,14 +183,8 @@ func Global() KeyFunc {
 	}
 }
 
-// Header returns an extractor for ByAPIKey that reads the named request header.
+// Header returns an extractor for ByAPIKey that reads the named request header, trimmed.
 func Header(name string) func(*http.Request) string {
-	return headerOf(name)
-}
-
-// headerOf returns a function that reads the named header as Header.Get does, with the
-// name made canonical once.
-func headerOf(name string) func(*http.Request) string {
 	key := textproto.CanonicalMIMEHeaderKey(name)
 	return func(r *http.Request) string {
 		if v := r.Header[key]; len(v) > 0 {
@@ -209,12 +195,10 @@ func headerOf(name string) func(*http.Request) string {
 }
 
 // ByTrustedHeader identifies a request that comes straight from one of c's trusted
-// proxies by the ID in the named header, as an identity of kind (none: the proxy says the
-// request is anonymous, and the policy does not apply); a request from any other peer by
-// its client address (ByIP(c)), whatever it sends. A client can then neither choose its
-// identity nor escape the policy.
+// proxies by the ID in the named header, as an identity of kind (none: the policy does
+// not apply), and a request from any other peer by its client address (ByIP(c)).
 func ByTrustedHeader(c *keys.ClientIP, name string, kind keys.Kind) KeyFunc {
-	get, byIP := headerOf(name), ByIP(c)
+	get, byIP := Header(name), ByIP(c)
 	return func(r *http.Request) (keys.Identity, error) {
 		if c == nil || !c.Trusted(r) {
 			return byIP(r)
@@ -227,13 +211,11 @@ func ByTrustedHeader(c *keys.ClientIP, name string, kind keys.Kind) KeyFunc {
 }
 
 // TrustedHeader reads a header that selects an identity, a tier, a cost or a priority,
-// by the rule of Trust in the package doc: it returns the named header's value only
-// for a request sent straight by one of c's trusted proxies (keys.ClientIP.Trusted), and
-// "" for any other peer or a nil c, so that a client cannot choose by sending the header
-// itself. The proxy must set the header on every request, replacing whatever the client
-// sent. Use it for Config.Tier, Settle.EstimateFrom and ByUser (or ByTrustedHeader).
+// by the rule of Trust in the package doc: the named header's value for a request sent
+// straight by one of c's trusted proxies (keys.ClientIP.Trusted), else "". Use it for
+// Config.Tier, Settle.EstimateFrom and ByUser (or ByTrustedHeader).
 func TrustedHeader(c *keys.ClientIP, name string) func(*http.Request) string {
-	get := headerOf(name)
+	get := Header(name)
 	return func(r *http.Request) string {
 		if c == nil || !c.Trusted(r) {
 			return ""

@@ -2,6 +2,8 @@ package override
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 )
 
@@ -47,11 +49,7 @@ func (s *Memory) Delete(_ context.Context, policy, identity string) (*Override, 
 func (s *Memory) Load(context.Context) ([]Override, int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]Override, 0, len(s.m))
-	for _, o := range s.m {
-		out = append(out, o)
-	}
-	return out, s.version, nil
+	return slices.AppendSeq(make([]Override, 0, len(s.m)), maps.Values(s.m)), s.version, nil
 }
 
 // Version implements Store.

@@ -14,9 +14,10 @@
 package override
 
 import (
+	"cmp"
 	"context"
 	"errors"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -91,11 +92,8 @@ func NewSet(list []Override, now time.Time) *Set {
 			s.all = append(s.all, o)
 		}
 	}
-	sort.Slice(s.all, func(i, j int) bool {
-		if s.all[i].Policy != s.all[j].Policy {
-			return s.all[i].Policy < s.all[j].Policy
-		}
-		return s.all[i].Identity < s.all[j].Identity
+	slices.SortFunc(s.all, func(a, b Override) int {
+		return cmp.Or(strings.Compare(a.Policy, b.Policy), strings.Compare(a.Identity, b.Identity))
 	})
 	for i := range s.all {
 		o := &s.all[i]
@@ -106,7 +104,7 @@ func NewSet(list []Override, now time.Time) *Set {
 		}
 	}
 	for _, ps := range s.patterns {
-		sort.SliceStable(ps, func(i, j int) bool { return len(ps[i].Identity) > len(ps[j].Identity) })
+		slices.SortStableFunc(ps, func(a, b *Override) int { return len(b.Identity) - len(a.Identity) })
 	}
 	return s
 }
@@ -147,19 +145,17 @@ func (s *Set) Get(policy, identity string, now time.Time) (*Override, bool) {
 	if s == nil {
 		return nil, false
 	}
-	if strings.HasSuffix(identity, "*") {
-		for _, o := range s.patterns[policy] {
-			if o.Identity == identity && !o.Expired(now) {
-				return o, true
-			}
-		}
-		return nil, false
-	}
 	o, ok := s.exact[[2]string{policy, identity}]
-	if ok && o.Expired(now) {
+	if strings.HasSuffix(identity, "*") {
+		i := slices.IndexFunc(s.patterns[policy], func(o *Override) bool { return o.Identity == identity })
+		if ok = i >= 0; ok {
+			o = s.patterns[policy][i]
+		}
+	}
+	if !ok || o.Expired(now) {
 		return nil, false
 	}
-	return o, ok
+	return o, true
 }
 
 // List returns the overrides in force at now for policy ("" for every policy), sorted by

@@ -55,17 +55,20 @@ func (s *Redis) Put(ctx context.Context, o Override) (*Override, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range c.DoMulti(ctx,
-		c.B().Multi().Build(),
-		c.B().Hset().Key(s.hash).FieldValue().FieldValue(f, string(b)).Build(),
-		c.B().Incr().Key(s.version).Build(),
-		c.B().Exec().Build(),
-	) {
-		if err := r.Error(); err != nil {
-			return nil, fmt.Errorf("override: storing: %w", err)
-		}
+	if err := s.commit(ctx, c, "storing", c.B().Hset().Key(s.hash).FieldValue().FieldValue(f, string(b)).Build()); err != nil {
+		return nil, err
 	}
 	return prev, nil
+}
+
+// commit makes change and increments the version in one transaction.
+func (s *Redis) commit(ctx context.Context, c rueidis.Client, what string, change rueidis.Completed) error {
+	for _, r := range c.DoMulti(ctx, c.B().Multi().Build(), change, c.B().Incr().Key(s.version).Build(), c.B().Exec().Build()) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("override: %s: %w", what, err)
+		}
+	}
+	return nil
 }
 
 func (s *Redis) get(ctx context.Context, c rueidis.Client, f string) (*Override, error) {
@@ -94,15 +97,8 @@ func (s *Redis) Delete(ctx context.Context, policy, identity string) (*Override,
 	if err != nil || prev == nil {
 		return nil, err
 	}
-	for _, r := range c.DoMulti(ctx,
-		c.B().Multi().Build(),
-		c.B().Hdel().Key(s.hash).Field(f).Build(),
-		c.B().Incr().Key(s.version).Build(),
-		c.B().Exec().Build(),
-	) {
-		if err := r.Error(); err != nil {
-			return nil, fmt.Errorf("override: deleting: %w", err)
-		}
+	if err := s.commit(ctx, c, "deleting", c.B().Hdel().Key(s.hash).Field(f).Build()); err != nil {
+		return nil, err
 	}
 	return prev, nil
 }

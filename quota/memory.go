@@ -24,9 +24,7 @@ type MemoryOption func(*Memory)
 
 // WithMaxClients bounds the (bucket, client) entries a Memory store holds, over every
 // bucket (0, the default: no bound). A report that would add one more, expired entries
-// dropped first, is answered as a full bucket is (Assignment.Rate -1): the client
-// abandons it. A client's entry stays until its TTL after its stream closes, so a client
-// that reconnects again and again is bounded by this, not by its streams.
+// dropped first, is answered as a full bucket is (Assignment.Rate -1).
 func WithMaxClients(n int) MemoryOption { return func(m *Memory) { m.maxClients = n } }
 
 // NewMemory returns an empty Memory store reading time from now (time.Now when nil).
@@ -63,7 +61,6 @@ func (m *Memory) Rebalance(_ context.Context, reps []Report, out []Assignment) e
 	for i := range reps {
 		out[i] = m.rebalance(&reps[i], now)
 	}
-	// Forget a few buckets nobody reported on within their TTL.
 	m.forget(now, 2)
 	return nil
 }

@@ -39,9 +39,8 @@ type Store interface {
 	Rebalance(ctx context.Context, reps []Report, out []Assignment) error
 }
 
-// expiredPerCall bounds how many expired clients one rebalance removes, so that a
-// report costs O(1) amortized; those left stay counted (their shares too) until a later
-// report removes them, which errs on the safe side of the bound.
+// expiredPerCall bounds how many expired clients one rebalance removes; those left stay
+// counted, shares too, until a later report removes them (the safe side of the bound).
 const expiredPerCall = 64
 
 func micros(t time.Time) int64 { return t.UnixMicro() }

@@ -32,9 +32,8 @@ type Redis struct {
 }
 
 // NewRedis returns a Redis store on the client that client returns (nil while not
-// connected: Rebalance then fails with ErrNotConnected). Keys are prefix + "{" + Report.Key + "}:c"
-// and ":e". now, when not nil, is the clock (tests, simulation); nil uses Redis's TIME,
-// so that the instances' clocks never matter.
+// connected: Rebalance then fails with ErrNotConnected). Keys are prefix + "{" +
+// Report.Key + "}:c" and ":e". now, when not nil, is the clock; nil uses Redis's TIME.
 func NewRedis(client func() rueidis.Client, prefix string, now func() time.Time) *Redis {
 	return &Redis{client: client, prefix: prefix, now: now}
 }

@@ -7,21 +7,12 @@
 //	    -> denycache (repeats of the store's denials, answered in-process)
 //	      -> store: memory | redisstore
 //
-// Every layer is a sluice.Limiter and decides whole requests (sluice.Request), all or
-// nothing: what a layer needs travels in the request (policy, shadow, failure mode),
-// and what it learned comes back in the sluice.Report (store latency, breaker state,
-// failure). No layer looks below its own Limiter.
-//
-// Why this order. observe is on top, so that it sees every decision as the caller gets
-// it, failure modes and cached denials included. The deny cache is below failover: its
-// answers are decisions like the store's, bounded by the same deadline, and it reports
-// them as not having asked the store (Report.StoreCalled false), so the breaker counts
-// only the store's own answers; while the breaker is open nothing below it is asked,
-// and the failure mode decides. The memory store cannot fail, so on memory failover is
-// left out: there is nothing to fail over from.
-//
-// The local fallback of failover (failure mode local) is a memory store the stack makes
-// and owns, with the memory store's bounds (Options.MaxKeys, Options.MaxReservations).
+// observe is on top, so that it sees every decision as the caller gets it. The deny cache
+// is below failover, so that its answers are bounded by the same deadline and, reported
+// as not having asked the store, never count for the breaker. On memory, which cannot
+// fail, failover is left out. The local fallback of failover is a memory store the stack
+// makes and owns, with the memory store's bounds (Options.MaxKeys,
+// Options.MaxReservations).
 package stack
 
 import (
@@ -48,11 +39,8 @@ import (
 )
 
 // DefaultMaxKeys bounds the keys of the memory store, and of the local fallback beside
-// Redis, when Options.MaxKeys is 0, so that a client spraying distinct keys cannot grow
-// the service without bound. Over it, the store evicts the states closest to empty
-// (memory.WithMaxKeys), counted in sluice_memory_evictions_total. With the other defaults
-// of this package, denycache's and server's RLQS bounds, it fits the shipped chart's
-// memory limit.
+// Redis, when Options.MaxKeys is 0 (memory.WithMaxKeys). With the other defaults it fits
+// the shipped chart's memory limit.
 const DefaultMaxKeys = 1 << 19
 
 // DefaultMaxReservations bounds the settlement records the memory store (and the local
@@ -66,8 +54,7 @@ type Options struct {
 	// RedisURL keeps limits in Redis, overriding cfg.Store.RedisURL. Both empty: memory.
 	RedisURL string
 	// FailureMode is the service's --failure-mode: the failure mode of limits whose policy
-	// names none, before cfg.Store.FailureMode (config.Config.Failure resolves the order;
-	// the stack's default is its resolution for a limit of no policy).
+	// names none, before cfg.Store.FailureMode (config.Config.Failure resolves the order).
 	FailureMode sluice.FailureMode
 	// Deadline overrides cfg.Store.Deadline (failover.DefaultDeadline when both are 0).
 	Deadline time.Duration
@@ -80,8 +67,7 @@ type Options struct {
 	// still dropped after its settle TTL).
 	MaxReservations int
 	// QuotaMaxClients bounds the (bucket, client) entries of the quota.Memory beside the
-	// memory store (quota.WithMaxClients); 0: no bound of its own. serve sets it to its
-	// RLQS bound, streams × buckets per stream.
+	// memory store (quota.WithMaxClients); 0: no bound of its own.
 	QuotaMaxClients int
 	// DenyCache configures the deny cache; see DenyCache.
 	DenyCache DenyCache
@@ -117,7 +103,7 @@ type DenyCache struct {
 }
 
 // settings returns the deny cache in force: the defaults, then the configuration's
-// deny_cache, then o. MaxBytes 0 means off.
+// deny_cache, then o. maxBytes 0 means off.
 func (o DenyCache) settings(c config.DenyCache) (maxBytes int64, maxAge time.Duration) {
 	maxBytes, maxAge = denycache.DefaultMaxBytes, denycache.DefaultMaxAge
 	switch {
@@ -161,8 +147,7 @@ type Stack struct {
 	// Store is the bottom of the stack: a *memory.Store or a *redisstore.Store.
 	Store sluice.Limiter
 	// Quota keeps the Rate Limit Quota Service's assignments in the same store: a
-	// quota.Memory beside memory, a quota.Redis on the same Redis (so that every
-	// instance on it shares the clients of a bucket).
+	// quota.Memory beside memory, a quota.Redis on the same Redis.
 	Quota quota.Store
 	// Overrides keeps the limits set at run time beside the store: in the process on
 	// memory, in Redis (visible to every replica) on Redis.
@@ -221,11 +206,8 @@ func Open(cfg *config.Config, o Options) (*Stack, error) {
 		lim = st.withDenyCache(m, cfg, o, reg)
 	} else {
 		st.kind, st.target = "redis", config.RedactURL(rawURL)
-		// One script call in flight rather than the store's default two: the service's
-		// decisions come from many concurrent callers, so each call then carries more of
-		// them, which costs the service and Redis less per decision; the price is that a
-		// decision arriving during a call waits for it, at most one round trip more, within
-		// the failover deadline. o.RedisOptions, added after, may override it.
+		// One script call in flight, so that each carries more decisions; o.RedisOptions,
+		// added after, may override it.
 		ropts := []redisstore.Option{redisstore.WithLogger(log), redisstore.WithConcurrency(ServiceConcurrency)}
 		if o.ConnectRetry {
 			ropts = append(ropts, redisstore.WithConnectRetry())
@@ -247,9 +229,7 @@ func Open(cfg *config.Config, o Options) (*Stack, error) {
 		st.closers = append(st.closers, local.Close)
 		registerMemory(reg, "local", local)
 
-		// The Redis store returns as soon as its context ends, so the store is called on
-		// the request's own goroutine: no goroutine and no two scheduler hand-offs per
-		// decision.
+		// The Redis store returns as soon as its context ends: it is called inline.
 		fl := failover.New(st.withDenyCache(rs, cfg, o, reg),
 			failover.WithDeadline(cmp.Or(o.Deadline, cfg.Store.Deadline)),
 			failover.WithInlineCalls(),

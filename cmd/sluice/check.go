@@ -73,10 +73,7 @@ func check(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	w := c.Root().Writer
-	switch resp.StatusCode {
-	case http.StatusOK, http.StatusTooManyRequests:
-	default:
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusTooManyRequests {
 		return answerError(resp, out)
 	}
 	var cr server.CheckResponse
@@ -84,7 +81,7 @@ func check(ctx context.Context, c *cli.Command) error {
 		return fmt.Errorf("server answered %s with an unreadable body: %w", resp.Status, err)
 	}
 	pretty, _ := json.MarshalIndent(cr, "", "  ")
-	fmt.Fprintf(w, "%s\n", pretty)
+	fmt.Fprintf(c.Root().Writer, "%s\n", pretty)
 	if !cr.Allowed {
 		return cli.Exit("", exitDenied)
 	}
@@ -105,8 +102,8 @@ func nothingMatched(ls []server.LimitStatus) bool {
 	return true
 }
 
-// answerError is the error of an answer other than the one asked for: the detail of an
-// application/problem+json body (what the server says is wrong), and the status.
+// answerError is the error of an answer other than the one asked for: the detail of a
+// problem+json body, and the status.
 func answerError(resp *http.Response, body []byte) error {
 	var p struct {
 		Detail string `json:"detail"`
@@ -135,8 +132,7 @@ func probe(ctx context.Context, c *cli.Command, path string) error {
 }
 
 // requestFlags are the flags checkRequest reads, each also set by the environment
-// variable env+its name (SLUICE_CHECK_POLICY); several descriptors in one variable are
-// separated by ';'.
+// variable env+its name (SLUICE_CHECK_POLICY).
 func requestFlags(env string) []cli.Flag {
 	from := func(v string) cli.ValueSourceChain { return cli.EnvVars(env + v) }
 	descriptor := "a descriptor as `KEY=VALUE[,KEY=VALUE...]`, its entries in order (repeat the flag for several descriptors; in the variable, separate them with ';'"
@@ -189,8 +185,7 @@ func checkRequest(c *cli.Command) (server.CheckRequest, error) {
 
 // send makes one request to --server within --timeout, over the client the TLS flags ask
 // for, with the bearer token when one is given and body as JSON when it is not nil, and
-// reads at most limit bytes of the answer. The answer is nil only when none came; with an
-// answer, err reports a body that could not be read in full.
+// reads at most limit bytes of the answer. The answer is nil only when none came.
 func send(ctx context.Context, c *cli.Command, method, path, token string, body []byte, limit int64) (*http.Response, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.Duration("timeout"))
 	defer cancel()

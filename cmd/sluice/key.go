@@ -36,14 +36,12 @@ func keyCommand() *cli.Command {
 }
 
 func printKeys(_ context.Context, c *cli.Command) error {
-	var cfg *config.Config
+	cfg := config.Default()
 	if p := c.String("config"); p != "" {
 		var err error
 		if cfg, err = config.Load(p); err != nil {
 			return fmt.Errorf("configuration: %w", err)
 		}
-	} else {
-		cfg = config.Default()
 	}
 	req, err := checkRequest(c)
 	if err != nil {

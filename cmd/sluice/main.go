@@ -10,21 +10,13 @@
 //	sluice simulate  run traffic patterns against the algorithms and report their accuracy
 //	sluice version   print the version
 //
-// Every flag can also be set with the environment variable shown in its --help (for
-// example SLUICE_HTTP_ADDR for serve's --http); a flag on the command line wins. A
-// command line that cannot be parsed exits 2 with one line on stderr that names the
-// mistake and the nearest command or flag (usage.go); check's exit statuses are in its
-// --help.
+// Every flag can also be set with the environment variable shown in its --help; a flag on
+// the command line wins. A command line that cannot be parsed exits 2 with one line on
+// stderr (usage.go); check's exit statuses are in its --help.
 //
-// With no arguments at all, `go run ./cmd/sluice serve` starts a useful service on a
-// fresh machine: the in-memory store and the built-in example configuration.
-//
-// serve and proxy decide through the layers [stack.Open] builds, in its order: observe ->
-// failover -> denycache -> redisstore on Redis, observe -> denycache -> memory without it.
-// They start while their Redis is down (the failure mode answers, /readyz says why), but
-// exit 1 at start when Redis refuses the URL's settings (wrong credentials, a database it
-// lacks, a certificate that does not verify, a cluster or Sentinel URL of a server that
-// is not one): no retry fixes those. Each flag's --help states the rest.
+// serve and proxy decide through the layers [stack.Open] builds. They start while their
+// Redis is down (the failure mode answers, /readyz says why), but exit 1 at start when
+// Redis refuses the URL's settings: no retry fixes those.
 package main
 
 import (
@@ -48,13 +40,11 @@ func main() {
 
 // Exit codes.
 const (
-	exitOK     = 0
-	exitError  = 1
-	exitUsage  = 2 // a command line that cannot be parsed: one line on stderr says why
-	exitDenied = 3 // sluice check: the request would be denied
-	// exitNoMatch is sluice check's answer when no limit of the configuration applies
-	// to the request: it is allowed, but nothing counted it.
-	exitNoMatch = 4
+	exitOK      = 0
+	exitError   = 1
+	exitUsage   = 2 // a command line that cannot be parsed: one line on stderr says why
+	exitDenied  = 3 // sluice check: the request would be denied
+	exitNoMatch = 4 // sluice check: no limit applies; allowed, uncounted
 )
 
 // run runs the command line args and returns the process's exit code.

@@ -25,20 +25,14 @@ func pprofFlags() []cli.Flag {
 	}
 }
 
-// pprofFromFlags serves pprof as the flags of pprofFlags say; stop ends it (and does
-// nothing when --pprof is empty).
+// pprofFromFlags serves Go's profiling endpoints as the flags of pprofFlags say, until
+// stop is called (nothing when --pprof is empty). The listener reads a request within
+// 10 s and writes an answer within --pprof-write-timeout.
 func pprofFromFlags(c *cli.Command, log *slog.Logger) (stop func(), err error) {
-	a := c.String("pprof")
-	if a == "" {
+	addr := c.String("pprof")
+	if addr == "" {
 		return func() {}, nil
 	}
-	return servePprof(a, c.Duration("pprof-write-timeout"), log)
-}
-
-// servePprof serves Go's profiling endpoints on addr until stop is called. The listener
-// reads a request within 10 s and writes an answer within writeTimeout (a profile or
-// trace longer than that is refused by net/http/pprof).
-func servePprof(addr string, writeTimeout time.Duration, log *slog.Logger) (stop func(), err error) {
 	ln, err := listen("pprof", addr)
 	if err != nil {
 		return nil, err
@@ -50,7 +44,7 @@ func servePprof(addr string, writeTimeout time.Duration, log *slog.Logger) (stop
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: writeTimeout, IdleTimeout: time.Minute}
+		WriteTimeout: c.Duration("pprof-write-timeout"), IdleTimeout: time.Minute}
 	go hs.Serve(ln)
 	log.Info("serving pprof", slog.String("addr", ln.Addr().String()))
 	return func() { hs.Close() }, nil
@@ -70,12 +64,9 @@ func redactArgs(args []string) []string {
 	out := make([]string, len(args))
 	for i, a := range args {
 		out[i] = a
-		v := a
-		prefix := ""
-		if strings.HasPrefix(a, "-") {
-			if k, val, ok := strings.Cut(a, "="); ok {
-				prefix, v = k+"=", val
-			}
+		prefix, v := "", a
+		if k, val, ok := strings.Cut(a, "="); ok && strings.HasPrefix(a, "-") {
+			prefix, v = k+"=", val
 		}
 		if strings.Contains(v, "://") && strings.Contains(v, "@") {
 			out[i] = prefix + config.RedactURL(v)

@@ -43,10 +43,8 @@ func proxyCommand() *cli.Command {
 			"With --tls-cert and --tls-key the proxy's listener speaks TLS (HTTP/2 and HTTP/1.1),\n" +
 			"and with --tls-client-ca it requires client certificates; --admin stays plain HTTP\n" +
 			"(keep it on a private address).",
-		Flags: flags,
-		Action: func(ctx context.Context, c *cli.Command) error {
-			return proxy(ctx, c)
-		},
+		Flags:  flags,
+		Action: proxy,
 	}
 }
 

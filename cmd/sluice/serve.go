@@ -80,10 +80,8 @@ func serveCommand() *cli.Command {
 			"metrics endpoints included.\n\n" +
 			"Try it:\n" +
 			"  curl -i -d '{\"policy\":\"demo\",\"key\":\"203.0.113.7\"}' localhost:8080/v1/check",
-		Flags: flags,
-		Action: func(ctx context.Context, c *cli.Command) error {
-			return serve(ctx, c)
-		},
+		Flags:  flags,
+		Action: serve,
 	}
 }
 
@@ -200,6 +198,7 @@ func listen(flag, addr string) (net.Listener, error) {
 	return l, nil
 }
 
+// addrOf is l's address, nil for no listener.
 func addrOf(l net.Listener) net.Addr {
 	if l == nil {
 		return nil
@@ -209,10 +208,10 @@ func addrOf(l net.Listener) net.Addr {
 
 // addrString is l's address, or "" for no listener.
 func addrString(l net.Listener) string {
-	if l == nil {
-		return ""
+	if a := addrOf(l); a != nil {
+		return a.String()
 	}
-	return l.Addr().String()
+	return ""
 }
 
 func describeConfig(w *config.Watcher) string {

@@ -21,23 +21,19 @@ import (
 	"github.com/sluicehq/sluice/stack"
 )
 
-// env is what serve and proxy set up alike: the logger, the TLS settings of the
-// listeners, the store flags, the configuration watcher, the metrics registry and the
-// decision stack (package stack).
+// env is what serve and proxy set up alike.
 type env struct {
-	log   *slog.Logger
-	tls   *tls.Config
-	opts  stack.Options
-	w     *config.Watcher
-	reg   *prometheus.Registry
-	stack *stack.Stack
-	// tracer is the OTEL_TRACES_EXPORTER's provider; nil when tracing is off.
-	tracer *sdktrace.TracerProvider
-	// stopGC ends the collector's pacing by --gc-headroom-bytes.
-	stopGC func()
+	log    *slog.Logger
+	tls    *tls.Config
+	opts   stack.Options
+	w      *config.Watcher
+	reg    *prometheus.Registry
+	stack  *stack.Stack
+	tracer *sdktrace.TracerProvider // nil when tracing is off
+	stopGC func()                   // ends the collector's pacing by --gc-headroom-bytes
 }
 
-// tracerProvider is e.tracer as server options take it: nil (off) when tracing is off.
+// tracerProvider is e.tracer as server options take it: a nil interface when off.
 func (e *env) tracerProvider() trace.TracerProvider {
 	if e.tracer == nil {
 		return nil
@@ -66,13 +62,9 @@ func start(c *cli.Command) (*env, error) {
 	}
 	e.reg = prometheus.NewRegistry()
 	e.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	e.opts.Logger, e.opts.Registry = log, e.reg
-	// A Redis that is down when the service starts is a store failure like any other:
-	// the service starts, the failure mode answers, /readyz reports it, and the store
-	// connects in the background. A Redis that refuses the URL's settings (credentials,
-	// database, certificate, cluster or Sentinel mode) is not down, and no retry fixes it:
-	// the command fails at start, naming the cause (redisstore.ConfigError).
-	e.opts.ConnectRetry = true
+	// A Redis that is down at start is a store failure like any other; one that refuses
+	// the URL's settings fails the command (redisstore.ConfigError).
+	e.opts.Logger, e.opts.Registry, e.opts.ConnectRetry = log, e.reg, true
 	if e.stack, err = stack.Open(e.w.Config(), e.opts); err != nil {
 		e.w.Close()
 		e.closeTracer()
@@ -115,8 +107,7 @@ func readStoreFlags(c *cli.Command) (stack.Options, error) {
 		Sampling: c.Float("log-sampling"),
 
 		MaxReservations: int(c.Int("max-reservations")),
-		// serve's RLQS bound (proxy has no RLQS flags: 0): the quota.Memory keeps at most
-		// as many entries as its streams' buckets.
+		// serve's RLQS bound (proxy has no RLQS flags: 0).
 		QuotaMaxClients: int(c.Int("rlqs-max-streams") * c.Int("rlqs-max-buckets-per-stream")),
 	}
 	if c.IsSet("deny-cache-bytes") {
@@ -138,22 +129,23 @@ func readStoreFlags(c *cli.Command) (stack.Options, error) {
 		}
 		o.FailureMode = m
 	}
-	if d := c.Duration("redis-min-ttl"); d < 0 {
-		return o, cli.Exit("--redis-min-ttl must not be negative", exitUsage)
-	} else if d > 0 {
-		o.RedisOptions = append(o.RedisOptions, redisstore.WithMinTTL(d))
+	minTTL := c.Duration("redis-min-ttl")
+	for _, bad := range []struct {
+		is  bool
+		msg string
+	}{
+		{minTTL < 0, "--redis-min-ttl must not be negative"},
+		{o.Deadline < 0, "--deadline must not be negative"},
+		{c.Int64("deny-cache-bytes") < 0, "--deny-cache-bytes must not be negative (0 disables the cache)"},
+		{c.Duration("deny-cache-max-age") <= 0, "--deny-cache-max-age must be positive"},
+		{o.Sampling > 1 || (o.Sampling < 0 && o.Sampling != -1), "--log-sampling must be in [0, 1], or -1 for the default"},
+	} {
+		if bad.is {
+			return o, cli.Exit(bad.msg, exitUsage)
+		}
 	}
-	if o.Deadline < 0 {
-		return o, cli.Exit("--deadline must not be negative", exitUsage)
-	}
-	if c.Int64("deny-cache-bytes") < 0 {
-		return o, cli.Exit("--deny-cache-bytes must not be negative (0 disables the cache)", exitUsage)
-	}
-	if c.Duration("deny-cache-max-age") <= 0 {
-		return o, cli.Exit("--deny-cache-max-age must be positive", exitUsage)
-	}
-	if o.Sampling > 1 || (o.Sampling < 0 && o.Sampling != -1) {
-		return o, cli.Exit("--log-sampling must be in [0, 1], or -1 for the default", exitUsage)
+	if minTTL > 0 {
+		o.RedisOptions = append(o.RedisOptions, redisstore.WithMinTTL(minTTL))
 	}
 	return o, nil
 }

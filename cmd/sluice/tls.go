@@ -26,13 +26,10 @@ func listenTLSFlags() []cli.Flag {
 const tlsRecheck = time.Second
 
 // tlsFiles is a listener's TLS configuration read from PEM files: a certificate and key,
-// and optionally the CAs that client certificates must chain to. The files are looked at
-// again (size and modification time) at most once a second, during a handshake, and read
-// again when they changed, so a certificate rotated on disk (by cert-manager, or a
-// Kubernetes Secret's symlink swap) is served from the next connection on. A change that
-// cannot be read (a key that does not match its certificate yet, halfway through a
-// rotation) is logged and the files in force stay in force; they are tried again a
-// second later.
+// and optionally the CAs that client certificates must chain to. During a handshake the
+// files are looked at again (size and modification time) at most every tlsRecheck and
+// read again when they changed; a change that cannot be used is logged, and the files in
+// force stay in force.
 type tlsFiles struct {
 	certFile, keyFile, caFile string
 	log                       *slog.Logger
@@ -70,9 +67,7 @@ func (f *tlsFiles) config() *tls.Config {
 		},
 	}
 	if f.caFile != "" {
-		// Go checks client certificates against a fixed ClientCAs pool; to follow the CA
-		// file, the handshake asks for any certificate and VerifyConnection verifies the
-		// chain against the pool in force.
+		// ClientCAs is fixed; verifyClient follows the CA file.
 		cfg.ClientAuth = tls.RequireAnyClientCert
 		cfg.VerifyConnection = f.verifyClient
 	}
@@ -147,12 +142,11 @@ func (f *tlsFiles) load(stamp string) error {
 }
 
 // loadKeyPair reads the certificate (chain) and key that --tls-cert and --tls-key name.
-func loadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
-	c, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return c, fmt.Errorf("--tls-cert %s, --tls-key %s: %w", certFile, keyFile, err)
+func loadKeyPair(certFile, keyFile string) (c tls.Certificate, err error) {
+	if c, err = tls.LoadX509KeyPair(certFile, keyFile); err != nil {
+		err = fmt.Errorf("--tls-cert %s, --tls-key %s: %w", certFile, keyFile, err)
 	}
-	return c, nil
+	return c, err
 }
 
 // loadCAs reads the PEM file of CA certificates that flag names.

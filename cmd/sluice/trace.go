@@ -15,12 +15,11 @@ import (
 )
 
 // newTracerProvider returns the tracer provider that OTEL_TRACES_EXPORTER (read with
-// getenv) names: nil for "none" or unset (tracing off, at no cost); for "console", spans
-// written to out as JSON; for "otlp", spans sent over OTLP, grpc or http/protobuf as
-// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL say (http/protobuf
-// by default, as the specification says). The exporters and the SDK read every other
-// OTEL_* variable themselves (endpoint, headers, sampler, batching, resource); the
-// service name is "sluice" unless OTEL_SERVICE_NAME says otherwise.
+// getenv) names: nil for "none" or unset; for "console", spans written to out as JSON;
+// for "otlp", spans sent over OTLP, grpc or http/protobuf (the default) as
+// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL say. The exporters
+// and the SDK read every other OTEL_* variable themselves; the service name is "sluice"
+// unless OTEL_SERVICE_NAME says otherwise.
 func newTracerProvider(ctx context.Context, getenv func(string) string, out io.Writer) (*sdktrace.TracerProvider, error) {
 	var exp sdktrace.SpanExporter
 	var err error

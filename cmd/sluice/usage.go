@@ -9,10 +9,8 @@ import (
 	"github.com/urfave/cli/v3"
 )
 
-// usageError is a command line that cannot be parsed: an unknown command or flag, a
-// flag without its value or with a value of the wrong type, a missing or stray
-// argument. run prints it as one line, "sluice serve: unknown flag --confg; did you
-// mean --config?", and exits with exitUsage; the help is for --help to print.
+// usageError is a command line that cannot be parsed. run prints it as one line,
+// "sluice serve: unknown flag --confg; did you mean --config?", and exits with exitUsage.
 type usageError struct {
 	cmd string // the command's full name: "sluice override set"
 	msg string
@@ -26,17 +24,14 @@ func usagef(c *cli.Command, format string, a ...any) error {
 }
 
 // unixConventions makes every command in the tree under c report usage errors as
-// usageError: flag errors through OnUsageError, an unknown command through the Action
-// of a command that has subcommands (and CommandNotFound for `sluice help serv`, which
-// records it in *notFound, since that hook returns nothing), and an argument given to
-// a command that takes none through its Action.
+// usageError: flag errors, an unknown command (CommandNotFound records it in *notFound,
+// since that hook returns nothing), and an argument given to a command that takes none.
 func unixConventions(c *cli.Command, notFound *error) {
 	c.OnUsageError = func(_ context.Context, c *cli.Command, err error, _ bool) error {
 		return flagUsageError(c, err)
 	}
 	if len(c.Commands) > 0 {
-		// The flags after a command are that command's: an unknown command is reported
-		// as such, not as the first of its flags that this command lacks.
+		// The flags after a command are that command's.
 		one := 1
 		c.StopOnNthArg = &one
 		c.Action = func(_ context.Context, c *cli.Command) error {

@@ -36,10 +36,8 @@ func (c *Clock) Micros() int64 { return c.us.Load() }
 func (c *Clock) SetMicros(us int64) { c.us.Store(us) }
 
 // Running returns a clock that reads from when Running is called, then runs at the
-// rate of the monotonic clock. A test whose limits are fixed windows aligned to the Unix
-// epoch, and which needs time to pass for real (TTLs, deadlines, a store on the wall
-// clock), starts it mid-window (MidHour for hour-long windows), so that no window ends
-// during the test.
+// rate of the monotonic clock. A test of fixed windows that needs time to pass for real
+// starts it mid-window (MidHour), so that no window ends during the test.
 func Running(from time.Time) func() time.Time {
 	start := time.Now()
 	return func() time.Time { return from.Add(time.Since(start)) }
@@ -55,10 +53,8 @@ type TB interface {
 }
 
 // AwayFromEdge waits, when the wall clock is within margin of the end of a window of
-// length period (windows aligned to multiples of period since the Unix epoch, as
-// FixedWindow's are), until the next window has begun. A test that counts a fixed
-// window's decisions on the wall clock calls it before it starts, so that the window
-// cannot end during the test and reset the counts it expects.
+// length period (aligned to the Unix epoch, as FixedWindow's are), until the next window
+// has begun, so that a test counting a window's decisions on the wall clock is not reset.
 func AwayFromEdge(tb TB, period, margin time.Duration) {
 	tb.Helper()
 	now := time.Now().UnixMicro()

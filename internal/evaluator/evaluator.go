@@ -1,14 +1,12 @@
 // Package evaluator decides the layered limits of one request — several policies, a
-// policy's tier or override and its route limits, the matched Envoy descriptors — as the
-// library promises: all or nothing. Both front ends use it: package httplimit (and so
-// `sluice proxy`) and package server (the JSON API and Envoy's RLS).
+// policy's tier or override and its route limits, the matched Envoy descriptors — all or
+// nothing, for both front ends: package httplimit and package server.
 //
 // A request is a slice of Items, each a sluice.Request (key, limit, cost, policy, shadow,
 // failure mode) and how it was found. Evaluate decides it:
 //
-//   - Every key longer than keys.MaxStoreKeyLen (a client shapes keys through headers and
-//     descriptor values) is replaced by its keys.Bound form before anything else, so an
-//     over-long identity is decided like any other and never makes the call an error.
+//   - Every key longer than keys.MaxStoreKeyLen is replaced by its keys.Bound form before
+//     anything else, so an over-long identity never makes the call an error.
 //   - A limit named more than once (Envoy sends a descriptor twice when two of a route's
 //     actions produce it) is one request to the store for the sum of its costs, and each
 //     naming reports the quota left after it and the namings before it.
@@ -106,13 +104,11 @@ func (e *ShadowError) Unwrap() error { return e.Err }
 
 // Evaluate decides the items of one request with lim (see the package doc), reaching each
 // through item. It returns an error only for the enforced call: bad input, or a store
-// failure the limiter did not absorb (with a failover decorator, FailClosed returns its
-// decisions and an error wrapping sluice.ErrStoreUnavailable).
+// failure the limiter did not absorb.
 func Evaluate[T any](ctx context.Context, lim sluice.Limiter, items []T, item func(*T) *Item) (Outcome, error) {
 	if len(items) == 1 {
-		// The common request, one enforced limit: decided as below, without the
-		// bookkeeping of namings and looks that only several items or a shadow one need
-		// (BenchmarkEvaluateOne; TestEvaluateOne holds it to evaluate).
+		// The common request, one enforced limit, without the bookkeeping of several
+		// (TestEvaluateOne holds it to evaluate).
 		if it := item(&items[0]); it.asked() && !it.Shadow && !it.Decided {
 			it.Key = keys.Bound(it.Key)
 			if it.N <= it.Limit.MaxCost() {
@@ -169,9 +165,7 @@ func evaluate[T any](ctx context.Context, lim sluice.Limiter, items []T, item fu
 			return out, err
 		}
 		for j, i := range lookAt {
-			it := at(i)
-			it.set(ds[j])
-			for k := i + 1; k < n; k++ {
+			for k := i; k < n; k++ { // i and the later namings of its key and limit
 				if o := at(k); o.asked() && !o.Shadow && o.first == i {
 					o.set(ds[j])
 				}
@@ -351,10 +345,9 @@ func enforceOne(ctx context.Context, lim sluice.Limiter, it *Item) (Outcome, err
 	return out, nil
 }
 
-// buffer holds the slices of one enforced call, reused across requests: the limiter is
-// an interface, so slices on the stack would escape to the heap on every call. No layer
-// keeps them after Decide returns (failover's calls that may outlive it decide into
-// copies).
+// buffer holds the slices of one enforced call, reused across requests (slices on the
+// stack would escape through the limiter interface). No layer keeps them after Decide
+// returns.
 type buffer struct {
 	reqs []sluice.Request
 	ds   []sluice.Decision

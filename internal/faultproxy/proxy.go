@@ -7,7 +7,9 @@
 package faultproxy
 
 import (
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -55,8 +57,8 @@ func Start(tb testing.TB, target string) *Proxy {
 // Addr is the proxy's "127.0.0.1:port"; clients connect here.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// SetLatency delays every chunk of data by d in each direction (so a round trip gains 2d).
-// Zero removes the delay. It applies to data read after the call.
+// SetLatency delays every chunk of data read after the call by d in each direction (so a
+// round trip gains 2d). Zero removes the delay.
 func (p *Proxy) SetLatency(d time.Duration) {
 	p.mu.Lock()
 	p.latency = d
@@ -67,10 +69,7 @@ func (p *Proxy) SetLatency(d time.Duration) {
 // still accepted.
 func (p *Proxy) Cut() {
 	p.mu.Lock()
-	links := make([]*link, 0, len(p.conns))
-	for l := range p.conns {
-		links = append(links, l)
-	}
+	links := slices.Collect(maps.Keys(p.conns))
 	p.mu.Unlock()
 	for _, l := range links {
 		l.close()

@@ -5,7 +5,6 @@
 package procstat
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -31,17 +30,9 @@ func CPU() time.Duration {
 // keeps its threads (the Go runtime's do).
 func ContextSwitches(tb testing.TB) int64 {
 	tb.Helper()
-	n, err := contextSwitches()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return n
-}
-
-func contextSwitches() (int64, error) {
 	tasks, err := filepath.Glob("/proc/self/task/*/status")
 	if err != nil || len(tasks) == 0 {
-		return 0, fmt.Errorf("procstat: no /proc/self/task/*/status (Linux's /proc is needed): %v", err)
+		tb.Fatalf("procstat: no /proc/self/task/*/status (Linux's /proc is needed): %v", err)
 	}
 	var n int64
 	for _, t := range tasks {
@@ -53,11 +44,11 @@ func contextSwitches() (int64, error) {
 			if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
 				x, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 				if err != nil {
-					return 0, fmt.Errorf("procstat: %s: %q: %w", t, line, err)
+					tb.Fatalf("procstat: %s: %q: %v", t, line, err)
 				}
 				n += x
 			}
 		}
 	}
-	return n, nil
+	return n
 }

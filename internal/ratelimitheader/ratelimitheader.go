@@ -105,10 +105,8 @@ func fillTime(b int64, l sluice.Limit) time.Duration {
 
 // DecisionQuota is Quota for the limit d decided. For a calendar limit, q is Rate and w
 // the length in seconds of the calendar period the decision fell in (d.Window, rounded
-// up): a 23-, 24- or 25-hour day, a 28- to 31-day month (an hour less or more across a
-// DST change), a 365- or 366-day year. w thus varies from period to period, and q/w is
-// that period's average rate. A decision no store made (a failure mode) has no Window;
-// the period holding the local clock's now is advertised then.
+// up), so w varies from period to period; without a Window (a failure mode decided), the
+// period holding the local clock's now.
 func DecisionQuota(d *sluice.Decision) (q, w int64) {
 	if !d.Limit.Calendar.IsZero() && d.Window > 0 {
 		return min(d.Limit.Rate, sfv.MaxInteger), Seconds(d.Window)
@@ -116,10 +114,9 @@ func DecisionQuota(d *sluice.Decision) (q, w int64) {
 	return Quota(d.Limit)
 }
 
-// Advertised reports whether d's counts belong in the RateLimit field. A decision that
-// failed open (sluice.PathOpen: the store was down) is not: its policy applies but its
-// quota is unknown, and r=0 would tell well-behaved clients to stop while every request
-// is allowed. Its limit is still named in RateLimit-Policy.
+// Advertised reports whether d's counts belong in the RateLimit field: not for a decision
+// that failed open (sluice.PathOpen), whose quota is unknown. Its limit is still named in
+// RateLimit-Policy.
 func Advertised(d *sluice.Decision) bool { return d.Path != sluice.PathOpen }
 
 // Member is one limit the fields describe.
@@ -245,8 +242,6 @@ func Write(dst []byte, ms []Member, r Refusal, legacy bool) Fields {
 	if len(b) == 0 {
 		return Fields{}
 	}
-	// One copy into dst's memory, or one allocation.
-	var text []byte
 	if onlyPolicy != "" {
 		b = b[len(onlyPolicy):] // the member is not copied: Policy is its string
 		for i := range ends {
@@ -255,11 +250,10 @@ func Write(dst []byte, ms []Member, r Refusal, legacy bool) Fields {
 			}
 		}
 	}
-	if cap(dst) >= len(b) {
-		text = append(dst[:0], b...)
-	} else {
-		text = append(make([]byte, 0, len(b)), b...)
+	if cap(dst) < len(b) {
+		dst = make([]byte, 0, len(b)) // one copy into dst's memory, or one allocation
 	}
+	text := append(dst[:0], b...)
 	s := unsafe.String(unsafe.SliceData(text), len(text))
 	var vals [6]string
 	from := 0

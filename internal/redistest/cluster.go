@@ -20,17 +20,17 @@ type Cluster struct {
 }
 
 // StartCluster starts a cluster of 3 primaries (no replicas), slots assigned as
-// `redis-cli --cluster create` does, waits until every node reports cluster_state:ok and knows
-// every slot, and stops it when the test ends. Options apply to every node.
+// `redis-cli --cluster create` does, waits until it is healthy (WaitHealthy), and stops it
+// when the test ends. Options apply to every node.
 func StartCluster(tb testing.TB, opts ...Option) *Cluster {
 	tb.Helper()
 	return startCluster(tb, false, 2000, opts)
 }
 
 // StartClusterWithReplicas starts a cluster of 3 primaries, each with one replica
-// (Replicas[i] of Nodes[i]), whose nodes time out after nodeTimeout
-// (cluster-node-timeout), so a replica takes over about nodeTimeout after its primary
-// dies. It waits until the cluster is healthy and every replica has synchronised.
+// (Replicas[i] of Nodes[i]), whose nodes time out after nodeTimeout (so a replica takes
+// over about nodeTimeout after its primary dies), and waits until every replica has
+// synchronised.
 func StartClusterWithReplicas(tb testing.TB, nodeTimeout time.Duration, opts ...Option) *Cluster {
 	tb.Helper()
 	return startCluster(tb, true, int(nodeTimeout/time.Millisecond), opts)
@@ -56,11 +56,10 @@ func startCluster(tb testing.TB, replicas bool, timeoutMS int, opts []Option) *C
 		buses[s] = bus
 		return s
 	}
-	for i := 0; i < primaries; i++ {
+	for range primaries {
 		c.Nodes = append(c.Nodes, node())
 	}
-	// What redis-cli --cluster create does, without its whole-second waits: each
-	// primary takes a third of the slots, lowest first, and meets the first.
+	// As redis-cli --cluster create, without its waits: a third of the slots each.
 	for i, n := range c.Nodes {
 		lo, hi := i*16384/primaries, (i+1)*16384/primaries-1
 		if out, err := n.Do("CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(lo), strconv.Itoa(hi)); err != nil {
@@ -74,9 +73,8 @@ func startCluster(tb testing.TB, replicas bool, timeoutMS int, opts []Option) *C
 	if !replicas {
 		return c
 	}
-	// Each replica meets its own primary and replicates it, so Replicas[i] is known to
-	// replicate Nodes[i] (redis-cli --cluster-replicas assigns them as it likes, and its
-	// add-node waits whole seconds for each join).
+	// Each replica meets its own primary and replicates it, so that Replicas[i]
+	// replicates Nodes[i].
 	for _, p := range c.Nodes {
 		r := node()
 		c.Replicas = append(c.Replicas, r)
@@ -151,8 +149,7 @@ func (c *Cluster) healthy() error {
 				return fmt.Errorf("%s: %s is %q, want %q", n.Addr(), field, got, want)
 			}
 		}
-		// Every node must also agree on who serves every slot, or a client that asks it
-		// for the slot map is sent the wrong way.
+		// Every node must also agree on who serves every slot.
 		slots, err := n.Do("CLUSTER", "SLOTS")
 		if err != nil {
 			return fmt.Errorf("%s: %w", n.Addr(), err)
@@ -178,7 +175,6 @@ func (c *Cluster) NodeForSlot(slot int) *Server {
 		if !n.Running() {
 			continue
 		}
-		// Each node's own line in CLUSTER NODES ("myself") lists the slot ranges it serves.
 		reply, err := n.Do("CLUSTER", "NODES")
 		if err != nil {
 			c.tb.Fatalf("redistest: CLUSTER NODES on %s: %v", n.Addr(), err)
@@ -218,9 +214,9 @@ func Slot(key string) int {
 
 func crc16(s string) uint16 {
 	var crc uint16
-	for i := 0; i < len(s); i++ {
+	for i := range len(s) {
 		crc ^= uint16(s[i]) << 8
-		for b := 0; b < 8; b++ {
+		for range 8 {
 			if crc&0x8000 != 0 {
 				crc = crc<<1 ^ 0x1021
 			} else {

@@ -18,12 +18,9 @@ import (
 func Main(m *testing.M, use func(url string), opts ...Option) {
 	tb := &mainTB{}
 	var srv *Server
-	done := make(chan struct{})
-	go func() { // Fatalf ends this goroutine only
-		defer close(done)
-		srv = Start(tb, opts...)
-	}()
-	<-done
+	var wg sync.WaitGroup
+	wg.Go(func() { srv = Start(tb, opts...) }) // Fatalf ends this goroutine only
+	wg.Wait()
 	if tb.failed {
 		tb.cleanup()
 		os.Exit(1)
@@ -39,7 +36,6 @@ type mainTB struct {
 	testing.TB // nil: only the methods below are called
 	mu         sync.Mutex
 	cleanups   []func()
-	dirs       []string
 	failed     bool
 }
 
@@ -56,9 +52,7 @@ func (tb *mainTB) TempDir() string {
 	if err != nil {
 		tb.Fatalf("redistest: %v", err)
 	}
-	tb.mu.Lock()
-	tb.dirs = append(tb.dirs, dir)
-	tb.mu.Unlock()
+	tb.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
 }
 
@@ -79,8 +73,5 @@ func (tb *mainTB) cleanup() {
 	defer tb.mu.Unlock()
 	for i := len(tb.cleanups) - 1; i >= 0; i-- {
 		tb.cleanups[i]()
-	}
-	for _, d := range tb.dirs {
-		os.RemoveAll(d)
 	}
 }

@@ -50,17 +50,12 @@ func Binary(tb testing.TB, name string) string {
 // Option configures a server before it starts.
 type Option func(*config)
 
-type config struct {
-	args []string
-}
+type config struct{ args []string }
 
 // WithConfig sets a redis.conf directive, as `--name value...` on the command line, for
 // example WithConfig("maxmemory", "1mb") or WithConfig("appendonly", "yes").
 func WithConfig(name string, values ...string) Option {
-	return func(c *config) {
-		c.args = append(c.args, "--"+name)
-		c.args = append(c.args, values...)
-	}
+	return func(c *config) { c.args = append(append(c.args, "--"+name), values...) }
 }
 
 // Server is a redis-server process owned by a test. Its methods may be called from any
@@ -109,11 +104,7 @@ func start(tb testing.TB, base []string, opts []Option) *Server {
 
 func newServer(tb testing.TB) *Server {
 	tb.Helper()
-	s := &Server{
-		tb:  tb,
-		bin: Binary(tb, "redis-server"),
-		dir: tb.TempDir(),
-	}
+	s := &Server{tb: tb, bin: Binary(tb, "redis-server"), dir: tb.TempDir()}
 	tb.Cleanup(s.cleanup)
 	return s
 }
@@ -121,7 +112,6 @@ func newServer(tb testing.TB) *Server {
 // launchNew picks a free port and launches, retrying when the port was taken meanwhile.
 func (s *Server) launchNew() {
 	s.tb.Helper()
-
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		s.port, err = freePort()
@@ -159,8 +149,7 @@ func (s *Server) launch() error {
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
 	var stderr bytes.Buffer
-	cmd.Stdout = &stderr
-	cmd.Stderr = &stderr
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
 	// Die with the test binary, and keep terminal signals (Ctrl-C) to the test.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -190,7 +179,7 @@ func (s *Server) launch() error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			s.kill()
+			s.Kill()
 			return fmt.Errorf("redis-server on port %d not ready after %v (last: %q, %v)\n%s", s.port, startTimeout, reply, err, tail(s.Log(), 20))
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -200,11 +189,6 @@ func (s *Server) launch() error {
 // Kill sends SIGKILL and waits for the process to exit. The port and data directory are
 // kept for Restart. Killing a stopped server is a no-op.
 func (s *Server) Kill() {
-	s.tb.Helper()
-	s.kill()
-}
-
-func (s *Server) kill() {
 	s.mu.Lock()
 	cmd, done := s.cmd, s.done
 	s.mu.Unlock()
@@ -234,13 +218,12 @@ func (s *Server) signal(sig syscall.Signal) {
 }
 
 // Restart kills the server if it is running and starts it again on the same port and data
-// directory (so a cluster node keeps its identity), waiting until it accepts commands.
-// Without persistence options the restarted server is empty.
+// directory, waiting until it accepts commands. Without persistence options the restarted
+// server is empty.
 func (s *Server) Restart() {
 	s.tb.Helper()
-	s.kill()
-	// The port was just released; another process may grab it in between, and the kernel
-	// may briefly refuse the bind. Retry for a while before giving up.
+	s.Kill()
+	// The port may be taken meanwhile, or briefly refused by the kernel: retry.
 	poll(s.tb, 50*time.Millisecond, func() error { return wrapf(s.launch(), "restart") })
 }
 
@@ -292,15 +275,11 @@ func (s *Server) cleanup() {
 	if cmd != nil {
 		_ = cmd.Process.Signal(syscall.SIGCONT) // a paused process cannot be waited on cleanly
 	}
-	s.kill()
+	s.Kill()
 }
 
-// Do sends one command over a fresh connection and returns the reply formatted as text:
-// simple strings and bulk strings as they are, integers in decimal, nil as "(nil)", arrays
-// one element per line (nested arrays flattened). An error reply is returned as an error.
-func (s *Server) Do(args ...string) (string, error) {
-	return Do(s.Addr(), args...)
-}
+// Do sends one command to the server (see the package-level Do).
+func (s *Server) Do(args ...string) (string, error) { return Do(s.Addr(), args...) }
 
 // MustDo is Do that fails the test on error.
 func (s *Server) MustDo(args ...string) string {
@@ -398,7 +377,9 @@ func cli(tb testing.TB, args ...string) (string, error) {
 	return string(out), nil
 }
 
-// Do sends one command to addr over a fresh connection (see Server.Do).
+// Do sends one command to addr over a fresh connection and returns the reply formatted as
+// text: simple strings and bulk strings as they are, integers in decimal, nil as "(nil)",
+// arrays one element per line (nested arrays flattened). An error reply is an error.
 func Do(addr string, args ...string) (string, error) {
 	conn, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
@@ -441,33 +422,26 @@ func readReply(r *bufio.Reader, out *strings.Builder) error {
 		out.WriteByte('\n')
 	case '-':
 		return ReplyError(line[1:])
-	case '$':
+	case '$', '*':
 		n, err := strconv.Atoi(line[1:])
-		if err != nil {
-			return fmt.Errorf("redistest: bad bulk length %q", line)
-		}
-		if n < 0 {
+		switch {
+		case err != nil:
+			return fmt.Errorf("redistest: bad length %q", line)
+		case n < 0:
 			out.WriteString("(nil)\n")
-			return nil
-		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return err
-		}
-		out.Write(buf[:n])
-		out.WriteByte('\n')
-	case '*':
-		n, err := strconv.Atoi(line[1:])
-		if err != nil {
-			return fmt.Errorf("redistest: bad array length %q", line)
-		}
-		if n < 0 {
-			out.WriteString("(nil)\n")
-		}
-		for i := 0; i < n; i++ {
-			if err := readReply(r, out); err != nil {
+		case line[0] == '*':
+			for range n {
+				if err := readReply(r, out); err != nil {
+					return err
+				}
+			}
+		default:
+			buf := make([]byte, n+2)
+			if _, err := io.ReadFull(r, buf); err != nil {
 				return err
 			}
+			out.Write(buf[:n])
+			out.WriteByte('\n')
 		}
 	default:
 		return fmt.Errorf("redistest: unexpected reply %q", line)

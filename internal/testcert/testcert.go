@@ -38,9 +38,7 @@ func NewCA(t testing.TB, cn string) *CA {
 	}
 	der := create(t, tmpl, tmpl, key, key)
 	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatalf("testcert: CA: %v", err)
-	}
+	check(t, err)
 	return &CA{Cert: cert, PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), key: key}
 }
 
@@ -76,9 +74,7 @@ func (ca *CA) Client(t testing.TB, cn string) (certPEM, keyPEM []byte) {
 func KeyPair(t testing.TB, certPEM, keyPEM []byte) tls.Certificate {
 	t.Helper()
 	c, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatalf("testcert: %v", err)
-	}
+	check(t, err)
 	return c
 }
 
@@ -98,9 +94,7 @@ func (ca *CA) issue(t testing.TB, tmpl *x509.Certificate) (certPEM, keyPEM []byt
 	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	der := create(t, tmpl, ca.Cert, key, ca.key)
 	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatalf("testcert: %v", err)
-	}
+	check(t, err)
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
 }
@@ -108,10 +102,16 @@ func (ca *CA) issue(t testing.TB, tmpl *x509.Certificate) (certPEM, keyPEM []byt
 func newKey(t testing.TB) *ecdsa.PrivateKey {
 	t.Helper()
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	check(t, err)
+	return k
+}
+
+// check fails t when err is not nil.
+func check(t testing.TB, err error) {
+	t.Helper()
 	if err != nil {
 		t.Fatalf("testcert: %v", err)
 	}
-	return k
 }
 
 // create signs tmpl for key with parent's signer, giving it a random serial number and a
@@ -119,14 +119,10 @@ func newKey(t testing.TB) *ecdsa.PrivateKey {
 func create(t testing.TB, tmpl, parent *x509.Certificate, key, signer *ecdsa.PrivateKey) []byte {
 	t.Helper()
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		t.Fatalf("testcert: %v", err)
-	}
+	check(t, err)
 	tmpl.SerialNumber = serial
 	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, signer)
-	if err != nil {
-		t.Fatalf("testcert: %v", err)
-	}
+	check(t, err)
 	return der
 }
