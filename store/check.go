@@ -30,6 +30,26 @@ func CheckRequests(reqs []sluice.Request, ds []sluice.Decision) error {
 	return nil
 }
 
+// CheckDistinct reports a request of reqs that repeats the key and limit of an earlier
+// one, as an error wrapping [sluice.ErrInvalidKey]: one request decides them together.
+func CheckDistinct(reqs []sluice.Request) error {
+	if len(reqs) < 2 {
+		return nil
+	}
+	type ident struct {
+		key   string
+		limit sluice.Limit
+	}
+	seen := make(map[ident]int, len(reqs))
+	for i, r := range reqs {
+		if j, dup := seen[ident{r.Key, r.Limit}]; dup {
+			return fmt.Errorf("%w: request %d repeats the key and limit of request %d", sluice.ErrInvalidKey, i, j)
+		}
+		seen[ident{r.Key, r.Limit}] = i
+	}
+	return nil
+}
+
 // CheckSettleTTL reports whether a request under limit may carry SettleTTL ttl: 0, or in
 // (0, MaxSettleTTL] for a limit whose algorithm can settle (see [sluice.Limiter.Settle]).
 func CheckSettleTTL(limit sluice.Limit, ttl time.Duration) error {
