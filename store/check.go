@@ -88,9 +88,7 @@ func CheckSettle(key string, limit sluice.Limit, reservation sluice.ReservationI
 }
 
 // CheckRequest validates a key, limit and cost the way every store does before deciding.
-// For a valid limit the cost is valid exactly when 0 ≤ n ≤ limit.MaxCost(): a store that
-// keeps the limits it has validated checks a request under one of them with [CheckKey] and
-// that range, and calls CheckRequest for the error.
+// For a valid limit the cost is valid exactly when 0 ≤ n ≤ limit.MaxCost().
 func CheckRequest(key string, limit sluice.Limit, n int64) error {
 	if err := CheckKey(key); err != nil {
 		return err
@@ -120,9 +118,7 @@ func CheckKey(key string) error {
 }
 
 // ValidKey reports whether key is acceptable to a store: not empty, at most [MaxKeyLen]
-// bytes. Any bytes are allowed. It is [CheckKey] without the error, for a store's path
-// for a request it has seen the like of: a call that may make an error, even when it
-// does not, costs that path the spills around the call.
+// bytes. Any bytes are allowed. It is [CheckKey] without the error.
 func ValidKey(key string) bool { return key != "" && len(key) <= MaxKeyLen }
 
 func keyError(key string) error {
