@@ -48,7 +48,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -486,10 +485,9 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 		return sluice.ErrClosed
 	}
 	type item struct {
-		r   *classRef
-		h   uint64
-		sh  int // global lock order
-		req int
+		r  *classRef
+		h  uint64
+		sh int // global lock order
 	}
 	items := make([]item, len(reqs))
 	for i := range reqs {
@@ -505,24 +503,20 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 			return fmt.Errorf("request %d: %w", i, err)
 		}
 		h := s.hash(r.Key)
-		items[i] = item{r: ref, h: h, sh: ref.c.id()*s.shards + ref.c.shardIndex(h), req: i}
+		items[i] = item{r: ref, h: h, sh: ref.c.id()*s.shards + ref.c.shardIndex(h)}
 	}
 	if err := store.CheckDistinct(reqs); err != nil {
 		return err
 	}
-	order := make([]item, len(items))
-	copy(order, items)
-	sort.Slice(order, func(a, b int) bool { return order[a].sh < order[b].sh })
-	for i, it := range order {
-		if i == 0 || it.sh != order[i-1].sh {
-			it.r.c.lock(it.h)
-		}
+	order := slices.Clone(items) // one per shard, in lock order
+	slices.SortFunc(order, func(a, b item) int { return a.sh - b.sh })
+	order = slices.CompactFunc(order, func(a, b item) bool { return a.sh == b.sh })
+	for _, it := range order {
+		it.r.c.lock(it.h)
 	}
 	unlock := func() {
-		for i, it := range order {
-			if i == 0 || it.sh != order[i-1].sh {
-				it.r.c.unlock(it.h)
-			}
+		for _, it := range order {
+			it.r.c.unlock(it.h)
 		}
 	}
 	for _, it := range items {
