@@ -239,7 +239,7 @@ type lockFree[S any, P cell[S]] struct {
 	// than growLoad% would be live.
 	maxLoad, growLoad int
 	gone              *atomic.Bool // retired: see class.retire
-	// tat: a live control word's state is GCRA's TAT (gslot), which sweepAll tests in
+	// tat: a live control word's state is GCRA's TAT (gslot), which emptied tests in
 	// line (retireTAT) and fresh decides in closed form.
 	tat bool
 }
@@ -392,8 +392,6 @@ func (g *lockFree[S, P]) sweepAll(sh *lshard[S], now int64) {
 		}
 	}
 	var r run
-	r.start = p + 1
-	tat := g.tat
 	for n, j := 0, p; n < c; n++ {
 		if j++; j == c {
 			j = 0
@@ -405,25 +403,14 @@ func (g *lockFree[S, P]) sweepAll(sh *lshard[S], now int64) {
 			if r.n > 0 {
 				endRun(sh, a, &r)
 			}
-			r.start = j + 1
 			continue
 		}
-		var hole bool
-		if tat {
-			if v := h.ctl.Load(); v == tombstone {
-				hole = true
-			} else if !isSentinel(v) && v&valMask <= now && h.ctl.CompareAndSwap(v, tombstone) {
-				hole = true // retireTAT, with the word already read
-				gone++
-			}
-		} else if P(e).retire(now, g.p) {
-			hole = true
+		retired := g.emptied(e, now)
+		if retired {
 			gone++
-		} else {
-			hole = h.ctl.Load() == tombstone
 		}
 		switch {
-		case hole:
+		case retired || h.ctl.Load() == tombstone:
 			if m>>genShift < maxGen && r.n < len(r.holes) {
 				r.holes[r.n] = j
 				r.n++
@@ -440,11 +427,10 @@ func (g *lockFree[S, P]) sweepAll(sh *lshard[S], now int64) {
 	}
 }
 
-// run is sweepAll's record of the run it is walking: where it starts and its holes.
+// run is sweepAll's record of the holes of the run it is walking.
 type run struct {
 	holes   [32]int
 	n       int
-	start   int
 	changed bool
 }
 
