@@ -329,12 +329,7 @@ func appendFloat(b []byte, x int64) []byte {
 }
 
 // bytesString is b as a string without a copy; b must not change while it is in use.
-func bytesString(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	return unsafe.String(&b[0], len(b))
-}
+func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // readFloat reads the little-endian double at the start of b, an integer a script wrote.
 func readFloat(b []byte) int64 {

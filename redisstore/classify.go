@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -103,12 +104,7 @@ func misconfiguration(err error) string {
 // replyCause returns the cause of a Redis error reply that retrying cannot fix, else "".
 func replyCause(msg string) string {
 	has := func(subs ...string) bool {
-		for _, sub := range subs {
-			if strings.Contains(msg, sub) {
-				return true
-			}
-		}
-		return false
+		return slices.ContainsFunc(subs, func(sub string) bool { return strings.Contains(msg, sub) })
 	}
 	switch {
 	case has("WRONGPASS", "NOAUTH", "NOPERM", "without any password configured"):

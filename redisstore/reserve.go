@@ -47,9 +47,7 @@ func (s *Store) reserve(ctx context.Context, key string, limit sluice.Limit, n, 
 	}
 	li := s.info(limit)
 	k := s.redisKey(key, li)
-	args := make([]string, 0, 9)
-	args = append(args, s.scriptNow(), s.minTTL, "r")
-	args = append(args, li.args[:]...)
+	args := append([]string{s.scriptNow(), s.minTTL, "r"}, li.args[:]...)
 	args = append(args, strconv.FormatInt(n, 10), strconv.FormatInt(maxWait, 10))
 	cn, err := s.connected()
 	if err != nil {
@@ -86,9 +84,7 @@ func (s *Store) cancel(ctx context.Context, k string, li *limitInfo, r algo.Rese
 	if s.closed.Load() {
 		return false, fmt.Errorf("redisstore: %w", sluice.ErrClosed)
 	}
-	args := make([]string, 0, 12)
-	args = append(args, s.scriptNow(), s.minTTL, "c")
-	args = append(args, li.args[:]...)
+	args := append([]string{s.scriptNow(), s.minTTL, "c"}, li.args[:]...)
 	for _, v := range []int64{r.At, r.Before.A, r.Before.B, r.After.A, r.After.B} {
 		args = append(args, strconv.FormatInt(v, 10))
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -70,28 +71,13 @@ func (s *Store) allowAcrossSlots(ctx context.Context, reqs []sluice.Request, ats
 			failed = cmp.Or(failed, c.err)
 			continue
 		}
-		c.spent = true
-		for _, r := range c.res {
-			c.spent = c.spent && r.Allowed
-		}
+		c.spent = !slices.ContainsFunc(c.res, func(r algo.Outcome) bool { return !r.Allowed })
 		if c.spent {
 			spent = append(spent, c)
 		}
 	}
-	out := make([]sluice.Decision, len(reqs))
-	if len(spent) == len(calls) {
-		for _, c := range calls {
-			for j, i := range c.idx {
-				out[i] = c.res[j].Decision(reqs[i].Limit)
-				if ats != nil {
-					ats[i] = c.at
-				}
-			}
-		}
-		return out, nil
-	}
-
-	if len(spent) > 0 {
+	denied := len(spent) < len(calls)
+	if denied && len(spent) > 0 {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)
 		rctx, release := detached(rctx)
 		inParallel(spent, func(c *slotCall) {
@@ -111,15 +97,18 @@ func (s *Store) allowAcrossSlots(ctx context.Context, reqs []sluice.Request, ats
 		}
 		return nil, failed
 	}
-	// Denied. A slot that denied reports as decide.lua does for a group; a slot that
+	// When denied, a slot that denied reports as decide.lua does for a group; a slot that
 	// spent reports the looks its refund made, or, if it failed, what it spent.
+	out := make([]sluice.Decision, len(reqs))
 	for _, c := range calls {
 		for j, i := range c.idx {
-			d := c.res[j].Decision(reqs[i].Limit)
-			if c.spent {
-				d.Allowed, d.RetryAfter = false, 0
+			out[i] = c.res[j].Decision(reqs[i].Limit)
+			if denied && c.spent {
+				out[i].Allowed, out[i].RetryAfter = false, 0
 			}
-			out[i] = d
+			if ats != nil {
+				ats[i] = c.at
+			}
 		}
 	}
 	return out, nil

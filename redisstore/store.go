@@ -354,9 +354,7 @@ func (s *Store) connectLoop(copt rueidis.ClientOption) {
 				"cause", ce.Cause, "error", err, "next_report_in", MisconfigLogEvery)
 			logged, loggedCause = time.Now(), ce.Cause
 		}
-		if wait = 2 * wait; wait > 5*time.Second {
-			wait = 5 * time.Second
-		}
+		wait = min(2*wait, 5*time.Second)
 	}
 }
 
