@@ -32,7 +32,8 @@
 // a denial decided meanwhile is not remembered; so does an allowed request for the key. A
 // reset the Cache does not see (another replica's, a key deleted in Redis) goes unnoticed
 // until the denial expires: WithMaxAge (default 1s) bounds how long any denial is answered
-// without asking the store. Each Limit has its own entries.
+// without asking the store. Spending elsewhere only lengthens the true wait. Each Limit has
+// its own entries, so a changed limit asks the store.
 //
 // # Memory
 //

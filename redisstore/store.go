@@ -14,8 +14,9 @@
 // script (lua/*.lua, EVALSHA), a transcription of internal/algo; concurrent decisions for
 // one server or slot share a call ([WithBatchSize], [WithConcurrency]). A request whose
 // limits span slots is decided all or nothing in two phases: each slot decides and spends,
-// and if any denies, the slots that spent are refunded, which never over-admits. "Now" is
-// Redis's TIME, in integer microseconds, unless [WithClock].
+// and if any denies, the slots that spent are refunded, which never over-admits (a
+// concurrent request may be under-admitted for about a round trip). "Now" is Redis's TIME,
+// in integer microseconds, unless [WithClock].
 //
 // # Keys and TTLs
 //
