@@ -348,7 +348,8 @@ func (c *Cache) Release(ctx context.Context, key string, limit sluice.Limit, lea
 
 // Settle implements sluice.Limiter: the inner limiter settles, and the key's denial under
 // the limit is forgotten, since a refund may have given units back.
-func (c *Cache) Settle(ctx context.Context, key string, limit sluice.Limit, reservation sluice.ReservationID, cost int64) (d sluice.Decision, err error) {
+func (c *Cache) Settle(ctx context.Context, key string, limit sluice.Limit, reservation sluice.ReservationID,
+	cost int64) (d sluice.Decision, err error) {
 	c.forgetAround(key, limit, func() { d, err = c.inner.Settle(ctx, key, limit, reservation, cost) })
 	return d, err
 }

@@ -232,20 +232,16 @@ func (g *gen[S]) unlock(h uint64)         { g.shards[g.shardIndex(h)].mu.Unlock(
 func (g *gen[S]) decide(key string, h uint64, now, n int64) algo.Result {
 	sh := &g.shards[g.shardIndex(h)]
 	sh.mu.Lock()
-	r := g.decideIn(sh, key, h, now, n, true)
+	r := g.decideWith(sh, key, h, now, n, true, g.ops.decide)
 	sh.mu.Unlock()
 	return r
 }
 
 func (g *gen[S]) decideLocked(key string, h uint64, now, n int64, commit bool) algo.Result {
-	return g.decideIn(&g.shards[g.shardIndex(h)], key, h, now, n, commit)
+	return g.decideWith(&g.shards[g.shardIndex(h)], key, h, now, n, commit, g.ops.decide)
 }
 
-func (g *gen[S]) decideIn(sh *shard[S], key string, h uint64, now, n int64, commit bool) algo.Result {
-	return g.decideWith(sh, key, h, now, n, commit, g.ops.decide)
-}
-
-// decideWith is decideIn deciding with f in place of the class's ops.decide.
+// decideWith decides with f, the class's ops.decide or a variant of it, with the lock held.
 func (g *gen[S]) decideWith(sh *shard[S], key string, h uint64, now, n int64, commit bool,
 	f func(s *S, now int64, p algo.Params, n int64, commit bool) algo.Result) algo.Result {
 	if i := sh.t.Find(key, h); i >= 0 {

@@ -67,7 +67,8 @@ func (s *Store) decideSettled(ctx context.Context, cn *conn, reqs []sluice.Reque
 		}
 		k := recordKey(s.redisKey(r.Key, s.info(r.Limit)), id)
 		ids = append(ids, i)
-		cmds = append(cmds, c.B().Set().Key(k).Value(string(b)).PxMilliseconds(max(r.SettleTTL.Milliseconds(), 1)).Build())
+		ttl := max(r.SettleTTL.Milliseconds(), 1)
+		cmds = append(cmds, c.B().Set().Key(k).Value(string(b)).PxMilliseconds(ttl).Build())
 		out[i].Reservation = sluice.ReservationID(id)
 	}
 	if len(ids) == 0 {

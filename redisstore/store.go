@@ -616,7 +616,7 @@ func (s *Store) decide(ctx context.Context, reqs []sluice.Request, out []sluice.
 	}
 	if settled || cross {
 		putCall(c)
-		reqs := slices.Clone(reqs) // kept beyond the call: AllowN's stay on its stack
+		reqs := slices.Clone(reqs) // a copy, kept beyond the call, so that AllowN's stays on its stack
 		if settled {
 			return s.decideSettled(ctx, cn, reqs, out, cross)
 		}
