@@ -174,16 +174,14 @@ const minCap = 8
 // with the shard lock held.
 type cell[S any] interface {
 	*S
-	// seize sets the control word to v (tombstone or frozen), waiting out a decider that
-	// holds the slot, and returns the state it displaced and that state's control word,
-	// which may itself be tombstone or frozen (the state then holds the sentinel too).
+	// seize sets the control word to v (tombstone or frozen), waiting out a holder, and
+	// returns the state it displaced and its control word (which may be a sentinel).
 	seize(v int64) (s algo.State, was int64)
 	// put stores s, the control word last, publishing and releasing the slot.
 	put(s algo.State)
 	// peek returns the state of a live slot, or false for a sentinel.
 	peek() (algo.State, bool)
-	// retire tombstones a live slot whose state is equivalent to empty as of now (with
-	// ExpiresAt under p), reporting whether it did.
+	// retire tombstones a live slot whose state is empty as of now, reporting whether it did.
 	retire(now int64, p algo.Params) bool
 	// apply runs f on a live slot's state and stores what it returns.
 	apply(now int64, p algo.Params, n int64, f algoFunc) algo.Result
@@ -249,14 +247,12 @@ func (g *lockFree[S, P]) init(st *Store, p algo.Params, id int, gone *atomic.Boo
 		shards: make([]lshard[S], st.shards), maxLoad: maxLoad, growLoad: growLoad, gone: gone}
 }
 
-func (g *lockFree[S, P]) id() int                 { return g.cid }
-func (g *lockFree[S, P]) params() algo.Params     { return g.p }
-func (g *lockFree[S, P]) maxCost() int64          { return g.p.MaxCost() }
-func (g *lockFree[S, P]) shardIndex(h uint64) int { return int((h >> 32) & g.mask) }
-func (g *lockFree[S, P]) shard(h uint64) *lshard[S] {
-	return &g.shards[(h>>32)&g.mask]
-}
-func (g *lockFree[S, P]) lock(h uint64) { g.shard(h).mu.Lock() }
+func (g *lockFree[S, P]) id() int                   { return g.cid }
+func (g *lockFree[S, P]) params() algo.Params       { return g.p }
+func (g *lockFree[S, P]) maxCost() int64            { return g.p.MaxCost() }
+func (g *lockFree[S, P]) shardIndex(h uint64) int   { return int((h >> 32) & g.mask) }
+func (g *lockFree[S, P]) shard(h uint64) *lshard[S] { return &g.shards[g.shardIndex(h)] }
+func (g *lockFree[S, P]) lock(h uint64)             { g.shard(h).mu.Lock() }
 
 // unlock restores the slots a batch froze but did not commit, then releases the lock.
 func (g *lockFree[S, P]) unlock(h uint64) {
