@@ -10,57 +10,39 @@
 //
 // When the store denies n units of key under limit with RetryAfter r, the same request is
 // denied at every moment before r has passed: under all six algorithms a key's allowance
-// only grows with time (a bucket refills, a window ages out), spending by anyone only
-// lowers it, and r is the exact time at which it first suffices (internal/algo). Until
-// then the Cache answers a request for the same key, Limit and cost n itself, with the
-// decision the store would make if nothing else were spent: not allowed, RetryAfter and
-// ResetAfter those of the denial less the time since (rounded up to the µs), and Path
-// sluice.PathCache. Remaining is the store's figure at the denial: the key's state is not
-// read again. The time of a denial is taken before the store is called, so the Cache
-// stops answering no later than the store would start allowing.
+// only grows with time, spending only lowers it, and r is the exact time at which it first
+// suffices (internal/algo). Until then the Cache answers a request for the same key, Limit
+// and cost n itself: not allowed, RetryAfter and ResetAfter those of the denial less the
+// time since (rounded up to the µs), Remaining the store's figure at the denial, and Path
+// sluice.PathCache. The time of a denial is taken before the store is called.
 //
-// Only what is certain is answered:
+// Only what is certain is answered: a request of one limit with the cost of the
+// remembered denial (another cost, a look, or several limits ask the inner limiter, and
+// the denials in its answers are remembered); and only denials the store made
+// (sluice.PathStore) with a positive RetryAfter, never a Concurrency limit's (a release
+// frees a slot sooner).
 //
-//   - A request of one limit with the cost of the remembered denial. Another cost asks
-//     the store (a smaller one may pass; a larger one has a longer wait), and a denial of
-//     it replaces the entry.
-//   - Denials the store made (sluice.PathStore) with a positive RetryAfter. A failure
-//     mode's denial is never remembered, nor a Concurrency limit's: a holder's release
-//     frees a slot before the RetryAfter the denial gives (an upper bound).
-//   - A request of several limits asks the inner limiter: the other limits need the
-//     store's state. The denials in its answers are remembered. n == 0 (a look) always
-//     asks the store.
-//
-// The Cache reports its answers as not having asked the store (sluice.Report.StoreCalled
-// false), so a failover decorator above it judges the store by the store's own answers
-// alone: a client hammering a denied key neither keeps the breaker closed nor closes it
-// half-open while the store is down. Package stack puts it there, below failover.
+// The Cache's answers report the store as not called (sluice.Report.StoreCalled), so a
+// failover decorator above it judges the store by its own answers alone. Package stack
+// puts it there, below failover.
 //
 // # Resets and staleness
 //
-// Reset through the Cache forgets the key's denial, and a denial decided while a Reset
-// was under way is not remembered. A request for the key that the store allows (another
-// cost) forgets it too: spending lengthens the wait, and an allowance of at least the
-// denied cost means the key was reset elsewhere. A reset the Cache does not see (another
-// replica's Reset, a key deleted in Redis) goes unnoticed until the denial expires;
-// WithMaxAge (default 1s) bounds how long any denial is answered without asking the
-// store, so a day-long limit's denial is checked again every second. Spending by other
-// replicas makes the true wait longer than the remembered one, as it would the store's
-// own RetryAfter ("if nothing else is spent"). Each Limit has its own entries, so a
-// changed limit asks the store.
+// Reset, Settle and a reservation's Cancel through the Cache forget the key's denial, and
+// a denial decided meanwhile is not remembered; so does an allowed request for the key. A
+// reset the Cache does not see (another replica's, a key deleted in Redis) goes unnoticed
+// until the denial expires: WithMaxAge (default 1s) bounds how long any denial is answered
+// without asking the store. Spending elsewhere only lengthens the true wait. Each Limit has
+// its own entries, so a changed limit asks the store.
 //
 // # Memory
 //
 // The Cache holds at most WithMaxBytes (default 8 MiB) of entries, counting each as its
-// key's bytes plus EntryOverhead, in 64 shards of one mutex and map each. A shard that
-// is full drops expired entries among a few it looks at, then arbitrary ones: losing an
-// entry costs one store call. A key too large for a shard's share is never remembered.
-// Expired entries are dropped when met; there is no background goroutine and nothing to
-// close.
-//
-// A request pays a hash of its key and a clock reading, and, while its shard holds a
-// denial, one map lookup under the shard's mutex (BenchmarkMiss): far less than the Redis
-// round trip it saves.
+// key's bytes plus EntryOverhead, in 64 shards of one mutex and map each. A full shard
+// drops expired entries among a few it looks at, then arbitrary ones; a key too large for
+// a shard's share is never remembered. There is no background goroutine and nothing to
+// close. A request pays a hash of its key and a clock reading, and, while its shard holds a
+// denial, one map lookup under the shard's mutex.
 package denycache
 
 import (
@@ -79,9 +61,8 @@ const (
 	DefaultMaxBytes = 8 << 20
 	// DefaultMaxAge is the default of WithMaxAge.
 	DefaultMaxAge = time.Second
-	// EntryOverhead is what an entry is counted as beyond its key's bytes: the map slot's
-	// key (string header and Limit) and value, and the map's own overhead per slot
-	// (BenchmarkEntryBytes measures it; bench/README.md has the figure).
+	// EntryOverhead is what an entry is counted as beyond its key's bytes: its map slot
+	// and the map's overhead per slot (BenchmarkEntryBytes).
 	EntryOverhead = 160
 
 	numShards = 64
@@ -90,8 +71,8 @@ const (
 	probe = 16
 )
 
-// Cache is a sluice.Limiter that remembers the store's denials and answers repeats of them itself. See the package doc.
-// It is safe for concurrent use. Create it with New.
+// Cache is a sluice.Limiter that remembers the store's denials and answers repeats of them
+// itself (see the package doc). It is safe for concurrent use. Create it with New.
 type Cache struct {
 	inner    sluice.Limiter
 	maxAge   time.Duration
@@ -103,12 +84,9 @@ type Cache struct {
 }
 
 type shard struct {
-	mu sync.Mutex
-	// gen counts Resets: a denial decided while one ran is not remembered.
-	gen atomic.Uint64
-	// n is len(m), readable without the mutex: a request whose shard holds nothing
-	// takes no lock.
-	n     atomic.Int64
+	mu    sync.Mutex
+	gen   atomic.Uint64 // counts Resets: a denial decided while one ran is not remembered
+	n     atomic.Int64  // len(m), read without the mutex
 	bytes int64
 	m     map[slot]entry
 	_     [64 - 8 - 8 - 8 - 8 - 8]byte
@@ -142,7 +120,7 @@ func WithMaxBytes(n int64) Option {
 }
 
 // WithMaxAge bounds how long a denial is answered without asking the store (default
-// DefaultMaxAge, 1s): the longest a reset the Cache does not see goes unnoticed. A
+// DefaultMaxAge): the longest a reset the Cache does not see goes unnoticed. A
 // non-positive d keeps the default.
 func WithMaxAge(d time.Duration) Option {
 	return func(c *Cache) {
@@ -196,12 +174,9 @@ func (c *Cache) shard(key string) *shard {
 }
 
 // Decide implements sluice.Limiter: a request of one limit that repeats a remembered
-// denial is answered from it (the Report then says the store was not called); anything
-// else is decided by the inner limiter, and the denials in its answer are remembered (a
-// limit that blocked a denied request was denied by its own state).
+// denial is answered from it; anything else is decided by the inner limiter, and the
+// denials in its answer are remembered.
 func (c *Cache) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
-	// One clock reading serves the lookup and, taken before the store is asked, dates a
-	// denial the store makes no later than the store made it.
 	now, held := c.now(), true
 	type asked struct {
 		sh  *shard
@@ -216,10 +191,7 @@ func (c *Cache) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.D
 	if len(reqs) == 1 && len(ds) > 0 && reqs[0].N > 0 {
 		r, sh := &reqs[0], as[0].sh
 		held = false
-		if sh.n.Load() > 0 {
-			// A request that matches a denial is good input: the denial is the inner
-			// limiter's answer to the same key, Limit and cost. Bad input matches none
-			// and is the inner limiter's to reject.
+		if sh.n.Load() > 0 { // bad input matches no denial: the inner limiter rejects it
 			var d sluice.Decision
 			var ok bool
 			if d, ok, held = c.lookup(sh, r.Key, r.Limit, r.N, now); ok {
@@ -244,19 +216,15 @@ func (c *Cache) AllowN(ctx context.Context, key string, limit sluice.Limit, n in
 	return sluice.AllowN(ctx, c, key, limit, n)
 }
 
-// Reserve implements sluice.Limiter by asking the inner limiter: a reservation spends,
-// which only lengthens the wait of a remembered denial. Its cancellation gives units
-// back, so it forgets the key's denial under the limit, as Reset does.
+// Reserve implements sluice.Limiter by asking the inner limiter: a reservation only
+// lengthens the wait of a remembered denial. Its Cancel forgets the denial, as Reset does.
 func (c *Cache) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
 	res, err := c.inner.Reserve(ctx, key, limit, n)
 	if err != nil || !res.OK {
 		return res, err
 	}
-	sh, k := c.shard(key), slot{key, limit}
-	return store.WithCancel(res, func(ctx context.Context) (bool, error) {
-		sh.forget(k)
-		ok, err := res.Cancel(ctx)
-		sh.forget(k) // a denial decided while the cancel was under way predates it
+	return store.WithCancel(res, func(ctx context.Context) (ok bool, err error) {
+		c.forgetAround(key, limit, func() { ok, err = res.Cancel(ctx) })
 		return ok, err
 	}), nil
 }
@@ -267,9 +235,7 @@ func (c *Cache) lookup(sh *shard, key string, limit sluice.Limit, n int64, now t
 	k := slot{key, limit}
 	sh.mu.Lock()
 	e, ok := sh.m[k]
-	if ok && (now >= e.until || now < e.at) {
-		// Expired; or a WithClock clock went back before the denial, which then proves
-		// nothing about now.
+	if ok && (now >= e.until || now < e.at) { // expired, or a WithClock clock went back
 		sh.remove(k)
 		ok = false
 	}
@@ -293,19 +259,15 @@ func ceilMicros(d time.Duration) time.Duration {
 }
 
 // learn updates r's entry with the inner limiter's decision d on r, which it was asked at
-// start while the shard's Reset count was gen. held says whether the key may hold
-// a denial (false when the lookup just found none: one a concurrent request adds
-// meanwhile is left alone, as if it had come after this decision).
+// start while the shard's Reset count was gen. held says whether the key may hold a
+// denial (false when the lookup just found none).
 func (c *Cache) learn(sh *shard, gen uint64, start time.Duration, r *sluice.Request, d *sluice.Decision, held bool) {
 	if d.Path != sluice.PathStore || r.Limit.Algorithm == sluice.Concurrency {
 		return // a Concurrency denial's RetryAfter is an upper bound: a release frees a slot sooner
 	}
 	key := r.Key
 	k := slot{key, r.Limit}
-	if d.Allowed {
-		// The units spent make a remembered denial's wait too short; and an allowance of
-		// at least its cost proves it wrong (the key was reset where the Cache could not
-		// see it).
+	if d.Allowed { // the units spent make a remembered denial's wait too short
 		if !held {
 			return
 		}
@@ -351,8 +313,7 @@ func (sh *shard) remove(k slot) {
 }
 
 // makeRoom drops entries until need more bytes fit in budget: the expired ones among the
-// first few it looks at, then arbitrary ones (a map's iteration order is unspecified and,
-// in practice, starts at a random entry). The shard's mutex is held.
+// first few it looks at, then arbitrary ones. The shard's mutex is held.
 func (sh *shard) makeRoom(need, budget int64, now time.Duration) {
 	looked := 0
 	for k, e := range sh.m {
@@ -373,15 +334,9 @@ func (sh *shard) makeRoom(need, budget int64, now time.Duration) {
 }
 
 // Reset implements sluice.Limiter: it forgets key's denial under limit and resets the
-// inner limiter. A denial the inner limiter decides while the Reset is under way is not
-// remembered.
-func (c *Cache) Reset(ctx context.Context, key string, limit sluice.Limit) error {
-	sh := c.shard(key)
-	sh.forget(slot{key, limit})
-	err := c.inner.Reset(ctx, key, limit)
-	// Again: a call that began after the first forget may have been decided before the
-	// inner Reset took effect.
-	sh.forget(slot{key, limit})
+// inner limiter.
+func (c *Cache) Reset(ctx context.Context, key string, limit sluice.Limit) (err error) {
+	c.forgetAround(key, limit, func() { err = c.inner.Reset(ctx, key, limit) })
 	return err
 }
 
@@ -391,14 +346,21 @@ func (c *Cache) Release(ctx context.Context, key string, limit sluice.Limit, lea
 	return c.inner.Release(ctx, key, limit, lease)
 }
 
-// Settle implements sluice.Limiter: the inner limiter settles, and the key's denial
-// under the limit is forgotten, since a refund may have given units back.
-func (c *Cache) Settle(ctx context.Context, key string, limit sluice.Limit, reservation sluice.ReservationID, cost int64) (sluice.Decision, error) {
-	sh := c.shard(key)
-	sh.forget(slot{key, limit})
-	d, err := c.inner.Settle(ctx, key, limit, reservation, cost)
-	sh.forget(slot{key, limit}) // a denial decided while the settlement was under way predates it
+// Settle implements sluice.Limiter: the inner limiter settles, and the key's denial under
+// the limit is forgotten, since a refund may have given units back.
+func (c *Cache) Settle(ctx context.Context, key string, limit sluice.Limit, reservation sluice.ReservationID,
+	cost int64) (d sluice.Decision, err error) {
+	c.forgetAround(key, limit, func() { d, err = c.inner.Settle(ctx, key, limit, reservation, cost) })
 	return d, err
+}
+
+// forgetAround forgets key's denial under limit before and after f, which gives units back
+// or resets: a denial decided while f was under way may predate it.
+func (c *Cache) forgetAround(key string, limit sluice.Limit, f func()) {
+	sh, k := c.shard(key), slot{key, limit}
+	sh.forget(k)
+	f()
+	sh.forget(k)
 }
 
 // forget removes k's entry and counts a Reset.

@@ -30,11 +30,9 @@ type class interface {
 	sweep(now int64) int
 	// sample offers up to m of shard i's entries, from its sweep cursor on, to best.
 	sample(i int, best *victim, m int) int
-	// retire takes every shard lock (in index order, the order Store.Decide takes them
-	// in) and, if the class holds no state, sets its gone flag (classRef.gone, given to
-	// newClass) and calls drop before releasing them. A retired class stores nothing more: a decision that would
-	// insert a key is computed but not kept, and its caller, seeing the flag, decides again
-	// on the Limit's new class.
+	// retire takes every shard lock in index order and, if the class holds no state, sets
+	// its gone flag and calls drop before releasing them. A retired class stores nothing
+	// more: its callers, seeing the flag, decide again on the Limit's new class.
 	retire(drop func()) bool
 }
 
@@ -133,8 +131,8 @@ func newClass(st *Store, l sluice.Limit, id int, gone *atomic.Bool) class {
 	}
 }
 
-// newCalendarClass decides a calendar limit with algo.CalendarWindow, on bounds computed
-// at the decision's instant and kept while that instant stays in their middle period.
+// newCalendarClass decides a calendar limit with algo.CalendarWindow, on bounds cached
+// while the decision's instant stays in their middle period.
 func newCalendarClass(st *Store, c sluice.Calendar, p algo.Params, id int, gone *atomic.Bool) class {
 	var cache atomic.Pointer[algo.Bounds]
 	bounds := func(now int64) algo.Bounds {
@@ -157,9 +155,8 @@ func newCalendarClass(st *Store, c sluice.Calendar, p algo.Params, id int, gone 
 	}), bounds}
 }
 
-// outcomer is a class whose decisions carry more than algo.Result (algo.Outcome): a
-// Concurrency limit's lease, a calendar limit's period length. The store decides through
-// it rather than through class.decide and decideLocked.
+// outcomer is a class whose decisions carry more than algo.Result: a Concurrency limit's
+// lease, a calendar limit's period. The store decides through it when a class has it.
 type outcomer interface {
 	// outcome is decide, or with locked decideLocked (the shard lock held).
 	outcome(key string, h uint64, now, n int64, commit, locked bool) algo.Outcome
@@ -182,8 +179,7 @@ func (c calendarClass) outcome(key string, h uint64, now, n int64, commit, locke
 	return algo.Outcome{Result: r, Window: c.bounds(now).Window(now)}
 }
 
-// leaseClass is a Concurrency limit's class. Through outcome the store draws the id of
-// the lease a decision takes, and learns it; class.decide draws one it does not report.
+// leaseClass is a Concurrency limit's class; outcome reports the lease a decision takes.
 type leaseClass struct{ *gen[*algo.Leases] }
 
 // outcome implements outcomer.
@@ -228,8 +224,7 @@ func newGen[S any](st *Store, p algo.Params, id int, gone *atomic.Bool, o ops[S]
 func (g *gen[S]) id() int        { return g.cid }
 func (g *gen[S]) maxCost() int64 { return g.p.MaxCost() }
 
-// The high half of the hash picks the shard and is the slot tag; the low half picks the
-// slot (see home), so the two are independent.
+// The high half of the hash picks the shard; the low half, the slot.
 func (g *gen[S]) shardIndex(h uint64) int { return int((h >> 32) & g.mask) }
 func (g *gen[S]) lock(h uint64)           { g.shards[g.shardIndex(h)].mu.Lock() }
 func (g *gen[S]) unlock(h uint64)         { g.shards[g.shardIndex(h)].mu.Unlock() }
@@ -237,20 +232,16 @@ func (g *gen[S]) unlock(h uint64)         { g.shards[g.shardIndex(h)].mu.Unlock(
 func (g *gen[S]) decide(key string, h uint64, now, n int64) algo.Result {
 	sh := &g.shards[g.shardIndex(h)]
 	sh.mu.Lock()
-	r := g.decideIn(sh, key, h, now, n, true)
+	r := g.decideWith(sh, key, h, now, n, true, g.ops.decide)
 	sh.mu.Unlock()
 	return r
 }
 
 func (g *gen[S]) decideLocked(key string, h uint64, now, n int64, commit bool) algo.Result {
-	return g.decideIn(&g.shards[g.shardIndex(h)], key, h, now, n, commit)
+	return g.decideWith(&g.shards[g.shardIndex(h)], key, h, now, n, commit, g.ops.decide)
 }
 
-func (g *gen[S]) decideIn(sh *shard[S], key string, h uint64, now, n int64, commit bool) algo.Result {
-	return g.decideWith(sh, key, h, now, n, commit, g.ops.decide)
-}
-
-// decideWith is decideIn deciding with f in place of the class's ops.decide.
+// decideWith decides with f, the class's ops.decide or a variant of it, with the lock held.
 func (g *gen[S]) decideWith(sh *shard[S], key string, h uint64, now, n int64, commit bool,
 	f func(s *S, now int64, p algo.Params, n int64, commit bool) algo.Result) algo.Result {
 	if i := sh.t.Find(key, h); i >= 0 {
@@ -265,7 +256,6 @@ func (g *gen[S]) decideWith(sh *shard[S], key string, h uint64, now, n int64, co
 }
 
 // add inserts a new key, dropping expired state first rather than growing the table.
-// Store.evictOver keeps the store under MaxKeys afterwards.
 func (g *gen[S]) add(sh *shard[S], key string, h uint64, s S, now int64) {
 	t := &sh.t
 	if t.Full() && g.st.sweepGap > 0 {
@@ -360,8 +350,8 @@ func underAll(n int, mu func(int) *sync.Mutex, f func() bool) bool {
 	return f()
 }
 
-// sweepShard examines up to budget slots from the shard's cursor and deletes the state that
-// has become equivalent to empty; then it shrinks a table that has emptied out.
+// sweepShard deletes the state equivalent to empty in up to budget slots from the shard's
+// cursor, then shrinks a table that has emptied out.
 func (g *gen[S]) sweepShard(sh *shard[S], now int64, budget int) {
 	t := &sh.t
 	c := t.Cap()

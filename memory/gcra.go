@@ -7,16 +7,9 @@ import (
 	"github.com/sluicehq/sluice/internal/algo"
 )
 
-// A key of a bucket limit (GCRA, TokenBucket or LeakyBucket: one machine, algo.GCRA) keeps
-// one word, its TAT, when the limit's Rate divides its Period (S = 1, algo.Params;
-// otherwise the TAT has a fractional part and the class keeps two words in pair.go's
-// slots). That word is kept in the slot's control word (lockfree.go), so a decision on an
-// existing key takes no lock at all: it updates the TAT with one compare-and-swap,
-// retrying if another core got there first.
-//
-// Arrays are rebuilt above 70% full (slots in use, tombstones included) and grow when
-// more than 68% of the slots would be live (bench/README.md, "Figures behind design
-// choices", has what those bounds cost).
+// gslot is the slot of a bucket limit's key (algo.GCRA) when Rate divides Period (S = 1):
+// its one word, the TAT, is the control word (lockfree.go), updated by compare-and-swap
+// without a lock. Arrays are rebuilt above 70% full and grow above 68% live.
 type gslot struct{ lhdr }
 
 func (e *gslot) seize(v int64) (algo.State, int64) {
@@ -69,10 +62,9 @@ func newGCRAClass(st *Store, p algo.Params, id int, gone *atomic.Bool) *gcraClas
 	return g
 }
 
-// decide takes no lock for an existing key whose slot is live. For an absent key that
-// the decision admits, it probes once without the lock (gprobe) and then inserts under
-// the lock into the slot the probe chose (place), unless the shard changed meanwhile;
-// everything else it decides under the shard lock (decideIn).
+// decide takes no lock for an existing key whose slot is live. An absent key that the
+// decision admits is probed without the lock and inserted under it (missed); everything
+// else is decided under the shard lock.
 func (g *gcraClass) decide(key string, h uint64, now, n int64) algo.Result {
 	sh := g.shard(h)
 	seen := sh.seq.Load()
@@ -90,13 +82,9 @@ func (g *gcraClass) decide(key string, h uint64, now, n int64) algo.Result {
 	return g.missed(sh, seen, a, &p, key, h, now, n)
 }
 
-// missed decides key, which probe p of array a missed after the shard's seq read seen.
-// A miss is not proof of absence without the lock (a key may be moving past the probe),
-// so an admission inserts only under the lock and only if seq still reads seen: then no
-// key was given, moved, taken or deleted since, the key is still absent and p still
-// describes its probe run. It inserts into the slot p chose (place) or, if place cannot,
-// as any insert under the lock does (insert), with the decision already made. A look or a
-// denial, which writes nothing, takes the lock's answer.
+// missed decides key, which probe p of array a missed after the shard's seq read seen:
+// an admission inserts under the lock, into the slot p chose (place) or as insert does,
+// only if seq still reads seen (lockfree.go); anything else takes the lock's answer.
 func (g *gcraClass) missed(sh *lshard[gslot], seen uint64, a *larray[gslot], p *probe, key string, h uint64, now, n int64) algo.Result {
 	ns, r := algo.GCRAFresh(now, &g.p, n) // the class decides algo.GCRA with S = 1
 	if n == 0 || !r.Allowed {
@@ -113,16 +101,8 @@ func (g *gcraClass) missed(sh *lshard[gslot], seen uint64, a *larray[gslot], p *
 	return r
 }
 
-func (g *gcraClass) decideUnder(sh *lshard[gslot], key string, h uint64, now, n int64) algo.Result {
-	sh.mu.Lock()
-	r := g.decideIn(sh, key, h, now, n, true)
-	sh.mu.Unlock()
-	return r
-}
-
-// probe is what a lock-free lookup of a key in an array found: the key's slot (hit, with
-// the meta word it matched), or, on a miss, the slot an insert of the key may take
-// (i, -1 if none) and the control word read there.
+// probe is what a lock-free lookup found: the key's slot (hit, with the meta word it
+// matched), or the slot an insert may take (i, -1 if none) and the control word there.
 type probe struct {
 	i   int
 	m   uint64
@@ -131,9 +111,7 @@ type probe struct {
 }
 
 // replacer returns the store whose sweep time bounds the emptied states an insert may
-// replace in place (gprobe): the class's store if it sweeps, and nil (no state) if it does
-// not, which deletes no state (WithSweepInterval) and so never moves the time Store.now
-// decides at past its clock.
+// replace in place (gprobe), or nil if it does not sweep: then none is replaced.
 func (g *gcraClass) replacer() *Store {
 	if g.st.sweepGap <= 0 {
 		return nil
@@ -141,12 +119,10 @@ func (g *gcraClass) replacer() *Store {
 	return g.st
 }
 
-// gprobe looks key up in a without the lock, as larray.find does, and on a miss also
-// chooses a slot for it: the first slot of its probe run that is a tombstone or holds a
-// state that had emptied by st.sweepAt(now) (st from replacer; none if nil), whose
-// generation is below maxGen, or else the unused slot that ends the run (ctl then 0). It
-// reads the sweep time only on meeting a state that emptied by now, so a decision that
-// finds a live key never does.
+// gprobe looks key up in a without the lock, as larray.find does, and on a miss chooses
+// a slot for it: the first of its probe run, below maxGen, that is a tombstone or holds a
+// state emptied by st.sweepAt(now) (none if st is nil), else the unused slot that ends
+// the run (ctl 0).
 func gprobe(a *larray[gslot], key string, h uint64, now int64, st *Store) probe {
 	c := len(a.slots)
 	want := gmeta(key, h)
@@ -174,14 +150,10 @@ func gprobe(a *larray[gslot], key string, h uint64, now int64, st *Store) probe 
 	}
 }
 
-// place inserts key, absent from a as probe p found it, with TAT tat, with the lock held,
-// the shard unchanged since p began (seq), a still its array and the class not retired:
-// it gives the key slot p.i (gassign), having first deleted the emptied state p read
-// there, if any. It reports false, having changed nothing, when an unused slot would take
-// the array over its load, or the state there was decided again since; the caller then
-// inserts. p names an emptied state only in a store that sweeps, and only one that had
-// emptied by sweepAt(now) (gprobe), so that Store.now never decides before the
-// deletion's time.
+// place inserts key, absent from a as probe p found it, with TAT tat, with the lock held
+// and the shard unchanged since p began: it gives the key slot p.i, replacing the emptied
+// state p read there, if any. It reports false, having changed nothing, when an unused
+// slot would take the array over its load or that state was decided since.
 func (g *gcraClass) place(sh *lshard[gslot], a *larray[gslot], p *probe, key string, h uint64, tat int64) bool {
 	if p.i < 0 {
 		return false
@@ -198,8 +170,7 @@ func (g *gcraClass) place(sh *lshard[gslot], a *larray[gslot], p *probe, key str
 	case p.ctl == tombstone:
 		g.st.count(&sh.n, 1)
 	default: // an emptied state, replaced: the count stays
-		// One swap ends the old key's generation and publishes the new one's state;
-		// the key and meta follow (lockfree.go: an emptied state replaced in place).
+		// One swap ends the old key's generation; the key and meta follow (lockfree.go).
 		next := (e.meta.Load()>>genShift+1)<<genShift | m&keyMask
 		if !e.ctl.CompareAndSwap(p.ctl, int64(next)&genMask|tat) {
 			return false
@@ -222,8 +193,8 @@ func gassign(e *lhdr, ptr *byte, m uint64, tat int64) {
 }
 
 // fast decides on control word e of a slot that find matched with meta m, without the
-// lock. It reports false, having written nothing, if the slot is deleted, moved, held by
-// a batch, or given to another key since (a generation other than m's).
+// lock. It reports false, having written nothing, if the word is a sentinel or of another
+// generation.
 func (g *gcraClass) fast(e *atomic.Int64, m uint64, now, n int64) (algo.Result, bool) {
 	for {
 		old := e.Load()
@@ -231,9 +202,7 @@ func (g *gcraClass) fast(e *atomic.Int64, m uint64, now, n int64) (algo.Result, 
 			return algo.Result{}, false
 		}
 		tat := old & valMask
-		if n > 0 {
-			// Only the admission between the load and the swap: under contention on one
-			// key a shorter window fails fewer swaps. The results come after.
+		if n > 0 { // only the admission between the load and the swap; the results after
 			if next, ok := algo.GCRAStep(tat, now, &g.p, n); ok {
 				if e.CompareAndSwap(old, old&genMask|next) {
 					return algo.GCRAAllowed(next, now, &g.p), true

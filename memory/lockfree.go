@@ -9,100 +9,81 @@ import (
 	"github.com/sluicehq/sluice/internal/table"
 )
 
-// The lock-free classes (the bucket machine's one-word TAT, for GCRA, TokenBucket and
-// LeakyBucket limits alike, in gcra.go; the two-word states in pair.go) decide an existing key without the shard lock:
-// a decision finds the slot with atomic loads and updates the state inside it, so the only
-// cache line it writes is the slot's own. Two cores deciding unrelated keys then never
-// write a shared line, and a hot key costs one line transfer per decision instead of two
-// (the lock's and the slot's).
+// The lock-free classes (the bucket machine's one-word TAT in gcra.go, the two-word states
+// in pair.go) decide an existing key without the shard lock: a decision finds the slot
+// with atomic loads and updates the state inside it, so the only cache line it writes is
+// the slot's own.
 //
 // Every slot begins with an lhdr: the key, its meta word, and a control word that holds
 // the state's time-like word (GCRA's TAT, the two-word states' B) or a sentinel. The shard
 // lock serialises everything that changes which key a slot holds (inserts, deletions,
 // moves, rebuilds) and the multi-limit and reservation paths.
 //
-// Slots are reused within an array, so that a store whose keys come and go (many keys,
-// each rarely seen) inserts without allocating. Each use of a slot has a generation: one
-// more than the slot's previous use, starting at 1 in a fresh array, and never wrapping (a
-// slot whose generation reaches maxGen stays a tombstone until the array is rebuilt). The
-// meta word and the control word both carry it, in their bits from genShift up; the
-// state's word sits below. The rules that make the lock-free path safe:
+// Slots are reused within an array. Each use of a slot has a generation: one more than the
+// slot's previous use, starting at 1 in a fresh array, never wrapping (a slot at maxGen
+// stays a tombstone until the array is rebuilt). The meta and control words both carry it
+// in their bits from genShift up. The rules that make the lock-free path safe:
 //
-//   - A slot gets a key (an insert, or a move below), under the lock, only while it is
-//     unused or its control word is tombstone: key, then meta with the next generation,
-//     then the control word, which publishes the state. (An insert that replaces an
-//     emptied state in place orders these writes otherwise; see below.) So within one
-//     array a slot and a generation name exactly one key, and a control word of
-//     generation g exists only from g's publication to the tombstone (or replacement)
-//     that ends it.
-//   - A decider reads meta, the key pointer and meta again (holds; every change of a
-//     slot's pointer to a key of another length is bracketed by meta writes, setKey, the
-//     first of which an unused slot's own meta word stands for), compares the key's bytes
-//     only if meta did not change, so it never reads past the end of another key, then reads
-//     the control word, goes on only if the control word's generation is meta's, and
+//   - A slot gets a key (an insert, or a move), under the lock, only while it is unused or
+//     tombstone: key, then meta with the next generation, then the control word, which
+//     publishes the state (a replacement in place orders these otherwise; see below). So
+//     within one array a slot and a generation name exactly one key, and a control word of
+//     generation g exists only from g's publication to the tombstone that ends it.
+//   - A decider reads meta, the key pointer and meta again (holds; setKey brackets every
+//     change of the pointer to a key of another length with meta writes), compares the
+//     key's bytes only if meta did not change, so it never reads past the end of another
+//     key, then reads the control word, goes on only if its generation is meta's, and
 //     writes only with a compare-and-swap (GCRA) or a claim (pair.go) expecting the word
-//     it read. It therefore never touches another
-//     key's state (no ABA): its swap succeeds only while generation g lives, and g's key is
-//     the one it compared (holds compares only the key stored with meta of generation g).
-//     TestReusedSlotRefusesAStaleDecider replays that interleaving.
-//   - Deleting a key (sweep, Reset, eviction) follows package table's one deletion rule,
-//     backward shift, with one difference: a deleted or moved-from slot is a tombstone
-//     until the shift reaches it, because a lock-free decider may hold its index (and
-//     generation) across the move, and a tombstone is what makes its swap fail. So
-//     deletion tombstones the slot, then closes the hole: later keys of its probe run that
-//     may sit there ([table.Fills]) move back (shift, or sweepAll for a whole shard at
-//     once; a move seizes the old slot and is a new use of the new one), and the hole a
-//     run ends with becomes unused, keeping its generation. So a live key stays reachable
-//     from its home slot without crossing an unused one, and tombstones do not pile up. A
-//     lock-free finder that misses a moving key retries under the lock.
-//   - A rebuild (growing, shrinking, or shedding exhausted slots) seizes every old slot
-//     (control word = tombstone) as it copies it into a fresh array, so a decider still on
-//     the old array fails and retries under the lock. An old array is never written again
-//     and the collector frees it once no decider holds it.
+//     it read. Its write succeeds only while generation g lives, and g's key is the one it
+//     compared: it never touches another key's state (no ABA;
+//     TestReusedSlotRefusesAStaleDecider).
+//   - Deleting a key (sweep, Reset, eviction) is package table's backward shift, except
+//     that a deleted or moved-from slot is a tombstone until the shift reaches it, since a
+//     lock-free decider may hold its index and generation, and a tombstone makes its swap
+//     fail. Later keys of the probe run that may sit at the hole ([table.Fills]) move back
+//     (shift, or sweepAll for a whole shard; a move seizes the old slot and is a new use of
+//     the new one), and the hole a run ends with becomes unused, keeping its generation. A
+//     live key stays reachable from its home without crossing an unused slot. A lock-free
+//     finder that misses a moving key retries under the lock.
+//   - A rebuild seizes every old slot (control word = tombstone) as it copies it, so a
+//     decider still on the old array fails and retries under the lock. An old array is
+//     never written again.
 //   - A multi-limit batch freezes the slots it reads (control word = frozen) until it
-//     commits or gives up, so no lock-free decision can slip in between its evaluation and
+//     commits or gives up, so no lock-free decision slips in between its evaluation and
 //     its commit. A moved or copied frozen slot carries its batch's record along.
 //   - A decider that misses, or meets tombstone, frozen or another generation, falls back
-//     to the locked path, which is authoritative; the one exception is an admission of
-//     a missing GCRA key, below.
-//   - Every section of the lock's holder that gives a slot a key, takes one away, moves
-//     one, tombstones a state or replaces the array ends by advancing the shard's seq
-//     (changed), after its last such write and before it unlocks. seq grows only.
+//     to the locked path, which is authoritative, except an admission of a missing GCRA
+//     key, below.
+//   - Every section under the lock that gives, takes or moves a key, tombstones a state or
+//     replaces the array ends by advancing the shard's seq (changed), after its last such
+//     write and before it unlocks. seq only grows.
 //
 // An insert after a lock-free probe (gcraClass.missed) reads seq, then the array, probes
-// it without the lock and, finding no key, chooses a slot on the key's probe run; it then
-// takes the lock and writes only if seq still reads what it read before the probe. That
-// proves the probe saw the shard as it still is. A section whose bump the first read
-// observed had finished its writes before the probe began (an atomic load that observes
-// a store is synchronized after it); a section that bumped later released the lock
-// before the inserter took it, so the inserter reads a larger seq. With seq unchanged,
-// then, no section ran since the probe began, and the only writes since are lock-free
-// deciders' swaps of live control words within their generation, which change no key,
-// no meta word and no sentinel. So the key is still absent, its probe run is the one
-// read, and the chosen slot is still what the probe read: an unused slot (taken as any
-// insert takes one, within maxLoad), a tombstone (reused as place reuses one), or a state
-// that had emptied by now, which the key replaces in place. A miss that would only look
-// or deny writes nothing and takes the lock's answer: without the lock a miss does not
-// prove absence (a key may be moving back past the probe).
+// without the lock and, finding no key, chooses a slot on the key's probe run; it then
+// takes the lock and writes only if seq still reads what it read. A section whose bump
+// that first read observed had finished its writes before the probe began (an atomic
+// load that observes a store is synchronized after it); one that bumped later released
+// the lock before the inserter took it, which then reads a larger seq. With seq
+// unchanged, the only writes since the probe are deciders' swaps of live control words
+// within their generation, which change no key, meta word or sentinel: the key is still
+// absent, its probe run is the one read, and the chosen slot is still what the probe read
+// (unused, within maxLoad; a tombstone; or a state that has emptied, replaced in place).
+// A miss that would only look or deny writes nothing and takes the lock's answer.
 //
-// An emptied state replaced in place is deleted as the sweeper deletes it: only in a store
-// that sweeps (one that does not deletes no state, WithSweepInterval, so its probe chooses
-// none: gcraClass.replacer), only if it had emptied by sweepAt(now) (so Store.now never
-// decides before the deletion's time), and the state count does not change. The slot
-// stays keyed throughout, so no probe run changes. The replacement is one compare-and-swap of the control word, from the exact
-// word the probe read to the new key's state under the slot's next generation g+1; then
-// the key; then meta (g+1). The swap fails if a decider has spent the old state since or
-// a batch froze it (the inserter then decides under the lock); if it succeeds, no
-// decider of the old key can write again, since its swap expects a word of generation g.
-// A lock-free reader that reads meta of generation g meets either that old word (the
-// swap not yet done: a decision on the old key, before its deletion) or a word of g+1,
-// which sameGen refuses, whatever key bytes it read; one that reads meta of g+1 reads the
-// new key, stored before it, and the word of g+1, stored before that. So a slot and a
-// generation still name exactly one key, and the ABA rule above holds.
+// An emptied state is replaced in place only in a store that sweeps (gcraClass.replacer),
+// only if it had emptied by sweepAt(now) (so Store.now never decides before the
+// deletion's time), and the state count does not change. The slot stays keyed, so no
+// probe run changes. One compare-and-swap takes the control word from the exact word the
+// probe read to the new key's state under generation g+1; then the key; then meta (g+1).
+// The swap fails if a decider has spent the old state or a batch froze it (the inserter
+// then decides under the lock); once it succeeds no decider of the old key can write,
+// since its swap expects generation g. A reader of meta g meets the old word (a decision
+// on the old key, before its deletion) or a word of g+1, which sameGen refuses; a reader
+// of meta g+1 reads the new key and the word of g+1, both stored before it.
 //
-// A state's word is a time in epoch microseconds or a count, from 0 to below 2^genShift
-// (Store.now keeps the clock at most maxMicros, and a state is at most store.MaxPeriod ahead of
-// it), so it never reaches the generation's bits or looks like a sentinel.
+// A state's word is a time in epoch microseconds or a count, in [0, 2^genShift) (Store.now
+// keeps the clock at most maxMicros, and a state is at most store.MaxPeriod ahead of it),
+// so it never reaches the generation's bits or looks like a sentinel.
 const (
 	tombstone = -1 << 63
 	frozen    = tombstone + 1
@@ -134,20 +115,16 @@ func sameGen(c int64, m uint64) bool { return (c^int64(m))&genMask == 0 }
 // keyLen is the length of the key meta m names; 0 for a slot that holds none.
 func keyLen(m uint64) int { return int(m&keyMask) >> 32 }
 
-// rekeying is the length field of a meta word while its slot's key pointer changes: longer
-// than any key (store.MaxKeyLen), so that no probe matches it, and not zero, so that it
-// ends no probe run.
+// rekeying is the length field of a meta word while its slot's key pointer changes:
+// longer than any key, so that no probe matches it, and not zero, so it ends no run.
 const rekeying = uint64(1<<(genShift-32)-1) << 32
 
-// setKey gives the slot key ptr and then meta m, with the lock held. The meta word of a
-// keyed slot whose key changes length reads rekeying (same generation and tag) while the
-// pointer changes, so that holds never pairs a meta word with a pointer to a key of
-// another length. A key of the same length needs no mark: a reader that pairs the old
-// meta word with the new pointer reads only bytes of the new key, and, should they match,
-// then meets a control word of another generation (or a sentinel), since the slot's use
-// under the old meta word has already ended (TestSameLengthRekeyRefusesAStaleReader). An
-// unused slot's needs no mark either, since a reader that reads its meta word ends its
-// probe there and reads no pointer.
+// setKey gives the slot key ptr and then meta m, with the lock held. A keyed slot whose
+// key changes length reads rekeying while the pointer changes, so that holds never pairs
+// a meta word with a key of another length. A key of the same length needs no mark: a
+// reader that pairs the old meta with the new pointer reads only the new key's bytes, then
+// meets another generation's control word (TestSameLengthRekeyRefusesAStaleReader). An
+// unused slot needs none: a reader ends its probe there and reads no pointer.
 func (h *lhdr) setKey(ptr *byte, m uint64) {
 	if old := h.meta.Load(); old&keyMask != 0 && keyLen(old) != keyLen(m) {
 		h.meta.Store(old | rekeying)
@@ -157,17 +134,15 @@ func (h *lhdr) setKey(ptr *byte, m uint64) {
 }
 
 // holds reports whether the slot, whose meta word a lock-free reader read as m (matching
-// key's length and tag), holds key. It reads the pointer, then meta again: unchanged, no
-// setKey ran in between, so the pointer is the one stored with m and the key it points
-// to is len(key) bytes long; changed, it reports false and reads no key bytes.
+// key's length and tag), holds key. It reads the pointer, then meta again: unchanged, the
+// pointer is the one stored with m; changed, it reports false and reads no key bytes.
 func (h *lhdr) holds(m uint64, key string) bool {
 	p := h.key.Load()
 	return h.meta.Load() == m && unsafe.String(p, len(key)) == key
 }
 
-// retireTAT tombstones the slot if its control word holds a state whose word is the
-// instant it empties (GCRA's TAT) and that instant is at or before now, reporting whether
-// it did. It is gslot.retire, which ExpiresAt reduces to for GCRA's Params.
+// retireTAT tombstones the slot if its control word holds a TAT at or before now (when
+// GCRA's state empties), reporting whether it did.
 func (h *lhdr) retireTAT(now int64) bool {
 	v := h.ctl.Load()
 	return !isSentinel(v) && v&valMask <= now && h.ctl.CompareAndSwap(v, tombstone)
@@ -182,37 +157,31 @@ type lhdr struct {
 	ctl  atomic.Int64  // the state's time-like word, or a sentinel
 }
 
-// hdr is the header every slot type begins with (checked by TestSlotsBeginWithHeader).
-// Reaching it by conversion rather than through a method keeps lookups free of indirect
-// calls in the generic table code.
+// hdr is the header every slot type begins with (TestSlotsBeginWithHeader), reached by
+// conversion so that lookups make no indirect calls.
 func hdr[S any](e *S) *lhdr { return (*lhdr)(unsafe.Pointer(e)) }
 
 func gmeta(key string, h uint64) uint64 { return uint64(len(key))<<32 | h>>32 }
 
 // lhome is the slot a key prefers in an array of c slots: [table.Home] of its tag (the
-// low 32 bits of its meta word, the high half of its hash). Positions come from the tag's
-// high bits; the shard index is its low bits. The tag is in the slot, so moving and
-// copying a key never reads its bytes.
+// low 32 bits of its meta word), so that moving a key never reads its bytes.
 func lhome(m uint64, c int) int { return table.Home(uint32(m), c) }
 
 // minCap is the smallest array.
 const minCap = 8
 
-// cell is what the table needs of a slot type S beyond its header: how its state is read,
-// written and retired under its concurrency rule. Every method is called with the shard
-// lock held.
+// cell is what the table needs of a slot type S beyond its header, each method called
+// with the shard lock held.
 type cell[S any] interface {
 	*S
-	// seize sets the control word to v (tombstone or frozen), waiting out a decider that
-	// holds the slot, and returns the state it displaced and that state's control word,
-	// which may itself be tombstone or frozen (the state then holds the sentinel too).
+	// seize sets the control word to v (tombstone or frozen), waiting out a holder, and
+	// returns the state it displaced and its control word (which may be a sentinel).
 	seize(v int64) (s algo.State, was int64)
 	// put stores s, the control word last, publishing and releasing the slot.
 	put(s algo.State)
 	// peek returns the state of a live slot, or false for a sentinel.
 	peek() (algo.State, bool)
-	// retire tombstones a live slot whose state is equivalent to empty as of now (with
-	// ExpiresAt under p), reporting whether it did.
+	// retire tombstones a live slot whose state is empty as of now, reporting whether it did.
 	retire(now int64, p algo.Params) bool
 	// apply runs f on a live slot's state and stores what it returns.
 	apply(now int64, p algo.Params, n int64, f algoFunc) algo.Result
@@ -222,8 +191,7 @@ type cell[S any] interface {
 
 type algoFunc = func(algo.State, int64, algo.Params, int64) (algo.State, algo.Result)
 
-// larray is one immutable-shape version of a shard's table. Its counts live in the
-// shard, so that an insert writes no line but the shard's and the slot's.
+// larray is one immutable-shape version of a shard's table; its counts live in the shard.
 type larray[S any] struct {
 	slots []S
 }
@@ -235,19 +203,25 @@ type lshard[S any] struct {
 	frozen []frozenSlot  // slots a multi-limit batch holds, restored by unlock
 	n      int64         // live slots of arr (states held), under mu (Store.count)
 	cursor int32
-	used   int32 // slots of arr with a key (live or tombstone), under mu
-	// 64 bytes: neighbouring shards' locks do not share a cache line.
+	used   int32 // slots of arr with a key (live or tombstone), under mu; 64 bytes in all
 }
 
-// changed records, with the lock held, that the holder gave a slot a key, took one away,
-// moved one, tombstoned a state or replaced the array: a probe that read seq before
-// such a change no longer describes the shard (see gcraClass.decide). It is one plain
-// atomic store, since only the lock's holder writes seq.
+// changed advances seq, with the lock held, after a section that changed a slot's key
+// or replaced the array (lockfree.go's rules).
 func (sh *lshard[S]) changed() { sh.seq.Store(sh.seq.Load() + 1) }
 
 type frozenSlot struct {
 	i int
 	s algo.State
+}
+
+// refreeze moves a batch's record of frozen slot from to slot to: it restores by index.
+func (sh *lshard[S]) refreeze(from, to int) {
+	for f := range sh.frozen {
+		if sh.frozen[f].i == from {
+			sh.frozen[f].i = to
+		}
+	}
 }
 
 // lockFree is the shards of one class and every path that takes their locks. The hot,
@@ -263,10 +237,8 @@ type lockFree[S any, P cell[S]] struct {
 	// than growLoad% would be live.
 	maxLoad, growLoad int
 	gone              *atomic.Bool // retired: see class.retire
-	// tat: a live control word's state is the instant the state empties (GCRA's one
-	// word, gslot, decided by algo.GCRA), so sweepAll tests it in line (retireTAT)
-	// instead of through S's retire, an indirect call in this shape-generic code, per
-	// keyed slot, and fresh decides in closed form.
+	// tat: a live control word's state is GCRA's TAT (gslot), which emptied tests in
+	// line (retireTAT) and fresh decides in closed form.
 	tat bool
 }
 
@@ -275,14 +247,12 @@ func (g *lockFree[S, P]) init(st *Store, p algo.Params, id int, gone *atomic.Boo
 		shards: make([]lshard[S], st.shards), maxLoad: maxLoad, growLoad: growLoad, gone: gone}
 }
 
-func (g *lockFree[S, P]) id() int                 { return g.cid }
-func (g *lockFree[S, P]) params() algo.Params     { return g.p }
-func (g *lockFree[S, P]) maxCost() int64          { return g.p.MaxCost() }
-func (g *lockFree[S, P]) shardIndex(h uint64) int { return int((h >> 32) & g.mask) }
-func (g *lockFree[S, P]) shard(h uint64) *lshard[S] {
-	return &g.shards[(h>>32)&g.mask]
-}
-func (g *lockFree[S, P]) lock(h uint64) { g.shard(h).mu.Lock() }
+func (g *lockFree[S, P]) id() int                   { return g.cid }
+func (g *lockFree[S, P]) params() algo.Params       { return g.p }
+func (g *lockFree[S, P]) maxCost() int64            { return g.p.MaxCost() }
+func (g *lockFree[S, P]) shardIndex(h uint64) int   { return int((h >> 32) & g.mask) }
+func (g *lockFree[S, P]) shard(h uint64) *lshard[S] { return &g.shards[g.shardIndex(h)] }
+func (g *lockFree[S, P]) lock(h uint64)             { g.shard(h).mu.Lock() }
 
 // unlock restores the slots a batch froze but did not commit, then releases the lock.
 func (g *lockFree[S, P]) unlock(h uint64) {
@@ -337,8 +307,8 @@ func (a *larray[S]) place(m uint64) int {
 	}
 }
 
-// assign gives slot i to key with state s, with the lock held: the next generation, the
-// key, meta, and the control word last. It reports whether the slot was unused.
+// assign gives slot i to key with state s under the next generation, with the lock held,
+// and reports whether the slot was unused.
 func (a *larray[S]) assign(i int, ptr *byte, m uint64, s algo.State, put func(*S, algo.State)) bool {
 	e := &a.slots[i]
 	h := hdr(e)
@@ -349,11 +319,9 @@ func (a *larray[S]) assign(i int, ptr *byte, m uint64, s algo.State, put func(*S
 }
 
 // shift closes the hole tombstone i leaves in its probe run, with the lock held, by
-// [table.Table.Delete]'s backward shift: each later key of the run that may sit at the
-// hole ([table.Fills]) moves back into it (its old slot seized, the hole given the key and state under a new generation) and
-// leaves the next hole, until an unused slot ends the run; the last hole becomes unused,
-// keeping its generation. A hole whose generation is exhausted stays a tombstone and ends
-// the shift, and such tombstones are stepped over: either keeps the run whole.
+// [table.Table.Delete]'s backward shift (move), until an unused slot ends the run; the
+// last hole becomes unused. A hole whose generation is exhausted stays a tombstone and
+// ends the shift; such tombstones are stepped over.
 func (g *lockFree[S, P]) shift(sh *lshard[S], a *larray[S], i int) {
 	c := len(a.slots)
 	for j := i; ; {
@@ -383,31 +351,23 @@ func (g *lockFree[S, P]) shift(sh *lshard[S], a *larray[S], i int) {
 }
 
 // move moves the key of slot j, whose meta is m, to tombstone or unused slot i, with the
-// lock held: it seizes j (leaving a tombstone) and gives i the key and state under a new
-// generation.
+// lock held: it seizes j and gives i the key and state under a new generation.
 func (g *lockFree[S, P]) move(sh *lshard[S], a *larray[S], j, i int, m uint64) {
 	e := &a.slots[j]
 	v, was := P(e).seize(tombstone)
-	if was == frozen { // held by a batch in progress: it restores by index
-		for f := range sh.frozen {
-			if sh.frozen[f].i == j {
-				sh.frozen[f].i = i
-			}
-		}
+	if was == frozen {
+		sh.refreeze(j, i)
 	}
 	hi := hdr(&a.slots[i])
 	hi.setKey(hdr(e).key.Load(), (hi.meta.Load()>>genShift+1)<<genShift|m&keyMask)
 	P(&a.slots[i]).put(v)
 }
 
-// sweepAll deletes every state of the shard that is equivalent to empty as of now, with
-// the lock held, and closes the holes in the same walk over the array: it walks once from
-// an unused slot, run by run, tombstoning each emptied state it meets (retireTAT, or S's
-// retire), moving each live key back to the earliest hole at or after its home in its
-// run (as move), and returning the holes left at a run's end to unused: no key then has
-// one of them between its home and its slot. It tracks up to 32 holes a run; a tombstone
-// beyond them stays (a tombstone keeps its run whole, and inserts reuse it). It never
-// shrinks the array: its caller, an insert, wants room.
+// sweepAll deletes every state of the shard equivalent to empty as of now, with the lock
+// held, closing the holes in the same walk: from an unused slot, run by run, it tombstones
+// each emptied state, moves each live key back to the earliest hole it may fill (fill),
+// and returns the holes left at a run's end to unused (endRun). A tombstone beyond the 32
+// holes it tracks a run stays. It never shrinks the array.
 func (g *lockFree[S, P]) sweepAll(sh *lshard[S], now int64) {
 	a := sh.arr.Load()
 	c := len(a.slots)
@@ -427,11 +387,7 @@ func (g *lockFree[S, P]) sweepAll(sh *lshard[S], now int64) {
 			return
 		}
 	}
-	// The walk's common steps (an unused slot, a live key with no hole before it in its
-	// run, a state to delete) stay in this loop; what it does with holes is out of line.
 	var r run
-	r.start = p + 1
-	tat := g.tat
 	for n, j := 0, p; n < c; n++ {
 		if j++; j == c {
 			j = 0
@@ -443,25 +399,14 @@ func (g *lockFree[S, P]) sweepAll(sh *lshard[S], now int64) {
 			if r.n > 0 {
 				endRun(sh, a, &r)
 			}
-			r.start = j + 1
 			continue
 		}
-		var hole bool
-		if tat {
-			if v := h.ctl.Load(); v == tombstone {
-				hole = true
-			} else if !isSentinel(v) && v&valMask <= now && h.ctl.CompareAndSwap(v, tombstone) {
-				hole = true // retireTAT, with the word already read
-				gone++
-			}
-		} else if P(e).retire(now, g.p) {
-			hole = true
+		retired := g.emptied(e, now)
+		if retired {
 			gone++
-		} else {
-			hole = h.ctl.Load() == tombstone
 		}
 		switch {
-		case hole:
+		case retired || h.ctl.Load() == tombstone:
 			if m>>genShift < maxGen && r.n < len(r.holes) {
 				r.holes[r.n] = j
 				r.n++
@@ -478,17 +423,14 @@ func (g *lockFree[S, P]) sweepAll(sh *lshard[S], now int64) {
 	}
 }
 
-// run is sweepAll's record of the run it is walking: where it starts and its holes (up
-// to 32), in order, that a later key of the run may move back into.
+// run is sweepAll's record of the holes of the run it is walking.
 type run struct {
 	holes   [32]int
 	n       int
-	start   int
 	changed bool
 }
 
-// endRun returns the holes of the run r walked, which has ended, to unused, with the lock
-// held: no key of the run lies beyond them.
+// endRun returns the holes of the ended run r to unused, with the lock held.
 func endRun[S any](sh *lshard[S], a *larray[S], r *run) {
 	for _, x := range r.holes[:r.n] {
 		hx := hdr(&a.slots[x])
@@ -500,8 +442,7 @@ func endRun[S any](sh *lshard[S], a *larray[S], r *run) {
 }
 
 // fill moves the live key of slot j, whose meta is m, back to the earliest hole of r it
-// may fill ([table.Fills]: at or after its home), if any, with the lock held; j is then a
-// hole.
+// may fill ([table.Fills]), if any, with the lock held; j is then a hole.
 func (g *lockFree[S, P]) fill(sh *lshard[S], a *larray[S], r *run, j int, m uint64) {
 	k := lhome(m, len(a.slots))
 	for q := 0; q < r.n; q++ {
@@ -541,6 +482,13 @@ func (g *lockFree[S, P]) locate(sh *lshard[S], key string, h uint64) (*larray[S]
 // decideLocked decides with the shard lock held; it spends only if commit.
 func (g *lockFree[S, P]) decideLocked(key string, h uint64, now, n int64, commit bool) algo.Result {
 	return g.decideIn(g.shard(h), key, h, now, n, commit)
+}
+
+// decideUnder decides and commits under the shard lock.
+func (g *lockFree[S, P]) decideUnder(sh *lshard[S], key string, h uint64, now, n int64) algo.Result {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return g.decideIn(sh, key, h, now, n, true)
 }
 
 // decideIn decides with the shard lock held. commit=false is a batch's evaluation: it
@@ -600,7 +548,7 @@ func (g *lockFree[S, P]) update(key string, h uint64, now int64, f func(algo.Sta
 
 // insert adds a key known to be absent, with the lock held: it drops expired state first,
 // rebuilds the array when it is still too full, and gives the key the first reusable slot
-// of its probe run (assign). Store.evictOver keeps the store under MaxKeys afterwards.
+// of its probe run.
 func (g *lockFree[S, P]) insert(sh *lshard[S], key string, h uint64, s algo.State, now int64) {
 	full := func(a *larray[S]) bool { return a == nil || int(sh.used+1)*100 > len(a.slots)*g.maxLoad }
 	a := sh.arr.Load()
@@ -628,14 +576,10 @@ func (g *lockFree[S, P]) insert(sh *lshard[S], key string, h uint64, s algo.Stat
 	sh.changed()
 }
 
-// rebuild copies the live slots into a fresh array (whose generations start again) sized
-// for them: shrinking to 40% live when less than an eighth is live; otherwise doubling when
-// crowded (an insert found more than crowdedLoad% live even after sweeping the array:
-// sweeping it as often as it would then fill, and probing runs that emptied states
-// lengthen meanwhile, cost more than the room), or growing by a third when
-// more than growLoad% would be live; otherwise only dropping exhausted tombstones.
-// It seizes each old slot as it goes so that lock-free deciders on the old array retry
-// under the lock.
+// rebuild copies the live slots into a fresh array sized for them: 40% live when less
+// than an eighth is live; else double when crowded (crowdedLoad), or a third larger when
+// more than growLoad% would be live; else the same size, without exhausted tombstones. It
+// seizes each old slot as it goes.
 func (g *lockFree[S, P]) rebuild(sh *lshard[S], crowded bool) *larray[S] {
 	old := sh.arr.Load()
 	live, size := 0, minCap
@@ -665,12 +609,8 @@ func (g *lockFree[S, P]) rebuild(sh *lshard[S], crowded bool) *larray[S] {
 			ptr := hdr(e).key.Load()
 			m := hdr(e).meta.Load()
 			i := a.place(m)
-			if was == frozen { // held by a batch in progress: it restores by index
-				for f := range sh.frozen {
-					if sh.frozen[f].i == k {
-						sh.frozen[f].i = i
-					}
-				}
+			if was == frozen {
+				sh.refreeze(k, i)
 			}
 			a.assign(i, ptr, m, v, putS[S, P])
 			used++
@@ -683,9 +623,7 @@ func (g *lockFree[S, P]) rebuild(sh *lshard[S], crowded bool) *larray[S] {
 }
 
 // crowdedLoad is the live share, in hundredths, above which an array that an insert has
-// just swept is crowded (rebuild). Where keys come and go, each seen rarely, arrays then
-// keep room enough that inserts sweep them seldom and probe runs, which emptied states
-// lengthen until a sweep, stay short.
+// just swept is crowded: it doubles, so that inserts sweep seldom and runs stay short.
 const crowdedLoad = 35
 
 func putS[S any, P cell[S]](e *S, s algo.State) { P(e).put(s) }
@@ -763,8 +701,7 @@ func (g *lockFree[S, P]) sweep(now int64) int {
 	return live
 }
 
-// retire implements class. An empty class has no slot a lock-free decider could find, so
-// holding the shard locks is enough.
+// retire implements class. An empty class has no slot a lock-free decider could find.
 func (g *lockFree[S, P]) retire(drop func()) bool {
 	return underAll(len(g.shards), func(i int) *sync.Mutex { return &g.shards[i].mu }, func() bool {
 		for i := range g.shards {
@@ -778,10 +715,9 @@ func (g *lockFree[S, P]) retire(drop func()) bool {
 	})
 }
 
-// sweepShard tombstones state that is equivalent to empty as of now in up to budget slots
-// from the cursor, with the lock held, and rebuilds the array smaller once less than a
-// eighth of it is live (or it has emptied out). Tombstones alone do not call for a
-// rebuild: inserts reuse them.
+// sweepShard deletes state equivalent to empty as of now in up to budget slots from the
+// cursor, with the lock held, and rebuilds the array smaller once less than an eighth of
+// it is live.
 func (g *lockFree[S, P]) sweepShard(sh *lshard[S], now int64, budget int) {
 	a := sh.arr.Load()
 	c := len(a.slots)

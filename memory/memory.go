@@ -5,68 +5,40 @@
 //	defer store.Close()
 //	d, err := store.AllowN(ctx, "user:42", sluice.PerSecond(10), 1)
 //
-// # Layout and cost of a decision
+// # Layout
 //
-// State is kept per (key, Limit). Each distinct Limit gets its own set of shards (a "class"),
-// found through a copy-on-write map; each shard is a mutex and an open-addressing table whose
-// slots hold the key (by reference) beside the state inline. A decision on an existing key
-// hashes the key once, probes slots that are usually in one cache line, and allocates
-// nothing. For the bucket limits (GCRA, TokenBucket and LeakyBucket, one machine:
-// algo.GCRA) when Rate divides Period it takes no lock at all: the TAT is one word,
-// updated by compare-and-swap in the key's own slot (see lockfree.go for why that is safe
-// against concurrent inserts, deletions and rebuilds), so a decision writes only that
-// slot's cache line. FixedWindow, and the bucket limits whose TAT has a fractional part, keep
-// two words, which a decision updates holding a mark in the slot's own control word
-// (pair.go), again writing only the slot's line. SlidingWindow and SlidingLog take the
-// key's shard lock for the decision alone, so a hot key never serialises
-// unrelated keys beyond the 1/Shards that share its shard.
-//
-// A GCRA, TokenBucket or LeakyBucket key costs a 24-byte slot at 51–70% occupancy; a
-// FixedWindow key (or a bucket key whose Rate does not divide Period) a 32-byte slot at
-// 56–80%; a SlidingWindow key a 40-byte slot at 60–80%; plus, for each, the key's own bytes,
-// which the store shares with the caller's string rather than copying. SlidingLog keys hold
-// one 8-byte timestamp per unit admitted in the window; Concurrency keys one 16-byte lease
-// per request in flight, under the shard lock. Reservations of costs to settle
-// (sluice.Request.SettleTTL) are kept in one map until their TTL passes.
+// State is kept per (key, Limit). Each distinct Limit gets its own set of shards (a
+// "class"); each shard is a mutex and an open-addressing table whose slots hold the key
+// (shared with the caller's string) beside the state inline. A decision on an existing key
+// allocates nothing. The bucket limits (GCRA, TokenBucket and LeakyBucket, one machine:
+// algo.GCRA) and FixedWindow decide an existing key without the shard lock, writing only
+// its slot (lockfree.go): one word by compare-and-swap when Rate divides Period (gcra.go),
+// else two words under a mark in the slot (pair.go). SlidingWindow and SlidingLog take the
+// key's shard lock. SlidingLog keys hold one timestamp per unit admitted in the window;
+// Concurrency keys one lease per request in flight. Records of costs to settle
+// (sluice.Request.SettleTTL) are kept until their TTL passes.
 //
 // # Memory bound
 //
-// State that has become equivalent to empty (a full bucket, an aged-out window) is deleted
-// by an incremental sweeper: every sweep interval ([WithSweepInterval]) it visits a bounded
-// slice of each shard, holding one shard's lock at a time, so there is never a
-// stop-the-world scan; tables shrink when they empty out. An insert that finds its shard's table full sweeps that one shard
-// first. Deleting such state changes no decision.
+// State that has become equivalent to empty is deleted, which changes no decision: by an
+// incremental sweeper that visits a bounded slice of each shard every interval
+// ([WithSweepInterval]), one shard lock at a time, and by an insert that finds its shard
+// full. Tables shrink when they empty out; the lock-free ones reuse deleted keys' slots, so
+// inserts of keys that come and go allocate nothing once the tables have their size. A
+// class that holds no state and was not used since the sweeper's previous visit is
+// retired, so Limits made on the fly cost nothing once idle; a decision that races the
+// retirement is made again on the Limit's new class.
 //
-// Where keys come and go (many keys, each rarely seen, so that a key's state has emptied
-// and been swept before it comes back), the lock-free tables reuse the slots of deleted
-// keys (lockfree.go), so inserts allocate nothing once the tables have their size
-// (TestColdRegimeAllocatesNothing); the tables hold the keys seen lately, not every key
-// ever seen. An insert of a bucket key with a one-word TAT probes its
-// table once, without the lock, and holds the shard lock only to write the slot it chose;
-// where its probe run holds a state that has emptied, the new key takes that slot in its
-// place, deleting the state as the sweeper would (only in a store that sweeps). An array
-// that an insert has swept and still found more than 35% live doubles, so in this regime
-// a table keeps several slots per live state: room that makes sweeps rare and probes short.
-//
-// Each distinct Limit costs a class of Shards shards (about 16 KiB at the default 256)
-// besides its keys. The sweeper retires a class that holds no state and was not used since
-// its previous visit, so Limits made on the fly (per-tenant rates, Envoy's per-descriptor
-// overrides) cost nothing once idle; a decision that races the retirement is made again
-// on the Limit's new class, and loses nothing.
-//
-// With MaxKeys set, a decision that takes the store over the cap evicts before it returns,
-// until the store is back at the cap: each eviction samples 8 entries from shards visited
-// in turn across every Limit, and removes the one whose state is closest to empty (the
-// earliest expiry). Forgetting it grants that key the least unearned quota. The cap holds
-// whenever no decision is in flight; concurrent inserts can pass it by one key each until
-// they return.
+// With MaxKeys set, a decision that takes the store over the cap evicts before it returns:
+// each eviction samples 8 entries from shards visited in turn across every Limit, and
+// removes the one closest to empty (the earliest expiry). The cap holds whenever no
+// decision is in flight; concurrent inserts can pass it by one key each until they return.
 //
 // # Clock
 //
-// By default the store reads a monotonic clock anchored at the wall time of New, so a wall
-// clock step never moves decisions; WithClock substitutes a clock (tests, the simulator).
-// The algorithms never receive a time earlier than a state they wrote as if it were later:
-// internal/algo treats backwards time conservatively.
+// By default the store reads a monotonic clock anchored at the wall time of New; WithClock
+// substitutes a clock (tests, the simulator). internal/algo treats time that steps back
+// conservatively.
 package memory
 
 import (
@@ -76,7 +48,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -132,10 +103,8 @@ func WithClock(clock func() time.Time) Option {
 }
 
 // WithMaxReservations caps the records of decisions whose cost is to be settled
-// (sluice.Request.SettleTTL), each kept until its settle TTL; 0 (the default) means no
-// cap. A decision allowed while n are held is decided as usual, but keeps no record: its
-// settlement finds none (sluice.ErrUnknownReservation) and its estimate stands, counted by
-// ReservationsDropped.
+// (sluice.Request.SettleTTL); 0 (the default) means no cap. A decision allowed while n are
+// held keeps no record (ReservationsDropped counts it): its estimate stands.
 func WithMaxReservations(n int) Option { return func(s *Store) { s.res.max = n } }
 
 // Reservations returns the settlement records held (see WithMaxReservations).
@@ -153,15 +122,13 @@ func (s *Store) ReservationsDropped() uint64 { return s.res.dropped.Load() }
 // See the package doc for the eviction rule.
 func WithMaxKeys(n int64) Option { return func(s *Store) { s.maxKeys = n } }
 
-// WithSweepInterval sets how often the sweeper visits each shard (default 1s). Each visit
-// examines a bounded slice of the shard, so a full pass over a shard takes about 8 visits;
-// tables also drop expired state when they would otherwise grow. A non-positive interval
-// disables sweeping altogether: state stays until Reset or, under WithMaxKeys, eviction
-// (for simulations and tests that replay time).
+// WithSweepInterval sets how often the sweeper visits each shard (default 1s); a full pass
+// takes about 8 visits. A non-positive interval disables sweeping altogether: state stays
+// until Reset or eviction (for simulations and tests that replay time).
 func WithSweepInterval(d time.Duration) Option { return func(s *Store) { s.sweepGap = d } }
 
-// WithShards sets the number of shards per Limit (rounded up to a power of two; default 256).
-// More shards reduce contention between unrelated keys at the cost of ~64 bytes each.
+// WithShards sets the number of shards per Limit (rounded up to a power of two; default
+// 256), each about 64 bytes.
 func WithShards(n int) Option { return func(s *Store) { s.shards = n } }
 
 // New returns a Store with a background sweeper; Close stops it.
@@ -219,8 +186,7 @@ func (s *Store) Len() int {
 }
 
 // count adds d to a shard's count of states, c, with the shard's lock held, and to the
-// store's under MaxKeys. Without a cap no decision reads a store-wide count, so an insert
-// writes only the lines of its shard and its slot.
+// store's under MaxKeys (only then, so that an insert writes no shared line).
 func (s *Store) count(c *int64, d int64) {
 	*c += d
 	if s.maxKeys > 0 {
@@ -232,14 +198,10 @@ func (s *Store) count(c *int64, d int64) {
 func (s *Store) MaxKeys() int64 { return s.maxKeys }
 
 // Evictions returns how many states have been evicted to keep the store under MaxKeys.
-// Sweeping state that had become empty is not eviction and is not counted.
 func (s *Store) Evictions() uint64 { return s.evicted.Load() }
 
-// hash is key's 64-bit hash under the store's random seed: the runtime's memhash (the
-// hash maps and maphash use, AES-based where the CPU has it) called directly, where a
-// uintptr is 64 bits. maphash.String reaches the same function through two more calls,
-// which cost about as much as hashing a short key; it hashes where memhash's result is
-// narrower than the shard index and tag need.
+// hash is key's 64-bit hash under the store's random seed: the runtime's memhash, which
+// maphash.String reaches through two more calls, where a uintptr is 64 bits wide.
 func (s *Store) hash(key string) uint64 {
 	if unsafe.Sizeof(uintptr(0)) < 8 {
 		return maphash.String(s.seed, key)
@@ -254,22 +216,17 @@ func (s *Store) hash(key string) uint64 {
 //go:noescape
 func memhash(p unsafe.Pointer, seed, n uintptr) uintptr
 
-// now is the time decisions are made at: the clock, but never earlier than the time of the
-// latest sweep. State is deleted once it is equivalent to empty as of the sweep's time;
-// a clock that then stepped back (only a WithClock clock can) would otherwise see that
-// state missing at a time when it still counted. Deciding at the later time is exactly as
-// generous as the state itself would have been then (internal/algo never grants more at an
-// earlier time than at a later one), so sweeping stays invisible. A clock past maxMicros
-// (the year 2183) reads as maxMicros.
+// now is the time decisions are made at: the clock, at most maxMicros, but never earlier
+// than the latest sweep's time, so that a clock that steps back (WithClock) never sees
+// swept state missing while it still counted. internal/algo never grants more at an
+// earlier time than at a later one, so sweeping stays invisible.
 func (s *Store) now() int64 {
-	// The slots' word holds no time past maxMicros (lockfree.go).
 	return max(min(s.clock(), maxMicros), s.sweptAt.Load())
 }
 
 // sweepAt returns the time an insert's sweep of a full shard deletes state as of: the
-// latest sweep time, moved up to now (sweepTime) only once it lags by more than
-// sweepLag. Inserts then write the store-wide sweptAt at most every sweepLag, not at
-// every sweep, and a state outlives its emptying by at most sweepLag more.
+// latest sweep time, moved up to now only once it lags by more than sweepLag, so that
+// inserts rarely write the store-wide sweptAt.
 func (s *Store) sweepAt(now int64) int64 {
 	if sw := s.sweptAt.Load(); now-sw <= sweepLag {
 		return sw
@@ -290,12 +247,8 @@ func (s *Store) sweepTime(now int64) {
 	}
 }
 
-// class returns the shards for limit, creating them on first use. Only a limit that passes
-// Validate gets a class, so finding one proves the limit valid. The map holds the same
-// *classRef that last points at, so switching between limits allocates nothing. A class
-// the sweeper retired is replaced by a new one (see retireIdle).
-//
-// limit is a pointer only so that the Limit is not copied on a decision's path.
+// class returns the shards for *limit, creating them on first use or after retireIdle.
+// Only a valid limit gets a class, so finding one proves the limit valid.
 func (s *Store) class(limit *sluice.Limit) (*classRef, error) {
 	r := s.last.Load()
 	if r == nil || !sameLimit(&r.limit, limit) || r.gone.Load() {
@@ -315,9 +268,8 @@ func (s *Store) class(limit *sluice.Limit) (*classRef, error) {
 	return r, nil
 }
 
-// sameLimit is *a == *b written out field by field, which the compiler inlines: it
-// compares a struct of more than four fields by calling a function, and this comparison
-// is on every decision's path. TestSameLimitIsEquality keeps it complete.
+// sameLimit is *a == *b written out so that the compiler inlines it
+// (TestSameLimitIsEquality keeps it complete).
 func sameLimit(a, b *sluice.Limit) bool {
 	return a.Rate == b.Rate && a.Period == b.Period && a.Burst == b.Burst &&
 		a.Algorithm == b.Algorithm && a.Lease == b.Lease && a.Calendar == b.Calendar
@@ -345,11 +297,8 @@ func (s *Store) addClass(limit sluice.Limit) *classRef {
 	return r
 }
 
-// retireIdle retires r's class if it holds no state, dropping it from the store so that a
-// Limit no longer used costs nothing (a class is 256 shards, about 16 KiB, whatever it
-// holds). The sweeper calls it for a class that was empty at its visit and not looked up
-// since the one before. A decision racing the retirement loses nothing: the class stores
-// no new key once retired, and the decision is made again on the Limit's new class.
+// retireIdle retires r's class if it holds no state, dropping it from the store (see the
+// package doc).
 func (s *Store) retireIdle(r *classRef) {
 	r.c.retire(func() {
 		s.addMu.Lock()
@@ -365,11 +314,8 @@ func (s *Store) retireIdle(r *classRef) {
 }
 
 // check validates a request against its class: the same errors as store.CheckRequest,
-// without re-validating a limit that already has a class (store.ValidKey, and a cost
-// within [0, MaxCost], as [store.CheckRequest] documents).
+// without re-validating a limit that already has a class.
 func (s *Store) check(key string, limit *sluice.Limit, n int64) (*classRef, error) {
-	// The common case in one call: a valid key and n for the class last used (marked
-	// used already). Anything else, and every error, is checkClass's.
 	if r := s.last.Load(); r != nil && store.ValidKey(key) &&
 		sameLimit(&r.limit, limit) && !r.gone.Load() && r.used.Load() && n >= 0 && n <= r.cost {
 		return r, nil
@@ -392,8 +338,7 @@ func (s *Store) checkClass(key string, limit *sluice.Limit, n int64) (*classRef,
 	return r, nil
 }
 
-// AllowN is Decide of one request, without the slices. It fills its result d in place
-// (algo.Result.Fill).
+// AllowN is Decide of one request.
 func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n int64) (d sluice.Decision, err error) {
 	r, err := s.check(key, &limit, n)
 	if err != nil {
@@ -423,8 +368,8 @@ func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n in
 	return d, nil
 }
 
-// afterDecide is AllowN's rare work after a decision, kept out of its path: deciding again
-// if the sweeper retired the class meanwhile (nothing was kept), and eviction over MaxKeys.
+// afterDecide is AllowN's rare work: deciding again if the class was retired meanwhile,
+// and eviction over MaxKeys.
 func (s *Store) afterDecide(ctx context.Context, r *classRef, key string, limit sluice.Limit, n int64, o algo.Outcome) (sluice.Decision, error) {
 	if r.gone.Load() {
 		return s.AllowN(ctx, key, limit, n)
@@ -446,13 +391,11 @@ func (r *classRef) decideLocked(key string, h uint64, now, n int64, commit bool)
 
 // victim is the entry eviction has found closest to empty so far, and its class.
 type victim struct {
-	cur *classRef // the class whose shard is being sampled
-	r   *classRef
-	key string
-	exp int64
-	// skip are the states the decision that evicts has just written: a new key is
-	// usually the closest to empty, and evicting it would undo the decision.
-	skip []classKey
+	cur  *classRef // the class whose shard is being sampled
+	r    *classRef
+	key  string
+	exp  int64
+	skip []classKey // the states the evicting decision has just written
 }
 
 type classKey struct {
@@ -474,8 +417,7 @@ func (v *victim) offer(key string, exp int64) {
 }
 
 // evictOver evicts until the store holds at most MaxKeys states (see the package doc),
-// sparing the states in skip. It takes one shard lock at a time, never while holding
-// another.
+// sparing the states in skip, one shard lock at a time.
 func (s *Store) evictOver(skip ...classKey) {
 	list := *s.list.Load()
 	shards := len(list) * s.shards
@@ -505,8 +447,7 @@ func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error
 	return nil
 }
 
-// Release implements sluice.Limiter. An emptied lease set stays until the sweeper
-// deletes it, as expired state does.
+// Release implements sluice.Limiter.
 func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, lease sluice.LeaseID) (bool, error) {
 	if err := store.CheckRelease(key, limit, lease); err != nil {
 		return false, err
@@ -522,24 +463,15 @@ func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, lea
 }
 
 // Decide implements sluice.Limiter: the requests are decided under the locks of all their
-// shards, and spent only if every one fits. The memory store never fails, so the Report
-// says only that the store was asked.
+// shards, and spent only if every one fits. The memory store never fails.
 func (s *Store) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
-	if len(reqs) == 1 && reqs[0].SettleTTL == 0 {
-		// AllowN decides a lock-free class without the shard lock and needs none of the
-		// general path's ordering of locks (BenchmarkDecideOne; TestDecideOneAgainstGeneral
-		// holds it to decideMulti).
-		if len(ds) == 0 {
-			return sluice.Report{}, store.CheckRequests(reqs, ds)
-		}
+	if len(reqs) == 1 && reqs[0].SettleTTL == 0 && len(ds) > 0 { // TestDecideOneAgainstGeneral
 		d, err := s.AllowN(ctx, reqs[0].Key, reqs[0].Limit, reqs[0].N)
 		if err != nil {
 			return sluice.Report{}, err
 		}
 		ds[0] = d
-		return sluice.Report{StoreCalled: true}, nil
-	}
-	if err := s.decideMulti(ctx, reqs, ds); err != nil {
+	} else if err := s.decideMulti(ctx, reqs, ds); err != nil {
 		return sluice.Report{}, err
 	}
 	return sluice.Report{StoreCalled: true}, nil
@@ -553,16 +485,11 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 		return sluice.ErrClosed
 	}
 	type item struct {
-		r   *classRef
-		h   uint64
-		sh  int // global lock order
-		req int
+		r  *classRef
+		h  uint64
+		sh int // global lock order
 	}
 	items := make([]item, len(reqs))
-	seen := make(map[struct {
-		key   string
-		limit sluice.Limit
-	}]int, len(reqs))
 	for i := range reqs {
 		r := &reqs[i]
 		ref, err := s.check(r.Key, &r.Limit, r.N)
@@ -575,30 +502,21 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 			}
 			return fmt.Errorf("request %d: %w", i, err)
 		}
-		k := struct {
-			key   string
-			limit sluice.Limit
-		}{r.Key, r.Limit}
-		if j, dup := seen[k]; dup {
-			return fmt.Errorf("%w: request %d repeats the key and limit of request %d", sluice.ErrInvalidKey, i, j)
-		}
-		seen[k] = i
 		h := s.hash(r.Key)
-		items[i] = item{r: ref, h: h, sh: ref.c.id()*s.shards + ref.c.shardIndex(h), req: i}
+		items[i] = item{r: ref, h: h, sh: ref.c.id()*s.shards + ref.c.shardIndex(h)}
 	}
-	order := make([]item, len(items))
-	copy(order, items)
-	sort.Slice(order, func(a, b int) bool { return order[a].sh < order[b].sh })
-	for i, it := range order {
-		if i == 0 || it.sh != order[i-1].sh {
-			it.r.c.lock(it.h)
-		}
+	if err := store.CheckDistinct(reqs); err != nil {
+		return err
+	}
+	order := slices.Clone(items) // one per shard, in lock order
+	slices.SortFunc(order, func(a, b item) int { return a.sh - b.sh })
+	order = slices.CompactFunc(order, func(a, b item) bool { return a.sh == b.sh })
+	for _, it := range order {
+		it.r.c.lock(it.h)
 	}
 	unlock := func() {
-		for i, it := range order {
-			if i == 0 || it.sh != order[i-1].sh {
-				it.r.c.unlock(it.h)
-			}
+		for _, it := range order {
+			it.r.c.unlock(it.h)
 		}
 	}
 	for _, it := range items {
@@ -627,9 +545,7 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 	}
 	if !all {
 		for i, it := range items {
-			if out[i].Allowed {
-				// It would have passed alone, but nothing is spent: report the state as
-				// it is (Remaining and ResetAfter after this call), not as if spent.
+			if out[i].Allowed { // it would have passed alone: report the state as it is
 				r := it.r.decideLocked(reqs[i].Key, it.h, now, 0, false)
 				r.Fill(&out[i], &reqs[i].Limit)
 				out[i].RetryAfter = 0
@@ -664,8 +580,7 @@ func (s *Store) sweepLoop() {
 	}
 }
 
-// sweep deletes every state equivalent to empty as of now and retires each class that
-// held none and was not used since the previous sweep: one tick of the sweeper.
+// sweep is one tick of the sweeper (see the package doc).
 func (s *Store) sweep() {
 	s.res.sweep(s.now())
 	for _, r := range *s.list.Load() {

@@ -7,38 +7,26 @@ import (
 	"github.com/sluicehq/sluice/internal/algo"
 )
 
-// FixedWindow (window start, count), and the bucket machine (algo.GCRA, for GCRA,
-// TokenBucket and LeakyBucket limits) when Rate does not divide Period (its TAT and the
-// part of a µs below it), keep two words, A and B of algo.State. Like the one-word TAT
-// (gcra.go, lockfree.go)
-// they decide an existing key without the shard lock, so a decision writes only the key's
-// own slot; two words cannot be swapped together, so the slot carries its own tiny lock:
+// pslot is the slot of a two-word state, A and B of algo.State: FixedWindow's, and the
+// bucket machine's when Rate does not divide Period. It too is decided without the shard
+// lock (lockfree.go); two words cannot be swapped together, so the slot has its own lock:
 //
-//   - The control word holds B (a time or a count, never near the sentinels) with the
-//     slot's generation, or a sentinel: tombstone or frozen (lockfree.go), or busy.
-//   - A decision takes the slot by swapping B for busy (compare-and-swap), reads A, and
-//     releases the slot by storing the new A and then the new B. A is read or written only
-//     by whoever holds the slot: a decider that set busy, or the shard lock's holder, which
-//     replaces a control word with tombstone or frozen only after any busy has cleared.
-//   - A decider that meets busy waits: a holder runs a few tens of nanoseconds of
-//     arithmetic and stores, and calls nothing that can block. Waiting spins briefly and
-//     then yields the processor (runtime.Gosched), so a holder that was preempted gets to
-//     run even with GOMAXPROCS=1; the wait is then that of a preempted sync.Mutex holder,
-//     which is what the shard lock costs in the same case.
-//   - A decider that meets tombstone or frozen takes the shard lock, as does one that
-//     took a slot of another generation than the meta it matched (it releases it
-//     unchanged).
+//   - The control word holds B with the slot's generation, or a sentinel: tombstone or
+//     frozen (lockfree.go), or busy.
+//   - A decision takes the slot by swapping B for busy, reads A, and releases it by
+//     storing the new A and then the new B. Only the slot's holder touches A: a decider
+//     that set busy, or the shard lock's holder, which sets tombstone or frozen only after
+//     any busy has cleared.
+//   - A decider that meets busy spins briefly, then yields (runtime.Gosched), so a
+//     preempted holder runs even with GOMAXPROCS=1; a holder calls nothing that blocks.
+//   - A decider that meets tombstone or frozen, or another generation than the meta it
+//     matched (it releases the slot unchanged), takes the shard lock.
 //
-// Slots are 32 bytes. Arrays are rebuilt above 80% full and grow when live keys would fill
-// more than 75%, so they stay 56–80% full (40–57 bytes per key): a 48-byte-per-key budget
-// does not allow GCRA's 70% ceiling with slots a third larger.
+// Arrays are rebuilt above 80% full and grow above 75% live.
 type pslot struct {
 	lhdr // ctl holds State.B
-	// a is State.A. Only the slot's holder reads or writes it, so it is a plain word: the
-	// compare-and-swap that takes the slot observes the control-word store that released
-	// it, which orders every access to a (Go's memory model: an atomic operation that
-	// observes another is synchronized after it). A plain store saves an atomic exchange
-	// (XCHG on amd64) per decision.
+	// a is State.A, a plain word: the compare-and-swap that takes the slot observes the
+	// store that released it, which orders every access to a.
 	a int64
 }
 
@@ -54,9 +42,8 @@ func (e *pslot) seize(v int64) (algo.State, int64) {
 	return algo.State{A: e.a, B: b & valMask}, b
 }
 
-// claim waits out a holder (spinning briefly, then yielding), then swaps the control word
-// for v and returns the word it replaced; over tombstone or frozen it swaps only if
-// sentinels is set, and otherwise reports false.
+// claim waits out a holder, then swaps the control word for v and returns the word it
+// replaced; over tombstone or frozen it swaps only if sentinels is set, else reports false.
 func (e *pslot) claim(v int64, sentinels bool) (int64, bool) {
 	for spins := 0; ; spins++ {
 		b := e.ctl.Load()
@@ -142,15 +129,11 @@ func (g *pairClass) decide(key string, h uint64, now, n int64) algo.Result {
 			}
 		}
 	}
-	sh.mu.Lock()
-	r := g.decideIn(sh, key, h, now, n, true)
-	sh.mu.Unlock()
-	return r
+	return g.decideUnder(sh, key, h, now, n)
 }
 
-// fast decides on slot e, which find matched with meta m, holding only the slot. It
-// reports false, having written nothing, if the slot is deleted, moved, frozen by a
-// batch, or given to another key since (a generation other than m's).
+// fast decides on slot e, which find matched with meta m, holding only the slot, as
+// gcraClass.fast does.
 func (g *pairClass) fast(e *pslot, m uint64, now, n int64) (algo.Result, bool) {
 	b, ok := e.acquire()
 	if !ok {

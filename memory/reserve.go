@@ -10,11 +10,9 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// Reserve implements sluice.Limiter for GCRA, TokenBucket and LeakyBucket limits, running
-// algo.ReserveGCRA, the bucket machine's reservation, on the key's state under its shard
-// lock. The reservation shares the key's state with AllowN, and its Cancel runs
-// algo.CancelReservation (see sluice.Reservation.Cancel for the rule). Delay is on the
-// store's clock; At is time.Now() plus Delay.
+// Reserve implements sluice.Limiter for GCRA, TokenBucket and LeakyBucket limits:
+// algo.ReserveGCRA on the key's state, and algo.CancelReservation for Cancel. Delay is on
+// the store's clock; At is time.Now() plus Delay.
 func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
 	ref, err := s.check(key, &limit, n)
 	if err != nil {
@@ -70,10 +68,8 @@ func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n i
 }
 
 // updater is implemented by the classes of the algorithms that can reserve or settle:
-// gcraClass and pairClass (the bucket machine with S = 1 and S > 1; pairClass also holds
-// FixedWindow) and windowClass (SlidingWindow).
+// gcraClass, pairClass and windowClass. update writes f's state when f says so.
 type updater interface {
 	update(key string, h uint64, now int64, f func(algo.State, int64) (algo.State, bool))
-	// params returns the Params the class's states are kept under.
 	params() algo.Params
 }

@@ -11,13 +11,9 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// reservations holds the records of decisions whose cost is to be settled
-// (sluice.Request.SettleTTL), until their TTL passes; a settled one stays as a tombstone
-// until then, so that a second settlement is told apart from an unknown one.
-//
-// At most max records are kept (0: no bound); a decision allowed while max are held keeps
-// no record, and its settlement finds none (sluice.ErrUnknownReservation: its estimate
-// stands), counted in dropped.
+// reservations holds the records of decisions whose cost is to be settled, until their
+// TTL passes; a settled one stays, so that a second settlement is told apart from an
+// unknown one. At most max are kept (0: no bound; WithMaxReservations).
 type reservations struct {
 	mu      sync.Mutex
 	m       map[reservationKey]reservation

@@ -103,12 +103,9 @@ func (c *call) keyBytes() int {
 	return n
 }
 
-// submit queues c on its server's batcher and waits for the answer or for ctx to end.
-//
-// The caller never makes the script call itself, even when it is alone: rueidis dials a
-// missing or broken connection, and runs its handshake, inside Do without regard to the
-// context, so a caller could wait out a 5 s dial on a paused or restarting Redis past its
-// deadline (TestContextCancelled catches it).
+// submit queues c on its server's batcher and waits for the answer or for ctx to end. The
+// caller never makes the script call itself: rueidis dials a broken connection inside Do
+// without regard to the context, which could hold the caller past its deadline.
 func (s *Store) submit(ctx context.Context, cn *conn, c *call) error {
 	cn.batcherFor(s, c.items[0].id).enqueue(c)
 	select {
@@ -150,10 +147,9 @@ type batcher struct {
 	running int
 }
 
-// keySets holds the tables [repeats] finds a key repeated within one script call in,
-// cleared and reused from call to call. The script keeps what it wrote to each key for a later request on
-// the same key only when told to (ARGV[5]): the bookkeeping costs Redis a table insert
-// and lookup per decision, and repeated keys are rare outside hot keys.
+// keySets holds the tables [repeats] finds a key repeated within one script call in. The
+// script keeps what it wrote to each key for a later request on the same key only when
+// told to (ARGV[5]): repeated keys are rare outside hot keys.
 var (
 	keySets = sync.Pool{New: func() any { return new(table.Table[struct{}]) }}
 	keySeed = maphash.MakeSeed()
@@ -182,10 +178,7 @@ func repeats(keys []string) bool {
 }
 
 // minExtraCall is how many decisions must be waiting before a third (or later) call goes
-// out while two are in flight (WithConcurrency above 2). Two calls keep Redis busy at low
-// load, and a decision that waits for one of them to come back often shares the next call
-// with another; a further call pays off only when it carries enough decisions that
-// Redis's cost per call is spread thin.
+// out while two are in flight: only then is Redis's cost per call spread thin enough.
 const minExtraCall = 8
 
 func newBatcher(s *Store, cn *conn, max int) *batcher { return &batcher{s: s, cn: cn, max: max} }
@@ -243,28 +236,23 @@ func (b *batcher) run(l *batchLoop) {
 		b.s.exec(b.cn.client, batch, l.bufs)
 		clear(batch) // the calls are their callers' again
 		l.batch = batch
-		// The callers just answered are runnable; most will decide again at once. Let
-		// them queue before taking the next batch, or it would carry one or two
-		// decisions while the rest wait for the call after it.
-		runtime.Gosched()
+		runtime.Gosched() // let the callers just answered queue their next decisions
 	}
 }
 
 // maxIdleLoops is how many batch goroutines a store keeps waiting for the next batch.
 const maxIdleLoops = 8
 
-// batchLoop is a batch goroutine (Store.loop): it runs a batcher's script calls until
-// the batcher's queue is empty, then waits, idle, for the next batcher to run, so that a
-// batch does not start a goroutine. At most maxIdleLoops wait per store; a goroutine
-// that would be one more ends, and Close ends those waiting.
+// batchLoop is a batch goroutine (Store.loop): it runs a batcher's queue until it is
+// empty, then waits, idle, for the next batcher to run. At most maxIdleLoops wait per
+// store; Close ends them.
 type batchLoop struct {
 	next  chan *batcher // the next batcher to run, nil to end; buffered, one at most
 	bufs  *callBufs
 	batch []*call // the calls of the script call being made, reused
 }
 
-// startRun has b's queue run by an idle batch goroutine, or by a new one, unless the
-// store is closed.
+// startRun has b's queue run by an idle batch goroutine or a new one, unless closed.
 func (s *Store) startRun(b *batcher) bool {
 	s.closeMu.RLock()
 	defer s.closeMu.RUnlock()
@@ -323,8 +311,7 @@ func (s *Store) endLoops() {
 	}
 }
 
-// startCall registers a goroutine of calls to Redis with Close, unless the store is
-// closed.
+// startCall registers a goroutine of calls to Redis with Close, unless closed.
 func (s *Store) startCall() bool {
 	s.closeMu.RLock()
 	defer s.closeMu.RUnlock()
@@ -335,33 +322,29 @@ func (s *Store) startCall() bool {
 	return true
 }
 
-// appendFloat appends x as the little-endian IEEE-754 double the decision script reads
-// (decide.lua). Every value it carries is an integer below 2^53, exact as a double.
+// appendFloat appends x, an integer below 2^53, as the little-endian double the scripts
+// read.
 func appendFloat(b []byte, x int64) []byte {
 	return binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(x)))
 }
 
 // bytesString is b as a string without a copy; b must not change while it is in use.
-func bytesString(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	return unsafe.String(&b[0], len(b))
-}
+func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
-// readFloat reads the little-endian double at the start of b, an integer the decision
-// script wrote.
+// readFloat reads the little-endian double at the start of b, an integer a script wrote.
 func readFloat(b []byte) int64 {
 	return int64(math.Float64frombits(binary.LittleEndian.Uint64(b)))
 }
 
+// readResult reads a result as the scripts return it: four doubles.
+func readResult(b []byte) algo.Result {
+	return algo.Result{Allowed: readFloat(b) == 1, Remaining: readFloat(b[8:]),
+		ResetAfter: readFloat(b[16:]), RetryAfter: readFloat(b[24:])}
+}
+
 // callBufs are the buffers one batch goroutine builds its script calls in, reused from
-// call to call so that a decision allocates next to nothing (per-call garbage puts the
-// collector's pauses into the tail latency). The strings of a call point into
-// them (unsafe.String), so they are reused only after a call that got its reply: the
-// command has then been written and rueidis no longer reads it. After an error, such as
-// a context that ended while the command was still queued to be written, they are
-// dropped instead and the next call starts new ones.
+// call to call. The strings of a call point into them (unsafe.String), so they are reused
+// only after a call that got its reply; after an error they are dropped (drop).
 type callBufs struct {
 	keys       []byte // every key of the call, back to back
 	ends       []int  // where each key ends in keys
@@ -371,17 +354,12 @@ type callBufs struct {
 	args       []string // decideArgs
 }
 
-// callCtx is the context of a script call whose callers all have a deadline: it is
-// cancelled (Err is context.Canceled) at the latest of their deadlines, by a timer, and
-// has no Deadline itself. rueidis sends a command whose context has a deadline on an
-// idle connection synchronously, setting the connection's deadlines around it, and a
-// missed deadline then breaks the connection; a cancellable context without a deadline
-// goes through its pipeline, which gives up on the reply without dropping the
-// connection.
-//
-// A batch goroutine reuses one (callBufs.ctx) from call to call, arming its timer for
-// each, for as long as it has not ended and its calls get their replies (rueidis then
-// holds it no longer); an ended one is never live again.
+// callCtx is the context of a script call whose callers all have a deadline: a timer
+// cancels it (Err is context.Canceled) at the latest of them, and it has no Deadline.
+// rueidis writes a command whose context has a deadline synchronously, and a missed
+// deadline breaks the connection; without one the command goes through the pipeline,
+// which gives up on the reply and keeps the connection. A batch goroutine reuses one
+// (callBufs.ctx) until it ends.
 type callCtx struct {
 	done  chan struct{}
 	timer *time.Timer
@@ -398,8 +376,7 @@ func newCallCtx() *callCtx {
 // arm makes c end at deadline.
 func (c *callCtx) arm(deadline time.Time) { c.timer.Reset(time.Until(deadline)) }
 
-// disarm stops c's timer and reports whether c is still live; if not, it has ended or is
-// about to.
+// disarm stops c's timer and reports whether c is still live.
 func (c *callCtx) disarm() bool { return c.timer.Stop() }
 
 func (c *callCtx) end() {
@@ -470,17 +447,14 @@ func (s *Store) exec(client rueidis.Client, batch []*call, bufs *callBufs) {
 			ends = append(ends, len(kb))
 		}
 	}
-	// The keys are cut from kb only now that it has stopped growing. A key is never
-	// empty.
-	keys := bufs.strs[:0]
+	keys := bufs.strs[:0] // cut from kb now that it has stopped growing; never empty
 	start := 0
 	for _, end := range ends {
 		keys = append(keys, unsafe.String(&kb[start], end-start))
 		start = end
 	}
 	bufs.keys, bufs.ends, bufs.reqs, bufs.grps, bufs.strs = kb, ends, reqs, groups, keys
-	// With calendar limits the reply ends with the script's now, for the periods decided
-	// in.
+	// With calendar limits the reply ends with the script's now, for their periods.
 	args := decideArgs(bufs.args[:0], nowArg, s.minTTL, reqs, groups, repeats(keys), cal != nil, cal)
 	bufs.args = args
 	tail := 0
@@ -523,12 +497,7 @@ func (s *Store) exec(client rueidis.Client, batch []*call, bufs *callBufs) {
 			c.err = err
 		} else {
 			for i := range c.res {
-				c.res[i] = c.items[i].result(algo.Result{
-					Allowed:    readFloat(vals) == 1,
-					Remaining:  readFloat(vals[8:]),
-					ResetAfter: readFloat(vals[16:]),
-					RetryAfter: readFloat(vals[24:]),
-				})
+				c.res[i] = c.items[i].result(readResult(vals))
 				if b, ok := bounds[j]; ok {
 					c.res[i].Window = b.Window(now)
 				}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -16,13 +17,8 @@ import (
 )
 
 // failed returns err, a failure of a call to Redis made under ctx, as a sluice.StoreError
-// of the kind classify gives it: what the layers above read (sluice.KindOf) to choose a
-// failure mode.
-//
-// A cancellation while ctx is live is not ctx's, and is a store failure
-// (store.ForeignCancel): rueidis dials a missing connection once for every command
-// waiting on it, under the context of the first, and when that context ends, every
-// command waiting gets its cancellation.
+// of the kind classify gives it. A cancellation while ctx is live is another call's (a
+// shared dial), and a store failure (store.ForeignCancel).
 func failed(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
@@ -43,24 +39,15 @@ func storeError(err error) error {
 	return &sluice.StoreError{Kind: classify(err), Err: err}
 }
 
-// Causes of a misconfiguration (ConfigError.Cause), each a metric label.
+// Causes of a misconfiguration (ConfigError.Cause), each a metric label; causeHints says
+// what each means.
 const (
-	// CauseAuth: Redis refuses the URL's credentials (WRONGPASS, NOAUTH, a password for a
-	// server that has none) or the user's ACL permissions (NOPERM).
-	CauseAuth = "auth"
-	// CauseDatabase: the URL's database index is not one the server has.
-	CauseDatabase = "database"
-	// CauseTLS: the server's certificate does not verify (rediss://).
-	CauseTLS = "tls"
-	// CauseCluster: a cluster URL (several addresses) names a server with cluster support
-	// disabled.
-	CauseCluster = "cluster"
-	// CauseSentinel: a Sentinel URL (master_set) names a server that is not a Sentinel, or
-	// a master the Sentinel does not monitor.
-	CauseSentinel = "sentinel"
-	// CauseCommand: the server does not know a command the store needs (it is not a Redis
-	// that runs scripts, or a Sentinel named as a server).
-	CauseCommand = "command"
+	CauseAuth     = "auth"     // credentials or ACL permissions refused
+	CauseDatabase = "database" // no such database index
+	CauseTLS      = "tls"      // the server's certificate does not verify
+	CauseCluster  = "cluster"  // a cluster URL names a server without cluster support
+	CauseSentinel = "sentinel" // not a Sentinel, or a master it does not monitor
+	CauseCommand  = "command"  // the server lacks a command the store needs
 )
 
 // ConfigCauses lists every ConfigError.Cause.
@@ -77,8 +64,7 @@ var causeHints = map[string]string{
 }
 
 // ConfigError is an error retrying cannot fix: Redis refuses the store's connection
-// settings (the URL, the server's own configuration), and only an operator can change
-// either. The store returns it inside a sluice.StoreError of store.KindMisconfigured.
+// settings. The store returns it inside a sluice.StoreError of store.KindMisconfigured.
 type ConfigError struct {
 	// Cause is one of ConfigCauses.
 	Cause string
@@ -118,12 +104,7 @@ func misconfiguration(err error) string {
 // replyCause returns the cause of a Redis error reply that retrying cannot fix, else "".
 func replyCause(msg string) string {
 	has := func(subs ...string) bool {
-		for _, sub := range subs {
-			if strings.Contains(msg, sub) {
-				return true
-			}
-		}
-		return false
+		return slices.ContainsFunc(subs, func(sub string) bool { return strings.Contains(msg, sub) })
 	}
 	switch {
 	case has("WRONGPASS", "NOAUTH", "NOPERM", "without any password configured"):
@@ -154,18 +135,9 @@ var redisCodes = map[string]sluice.ErrorKind{
 	"NOSCRIPT":    store.KindNoScript,
 }
 
-// classify returns the kind of an error of a call to Redis: a misconfiguration
-// (misconfiguration: credentials, database, TLS verification, a cluster or Sentinel URL
-// of a server that is not one); a Redis error reply by its
-// leading code (BUSY, OOM, LOADING, READONLY, MASTERDOWN, CLUSTERDOWN, MOVED, ASK,
-// TRYAGAIN, NOSCRIPT), whether the reply is an error of its own in the chain or quoted
-// in a message after ": "; network errors (timeouts, refused, reset, EOF); rueidis's own
-// connection errors; context errors (a cancellation reads as the caller's: failed tells
-// it from another call's, with the call's context). Anything else is store.KindOther.
-//
-// MOVED, ASK and TRYAGAIN are followed by the cluster client itself, so one that
-// surfaces is a storm that did not settle; NOSCRIPT is healed by the store itself, so one
-// that surfaces could not be.
+// classify returns the kind of an error of a call to Redis: a misconfiguration; a Redis
+// error reply by its leading code (redisCodes), in the chain or quoted after ": "; network
+// errors; rueidis's connection errors; context errors. Anything else is store.KindOther.
 func classify(err error) sluice.ErrorKind {
 	if err == nil {
 		return ""
@@ -176,8 +148,6 @@ func classify(err error) sluice.ErrorKind {
 	if misconfiguration(err) != "" {
 		return store.KindMisconfigured
 	}
-	// A Redis reply is the most specific information: look for it first, as a store may
-	// wrap it in a context or network error and vice versa.
 	if k := redisKind(err); k != "" {
 		return k
 	}
@@ -201,9 +171,7 @@ func classify(err error) sluice.ErrorKind {
 	if errors.As(err, &oe) && oe.Op == "dial" {
 		return store.KindRefused
 	}
-	// Clients that report connection loss with their own error values (rueidis:
-	// "rueidis client is closing or unable to connect redis").
-	msg := err.Error()
+	msg := err.Error() // rueidis: "rueidis client is closing or unable to connect redis"
 	if strings.Contains(msg, "unable to connect") || strings.Contains(msg, "connection refused") {
 		return store.KindRefused
 	}
@@ -217,35 +185,21 @@ func classify(err error) sluice.ErrorKind {
 func redisKind(err error) sluice.ErrorKind {
 	var found sluice.ErrorKind
 	walk(err, func(e error) bool {
-		msg := e.Error()
-		if k := codeKind(msg); k != "" {
-			found = k
-			return false
-		}
-		return true
+		found = codeKind(e.Error())
+		return found == ""
 	})
-	if found != "" {
-		return found
-	}
-	// A store that formatted the reply into its message with %v rather than %w.
-	msg := err.Error()
-	for i := strings.Index(msg, ": "); i >= 0; {
+	msg := err.Error() // a reply formatted into the message with %v
+	for i := strings.Index(msg, ": "); found == "" && i >= 0; i = strings.Index(msg, ": ") {
 		msg = msg[i+2:]
-		if k := codeKind(msg); k != "" {
-			return k
-		}
-		i = strings.Index(msg, ": ")
+		found = codeKind(msg)
 	}
-	return ""
+	return found
 }
 
 // codeKind returns the Kind of a message that starts with a Redis error code.
 func codeKind(msg string) sluice.ErrorKind {
-	end := strings.IndexByte(msg, ' ')
-	if end < 0 {
-		end = len(msg)
-	}
-	return redisCodes[msg[:end]]
+	code, _, _ := strings.Cut(msg, " ")
+	return redisCodes[code]
 }
 
 // walk calls f on err and every error in its chain, depth first, until f returns false.

@@ -8,12 +8,10 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// CheckEviction reads maxmemory-policy on every primary and logs a warning for each one
-// where the store's keys can be evicted (any policy but noeviction: the volatile-*
-// policies evict keys with a TTL, and every key of the store has one). It returns the
-// policy of the first primary that answered. A server that refuses CONFIG (managed Redis
-// often does) is logged at debug level and skipped; the error is returned only when no
-// primary answered. New runs it in the background.
+// CheckEviction reads maxmemory-policy on every primary, warns for each one whose policy
+// is not noeviction (every key of the store has a TTL), and returns the policy of the
+// first that answered. A server that refuses CONFIG is skipped; the error is returned
+// only when no primary answered. New runs it in the background.
 func (s *Store) CheckEviction(ctx context.Context) (string, error) {
 	var policy string
 	var firstErr error
@@ -48,11 +46,8 @@ func (s *Store) CheckEviction(ctx context.Context) (string, error) {
 	return policy, nil
 }
 
-// checkHz logs, at info level, the primaries whose hz is below 50. Every key of the store
-// expires when its state is empty, often milliseconds after it was written, and Redis
-// expires keys in a periodic task run hz times a second; at the default hz 10 that task
-// holds the server for milliseconds every 100 ms under load, which is most of the store's
-// p99 latency (bench/README.md). A server that refuses CONFIG is skipped.
+// checkHz logs, at info level, the primaries whose hz is below 50: Redis expires keys in
+// a task run hz times a second, which at hz 10 is most of the store's tail latency.
 func (s *Store) checkHz(ctx context.Context) {
 	nodes, err := s.primaries(ctx)
 	if err != nil {
@@ -70,9 +65,8 @@ func (s *Store) checkHz(ctx context.Context) {
 	}
 }
 
-// EvictedKeys returns evicted_keys from INFO stats, summed over the primaries: the number
-// of keys Redis has evicted for memory since it started (or since CONFIG RESETSTAT).
-// Its growth is the signal to watch: any growth may have reset some quotas.
+// EvictedKeys returns evicted_keys from INFO stats, summed over the primaries. Any growth
+// may have reset some quotas.
 func (s *Store) EvictedKeys(ctx context.Context) (int64, error) {
 	var total int64
 	nodes, err := s.primaries(ctx)
@@ -100,8 +94,7 @@ func (s *Store) EvictedKeys(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
-// primaries returns the nodes that are primaries. Nodes whose role cannot be read are
-// treated as primaries so that their errors surface to the caller.
+// primaries returns the nodes that are primaries, and those whose role cannot be read.
 func (s *Store) primaries(ctx context.Context) (map[string]rueidis.Client, error) {
 	cn, err := s.connected()
 	if err != nil {

@@ -15,30 +15,16 @@ const DefaultPrefix = "sluice:"
 //	<prefix>{<escaped identity>}:<algorithm>:<rate>:<period µs>:<burst>
 //	<prefix>{<escaped identity>}:bucket:<algorithm>:<rate>:<period µs>:<burst>
 //
-// the second for GCRA, TokenBucket and LeakyBucket limits, for example
-// "sluice:{user:42}:bucket:gcra:10:1000000:0". The identity sits inside a Redis Cluster
-// hash tag, so every key of one identity (one per Limit) is in the same slot and a
-// multi-limit decision on it is one script call. The suffix is the whole Limit, because a
-// store keeps separate state per (key, Limit): a key moved to another Limit starts afresh
-// while its old state expires.
+// the second for GCRA, TokenBucket and LeakyBucket limits (one machine, algo.GCRA), for
+// example "sluice:{user:42}:bucket:gcra:10:1000000:0". The identity is a Redis Cluster
+// hash tag, so all its keys share a slot; the suffix is the whole Limit, as state is kept
+// per (key, Limit). Keys of the bucket names without ":bucket" are never read: they
+// expire by their TTL (docs/redis.md).
 //
-// The word "bucket" marks the state of the one bucket machine (algo.GCRA, a TAT). Keys
-// ending ":gcra:...", ":token_bucket:..." or ":leaky_bucket:..." hold the states of the
-// three machines those names were before (a TAT, a credit and its time, a level and its
-// time), which read as a TAT would be other buckets: the store never reads them. They
-// expire by their TTL, and their identities start afresh with a full bucket, as after a
-// change of tier (docs/redis.md).
-//
-// Escaping keeps the hash tag and the layout unambiguous whatever bytes the identity holds:
-// '%' becomes "%25", '{' "%7B" and '}' "%7D". The escaped identity then contains no '}', so
-// the hash tag always spans exactly the whole identity (an identity with '}' cannot end it
-// early and move the key to another slot), and since '%' only ever starts an escape the
-// mapping is injective: two identities never share a key. ':' and arbitrary bytes (invalid
-// UTF-8, NUL) need no escaping: Redis keys are binary-safe and the suffix follows the
-// closing '}'.
+// Escaping turns '%' into "%25", '{' into "%7B" and '}' into "%7D", so the hash tag spans
+// exactly the identity and two identities never share a key; other bytes need none.
 
-// escapeIdentity applies the escaping above. Identities without '%', '{' or '}' are
-// returned as they are.
+// escapeIdentity applies the escaping above.
 func escapeIdentity(id string) string {
 	if plain(id) == len(id) {
 		return id
@@ -47,8 +33,6 @@ func escapeIdentity(id string) string {
 }
 
 // plain returns the index of the first byte of id that escaping changes, or len(id).
-// Short identities are scanned byte by byte; longer ones with three strings.IndexByte
-// (vector instructions), which unlike strings.ContainsAny builds no byte set per call.
 func plain(id string) int {
 	if len(id) < 16 {
 		for i := 0; i < len(id); i++ {
@@ -86,22 +70,16 @@ func appendEscaped(b []byte, id string) []byte {
 	return b
 }
 
-// idSlot is the cluster slot of every key of identity id: the CRC16 of its hash tag, the
-// escaped identity (never empty, as an identity is not).
+// idSlot is the cluster slot of every key of identity id: the CRC16 of its hash tag.
 func idSlot(id string) uint16 {
 	return crc16(escapeIdentity(id)) % 16384
 }
 
-// limitTail ends l's keys: the '}' that closes the identity's hash tag, then
-// limitSuffix.
+// limitTail ends l's keys: the '}' that closes the hash tag, then limitSuffix.
 func limitTail(l sluice.Limit) string { return "}" + limitSuffix(l) }
 
-// limitSuffix is the part of the key after the identity: ":<algorithm>:<rate>:<period
-// µs>:<burst>", with ":bucket" before it for the bucket machine (see Key layout), the Limit
-// exactly as given (Burst 0 stays 0), so that two Limits share state only when they are
-// equal, as in every store.
-//
-// A calendar limit's suffix is ":calendar_month:<rate>:<zone>:<anchor>" instead.
+// limitSuffix is the part of the key after the identity (Key layout), the Limit exactly
+// as given; a calendar limit's is ":calendar_month:<rate>:<zone>:<anchor>".
 func limitSuffix(l sluice.Limit) string {
 	if l.Algorithm == sluice.Concurrency { // ":concurrency:<rate>:<lease µs>:0"
 		return ":" + l.Algorithm.String() + ":" + strconv.FormatInt(l.Rate, 10) + ":" +

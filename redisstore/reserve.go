@@ -11,31 +11,13 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// Reservations ([sluice.Limiter.Reserve])
-//
-// Reserve is one call of a second script, built from lua/prelude.lua and lua/reserve_*.lua
-// (transcriptions of algo.ReserveGCRA, the bucket machine's reservation, and
-// algo.CancelReservation), on the same key AllowN uses for the same
-// identity and Limit, so reservations and decisions share one state. "Now" is Redis's TIME
-// unless WithClock says otherwise, so every client of one Redis books slots on one clock:
-// workers on many machines pace to one quota whatever their own clocks say. A reservation's
-// instant is returned as a delay from the script's now; the local At is the time the reply
-// arrived plus that delay, which is never early by Redis's clock.
-//
-// Reservations are not coalesced with decisions: each is its own script call, pipelined by
-// the client with whatever else is in flight. Pacing is for modest rates (outbound quotas),
-// where a round trip per request is cheap beside the wait.
-//
-// Cancel sends the reservation's before and after states back to the script, which restores
-// the before state only if the key still holds the after state and the reserved instant
-// has not come on Redis's clock (algo.CancelReservation). A cancel whose fate is unknown (a
-// timeout) may be retried: the check makes it idempotent.
-
+// reserveScript reserves (algo.ReserveGCRA) and cancels (algo.CancelReservation) on the
+// key AllowN uses, one call each, not coalesced.
 var reserveScript = newScript("prelude.lua", "reserve_gcra.lua", "reserve_cancel.lua", "reserve_entry.lua")
 
 // Reserve implements [sluice.Limiter.Reserve] for GCRA, TokenBucket and LeakyBucket
-// limits (see package sluice for the semantics, and the comment above for how it runs on
-// Redis). The deadline of ctx bounds the wait, measured from the moment Reserve is called.
+// limits, on Redis's clock unless WithClock: At is the reply's arrival plus the script's
+// delay, never early by Redis's clock. The deadline of ctx bounds the wait.
 func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
 	maxWait := int64(-1)
 	if deadline, ok := ctx.Deadline(); ok {
@@ -65,9 +47,7 @@ func (s *Store) reserve(ctx context.Context, key string, limit sluice.Limit, n, 
 	}
 	li := s.info(limit)
 	k := s.redisKey(key, li)
-	args := make([]string, 0, 9)
-	args = append(args, s.scriptNow(), s.minTTL, "r")
-	args = append(args, li.args[:]...)
+	args := append([]string{s.scriptNow(), s.minTTL, "r"}, li.args[:]...)
 	args = append(args, strconv.FormatInt(n, 10), strconv.FormatInt(maxWait, 10))
 	cn, err := s.connected()
 	if err != nil {
@@ -98,14 +78,13 @@ func (s *Store) reserve(ctx context.Context, key string, limit sluice.Limit, n, 
 	}), r, nil
 }
 
-// cancel runs the cancel half of the reservation script.
+// cancel runs the cancel half of the reservation script: it restores r.Before only if the
+// key holds r.After and r.At has not come, so a retry is idempotent.
 func (s *Store) cancel(ctx context.Context, k string, li *limitInfo, r algo.Reservation) (bool, error) {
 	if s.closed.Load() {
 		return false, fmt.Errorf("redisstore: %w", sluice.ErrClosed)
 	}
-	args := make([]string, 0, 12)
-	args = append(args, s.scriptNow(), s.minTTL, "c")
-	args = append(args, li.args[:]...)
+	args := append([]string{s.scriptNow(), s.minTTL, "c"}, li.args[:]...)
 	for _, v := range []int64{r.At, r.Before.A, r.Before.B, r.After.A, r.After.B} {
 		args = append(args, strconv.FormatInt(v, 10))
 	}

@@ -6,6 +6,7 @@ import (
 	"embed"
 	"encoding/hex"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -19,13 +20,11 @@ import (
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
-// calendarCode is the scripts' number for a calendar limit (a FixedWindow with a
-// sluice.Calendar), decided by calendar_window.lua; the others are their Algorithm, except
-// that TokenBucket and LeakyBucket limits are GCRA's number: one machine, algo.GCRA
-// (limitCode).
+// calendarCode is the scripts' number for a calendar limit (calendar_window.lua).
 const calendarCode = 7
 
-// limitCode is the scripts' number for l.
+// limitCode is the scripts' number for l: calendarCode, GCRA's for the three bucket
+// algorithms (one machine, algo.GCRA), else its Algorithm.
 func limitCode(l sluice.Limit) int {
 	switch {
 	case !l.Calendar.IsZero():
@@ -36,8 +35,8 @@ func limitCode(l sluice.Limit) int {
 	return int(l.Algorithm)
 }
 
-// algoFiles[a] is the file that transcribes algorithm number a ("" for the numbers of
-// TokenBucket and LeakyBucket, which the scripts decide as GCRA).
+// algoFiles[a] is the file that transcribes algorithm number a ("" for TokenBucket's and
+// LeakyBucket's).
 var algoFiles = [...]string{
 	sluice.GCRA:          "gcra.lua",
 	sluice.FixedWindow:   "fixed_window.lua",
@@ -55,8 +54,7 @@ type script struct {
 
 // decideScript decides any mix of algorithms. A call whose requests all use one algorithm
 // goes through that algorithm's own script (decideScripts), which defines only it: Redis
-// runs a script's whole body on every call, so the five unused algorithms' definitions
-// (closures, and the garbage they leave for Lua's collector) would cost every call.
+// runs a script's whole body, definitions included, on every call.
 var decideScript = algoScript(allAlgos, "decide.lua")
 
 // decideScripts[a] decides only algorithm a (the zero script for the unused numbers).
@@ -77,12 +75,10 @@ var allAlgos = func() (all []int) {
 	return all
 }()
 
-// algoScript is the script made of the helpers (prelude.lua), the files of algorithms
-// codes, a line that names their functions for the files after them, and those files.
-// The line sets two locals: one, the function of the only algorithm, called directly (a
-// table of one function would cost every call its allocation), or nil when there are
-// several; and run, indexed by algorithm number, when there are several. Each algorithm
-// file defines a function named as the file.
+// algoScript is the script made of prelude.lua, the files of algorithms codes (each
+// defines a function named as the file), a line that sets the locals one (the only
+// algorithm's function, or nil) and run (by algorithm number, when there are several),
+// and files.
 func algoScript(codes []int, files ...string) script {
 	srcs := []string{"prelude.lua"}
 	var entries []string
@@ -100,22 +96,18 @@ func algoScript(codes []int, files ...string) script {
 // releaseScript releases a lease (lua/release.lua).
 var releaseScript = newScript("prelude.lua", "release.lua")
 
-// scriptFor returns the script for a call carrying the items of calls: the one algorithm's
-// own when they all use it, else the general one.
+// scriptFor returns the script for a call carrying the items of calls (at least one): the
+// one algorithm's own when they all use it, else the general one.
 func scriptFor(calls []*call) script {
-	var first int
-	seen := false
+	first := calls[0].items[0].info.code
 	for _, c := range calls {
 		for _, it := range c.items {
-			switch a := it.info.code; {
-			case !seen:
-				first, seen = a, true
-			case a != first:
+			if it.info.code != first {
 				return decideScript
 			}
 		}
 	}
-	if !seen || first >= len(decideScripts) || algoFiles[first] == "" {
+	if first >= len(decideScripts) || algoFiles[first] == "" {
 		return decideScript
 	}
 	return decideScripts[first]
@@ -138,26 +130,17 @@ func luaText(files ...string) string {
 	return b.String()
 }
 
-// makeScript is the script of Lua source src, less the helper functions it does not use
-// (withoutUnused).
+// makeScript is the script of Lua source src, less the functions it does not use.
 func makeScript(src string) script {
 	body := withoutUnused(src)
 	sum := sha1.Sum([]byte(body))
 	return script{body: body, sha: hex.EncodeToString(sum[:])}
 }
 
-// withoutUnused removes from a script the top-level local functions that nothing else in
-// it uses, with the comment lines right above them. Redis runs a script's whole body on
-// every call, so each definition creates a closure per call (and garbage for Lua's
-// collector) whether or not it is called; the prelude's helpers serve all six
-// algorithms, and a one-algorithm script (decideScripts) uses few of them (GCRA's: none
-// but put).
-//
-// A top-level definition is a line starting "local function NAME(" up to the next line
-// that is exactly "end". A name counts as used when it occurs outside comments anywhere
-// but in its own definition and in the definitions already removed (removing a function
-// can leave another unused). Only whole definitions that nothing refers to go, so the
-// script behaves exactly as before.
+// withoutUnused removes from a script the top-level local functions (from a line starting
+// "local function NAME(" to the next line "end") whose name occurs, outside comments, only
+// in their own definition or in removed ones, with the comment lines right above them.
+// Redis makes a closure per definition on every call; the script behaves as before.
 func withoutUnused(body string) string {
 	code := blankLuaComments(body) // offsets as in body
 	uses := map[string]int{}
@@ -213,50 +196,31 @@ type luaDef struct {
 	start, end int
 }
 
+var (
+	luaFuncHead = regexp.MustCompile(`(?m)^local function (\w+)\(`)
+	luaName     = regexp.MustCompile(`[A-Za-z_]\w*`)
+)
+
 // luaFuncs finds the top-level function definitions of code.
 func luaFuncs(code string) []luaDef {
-	const head = "local function "
 	var defs []luaDef
-	for i := 0; i < len(code); {
-		if strings.HasPrefix(code[i:], head) && (i == 0 || code[i-1] == '\n') {
-			rest := code[i+len(head):]
-			name := rest[:max(strings.IndexByte(rest, '('), 0)]
-			if n := strings.Index(code[i:], "\nend\n"); n >= 0 && name != "" {
-				defs = append(defs, luaDef{name: name, start: i, end: i + n + len("\nend\n")})
-				i += n + 1
-				continue
-			}
+	end := 0
+	for _, m := range luaFuncHead.FindAllStringSubmatchIndex(code, -1) {
+		n := strings.Index(code[m[0]:], "\nend\n")
+		if m[0] < end || n < 0 {
+			continue
 		}
-		if n := strings.IndexByte(code[i:], '\n'); n >= 0 {
-			i += n + 1
-		} else {
-			break
-		}
+		end = m[0] + n + len("\nend\n")
+		defs = append(defs, luaDef{name: code[m[2]:m[3]], start: m[0], end: end})
 	}
 	return defs
 }
 
-// forEachLuaName calls f with every name (identifier or keyword) in code.
+// forEachLuaName calls f with every name (identifier or keyword) in code, and with the
+// letters that follow a number's first digit (1e9), which no function is named as.
 func forEachLuaName(code string, f func(string)) {
-	isStart := func(c byte) bool { return c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
-	isPart := func(c byte) bool { return isStart(c) || '0' <= c && c <= '9' }
-	for i := 0; i < len(code); {
-		if !isStart(code[i]) {
-			if isPart(code[i]) { // a number: skip its digits and letters (1e9, 0x1f)
-				for i < len(code) && isPart(code[i]) {
-					i++
-				}
-				continue
-			}
-			i++
-			continue
-		}
-		j := i + 1
-		for j < len(code) && isPart(code[j]) {
-			j++
-		}
-		f(code[i:j])
-		i = j
+	for _, w := range luaName.FindAllString(code, -1) {
+		f(w)
 	}
 }
 
@@ -274,9 +238,8 @@ func blankLuaComments(s string) string {
 	return string(b)
 }
 
-// eval runs sc with EVALSHA. A NOSCRIPT reply (after a restart, a failover or SCRIPT
-// FLUSH) means the script did not run; it is sent again with EVAL, which also loads it
-// into the server's script cache, so the caller never sees it.
+// eval runs sc with EVALSHA, and again with EVAL (which loads it) after a NOSCRIPT reply:
+// the script did not run.
 func (s *Store) eval(ctx context.Context, c rueidis.Client, sc script, keys, args []string) rueidis.RedisResult {
 	res := c.Do(ctx, c.B().Evalsha().Sha1(sc.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 	if err, ok := rueidis.IsRedisErr(res.Error()); ok && err.IsNoScript() {
@@ -294,9 +257,8 @@ func (s *Store) scriptNow() string {
 	return "-"
 }
 
-// callNow is a call's instant as the store knows it and the scripts' first argument: the
-// store's clock and its µs, or the local clock (which calendar bounds are computed
-// around) and "-" for Redis's.
+// callNow is a call's instant as the store knows it (the local clock without WithClock,
+// for calendar bounds) and scriptNow.
 func (s *Store) callNow() (int64, string) {
 	if s.clock != nil {
 		us := algo.Micros(s.clock())
@@ -306,11 +268,9 @@ func (s *Store) callNow() (int64, string) {
 }
 
 // decideArgs appends to args decide.lua's ARGV for a call: now (Store.callNow), the
-// minimum TTL, the packed requests, the all-or-nothing groups, whether a key repeats among
-// the call's keys, whether the reply is to end with the script's now, and the calendar
-// bounds. The arguments after the requests that hold their defaults (none, false, false,
-// none) are left out from the end, as decide.lua reads them: Redis builds ARGV as a Lua
-// table on every call, and a call of independent decisions on distinct keys needs three.
+// minimum TTL, the packed requests, the all-or-nothing groups, whether a key repeats,
+// whether the reply ends with the script's now, and the calendar bounds; trailing
+// arguments that hold their defaults are left out.
 func decideArgs(args []string, now, minTTL string, reqs, groups []byte, repeats, withNow bool, cal []byte) []string {
 	opt := [...]string{bytesString(groups), "0", "0", bytesString(cal)}
 	if repeats {
@@ -343,10 +303,8 @@ func calendarArgs(reqs, cal []byte, item *item, now int64) (_, _ []byte, b algo.
 	return reqs, cal, b
 }
 
-// loadScripts loads the decision script on every node (every primary of a cluster), so
-// that the first decisions find it cached. Failures are returned but harmless: EVALSHA
-// heals a missing script. The release and settlement scripts are left to that: loading
-// them too would delay the first decisions, which queue behind the loads.
+// loadScripts loads the decision scripts on every node, so that the first decisions find
+// them cached. Failures are harmless: eval heals a missing script.
 func (s *Store) loadScripts(ctx context.Context, client rueidis.Client) error {
 	var first error
 	for addr, node := range client.Nodes() {

@@ -2,12 +2,9 @@ package redisstore
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"strconv"
-	"time"
 
 	"github.com/redis/rueidis"
 
@@ -17,7 +14,7 @@ import (
 )
 
 // settleScript settles a reservation (lua/settle.lua), with every algorithm for the look
-// that reports the key afterwards.
+// at the key afterwards.
 var settleScript = algoScript(allAlgos,
 	"refund_bucket.lua", "refund_window.lua", "refund_log.lua", "charge.lua", "settle.lua")
 
@@ -28,9 +25,8 @@ func recordKey(stateKey string, id uint64) string {
 }
 
 // decideSettled decides reqs, some of which carry a SettleTTL, in one script call per
-// slot that reports its now (as Store.allowAcrossSlots does for several slots), and then
-// writes the records of the allowed ones' reservations. A record that could not be
-// written leaves its decision without a Reservation: its estimate stands.
+// slot that reports its now, then writes the records of the allowed ones' reservations,
+// in one round trip. A record not written leaves its decision without a Reservation.
 func (s *Store) decideSettled(ctx context.Context, cn *conn, reqs []sluice.Request, out []sluice.Decision, cross bool) error {
 	ats := make([]int64, len(reqs))
 	if cross {
@@ -53,10 +49,11 @@ func (s *Store) decideSettled(ctx context.Context, cn *conn, reqs []sluice.Reque
 			ats[i] = at
 		}
 	}
+	// The records expire with their reservations on the script's clock (settle.lua); Redis
+	// drops them after the TTL in its own time.
+	c := cn.client
 	var ids []int
-	var keys []string
-	var vals []string
-	var ttls []time.Duration
+	var cmds rueidis.Commands
 	for i := range reqs {
 		r := &reqs[i]
 		if r.SettleTTL <= 0 || r.N == 0 || !out[i].Allowed {
@@ -64,25 +61,18 @@ func (s *Store) decideSettled(ctx context.Context, cn *conn, reqs []sluice.Reque
 		}
 		id := rand.Uint64N(store.MaxLeaseID) + 1
 		rv := algo.ReservedOf(algo.ParamsOf(r.Limit), r.N, ats[i], algo.Result{ResetAfter: out[i].ResetAfter.Microseconds()})
-		var b [32]byte
-		for j, x := range []int64{rv.N, rv.At, rv.FullAt, ats[i] + r.SettleTTL.Microseconds()} {
-			binary.LittleEndian.PutUint64(b[8*j:], math.Float64bits(float64(x)))
+		var b []byte
+		for _, x := range []int64{rv.N, rv.At, rv.FullAt, ats[i] + r.SettleTTL.Microseconds()} {
+			b = appendFloat(b, x)
 		}
+		k := recordKey(s.redisKey(r.Key, s.info(r.Limit)), id)
 		ids = append(ids, i)
-		keys = append(keys, recordKey(s.redisKey(r.Key, s.info(r.Limit)), id))
-		vals = append(vals, string(b[:]))
-		ttls = append(ttls, r.SettleTTL)
+		ttl := max(r.SettleTTL.Milliseconds(), 1)
+		cmds = append(cmds, c.B().Set().Key(k).Value(string(b)).PxMilliseconds(ttl).Build())
 		out[i].Reservation = sluice.ReservationID(id)
 	}
 	if len(ids) == 0 {
 		return nil
-	}
-	// The records expire with their reservations on the script's clock (settle.lua); Redis
-	// drops them after the TTL in its own time. One round trip for all of them.
-	c := cn.client
-	cmds := make(rueidis.Commands, len(ids))
-	for k := range ids {
-		cmds[k] = c.B().Set().Key(keys[k]).Value(vals[k]).PxMilliseconds(max(ttls[k].Milliseconds(), 1)).Build()
 	}
 	for k, res := range c.DoMulti(ctx, cmds...) {
 		if err := res.Error(); err != nil {

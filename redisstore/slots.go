@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,8 +13,8 @@ import (
 	"github.com/sluicehq/sluice/internal/algo"
 )
 
-// refundScript gives back what the decision script spent in one slot (lua/refund.lua). It
-// holds the six algorithms too, for the looks that report the keys after the refund.
+// refundScript gives back what the decision script spent in one slot (lua/refund.lua),
+// with the six algorithms for the looks at the keys afterwards.
 var refundScript = algoScript(allAlgos,
 	"refund_bucket.lua", "refund_window.lua", "refund_log.lua", "refund.lua")
 
@@ -31,13 +32,10 @@ type slotCall struct {
 	spent bool // the call was answered and allowed every request in it
 }
 
-// allowAcrossSlots decides reqs, whose keys are in more than one cluster slot, all or
-// nothing: each slot's requests are decided, and spent if they all fit, by one call of
-// the decision script per slot, all concurrently; if any slot denied or failed, the slots
-// that spent are refunded (docs/redis.md, "Decisions across cluster slots", has the rules).
-// Decide has validated reqs.
-//
-// ats, when not nil, receives each request's instant: its slot call's now.
+// allowAcrossSlots decides reqs, validated, whose keys are in several cluster slots, all
+// or nothing: one decision script call per slot, concurrently; if any slot denied or
+// failed, the slots that spent are refunded (docs/redis.md, "Decisions across cluster
+// slots"). ats, when not nil, receives each request's instant: its slot call's now.
 func (s *Store) allowAcrossSlots(ctx context.Context, reqs []sluice.Request, ats []int64) ([]sluice.Decision, error) {
 	cn, err := s.connected()
 	if err != nil {
@@ -73,28 +71,13 @@ func (s *Store) allowAcrossSlots(ctx context.Context, reqs []sluice.Request, ats
 			failed = cmp.Or(failed, c.err)
 			continue
 		}
-		c.spent = true
-		for _, r := range c.res {
-			c.spent = c.spent && r.Allowed
-		}
+		c.spent = !slices.ContainsFunc(c.res, func(r algo.Outcome) bool { return !r.Allowed })
 		if c.spent {
 			spent = append(spent, c)
 		}
 	}
-	out := make([]sluice.Decision, len(reqs))
-	if len(spent) == len(calls) {
-		for _, c := range calls {
-			for j, i := range c.idx {
-				out[i] = c.res[j].Decision(reqs[i].Limit)
-				if ats != nil {
-					ats[i] = c.at
-				}
-			}
-		}
-		return out, nil
-	}
-
-	if len(spent) > 0 {
+	denied := len(spent) < len(calls)
+	if denied && len(spent) > 0 {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)
 		rctx, release := detached(rctx)
 		inParallel(spent, func(c *slotCall) {
@@ -114,16 +97,18 @@ func (s *Store) allowAcrossSlots(ctx context.Context, reqs []sluice.Request, ats
 		}
 		return nil, failed
 	}
-	// Denied. A slot that denied reports as decide.lua does for a group (RetryAfter on
-	// the requests that blocked, looks on the others); a slot that spent reports the looks
-	// its refund made, or, when the refund failed, what it spent.
+	// When denied, a slot that denied reports as decide.lua does for a group; a slot that
+	// spent reports the looks its refund made, or, if it failed, what it spent.
+	out := make([]sluice.Decision, len(reqs))
 	for _, c := range calls {
 		for j, i := range c.idx {
-			d := c.res[j].Decision(reqs[i].Limit)
-			if c.spent {
-				d.Allowed, d.RetryAfter = false, 0
+			out[i] = c.res[j].Decision(reqs[i].Limit)
+			if denied && c.spent {
+				out[i].Allowed, out[i].RetryAfter = false, 0
 			}
-			out[i] = d
+			if ats != nil {
+				ats[i] = c.at
+			}
 		}
 	}
 	return out, nil
@@ -160,8 +145,7 @@ func (s *Store) decideSlot(ctx context.Context, cn *conn, reqs []sluice.Request,
 	if len(idx) > 1 {
 		groups = appendFloat(appendFloat(nil, 1), int64(len(idx)))
 	}
-	// Keys are distinct: Decide refuses a repeated (key, Limit), and the two make the
-	// Redis key.
+	// Keys are distinct: Decide refuses a repeated (key, Limit).
 	args := decideArgs(nil, nowArg, s.minTTL, packed, groups, false, true, cal)
 	sc := scriptFor([]*call{{items: items}})
 	vals, err := s.eval(ctx, cn.client, sc, keys, args).AsBytes()
@@ -233,22 +217,13 @@ func (s *Store) refundSlot(ctx context.Context, cn *conn, reqs []sluice.Request,
 func readResults(vals []byte, n int) []algo.Outcome {
 	out := make([]algo.Outcome, n)
 	for i := range out {
-		out[i].Result = algo.Result{
-			Allowed:    readFloat(vals) == 1,
-			Remaining:  readFloat(vals[8:]),
-			ResetAfter: readFloat(vals[16:]),
-			RetryAfter: readFloat(vals[24:]),
-		}
-		vals = vals[32:]
+		out[i].Result = readResult(vals[32*i:])
 	}
 	return out
 }
 
 // detached returns a context for a script call that ends when ctx does but has no
-// deadline of its own: rueidis writes a command whose context has a deadline on an idle
-// connection synchronously, with connection deadlines around it, and a missed deadline
-// breaks the connection (see Store.exec); without one the command goes through the
-// pipeline, which gives up on the reply and keeps the connection. release frees it.
+// deadline of its own, for the reason callCtx has none. release frees it.
 func detached(ctx context.Context) (_ context.Context, release func()) {
 	c, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })

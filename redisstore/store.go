@@ -1,7 +1,7 @@
 // Package redisstore is sluice's Redis store: a [sluice.Limiter] for every
 // [sluice.Algorithm] on Redis 6.0 or later (standalone, Sentinel or Cluster), deciding
-// exactly as the in-process store (package memory) does. docs/redis.md is the guide: how a
-// call runs, tuning, failures and operating Redis.
+// exactly as the in-process store (package memory) does. See docs/redis.md for how a call
+// runs, tuning, failures and operating Redis.
 //
 //	store, err := redisstore.Open("redis://localhost:6379")
 //	if err != nil { ... }
@@ -11,58 +11,43 @@
 // # Decisions and clock
 //
 // The limits of a request on one cluster slot are decided by one call of an embedded Lua
-// script (lua/*.lua, called with EVALSHA), a transcription of internal/algo that a
-// differential test holds to the memory store's Decisions; concurrent decisions for one
-// server or slot share a call ([WithBatchSize], [WithConcurrency]). A request whose limits
-// span slots is decided all or nothing in two phases: each slot decides and spends, and if
-// any denies, the slots that spent are refunded. A refund never over-admits; between the
-// phases a concurrent request may be under-admitted for about a round trip. "Now" is
-// Redis's clock (TIME, inside the script), in integer microseconds, unless [WithClock].
+// script (lua/*.lua, EVALSHA), a transcription of internal/algo; concurrent decisions for
+// one server or slot share a call ([WithBatchSize], [WithConcurrency]). A request whose
+// limits span slots is decided all or nothing in two phases: each slot decides and spends,
+// and if any denies, the slots that spent are refunded, which never over-admits (a
+// concurrent request may be under-admitted for about a round trip). "Now" is Redis's TIME,
+// in integer microseconds, unless [WithClock].
 //
 // # Keys and TTLs
 //
-// One (identity, Limit) is one key, "<prefix>{<escaped identity>}:<algorithm>:<rate>:<period
-// µs>:<burst>" ([Store.Key], [DefaultPrefix]), with ":bucket" before the algorithm for GCRA,
-// TokenBucket and LeakyBucket, one state machine: the identity in a hash tag, escaped so
-// that no identity collides with another or leaves its slot. Keys of the bucket names
-// without ":bucket" hold the states of the three machines they once were and are never
-// read: they expire by their TTL, and their identities start afresh with a full bucket
-// (key.go, docs/redis.md). A string holds the state's fields as
-// little-endian doubles; SlidingLog and Concurrency keys are sorted sets; a reservation to
-// settle is "<limiter key>:res:<id>", in the same slot. Every key's TTL is the time until
-// its state is equivalent to empty (algo.ExpiresAt), rounded up to a millisecond, and at
-// least [WithMinTTL]. A decision that spends nothing never creates a key.
+// One (identity, Limit) is one key ([Store.Key]; the layout and escaping are in key.go): a
+// string of little-endian doubles, or a sorted set for SlidingLog and Concurrency; a
+// reservation to settle is "<limiter key>:res:<id>", in the same slot. Every key's TTL is
+// the time until its state is equivalent to empty (algo.ExpiresAt), rounded up to a
+// millisecond, and at least [WithMinTTL]. A decision that spends nothing creates no key.
 //
 // # Errors
 //
 // Bad input wraps sluice's sentinel errors ([store.IsBadInput]) and spends nothing. Every
-// failure is a [sluice.StoreError] of the kind the store gives it ([sluice.KindOf]):
-// timeouts, refused and reset connections, BUSY, OOM, LOADING, READONLY, CLUSTERDOWN,
-// redirections, missing scripts, misconfigurations ([ConfigError]); before the first
-// connection with [WithConnectRetry], one wrapping [ErrNotConnected]; after Close,
-// [sluice.ErrClosed]. A decision whose fate is unknown is not retried, since it may have
-// spent: failure modes are package failover's. A live caller never gets a cancellation
-// ([store.ForeignCancel]).
+// failure is a [sluice.StoreError] of the kind the store gives it ([sluice.KindOf],
+// [ConfigError]); before the first connection with [WithConnectRetry], it wraps
+// [ErrNotConnected]; after Close, [sluice.ErrClosed]. A decision whose fate is unknown is
+// not retried, since it may have spent: failure modes are package failover's.
 //
 // # Connecting
 //
 // [Open] takes redis:// or rediss:// (TLS) URLs: standalone "host:port[/db]", a Cluster by
 // any seed nodes ("?addr=host2:port&addr=..."), Sentinel ("?addr=...&master_set=name"); ACL
 // user and password; dial_timeout, write_timeout, client_name, db, and for rediss ca_file
-// and skip_verify. [New] takes a rueidis.Client for anything else (client certificates,
-// Sentinel credentials). A connection Redis refuses for the store's settings (a
-// [ConfigError]: credentials, a database it lacks, a certificate that does not verify, a
-// cluster or Sentinel URL of a server that is not one) fails Open, [WithConnectRetry] or
-// not: no retry fixes it. Met later, it is a failure of kind store.KindMisconfigured,
-// which [Store.Misconfigured] reports.
+// and skip_verify. [New] takes a rueidis.Client for anything else. A [ConfigError] fails
+// Open, [WithConnectRetry] or not; met later, [Store.Misconfigured] reports it.
 //
 // # Operating Redis
 //
 // Run it with maxmemory-policy noeviction (an evicted key is a reset quota: [New] warns
-// otherwise, [Store.EvictedKeys] counts them) and hz 100 (its key expiry is most of the tail
-// latency). Replication is asynchronous: when a replica takes over, a key can be admitted
-// again at most what the old primary admitted for it during its replication lag, and never
-// more than its limit.
+// otherwise, [Store.EvictedKeys] counts them) and hz 100. After a failover to a replica, a
+// key can be admitted again at most what the old primary admitted during its replication
+// lag.
 package redisstore
 
 import (
@@ -87,8 +72,8 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// Store is a sluice.Limiter backed by Redis. It is safe for
-// concurrent use. Create it with Open or New.
+// Store is a sluice.Limiter backed by Redis, safe for concurrent use. Create it with Open
+// or New.
 type Store struct {
 	conn   atomic.Pointer[conn] // nil until connected (see WithConnectRetry)
 	own    bool                 // Close closes the client
@@ -98,18 +83,13 @@ type Store struct {
 	minTTL string // ms, as the script argument
 	logger *slog.Logger
 	batch  int
-	conc   int      // script calls in flight per batcher
-	limits sync.Map // sluice.Limit -> *limitInfo
-	// recent caches limits' infos by recentSlot: a sync.Map lookup hashes the Limit
-	// field by field (runtime.typehash), which cost more than the rest of a decision's
-	// client-side bookkeeping.
-	recent [recentSlots]atomic.Pointer[limitInfo]
+	conc   int                                    // script calls in flight per batcher
+	limits sync.Map                               // sluice.Limit -> *limitInfo
+	recent [recentSlots]atomic.Pointer[limitInfo] // limits' infos by recentSlot
 
-	dialErr atomic.Pointer[error] // the last failed connection attempt, while there is no conn
-	// misconf is the misconfiguration the latest connection attempt or Ping met; nil
-	// after one that succeeded or failed otherwise.
-	misconf   atomic.Pointer[ConfigError]
-	stop      context.Context // ends when Close starts: the start-up work and connect loop stop
+	dialErr   atomic.Pointer[error]       // the last failed connection attempt, while there is no conn
+	misconf   atomic.Pointer[ConfigError] // see Misconfigured
+	stop      context.Context             // ends when Close starts: the start-up work and connect loop stop
 	stopStart context.CancelFunc
 	closeMu   sync.RWMutex // excludes Close from startCall, startRun and attaching a connection
 	closed    atomic.Bool
@@ -133,9 +113,7 @@ type conn struct {
 // WithConnectRetry has reached Redis; the error also wraps the last connection error.
 var ErrNotConnected = errors.New("redisstore: not connected to Redis yet")
 
-// connected returns the connection, or an error wrapping ErrNotConnected.
-// usable is the connection for a call: ErrClosed once the store is closed, else as
-// connected.
+// usable is connected, or ErrClosed once the store is closed.
 func (s *Store) usable() (*conn, error) {
 	if s.closed.Load() {
 		return nil, fmt.Errorf("redisstore: %w", sluice.ErrClosed)
@@ -143,6 +121,7 @@ func (s *Store) usable() (*conn, error) {
 	return s.connected()
 }
 
+// connected returns the connection, or an error wrapping ErrNotConnected.
 func (s *Store) connected() (*conn, error) {
 	if cn := s.conn.Load(); cn != nil {
 		return cn, nil
@@ -182,13 +161,10 @@ func WithPrefix(prefix string) Option {
 	}
 }
 
-// WithClock makes the store decide at clock's time, passed to the script, instead of
-// Redis's TIME. It exists for tests and simulation, as memory.WithClock does, and like it
-// counts times before 1970-01-01T00:00:00.000001Z as that instant.
-//
-// Key TTLs are computed in that clock but run out on Redis's: with a clock that runs slower
-// than real time (a frozen test clock), Redis would drop state the caller still considers
-// live. Combine it with WithMinTTL in that case.
+// WithClock makes the store decide at clock's time instead of Redis's TIME, for tests and
+// simulation, as memory.WithClock does (times before 1970-01-01T00:00:00.000001Z count as
+// that instant). Key TTLs still run out on Redis's clock: with a clock slower than real
+// time, add WithMinTTL.
 func WithClock(clock func() time.Time) Option {
 	return func(o *options) error {
 		o.clock = clock
@@ -196,8 +172,7 @@ func WithClock(clock func() time.Time) Option {
 	}
 }
 
-// WithMinTTL raises every key's TTL to at least d (default 0: the TTL is exactly the time
-// until the state is empty, rounded up to a millisecond). Longer TTLs never change a
+// WithMinTTL raises every key's TTL to at least d (default 0). Longer TTLs never change a
 // decision; they only keep empty state around longer.
 func WithMinTTL(d time.Duration) Option {
 	return func(o *options) error {
@@ -233,11 +208,8 @@ func WithBatchSize(n int) Option {
 // WithConcurrency sets how many script calls may be in flight at once per server (per slot
 // on a cluster); default 2. Decisions arriving while that many are in flight wait for the
 // next call, which carries all of them; beyond two calls in flight, a new one starts only
-// when at least 8 decisions are waiting for it (see minExtraCall).
-//
-// More calls in flight trade Redis's time for the client's throughput: each call carries
-// fewer decisions, and Redis pays its cost per call more often (bench/README.md). Redis is
-// usually what many clients share, so the default spends less of it.
+// when at least 8 decisions are waiting for it. More calls trade Redis's time for the
+// client's throughput.
 func WithConcurrency(n int) Option {
 	return func(o *options) error {
 		if n < 1 {
@@ -248,18 +220,12 @@ func WithConcurrency(n int) Option {
 	}
 }
 
-// WithConnectRetry makes Open succeed when Redis cannot be reached yet (it is down, or
-// starts after the application): the store keeps trying to connect in the background,
-// every 100 ms at first and backing off to every 5 s, and until it succeeds every
-// decision fails at once with an error wrapping ErrNotConnected and the last connection
-// error, so that a failover decorator applies its failure mode. A service should not exit
-// or wait because its Redis is down when it starts. Without it, Open returns the
-// connection error. A malformed URL is an error either way, and so is a first connection
-// attempt that Redis refuses for the store's settings (a ConfigError: credentials, a
-// database it does not have, a certificate that does not verify, a cluster or Sentinel URL
-// of a server that is not one), which retrying cannot fix: the operator must. Once the
-// store is retrying, a misconfiguration met later is kept retrying (the server's settings
-// may be fixed), reported by Misconfigured and Ping, and logged at most once per
+// WithConnectRetry makes Open succeed when Redis cannot be reached yet: the store keeps
+// trying to connect in the background (every 100 ms, backing off to every 5 s), and until
+// it succeeds every decision fails at once with an error wrapping ErrNotConnected and the
+// last connection error. A malformed URL, or a first attempt that Redis refuses for the
+// store's settings (a ConfigError), still fails Open. A misconfiguration met later is
+// retried, reported by Misconfigured and Ping, and logged at most once per
 // MisconfigLogEvery. New ignores it.
 func WithConnectRetry() Option {
 	return func(o *options) error {
@@ -269,8 +235,7 @@ func WithConnectRetry() Option {
 }
 
 // Open connects to the Redis named by url (see the package doc for the URL forms) and
-// returns a Store that owns the connection: Close closes it. See WithConnectRetry for a
-// Redis that is not reachable yet.
+// returns a Store that owns the connection: Close closes it.
 func Open(url string, opts ...Option) (*Store, error) {
 	if err := CheckURL(url); err != nil {
 		return nil, err
@@ -319,9 +284,8 @@ func Open(url string, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// CheckURL reports whether url has one of the schemes Open takes (redis://, rediss://,
-// unix://, and valkey:// and valkeys:// for redis:// and rediss://; docs/redis.md lists the forms),
-// and for a host:port without one, suggests redis://.
+// CheckURL reports whether url has a scheme Open takes (redis, rediss, unix, valkey,
+// valkeys; see docs/redis.md), and for a host:port without one, suggests redis://.
 func CheckURL(url string) error {
 	scheme, rest, ok := strings.Cut(url, "://")
 	switch {
@@ -333,8 +297,7 @@ func CheckURL(url string) error {
 	return nil
 }
 
-// cutCAFile removes the ca_file query option from raw (rueidis does not know it) and
-// returns it; it applies to rediss:// URLs only.
+// cutCAFile removes the ca_file query option (rediss:// only) from raw and returns it.
 func cutCAFile(raw string) (string, string, error) {
 	if !strings.Contains(raw, "ca_file=") {
 		return raw, "", nil
@@ -392,15 +355,12 @@ func (s *Store) connectLoop(copt rueidis.ClientOption) {
 				"cause", ce.Cause, "error", err, "next_report_in", MisconfigLogEvery)
 			logged, loggedCause = time.Now(), ce.Cause
 		}
-		if wait = 2 * wait; wait > 5*time.Second {
-			wait = 5 * time.Second
-		}
+		wait = min(2*wait, 5*time.Second)
 	}
 }
 
 // New returns a Store using client, which the caller keeps owning (Close leaves it open).
-// It loads the script and checks the eviction policy in the background, so it does not
-// fail or wait when Redis is unreachable; decisions then fail until it is back.
+// It does not fail or wait when Redis is unreachable; decisions fail until it is back.
 func New(client rueidis.Client, opts ...Option) (*Store, error) {
 	o, err := buildOptions(opts)
 	if err != nil {
@@ -500,10 +460,9 @@ func (s *Store) Client() rueidis.Client {
 	return nil
 }
 
-// Ping reports whether Redis answers: the connection error (wrapping ErrNotConnected)
-// while a store opened with WithConnectRetry has not connected, else the outcome of a
-// PING, classified as a decision's errors are (sluice.KindOf). A readiness check
-// (server.Options.Ready uses it when the Limiter has it).
+// Ping reports whether Redis answers: the connection error while a store opened with
+// WithConnectRetry has not connected, else the outcome of a PING, classified as a
+// decision's errors are. It is a readiness check.
 func (s *Store) Ping(ctx context.Context) error {
 	cn, err := s.connected()
 	if err != nil {
@@ -518,17 +477,13 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Misconfigured returns the misconfiguration the store's latest connection attempt or
-// Ping met: an error retrying cannot fix, which only the operator can (see ConfigError).
-// It is nil once one succeeds, or fails for another reason.
+// Misconfigured returns the ConfigError the store's latest connection attempt or Ping
+// met, or nil once one succeeds or fails for another reason.
 func (s *Store) Misconfigured() *ConfigError { return s.misconf.Load() }
 
 // noteMisconfig records err's misconfiguration, or its absence, for Misconfigured.
 func (s *Store) noteMisconfig(err error) *ConfigError {
-	var ce *ConfigError
-	if !errors.As(err, &ce) {
-		ce = nil
-	}
+	ce, _ := errors.AsType[*ConfigError](err)
 	s.misconf.Store(ce)
 	return ce
 }
@@ -536,39 +491,28 @@ func (s *Store) noteMisconfig(err error) *ConfigError {
 // limitInfo is what the store derives once per Limit.
 type limitInfo struct {
 	limit sluice.Limit
-	// tail ends the limit's keys: "}" and its limitSuffix.
-	tail string
-	// packed is the request's first four fields as decide.lua reads them, each a
-	// little-endian double: algorithm, rate and period µs (for the bucket algorithms S and
-	// U of algo.Params instead: one unit costs U/S µs, exactly Period/Rate), and effective
-	// burst.
-	packed [32]byte
-	// args are the same four fields as decimal arguments, for the reservation script.
-	args [4]string
-	// code is the scripts' number for the limit (limitCode): its Algorithm, GCRA's for the
-	// three bucket names, or calendarCode (whose period field is then per call, see
-	// calendarArgs).
-	code int
-	// maxCost is limit.MaxCost().
+	tail  string // ends the limit's keys: "}" and its limitSuffix
+	// packed is the request's first four fields as decide.lua reads them, little-endian
+	// doubles: limitCode, rate and period µs (S and U of algo.Params for the bucket
+	// machine), and effective burst; args are the same as decimals.
+	packed  [32]byte
+	args    [4]string
+	code    int // limitCode
 	maxCost int64
 }
 
 // recentSlots is the size of Store.recent.
 const recentBits, recentSlots = 6, 1 << 6
 
-// recentSlot is l's slot in Store.recent. Limits that share a slot evict each other;
-// the calendar fields are left out (calendar limits of one rate share a slot).
+// recentSlot is l's slot in Store.recent; the calendar fields are left out.
 func recentSlot(l sluice.Limit) int {
 	h := uint64(l.Algorithm) ^ uint64(l.Rate)*0x9e3779b97f4a7c15 ^ uint64(l.Period)*0xc2b2ae3d27d4eb4f ^
 		uint64(l.Burst)*0x165667b19e3779f9 ^ uint64(l.Lease)*0xd6e8feb86659fd93
 	return int((h * 0x9e3779b97f4a7c15) >> (64 - recentBits))
 }
 
-// checkedInfo checks a request as store.CheckRequest does and returns the info of its
-// limit. Only valid limits have an info, so a limit found among the recent ones is not
-// validated again: only the key (store.ValidKey) and the cost, within [0, MaxCost], are
-// checked, as CheckRequest documents. Anything else takes store.CheckRequest, for its
-// error.
+// checkedInfo checks a request as store.CheckRequest does and returns its limit's info.
+// Only valid limits have an info, so a recent one's limit is not validated again.
 func (s *Store) checkedInfo(key string, limit sluice.Limit, n int64) (*limitInfo, error) {
 	if li := s.recent[recentSlot(limit)].Load(); li != nil && li.limit == limit && n >= 0 && n <= li.maxCost && store.ValidKey(key) {
 		return li, nil
@@ -579,8 +523,7 @@ func (s *Store) checkedInfo(key string, limit sluice.Limit, n int64) (*limitInfo
 	return s.info(limit), nil
 }
 
-// info returns what the store derives from l, made on l's first use. l must be valid
-// (sluice.Limit.Validate).
+// info returns what the store derives from l, made on l's first use. l must be valid.
 func (s *Store) info(l sluice.Limit) *limitInfo {
 	slot := &s.recent[recentSlot(l)]
 	if li := slot.Load(); li != nil && li.limit == l {
@@ -619,8 +562,7 @@ func (s *Store) redisKey(key string, li *limitInfo) string {
 	return string(s.appendKey(nil, key, li.tail))
 }
 
-// appendKey appends to b the Redis key of identity key under the Limit whose
-// limitInfo.tail is tail (the layout in key.go).
+// appendKey appends to b the Redis key of identity key under the limit of tail (key.go).
 func (s *Store) appendKey(b []byte, key, tail string) []byte {
 	b = append(b, s.head...)
 	b = appendEscaped(b, key)
@@ -634,10 +576,8 @@ func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n in
 	return d[0], err
 }
 
-// Decide implements sluice.Limiter: the requests are decided in one script call, all or
-// nothing. On a cluster, requests whose keys are in several slots (several identities)
-// are decided all or nothing too, by the protocol in "Decisions across cluster slots"
-// (Store.allowAcrossSlots). Errors of Redis come classified (sluice.KindOf).
+// Decide implements sluice.Limiter: the requests are decided all or nothing, in one script
+// call, or across cluster slots by Store.allowAcrossSlots. Errors come classified.
 func (s *Store) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
 	start := time.Now()
 	err := s.decide(ctx, reqs, ds)
@@ -676,9 +616,7 @@ func (s *Store) decide(ctx context.Context, reqs []sluice.Request, out []sluice.
 	}
 	if settled || cross {
 		putCall(c)
-		// A copy, so that reqs stays where its caller put it (AllowN's, on its stack):
-		// these rarer paths keep the requests beyond the call.
-		reqs := slices.Clone(reqs)
+		reqs := slices.Clone(reqs) // a copy, kept beyond the call, so that AllowN's stays on its stack
 		if settled {
 			return s.decideSettled(ctx, cn, reqs, out, cross)
 		}
@@ -699,8 +637,8 @@ func (s *Store) decide(ctx context.Context, reqs []sluice.Request, out []sluice.
 	return nil
 }
 
-// prepare checks reqs (as store.CheckRequests does, and that no key and limit repeat)
-// and appends their items to c's; then it returns the connection to decide them on.
+// prepare checks reqs (store.CheckRequests, store.CheckDistinct) and appends their items
+// to c's; then it returns the connection to decide them on.
 func (s *Store) prepare(reqs []sluice.Request, c *call) (*conn, error) {
 	for i := range reqs {
 		r := &reqs[i]
@@ -716,19 +654,8 @@ func (s *Store) prepare(reqs []sluice.Request, c *call) (*conn, error) {
 		}
 		c.items = append(c.items, newItem(r.Key, li, r.N))
 	}
-	if len(reqs) > 1 {
-		type ident struct {
-			key   string
-			limit sluice.Limit
-		}
-		seen := make(map[ident]int, len(reqs))
-		for i, r := range reqs {
-			id := ident{r.Key, r.Limit}
-			if j, dup := seen[id]; dup {
-				return nil, fmt.Errorf("%w: request %d repeats the key and limit of request %d", sluice.ErrInvalidKey, i, j)
-			}
-			seen[id] = i
-		}
+	if err := store.CheckDistinct(reqs); err != nil {
+		return nil, err
 	}
 	return s.usable()
 }
@@ -767,7 +694,7 @@ func (s *Store) Release(ctx context.Context, key string, limit sluice.Limit, lea
 	return n == 1, nil
 }
 
-// wrap describes a failed call to Redis made under ctx and classifies it (see failed).
+// wrap describes a failed call to Redis made under ctx and classifies it (failed).
 func wrap(ctx context.Context, what string, err error) error {
 	return failed(ctx, fmt.Errorf("redisstore: %s: %w", what, err))
 }

@@ -30,6 +30,26 @@ func CheckRequests(reqs []sluice.Request, ds []sluice.Decision) error {
 	return nil
 }
 
+// CheckDistinct reports a request of reqs that repeats the key and limit of an earlier
+// one, as an error wrapping [sluice.ErrInvalidKey]: one request decides them together.
+func CheckDistinct(reqs []sluice.Request) error {
+	if len(reqs) < 2 {
+		return nil
+	}
+	type ident struct {
+		key   string
+		limit sluice.Limit
+	}
+	seen := make(map[ident]int, len(reqs))
+	for i, r := range reqs {
+		if j, dup := seen[ident{r.Key, r.Limit}]; dup {
+			return fmt.Errorf("%w: request %d repeats the key and limit of request %d", sluice.ErrInvalidKey, i, j)
+		}
+		seen[ident{r.Key, r.Limit}] = i
+	}
+	return nil
+}
+
 // CheckSettleTTL reports whether a request under limit may carry SettleTTL ttl: 0, or in
 // (0, MaxSettleTTL] for a limit whose algorithm can settle (see [sluice.Limiter.Settle]).
 func CheckSettleTTL(limit sluice.Limit, ttl time.Duration) error {
@@ -68,9 +88,7 @@ func CheckSettle(key string, limit sluice.Limit, reservation sluice.ReservationI
 }
 
 // CheckRequest validates a key, limit and cost the way every store does before deciding.
-// For a valid limit the cost is valid exactly when 0 ≤ n ≤ limit.MaxCost(): a store that
-// keeps the limits it has validated checks a request under one of them with [CheckKey] and
-// that range, and calls CheckRequest for the error.
+// For a valid limit the cost is valid exactly when 0 ≤ n ≤ limit.MaxCost().
 func CheckRequest(key string, limit sluice.Limit, n int64) error {
 	if err := CheckKey(key); err != nil {
 		return err
@@ -100,9 +118,7 @@ func CheckKey(key string) error {
 }
 
 // ValidKey reports whether key is acceptable to a store: not empty, at most [MaxKeyLen]
-// bytes. Any bytes are allowed. It is [CheckKey] without the error, for a store's path
-// for a request it has seen the like of: a call that may make an error, even when it
-// does not, costs that path the spills around the call.
+// bytes. Any bytes are allowed. It is [CheckKey] without the error.
 func ValidKey(key string) bool { return key != "" && len(key) <= MaxKeyLen }
 
 func keyError(key string) error {

@@ -75,12 +75,10 @@ func IsFailure(k sluice.ErrorKind) bool {
 func IsBadInput(err error) bool { return sluice.KindOf(err) == KindBadInput }
 
 // ForeignCancel returns err, the error of a store call made under ctx, as a store failure
-// when it reads as a cancellation ([sluice.KindOf] is [KindCanceled]) while ctx is live.
-// That cancellation is not the caller's: another call that shared work with this one (a
-// connection being dialled, a batch) ended, and took this call down with it, so the store
-// could not serve it. The result is a [sluice.StoreError] of [KindRefused] that no longer
-// matches context.Canceled, so that no layer above mistakes it for its caller leaving. Any
-// other err, nil included, is returned as it is.
+// when it reads as a cancellation ([KindCanceled]) while ctx is live: another call that
+// shared work with this one (a dial, a batch) ended and took it down. The result is a
+// [sluice.StoreError] of [KindRefused] that no longer matches context.Canceled. Any other
+// err, nil included, is returned as it is.
 func ForeignCancel(ctx context.Context, err error) error {
 	if err == nil || ctx.Err() != nil || sluice.KindOf(err) != KindCanceled {
 		return err
@@ -88,8 +86,7 @@ func ForeignCancel(ctx context.Context, err error) error {
 	return &sluice.StoreError{Kind: KindRefused, Err: foreignCancel{err}}
 }
 
-// foreignCancel is a cancellation that reached a call whose context is live. It keeps
-// the cancellation's message but not its chain.
+// foreignCancel keeps a foreign cancellation's message but not its chain.
 type foreignCancel struct{ err error }
 
 func (e foreignCancel) Error() string {

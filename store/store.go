@@ -25,12 +25,10 @@ import (
 
 // Bounds of a [sluice.Limit], as [sluice.Limit.Validate] enforces them.
 const (
-	// MaxPeriod is the longest Period a Limit may have (2^50 µs, about 35.7 years). It
-	// keeps every intermediate of every algorithm below 2^53 microseconds, where Lua's
-	// doubles are exact, for any time before the year 2180: the latest instant an
-	// algorithm computes is the end of the window after the current one, now + 2·Period
-	// (2^53 µs is in 2255). A bucket's refill time, EffectiveBurst·Period/Rate, is bounded
-	// by it too.
+	// MaxPeriod is the longest Period a Limit may have (2^50 µs, about 35.7 years): it
+	// keeps every intermediate of every algorithm, up to now + 2·Period, below 2^53 µs,
+	// where Lua's doubles are exact, before the year 2180. A bucket's refill time,
+	// EffectiveBurst·Period/Rate, is bounded by it too.
 	MaxPeriod = 1 << 50 * time.Microsecond
 	// MaxRate is the largest Rate or Burst a Limit may have. It keeps counts exact in Lua
 	// and the sliding log bounded.

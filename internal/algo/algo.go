@@ -122,9 +122,8 @@ func (p Params) MaxCost() int64 {
 	return p.Burst
 }
 
-// Result is the outcome of one decision, in microseconds. It is four words, which the
-// compiler keeps in registers from a state machine to the Decision a store builds; what
-// only some limits' decisions carry is in Outcome.
+// Result is the outcome of one decision, in microseconds; what only some limits'
+// decisions carry is in Outcome.
 type Result struct {
 	Allowed    bool
 	Remaining  int64
@@ -229,17 +228,11 @@ func MulDivCeil(a, b, c int64) int64 {
 }
 
 // Decision converts r into the public Decision for limit l.
-func (r Result) Decision(l sluice.Limit) sluice.Decision {
-	var d sluice.Decision
-	r.Fill(&d, &l)
-	return d
-}
+func (r Result) Decision(l sluice.Limit) sluice.Decision { return Outcome{Result: r}.Decision(l) }
 
-// Fill makes *d the Decision r.Decision(*l) returns, writing it in place: a store filling
-// its caller's Decision copies no Decision-sized value on the way. Every field of *d is
-// overwritten.
+// Fill makes *d the Decision r.Decision(*l) returns, in place, field by field: every field
+// of *d is overwritten.
 func (r Result) Fill(d *sluice.Decision, l *sluice.Limit) {
-	// Field by field: a composite literal is built in a temporary and then copied.
 	d.Allowed = r.Allowed
 	d.Limit = *l
 	d.Remaining = r.Remaining

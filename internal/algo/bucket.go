@@ -40,8 +40,7 @@ func GCRA(s State, now int64, p Params, n int64) (State, Result) {
 	if p.S != 1 {
 		return gcraFrac(s, now, p, n)
 	}
-	// S = 1: TAT is a whole µs (B stays 0) and U the emission interval, so none of the
-	// divisions by S is needed. The hottest path of the memory store.
+	// S = 1: TAT is a whole µs (B stays 0) and U the emission interval: no division by S.
 	next, ok := GCRAStep(s.A, now, &p, cost(n))
 	switch {
 	case !ok:
@@ -60,7 +59,6 @@ func GCRA(s State, now int64, p Params, n int64) (State, Result) {
 // With GCRAAllowed it splits GCRA so that a caller updating the TAT by compare-and-swap
 // keeps the divisions out of the window between its load and its swap:
 // GCRA(State{A: tat}, now, p, n) is (State{A: next}, GCRAAllowed(next, now, &p)) when ok.
-// GCRAStep, GCRAAllowed and GCRAFresh take p by pointer so that it is not copied.
 func GCRAStep(tat, now int64, p *Params, n int64) (next int64, ok bool) {
 	next = max(tat, now) + n*p.U
 	return next, next-p.Burst*p.U <= now
@@ -77,8 +75,8 @@ func GCRAAllowed(next, now int64, p *Params) Result {
 	}
 }
 
-// GCRAFresh is GCRA(State{}, now, *p, n) in closed form (nothing divides, and it
-// inlines), for a key with no state, a limit with S = 1 and a now at or after the epoch.
+// GCRAFresh is GCRA(State{}, now, *p, n) in closed form, for a key with no state, a limit
+// with S = 1 and a now at or after the epoch.
 // A fresh key has a full allowance: a cost n ≤ Burst is allowed, leaving the TAT now + n·U,
 // Remaining Burst - n and ResetAfter n·U; a larger cost is denied with Remaining Burst and
 // RetryAfter (n - Burst)·U. Rounding and error bound are GCRA's (with S = 1 nothing

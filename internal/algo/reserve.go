@@ -89,12 +89,9 @@ func ReserveGCRA(s State, now int64, p Params, n, maxWait int64) (State, Reserva
 //     that a single TAT (or level) cannot represent.
 //
 // Otherwise the state is unchanged and nothing is given back. This is stricter than
-// golang.org/x/time/rate, which in the second case gives back the part of r not overtaken
-// (n minus the units reserved after it). That partial return schedules newcomers into
-// emission slots that later reservations already hold (two units in one slot, drawing on
-// the burst allowance); the rule here keeps every schedule exactly as if the cancelled
-// reservation had never been made, which a store can check with one comparison (the Lua
-// script does) and a test can state exactly.
+// golang.org/x/time/rate, whose partial return in the second case schedules newcomers into
+// slots that later reservations hold; this rule keeps every schedule exactly as if the
+// cancelled reservation had never been made.
 func CancelReservation(s State, now int64, r Reservation) (State, bool) {
 	if !r.OK || r.After == r.Before || now >= r.At || s != r.After {
 		return s, false

@@ -1,7 +1,5 @@
--- Mirrors memory.Store's decision loop (Store.Decide in memory/memory.go): the
--- entry point. Each request runs the function of its algorithm above, which reads the
--- key's state, decides (mirroring one function of internal/algo) and writes the new state
--- with a TTL equal to the time until it is equivalent to empty (algo.ExpiresAt).
+-- Mirrors memory.Store.Decide (memory/memory.go): the entry point. Each request runs the
+-- function of its algorithm above, which reads the key's state, decides and writes it.
 --
 -- KEYS: one per request, in order.
 -- ARGV[1], ARGV[2]: now and the minimum TTL (prelude.lua).
@@ -10,34 +8,24 @@
 --   5 SlidingLog, 6 Concurrency, 7 a calendar FixedWindow; 1 and 2 are unused), rate,
 --   period (µs; for the bucket machine S and U of algo.Params instead; a Concurrency
 --   limit's lease; a calendar limit's index into ARGV[7]), burst (store.EffectiveBurst; for
---   Concurrency the id of the lease to take), cost n. Binary, because parsing decimal
---   arguments (strtod, twice per tonumber) cost more than the decisions themselves.
+--   Concurrency the id of the lease to take), cost n.
 -- ARGV[4]: absent or empty, or the all-or-nothing groups (sluice.Limiter.Decide), two
 --   little-endian doubles each, in ascending order: the index of the group's first request
---   and the number of its requests (at least 2). A request in no group is an independent
---   decision. A group is decided without spending, and only if all its requests are
---   allowed are they decided again, spending (as memory.Store.Decide does).
--- ARGV[5]: absent or "0" when every key is distinct, "1" when a key appears more than
---   once among KEYS. Requests are decided in order, so two requests on one key in one call
---   see each other's spending (written, in prelude.lua), which is tracked only with "1".
+--   and the number of its requests (at least 2). A group is decided without spending,
+--   and only if all its requests are allowed are they decided again, spending.
+-- ARGV[5]: absent or "0" when every key is distinct, "1" when a key repeats among KEYS
+--   (written, in prelude.lua).
 -- ARGV[6]: absent or "0", or "1" to append the call's now after the results (below).
 -- ARGV[7]: absent, or the calendar bounds of the call's calendar requests
 --   (calendar_window.lua).
--- The arguments after ARGV[3] that hold their defaults are left out, from the end
--- (decideArgs in script.go): Redis builds ARGV as a Lua table on every call.
+-- Trailing arguments that hold their defaults are left out (decideArgs in script.go).
 -- Returns four integers per request, allowed (0/1), remaining, resetAfter µs and
--- retryAfter µs, as one string of little-endian doubles: one bulk reply is cheaper for
--- Redis to write and for the client to read than 4·n integer replies.
-
+-- retryAfter µs, as one string of little-endian doubles.
 -- one is the function of the one algorithm this script was made with, or nil; run[a]
--- then the function deciding algorithm number a (the line above, made by algoScript in
--- script.go).
+-- then decides algorithm number a (the line above, made by algoScript in script.go).
 
--- A call of one request, the common case at low load, decides it and returns its result
--- directly (measured by bench's cmd/rediscost -batch 1; TestDecideLuaOneKeyAgainstGeneral
--- holds it to the general path below). Its state is read with GET through redis.pcall: a key of another type (an
--- error reply, a table) reads as absent, as MGET reads it below, so that a look or a
--- denial leaves it as a call of several requests would.
+-- A call of one request returns its result directly (TestDecideLuaOneKeyAgainstGeneral).
+-- A key of another type reads as absent through redis.pcall, as MGET reads it below.
 local nkeys = #KEYS
 if nkeys == 1 then
   local key = KEYS[1]
@@ -49,8 +37,8 @@ if nkeys == 1 then
   return spack('<dddd', ok, rem, reset, retry)
 end
 
--- Every state is read at once with MGET (SlidingLog keys, sorted sets, read as false and
--- are read by sliding_log itself). unpack is bounded by Lua's C stack: chunks of 1000.
+-- Every state is read at once with MGET (sorted sets read as false), 1000 keys at most
+-- per unpack (Lua's C stack).
 local vals
 if nkeys <= 1000 then
   vals = redis.call('MGET', unpack(KEYS))
@@ -86,9 +74,7 @@ while i <= nkeys do
     local algo, rate, period, burst, n
     algo, rate, period, burst, n, pos = sunpack('<ddddd', reqs, pos)
     local key = KEYS[i]
-    -- state(i, key), inline: this is the common path, and a Lua call per decision is a
-    -- measurable share of Redis's work (bench/README.md).
-    local v = vals[i]
+    local v = vals[i] -- state(i, key), inline on the common path
     if written then
       local w = written[key]
       if w ~= nil then v = w end
@@ -120,8 +106,7 @@ while i <= nkeys do
           out[o - 3], out[o - 2], out[o - 1], out[o] = (one or run[r[1]])(key, v, r[2], r[3], r[4], r[5], true)
         end
       else
-        -- Nothing is spent. A request that would have passed alone reports the state as
-        -- it is (a look: Remaining and ResetAfter unspent) with RetryAfter 0.
+        -- Nothing is spent: a request that would have passed alone reports a look.
         if out[o - 3] == 1 then
           local v = state(i + j, key)
           local _, rem, reset = (one or run[r[1]])(key, v, r[2], r[3], r[4], 0, false)
@@ -139,7 +124,6 @@ while i <= nkeys do
   end
 end
 
--- ARGV[6] (the cross-slot protocol, Store.allowAcrossSlots): "1" appends now, the instant
--- the call decided at, which a refund of its spends needs.
+-- ARGV[6] (Store.allowAcrossSlots): "1" appends now, which a refund of its spends needs.
 if ARGV[6] == '1' then out[#out + 1] = now end
 return pack(out)

@@ -4,11 +4,8 @@
 -- burst its effective burst, n the cost; the new state is written only when commit is
 -- true. State: TAT = a - b/S µs, a whole µs and the part below it (b is 0 when S = 1, and
 -- the value then 8 bytes). Returns allowed (0/1), remaining, resetAfter, retryAfter.
--- The hottest path of the store, written flat: algo.cost, algo.nonNeg, algo.advance,
--- algo.gcraRemaining and the state codec are inline (a Lua function call costs more than
--- this arithmetic), and S = 1 (Rate divides Period), the common case, skips the divisions
--- by S. x - x % 1 is floor(x), exactly (|x| < 2^53), without math.floor: a call, and one
--- more upvalue for the closure to capture on every call.
+-- The hottest path, written flat: the helpers and codec are inline, S = 1 skips the
+-- divisions by S, and x - x % 1 is floor(x), exactly below 2^53.
 local function gcra(key, v, S, U, burst, n, commit)
   local a, b = 0, 0
   if v then
@@ -31,7 +28,6 @@ local function gcra(key, v, S, U, burst, n, commit)
     if tat < now then tat = now end
     local newtat = tat + c * U
     local allowat = newtat - bt
-    -- rem - rem % 1 is floor(rem), exactly (|rem| < 2^53), without a call to math.floor
     if allowat > now then
       local rem = (now + bt - tat) / U
       rem = rem - rem % 1

@@ -1,20 +1,16 @@
--- The entry point of the refund script (redisstore/slots.go, Store.allowAcrossSlots): it
--- gives back, in one slot, what a call of decide.lua spent for a request that was denied
--- in another slot. Each request runs the refund of its algorithm above (mirroring one
--- function of internal/algo/refund.go), which reads the key's state and writes the new
--- one with a TTL equal to the time until it is equivalent to empty (algo.ExpiresAt), and
--- then a look (cost 0, mirroring the decision function as decide.lua runs it) reports
--- the key as it stands.
+-- Mirrors Store.refundSlot, for Store.allowAcrossSlots (redisstore/slots.go): the entry
+-- point of the refund script. It gives back, in one slot, what decide.lua spent for a
+-- batch denied in another slot: each request runs its algorithm's refund above
+-- (internal/algo/refund.go), then a look.
 --
 -- KEYS: one per request, in order; every one is distinct.
 -- ARGV[1], ARGV[2]: now and the minimum TTL (prelude.lua).
 -- ARGV[3]: the requests, six little-endian doubles each: algorithm, the limit's two
---   fields and burst (or lease id) as in decide.lua's ARGV[3], the cost n that was spent, and at, the
---   now of the decide.lua call that spent it.
+--   fields and burst (or lease id) as in decide.lua's ARGV[3], the cost n spent, and at,
+--   the now of the decide.lua call that spent it.
 -- ARGV[7]: absent, or the calendar bounds (calendar_window.lua); then the script's now
 --   follows the results, as decide.lua's ARGV[6] makes it.
--- Returns the looks' results as decide.lua returns its decisions: allowed (0/1),
--- remaining, resetAfter µs and retryAfter µs per request, as little-endian doubles.
+-- Returns the looks' results as decide.lua returns its decisions.
 
 local reqs = ARGV[3]
 local out = {}

@@ -2,10 +2,8 @@
 -- refund of a Concurrency spend (refund_concurrency below), on the sorted set of
 -- sliding_log.lua, for one refund (the arguments of refund_gcra in refund_bucket.lua; v is
 -- unused). After the expired members go, the n members with the latest timestamps at or
--- before at are removed. The members of one timestamp t are "t:0" to "t:k-1"
--- (sliding_log.lua names the next "t:k"), and they are interchangeable, so the ones
--- removed are the last names, "t:k-m" to "t:k-1", which keeps that true. The key's TTL
--- follows its newest member, as sliding_log.lua sets it.
+-- before at are removed; of one timestamp t's members "t:0" to "t:k-1", the last names.
+-- The key's TTL follows its newest member, as sliding_log.lua sets it.
 local function refund_sliding_log(key, v, rate, P, burst, n, at)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - P))
   local left = n

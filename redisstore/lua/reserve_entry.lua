@@ -1,9 +1,6 @@
--- reserve_entry.lua: the entry point of the reservation script (redisstore/reserve.go,
--- Store.Reserve and the Cancel of its reservations). Like decide.lua it mirrors the
--- stores' loop around one function of internal/algo: read the key's state, run the
--- transcription above, and write the new state with a TTL equal to the time until it is
--- equivalent to empty (algo.ExpiresAt: the TAT); a state equivalent to empty is deleted.
--- The key is the one AllowN uses, so reservations and decisions share one state.
+-- Mirrors Store.Reserve and its Cancel (redisstore/reserve.go): the entry point of the
+-- reservation script, on the key AllowN uses. It reads the key's state, runs the
+-- transcription above, and writes the new state (deleted once equivalent to empty).
 --
 -- KEYS[1]: the key's state.
 -- ARGV[1], ARGV[2]: now and the minimum TTL (prelude.lua).

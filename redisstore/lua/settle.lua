@@ -1,8 +1,6 @@
 -- Mirrors algo.Settle and algo.refundAt (internal/algo/settle.go), for Store.Settle: the
--- entry point of the settlement script. It reads the reservation's record, gives back
--- (refund, refund_*.lua) or charges (charge.lua) the difference between the estimate and
--- the actual cost, marks the record settled, and reports the key with a look (cost 0), as
--- refund.lua does.
+-- entry point of the settlement script. It refunds or charges the difference between the
+-- estimate and the actual cost, marks the record settled, and reports a look.
 --
 -- KEYS[1]: the limiter key; KEYS[2]: the reservation's record (same hash tag, same slot),
 --   four little-endian doubles: the estimate n, at (the decision's now), full_at
