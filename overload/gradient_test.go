@@ -181,8 +181,8 @@ func TestRemeasure(t *testing.T) {
 // it never re-measures, and stays near where it settled when it does.
 func TestRemeasureBoundsCreep(t *testing.T) {
 	run := func(remeasure time.Duration) (lo, hi int) {
-		l, clk := newLimiter(t, Config{MaxLimit: 1000, Window: 250 * time.Millisecond, Remeasure: remeasure, MaxWait: -1})
-		limits := service{l, clk, 32, true}.run(12000, 20*time.Millisecond)
+		l, clk := newLimiter(t, Config{MaxLimit: 300, Window: 250 * time.Millisecond, Remeasure: remeasure, MaxWait: -1})
+		limits := service{l, clk, 32, true}.run(6000, 20*time.Millisecond)
 		return spread(limits[len(limits)/2:])
 	}
 	lo, hi := run(0)
