@@ -2,6 +2,7 @@ package server
 
 import (
 	"unicode/utf8"
+	"unsafe"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -17,24 +18,17 @@ import (
 )
 
 // rlsCodec is the gRPC server's codec. It decodes a RateLimitRequest and encodes a
-// RateLimitResponse itself, with protowire, into the generated message types. A
-// RateLimitRequest holding something the quick decoder does not handle (an unknown
-// field, a field it does not know, a message field sent twice) goes to decodeLenient;
-// every other message, and a RateLimitResponse holding something the encoder does not
-// handle (a nil element of a repeated field, a response's quota or dynamic_metadata),
-// goes to gRPC's proto codec, and from there to decodeLenient when proto refuses it for
-// a string that is not UTF-8 (an RLQS report's bucket id). Its result is the proto
-// codec's (the same message, proto.Equal, from the same bytes; the same bytes from the
-// same message; the same errors) with one exception: a received message's strings may
-// hold any bytes. Envoy
-// forwards header bytes as they came, and each string is decided as its bytes, so a
-// value that is not UTF-8 is a distinct value, never an error that Envoy would fail open
-// on.
+// RateLimitResponse itself, with protowire; a message holding a field it does not handle
+// (an unknown field, a message field sent twice, a nil element, a response's quota or
+// dynamic_metadata) goes to decodeLenient or to gRPC's proto codec. Its result is the
+// proto codec's (proto.Equal messages from the same bytes, the same bytes from the same
+// message, the same errors), except that a received string may hold any bytes: Envoy
+// forwards header bytes as they came, and each string is decided as its bytes, never
+// refused (an error Envoy would fail open on).
 //
-// A decoded request's strings share one copy of the message's bytes, and a request of
-// one descriptor of at most smallEntries entries has its descriptor and entries in one
-// block; an encoded response is one block (its bytes and the mem.Buffer naming them)
-// when it fits answerBytes.
+// A decoded request's strings share one copy of its bytes, and a request of one
+// descriptor of at most smallEntries entries is one block; an encoded response of at
+// most answerBytes is one block too.
 type rlsCodec struct {
 	proto encoding.CodecV2
 }
@@ -72,9 +66,7 @@ func (c rlsCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	err := c.proto.Unmarshal(data, v)
 	if m, ok := v.(proto.Message); ok && err != nil {
-		// The twin reads the same wire format without the UTF-8 check, so it decodes
-		// exactly what proto refused for a string's bytes alone (an RLQS report's bucket
-		// id, say), and refuses the rest; proto's error then stands.
+		// What proto refused for a string's bytes alone (an RLQS report's bucket id).
 		if decodeLenient(data.Materialize(), m) == nil {
 			return nil
 		}
@@ -140,309 +132,230 @@ type smallRequest struct {
 	entPtr  [smallEntries]*ratelimitv3.RateLimitDescriptor_Entry
 }
 
-// requestShape walks an encoded RateLimitRequest and returns its number of descriptors
-// and of entries (all descriptors together); ok is false for a message decodeRequest
-// does not handle, which decodeLenient then decodes (or refuses). A string may hold
-// any bytes.
-func requestShape(b []byte) (descs, entries int, ok bool) {
-	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 {
-			return 0, 0, false
-		}
-		b = b[n:]
-		switch {
-		case num == reqDomain && typ == protowire.BytesType:
-			_, n := consumeBytes(b)
-			if n < 0 {
-				return 0, 0, false
-			}
-			b = b[n:]
-		case num == reqDescriptors && typ == protowire.BytesType:
-			v, n := consumeBytes(b)
-			if n < 0 {
-				return 0, 0, false
-			}
-			e, ok := descriptorShape(v)
-			if !ok {
-				return 0, 0, false
-			}
-			descs++
-			entries += e
-			b = b[n:]
-		case num == reqHitsAddend && typ == protowire.VarintType:
-			_, n := consumeVarint(b)
-			if n < 0 {
-				return 0, 0, false
-			}
-			b = b[n:]
-		default:
-			return 0, 0, false
-		}
-	}
-	return descs, entries, true
-}
-
-// descriptorShape is requestShape for one RateLimitDescriptor: its number of entries.
-func descriptorShape(b []byte) (entries int, ok bool) {
-	var limit, hits bool
-	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 {
-			return 0, false
-		}
-		b = b[n:]
-		switch {
-		case num == descEntries && typ == protowire.BytesType:
-			v, n := consumeBytes(b)
-			if n < 0 || !entryShape(v) {
-				return 0, false
-			}
-			entries++
-			b = b[n:]
-		case num == descLimit && typ == protowire.BytesType && !limit:
-			v, n := consumeBytes(b)
-			if n < 0 || !overrideShape(v) {
-				return 0, false
-			}
-			limit = true
-			b = b[n:]
-		case num == descHitsAddend && typ == protowire.BytesType && !hits:
-			v, n := consumeBytes(b)
-			if n < 0 || !wrapperShape(v) {
-				return 0, false
-			}
-			hits = true
-			b = b[n:]
-		case num == descIsNegativeHits && typ == protowire.VarintType:
-			_, n := consumeVarint(b)
-			if n < 0 {
-				return 0, false
-			}
-			b = b[n:]
-		default:
-			return 0, false
-		}
-	}
-	return entries, true
-}
-
-// entryShape reports whether decodeRequest handles an encoded descriptor entry.
-func entryShape(b []byte) bool {
-	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 || (num != entryKey && num != entryValue) || typ != protowire.BytesType {
-			return false
-		}
-		b = b[n:]
-		_, n = consumeBytes(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
-	}
-	return true
-}
-
-// overrideShape reports whether decodeRequest handles an encoded limit override.
-func overrideShape(b []byte) bool {
-	var mult bool
-	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
-		switch {
-		case (num == overrideRequestsPerUnit || num == overrideUnit) && typ == protowire.VarintType:
-			_, n = consumeVarint(b)
-		case num == overrideUnitMultiplier && typ == protowire.BytesType && !mult:
-			var v []byte
-			v, n = consumeBytes(b)
-			if n >= 0 && !wrapperShape(v) {
-				return false
-			}
-			mult = true
-		default:
-			return false
-		}
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
-	}
-	return true
-}
-
-// wrapperShape reports whether decodeRequest handles an encoded UInt32Value or
-// UInt64Value.
-func wrapperShape(b []byte) bool {
-	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 || num != wrapperValue || typ != protowire.VarintType {
-			return false
-		}
-		b = b[n:]
-		if _, n = consumeVarint(b); n < 0 {
-			return false
-		}
-		b = b[n:]
-	}
-	return true
-}
-
 // decodeRequest decodes b into r as proto.Unmarshal does, strings as their bytes, and
-// reports whether it did: false (r untouched) for a message requestShape does not accept.
+// reports whether it did: false (r untouched) for a message holding what the codec does
+// not handle.
 func decodeRequest(b []byte, r *rlsv3.RateLimitRequest) bool {
-	nd, ne, ok := requestShape(b)
-	if !ok {
+	var d decoder
+	if !d.request(b, nil) {
 		return false
 	}
-	r.Reset()
-	d := decoder{text: string(b)}
+	nd, ne := d.nd, d.ne
+	d = decoder{fill: true}
 	if nd == 1 && ne <= smallEntries {
 		s := new(smallRequest)
 		s.descPtr[0] = &s.descs[0]
 		for i := range ne {
 			s.entPtr[i] = &s.entries[i]
 		}
-		d.descs, d.descPtr = s.descs[:], s.descPtr[:]
-		d.entries, d.entPtr = s.entries[:ne], s.entPtr[:ne]
-	} else if nd > 0 {
-		d.descs = make([]ratelimitv3.RateLimitDescriptor, nd)
-		d.descPtr = make([]*ratelimitv3.RateLimitDescriptor, nd)
-		for i := range d.descs {
-			d.descPtr[i] = &d.descs[i]
-		}
-		if ne > 0 {
-			d.entries = make([]ratelimitv3.RateLimitDescriptor_Entry, ne)
-			d.entPtr = make([]*ratelimitv3.RateLimitDescriptor_Entry, ne)
-			for i := range d.entries {
-				d.entPtr[i] = &d.entries[i]
-			}
-		}
+		d.descs, d.entries = s.descPtr[:], s.entPtr[:ne]
+	} else {
+		d.descs = pointers[ratelimitv3.RateLimitDescriptor](nd)
+		d.entries = pointers[ratelimitv3.RateLimitDescriptor_Entry](ne)
 	}
+	r.Reset()
 	if nd > 0 {
-		r.Descriptors = d.descPtr[:0:nd]
+		r.Descriptors = d.descs[:0:nd]
 	}
-	for i := 0; i < len(b); {
-		num, _, n := consumeTag(b[i:])
-		i += n
-		switch num {
-		case reqDomain:
-			v, n := consumeBytes(b[i:])
-			r.Domain = d.text[i+n-len(v) : i+n]
-			i += n
-		case reqDescriptors:
-			v, n := consumeBytes(b[i:])
-			r.Descriptors = append(r.Descriptors, d.descriptor(v, i+n-len(v)))
-			i += n
-		default: // reqHitsAddend
-			v, n := consumeVarint(b[i:])
-			r.HitsAddend = uint32(v)
-			i += n
+	text := string(b) // the one copy the strings share: b is gRPC's buffer
+	d.request(unsafe.Slice(unsafe.StringData(text), len(text)), r)
+	return true
+}
+
+// pointers returns pointers to n new values, made in one block.
+func pointers[T any](n int) []*T {
+	vs, ps := make([]T, n), make([]*T, n)
+	for i := range vs {
+		ps[i] = &vs[i]
+	}
+	return ps
+}
+
+// decoder walks an encoded RateLimitRequest twice: first to check that it holds only
+// fields the codec handles and to count its descriptors (nd) and entries (ne), then, with
+// fill, to decode it, taking its descriptors and entries in order from descs and entries.
+type decoder struct {
+	fill    bool
+	descs   []*ratelimitv3.RateLimitDescriptor
+	entries []*ratelimitv3.RateLimitDescriptor_Entry
+	nd, ne  int
+}
+
+func (d *decoder) request(b []byte, r *rlsv3.RateLimitRequest) bool {
+	for len(b) > 0 {
+		num, typ, x, v, n := consumeField(b)
+		switch {
+		case n < 0:
+			return false
+		case num == reqDomain && typ == protowire.BytesType:
+			if d.fill {
+				r.Domain = shared(v)
+			}
+		case num == reqDescriptors && typ == protowire.BytesType:
+			if !d.descriptor(v, r) {
+				return false
+			}
+		case num == reqHitsAddend && typ == protowire.VarintType:
+			if d.fill {
+				r.HitsAddend = uint32(x)
+			}
+		default:
+			return false
 		}
+		b = b[n:]
 	}
 	return true
 }
 
-// decoder fills a request's descriptors and entries, in order, from the blocks made for
-// them; text is the message's bytes, which its strings share.
-type decoder struct {
-	text    string
-	descs   []ratelimitv3.RateLimitDescriptor
-	descPtr []*ratelimitv3.RateLimitDescriptor
-	entries []ratelimitv3.RateLimitDescriptor_Entry
-	entPtr  []*ratelimitv3.RateLimitDescriptor_Entry
-	nd, ne  int
-}
-
-// descriptor decodes the next descriptor, b, which starts at off in the message.
-func (d *decoder) descriptor(b []byte, off int) *ratelimitv3.RateLimitDescriptor {
-	desc := d.descPtr[d.nd]
+func (d *decoder) descriptor(b []byte, r *rlsv3.RateLimitRequest) bool {
+	var desc *ratelimitv3.RateLimitDescriptor
+	if d.fill {
+		desc = d.descs[d.nd]
+		r.Descriptors = append(r.Descriptors, desc)
+	}
 	d.nd++
 	first := d.ne
-	for i := 0; i < len(b); {
-		num, _, n := consumeTag(b[i:])
-		i += n
-		switch num {
-		case descEntries:
-			v, n := consumeBytes(b[i:])
-			d.entry(v, off+i+n-len(v))
-			i += n
-		case descLimit:
-			v, n := consumeBytes(b[i:])
-			desc.Limit = decodeOverride(v)
-			i += n
-		case descHitsAddend:
-			v, n := consumeBytes(b[i:])
-			desc.HitsAddend = &wrapperspb.UInt64Value{Value: wrapperValueOf(v)}
-			i += n
-		default: // descIsNegativeHits
-			v, n := consumeVarint(b[i:])
-			desc.IsNegativeHits = v != 0
-			i += n
+	var limit, hits bool // a message field sent twice is merged: left to proto
+	for len(b) > 0 {
+		num, typ, x, v, n := consumeField(b)
+		switch {
+		case n < 0:
+			return false
+		case num == descEntries && typ == protowire.BytesType:
+			if !d.entry(v) {
+				return false
+			}
+		case num == descLimit && typ == protowire.BytesType && !limit:
+			limit = true
+			var o *ratelimitv3.RateLimitDescriptor_RateLimitOverride
+			if d.fill {
+				o = new(ratelimitv3.RateLimitDescriptor_RateLimitOverride)
+				desc.Limit = o
+			}
+			if !decodeOverride(v, o) {
+				return false
+			}
+		case num == descHitsAddend && typ == protowire.BytesType && !hits:
+			hits = true
+			w, ok := decodeWrapper(v)
+			if !ok {
+				return false
+			}
+			if d.fill {
+				desc.HitsAddend = &wrapperspb.UInt64Value{Value: w}
+			}
+		case num == descIsNegativeHits && typ == protowire.VarintType:
+			if d.fill {
+				desc.IsNegativeHits = x != 0
+			}
+		default:
+			return false
 		}
+		b = b[n:]
 	}
-	if d.ne > first {
-		desc.Entries = d.entPtr[first:d.ne:d.ne]
+	if d.fill && d.ne > first {
+		desc.Entries = d.entries[first:d.ne:d.ne]
 	}
-	return desc
+	return true
 }
 
-// entry decodes the next entry, b, which starts at off in the message.
-func (d *decoder) entry(b []byte, off int) {
-	e := d.entPtr[d.ne]
+func (d *decoder) entry(b []byte) bool {
+	var e *ratelimitv3.RateLimitDescriptor_Entry
+	if d.fill {
+		e = d.entries[d.ne]
+	}
 	d.ne++
-	for i := 0; i < len(b); {
-		num, _, n := consumeTag(b[i:])
-		i += n
-		v, n := consumeBytes(b[i:])
-		s := d.text[off+i+n-len(v) : off+i+n]
-		if num == entryKey {
-			e.Key = s
-		} else {
-			e.Value = s
+	for len(b) > 0 {
+		num, typ, _, v, n := consumeField(b)
+		if n < 0 || (num != entryKey && num != entryValue) || typ != protowire.BytesType {
+			return false
 		}
-		i += n
+		switch {
+		case e == nil:
+		case num == entryKey:
+			e.Key = shared(v)
+		default:
+			e.Value = shared(v)
+		}
+		b = b[n:]
 	}
+	return true
 }
 
-func decodeOverride(b []byte) *ratelimitv3.RateLimitDescriptor_RateLimitOverride {
-	o := new(ratelimitv3.RateLimitDescriptor_RateLimitOverride)
+// decodeOverride decodes a limit override into o, or only checks it when o is nil.
+func decodeOverride(b []byte, o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) bool {
+	var mult bool
 	for len(b) > 0 {
-		num, _, n := consumeTag(b)
-		b = b[n:]
-		switch num {
-		case overrideRequestsPerUnit:
-			v, n := consumeVarint(b)
-			o.RequestsPerUnit = uint32(v)
-			b = b[n:]
-		case overrideUnit:
-			v, n := consumeVarint(b)
-			o.Unit = typev3.RateLimitUnit(int32(v))
-			b = b[n:]
-		default: // overrideUnitMultiplier
-			v, n := consumeBytes(b)
-			o.UnitMultiplier = &wrapperspb.UInt32Value{Value: uint32(wrapperValueOf(v))}
-			b = b[n:]
+		num, typ, x, v, n := consumeField(b)
+		switch {
+		case n < 0:
+			return false
+		case num == overrideRequestsPerUnit && typ == protowire.VarintType:
+			if o != nil {
+				o.RequestsPerUnit = uint32(x)
+			}
+		case num == overrideUnit && typ == protowire.VarintType:
+			if o != nil {
+				o.Unit = typev3.RateLimitUnit(int32(x))
+			}
+		case num == overrideUnitMultiplier && typ == protowire.BytesType && !mult:
+			mult = true
+			w, ok := decodeWrapper(v)
+			if !ok {
+				return false
+			}
+			if o != nil {
+				o.UnitMultiplier = &wrapperspb.UInt32Value{Value: uint32(w)}
+			}
+		default:
+			return false
 		}
+		b = b[n:]
 	}
-	return o
+	return true
 }
 
-// wrapperValueOf returns the value of an encoded UInt32Value or UInt64Value that
-// wrapperShape accepted: the last one written, as proto.Unmarshal keeps.
-func wrapperValueOf(b []byte) uint64 {
-	var x uint64
+// decodeWrapper decodes an encoded UInt32Value or UInt64Value: the last value written, as
+// proto.Unmarshal keeps.
+func decodeWrapper(b []byte) (x uint64, ok bool) {
 	for len(b) > 0 {
-		_, _, n := consumeTag(b)
-		b = b[n:]
-		v, n := consumeVarint(b)
-		x = v
-		b = b[n:]
+		num, typ, v, _, n := consumeField(b)
+		if n < 0 || num != wrapperValue || typ != protowire.VarintType {
+			return 0, false
+		}
+		x, b = v, b[n:]
 	}
-	return x
+	return x, true
+}
+
+// shared is v as a string sharing its bytes, which must never be written: the bytes
+// of decodeRequest's copy of the message.
+func shared(v []byte) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return unsafe.String(&v[0], len(v))
+}
+
+// consumeField consumes the field b starts with: its number, its wire type and its
+// value, x for a varint, v for a length-delimited field; n < 0 when b is malformed or
+// the field has another wire type (no field the codec handles does).
+func consumeField(b []byte) (num protowire.Number, typ protowire.Type, x uint64, v []byte, n int) {
+	num, typ, n = consumeTag(b)
+	if n < 0 {
+		return 0, 0, 0, nil, n
+	}
+	m := -1
+	switch typ {
+	case protowire.VarintType:
+		x, m = consumeVarint(b[n:])
+	case protowire.BytesType:
+		v, m = consumeBytes(b[n:])
+	}
+	if m < 0 {
+		return 0, 0, 0, nil, -1
+	}
+	return num, typ, x, v, n + m
 }
 
 // consumeTag is protowire.ConsumeTag, quicker for a one-byte key. A key of field number
