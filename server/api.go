@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -194,11 +195,11 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/reset", s.admin(s.observed(apiReset, s.serveReset)))
 	mux.HandleFunc("POST /v1/release", s.observed(apiRelease, s.serveRelease))
 	mux.HandleFunc("POST /v1/settle", s.observed(apiSettle, s.serveSettle))
-	mux.HandleFunc("GET /v1/config", s.admin(s.handleConfig))
-	mux.HandleFunc("PUT /v1/overrides/{policy}/{identity...}", s.admin(s.handleOverridePut))
-	mux.HandleFunc("GET /v1/overrides/{policy}/{identity...}", s.admin(s.handleOverrideGet))
-	mux.HandleFunc("DELETE /v1/overrides/{policy}/{identity...}", s.admin(s.handleOverrideDelete))
-	mux.HandleFunc("GET /v1/overrides", s.admin(s.handleOverrideList))
+	mux.HandleFunc("GET /v1/config", s.adminAPI(s.handleConfig))
+	mux.HandleFunc("PUT /v1/overrides/{policy}/{identity...}", s.adminAPI(s.handleOverridePut))
+	mux.HandleFunc("GET /v1/overrides/{policy}/{identity...}", s.adminAPI(s.handleOverrideGet))
+	mux.HandleFunc("DELETE /v1/overrides/{policy}/{identity...}", s.adminAPI(s.handleOverrideDelete))
+	mux.HandleFunc("GET /v1/overrides", s.adminAPI(s.handleOverrideList))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusOK, "ok")
 	})
@@ -240,37 +241,51 @@ func badRequest(format string, args ...any) error {
 }
 
 // writeError answers err as an RFC 9457 problem: its status for an apiError, 400 for bad
-// input, 503 (with Retry-After) for a store that is down or failing closed, else 500.
+// input, else 503 with Retry-After (a store that is down, failing closed or failing).
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) string {
-	p := &httplimit.Problem{Type: httplimit.ProblemBlank}
-	code := "error"
 	var ae *apiError
 	switch {
 	case errors.As(err, &ae):
-		p.Status, p.Detail, code = ae.status, ae.msg, "invalid"
+		writeProblem(w, r, ae.status, ae.msg)
+		return "invalid"
 	case store.IsBadInput(err):
-		p.Status, p.Detail, code = http.StatusBadRequest, err.Error(), "invalid"
-	default:
-		p.Status, code = http.StatusServiceUnavailable, "unavailable"
-		p.Detail = "The rate limiter is unavailable; retry after 1 second."
-		w.Header().Set("Retry-After", "1")
-		if !errors.Is(err, sluice.ErrStoreUnavailable) {
-			s.metrics.storeErrors.Inc()
-			s.log.LogAttrs(r.Context(), slog.LevelError, "rate limit not decided",
-				slog.String("path", r.URL.Path), slog.String("error", err.Error()))
-		}
+		writeProblem(w, r, http.StatusBadRequest, err.Error())
+		return "invalid"
 	}
-	p.Title = http.StatusText(p.Status)
+	w.Header().Set("Retry-After", "1")
+	if !errors.Is(err, sluice.ErrStoreUnavailable) {
+		s.metrics.storeErrors.Inc()
+		s.log.LogAttrs(r.Context(), slog.LevelError, "rate limit not decided",
+			slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+	}
+	writeProblem(w, r, http.StatusServiceUnavailable, "The rate limiter is unavailable; retry after 1 second.")
+	return "unavailable"
+}
+
+// writeProblem answers status with an RFC 9457 problem of type about:blank.
+func writeProblem(w http.ResponseWriter, r *http.Request, status int, detail string) {
+	p := &httplimit.Problem{Type: httplimit.ProblemBlank, Status: status,
+		Title: http.StatusText(status), Detail: detail}
 	p.ServeHTTP(w, r)
-	return code
+}
+
+// decodeBody reads a JSON body of at most limit bytes into v, as decodeJSON does; any
+// fault is a bad request, which says want when given (unless the body is not Unicode).
+func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any, want string) error {
+	err := decodeJSON(w, r, limit, v)
+	switch {
+	case err == nil:
+		return nil
+	case want != "" && !errors.Is(err, errNotUnicode):
+		return badRequest("malformed JSON body: want %s", want)
+	}
+	return badRequest("malformed JSON body: %v", err)
 }
 
 func (s *Server) decodeCheck(w http.ResponseWriter, r *http.Request) (*CheckRequest, error) {
 	var req CheckRequest
-	if err := decodeJSON(w, r, int64(s.requestLimits(s.config()).MaxBytes)+maxEnvelope, &req); err != nil {
-		return nil, badRequest("malformed JSON body: %v", err)
-	}
-	return &req, nil
+	err := decodeBody(w, r, int64(s.requestLimits(s.config()).MaxBytes)+maxEnvelope, &req, "")
+	return &req, err
 }
 
 // observed serves an API endpoint with serve, which returns the outcome code, and
@@ -282,18 +297,6 @@ func (s *Server) observed(api string, serve func(http.ResponseWriter, *http.Requ
 		code := serve(w, r)
 		am.observe(am.code(code), start)
 	}
-}
-
-// decodeSmall reads a JSON body of at most maxEnvelope bytes into v, as decodeJSON does;
-// any fault is a bad request saying want.
-func decodeSmall(w http.ResponseWriter, r *http.Request, v any, want string) error {
-	if err := decodeJSON(w, r, maxEnvelope, v); err != nil {
-		if errors.Is(err, errNotUnicode) {
-			return badRequest("malformed JSON body: %v", err)
-		}
-		return badRequest("malformed JSON body: want %s", want)
-	}
-	return nil
 }
 
 func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request, peek bool) string {
@@ -470,14 +473,11 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, req *CheckReques
 	h := w.Header()
 	refusal := ratelimitheader.Refusal{Refused: enforce && !allowed, Wait: ra}
 	p, l, retry := rateLimitHeaders(nil, items, refusal, s.shadowHeaders)
-	if p != "" {
-		h.Set(httplimit.HeaderRateLimitPolicy, p)
-	}
-	if l != "" {
-		h.Set(httplimit.HeaderRateLimit, l)
-	}
-	if retry != "" {
-		h.Set(httplimit.HeaderRetryAfter, retry)
+	for _, f := range [...][2]string{{httplimit.HeaderRateLimitPolicy, p}, {httplimit.HeaderRateLimit, l},
+		{httplimit.HeaderRetryAfter, retry}} {
+		if f[1] != "" {
+			h.Set(f[0], f[1])
+		}
 	}
 	status, code := http.StatusOK, "ok"
 	if !allowed {
@@ -563,15 +563,6 @@ func (s *Server) items(cfg *config.Config, req *CheckRequest) ([]item, scope, er
 		if len(req.Descriptors) == 0 {
 			return nil, scope{}, badRequest("rate limit descriptor list must not be empty")
 		}
-		if err := checkSize(s.requestLimits(cfg), len(req.Descriptors), func(i int) (int, int) {
-			n := 0
-			for _, e := range req.Descriptors[i].Entries {
-				n += len(e.Key) + len(e.Value)
-			}
-			return len(req.Descriptors[i].Entries), n
-		}); err != nil {
-			return nil, scope{}, badRequest("%v", err)
-		}
 		descs := make([]config.Descriptor, len(req.Descriptors))
 		mults := make([]uint32, len(req.Descriptors))
 		hits := make([]int64, len(req.Descriptors))
@@ -598,6 +589,9 @@ func (s *Server) items(cfg *config.Config, req *CheckRequest) ([]item, scope, er
 				hits[i] = *d.Cost
 			}
 		}
+		if err := checkSize(s.requestLimits(cfg), descs); err != nil {
+			return nil, scope{}, badRequest("%v", err)
+		}
 		ed := s.envoyCache(cfg).domain(req.Domain)
 		if ed == nil {
 			// Envoy's RLS answers an unknown domain with OK; a caller of the JSON API
@@ -618,20 +612,18 @@ func (s *Server) items(cfg *config.Config, req *CheckRequest) ([]item, scope, er
 // naming those it has.
 func unknownName(cfg *config.Config, kind, name string) *apiError {
 	var names []string
+	plural := "policies"
+	for _, p := range cfg.Policies {
+		names = append(names, p.Name)
+	}
 	if kind == "domain" {
+		names, plural = names[:0], "domains"
 		for _, d := range cfg.Domains {
 			names = append(names, d.Name)
 		}
-	} else {
-		for _, p := range cfg.Policies {
-			names = append(names, p.Name)
-		}
 	}
-	have := "none"
-	if len(names) > 0 {
-		have = strings.Join(names, ", ")
-	}
-	return &apiError{http.StatusNotFound, fmt.Sprintf("no %s named %q (the configuration's %s: %s)", kind, name, map[string]string{"policy": "policies", "domain": "domains"}[kind], have)}
+	return &apiError{http.StatusNotFound, fmt.Sprintf("no %s named %q (the configuration's %s: %s)",
+		kind, name, plural, cmp.Or(strings.Join(names, ", "), "none"))}
 }
 
 // policyItems are the limits of one identity under policy p: the policy's limit (an
@@ -648,7 +640,7 @@ func (s *Server) policyItems(cfg *config.Config, p *config.Policy, req *CheckReq
 		return nil, err
 	}
 	limit, source := p.LimitFor(id.ID, req.Tier)
-	if o, ok := s.apiOverride(p, id); ok {
+	if o, ok := s.ovr.lookup(p.Name, id.ID); ok {
 		limit, source = o.Limit, "api_override"
 		if o.Pattern() {
 			source += ":" + o.Identity
@@ -785,10 +777,7 @@ func (s *Server) admin(next http.HandlerFunc) http.HandlerFunc {
 		want, err := s.adminToken()
 		if err != nil || want == "" {
 			s.metrics.adminDenied.Inc()
-			p := &httplimit.Problem{Type: httplimit.ProblemBlank, Status: http.StatusForbidden,
-				Title:  http.StatusText(http.StatusForbidden),
-				Detail: "Admin endpoints are disabled: no admin token is configured."}
-			p.ServeHTTP(w, r)
+			writeProblem(w, r, http.StatusForbidden, "Admin endpoints are disabled: no admin token is configured.")
 			return
 		}
 		got, ok := bearer(r)
@@ -800,10 +789,7 @@ func (s *Server) admin(next http.HandlerFunc) http.HandlerFunc {
 			s.log.LogAttrs(r.Context(), slog.LevelWarn, "admin request refused",
 				slog.String("path", r.URL.Path), slog.String("remote", r.RemoteAddr))
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
-			p := &httplimit.Problem{Type: httplimit.ProblemBlank, Status: http.StatusUnauthorized,
-				Title:  http.StatusText(http.StatusUnauthorized),
-				Detail: "A valid admin token is required (Authorization: Bearer <token>)."}
-			p.ServeHTTP(w, r)
+			writeProblem(w, r, http.StatusUnauthorized, "A valid admin token is required (Authorization: Bearer <token>).")
 			return
 		}
 		next(w, r)
@@ -851,7 +837,7 @@ func (s *Server) serveReset(w http.ResponseWriter, r *http.Request) string {
 // and route named, as a check of the same request decided them.
 func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) string {
 	var req ReleaseRequest
-	if err := decodeSmall(w, r, &req, `{"policy", "key", "lease"}`); err != nil {
+	if err := decodeBody(w, r, maxEnvelope, &req, `{"policy", "key", "lease"}`); err != nil {
 		return s.writeError(w, r, err)
 	}
 	if req.Policy == "" {
@@ -899,7 +885,7 @@ func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) string {
 // settles; an unknown reservation is 404, a second settlement 409, a negative cost 400.
 func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) string {
 	var req SettleRequest
-	if err := decodeSmall(w, r, &req, `{"policy", "key", "reservation", "cost"}`); err != nil {
+	if err := decodeBody(w, r, maxEnvelope, &req, `{"policy", "key", "reservation", "cost"}`); err != nil {
 		return s.writeError(w, r, err)
 	}
 	switch {
@@ -919,14 +905,13 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) string {
 		return s.writeError(w, r, err)
 	}
 	var reservation sluice.ReservationID
-	perr := reservation.UnmarshalText([]byte(req.Reservation)) // an id no store gives: none holds it
-	if reservation == 0 {
-		perr = sluice.ErrUnknownReservation
+	if reservation.UnmarshalText([]byte(req.Reservation)) != nil || reservation == 0 {
+		items = nil // an id no store gives: none holds it
 	}
 	err = fmt.Errorf("%w: %.40q", sluice.ErrUnknownReservation, req.Reservation)
 	for i := range items {
 		it := &items[i]
-		if perr != nil || it.status != config.Limited {
+		if it.status != config.Limited {
 			continue
 		}
 		var d sluice.Decision
@@ -950,17 +935,14 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) string {
 	return s.writeError(w, r, err)
 }
 
-func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) error {
 	b, err := s.config().Dump()
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
-	_ = s.refreshOverrides(r.Context(), false)
-	b = appendOverrides(b, s.overrideSet().List("", s.now()))
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Write(b)
+	_ = s.ovr.refresh(r.Context(), false)
+	writeBody(w, http.StatusOK, "application/json", appendOverrides(b, s.ovr.set.Load().List("", s.now())))
+	return nil
 }
 
 // logDenied logs the limits that denied one request, with what the limiter saw, at Debug

@@ -65,27 +65,6 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
 	}
 	cfg := s.config()
-	if err := checkSize(s.requestLimits(cfg), len(req.Descriptors), func(i int) (int, int) {
-		es := req.Descriptors[i].GetEntries()
-		n := 0
-		for _, e := range es {
-			n += len(e.GetKey()) + len(e.GetValue())
-		}
-		return len(es), n
-	}); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	ed := s.envoyCache(cfg).domain(req.Domain)
-	if ed == nil {
-		// As the reference implementation: an unknown domain limits nothing.
-		s.metrics.unknownDomain.Inc()
-		a := newAnswer(len(req.Descriptors))
-		for i := range a.statuses {
-			a.statuses[i].status.Code = rlsv3.RateLimitResponse_OK
-		}
-		return &a.resp, nil
-	}
-
 	sc := getScratch(req.Descriptors)
 	defer putScratch(sc)
 	descs, mults, hits := sc.descs, sc.mults, sc.hits
@@ -117,6 +96,19 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			// so there is nothing to refund): report the state without spending.
 			hits[i] = 0
 		}
+	}
+	if err := checkSize(s.requestLimits(cfg), descs); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	ed := s.envoyCache(cfg).domain(req.Domain)
+	if ed == nil {
+		// As the reference implementation: an unknown domain limits nothing.
+		s.metrics.unknownDomain.Inc()
+		a := newAnswer(len(req.Descriptors))
+		for i := range a.statuses {
+			a.statuses[i].status.Code = rlsv3.RateLimitResponse_OK
+		}
+		return &a.resp, nil
 	}
 	dom := ed.dom
 	items, err := s.domainItems(ed, descs, mults, hits, sc)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/keys"
 	"github.com/sluicehq/sluice/override"
 )
 
@@ -65,12 +64,9 @@ func newOverrideCache(store override.Store, every time.Duration, now func() time
 	return &overrideCache{store: store, every: every, now: now, log: log, expire: expire}
 }
 
-// current is the index of the overrides in force (nil until loaded).
-func (c *overrideCache) current() *override.Set { return c.set.Load() }
-
 // lookup returns the override in force for id under policy, if any.
 func (c *overrideCache) lookup(policy, id string) (*override.Override, bool) {
-	return c.current().Lookup(policy, id, c.now())
+	return c.set.Load().Lookup(policy, id, c.now())
 }
 
 // refresh reloads the overrides when their version moved, one of them expired, or force,
@@ -143,18 +139,6 @@ func (c *overrideCache) maybeRefresh() {
 	}()
 }
 
-// overrideSet is the index of the overrides in force (nil until loaded).
-func (s *Server) overrideSet() *override.Set { return s.ovr.current() }
-
-func (s *Server) refreshOverrides(ctx context.Context, force bool) error {
-	return s.ovr.refresh(ctx, force)
-}
-
-// apiOverride returns the override in force for id under p, if any.
-func (s *Server) apiOverride(p *config.Policy, id keys.Identity) (*override.Override, bool) {
-	return s.ovr.lookup(p.Name, id.ID)
-}
-
 // overrideIdentity reads the identity of an override request for policy p
 // (config.Policy.ParseIdentity): the API takes patterns, raw API keys, which it hashes at
 // once, and IP addresses and prefixes as the identity of the clients they cover.
@@ -196,46 +180,48 @@ func (s *Server) tokenName() string {
 	return "admin token $SLUICE_ADMIN_TOKEN"
 }
 
-func (s *Server) overridePolicy(cfg *config.Config, r *http.Request) (*config.Policy, string, error) {
+// adminAPI serves an admin endpoint with serve, answering its error with writeError.
+func (s *Server) adminAPI(serve func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
+	return s.admin(func(w http.ResponseWriter, r *http.Request) {
+		if err := serve(w, r); err != nil {
+			s.writeError(w, r, err)
+		}
+	})
+}
+
+// overridePolicy reads the policy and identity an override request's path names.
+func (s *Server) overridePolicy(r *http.Request) (*config.Policy, string, error) {
+	cfg := s.config()
 	name := r.PathValue("policy")
 	p, ok := cfg.Policy(name)
 	if !ok {
 		return nil, "", badRequest("policy: %s", unknownName(cfg, "policy", name).msg)
 	}
 	id, err := s.overrideIdentity(cfg, p, r.PathValue("identity"))
-	if err != nil {
-		return nil, "", err
-	}
-	return p, id, nil
+	return p, id, err
 }
 
-func (s *Server) handleOverridePut(w http.ResponseWriter, r *http.Request) {
-	cfg := s.config()
-	p, id, err := s.overridePolicy(cfg, r)
+func (s *Server) handleOverridePut(w http.ResponseWriter, r *http.Request) error {
+	p, id, err := s.overridePolicy(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	var req OverrideRequest
-	if err := decodeJSON(w, r, maxOverrideBody, &req); err != nil {
-		s.writeError(w, r, badRequest("malformed JSON body: %v", err))
-		return
+	if err := decodeBody(w, r, maxOverrideBody, &req, ""); err != nil {
+		return err
 	}
 	o, err := overrideOf(p, id, &req, s.now())
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	o.By = s.tokenName()
 	prev, err := s.ovr.store.Put(r.Context(), o)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
-	_ = s.refreshOverrides(r.Context(), true)
-	s.metrics.overrideChanges.WithLabelValues("set").Inc()
-	s.logChange(r.Context(), "override set", o.Policy, o.Identity, o.By, prev, &o, o.Reason)
+	s.changed(r.Context(), "set", prev, &o)
 	writeJSON(w, http.StatusOK, o)
+	return nil
 }
 
 // overrideOf checks an override request for policy p; the error names the field.
@@ -262,65 +248,62 @@ func overrideOf(p *config.Policy, id string, req *OverrideRequest, now time.Time
 	return o, nil
 }
 
-func (s *Server) handleOverrideGet(w http.ResponseWriter, r *http.Request) {
-	cfg := s.config()
-	p, id, err := s.overridePolicy(cfg, r)
+func (s *Server) handleOverrideGet(w http.ResponseWriter, r *http.Request) error {
+	p, id, err := s.overridePolicy(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
-	if err := s.refreshOverrides(r.Context(), false); err != nil {
-		s.writeError(w, r, err)
-		return
+	if err := s.ovr.refresh(r.Context(), false); err != nil {
+		return err
 	}
-	o, ok := s.overrideSet().Get(p.Name, id, s.now())
+	o, ok := s.ovr.set.Load().Get(p.Name, id, s.now())
 	if !ok {
-		s.writeError(w, r, &apiError{http.StatusNotFound, fmt.Sprintf("no override of policy %q for %q", p.Name, id)})
-		return
+		return &apiError{http.StatusNotFound, fmt.Sprintf("no override of policy %q for %q", p.Name, id)}
 	}
 	writeJSON(w, http.StatusOK, o)
+	return nil
 }
 
-func (s *Server) handleOverrideList(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleOverrideList(w http.ResponseWriter, r *http.Request) error {
 	policy := r.URL.Query().Get("policy")
-	if policy != "" {
-		cfg := s.config()
+	if cfg := s.config(); policy != "" {
 		if _, ok := cfg.Policy(policy); !ok {
-			s.writeError(w, r, badRequest("policy: %s", unknownName(cfg, "policy", policy).msg))
-			return
+			return badRequest("policy: %s", unknownName(cfg, "policy", policy).msg)
 		}
 	}
-	if err := s.refreshOverrides(r.Context(), false); err != nil {
-		s.writeError(w, r, err)
-		return
+	if err := s.ovr.refresh(r.Context(), false); err != nil {
+		return err
 	}
-	writeJSON(w, http.StatusOK, OverrideList{Overrides: s.overrideSet().List(policy, s.now())})
+	writeJSON(w, http.StatusOK, OverrideList{Overrides: s.ovr.set.Load().List(policy, s.now())})
+	return nil
 }
 
-func (s *Server) handleOverrideDelete(w http.ResponseWriter, r *http.Request) {
-	cfg := s.config()
-	p, id, err := s.overridePolicy(cfg, r)
+func (s *Server) handleOverrideDelete(w http.ResponseWriter, r *http.Request) error {
+	p, id, err := s.overridePolicy(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	prev, err := s.ovr.store.Delete(r.Context(), p.Name, id)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if prev == nil {
-		s.writeError(w, r, &apiError{http.StatusNotFound, fmt.Sprintf("no override of policy %q for %q", p.Name, id)})
-		return
+		return &apiError{http.StatusNotFound, fmt.Sprintf("no override of policy %q for %q", p.Name, id)}
 	}
-	_ = s.refreshOverrides(r.Context(), true)
-	s.metrics.overrideChanges.WithLabelValues("delete").Inc()
-	s.logChange(r.Context(), "override removed", p.Name, id, s.tokenName(), prev, nil, prev.Reason)
+	s.changed(r.Context(), "delete", prev, nil)
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-// logChange logs one change of an override: who, what, before and after, and why.
-func (s *Server) logChange(ctx context.Context, msg, policy, identity, by string, before, after *override.Override, reason string) {
+// changed reloads the overrides after a change through the API (action "set" or
+// "delete"), counts it, and logs it: who, what, before and after, and why.
+func (s *Server) changed(ctx context.Context, action string, before, after *override.Override) {
+	_ = s.ovr.refresh(ctx, true)
+	s.metrics.overrideChanges.WithLabelValues(action).Inc()
+	msg, o := "override set", after
+	if after == nil {
+		msg, o = "override removed", before
+	}
 	lim := func(o *override.Override) string {
 		if o == nil {
 			return "none"
@@ -337,8 +320,8 @@ func (s *Server) logChange(ctx context.Context, msg, policy, identity, by string
 		return str
 	}
 	s.log.LogAttrs(ctx, slog.LevelInfo, msg,
-		slog.String("policy", policy), slog.String("identity", identity), slog.String("by", by),
-		slog.String("before", lim(before)), slog.String("after", lim(after)), slog.String("reason", reason))
+		slog.String("policy", o.Policy), slog.String("identity", o.Identity), slog.String("by", s.tokenName()),
+		slog.String("before", lim(before)), slog.String("after", lim(after)), slog.String("reason", o.Reason))
 }
 
 // appendOverrides adds the overrides in force to a configuration dump, as "api_overrides".

@@ -212,19 +212,20 @@ func maxMessage(lim config.RequestLimits) int {
 	return lim.MaxBytes + lim.MaxDescriptors*(lim.MaxEntries*16+64) + 64<<10
 }
 
-// checkSize refuses a request of n descriptors over lim before any work; entries(i)
-// returns the number of entries of descriptor i and the bytes of their keys and values.
-func checkSize(lim config.RequestLimits, n int, entries func(i int) (count, bytes int)) error {
-	if n > lim.MaxDescriptors {
+// checkSize refuses descriptors over lim before they are matched.
+func checkSize(lim config.RequestLimits, descs []config.Descriptor) error {
+	if n := len(descs); n > lim.MaxDescriptors {
 		return fmt.Errorf("%d descriptors, more than the %d allowed (request_limits.max_descriptors)", n, lim.MaxDescriptors)
 	}
 	total := 0
-	for i := range n {
-		c, b := entries(i)
-		if c > lim.MaxEntries {
+	for i, d := range descs {
+		if c := len(d.Entries); c > lim.MaxEntries {
 			return fmt.Errorf("descriptor %d has %d entries, more than the %d allowed (request_limits.max_entries)", i, c, lim.MaxEntries)
 		}
-		if total += b; total > lim.MaxBytes {
+		for _, e := range d.Entries {
+			total += len(e.Key) + len(e.Value)
+		}
+		if total > lim.MaxBytes {
 			return fmt.Errorf("descriptors of more than the %d bytes allowed (request_limits.max_bytes)", lim.MaxBytes)
 		}
 	}
@@ -303,7 +304,7 @@ func New(opts Options) (*Server, error) {
 	s.ovr = newOverrideCache(opts.Overrides, opts.OverrideRefresh, s.now, s.log,
 		func() { m.overrideChanges.WithLabelValues("expire").Inc() })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	if err := s.refreshOverrides(ctx, true); err != nil {
+	if err := s.ovr.refresh(ctx, true); err != nil {
 		s.log.Warn("overrides not loaded yet; retrying in the background", slog.String("error", err.Error()))
 	}
 	cancel()
