@@ -188,8 +188,8 @@ const maxEnvelope = 64 << 10
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/check", s.observed(apiCheck, func(w http.ResponseWriter, r *http.Request) string { return s.serveCheck(w, r, false) }))
-	mux.HandleFunc("POST /v1/peek", s.observed(apiPeek, func(w http.ResponseWriter, r *http.Request) string { return s.serveCheck(w, r, true) }))
+	mux.HandleFunc("POST /v1/check", s.observed(apiCheck, func(w http.ResponseWriter, r *http.Request) int { return s.serveCheck(w, r, false) }))
+	mux.HandleFunc("POST /v1/peek", s.observed(apiPeek, func(w http.ResponseWriter, r *http.Request) int { return s.serveCheck(w, r, true) }))
 	mux.HandleFunc("GET /v1/peek", s.observed(apiPeek, s.servePeekQuery))
 	mux.HandleFunc("GET /v1/usage", s.observed(apiUsage, s.serveUsage))
 	mux.HandleFunc("POST /v1/reset", s.admin(s.observed(apiReset, s.serveReset)))
@@ -210,7 +210,7 @@ func (s *Server) routes() http.Handler {
 		}
 		writeText(w, http.StatusOK, "ready")
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{Registry: s.opts.Registry}))
 	return mux
 }
 
@@ -242,15 +242,15 @@ func badRequest(format string, args ...any) error {
 
 // writeError answers err as an RFC 9457 problem: its status for an apiError, 400 for bad
 // input, else 503 with Retry-After (a store that is down, failing closed or failing).
-func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) string {
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) int {
 	var ae *apiError
 	switch {
 	case errors.As(err, &ae):
 		writeProblem(w, r, ae.status, ae.msg)
-		return "invalid"
+		return codeInvalid
 	case store.IsBadInput(err):
 		writeProblem(w, r, http.StatusBadRequest, err.Error())
-		return "invalid"
+		return codeInvalid
 	}
 	w.Header().Set("Retry-After", "1")
 	if !errors.Is(err, sluice.ErrStoreUnavailable) {
@@ -259,7 +259,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) s
 			slog.String("path", r.URL.Path), slog.String("error", err.Error()))
 	}
 	writeProblem(w, r, http.StatusServiceUnavailable, "The rate limiter is unavailable; retry after 1 second.")
-	return "unavailable"
+	return codeUnavailable
 }
 
 // writeProblem answers status with an RFC 9457 problem of type about:blank.
@@ -290,16 +290,15 @@ func (s *Server) decodeCheck(w http.ResponseWriter, r *http.Request) (*CheckRequ
 
 // observed serves an API endpoint with serve, which returns the outcome code, and
 // records the code and the time taken in the endpoint's metrics.
-func (s *Server) observed(api string, serve func(http.ResponseWriter, *http.Request) string) http.HandlerFunc {
+func (s *Server) observed(api string, serve func(http.ResponseWriter, *http.Request) int) http.HandlerFunc {
 	am := s.metrics.byAPI[api]
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := monotonic()
-		code := serve(w, r)
-		am.observe(am.code(code), start)
+		am.observe(serve(w, r), start)
 	}
 }
 
-func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request, peek bool) string {
+func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request, peek bool) int {
 	req, err := s.decodeCheck(w, r)
 	if err != nil {
 		return s.writeError(w, r, err)
@@ -317,7 +316,7 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request, peek bool) s
 // servePeekQuery is GET /v1/peek?policy=...&key=...&tier=...&method=...&path=... or
 // ?domain=...&descriptor=k1=v1,k2=v2 (repeated, one per descriptor; keys and values
 // URL-escaped within the parameter's value).
-func (s *Server) servePeekQuery(w http.ResponseWriter, r *http.Request) string {
+func (s *Server) servePeekQuery(w http.ResponseWriter, r *http.Request) int {
 	req, err := lookQuery(r)
 	if err != nil {
 		return s.writeError(w, r, err)
@@ -366,7 +365,7 @@ type UsageLimit struct {
 // serveUsage is GET /v1/usage, with the query parameters of GET /v1/peek: the usage of
 // every limit that would apply, decided through the evaluator at cost 0, so that nothing
 // is spent. It is what a customer dashboard calls.
-func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) string {
+func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) int {
 	req, err := lookQuery(r)
 	if err != nil {
 		return s.writeError(w, r, err)
@@ -392,7 +391,7 @@ func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) string {
 		resp.Limits[i] = u
 	}
 	writeJSON(w, http.StatusOK, resp)
-	return "ok"
+	return codeOK
 }
 
 // resetAt is when d's limit is whole again, seen at now. A calendar quota resets at a
@@ -430,7 +429,7 @@ func parseDescriptor(s string) (Descriptor, error) {
 
 // answer decides req and writes the CheckResponse: 200 when allowed, 429 when denied
 // (only when enforce; a peek always answers 200), with the RateLimit fields.
-func (s *Server) answer(w http.ResponseWriter, r *http.Request, req *CheckRequest, enforce bool) string {
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, req *CheckRequest, enforce bool) int {
 	cfg := s.config()
 	ctx := s.tracer.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	items, sc, err := s.items(cfg, req)
@@ -454,7 +453,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, req *CheckReques
 	if err != nil {
 		return s.writeError(w, r, err)
 	}
-	allowed := out.Allowed || s.shadowMode
+	allowed := out.Allowed || s.opts.ShadowMode
 	resp := CheckResponse{Allowed: allowed}
 	var few [2]LimitStatus // most answers: on the stack
 	if len(items) <= len(few) {
@@ -472,16 +471,16 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, req *CheckReques
 	}
 	h := w.Header()
 	refusal := ratelimitheader.Refusal{Refused: enforce && !allowed, Wait: ra}
-	p, l, retry := rateLimitHeaders(nil, items, refusal, s.shadowHeaders)
+	p, l, retry := rateLimitHeaders(nil, items, refusal, s.opts.ShadowHeaders)
 	for _, f := range [...][2]string{{httplimit.HeaderRateLimitPolicy, p}, {httplimit.HeaderRateLimit, l},
 		{httplimit.HeaderRetryAfter, retry}} {
 		if f[1] != "" {
 			h.Set(f[0], f[1])
 		}
 	}
-	status, code := http.StatusOK, "ok"
+	status, code := http.StatusOK, codeOK
 	if !allowed {
-		code = "over_limit"
+		code = codeOverLimit
 		if enforce {
 			status = http.StatusTooManyRequests
 		}
@@ -774,7 +773,7 @@ func (s *Server) identity(cfg *config.Config, p *config.Policy, key string) (key
 // is refused (403); a missing or wrong token gets 401. The token is never logged.
 func (s *Server) admin(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		want, err := s.adminToken()
+		want, err := s.opts.AdminToken()
 		if err != nil || want == "" {
 			s.metrics.adminDenied.Inc()
 			writeProblem(w, r, http.StatusForbidden, "Admin endpoints are disabled: no admin token is configured.")
@@ -805,7 +804,7 @@ func bearer(r *http.Request) (string, bool) {
 	return token, token != ""
 }
 
-func (s *Server) serveReset(w http.ResponseWriter, r *http.Request) string {
+func (s *Server) serveReset(w http.ResponseWriter, r *http.Request) int {
 	req, err := s.decodeCheck(w, r)
 	if err != nil {
 		return s.writeError(w, r, err)
@@ -822,7 +821,7 @@ func (s *Server) serveReset(w http.ResponseWriter, r *http.Request) string {
 		if it.status != config.Limited {
 			continue
 		}
-		if err := s.limiter.Reset(ctx, keys.Bound(it.Key), it.Limit); err != nil { // the key Evaluate decides
+		if err := s.opts.Limiter.Reset(ctx, keys.Bound(it.Key), it.Limit); err != nil { // the key Evaluate decides
 			return s.writeError(w, r, err)
 		}
 		resp.Reset = append(resp.Reset, it.name)
@@ -830,12 +829,12 @@ func (s *Server) serveReset(w http.ResponseWriter, r *http.Request) string {
 	s.log.LogAttrs(ctx, slog.LevelInfo, "limits reset", slog.Any("limits", resp.Reset),
 		slog.String("policy", req.Policy), slog.String("domain", req.Domain))
 	writeJSON(w, http.StatusOK, resp)
-	return "ok"
+	return codeOK
 }
 
 // serveRelease releases a lease of the concurrency limits of the policy, identity, tier
 // and route named, as a check of the same request decided them.
-func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) string {
+func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) int {
 	var req ReleaseRequest
 	if err := decodeBody(w, r, maxEnvelope, &req, `{"policy", "key", "lease"}`); err != nil {
 		return s.writeError(w, r, err)
@@ -864,7 +863,7 @@ func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) string {
 			continue
 		}
 		found = true
-		held, err := s.limiter.Release(r.Context(), it.Key, it.Limit, lease)
+		held, err := s.opts.Limiter.Release(r.Context(), it.Key, it.Limit, lease)
 		if err != nil {
 			return s.writeError(w, r, err)
 		}
@@ -877,13 +876,13 @@ func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) string {
 		return s.writeError(w, r, badRequest("policy %q holds no concurrency limit for this request: nothing to release", req.Policy))
 	}
 	writeJSON(w, http.StatusOK, resp)
-	return "ok"
+	return codeOK
 }
 
 // serveSettle settles a reservation of the limits of the policy, identity, tier and route
 // named, as a check of the same request made it: the limit whose reservation it is
 // settles; an unknown reservation is 404, a second settlement 409, a negative cost 400.
-func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) string {
+func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) int {
 	var req SettleRequest
 	if err := decodeBody(w, r, maxEnvelope, &req, `{"policy", "key", "reservation", "cost"}`); err != nil {
 		return s.writeError(w, r, err)
@@ -915,7 +914,7 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) string {
 			continue
 		}
 		var d sluice.Decision
-		d, err = s.limiter.Settle(r.Context(), it.Key, it.Limit, reservation, *req.Cost)
+		d, err = s.opts.Limiter.Settle(r.Context(), it.Key, it.Limit, reservation, *req.Cost)
 		if errors.Is(err, sluice.ErrUnknownReservation) {
 			continue // another limit's, perhaps
 		}
@@ -924,7 +923,7 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) string {
 		}
 		it.Decided, it.Decision = true, d
 		writeJSON(w, http.StatusOK, SettleResponse{Settled: true, Limit: limitStatus(it)})
-		return "ok"
+		return codeOK
 	}
 	switch {
 	case errors.Is(err, sluice.ErrUnknownReservation):

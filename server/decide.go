@@ -63,7 +63,7 @@ type scope struct {
 //
 // op names the request's span (docs/service.md, "Traces"): opRLS, opCheck, opPeek or opUsage.
 func (s *Server) decide(ctx context.Context, op string, cfg *config.Config, sc scope, items []item) (evaluator.Outcome, error) {
-	f := cfg.Failure(sc.policy, s.mode)
+	f := cfg.Failure(sc.policy, s.opts.FailureMode)
 	name := sc.name
 	for i := range items {
 		it := &items[i]
@@ -75,7 +75,7 @@ func (s *Server) decide(ctx context.Context, op string, cfg *config.Config, sc s
 		}
 	}
 	ctx, sp := s.tracer.Start(ctx, op)
-	out, err := evaluator.Evaluate(ctx, s.limiter, items, itemOf)
+	out, err := evaluator.Evaluate(ctx, s.opts.Limiter, items, itemOf)
 	if sp.On() {
 		key := span.KeyPolicy
 		if op == opRLS {

@@ -42,18 +42,16 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := monotonic()
 	resp, err := s.shouldRateLimit(ctx, req)
-	am := s.metrics.grpc
-	c := am.ok
+	c := codeOK
 	switch {
+	case status.Code(err) == codes.InvalidArgument:
+		c = codeInvalid
 	case err != nil:
-		c = am.error
-		if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument {
-			c = am.invalid
-		}
+		c = codeError
 	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
-		c = am.overLimit
+		c = codeOverLimit
 	}
-	am.observe(c, start)
+	s.metrics.grpc.observe(c, start)
 	return resp, err
 }
 
@@ -135,7 +133,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 
 	a := newAnswer(len(items))
-	if !out.Allowed && !s.shadowMode {
+	if !out.Allowed && !s.opts.ShadowMode {
 		a.resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	now := s.now()
@@ -335,7 +333,7 @@ func resetAfter(it *item, now time.Time) int64 {
 // reference's three headers (referenceHeaders), then RateLimit-Policy and RateLimit for
 // the items and, when the answer is OVER_LIMIT, Retry-After.
 func (s *Server) addHeaders(a *answer, items []item, retryAfter time.Duration) {
-	h := &s.rlsHeaders
+	h := &s.opts.RLSHeaders
 	text := a.text[:0]
 	if h.Reference {
 		text = s.referenceHeaders(a, text)
@@ -347,7 +345,7 @@ func (s *Server) addHeaders(a *answer, items []item, retryAfter time.Duration) {
 	if a.resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		r = ratelimitheader.Refusal{Refused: true, Wait: retryAfter}
 	}
-	p, l, retry := rateLimitHeaders(text[len(text):], items, r, s.shadowHeaders)
+	p, l, retry := rateLimitHeaders(text[len(text):], items, r, s.opts.ShadowHeaders)
 	if p != "" {
 		a.addHeader("RateLimit-Policy", p)
 		if l != "" {
@@ -382,7 +380,7 @@ func (s *Server) referenceHeaders(a *answer, text []byte) []byte {
 	if pick == nil {
 		return text
 	}
-	h := &s.rlsHeaders
+	h := &s.opts.RLSHeaders
 	num := func(v int64) string {
 		from := len(text)
 		text = strconv.AppendInt(text, v, 10)
@@ -412,7 +410,7 @@ func (s *Server) closedResponse(items []item) *rlsv3.RateLimitResponse {
 		}
 		descriptorStatus(it, &a.statuses[i], now)
 	}
-	if s.shadowMode {
+	if s.opts.ShadowMode {
 		a.resp.OverallCode = rlsv3.RateLimitResponse_OK
 	}
 	s.addHeaders(a, items, time.Second)

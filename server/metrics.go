@@ -73,16 +73,11 @@ func newMetrics(reg prometheus.Registerer, w *config.Watcher) (*metrics, error) 
 	}
 	m.byAPI = map[string]*apiMetrics{}
 	for _, api := range []string{apiGRPC, apiCheck, apiPeek, apiUsage, apiReset, apiRelease, apiSettle} {
-		m.byAPI[api] = &apiMetrics{
-			api:         api,
-			requests:    m.requests,
-			ok:          m.requests.WithLabelValues(api, "ok"),
-			overLimit:   m.requests.WithLabelValues(api, "over_limit"),
-			invalid:     m.requests.WithLabelValues(api, "invalid"),
-			unavailable: m.requests.WithLabelValues(api, "unavailable"),
-			error:       m.requests.WithLabelValues(api, "error"),
-			duration:    m.duration.WithLabelValues(api),
+		am := &apiMetrics{duration: m.duration.WithLabelValues(api)}
+		for c, name := range codeNames {
+			am.codes[c] = m.requests.WithLabelValues(api, name)
 		}
+		m.byAPI[api] = am
 	}
 	m.grpc = m.byAPI[apiGRPC]
 	return m, nil
@@ -98,35 +93,28 @@ func register(reg prometheus.Registerer, cs []prometheus.Collector) error {
 	return nil
 }
 
+// The outcomes requests are counted by: the code label of sluice_server_requests_total.
+const (
+	codeOK = iota
+	codeOverLimit
+	codeInvalid
+	codeUnavailable
+	codeError
+	numCodes
+)
+
+var codeNames = [numCodes]string{"ok", "over_limit", "invalid", "unavailable", "error"}
+
 // apiMetrics are one API's children of requests, by code, and of duration.
 type apiMetrics struct {
-	api                                        string
-	requests                                   *prometheus.CounterVec
-	ok, overLimit, invalid, unavailable, error prometheus.Counter
-	duration                                   prometheus.Observer
+	codes    [numCodes]prometheus.Counter
+	duration prometheus.Observer
 }
 
-// code returns the requests counter of code.
-func (am *apiMetrics) code(code string) prometheus.Counter {
-	switch code {
-	case "ok":
-		return am.ok
-	case "over_limit":
-		return am.overLimit
-	case "invalid":
-		return am.invalid
-	case "unavailable":
-		return am.unavailable
-	case "error":
-		return am.error
-	}
-	return am.requests.WithLabelValues(am.api, code)
-}
-
-// observe counts one request answered with the counter c, started at start (a
-// monotonic reading).
-func (am *apiMetrics) observe(c prometheus.Counter, start time.Duration) {
-	c.Inc()
+// observe counts one request answered with code, started at start (a monotonic
+// reading).
+func (am *apiMetrics) observe(code int, start time.Duration) {
+	am.codes[code].Inc()
 	am.duration.Observe((monotonic() - start).Seconds())
 }
 

@@ -162,13 +162,6 @@ func NewUpstreamTransport(idle int, h2 bool) *http.Transport {
 	return t
 }
 
-func (p *Proxy) config() *config.Config {
-	if p.opts.Watcher != nil {
-		return p.opts.Watcher.Config()
-	}
-	return p.opts.Config
-}
-
 // builtHandler is the middleware built for one configuration (h nil when the first
 // configuration could not be applied).
 type builtHandler struct {
@@ -179,7 +172,7 @@ type builtHandler struct {
 // handler returns the middleware for the configuration in force, rebuilding it after a
 // reload.
 func (p *Proxy) handler() (http.Handler, error) {
-	cfg := p.config()
+	cfg := configOf(p.opts.Watcher, p.opts.Config)
 	if b := p.cur.Load(); b != nil && b.cfg == cfg && b.h != nil {
 		return b.h, nil
 	}

@@ -1,11 +1,11 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -170,39 +170,25 @@ func (h RLSHeaders) resolve() (RLSHeaders, error) {
 // service over gRPC (RegisterGRPC), health, metrics and admin endpoints. It is safe for
 // concurrent use.
 type Server struct {
-	limiter       sluice.Limiter
-	watcher       *config.Watcher
-	static        *config.Config
-	mode          sluice.FailureMode
-	shadowMode    bool
-	shadowHeaders bool
-	rlsHeaders    RLSHeaders
-	adminToken    func() (string, error)
-	ready         func(context.Context) error
-	registry      *prometheus.Registry
-	metrics       *metrics
-	log           *slog.Logger
-	shutdown      time.Duration
-	now           func() time.Time
-	health        *health.Server
-	tls           *tls.Config
-	draining      atomic.Bool
-	hashers       *hashers
-	reqLimits     config.RequestLimits
-	timeouts      Timeouts
-	rlqs          *rlqs
-	conns         *connLimits
-	customToken   bool
-	tracer        span.Tracer
-	envoy         atomic.Pointer[envoyCache]
-	envoyMu       sync.Mutex // held while making envoy
-
-	ovr *overrideCache
+	opts        Options // defaulted by New
+	customToken bool    // Options.AdminToken was given
+	log         *slog.Logger
+	now         func() time.Time
+	metrics     *metrics
+	health      *health.Server
+	draining    atomic.Bool
+	hashers     *hashers
+	rlqs        *rlqs
+	conns       *connLimits
+	tracer      span.Tracer
+	envoy       atomic.Pointer[envoyCache]
+	envoyMu     sync.Mutex // held while making envoy
+	ovr         *overrideCache
 }
 
 // requestLimits returns the request caps in force with cfg.
 func (s *Server) requestLimits(cfg *config.Config) config.RequestLimits {
-	return s.reqLimits.Or(cfg.Store.RequestLimits)
+	return s.opts.RequestLimits.Or(cfg.Store.RequestLimits)
 }
 
 // maxMessage bounds the encoded size of a ShouldRateLimit request within lim: its keys
@@ -237,47 +223,27 @@ func New(opts Options) (*Server, error) {
 	if opts.Limiter == nil {
 		return nil, errors.New("server: Options.Limiter is required")
 	}
-	s := &Server{
-		limiter:       opts.Limiter,
-		watcher:       opts.Watcher,
-		static:        opts.Config,
-		mode:          opts.FailureMode,
-		shadowMode:    opts.ShadowMode,
-		shadowHeaders: opts.ShadowHeaders,
-		adminToken:    opts.AdminToken,
-		ready:         opts.Ready,
-		registry:      opts.Registry,
-		log:           opts.Logger,
-		tls:           opts.TLS,
-		shutdown:      opts.ShutdownTimeout,
-		now:           opts.Now,
-		health:        health.NewServer(),
-		reqLimits:     opts.RequestLimits,
-		timeouts:      opts.HTTPTimeouts.Or(DefaultHTTPTimeouts),
-		customToken:   opts.AdminToken != nil,
-		tracer:        span.NewTracer(opts.TracerProvider),
-	}
-	if s.static == nil {
-		s.static = config.Default()
-	}
 	var err error
-	if s.rlsHeaders, err = opts.RLSHeaders.resolve(); err != nil {
+	if opts.RLSHeaders, err = opts.RLSHeaders.resolve(); err != nil {
 		return nil, err
 	}
-	if s.log == nil {
-		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	s := &Server{opts: opts, customToken: opts.AdminToken != nil, health: health.NewServer(),
+		tracer: span.NewTracer(opts.TracerProvider)}
+	o := &s.opts
+	o.Config = cmp.Or(o.Config, config.Default())
+	o.Logger = cmp.Or(o.Logger, slog.New(slog.DiscardHandler))
+	o.HTTPTimeouts = o.HTTPTimeouts.Or(DefaultHTTPTimeouts)
+	if o.ShutdownTimeout <= 0 {
+		o.ShutdownTimeout = DefaultShutdownTimeout
 	}
-	if s.shutdown <= 0 {
-		s.shutdown = DefaultShutdownTimeout
+	if o.Now == nil {
+		o.Now = time.Now
 	}
-	if s.now == nil {
-		s.now = time.Now
+	if o.Ready == nil {
+		o.Ready = func(context.Context) error { return nil }
 	}
-	if s.ready == nil {
-		s.ready = func(context.Context) error { return nil }
-	}
-	if s.adminToken == nil {
-		s.adminToken = func() (string, error) {
+	if o.AdminToken == nil {
+		o.AdminToken = func() (string, error) {
 			a := s.config().Admin
 			if a == (config.Admin{}) {
 				a.TokenEnv = "SLUICE_ADMIN_TOKEN"
@@ -285,20 +251,21 @@ func New(opts Options) (*Server, error) {
 			return a.Token()
 		}
 	}
-	if s.registry == nil {
-		s.registry = prometheus.NewRegistry()
-		s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+		o.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	m, err := newMetrics(s.registry, s.watcher)
+	s.log, s.now = o.Logger, o.Now
+	m, err := newMetrics(o.Registry, o.Watcher)
 	if err != nil {
 		return nil, err
 	}
 	s.metrics = m
 	s.hashers = newHashers(s.log)
-	if s.rlqs, err = newRLQS(s, opts.Quota, s.registry); err != nil {
+	if s.rlqs, err = newRLQS(s, opts.Quota, o.Registry); err != nil {
 		return nil, err
 	}
-	if s.conns, err = newConnLimits(s.registry, opts.MaxConnections); err != nil {
+	if s.conns, err = newConnLimits(o.Registry, opts.MaxConnections); err != nil {
 		return nil, err
 	}
 	s.ovr = newOverrideCache(opts.Overrides, opts.OverrideRefresh, s.now, s.log,
@@ -312,16 +279,19 @@ func New(opts Options) (*Server, error) {
 }
 
 // config returns the configuration in force.
-func (s *Server) config() *config.Config {
-	if s.watcher != nil {
-		return s.watcher.Config()
+func (s *Server) config() *config.Config { return configOf(s.opts.Watcher, s.opts.Config) }
+
+// configOf returns the configuration in force: w's, else static.
+func configOf(w *config.Watcher, static *config.Config) *config.Config {
+	if w != nil {
+		return w.Config()
 	}
-	return s.static
+	return static
 }
 
 // Registry returns the registry /metrics serves, for other collectors (the observe
 // decorator's) to register with.
-func (s *Server) Registry() *prometheus.Registry { return s.registry }
+func (s *Server) Registry() *prometheus.Registry { return s.opts.Registry }
 
 func (s *Server) hasher(cfg *config.Config) (*keys.Hasher, error) { return s.hashers.get(cfg) }
 
@@ -391,10 +361,10 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 	var hs *http.Server
 	if httpLn != nil {
 		httpLn = s.conns.listener(httpLn, "http")
-		hs = s.timeouts.Server(s.Handler())
+		hs = s.opts.HTTPTimeouts.Server(s.Handler())
 		hs.ErrorLog = slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)
-		if s.tls != nil {
-			c := s.tls.Clone()
+		if s.opts.TLS != nil {
+			c := s.opts.TLS.Clone()
 			c.NextProtos = []string{"h2", "http/1.1"}
 			httpLn = tls.NewListener(httpLn, c)
 		}
@@ -403,15 +373,15 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 				errc <- fmt.Errorf("server: HTTP: %w", err)
 			}
 		}()
-		s.log.Info("serving HTTP", slog.String("addr", httpLn.Addr().String()), slog.Bool("tls", s.tls != nil))
+		s.log.Info("serving HTTP", slog.String("addr", httpLn.Addr().String()), slog.Bool("tls", s.opts.TLS != nil))
 	}
 	var gs *grpc.Server
 	if grpcLn != nil {
 		grpcLn = s.conns.listener(grpcLn, "grpc")
 		var opts []grpc.ServerOption
-		if s.tls != nil {
+		if s.opts.TLS != nil {
 			// credentials.NewTLS clones the configuration and offers h2 by ALPN.
-			opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls)))
+			opts = append(opts, grpc.Creds(credentials.NewTLS(s.opts.TLS)))
 		}
 		gs = s.NewGRPCServer(opts...)
 		go func() {
@@ -419,7 +389,7 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 				errc <- fmt.Errorf("server: gRPC: %w", err)
 			}
 		}()
-		s.log.Info("serving gRPC", slog.String("addr", grpcLn.Addr().String()), slog.Bool("tls", s.tls != nil))
+		s.log.Info("serving gRPC", slog.String("addr", grpcLn.Addr().String()), slog.Bool("tls", s.opts.TLS != nil))
 	}
 	var err error
 	select {
@@ -429,9 +399,9 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 	s.draining.Store(true)
 	stopProbe()
 	s.health.Shutdown()
-	s.log.Info("shutting down: finishing requests in flight", slog.String("timeout", s.shutdown.String()))
+	s.log.Info("shutting down: finishing requests in flight", slog.String("timeout", s.opts.ShutdownTimeout.String()))
 
-	sctx, cancel := context.WithTimeout(context.Background(), s.shutdown)
+	sctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	if hs != nil {
@@ -500,7 +470,7 @@ func (s *Server) checkReady(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, DefaultReadyTimeout)
 	defer cancel()
-	if err := s.ready(ctx); err != nil {
+	if err := s.opts.Ready(ctx); err != nil {
 		if sluice.KindOf(err) == store.KindMisconfigured {
 			return fmt.Errorf("store misconfigured: %w", err)
 		}
