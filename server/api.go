@@ -28,34 +28,28 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// Subject is the sluice policy a request names and what it limits under it; a
-// CheckRequest, a ReleaseRequest and a SettleRequest name it alike.
+// Subject is the sluice policy a CheckRequest, ReleaseRequest or SettleRequest names,
+// and what it limits under it.
 type Subject struct {
-	// Policy is the name of a sluice policy; Key the identity it limits: a client IP
-	// address for key: ip policies (IPv6 aggregated to the configured prefix), a user ID
-	// for key: user, or the raw API key for key: api_key (hashed at once; it is never
-	// stored or logged).
+	// Policy is the name of a sluice policy; Key the identity it limits: a client IP (IPv6
+	// aggregated to the configured prefix), a user ID, or a raw API key (hashed at once,
+	// never stored or logged), as the policy's key type says.
 	Policy string `json:"policy,omitempty"`
 	Key    string `json:"key,omitempty"`
-	// Tier is the identity's tier ("free", "pro"); empty or unknown means the policy's
-	// default tier.
+	// Tier is the identity's tier; empty or unknown means the policy's default tier.
 	Tier string `json:"tier,omitempty"`
 	// Method, Path and Host describe the request being limited, when the policy's route
-	// limits should apply too (matched as http.ServeMux matches patterns, on the path
-	// normalised as the proxy normalises it: see config.Policy.Route).
+	// limits should apply too (see config.Policy.Route).
 	Method string `json:"method,omitempty"`
 	Path   string `json:"path,omitempty"`
 	Host   string `json:"host,omitempty"`
 }
 
 // CheckRequest is the body of POST /v1/check, /v1/peek and /v1/reset. It names either a
-// sluice policy and the identity it limits (Policy, Key, and optionally Tier and a route
-// given by Method and Path) or an envoyproxy/ratelimit domain and descriptors.
+// sluice policy (Subject) or an envoyproxy/ratelimit domain and descriptors.
 type CheckRequest struct {
 	Subject
 
-	// Domain and Descriptors are an Envoy-style request against an envoyproxy/ratelimit
-	// domain.
 	Domain      string       `json:"domain,omitempty"`
 	Descriptors []Descriptor `json:"descriptors,omitempty"`
 
@@ -87,13 +81,12 @@ type LimitOverride struct {
 
 // CheckResponse is the answer of /v1/check and /v1/peek.
 type CheckResponse struct {
-	// Allowed reports whether the request passes (every enforced limit allowed it).
+	// Allowed reports whether every enforced limit allowed the request.
 	Allowed bool `json:"allowed"`
-	// RetryAfterMs is, for a denied request, the time until it would pass, rounded up to
-	// milliseconds.
+	// RetryAfterMs is, when denied, the time until it would pass, rounded up.
 	RetryAfterMs int64 `json:"retry_after_ms,omitempty"`
-	// Limits has one entry per limit that applied (policy, tier, route) or per descriptor,
-	// in order.
+	// Limits has one entry per limit that applied (policy or route) or per descriptor
+	// match, in order.
 	Limits []LimitStatus `json:"limits"`
 }
 
@@ -107,12 +100,11 @@ type LimitStatus struct {
 	Status string `json:"status"`
 	// OverLimit reports whether this limit is exceeded (in shadow mode too).
 	OverLimit bool `json:"over_limit"`
-	// Shadow limits (a policy's shadow, an Envoy rule's shadow_mode or quota_mode) are
-	// decided and reported but never deny.
+	// Shadow limits (a policy's shadow, a rule's shadow_mode or quota_mode) never deny.
 	Shadow bool `json:"shadow,omitempty"`
-	// Source says where a policy's limit came from, by precedence: "api_override" (set
-	// through /v1/overrides; "api_override:<pattern>" for a pattern), "override" (the
-	// configuration's overrides), "tier:<name>", "policy"; or "route".
+	// Source says where a policy's limit came from, by precedence: "api_override"
+	// ("api_override:<pattern>" for a pattern), "override", "tier:<name>", "policy"; or
+	// "route".
 	Source string `json:"source,omitempty"`
 	Route  string `json:"route,omitempty"`
 
@@ -123,48 +115,41 @@ type LimitStatus struct {
 	Period string `json:"period,omitempty"`
 	Burst  int64  `json:"burst,omitempty"`
 	// LeaseTTL is a concurrency limit's lease TTL, and Lease the lease an allowed check
-	// took: give it to POST /v1/release when the work is done (else it expires after
-	// LeaseTTL).
+	// took, for POST /v1/release (else it expires after LeaseTTL).
 	LeaseTTL string `json:"lease_ttl,omitempty"`
 	Lease    string `json:"lease,omitempty"`
-	// Reservation is the reservation an allowed check of a policy that settles costs
-	// made: give it to POST /v1/settle with the actual cost (else the cost checked stands
-	// after the policy's settle TTL).
+	// Reservation is what an allowed check of a policy that settles costs reserved, for
+	// POST /v1/settle (else the cost checked stands after the settle TTL).
 	Reservation string `json:"reservation,omitempty"`
 	Zone        string `json:"zone,omitempty"`
 	AnchorDay   int    `json:"anchor_day,omitempty"`
-	// WindowSeconds is, for a calendar quota, the length of the period decided in (the
-	// RateLimit-Policy w).
+	// WindowSeconds is a calendar quota's period length (RateLimit-Policy's w).
 	WindowSeconds int64 `json:"window_seconds,omitempty"`
 
 	Remaining    int64 `json:"remaining"`
 	ResetAfterMs int64 `json:"reset_after_ms"`
 	RetryAfterMs int64 `json:"retry_after_ms"`
-	// DecidedBy is "store", or the failure mode that decided while the store was away
-	// ("open", "closed", "local").
+	// DecidedBy is "store", or the failure mode that decided ("open", "closed", "local").
 	DecidedBy string `json:"decided_by,omitempty"`
 }
 
-// ReleaseRequest is the body of POST /v1/release: the policy and identity a check named
-// (with its tier, and method and path when a route's concurrency limit applied), and the
-// lease its answer carried.
+// ReleaseRequest is the body of POST /v1/release: the Subject a check named and the lease
+// its answer carried.
 type ReleaseRequest struct {
 	Subject
 	Lease string `json:"lease"`
 }
 
-// ReleaseResponse is the answer of /v1/release. Released is false for a lease that had
-// expired, was released already or was never given: harmless, and answered 200 all the
-// same.
+// ReleaseResponse is the answer of /v1/release. Released is false, with status 200, for
+// a lease expired, released already or never given.
 type ReleaseResponse struct {
 	Released bool `json:"released"`
 	// Limit names the limit whose lease was released.
 	Limit string `json:"limit,omitempty"`
 }
 
-// SettleRequest is the body of POST /v1/settle: the policy and identity a check named
-// (with its tier, and method and path when a route's limit applied), the reservation its
-// answer carried, and the actual cost.
+// SettleRequest is the body of POST /v1/settle: the Subject a check named, the
+// reservation its answer carried, and the actual cost.
 type SettleRequest struct {
 	Subject
 	Reservation string `json:"reservation"`
@@ -182,8 +167,7 @@ type ResetResponse struct {
 	Reset []string `json:"reset"`
 }
 
-// maxEnvelope is what a JSON request body may hold beyond request_limits.max_bytes of
-// descriptor keys and values: the JSON around them, a key, a path.
+// maxEnvelope is what a JSON body may hold beyond request_limits.max_bytes.
 const maxEnvelope = 64 << 10
 
 func (s *Server) routes() http.Handler {
@@ -314,8 +298,7 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request, peek bool) i
 }
 
 // servePeekQuery is GET /v1/peek?policy=...&key=...&tier=...&method=...&path=... or
-// ?domain=...&descriptor=k1=v1,k2=v2 (repeated, one per descriptor; keys and values
-// URL-escaped within the parameter's value).
+// ?domain=...&descriptor=k1=v1,k2=v2 (one per descriptor; see parseDescriptor).
 func (s *Server) servePeekQuery(w http.ResponseWriter, r *http.Request) int {
 	req, err := lookQuery(r)
 	if err != nil {
@@ -343,28 +326,23 @@ func lookQuery(r *http.Request) (*CheckRequest, error) {
 	return req, nil
 }
 
-// UsageResponse is the answer of GET /v1/usage: every limit that applies to the identity
-// (policy, tier, route, override; or every limit of every matching descriptor), as it
-// stands, nothing spent.
+// UsageResponse is the answer of GET /v1/usage: every limit that applies, as it stands.
 type UsageResponse struct {
 	Limits []UsageLimit `json:"limits"`
 }
 
-// UsageLimit is one limit's usage: its LimitStatus (remaining, reset_after_ms, source)
-// and the instant it resets.
+// UsageLimit is one limit's usage.
 type UsageLimit struct {
 	LimitStatus
-	// Used is how many units the limit's current state counts against it: its
-	// MaxCost minus Remaining.
+	// Used is the limit's MaxCost minus Remaining.
 	Used int64 `json:"used"`
 	// ResetAt is when the limit is whole again (RFC 3339, UTC); for a calendar quota the
 	// next period start.
 	ResetAt string `json:"reset_at,omitempty"`
 }
 
-// serveUsage is GET /v1/usage, with the query parameters of GET /v1/peek: the usage of
-// every limit that would apply, decided through the evaluator at cost 0, so that nothing
-// is spent. It is what a customer dashboard calls.
+// serveUsage is GET /v1/usage, with the query parameters of GET /v1/peek, decided at
+// cost 0.
 func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) int {
 	req, err := lookQuery(r)
 	if err != nil {
@@ -394,9 +372,8 @@ func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) int {
 	return codeOK
 }
 
-// resetAt is when d's limit is whole again, seen at now. A calendar quota resets at a
-// period boundary, which is exact: the bound nearest now+ResetAfter, which differs from it
-// only by how far the store's clock is from now.
+// resetAt is when d's limit is whole again, seen at now; for a calendar quota, the period
+// bound nearest now+ResetAfter (they differ by the store's clock's offset).
 func resetAt(now time.Time, d sluice.Decision) time.Time {
 	at := now.Add(d.ResetAfter)
 	if c := d.Limit.Calendar; !c.IsZero() {
@@ -437,9 +414,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, req *CheckReques
 		return s.writeError(w, r, err)
 	}
 	for i := range items {
-		// As the library does, a cost that no wait could ever allow is an error, not a
-		// denial (a Retry-After would be a lie). Envoy's API has no such answer and gets
-		// OVER_LIMIT instead.
+		// A cost no wait could allow is an error, not a denial, as in the library.
 		if it := &items[i]; it.status == config.Limited && it.N > it.Limit.MaxCost() {
 			return s.writeError(w, r, badRequest("cost %d exceeds the %d that %s (%v) can ever allow",
 				it.N, it.Limit.MaxCost(), it.name, it.Limit))
@@ -593,8 +568,7 @@ func (s *Server) items(cfg *config.Config, req *CheckRequest) ([]item, scope, er
 		}
 		ed := s.envoyCache(cfg).domain(req.Domain)
 		if ed == nil {
-			// Envoy's RLS answers an unknown domain with OK; a caller of the JSON API
-			// asks about a domain by name, and a name that is not there is a mistake.
+			// Unlike RLS's OK: a caller naming a domain that is not there is mistaken.
 			s.metrics.unknownDomain.Inc()
 			return nil, scope{}, unknownName(cfg, "domain", req.Domain)
 		}
@@ -626,10 +600,8 @@ func unknownName(cfg *config.Config, kind, name string) *apiError {
 }
 
 // policyItems are the limits of one identity under policy p: the policy's limit (an
-// override, the tier's or the policy's own) and, when the request names a method and
-// path that match one of the policy's routes, that route's limit. The store keys are the
-// ones the httplimit middleware (and so `sluice proxy`) uses for the same identity,
-// policy, route and tier, so the JSON API and the gateway share counters.
+// override, the tier's or the policy's own) and the limit of the route the request's
+// method and path match, if any, under the store keys httplimit uses.
 func (s *Server) policyItems(cfg *config.Config, p *config.Policy, req *CheckRequest, n int64) ([]item, error) {
 	if req.Key == "" {
 		return nil, badRequest("policy %q needs a key (the %s it limits)", p.Name, p.Key.Type)
@@ -647,8 +619,7 @@ func (s *Server) policyItems(cfg *config.Config, p *config.Policy, req *CheckReq
 	}
 	keyTier := ""
 	if _, mapped := p.IdentityTier(id.ID); !mapped && source == "tier:"+req.Tier && req.Tier != "" {
-		// The tier the request named is in the key; an identity's own tier is not (as
-		// the proxy keys it).
+		// The tier the request named is in the key, not an identity's own (as the proxy).
 		keyTier = req.Tier
 	}
 	var ttl time.Duration
@@ -687,18 +658,17 @@ func (s *Server) policyItems(cfg *config.Config, p *config.Policy, req *CheckReq
 type KeyInfo struct {
 	// Name is the limit's name (see LimitStatus.Name); Status its LimitStatus.Status.
 	Name, Status string
-	// Identity is who a policy's limit limits, as the logs print it and as an override
-	// is written ("api_key:<MAC>", "user:alice", "ip:203.0.113.7"); empty for Envoy
-	// descriptors.
+	// Identity is who a policy's limit limits ("api_key:<MAC>", "user:alice",
+	// "ip:203.0.113.7"); empty for Envoy descriptors.
 	Identity string
 	// Key is the store key the limit is counted under (keys.Bound applied), empty for a
 	// limit the store never decides.
 	Key string
 }
 
-// Keys returns the limits a CheckRequest names and the store keys they are counted under,
-// deciding nothing: what /v1/check, `sluice proxy` (for a policy) and Envoy's RLS (for a
-// domain) would count the request under with the configuration in force.
+// Keys returns the limits a CheckRequest names and the store keys /v1/check, `sluice
+// proxy` and Envoy's RLS count it under with the configuration in force, deciding
+// nothing.
 func (s *Server) Keys(req *CheckRequest) ([]KeyInfo, error) {
 	items, _, err := s.items(s.config(), req)
 	if err != nil {
@@ -768,9 +738,8 @@ func (s *Server) identity(cfg *config.Config, p *config.Policy, key string) (key
 	return keys.Identity{}, fmt.Errorf("server: policy %q has unknown key type %v", p.Name, p.Key.Type)
 }
 
-// admin guards an admin endpoint: it needs "Authorization: Bearer <token>" with the
-// configured token, compared in constant time. Without a configured token every request
-// is refused (403); a missing or wrong token gets 401. The token is never logged.
+// admin guards an admin endpoint with "Authorization: Bearer <token>", compared in
+// constant time: 403 when no token is configured, 401 for a missing or wrong one.
 func (s *Server) admin(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		want, err := s.opts.AdminToken()
@@ -780,8 +749,6 @@ func (s *Server) admin(next http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		got, ok := bearer(r)
-		// Compare digests so that neither the length nor the content of the token leaks
-		// through timing.
 		gs, ws := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
 		if !ok || subtle.ConstantTimeCompare(gs[:], ws[:]) != 1 {
 			s.metrics.adminDenied.Inc()
@@ -832,8 +799,7 @@ func (s *Server) serveReset(w http.ResponseWriter, r *http.Request) int {
 	return codeOK
 }
 
-// serveRelease releases a lease of the concurrency limits of the policy, identity, tier
-// and route named, as a check of the same request decided them.
+// serveRelease releases a lease of the concurrency limits of the Subject named.
 func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) int {
 	var req ReleaseRequest
 	if err := decodeBody(w, r, maxEnvelope, &req, `{"policy", "key", "lease"}`); err != nil {
@@ -879,9 +845,8 @@ func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) int {
 	return codeOK
 }
 
-// serveSettle settles a reservation of the limits of the policy, identity, tier and route
-// named, as a check of the same request made it: the limit whose reservation it is
-// settles; an unknown reservation is 404, a second settlement 409, a negative cost 400.
+// serveSettle settles a reservation of the limits of the Subject named: 404 for an
+// unknown reservation, 409 for a second settlement, 400 for a negative cost.
 func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) int {
 	var req SettleRequest
 	if err := decodeBody(w, r, maxEnvelope, &req, `{"policy", "key", "reservation", "cost"}`); err != nil {
@@ -944,8 +909,8 @@ func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// logDenied logs the limits that denied one request, with what the limiter saw, at Debug
-// level (the observe decorator keeps the decision log proper).
+// logDenied logs the limits that denied one request at Debug level (the observe
+// decorator keeps the decision log).
 func (s *Server) logDenied(ctx context.Context, what string, items []item) {
 	if !s.log.Enabled(ctx, slog.LevelDebug) {
 		return

@@ -7,9 +7,7 @@ import (
 	"sync"
 )
 
-// appendCheckResponse appends r as json.Marshal writes it, without reflection: the
-// answer of every /v1/check and /v1/peek. TestCheckResponseJSON holds it to
-// json.Marshal's bytes.
+// appendCheckResponse appends r as json.Marshal writes it, without reflection.
 func appendCheckResponse(b []byte, r *CheckResponse) []byte {
 	b = append(b, `{"allowed":`...)
 	b = strconv.AppendBool(b, r.Allowed)
@@ -109,8 +107,7 @@ func writeCheckResponse(w http.ResponseWriter, status int, r *CheckResponse) {
 	}
 }
 
-// jsonBuffers holds the buffers answers are written in; maxPooledJSON bounds the one
-// kept, so that a huge answer does not pin its memory.
+// jsonBuffers holds the buffers answers are written in, up to maxPooledJSON.
 var jsonBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 const maxPooledJSON = 16 << 10

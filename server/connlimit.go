@@ -8,13 +8,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// DefaultMaxConnections is Options.MaxConnections when 0: with the other defaults of the
-// service (stack.DefaultMaxKeys, the RLQS bounds), both listeners full fit the shipped
-// chart's memory limit (bench/README.md has the bytes per connection).
+// DefaultMaxConnections is Options.MaxConnections when 0: with the service's other
+// defaults, both listeners full fit the shipped chart's memory limit.
 const DefaultMaxConnections = 1024
 
-// DefaultProxyMaxConnections is the bound LimitProxyListener applies when given 0: the
-// proxy faces end users, so its bound is higher than the service's.
+// DefaultProxyMaxConnections is the bound LimitProxyListener applies when given 0.
 const DefaultProxyMaxConnections = 4096
 
 // connLimits bound the connections open at once on listeners and export how many are
@@ -73,8 +71,7 @@ func (l *connLimits) listener(ln net.Listener, name string) net.Listener {
 }
 
 // limitListener accepts at most max connections open at once: one more is closed as soon
-// as it is accepted, and counted. Refusing rather than leaving it in the kernel's backlog
-// keeps a client that holds its connections from making the others wait unseen.
+// as it is accepted, and counted, rather than left waiting unseen in the backlog.
 type limitListener struct {
 	net.Listener
 	max     int64

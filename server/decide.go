@@ -13,8 +13,7 @@ import (
 )
 
 // item is one limit of one request: a policy's limit, a policy's route limit, or one Envoy
-// descriptor. Both APIs build a slice of items, decide it with decide (package
-// evaluator), and report it.
+// descriptor match.
 type item struct {
 	evaluator.Item
 	// name is what headers and the JSON answer call the limit.
@@ -23,13 +22,11 @@ type item struct {
 	status config.Status
 	// rule is the Envoy rule that matched (nil for policies and NoMatch).
 	rule *config.Rule
-	// envoy is what was derived from rule at load (nil when rule is, or is made from the
-	// request's limit override).
+	// envoy is what was derived from rule at load (nil for none, or a limit override).
 	envoy *envoyRule
 	// unitMultiplier is an Envoy limit override's unit_multiplier (0 when none).
 	unitMultiplier uint32
-	// source, route describe a policy's limit: "policy", "tier:<name>", "override",
-	// "route"; the route pattern.
+	// source and route are LimitStatus's.
 	source, route string
 	// identity is who a policy's limit limits (zero for descriptors).
 	identity keys.Identity
@@ -49,19 +46,15 @@ func settleItem(key string, limit sluice.Limit, n int64, shadow bool, ttl time.D
 	return it
 }
 
-// scope is what the limits of one request share: the name of the policy or domain they
-// belong to, and the policy (nil for a domain), whose failure handling applies (see
-// config.Config.Failure).
+// scope is what the limits of one request share: the name of their policy or domain, and
+// the policy (nil for a domain), whose failure handling applies.
 type scope struct {
 	name   string
 	policy *config.Policy
 }
 
-// decide decides the items of sc with the semantics of docs/envoy.md (package
-// evaluator). Errors are those of the enforced limits' store call; bad input was ruled
-// out by the caller.
-//
-// op names the request's span (docs/service.md, "Traces"): opRLS, opCheck, opPeek or opUsage.
+// decide decides the items of sc (package evaluator) in a span named op. Errors are the
+// enforced limits' store call's; the caller ruled out bad input.
 func (s *Server) decide(ctx context.Context, op string, cfg *config.Config, sc scope, items []item) (evaluator.Outcome, error) {
 	f := cfg.Failure(sc.policy, s.opts.FailureMode)
 	name := sc.name
@@ -83,8 +76,7 @@ func (s *Server) decide(ctx context.Context, op string, cfg *config.Config, sc s
 		}
 		sp.End(key.String(name), out, err)
 	}
-	for _, e := range out.ShadowErrors {
-		// A shadow limit never affects the answer, not even when its store fails.
+	for _, e := range out.ShadowErrors { // never part of the answer
 		s.log.LogAttrs(ctx, slog.LevelError, "shadow limit not decided", slog.String("error", e.Error()))
 	}
 	return out, err
@@ -98,8 +90,8 @@ const (
 	opUsage = "sluice.usage"
 )
 
-// windowReset is the time until the fixed window of length period that holds now ends:
-// a requests_per_unit 0 rule's decision, which no store makes, waits that long.
+// windowReset is the time until the epoch-aligned window of length period holding now
+// ends (a requests_per_unit 0 rule's wait).
 func windowReset(now time.Time, period time.Duration) time.Duration {
 	if period <= 0 {
 		return 0

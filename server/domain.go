@@ -11,11 +11,9 @@ import (
 )
 
 // domainItems matches the descriptors of one request against an envoyproxy/ratelimit
-// domain and returns one item per match: per descriptor, and per limit of a descriptor
-// with several (rate_limits). mults[i] > 1 is descriptor i's limit
-// override unit_multiplier; hits[i] its cost. The error is about the request (an override
-// with an unknown unit or an impossible period). With sc, the matches and the items are
-// made in its slices, which it keeps for the next request.
+// domain and returns one item per match. mults[i] > 1 is descriptor i's unit_multiplier,
+// hits[i] its cost. The error is about the request. With sc, the matches and the items
+// are made in its slices.
 func (s *Server) domainItems(ed *envoyDomain, descs []config.Descriptor, mults []uint32, hits []int64, sc *scratch) ([]item, error) {
 	var matches []config.Match
 	var items []item
@@ -55,8 +53,7 @@ func (s *Server) domainItems(ed *envoyDomain, descs []config.Descriptor, mults [
 		}
 		switch m.Status {
 		case config.Limited:
-			// A configured rule's own limit was validated at load; one scaled by a
-			// unit_multiplier or made from a limit override is checked here.
+			// Validated at load, unless scaled or made from a limit override.
 			if it.envoy == nil || it.unitMultiplier > 1 {
 				if err := limit.Validate(); err != nil {
 					return nil, fmt.Errorf("descriptor %d: %w", m.Descriptor, err)

@@ -90,9 +90,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			hits[i] = int64(min(h.GetValue(), math.MaxInt64))
 		}
 		if d.GetIsNegativeHits() {
-			// Returning quota is not part of sluice's model (denied requests spend nothing,
-			// so there is nothing to refund): report the state without spending.
-			hits[i] = 0
+			hits[i] = 0 // nothing to refund (a denial spends nothing): only look
 		}
 	}
 	if err := checkSize(s.requestLimits(cfg), descs); err != nil {
@@ -121,9 +119,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			// would be failed open by Envoy's default failure_mode_deny: false).
 			return s.closedResponse(items), nil
 		}
-		if store.IsBadInput(err) {
-			// Not a store failure: the evaluator bounds client-shaped keys and rules out
-			// impossible costs, so this is a limit the configuration let through.
+		if store.IsBadInput(err) { // a limit the configuration let through
 			s.log.LogAttrs(ctx, slog.LevelDebug, "rate limit request refused", slog.String("domain", dom.Name), slog.String("error", err.Error()))
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
@@ -148,9 +144,8 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	return &a.resp, nil
 }
 
-// scratch holds the slices one ShouldRateLimit call works with, reused across calls
-// through scratchPool. Nothing in it outlives the call: the answer is made of its own
-// messages, and the strings it copies are never modified.
+// scratch holds the slices one ShouldRateLimit call works with, reused through
+// scratchPool; nothing in it outlives the call.
 type scratch struct {
 	descs   []config.Descriptor
 	entries []config.Entry
@@ -162,8 +157,7 @@ type scratch struct {
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
-// maxPooledScratch bounds the descriptors and entries of a scratch kept for reuse, so
-// that one huge request does not pin its memory in the pool.
+// maxPooledScratch bounds the slices of a scratch kept for reuse.
 const maxPooledScratch = 64
 
 // getScratch returns a scratch with descs, mults and hits of len(descs) elements, descs
@@ -186,10 +180,8 @@ func putScratch(sc *scratch) {
 		cap(sc.matches) > maxPooledScratch || cap(sc.items) > maxPooledScratch {
 		return
 	}
-	// Drop the references to the request's strings and the decisions' rules, and leave
-	// every slice zero up to its capacity for the next request: what a request writes is
-	// within the lengths kept here, but for matches (AppendMatches may write past the
-	// length it returns with an error).
+	// Drop the references, and leave every slice zero up to its capacity (AppendMatches
+	// may write past the length it returns with an error).
 	clear(sc.descs)
 	clear(sc.mults)
 	clear(sc.entries)
@@ -198,18 +190,16 @@ func putScratch(sc *scratch) {
 	scratchPool.Put(sc)
 }
 
-// statusBlock is a descriptor status with the messages it may point to, allocated at
-// once.
+// statusBlock is a descriptor status with the messages it may point to.
 type statusBlock struct {
 	status rlsv3.RateLimitResponse_DescriptorStatus
 	limit  rlsv3.RateLimitResponse_RateLimit
 	reset  durationpb.Duration
 }
 
-// answer is a ShouldRateLimit answer and the memory its messages point into, allocated at
-// once: the response, its descriptor statuses (for one descriptor; several take two more
-// allocations), three response headers and the text of their values, so that the common
-// answer is one allocation. Nothing in it is written after the handler returns it.
+// answer is a ShouldRateLimit answer and the memory its messages point into, so that the
+// common answer (one descriptor, up to three headers) is one allocation. Nothing in it
+// is written after the handler returns it.
 type answer struct {
 	resp     rlsv3.RateLimitResponse
 	statuses []statusBlock
@@ -217,9 +207,7 @@ type answer struct {
 	block    [1]statusBlock
 	hptrs    [3]*corev3.HeaderValue
 	hvals    [3]corev3.HeaderValue
-	// text holds the RateLimit value, RateLimit-Policy's unless it is a rule's member
-	// written at load, and Retry-After's, or the reference's three numbers, when they fit
-	// (else they take an allocation).
+	// text holds the headers' values when they fit.
 	text [56]byte
 }
 
@@ -256,17 +244,9 @@ func (a *answer) addHeader(key, value string) {
 	a.resp.ResponseHeadersToAdd = append(h, v)
 }
 
-// descriptorStatus fills one descriptor's answer, as the reference implementation fills
-// it:
-//
-//   - no rule, or a replaced rule: OK, no current_limit, limit_remaining 0;
-//   - unlimited: OK, no current_limit, limit_remaining 4294967295;
-//   - requests_per_unit 0: OVER_LIMIT (OK in shadow mode), limit_remaining 0;
-//   - otherwise the decision: OVER_LIMIT when over (OK in shadow mode), limit_remaining
-//     Decision.Remaining;
-//   - duration_until_reset, in both cases, resetAfter at now (kept in m.reset for every
-//     descriptor with a current_limit, for the reference's headers);
-//   - quota_mode: as shadow mode, but over the limit without duration_until_reset.
+// descriptorStatus fills one descriptor's answer as the reference implementation fills
+// it (docs/envoy.md, "The answers"). m.reset holds resetAfter for every descriptor with a
+// current_limit, for the reference's headers.
 func descriptorStatus(it *item, m *statusBlock, now time.Time) {
 	st := &m.status
 	st.Code = rlsv3.RateLimitResponse_OK
@@ -295,20 +275,15 @@ func descriptorStatus(it *item, m *statusBlock, now time.Time) {
 		st.DurationUntilReset = &m.reset
 	}
 	if over && r.QuotaMode && !r.Shadow {
-		// The reference answers a quota_mode descriptor over its limit with OK, its
-		// current_limit and limit_remaining, and no duration_until_reset.
-		st.DurationUntilReset = nil
+		st.DurationUntilReset = nil // as the reference answers quota_mode
 	}
 }
 
-// resetAfter is a decided descriptor's duration_until_reset in whole seconds, as the
-// reference computes it (utils.CalculateReset): the unit's length (times the limit
-// override's unit_multiplier) less the Unix time in seconds modulo it, that is the time
-// from the current second to the end of the epoch-aligned fixed window holding it,
-// whatever the counter holds. A calendar rule's window is its calendar period, whose end
-// is counted from the current second. A rule of another algorithm (a sluice extension)
-// has no window: its duration is the wait RateLimit's t tells (ratelimitheader.Wait: the
-// decision's RetryAfter when over the limit, else its ResetAfter), in the same seconds.
+// resetAfter is a decided descriptor's duration_until_reset in whole seconds: for a fixed
+// window, as the reference computes it (utils.CalculateReset), the time from the current
+// second to the end of the epoch-aligned window of the unit (times unit_multiplier); for
+// a calendar rule, to the end of its period; for another algorithm, RateLimit's t
+// (ratelimitheader.Wait).
 func resetAfter(it *item, now time.Time) int64 {
 	r := it.rule
 	switch {
@@ -329,9 +304,7 @@ func resetAfter(it *item, now time.Time) int64 {
 	return ratelimitheader.Seconds(ratelimitheader.Wait(&it.Decision))
 }
 
-// addHeaders sets the answer's response_headers_to_add, as Options.RLSHeaders asks: the
-// reference's three headers (referenceHeaders), then RateLimit-Policy and RateLimit for
-// the items and, when the answer is OVER_LIMIT, Retry-After.
+// addHeaders sets the answer's response_headers_to_add, as Options.RLSHeaders asks.
 func (s *Server) addHeaders(a *answer, items []item, retryAfter time.Duration) {
 	h := &s.opts.RLSHeaders
 	text := a.text[:0]
@@ -357,13 +330,9 @@ func (s *Server) addHeaders(a *answer, items []item, retryAfter time.Duration) {
 	}
 }
 
-// referenceHeaders adds the reference implementation's headers (its
-// LIMIT_RESPONSE_HEADERS_ENABLED) to the answer, whose statuses are filled, and returns
-// text with their values appended (taken from its capacity when they fit). They describe
-// one descriptor, chosen as there: the last whose code is OVER_LIMIT, else, among those
-// with a current_limit, the first with the least limit_remaining below 4294967295.
-// Their values are its requests_per_unit, its limit_remaining and its duration_until_reset
-// in seconds. An answer with no such descriptor has none of them.
+// referenceHeaders adds the headers of RLSHeaders.Reference to the answer, whose statuses
+// are filled, and returns text with their values appended. An answer with no descriptor
+// to describe has none.
 func (s *Server) referenceHeaders(a *answer, text []byte) []byte {
 	var pick *statusBlock
 	least := uint32(math.MaxUint32)
@@ -388,15 +357,13 @@ func (s *Server) referenceHeaders(a *answer, text []byte) []byte {
 	}
 	a.addHeader(h.Limit, num(int64(pick.status.CurrentLimit.RequestsPerUnit)))
 	a.addHeader(h.Remaining, num(int64(pick.status.LimitRemaining)))
-	// m.reset, not DurationUntilReset: a quota_mode descriptor over its limit has none in
-	// the answer, and its reset is still the window's.
+	// Not DurationUntilReset, which a quota_mode descriptor over its limit lacks.
 	a.addHeader(h.Reset, num(pick.reset.Seconds))
 	return text
 }
 
 // closedResponse is the answer when the store is down and the failure mode is closed:
-// every limited descriptor over the limit, with the headers of a denial (nothing remains;
-// retry after a second).
+// every limited descriptor over the limit, retry after a second.
 func (s *Server) closedResponse(items []item) *rlsv3.RateLimitResponse {
 	a := newAnswer(len(items))
 	now := s.now()

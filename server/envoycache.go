@@ -11,11 +11,9 @@ import (
 	"github.com/sluicehq/sluice/internal/sfv"
 )
 
-// envoyCache is what the server derives once from one loaded configuration for its Envoy
-// domains, so that a request does no label lookup and no escaping of configured text:
-// per domain and rule, the descriptor counters and the rule's name as it is written in
-// the RateLimit fields. A reload brings a new configuration and so a new envoyCache; the
-// counters it resolves are the same children of the same vector.
+// envoyCache is what the server derives once from a configuration's Envoy domains, so
+// that a request does no label lookup and no escaping: per rule, its descriptor counters
+// and its name as the RateLimit fields write it.
 type envoyCache struct {
 	cfg     *config.Config
 	domains map[string]*envoyDomain
@@ -24,9 +22,8 @@ type envoyCache struct {
 // envoyDomain is one domain of an envoyCache.
 type envoyDomain struct {
 	dom *config.Domain
-	// noRule counts the descriptors no rule matched; override those decided by a limit
-	// override of the request (its key holds request values, which must not become
-	// label values: the rule label is "override").
+	// noRule counts the descriptors no rule matched; override those decided by a
+	// request's limit override (rule label "override": never request values).
 	noRule, override *resultCounters
 	rules            map[*config.Rule]*envoyRule
 }
@@ -34,11 +31,9 @@ type envoyDomain struct {
 // envoyRule is one rule of an envoyDomain.
 type envoyRule struct {
 	counters *resultCounters
-	// quoted is the rule's name in the RateLimit fields (rate_limit name, else its full
-	// key) as an RFC 9651 String.
+	// quoted is ruleName as an RFC 9651 String.
 	quoted string
-	// policy is the RateLimit-Policy member of the rule's own Limit, "" when that
-	// member is not the same for every request (a calendar period).
+	// policy is the rule's RateLimit-Policy member, "" for a calendar period's.
 	policy string
 	limit  sluice.Limit
 }
@@ -57,7 +52,7 @@ const (
 var resultNames = [numResults]string{"ok", "over_limit", "shadow_over_limit", "unlimited", "no_match", "replaced"}
 
 // resultCounters are the descriptor counters of one (domain, rule) by result, each
-// resolved from the vector on first use so that a series appears only once counted.
+// resolved on first use so that a series appears only once counted.
 type resultCounters struct {
 	vec          *prometheus.CounterVec
 	domain, rule string
@@ -74,8 +69,7 @@ func (rc *resultCounters) inc(result int) {
 	c.Inc()
 }
 
-// envoyCache returns the envoyCache of cfg, making it when cfg is not the one cached
-// (once: the requests that arrive meanwhile wait for it).
+// envoyCache returns the envoyCache of cfg, making it once.
 func (s *Server) envoyCache(cfg *config.Config) *envoyCache {
 	if c := s.envoy.Load(); c != nil && c.cfg == cfg {
 		return c

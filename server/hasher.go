@@ -31,9 +31,8 @@ var processSecret = sync.OnceValue(func() []byte {
 })
 
 // get returns the API-key hasher for cfg: keyed by the secret in the environment variable
-// cfg.Identity.APIKeySecretEnv, or by a random per-process secret when none is configured
-// (API-key limits then hold per process: fine for one instance, wrong for a fleet sharing
-// Redis, which must configure a secret).
+// cfg.Identity.APIKeySecretEnv, else by a random per-process secret (a fleet sharing Redis
+// must configure one).
 func (hs *hashers) get(cfg *config.Config) (*keys.Hasher, error) {
 	env := cfg.Identity.APIKeySecretEnv
 	hs.mu.Lock()

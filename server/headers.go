@@ -7,15 +7,10 @@ import (
 	"github.com/sluicehq/sluice/internal/ratelimitheader"
 )
 
-// rateLimitHeaders returns the RateLimit-Policy, RateLimit and Retry-After fields
-// (package ratelimitheader, the fields httplimit sends) describing the decided items: one
-// member per limit, named as the item is. Items the store did not decide (no limit,
-// unlimited, replaced) are not listed; a requests_per_unit 0 rule is a limit of Rate 0
-// (q=0). Shadow items are listed only with shadow.
-//
-// The fields take their memory from dst when they fit in its capacity (see
-// ratelimitheader.Write); the caller must then not write to dst's memory while the
-// strings are in use.
+// rateLimitHeaders returns the RateLimit-Policy, RateLimit and Retry-After fields (as
+// httplimit sends them) of the decided items, one member per limit; a requests_per_unit
+// 0 rule is a limit of q=0, and shadow items are listed only with shadow. The strings
+// take their memory from dst's capacity when they fit (ratelimitheader.Write).
 func rateLimitHeaders(dst []byte, items []item, r ratelimitheader.Refusal, shadow bool) (policy, limit, retry string) {
 	var few [8]ratelimitheader.Member
 	ms := few[:0]

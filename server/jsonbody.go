@@ -10,14 +10,12 @@ import (
 	"unicode/utf8"
 )
 
-// errNotUnicode: a JSON body that encoding/json would change: it replaces each byte that
-// is not UTF-8, and each \u escape of a lone surrogate, with U+FFFD, so two identities
-// that differ only there would share one counter. Such a body is a bad request.
+// errNotUnicode refuses a JSON body that encoding/json would change (invalid UTF-8, a lone
+// surrogate's \u escape, both made U+FFFD), which would make two identities one.
 var errNotUnicode = errors.New("the body is not Unicode text (bytes that are not UTF-8, or a \\u escape of a lone surrogate; RFC 8259 §8): a key is decided as written, so it cannot be replaced")
 
 // decodeJSON reads r's body, at most limit bytes, into v: one JSON value, no unknown
-// fields, and Unicode text (errNotUnicode), so that every string is decided exactly as the
-// client wrote it.
+// fields, Unicode text (errNotUnicode).
 func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
@@ -37,9 +35,8 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) erro
 	return nil
 }
 
-// unicodeText reports whether b is UTF-8 and every \u escape in it that encodes a
-// surrogate is half of a pair: whether encoding/json decodes each of b's strings without
-// replacing anything.
+// unicodeText reports whether b is UTF-8 and every \u escape of a surrogate in it is half
+// of a pair.
 func unicodeText(b []byte) bool {
 	if !utf8.Valid(b) {
 		return false

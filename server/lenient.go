@@ -13,12 +13,8 @@ import (
 )
 
 // decodeLenient decodes b into m as proto.Unmarshal does, except that a string may hold
-// any bytes. Envoy forwards header bytes as they came (into RLS descriptors and RLQS
-// bucket ids), and a message refused for a byte that is not UTF-8 would be allowed by an
-// Envoy that fails open; each string is decided as its bytes instead. It decodes b as
-// m's twin, whose string fields are bytes fields (the same wire format, without proto's
-// UTF-8 check), then copies the twin into m, each string as its bytes. Unknown fields are
-// kept, as proto.Unmarshal keeps them.
+// any bytes (see rlsCodec). It decodes b as m's twin, whose string fields are bytes
+// fields (the same wire format without the UTF-8 check), then copies the twin into m.
 func decodeLenient(b []byte, m proto.Message) error {
 	dst := m.ProtoReflect()
 	md, err := twinOf(dst.Descriptor())
@@ -41,9 +37,9 @@ type twinResult struct {
 	err error
 }
 
-// twinOf returns the twin of md: md's file and the files of every message reachable from
-// md's fields, rebuilt with every string field made a bytes field and every map a
-// repeated field of its entries (a map key cannot be bytes). Built once per message.
+// twinOf returns the twin of md, built once: the files of every message reachable from
+// md, rebuilt with every string field made bytes and every map a repeated field of its
+// entries (a map key cannot be bytes).
 func twinOf(md protoreflect.MessageDescriptor) (protoreflect.MessageDescriptor, error) {
 	if t, ok := twins.Load(md.FullName()); ok {
 		return t.(twinResult).md, t.(twinResult).err
@@ -124,9 +120,8 @@ func sortByImports(files []protoreflect.FileDescriptor) []protoreflect.FileDescr
 	return out
 }
 
-// stringsToBytes makes every string field of m and of its nested messages a bytes
-// field, and every map entry a plain message (a map key cannot be bytes; the wire
-// format of a map is that of a repeated field of its entries).
+// stringsToBytes makes every string field of m and its nested messages bytes, and every
+// map entry a plain message.
 func stringsToBytes(m *descriptorpb.DescriptorProto) {
 	for _, f := range m.Field {
 		if f.GetType() == descriptorpb.FieldDescriptorProto_TYPE_STRING {
@@ -159,9 +154,7 @@ func (r twinResolver) FindDescriptorByName(name protoreflect.FullName) (protoref
 	return protoregistry.GlobalFiles.FindDescriptorByName(name)
 }
 
-// copyTwin copies src, a twin, into dst, the generated message it mirrors: fields by
-// number, a bytes value into a string field as its bytes, a map's entries into the map,
-// and the unknown fields.
+// copyTwin copies src, a twin, into dst, the message it mirrors, by field number.
 func copyTwin(dst, src protoreflect.Message) {
 	fields := dst.Descriptor().Fields()
 	src.Range(func(sf protoreflect.FieldDescriptor, v protoreflect.Value) bool {

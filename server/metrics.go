@@ -19,22 +19,19 @@ const (
 	apiSettle  = "settle"
 )
 
-// metrics are the server's own Prometheus metrics. Decisions, store latency and store
-// errors by kind are the observe decorator's business; these count the APIs.
+// metrics are the server's Prometheus metrics of its APIs (the observe decorator has the
+// decisions').
 type metrics struct {
-	// grpc and byAPI hold the children of requests and duration for the known APIs,
-	// resolved once so that a request does no label lookup.
+	// grpc and byAPI hold the APIs' children, resolved once.
 	grpc  *apiMetrics
 	byAPI map[string]*apiMetrics
 
-	requests      *prometheus.CounterVec
-	duration      *prometheus.HistogramVec
-	descriptors   *prometheus.CounterVec
-	unknownDomain prometheus.Counter
-	storeErrors   prometheus.Counter
-	adminDenied   prometheus.Counter
-	// overrideChanges counts changes of the overrides API, by action (set, delete,
-	// expire).
+	requests        *prometheus.CounterVec
+	duration        *prometheus.HistogramVec
+	descriptors     *prometheus.CounterVec
+	unknownDomain   prometheus.Counter
+	storeErrors     prometheus.Counter
+	adminDenied     prometheus.Counter
 	overrideChanges *prometheus.CounterVec
 }
 
@@ -121,12 +118,10 @@ func (am *apiMetrics) observe(code int, start time.Duration) {
 // processStart is the origin of monotonic.
 var processStart = time.Now()
 
-// monotonic reads the monotonic clock alone (time.Now reads the wall clock too): the
-// time since the process started.
+// monotonic reads the monotonic clock alone: the time since the process started.
 func monotonic() time.Duration { return time.Since(processStart) }
 
-// newCounter, newCounterVec and newGaugeVec make the server's metrics, which need only a
-// name, a help text and labels.
+// newCounter, newCounterVec and newGaugeVec make metrics of a name, help and labels.
 func newCounter(name, help string) prometheus.Counter {
 	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 }

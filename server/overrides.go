@@ -38,8 +38,7 @@ type OverrideList struct {
 	Overrides []override.Override `json:"overrides"`
 }
 
-// overrideCache is the overrides in force, as one server or proxy sees them: the
-// store's, reloaded when their version moves.
+// overrideCache is the store's overrides in force, reloaded when their version moves.
 type overrideCache struct {
 	store  override.Store
 	every  time.Duration
@@ -122,8 +121,8 @@ func (c *overrideCache) loop(ctx context.Context) {
 	}
 }
 
-// maybeRefresh starts a refresh in the background when the last is older than c.every,
-// for a front end without a lifetime of its own (the proxy refreshes as requests come).
+// maybeRefresh starts a refresh in the background when the last is older than c.every
+// (the proxy refreshes as requests come).
 func (c *overrideCache) maybeRefresh() {
 	if time.Since(time.Unix(0, c.last.Load())) < c.every || !c.busy.CompareAndSwap(false, true) {
 		return
@@ -140,8 +139,7 @@ func (c *overrideCache) maybeRefresh() {
 }
 
 // overrideIdentity reads the identity of an override request for policy p
-// (config.Policy.ParseIdentity): the API takes patterns, raw API keys, which it hashes at
-// once, and IP addresses and prefixes as the identity of the clients they cover.
+// (config.Policy.ParseIdentity, with patterns; raw API keys are hashed at once).
 func (s *Server) overrideIdentity(cfg *config.Config, p *config.Policy, raw string) (string, error) {
 	var hashErr error // the server's, not the request's
 	id, err := p.ParseIdentity(raw, config.IdentityForm{

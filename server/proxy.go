@@ -56,22 +56,19 @@ type ProxyOptions struct {
 }
 
 // Proxy is a reverse proxy that applies the configuration's sluice policies with the
-// httplimit middleware in front of an upstream: the gateway placement. Each policy
-// becomes a middleware policy (its limit, tiers and overrides, keyed by client IP, user
-// header or API-key header), and each of its routes one more policy named
-// RouteLimitName(policy, pattern), so the store keys are the ones the JSON API uses.
+// httplimit middleware in front of an upstream (see PoliciesFor), under the store keys
+// the JSON API uses.
 //
-// When the configuration is reloaded the middleware is rebuilt for the next request;
-// counters live in the store and survive. A configuration the middleware cannot take
-// (see PoliciesFor) keeps the previous middleware in force, and is logged.
+// A reloaded configuration rebuilds the middleware for the next request; counters live
+// in the store and survive. A configuration PoliciesFor refuses is logged, and the
+// previous middleware stays in force.
 type Proxy struct {
 	opts  ProxyOptions
 	proxy *httputil.ReverseProxy
 
 	hashers *hashers
 
-	// cur is the middleware of the configuration it was built for; mu serializes
-	// rebuilds, and requests read cur without it.
+	// cur is the middleware of the configuration it was built for; mu serializes rebuilds.
 	mu  sync.Mutex
 	cur atomic.Pointer[builtHandler]
 
@@ -119,12 +116,10 @@ func NewProxy(opts ProxyOptions) (*Proxy, error) {
 	return p, nil
 }
 
-// copyBufferSize is the size of the buffers a Proxy copies response bodies through:
-// httputil.ReverseProxy's own, which it would otherwise allocate for every response.
+// copyBufferSize is httputil.ReverseProxy's own copy buffer size.
 const copyBufferSize = 32 << 10
 
-// copyBuffers is the httputil.BufferPool of a Proxy: buffers of copyBufferSize reused
-// across responses.
+// copyBuffers is the httputil.BufferPool of a Proxy.
 type copyBuffers struct{}
 
 var copyBufferPool = sync.Pool{New: func() any { return new([copyBufferSize]byte) }}
@@ -141,11 +136,10 @@ func (copyBuffers) Put(b []byte) {
 // NewUpstreamTransport is told otherwise.
 const DefaultUpstreamIdleConns = 256
 
-// NewUpstreamTransport returns the transport a Proxy sends requests upstream with: keeps
-// up to idle connections to the upstream open between requests (DefaultUpstreamIdleConns
-// when idle ≤ 0), so that at steady state no request opens a connection; with h2, it
-// speaks HTTP/2 to the upstream (over TLS by ALPN for https upstreams, and prior-knowledge
-// cleartext HTTP/2 for http ones, which the upstream must then speak). Other settings are
+// NewUpstreamTransport returns the transport a Proxy sends requests upstream with: it
+// keeps up to idle connections to the upstream open between requests
+// (DefaultUpstreamIdleConns when idle ≤ 0); with h2, it speaks HTTP/2 (by ALPN over TLS,
+// prior-knowledge cleartext for http upstreams). Other settings are
 // http.DefaultTransport's.
 func NewUpstreamTransport(idle int, h2 bool) *http.Transport {
 	if idle <= 0 {
@@ -242,16 +236,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // PoliciesFor translates the sluice policies of cfg into httplimit policies and the tier
-// function of an httplimit.Config. The client IP is found as cfg.Identity says (trusted
-// proxies, client IP header, IPv6 prefix), and the tier header is believed only from a
-// trusted proxy (a client cannot pick its own tier); API keys are hashed with h. Each policy's Failure is its failure
-// mode and local share, resolved as the Server does with def as its
-// Options.FailureMode.
-//
-// Each policy's routes are one httplimit.Policy.RouteSet, so a request meets the most
-// specific route of every policy, as in the JSON API. httplimit has one tier function for
-// all policies, so the policies that have tiers must all read them from the same header;
-// configurations that break that rule are refused.
+// function of an httplimit.Config: the client IP found as cfg.Identity says, headers
+// believed only from trusted proxies, API keys hashed with h, and each policy's failure
+// handling resolved as the Server resolves it with def as Options.FailureMode. Each
+// policy's routes are one httplimit.Policy.RouteSet, named RouteLimitName(policy,
+// pattern). httplimit has one tier function, so policies with tiers must all read the
+// same header; other configurations are refused.
 func PoliciesFor(cfg *config.Config, h *keys.Hasher, def sluice.FailureMode) ([]httplimit.Policy, func(*http.Request) string, error) {
 	ip := clientIP(&cfg.Identity)
 	var tierHeader, tierPolicy string
@@ -286,9 +276,7 @@ func PoliciesFor(cfg *config.Config, h *keys.Hasher, def sluice.FailureMode) ([]
 			}
 		}
 		if len(p.Overrides)+len(p.IdentityTiers) > 0 {
-			// An identity's tier is its override by the tier's limit: resolved as
-			// config.Policy.LimitFor does, and keyed as the JSON API keys it (no tier
-			// in the key, since the request named none).
+			// An identity's tier is an override by the tier's limit, as in LimitFor.
 			hp.Overrides = make(map[keys.Identity]sluice.Limit, len(p.Overrides)+len(p.IdentityTiers))
 			for _, it := range p.IdentityTiers {
 				hp.Overrides[keys.Identity{Kind: kind, ID: it.ID}], _ = p.Tier(it.Tier)
@@ -312,9 +300,8 @@ func PoliciesFor(cfg *config.Config, h *keys.Hasher, def sluice.FailureMode) ([]
 	return out, tier, nil
 }
 
-// settleOf is the middleware's Settle for a policy's settle block, with a route's fixed
-// estimate when it has one; nil without a block. The estimate header is believed only
-// from ip's trusted proxies.
+// settleOf is the middleware's Settle for a policy's settle block (nil for none), with a
+// route's fixed estimate when it has one.
 func settleOf(ip *keys.ClientIP, s *config.Settle, estimate int64) *httplimit.Settle {
 	if s == nil {
 		return nil
@@ -327,9 +314,8 @@ func equalFoldHeader(a, b string) bool {
 	return http.CanonicalHeaderKey(a) == http.CanonicalHeaderKey(b)
 }
 
-// clientIP is how the configuration's identity block finds and aggregates a client's
-// address; every identity made from an address, in the proxy, the JSON API and the
-// overrides, goes through it.
+// clientIP is how the configuration finds and aggregates a client's address, for every
+// identity made from one.
 func clientIP(id *config.Identity) *keys.ClientIP {
 	return &keys.ClientIP{TrustedProxies: id.TrustedProxies, Header: id.ClientIPHeader, IPv6Prefix: id.IPv6Prefix}
 }

@@ -25,10 +25,8 @@ import (
 // RateLimitQuotaServiceName is the RLQS gRPC service, as the gRPC health service knows it.
 const RateLimitQuotaServiceName = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"
 
-// Defaults of QuotaOptions. Memory grows with the buckets the streams hold, at most
-// MaxStreams × MaxBucketsPerStream, and a little with each stream (bench/README.md has
-// both figures): the defaults, filled, fit the shipped chart's memory limit beside the
-// other bounds of the service (stack.DefaultMaxKeys).
+// Defaults of QuotaOptions: filled, they fit the shipped chart's memory limit beside the
+// service's other bounds.
 const (
 	DefaultQuotaMaxStreams          = 500
 	DefaultQuotaMaxBucketsPerStream = 100
@@ -47,9 +45,7 @@ type QuotaOptions struct {
 	// refused with RESOURCE_EXHAUSTED. 0: DefaultQuotaMaxStreams.
 	MaxStreams int
 	// MaxBucketsPerStream caps the distinct buckets one stream reports on; a report on
-	// one more is answered with abandon_action. 0: DefaultQuotaMaxBucketsPerStream. The
-	// buckets an instance holds, and their entries in a quota.Memory store, are at most
-	// MaxStreams × MaxBucketsPerStream.
+	// one more is answered with abandon_action. 0: DefaultQuotaMaxBucketsPerStream.
 	MaxBucketsPerStream int
 	// FirstReportTimeout ends a stream that sends no report for that long after it
 	// opened (DEADLINE_EXCEEDED). 0: DefaultQuotaFirstReportTimeout.
@@ -210,29 +206,29 @@ func (st *quotaStream) report(m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.Rat
 	}
 	usages := m.GetBucketQuotaUsages()
 	resp := &rlqsv3.RateLimitQuotaResponse{BucketAction: make([]*rlqsv3.RateLimitQuotaResponse_BucketAction, len(usages))}
+	act := func(i int, kind string, a *rlqsv3.RateLimitQuotaResponse_BucketAction) {
+		resp.BucketAction[i] = a
+		q.m.action[kind].Inc()
+	}
 	st.reps, st.idx = st.reps[:0], st.idx[:0]
 	for i, u := range usages {
 		id := u.GetBucketId()
 		if err := config.ValidBucketID(id.GetBucket()); err != nil {
-			resp.BucketAction[i] = abandon(id)
-			q.m.action["abandon_malformed"].Inc()
+			act(i, "abandon_malformed", abandon(id))
 			continue
 		}
 		if !known {
-			resp.BucketAction[i] = blanket(id, typev3.RateLimitStrategy_ALLOW_ALL, UnmatchedTTL)
-			q.m.action["unknown_domain"].Inc()
+			act(i, "unknown_domain", blanket(id, typev3.RateLimitStrategy_ALLOW_ALL, UnmatchedTTL))
 			continue
 		}
 		match, ok := dom.Match(id.GetBucket())
 		if !ok {
-			resp.BucketAction[i] = blanket(id, typev3.RateLimitStrategy_ALLOW_ALL, UnmatchedTTL)
-			q.m.action["no_match"].Inc()
+			act(i, "no_match", blanket(id, typev3.RateLimitStrategy_ALLOW_ALL, UnmatchedTTL))
 			continue
 		}
 		sb := st.bucket(match)
 		if sb == nil {
-			resp.BucketAction[i] = abandon(id)
-			q.m.action["abandon_too_many_buckets"].Inc()
+			act(i, "abandon_too_many_buckets", abandon(id))
 			continue
 		}
 		b := match.Bucket
@@ -240,12 +236,10 @@ func (st *quotaStream) report(m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.Rat
 		sb.denied.Add(float64(u.GetNumRequestsDenied()))
 		switch {
 		case b.Unlimited:
-			resp.BucketAction[i] = blanket(id, typev3.RateLimitStrategy_ALLOW_ALL, b.TTL)
-			q.m.action["allow_all"].Inc()
+			act(i, "allow_all", blanket(id, typev3.RateLimitStrategy_ALLOW_ALL, b.TTL))
 			continue
 		case b.Rate == 0:
-			resp.BucketAction[i] = blanket(id, typev3.RateLimitStrategy_DENY_ALL, b.TTL)
-			q.m.action["deny_all"].Inc()
+			act(i, "deny_all", blanket(id, typev3.RateLimitStrategy_DENY_ALL, b.TTL))
 			continue
 		}
 		demand := quota.Demand(u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), u.GetTimeElapsed().AsDuration(), b.Period, quota.DemandCap*b.Rate)
@@ -269,18 +263,14 @@ func (st *quotaStream) report(m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.Rat
 			b := sb.rule
 			switch {
 			case a.Rate < 0:
-				resp.BucketAction[i] = abandon(id)
-				q.m.action["abandon_bucket_full"].Inc()
+				act(i, "abandon_bucket_full", abandon(id))
 			case a.Rate == 0:
-				resp.BucketAction[i] = blanket(id, typev3.RateLimitStrategy_DENY_ALL, b.TTL)
-				q.m.action["deny_all"].Inc()
+				act(i, "deny_all", blanket(id, typev3.RateLimitStrategy_DENY_ALL, b.TTL))
 			default:
-				resp.BucketAction[i] = tokenBucket(id, a.Rate, b)
-				q.m.action["token_bucket"].Inc()
+				act(i, "token_bucket", tokenBucket(id, a.Rate, b))
 			}
 			sb.assigned.Set(float64(a.Assigned) / b.Period.Seconds())
-			// The decision log: one line per rebalance, at info when the client's share
-			// moved (or is its first), at debug when it stayed.
+			// One line per rebalance: info when the client's share moved, else debug.
 			level := slog.LevelDebug
 			if a.Rate != sb.share {
 				level = slog.LevelInfo
@@ -332,11 +322,7 @@ func action(id *rlqsv3.BucketId, ttl time.Duration, s *typev3.RateLimitStrategy)
 }
 
 func blanket(id *rlqsv3.BucketId, rule typev3.RateLimitStrategy_BlanketRule, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	return action(id, ttl, blanketStrategy(rule))
-}
-
-func blanketStrategy(rule typev3.RateLimitStrategy_BlanketRule) *typev3.RateLimitStrategy {
-	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}}
+	return action(id, ttl, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}})
 }
 
 // tokenBucket is a share as the proxy enforces it: share tokens per period, at most

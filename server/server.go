@@ -47,79 +47,67 @@ const RateLimitServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 
 // Options configures a Server. Only Limiter is required.
 type Options struct {
-	// Limiter decides: the limits of one request in one call, all or nothing. Package
-	// stack builds the production stack (deny cache, failover, observe); the Server
-	// names each limit's policy and failure mode in its request.
+	// Limiter decides the limits of one request in one call, all or nothing (package
+	// stack builds the production stack).
 	Limiter sluice.Limiter
-	// Watcher, when set, supplies the configuration in force (hot reload); its reload
-	// counters are exported as metrics. Otherwise Config is used, and config.Default()
-	// when Config is nil too.
+	// Watcher, when set, supplies the configuration in force (hot reload) and its reload
+	// metrics; otherwise Config is used, else config.Default().
 	Watcher *config.Watcher
 	Config  *config.Config
-	// FailureMode is the service's --failure-mode: the failure mode of every policy and
-	// domain that names none of its own, before the configuration's store.failure_mode
-	// (see [config.Config.Failure]). [sluice.FailInherit] when not given.
+	// FailureMode is the service's --failure-mode, resolved as [config.Config.Failure]
+	// says. [sluice.FailInherit] when not given.
 	FailureMode sluice.FailureMode
-	// RLSHeaders says which headers Envoy's rate limit answers ask Envoy to add to the
-	// client's response (response_headers_to_add). The zero value adds none, as the
-	// reference implementation does by default.
+	// RLSHeaders selects the headers Envoy's rate limit answers add to the client's
+	// response. The zero value adds none, as the reference implementation does.
 	RLSHeaders RLSHeaders
-	// ShadowHeaders puts shadow limits in the RateLimit headers (the JSON API's and,
-	// with RLSHeaders.IETF, Envoy's response_headers_to_add). By default they stay out: a client obeying a
-	// shadow limit's remaining would stop sending although nothing is enforced. The JSON
-	// answer's limits list them either way, marked shadow.
+	// ShadowHeaders puts shadow limits in the RateLimit headers (the JSON API's, and
+	// Envoy's with RLSHeaders.IETF); by default they stay out, since nothing enforces
+	// them. The JSON answer lists them either way, marked shadow.
 	ShadowHeaders bool
-	// ShadowMode answers every request as allowed, as the reference implementation's
-	// global SHADOW_MODE: limits are still decided, counted, logged and reported.
+	// ShadowMode answers every request as allowed (the reference's SHADOW_MODE); limits
+	// are still decided, counted, logged and reported.
 	ShadowMode bool
-	// AdminToken returns the token that guards the admin endpoints. Nil reads it from the
-	// configuration in force (config.Admin.Token), and from $SLUICE_ADMIN_TOKEN when the
-	// configuration has no admin block. An error or an empty token disables them: every
-	// admin request is refused.
+	// AdminToken returns the token of the admin endpoints. Nil reads config.Admin.Token
+	// of the configuration in force, $SLUICE_ADMIN_TOKEN without an admin block. An
+	// error or an empty token refuses every admin request.
 	AdminToken func() (string, error)
 	// Ready reports whether the store is reachable, for /readyz and the gRPC health
-	// service (stack.Stack.Ready). Nil counts the store as always reachable.
+	// service (stack.Stack.Ready). Nil: always.
 	Ready func(context.Context) error
-	// Registry receives the server's metrics and is what /metrics serves. Nil creates a
-	// registry with the Go and process collectors.
+	// Registry receives the metrics /metrics serves. Nil: a new registry with the Go and
+	// process collectors.
 	Registry *prometheus.Registry
-	// Logger receives one record per denied request, store errors, reloads and shutdown.
-	// Nil discards.
+	// Logger receives denied requests, store errors, reloads and shutdown. Nil discards.
 	Logger *slog.Logger
-	// ShutdownTimeout bounds how long Serve waits for requests in flight
+	// ShutdownTimeout bounds Serve's wait for requests in flight
 	// (DefaultShutdownTimeout when 0).
 	ShutdownTimeout time.Duration
 	// Now is the clock for windows the store does not decide (requests_per_unit 0).
-	// Nil means time.Now.
+	// Nil: time.Now.
 	Now func() time.Time
-	// RequestLimits caps the size of one rate limit request; its zero fields take the
-	// configuration's store.request_limits, else the defaults (config.RequestLimits).
+	// RequestLimits caps one rate limit request; zero fields take the configuration's
+	// store.request_limits, else config.RequestLimits' defaults.
 	RequestLimits config.RequestLimits
-	// HTTPTimeouts are the HTTP listener's timeouts; zero fields take
-	// DefaultHTTPTimeouts.
+	// HTTPTimeouts are the HTTP listener's; zero fields take DefaultHTTPTimeouts.
 	HTTPTimeouts Timeouts
 	// Quota configures the Rate Limit Quota Service (RLQS) served beside RLS.
 	Quota QuotaOptions
-	// Overrides keeps the limits set at run time through /v1/overrides (stack.Stack's
-	// Overrides: in Redis on Redis, so every replica applies them). Nil keeps them in
-	// the process.
+	// Overrides keeps the limits set through /v1/overrides (stack.Stack's Overrides,
+	// shared by every replica on Redis). Nil keeps them in the process.
 	Overrides override.Store
-	// OverrideRefresh is how often the server looks for changes made through other
-	// replicas (DefaultOverrideRefresh when 0).
+	// OverrideRefresh is how often other replicas' changes are looked for
+	// (DefaultOverrideRefresh when 0).
 	OverrideRefresh time.Duration
-	// TLS, when set, makes Serve speak TLS on both listeners: HTTPS (HTTP/2 and
-	// HTTP/1.1) and gRPC over TLS. Its certificate, and its ClientAuth for mutual TLS,
-	// apply to every endpoint, the health and metrics endpoints included (a probe must
-	// then present a client certificate too). NextProtos is set by Serve.
+	// TLS, when set, makes Serve speak TLS on both listeners (HTTPS with HTTP/2 and
+	// HTTP/1.1, gRPC over TLS), for every endpoint: with ClientAuth, health probes need
+	// a client certificate too. Serve sets NextProtos.
 	TLS *tls.Config
 	// MaxConnections bounds the connections open at once on each of Serve's listeners;
-	// one more is closed as soon as it is accepted, counted in
-	// sluice_server_connections_refused_total. 0: DefaultMaxConnections; negative: no
-	// bound.
+	// one more is closed when accepted, counted in
+	// sluice_server_connections_refused_total. 0: DefaultMaxConnections; negative: none.
 	MaxConnections int
-	// TracerProvider, when set, traces every decision request (one span per
-	// ShouldRateLimit and per /v1/check, /v1/peek and /v1/usage; docs/service.md, "Traces").
-	// Nil traces nothing, at no cost.
+	// TracerProvider, when set, traces every decision request (docs/service.md,
+	// "Traces"). Nil traces nothing, at no cost.
 	TracerProvider trace.TracerProvider
 }
 
@@ -134,15 +122,12 @@ const (
 // RLSHeaders selects the headers of Envoy's rate limit answers (Options.RLSHeaders).
 // Both sets may be on; the reference's come first.
 type RLSHeaders struct {
-	// Reference adds the reference implementation's three headers, as its
-	// LIMIT_RESPONSE_HEADERS_ENABLED does. They describe one descriptor: the last one
-	// over its limit, else the first with the least limit_remaining; their values are its
-	// requests_per_unit, its limit_remaining and its duration_until_reset in seconds.
+	// Reference adds the reference implementation's three headers (its
+	// LIMIT_RESPONSE_HEADERS_ENABLED). They describe one descriptor: the last one over its
+	// limit, else the first with the least limit_remaining below 4294967295; their values
+	// are its requests_per_unit, limit_remaining and duration_until_reset in seconds.
 	Reference bool
-	// Limit, Remaining and Reset name those three headers (the reference's
-	// LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER). Empty takes
-	// DefaultLimitHeader, DefaultRemainingHeader and DefaultResetHeader; anything else
-	// must be a valid HTTP field name.
+	// Limit, Remaining and Reset name those headers; empty takes the Default names.
 	Limit, Remaining, Reset string
 	// IETF adds RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers-11),
 	// one item per limit the store decided, and Retry-After to OVER_LIMIT answers.
@@ -315,27 +300,17 @@ const grpcWindow = 1 << 20
 // and keepalive settings suited to Envoy's long-lived connections.
 func (s *Server) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	opts = append([]grpc.ServerOption{
-		// Calls run on a pool of goroutines whose stacks have already grown, instead of
-		// a new goroutine (and a stack to grow) per call. gRPC hands a call to a worker
-		// only if one is idle at that instant, else starts a goroutine, so the pool is
-		// large (64 per CPU; bench/README.md); idle workers cost only their stacks.
+		// Calls run on warm worker goroutines; a call finding none idle starts one, so the
+		// pool is large. See bench/README.md.
 		grpc.NumStreamWorkers(uint32(64 * runtime.GOMAXPROCS(0))),
-		// Fixed flow-control windows. With the defaults, grpc-go sizes windows by
-		// bandwidth-delay estimation, which sends a PING each time data arrives and none is
-		// outstanding: under load, one PING (and its ACK to read) per round trip per
-		// connection, and a WINDOW_UPDATE every 16 KiB, for messages of a hundred bytes
-		// that never need a larger window. Fixed 1 MiB windows send neither (a
-		// WINDOW_UPDATE every 256 KiB), so a call costs fewer reads (bench/README.md).
+		// Fixed windows: no bandwidth-estimation PING per round trip, fewer
+		// WINDOW_UPDATEs. See bench/README.md.
 		grpc.InitialWindowSize(grpcWindow),
 		grpc.InitialConnWindowSize(grpcWindow),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Minute, Timeout: 20 * time.Second}),
-		// A message larger than any request within the request limits (in force at
-		// start) is refused before it is decoded, so decoding an oversized call costs
-		// neither CPU nor heap.
+		// Larger than any request within the request limits at start: refused undecoded.
 		grpc.MaxRecvMsgSize(maxMessage(s.requestLimits(s.config()))),
-		// ShouldRateLimit's request and answer are decoded and encoded by rlsCodec,
-		// everything else by the proto codec it falls back to.
 		grpc.ForceServerCodecV2(newRLSCodec()),
 	}, opts...)
 	g := grpc.NewServer(opts...)
@@ -344,12 +319,10 @@ func (s *Server) NewGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 }
 
 // Serve serves the HTTP API on httpLn and gRPC on grpcLn (either may be nil) until ctx
-// ends or a listener fails, then shuts down gracefully: readiness turns false and the
-// gRPC health service reports NOT_SERVING, the listeners stop accepting, and requests in
-// flight are finished, for at most ShutdownTimeout, after which the remaining
-// connections are closed. It returns nil after a shutdown caused by ctx, else the
-// listener's error. Serve does not close the Limiter: the caller does, after Serve
-// returns, when nothing can use it any more.
+// ends or a listener fails, then shuts down: readiness and gRPC health turn to not
+// serving, the listeners stop accepting, and requests in flight get ShutdownTimeout to
+// finish before their connections are closed. It returns nil after a shutdown caused by
+// ctx, else the listener's error. It does not close the Limiter.
 func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 	// The health status is set before the listeners serve, so that no health check
 	// finds the service unknown (at most DefaultReadyTimeout when the store is down).

@@ -19,14 +19,12 @@ type Timeouts struct {
 	Idle time.Duration
 }
 
-// DefaultHTTPTimeouts suit the JSON API: small requests (a body of at most
-// request_limits.max_bytes) answered in milliseconds, so a client that reads or writes
-// slowly is cut off long before it can pin many connections.
+// DefaultHTTPTimeouts suit the JSON API's small, quick requests: a slow client is cut
+// off long before it can pin many connections.
 var DefaultHTTPTimeouts = Timeouts{ReadHeader: 10 * time.Second, Read: 30 * time.Second, Write: 30 * time.Second, Idle: 2 * time.Minute}
 
-// DefaultProxyTimeouts suit `sluice proxy`: a gateway in front of an application whose
-// uploads and answers may take long, so reading a body and writing an answer get minutes,
-// not seconds; headers still come within seconds.
+// DefaultProxyTimeouts suit `sluice proxy`, whose upstream's uploads and answers may take
+// minutes; headers still come within seconds.
 var DefaultProxyTimeouts = Timeouts{ReadHeader: 10 * time.Second, Read: 5 * time.Minute, Write: 5 * time.Minute, Idle: 2 * time.Minute}
 
 // Or returns t with each zero field taken from def.
