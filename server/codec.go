@@ -494,11 +494,10 @@ func responseLen(r *rlsv3.RateLimitResponse) int {
 	for _, s := range r.Statuses {
 		n += bytesLen(statusLen(s), false)
 	}
-	for _, h := range r.ResponseHeadersToAdd {
-		n += bytesLen(headerLen(h), false)
-	}
-	for _, h := range r.RequestHeadersToAdd {
-		n += bytesLen(headerLen(h), false)
+	for _, hs := range [2][]*corev3.HeaderValue{r.ResponseHeadersToAdd, r.RequestHeadersToAdd} {
+		for _, h := range hs {
+			n += bytesLen(headerLen(h), false)
+		}
 	}
 	return n
 }
@@ -570,11 +569,10 @@ func appendResponse(b []byte, r *rlsv3.RateLimitResponse) []byte {
 	for _, s := range r.Statuses {
 		b = appendStatus(appendLen(b, respStatuses, statusLen(s)), s)
 	}
-	for _, h := range r.ResponseHeadersToAdd {
-		b = appendHeader(appendLen(b, respResponseHeadersToAdd, headerLen(h)), h)
-	}
-	for _, h := range r.RequestHeadersToAdd {
-		b = appendHeader(appendLen(b, respRequestHeadersToAdd, headerLen(h)), h)
+	for k, hs := range [2][]*corev3.HeaderValue{r.ResponseHeadersToAdd, r.RequestHeadersToAdd} {
+		for _, h := range hs {
+			b = appendHeader(appendLen(b, respResponseHeadersToAdd+protowire.Number(k), headerLen(h)), h)
+		}
 	}
 	return appendString(b, respRawBody, r.RawBody)
 }

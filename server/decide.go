@@ -34,16 +34,10 @@ type item struct {
 
 func itemOf(it *item) *evaluator.Item { return &it.Item }
 
-// limitItem is the evaluator's part of a limit of key under limit at cost n.
-func limitItem(key string, limit sluice.Limit, n int64, shadow bool) evaluator.Item {
-	return evaluator.Item{Request: sluice.Request{Key: key, Limit: limit, N: n, Shadow: shadow}}
-}
-
-// settleItem is limitItem with a SettleTTL: n is an estimate, settled later.
+// settleItem is the evaluator's part of a limit of key under limit at cost n: an
+// estimate, settled later, when ttl > 0.
 func settleItem(key string, limit sluice.Limit, n int64, shadow bool, ttl time.Duration) evaluator.Item {
-	it := limitItem(key, limit, n, shadow)
-	it.SettleTTL = ttl
-	return it
+	return evaluator.Item{Request: sluice.Request{Key: key, Limit: limit, N: n, Shadow: shadow, SettleTTL: ttl}}
 }
 
 // scope is what the limits of one request share: the name of their policy or domain, and

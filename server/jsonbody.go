@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -72,22 +73,10 @@ func unicodeText(b []byte) bool {
 
 // hex4 is the value of the four hexadecimal digits that b starts with.
 func hex4(b []byte) (rune, bool) {
+	var d [2]byte
 	if len(b) < 4 {
 		return 0, false
 	}
-	var c rune
-	for _, x := range b[:4] {
-		switch {
-		case '0' <= x && x <= '9':
-			x -= '0'
-		case 'a' <= x && x <= 'f':
-			x -= 'a' - 10
-		case 'A' <= x && x <= 'F':
-			x -= 'A' - 10
-		default:
-			return 0, false
-		}
-		c = c<<4 | rune(x)
-	}
-	return c, true
+	_, err := hex.Decode(d[:], b[:4])
+	return rune(d[0])<<8 | rune(d[1]), err == nil
 }

@@ -50,74 +50,32 @@ func twinOf(md protoreflect.MessageDescriptor) (protoreflect.MessageDescriptor, 
 }
 
 func buildTwin(md protoreflect.MessageDescriptor) twinResult {
-	// The files to twin: those of the messages reachable from md, dependencies first.
-	var order []protoreflect.FileDescriptor
-	files, msgs := map[string]bool{}, map[protoreflect.FullName]bool{}
+	// The files to twin: those of the messages reachable from md.
+	r := twinResolver{local: new(protoregistry.Files), todo: map[string]protoreflect.FileDescriptor{}}
+	msgs := map[protoreflect.FullName]bool{}
 	var visit func(m protoreflect.MessageDescriptor)
 	visit = func(m protoreflect.MessageDescriptor) {
 		if msgs[m.FullName()] {
 			return
 		}
 		msgs[m.FullName()] = true
+		r.todo[m.ParentFile().Path()] = m.ParentFile()
 		fields := m.Fields()
 		for i := range fields.Len() {
 			if f := fields.Get(i); f.Message() != nil {
 				visit(f.Message())
 			}
 		}
-		if f := m.ParentFile(); !files[f.Path()] {
-			files[f.Path()] = true
-			order = append(order, f)
-		}
 	}
 	visit(md)
-	local := new(protoregistry.Files)
-	for _, fd := range sortByImports(order) {
-		fdp := protodesc.ToFileDescriptorProto(fd)
-		for _, m := range fdp.MessageType {
-			stringsToBytes(m)
-		}
-		twin, err := protodesc.NewFile(fdp, twinResolver{local})
-		if err == nil {
-			err = local.RegisterFile(twin)
-		}
-		if err != nil {
-			return twinResult{err: fmt.Errorf("the bytes twin of %s: %w", fd.Path(), err)}
-		}
+	if _, err := r.FindFileByPath(md.ParentFile().Path()); err != nil {
+		return twinResult{err: err}
 	}
-	d, err := local.FindDescriptorByName(md.FullName())
+	d, err := r.local.FindDescriptorByName(md.FullName())
 	if err != nil {
 		return twinResult{err: fmt.Errorf("the bytes twin of %s: %w", md.FullName(), err)}
 	}
 	return twinResult{md: d.(protoreflect.MessageDescriptor)}
-}
-
-// sortByImports orders files so that each comes after the files of the set it imports.
-func sortByImports(files []protoreflect.FileDescriptor) []protoreflect.FileDescriptor {
-	in := map[string]protoreflect.FileDescriptor{}
-	for _, f := range files {
-		in[f.Path()] = f
-	}
-	var out []protoreflect.FileDescriptor
-	done := map[string]bool{}
-	var add func(f protoreflect.FileDescriptor)
-	add = func(f protoreflect.FileDescriptor) {
-		if done[f.Path()] {
-			return
-		}
-		done[f.Path()] = true
-		imports := f.Imports()
-		for i := range imports.Len() {
-			if g, ok := in[imports.Get(i).Path()]; ok {
-				add(g)
-			}
-		}
-		out = append(out, f)
-	}
-	for _, f := range files {
-		add(f)
-	}
-	return out
 }
 
 // stringsToBytes makes every string field of m and its nested messages bytes, and every
@@ -136,15 +94,33 @@ func stringsToBytes(m *descriptorpb.DescriptorProto) {
 	}
 }
 
-// twinResolver resolves the twin files first, then every other file as the program
-// registered it.
-type twinResolver struct{ local *protoregistry.Files }
+// twinResolver resolves the twin files, building each file of todo (and so first its
+// imports) when first asked for, then every other file as the program registered it.
+type twinResolver struct {
+	local *protoregistry.Files
+	todo  map[string]protoreflect.FileDescriptor
+}
 
 func (r twinResolver) FindFileByPath(path string) (protoreflect.FileDescriptor, error) {
 	if fd, err := r.local.FindFileByPath(path); err == nil {
 		return fd, nil
 	}
-	return protoregistry.GlobalFiles.FindFileByPath(path)
+	fd, ok := r.todo[path]
+	if !ok {
+		return protoregistry.GlobalFiles.FindFileByPath(path)
+	}
+	fdp := protodesc.ToFileDescriptorProto(fd)
+	for _, m := range fdp.MessageType {
+		stringsToBytes(m)
+	}
+	twin, err := protodesc.NewFile(fdp, r)
+	if err == nil {
+		err = r.local.RegisterFile(twin)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the bytes twin of %s: %w", path, err)
+	}
+	return twin, nil
 }
 
 func (r twinResolver) FindDescriptorByName(name protoreflect.FullName) (protoreflect.Descriptor, error) {

@@ -43,12 +43,12 @@ func newMetrics(reg prometheus.Registerer, w *config.Watcher) (*metrics, error) 
 			Help:    "Time to answer a request, by API.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"api"}),
-		descriptors:   newCounterVec("sluice_envoy_descriptors_total", "Envoy descriptors answered, by domain, rule (the reference implementation's full key of the configured rule) and result (ok, over_limit, shadow_over_limit, unlimited, no_match, replaced).", "domain", "rule", "result"),
-		unknownDomain: newCounter("sluice_envoy_unknown_domain_total", "ShouldRateLimit requests for a domain the configuration does not have (answered OK)."),
-		storeErrors:   newCounter("sluice_server_store_errors_total", "Requests that could not be decided because the store failed and no failure mode decided instead."),
-		adminDenied:   newCounter("sluice_server_admin_denied_total", "Admin requests refused for a missing or wrong token."),
+		descriptors:     newCounterVec("sluice_envoy_descriptors_total", "Envoy descriptors answered, by domain, rule (the reference implementation's full key of the configured rule) and result (ok, over_limit, shadow_over_limit, unlimited, no_match, replaced).", "domain", "rule", "result"),
+		unknownDomain:   newCounter("sluice_envoy_unknown_domain_total", "ShouldRateLimit requests for a domain the configuration does not have (answered OK)."),
+		storeErrors:     newCounter("sluice_server_store_errors_total", "Requests that could not be decided because the store failed and no failure mode decided instead."),
+		adminDenied:     newCounter("sluice_server_admin_denied_total", "Admin requests refused for a missing or wrong token."),
+		overrideChanges: newCounterVec("sluice_server_override_changes_total", "Changes of the limits set at run time (/v1/overrides), by action: set, delete, expire.", "action"),
 	}
-	m.overrideChanges = newCounterVec("sluice_server_override_changes_total", "Changes of the limits set at run time (/v1/overrides), by action: set, delete, expire.", "action")
 	for _, a := range []string{"set", "delete", "expire"} {
 		m.overrideChanges.WithLabelValues(a)
 	}

@@ -53,6 +53,8 @@ type overrideCache struct {
 	busy atomic.Bool
 }
 
+// newOverrideCache returns the cache of store's overrides, loaded once (for at most a
+// second) before it returns.
 func newOverrideCache(store override.Store, every time.Duration, now func() time.Time, log *slog.Logger, expire func()) *overrideCache {
 	if store == nil {
 		store = override.NewMemory()
@@ -60,7 +62,13 @@ func newOverrideCache(store override.Store, every time.Duration, now func() time
 	if every <= 0 {
 		every = DefaultOverrideRefresh
 	}
-	return &overrideCache{store: store, every: every, now: now, log: log, expire: expire}
+	c := &overrideCache{store: store, every: every, now: now, log: log, expire: expire}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := c.refresh(ctx, true); err != nil {
+		log.Warn("overrides not loaded yet; retrying at the next refresh", slog.String("error", err.Error()))
+	}
+	return c
 }
 
 // lookup returns the override in force for id under policy, if any.

@@ -2,7 +2,6 @@ package server
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -94,11 +93,6 @@ func NewProxy(opts ProxyOptions) (*Proxy, error) {
 	tracer := span.NewTracer(opts.TracerProvider)
 	if opts.Overrides != nil {
 		p.ovr = newOverrideCache(opts.Overrides, opts.OverrideRefresh, time.Now, opts.Logger, func() {})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if err := p.ovr.refresh(ctx, true); err != nil {
-			opts.Logger.Warn("overrides not loaded yet; retrying as requests come", slog.String("error", err.Error()))
-		}
-		cancel()
 	}
 	p.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {

@@ -255,11 +255,6 @@ func New(opts Options) (*Server, error) {
 	}
 	s.ovr = newOverrideCache(opts.Overrides, opts.OverrideRefresh, s.now, s.log,
 		func() { m.overrideChanges.WithLabelValues("expire").Inc() })
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	if err := s.ovr.refresh(ctx, true); err != nil {
-		s.log.Warn("overrides not loaded yet; retrying in the background", slog.String("error", err.Error()))
-	}
-	cancel()
 	return s, nil
 }
 
