@@ -170,7 +170,9 @@ type ResetResponse struct {
 // maxEnvelope is what a JSON body may hold beyond request_limits.max_bytes.
 const maxEnvelope = 64 << 10
 
-func (s *Server) routes() http.Handler {
+// Handler returns the HTTP API: the JSON endpoints under /v1/, /healthz, /readyz and
+// /metrics, as docs/service.md lists them.
+func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/check", s.observed(apiCheck, func(w http.ResponseWriter, r *http.Request) int { return s.serveCheck(w, r, false) }))
 	mux.HandleFunc("POST /v1/peek", s.observed(apiPeek, func(w http.ResponseWriter, r *http.Request) int { return s.serveCheck(w, r, true) }))
@@ -566,7 +568,7 @@ func (s *Server) items(cfg *config.Config, req *CheckRequest) ([]item, scope, er
 		if err := checkSize(s.requestLimits(cfg), descs); err != nil {
 			return nil, scope{}, badRequest("%v", err)
 		}
-		ed := s.envoyCache(cfg).domain(req.Domain)
+		ed := s.envoyCache(cfg).domains[req.Domain]
 		if ed == nil {
 			// Unlike RLS's OK: a caller naming a domain that is not there is mistaken.
 			s.metrics.unknownDomain.Inc()
@@ -729,7 +731,7 @@ func (s *Server) identity(cfg *config.Config, p *config.Policy, key string) (key
 	case config.KeyUser:
 		return keys.Identity{Kind: keys.User, ID: key}, nil
 	case config.KeyAPIKey:
-		h, err := s.hasher(cfg)
+		h, err := s.hashers.get(cfg)
 		if err != nil {
 			return keys.Identity{}, err
 		}

@@ -23,12 +23,6 @@ type connLimits struct {
 	refused *prometheus.CounterVec
 }
 
-// newConnLimits makes the bound of Serve's listeners (http, grpc): max, 0 for
-// DefaultMaxConnections, negative for none.
-func newConnLimits(reg prometheus.Registerer, max int) (*connLimits, error) {
-	return connLimitsOf(reg, "server", "Options.MaxConnections, serve's --max-connections", cmpMax(max, DefaultMaxConnections))
-}
-
 // LimitProxyListener bounds ln, the proxy's listener, to max client connections open at
 // once (0: DefaultProxyMaxConnections; negative: no bound): one more is closed as soon as
 // it is accepted. It exports sluice_proxy_connections and
@@ -52,6 +46,8 @@ func cmpMax(max, def int) int64 {
 	return 0
 }
 
+// connLimitsOf makes a bound of max connections (0: none) for the listeners of
+// subsystem; setting names the bound in the refusals' help.
 func connLimitsOf(reg prometheus.Registerer, subsystem, setting string, max int64) (*connLimits, error) {
 	l := &connLimits{
 		max:  max,

@@ -96,7 +96,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if err := checkSize(s.requestLimits(cfg), descs); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	ed := s.envoyCache(cfg).domain(req.Domain)
+	ed := s.envoyCache(cfg).domains[req.Domain]
 	if ed == nil {
 		// As the reference implementation: an unknown domain limits nothing.
 		s.metrics.unknownDomain.Inc()

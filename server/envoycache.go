@@ -126,9 +126,6 @@ func ruleName(r *config.Rule) string {
 	return r.FullKey
 }
 
-// domain returns the domain named name, or nil.
-func (c *envoyCache) domain(name string) *envoyDomain { return c.domains[name] }
-
 // count counts one answered descriptor of d.
 func (d *envoyDomain) count(it *item) {
 	rc := d.noRule

@@ -141,30 +141,18 @@ func copyTwin(dst, src protoreflect.Message) {
 			for i := range entries.Len() {
 				e := entries.Get(i).Message()
 				ef := e.Descriptor().Fields()
-				k := twinScalar(df.MapKey(), e.Get(ef.ByNumber(1))).MapKey()
-				if df.MapValue().Message() != nil {
-					val := to.NewValue()
-					copyTwin(val.Message(), e.Get(ef.ByNumber(2)).Message())
-					to.Set(k, val)
-				} else {
-					to.Set(k, twinScalar(df.MapValue(), e.Get(ef.ByNumber(2))))
-				}
+				k := twinValue(df.MapKey(), e.Get(ef.ByNumber(1)), nil).MapKey()
+				to.Set(k, twinValue(df.MapValue(), e.Get(ef.ByNumber(2)), to.NewValue))
 			}
 		case df.IsList():
 			from, to := v.List(), dst.Mutable(df).List()
 			for i := range from.Len() {
-				if df.Message() != nil {
-					e := to.NewElement()
-					copyTwin(e.Message(), from.Get(i).Message())
-					to.Append(e)
-				} else {
-					to.Append(twinScalar(df, from.Get(i)))
-				}
+				to.Append(twinValue(df, from.Get(i), to.NewElement))
 			}
 		case df.Message() != nil:
 			copyTwin(dst.Mutable(df).Message(), v.Message())
 		default:
-			dst.Set(df, twinScalar(df, v))
+			dst.Set(df, twinValue(df, v, nil))
 		}
 		return true
 	})
@@ -173,9 +161,15 @@ func copyTwin(dst, src protoreflect.Message) {
 	}
 }
 
-// twinScalar is v, a twin's scalar, as the value of field f: a string for a string.
-func twinScalar(f protoreflect.FieldDescriptor, v protoreflect.Value) protoreflect.Value {
-	if f.Kind() == protoreflect.StringKind {
+// twinValue is v, a twin's value, as a value of field f: a string for a string, and for a
+// message a copy into one newMsg makes.
+func twinValue(f protoreflect.FieldDescriptor, v protoreflect.Value, newMsg func() protoreflect.Value) protoreflect.Value {
+	switch {
+	case f.Message() != nil:
+		m := newMsg()
+		copyTwin(m.Message(), v.Message())
+		return m
+	case f.Kind() == protoreflect.StringKind:
 		return protoreflect.ValueOfString(string(v.Bytes()))
 	}
 	return v

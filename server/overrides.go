@@ -153,7 +153,7 @@ func (s *Server) overrideIdentity(cfg *config.Config, p *config.Policy, raw stri
 	id, err := p.ParseIdentity(raw, config.IdentityForm{
 		Patterns: true,
 		HashKey: func(key string) (string, error) {
-			h, err := s.hasher(cfg)
+			h, err := s.hashers.get(cfg)
 			if err != nil {
 				hashErr = err
 				return "", err

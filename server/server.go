@@ -29,7 +29,6 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/span"
-	"github.com/sluicehq/sluice/keys"
 	"github.com/sluicehq/sluice/override"
 	"github.com/sluicehq/sluice/store"
 )
@@ -250,7 +249,9 @@ func New(opts Options) (*Server, error) {
 	if s.rlqs, err = newRLQS(s, opts.Quota, o.Registry); err != nil {
 		return nil, err
 	}
-	if s.conns, err = newConnLimits(o.Registry, opts.MaxConnections); err != nil {
+	s.conns, err = connLimitsOf(o.Registry, "server", "Options.MaxConnections, serve's --max-connections",
+		cmpMax(opts.MaxConnections, DefaultMaxConnections))
+	if err != nil {
 		return nil, err
 	}
 	s.ovr = newOverrideCache(opts.Overrides, opts.OverrideRefresh, s.now, s.log,
@@ -272,12 +273,6 @@ func configOf(w *config.Watcher, static *config.Config) *config.Config {
 // Registry returns the registry /metrics serves, for other collectors (the observe
 // decorator's) to register with.
 func (s *Server) Registry() *prometheus.Registry { return s.opts.Registry }
-
-func (s *Server) hasher(cfg *config.Config) (*keys.Hasher, error) { return s.hashers.get(cfg) }
-
-// Handler returns the HTTP API: the JSON endpoints under /v1/, /healthz, /readyz and
-// /metrics, as docs/service.md lists them.
-func (s *Server) Handler() http.Handler { return s.routes() }
 
 // RegisterGRPC registers Envoy's rate limit service, the Rate Limit Quota Service and
 // the gRPC health service on g.
