@@ -523,18 +523,7 @@ func (s *Server) items(cfg *config.Config, req *CheckRequest) ([]item, scope, er
 	case req.Policy != "" && req.Domain != "":
 		return nil, scope{}, badRequest("name a policy or a domain, not both")
 	case req.Policy != "":
-		if len(req.Descriptors) > 0 {
-			return nil, scope{}, badRequest("descriptors belong to a domain, not to policy %q", req.Policy)
-		}
-		p, ok := cfg.Policy(req.Policy)
-		if !ok {
-			return nil, scope{}, unknownName(cfg, "policy", req.Policy)
-		}
-		items, err := s.policyItems(cfg, p, req, n)
-		if err != nil {
-			return nil, scope{}, err
-		}
-		return items, scope{p.Name, p}, nil
+		return s.policyItems(cfg, req, n)
 	case req.Domain != "":
 		if len(req.Descriptors) == 0 {
 			return nil, scope{}, badRequest("rate limit descriptor list must not be empty")
@@ -601,16 +590,22 @@ func unknownName(cfg *config.Config, kind, name string) *apiError {
 		kind, name, plural, cmp.Or(strings.Join(names, ", "), "none"))}
 }
 
-// policyItems are the limits of one identity under policy p: the policy's limit (an
-// override, the tier's or the policy's own) and the limit of the route the request's
-// method and path match, if any, under the store keys httplimit uses.
-func (s *Server) policyItems(cfg *config.Config, p *config.Policy, req *CheckRequest, n int64) ([]item, error) {
-	if req.Key == "" {
-		return nil, badRequest("policy %q needs a key (the %s it limits)", p.Name, p.Key.Type)
+// policyItems are the limits of one identity under the policy req names: the policy's
+// limit (an override, the tier's or the policy's own) and the limit of the route the
+// request's method and path match, if any, under the store keys httplimit uses.
+func (s *Server) policyItems(cfg *config.Config, req *CheckRequest, n int64) ([]item, scope, error) {
+	p, ok := cfg.Policy(req.Policy)
+	switch {
+	case len(req.Descriptors) > 0:
+		return nil, scope{}, badRequest("descriptors belong to a domain, not to policy %q", req.Policy)
+	case !ok:
+		return nil, scope{}, unknownName(cfg, "policy", req.Policy)
+	case req.Key == "":
+		return nil, scope{}, badRequest("policy %q needs a key (the %s it limits)", p.Name, p.Key.Type)
 	}
 	id, err := s.identity(cfg, p, req.Key)
 	if err != nil {
-		return nil, err
+		return nil, scope{}, err
 	}
 	limit, source := p.LimitFor(id.ID, req.Tier)
 	if o, ok := s.ovr.lookup(p.Name, id.ID); ok {
@@ -639,7 +634,7 @@ func (s *Server) policyItems(cfg *config.Config, p *config.Policy, req *CheckReq
 	if req.Path != "" || req.Method != "" {
 		rt, ok, err := policyRoute(p, req)
 		if err != nil {
-			return nil, err
+			return nil, scope{}, err
 		}
 		if ok {
 			name := RouteLimitName(p.Name, rt.Pattern)
@@ -653,7 +648,7 @@ func (s *Server) policyItems(cfg *config.Config, p *config.Policy, req *CheckReq
 			})
 		}
 	}
-	return items, nil
+	return items, scope{p.Name, p}, nil
 }
 
 // KeyInfo is one limit of a request, as Keys reports it.

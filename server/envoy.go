@@ -100,11 +100,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if ed == nil {
 		// As the reference implementation: an unknown domain limits nothing.
 		s.metrics.unknownDomain.Inc()
-		a := newAnswer(len(req.Descriptors))
-		for i := range a.statuses {
-			a.statuses[i].status.Code = rlsv3.RateLimitResponse_OK
-		}
-		return &a.resp, nil
+		return &newAnswer(len(req.Descriptors)).resp, nil
 	}
 	dom := ed.dom
 	items, err := s.domainItems(ed, descs, mults, hits, sc)
@@ -211,19 +207,19 @@ type answer struct {
 	text [56]byte
 }
 
-// newAnswer returns an OK answer with n descriptor statuses to fill.
+// newAnswer returns an OK answer with n OK descriptor statuses to fill.
 func newAnswer(n int) *answer {
 	a := &answer{}
 	a.resp.OverallCode = rlsv3.RateLimitResponse_OK
 	if n == 1 {
-		a.ptr[0] = &a.block[0].status
 		a.resp.Statuses, a.statuses = a.ptr[:], a.block[:]
-		return a
+	} else {
+		a.statuses = make([]statusBlock, n)
+		a.resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)
 	}
-	a.statuses = make([]statusBlock, n)
-	a.resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)
 	for i := range a.statuses {
 		a.resp.Statuses[i] = &a.statuses[i].status
+		a.statuses[i].status.Code = rlsv3.RateLimitResponse_OK
 	}
 	return a
 }
@@ -249,7 +245,6 @@ func (a *answer) addHeader(key, value string) {
 // current_limit, for the reference's headers.
 func descriptorStatus(it *item, m *statusBlock, now time.Time) {
 	st := &m.status
-	st.Code = rlsv3.RateLimitResponse_OK
 	switch it.status {
 	case config.NoMatch, config.Replaced:
 		return
