@@ -55,11 +55,8 @@ type QuotaOptions struct {
 // rlqs implements envoy.service.rate_limit_quota.v3.RateLimitQuotaService.
 type rlqs struct {
 	rlqsv3.UnimplementedRateLimitQuotaServiceServer
-	s          *Server
-	store      quota.Store
-	maxStreams int
-	maxBuckets int
-	firstWait  time.Duration
+	s    *Server
+	opts QuotaOptions // defaulted
 
 	mu      sync.Mutex
 	streams int
@@ -68,26 +65,22 @@ type rlqs struct {
 }
 
 func newRLQS(s *Server, o QuotaOptions, reg prometheus.Registerer) (*rlqs, error) {
-	q := &rlqs{s: s, store: o.Store, maxStreams: o.MaxStreams, maxBuckets: o.MaxBucketsPerStream,
-		firstWait: o.FirstReportTimeout, buckets: map[string]int{}}
-	if q.store == nil {
-		q.store = quota.NewMemory(nil)
+	if o.Store == nil {
+		o.Store = quota.NewMemory(nil)
 	}
-	if q.maxStreams <= 0 {
-		q.maxStreams = DefaultQuotaMaxStreams
+	if o.MaxStreams <= 0 {
+		o.MaxStreams = DefaultQuotaMaxStreams
 	}
-	if q.maxBuckets <= 0 {
-		q.maxBuckets = DefaultQuotaMaxBucketsPerStream
+	if o.MaxBucketsPerStream <= 0 {
+		o.MaxBucketsPerStream = DefaultQuotaMaxBucketsPerStream
 	}
-	if q.firstWait <= 0 {
-		q.firstWait = DefaultQuotaFirstReportTimeout
+	if o.FirstReportTimeout <= 0 {
+		o.FirstReportTimeout = DefaultQuotaFirstReportTimeout
 	}
-	m, err := newQuotaMetrics(reg, q)
-	if err != nil {
-		return nil, err
-	}
-	q.m = m
-	return q, nil
+	q := &rlqs{s: s, opts: o, buckets: map[string]int{}}
+	var err error
+	q.m, err = newQuotaMetrics(reg, q)
+	return q, err
 }
 
 // streamBucket is what a stream keeps about one bucket it reported on.
@@ -102,10 +95,10 @@ type streamBucket struct {
 // per reported bucket, in order. docs/envoy.md states the answers.
 func (q *rlqs) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
 	q.mu.Lock()
-	if q.streams >= q.maxStreams {
+	if q.streams >= q.opts.MaxStreams {
 		q.mu.Unlock()
 		q.m.refused.Inc()
-		return status.Errorf(codes.ResourceExhausted, "rlqs: %d streams already open on this instance", q.maxStreams)
+		return status.Errorf(codes.ResourceExhausted, "rlqs: %d streams already open on this instance", q.opts.MaxStreams)
 	}
 	q.streams++
 	q.mu.Unlock()
@@ -128,7 +121,7 @@ func (q *rlqs) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_StreamR
 			}
 		}
 	}()
-	first := time.NewTimer(q.firstWait)
+	first := time.NewTimer(q.opts.FirstReportTimeout)
 	defer first.Stop()
 	for {
 		var m *rlqsv3.RateLimitQuotaUsageReports
@@ -141,7 +134,7 @@ func (q *rlqs) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_StreamR
 			}
 			return err
 		case <-first.C:
-			return status.Errorf(codes.DeadlineExceeded, "rlqs: no usage report within %v of opening the stream", q.firstWait)
+			return status.Errorf(codes.DeadlineExceeded, "rlqs: no usage report within %v of opening the stream", q.opts.FirstReportTimeout)
 		case <-st.ctx.Done():
 			return st.ctx.Err()
 		}
@@ -250,7 +243,7 @@ func (st *quotaStream) report(m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.Rat
 		if cap(st.out) < len(st.reps) {
 			st.out = make([]quota.Assignment, len(st.reps))
 		}
-		if err := q.store.Rebalance(st.ctx, st.reps, st.out); err != nil {
+		if err := q.opts.Store.Rebalance(st.ctx, st.reps, st.out); err != nil {
 			q.m.storeErrors.Inc()
 			q.s.log.Warn("rlqs: store failed; report not answered", slog.String("domain", st.domain), slog.String("error", err.Error()))
 			return nil, nil
@@ -293,7 +286,7 @@ func (st *quotaStream) report(m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.Rat
 func (st *quotaStream) bucket(m config.QuotaMatch) *streamBucket {
 	if sb := st.buckets[m.Key]; sb != nil && sb.rule == m.Bucket {
 		return sb
-	} else if sb == nil && len(st.buckets) >= st.q.maxBuckets {
+	} else if sb == nil && len(st.buckets) >= st.q.opts.MaxBucketsPerStream {
 		return nil
 	} else if sb == nil {
 		st.q.mu.Lock()
