@@ -388,23 +388,6 @@ func consumeBytes(b []byte) ([]byte, int) {
 	return protowire.ConsumeBytes(b)
 }
 
-// validString is utf8.ValidString, quicker for a short ASCII string.
-func validString(s string) bool {
-	for ; len(s) >= 8; s = s[8:] {
-		x := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
-			uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
-		if x&0x8080808080808080 != 0 {
-			return utf8.ValidString(s)
-		}
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] >= 0x80 {
-			return utf8.ValidString(s)
-		}
-	}
-	return true
-}
-
 // answerBytes is the room for an encoded response in an answerBlock: with the block's
 // own fields, 256 bytes, a size class.
 const answerBytes = 216
@@ -453,7 +436,7 @@ func encodable(r *rlsv3.RateLimitResponse) bool {
 		if s == nil || s.Quota != nil || !plain(s) {
 			return false
 		}
-		if l := s.CurrentLimit; l != nil && (!plain(l) || !validString(l.Name) ||
+		if l := s.CurrentLimit; l != nil && (!plain(l) || !utf8.ValidString(l.Name) ||
 			l.UnitMultiplier != nil && !plain(l.UnitMultiplier)) {
 			return false
 		}
@@ -463,7 +446,7 @@ func encodable(r *rlsv3.RateLimitResponse) bool {
 	}
 	for _, hs := range [2][]*corev3.HeaderValue{r.ResponseHeadersToAdd, r.RequestHeadersToAdd} {
 		for _, h := range hs {
-			if h == nil || !plain(h) || !validString(h.Key) || !validString(h.Value) {
+			if h == nil || !plain(h) || !utf8.ValidString(h.Key) || !utf8.ValidString(h.Value) {
 				return false
 			}
 		}

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"io"
 	"log/slog"
@@ -162,11 +161,8 @@ type quotaStream struct {
 	idx     []int // reps[j] answers usage idx[j]
 }
 
-func newClientID() string {
-	var b [16]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+// newClientID returns a random client id for a stream.
+func newClientID() string { return rand.Text() }
 
 func (st *quotaStream) close() {
 	q := st.q
