@@ -689,18 +689,12 @@ func (s *Server) Keys(req *CheckRequest) ([]KeyInfo, error) {
 // answers and store keys: "<policy> <pattern>".
 func RouteLimitName(policy, pattern string) string { return policy + " " + pattern }
 
+// policyRoute returns the route of p that req's method (GET when empty), host and path
+// match, if any.
 func policyRoute(p *config.Policy, req *CheckRequest) (config.Route, bool, error) {
-	method := req.Method
-	if method == "" {
-		method = http.MethodGet
-	}
-	path := req.Path
+	method, path, host := cmp.Or(req.Method, http.MethodGet), req.Path, cmp.Or(req.Host, "localhost")
 	if !strings.HasPrefix(path, "/") {
 		return config.Route{}, false, badRequest("path must start with '/', got %q", path)
-	}
-	host := req.Host
-	if host == "" {
-		host = "localhost"
 	}
 	hr, err := http.NewRequest(method, "http://"+host+path, nil)
 	if err != nil {

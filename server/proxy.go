@@ -79,12 +79,8 @@ func NewProxy(opts ProxyOptions) (*Proxy, error) {
 	if opts.Limiter == nil || opts.Upstream == nil {
 		return nil, errors.New("server: ProxyOptions.Limiter and Upstream are required")
 	}
-	if opts.Config == nil {
-		opts.Config = config.Default()
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
+	opts.Config = cmp.Or(opts.Config, config.Default())
+	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	if opts.Transport == nil {
 		opts.Transport = NewUpstreamTransport(0, false)
 	}

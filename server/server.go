@@ -136,15 +136,12 @@ type RLSHeaders struct {
 // resolve returns h with its empty names defaulted, or an error naming a field name
 // that is not a valid HTTP field name.
 func (h RLSHeaders) resolve() (RLSHeaders, error) {
-	for _, f := range []struct {
-		name *string
-		def  string
-	}{{&h.Limit, DefaultLimitHeader}, {&h.Remaining, DefaultRemainingHeader}, {&h.Reset, DefaultResetHeader}} {
-		if *f.name == "" {
-			*f.name = f.def
-		}
-		if !httpguts.ValidHeaderFieldName(*f.name) {
-			return h, fmt.Errorf("server: RLSHeaders: %q is not a valid HTTP header name", *f.name)
+	h.Limit = cmp.Or(h.Limit, DefaultLimitHeader)
+	h.Remaining = cmp.Or(h.Remaining, DefaultRemainingHeader)
+	h.Reset = cmp.Or(h.Reset, DefaultResetHeader)
+	for _, name := range []string{h.Limit, h.Remaining, h.Reset} {
+		if !httpguts.ValidHeaderFieldName(name) {
+			return h, fmt.Errorf("server: RLSHeaders: %q is not a valid HTTP header name", name)
 		}
 	}
 	return h, nil
