@@ -26,8 +26,6 @@ type metrics struct {
 	grpc  *apiMetrics
 	byAPI map[string]*apiMetrics
 
-	requests        *prometheus.CounterVec
-	duration        *prometheus.HistogramVec
 	descriptors     *prometheus.CounterVec
 	unknownDomain   prometheus.Counter
 	storeErrors     prometheus.Counter
@@ -36,13 +34,13 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer, w *config.Watcher) (*metrics, error) {
+	requests := newCounterVec("sluice_server_requests_total", "Requests answered, by API (should_rate_limit, check, peek, reset) and outcome (ok, over_limit, invalid, unavailable, error, denied).", "api", "code")
+	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "sluice_server_request_duration_seconds",
+		Help:    "Time to answer a request, by API.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .1, .25, 1},
+	}, []string{"api"})
 	m := &metrics{
-		requests: newCounterVec("sluice_server_requests_total", "Requests answered, by API (should_rate_limit, check, peek, reset) and outcome (ok, over_limit, invalid, unavailable, error, denied).", "api", "code"),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "sluice_server_request_duration_seconds",
-			Help:    "Time to answer a request, by API.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .1, .25, 1},
-		}, []string{"api"}),
 		descriptors:     newCounterVec("sluice_envoy_descriptors_total", "Envoy descriptors answered, by domain, rule (the reference implementation's full key of the configured rule) and result (ok, over_limit, shadow_over_limit, unlimited, no_match, replaced).", "domain", "rule", "result"),
 		unknownDomain:   newCounter("sluice_envoy_unknown_domain_total", "ShouldRateLimit requests for a domain the configuration does not have (answered OK)."),
 		storeErrors:     newCounter("sluice_server_store_errors_total", "Requests that could not be decided because the store failed and no failure mode decided instead."),
@@ -52,7 +50,7 @@ func newMetrics(reg prometheus.Registerer, w *config.Watcher) (*metrics, error) 
 	for _, a := range []string{"set", "delete", "expire"} {
 		m.overrideChanges.WithLabelValues(a)
 	}
-	cs := []prometheus.Collector{m.requests, m.duration, m.descriptors, m.unknownDomain, m.storeErrors, m.adminDenied, m.overrideChanges}
+	cs := []prometheus.Collector{requests, duration, m.descriptors, m.unknownDomain, m.storeErrors, m.adminDenied, m.overrideChanges}
 	if w != nil {
 		cs = append(cs,
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_config_reloads_total", Help: "Configuration reloads that put a new configuration in force."}, func() float64 { return float64(w.Reloads()) }),
@@ -70,9 +68,9 @@ func newMetrics(reg prometheus.Registerer, w *config.Watcher) (*metrics, error) 
 	}
 	m.byAPI = map[string]*apiMetrics{}
 	for _, api := range []string{apiGRPC, apiCheck, apiPeek, apiUsage, apiReset, apiRelease, apiSettle} {
-		am := &apiMetrics{duration: m.duration.WithLabelValues(api)}
+		am := &apiMetrics{duration: duration.WithLabelValues(api)}
 		for c, name := range codeNames {
-			am.codes[c] = m.requests.WithLabelValues(api, name)
+			am.codes[c] = requests.WithLabelValues(api, name)
 		}
 		m.byAPI[api] = am
 	}

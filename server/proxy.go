@@ -249,17 +249,15 @@ func PoliciesFor(cfg *config.Config, h *keys.Hasher, def sluice.FailureMode) ([]
 		default:
 			return nil, nil, fmt.Errorf("policy %q: unknown key type %v", p.Name, p.Key.Type)
 		}
+		limit, _ := p.LimitFor("", "")
+		failure := cfg.Failure(p, def)
+		hp := httplimit.Policy{Name: p.Name, Limit: limit, Key: key, Shadow: p.Shadow, Failure: failure, Settle: settleOf(ip, p.Settle, 0)}
 		if len(p.Tiers) > 0 && p.TierHeader != "" {
 			if tierHeader != "" && !equalFoldHeader(tierHeader, p.TierHeader) {
 				return nil, nil, fmt.Errorf("policies %q and %q read tiers from different headers (%s, %s); the proxy supports one tier header",
 					tierPolicy, p.Name, tierHeader, p.TierHeader)
 			}
 			tierHeader, tierPolicy = p.TierHeader, p.Name
-		}
-		limit, _ := p.LimitFor("", "")
-		failure := cfg.Failure(p, def)
-		hp := httplimit.Policy{Name: p.Name, Limit: limit, Key: key, Shadow: p.Shadow, Failure: failure, Settle: settleOf(ip, p.Settle, 0)}
-		if len(p.Tiers) > 0 && p.TierHeader != "" {
 			hp.Tiers = make(map[string]sluice.Limit, len(p.Tiers))
 			for _, t := range p.Tiers {
 				hp.Tiers[t.Name] = t.Limit
