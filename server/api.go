@@ -767,9 +767,8 @@ func (s *Server) serveReset(w http.ResponseWriter, r *http.Request) int {
 	if err != nil {
 		return s.writeError(w, r, err)
 	}
-	cfg := s.config()
 	ctx := r.Context()
-	items, _, err := s.items(cfg, req)
+	items, _, err := s.items(s.config(), req)
 	if err != nil {
 		return s.writeError(w, r, err)
 	}
@@ -800,19 +799,15 @@ func (s *Server) serveRelease(w http.ResponseWriter, r *http.Request) int {
 		return s.writeError(w, r, badRequest("a release names the policy (and key) whose check took the lease"))
 	}
 	var lease sluice.LeaseID
-	err := lease.UnmarshalText([]byte(req.Lease))
-	if err == nil && lease == 0 {
-		err = fmt.Errorf("%w: %q is not a lease id", sluice.ErrInvalidLease, req.Lease)
-	}
-	if err != nil {
+	if err := lease.UnmarshalText([]byte(req.Lease)); err != nil || lease == 0 {
+		err = cmp.Or(err, fmt.Errorf("%w: %q is not a lease id", sluice.ErrInvalidLease, req.Lease))
 		return s.writeError(w, r, badRequest("%v", err))
 	}
-	cfg := s.config()
-	items, _, err := s.items(cfg, &CheckRequest{Subject: req.Subject})
+	items, _, err := s.items(s.config(), &CheckRequest{Subject: req.Subject})
 	if err != nil {
 		return s.writeError(w, r, err)
 	}
-	resp := ReleaseResponse{}
+	var resp ReleaseResponse
 	found := false
 	for i := range items {
 		it := &items[i]
