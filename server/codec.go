@@ -339,53 +339,31 @@ func shared(v []byte) string {
 
 // consumeField consumes the field b starts with: its number, its wire type and its
 // value, x for a varint, v for a length-delimited field; n < 0 when b is malformed or
-// the field has another wire type (no field the codec handles does).
+// the field has another wire type (no field the codec handles does). It is protowire's
+// Consume functions, quicker for one-byte keys, varints and lengths; a key of field
+// number 0, which protowire refuses, is returned as such (no message has that field).
 func consumeField(b []byte) (num protowire.Number, typ protowire.Type, x uint64, v []byte, n int) {
-	num, typ, n = consumeTag(b)
-	if n < 0 {
-		return 0, 0, 0, nil, n
+	if len(b) > 0 && b[0] < 0x80 {
+		num, typ, n = protowire.Number(b[0]>>3), protowire.Type(b[0]&7), 1
+	} else if num, typ, n = protowire.ConsumeTag(b); n < 0 {
+		return 0, 0, 0, nil, -1
 	}
+	b = b[n:]
 	m := -1
-	switch typ {
-	case protowire.VarintType:
-		x, m = consumeVarint(b[n:])
-	case protowire.BytesType:
-		v, m = consumeBytes(b[n:])
+	switch {
+	case typ == protowire.VarintType && len(b) > 0 && b[0] < 0x80:
+		x, m = uint64(b[0]), 1
+	case typ == protowire.VarintType:
+		x, m = protowire.ConsumeVarint(b)
+	case typ == protowire.BytesType && len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b):
+		v, m = b[1:1+b[0]], 1+int(b[0])
+	case typ == protowire.BytesType:
+		v, m = protowire.ConsumeBytes(b)
 	}
 	if m < 0 {
 		return 0, 0, 0, nil, -1
 	}
 	return num, typ, x, v, n + m
-}
-
-// consumeTag is protowire.ConsumeTag, quicker for a one-byte key. A key of field number
-// 0, which protowire refuses, is returned as such: no message has that field, so the
-// codec leaves the message to proto, which refuses it.
-func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
-	if len(b) > 0 && b[0] < 0x80 {
-		return protowire.Number(b[0] >> 3), protowire.Type(b[0] & 7), 1
-	}
-	return protowire.ConsumeTag(b)
-}
-
-// consumeVarint is protowire.ConsumeVarint, quicker for a one-byte varint.
-func consumeVarint(b []byte) (uint64, int) {
-	if len(b) > 0 && b[0] < 0x80 {
-		return uint64(b[0]), 1
-	}
-	return protowire.ConsumeVarint(b)
-}
-
-// consumeBytes is protowire.ConsumeBytes, quicker for a one-byte length.
-func consumeBytes(b []byte) ([]byte, int) {
-	if len(b) > 0 && b[0] < 0x80 {
-		n := 1 + int(b[0])
-		if n > len(b) {
-			return nil, -1
-		}
-		return b[1:n], n
-	}
-	return protowire.ConsumeBytes(b)
 }
 
 // answerBytes is the room for an encoded response in an answerBlock: with the block's
