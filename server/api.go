@@ -290,8 +290,7 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request, peek bool) i
 		return s.writeError(w, r, err)
 	}
 	if peek {
-		zero := int64(0)
-		req.Cost = &zero
+		req.Cost = new(int64)
 		for i := range req.Descriptors {
 			req.Descriptors[i].Cost = nil
 		}
@@ -313,11 +312,10 @@ func (s *Server) servePeekQuery(w http.ResponseWriter, r *http.Request) int {
 // GET /v1/usage.
 func lookQuery(r *http.Request) (*CheckRequest, error) {
 	q := r.URL.Query()
-	zero := int64(0)
 	req := &CheckRequest{Subject: Subject{
 		Policy: q.Get("policy"), Key: q.Get("key"), Tier: q.Get("tier"),
 		Method: q.Get("method"), Path: q.Get("path"), Host: q.Get("host"),
-	}, Domain: q.Get("domain"), Cost: &zero}
+	}, Domain: q.Get("domain"), Cost: new(int64)}
 	for _, d := range q["descriptor"] {
 		desc, err := parseDescriptor(d)
 		if err != nil {
