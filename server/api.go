@@ -244,7 +244,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) i
 		s.log.LogAttrs(r.Context(), slog.LevelError, "rate limit not decided",
 			slog.String("path", r.URL.Path), slog.String("error", err.Error()))
 	}
-	writeProblem(w, r, http.StatusServiceUnavailable, "The rate limiter is unavailable; retry after 1 second.")
+	writeProblem(w, r, http.StatusServiceUnavailable,
+		"The rate limiter is unavailable; retry after 1 second.")
 	return codeUnavailable
 }
 
@@ -734,7 +735,8 @@ func (s *Server) admin(next http.HandlerFunc) http.HandlerFunc {
 		want, err := s.opts.AdminToken()
 		if err != nil || want == "" {
 			s.metrics.adminDenied.Inc()
-			writeProblem(w, r, http.StatusForbidden, "Admin endpoints are disabled: no admin token is configured.")
+			writeProblem(w, r, http.StatusForbidden,
+				"Admin endpoints are disabled: no admin token is configured.")
 			return
 		}
 		got, ok := bearer(r)
@@ -744,7 +746,8 @@ func (s *Server) admin(next http.HandlerFunc) http.HandlerFunc {
 			s.log.LogAttrs(r.Context(), slog.LevelWarn, "admin request refused",
 				slog.String("path", r.URL.Path), slog.String("remote", r.RemoteAddr))
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
-			writeProblem(w, r, http.StatusUnauthorized, "A valid admin token is required (Authorization: Bearer <token>).")
+			writeProblem(w, r, http.StatusUnauthorized,
+				"A valid admin token is required (Authorization: Bearer <token>).")
 			return
 		}
 		next(w, r)
@@ -889,7 +892,8 @@ func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	_ = s.ovr.refresh(r.Context(), false)
-	writeBody(w, http.StatusOK, "application/json", appendOverrides(b, s.ovr.set.Load().List("", s.now())))
+	b = appendOverrides(b, s.ovr.set.Load().List("", s.now()))
+	writeBody(w, http.StatusOK, "application/json", b)
 	return nil
 }
 

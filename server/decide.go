@@ -37,7 +37,8 @@ func itemOf(it *item) *evaluator.Item { return &it.Item }
 // settleItem is the evaluator's part of a limit of key under limit at cost n: an
 // estimate, settled later, when ttl > 0.
 func settleItem(key string, limit sluice.Limit, n int64, shadow bool, ttl time.Duration) evaluator.Item {
-	return evaluator.Item{Request: sluice.Request{Key: key, Limit: limit, N: n, Shadow: shadow, SettleTTL: ttl}}
+	r := sluice.Request{Key: key, Limit: limit, N: n, Shadow: shadow, SettleTTL: ttl}
+	return evaluator.Item{Request: r}
 }
 
 // scope is what the limits of one request share: the name of their policy or domain, and

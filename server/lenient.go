@@ -163,7 +163,8 @@ func copyTwin(dst, src protoreflect.Message) {
 
 // twinValue is v, a twin's value, as a value of field f: a string for a string, and for a
 // message a copy into one newMsg makes.
-func twinValue(f protoreflect.FieldDescriptor, v protoreflect.Value, newMsg func() protoreflect.Value) protoreflect.Value {
+func twinValue(f protoreflect.FieldDescriptor, v protoreflect.Value,
+	newMsg func() protoreflect.Value) protoreflect.Value {
 	switch {
 	case f.Message() != nil:
 		m := newMsg()
