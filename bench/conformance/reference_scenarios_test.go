@@ -100,7 +100,9 @@ func startScenario(t *testing.T, bin string, s scenario) *scenarioRun {
 		t.Fatal(err)
 	}
 	p := &pair{t: t, sl: serveRLS(t, srv), ref: dialRLS(t, ref.GRPCAddr), model: newPairModel(s.model, s.headers, s.shadow), once: true}
-	// The scenarios count in minute and hour windows: none may end during one.
+	// The scenarios count in minute and hour windows: none may end during one. The
+	// reference binary reads its own wall clock, which a test cannot set, so both run on
+	// the wall clock, clear of a minute's end.
 	clocktest.AwayFromEdge(t, time.Minute, 15*time.Second)
 	return &scenarioRun{pair: p, slDir: slDir, refDir: filepath.Join(root, "ratelimit", "config"), redis: rs}
 }

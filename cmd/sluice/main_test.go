@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/poll"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/server"
@@ -147,6 +148,14 @@ func TestUsageErrors(t *testing.T) {
 	if code != exitError || !strings.Contains(errOut, "nonexistent") {
 		t.Errorf("missing config: exit %d, stderr %s", code, errOut)
 	}
+}
+
+// atVirtualTime makes the serve or proxy the test starts next decide on a clock stopped at
+// at, instead of the wall clock, until the test ends.
+func atVirtualTime(t *testing.T, at time.Time) {
+	t.Helper()
+	clockHook = clocktest.New(at).Now
+	t.Cleanup(func() { clockHook = nil })
 }
 
 // started runs `sluice serve args...` in-process until the test ends and returns its

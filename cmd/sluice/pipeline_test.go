@@ -13,7 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -110,14 +109,14 @@ func both(addr string) []*ratelimitv3.RateLimitDescriptor {
 	}
 }
 
-// awayFromHourEnd keeps a test that counts in pipelineDomain's hour-long fixed windows
-// clear of a wall-clock hour's end, when they would all reset at once. These tests keep
-// Envoy's default, fixed windows, since that is what they test: with GCRA descriptors the
-// concurrent test on a Redis Cluster, whose two keys are in different slots, finds
-// remote_address a unit short.
-func awayFromHourEnd(t *testing.T) {
+// atMidHour starts a test that counts in pipelineDomain's hour-long fixed windows on a
+// stopped clock in the middle of an hour, so that no window ends during it. These tests
+// keep Envoy's default, fixed windows, since that is what they test: with GCRA
+// descriptors the concurrent test on a Redis Cluster, whose two keys are in different
+// slots, finds remote_address a unit short.
+func atMidHour(t *testing.T) {
 	t.Helper()
-	clocktest.AwayFromEdge(t, time.Hour, 15*time.Second)
+	atVirtualTime(t, clocktest.MidHour)
 }
 
 // TestServeGRPCDeniedSpendsNothing: over Envoy's RLS, a domain with remote_address 5/h and
@@ -127,7 +126,7 @@ func TestServeGRPCDeniedSpendsNothing(t *testing.T) {
 	for _, st := range pipelineStores {
 		t.Run(st.name, func(t *testing.T) {
 			cfg := writeConfig(t, "pipeline.yaml", fmt.Sprintf(pipelineDomain, 5))
-			awayFromHourEnd(t)
+			atMidHour(t)
 			_, grpcAddr, _ := started(t, append(append([]string{"--config", cfg}, pipelineFlags...), st.flags(t)...)...)
 			rls := rlsClient(t, grpcAddr)
 			ctx := context.Background()
@@ -164,7 +163,7 @@ func TestServeGRPCDeniedSpendsNothingConcurrently(t *testing.T) {
 	for _, st := range pipelineStores {
 		t.Run(st.name, func(t *testing.T) {
 			cfg := writeConfig(t, "pipeline.yaml", fmt.Sprintf(pipelineDomain, 100))
-			awayFromHourEnd(t)
+			atMidHour(t)
 			// A deadline no call reaches even on a loaded machine: a call cut at its deadline
 			// fails closed (OVER_LIMIT) after its spends reached Redis, which would leave
 			// remote_address short of the exact figure below.

@@ -124,6 +124,7 @@ func serve(ctx context.Context, c *cli.Command) error {
 		Quota: server.QuotaOptions{Store: st.Quota,
 			MaxStreams: int(c.Int("rlqs-max-streams")), MaxBucketsPerStream: int(c.Int("rlqs-max-buckets-per-stream"))},
 		Overrides: st.Overrides,
+		Now:       e.opts.Clock,
 
 		TracerProvider: e.tracerProvider(),
 	}

@@ -41,6 +41,11 @@ func (e *env) tracerProvider() trace.TracerProvider {
 	return e.tracer
 }
 
+// clockHook, when set by tests, is the clock of the stack (stack.Options.Clock) and of
+// serve's server (server.Options.Now), so that a test decides at a virtual time. main
+// never sets it.
+var clockHook func() time.Time
+
 // start sets up the env of a command; close undoes it.
 func start(c *cli.Command) (*env, error) {
 	log, err := newLogger(c, c.Root().ErrWriter)
@@ -64,7 +69,7 @@ func start(c *cli.Command) (*env, error) {
 	e.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// A Redis that is down at start is a store failure like any other; one that refuses
 	// the URL's settings fails the command (redisstore.ConfigError).
-	e.opts.Logger, e.opts.Registry, e.opts.ConnectRetry = log, e.reg, true
+	e.opts.Logger, e.opts.Registry, e.opts.ConnectRetry, e.opts.Clock = log, e.reg, true, clockHook
 	if e.stack, err = stack.Open(e.w.Config(), e.opts); err != nil {
 		e.w.Close()
 		e.closeTracer()

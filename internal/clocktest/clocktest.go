@@ -54,7 +54,8 @@ type TB interface {
 
 // AwayFromEdge waits, when the wall clock is within margin of the end of a window of
 // length period (aligned to the Unix epoch, as FixedWindow's are), until the next window
-// has begun, so that a test counting a window's decisions on the wall clock is not reset.
+// has begun, so that a test counting a window's decisions on a wall clock it cannot
+// replace (Redis's TIME, another program's) is not reset. Other tests inject a Clock.
 func AwayFromEdge(tb TB, period, margin time.Duration) {
 	tb.Helper()
 	now := time.Now().UnixMicro()
