@@ -551,6 +551,9 @@ func TestDeadlineWithStoreIgnoringContext(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	// A hanging store is the fault and the deadline a runtime timer, which no clock
+	// injects: the slowest decision may pass it by slack (scheduling on busy cores), and
+	// the store never returns before release, so every answer is the deadline's.
 	if w := time.Duration(worst.Load()); w > deadline+slack {
 		t.Errorf("slowest decision took %v with a %v deadline", w, deadline)
 	}

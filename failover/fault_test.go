@@ -335,7 +335,7 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 	stalls.stop()
 
 	// Every decision kept the contract and the deadline: it waited at most the deadline
-	// plus slack while the process ran (the time it was stalled is no wait for the store:
+	// plus slack (750ms: the race detector on two busy cores) while the process ran (the time it was stalled is no wait for the store:
 	// a caller the decorator holds leaves the stall monitor running).
 	var all []sample
 	for _, r := range results {

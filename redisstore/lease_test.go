@@ -196,6 +196,9 @@ func TestLeaseOfKilledHolder(t *testing.T) {
 		if d, err = s.AllowN(ctx, "holder", limit, 1); err != nil {
 			t.Fatal(err)
 		}
+		// A real fault (a killed holder) on Redis's clock, which no test sets: the lease
+		// expires at ttl; 10×ttl is the slack for busy cores. The bound below is a lower
+		// one, which load cannot break.
 		if time.Since(start) > 10*ttl {
 			t.Fatalf("slot still taken %v after the holder started", time.Since(start))
 		}

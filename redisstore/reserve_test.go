@@ -304,6 +304,8 @@ func TestPacingSharedQuota(t *testing.T) {
 					byLocal++
 				}
 			}
+			// Shaping on Redis's clock, which no test sets, with sluice.Wait's real sleeps:
+			// the rates are real time's, and 1% over 18s (9 units) is the slack.
 			rRedis, rLocal := float64(byRedis)/18, float64(byLocal)/18
 			for name, r := range map[string]float64{"reserved instants": rRedis, "workers proceeding": rLocal} {
 				if r < rate*0.99 || r > rate*1.01 {

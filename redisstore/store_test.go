@@ -200,6 +200,8 @@ func TestContextCancelled(t *testing.T) {
 	if _, err := s.AllowN(ctx, "k2", sluice.PerSecond(1), 1); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("paused server: %v, want DeadlineExceeded", err)
 	}
+	// A real fault (SIGSTOP): the answer comes at the 50ms deadline, not when Redis
+	// resumes; 1s of slack is scheduling on busy cores.
 	if el := time.Since(start); el > time.Second {
 		t.Errorf("decision on a paused server took %v with a 50ms deadline", el)
 	}
@@ -213,6 +215,7 @@ func TestContextCancelled(t *testing.T) {
 		if _, err := s.AllowN(ctx, fmt.Sprint("k3-", i), sluice.PerSecond(1), 1); !errors.Is(err, context.Canceled) {
 			t.Errorf("paused server, cancelled: %v, want context.Canceled", err)
 		}
+		// Real fault, as above: 1s of slack past the 50ms cancellation.
 		if el := time.Since(start); el > time.Second {
 			t.Errorf("decision %d on a paused server took %v, cancelled after 50ms", i, el)
 		}

@@ -375,6 +375,8 @@ func TestShouldRateLimitFailsClosed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// A real fault (a killed Redis): the answer comes at the 20ms deadline, not
+			// after the client's reconnects; 1s of slack is scheduling on busy cores.
 			if el := time.Since(start); el > time.Second {
 				t.Errorf("answered after %v with a 20ms deadline", el)
 			}

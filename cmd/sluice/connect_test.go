@@ -34,6 +34,8 @@ func TestServeStartsWithRedisDown(t *testing.T) {
 		t.Fatalf("with Redis down, fail open: %v %v", resp, err)
 	}
 	t.Logf("with Redis down: %v", resp)
+	// A real fault (a killed Redis): the answer comes at the 50ms deadline or before;
+	// 1s of slack is scheduling on busy cores.
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("answer with Redis down took %v", d)
 	}

@@ -72,7 +72,8 @@ func TestLatency(t *testing.T) {
 		t.Errorf("round trip %v with %v latency each way, want ≥ %v", rtt, d, 2*d)
 	}
 	// Latency does not serialise a pipeline: 20 lines sent at once arrive about 2d later,
-	// not 20 × 2d.
+	// not 20 × 2d = 1.6s. The bound, half of that, leaves 720ms of slack for scheduling
+	// on two busy cores.
 	start := time.Now()
 	for i := 0; i < 20; i++ {
 		if _, err := c.Write([]byte("ping\n")); err != nil {
@@ -84,12 +85,22 @@ func TestLatency(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if el := time.Since(start); el > 10*d {
+	if el := time.Since(start); el > 20*2*d/2 {
 		t.Errorf("20 pipelined lines took %v, want about %v", el, 2*d)
 	}
+	// Without latency a round trip takes less than d: the least of five, so that a
+	// machine that deschedules the test for d at one of them does not fail it.
 	p.SetLatency(0)
-	if rtt, err := roundTrip(t, c, r, time.Second); err != nil || rtt >= d {
-		t.Errorf("after removing latency: rtt %v, %v", rtt, err)
+	least := time.Hour
+	for range 5 {
+		rtt, err := roundTrip(t, c, r, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		least = min(least, rtt)
+	}
+	if least >= d {
+		t.Errorf("after removing latency: the least of five round trips took %v", least)
 	}
 }
 
