@@ -60,8 +60,8 @@ func writeConfig(t *testing.T, name, body string) string {
 }
 
 // TestProxyDeniedSpendsNothing: through `sluice proxy`, policies wide (GCRA 100/h) and
-// narrow (GCRA 2/h, which no window's end resets mid-test) on the client IP: after 2 allowed and 5 denied requests, wide
-// has spent exactly 2 (r=98): the denied requests spent nothing of it.
+// narrow (GCRA 2/h) on the client IP: after 2 allowed and 5 denied requests, wide has
+// spent exactly 2 (r=98): the denied requests spent nothing of it.
 func TestProxyDeniedSpendsNothing(t *testing.T) {
 	for _, st := range pipelineStores {
 		t.Run(st.name, func(t *testing.T) {
@@ -72,6 +72,7 @@ func TestProxyDeniedSpendsNothing(t *testing.T) {
   - {name: narrow, key: ip, algorithm: gcra, rate: 2, period: hour}
 `)
 			args := append([]string{"--upstream", up.URL, "--listen", "127.0.0.1:0", "--config", cfg}, pipelineFlags...)
+			atMidHour(t)
 			base := "http://" + startedProxy(t, append(args, st.flags(t)...)...)
 			var last http.Header
 			for i, want := range []int{200, 200, 429, 429, 429, 429, 429} {
@@ -109,9 +110,9 @@ func both(addr string) []*ratelimitv3.RateLimitDescriptor {
 	}
 }
 
-// atMidHour starts a test that counts in pipelineDomain's hour-long fixed windows on a
-// stopped clock in the middle of an hour, so that no window ends during it. These tests
-// keep Envoy's default, fixed windows, since that is what they test: with GCRA
+// atMidHour starts a test that counts in hour-long limits on a stopped clock in the
+// middle of an hour, so that no window ends and no bucket refills during it. The RLS
+// tests keep Envoy's default, fixed windows, since that is what they test: with GCRA
 // descriptors the concurrent test on a Redis Cluster, whose two keys are in different
 // slots, finds remote_address a unit short.
 func atMidHour(t *testing.T) {
@@ -226,6 +227,7 @@ func TestServeJSONDeniedSpendsNothing(t *testing.T) {
     routes:
       "POST /v1/orders": {rate: 2, period: hour}
 `)
+			atMidHour(t)
 			base, _, _ := started(t, append(append([]string{"--config", cfg}, pipelineFlags...), st.flags(t)...)...)
 			check := func(path, body string) (int, map[string]int64) {
 				t.Helper()
