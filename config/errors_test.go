@@ -48,6 +48,27 @@ func TestValidationErrors(t *testing.T) {
 			want: []string{"policies.yaml:3:11: policies[0].rate: must be positive, got 0"},
 		},
 		{
+			name: "keys written twice or not as plain strings",
+			files: map[string]string{"policies.yaml": `policies:
+  - name: a
+    rate: 1
+    rate: 2
+    period: 1s
+    tiers:
+      free: {rate: 1, period: 1s}
+      free: {rate: 2, period: 1s}
+      [x]: {rate: 3, period: 1s}
+    default_tier: free
+  - {name: b, rate: 1, period: 1s, [y]: 1}
+`},
+			want: []string{
+				"policies.yaml:4:5: policies[0].rate: duplicate key (first at line 3)",
+				"policies.yaml:8:7: policies[0].tiers.free: duplicate key (first at line 7)",
+				"policies.yaml:9:7: policies[0].tiers: keys must be plain strings, got a list",
+				"policies.yaml:11:36: policies[1]: keys must be plain strings, got a list",
+			},
+		},
+		{
 			name: "concurrency without lease TTL",
 			files: map[string]string{"policies.yaml": `policies:
   - name: a

@@ -123,10 +123,11 @@ type pair struct {
 	key, val *yaml.Node
 }
 
-// object is a decoded mapping whose keys were checked against the known field names.
+// object is a decoded mapping: its entries in file order, and by key.
 type object struct {
 	node   *yaml.Node
 	path   string
+	pairs  []pair
 	fields map[string]pair
 }
 
@@ -142,8 +143,8 @@ func (o *object) has(name string) bool { _, ok := o.get(name); return ok }
 
 func (o *object) field(name string) string { return join(o.path, name) }
 
-// object checks that n is a mapping (null is empty) with only the known keys, each at
-// most once; nil, after recording an error, when it is not.
+// object checks that n is a mapping (null is empty) of plain keys, each at most once and,
+// when known is given, among known; nil, after recording an error, when n is no mapping.
 func (d *decoder) object(n *yaml.Node, path string, known ...string) *object {
 	n = deref(n)
 	o := &object{node: n, path: path, fields: map[string]pair{}}
@@ -158,10 +159,10 @@ func (d *decoder) object(n *yaml.Node, path string, known ...string) *object {
 		k, v := n.Content[i], deref(n.Content[i+1])
 		name := k.Value
 		if k.Kind != yaml.ScalarNode {
-			d.errorf(k, path, "keys must be plain names")
+			d.errorf(k, path, "keys must be plain strings, got %s", describe(k))
 			continue
 		}
-		if !slices.Contains(known, name) {
+		if known != nil && !slices.Contains(known, name) {
 			if d.envoy && slices.Contains(referenceKeys, name) {
 				// The reference checks keys against one list for the whole file and
 				// ignores a known key where it does not belong: a warning here.
@@ -173,12 +174,21 @@ func (d *decoder) object(n *yaml.Node, path string, known ...string) *object {
 			continue
 		}
 		if prev, dup := o.fields[name]; dup {
-			d.errorf(k, join(path, name), "duplicate field (first set at line %d)", prev.key.Line)
+			d.errorf(k, join(path, name), "duplicate key (first at line %d)", prev.key.Line)
 			continue
 		}
 		o.fields[name] = pair{k, v}
+		o.pairs = append(o.pairs, pair{k, v})
 	}
 	return o
+}
+
+// pairs returns the entries of a mapping of any keys in file order, as object checks them.
+func (d *decoder) pairs(n *yaml.Node, path string) []pair {
+	if o := d.object(n, path); o != nil {
+		return o.pairs
+	}
+	return nil
 }
 
 // referenceKeys is every field name of envoyproxy/ratelimit's format (its validKeys,
@@ -212,34 +222,6 @@ func (d *decoder) referenceKeysIn(n *yaml.Node, path string) {
 			d.referenceKeysIn(e, index(path, i))
 		}
 	}
-}
-
-// pairs returns the entries of a mapping in file order, rejecting duplicate keys.
-func (d *decoder) pairs(n *yaml.Node, path string) []pair {
-	n = deref(n)
-	if isNull(n) {
-		return nil
-	}
-	if n.Kind != yaml.MappingNode {
-		d.errorf(n, path, "must be a mapping, got %s", describe(n))
-		return nil
-	}
-	seen := map[string]int{}
-	var out []pair
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], deref(n.Content[i+1])
-		if k.Kind != yaml.ScalarNode {
-			d.errorf(k, path, "keys must be plain strings")
-			continue
-		}
-		if line, dup := seen[k.Value]; dup {
-			d.errorf(k, join(path, k.Value), "duplicate key (first at line %d)", line)
-			continue
-		}
-		seen[k.Value] = k.Line
-		out = append(out, pair{k, v})
-	}
-	return out
 }
 
 // seq returns the items of a sequence; null is empty.
