@@ -600,12 +600,7 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 	p.FailureMode, p.LocalShare, p.ExpectedNodes = d.failure(o)
 	d.ownShare(o, p.FailureMode)
 
-	if v, ok := o.get("tier_header"); ok {
-		p.TierHeader, _ = d.str(v, o.field("tier_header"))
-		if !validHeaderName(p.TierHeader) {
-			d.errorf(v, o.field("tier_header"), "must be an HTTP header name, got %q", p.TierHeader)
-		}
-	}
+	read(o, "tier_header", &p.TierHeader, d.header)
 	p.tiers = map[string]*Tier{}
 	declared := map[string]bool{}
 	if v, ok := o.get("tiers"); ok {
@@ -758,19 +753,8 @@ func (d *decoder) settle(n *yaml.Node, field string, p *Policy) *Settle {
 	} else {
 		d.errorf(o.node, o.field("ttl"), "is required: how long a reservation waits for its actual cost, e.g. 5m")
 	}
-	for _, h := range []struct {
-		name string
-		dst  *string
-	}{{"estimate_header", &s.EstimateHeader}, {"cost_header", &s.CostHeader}} {
-		if v, ok := o.get(h.name); ok {
-			if str, ok := d.str(v, o.field(h.name)); ok {
-				if !validHeaderName(str) {
-					d.errorf(v, o.field(h.name), "must be an HTTP header name, got %q", str)
-				}
-				*h.dst = str
-			}
-		}
-	}
+	read(o, "estimate_header", &s.EstimateHeader, d.header)
+	read(o, "cost_header", &s.CostHeader, d.header)
 	if v, ok := o.get("estimate"); ok {
 		s.Estimate, _ = d.integer(v, o.field("estimate"), 1, store.MaxRate)
 	}
@@ -923,27 +907,25 @@ func (d *decoder) keySource(o *object) KeySource {
 	}
 	if headerNode != nil {
 		hf := o.field("key") + ".header"
-		h, _ := d.str(headerNode, hf)
-		switch {
-		case ks.Type == KeyIP:
+		if ks.Type == KeyIP {
 			d.errorf(headerNode, hf, "does not apply to key type ip (the client address comes from the connection and trusted proxies)")
-		case !validHeaderName(h):
-			d.errorf(headerNode, hf, "must be an HTTP header name, got %q", h)
-		default:
+		} else if h, ok := d.header(headerNode, hf); ok {
 			ks.Header = h
 		}
 	}
 	return ks
 }
 
-// validHeaderName reports whether s is an HTTP field name (RFC 9110 token).
-func validHeaderName(s string) bool {
-	if s == "" {
-		return false
-	}
-	return !strings.ContainsFunc(s, func(r rune) bool {
+// header returns a scalar that is an HTTP field name (an RFC 9110 token).
+func (d *decoder) header(n *yaml.Node, path string) (string, bool) {
+	s, ok := d.str(n, path)
+	if ok && (s == "" || strings.ContainsFunc(s, func(r rune) bool {
 		return r > 0x7e || r <= ' ' || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, r)
-	})
+	})) {
+		d.errorf(n, path, "must be an HTTP header name, got %q", s)
+		return "", false
+	}
+	return s, ok
 }
 
 // checkInherited reports the problems that depend on the whole configuration: an IP
