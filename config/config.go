@@ -382,7 +382,7 @@ func (m *merger) addDomain(d *decoder, dom *Domain) {
 
 func (m *merger) addQuotaDomain(d *decoder, qd *QuotaDomain) {
 	if prev, dup := m.cfg.quotaDomains[qd.Name]; dup {
-		d.errorf(qd.nameNode, "domain", "duplicate quota domain %q (already defined at %s)", qd.Name, prev.Pos)
+		d.errorf(qd.nameNode, qd.nameField, "duplicate quota domain %q (already defined at %s)", qd.Name, prev.Pos)
 		return
 	}
 	m.cfg.quotaDomains[qd.Name] = qd

@@ -473,10 +473,10 @@ func (d *decoder) envoyDomain(root *yaml.Node) *Domain {
 		}
 		r.replacesPos, r.replacesField = nil, nil
 	}
-	if v, ok := o.get("quota_buckets"); ok && dom.Name != "" {
+	if o.has("quota_buckets") && dom.Name != "" {
 		// sluice's own section: its field names are checked strictly.
 		d.envoy = false
-		dom.quota = d.quotaDomain(dom.Name, dom.nameNode, v, "quota_buckets")
+		dom.quota = d.quotaDomain(dom.Name, o, "quota_buckets")
 		d.envoy = true
 	}
 	return dom

@@ -23,8 +23,9 @@ type QuotaDomain struct {
 	// Pos is where the domain is named.
 	Pos Position
 
-	bySig    map[string][]*QuotaBucket // key set signature -> rules, most specific first
-	nameNode *yaml.Node
+	bySig     map[string][]*QuotaBucket // key set signature -> rules, most specific first
+	nameNode  *yaml.Node
+	nameField string
 }
 
 // QuotaBehavior is what a proxy does with a bucket before its first assignment or after
@@ -175,11 +176,15 @@ var quotaBucketFields = []string{
 	"reporting_interval", "assignment_ttl", "no_assignment", "expired_assignment",
 }
 
-// quotaDomain decodes a list of bucket rules for the named domain.
-func (d *decoder) quotaDomain(name string, nameNode, list *yaml.Node, path string) *QuotaDomain {
-	qd := &QuotaDomain{Name: name, Pos: d.pos(nameNode), nameNode: nameNode, bySig: map[string][]*QuotaBucket{}}
+// quotaDomain decodes the bucket rules of o's field list for the domain name, named by
+// o's field domain.
+func (d *decoder) quotaDomain(name string, o *object, list string) *QuotaDomain {
+	nameNode, _ := o.get("domain")
+	qd := &QuotaDomain{Name: name, Pos: d.pos(nameNode), nameNode: nameNode, nameField: o.field("domain"), bySig: map[string][]*QuotaBucket{}}
+	lv, _ := o.get(list)
+	path := o.field(list)
 	seen := map[string]*QuotaBucket{}
-	for i, item := range d.seq(list, path) {
+	for i, item := range d.seq(lv, path) {
 		b := d.quotaBucket(item, index(path, i))
 		if b == nil {
 			continue
@@ -328,27 +333,18 @@ func (d *decoder) quotaBucket(n *yaml.Node, path string) *QuotaBucket {
 // quotaDomains decodes a sluice policy file's quota_domains: [{domain, buckets}].
 func (d *decoder) quotaDomains(n *yaml.Node) []*QuotaDomain {
 	var out []*QuotaDomain
-	seen := map[string]bool{}
 	for i, item := range d.seq(n, "quota_domains") {
-		path := index("quota_domains", i)
-		o := d.object(item, path, "domain", "buckets")
+		o := d.object(item, index("quota_domains", i), "domain", "buckets")
 		if o == nil {
 			continue
 		}
-		nv, _ := o.get("domain")
 		var name string
 		read(o, "domain", &name, d.str)
 		if name == "" {
 			d.errorf(item, o.field("domain"), "is required")
 			continue
 		}
-		if seen[name] {
-			d.errorf(nv, o.field("domain"), "duplicate quota domain %q", name)
-			continue
-		}
-		seen[name] = true
-		bv, _ := o.get("buckets")
-		out = append(out, d.quotaDomain(name, nv, bv, o.field("buckets")))
+		out = append(out, d.quotaDomain(name, o, "buckets")) // names are checked by the merger
 	}
 	return out
 }

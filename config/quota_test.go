@@ -146,6 +146,13 @@ quota_domains:
 		}, []string{
 			"b.yaml:1:9: domain: duplicate quota domain \"d\" (already defined at a.yaml:1:26)",
 		}},
+		{"duplicate in one file and across files", map[string]string{
+			"a.yaml": "domain: d\nquota_buckets: [{bucket_id: {a: b}, rate: 1, period: 1s}]\n",
+			"b.yaml": "quota_domains: [{domain: d, buckets: [{bucket_id: {a: b}, rate: 1, period: 1s}]}, {domain: e, buckets: [{bucket_id: {a: b}, rate: 1, period: 1s}]}, {domain: e, buckets: [{bucket_id: {a: b}, rate: 1, period: 1s}]}]\n",
+		}, []string{
+			"b.yaml:1:26: quota_domains[0].domain: duplicate quota domain \"d\" (already defined at a.yaml:1:9)",
+			"b.yaml:1:158: quota_domains[2].domain: duplicate quota domain \"e\" (already defined at b.yaml:1:92)",
+		}},
 		{"strict fields in envoy files", map[string]string{
 			"b.yaml": "domain: d\nquota_buckets: [{bucket_id: {a: b}, rate: 1, period: 1s, unit: second}]\n",
 		}, []string{
