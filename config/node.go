@@ -335,6 +335,26 @@ func (d *decoder) duration(n *yaml.Node, path string) (time.Duration, bool) {
 	return v, true
 }
 
+// period reads a period as [ParsePeriod] does, in [lo, hi] (hi 0: no upper bound).
+func (d *decoder) period(n *yaml.Node, path string, lo, hi time.Duration) (time.Duration, bool) {
+	s, ok := d.str(n, path)
+	if !ok {
+		return 0, false
+	}
+	p, err := ParsePeriod(s)
+	switch {
+	case err != nil:
+		d.errorf(n, path, "%v", err)
+	case p < lo:
+		d.errorf(n, path, "must be at least %v", lo)
+	case hi > 0 && p > hi:
+		d.errorf(n, path, "must be at most %v", hi)
+	default:
+		return p, true
+	}
+	return 0, false
+}
+
 // describe names what n is in an error message.
 func describe(n *yaml.Node) string {
 	switch {

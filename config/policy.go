@@ -739,17 +739,7 @@ func (d *decoder) settle(n *yaml.Node, field string, p *Policy) *Settle {
 	}
 	s := &Settle{EstimateHeader: DefaultEstimateHeader, CostHeader: DefaultCostHeader, Estimate: 1}
 	if v, ok := o.get("ttl"); ok {
-		if str, ok := d.str(v, o.field("ttl")); ok {
-			t, err := ParsePeriod(str)
-			switch {
-			case err != nil:
-				d.errorf(v, o.field("ttl"), "%v", err)
-			case t > store.MaxSettleTTL:
-				d.errorf(v, o.field("ttl"), "must be at most %v", store.MaxSettleTTL)
-			default:
-				s.TTL = t
-			}
-		}
+		s.TTL, _ = d.period(v, o.field("ttl"), 0, store.MaxSettleTTL)
 	} else {
 		d.errorf(o.node, o.field("ttl"), "is required: how long a reservation waits for its actual cost, e.g. 5m")
 	}

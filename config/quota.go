@@ -273,17 +273,7 @@ func (d *decoder) quotaBucket(n *yaml.Node, path string) *QuotaBucket {
 			d.errorf(n, o.field("rate"), "is required (0 denies every request)")
 		}
 		if v, ok := o.get("period"); ok {
-			if s, ok := d.str(v, o.field("period")); ok {
-				p, err := ParsePeriod(s)
-				switch {
-				case err != nil:
-					d.errorf(v, o.field("period"), "%v", err)
-				case p < time.Millisecond:
-					d.errorf(v, o.field("period"), "must be at least 1ms")
-				default:
-					b.Period = p
-				}
-			}
+			b.Period, _ = d.period(v, o.field("period"), time.Millisecond, 0)
 		} else {
 			d.errorf(n, o.field("period"), "is required")
 		}
