@@ -55,8 +55,8 @@ type Policy struct {
 	// Pos is where the policy starts.
 	Pos Position
 
-	tiers     map[string]*Tier
-	overrides map[string]*Override
+	tiers     map[string]sluice.Limit
+	overrides map[string]Override
 	idTiers   map[string]string
 	mux       *http.ServeMux
 
@@ -269,10 +269,8 @@ func (t KeyType) Kind() keys.Kind { return keys.Kind(t.String()) }
 
 // Tier returns the limit of the named tier.
 func (p *Policy) Tier(name string) (sluice.Limit, bool) {
-	if t, ok := p.tiers[name]; ok {
-		return t.Limit, true
-	}
-	return sluice.Limit{}, false
+	l, ok := p.tiers[name]
+	return l, ok
 }
 
 // IdentityTier returns the tier identity_tiers puts one identity in.
@@ -283,10 +281,8 @@ func (p *Policy) IdentityTier(id string) (string, bool) {
 
 // Override returns the limit configured for one identity.
 func (p *Policy) Override(id string) (sluice.Limit, bool) {
-	if o, ok := p.overrides[id]; ok {
-		return o.Limit, true
-	}
-	return sluice.Limit{}, false
+	o, ok := p.overrides[id]
+	return o.Limit, ok
 }
 
 // LimitFor returns the limit of one identity in the tier the request named ("" for none)
@@ -601,7 +597,7 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 	d.ownShare(o, p.FailureMode)
 
 	read(o, "tier_header", &p.TierHeader, d.header)
-	p.tiers = map[string]*Tier{}
+	p.tiers = map[string]sluice.Limit{}
 	declared := map[string]bool{}
 	if v, ok := o.get("tiers"); ok {
 		field := o.field("tiers")
@@ -615,13 +611,10 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 				d.errorf(kv.key, join(field, kv.key.Value), "needs rate and period")
 				continue
 			}
-			l, ok := d.limit(to, alg)
-			if ok {
+			if l, ok := d.limit(to, alg); ok {
 				p.Tiers = append(p.Tiers, Tier{Name: kv.key.Value, Limit: l})
+				p.tiers[kv.key.Value] = l
 			}
-		}
-		for i := range p.Tiers {
-			p.tiers[p.Tiers[i].Name] = &p.Tiers[i]
 		}
 	}
 	if v, ok := o.get("default_tier"); ok {
@@ -671,7 +664,7 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 		p.Settle = d.settle(v, o.field("settle"), p)
 	}
 
-	p.overrides = map[string]*Override{}
+	p.overrides = map[string]Override{}
 	if v, ok := o.get("overrides"); ok {
 		field := o.field("overrides")
 		for _, kv := range d.pairs(v, field) {
@@ -685,17 +678,13 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 				d.errorf(kv.key, of, "%v", err)
 				continue
 			}
-			if l, ok := d.limit(to, alg); ok {
-				p.Overrides = append(p.Overrides, Override{ID: id, Limit: l, written: written{kv.key, of}})
+			l, ok := d.limit(to, alg)
+			if prev, dup := p.overrides[id]; ok && dup {
+				d.errorf(kv.key, of, "names the same identity as %s", prev.field)
+			} else if ok {
+				p.overrides[id] = Override{ID: id, Limit: l, written: written{kv.key, of}}
+				p.Overrides = append(p.Overrides, p.overrides[id])
 			}
-		}
-		for i := range p.Overrides {
-			o := &p.Overrides[i]
-			if prev, dup := p.overrides[o.ID]; dup {
-				d.errorf(o.node, o.field, "names the same identity as %s", prev.field)
-				continue
-			}
-			p.overrides[o.ID] = o
 		}
 	}
 
