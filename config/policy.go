@@ -168,11 +168,10 @@ func (p *Policy) ParseIdentity(s string, form IdentityForm) (string, error) {
 		}
 		return pat + "*", nil
 	}
-	if id, ok := cutKind(s, string(kind)); ok {
-		return p.checkID(id, s, form)
-	}
-	if id, ok := cutKind(s, "hmac"); ok {
-		return p.checkID(id, s, form)
+	for _, prefix := range []string{string(kind), "hmac"} { // "hmac:" only for API keys, above
+		if id, ok := cutKind(s, prefix); ok {
+			return p.checkID(id, s, form)
+		}
 	}
 	if kind == keys.APIKey && form.HashKey != nil {
 		if _, err := netip.ParseAddr(s); err == nil {
