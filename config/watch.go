@@ -71,7 +71,7 @@ type Watcher struct {
 	rejectN  atomic.Uint64
 	reloadN  atomic.Uint64
 	ignoredN atomic.Uint64
-	lastErr  atomic.Pointer[errBox]
+	lastErr  atomic.Pointer[error]
 	mu       sync.Mutex // serializes reloads and the watch set
 	fsw      *fsnotify.Watcher
 	watching map[string]bool // directories fsnotify watches
@@ -85,8 +85,6 @@ type Watcher struct {
 	wg          sync.WaitGroup
 	closing     sync.Once
 }
-
-type errBox struct{ err error }
 
 // NewWatcher loads the configuration at path (as Load) and watches it until Close. An
 // empty path means the built-in configuration (Default), never watched or reloaded. The
@@ -152,8 +150,8 @@ func (w *Watcher) Reloads() uint64 { return w.reloadN.Load() }
 
 // LastError is the error of the most recent reload attempt; nil if it succeeded.
 func (w *Watcher) LastError() error {
-	if b := w.lastErr.Load(); b != nil {
-		return b.err
+	if p := w.lastErr.Load(); p != nil {
+		return *p
 	}
 	return nil
 }
@@ -237,7 +235,7 @@ func (w *Watcher) reload(trigger string) (bool, error) {
 		w.logger.Error("config: watching", "path", w.path, "err", werr)
 	}
 	if err != nil {
-		w.lastErr.Store(&errBox{err})
+		w.lastErr.Store(&err)
 		if trigger == "watch" && err.Error() == w.lastRej {
 			// The same rejection again (an editor's second write): already reported.
 			w.logger.Debug("config: reload rejected again with the same error", "path", w.path)
@@ -362,21 +360,13 @@ func linkChain(p string) []string {
 	sep := string(filepath.Separator)
 	for hops := 0; hops < 64; hops++ {
 		parts := strings.Split(strings.TrimPrefix(filepath.Clean(p), sep), sep)
-		cur := sep
-		next := ""
+		cur, next := sep, ""
 		for i, part := range parts {
 			q := filepath.Join(cur, part)
-			st, err := os.Lstat(q)
-			if err != nil {
-				return append(out, p)
-			}
-			if st.Mode()&os.ModeSymlink == 0 {
+			target, err := os.Readlink(q)
+			if err != nil { // not a link, or not there
 				cur = q
 				continue
-			}
-			target, err := os.Readlink(q)
-			if err != nil {
-				return append(out, p)
 			}
 			out = append(out, q)
 			if !filepath.IsAbs(target) {
@@ -386,7 +376,7 @@ func linkChain(p string) []string {
 			break
 		}
 		if next == "" {
-			return append(out, p)
+			break
 		}
 		p = next
 	}
