@@ -335,24 +335,27 @@ func (d *decoder) duration(n *yaml.Node, path string) (time.Duration, bool) {
 	return v, true
 }
 
-// period reads a period as [ParsePeriod] does, in [lo, hi] (hi 0: no upper bound).
-func (d *decoder) period(n *yaml.Node, path string, lo, hi time.Duration) (time.Duration, bool) {
-	s, ok := d.str(n, path)
-	if !ok {
+// periodIn returns a reader of periods, as [ParsePeriod] reads them, in [lo, hi] (hi 0:
+// no upper bound), for read.
+func (d *decoder) periodIn(lo, hi time.Duration) func(*yaml.Node, string) (time.Duration, bool) {
+	return func(n *yaml.Node, path string) (time.Duration, bool) {
+		s, ok := d.str(n, path)
+		if !ok {
+			return 0, false
+		}
+		p, err := ParsePeriod(s)
+		switch {
+		case err != nil:
+			d.errorf(n, path, "%v", err)
+		case p < lo:
+			d.errorf(n, path, "must be at least %v", lo)
+		case hi > 0 && p > hi:
+			d.errorf(n, path, "must be at most %v", hi)
+		default:
+			return p, true
+		}
 		return 0, false
 	}
-	p, err := ParsePeriod(s)
-	switch {
-	case err != nil:
-		d.errorf(n, path, "%v", err)
-	case p < lo:
-		d.errorf(n, path, "must be at least %v", lo)
-	case hi > 0 && p > hi:
-		d.errorf(n, path, "must be at most %v", hi)
-	default:
-		return p, true
-	}
-	return 0, false
 }
 
 // describe names what n is in an error message.
@@ -388,9 +391,20 @@ func join(path, name string) string {
 
 func index(path string, i int) string { return fmt.Sprintf("%s[%d]", path, i) }
 
-// read sets *dst to o's field name, read by parse, when the field is set.
-func read[T any](o *object, name string, dst *T, parse func(*yaml.Node, string) (T, bool)) {
-	if v, ok := o.get(name); ok {
+// read sets *dst to o's field name, read by parse, when the field is set, and reports
+// whether it is.
+func read[T any](o *object, name string, dst *T, parse func(*yaml.Node, string) (T, bool)) bool {
+	v, ok := o.get(name)
+	if ok {
 		*dst, _ = parse(v, o.field(name))
+	}
+	return ok
+}
+
+// intIn returns a reader of integers in [lo, hi], for read.
+func intIn[T ~int | ~int64](d *decoder, lo, hi int64) func(*yaml.Node, string) (T, bool) {
+	return func(n *yaml.Node, path string) (T, bool) {
+		v, ok := d.integer(n, path, lo, hi)
+		return T(v), ok
 	}
 }

@@ -404,15 +404,9 @@ func (d *decoder) requestLimits(n *yaml.Node, path string) RequestLimits {
 		return RequestLimits{}
 	}
 	var l RequestLimits
-	read := func(field string, dst *int, hi int64) {
-		if v, ok := o.get(field); ok {
-			x, _ := d.integer(v, o.field(field), 1, hi)
-			*dst = int(x)
-		}
-	}
-	read("max_descriptors", &l.MaxDescriptors, 1<<20)
-	read("max_entries", &l.MaxEntries, 1<<20)
-	read("max_bytes", &l.MaxBytes, 1<<30)
+	read(o, "max_descriptors", &l.MaxDescriptors, intIn[int](d, 1, 1<<20))
+	read(o, "max_entries", &l.MaxEntries, intIn[int](d, 1, 1<<20))
+	read(o, "max_bytes", &l.MaxBytes, intIn[int](d, 1, 1<<30))
 	return l
 }
 
@@ -429,8 +423,7 @@ func (d *decoder) denyCache(n *yaml.Node, path string) DenyCache {
 		return DenyCache{}
 	}
 	var c DenyCache
-	if v, ok := o.get("max_bytes"); ok {
-		c.MaxBytes, _ = d.integer(v, o.field("max_bytes"), 0, 1<<40)
+	if read(o, "max_bytes", &c.MaxBytes, intIn[int64](d, 0, 1<<40)) {
 		c.Off = c.MaxBytes == 0
 	}
 	read(o, "max_age", &c.MaxAge, d.duration)
@@ -524,11 +517,7 @@ func (d *decoder) identity(n *yaml.Node) *Identity {
 			}
 		}
 	}
-	if v, ok := o.get("ipv6_prefix"); ok {
-		if p, ok := d.integer(v, o.field("ipv6_prefix"), 1, 128); ok {
-			id.IPv6Prefix = int(p)
-		}
-	}
+	read(o, "ipv6_prefix", &id.IPv6Prefix, intIn[int](d, 1, 128))
 	read(o, "api_key_secret_env", &id.APIKeySecretEnv, d.str)
 	return id
 }
@@ -726,16 +715,12 @@ func (d *decoder) settle(n *yaml.Node, field string, p *Policy) *Settle {
 		return nil
 	}
 	s := &Settle{EstimateHeader: DefaultEstimateHeader, CostHeader: DefaultCostHeader, Estimate: 1}
-	if v, ok := o.get("ttl"); ok {
-		s.TTL, _ = d.period(v, o.field("ttl"), 0, store.MaxSettleTTL)
-	} else {
+	if !read(o, "ttl", &s.TTL, d.periodIn(0, store.MaxSettleTTL)) {
 		d.errorf(o.node, o.field("ttl"), "is required: how long a reservation waits for its actual cost, e.g. 5m")
 	}
 	read(o, "estimate_header", &s.EstimateHeader, d.header)
 	read(o, "cost_header", &s.CostHeader, d.header)
-	if v, ok := o.get("estimate"); ok {
-		s.Estimate, _ = d.integer(v, o.field("estimate"), 1, store.MaxRate)
-	}
+	read(o, "estimate", &s.Estimate, intIn[int64](d, 1, store.MaxRate))
 	limits := []sluice.Limit{p.Limit}
 	for _, t := range p.Tiers {
 		limits = append(limits, t.Limit)

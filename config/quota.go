@@ -267,19 +267,13 @@ func (d *decoder) quotaBucket(n *yaml.Node, path string) *QuotaBucket {
 			}
 		}
 	} else {
-		if v, ok := o.get("rate"); ok {
-			b.Rate, _ = d.integer(v, o.field("rate"), 0, MaxQuotaRate)
-		} else {
+		if !read(o, "rate", &b.Rate, intIn[int64](d, 0, MaxQuotaRate)) {
 			d.errorf(n, o.field("rate"), "is required (0 denies every request)")
 		}
-		if v, ok := o.get("period"); ok {
-			b.Period, _ = d.period(v, o.field("period"), time.Millisecond, 0)
-		} else {
+		if !read(o, "period", &b.Period, d.periodIn(time.Millisecond, 0)) {
 			d.errorf(n, o.field("period"), "is required")
 		}
-		if v, ok := o.get("burst"); ok {
-			b.Burst, _ = d.integer(v, o.field("burst"), 1, MaxQuotaRate)
-		} else {
+		if !read(o, "burst", &b.Burst, intIn[int64](d, 1, MaxQuotaRate)) {
 			b.Burst = max(1, b.Rate/10)
 		}
 	}
