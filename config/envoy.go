@@ -631,8 +631,7 @@ func (d *decoder) rateLimit(dom *Domain, n *yaml.Node, path string, at []Entry) 
 				continue
 			}
 			nv, _ := ro.get("name")
-			var name string
-			read(ro, "name", &name, d.str)
+			name, _ := d.str(nv, ro.field("name"))
 			switch {
 			case name == "":
 				d.errorf(item, ro.field("name"), "must not be empty")

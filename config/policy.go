@@ -388,46 +388,42 @@ func (d *decoder) store(n *yaml.Node) *Store {
 	}
 	read(o, "deadline", &s.Deadline, d.duration)
 	s.FailureMode, s.LocalShare, _ = d.failure(o)
-	if v, ok := o.get("deny_cache"); ok {
-		s.DenyCache = d.denyCache(v, o.field("deny_cache"))
-	}
-	if v, ok := o.get("request_limits"); ok {
-		s.RequestLimits = d.requestLimits(v, o.field("request_limits"))
-	}
+	read(o, "deny_cache", &s.DenyCache, d.denyCache)
+	read(o, "request_limits", &s.RequestLimits, d.requestLimits)
 	return s
 }
 
 // requestLimits reads request_limits: {max_descriptors, max_entries, max_bytes}.
-func (d *decoder) requestLimits(n *yaml.Node, path string) RequestLimits {
+func (d *decoder) requestLimits(n *yaml.Node, path string) (RequestLimits, bool) {
 	o := d.object(n, path, "max_descriptors", "max_entries", "max_bytes")
 	if o == nil {
-		return RequestLimits{}
+		return RequestLimits{}, false
 	}
 	var l RequestLimits
 	read(o, "max_descriptors", &l.MaxDescriptors, intIn[int](d, 1, 1<<20))
 	read(o, "max_entries", &l.MaxEntries, intIn[int](d, 1, 1<<20))
 	read(o, "max_bytes", &l.MaxBytes, intIn[int](d, 1, 1<<30))
-	return l
+	return l, true
 }
 
 // denyCache reads deny_cache: off, or {max_bytes, max_age}.
-func (d *decoder) denyCache(n *yaml.Node, path string) DenyCache {
+func (d *decoder) denyCache(n *yaml.Node, path string) (DenyCache, bool) {
 	if n = deref(n); n.Kind == yaml.ScalarNode {
 		if on, ok := d.boolean(n, path); ok && on {
 			d.errorf(n, path, "must be off or {max_bytes, max_age}; it is on unless turned off")
 		}
-		return DenyCache{Off: true}
+		return DenyCache{Off: true}, true
 	}
 	o := d.object(n, path, "max_bytes", "max_age")
 	if o == nil {
-		return DenyCache{}
+		return DenyCache{}, false
 	}
 	var c DenyCache
 	if read(o, "max_bytes", &c.MaxBytes, intIn[int64](d, 0, 1<<40)) {
 		c.Off = c.MaxBytes == 0
 	}
 	read(o, "max_age", &c.MaxAge, d.duration)
-	return c
+	return c, true
 }
 
 // failure reads failure_mode, local_share and expected_nodes of o.
