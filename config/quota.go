@@ -189,15 +189,12 @@ func (d *decoder) quotaDomain(name string, o *object, list string) *QuotaDomain 
 		if b == nil {
 			continue
 		}
-		var pat strings.Builder
-		for _, e := range b.ID {
-			fmt.Fprintf(&pat, "%d:%s%d:%s", len(e.Key), e.Key, len(e.Value), e.Value)
-		}
-		if prev := seen[pat.String()]; prev != nil {
+		pat := fmt.Sprintf("%q", b.ID) // quoted: one text per pattern
+		if prev := seen[pat]; prev != nil {
 			d.errorf(item, index(path, i)+".bucket_id", "duplicate bucket_id (first at line %d): the later rule could never match", prev.Pos.Line)
 			continue
 		}
-		seen[pat.String()] = b
+		seen[pat] = b
 		qd.Buckets = append(qd.Buckets, b)
 	}
 	for _, b := range qd.Buckets {
