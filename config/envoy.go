@@ -496,10 +496,7 @@ var rateLimitFields = []string{
 // rate_limit names of the subtree; parent is the entry path so far.
 func (d *decoder) descriptors(dom *Domain, o *object, field string, parent []Entry) (*level, map[string]bool) {
 	names := map[string]bool{}
-	v, ok := o.get(field)
-	if !ok {
-		return nil, names
-	}
+	v, _ := o.get(field)
 	path := o.field(field)
 	items := d.seq(v, path)
 	if len(items) == 0 {
