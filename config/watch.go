@@ -298,16 +298,15 @@ func (w *Watcher) rewatch() error {
 		add(p)
 	}
 	w.dir = ""
-	if r, err := filepath.EvalSymlinks(chain[len(chain)-1]); err == nil {
-		if st, err := os.Stat(r); err == nil && st.IsDir() {
-			w.dir = r
-			dirs[r] = true
-			entries, _ := os.ReadDir(r)
-			for _, e := range entries {
-				if watchedName(e.Name()) {
-					for _, p := range linkChain(filepath.Join(r, e.Name())) {
-						add(p)
-					}
+	r := chain[len(chain)-1]
+	if st, err := os.Stat(r); err == nil && st.IsDir() {
+		w.dir = r
+		dirs[r] = true
+		entries, _ := os.ReadDir(r)
+		for _, e := range entries {
+			if watchedName(e.Name()) {
+				for _, p := range linkChain(filepath.Join(r, e.Name())) {
+					add(p)
 				}
 			}
 		}
@@ -354,7 +353,7 @@ func watchedName(name string) bool {
 }
 
 // linkChain resolves p (absolute) one symbolic link at a time and returns each link met,
-// then the path it ends at (which may not exist).
+// then the path it ends at, which holds no link (and may not exist).
 func linkChain(p string) []string {
 	var out []string
 	sep := string(filepath.Separator)
