@@ -12,7 +12,8 @@ import (
 // policy and rule with its limits, the files and the digest. Secrets are never in it (the
 // Redis URL's password is redacted; tokens appear as the names of their sources).
 func (c *Config) Dump() ([]byte, error) {
-	lv := func(l sluice.Limit) *LimitSpec {
+	type limitView = LimitSpec
+	lv := func(l sluice.Limit) *limitView {
 		if l.Rate == 0 {
 			return nil
 		}
@@ -21,12 +22,12 @@ func (c *Config) Dump() ([]byte, error) {
 	}
 	type named struct {
 		Name  string     `json:"name"`
-		Limit *LimitSpec `json:"limit"`
+		Limit *limitView `json:"limit"`
 	}
 	type policyView struct {
 		Name              string     `json:"name"`
 		Source            string     `json:"source"`
-		Limit             *LimitSpec `json:"limit,omitempty"`
+		Limit             *limitView `json:"limit,omitempty"`
 		Key               string     `json:"key"`
 		KeyHeader         string     `json:"key_header,omitempty"`
 		Shadow            bool       `json:"shadow,omitempty"`
@@ -48,7 +49,7 @@ func (c *Config) Dump() ([]byte, error) {
 		Shadow          bool       `json:"shadow_mode,omitempty"`
 		QuotaMode       bool       `json:"quota_mode,omitempty"`
 		Replaces        []string   `json:"replaces,omitempty"`
-		Limit           *LimitSpec `json:"limit,omitempty"`
+		Limit           *limitView `json:"limit,omitempty"`
 		Source          string     `json:"source"`
 	}
 	type domainView struct {

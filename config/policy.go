@@ -875,16 +875,21 @@ func (d *decoder) keySource(o *object) KeySource {
 	return ks
 }
 
-// header returns a scalar that is an HTTP field name (an RFC 9110 token).
+// header returns a scalar that is an HTTP field name.
 func (d *decoder) header(n *yaml.Node, path string) (string, bool) {
 	s, ok := d.str(n, path)
-	if ok && (s == "" || strings.ContainsFunc(s, func(r rune) bool {
-		return r > 0x7e || r <= ' ' || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, r)
-	})) {
+	if ok && !validHeaderName(s) {
 		d.errorf(n, path, "must be an HTTP header name, got %q", s)
 		return "", false
 	}
 	return s, ok
+}
+
+// validHeaderName reports whether s is an HTTP field name (RFC 9110 token).
+func validHeaderName(s string) bool {
+	return s != "" && !strings.ContainsFunc(s, func(r rune) bool {
+		return r > 0x7e || r <= ' ' || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, r)
+	})
 }
 
 // checkInherited reports the problems that depend on the whole configuration: an IP
