@@ -664,48 +664,44 @@ func (d *decoder) rateLimit(dom *Domain, n *yaml.Node, path string, at []Entry) 
 		if hasRPU {
 			d.integer(rpuNode, o.field("requests_per_unit"), 0, math.MaxUint32)
 		}
-		if len(d.errs) != before {
-			return nil
+	} else {
+		if !hasUnit {
+			d.errorf(n, o.field("unit"), "is required (second, minute, hour, day, week, month or year)")
+		} else if s, ok := d.str(unitNode, o.field("unit")); ok {
+			u, err := ParseUnit(s)
+			if err != nil {
+				d.errorf(unitNode, o.field("unit"), "%v", err)
+			}
+			r.Unit = u
 		}
-		dom.Rules = append(dom.Rules, r)
-		return r
-	}
-	if !hasUnit {
-		d.errorf(n, o.field("unit"), "is required (second, minute, hour, day, week, month or year)")
-	} else if s, ok := d.str(unitNode, o.field("unit")); ok {
-		u, err := ParseUnit(s)
-		if err != nil {
-			d.errorf(unitNode, o.field("unit"), "%v", err)
+		if !hasRPU {
+			// Read as 0, as the reference does, but rarely meant: warn.
+			d.warnf(n, o.field("requests_per_unit"), "missing: read as 0, which denies every request (write 0 to say so)")
+		} else if v, ok := d.integer(rpuNode, o.field("requests_per_unit"), 0, math.MaxUint32); ok {
+			r.RequestsPerUnit = uint32(v)
 		}
-		r.Unit = u
-	}
-	if !hasRPU {
-		// Read as 0, as the reference does, but rarely meant: warn.
-		d.warnf(n, o.field("requests_per_unit"), "missing: read as 0, which denies every request (write 0 to say so)")
-	} else if v, ok := d.integer(rpuNode, o.field("requests_per_unit"), 0, math.MaxUint32); ok {
-		r.RequestsPerUnit = uint32(v)
-	}
-	// The sluice extensions (algorithm, burst, calendar, zone, anchor_day) are a
-	// LimitSpec's, with unit and requests_per_unit as its period and rate.
-	spec := LimitSpec{Rate: int64(r.RequestsPerUnit), Period: r.Unit.Period().String()}
-	skip := d.readSpec(o, &spec)
-	skip["rate"], skip["period"] = r.RequestsPerUnit == 0, r.Unit == UnitUnknown
-	if v, ok := o.get("calendar"); ok {
-		if on, _ := d.boolean(v, o.field("calendar")); on {
-			if cu, ok := calendarUnits[r.Unit]; ok {
-				spec.Period = cu.String()
-			} else if r.Unit != UnitUnknown {
-				d.errorf(v, o.field("calendar"), "applies to the units day, week, month and year, not %s", r.Unit)
+		// The sluice extensions (algorithm, burst, calendar, zone, anchor_day) are a
+		// LimitSpec's, with unit and requests_per_unit as its period and rate.
+		spec := LimitSpec{Rate: int64(r.RequestsPerUnit), Period: r.Unit.Period().String()}
+		skip := d.readSpec(o, &spec)
+		skip["rate"], skip["period"] = r.RequestsPerUnit == 0, r.Unit == UnitUnknown
+		if v, ok := o.get("calendar"); ok {
+			if on, _ := d.boolean(v, o.field("calendar")); on {
+				if cu, ok := calendarUnits[r.Unit]; ok {
+					spec.Period = cu.String()
+				} else if r.Unit != UnitUnknown {
+					d.errorf(v, o.field("calendar"), "applies to the units day, week, month and year, not %s", r.Unit)
+				}
 			}
 		}
+		l, err := spec.limit(sluice.FixedWindow, "calendar: true with unit day, week, month or year")
+		d.specErrors(o, err, skip, map[string]string{"rate": "requests_per_unit", "period": "unit"})
+		if r.Calendar = l.Calendar; r.RequestsPerUnit > 0 {
+			r.Limit = l
+		}
 	}
-	l, err := spec.limit(sluice.FixedWindow, "calendar: true with unit day, week, month or year")
-	d.specErrors(o, err, skip, map[string]string{"rate": "requests_per_unit", "period": "unit"})
 	if len(d.errs) != before {
 		return nil
-	}
-	if r.Calendar = l.Calendar; r.RequestsPerUnit > 0 {
-		r.Limit = l
 	}
 	dom.Rules = append(dom.Rules, r)
 	return r
