@@ -69,6 +69,19 @@ func TestValidationErrors(t *testing.T) {
 			},
 		},
 		{
+			name: "two overrides of one identity",
+			files: map[string]string{"policies.yaml": `policies:
+  - name: a
+    key: user
+    rate: 1
+    period: 1s
+    overrides:
+      alice: {rate: 2, period: 1s}
+      "user:alice": {rate: 3, period: 1s}
+`},
+			want: []string{`policies.yaml:8:7: policies[0].overrides["user:alice"]: names the same identity as policies[0].overrides.alice`},
+		},
+		{
 			name: "concurrency without lease TTL",
 			files: map[string]string{"policies.yaml": `policies:
   - name: a

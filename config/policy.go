@@ -57,7 +57,7 @@ type Policy struct {
 
 	tiers     map[string]sluice.Limit
 	overrides map[string]Override
-	idTiers   map[string]string
+	idTiers   map[string]IdentityTier
 	mux       *http.ServeMux
 
 	path     string
@@ -275,7 +275,7 @@ func (p *Policy) Tier(name string) (sluice.Limit, bool) {
 // IdentityTier returns the tier identity_tiers puts one identity in.
 func (p *Policy) IdentityTier(id string) (string, bool) {
 	t, ok := p.idTiers[id]
-	return t, ok
+	return t.Tier, ok
 }
 
 // Override returns the limit configured for one identity.
@@ -293,8 +293,8 @@ func (p *Policy) LimitFor(id, tier string) (sluice.Limit, string) {
 		return l, "override"
 	}
 	if t, ok := p.idTiers[id]; ok {
-		l, _ := p.Tier(t)
-		return l, "tier:" + t
+		l, _ := p.Tier(t.Tier)
+		return l, "tier:" + t.Tier
 	}
 	if tier != "" {
 		if l, ok := p.Tier(tier); ok {
@@ -672,7 +672,7 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 		}
 	}
 
-	p.idTiers = map[string]string{}
+	p.idTiers = map[string]IdentityTier{}
 	if v, ok := o.get("identity_tiers"); ok {
 		field := o.field("identity_tiers")
 		if !o.has("tiers") {
@@ -693,12 +693,12 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 				d.errorf(kv.val, of, "names no tier of this policy: %q", t)
 				continue
 			}
-			if _, dup := p.idTiers[id]; dup {
-				d.errorf(kv.key, of, "names an identity already given a tier")
+			if prev, dup := p.idTiers[id]; dup {
+				d.errorf(kv.key, of, "names the same identity as %s", prev.field)
 				continue
 			}
-			p.idTiers[id] = t
-			p.IdentityTiers = append(p.IdentityTiers, IdentityTier{ID: id, Tier: t, written: written{kv.key, of}})
+			p.idTiers[id] = IdentityTier{ID: id, Tier: t, written: written{kv.key, of}}
+			p.IdentityTiers = append(p.IdentityTiers, p.idTiers[id])
 		}
 	}
 	return p

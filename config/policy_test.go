@@ -353,6 +353,7 @@ func TestIdentityTiersErrors(t *testing.T) {
 	for _, tc := range []struct{ body, want string }{
 		{"    identity_tiers: {\"user:a\": gold}\n", `p.yaml:9:32: policies[0].identity_tiers["user:a"]: names no tier of this policy: "gold"`},
 		{"    identity_tiers: {\"api_key:zz\": pro}\n", `p.yaml:9:22: policies[0].identity_tiers["api_key:zz"]: "api_key:zz" is of kind api_key, and policy "p" limits user IDs (the X-User-ID header)`},
+		{"    identity_tiers: {a: pro, \"user:a\": free}\n", `p.yaml:9:30: policies[0].identity_tiers["user:a"]: names the same identity as policies[0].identity_tiers.a`},
 	} {
 		_, err := Parse(File{Name: "p.yaml", Data: []byte("policies:\n  - name: p\n    key: user\n    default_tier: free\n    tiers:\n" +
 			"      free: {rate: 1, period: 1s}\n      pro: {rate: 5, period: 1s}\n    overrides: {}\n" + tc.body)})
