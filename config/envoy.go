@@ -448,11 +448,9 @@ func (d *decoder) envoyDomain(root *yaml.Node) *Domain {
 		return nil
 	}
 	dom := &Domain{}
-	if v, ok := o.get("domain"); ok {
-		dom.Name, _ = d.str(v, "domain")
-		dom.nameNode = v
-		dom.Pos = d.pos(v)
-	}
+	dom.nameNode, _ = o.get("domain")
+	dom.Name, _ = d.str(dom.nameNode, "domain")
+	dom.Pos = d.pos(dom.nameNode)
 	dom.keyPrefix = "envoy/" + escaped(dom.Name)
 	if dom.Name == "" {
 		n := o.fields["domain"].key

@@ -552,10 +552,8 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 		return nil
 	}
 	p := &Policy{Pos: d.pos(n), path: path}
-	if v, ok := o.get("name"); ok {
-		p.Name, _ = d.str(v, o.field("name"))
-		p.nameNode = v
-	}
+	p.nameNode, _ = o.get("name")
+	p.Name, _ = d.str(p.nameNode, o.field("name"))
 	if p.Name == "" {
 		d.errorf(n, o.field("name"), "is required")
 	} else if strings.TrimSpace(p.Name) != p.Name || strings.ContainsAny(p.Name, "\x00\n\r\t") {
