@@ -618,25 +618,24 @@ func (d *decoder) rateLimit(dom *Domain, n *yaml.Node, path string, at []Entry) 
 	r := &Rule{Domain: dom.Name, Path: at, FullKey: fullKey(dom.Name, at), Pos: d.pos(n)}
 	read(o, "unlimited", &r.Unlimited, d.boolean)
 	read(o, "name", &r.Name, d.str)
-	if v, ok := o.get("replaces"); ok {
-		for i, item := range d.seq(v, o.field("replaces")) {
-			ipath := index(o.field("replaces"), i)
-			ro := d.object(item, ipath, "name")
-			if ro == nil {
-				continue
-			}
-			nv, _ := ro.get("name")
-			name, _ := d.str(nv, ro.field("name"))
-			switch {
-			case name == "":
-				d.errorf(item, ro.field("name"), "must not be empty")
-			case name == r.Name:
-				d.errorf(nv, ro.field("name"), "a rate limit cannot replace itself (%q)", name)
-			default:
-				r.Replaces = append(r.Replaces, name)
-				r.replacesPos = append(r.replacesPos, d.pos(nv))
-				r.replacesField = append(r.replacesField, ro.field("name"))
-			}
+	rv, _ := o.get("replaces")
+	for i, item := range d.seq(rv, o.field("replaces")) {
+		ipath := index(o.field("replaces"), i)
+		ro := d.object(item, ipath, "name")
+		if ro == nil {
+			continue
+		}
+		nv, _ := ro.get("name")
+		name, _ := d.str(nv, ro.field("name"))
+		switch {
+		case name == "":
+			d.errorf(item, ro.field("name"), "must not be empty")
+		case name == r.Name:
+			d.errorf(nv, ro.field("name"), "a rate limit cannot replace itself (%q)", name)
+		default:
+			r.Replaces = append(r.Replaces, name)
+			r.replacesPos = append(r.replacesPos, d.pos(nv))
+			r.replacesField = append(r.replacesField, ro.field("name"))
 		}
 	}
 

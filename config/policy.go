@@ -489,20 +489,19 @@ func (d *decoder) identity(n *yaml.Node) *Identity {
 		return nil
 	}
 	id := &Identity{IPv6Prefix: DefaultIPv6Prefix, ClientIPHeader: keys.HeaderXForwardedFor}
-	if v, ok := o.get("trusted_proxies"); ok {
-		for i, item := range d.seq(v, o.field("trusted_proxies")) {
-			field := index(o.field("trusted_proxies"), i)
-			s, ok := d.str(item, field)
-			if !ok {
-				continue
-			}
-			pfx, err := parsePrefix(s)
-			if err != nil {
-				d.errorf(item, field, "must be a CIDR such as 10.0.0.0/8 or an address: %q", s)
-				continue
-			}
-			id.TrustedProxies = append(id.TrustedProxies, pfx)
+	tp, _ := o.get("trusted_proxies")
+	for i, item := range d.seq(tp, o.field("trusted_proxies")) {
+		field := index(o.field("trusted_proxies"), i)
+		s, ok := d.str(item, field)
+		if !ok {
+			continue
 		}
+		pfx, err := parsePrefix(s)
+		if err != nil {
+			d.errorf(item, field, "must be a CIDR such as 10.0.0.0/8 or an address: %q", s)
+			continue
+		}
+		id.TrustedProxies = append(id.TrustedProxies, pfx)
 	}
 	if v, ok := o.get("client_ip_header"); ok {
 		if s, ok := d.str(v, o.field("client_ip_header")); ok {
