@@ -580,22 +580,19 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 	read(o, "tier_header", &p.TierHeader, d.header)
 	p.tiers = map[string]sluice.Limit{}
 	declared := map[string]bool{}
-	if v, ok := o.get("tiers"); ok {
-		field := o.field("tiers")
-		for _, kv := range d.pairs(v, field) {
-			declared[kv.key.Value] = true
-			to := d.object(kv.val, join(field, kv.key.Value), limitFields...)
-			if to == nil {
-				continue
-			}
-			if len(to.fields) == 0 {
-				d.errorf(kv.key, join(field, kv.key.Value), "needs rate and period")
-				continue
-			}
-			if l, ok := d.limit(to, alg); ok {
-				p.Tiers = append(p.Tiers, Tier{Name: kv.key.Value, Limit: l})
-				p.tiers[kv.key.Value] = l
-			}
+	for _, kv := range d.pairs(o.fields["tiers"].val, o.field("tiers")) {
+		declared[kv.key.Value] = true
+		to := d.object(kv.val, join(o.field("tiers"), kv.key.Value), limitFields...)
+		if to == nil {
+			continue
+		}
+		if len(to.fields) == 0 {
+			d.errorf(kv.key, to.path, "needs rate and period")
+			continue
+		}
+		if l, ok := d.limit(to, alg); ok {
+			p.Tiers = append(p.Tiers, Tier{Name: kv.key.Value, Limit: l})
+			p.tiers[kv.key.Value] = l
 		}
 	}
 	if v, ok := o.get("default_tier"); ok {
@@ -646,57 +643,51 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 	}
 
 	p.overrides = map[string]Override{}
-	if v, ok := o.get("overrides"); ok {
-		field := o.field("overrides")
-		for _, kv := range d.pairs(v, field) {
-			to := d.object(kv.val, join(field, kv.key.Value), limitFields...)
-			if to == nil {
-				continue
-			}
-			of := join(field, kv.key.Value)
-			id, err := p.ParseIdentity(kv.key.Value, IdentityForm{})
-			if err != nil {
-				d.errorf(kv.key, of, "%v", err)
-				continue
-			}
-			l, ok := d.limit(to, alg)
-			if prev, dup := p.overrides[id]; ok && dup {
-				d.errorf(kv.key, of, "names the same identity as %s", prev.field)
-			} else if ok {
-				p.overrides[id] = Override{ID: id, Limit: l, written: written{kv.key, of}}
-				p.Overrides = append(p.Overrides, p.overrides[id])
-			}
+	for _, kv := range d.pairs(o.fields["overrides"].val, o.field("overrides")) {
+		of := join(o.field("overrides"), kv.key.Value)
+		to := d.object(kv.val, of, limitFields...)
+		if to == nil {
+			continue
+		}
+		id, err := p.ParseIdentity(kv.key.Value, IdentityForm{})
+		if err != nil {
+			d.errorf(kv.key, of, "%v", err)
+			continue
+		}
+		l, ok := d.limit(to, alg)
+		if prev, dup := p.overrides[id]; ok && dup {
+			d.errorf(kv.key, of, "names the same identity as %s", prev.field)
+		} else if ok {
+			p.overrides[id] = Override{ID: id, Limit: l, written: written{kv.key, of}}
+			p.Overrides = append(p.Overrides, p.overrides[id])
 		}
 	}
 
 	p.idTiers = map[string]IdentityTier{}
-	if v, ok := o.get("identity_tiers"); ok {
-		field := o.field("identity_tiers")
-		if !o.has("tiers") {
-			d.errorf(o.fields["identity_tiers"].key, field, "is set but the policy has no tiers")
+	if o.has("identity_tiers") && !o.has("tiers") {
+		d.errorf(o.fields["identity_tiers"].key, o.field("identity_tiers"), "is set but the policy has no tiers")
+	}
+	for _, kv := range d.pairs(o.fields["identity_tiers"].val, o.field("identity_tiers")) {
+		of := join(o.field("identity_tiers"), kv.key.Value)
+		id, err := p.ParseIdentity(kv.key.Value, IdentityForm{})
+		if err != nil {
+			d.errorf(kv.key, of, "%v", err)
+			continue
 		}
-		for _, kv := range d.pairs(v, field) {
-			of := join(field, kv.key.Value)
-			id, err := p.ParseIdentity(kv.key.Value, IdentityForm{})
-			if err != nil {
-				d.errorf(kv.key, of, "%v", err)
-				continue
-			}
-			t, ok := d.str(kv.val, of)
-			if !ok {
-				continue
-			}
-			if !declared[t] {
-				d.errorf(kv.val, of, "names no tier of this policy: %q", t)
-				continue
-			}
-			if prev, dup := p.idTiers[id]; dup {
-				d.errorf(kv.key, of, "names the same identity as %s", prev.field)
-				continue
-			}
-			p.idTiers[id] = IdentityTier{ID: id, Tier: t, written: written{kv.key, of}}
-			p.IdentityTiers = append(p.IdentityTiers, p.idTiers[id])
+		t, ok := d.str(kv.val, of)
+		if !ok {
+			continue
 		}
+		if !declared[t] {
+			d.errorf(kv.val, of, "names no tier of this policy: %q", t)
+			continue
+		}
+		if prev, dup := p.idTiers[id]; dup {
+			d.errorf(kv.key, of, "names the same identity as %s", prev.field)
+			continue
+		}
+		p.idTiers[id] = IdentityTier{ID: id, Tier: t, written: written{kv.key, of}}
+		p.IdentityTiers = append(p.IdentityTiers, p.idTiers[id])
 	}
 	return p
 }
