@@ -236,27 +236,13 @@ func serverURL(c *cli.Command) (string, error) {
 
 // checkClient returns the HTTP client the TLS flags ask for.
 func checkClient(c *cli.Command) (*http.Client, error) {
-	ca, cert, key := c.String("tls-ca"), c.String("tls-cert"), c.String("tls-key")
-	if ca == "" && cert == "" && key == "" {
-		return http.DefaultClient, nil
+	f, err := readTLSFiles(c, "tls-ca", false)
+	if f == nil {
+		return http.DefaultClient, err
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if ca != "" {
-		pool, err := loadCAs("--tls-ca", ca)
-		if err != nil {
-			return nil, cli.Exit(err.Error(), exitUsage)
-		}
-		cfg.RootCAs = pool
-	}
-	if cert != "" || key != "" {
-		if cert == "" || key == "" {
-			return nil, cli.Exit("--tls-cert and --tls-key go together", exitUsage)
-		}
-		kp, err := loadKeyPair(cert, key)
-		if err != nil {
-			return nil, cli.Exit(err.Error(), exitUsage)
-		}
-		cfg.Certificates = []tls.Certificate{kp}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: f.pool}
+	if f.cert != nil {
+		cfg.Certificates = []tls.Certificate{*f.cert}
 	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.TLSClientConfig = cfg

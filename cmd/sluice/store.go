@@ -56,7 +56,7 @@ func start(c *cli.Command) (*env, error) {
 	if e.tracer, err = newTracerProvider(context.Background(), os.Getenv, c.Root().Writer); err != nil {
 		return nil, cli.Exit(err.Error(), exitUsage)
 	}
-	if e.tls, err = readTLSFlags(c, log); err != nil {
+	if e.tls, err = listenerTLS(c, log); err != nil {
 		return nil, err
 	}
 	if e.opts, err = readStoreFlags(c); err != nil {

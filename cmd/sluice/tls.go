@@ -25,40 +25,49 @@ func listenTLSFlags() []cli.Flag {
 // tlsRecheck is how often, at most, the files are looked at again for changes.
 const tlsRecheck = time.Second
 
-// tlsFiles is a listener's TLS configuration read from PEM files: a certificate and key,
-// and optionally the CAs that client certificates must chain to. During a handshake the
-// files are looked at again (size and modification time) at most every tlsRecheck and
-// read again when they changed; a change that cannot be used is logged, and the files in
-// force stay in force.
+// tlsFiles is a TLS configuration read from PEM files: a certificate and key, and CAs
+// (a listener's for client certificates, a client's for servers). During a listener's
+// handshake the files are looked at again (size and modification time) at most every
+// tlsRecheck and read again when they changed; a change that cannot be used is logged, and
+// the files in force stay in force.
 type tlsFiles struct {
 	certFile, keyFile, caFile string
+	caFlag                    string // the flag that names caFile: "--tls-client-ca"
 	log                       *slog.Logger
 
 	mu      sync.Mutex
 	checked time.Time
-	stamp   string // what the files looked like when last read
-	cert    *tls.Certificate
+	stamp   string           // what the files looked like when last read
+	cert    *tls.Certificate // nil without --tls-cert
 	pool    *x509.CertPool
 }
 
-// readTLSFlags returns the TLS configuration the flags ask for, or nil when there is none.
+// readTLSFiles reads the files that --tls-cert, --tls-key and --caFlag name, or returns
+// nil when none is named. --tls-cert and --tls-key go together; needCert requires them.
 // It reads the files once, so that a missing or malformed one stops the command.
-func readTLSFlags(c *cli.Command, log *slog.Logger) (*tls.Config, error) {
-	f := &tlsFiles{certFile: c.String("tls-cert"), keyFile: c.String("tls-key"), caFile: c.String("tls-client-ca"), log: log}
+func readTLSFiles(c *cli.Command, caFlag string, needCert bool) (*tlsFiles, error) {
+	f := &tlsFiles{certFile: c.String("tls-cert"), keyFile: c.String("tls-key"),
+		caFile: c.String(caFlag), caFlag: "--" + caFlag}
 	switch {
 	case f.certFile == "" && f.keyFile == "" && f.caFile == "":
 		return nil, nil
-	case f.certFile == "" || f.keyFile == "":
+	case (f.certFile == "") != (f.keyFile == "") || needCert && f.certFile == "":
 		return nil, cli.Exit("--tls-cert and --tls-key go together", exitUsage)
 	}
 	if err := f.load(f.look()); err != nil {
 		return nil, cli.Exit(err.Error(), exitUsage)
 	}
-	return f.config(), nil
+	return f, nil
 }
 
-// config returns the tls.Config serving f's files.
-func (f *tlsFiles) config() *tls.Config {
+// listenerTLS returns the TLS configuration of serve's and proxy's listeners that the
+// flags ask for, or nil when there is none.
+func listenerTLS(c *cli.Command, log *slog.Logger) (*tls.Config, error) {
+	f, err := readTLSFiles(c, "tls-client-ca", true)
+	if f == nil {
+		return nil, err
+	}
+	f.log = log
 	cfg := &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -71,7 +80,7 @@ func (f *tlsFiles) config() *tls.Config {
 		cfg.ClientAuth = tls.RequireAnyClientCert
 		cfg.VerifyConnection = f.verifyClient
 	}
-	return cfg
+	return cfg, nil
 }
 
 func (f *tlsFiles) verifyClient(cs tls.ConnectionState) error {
@@ -127,37 +136,24 @@ func (f *tlsFiles) look() string {
 
 // load reads the files; stamp is what they looked like just before.
 func (f *tlsFiles) load(stamp string) error {
-	cert, err := loadKeyPair(f.certFile, f.keyFile)
-	if err != nil {
-		return err
+	var cert *tls.Certificate
+	if f.certFile != "" {
+		kp, err := tls.LoadX509KeyPair(f.certFile, f.keyFile)
+		if err != nil {
+			return fmt.Errorf("--tls-cert %s, --tls-key %s: %w", f.certFile, f.keyFile, err)
+		}
+		cert = &kp
 	}
 	var pool *x509.CertPool
 	if f.caFile != "" {
-		if pool, err = loadCAs("--tls-client-ca", f.caFile); err != nil {
-			return err
+		b, err := os.ReadFile(f.caFile)
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.caFlag, err)
+		}
+		if pool = x509.NewCertPool(); !pool.AppendCertsFromPEM(b) {
+			return fmt.Errorf("%s %s: no PEM certificate in it", f.caFlag, f.caFile)
 		}
 	}
-	f.cert, f.pool, f.stamp = &cert, pool, stamp
+	f.cert, f.pool, f.stamp = cert, pool, stamp
 	return nil
-}
-
-// loadKeyPair reads the certificate (chain) and key that --tls-cert and --tls-key name.
-func loadKeyPair(certFile, keyFile string) (c tls.Certificate, err error) {
-	if c, err = tls.LoadX509KeyPair(certFile, keyFile); err != nil {
-		err = fmt.Errorf("--tls-cert %s, --tls-key %s: %w", certFile, keyFile, err)
-	}
-	return c, err
-}
-
-// loadCAs reads the PEM file of CA certificates that flag names.
-func loadCAs(flag, file string) (*x509.CertPool, error) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", flag, err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("%s %s: no PEM certificate in it", flag, file)
-	}
-	return pool, nil
 }
