@@ -61,7 +61,7 @@ func proxy(ctx context.Context, c *cli.Command) error {
 		return err
 	}
 	defer e.close()
-	log, w, st, tlsCfg := e.log, e.w, e.stack, e.tls
+	log, w, st := e.log, e.w, e.stack
 
 	p, err := server.NewProxy(server.ProxyOptions{
 		Limiter:       st.Limiter(),
@@ -78,6 +78,14 @@ func proxy(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
+	var admin *server.Server
+	if c.String("admin") != "" {
+		admin, err = server.New(server.Options{Limiter: st.Limiter(), Watcher: w, FailureMode: e.opts.FailureMode,
+			Ready: st.Ready, Registry: e.reg, Logger: log, ShutdownTimeout: c.Duration("shutdown-timeout")})
+		if err != nil {
+			return err
+		}
+	}
 	ln, err := listen("listen", c.String("listen"))
 	if err != nil {
 		return err
@@ -88,9 +96,9 @@ func proxy(ctx context.Context, c *cli.Command) error {
 	if ln, err = server.LimitProxyListener(ln, int(c.Int("max-connections")), e.reg); err != nil {
 		return err
 	}
-	if tlsCfg != nil {
-		tlsCfg.NextProtos = []string{"h2", "http/1.1"}
-		ln = tls.NewListener(ln, tlsCfg)
+	if e.tls != nil {
+		e.tls.NextProtos = []string{"h2", "http/1.1"}
+		ln = tls.NewListener(ln, e.tls)
 	}
 	hs := server.Timeouts{Read: c.Duration("read-timeout"), Write: c.Duration("write-timeout")}.Or(server.DefaultProxyTimeouts).Server(p)
 	hs.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
@@ -98,46 +106,27 @@ func proxy(ctx context.Context, c *cli.Command) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	adminDone := make(chan error, 1)
-	if a := c.String("admin"); a != "" {
-		al, err := listen("admin", a)
-		if err != nil {
-			ln.Close()
-			return err
-		}
-		srv, err := server.New(server.Options{Limiter: st.Limiter(), Watcher: w, FailureMode: e.opts.FailureMode,
-			Ready: st.Ready, Registry: e.reg, Logger: log, ShutdownTimeout: c.Duration("shutdown-timeout")})
-		if err != nil {
-			ln.Close()
-			al.Close()
-			return err
-		}
-		go func() { adminDone <- srv.Serve(ctx, al, nil) }()
-	} else {
+	if admin == nil {
 		adminDone <- nil
-	}
-
-	defer reloadOnSIGHUP(ctx, w, log)()
-	stopPprof, err := pprofFromFlags(c, log)
-	if err != nil {
+	} else if al, err := listen("admin", c.String("admin")); err != nil {
 		ln.Close()
-		cancel()
-		return errors.Join(err, <-adminDone)
+		return err
+	} else {
+		go func() { adminDone <- admin.Serve(ctx, al, nil) }()
 	}
-	defer stopPprof()
 
 	log.Info("sluice proxy starting", slog.String("version", version()), slog.String("listen", ln.Addr().String()),
-		slog.Bool("tls", tlsCfg != nil), slog.String("upstream", up.Redacted()), slog.String("store", st.Kind()), slog.String("config", describeConfig(w)))
+		slog.Bool("tls", e.tls != nil), slog.String("upstream", up.Redacted()), slog.String("store", st.Kind()), slog.String("config", describeConfig(w)))
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
 	case <-ctx.Done():
+		sctx, scancel := context.WithTimeout(context.Background(), c.Duration("shutdown-timeout"))
+		defer scancel()
+		log.Info("shutting down: finishing requests in flight")
+		err = hs.Shutdown(sctx)
 	case err = <-errc:
 		cancel()
-		return errors.Join(err, <-adminDone)
 	}
-	sctx, scancel := context.WithTimeout(context.Background(), c.Duration("shutdown-timeout"))
-	defer scancel()
-	log.Info("shutting down: finishing requests in flight")
-	err = hs.Shutdown(sctx)
 	return errors.Join(err, <-adminDone)
 }

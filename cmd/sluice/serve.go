@@ -162,11 +162,6 @@ func serve(ctx context.Context, c *cli.Command) error {
 	if listenHook != nil {
 		listenHook(addrOf(hl), addrOf(gl))
 	}
-	stopPprof, err := pprofFromFlags(c, log)
-	if err != nil {
-		return err
-	}
-	defer stopPprof()
 	attrs := []any{
 		slog.String("version", version()),
 		slog.String("store", st.Kind()),
@@ -184,8 +179,6 @@ func serve(ctx context.Context, c *cli.Command) error {
 		attrs = append(attrs, slog.String("failure_mode", e.opts.FailureMode.String()))
 	}
 	log.Info("sluice starting", attrs...)
-
-	defer reloadOnSIGHUP(ctx, w, log)()
 	return srv.Serve(ctx, hl, gl)
 }
 
@@ -222,24 +215,16 @@ func describeConfig(w *config.Watcher) string {
 	return w.Path()
 }
 
-// reloadOnSIGHUP reloads w's configuration on every SIGHUP until ctx ends or the returned
-// function is called.
-func reloadOnSIGHUP(ctx context.Context, w *config.Watcher, log *slog.Logger) (stop func()) {
+// reloadOnSIGHUP reloads w's configuration on every SIGHUP until the returned function is
+// called.
+func reloadOnSIGHUP(w *config.Watcher, log *slog.Logger) (stop func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	done := make(chan struct{})
 	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-done:
-				return
-			case <-hup:
-				log.Info("SIGHUP: reloading the configuration")
-				w.Reload() // the Watcher logs the outcome
-			}
+		for range hup {
+			log.Info("SIGHUP: reloading the configuration")
+			w.Reload() // the Watcher logs the outcome
 		}
 	}()
-	return func() { signal.Stop(hup); close(done) }
+	return func() { signal.Stop(hup); close(hup) }
 }

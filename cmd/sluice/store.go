@@ -31,6 +31,8 @@ type env struct {
 	stack  *stack.Stack
 	tracer *sdktrace.TracerProvider // nil when tracing is off
 	stopGC func()                   // ends the collector's pacing by --gc-headroom-bytes
+
+	stopPprof, stopHUP func() // end --pprof and the reloads on SIGHUP
 }
 
 // tracerProvider is e.tracer as server options take it: a nil interface when off.
@@ -46,7 +48,8 @@ func (e *env) tracerProvider() trace.TracerProvider {
 // never sets it.
 var clockHook func() time.Time
 
-// start sets up the env of a command; close undoes it.
+// start sets up the env of a command, all but its listeners: it serves --pprof and reloads
+// the configuration on SIGHUP. close undoes it.
 func start(c *cli.Command) (*env, error) {
 	log, err := newLogger(c, c.Root().ErrWriter)
 	if err != nil {
@@ -70,17 +73,25 @@ func start(c *cli.Command) (*env, error) {
 	// A Redis that is down at start is a store failure like any other; one that refuses
 	// the URL's settings fails the command (redisstore.ConfigError).
 	e.opts.Logger, e.opts.Registry, e.opts.ConnectRetry, e.opts.Clock = log, e.reg, true, clockHook
-	if e.stack, err = stack.Open(e.w.Config(), e.opts); err != nil {
+	if e.stack, err = stack.Open(e.w.Config(), e.opts); err == nil {
+		if e.stopPprof, err = pprofFromFlags(c, log); err != nil {
+			e.stack.Close()
+		}
+	}
+	if err != nil {
 		e.w.Close()
 		e.closeTracer()
 		return nil, err
 	}
 	e.stopGC = headroom.Start(c.Int64("gc-headroom-bytes"))
+	e.stopHUP = reloadOnSIGHUP(e.w, log)
 	return e, nil
 }
 
-// close closes the stack and the watcher.
+// close stops what start started and closes the stack and the watcher.
 func (e *env) close() {
+	e.stopHUP()
+	e.stopPprof()
 	if err := e.stack.Close(); err != nil {
 		e.log.Error("closing the store", slog.String("error", err.Error()))
 	} else {
