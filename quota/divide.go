@@ -17,9 +17,7 @@
 // change of demand, shares follow it within two reporting intervals of the first report
 // that measures it (one for every shrinking client to report, one for the growers).
 //
-// [Memory] keeps the state in process (one instance); [Redis] keeps it in Redis, one
-// script call per report, so that several instances on one Redis see the same clients
-// and keep the bound together.
+// [Memory] keeps the state in process; [Redis] keeps it in Redis, for several instances.
 package quota
 
 import (

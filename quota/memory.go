@@ -55,7 +55,7 @@ type client struct {
 
 // Rebalance implements Store.
 func (m *Memory) Rebalance(_ context.Context, reps []Report, out []Assignment) error {
-	now := micros(m.now())
+	now := m.now().UnixMicro()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for i := range reps {
@@ -98,9 +98,8 @@ func (m *Memory) rebalance(r *Report, now int64) Assignment {
 		if m.full(now, true) {
 			return Assignment{Rate: -1}
 		}
-		b = &bucket{key: r.Key, clients: map[string]*client{}}
+		b = &bucket{key: r.Key, clients: map[string]*client{}, expiry: expiry{expires: now}}
 		m.buckets[r.Key] = b
-		b.expires = now
 		heap.Push(&m.byExp, b)
 	}
 	for range expiredPerCall {

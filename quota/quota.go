@@ -42,5 +42,3 @@ type Store interface {
 // expiredPerCall bounds how many expired clients one rebalance removes; those left stay
 // counted, shares too, until a later report removes them (the safe side of the bound).
 const expiredPerCall = 64
-
-func micros(t time.Time) int64 { return t.UnixMicro() }

@@ -21,10 +21,10 @@ var rebalanceLua string
 
 var rebalanceSHA = func() string { h := sha1.Sum([]byte(rebalanceLua)); return hex.EncodeToString(h[:]) }()
 
-// Redis is a Store in Redis: a bucket is a hash of its clients and a sorted set of their
-// expiries, both in one hash slot (so Redis Cluster works), rebalanced by one script
-// call per report (rebalance.lua); several instances on one Redis share the clients and
-// the bound. Both keys expire one TTL after the last report.
+// Redis is a Store in Redis: a bucket is a hash of its clients (prefix{Report.Key}:c) and
+// a sorted set of their expiries (:e), in one hash slot, rebalanced by one script call
+// per report (rebalance.lua); instances on one Redis share the clients and the bound.
+// Both keys expire one TTL after the last report.
 type Redis struct {
 	client func() rueidis.Client
 	prefix string
@@ -32,8 +32,8 @@ type Redis struct {
 }
 
 // NewRedis returns a Redis store on the client that client returns (nil while not
-// connected: Rebalance then fails with ErrNotConnected). Keys are prefix + "{" +
-// Report.Key + "}:c" and ":e". now, when not nil, is the clock; nil uses Redis's TIME.
+// connected: Rebalance then fails with ErrNotConnected). now is the clock; nil uses
+// Redis's TIME.
 func NewRedis(client func() rueidis.Client, prefix string, now func() time.Time) *Redis {
 	return &Redis{client: client, prefix: prefix, now: now}
 }
@@ -49,25 +49,27 @@ func (r *Redis) Rebalance(ctx context.Context, reps []Report, out []Assignment) 
 	}
 	now := "-"
 	if r.now != nil {
-		now = strconv.FormatInt(micros(r.now()), 10)
+		now = strconv.FormatInt(r.now().UnixMicro(), 10)
 	}
 	maxc := strconv.Itoa(MaxClients)
-	cmds := make(rueidis.Commands, len(reps))
-	for i := range reps {
+	// call is reps[i]'s script call: EVALSHA, or EVAL (which loads the script) when eval.
+	call := func(i int, eval bool) rueidis.Completed {
 		rep := &reps[i]
 		base := r.prefix + "{" + rep.Key + "}"
-		cmds[i] = c.B().Evalsha().Sha1(rebalanceSHA).Numkeys(2).Key(base+":c", base+":e").
-			Arg(now, rep.Client, strconv.FormatInt(rep.Rate, 10), strconv.FormatInt(rep.Weight, 10),
-				strconv.FormatInt(rep.TTL.Microseconds(), 10), maxc).Build()
+		keys, args := []string{base + ":c", base + ":e"}, []string{now, rep.Client, strconv.FormatInt(rep.Rate, 10),
+			strconv.FormatInt(rep.Weight, 10), strconv.FormatInt(rep.TTL.Microseconds(), 10), maxc}
+		if eval {
+			return c.B().Eval().Script(rebalanceLua).Numkeys(2).Key(keys...).Arg(args...).Build()
+		}
+		return c.B().Evalsha().Sha1(rebalanceSHA).Numkeys(2).Key(keys...).Arg(args...).Build()
 	}
-	res := c.DoMulti(ctx, cmds...)
-	for i, rr := range res {
+	cmds := make(rueidis.Commands, len(reps))
+	for i := range reps {
+		cmds[i] = call(i, false)
+	}
+	for i, rr := range c.DoMulti(ctx, cmds...) {
 		if err, ok := rueidis.IsRedisErr(rr.Error()); ok && err.IsNoScript() {
-			rep := &reps[i]
-			base := r.prefix + "{" + rep.Key + "}"
-			rr = c.Do(ctx, c.B().Eval().Script(rebalanceLua).Numkeys(2).Key(base+":c", base+":e").
-				Arg(now, rep.Client, strconv.FormatInt(rep.Rate, 10), strconv.FormatInt(rep.Weight, 10),
-					strconv.FormatInt(rep.TTL.Microseconds(), 10), maxc).Build())
+			rr = c.Do(ctx, call(i, true))
 		}
 		vs, err := rr.AsIntSlice()
 		if err != nil {
