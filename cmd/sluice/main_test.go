@@ -162,8 +162,8 @@ func atVirtualTime(t *testing.T, at time.Time) {
 // HTTP base URL, gRPC address and log.
 func started(t *testing.T, args ...string) (string, string, *syncBuffer) {
 	t.Helper()
-	addrs := make(chan [2]net.Addr, 1)
-	listenHook = func(h, g net.Addr) { addrs <- [2]net.Addr{h, g} }
+	addrs := make(chan [2]string, 1)
+	listenHook = func(h, g string) { addrs <- [2]string{h, g} }
 	t.Cleanup(func() { listenHook = nil })
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errb syncBuffer
@@ -187,7 +187,7 @@ func started(t *testing.T, args ...string) (string, string, *syncBuffer) {
 	})
 	select {
 	case a := <-addrs:
-		return "http://" + a[0].String(), a[1].String(), &errb
+		return "http://" + a[0], a[1], &errb
 	case code := <-done:
 		t.Fatalf("serve exited %d: %s", code, errb.String())
 	case <-time.After(30 * time.Second):

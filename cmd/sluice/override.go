@@ -54,11 +54,7 @@ func overrideCommand() *cli.Command {
 					&cli.StringFlag{Name: "expires-in", Usage: "remove the override after this `DURATION` (2s, 720h)", Sources: cli.EnvVars("SLUICE_OVERRIDE_EXPIRES_IN")},
 					&cli.StringFlag{Name: "reason", Usage: "why, for the change log", Sources: cli.EnvVars("SLUICE_OVERRIDE_REASON")},
 				),
-				Action: func(ctx context.Context, c *cli.Command) error {
-					p, id, err := policyIdentity(c)
-					if err != nil {
-						return err
-					}
+				Action: onIdentity(http.MethodPut, func(c *cli.Command) []byte {
 					body, _ := json.Marshal(server.OverrideRequest{
 						LimitSpec: config.LimitSpec{
 							Rate: c.Int64("rate"), Period: c.String("period"), Burst: c.Int64("burst"), Lease: c.String("lease"),
@@ -66,10 +62,10 @@ func overrideCommand() *cli.Command {
 						},
 						ExpiresIn: c.String("expires-in"), Reason: c.String("reason"),
 					})
-					return adminCall(ctx, c, http.MethodPut, overridePath(p, id), body)
-				},
+					return body
+				}),
 			},
-			{Name: "get", Usage: "print one override", ArgsUsage: "POLICY IDENTITY", Flags: with(), Action: onIdentity(http.MethodGet)},
+			{Name: "get", Usage: "print one override", ArgsUsage: "POLICY IDENTITY", Flags: with(), Action: onIdentity(http.MethodGet, nil)},
 			{
 				Name: "list", Usage: "print the overrides in force", Flags: with(&cli.StringFlag{Name: "policy", Usage: "only this policy's", Sources: cli.EnvVars("SLUICE_OVERRIDE_POLICY")}),
 				Action: func(ctx context.Context, c *cli.Command) error {
@@ -80,28 +76,24 @@ func overrideCommand() *cli.Command {
 					return adminCall(ctx, c, http.MethodGet, path, nil)
 				},
 			},
-			{Name: "rm", Usage: "remove an override", ArgsUsage: "POLICY IDENTITY", Flags: with(), Action: onIdentity(http.MethodDelete)},
+			{Name: "rm", Usage: "remove an override", ArgsUsage: "POLICY IDENTITY", Flags: with(), Action: onIdentity(http.MethodDelete, nil)},
 		},
 	}
 }
 
-// onIdentity is the action of a subcommand that sends method, without a body, to the
-// override its POLICY IDENTITY arguments name.
-func onIdentity(method string) cli.ActionFunc {
+// onIdentity is the action of a subcommand that sends method, with the body that body
+// makes (none when nil), to the override its POLICY IDENTITY arguments name.
+func onIdentity(method string, body func(*cli.Command) []byte) cli.ActionFunc {
 	return func(ctx context.Context, c *cli.Command) error {
-		p, id, err := policyIdentity(c)
-		if err != nil {
-			return err
+		if c.NArg() != 2 {
+			return usagef(c, "want POLICY IDENTITY, got %d arguments", c.NArg())
 		}
-		return adminCall(ctx, c, method, overridePath(p, id), nil)
+		var b []byte
+		if body != nil {
+			b = body(c)
+		}
+		return adminCall(ctx, c, method, overridePath(c.Args().Get(0), c.Args().Get(1)), b)
 	}
-}
-
-func policyIdentity(c *cli.Command) (string, string, error) {
-	if c.NArg() != 2 {
-		return "", "", usagef(c, "want POLICY IDENTITY, got %d arguments", c.NArg())
-	}
-	return c.Args().Get(0), c.Args().Get(1), nil
 }
 
 // overridePath escapes the policy and identity into the API's path; the identity may hold

@@ -86,7 +86,7 @@ func serveCommand() *cli.Command {
 }
 
 // listenHook, when set by tests, is told the addresses serve listens on.
-var listenHook func(httpAddr, grpcAddr net.Addr)
+var listenHook func(httpAddr, grpcAddr string)
 
 func serve(ctx context.Context, c *cli.Command) error {
 	e, err := start(c)
@@ -160,7 +160,7 @@ func serve(ctx context.Context, c *cli.Command) error {
 		return cli.Exit("--http and --grpc are both empty: nothing to serve", exitUsage)
 	}
 	if listenHook != nil {
-		listenHook(addrOf(hl), addrOf(gl))
+		listenHook(addrString(hl), addrString(gl))
 	}
 	attrs := []any{
 		slog.String("version", version()),
@@ -192,20 +192,12 @@ func listen(flag, addr string) (net.Listener, error) {
 	return l, nil
 }
 
-// addrOf is l's address, nil for no listener.
-func addrOf(l net.Listener) net.Addr {
-	if l == nil {
-		return nil
-	}
-	return l.Addr()
-}
-
 // addrString is l's address, or "" for no listener.
 func addrString(l net.Listener) string {
-	if a := addrOf(l); a != nil {
-		return a.String()
+	if l == nil {
+		return ""
 	}
-	return ""
+	return l.Addr().String()
 }
 
 func describeConfig(w *config.Watcher) string {

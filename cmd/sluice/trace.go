@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -29,11 +30,7 @@ func newTracerProvider(ctx context.Context, getenv func(string) string, out io.W
 	case "console":
 		exp, err = stdouttrace.New(stdouttrace.WithWriter(out))
 	case "otlp":
-		proto := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-		if proto == "" {
-			proto = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
-		}
-		switch proto {
+		switch proto := cmp.Or(getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), getenv("OTEL_EXPORTER_OTLP_PROTOCOL")); proto {
 		case "grpc":
 			exp, err = otlptracegrpc.New(ctx)
 		case "", "http/protobuf":
