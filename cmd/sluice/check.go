@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -85,21 +86,12 @@ func check(ctx context.Context, c *cli.Command) error {
 	if !cr.Allowed {
 		return cli.Exit("", exitDenied)
 	}
-	if nothingMatched(cr.Limits) {
+	// A limit applied unless its descriptor matched no rule (or a replaced one).
+	applied := func(l server.LimitStatus) bool { return l.Status != "no_match" && l.Status != "replaced" }
+	if !slices.ContainsFunc(cr.Limits, applied) {
 		return cli.Exit("", exitNoMatch)
 	}
 	return nil
-}
-
-// nothingMatched reports whether no limit applied to the request: every descriptor
-// matched no rule (or a replaced one).
-func nothingMatched(ls []server.LimitStatus) bool {
-	for _, l := range ls {
-		if l.Status != "no_match" && l.Status != "replaced" {
-			return false
-		}
-	}
-	return true
 }
 
 // answerError is the error of an answer other than the one asked for: the detail of a

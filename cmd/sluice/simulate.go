@@ -40,10 +40,8 @@ func simulateCommand() *cli.Command {
 			&cli.StringFlag{Name: "redis", Usage: "decide through the Redis store at this `URL` (redis://host:port) with the simulation's clock, instead of in memory", Sources: cli.EnvVars("SLUICE_SIMULATE_REDIS_URL")},
 		},
 		Action: func(ctx context.Context, c *cli.Command) error {
-			if u := c.String("redis"); u != "" {
-				if err := redisstore.CheckURL(u); err != nil {
-					return usagef(c, "--redis: %v", err)
-				}
+			if err := redisstore.CheckURL(c.String("redis")); c.String("redis") != "" && err != nil {
+				return usagef(c, "--redis: %v", err)
 			}
 			err := sim.RunCLI(ctx, sim.CLI{
 				Pattern: c.String("pattern"), Algorithms: c.String("algorithms"), Format: c.String("format"),

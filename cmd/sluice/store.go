@@ -133,10 +133,8 @@ func readStoreFlags(c *cli.Command) (stack.Options, error) {
 	if c.IsSet("deny-cache-max-age") {
 		o.DenyCache.MaxAge = c.Duration("deny-cache-max-age")
 	}
-	if o.RedisURL != "" {
-		if err := redisstore.CheckURL(o.RedisURL); err != nil {
-			return o, usagef(c, "--redis: %v", err)
-		}
+	if err := redisstore.CheckURL(o.RedisURL); o.RedisURL != "" && err != nil {
+		return o, usagef(c, "--redis: %v", err)
 	}
 	if s := c.String("failure-mode"); s != "" {
 		m, err := sluice.ParseFailureMode(s)
