@@ -84,19 +84,19 @@ func startCluster(tb testing.TB, replicas bool, timeoutMS int, opts []Option) *C
 		}
 		c.meet(r, p, buses[p])
 		// REPLICATE fails until the replica has learnt of its primary by gossip.
-		poll(tb, 10*time.Millisecond, func() error {
+		wait(tb, "CLUSTER REPLICATE "+id+" on "+r.Addr(), func() error {
 			_, err := r.Do("CLUSTER", "REPLICATE", id)
-			return wrapf(err, "CLUSTER REPLICATE %s on %s", id, r.Addr())
+			return err
 		})
 	}
 	c.WaitHealthy()
 	for _, r := range c.Replicas {
-		poll(tb, 20*time.Millisecond, func() error {
+		wait(tb, "replica "+r.Addr()+" in sync", func() error {
 			info, err := r.Do("INFO", "replication")
 			if st, _ := InfoField(info, "master_link_status"); err == nil && st == "up" {
 				return nil
 			}
-			return fmt.Errorf("replica %s not in sync: %v %q", r.Addr(), err, info)
+			return fmt.Errorf("%v %q", err, info)
 		})
 	}
 	return c
@@ -127,7 +127,7 @@ func (c *Cluster) Addrs() []string {
 // after a timeout.
 func (c *Cluster) WaitHealthy() {
 	c.tb.Helper()
-	poll(c.tb, 20*time.Millisecond, func() error { return wrapf(c.healthy(), "cluster not healthy") })
+	wait(c.tb, "cluster healthy", c.healthy)
 }
 
 func (c *Cluster) healthy() error {

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // Sentinel is a redis-server in Sentinel mode monitoring one primary, owned by a test.
@@ -35,12 +34,12 @@ func StartSentinel(tb testing.TB, primary *Server, name string) *Sentinel {
 	s.launchNew()
 
 	want := primary.Addr()
-	poll(tb, 20*time.Millisecond, func() error {
+	wait(tb, "sentinel on "+s.Addr()+" reports "+want+" for "+name, func() error {
 		reply, err := s.Do("SENTINEL", "GET-MASTER-ADDR-BY-NAME", name)
 		if host, port, ok := strings.Cut(reply, "\n"); err == nil && ok && net.JoinHostPort(host, port) == want {
 			return nil
 		}
-		return fmt.Errorf("sentinel on %s does not report %s for %q: %q %v", s.Addr(), want, name, reply, err)
+		return fmt.Errorf("%q %v", reply, err)
 	})
 	return &Sentinel{Server: s, Name: name}
 }

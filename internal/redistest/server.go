@@ -27,6 +27,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/poll"
 )
 
 // InstallHint says how to get the binaries the tests need.
@@ -143,7 +145,8 @@ func (s *Server) Log() string {
 	return string(b)
 }
 
-// launch starts the process on s.port and waits until it answers PING.
+// launch starts the process on s.port and waits until it answers PING, failing the test
+// after startTimeout; its error is a process that exited at start (its port taken).
 func (s *Server) launch() error {
 	args := append(append(append([]string(nil), s.conf...), "--port", strconv.Itoa(s.port)), s.args...)
 	cmd := exec.Command(s.bin, args...)
@@ -162,28 +165,27 @@ func (s *Server) launch() error {
 	s.cmd, s.done = cmd, done
 	s.mu.Unlock()
 
-	deadline := time.Now().Add(startTimeout)
-	for {
+	exited := false
+	wait(s.tb, fmt.Sprintf("redis-server on port %d ready", s.port), func() error {
 		select {
 		case <-done:
-			return fmt.Errorf("redis-server on port %d exited at start: %s\n%s", s.port, stderr.String(), tail(s.Log(), 20))
+			exited = true
+			return nil
 		default:
 		}
 		reply, err := s.Do("PING")
-		if err == nil && reply == "PONG" {
-			return nil
-		}
 		// A server that demands authentication (requirepass, ACL users) is up too.
 		var rerr ReplyError
-		if errors.As(err, &rerr) && (strings.HasPrefix(string(rerr), "NOAUTH") || strings.HasPrefix(string(rerr), "WRONGPASS")) {
+		if err == nil && reply == "PONG" || errors.As(err, &rerr) &&
+			(strings.HasPrefix(string(rerr), "NOAUTH") || strings.HasPrefix(string(rerr), "WRONGPASS")) {
 			return nil
 		}
-		if time.Now().After(deadline) {
-			s.Kill()
-			return fmt.Errorf("redis-server on port %d not ready after %v (last: %q, %v)\n%s", s.port, startTimeout, reply, err, tail(s.Log(), 20))
-		}
-		time.Sleep(5 * time.Millisecond)
+		return fmt.Errorf("last: %q, %v\n%s", reply, err, tail(s.Log(), 20))
+	})
+	if exited {
+		return fmt.Errorf("redis-server on port %d exited at start: %s\n%s", s.port, stderr.String(), tail(s.Log(), 20))
 	}
+	return nil
 }
 
 // Kill sends SIGKILL and waits for the process to exit. The port and data directory are
@@ -224,32 +226,16 @@ func (s *Server) Restart() {
 	s.tb.Helper()
 	s.Kill()
 	// The port may be taken meanwhile, or briefly refused by the kernel: retry.
-	poll(s.tb, 50*time.Millisecond, func() error { return wrapf(s.launch(), "restart") })
+	wait(s.tb, "restart", s.launch)
 }
 
-// poll calls f every interval until it returns nil, failing tb with f's last error once
-// startTimeout has passed.
-func poll(tb testing.TB, interval time.Duration, f func() error) {
+// wait returns as soon as f returns nil, and fails tb with what and f's last error when
+// that takes longer than startTimeout.
+func wait(tb testing.TB, what string, f func() error) {
 	tb.Helper()
-	deadline := time.Now().Add(startTimeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("redistest: after %v: %v", startTimeout, err)
-		}
-		time.Sleep(interval)
-	}
-}
-
-// wrapf is err with the context format gives, or nil when err is nil.
-func wrapf(err error, format string, args ...any) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf(format+": %w", append(args, err)...)
+	var err error
+	poll.UntilDescribed(tb, startTimeout, "redistest: "+what, func() bool { err = f(); return err == nil },
+		func() string { return err.Error() })
 }
 
 // Running reports whether the process is alive (it may be paused).
@@ -257,14 +243,11 @@ func (s *Server) Running() bool {
 	s.mu.Lock()
 	done := s.done
 	s.mu.Unlock()
-	if done == nil {
-		return false
-	}
 	select {
 	case <-done:
 		return false
 	default:
-		return true
+		return done != nil // never launched: not running
 	}
 }
 
@@ -312,17 +295,8 @@ func (s *Server) CommandStats() (map[string]CommandStat, error) {
 			continue
 		}
 		var st CommandStat
-		for _, kv := range strings.Split(fields, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			switch k {
-			case "calls":
-				st.Calls, err = strconv.ParseInt(v, 10, 64)
-			case "usec":
-				st.Usec, err = strconv.ParseFloat(v, 64)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("redistest: INFO commandstats: %s: %w", line, err)
-			}
+		if _, err := fmt.Sscanf(fields, "calls=%d,usec=%g", &st.Calls, &st.Usec); err != nil {
+			return nil, fmt.Errorf("redistest: INFO commandstats: %s: %w", line, err)
 		}
 		out[name] = st
 	}
