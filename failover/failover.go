@@ -205,7 +205,7 @@ func (l *Limiter) fallback(reqs []sluice.Request) sluice.Failure {
 			continue
 		}
 		f := reqs[i].Failure.Or(l.def)
-		if strictness(f.Mode) > strictness(out.Mode) {
+		if slices.Index(byStrictness, f.Mode) > slices.Index(byStrictness, out.Mode) {
 			out = f
 		}
 	}
@@ -216,18 +216,8 @@ func (l *Limiter) fallback(reqs []sluice.Request) sluice.Failure {
 	return out
 }
 
-// strictness orders failure modes: closed, then local, then open; FailInherit is 0.
-func strictness(m sluice.FailureMode) int {
-	switch m {
-	case sluice.FailClosed:
-		return 3
-	case sluice.FailLocal:
-		return 2
-	case sluice.FailOpen:
-		return 1
-	}
-	return 0
-}
+// byStrictness lists the failure modes from the least strict.
+var byStrictness = []sluice.FailureMode{sluice.FailOpen, sluice.FailLocal, sluice.FailClosed}
 
 // decideLocal decides reqs on the local limiter, all or nothing, each under its share of
 // its limit; a cost that can never fit its share denies the request without spending.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1127,6 +1128,7 @@ func TestCloseWaitsForStoreCalls(t *testing.T) {
 // strictest says: closed, then local, then open, then inherit.
 func TestStrictness(t *testing.T) {
 	order := []sluice.FailureMode{sluice.FailInherit, sluice.FailOpen, sluice.FailLocal, sluice.FailClosed}
+	strictness := func(m sluice.FailureMode) int { return slices.Index(byStrictness, m) }
 	for i := 1; i < len(order); i++ {
 		if strictness(order[i]) <= strictness(order[i-1]) {
 			t.Errorf("strictness(%v) = %d, not above strictness(%v) = %d", order[i], strictness(order[i]), order[i-1], strictness(order[i-1]))
