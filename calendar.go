@@ -27,12 +27,7 @@ const (
 var calendarNames = [...]string{"", "calendar_day", "calendar_week", "calendar_month", "calendar_year"}
 
 // String returns the unit's configuration name ("calendar_month"), "" for the zero unit.
-func (u CalendarUnit) String() string {
-	if int(u) < len(calendarNames) {
-		return calendarNames[u]
-	}
-	return fmt.Sprintf("calendar(%d)", uint8(u))
-}
+func (u CalendarUnit) String() string { return enumName(calendarNames[:], u, "calendar") }
 
 // Calendar makes a FixedWindow Limit count per calendar period: its windows are bounded
 // by local midnights in Zone, not by multiples of Period since the Unix epoch. The zero

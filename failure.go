@@ -32,12 +32,7 @@ const (
 var failureModeNames = [numFailureModes]string{"inherit", "open", "closed", "local"}
 
 // String returns "open", "closed", "local" or "inherit".
-func (m FailureMode) String() string {
-	if m < numFailureModes {
-		return failureModeNames[m]
-	}
-	return fmt.Sprintf("failure_mode(%d)", uint8(m))
-}
+func (m FailureMode) String() string { return enumName(failureModeNames[:], m, "failure_mode") }
 
 // ParseFailureMode parses "open", "closed" or "local", case-insensitive ("fail_open",
 // "fail-open" and "close" are accepted too). The empty string and "inherit" are
@@ -91,12 +86,7 @@ type BreakerState uint8
 var breakerNames = [...]string{"none", "closed", "half_open", "open"}
 
 // String returns "closed", "half_open", "open" or "none".
-func (s BreakerState) String() string {
-	if int(s) < len(breakerNames) {
-		return breakerNames[s]
-	}
-	return fmt.Sprintf("breaker(%d)", uint8(s))
-}
+func (s BreakerState) String() string { return enumName(breakerNames[:], s, "breaker") }
 
 // ErrorKind classifies an error a Limiter returned or a failure mode absorbed. It is a
 // short snake_case word, suitable as a metric label: "bad_input", "canceled" and "closed"

@@ -91,11 +91,14 @@ var algorithmNames = [numAlgorithms]string{
 }
 
 // String returns the algorithm's snake_case name, as used in configuration files.
-func (a Algorithm) String() string {
-	if a < numAlgorithms {
-		return algorithmNames[a]
+func (a Algorithm) String() string { return enumName(algorithmNames[:], a, "algorithm") }
+
+// enumName is names[v], or kind(v) for a value that has no name.
+func enumName[T ~uint8](names []string, v T, kind string) string {
+	if int(v) < len(names) {
+		return names[v]
 	}
-	return fmt.Sprintf("algorithm(%d)", uint8(a))
+	return fmt.Sprintf("%s(%d)", kind, uint8(v))
 }
 
 // valid reports whether a names one of the algorithms.
@@ -329,12 +332,7 @@ const (
 
 var pathNames = [...]string{"store", "open", "closed", "local", "cache"}
 
-func (p Path) String() string {
-	if int(p) < len(pathNames) {
-		return pathNames[p]
-	}
-	return fmt.Sprintf("path(%d)", uint8(p))
-}
+func (p Path) String() string { return enumName(pathNames[:], p, "path") }
 
 // Decision is everything the limiter saw and decided. Headers and logs are built from it.
 type Decision struct {
