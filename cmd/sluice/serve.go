@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -200,12 +201,7 @@ func addrString(l net.Listener) string {
 	return l.Addr().String()
 }
 
-func describeConfig(w *config.Watcher) string {
-	if w.Path() == "" {
-		return "built-in example"
-	}
-	return w.Path()
-}
+func describeConfig(w *config.Watcher) string { return cmp.Or(w.Path(), "built-in example") }
 
 // reloadOnSIGHUP reloads w's configuration on every SIGHUP until the returned function is
 // called.
