@@ -118,10 +118,7 @@ type generation struct {
 type ticket struct{ g *generation }
 
 func newBreaker(cfg Breaker, now func() time.Time, onChange func(from, to sluice.BreakerState)) *breaker {
-	b := &breaker{cfg: cfg, now: now, bucket: cfg.Window / numBuckets, onChange: onChange}
-	if b.bucket <= 0 {
-		b.bucket = cfg.Window
-	}
+	b := &breaker{cfg: cfg, now: now, bucket: cmp.Or(cfg.Window/numBuckets, cfg.Window), onChange: onChange}
 	b.cur.Store(&generation{state: store.BreakerClosed, start: now()})
 	return b
 }
@@ -242,10 +239,7 @@ func (b *breaker) setState(to sluice.BreakerState, now time.Time) {
 
 // age returns the number of the bucket now falls in, counted from g's start.
 func (b *breaker) age(g *generation, now time.Time) uint64 {
-	if d := now.Sub(g.start); d > 0 {
-		return uint64(d / b.bucket)
-	}
-	return 0
+	return uint64(max(now.Sub(g.start), 0) / b.bucket)
 }
 
 // add adds one call to bucket age of counts.
