@@ -66,25 +66,18 @@ func (c Calendar) validate() error {
 	if c.IsZero() {
 		return nil
 	}
-	max := 0
-	switch c.Unit {
-	case CalendarDay:
-	case CalendarWeek:
-		max = 7
-	case CalendarMonth:
-		max = 31
-	case CalendarYear:
-		max = 366
-	default:
+	anchors := [...]int{CalendarDay: 1, CalendarWeek: 7, CalendarMonth: 31, CalendarYear: 366}
+	if c.Unit == 0 || int(c.Unit) >= len(anchors) {
 		return fmt.Errorf("%w: unknown calendar unit %d", ErrInvalidLimit, uint8(c.Unit))
 	}
-	if c.Anchor < 0 || c.Anchor > max && !(max == 0 && c.Anchor <= 1) {
-		if max == 0 {
-			return fmt.Errorf("%w: calendar_day takes no anchor day, got %d", ErrInvalidLimit, c.Anchor)
-		}
+	switch max := anchors[c.Unit]; {
+	case c.Anchor >= 0 && c.Anchor <= max:
+		return nil
+	case c.Unit == CalendarDay:
+		return fmt.Errorf("%w: calendar_day takes no anchor day, got %d", ErrInvalidLimit, c.Anchor)
+	default:
 		return fmt.Errorf("%w: anchor day %d of %v is outside 1..%d", ErrInvalidLimit, c.Anchor, c.Unit, max)
 	}
-	return nil
 }
 
 // Zone is the time zone of a Calendar: a small comparable handle to a location, made by
