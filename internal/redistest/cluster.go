@@ -184,14 +184,12 @@ func (c *Cluster) NodeForSlot(slot int) *Server {
 			if len(fields) < 9 || !strings.Contains(fields[2], "myself") {
 				continue
 			}
-			for _, r := range fields[8:] {
-				lo, hi, ok := strings.Cut(r, "-")
-				if !ok {
+			for _, r := range fields[8:] { // "lo-hi", "slot", or "[slot->-id]" (migrating)
+				lo, hi := -1, -1
+				if k, _ := fmt.Sscanf(r, "%d-%d", &lo, &hi); k == 1 {
 					hi = lo
 				}
-				l, err1 := strconv.Atoi(lo)
-				h, err2 := strconv.Atoi(hi)
-				if err1 == nil && err2 == nil && l <= slot && slot <= h {
+				if lo <= slot && slot <= hi {
 					return n
 				}
 			}
