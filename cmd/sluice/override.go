@@ -123,13 +123,12 @@ func adminCall(ctx context.Context, c *cli.Command, method, path string, body []
 	if resp.StatusCode/100 != 2 {
 		return answerError(resp, out)
 	}
-	w := c.Root().Writer
 	if len(bytes.TrimSpace(out)) > 0 {
 		var v any
 		if json.Unmarshal(out, &v) == nil {
 			out, _ = json.MarshalIndent(v, "", "  ")
 		}
-		fmt.Fprintf(w, "%s\n", bytes.TrimSpace(out))
+		fmt.Fprintf(c.Root().Writer, "%s\n", bytes.TrimSpace(out))
 	}
 	return nil
 }
