@@ -167,7 +167,7 @@ func mutate(r *rand.Rand, b []byte, other func() []byte) []byte {
 // checkDecode decodes b as a RateLimitRequest with rlsCodec (whole and split in two
 // buffers) and with proto.Unmarshal, and fails unless both refuse it or both return
 // equal messages. Where proto.Unmarshal refuses b for a string that is not UTF-8, the
-// reference is protobuf's own decoding of b as the bytes twin (decodeLenient): a string
+// reference is protobuf's own decoding of b as its twin (decodeLenient): a string
 // is decided as its bytes.
 func checkDecode(t testing.TB, c rlsCodec, b []byte) {
 	t.Helper()

@@ -1,20 +1,20 @@
 package server
 
 import (
+	"cmp"
 	"fmt"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/dynamicpb"
 )
 
 // decodeLenient decodes b into m as proto.Unmarshal does, except that a string may hold
-// any bytes (see rlsCodec). It decodes b as m's twin, whose string fields are bytes
-// fields (the same wire format without the UTF-8 check), then copies the twin into m.
+// any bytes (see rlsCodec). It decodes b as m's twin (see twinOf), then copies the twin
+// into m.
 func decodeLenient(b []byte, m proto.Message) error {
 	dst := m.ProtoReflect()
 	md, err := twinOf(dst.Descriptor())
@@ -30,104 +30,63 @@ func decodeLenient(b []byte, m proto.Message) error {
 	return nil
 }
 
-var twins sync.Map // protoreflect.FullName -> twinResult
+var twins sync.Map // protoreflect.FullName -> func() (protoreflect.MessageDescriptor, error)
 
-type twinResult struct {
-	md  protoreflect.MessageDescriptor
-	err error
-}
-
-// twinOf returns the twin of md, built once: the files of every message reachable from
-// md, rebuilt with every string field made bytes and every map a repeated field of its
-// entries (a map key cannot be bytes).
+// twinOf returns the twin of md, built once: md in a copy of its file and of the files
+// that file imports, where every proto3 file is an editions file with utf8_validation
+// NONE. A twin's fields all have explicit presence: it holds each value the wire set.
 func twinOf(md protoreflect.MessageDescriptor) (protoreflect.MessageDescriptor, error) {
-	if t, ok := twins.Load(md.FullName()); ok {
-		return t.(twinResult).md, t.(twinResult).err
-	}
-	t := buildTwin(md)
-	twins.Store(md.FullName(), t)
-	return t.md, t.err
+	build, _ := twins.LoadOrStore(md.FullName(),
+		sync.OnceValues(func() (protoreflect.MessageDescriptor, error) { return buildTwin(md) }))
+	return build.(func() (protoreflect.MessageDescriptor, error))()
 }
 
-func buildTwin(md protoreflect.MessageDescriptor) twinResult {
-	// The files to twin: those of the messages reachable from md.
-	r := twinResolver{local: new(protoregistry.Files), todo: map[string]protoreflect.FileDescriptor{}}
-	msgs := map[protoreflect.FullName]bool{}
-	var visit func(m protoreflect.MessageDescriptor)
-	visit = func(m protoreflect.MessageDescriptor) {
-		if msgs[m.FullName()] {
+func buildTwin(md protoreflect.MessageDescriptor) (protoreflect.MessageDescriptor, error) {
+	set, seen := new(descriptorpb.FileDescriptorSet), map[string]bool{}
+	var add func(fd protoreflect.FileDescriptor)
+	add = func(fd protoreflect.FileDescriptor) {
+		if seen[fd.Path()] {
 			return
 		}
-		msgs[m.FullName()] = true
-		r.todo[m.ParentFile().Path()] = m.ParentFile()
-		fields := m.Fields()
-		for i := range fields.Len() {
-			if f := fields.Get(i); f.Message() != nil {
-				visit(f.Message())
+		seen[fd.Path()] = true
+		imports := fd.Imports()
+		for i := range imports.Len() {
+			add(imports.Get(i).FileDescriptor)
+		}
+		fdp := protodesc.ToFileDescriptorProto(fd)
+		if fd.Syntax() == protoreflect.Proto3 {
+			fdp.Syntax = proto.String("editions")
+			fdp.Edition = descriptorpb.Edition_EDITION_2023.Enum()
+			fdp.Options = cmp.Or(fdp.Options, new(descriptorpb.FileOptions))
+			none := descriptorpb.FeatureSet_NONE
+			fdp.Options.Features = &descriptorpb.FeatureSet{Utf8Validation: &none}
+			for _, m := range fdp.MessageType {
+				noProto3Optional(m)
 			}
 		}
+		set.File = append(set.File, fdp)
 	}
-	visit(md)
-	if _, err := r.FindFileByPath(md.ParentFile().Path()); err != nil {
-		return twinResult{err: err}
+	add(md.ParentFile())
+	files, err := protodesc.NewFiles(set)
+	var d protoreflect.Descriptor
+	if err == nil {
+		d, err = files.FindDescriptorByName(md.FullName())
 	}
-	d, err := r.local.FindDescriptorByName(md.FullName())
 	if err != nil {
-		return twinResult{err: fmt.Errorf("the bytes twin of %s: %w", md.FullName(), err)}
+		return nil, fmt.Errorf("the twin of %s: %w", md.FullName(), err)
 	}
-	return twinResult{md: d.(protoreflect.MessageDescriptor)}
+	return d.(protoreflect.MessageDescriptor), nil
 }
 
-// stringsToBytes makes every string field of m and its nested messages bytes, and every
-// map entry a plain message.
-func stringsToBytes(m *descriptorpb.DescriptorProto) {
+// noProto3Optional clears proto3_optional, which an editions file cannot declare, in m
+// and its nested messages: each such field keeps its oneof of one field.
+func noProto3Optional(m *descriptorpb.DescriptorProto) {
 	for _, f := range m.Field {
-		if f.GetType() == descriptorpb.FieldDescriptorProto_TYPE_STRING {
-			f.Type = descriptorpb.FieldDescriptorProto_TYPE_BYTES.Enum()
-		}
-	}
-	if m.GetOptions().GetMapEntry() {
-		m.Options.MapEntry = nil
+		f.Proto3Optional = nil
 	}
 	for _, n := range m.NestedType {
-		stringsToBytes(n)
+		noProto3Optional(n)
 	}
-}
-
-// twinResolver resolves the twin files, building each file of todo (and so first its
-// imports) when first asked for, then every other file as the program registered it.
-type twinResolver struct {
-	local *protoregistry.Files
-	todo  map[string]protoreflect.FileDescriptor
-}
-
-func (r twinResolver) FindFileByPath(path string) (protoreflect.FileDescriptor, error) {
-	if fd, err := r.local.FindFileByPath(path); err == nil {
-		return fd, nil
-	}
-	fd, ok := r.todo[path]
-	if !ok {
-		return protoregistry.GlobalFiles.FindFileByPath(path)
-	}
-	fdp := protodesc.ToFileDescriptorProto(fd)
-	for _, m := range fdp.MessageType {
-		stringsToBytes(m)
-	}
-	twin, err := protodesc.NewFile(fdp, r)
-	if err == nil {
-		err = r.local.RegisterFile(twin)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("the bytes twin of %s: %w", path, err)
-	}
-	return twin, nil
-}
-
-func (r twinResolver) FindDescriptorByName(name protoreflect.FullName) (protoreflect.Descriptor, error) {
-	if d, err := r.local.FindDescriptorByName(name); err == nil {
-		return d, nil
-	}
-	return protoregistry.GlobalFiles.FindDescriptorByName(name)
 }
 
 // copyTwin copies src, a twin, into dst, the message it mirrors, by field number.
@@ -137,41 +96,34 @@ func copyTwin(dst, src protoreflect.Message) {
 		df := fields.ByNumber(sf.Number())
 		switch {
 		case df.IsMap():
-			entries, to := v.List(), dst.Mutable(df).Map()
-			for i := range entries.Len() {
-				e := entries.Get(i).Message()
-				ef := e.Descriptor().Fields()
-				k := twinValue(df.MapKey(), e.Get(ef.ByNumber(1)), nil).MapKey()
-				to.Set(k, twinValue(df.MapValue(), e.Get(ef.ByNumber(2)), to.NewValue))
-			}
+			to := dst.Mutable(df).Map()
+			v.Map().Range(func(k protoreflect.MapKey, v protoreflect.Value) bool {
+				to.Set(k, twinValue(v, to.NewValue))
+				return true
+			})
 		case df.IsList():
 			from, to := v.List(), dst.Mutable(df).List()
 			for i := range from.Len() {
-				to.Append(twinValue(df, from.Get(i), to.NewElement))
+				to.Append(twinValue(from.Get(i), to.NewElement))
 			}
 		case df.Message() != nil:
 			copyTwin(dst.Mutable(df).Message(), v.Message())
 		default:
-			dst.Set(df, twinValue(df, v, nil))
+			dst.Set(df, v)
 		}
 		return true
 	})
-	if u := src.GetUnknown(); len(u) > 0 {
-		dst.SetUnknown(u)
-	}
+	dst.SetUnknown(src.GetUnknown())
 }
 
-// twinValue is v, a twin's value, as a value of field f: a string for a string, and for a
-// message a copy into one newMsg makes.
-func twinValue(f protoreflect.FieldDescriptor, v protoreflect.Value,
-	newMsg func() protoreflect.Value) protoreflect.Value {
-	switch {
-	case f.Message() != nil:
-		m := newMsg()
-		copyTwin(m.Message(), v.Message())
-		return m
-	case f.Kind() == protoreflect.StringKind:
-		return protoreflect.ValueOfString(string(v.Bytes()))
+// twinValue is v, a twin's list element or map value: for a message, a copy into the one
+// newMsg makes; else v itself.
+func twinValue(v protoreflect.Value, newMsg func() protoreflect.Value) protoreflect.Value {
+	m, ok := v.Interface().(protoreflect.Message)
+	if !ok {
+		return v
 	}
-	return v
+	c := newMsg()
+	copyTwin(c.Message(), m)
+	return c
 }

@@ -10,8 +10,12 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/dynamicpb"
 )
 
 // withBytes marshals m, whose strings hold the placeholder "\x01" (and no other byte of
@@ -96,5 +100,46 @@ func TestUnicodeText(t *testing.T) {
 		if replaced := strings.Count(v.Key, "\uFFFD") > strings.Count(tc.body, "\uFFFD")+strings.Count(strings.ToLower(tc.body), `\ufffd`); replaced == tc.want {
 			t.Errorf("%s: encoding/json replaced something: %v, but unicodeText says %v", tc.body, replaced, tc.want)
 		}
+	}
+}
+
+// TestDecodeLenientPresence: decodeLenient keeps each field's presence, proto3 optional
+// ones too: an empty string sent for an optional field is present, one sent for a plain
+// field is not, and either may hold any bytes.
+func TestDecodeLenientPresence(t *testing.T) {
+	fdp := new(descriptorpb.FileDescriptorProto)
+	if err := prototext.Unmarshal([]byte(`name: "lenient_test.proto" syntax: "proto3"
+		package: "lenienttest" message_type { name: "M"
+		field { name: "opt" number: 1 label: LABEL_OPTIONAL type: TYPE_STRING
+			proto3_optional: true oneof_index: 0 }
+		field { name: "plain" number: 2 label: LABEL_OPTIONAL type: TYPE_STRING }
+		oneof_decl { name: "_opt" } }`), fdp); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := protodesc.NewFile(fdp, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := fd.Messages().Get(0)
+	opt, plain := md.Fields().ByNumber(1), md.Fields().ByNumber(2)
+	for _, tc := range []struct {
+		opt, plain string
+		hasOpt     bool
+	}{{"", "", true}, {"\xff", "", true}, {"", "\xf1a", true}, {"a", "\xc3(", true}} {
+		var b []byte
+		b = protowire.AppendString(protowire.AppendTag(b, 1, protowire.BytesType), tc.opt)
+		b = protowire.AppendString(protowire.AppendTag(b, 2, protowire.BytesType), tc.plain)
+		m := dynamicpb.NewMessage(md)
+		if err := decodeLenient(b, m); err != nil {
+			t.Fatalf("%q: %v", b, err)
+		}
+		if m.Has(opt) != tc.hasOpt || m.Has(plain) != (tc.plain != "") ||
+			m.Get(opt).String() != tc.opt || m.Get(plain).String() != tc.plain {
+			t.Errorf("%q: decoded %v", b, m)
+		}
+	}
+	b := protowire.AppendString(protowire.AppendTag(nil, 2, protowire.BytesType), "")
+	if m := dynamicpb.NewMessage(md); decodeLenient(b, m) != nil || m.Has(opt) || m.Has(plain) {
+		t.Errorf("%q: decoded %v", b, m)
 	}
 }
