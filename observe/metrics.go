@@ -1,6 +1,7 @@
 package observe
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -53,19 +54,17 @@ type Metrics struct {
 	// found without the map.
 	policies sync.Map // policy string -> *policyMetrics
 	last     atomic.Pointer[policyMetrics]
-	// breakerStates are the breaker_state series by state; breakerMu serializes their
-	// updates and breakerNow is the state they show.
-	breakerStates []prometheus.Gauge
-	breakerMu     sync.Mutex
-	breakerNow    atomic.Int32
+	// breakerMu serializes updates of the breaker_state series; breakerNow is the state
+	// they show.
+	breakerMu  sync.Mutex
+	breakerNow atomic.Int32
 
 	evictMu   sync.Mutex
-	evictLast int64
-	evictSeen bool
+	evictLast int64 // the last evicted_keys read, -1 before the first
 
-	ctx     context.Context // ends at Close
-	cancel  context.CancelFunc
-	stopped chan struct{}
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	polls  sync.WaitGroup
 }
 
 // MetricsOption configures Metrics.
@@ -95,10 +94,7 @@ func WithLatencyBuckets(b []float64) MetricsOption {
 // Growth is also logged as a warning, since each evicted key is a quota reset. Each poll
 // gets a context bounded by the interval. Close stops the polling.
 func WithEvictedKeys(f func(context.Context) (int64, error), interval time.Duration) MetricsOption {
-	return func(c *metricsConfig) {
-		c.evictFn = f
-		c.evictEvery = interval
-	}
+	return func(c *metricsConfig) { c.evictFn, c.evictEvery = f, interval }
 }
 
 // WithMetricsLogger sets the logger for eviction warnings (default slog.Default()).
@@ -116,9 +112,7 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, err
 	for _, o := range opts {
 		o(&c)
 	}
-	if c.logger == nil {
-		c.logger = slog.Default()
-	}
+	c.logger = cmp.Or(c.logger, slog.Default())
 	if c.evictEvery <= 0 {
 		c.evictEvery = 15 * time.Second
 	}
@@ -144,7 +138,7 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, err
 		evicted:       prometheus.NewCounter(prometheus.CounterOpts{Namespace: c.namespace, Name: "redis_evicted_keys_total", Help: "Growth of Redis's evicted_keys since the first poll; each evicted key is a reset quota."}),
 		evictErrors:   prometheus.NewCounter(prometheus.CounterOpts{Namespace: c.namespace, Name: "redis_evicted_keys_poll_errors_total", Help: "Failed polls of Redis's evicted_keys."}),
 		metricsConfig: c,
-		stopped:       make(chan struct{}),
+		evictLast:     -1,
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	cs := []prometheus.Collector{m.decisions, m.fallbacks, m.storeLatency, m.storeErrors, m.breaker}
@@ -159,15 +153,9 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, err
 			return nil, fmt.Errorf("observe: register metrics: %w", err)
 		}
 	}
-	for _, st := range breakerStates {
-		m.breakerStates = append(m.breakerStates, m.breaker.WithLabelValues(st.String()))
-	}
-	m.breakerNow.Store(-1)
 	m.setBreaker(store.BreakerClosed)
 	if m.evictFn != nil {
-		go m.pollLoop()
-	} else {
-		close(m.stopped)
+		m.polls.Go(m.pollLoop)
 	}
 	return m, nil
 }
@@ -175,12 +163,11 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, err
 // Close stops polling evicted_keys. The metrics stay registered.
 func (m *Metrics) Close() error {
 	m.cancel()
-	<-m.stopped
+	m.polls.Wait()
 	return nil
 }
 
 func (m *Metrics) pollLoop() {
-	defer close(m.stopped)
 	t := time.NewTicker(m.evictEvery)
 	defer t.Stop()
 	for {
@@ -210,13 +197,12 @@ func (m *Metrics) PollEvictedKeys(ctx context.Context) error {
 	}
 	m.evictMu.Lock()
 	defer m.evictMu.Unlock()
-	if !m.evictSeen {
-		m.evictSeen, m.evictLast = true, n
-		return nil
-	}
 	growth := n - m.evictLast
 	if n < m.evictLast {
 		growth = n // the counter restarted
+	}
+	if m.evictLast < 0 {
+		growth = 0 // the baseline
 	}
 	m.evictLast = n
 	if growth > 0 {
@@ -235,12 +221,12 @@ func (m *Metrics) setBreaker(s sluice.BreakerState) {
 	}
 	m.breakerMu.Lock()
 	defer m.breakerMu.Unlock()
-	for i, g := range m.breakerStates {
+	for _, st := range breakerStates {
 		v := 0.0
-		if breakerStates[i] == s {
+		if st == s {
 			v = 1
 		}
-		g.Set(v)
+		m.breaker.WithLabelValues(st.String()).Set(v)
 	}
 	m.breakerNow.Store(int32(s))
 }
@@ -274,10 +260,9 @@ type policyMetrics struct {
 	latency   prometheus.Observer
 }
 
-// policy returns the series of the named policy, made on its first decision. Whatever
-// last holds is a policy's own series (each name has one *policyMetrics, the map's), so
-// a stale last, overwritten by a concurrent decision of another policy, costs a map
-// lookup and never a wrong series.
+// policy returns the series of the named policy, made on its first decision. A stale
+// last (a concurrent decision of another policy stored its own) costs a map lookup,
+// never a wrong series: each name has one *policyMetrics, the map's.
 func (m *Metrics) policy(name string) *policyMetrics {
 	if p := m.last.Load(); p != nil && p.name == name {
 		return p

@@ -132,7 +132,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit sluice.Limit, n 
 func (l *Limiter) Reserve(ctx context.Context, key string, limit sluice.Limit, n int64) (sluice.Reservation, error) {
 	res, err := l.inner.Reserve(ctx, key, limit, n)
 	l.logOp(ctx, opLevel(err), "rate limit reservation", key, err, func() []slog.Attr {
-		return append(limitAttrs(limit),
+		return append(limitAttrs(nil, limit),
 			slog.Int64("cost", n),
 			slog.Bool("ok", res.OK),
 			logattr.Millis("delay_ms", res.Delay),
@@ -141,13 +141,13 @@ func (l *Limiter) Reserve(ctx context.Context, key string, limit sluice.Limit, n
 	return res, err
 }
 
-// limitAttrs are the attributes that name a limit in the logs of Reserve, Settle and Reset.
-func limitAttrs(limit sluice.Limit) []slog.Attr {
-	return []slog.Attr{
+// limitAttrs appends to attrs the attributes that name limit in the logs.
+func limitAttrs(attrs []slog.Attr, limit sluice.Limit) []slog.Attr {
+	return append(attrs,
 		slog.String("algorithm", limit.Algorithm.String()),
 		slog.Int64("limit", limit.Rate),
 		logattr.Millis("period_ms", limit.Period),
-	}
+	)
 }
 
 // Release implements sluice.Limiter. Releases are logged at Debug, failed ones at Warn.
@@ -172,7 +172,7 @@ func (l *Limiter) Settle(ctx context.Context, key string, limit sluice.Limit, re
 		level = slog.LevelInfo
 	}
 	l.logOp(ctx, level, "rate limit settlement", key, err, func() []slog.Attr {
-		return append(limitAttrs(limit),
+		return append(limitAttrs(nil, limit),
 			slog.Int64("cost", cost),
 			slog.Int64("remaining", d.Remaining),
 		)
@@ -205,7 +205,8 @@ func (l *Limiter) logOp(ctx context.Context, level slog.Level, msg, key string, 
 // Reset implements sluice.Limiter. Resets are logged at Info.
 func (l *Limiter) Reset(ctx context.Context, key string, limit sluice.Limit) error {
 	err := l.inner.Reset(ctx, key, limit)
-	l.logOp(ctx, slog.LevelInfo, "rate limit reset", key, err, func() []slog.Attr { return limitAttrs(limit) })
+	l.logOp(ctx, slog.LevelInfo, "rate limit reset", key, err,
+		func() []slog.Attr { return limitAttrs(nil, limit) })
 	return err
 }
 
@@ -226,23 +227,20 @@ func (l *Limiter) observe(ctx context.Context, rep *sluice.Report, start time.Ti
 	if l.logger == nil {
 		return
 	}
-	l.fails.tick(l, ctx, start.Add(elapsed)) // nothing to do unless failures are summarised
-	mode := ""                               // the failure mode, when one took part
+	now := start.Add(elapsed)
+	if due := l.fails.due.Load(); due != 0 && now.UnixNano() >= due {
+		l.fails.flush(l, ctx, now, false) // the summaries of an interval that is over
+	}
+	mode := "" // the failure mode, when one took part
 	if failedOver(d.Path) || rep.Fallback.Mode != sluice.FailInherit {
 		mode = rep.Fallback.Mode.String()
 	}
 	level := slog.LevelInfo
-	if err != nil || failedOver(d.Path) || cause != nil {
+	if failedOver(d.Path) || cause != nil {
 		level = slog.LevelWarn
 		if l.fails.every > 0 && l.logger.Enabled(ctx, level) {
 			k := failKey{policy: policy, kind: kind, mode: mode, path: d.Path}
-			first := l.fails.note(l, ctx, start.Add(elapsed), k, d.Allowed, func() string {
-				if cause == nil {
-					return ""
-				}
-				return l.redact(cause.Error(), r.Key)
-			})
-			if !first {
+			if !l.fails.note(l, now, k, d.Allowed, cause, r.Key) {
 				return
 			}
 		}
@@ -253,51 +251,37 @@ func (l *Limiter) observe(ctx context.Context, rep *sluice.Report, start time.Ti
 		return
 	}
 	lim := d.Limit
-	attrs := append(make([]slog.Attr, 0, 24),
+	attrs := limitAttrs(append(make([]slog.Attr, 0, 24),
 		slog.String("policy", policy),
 		slog.String("key", l.hash(r.Key)),
-		slog.String("algorithm", lim.Algorithm.String()),
-		slog.Int64("limit", lim.Rate),
-		logattr.Millis("period_ms", lim.Period),
-	)
-	if c := lim.Calendar; !c.IsZero() {
-		attrs = append(attrs, slog.String("calendar", c.String()))
+	), lim)
+	add := func(ok bool, as ...slog.Attr) { // the attributes as, when ok
+		if ok {
+			attrs = append(attrs, as...)
+		}
 	}
-	if lim.Burst > 0 {
-		attrs = append(attrs, slog.Int64("burst", lim.Burst))
-	}
+	add(!lim.Calendar.IsZero(), slog.String("calendar", lim.Calendar.String()))
+	add(lim.Burst > 0, slog.Int64("burst", lim.Burst))
 	attrs = append(attrs,
 		slog.Int64("cost", r.N),
 		slog.Bool("allowed", d.Allowed),
 		slog.Int64("remaining", d.Remaining),
 	)
-	if err == nil && d.Path != sluice.PathOpen && d.Path != sluice.PathClosed {
-		attrs = append(attrs, slog.Int64("used", max(lim.MaxCost()-d.Remaining, 0)))
-	}
+	add(err == nil && d.Path != sluice.PathOpen && d.Path != sluice.PathClosed,
+		slog.Int64("used", max(lim.MaxCost()-d.Remaining, 0)))
 	attrs = append(attrs,
 		logattr.Millis("retry_after_ms", d.RetryAfter),
 		logattr.Millis("reset_after_ms", d.ResetAfter),
 		slog.String("path", d.Path.String()),
 	)
-	if r.Shadow {
-		attrs = append(attrs, slog.Bool("shadow", true))
-	}
-	if mode != "" {
-		attrs = append(attrs, slog.String("mode", mode))
-		if rep.Fallback.Mode == sluice.FailLocal {
-			attrs = append(attrs, slog.Float64("share", rep.Fallback.Share))
-		}
-	}
-	if rep.Breaker != store.BreakerNone {
-		attrs = append(attrs, slog.String("breaker", rep.Breaker.String()))
-	}
-	if called {
-		attrs = append(attrs, logattr.Micros("store_latency_us", storeLatency))
-	}
+	add(r.Shadow, slog.Bool("shadow", true))
+	add(mode != "", slog.String("mode", mode))
+	add(mode != "" && rep.Fallback.Mode == sluice.FailLocal,
+		slog.Float64("share", rep.Fallback.Share))
+	add(rep.Breaker != store.BreakerNone, slog.String("breaker", rep.Breaker.String()))
+	add(called, logattr.Micros("store_latency_us", storeLatency))
 	attrs = append(attrs, logattr.Micros("latency_us", elapsed))
-	if size > 1 {
-		attrs = append(attrs, slog.Int("batch", batch), slog.Int("batch_size", size))
-	}
+	add(size > 1, slog.Int("batch", batch), slog.Int("batch_size", size))
 	if cause != nil {
 		attrs = append(attrs, slog.String("error", l.redact(cause.Error(), r.Key)), slog.String("error_kind", string(kind)))
 	}
@@ -306,14 +290,11 @@ func (l *Limiter) observe(ctx context.Context, rep *sluice.Report, start time.Ti
 
 // sample reports whether this sampled decision (see WithSampling) is logged.
 func (l *Limiter) sample() bool {
-	switch {
-	case l.sampling >= 1:
-		return true
-	case l.sampling <= 0:
-		return false
+	if l.sampling <= 0 || l.sampling >= 1 {
+		return l.sampling >= 1
 	}
-	i := l.n.Add(1) - 1
-	return uint64(float64(i+1)*l.sampling) > uint64(float64(i)*l.sampling)
+	i := l.n.Add(1)
+	return uint64(float64(i)*l.sampling) > uint64(float64(i-1)*l.sampling)
 }
 
 // minRedactLen is the shortest key redact replaces in messages: shorter ones would
@@ -325,10 +306,6 @@ func (l *Limiter) redact(msg, key string) string {
 	if len(key) < minRedactLen {
 		return msg
 	}
-	h := l.hash(key)
-	msg = strings.ReplaceAll(msg, key, h)
-	if q := strconv.Quote(key); len(q) > 2 {
-		msg = strings.ReplaceAll(msg, q[1:len(q)-1], h)
-	}
-	return msg
+	h, q := l.hash(key), strconv.Quote(key)
+	return strings.ReplaceAll(strings.ReplaceAll(msg, key, h), q[1:len(q)-1], h)
 }

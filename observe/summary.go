@@ -31,8 +31,7 @@ type failKey struct {
 }
 
 type failCount struct {
-	suppressed      int64 // decisions after the first, not logged on their own
-	allowed, denied int64 // of the suppressed
+	allowed, denied int64 // decisions after the first, not logged on their own
 	errMsg          string
 }
 
@@ -47,10 +46,10 @@ type failures struct {
 	due    atomic.Int64 // UnixNano at which the current interval ends; 0: nothing counted
 }
 
-// note records a failure decision at now and reports whether it is the first of its group
-// in the interval (and so logged in full).
-func (f *failures) note(l *Limiter, ctx context.Context, now time.Time, k failKey, allowed bool, errMsg func() string) bool {
-	f.tick(l, ctx, now)
+// note records a failure decision at now, caused by cause (nil if none) on key, and
+// reports whether it is the first of its group in the interval (and so logged in full).
+func (f *failures) note(l *Limiter, now time.Time, k failKey, allowed bool,
+	cause error, key string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.groups) == 0 {
@@ -62,71 +61,54 @@ func (f *failures) note(l *Limiter, ctx context.Context, now time.Time, k failKe
 		f.groups[k] = &failCount{}
 		return true
 	}
-	g.suppressed++
 	if allowed {
 		g.allowed++
 	} else {
 		g.denied++
 	}
-	if g.errMsg == "" {
-		g.errMsg = errMsg()
+	if g.errMsg == "" && cause != nil {
+		g.errMsg = l.redact(cause.Error(), key)
 	}
 	return false
 }
 
-// tick writes the summaries of an interval that is over at now, if any. It is one atomic
-// load when no interval is under way.
-func (f *failures) tick(l *Limiter, ctx context.Context, now time.Time) {
-	if d := f.due.Load(); d != 0 && now.UnixNano() >= d {
-		f.flush(l, ctx, now, false)
-	}
-}
-
-// flush ends the interval under way and writes its summaries if it is over at now, or
-// with force whenever one is under way.
+// flush ends the interval under way if it is over at now, or with force whenever one is
+// under way, and writes a summary for each of its groups that suppressed lines.
 func (f *failures) flush(l *Limiter, ctx context.Context, now time.Time, force bool) {
 	f.mu.Lock()
 	var lines [][]slog.Attr
 	if d := f.due.Load(); d != 0 && (force || now.UnixNano() >= d) {
-		lines = f.drain(now)
+		for k, g := range f.groups {
+			if g.allowed+g.denied == 0 {
+				continue
+			}
+			attrs := []slog.Attr{
+				slog.String("policy", k.policy),
+				slog.String("error_kind", string(k.kind)),
+				slog.String("path", k.path.String()),
+			}
+			if k.mode != "" {
+				attrs = append(attrs, slog.String("mode", k.mode))
+			}
+			attrs = append(attrs,
+				slog.Int64("suppressed", g.allowed+g.denied),
+				slog.Int64("allowed", g.allowed),
+				slog.Int64("denied", g.denied),
+				slog.Time("since", f.start),
+				logattr.Millis("interval_ms", now.Sub(f.start)),
+			)
+			if g.errMsg != "" {
+				attrs = append(attrs, slog.String("error", g.errMsg))
+			}
+			lines = append(lines, attrs)
+		}
+		clear(f.groups)
+		f.due.Store(0)
 	}
 	f.mu.Unlock()
 	for _, attrs := range lines {
 		l.logger.LogAttrs(ctx, slog.LevelWarn, "rate limit failures", attrs...)
 	}
-}
-
-// drain ends the interval and returns a summary for each group that suppressed lines.
-// Called with f.mu held.
-func (f *failures) drain(now time.Time) [][]slog.Attr {
-	var lines [][]slog.Attr
-	for k, g := range f.groups {
-		if g.suppressed == 0 {
-			continue
-		}
-		attrs := []slog.Attr{
-			slog.String("policy", k.policy),
-			slog.String("error_kind", string(k.kind)),
-			slog.String("path", k.path.String()),
-		}
-		if k.mode != "" {
-			attrs = append(attrs, slog.String("mode", k.mode))
-		}
-		attrs = append(attrs,
-			slog.Int64("suppressed", g.suppressed),
-			slog.Int64("allowed", g.allowed),
-			slog.Int64("denied", g.denied),
-			slog.Time("since", f.start),
-			logattr.Millis("interval_ms", now.Sub(f.start)),
-		)
-		if g.errMsg != "" {
-			attrs = append(attrs, slog.String("error", g.errMsg))
-		}
-		lines = append(lines, attrs)
-	}
-	clear(f.groups)
-	f.due.Store(0)
-	return lines
 }
 
 // Flush writes the failure summary of the current interval now, without waiting for it to
