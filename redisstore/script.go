@@ -286,23 +286,6 @@ func decideArgs(args []string, now, minTTL string, reqs, groups []byte, repeats,
 	return append(append(args, now, minTTL, bytesString(reqs)), opt[:n]...)
 }
 
-// calendarArgs appends to reqs the request of it as decide.lua reads it, and, for a
-// calendar limit, its bounds around now to cal, returning them too.
-func calendarArgs(reqs, cal []byte, item *item, now int64) (_, _ []byte, b algo.Bounds) {
-	it, n := item.info, item.n
-	if it.code != calendarCode {
-		return item.appendPacked(reqs), cal, b
-	}
-	b = algo.BoundsAt(it.limit.Calendar, now)
-	reqs = append(reqs, it.packed[:16]...)
-	reqs = appendFloat(reqs, int64(len(cal)/32+1))
-	reqs = appendFloat(append(reqs, it.packed[24:]...), n)
-	for _, x := range b {
-		cal = appendFloat(cal, x)
-	}
-	return reqs, cal, b
-}
-
 // loadScripts loads the decision scripts on every node, so that the first decisions find
 // them cached. Failures are harmless: eval heals a missing script.
 func (s *Store) loadScripts(ctx context.Context, client rueidis.Client) error {

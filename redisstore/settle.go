@@ -109,5 +109,5 @@ func (s *Store) Settle(ctx context.Context, key string, limit sluice.Limit, rese
 	case 2:
 		return sluice.Decision{}, fmt.Errorf("%w: %s", sluice.ErrSettled, reservation)
 	}
-	return readResults(vals[8:], 1)[0].Decision(limit), nil
+	return algo.Outcome{Result: readResult(vals[8:])}.Decision(limit), nil
 }
