@@ -353,7 +353,8 @@ type callBufs struct {
 	strs       []string
 	ctx        *callCtx // the context of calls with a deadline, nil until one is made
 	args       []string // decideArgs
-	now, at    int64    // the call's instant as the store knows it (Store.callNow); the script's
+	now        int64    // the call's instant as the store knows it (Store.callNow)
+	at         int64    // the script's now, once read
 }
 
 // start empties b for a call made now, and returns the scripts' now argument.
@@ -364,8 +365,8 @@ func (b *callBufs) start(s *Store) (nowArg string) {
 	return nowArg
 }
 
-// add appends it's key, and its request as decide.lua reads it, with a calendar limit's
-// bounds around b.now.
+// add appends the key of it, and its request as decide.lua reads it, with a calendar
+// limit's bounds around b.now.
 func (b *callBufs) add(s *Store, it *item) {
 	b.keys = s.appendKey(b.keys, it.id, it.info.tail)
 	b.ends = append(b.ends, len(b.keys))

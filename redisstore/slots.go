@@ -32,7 +32,7 @@ type slotCall struct {
 	spent bool // the call was answered and allowed every request in it
 }
 
-// allowAcrossSlots decides reqs, validated, whose keys are in several cluster slots, all
+// allowAcrossSlots decides reqs, validated, whose keys may be in several cluster slots, all
 // or nothing: one decision script call per slot, concurrently; if any slot denied or
 // failed, the slots that spent are refunded (docs/redis.md, "Decisions across cluster
 // slots"). ats, when not nil, receives each request's instant: its slot call's now.

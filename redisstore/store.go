@@ -581,15 +581,7 @@ func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n in
 func (s *Store) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
 	start := time.Now()
 	err := s.decide(ctx, reqs, ds)
-	return report(err, time.Since(start)), err
-}
-
-// report is the Report of a decision that answered err after latency.
-func report(err error, latency time.Duration) sluice.Report {
-	if err == nil {
-		return sluice.Report{StoreCalled: true, StoreLatency: latency}
-	}
-	return sluice.Report{StoreCalled: !store.IsBadInput(err), StoreLatency: latency, Kind: sluice.KindOf(err)}
+	return sluice.Report{StoreCalled: !store.IsBadInput(err), StoreLatency: time.Since(start), Kind: sluice.KindOf(err)}, err
 }
 
 func (s *Store) decide(ctx context.Context, reqs []sluice.Request, out []sluice.Decision) error {
@@ -618,7 +610,7 @@ func (s *Store) decide(ctx context.Context, reqs []sluice.Request, out []sluice.
 		putCall(c)
 		reqs := slices.Clone(reqs) // a copy, kept beyond the call, so that AllowN's stays on its stack
 		if settled {
-			return s.decideSettled(ctx, cn, reqs, out, cross)
+			return s.decideSettled(ctx, cn, reqs, out)
 		}
 		ds, err := s.allowAcrossSlots(ctx, reqs, nil)
 		if err != nil {
