@@ -412,18 +412,14 @@ type windowClass struct{ *gen[algo.State] }
 
 // update implements updater with the shard lock held.
 func (w windowClass) update(key string, h uint64, now int64, f func(algo.State, int64) (algo.State, bool)) {
-	g := w.gen
-	sh := &g.shards[g.shardIndex(h)]
+	sh := &w.shards[w.shardIndex(h)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if i := sh.t.Find(key, h); i >= 0 {
-		e := sh.t.At(i)
-		if next, write := f(e.V, now); write {
-			e.V = next
+	w.decideWith(sh, key, h, now, 1, true, func(s *algo.State, now int64, _ algo.Params, _ int64, _ bool) algo.Result {
+		next, write := f(*s, now)
+		if write {
+			*s = next
 		}
-		return
-	}
-	if next, write := f(algo.State{}, now); write && !g.gone.Load() {
-		g.add(sh, key, h, next, now)
-	}
+		return algo.Result{Allowed: write} // a new key is added only if written
+	})
 }
