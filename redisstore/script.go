@@ -251,10 +251,8 @@ func (s *Store) eval(ctx context.Context, c rueidis.Client, sc script, keys, arg
 
 // scriptNow is the scripts' first argument: the store's clock in µs, or "-" for Redis's.
 func (s *Store) scriptNow() string {
-	if s.clock != nil {
-		return strconv.FormatInt(algo.Micros(s.clock()), 10)
-	}
-	return "-"
+	_, now := s.callNow()
+	return now
 }
 
 // callNow is a call's instant as the store knows it (the local clock without WithClock,
