@@ -596,7 +596,7 @@ func (s *Store) decide(ctx context.Context, reqs []sluice.Request, out []sluice.
 	if len(reqs) > 1 {
 		c.items, c.res = make([]item, 0, len(reqs)), make([]algo.Outcome, len(reqs))
 	}
-	cn, err := s.prepare(reqs, c)
+	cn, err := s.prepare(reqs, out, c)
 	if err != nil {
 		putCall(c)
 		return err
@@ -631,18 +631,12 @@ func (s *Store) decide(ctx context.Context, reqs []sluice.Request, out []sluice.
 
 // prepare checks reqs (store.CheckRequests, store.CheckDistinct) and appends their items
 // to c's; then it returns the connection to decide them on.
-func (s *Store) prepare(reqs []sluice.Request, c *call) (*conn, error) {
+func (s *Store) prepare(reqs []sluice.Request, out []sluice.Decision, c *call) (*conn, error) {
 	for i := range reqs {
 		r := &reqs[i]
 		li, err := s.checkedInfo(r.Key, r.Limit, r.N)
-		if err == nil {
-			err = store.CheckSettleTTL(r.Limit, r.SettleTTL)
-		}
-		if err != nil {
-			if len(reqs) > 1 {
-				err = fmt.Errorf("request %d: %w", i, err)
-			}
-			return nil, err
+		if err != nil || store.CheckSettleTTL(r.Limit, r.SettleTTL) != nil {
+			return nil, store.CheckRequests(reqs, out) // the same checks, with the request's index
 		}
 		c.items = append(c.items, newItem(r.Key, li, r.N))
 	}
