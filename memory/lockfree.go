@@ -185,8 +185,6 @@ type cell[S any] interface {
 	retire(now int64, p algo.Params) bool
 	// apply runs f on a live slot's state and stores what it returns.
 	apply(now int64, p algo.Params, n int64, f algoFunc) algo.Result
-	// change runs f on a live slot's state and stores its result when it says so.
-	change(now int64, f func(algo.State, int64) (algo.State, bool))
 }
 
 type algoFunc = func(algo.State, int64, algo.Params, int64) (algo.State, algo.Result)
@@ -538,7 +536,12 @@ func (g *lockFree[S, P]) update(key string, h uint64, now int64, f func(algo.Sta
 		}
 		return
 	}
-	P(&a.slots[i]).change(now, f)
+	P(&a.slots[i]).apply(now, g.p, 0, func(s algo.State, now int64, _ algo.Params, _ int64) (algo.State, algo.Result) {
+		if next, write := f(s, now); write {
+			return next, algo.Result{}
+		}
+		return s, algo.Result{}
+	})
 }
 
 // insert adds a key known to be absent, with the lock held: it drops expired state first,
