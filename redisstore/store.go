@@ -529,28 +529,24 @@ func (s *Store) info(l sluice.Limit) *limitInfo {
 	if li := slot.Load(); li != nil && li.limit == l {
 		return li
 	}
-	li := s.makeInfo(l)
+	v, ok := s.limits.Load(l)
+	if !ok {
+		p := algo.ParamsOf(l)
+		li := &limitInfo{limit: l, tail: limitTail(l), code: limitCode(l), maxCost: l.MaxCost()}
+		b := li.packed[:0]
+		f1, f2 := p.Rate, p.Period // Concurrency: Period is the lease
+		if li.code == int(sluice.GCRA) {
+			f1, f2 = p.S, p.U
+		}
+		for i, x := range []int64{int64(li.code), f1, f2, p.Burst} {
+			li.args[i] = strconv.FormatInt(x, 10)
+			b = appendFloat(b, x)
+		}
+		v, _ = s.limits.LoadOrStore(l, li)
+	}
+	li := v.(*limitInfo)
 	slot.Store(li)
 	return li
-}
-
-func (s *Store) makeInfo(l sluice.Limit) *limitInfo {
-	if v, ok := s.limits.Load(l); ok {
-		return v.(*limitInfo)
-	}
-	p := algo.ParamsOf(l)
-	li := &limitInfo{limit: l, tail: limitTail(l), code: limitCode(l), maxCost: l.MaxCost()}
-	b := li.packed[:0]
-	f1, f2 := p.Rate, p.Period // Concurrency: Period is the lease
-	if li.code == int(sluice.GCRA) {
-		f1, f2 = p.S, p.U
-	}
-	for i, x := range []int64{int64(li.code), f1, f2, p.Burst} {
-		li.args[i] = strconv.FormatInt(x, 10)
-		b = appendFloat(b, x)
-	}
-	v, _ := s.limits.LoadOrStore(l, li)
-	return v.(*limitInfo)
 }
 
 // Key returns the Redis key holding key's state under limit.
