@@ -55,10 +55,69 @@ type ops[S any] struct {
 	expires func(s *S, p algo.Params) int64
 }
 
+// classHead begins both class types (gen, lockFree).
+type classHead struct {
+	st  *Store
+	cid int
+	p   algo.Params
+}
+
+func (c *classHead) id() int             { return c.cid }
+func (c *classHead) params() algo.Params { return c.p }
+func (c *classHead) maxCost() int64      { return c.p.MaxCost() }
+
+// shardOf is a class's shard type: a lock, and the states held, read under it.
+type shardOf[T any] interface {
+	*T
+	mutex() *sync.Mutex
+	held() int64
+}
+
+func (sh *shard[S]) mutex() *sync.Mutex  { return &sh.mu }
+func (sh *shard[S]) held() int64         { return sh.n }
+func (sh *lshard[S]) mutex() *sync.Mutex { return &sh.mu }
+func (sh *lshard[S]) held() int64        { return sh.n }
+
+// heldIn implements class.len over shards.
+func heldIn[T any, P shardOf[T]](shards []T) int64 {
+	return int64(sweepIn(shards, func(P) {}))
+}
+
+// sweepIn implements class.sweep over shards: f sweeps a slice of one, with its lock held.
+func sweepIn[T any, P shardOf[T]](shards []T, f func(P)) int {
+	live := int64(0)
+	for i := range shards {
+		sh := P(&shards[i])
+		sh.mutex().Lock()
+		f(sh)
+		live += sh.held()
+		sh.mutex().Unlock()
+	}
+	return int(live)
+}
+
+// retireIn implements class.retire over shards, whose gone flag is gone.
+func retireIn[T any, P shardOf[T]](shards []T, gone *atomic.Bool, drop func()) bool {
+	for i := range shards {
+		P(&shards[i]).mutex().Lock()
+	}
+	defer func() {
+		for i := range shards {
+			P(&shards[i]).mutex().Unlock()
+		}
+	}()
+	for i := range shards {
+		if P(&shards[i]).held() > 0 {
+			return false
+		}
+	}
+	gone.Store(true)
+	drop()
+	return true
+}
+
 type gen[S any] struct {
-	st     *Store
-	cid    int
-	p      algo.Params
+	classHead
 	mask   uint64
 	shards []shard[S]
 	ops    ops[S]
@@ -218,11 +277,9 @@ func takeLease(s **algo.Leases, now int64, p algo.Params, n int64, id uint64, co
 }
 
 func newGen[S any](st *Store, p algo.Params, id int, gone *atomic.Bool, o ops[S]) *gen[S] {
-	return &gen[S]{st: st, cid: id, p: p, mask: uint64(st.shards - 1), shards: make([]shard[S], st.shards), ops: o, gone: gone}
+	return &gen[S]{classHead: classHead{st, id, p}, mask: uint64(st.shards - 1),
+		shards: make([]shard[S], st.shards), ops: o, gone: gone}
 }
-
-func (g *gen[S]) id() int        { return g.cid }
-func (g *gen[S]) maxCost() int64 { return g.p.MaxCost() }
 
 // The high half of the hash picks the shard; the low half, the slot.
 func (g *gen[S]) shardIndex(h uint64) int { return int((h >> 32) & g.mask) }
@@ -266,16 +323,12 @@ func (g *gen[S]) add(sh *shard[S], key string, h uint64, s S, now int64) {
 	g.st.count(&sh.n, 1)
 }
 
-// len implements class.
-func (g *gen[S]) len() int64 {
-	n := int64(0)
-	for i := range g.shards {
-		sh := &g.shards[i]
-		sh.mu.Lock()
-		n += sh.n
-		sh.mu.Unlock()
-	}
-	return n
+func (g *gen[S]) len() int64              { return heldIn(g.shards) }
+func (g *gen[S]) retire(drop func()) bool { return retireIn(g.shards, g.gone, drop) }
+
+// sweep visits about an eighth of every shard, one shard lock at a time.
+func (g *gen[S]) sweep(now int64) int {
+	return sweepIn(g.shards, func(sh *shard[S]) { g.sweepShard(sh, now, max(64, sh.t.Cap()/8)) })
 }
 
 // sample implements class.
@@ -308,46 +361,6 @@ func (g *gen[S]) reset(key string, h uint64) bool {
 		return true
 	}
 	return false
-}
-
-// sweep visits about an eighth of every shard, one shard lock at a time.
-func (g *gen[S]) sweep(now int64) int {
-	live := 0
-	for i := range g.shards {
-		sh := &g.shards[i]
-		sh.mu.Lock()
-		g.sweepShard(sh, now, max(64, sh.t.Cap()/8))
-		live += sh.t.Len()
-		sh.mu.Unlock()
-	}
-	return live
-}
-
-// retire implements class.
-func (g *gen[S]) retire(drop func()) bool {
-	return underAll(len(g.shards), func(i int) *sync.Mutex { return &g.shards[i].mu }, func() bool {
-		for i := range g.shards {
-			if g.shards[i].t.Len() > 0 {
-				return false
-			}
-		}
-		g.gone.Store(true)
-		drop()
-		return true
-	})
-}
-
-// underAll runs f with the n locks mu(0), ..., mu(n-1) held, taken in index order.
-func underAll(n int, mu func(int) *sync.Mutex, f func() bool) bool {
-	for i := 0; i < n; i++ {
-		mu(i).Lock()
-	}
-	defer func() {
-		for i := 0; i < n; i++ {
-			mu(i).Unlock()
-		}
-	}()
-	return f()
 }
 
 // sweepShard deletes the state equivalent to empty in up to budget slots from the shard's
@@ -397,22 +410,16 @@ func release(c class, key string, h uint64, now int64, id uint64) bool {
 // windowClass is SlidingWindow's class: gen with the updater settlements use.
 type windowClass struct{ *gen[algo.State] }
 
-func (w windowClass) params() algo.Params { return w.p }
-
 // update implements updater with the shard lock held.
 func (w windowClass) update(key string, h uint64, now int64, f func(algo.State, int64) (algo.State, bool)) {
-	g := w.gen
-	sh := &g.shards[g.shardIndex(h)]
+	sh := &w.shards[w.shardIndex(h)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if i := sh.t.Find(key, h); i >= 0 {
-		e := sh.t.At(i)
-		if next, write := f(e.V, now); write {
-			e.V = next
+	w.decideWith(sh, key, h, now, 1, true, func(s *algo.State, now int64, _ algo.Params, _ int64, _ bool) algo.Result {
+		next, write := f(*s, now)
+		if write {
+			*s = next
 		}
-		return
-	}
-	if next, write := f(algo.State{}, now); write && !g.gone.Load() {
-		g.add(sh, key, h, next, now)
-	}
+		return algo.Result{Allowed: write} // a new key is added only if written
+	})
 }

@@ -41,16 +41,6 @@ func (e *gslot) apply(now int64, p algo.Params, n int64, f algoFunc) algo.Result
 	}
 }
 
-func (e *gslot) change(now int64, f func(algo.State, int64) (algo.State, bool)) {
-	for {
-		old := e.ctl.Load()
-		next, write := f(algo.State{A: old & valMask}, now)
-		if !write || e.ctl.CompareAndSwap(old, old&genMask|next.A) {
-			return
-		}
-	}
-}
-
 type gcraClass struct {
 	lockFree[gslot, *gslot]
 }

@@ -185,8 +185,6 @@ type cell[S any] interface {
 	retire(now int64, p algo.Params) bool
 	// apply runs f on a live slot's state and stores what it returns.
 	apply(now int64, p algo.Params, n int64, f algoFunc) algo.Result
-	// change runs f on a live slot's state and stores its result when it says so.
-	change(now int64, f func(algo.State, int64) (algo.State, bool))
 }
 
 type algoFunc = func(algo.State, int64, algo.Params, int64) (algo.State, algo.Result)
@@ -227,9 +225,7 @@ func (sh *lshard[S]) refreeze(from, to int) {
 // lockFree is the shards of one class and every path that takes their locks. The hot,
 // lock-free decide is the slot type's own (gcraClass.decide, pairClass.decide).
 type lockFree[S any, P cell[S]] struct {
-	st     *Store
-	cid    int
-	p      algo.Params
+	classHead
 	f      algoFunc
 	mask   uint64
 	shards []lshard[S]
@@ -243,13 +239,10 @@ type lockFree[S any, P cell[S]] struct {
 }
 
 func (g *lockFree[S, P]) init(st *Store, p algo.Params, id int, gone *atomic.Bool, f algoFunc, maxLoad, growLoad int) {
-	*g = lockFree[S, P]{st: st, cid: id, p: p, f: f, mask: uint64(st.shards - 1),
+	*g = lockFree[S, P]{classHead: classHead{st, id, p}, f: f, mask: uint64(st.shards - 1),
 		shards: make([]lshard[S], st.shards), maxLoad: maxLoad, growLoad: growLoad, gone: gone}
 }
 
-func (g *lockFree[S, P]) id() int                   { return g.cid }
-func (g *lockFree[S, P]) params() algo.Params       { return g.p }
-func (g *lockFree[S, P]) maxCost() int64            { return g.p.MaxCost() }
 func (g *lockFree[S, P]) shardIndex(h uint64) int   { return int((h >> 32) & g.mask) }
 func (g *lockFree[S, P]) shard(h uint64) *lshard[S] { return &g.shards[g.shardIndex(h)] }
 func (g *lockFree[S, P]) lock(h uint64)             { g.shard(h).mu.Lock() }
@@ -543,7 +536,12 @@ func (g *lockFree[S, P]) update(key string, h uint64, now int64, f func(algo.Sta
 		}
 		return
 	}
-	P(&a.slots[i]).change(now, f)
+	P(&a.slots[i]).apply(now, g.p, 0, func(s algo.State, now int64, _ algo.Params, _ int64) (algo.State, algo.Result) {
+		if next, write := f(s, now); write {
+			return next, algo.Result{}
+		}
+		return s, algo.Result{}
+	})
 }
 
 // insert adds a key known to be absent, with the lock held: it drops expired state first,
@@ -637,17 +635,7 @@ func (g *lockFree[S, P]) kill(sh *lshard[S], a *larray[S], i int) {
 	}
 }
 
-// len implements class.
-func (g *lockFree[S, P]) len() int64 {
-	n := int64(0)
-	for i := range g.shards {
-		sh := &g.shards[i]
-		sh.mu.Lock()
-		n += sh.n
-		sh.mu.Unlock()
-	}
-	return n
-}
+func (g *lockFree[S, P]) len() int64 { return heldIn(g.shards) }
 
 // sample implements class.
 func (g *lockFree[S, P]) sample(i int, best *victim, m int) int {
@@ -688,32 +676,15 @@ func (g *lockFree[S, P]) reset(key string, h uint64) bool {
 
 // sweep visits about an eighth of every shard, one shard lock at a time.
 func (g *lockFree[S, P]) sweep(now int64) int {
-	live := 0
-	for i := range g.shards {
-		sh := &g.shards[i]
-		sh.mu.Lock()
+	return sweepIn(g.shards, func(sh *lshard[S]) {
 		if a := sh.arr.Load(); a != nil {
 			g.sweepShard(sh, now, min(len(a.slots), max(64, len(a.slots)/8)))
-			live += int(sh.n)
 		}
-		sh.mu.Unlock()
-	}
-	return live
+	})
 }
 
 // retire implements class. An empty class has no slot a lock-free decider could find.
-func (g *lockFree[S, P]) retire(drop func()) bool {
-	return underAll(len(g.shards), func(i int) *sync.Mutex { return &g.shards[i].mu }, func() bool {
-		for i := range g.shards {
-			if g.shards[i].n > 0 {
-				return false
-			}
-		}
-		g.gone.Store(true)
-		drop()
-		return true
-	})
-}
+func (g *lockFree[S, P]) retire(drop func()) bool { return retireIn(g.shards, g.gone, drop) }
 
 // sweepShard deletes state equivalent to empty as of now in up to budget slots from the
 // cursor, with the lock held, and rebuilds the array smaller once less than an eighth of

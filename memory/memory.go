@@ -43,7 +43,6 @@ package memory
 
 import (
 	"context"
-	"fmt"
 	"hash/maphash"
 	"maps"
 	"math/rand/v2"
@@ -493,14 +492,8 @@ func (s *Store) decideMulti(ctx context.Context, reqs []sluice.Request, out []sl
 	for i := range reqs {
 		r := &reqs[i]
 		ref, err := s.check(r.Key, &r.Limit, r.N)
-		if err == nil {
-			err = store.CheckSettleTTL(r.Limit, r.SettleTTL)
-		}
-		if err != nil {
-			if len(reqs) == 1 {
-				return err
-			}
-			return fmt.Errorf("request %d: %w", i, err)
+		if err != nil || store.CheckSettleTTL(r.Limit, r.SettleTTL) != nil {
+			return store.CheckRequests(reqs, out) // the same checks, with the request's index
 		}
 		h := s.hash(r.Key)
 		items[i] = item{r: ref, h: h, sh: ref.c.id()*s.shards + ref.c.shardIndex(h)}

@@ -98,16 +98,6 @@ func (e *pslot) apply(now int64, p algo.Params, n int64, f algoFunc) algo.Result
 	return r
 }
 
-func (e *pslot) change(now int64, f func(algo.State, int64) (algo.State, bool)) {
-	b, _ := e.acquire()
-	s := algo.State{A: e.a, B: b & valMask}
-	if next, write := f(s, now); write {
-		s = next
-	}
-	e.a = s.A
-	e.ctl.Store(b&genMask | s.B)
-}
-
 type pairClass struct {
 	lockFree[pslot, *pslot]
 }

@@ -57,10 +57,9 @@ func (it *item) appendPacked(b []byte) []byte {
 	return appendFloat(b, it.n)
 }
 
-// result is r as the item's decision: an allowed Concurrency item holds its lease.
-func (it *item) result(r algo.Result) algo.Outcome {
-	o := algo.Outcome{Result: r}
-	if r.Allowed && it.lease != 0 {
+// result is o as the item's decision: an allowed Concurrency item holds its lease.
+func (it *item) result(o algo.Outcome) algo.Outcome {
+	if o.Allowed && it.lease != 0 {
 		o.Lease = it.lease
 	}
 	return o
@@ -342,16 +341,83 @@ func readResult(b []byte) algo.Result {
 		ResetAfter: readFloat(b[16:]), RetryAfter: readFloat(b[24:])}
 }
 
-// callBufs are the buffers one batch goroutine builds its script calls in, reused from
-// call to call. The strings of a call point into them (unsafe.String), so they are reused
-// only after a call that got its reply; after an error they are dropped (drop).
+// callBufs are the buffers a script call is built in (add), and what reading its reply
+// needs. A batch goroutine reuses its own from call to call; the strings of a call point
+// into them (unsafe.String), so they are reused only after a call that got its reply; after
+// an error they are dropped (drop).
 type callBufs struct {
 	keys       []byte // every key of the call, back to back
 	ends       []int  // where each key ends in keys
 	reqs, grps []byte
+	cal        []byte // the calendar limits' bounds (ARGV[7])
 	strs       []string
 	ctx        *callCtx // the context of calls with a deadline, nil until one is made
 	args       []string // decideArgs
+	now        int64    // the call's instant as the store knows it (Store.callNow)
+	at         int64    // the script's now, once read
+}
+
+// start empties b for a call made now, and returns the scripts' now argument.
+func (b *callBufs) start(s *Store) (nowArg string) {
+	b.keys, b.ends, b.reqs, b.grps, b.cal = b.keys[:0], b.ends[:0], b.reqs[:0], b.grps[:0], b.cal[:0]
+	b.now, nowArg = s.callNow()
+	b.at = b.now
+	return nowArg
+}
+
+// add appends the key of it, and its request as decide.lua reads it, with a calendar
+// limit's bounds around b.now.
+func (b *callBufs) add(s *Store, it *item) {
+	b.keys = s.appendKey(b.keys, it.id, it.info.tail)
+	b.ends = append(b.ends, len(b.keys))
+	li := it.info
+	if li.code != calendarCode {
+		b.reqs = it.appendPacked(b.reqs)
+		return
+	}
+	b.reqs = append(b.reqs, li.packed[:16]...)
+	b.reqs = appendFloat(b.reqs, int64(len(b.cal)/32+1))
+	b.reqs = appendFloat(append(b.reqs, li.packed[24:]...), it.n)
+	for _, x := range algo.BoundsAt(li.limit.Calendar, b.now) {
+		b.cal = appendFloat(b.cal, x)
+	}
+}
+
+// keyStrings cuts the call's keys from b.keys, which has stopped growing.
+func (b *callBufs) keyStrings() []string {
+	keys, start := b.strs[:0], 0
+	for _, end := range b.ends {
+		keys = append(keys, unsafe.String(&b.keys[start], end-start)) // a key is never empty
+		start = end
+	}
+	b.strs = keys
+	return keys
+}
+
+// read checks vals, the reply (or err) of what, b's call of n requests: a result each
+// (readResult), then the script's now when withNow, which it keeps in b.at.
+func (b *callBufs) read(vals []byte, err error, n int, withNow bool, what string) error {
+	tail := 0
+	if withNow {
+		tail = 8
+	}
+	if err == nil && len(vals) != 32*n+tail {
+		return errorf("%s returned %d bytes for %d requests, want %d", what, len(vals), n, 32*n+tail)
+	}
+	if err == nil && withNow {
+		b.at = readFloat(vals[32*n:])
+	}
+	return err
+}
+
+// outcome reads the result at the start of vals, a reply read checked, for a request of li;
+// a calendar limit's has the window of its period at the script's now.
+func (b *callBufs) outcome(vals []byte, li *limitInfo) algo.Outcome {
+	o := algo.Outcome{Result: readResult(vals)}
+	if li.code == calendarCode {
+		o.Window = algo.BoundsAt(li.limit.Calendar, b.now).Window(b.at)
+	}
+	return o
 }
 
 // callCtx is the context of a script call whose callers all have a deadline: a timer
@@ -423,44 +489,21 @@ func (s *Store) exec(client rueidis.Client, batch []*call, bufs *callBufs) {
 	if len(live) == 0 {
 		return
 	}
-	kb, ends, reqs, groups := bufs.keys[:0], bufs.ends[:0], bufs.reqs[:0], bufs.grps[:0]
-	now, nowArg := s.callNow()
-	var cal []byte
-	var bounds map[int]algo.Bounds // by request index, for calendar limits
+	nowArg := bufs.start(s)
 	for _, c := range live {
 		if len(c.items) > 1 {
-			groups = appendFloat(groups, int64(len(ends)+1))
-			groups = appendFloat(groups, int64(len(c.items)))
+			bufs.grps = appendFloat(bufs.grps, int64(len(bufs.ends)+1))
+			bufs.grps = appendFloat(bufs.grps, int64(len(c.items)))
 		}
-		for _, it := range c.items {
-			kb = s.appendKey(kb, it.id, it.info.tail)
-			if it.info.code == calendarCode {
-				var b algo.Bounds
-				reqs, cal, b = calendarArgs(reqs, cal, &it, now)
-				if bounds == nil {
-					bounds = map[int]algo.Bounds{}
-				}
-				bounds[len(ends)] = b
-			} else {
-				reqs = it.appendPacked(reqs)
-			}
-			ends = append(ends, len(kb))
+		for i := range c.items {
+			bufs.add(s, &c.items[i])
 		}
 	}
-	keys := bufs.strs[:0] // cut from kb now that it has stopped growing; never empty
-	start := 0
-	for _, end := range ends {
-		keys = append(keys, unsafe.String(&kb[start], end-start))
-		start = end
-	}
-	bufs.keys, bufs.ends, bufs.reqs, bufs.grps, bufs.strs = kb, ends, reqs, groups, keys
+	keys := bufs.keyStrings()
 	// With calendar limits the reply ends with the script's now, for their periods.
-	args := decideArgs(bufs.args[:0], nowArg, s.minTTL, reqs, groups, repeats(keys), cal != nil, cal)
+	withNow := len(bufs.cal) > 0
+	args := decideArgs(bufs.args[:0], nowArg, s.minTTL, bufs.reqs, bufs.grps, repeats(keys), withNow, bufs.cal)
 	bufs.args = args
-	tail := 0
-	if cal != nil {
-		tail = 8
-	}
 
 	var ctx context.Context = context.Background()
 	var cc *callCtx
@@ -479,30 +522,19 @@ func (s *Store) exec(client rueidis.Client, batch []*call, bufs *callBufs) {
 			err = context.DeadlineExceeded // the callers' deadline passed
 		}
 	}
-	if err == nil && len(vals) != 32*total+tail {
-		err = errorf("script returned %d bytes for %d requests, want %d", len(vals), total, 32*total+tail)
-	}
-	if err == nil && tail > 0 {
-		now = readFloat(vals[32*total:])
-	}
-	if err != nil {
+	if err = bufs.read(vals, err, total, withNow, "script"); err != nil {
 		// The call's context ends only with the timer above; a cancellation while it is
 		// live came from another call, whose dial this one waited on (see failed).
 		err = wrap(ctx, "decide", err)
 		bufs.drop()
 	}
-	j := 0 // the request's index in the call
 	for _, c := range live {
 		if err != nil {
 			c.err = err
 		} else {
 			for i := range c.res {
-				c.res[i] = c.items[i].result(readResult(vals))
-				if b, ok := bounds[j]; ok {
-					c.res[i].Window = b.Window(now)
-				}
+				c.res[i] = c.items[i].result(bufs.outcome(vals, c.items[i].info))
 				vals = vals[32:]
-				j++
 			}
 		}
 		c.done <- struct{}{}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/internal/hashslot"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memory"
 	"github.com/sluicehq/sluice/store"
@@ -35,7 +36,7 @@ func TestHostileIdentities(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := newTestClock()
 	s := open(t, srv.URL(), WithClock(clock.Now), WithMinTTL(time.Hour))
-	// Standalone Redis has no CLUSTER KEYSLOT; redistest.Slot is an independent CRC16.
+	// Standalone Redis has no CLUSTER KEYSLOT; redistest's tests hold redistest.Slot to it.
 	checkHostile(t, s, clock, func(key string) string { return fmt.Sprint(redistest.Slot(key)) })
 }
 
@@ -199,14 +200,7 @@ func TestCluster(t *testing.T) {
 
 // slot is the Redis Cluster hash slot of a key, found as Redis finds it: CRC16 (XMODEM) of
 // the hash tag, mod 16384. The tests hold idSlot, which the store routes by, to it.
-func slot(key string) uint16 {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	return crc16(key) % 16384
-}
+func slot(key string) uint16 { return hashslot.Of(key) }
 
 // TestClusterUnderLoad: on the 3-primary cluster, concurrent decisions are coalesced per
 // slot (ten identities share one slot, the rest are spread), every identity admits exactly

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/hashslot"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -43,7 +44,7 @@ func FuzzKey(f *testing.F) {
 			if a == b && ka != kb {
 				t.Fatalf("identity %q has two keys %q and %q", a, ka, kb)
 			}
-			if got, want := crc16(redisHashTag(ka))%16384, idSlot(a); got != want {
+			if got, want := hashslot.Tag(redisHashTag(ka)), idSlot(a); got != want {
 				t.Fatalf("identity %q: key %q hashes to slot %d, its identity's slot is %d", a, ka, got, want)
 			}
 			if !strings.HasPrefix(ka, DefaultPrefix+"{") {

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/hashslot"
 )
 
 // DefaultPrefix starts every Redis key the store writes, unless WithPrefix says otherwise.
@@ -70,10 +71,8 @@ func appendEscaped(b []byte, id string) []byte {
 	return b
 }
 
-// idSlot is the cluster slot of every key of identity id: the CRC16 of its hash tag.
-func idSlot(id string) uint16 {
-	return crc16(escapeIdentity(id)) % 16384
-}
+// idSlot is the cluster slot of every key of identity id, whose hash tag it is.
+func idSlot(id string) uint16 { return hashslot.Tag(escapeIdentity(id)) }
 
 // limitTail ends l's keys: the '}' that closes the hash tag, then limitSuffix.
 func limitTail(l sluice.Limit) string { return "}" + limitSuffix(l) }
@@ -96,26 +95,3 @@ func limitSuffix(l sluice.Limit) string {
 	return head + l.Algorithm.String() + ":" + strconv.FormatInt(l.Rate, 10) + ":" +
 		strconv.FormatInt(l.Period.Microseconds(), 10) + ":" + strconv.FormatInt(l.Burst, 10)
 }
-
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc = crc<<8 ^ crc16Table[byte(crc>>8)^s[i]]
-	}
-	return crc
-}
-
-var crc16Table = func() (t [256]uint16) {
-	for i := range t {
-		crc := uint16(i) << 8
-		for b := 0; b < 8; b++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-		t[i] = crc
-	}
-	return t
-}()

@@ -251,10 +251,8 @@ func (s *Store) eval(ctx context.Context, c rueidis.Client, sc script, keys, arg
 
 // scriptNow is the scripts' first argument: the store's clock in µs, or "-" for Redis's.
 func (s *Store) scriptNow() string {
-	if s.clock != nil {
-		return strconv.FormatInt(algo.Micros(s.clock()), 10)
-	}
-	return "-"
+	_, now := s.callNow()
+	return now
 }
 
 // callNow is a call's instant as the store knows it (the local clock without WithClock,
@@ -284,23 +282,6 @@ func decideArgs(args []string, now, minTTL string, reqs, groups []byte, repeats,
 		n--
 	}
 	return append(append(args, now, minTTL, bytesString(reqs)), opt[:n]...)
-}
-
-// calendarArgs appends to reqs the request of it as decide.lua reads it, and, for a
-// calendar limit, its bounds around now to cal, returning them too.
-func calendarArgs(reqs, cal []byte, item *item, now int64) (_, _ []byte, b algo.Bounds) {
-	it, n := item.info, item.n
-	if it.code != calendarCode {
-		return item.appendPacked(reqs), cal, b
-	}
-	b = algo.BoundsAt(it.limit.Calendar, now)
-	reqs = append(reqs, it.packed[:16]...)
-	reqs = appendFloat(reqs, int64(len(cal)/32+1))
-	reqs = appendFloat(append(reqs, it.packed[24:]...), n)
-	for _, x := range b {
-		cal = appendFloat(cal, x)
-	}
-	return reqs, cal, b
 }
 
 // loadScripts loads the decision scripts on every node, so that the first decisions find

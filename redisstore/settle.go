@@ -25,30 +25,16 @@ func recordKey(stateKey string, id uint64) string {
 }
 
 // decideSettled decides reqs, some of which carry a SettleTTL, in one script call per
-// slot that reports its now, then writes the records of the allowed ones' reservations,
-// in one round trip. A record not written leaves its decision without a Reservation.
-func (s *Store) decideSettled(ctx context.Context, cn *conn, reqs []sluice.Request, out []sluice.Decision, cross bool) error {
+// slot that reports its now (Store.allowAcrossSlots), then writes the records of the
+// allowed ones' reservations, in one round trip. A record not written leaves its decision
+// without a Reservation.
+func (s *Store) decideSettled(ctx context.Context, cn *conn, reqs []sluice.Request, out []sluice.Decision) error {
 	ats := make([]int64, len(reqs))
-	if cross {
-		ds, err := s.allowAcrossSlots(ctx, reqs, ats)
-		if err != nil {
-			return err
-		}
-		copy(out, ds)
-	} else {
-		idx := make([]int, len(reqs))
-		for i := range idx {
-			idx[i] = i
-		}
-		res, at, err := s.decideSlot(ctx, cn, reqs, idx)
-		if err != nil {
-			return err
-		}
-		for i, r := range res {
-			out[i] = r.Decision(reqs[i].Limit)
-			ats[i] = at
-		}
+	ds, err := s.allowAcrossSlots(ctx, reqs, ats)
+	if err != nil {
+		return err
 	}
+	copy(out, ds)
 	// The records expire with their reservations on the script's clock (settle.lua); Redis
 	// drops them after the TTL in its own time.
 	c := cn.client
@@ -109,5 +95,5 @@ func (s *Store) Settle(ctx context.Context, key string, limit sluice.Limit, rese
 	case 2:
 		return sluice.Decision{}, fmt.Errorf("%w: %s", sluice.ErrSettled, reservation)
 	}
-	return readResults(vals[8:], 1)[0].Decision(limit), nil
+	return algo.Outcome{Result: readResult(vals[8:])}.Decision(limit), nil
 }

@@ -32,7 +32,7 @@ type slotCall struct {
 	spent bool // the call was answered and allowed every request in it
 }
 
-// allowAcrossSlots decides reqs, validated, whose keys are in several cluster slots, all
+// allowAcrossSlots decides reqs, validated, whose keys may be in several cluster slots, all
 // or nothing: one decision script call per slot, concurrently; if any slot denied or
 // failed, the slots that spent are refunded (docs/redis.md, "Decisions across cluster
 // slots"). ats, when not nil, receives each request's instant: its slot call's now.
@@ -132,94 +132,57 @@ func inParallel(calls []*slotCall, f func(*slotCall)) {
 // all-or-nothing group (an independent decision when there is one), and returns their
 // results and the script's now.
 func (s *Store) decideSlot(ctx context.Context, cn *conn, reqs []sluice.Request, idx []int) ([]algo.Outcome, int64, error) {
+	b := new(callBufs)
+	nowArg := b.start(s)
 	items := make([]item, len(idx))
-	keys := make([]string, len(idx))
-	var packed, groups, cal []byte
-	now, nowArg := s.callNow()
-	bounds := make([]algo.Bounds, len(idx))
 	for j, i := range idx {
 		items[j] = newItem(reqs[i].Key, s.info(reqs[i].Limit), reqs[i].N)
-		keys[j] = s.redisKey(reqs[i].Key, items[j].info)
-		packed, cal, bounds[j] = calendarArgs(packed, cal, &items[j], now)
+		b.add(s, &items[j])
 	}
 	if len(idx) > 1 {
-		groups = appendFloat(appendFloat(nil, 1), int64(len(idx)))
+		b.grps = appendFloat(appendFloat(nil, 1), int64(len(idx)))
 	}
 	// Keys are distinct: Decide refuses a repeated (key, Limit).
-	args := decideArgs(nil, nowArg, s.minTTL, packed, groups, false, true, cal)
-	sc := scriptFor([]*call{{items: items}})
-	vals, err := s.eval(ctx, cn.client, sc, keys, args).AsBytes()
-	if err == nil && len(vals) != 32*len(idx)+8 {
-		err = errorf("script returned %d bytes for %d requests, want %d", len(vals), len(idx), 32*len(idx)+8)
-	}
-	if err != nil {
+	args := decideArgs(nil, nowArg, s.minTTL, b.reqs, b.grps, false, true, b.cal)
+	vals, err := s.eval(ctx, cn.client, scriptFor([]*call{{items: items}}), b.keyStrings(), args).AsBytes()
+	if err = b.read(vals, err, len(idx), true, "script"); err != nil {
 		return nil, 0, wrap(ctx, "decide across slots", err)
 	}
-	res, at := readResults(vals, len(idx)), readFloat(vals[32*len(idx):])
+	res := make([]algo.Outcome, len(idx))
 	for j := range res {
-		res[j] = items[j].result(res[j].Result)
-		if items[j].info.code == calendarCode {
-			res[j].Window = bounds[j].Window(at)
-		}
+		res[j] = items[j].result(b.outcome(vals[32*j:], items[j].info))
 	}
-	return res, at, nil
+	return res, b.at, nil
 }
 
 // refundSlot gives back what c's call spent, and replaces c's results with looks at the
 // keys afterwards (requests of cost 0 spent nothing and keep theirs).
 func (s *Store) refundSlot(ctx context.Context, cn *conn, reqs []sluice.Request, c *slotCall) error {
-	var keys []string
+	b := new(callBufs)
+	nowArg := b.start(s)
 	var which []int
-	var packed, cal []byte
-	now, nowArg := s.callNow()
-	var bounds []algo.Bounds
 	for j, i := range c.idx {
-		if reqs[i].N == 0 {
-			continue
+		if reqs[i].N > 0 {
+			b.add(s, &item{id: reqs[i].Key, info: s.info(reqs[i].Limit), n: reqs[i].N, lease: c.res[j].Lease})
+			b.reqs = appendFloat(b.reqs, c.at)
+			which = append(which, j)
 		}
-		it := item{id: reqs[i].Key, info: s.info(reqs[i].Limit), n: reqs[i].N, lease: c.res[j].Lease}
-		keys = append(keys, s.redisKey(reqs[i].Key, it.info))
-		which = append(which, j)
-		var b algo.Bounds
-		packed, cal, b = calendarArgs(packed, cal, &it, now)
-		packed = appendFloat(packed, c.at)
-		bounds = append(bounds, b)
 	}
-	if len(keys) == 0 {
+	if len(which) == 0 {
 		return nil
 	}
-	args := []string{nowArg, s.minTTL, bytesString(packed)}
-	tail := 0
-	if cal != nil {
-		args = append(args, "", "", "", string(cal)) // refund.lua then appends its now
-		tail = 8
-	}
-	vals, err := s.eval(ctx, cn.client, refundScript, keys, args).AsBytes()
-	if err == nil && len(vals) != 32*len(keys)+tail {
-		err = errorf("refund script returned %d bytes for %d requests, want %d", len(vals), len(keys), 32*len(keys)+tail)
-	}
-	if err == nil && tail > 0 {
-		now = readFloat(vals[32*len(keys):])
-	}
-	if err != nil {
+	// refund.lua reads the arguments decide.lua does but for ARGV[4..6], and appends its now
+	// to the results when it has calendar bounds.
+	withNow := len(b.cal) > 0
+	args := decideArgs(nil, nowArg, s.minTTL, b.reqs, nil, false, withNow, b.cal)
+	vals, err := s.eval(ctx, cn.client, refundScript, b.keyStrings(), args).AsBytes()
+	if err = b.read(vals, err, len(which), withNow, "refund script"); err != nil {
 		return wrap(ctx, "refund", err)
 	}
-	for k, r := range readResults(vals, len(keys)) {
-		if li := s.info(reqs[c.idx[which[k]]].Limit); li.code == calendarCode {
-			r.Window = bounds[k].Window(now)
-		}
-		c.res[which[k]] = r
+	for k, j := range which {
+		c.res[j] = b.outcome(vals[32*k:], s.info(reqs[c.idx[j]].Limit))
 	}
 	return nil
-}
-
-// readResults reads n results as the scripts return them, four doubles each.
-func readResults(vals []byte, n int) []algo.Outcome {
-	out := make([]algo.Outcome, n)
-	for i := range out {
-		out[i].Result = readResult(vals[32*i:])
-	}
-	return out
 }
 
 // detached returns a context for a script call that ends when ctx does but has no

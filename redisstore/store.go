@@ -529,28 +529,24 @@ func (s *Store) info(l sluice.Limit) *limitInfo {
 	if li := slot.Load(); li != nil && li.limit == l {
 		return li
 	}
-	li := s.makeInfo(l)
+	v, ok := s.limits.Load(l)
+	if !ok {
+		p := algo.ParamsOf(l)
+		li := &limitInfo{limit: l, tail: limitTail(l), code: limitCode(l), maxCost: l.MaxCost()}
+		b := li.packed[:0]
+		f1, f2 := p.Rate, p.Period // Concurrency: Period is the lease
+		if li.code == int(sluice.GCRA) {
+			f1, f2 = p.S, p.U
+		}
+		for i, x := range []int64{int64(li.code), f1, f2, p.Burst} {
+			li.args[i] = strconv.FormatInt(x, 10)
+			b = appendFloat(b, x)
+		}
+		v, _ = s.limits.LoadOrStore(l, li)
+	}
+	li := v.(*limitInfo)
 	slot.Store(li)
 	return li
-}
-
-func (s *Store) makeInfo(l sluice.Limit) *limitInfo {
-	if v, ok := s.limits.Load(l); ok {
-		return v.(*limitInfo)
-	}
-	p := algo.ParamsOf(l)
-	li := &limitInfo{limit: l, tail: limitTail(l), code: limitCode(l), maxCost: l.MaxCost()}
-	b := li.packed[:0]
-	f1, f2 := p.Rate, p.Period // Concurrency: Period is the lease
-	if li.code == int(sluice.GCRA) {
-		f1, f2 = p.S, p.U
-	}
-	for i, x := range []int64{int64(li.code), f1, f2, p.Burst} {
-		li.args[i] = strconv.FormatInt(x, 10)
-		b = appendFloat(b, x)
-	}
-	v, _ := s.limits.LoadOrStore(l, li)
-	return v.(*limitInfo)
 }
 
 // Key returns the Redis key holding key's state under limit.
@@ -581,15 +577,7 @@ func (s *Store) AllowN(ctx context.Context, key string, limit sluice.Limit, n in
 func (s *Store) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) (sluice.Report, error) {
 	start := time.Now()
 	err := s.decide(ctx, reqs, ds)
-	return report(err, time.Since(start)), err
-}
-
-// report is the Report of a decision that answered err after latency.
-func report(err error, latency time.Duration) sluice.Report {
-	if err == nil {
-		return sluice.Report{StoreCalled: true, StoreLatency: latency}
-	}
-	return sluice.Report{StoreCalled: !store.IsBadInput(err), StoreLatency: latency, Kind: sluice.KindOf(err)}
+	return sluice.Report{StoreCalled: !store.IsBadInput(err), StoreLatency: time.Since(start), Kind: sluice.KindOf(err)}, err
 }
 
 func (s *Store) decide(ctx context.Context, reqs []sluice.Request, out []sluice.Decision) error {
@@ -604,7 +592,7 @@ func (s *Store) decide(ctx context.Context, reqs []sluice.Request, out []sluice.
 	if len(reqs) > 1 {
 		c.items, c.res = make([]item, 0, len(reqs)), make([]algo.Outcome, len(reqs))
 	}
-	cn, err := s.prepare(reqs, c)
+	cn, err := s.prepare(reqs, out, c)
 	if err != nil {
 		putCall(c)
 		return err
@@ -618,7 +606,7 @@ func (s *Store) decide(ctx context.Context, reqs []sluice.Request, out []sluice.
 		putCall(c)
 		reqs := slices.Clone(reqs) // a copy, kept beyond the call, so that AllowN's stays on its stack
 		if settled {
-			return s.decideSettled(ctx, cn, reqs, out, cross)
+			return s.decideSettled(ctx, cn, reqs, out)
 		}
 		ds, err := s.allowAcrossSlots(ctx, reqs, nil)
 		if err != nil {
@@ -639,18 +627,12 @@ func (s *Store) decide(ctx context.Context, reqs []sluice.Request, out []sluice.
 
 // prepare checks reqs (store.CheckRequests, store.CheckDistinct) and appends their items
 // to c's; then it returns the connection to decide them on.
-func (s *Store) prepare(reqs []sluice.Request, c *call) (*conn, error) {
+func (s *Store) prepare(reqs []sluice.Request, out []sluice.Decision, c *call) (*conn, error) {
 	for i := range reqs {
 		r := &reqs[i]
 		li, err := s.checkedInfo(r.Key, r.Limit, r.N)
-		if err == nil {
-			err = store.CheckSettleTTL(r.Limit, r.SettleTTL)
-		}
-		if err != nil {
-			if len(reqs) > 1 {
-				err = fmt.Errorf("request %d: %w", i, err)
-			}
-			return nil, err
+		if err != nil || store.CheckSettleTTL(r.Limit, r.SettleTTL) != nil {
+			return nil, store.CheckRequests(reqs, out) // the same checks, with the request's index
 		}
 		c.items = append(c.items, newItem(r.Key, li, r.N))
 	}

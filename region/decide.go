@@ -28,17 +28,16 @@ func (g *Global) Decide(ctx context.Context, reqs []sluice.Request, ds []sluice.
 			return sluice.Report{Kind: store.KindBadInput}, err
 		}
 	}
+	if err := store.CheckDistinct(reqs); err != nil {
+		return sluice.Report{Kind: store.KindBadInput}, err
+	}
 	if g.closed.Load() {
 		return sluice.Report{Kind: store.KindClosed}, fmt.Errorf("region: %w", sluice.ErrClosed)
 	}
 	var buf, orderBuf [4]*entry
 	es := buf[:0]
-	for i, r := range reqs {
-		e := g.entry(r.Key, r.Limit)
-		if j := slices.Index(es, e); j >= 0 {
-			return sluice.Report{Kind: store.KindBadInput}, fmt.Errorf("%w: request %d repeats the key and limit of request %d", sluice.ErrInvalidKey, i, j)
-		}
-		es = append(es, e)
+	for _, r := range reqs {
+		es = append(es, g.entry(r.Key, r.Limit))
 	}
 	for _, e := range es {
 		if err := e.wait(ctx); err != nil {

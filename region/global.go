@@ -480,7 +480,7 @@ func (g *Global) sync() {
 	sends := make([]sent, len(live))
 	cmds := make(rueidis.Commands, len(live))
 	args := make([][]string, len(live))
-	leaseUS := strconv.FormatInt(g.lease.Microseconds()*3/2, 10)
+	leaseUS := g.lease.Microseconds() * 3 / 2
 	for i, e := range live {
 		e.mu.Lock()
 		g.fence(e, now)
@@ -490,18 +490,12 @@ func (g *Global) sync() {
 		}
 		sends[i] = sent{e.demand, e.admitted}
 		e.demand, e.admitted, e.sentAt = 0, 0, now
-		args[i] = []string{
-			g.node,
-			strconv.FormatInt(e.share, 10),
-			strconv.FormatInt(sends[i].demand, 10),
-			strconv.FormatInt(sends[i].admitted, 10),
-			strconv.FormatInt(epoch, 10),
-			leaseUS,
-			strconv.FormatInt(e.full.Rate, 10),
-			strconv.FormatInt(e.full.Period, 10),
-			strconv.FormatInt(e.full.Burst*e.full.T, 10),
-			"-",
+		args[i] = append(make([]string, 0, 10), g.node)
+		for _, v := range []int64{e.share, sends[i].demand, sends[i].admitted, epoch, leaseUS,
+			e.full.Rate, e.full.Period, e.full.Burst * e.full.T} {
+			args[i] = append(args[i], strconv.FormatInt(v, 10))
 		}
+		args[i] = append(args[i], "-")
 		cmds[i] = g.client.B().Evalsha().Sha1(syncSHA).Numkeys(1).Key(e.rkey).Arg(args[i]...).Build()
 		e.mu.Unlock()
 	}

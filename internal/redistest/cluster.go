@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/hashslot"
 )
 
 // Cluster is a Redis Cluster owned by a test.
@@ -199,28 +201,5 @@ func (c *Cluster) NodeForSlot(slot int) *Server {
 	return nil
 }
 
-// Slot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of the hash tag (the part
-// between the first '{' and the next '}', when not empty) or of the whole key, mod 16384.
-func Slot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	return int(crc16(key) % 16384)
-}
-
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := range len(s) {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
+// Slot is the Redis Cluster hash slot of key (hashslot.Of).
+func Slot(key string) int { return int(hashslot.Of(key)) }
