@@ -17,7 +17,10 @@
 // policies are one request to the Limiter, decided all or nothing: a request denied by
 // any enforced policy spends nothing from any other, and shadow policies never block. A
 // denial is answered by Config.Limited (429), a request that cannot be decided is never
-// let through (Config.Unavailable, 503), and bad input is Config.Error's (500).
+// let through (Config.Unavailable, 503), and bad input is Config.Error's (500). With
+// Config.Overload, an adaptive concurrency limit (package overload) admits each request,
+// by its criticality, before the rate limits are decided; a shed request gets
+// Config.Shed (503 temporary-reduced-capacity).
 //
 // # Trust
 //
@@ -40,13 +43,18 @@
 //   - the cost (Settle.EstimateFrom): TrustedHeader, else the policy's estimate. An
 //     estimate is at least 1, and the actual cost the handler reports is charged
 //     whatever was reserved;
+//   - the criticality under an overload limit (Config.Criticality): TrustedCriticality,
+//     else the policies' and routes' criticality. "X-Criticality: critical" from a client
+//     never takes the share of the limit kept for critical traffic;
 //   - an API key is a credential, not a claim: it is the client's to present, and is
 //     believed from anyone as far as it is secret. Its MAC keys the limit, so a client
 //     that presents none, or a new made-up key, is limited by that policy only as a
 //     stranger is: pair it with a per-IP policy.
 //
-// keys.ClientIP.Trusted is the one test of a trusted peer; TrustedHeader and
-// ByTrustedHeader are the readings built on it. Per-identity overrides apply to whoever
-// the Key says the request is, never to what the request claims. API keys reach the
-// middleware only through [ByAPIKey], which replaces them with their HMAC at once.
+// keys.ClientIP.Trusted is the one test of a trusted peer; TrustedHeader,
+// ByTrustedHeader and TrustedCriticality are the readings built on it, and with
+// Config.Trust the middleware takes that test once per request for all of them.
+// Per-identity overrides apply to whoever the Key says the request is, never to what the
+// request claims. API keys reach the middleware only through [ByAPIKey], which replaces
+// them with their HMAC at once.
 package httplimit

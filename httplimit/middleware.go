@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/internal/sfv"
 	"github.com/sluicehq/sluice/internal/span"
 	"github.com/sluicehq/sluice/keys"
+	"github.com/sluicehq/sluice/overload"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -77,6 +78,40 @@ type Config struct {
 	// next handler's request carries (docs/http.md, "Traces"). Nil traces nothing, at no
 	// cost.
 	TracerProvider trace.TracerProvider
+
+	// Trust, when set, is the keys.ClientIP whose trusted proxies the middleware tests
+	// each request's peer against once (keys.ClientIP.Trusted), before anything reads a
+	// header: every reading built on this same ClientIP (TrustedHeader, ByTrustedHeader,
+	// TrustedCriticality) then uses that one verdict, carried in the request's context.
+	// Nil: each reading tests the peer itself.
+	Trust *keys.ClientIP
+
+	// Overload, when set, is the adaptive concurrency limit of the wrapped handler
+	// (package overload): each request asks it for a permit, with its criticality, before
+	// the rate limits are decided, so a shed request costs no store call. A shed request
+	// is answered by Shed; a request the rate limits deny, or that cannot be decided,
+	// gives its permit back without a latency sample (overload.Permit.Drop), so it spends
+	// nothing anywhere; an allowed one holds it while the handler runs, and Releases it
+	// when the handler returns (Drop when it panics). Nil: no overload limit.
+	Overload *overload.Limiter
+	// Criticality, when set, returns the criticality a request claims, and whether it
+	// claims a valid one; use TrustedCriticality, so that only a trusted peer's claim is
+	// believed. A request's criticality is its valid claim when it has one; else the
+	// highest Policy.Criticality among the policies whose Route the request matches (an
+	// empty Route matches every request), whatever their identities and limits; else
+	// DefaultCriticality. Used only with Overload.
+	Criticality func(*http.Request) (overload.Criticality, bool)
+	// DefaultCriticality is the criticality of a request that neither claims one nor
+	// matches a policy that sets one (the zero value is overload.Default).
+	DefaultCriticality overload.Criticality
+	// Shed writes the response to a request the overload limit shed. Retry-After (from
+	// overload.Shed.RetryAfter, whole seconds, at least 1) is already set. Nil means
+	// DefaultShed (503 temporary-reduced-capacity problem).
+	Shed func(w http.ResponseWriter, r *http.Request, shed *overload.Shed)
+	// OnOverload, when set, is told the outcome of every request that asked Overload
+	// for a permit: shed is nil when it was admitted (for metrics: observe.OverloadMetrics).
+	// Shed requests are also logged, at Warn, to Logger.
+	OnOverload func(c overload.Criticality, shed *overload.Shed)
 }
 
 // Result is what the middleware decided for one request.
@@ -152,6 +187,9 @@ func New(cfg Config) (*Middleware, error) {
 	}
 	if m.cfg.Error == nil {
 		m.cfg.Error = DefaultError
+	}
+	if m.cfg.Shed == nil {
+		m.cfg.Shed = DefaultShed
 	}
 	ra := cmp.Or(max(cfg.UnavailableRetryAfter, 0), DefaultUnavailableRetryAfter)
 	m.unavail = fmt.Sprint(ratelimitheader.Seconds(ra))
@@ -255,10 +293,29 @@ func (s *routeSet) match(r *http.Request) string {
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, sp := m.tracer.Start(m.tracer.Extract(r.Context(), propagation.HeaderCarrier(r.Header)), spanName)
-		if sp.On() {
+		if m.cfg.Trust != nil {
+			ctx = withVerdict(ctx, m.cfg.Trust, r)
+		}
+		if sp.On() || m.cfg.Trust != nil {
 			r = r.WithContext(ctx)
 		}
-		res, err := m.decide(r, sp)
+		var few [4]string
+		routes := few[:0] // the pattern r matches in each route set
+		for i := range m.sets {
+			routes = append(routes, m.sets[i].match(r))
+		}
+		var permit *overload.Permit
+		if m.cfg.Overload != nil {
+			if permit = m.admit(w, r, routes, sp); permit == nil {
+				return
+			}
+		}
+		res, err := m.decide(r, routes, sp)
+		if err != nil || !res.Allowed {
+			if permit != nil {
+				permit.Drop()
+			}
+		}
 		if errors.Is(err, ErrEstimate) {
 			blank(w, r, http.StatusBadRequest, err.Error())
 			return
@@ -276,7 +333,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		if res.holds() {
 			defer m.finish(r, w, res)
 		}
-		next.ServeHTTP(w, r)
+		serve(next, w, r, permit)
 	})
 }
 
@@ -399,15 +456,11 @@ func itemOf(p *pending) *evaluator.Item { return &p.Item }
 // spanName is the name of a request's decision span.
 const spanName = "sluice.httplimit"
 
-// decide applies every policy that matches r, and ends sp with the outcome. See the
+// decide applies every policy that matches r (routes[i] is the pattern r matches in route
+// set i), and ends sp with the outcome. See the
 // package doc for the semantics.
-func (m *Middleware) decide(r *http.Request, sp span.Span) (_ *Result, err error) {
+func (m *Middleware) decide(r *http.Request, routes []string, sp span.Span) (_ *Result, err error) {
 	ctx := r.Context()
-	var few [4]string
-	routes := few[:0] // the pattern r matches in each route set
-	for i := range m.sets {
-		routes = append(routes, m.sets[i].match(r))
-	}
 	var tier string
 	if m.cfg.Tier != nil {
 		tier = m.cfg.Tier(r)

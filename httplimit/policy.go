@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/keys"
+	"github.com/sluicehq/sluice/overload"
 )
 
 // A KeyFunc says who a request is, for one policy. The zero Identity means the policy does
@@ -68,6 +70,10 @@ type Policy struct {
 	// Settle, when set, makes the policy's cost an estimate settled when the handler
 	// returns (see Settle).
 	Settle *Settle
+	// Criticality, when set, is the criticality under Config.Overload of the requests
+	// this policy's Route matches; see Config.Criticality for how the policies'
+	// criticalities and a request's claim combine. Nil sets none.
+	Criticality *overload.Criticality
 
 	set int // the index of RouteSet's routes in the Middleware
 }
@@ -200,7 +206,7 @@ func Header(name string) func(*http.Request) string {
 func ByTrustedHeader(c *keys.ClientIP, name string, kind keys.Kind) KeyFunc {
 	get, byIP := Header(name), ByIP(c)
 	return func(r *http.Request) (keys.Identity, error) {
-		if c == nil || !c.Trusted(r) {
+		if !trusted(c, r) {
 			return byIP(r)
 		}
 		if id := get(r); id != "" {
@@ -217,7 +223,7 @@ func ByTrustedHeader(c *keys.ClientIP, name string, kind keys.Kind) KeyFunc {
 func TrustedHeader(c *keys.ClientIP, name string) func(*http.Request) string {
 	get := Header(name)
 	return func(r *http.Request) string {
-		if c == nil || !c.Trusted(r) {
+		if !trusted(c, r) {
 			return ""
 		}
 		return get(r)
@@ -232,4 +238,31 @@ func BearerToken(r *http.Request) string {
 		return ""
 	}
 	return strings.TrimSpace(token)
+}
+
+// verdictKey is the context key of a request's trust verdict (Config.Trust).
+type verdictKey struct{}
+
+// verdict is c.Trusted of one request, taken once by the middleware.
+type verdict struct {
+	c       *keys.ClientIP
+	trusted bool
+}
+
+// withVerdict returns ctx carrying c's verdict on r.
+func withVerdict(ctx context.Context, c *keys.ClientIP, r *http.Request) context.Context {
+	return context.WithValue(ctx, verdictKey{}, &verdict{c: c, trusted: c.Trusted(r)})
+}
+
+// trusted reports whether r comes straight from one of c's trusted proxies: the verdict
+// the middleware took for r with this c (Config.Trust), else c.Trusted(r). A nil c
+// trusts no one.
+func trusted(c *keys.ClientIP, r *http.Request) bool {
+	if c == nil {
+		return false
+	}
+	if v, ok := r.Context().Value(verdictKey{}).(*verdict); ok && v.c == c {
+		return v.trusted
+	}
+	return c.Trusted(r)
 }

@@ -11,6 +11,10 @@ const (
 	// ProblemQuotaExceeded is draft-ietf-httpapi-ratelimit-headers-11's quota-exceeded
 	// problem type, used for 429 responses.
 	ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	// ProblemTemporaryReducedCapacity is draft-ietf-httpapi-ratelimit-headers'
+	// temporary-reduced-capacity problem type, used for 503 responses to requests the
+	// overload limit shed (Config.Overload).
+	ProblemTemporaryReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
 	// ProblemBlank is RFC 9457's default type: the status code says it all.
 	ProblemBlank = "about:blank"
 )
