@@ -27,6 +27,9 @@ type Config struct {
 	Admin Admin
 	// Identity says how clients are identified (client IP, API-key hashing).
 	Identity Identity
+	// Overload is the overload block: the adaptive concurrency limit of `sluice proxy`.
+	// Nil when no file has one.
+	Overload *Overload
 	// Policies are the sluice policies in load order (files by name, then file order).
 	Policies []*Policy
 	// Domains are the envoyproxy/ratelimit domains, sorted by name.
@@ -369,6 +372,7 @@ func isEnvoyFile(root *yaml.Node) bool {
 type merger struct {
 	cfg                       *Config
 	storeAt, adminAt, identAt *Position
+	overloadAt                *Position
 }
 
 func (m *merger) addDomain(d *decoder, dom *Domain) {
@@ -410,6 +414,9 @@ func (m *merger) addSluiceFile(d *decoder, sf *sluiceFile) {
 	}
 	if once(sf.identity != nil, sf.identityNode, "identity", &m.identAt) {
 		m.cfg.Identity = *sf.identity
+	}
+	if once(sf.overload != nil, sf.overloadNode, "overload", &m.overloadAt) {
+		m.cfg.Overload = sf.overload
 	}
 	for _, p := range sf.policies {
 		if prev, dup := m.cfg.policies[p.Name]; dup {

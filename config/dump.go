@@ -1,11 +1,14 @@
 package config
 
 import (
+	"cmp"
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"net/url"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/overload"
 )
 
 // Dump returns the configuration as indented JSON, for a service's config endpoint: every
@@ -21,8 +24,9 @@ func (c *Config) Dump() ([]byte, error) {
 		return &v
 	}
 	type named struct {
-		Name  string     `json:"name"`
-		Limit *limitView `json:"limit"`
+		Name        string     `json:"name"`
+		Limit       *limitView `json:"limit"`
+		Criticality string     `json:"criticality,omitempty"`
 	}
 	type policyView struct {
 		Name              string     `json:"name"`
@@ -39,6 +43,7 @@ func (c *Config) Dump() ([]byte, error) {
 		Routes            []named    `json:"routes,omitempty"`
 		OverrideCount     int        `json:"overrides,omitempty"`
 		IdentityTierCount int        `json:"identity_tiers,omitempty"`
+		Criticality       string     `json:"criticality,omitempty"`
 	}
 	type ruleView struct {
 		Key             string     `json:"key"`
@@ -89,6 +94,7 @@ func (c *Config) Dump() ([]byte, error) {
 		} `json:"store"`
 		Admin    Admin             `json:"admin"`
 		Identity Identity          `json:"identity"`
+		Overload *overloadView     `json:"overload,omitempty"`
 		Policies []policyView      `json:"policies"`
 		Domains  []domainView      `json:"domains"`
 		Quotas   []quotaDomainView `json:"quota_domains,omitempty"`
@@ -112,18 +118,21 @@ func (c *Config) Dump() ([]byte, error) {
 		view.Identity.TrustedProxies = []netip.Prefix{}
 	}
 
+	view.Overload = overloadViewOf(c.Overload)
+
 	view.Policies = []policyView{}
 	for _, p := range c.Policies {
 		pv := policyView{
 			Name: p.Name, Source: p.Pos.String(), Limit: lv(p.Limit), Key: p.Key.Type.String(), KeyHeader: p.Key.Header,
 			Shadow: p.Shadow, FailureMode: modeName(p.FailureMode), LocalShare: p.LocalShare,
 			TierHeader: p.TierHeader, DefaultTier: p.DefaultTier, OverrideCount: len(p.Overrides), IdentityTierCount: len(p.IdentityTiers),
+			Criticality: criticalityName(p.Criticality),
 		}
 		for _, t := range p.Tiers {
-			pv.Tiers = append(pv.Tiers, named{t.Name, lv(t.Limit)})
+			pv.Tiers = append(pv.Tiers, named{Name: t.Name, Limit: lv(t.Limit)})
 		}
 		for _, r := range p.Routes {
-			pv.Routes = append(pv.Routes, named{r.Pattern, lv(r.Limit)})
+			pv.Routes = append(pv.Routes, named{Name: r.Pattern, Limit: lv(r.Limit), Criticality: criticalityName(r.Criticality)})
 		}
 		view.Policies = append(view.Policies, pv)
 	}
@@ -185,4 +194,66 @@ func modeName(m sluice.FailureMode) string {
 		return ""
 	}
 	return m.String()
+}
+
+// overloadView is the overload block in the dump, with every setting resolved as the
+// limiter takes it.
+type overloadView struct {
+	Source             string `json:"source"`
+	MinLimit           int    `json:"min_limit"`
+	MaxLimit           int    `json:"max_limit"`
+	InitialLimit       int    `json:"initial_limit"`
+	Window             string `json:"window"`
+	MinSamples         int    `json:"min_samples"`
+	LongWindow         int    `json:"long_window"`
+	Tolerance          int    `json:"tolerance"`
+	Headroom           string `json:"headroom"`
+	Remeasure          string `json:"remeasure"`
+	CriticalReserve    int    `json:"critical_reserve"`
+	DefaultReserve     int    `json:"default_reserve"`
+	MaxWait            string `json:"max_wait"`
+	MaxQueue           int    `json:"max_queue"`
+	CriticalityHeader  string `json:"criticality_header,omitempty"`
+	DefaultCriticality string `json:"default_criticality"`
+}
+
+func overloadViewOf(o *Overload) *overloadView {
+	if o == nil {
+		return nil
+	}
+	c := o.Limiter
+	v := &overloadView{
+		Source:   o.Pos.String(),
+		MinLimit: cmp.Or(c.MinLimit, overload.DefaultMinLimit), MaxLimit: cmp.Or(c.MaxLimit, overload.DefaultMaxLimit),
+		Window: cmp.Or(c.Window, overload.DefaultWindow).String(), MinSamples: cmp.Or(c.MinSamples, overload.DefaultMinSamples),
+		LongWindow: cmp.Or(c.LongWindow, overload.DefaultLongWindow), Tolerance: cmp.Or(c.Tolerance, overload.DefaultTolerance),
+		Headroom: "sqrt(limit)", CriticalReserve: max(cmp.Or(c.CriticalReserve, overload.DefaultCriticalReserve), 0),
+		DefaultReserve: c.DefaultReserve, MaxWait: "long-term latency", MaxQueue: cmp.Or(c.MaxQueue, overload.DefaultMaxQueue),
+		CriticalityHeader: o.CriticalityHeader, DefaultCriticality: o.DefaultCriticality.String(),
+	}
+	v.InitialLimit = min(max(cmp.Or(c.InitialLimit, overload.DefaultInitialLimit), v.MinLimit), v.MaxLimit)
+	if c.Headroom > 0 {
+		v.Headroom = fmt.Sprint(c.Headroom)
+	}
+	switch {
+	case c.Remeasure < 0:
+		v.Remeasure = "off"
+	default:
+		v.Remeasure = cmp.Or(c.Remeasure, overload.DefaultRemeasure).String()
+	}
+	switch {
+	case c.MaxWait < 0:
+		v.MaxWait = "off"
+	case c.MaxWait > 0:
+		v.MaxWait = c.MaxWait.String()
+	}
+	return v
+}
+
+// criticalityName is a criticality as the configuration writes it: "" when unset.
+func criticalityName(c *overload.Criticality) string {
+	if c == nil {
+		return ""
+	}
+	return c.String()
 }

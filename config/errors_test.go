@@ -151,7 +151,7 @@ func TestValidationErrors(t *testing.T) {
     perod: 1s
 `},
 			want: []string{
-				"policies.yaml:4:5: policies[0].perod: unknown field (known fields: name, algorithm, rate, period, zone, anchor_day, burst, lease, key, shadow, failure_mode, local_share, expected_nodes, tier_header, default_tier, tiers, identity_tiers, routes, overrides, settle)",
+				"policies.yaml:4:5: policies[0].perod: unknown field (known fields: name, algorithm, rate, period, zone, anchor_day, burst, lease, key, shadow, failure_mode, local_share, expected_nodes, tier_header, default_tier, tiers, identity_tiers, routes, overrides, settle, criticality)",
 				"policies.yaml:2:5: policies[0].period: is required",
 			},
 		},
@@ -299,7 +299,7 @@ policies:
 			name:  "neither format",
 			files: map[string]string{"x.yaml": "hello: world\n"},
 			want: []string{
-				"x.yaml:1:1: hello: unknown field (known fields: store, admin, identity, policies, quota_domains)",
+				"x.yaml:1:1: hello: unknown field (known fields: store, admin, identity, overload, policies, quota_domains)",
 				"x.yaml:1:1: neither a sluice policy file (store, admin, identity, policies) nor an envoyproxy/ratelimit file (domain)",
 			},
 		},
@@ -348,6 +348,71 @@ policies:
 				"b.yaml": "store:\n  deadline: 7ms\n",
 			},
 			want: []string{"b.yaml:1:1: store: already set in a.yaml:1:1; set it in one file only"},
+		},
+		{
+			name: "overload set in two files",
+			files: map[string]string{
+				"a.yaml": "overload:\n  max_limit: 100\n",
+				"b.yaml": "overload:\n  max_limit: 200\n",
+			},
+			want: []string{"b.yaml:1:1: overload: already set in a.yaml:1:1; set it in one file only"},
+		},
+		{
+			name: "overload: bad values",
+			files: map[string]string{"overload.yaml": `overload:
+  min_limit: 50
+  max_limit: 10
+  window: 0s
+  tolerance: -1
+  critical_reserve: 101
+  max_wait: soon
+  remeasure: never
+  default_criticality: urgent
+  criticality_header: "X Crit"
+  maxlimit: 3
+`},
+			want: []string{
+				"overload.yaml:11:3: overload.maxlimit: unknown field (known fields: min_limit, max_limit, initial_limit, window, min_samples, long_window, tolerance, headroom, remeasure, critical_reserve, default_reserve, max_wait, max_queue, criticality_header, default_criticality)",
+				"overload.yaml:5:14: overload.tolerance: must be positive, got -1",
+				"overload.yaml:6:21: overload.critical_reserve: must be between 0 and 100, got 101",
+				`overload.yaml:4:11: overload.window: must be a positive duration such as 5ms or 1s, got "0s"`,
+				`overload.yaml:8:14: overload.remeasure: must be a positive duration such as 500ms, or off, got "never"`,
+				`overload.yaml:7:13: overload.max_wait: must be a positive duration such as 500ms, or off, got "soon"`,
+				"overload.yaml:2:14: overload.min_limit: 50 exceeds max_limit 10",
+				`overload.yaml:10:23: overload.criticality_header: must be an HTTP header name, got "X Crit"`,
+				`overload.yaml:9:24: overload.default_criticality: must be critical, default or sheddable, got "urgent"`,
+			},
+		},
+		{
+			name: "overload: reserves over 100, headroom over max",
+			files: map[string]string{"overload.yaml": `overload:
+  max_limit: 10
+  headroom: 11
+  critical_reserve: 60
+  default_reserve: 50
+`},
+			want: []string{
+				"overload.yaml:3:13: overload.headroom: 11 exceeds max_limit 10",
+				"overload.yaml:5:20: overload.default_reserve: 50 and critical_reserve 60 exceed 100 percent together",
+			},
+		},
+		{
+			name: "criticality of a policy and a route",
+			files: map[string]string{"policies.yaml": `policies:
+  - name: a
+    rate: 5
+    period: 1s
+    criticality: high
+    routes:
+      "GET /x":
+        rate: 1
+        period: 1s
+        criticality: 1
+`},
+			want: []string{
+				`policies.yaml:5:18: policies[0].criticality: must be critical, default or sheddable, got "high"`,
+				`policies.yaml:10:22: policies[0].routes["GET /x"].criticality: must be critical, default or sheddable, got "1"`,
+			},
 		},
 		// envoyproxy/ratelimit files.
 		{

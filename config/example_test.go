@@ -87,7 +87,7 @@ func ExampleErrorList() {
 		fmt.Println(e)
 	}
 	// Output:
-	// policies.yaml:5:5: policies[0].burts: unknown field (known fields: name, algorithm, rate, period, zone, anchor_day, burst, lease, key, shadow, failure_mode, local_share, expected_nodes, tier_header, default_tier, tiers, identity_tiers, routes, overrides, settle)
+	// policies.yaml:5:5: policies[0].burts: unknown field (known fields: name, algorithm, rate, period, zone, anchor_day, burst, lease, key, shadow, failure_mode, local_share, expected_nodes, tier_header, default_tier, tiers, identity_tiers, routes, overrides, settle, criticality)
 	// policies.yaml:3:11: policies[0].rate: must be positive, got 0
 	// policies.yaml:4:13: policies[0].period: want a duration such as 1s, 1m or 24h, or one of second, minute, hour, day, week; got "fortnight"
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/route"
 	"github.com/sluicehq/sluice/keys"
+	"github.com/sluicehq/sluice/overload"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -52,6 +53,10 @@ type Policy struct {
 	IdentityTiers []IdentityTier
 	// Settle, when set, makes the policy's costs estimates settled later.
 	Settle *Settle
+	// Criticality is criticality as written: the criticality under the overload limit
+	// (the top-level overload block) of the requests the policy applies to. Nil when the
+	// policy names none. See Overload for how criticalities combine.
+	Criticality *overload.Criticality
 	// Pos is where the policy starts.
 	Pos Position
 
@@ -78,6 +83,9 @@ type Route struct {
 	// Estimate is the route's fixed estimate of a request's cost (estimate: in the file)
 	// when its policy settles costs (Policy.Settle); 0 means the policy's.
 	Estimate int64
+	// Criticality is the route's criticality as written (see Policy.Criticality); nil
+	// when it names none.
+	Criticality *overload.Criticality
 }
 
 // Settle is a policy's settle block: a request spends its estimated cost at once and
@@ -325,13 +333,15 @@ type sluiceFile struct {
 	store                              *Store
 	admin                              *Admin
 	identity                           *Identity
+	overload                           *Overload
 	storeNode, adminNode, identityNode *yaml.Node
+	overloadNode                       *yaml.Node
 	policies                           []*Policy
 	quotas                             []*QuotaDomain
 }
 
 func (d *decoder) sluiceFile(root *yaml.Node) *sluiceFile {
-	o := d.object(root, "", "store", "admin", "identity", "policies", "quota_domains")
+	o := d.object(root, "", "store", "admin", "identity", "overload", "policies", "quota_domains")
 	if o == nil {
 		return nil
 	}
@@ -348,6 +358,12 @@ func (d *decoder) sluiceFile(root *yaml.Node) *sluiceFile {
 	}
 	if n, ok := o.get("identity"); ok {
 		sf.identity, sf.identityNode = d.identity(n), o.fields["identity"].key
+	}
+	if n, ok := o.get("overload"); ok {
+		sf.overload, sf.overloadNode = d.overload(n), o.fields["overload"].key
+		if sf.overload != nil {
+			sf.overload.Pos = d.pos(sf.overloadNode)
+		}
 	}
 	if n, ok := o.get("quota_domains"); ok {
 		sf.quotas = d.quotaDomains(n)
@@ -540,7 +556,7 @@ func parsePrefix(s string) (netip.Prefix, error) {
 var policyFields = []string{
 	"name", "algorithm", "rate", "period", "zone", "anchor_day", "burst", "lease", "key", "shadow",
 	"failure_mode", "local_share", "expected_nodes",
-	"tier_header", "default_tier", "tiers", "identity_tiers", "routes", "overrides", "settle",
+	"tier_header", "default_tier", "tiers", "identity_tiers", "routes", "overrides", "settle", "criticality",
 }
 
 var limitFields = []string{"algorithm", "rate", "period", "zone", "anchor_day", "burst", "lease"}
@@ -574,6 +590,9 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 
 	p.Key = d.keySource(o)
 	read(o, "shadow", &p.Shadow, d.boolean)
+	if v, ok := o.get("criticality"); ok {
+		p.Criticality, _ = d.criticality(v, o.field("criticality"))
+	}
 	p.FailureMode, p.LocalShare, p.ExpectedNodes = d.failure(o)
 	d.ownShare(o, p.FailureMode)
 
@@ -617,9 +636,14 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 				d.errorf(kv.key, rf, "%v", err)
 				continue
 			}
-			to := d.object(kv.val, rf, append(limitFields, "estimate")...)
+			to := d.object(kv.val, rf, append(limitFields, "estimate", "criticality")...)
 			if to == nil {
 				continue
+			}
+			var crit *overload.Criticality
+			if v, ok := to.get("criticality"); ok {
+				crit, _ = d.criticality(v, to.field("criticality"))
+				delete(to.fields, "criticality")
 			}
 			var est int64
 			if v, ok := to.get("estimate"); ok {
@@ -630,7 +654,7 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 				delete(to.fields, "estimate")
 			}
 			if l, ok := d.limit(to, alg); ok {
-				p.Routes = append(p.Routes, Route{Pattern: kv.key.Value, Limit: l, Estimate: est})
+				p.Routes = append(p.Routes, Route{Pattern: kv.key.Value, Limit: l, Estimate: est, Criticality: crit})
 			} else {
 				p.Routes = append(p.Routes, Route{Pattern: kv.key.Value}) // keep indexes aligned; the load fails anyway
 			}

@@ -1,0 +1,146 @@
+package config
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/overload"
+)
+
+func TestOverloadBlock(t *testing.T) {
+	c, err := Parse(File{Name: "o.yaml", Data: []byte(`overload:
+  min_limit: 8
+  max_limit: 400
+  initial_limit: 40
+  window: 250ms
+  min_samples: 20
+  long_window: 300
+  tolerance: 100
+  headroom: 3
+  remeasure: 30s
+  critical_reserve: 0
+  default_reserve: 30
+  max_wait: off
+  max_queue: 64
+  criticality_header: X-Criticality
+  default_criticality: sheddable
+policies:
+  - name: api
+    rate: 100
+    period: 1s
+    criticality: default
+    routes:
+      "POST /pay":
+        rate: 10
+        period: 1s
+        criticality: critical
+      "GET /report":
+        rate: 10
+        period: 1s
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := overload.Config{MinLimit: 8, MaxLimit: 400, InitialLimit: 40, Window: 250 * time.Millisecond, MinSamples: 20,
+		LongWindow: 300, Tolerance: 100, Headroom: 3, Remeasure: 30 * time.Second, CriticalReserve: -1, DefaultReserve: 30,
+		MaxWait: -1, MaxQueue: 64}
+	o := c.Overload
+	if o == nil {
+		t.Fatal("no overload block")
+	}
+	if limiterSettings(o.Limiter) != limiterSettings(want) {
+		t.Errorf("limiter config %+v, want %+v", o.Limiter, want)
+	}
+	if err := o.Limiter.Validate(); err != nil {
+		t.Errorf("the block's config does not validate: %v", err)
+	}
+	if o.CriticalityHeader != "X-Criticality" || o.DefaultCriticality != overload.Sheddable || o.Pos.Line != 1 {
+		t.Errorf("criticality_header %q default_criticality %v at %v", o.CriticalityHeader, o.DefaultCriticality, o.Pos)
+	}
+	p, _ := c.Policy("api")
+	if p.Criticality == nil || *p.Criticality != overload.Default {
+		t.Errorf("policy criticality %v, want default", p.Criticality)
+	}
+	if r := p.Routes[0]; r.Criticality == nil || *r.Criticality != overload.Critical {
+		t.Errorf("route %s criticality %v, want critical", r.Pattern, r.Criticality)
+	}
+	if r := p.Routes[1]; r.Criticality != nil {
+		t.Errorf("route %s criticality %v, want unset", r.Pattern, *r.Criticality)
+	}
+
+	dump, err := c.Dump()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var view struct {
+		Overload map[string]any `json:"overload"`
+		Policies []struct {
+			Criticality string `json:"criticality"`
+			Routes      []struct {
+				Criticality string `json:"criticality"`
+			} `json:"routes"`
+		} `json:"policies"`
+	}
+	if err := json.Unmarshal(dump, &view); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]any{"min_limit": 8.0, "max_limit": 400.0, "window": "250ms", "remeasure": "30s", "critical_reserve": 0.0,
+		"default_reserve": 30.0, "max_wait": "off", "headroom": "3", "criticality_header": "X-Criticality", "default_criticality": "sheddable"} {
+		if view.Overload[k] != v {
+			t.Errorf("dump: overload.%s = %v, want %v", k, view.Overload[k], v)
+		}
+	}
+	if pv := view.Policies[0]; pv.Criticality != "default" || pv.Routes[0].Criticality != "critical" || pv.Routes[1].Criticality != "" {
+		t.Errorf("dump: criticalities %+v", pv)
+	}
+}
+
+// An empty block is the overload package's defaults; a file without one has none.
+func TestOverloadDefaults(t *testing.T) {
+	c, err := Parse(File{Name: "o.yaml", Data: []byte("overload: {}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Overload == nil || limiterSettings(c.Overload.Limiter) != (comparableConfig{}) || c.Overload.DefaultCriticality != overload.Default {
+		t.Errorf("empty block: %+v", c.Overload)
+	}
+	dump, _ := c.Dump()
+	var view struct {
+		Overload map[string]any `json:"overload"`
+	}
+	json.Unmarshal(dump, &view)
+	if view.Overload["max_limit"] != float64(overload.DefaultMaxLimit) || view.Overload["critical_reserve"] != float64(overload.DefaultCriticalReserve) ||
+		view.Overload["max_wait"] != "long-term latency" {
+		t.Errorf("dump of the defaults: %v", view.Overload)
+	}
+	c2, err := Parse(File{Name: "p.yaml", Data: []byte("policies:\n  - name: a\n    rate: 1\n    period: 1s\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c2.Overload != nil {
+		t.Errorf("no block: %+v", c2.Overload)
+	}
+}
+
+func TestOverloadEqual(t *testing.T) {
+	parse := func(name, block string) *Overload {
+		c, err := Parse(File{Name: name, Data: []byte(block)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Overload
+	}
+	a := parse("a.yaml", "overload:\n  max_limit: 100\n")
+	moved := parse("b.yaml", "# moved\n\noverload:\n  max_limit: 100\n")
+	changed := parse("a.yaml", "overload:\n  max_limit: 101\n")
+	header := parse("a.yaml", "overload:\n  max_limit: 100\n  criticality_header: X-C\n")
+	switch {
+	case !a.Equal(moved):
+		t.Error("the same block elsewhere is not Equal")
+	case a.Equal(changed), a.Equal(header), a.Equal(nil):
+		t.Error("a changed block is Equal")
+	case !(*Overload)(nil).Equal(nil):
+		t.Error("no block is not Equal to no block")
+	}
+}
