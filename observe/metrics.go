@@ -39,6 +39,8 @@ import (
 //	sluice_redis_evicted_keys_total
 //		growth of Redis's evicted_keys since the first poll (see WithEvictedKeys); any
 //		growth means some quotas were reset
+//
+// The overload limit's series are OverloadMetrics'.
 type Metrics struct {
 	decisions    *prometheus.CounterVec
 	fallbacks    *prometheus.CounterVec
