@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -20,6 +21,8 @@ import (
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/span"
 	"github.com/sluicehq/sluice/keys"
+	"github.com/sluicehq/sluice/observe"
+	"github.com/sluicehq/sluice/overload"
 	"github.com/sluicehq/sluice/override"
 )
 
@@ -52,15 +55,25 @@ type ProxyOptions struct {
 	// sends the decision span's W3C traceparent upstream. Nil traces nothing, and the
 	// client's traceparent, if any, goes upstream unchanged.
 	TracerProvider trace.TracerProvider
+	// Registry, when set, gets the overload limit's metrics (observe.OverloadMetrics).
+	Registry prometheus.Registerer
 }
 
 // Proxy is a reverse proxy that applies the configuration's sluice policies with the
 // httplimit middleware in front of an upstream (see PoliciesFor), under the store keys
 // the JSON API uses.
 //
+// With an overload block in the configuration, one overload.Limiter bounds the requests
+// in flight to the upstream (httplimit.Config.Overload): a request's criticality is the
+// block's criticality_header from a trusted proxy, else the highest criticality of the
+// policies and routes it matches, else the block's default_criticality.
+//
 // A reloaded configuration rebuilds the middleware for the next request; counters live
-// in the store and survive. A configuration PoliciesFor refuses is logged, and the
-// previous middleware stays in force.
+// in the store and survive. An overload block equal to the previous one
+// (config.Overload.Equal) keeps its limiter, with its learned limit and the requests in
+// flight; a changed block starts a new limiter from its initial limit (requests admitted
+// by the old one end on it), and a removed block removes the limit. A configuration
+// PoliciesFor refuses is logged, and the previous middleware stays in force.
 type Proxy struct {
 	opts  ProxyOptions
 	proxy *httputil.ReverseProxy
@@ -72,6 +85,8 @@ type Proxy struct {
 	cur atomic.Pointer[builtHandler]
 
 	ovr *overrideCache // nil without ProxyOptions.Overrides
+
+	overloadMetrics *observe.OverloadMetrics // nil without ProxyOptions.Registry
 }
 
 // NewProxy returns a Proxy. The configuration in force must be one PoliciesFor accepts.
@@ -86,6 +101,13 @@ func NewProxy(opts ProxyOptions) (*Proxy, error) {
 	}
 	up := opts.Upstream
 	p := &Proxy{opts: opts, hashers: newHashers(opts.Logger)}
+	if opts.Registry != nil {
+		m, err := observe.NewOverloadMetrics(opts.Registry, p.overloadStats)
+		if err != nil {
+			return nil, err
+		}
+		p.overloadMetrics = m
+	}
 	tracer := span.NewTracer(opts.TracerProvider)
 	if opts.Overrides != nil {
 		p.ovr = newOverrideCache(opts.Overrides, opts.OverrideRefresh, time.Now, opts.Logger, func() {})
@@ -147,10 +169,25 @@ func NewUpstreamTransport(idle int, h2 bool) *http.Transport {
 }
 
 // builtHandler is the middleware built for one configuration (h nil when the first
-// configuration could not be applied).
+// configuration could not be applied), and the overload limit it applies (nil: none).
 type builtHandler struct {
 	cfg *config.Config
 	h   http.Handler
+	ovl *overloadLimit
+}
+
+// overloadLimit is the limiter of one overload block.
+type overloadLimit struct {
+	cfg *config.Overload
+	lim *overload.Limiter
+}
+
+// overloadStats is the Stats of the overload limit in force, for the metrics.
+func (p *Proxy) overloadStats() (overload.Stats, bool) {
+	if b := p.cur.Load(); b != nil && b.ovl != nil {
+		return b.ovl.lim.Stats(), true
+	}
+	return overload.Stats{}, false
 }
 
 // handler returns the middleware for the configuration in force, rebuilding it after a
@@ -166,7 +203,11 @@ func (p *Proxy) handler() (http.Handler, error) {
 	if prev != nil && prev.cfg == cfg {
 		return prev.h, nil
 	}
-	mw, err := p.build(cfg)
+	var prevOvl *overloadLimit
+	if prev != nil {
+		prevOvl = prev.ovl
+	}
+	mw, ovl, err := p.build(cfg, prevOvl)
 	if err != nil {
 		if prev == nil || prev.h == nil {
 			p.cur.Store(&builtHandler{cfg: cfg})
@@ -174,22 +215,25 @@ func (p *Proxy) handler() (http.Handler, error) {
 		}
 		p.opts.Logger.Error("proxy keeps its previous policies: the new configuration cannot be applied",
 			slog.String("error", err.Error()))
-		p.cur.Store(&builtHandler{cfg: cfg, h: prev.h}) // report once per configuration
+		p.cur.Store(&builtHandler{cfg: cfg, h: prev.h, ovl: prev.ovl}) // report once per configuration
 		return prev.h, nil
 	}
 	h := mw.Handler(p.proxy)
-	p.cur.Store(&builtHandler{cfg: cfg, h: h})
+	p.cur.Store(&builtHandler{cfg: cfg, h: h, ovl: ovl})
 	return h, nil
 }
 
-func (p *Proxy) build(cfg *config.Config) (*httplimit.Middleware, error) {
+// build returns the middleware of cfg and its overload limit: prev's when cfg's overload
+// block equals prev's, a new one when it differs, nil without a block.
+func (p *Proxy) build(cfg *config.Config, prev *overloadLimit) (*httplimit.Middleware, *overloadLimit, error) {
 	h, err := p.hashers.get(cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	policies, tier, err := PoliciesFor(cfg, h, p.opts.FailureMode)
+	ip := clientIP(&cfg.Identity)
+	policies, tier, err := policiesFor(cfg, ip, h, p.opts.FailureMode)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if p.ovr != nil {
 		for i := range policies {
@@ -204,16 +248,41 @@ func (p *Proxy) build(cfg *config.Config) (*httplimit.Middleware, error) {
 			}
 		}
 	}
-	return httplimit.New(httplimit.Config{
+	hc := httplimit.Config{
 		Limiter:       p.opts.Limiter,
 		Policies:      policies,
 		Tier:          tier,
 		LegacyHeaders: p.opts.LegacyHeaders,
 		ShadowHeaders: p.opts.ShadowHeaders,
 		Logger:        p.opts.Logger,
+		Trust:         ip,
 
 		TracerProvider: p.opts.TracerProvider,
-	})
+	}
+	var ovl *overloadLimit
+	if o := cfg.Overload; o != nil {
+		if prev != nil && prev.cfg.Equal(o) {
+			ovl = prev
+		} else {
+			lim, err := overload.New(o.Limiter)
+			if err != nil {
+				return nil, nil, fmt.Errorf("overload: %w", err)
+			}
+			ovl = &overloadLimit{cfg: o, lim: lim}
+		}
+		hc.Overload, hc.DefaultCriticality = ovl.lim, o.DefaultCriticality
+		if o.CriticalityHeader != "" {
+			hc.Criticality = httplimit.TrustedCriticality(ip, o.CriticalityHeader)
+		}
+		if p.overloadMetrics != nil {
+			hc.OnOverload = p.overloadMetrics.Observe
+		}
+	}
+	mw, err := httplimit.New(hc)
+	if err != nil {
+		return nil, nil, err
+	}
+	return mw, ovl, nil
 }
 
 // ServeHTTP rate-limits r and, when it is allowed, forwards it upstream.
@@ -233,7 +302,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // pattern). httplimit has one tier function, so policies with tiers must all read the
 // same header; other configurations are refused.
 func PoliciesFor(cfg *config.Config, h *keys.Hasher, def sluice.FailureMode) ([]httplimit.Policy, func(*http.Request) string, error) {
-	ip := clientIP(&cfg.Identity)
+	return policiesFor(cfg, clientIP(&cfg.Identity), h, def)
+}
+
+// policiesFor is PoliciesFor with the client IP's reading ip, which every header reading
+// of the policies is built on (so that httplimit.Config.Trust, set to ip, tests each
+// request's peer once for all of them).
+func policiesFor(cfg *config.Config, ip *keys.ClientIP, h *keys.Hasher, def sluice.FailureMode) ([]httplimit.Policy, func(*http.Request) string, error) {
 	var tierHeader, tierPolicy string
 	var out []httplimit.Policy
 	for _, p := range cfg.Policies {
@@ -251,7 +326,8 @@ func PoliciesFor(cfg *config.Config, h *keys.Hasher, def sluice.FailureMode) ([]
 		}
 		limit, _ := p.LimitFor("", "")
 		failure := cfg.Failure(p, def)
-		hp := httplimit.Policy{Name: p.Name, Limit: limit, Key: key, Shadow: p.Shadow, Failure: failure, Settle: settleOf(ip, p.Settle, 0)}
+		hp := httplimit.Policy{Name: p.Name, Limit: limit, Key: key, Shadow: p.Shadow, Failure: failure,
+			Settle: settleOf(ip, p.Settle, 0), Criticality: p.Criticality}
 		if len(p.Tiers) > 0 && p.TierHeader != "" {
 			if tierHeader != "" && !equalFoldHeader(tierHeader, p.TierHeader) {
 				return nil, nil, fmt.Errorf("policies %q and %q read tiers from different headers (%s, %s); the proxy supports one tier header",
@@ -278,6 +354,7 @@ func PoliciesFor(cfg *config.Config, h *keys.Hasher, def sluice.FailureMode) ([]
 			out = append(out, httplimit.Policy{
 				Name: RouteLimitName(p.Name, rt.Pattern), Route: rt.Pattern, RouteSet: p.Name,
 				Limit: rt.Limit, Key: key, Shadow: p.Shadow, Failure: failure, Settle: settleOf(ip, p.Settle, rt.Estimate),
+				Criticality: rt.Criticality,
 			})
 		}
 	}
