@@ -38,7 +38,9 @@ func proxyCommand() *cli.Command {
 			"user or API key, with tiers, routes and overrides) and, when allowed, forwarded to\n" +
 			"--upstream. Responses carry the RateLimit-Policy and RateLimit headers; a denied\n" +
 			"request gets 429 with Retry-After and an application/problem+json body, and 503 when\n" +
-			"the store is down and the policy fails closed. Envoy domains in the configuration are\n" +
+			"the store is down and the policy fails closed. With an overload block in the\n" +
+			"configuration, an adaptive concurrency limit admits each request by its criticality\n" +
+			"first and answers a shed one 503 (docs/overload.md). Envoy domains in the configuration are\n" +
 			"ignored here. The configuration is reloaded as by serve.\n\n" +
 			"With --tls-cert and --tls-key the proxy's listener speaks TLS (HTTP/2 and HTTP/1.1),\n" +
 			"and with --tls-client-ca it requires client certificates; --admin stays plain HTTP\n" +
@@ -72,6 +74,7 @@ func proxy(ctx context.Context, c *cli.Command) error {
 		LegacyHeaders: c.Bool("legacy-headers"),
 		Logger:        log,
 		Overrides:     st.Overrides,
+		Registry:      e.reg,
 
 		TracerProvider: e.tracerProvider(),
 	})
