@@ -236,8 +236,9 @@ func uses(t *testing.T, e promExpr) map[string][]string {
 
 // TestPromQL: every PromQL expression of deploy/grafana/sluice.json and
 // deploy/prometheus/alerts.yaml parses with Prometheus's own parser, and every metric it
-// names is exported by a running `sluice serve`, on Redis and (but for redisOnly) on
-// memory, with every label it matches on or groups by (or a label Prometheus adds).
+// names is exported by a running `sluice serve`, or `sluice proxy` with an overload
+// block (the overload series), on Redis and (but for redisOnly) on memory, with every
+// label it matches on or groups by (or a label Prometheus adds).
 func TestPromQL(t *testing.T) {
 	exprs, labelValues := dashboardExprs(t, filepath.Join("..", "..", "grafana", "sluice.json"))
 	if len(exprs) < 15 {
@@ -292,7 +293,8 @@ func TestPromQL(t *testing.T) {
 // exercised runs `sluice serve` on store (memory or redis) with the Envoy example's
 // domain and a policy, makes it decide as production does (allowed, denied, denials
 // the deny cache repeats, Envoy descriptors; on Redis also decisions while Redis is
-// frozen, which the failure mode makes), and returns what its /metrics exports.
+// frozen, which the failure mode makes), runs `sluice proxy` with an overload block
+// beside it, and returns what serve's /metrics exports with the proxy's overload series.
 func exercised(t *testing.T, store string) map[string][]string {
 	dir := t.TempDir()
 	edge, err := os.ReadFile(filepath.Join("..", "..", "envoy", "sluice", "edge.yaml"))
@@ -336,6 +338,21 @@ func exercised(t *testing.T, store string) map[string][]string {
 	s.Cmd.Process.Signal(syscall.SIGHUP)
 	waitFor(t, "a rejected reload", func() bool { return strings.Contains(s.Metrics(t), "sluice_config_reload_rejected_total 1") })
 
+	// The overload series: `sluice proxy` with an overload block, on the same store,
+	// exports them (the gauges, and the counters by criticality from the start).
+	proxyCfg := filepath.Join(t.TempDir(), "overload.yaml")
+	os.WriteFile(proxyCfg, []byte("overload: {max_limit: 50}\npolicies:\n  - {name: p, rate: 2, period: minute, key: ip}\n"), 0o644)
+	proxyArgs := []string{"--upstream", "http://127.0.0.1:1", "--config", proxyCfg}
+	if redis != nil {
+		proxyArgs = append(proxyArgs, "--redis", redis.URL())
+	}
+	proxied := exported(t, sluicetest.StartProxy(t, sluiceBin, proxyArgs...).Metrics(t))
+	for _, name := range overloadSeries {
+		if _, ok := proxied[name]; !ok {
+			t.Errorf("sluice proxy with an overload block does not export %s", name)
+		}
+	}
+
 	if redis != nil {
 		redis.Pause()
 		for i := range 10 {
@@ -346,7 +363,17 @@ func exercised(t *testing.T, store string) map[string][]string {
 			return strings.Contains(s.Metrics(t), `sluice_fallback_decisions_total{mode="local"`)
 		})
 	}
-	return exported(t, s.Metrics(t))
+	have := exported(t, s.Metrics(t))
+	for _, name := range overloadSeries {
+		have[name] = proxied[name]
+	}
+	return have
+}
+
+// overloadSeries are the metrics only `sluice proxy` with an overload block exports.
+var overloadSeries = []string{
+	"sluice_overload_limit", "sluice_overload_inflight", "sluice_overload_queued",
+	"sluice_overload_admitted_total", "sluice_overload_shed_total",
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {

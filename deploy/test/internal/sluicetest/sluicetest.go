@@ -109,11 +109,12 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// Service is a running `sluice serve`.
+// Service is a running `sluice serve`, or `sluice proxy` with its admin listener.
 type Service struct {
 	Cmd      *exec.Cmd
-	Base     string // http://host:port
-	GRPCAddr string
+	Base     string // http://host:port: serve's HTTP API, proxy's admin listener
+	GRPCAddr string // serve's
+	Listen   string // proxy's: the address it proxies on
 	log      chan map[string]any
 	exited   chan struct{} // closed when its stderr ends: the process exited
 	lastLog  atomic.Value  // string: the last line it logged
@@ -123,8 +124,40 @@ type Service struct {
 // ends.
 func StartServe(t *testing.T, bin string, args ...string) *Service {
 	t.Helper()
+	s := start(t, bin, append([]string{"serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--log-format", "json"}, args...))
+	for s.Base == "" || s.GRPCAddr == "" {
+		m := s.waitLog(t, "serving HTTP", "serving gRPC")
+		addr, _ := m["addr"].(string)
+		if m["msg"] == "serving HTTP" {
+			s.Base = "http://" + addr
+		} else {
+			s.GRPCAddr = addr
+		}
+	}
+	return s
+}
+
+// StartProxy runs bin (sluice) proxy, and its admin listener (Base), on free loopback
+// ports with args (--upstream among them), until the test ends.
+func StartProxy(t *testing.T, bin string, args ...string) *Service {
+	t.Helper()
+	s := start(t, bin, append([]string{"proxy", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log-format", "json"}, args...))
+	for s.Base == "" || s.Listen == "" {
+		m := s.waitLog(t, "serving HTTP", "sluice proxy starting")
+		if m["msg"] == "serving HTTP" {
+			s.Base = "http://" + m["addr"].(string)
+		} else {
+			s.Listen = m["listen"].(string)
+		}
+	}
+	return s
+}
+
+// start runs bin with args, which make it log JSON, until the test ends.
+func start(t *testing.T, bin string, args []string) *Service {
+	t.Helper()
 	s := &Service{log: make(chan map[string]any, 1000), exited: make(chan struct{})}
-	s.Cmd = exec.Command(bin, append([]string{"serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--log-format", "json"}, args...)...)
+	s.Cmd = exec.Command(bin, args...)
 	stderr, err := s.Cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -156,15 +189,6 @@ func StartServe(t *testing.T, bin string, args ...string) *Service {
 			}
 		}
 	}()
-	for s.Base == "" || s.GRPCAddr == "" {
-		m := s.waitLog(t, "serving HTTP", "serving gRPC")
-		addr, _ := m["addr"].(string)
-		if m["msg"] == "serving HTTP" {
-			s.Base = "http://" + addr
-		} else {
-			s.GRPCAddr = addr
-		}
-	}
 	return s
 }
 
@@ -181,9 +205,9 @@ func (s *Service) waitLog(t *testing.T, msgs ...string) map[string]any {
 				}
 			}
 		case <-s.exited:
-			t.Fatalf("sluice serve exited before logging any of %q; its last words: %v", msgs, s.lastLog.Load())
+			t.Fatalf("sluice %s exited before logging any of %q; its last words: %v", s.Cmd.Args[1], msgs, s.lastLog.Load())
 		case <-timeout:
-			t.Fatalf("sluice serve logged none of %q within 30s", msgs)
+			t.Fatalf("sluice %s logged none of %q within 30s", s.Cmd.Args[1], msgs)
 		}
 	}
 }
