@@ -2,6 +2,9 @@ package config
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,5 +145,32 @@ func TestOverloadEqual(t *testing.T) {
 		t.Error("a changed block is Equal")
 	case !(*Overload)(nil).Equal(nil):
 		t.Error("no block is not Equal to no block")
+	}
+}
+
+// docs/overload.md's worked example is examples/overload/sluice.yaml, and it loads.
+func TestOverloadDocExample(t *testing.T) {
+	file, err := os.ReadFile(filepath.Join("..", "examples", "overload", "sluice.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "overload.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(doc), "```yaml\n")
+	block, _, _ = strings.Cut(block, "```")
+	if !ok || block != string(file) {
+		t.Fatalf("docs/overload.md's yaml block is not examples/overload/sluice.yaml:\n%s", block)
+	}
+	c, err := Parse(File{Name: "sluice.yaml", Data: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Overload == nil || c.Overload.Limiter.DefaultReserve != 10 || c.Overload.CriticalityHeader != "X-Criticality" {
+		t.Errorf("the example's overload block: %+v", c.Overload)
+	}
+	if err := c.Overload.Limiter.Validate(); err != nil {
+		t.Error(err)
 	}
 }

@@ -7,9 +7,13 @@ import (
 	"net/http/httptest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/keys"
+	"github.com/sluicehq/sluice/observe"
+	"github.com/sluicehq/sluice/overload"
 	"github.com/sluicehq/sluice/stack"
 )
 
@@ -106,4 +110,72 @@ func Example_tiers() {
 	// Output:
 	// "per-key";q=100;w=3600
 	// "per-key";q=10000;w=3600
+}
+
+// An overload limit in front of the handlers: a limit of 2 requests in flight, half of it
+// kept for critical requests, so a sheddable request is shed while one request is in
+// flight and a critical one is still admitted. Reports are sheddable, payments critical;
+// a trusted load balancer may say otherwise in X-Criticality.
+func Example_overload() {
+	st, err := stack.Open(nil, stack.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer st.Close()
+	proxies, _ := keys.ParsePrefixes("10.0.0.0/8")
+	clientIP := &keys.ClientIP{TrustedProxies: proxies}
+	lim, err := overload.New(overload.Config{MinLimit: 2, MaxLimit: 2, CriticalReserve: 50, MaxWait: -1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	metrics, err := observe.NewOverloadMetrics(prometheus.NewRegistry(), func() (overload.Stats, bool) { return lim.Stats(), true })
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	var h http.Handler
+	send := func(method, target string) {
+		r := httptest.NewRequest(method, target, nil)
+		r.RemoteAddr = "198.51.100.7:41000"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code == http.StatusServiceUnavailable {
+			fmt.Println(method, target, w.Code, "Retry-After:", w.Header().Get("Retry-After"), w.Header().Get("Content-Type"))
+			return
+		}
+		fmt.Println(method, target, w.Code)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /reports/", func(w http.ResponseWriter, r *http.Request) {
+		// While this report is in flight, another one and a payment arrive.
+		send("GET", "/reports/2")
+		send("POST", "/pay")
+	})
+	mux.HandleFunc("POST /pay", func(w http.ResponseWriter, r *http.Request) {})
+
+	mw, err := httplimit.New(httplimit.Config{
+		Limiter: st.Limiter(),
+		Trust:   clientIP,
+		Policies: []httplimit.Policy{
+			{Name: "per-client", Limit: sluice.PerMinute(100), Key: httplimit.ByIP(clientIP)},
+			{Name: "reports", Route: "/reports/", Limit: sluice.PerMinute(10), Key: httplimit.ByIP(clientIP),
+				Criticality: new(overload.Sheddable)},
+			{Name: "pay", Route: "POST /pay", Limit: sluice.PerMinute(10), Key: httplimit.ByIP(clientIP),
+				Criticality: new(overload.Critical)},
+		},
+		Overload:    lim,
+		Criticality: httplimit.TrustedCriticality(clientIP, "X-Criticality"),
+		OnOverload:  metrics.Observe,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	h = mw.Handler(mux)
+	send("GET", "/reports/1")
+	fmt.Printf("%+v\n", lim.Stats())
+	// Output:
+	// GET /reports/2 503 Retry-After: 1 application/problem+json
+	// POST /pay 200
+	// GET /reports/1 200
+	// {Limit:2 InFlight:0 Queued:0}
 }

@@ -66,8 +66,8 @@ func admitted(t *testing.T, c *http.Client, url string, n int, hdr func(i int) m
 
 // TestProxyTrust: every header that selects an identity, a tier or a cost estimate is
 // believed from a trusted proxy and ignored from any other peer, through the proxy on
-// memory and on Redis; an API key, a credential, is believed from anyone. (No header
-// selects a priority yet.) Before the one trust rule, an untrusted client rotating
+// memory and on Redis; an API key, a credential, is believed from anyone (the
+// criticality header: TestProxyOverload). Before the one trust rule, an untrusted client rotating
 // X-User-ID was never limited and could spend another user's quota, and one sending
 // X-Cost-Estimate: 0 was never charged.
 func TestProxyTrust(t *testing.T) {
