@@ -38,6 +38,11 @@ func TestTestdataPolicies(t *testing.T) {
 		t.Errorf("identity %+v", c.Identity)
 	}
 
+	if o := c.Overload; o == nil || o.Limiter.MaxWait != 250*time.Millisecond || o.Limiter.DefaultReserve != 10 ||
+		o.CriticalityHeader != "X-Criticality" || o.Limiter.Validate() != nil {
+		t.Errorf("overload %+v", o)
+	}
+
 	perIP, ok := c.Policy("per-ip")
 	if !ok {
 		t.Fatal("per-ip missing")
