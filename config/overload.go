@@ -2,6 +2,7 @@ package config
 
 import (
 	"cmp"
+	"reflect"
 	"strings"
 	"time"
 
@@ -34,33 +35,16 @@ type Overload struct {
 	Pos Position
 }
 
-// Equal reports whether o and p configure the same limit and criticality (their
-// positions aside): whether a reload that replaced o by p keeps o's limiter.
-func (o *Overload) Equal(p *Overload) bool {
+// SameLimit reports whether o and p set the same limit (Limiter; the criticality header
+// and default aside): whether a reload that replaced o by p keeps o's limiter, with its
+// learned limit and the requests in flight.
+func (o *Overload) SameLimit(p *Overload) bool {
 	if o == nil || p == nil {
 		return o == p
 	}
-	a, b := *o, *p
-	a.Pos, b.Pos = Position{}, Position{}
-	a.Limiter.Clock, b.Limiter.Clock = nil, nil
-	return a.CriticalityHeader == b.CriticalityHeader && a.DefaultCriticality == b.DefaultCriticality &&
-		limiterSettings(a.Limiter) == limiterSettings(b.Limiter)
-}
-
-// comparableConfig is an overload.Config without its clock, so that it compares with ==.
-type comparableConfig struct {
-	MinLimit, MaxLimit, InitialLimit, MinSamples, LongWindow, Tolerance, Headroom int
-	CriticalReserve, DefaultReserve, MaxQueue                                     int
-	Window, Remeasure, MaxWait                                                    time.Duration
-}
-
-func limiterSettings(c overload.Config) comparableConfig {
-	return comparableConfig{
-		MinLimit: c.MinLimit, MaxLimit: c.MaxLimit, InitialLimit: c.InitialLimit, MinSamples: c.MinSamples,
-		LongWindow: c.LongWindow, Tolerance: c.Tolerance, Headroom: c.Headroom,
-		CriticalReserve: c.CriticalReserve, DefaultReserve: c.DefaultReserve, MaxQueue: c.MaxQueue,
-		Window: c.Window, Remeasure: c.Remeasure, MaxWait: c.MaxWait,
-	}
+	a, b := o.Limiter, p.Limiter
+	a.Clock, b.Clock = nil, nil // never set by a file; funcs are not comparable
+	return reflect.DeepEqual(a, b)
 }
 
 var overloadFields = []string{

@@ -29,9 +29,9 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return -1
 }
 
-// TestProxyOverloadReload: a reload that leaves the overload block as it was keeps its
-// limiter (the requests in flight stay counted); a changed block starts a new one; a
-// removed block removes the limit. The gauges follow the limiter in force.
+// TestProxyOverloadReload: a reload that leaves the overload block's limit settings as
+// they were keeps its limiter (the requests in flight stay counted); a changed limit
+// starts a new one; a removed block removes the limit. The gauges follow the limiter in force.
 func TestProxyOverloadReload(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "p.yaml")
@@ -84,8 +84,8 @@ func TestProxyOverloadReload(t *testing.T) {
 	}
 
 	reload(20, 3) // the policies change, the block does not
-	if got := current(); got != first || got.lim.Stats().InFlight != 1 {
-		t.Fatalf("an unchanged block got a new limiter (%p, was %p)", got, first)
+	if got := current(); got.lim != first.lim || got.lim.Stats().InFlight != 1 {
+		t.Fatalf("an unchanged block got a new limiter (%p, was %p)", got.lim, first.lim)
 	}
 	if v := gaugeValue(t, reg, observe.MetricOverloadInFlight); v != 1 {
 		t.Errorf("%s = %v, want 1", observe.MetricOverloadInFlight, v)
@@ -93,7 +93,7 @@ func TestProxyOverloadReload(t *testing.T) {
 
 	reload(20, 5)
 	second := current()
-	if second == nil || second == first || second.lim.Stats() != (overload.Stats{Limit: 5}) {
+	if second == nil || second.lim == first.lim || second.lim.Stats() != (overload.Stats{Limit: 5}) {
 		t.Fatalf("a changed block: %+v", second)
 	}
 	if v := gaugeValue(t, reg, observe.MetricOverloadLimit); v != 5 {

@@ -69,11 +69,12 @@ type ProxyOptions struct {
 // policies and routes it matches, else the block's default_criticality.
 //
 // A reloaded configuration rebuilds the middleware for the next request; counters live
-// in the store and survive. An overload block equal to the previous one
-// (config.Overload.Equal) keeps its limiter, with its learned limit and the requests in
-// flight; a changed block starts a new limiter from its initial limit (requests admitted
-// by the old one end on it), and a removed block removes the limit. A configuration
-// PoliciesFor refuses is logged, and the previous middleware stays in force.
+// in the store and survive. An overload block that sets the same limit as the previous
+// one (config.Overload.SameLimit) keeps its limiter, with its learned limit and the
+// requests in flight; a block whose limit settings changed starts a new limiter from its
+// initial limit (requests admitted by the old one end on it), and a removed block
+// removes the limit. A configuration PoliciesFor refuses is logged, and the previous
+// middleware stays in force.
 type Proxy struct {
 	opts  ProxyOptions
 	proxy *httputil.ReverseProxy
@@ -223,8 +224,8 @@ func (p *Proxy) handler() (http.Handler, error) {
 	return h, nil
 }
 
-// build returns the middleware of cfg and its overload limit: prev's when cfg's overload
-// block equals prev's, a new one when it differs, nil without a block.
+// build returns the middleware of cfg and its overload limit: prev's limiter when cfg's
+// overload block sets the same limit, a new one when it does not, nil without a block.
 func (p *Proxy) build(cfg *config.Config, prev *overloadLimit) (*httplimit.Middleware, *overloadLimit, error) {
 	h, err := p.hashers.get(cfg)
 	if err != nil {
@@ -261,8 +262,8 @@ func (p *Proxy) build(cfg *config.Config, prev *overloadLimit) (*httplimit.Middl
 	}
 	var ovl *overloadLimit
 	if o := cfg.Overload; o != nil {
-		if prev != nil && prev.cfg.Equal(o) {
-			ovl = prev
+		if prev != nil && prev.cfg.SameLimit(o) {
+			ovl = &overloadLimit{cfg: o, lim: prev.lim}
 		} else {
 			lim, err := overload.New(o.Limiter)
 			if err != nil {
