@@ -132,7 +132,8 @@ func (c *Config) Dump() ([]byte, error) {
 			pv.Tiers = append(pv.Tiers, named{Name: t.Name, Limit: lv(t.Limit)})
 		}
 		for _, r := range p.Routes {
-			pv.Routes = append(pv.Routes, named{Name: r.Pattern, Limit: lv(r.Limit), Criticality: criticalityName(r.Criticality)})
+			pv.Routes = append(pv.Routes,
+				named{Name: r.Pattern, Limit: lv(r.Limit), Criticality: criticalityName(r.Criticality)})
 		}
 		view.Policies = append(view.Policies, pv)
 	}
@@ -223,15 +224,23 @@ func overloadViewOf(o *Overload) *overloadView {
 	}
 	c := o.Limiter
 	v := &overloadView{
-		Source:   o.Pos.String(),
-		MinLimit: cmp.Or(c.MinLimit, overload.DefaultMinLimit), MaxLimit: cmp.Or(c.MaxLimit, overload.DefaultMaxLimit),
-		Window: cmp.Or(c.Window, overload.DefaultWindow).String(), MinSamples: cmp.Or(c.MinSamples, overload.DefaultMinSamples),
-		LongWindow: cmp.Or(c.LongWindow, overload.DefaultLongWindow), Tolerance: cmp.Or(c.Tolerance, overload.DefaultTolerance),
-		Headroom: "sqrt(limit)", CriticalReserve: max(cmp.Or(c.CriticalReserve, overload.DefaultCriticalReserve), 0),
-		DefaultReserve: c.DefaultReserve, MaxWait: "long-term latency", MaxQueue: cmp.Or(c.MaxQueue, overload.DefaultMaxQueue),
-		CriticalityHeader: o.CriticalityHeader, DefaultCriticality: o.DefaultCriticality.String(),
+		Source:             o.Pos.String(),
+		MinLimit:           cmp.Or(c.MinLimit, overload.DefaultMinLimit),
+		MaxLimit:           cmp.Or(c.MaxLimit, overload.DefaultMaxLimit),
+		Window:             cmp.Or(c.Window, overload.DefaultWindow).String(),
+		MinSamples:         cmp.Or(c.MinSamples, overload.DefaultMinSamples),
+		LongWindow:         cmp.Or(c.LongWindow, overload.DefaultLongWindow),
+		Tolerance:          cmp.Or(c.Tolerance, overload.DefaultTolerance),
+		Headroom:           "sqrt(limit)",
+		CriticalReserve:    max(cmp.Or(c.CriticalReserve, overload.DefaultCriticalReserve), 0),
+		DefaultReserve:     c.DefaultReserve,
+		MaxWait:            "long-term latency",
+		MaxQueue:           cmp.Or(c.MaxQueue, overload.DefaultMaxQueue),
+		CriticalityHeader:  o.CriticalityHeader,
+		DefaultCriticality: o.DefaultCriticality.String(),
 	}
-	v.InitialLimit = min(max(cmp.Or(c.InitialLimit, overload.DefaultInitialLimit), v.MinLimit), v.MaxLimit)
+	initial := cmp.Or(c.InitialLimit, overload.DefaultInitialLimit)
+	v.InitialLimit = min(max(initial, v.MinLimit), v.MaxLimit)
 	if c.Headroom > 0 {
 		v.Headroom = fmt.Sprint(c.Headroom)
 	}

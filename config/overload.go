@@ -94,7 +94,8 @@ func (d *decoder) overload(n *yaml.Node) *Overload {
 	c.Remeasure = d.durationOrOff(o, "remeasure")
 	c.MaxWait = d.durationOrOff(o, "max_wait")
 
-	lo, hi := cmp.Or(c.MinLimit, overload.DefaultMinLimit), cmp.Or(c.MaxLimit, overload.DefaultMaxLimit)
+	lo := cmp.Or(c.MinLimit, overload.DefaultMinLimit)
+	hi := cmp.Or(c.MaxLimit, overload.DefaultMaxLimit)
 	if lo > hi {
 		v, ok := o.get("min_limit")
 		if !ok {
@@ -114,20 +115,23 @@ func (d *decoder) overload(n *yaml.Node) *Overload {
 			critical = 0
 		}
 		if critical+c.DefaultReserve > 100 {
-			d.errorf(v, o.field("default_reserve"), "%d and critical_reserve %d exceed 100 percent together", c.DefaultReserve, critical)
+			d.errorf(v, o.field("default_reserve"), "%d and critical_reserve %d exceed 100 percent together",
+				c.DefaultReserve, critical)
 		}
 	}
 	if len(d.errs) == 0 {
 		// Whatever the checks above missed, the limiter itself refuses.
 		if err := c.Validate(); err != nil {
-			d.errorf(n, "overload", "%s", strings.TrimPrefix(err.Error(), overload.ErrInvalidConfig.Error()+": "))
+			msg := strings.TrimPrefix(err.Error(), overload.ErrInvalidConfig.Error()+": ")
+			d.errorf(n, "overload", "%s", msg)
 		}
 	}
 
 	if v, ok := o.get("criticality_header"); ok {
 		ov.CriticalityHeader, _ = d.str(v, o.field("criticality_header"))
 		if !validHeaderName(ov.CriticalityHeader) {
-			d.errorf(v, o.field("criticality_header"), "must be an HTTP header name, got %q", ov.CriticalityHeader)
+			d.errorf(v, o.field("criticality_header"), "must be an HTTP header name, got %q",
+				ov.CriticalityHeader)
 		}
 	}
 	if v, ok := o.get("default_criticality"); ok {

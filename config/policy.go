@@ -556,7 +556,8 @@ func parsePrefix(s string) (netip.Prefix, error) {
 var policyFields = []string{
 	"name", "algorithm", "rate", "period", "zone", "anchor_day", "burst", "lease", "key", "shadow",
 	"failure_mode", "local_share", "expected_nodes",
-	"tier_header", "default_tier", "tiers", "identity_tiers", "routes", "overrides", "settle", "criticality",
+	"tier_header", "default_tier", "tiers", "identity_tiers", "routes", "overrides", "settle",
+	"criticality",
 }
 
 var limitFields = []string{"algorithm", "rate", "period", "zone", "anchor_day", "burst", "lease"}
@@ -654,7 +655,8 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 				delete(to.fields, "estimate")
 			}
 			if l, ok := d.limit(to, alg); ok {
-				p.Routes = append(p.Routes, Route{Pattern: kv.key.Value, Limit: l, Estimate: est, Criticality: crit})
+				p.Routes = append(p.Routes,
+					Route{Pattern: kv.key.Value, Limit: l, Estimate: est, Criticality: crit})
 			} else {
 				p.Routes = append(p.Routes, Route{Pattern: kv.key.Value}) // keep indexes aligned; the load fails anyway
 			}

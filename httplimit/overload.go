@@ -24,7 +24,8 @@ func DefaultShed(w http.ResponseWriter, r *http.Request, _ *overload.Shed) {
 		Type:   ProblemTemporaryReducedCapacity,
 		Title:  "Request cannot be satisfied due to temporary server capacity constraints",
 		Status: http.StatusServiceUnavailable,
-		Detail: "The service is overloaded; retry after " + seconds(w.Header().Get(HeaderRetryAfter)) + ".",
+		Detail: "The service is overloaded; retry after " +
+			seconds(w.Header().Get(HeaderRetryAfter)) + ".",
 	}
 	p.ServeHTTP(w, r)
 }
@@ -35,7 +36,8 @@ func DefaultShed(w http.ResponseWriter, r *http.Request, _ *overload.Shed) {
 // knows ("critical", "default", "sheddable", and the _plus forms). A header from any other
 // peer, and a value it does not know, are ignored (never an error): the policies' and
 // routes' criticality applies.
-func TrustedCriticality(c *keys.ClientIP, name string) func(*http.Request) (overload.Criticality, bool) {
+func TrustedCriticality(c *keys.ClientIP, name string,
+) func(*http.Request) (overload.Criticality, bool) {
 	get := TrustedHeader(c, name)
 	return func(r *http.Request) (overload.Criticality, bool) {
 		v := get(r)
@@ -70,7 +72,8 @@ func (m *Middleware) criticality(r *http.Request, routes []string) overload.Crit
 
 // admit asks the overload limit for a permit for r. When it sheds r, admit answers it
 // (Retry-After, Config.Shed), ends sp, and returns nil.
-func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, routes []string, sp span.Span) *overload.Permit {
+func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, routes []string,
+	sp span.Span) *overload.Permit {
 	crit := m.criticality(r, routes)
 	p, err := m.cfg.Overload.Acquire(r.Context(), crit)
 	if err == nil {
@@ -81,7 +84,8 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, routes []stri
 	}
 	shed, ok := errors.AsType[*overload.Shed](err)
 	if !ok { // Acquire returns no other error; answer one as a shed all the same
-		shed = &overload.Shed{Criticality: crit, Reason: overload.ReasonLimit, RetryAfter: time.Second}
+		shed = &overload.Shed{Criticality: crit, Reason: overload.ReasonLimit,
+			RetryAfter: time.Second}
 	}
 	if m.cfg.OnOverload != nil {
 		m.cfg.OnOverload(crit, shed)
@@ -89,7 +93,8 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, routes []stri
 	if l := m.cfg.Logger; l != nil {
 		ctx := r.Context()
 		if errors.Is(shed, context.Canceled) {
-			ctx = context.WithoutCancel(ctx) // the record is the point: the client left while queued
+			// The client left while queued; the record is still due.
+			ctx = context.WithoutCancel(ctx)
 		}
 		st := m.cfg.Overload.Stats()
 		l.LogAttrs(ctx, slog.LevelWarn, "request shed (overload)",

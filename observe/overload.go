@@ -50,21 +50,28 @@ const (
 // NewOverloadMetrics creates the overload metrics and registers them on reg. stats
 // returns the limit's Stats, or false while there is no limit (a `sluice proxy` whose
 // configuration has no overload block). It fails if reg refuses them.
-func NewOverloadMetrics(reg prometheus.Registerer, stats func() (overload.Stats, bool)) (*OverloadMetrics, error) {
+func NewOverloadMetrics(reg prometheus.Registerer, stats func() (overload.Stats, bool),
+) (*OverloadMetrics, error) {
 	if reg == nil || stats == nil {
-		return nil, errors.New("observe: NewOverloadMetrics needs a Registerer and a stats function")
+		return nil, errors.New("observe: NewOverloadMetrics needs a Registerer and a stats func")
 	}
 	m := &OverloadMetrics{
 		admitted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricOverloadAdmitted,
-			Help: "Requests the overload limit admitted, by criticality (critical, default, sheddable)."}, []string{"criticality"}),
+			Help: "Requests the overload limit admitted, by criticality " +
+				"(critical, default, sheddable)."}, []string{"criticality"}),
 		shed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricOverloadShed,
-			Help: "Requests the overload limit shed (answered 503), by criticality and reason (limit, queue_full, queue_timeout, canceled)."}, []string{"criticality", "reason"}),
-		stats:    stats,
-		limit:    prometheus.NewDesc(MetricOverloadLimit, "The requests in flight the adaptive overload limit admits now.", nil, nil),
-		inflight: prometheus.NewDesc(MetricOverloadInFlight, "The requests in flight under the overload limit (permits held).", nil, nil),
-		wait:     prometheus.NewDesc(MetricOverloadQueued, "The requests waiting in the overload limit's queue for a permit.", nil, nil),
+			Help: "Requests the overload limit shed (answered 503), by criticality and reason " +
+				"(limit, queue_full, queue_timeout, canceled)."}, []string{"criticality", "reason"}),
+		stats: stats,
+		limit: prometheus.NewDesc(MetricOverloadLimit,
+			"The requests in flight the adaptive overload limit admits now.", nil, nil),
+		inflight: prometheus.NewDesc(MetricOverloadInFlight,
+			"The requests in flight under the overload limit (permits held).", nil, nil),
+		wait: prometheus.NewDesc(MetricOverloadQueued,
+			"The requests waiting in the overload limit's queue for a permit.", nil, nil),
 	}
-	for i, c := range []overload.Criticality{overload.Sheddable, overload.Default, overload.Critical} {
+	crits := []overload.Criticality{overload.Sheddable, overload.Default, overload.Critical}
+	for i, c := range crits {
 		m.byCrit[i] = m.admitted.WithLabelValues(c.String())
 		// The series a dashboard and an alert read exist from the start, at 0.
 		m.shed.WithLabelValues(c.String(), overload.ReasonLimit)

@@ -216,7 +216,8 @@ func (p *Proxy) handler() (http.Handler, error) {
 		}
 		p.opts.Logger.Error("proxy keeps its previous policies: the new configuration cannot be applied",
 			slog.String("error", err.Error()))
-		p.cur.Store(&builtHandler{cfg: cfg, h: prev.h, ovl: prev.ovl}) // report once per configuration
+		// Report once per configuration.
+		p.cur.Store(&builtHandler{cfg: cfg, h: prev.h, ovl: prev.ovl})
 		return prev.h, nil
 	}
 	h := mw.Handler(p.proxy)
@@ -226,7 +227,8 @@ func (p *Proxy) handler() (http.Handler, error) {
 
 // build returns the middleware of cfg and its overload limit: prev's limiter when cfg's
 // overload block sets the same limit, a new one when it does not, nil without a block.
-func (p *Proxy) build(cfg *config.Config, prev *overloadLimit) (*httplimit.Middleware, *overloadLimit, error) {
+func (p *Proxy) build(cfg *config.Config, prev *overloadLimit,
+) (*httplimit.Middleware, *overloadLimit, error) {
 	h, err := p.hashers.get(cfg)
 	if err != nil {
 		return nil, nil, err
@@ -309,7 +311,8 @@ func PoliciesFor(cfg *config.Config, h *keys.Hasher, def sluice.FailureMode) ([]
 // policiesFor is PoliciesFor with the client IP's reading ip, which every header reading
 // of the policies is built on (so that httplimit.Config.Trust, set to ip, tests each
 // request's peer once for all of them).
-func policiesFor(cfg *config.Config, ip *keys.ClientIP, h *keys.Hasher, def sluice.FailureMode) ([]httplimit.Policy, func(*http.Request) string, error) {
+func policiesFor(cfg *config.Config, ip *keys.ClientIP, h *keys.Hasher, def sluice.FailureMode,
+) ([]httplimit.Policy, func(*http.Request) string, error) {
 	var tierHeader, tierPolicy string
 	var out []httplimit.Policy
 	for _, p := range cfg.Policies {
@@ -327,8 +330,8 @@ func policiesFor(cfg *config.Config, ip *keys.ClientIP, h *keys.Hasher, def slui
 		}
 		limit, _ := p.LimitFor("", "")
 		failure := cfg.Failure(p, def)
-		hp := httplimit.Policy{Name: p.Name, Limit: limit, Key: key, Shadow: p.Shadow, Failure: failure,
-			Settle: settleOf(ip, p.Settle, 0), Criticality: p.Criticality}
+		hp := httplimit.Policy{Name: p.Name, Limit: limit, Key: key, Shadow: p.Shadow,
+			Failure: failure, Settle: settleOf(ip, p.Settle, 0), Criticality: p.Criticality}
 		if len(p.Tiers) > 0 && p.TierHeader != "" {
 			if tierHeader != "" && !equalFoldHeader(tierHeader, p.TierHeader) {
 				return nil, nil, fmt.Errorf("policies %q and %q read tiers from different headers (%s, %s); the proxy supports one tier header",

@@ -39,8 +39,8 @@ func proxyCommand() *cli.Command {
 			"--upstream. Responses carry the RateLimit-Policy and RateLimit headers; a denied\n" +
 			"request gets 429 with Retry-After and an application/problem+json body, and 503 when\n" +
 			"the store is down and the policy fails closed. With an overload block in the\n" +
-			"configuration, an adaptive concurrency limit admits each request by its criticality\n" +
-			"first and answers a shed one 503 (docs/overload.md). Envoy domains in the\n" +
+			"configuration, an adaptive concurrency limit admits each request by its\n" +
+			"criticality first and answers a shed one 503 (docs/overload.md). Envoy domains in the\n" +
 			"configuration are ignored here. The configuration is reloaded as by serve.\n\n" +
 			"With --tls-cert and --tls-key the proxy's listener speaks TLS (HTTP/2 and HTTP/1.1),\n" +
 			"and with --tls-client-ca it requires client certificates; --admin stays plain HTTP\n" +

@@ -124,7 +124,8 @@ type Service struct {
 // ends.
 func StartServe(t *testing.T, bin string, args ...string) *Service {
 	t.Helper()
-	s := start(t, bin, append([]string{"serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--log-format", "json"}, args...))
+	s := start(t, bin, append([]string{"serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
+		"--log-format", "json"}, args...))
 	for s.Base == "" || s.GRPCAddr == "" {
 		m := s.waitLog(t, "serving HTTP", "serving gRPC")
 		addr, _ := m["addr"].(string)
@@ -141,7 +142,8 @@ func StartServe(t *testing.T, bin string, args ...string) *Service {
 // ports with args (--upstream among them), until the test ends.
 func StartProxy(t *testing.T, bin string, args ...string) *Service {
 	t.Helper()
-	s := start(t, bin, append([]string{"proxy", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log-format", "json"}, args...))
+	s := start(t, bin, append([]string{"proxy", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
+		"--log-format", "json"}, args...))
 	for s.Base == "" || s.Listen == "" {
 		m := s.waitLog(t, "serving HTTP", "sluice proxy starting")
 		if m["msg"] == "serving HTTP" {
@@ -205,7 +207,8 @@ func (s *Service) waitLog(t *testing.T, msgs ...string) map[string]any {
 				}
 			}
 		case <-s.exited:
-			t.Fatalf("sluice %s exited before logging any of %q; its last words: %v", s.Cmd.Args[1], msgs, s.lastLog.Load())
+			t.Fatalf("sluice %s exited before logging any of %q; its last words: %v",
+				s.Cmd.Args[1], msgs, s.lastLog.Load())
 		case <-timeout:
 			t.Fatalf("sluice %s logged none of %q within 30s", s.Cmd.Args[1], msgs)
 		}
