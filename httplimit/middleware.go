@@ -457,8 +457,7 @@ func itemOf(p *pending) *evaluator.Item { return &p.Item }
 const spanName = "sluice.httplimit"
 
 // decide applies every policy that matches r (routes[i] is the pattern r matches in route
-// set i), and ends sp with the outcome. See the
-// package doc for the semantics.
+// set i), and ends sp with the outcome. See the package doc for the semantics.
 func (m *Middleware) decide(r *http.Request, routes []string, sp span.Span) (_ *Result, err error) {
 	ctx := r.Context()
 	var tier string
