@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -346,5 +347,31 @@ func TestCriticalityHeaderTrust(t *testing.T) {
 		if got := g.send(h, "/", s.remote, "X-Criticality", s.crit); got != s.want {
 			t.Errorf("from %s claiming %q: %s, want %s", s.remote, s.crit, got, s.want)
 		}
+	}
+}
+
+// The readings use the verdict the middleware took, rather than testing the peer again:
+// a verdict that says "trusted" for any peer is believed by every reading built on the
+// same ClientIP, and by no other.
+func TestReadingsUseTheVerdict(t *testing.T) {
+	ip := &keys.ClientIP{TrustedProxies: mustPrefixes(t, "10.0.0.0/8")}
+	other := &keys.ClientIP{TrustedProxies: mustPrefixes(t, "10.0.0.0/8")}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "192.0.2.1:1" // not a trusted proxy
+	r.Header.Set("X-Plan", "pro")
+	r.Header.Set("X-User-ID", "alice")
+	r.Header.Set("X-Criticality", "critical")
+	r = r.WithContext(context.WithValue(r.Context(), verdictKey{}, &verdict{c: ip, trusted: true}))
+	if got := TrustedHeader(ip, "X-Plan")(r); got != "pro" {
+		t.Errorf("TrustedHeader on the verdict's ClientIP: %q, want pro", got)
+	}
+	if id, _ := ByTrustedHeader(ip, "X-User-ID", keys.User)(r); id.ID != "alice" {
+		t.Errorf("ByTrustedHeader on the verdict's ClientIP: %v, want alice", id)
+	}
+	if c, ok := TrustedCriticality(ip, "X-Criticality")(r); !ok || c != overload.Critical {
+		t.Errorf("TrustedCriticality on the verdict's ClientIP: %v %v, want critical", c, ok)
+	}
+	if got := TrustedHeader(other, "X-Plan")(r); got != "" {
+		t.Errorf("TrustedHeader on another ClientIP: %q, want it to test the peer itself", got)
 	}
 }
