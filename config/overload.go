@@ -61,34 +61,18 @@ func (d *decoder) overload(n *yaml.Node) *Overload {
 	}
 	ov := &Overload{}
 	c := &ov.Limiter
-	ints := []struct {
-		name   string
-		dst    *int
-		lo, hi int64
-	}{
-		{"min_limit", &c.MinLimit, 1, 1 << 30},
-		{"max_limit", &c.MaxLimit, 1, 1 << 30},
-		{"initial_limit", &c.InitialLimit, 1, 1 << 30},
-		{"min_samples", &c.MinSamples, 1, 1 << 20},
-		{"long_window", &c.LongWindow, 1, 1 << 20},
-		{"tolerance", &c.Tolerance, 1, 1000},
-		{"headroom", &c.Headroom, 1, 1 << 30},
-		{"default_reserve", &c.DefaultReserve, 0, 100},
-		{"max_queue", &c.MaxQueue, 1, 1 << 20},
-	}
-	for _, f := range ints {
-		if v, ok := o.get(f.name); ok {
-			x, _ := d.integer(v, o.field(f.name), f.lo, f.hi)
-			*f.dst = int(x)
-		}
-	}
-	if v, ok := o.get("critical_reserve"); ok {
-		if x, ok := d.integer(v, o.field("critical_reserve"), 0, 100); ok {
-			c.CriticalReserve = int(x)
-			if x == 0 {
-				c.CriticalReserve = -1 // none: overload's 0 is its default
-			}
-		}
+	errs := len(d.errs)
+	read(o, "min_limit", &c.MinLimit, intIn[int](d, 1, 1<<30))
+	read(o, "max_limit", &c.MaxLimit, intIn[int](d, 1, 1<<30))
+	read(o, "initial_limit", &c.InitialLimit, intIn[int](d, 1, 1<<30))
+	read(o, "min_samples", &c.MinSamples, intIn[int](d, 1, 1<<20))
+	read(o, "long_window", &c.LongWindow, intIn[int](d, 1, 1<<20))
+	read(o, "tolerance", &c.Tolerance, intIn[int](d, 1, 1000))
+	read(o, "headroom", &c.Headroom, intIn[int](d, 1, 1<<30))
+	read(o, "default_reserve", &c.DefaultReserve, intIn[int](d, 0, 100))
+	read(o, "max_queue", &c.MaxQueue, intIn[int](d, 1, 1<<20))
+	if read(o, "critical_reserve", &c.CriticalReserve, intIn[int](d, 0, 100)) && c.CriticalReserve == 0 {
+		c.CriticalReserve = -1 // none: overload's 0 is its default
 	}
 	read(o, "window", &c.Window, d.duration)
 	c.Remeasure = d.durationOrOff(o, "remeasure")
@@ -119,7 +103,7 @@ func (d *decoder) overload(n *yaml.Node) *Overload {
 				c.DefaultReserve, critical)
 		}
 	}
-	if len(d.errs) == 0 {
+	if len(d.errs) == errs {
 		// Whatever the checks above missed, the limiter itself refuses.
 		if err := c.Validate(); err != nil {
 			msg := strings.TrimPrefix(err.Error(), overload.ErrInvalidConfig.Error()+": ")
@@ -127,13 +111,7 @@ func (d *decoder) overload(n *yaml.Node) *Overload {
 		}
 	}
 
-	if v, ok := o.get("criticality_header"); ok {
-		ov.CriticalityHeader, _ = d.str(v, o.field("criticality_header"))
-		if !validHeaderName(ov.CriticalityHeader) {
-			d.errorf(v, o.field("criticality_header"), "must be an HTTP header name, got %q",
-				ov.CriticalityHeader)
-		}
-	}
+	read(o, "criticality_header", &ov.CriticalityHeader, d.header)
 	if v, ok := o.get("default_criticality"); ok {
 		if cr, ok := d.criticality(v, o.field("default_criticality")); ok {
 			ov.DefaultCriticality = *cr

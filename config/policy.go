@@ -591,9 +591,7 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 
 	p.Key = d.keySource(o)
 	read(o, "shadow", &p.Shadow, d.boolean)
-	if v, ok := o.get("criticality"); ok {
-		p.Criticality, _ = d.criticality(v, o.field("criticality"))
-	}
+	read(o, "criticality", &p.Criticality, d.criticality)
 	p.FailureMode, p.LocalShare, p.ExpectedNodes = d.failure(o)
 	d.ownShare(o, p.FailureMode)
 
@@ -642,10 +640,8 @@ func (d *decoder) policy(n *yaml.Node, path string) *Policy {
 				continue
 			}
 			var crit *overload.Criticality
-			if v, ok := to.get("criticality"); ok {
-				crit, _ = d.criticality(v, to.field("criticality"))
-				delete(to.fields, "criticality")
-			}
+			read(to, "criticality", &crit, d.criticality)
+			delete(to.fields, "criticality")
 			var est int64
 			if v, ok := to.get("estimate"); ok {
 				est, _ = d.integer(v, to.field("estimate"), 1, store.MaxRate)
