@@ -108,3 +108,40 @@ func TestProxyOverloadReload(t *testing.T) {
 		t.Errorf("%s = %v without a block, want absent", observe.MetricOverloadLimit, v)
 	}
 }
+
+// PoliciesFor carries each policy's and route's criticality to its middleware policy.
+func TestPoliciesForCriticality(t *testing.T) {
+	cfg, err := config.Parse(config.File{Name: "p.yaml", Data: []byte(`policies:
+  - name: api
+    rate: 10
+    period: 1s
+    criticality: default
+    routes:
+      "POST /pay": {rate: 1, period: 1s, criticality: critical}
+      "GET /report": {rate: 1, period: 1s}
+  - {name: plain, rate: 10, period: 1s}
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies, _, err := PoliciesFor(cfg, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"api": "default", RouteLimitName("api", "POST /pay"): "critical",
+		RouteLimitName("api", "GET /report"): "none", "plain": "none",
+	}
+	for _, p := range policies {
+		got := "none"
+		if p.Criticality != nil {
+			got = p.Criticality.String()
+		}
+		if got != want[p.Name] {
+			t.Errorf("%s: criticality %s, want %s", p.Name, got, want[p.Name])
+		}
+	}
+	if len(policies) != len(want) {
+		t.Errorf("%d policies, want %d", len(policies), len(want))
+	}
+}
