@@ -14,7 +14,13 @@ import (
 //go:embed report.html.tmpl
 var reportTemplate string
 
+// reportCSS is the style sheet of every report.
+//
+//go:embed report.css
+var reportCSS string
+
 var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
+	"style": style,
 	"pct":   pct,
 	"dur":   humanDuration,
 	"ratio": func(f float64) string { return fmt.Sprintf("%.3f×", f) },
@@ -60,6 +66,9 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"missed":    missed,
 	"share":     shareOrNone,
 }).Parse(reportTemplate))
+
+// style is the reports' style sheet, for their <style> element.
+func style() template.CSS { return template.CSS(reportCSS) }
 
 type reportView struct {
 	Seed       uint64
