@@ -222,11 +222,10 @@ func RunOverload(ctx context.Context, c OverloadConfig) (*OverloadReport, error)
 		Queue: c.Queue, Timeout: c.Timeout, Fixed: c.Fixed, Phases: phases,
 	}
 	for _, name := range c.Protections {
-		g, err := c.gate(name)
-		if err != nil {
+		s := newOverloadSim(c, phases, arrivals)
+		if err := s.open(name); err != nil {
 			return nil, err
 		}
-		s := newOverloadSim(c, phases, arrivals, g)
 		if err := s.run(ctx); err != nil {
 			return nil, err
 		}
@@ -300,14 +299,23 @@ type gate interface {
 	gauge() OverloadSample
 }
 
-func (c OverloadConfig) gate(name string) (gate, error) {
+// open puts the named protection in front of the upstream.
+func (s *overloadSim) open(name string) error {
 	switch name {
 	case "none":
-		return &openGate{}, nil
+		s.g = &openGate{}
 	case "fixed":
-		return &fixedGate{limit: c.Fixed}, nil
+		s.g = &fixedGate{limit: s.cfg.Fixed}
+	default:
+		cfg := s.cfg.Limiter
+		cfg.Clock = func() time.Time { return Epoch.Add(time.Duration(s.now)) }
+		lim, err := overload.New(cfg)
+		if err != nil {
+			return err
+		}
+		s.g = &sluiceGate{lim: lim, permits: map[int]*overload.Permit{}}
 	}
-	return &sluiceGate{cfg: c.Limiter, permits: map[int]*overload.Permit{}}, nil
+	return nil
 }
 
 // openGate lets every request through.
@@ -338,17 +346,8 @@ func (g *fixedGate) gauge() OverloadSample {
 // become events at the instant they are decided. A request still waiting when its
 // client gives up is canceled, as the client's context would cancel Acquire.
 type sluiceGate struct {
-	cfg     overload.Config
 	lim     *overload.Limiter
-	permits map[int]*overload.Permit
-}
-
-func (g *sluiceGate) start(s *overloadSim) error {
-	cfg := g.cfg
-	cfg.Clock = func() time.Time { return Epoch.Add(time.Duration(s.now)) }
-	lim, err := overload.New(cfg)
-	g.lim = lim
-	return err
+	permits map[int]*overload.Permit // of the requests let through, until answered
 }
 
 func (g *sluiceGate) admit(s *overloadSim, i int) {
@@ -358,24 +357,25 @@ func (g *sluiceGate) admit(s *overloadSim, i int) {
 	}
 	decided := false
 	cancel := g.lim.Enqueue(c, func(p *overload.Permit, err error) {
+		// Under the limiter's lock: the outcome is acted on as an event of this instant.
 		decided = true
-		s.push(ovEvent{at: s.now, kind: evDecided, req: i, permit: p, err: err})
+		s.push(ovEvent{at: s.now, do: func() { g.decided(s, i, p, err) }})
 	})
 	if !decided {
-		s.push(ovEvent{at: s.arrivals[i].due + int64(s.cfg.Timeout), kind: evGiveUp, req: i, cancel: cancel})
+		s.push(ovEvent{at: s.arrivals[i].due + int64(s.cfg.Timeout), do: func() { cancel(context.DeadlineExceeded) }})
 	}
 }
 
-func (g *sluiceGate) decided(s *overloadSim, e ovEvent) {
+func (g *sluiceGate) decided(s *overloadSim, i int, p *overload.Permit, err error) {
 	var shed *overload.Shed
 	switch {
-	case e.permit != nil:
-		g.permits[e.req] = e.permit
-		s.forward(e.req)
-	case errors.As(e.err, &shed) && shed.Reason == overload.ReasonCanceled:
-		s.end(e.req, ovTimedOut) // its client gave up while it waited
+	case p != nil:
+		g.permits[i] = p
+		s.forward(i)
+	case errors.As(err, &shed) && shed.Reason == overload.ReasonCanceled:
+		s.end(i, ovTimedOut) // its client gave up while it waited
 	default:
-		s.shed(e.req)
+		s.shed(i)
 	}
 }
 
@@ -403,20 +403,17 @@ const (
 type ovEventKind uint8
 
 const (
-	evSample  ovEventKind = iota // sample the gate
-	evDone                       // the upstream finishes serving req
-	evDecided                    // the sluice gate decided req: permit or err
-	evGiveUp                     // req's client gives up while it waits in the sluice gate
+	evCall   ovEventKind = iota // call do
+	evSample                    // sample the gate
+	evDone                      // the upstream finishes serving req
 )
 
 type ovEvent struct {
-	at     int64 // ns into the run
-	seq    uint64
-	kind   ovEventKind
-	req    int
-	permit *overload.Permit
-	err    error
-	cancel func(error)
+	at   int64 // ns into the run
+	seq  uint64
+	kind ovEventKind
+	req  int
+	do   func()
 }
 
 // overloadSim is one protection's run: the gate, the upstream and the requests' fates.
@@ -441,9 +438,9 @@ type overloadSim struct {
 	samples  []OverloadSample
 }
 
-func newOverloadSim(c OverloadConfig, phases []OverloadPhase, arrivals []ovArrival, g gate) *overloadSim {
+func newOverloadSim(c OverloadConfig, phases []OverloadPhase, arrivals []ovArrival) *overloadSim {
 	s := &overloadSim{
-		cfg: c, phases: phases, arrivals: arrivals, g: g, slowAt: math.MaxInt64,
+		cfg: c, phases: phases, arrivals: arrivals, slowAt: math.MaxInt64,
 		outcome: make([]ovOutcome, len(arrivals)), answered: make([]int64, len(arrivals)),
 	}
 	s.events.less = func(a, b ovEvent) bool { return a.at < b.at || a.at == b.at && a.seq < b.seq }
@@ -465,11 +462,6 @@ func (s *overloadSim) push(e ovEvent) {
 // run plays the arrivals and every event they cause, in time order, until every client
 // has its answer or has given up.
 func (s *overloadSim) run(ctx context.Context) error {
-	if sg, ok := s.g.(*sluiceGate); ok {
-		if err := sg.start(s); err != nil {
-			return err
-		}
-	}
 	s.push(ovEvent{at: 0, kind: evSample})
 	next := 0
 	for n := 0; ; n++ {
@@ -506,10 +498,8 @@ func (s *overloadSim) run(ctx context.Context) error {
 				s.serve(s.waiting[s.head])
 				s.head++
 			}
-		case evDecided:
-			s.g.(*sluiceGate).decided(s, e)
-		case evGiveUp:
-			e.cancel(context.DeadlineExceeded)
+		case evCall:
+			e.do()
 		}
 	}
 	return nil
