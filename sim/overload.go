@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/overload"
@@ -140,16 +142,19 @@ type OverloadPhase struct {
 // OverloadReport is the outcome of RunOverload: the scenario, and one run per protection
 // in the order of OverloadConfig.Protections.
 type OverloadReport struct {
-	Seed     uint64          `json:"seed"`
-	Capacity float64         `json:"capacity"` // requests a second at full speed
-	Workers  int             `json:"workers"`
-	Median   time.Duration   `json:"median_ns"`
-	Sigma    float64         `json:"sigma"`
-	Queue    int             `json:"queue"`
-	Timeout  time.Duration   `json:"timeout_ns"`
-	Fixed    int             `json:"fixed_limit"`
-	Phases   []OverloadPhase `json:"phases"`
-	Runs     []OverloadRun   `json:"runs"`
+	Seed     uint64        `json:"seed"`
+	Capacity float64       `json:"capacity"` // requests a second at full speed
+	Workers  int           `json:"workers"`
+	Median   time.Duration `json:"median_ns"`
+	Sigma    float64       `json:"sigma"`
+	Queue    int           `json:"queue"`
+	Timeout  time.Duration `json:"timeout_ns"`
+	Fixed    int           `json:"fixed_limit"`
+	// Sluice names the overload.Config settings of the sluice protection that are not
+	// the package's defaults, as Go would write them ("Tolerance:20"); "" for none.
+	Sluice string          `json:"sluice_settings"`
+	Phases []OverloadPhase `json:"phases"`
+	Runs   []OverloadRun   `json:"runs"`
 }
 
 // OverloadRun is one protection's run.
@@ -219,7 +224,7 @@ func RunOverload(ctx context.Context, c OverloadConfig) (*OverloadReport, error)
 	arrivals := c.arrivals(phases)
 	rep := &OverloadReport{
 		Seed: c.Seed, Capacity: c.Capacity(), Workers: c.Workers, Median: c.Median, Sigma: c.Sigma,
-		Queue: c.Queue, Timeout: c.Timeout, Fixed: c.Fixed, Phases: phases,
+		Queue: c.Queue, Timeout: c.Timeout, Fixed: c.Fixed, Sluice: settings(c.Limiter), Phases: phases,
 	}
 	for _, name := range c.Protections {
 		s := newOverloadSim(c, phases, arrivals)
@@ -232,6 +237,19 @@ func RunOverload(ctx context.Context, c OverloadConfig) (*OverloadReport, error)
 		rep.Runs = append(rep.Runs, s.result(name))
 	}
 	return rep, nil
+}
+
+// settings names c's fields that are set, but for its Clock, as Go would write them.
+func settings(c overload.Config) string {
+	c.Clock = nil
+	var out []string
+	v := reflect.ValueOf(c)
+	for i := range v.NumField() {
+		if f := v.Field(i); !f.IsZero() {
+			out = append(out, fmt.Sprintf("%s:%v", v.Type().Field(i).Name, f.Interface()))
+		}
+	}
+	return strings.Join(out, " ")
 }
 
 // phases turns the steps into phases, the last step's slow stretch a phase of its own.

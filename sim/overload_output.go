@@ -83,6 +83,10 @@ func (r *OverloadReport) WriteTable(w io.Writer) error {
 
 // setup describes the scenario in one line.
 func (r *OverloadReport) setup() string {
-	return fmt.Sprintf("upstream: %d workers, lognormal service time (median %v, σ %.2f), queue %d: capacity %.0f requests/s · client timeout %v, no retries · fixed limit %d · seed %d",
-		r.Workers, r.Median, r.Sigma, r.Queue, r.Capacity, r.Timeout, r.Fixed, r.Seed)
+	sluice := "overload's defaults"
+	if r.Sluice != "" {
+		sluice = r.Sluice
+	}
+	return fmt.Sprintf("upstream: %d workers, lognormal service time (median %v, σ %.2f), queue %d: capacity %.0f requests/s · client timeout %v, no retries · fixed limit %d · sluice: %s · seed %d",
+		r.Workers, r.Median, r.Sigma, r.Queue, r.Capacity, r.Timeout, r.Fixed, sluice, r.Seed)
 }

@@ -344,6 +344,15 @@ func TestOverloadCLI(t *testing.T) {
 		t.Errorf("HTML report has %d charts, want 3", n)
 	}
 	o = base()
+	o.Scenario.Limiter.Tolerance = 20
+	out.Reset()
+	if err := RunOverloadCLI(context.Background(), o, &out); err != nil {
+		t.Fatal(err)
+	}
+	if first, _, _ := strings.Cut(out.String(), "\n"); !strings.Contains(first, "sluice: Tolerance:20 ·") {
+		t.Errorf("the setup line does not name the limiter's setting: %s", first)
+	}
+	o = base()
 	o.Format, o.Protections = "csv", "sluice"
 	out.Reset()
 	if err := RunOverloadCLI(context.Background(), o, &out); err != nil {
