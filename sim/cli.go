@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -194,7 +195,7 @@ func RunOverloadCLI(ctx context.Context, o OverloadCLI, stdout io.Writer) error 
 		}
 		c.Steps = append(c.Steps, load)
 	}
-	c.Protections = OverloadProtections
+	c.Protections = slices.Clone(OverloadProtections)
 	if o.Protections != "" && o.Protections != "all" {
 		c.Protections = nil
 		for p := range strings.SplitSeq(o.Protections, ",") {

@@ -19,8 +19,8 @@ import (
 // virtual clock: an upstream of fixed capacity, an open-loop load stepped through
 // multiples of that capacity, half of it critical and half sheddable, the upstream
 // slowing to half its speed while the last step's load goes on, and the protections
-// that stand between the two. [DefaultOverload] holds the benchmark's defaults; every
-// field must be set.
+// that stand between the two. Start from [DefaultOverload], the benchmark's defaults: a
+// zero field is no default, unless its comment says what 0 means.
 type OverloadConfig struct {
 	// Workers is how many requests the upstream serves at once; each takes a service
 	// time drawn from a lognormal distribution of Median and Sigma (of its logarithm), so
@@ -28,9 +28,9 @@ type OverloadConfig struct {
 	Workers int
 	Median  time.Duration
 	Sigma   float64
-	// Queue is how many more requests wait for a worker; one beyond it is answered 503
-	// by the upstream at once. The upstream serves every request it queued to the end,
-	// even when its client has given up.
+	// Queue is how many more requests may wait for a worker (0: none); one beyond it is
+	// answered 503 by the upstream at once. The upstream serves every request it queued
+	// to the end, even when its client has given up.
 	Queue int
 	// Steps are the offered loads, multiples of the capacity, each offered for Step.
 	Steps []float64
@@ -65,7 +65,7 @@ func DefaultOverload() OverloadConfig {
 	return OverloadConfig{
 		Workers: 16, Median: 100 * time.Millisecond, Sigma: 0.5, Queue: 1024,
 		Steps: []float64{0.5, 1, 2, 4}, Step: 6 * time.Second, Slow: 16 * time.Second,
-		Timeout: 2 * time.Second, Protections: []string{"none", "fixed", "sluice"}, Fixed: 16,
+		Timeout: 2 * time.Second, Protections: slices.Clone(OverloadProtections), Fixed: 16,
 		Sample: 100 * time.Millisecond, Seed: 1,
 	}
 }
