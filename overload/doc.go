@@ -13,6 +13,9 @@
 //	serve()
 //	p.Release() // or p.Drop() when the request never reached the service
 //
+// An event loop that cannot block a goroutine per request uses [Limiter.Enqueue], which
+// decides the same way and hands the outcome to a callback.
+//
 // # Admission
 //
 // With L the limit (requests in flight) and the reserves of [Config], a request is
@@ -70,8 +73,8 @@
 // back) is dropped, as Drop does; a sample longer than 2^40 ns (about 18 minutes) counts
 // as 2^40 ns. A window that opened later than now on the clock reopens at now, keeping
 // its samples. A waiter's wait (MaxWait) runs on a timer and on the clock: it is shed at
-// the first of its timer and an Acquire, Release or Drop that reads the clock its wait
-// after it queued.
+// the first of its timer and an Acquire, Enqueue, Release or Drop that reads the clock
+// its wait after it queued. A waiter of Enqueue has no timer.
 //
 // # Why not failsafe-go
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/sluicehq/sluice/overload"
 )
@@ -55,4 +56,35 @@ func ExampleParseCriticality() {
 	// sheddable_plus default true
 	// sheddable sheddable true
 	// urgent default false
+}
+
+// An event loop admits requests with Enqueue, which never blocks: the outcome of a
+// request that waits for a permit arrives through its callback when a permit ends. The
+// callback runs under the limiter's lock, so it only hands the outcome on.
+func ExampleLimiter_Enqueue() {
+	lim, err := overload.New(overload.Config{MinLimit: 1, MaxLimit: 1, MaxWait: time.Minute})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	var events []string
+	var held []*overload.Permit
+	for _, c := range []overload.Criticality{overload.Critical, overload.Sheddable, overload.Critical} {
+		lim.Enqueue(c, func(p *overload.Permit, err error) {
+			if err != nil {
+				events = append(events, fmt.Sprintf("%s: %v", c, err))
+				return
+			}
+			held = append(held, p)
+			events = append(events, fmt.Sprintf("%s admitted", c))
+		})
+	}
+	fmt.Printf("%v %+v\n", events, lim.Stats())
+	events = nil
+	held[0].Release() // the waiting Critical request takes the permit
+	fmt.Printf("%v %+v\n", events, lim.Stats())
+	held[1].Release()
+	// Output:
+	// [critical admitted sheddable: overload: sheddable request shed: limit] {Limit:1 InFlight:1 Queued:1}
+	// [critical admitted] {Limit:1 InFlight:1 Queued:0}
 }

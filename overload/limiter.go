@@ -71,11 +71,8 @@ type Stats struct {
 type waiter struct {
 	c        Criticality
 	deadline int64 // ns since the epoch
-	ready    chan struct{}
 	elem     *list.Element
-	// Set, under the lock, before ready is closed.
-	permit *Permit
-	shed   *Shed
+	done     func(*Permit, error) // called once, under the lock, with the outcome
 }
 
 // New returns a Limiter for c, or an error wrapping ErrInvalidConfig.
@@ -106,59 +103,89 @@ func (l *Limiter) Acquire(ctx context.Context, c Criticality) (*Permit, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, l.shedding(c, ReasonCanceled, err)
 	}
+	type outcome struct {
+		p   *Permit
+		err error
+	}
+	ready := make(chan outcome, 1) // done never blocks under the lock
+	w, wait := l.enqueue(c, func(p *Permit, err error) { ready <- outcome{p, err} })
+	if w != nil {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case o := <-ready:
+			return o.p, o.err
+		case <-ctx.Done():
+			l.cancel(w, ReasonCanceled, ctx.Err())
+		case <-t.C:
+			l.cancel(w, ReasonQueueTimeout, nil)
+		}
+	}
+	o := <-ready // decided at once, or by cancel, or admitted just before it
+	return o.p, o.err
+}
+
+// Enqueue is Acquire for a caller that must not block a goroutine per request, such as
+// an event loop or a simulation on a virtual clock. It decides as Acquire does and never
+// waits: done is called exactly once with the outcome, the *Permit or a *Shed error.
+// A request admitted or shed at once has done called before Enqueue returns; one that
+// waits has it called by the Acquire, Enqueue, Release, Drop or cancel that admits or
+// sheds it. done is called with the Limiter's lock held, so it must not call the
+// Limiter or a Permit; it hands the outcome on (to a channel, an event queue).
+//
+// No timer runs for a request that waits: it is shed for queue_timeout by the first
+// call that reads the clock its wait (MaxWait) after it queued. cancel sheds it, if it
+// still waits, with reason "canceled" wrapping cause (its client has gone); after its
+// outcome, cancel does nothing.
+func (l *Limiter) Enqueue(c Criticality, done func(*Permit, error)) (cancel func(cause error)) {
+	w, _ := l.enqueue(c.valid(), done)
+	return func(cause error) {
+		if w != nil {
+			l.cancel(w, ReasonCanceled, cause)
+		}
+	}
+}
+
+// enqueue decides a request of criticality c, calling done under the lock when it is
+// admitted or shed. It returns the waiter, and how long it may wait, when the request
+// joins the queue; nil when it was decided at once.
+func (l *Limiter) enqueue(c Criticality, done func(*Permit, error)) (*waiter, time.Duration) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	now := l.now()
 	l.expire(now)
 	if l.admits(c) {
-		p := l.grant(now)
-		l.mu.Unlock()
-		return p, nil
+		done(l.grant(now), nil)
+		return nil, 0
 	}
 	if c == Sheddable || !l.s.queue {
-		defer l.mu.Unlock()
-		return nil, l.shedLocked(c, ReasonLimit, nil)
+		done(nil, l.shedLocked(c, ReasonLimit, nil))
+		return nil, 0
 	}
 	if l.waiting[0].Len()+l.waiting[1].Len() >= l.s.maxQueue {
 		back := l.waiting[0].Back()
 		if c != Critical || back == nil {
-			defer l.mu.Unlock()
-			return nil, l.shedLocked(c, ReasonQueueFull, nil)
+			done(nil, l.shedLocked(c, ReasonQueueFull, nil))
+			return nil, 0
 		}
 		l.finish(back.Value.(*waiter), nil, l.shedLocked(Default, ReasonQueueFull, nil))
 	}
 	wait := l.wait()
-	w := &waiter{c: c, deadline: now + int64(wait), ready: make(chan struct{})}
+	w := &waiter{c: c, deadline: now + int64(wait), done: done}
 	w.elem = l.waiting[c].PushBack(w)
 	if l.queued != nil {
 		l.queued()
 	}
-	l.mu.Unlock()
-
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	var reason string
-	var cause error
-	select {
-	case <-w.ready:
-		return w.result()
-	case <-ctx.Done():
-		reason, cause = ReasonCanceled, ctx.Err()
-	case <-t.C:
-		reason = ReasonQueueTimeout
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if w.elem != nil { // not admitted or shed meanwhile
-		l.finish(w, nil, l.shedLocked(c, reason, cause))
-	}
-	return w.result()
+	return w, wait
 }
 
-func (w *waiter) result() (*Permit, error) {
-	if w.permit != nil {
-		return w.permit, nil
+// cancel sheds w for reason, if it still waits.
+func (l *Limiter) cancel(w *waiter, reason string, cause error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w.elem != nil {
+		l.finish(w, nil, l.shedLocked(w.c, reason, cause))
 	}
-	return nil, w.shed
 }
 
 // Release ends the permit and takes its latency, from Acquire to Release on the clock,
@@ -255,11 +282,15 @@ func (l *Limiter) expire(now int64) {
 	}
 }
 
-// finish takes w out of the queue with its outcome and wakes it.
+// finish takes w out of the queue and hands it its outcome.
 func (l *Limiter) finish(w *waiter, p *Permit, s *Shed) {
 	l.waiting[w.c].Remove(w.elem)
-	w.elem, w.permit, w.shed = nil, p, s
-	close(w.ready)
+	w.elem = nil
+	if s != nil {
+		w.done(nil, s)
+		return
+	}
+	w.done(p, nil)
 }
 
 func (l *Limiter) shedding(c Criticality, reason string, cause error) *Shed {

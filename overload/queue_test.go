@@ -202,3 +202,109 @@ func TestWaitIsLongTermLatency(t *testing.T) {
 	}
 	held.Drop()
 }
+
+// outcomes records Enqueue's outcomes in the order done is called.
+type outcomes struct {
+	got []acquired
+}
+
+func (o *outcomes) done(c Criticality) func(*Permit, error) {
+	return func(p *Permit, err error) { o.got = append(o.got, acquired{c, p, err}) }
+}
+
+// take returns the outcomes recorded since the last take.
+func (o *outcomes) take() []acquired {
+	got := o.got
+	o.got = nil
+	return got
+}
+
+// TestEnqueue: Enqueue decides as Acquire does without blocking. An outcome decided at
+// once is handed to done before Enqueue returns; a waiter's is handed over by the call
+// that admits or sheds it: a Release (Critical first), cancel, or a call that reads the
+// clock after its wait. No timer sheds it.
+func TestEnqueue(t *testing.T) {
+	l, clk := newLimiter(t, Config{MinLimit: 2, MaxLimit: 2, CriticalReserve: -1, MaxWait: time.Minute})
+	var o outcomes
+	l.Enqueue(Default, o.done(Default))
+	l.Enqueue(Default, o.done(Default))
+	held := o.take()
+	if len(held) != 2 || held[0].err != nil || held[1].err != nil {
+		t.Fatalf("two requests under a limit of 2: %+v", held)
+	}
+	l.Enqueue(Sheddable, o.done(Sheddable))
+	if got := o.take(); len(got) != 1 || shedReason(t, got[0].err) != ReasonLimit {
+		t.Fatalf("Sheddable at the limit: %+v, want shed at once", got)
+	}
+	l.Enqueue(Default, o.done(Default))
+	cancelCrit := l.Enqueue(Critical, o.done(Critical))
+	cancelLate := l.Enqueue(Default, o.done(Default))
+	if got := o.take(); len(got) != 0 {
+		t.Fatalf("waiters decided with nothing released: %+v", got)
+	}
+	if st := l.Stats(); st.Queued != 3 {
+		t.Fatalf("Stats: %+v, want 3 queued", st)
+	}
+
+	held[0].p.Release()
+	got := o.take()
+	if len(got) != 1 || got[0].c != Critical || got[0].err != nil {
+		t.Fatalf("after a Release: %+v, want the Critical waiter admitted", got)
+	}
+	cancelCrit(errors.New("ignored")) // decided already: nothing happens
+	if got := o.take(); len(got) != 0 {
+		t.Fatalf("cancel after the outcome: %+v", got)
+	}
+	gone := errors.New("client gone")
+	cancelLate(gone)
+	got = o.take()
+	if len(got) != 1 || shedReason(t, got[0].err) != ReasonCanceled || !errors.Is(got[0].err, gone) {
+		t.Fatalf("canceled waiter: %+v, want shed canceled wrapping its cause", got)
+	}
+
+	// The first Default waiter: no timer sheds it; a call reading the clock its wait
+	// after it queued does.
+	clk.advance(time.Minute - 1)
+	l.Enqueue(Sheddable, o.done(Sheddable))
+	if got := o.take(); len(got) != 1 || got[0].c != Sheddable {
+		t.Fatalf("before the wait ended: %+v, want only the Sheddable request shed", got)
+	}
+	clk.advance(1)
+	if got := o.take(); len(got) != 0 {
+		t.Fatalf("decided with no call reading the clock: %+v", got)
+	}
+	held[1].p.Release()
+	got = o.take()
+	if len(got) != 1 || got[0].c != Default || shedReason(t, got[0].err) != ReasonQueueTimeout {
+		t.Fatalf("after its wait, at a Release: %+v, want shed queue_timeout", got)
+	}
+	if st := l.Stats(); st != (Stats{Limit: 2, InFlight: 1}) {
+		t.Errorf("Stats: %+v", st)
+	}
+}
+
+// TestEnqueueBesideAcquire: requests of both kinds share one queue, in arrival order
+// within a criticality, and a full queue sheds the newest Default waiter of either kind
+// for a Critical arrival.
+func TestEnqueueBesideAcquire(t *testing.T) {
+	ctx := context.Background()
+	l, _ := newLimiter(t, Config{MinLimit: 1, MaxLimit: 1, CriticalReserve: -1, MaxWait: time.Hour, MaxQueue: 2})
+	start := waitQueued(l)
+	held, _ := l.Acquire(ctx, Critical)
+	var o outcomes
+	l.Enqueue(Default, o.done(Default))
+	blocked := start(ctx, Default)
+	l.Enqueue(Critical, o.done(Critical)) // the queue is full: the newest Default (blocked) goes
+	if r := <-blocked; shedReason(t, r.err) != ReasonQueueFull {
+		t.Fatalf("the newest Default waiter: %v", r.err)
+	}
+	held.Release()
+	got := o.take()
+	if len(got) != 1 || got[0].c != Critical || got[0].err != nil {
+		t.Fatalf("after a Release: %+v, want the Critical waiter admitted", got)
+	}
+	got[0].p.Drop()
+	if got := o.take(); len(got) != 1 || got[0].c != Default || got[0].err != nil {
+		t.Fatalf("after a Drop: %+v, want the Default waiter admitted", got)
+	}
+}

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -149,4 +152,71 @@ func (p *progress) finish() {
 	if p.bar != nil {
 		p.bar.Finish() // clears the line
 	}
+}
+
+// OverloadCLI holds the options of `sluice simulate overload`, one per flag.
+type OverloadCLI struct {
+	// Scenario is the run, but for its Steps and Protections, which are read from the
+	// strings below. A Fixed of 0 is Workers.
+	Scenario OverloadConfig
+	// Steps is a comma-separated list of offered loads, multiples of the capacity.
+	Steps string
+	// Protections is "all" (or empty), or a comma-separated list of none, fixed and sluice.
+	Protections string
+	// Format is the output on stdout: "table" (or empty), "json" or "csv".
+	Format string
+	// Out, when not empty, is the file the HTML report is written to.
+	Out string
+}
+
+// RunOverloadCLI is `sluice simulate overload`: it runs the overload scenario o asks
+// for, writes the results to stdout in o.Format and, with o.Out, the HTML report to a
+// file. An option it cannot take is an error wrapping ErrUsage, returned before anything
+// runs.
+func RunOverloadCLI(ctx context.Context, o OverloadCLI, stdout io.Writer) error {
+	usage := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrUsage}, a...)...)
+	}
+	write, ok := map[string]func(*OverloadReport, io.Writer) error{
+		"":      (*OverloadReport).WriteTable,
+		"table": (*OverloadReport).WriteTable,
+		"json":  (*OverloadReport).WriteJSON,
+		"csv":   (*OverloadReport).WriteCSV,
+	}[o.Format]
+	if !ok {
+		return usage("--format must be table, json or csv, got %q", o.Format)
+	}
+	c := o.Scenario
+	c.Steps = nil
+	for s := range strings.SplitSeq(o.Steps, ",") {
+		load, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil {
+			return usage("--steps: %q is not a load", s)
+		}
+		c.Steps = append(c.Steps, load)
+	}
+	c.Protections = slices.Clone(OverloadProtections)
+	if o.Protections != "" && o.Protections != "all" {
+		c.Protections = nil
+		for p := range strings.SplitSeq(o.Protections, ",") {
+			c.Protections = append(c.Protections, strings.TrimSpace(p))
+		}
+	}
+	if c.Fixed == 0 {
+		c.Fixed = c.Workers
+	}
+	report, err := RunOverload(ctx, c)
+	if err != nil {
+		return err
+	}
+	if o.Out != "" {
+		var html bytes.Buffer
+		if err := report.WriteHTML(&html); err != nil {
+			return err
+		}
+		if err := os.WriteFile(o.Out, html.Bytes(), 0o666); err != nil {
+			return fmt.Errorf("sim: %w", err)
+		}
+	}
+	return write(report, stdout)
 }

@@ -13,4 +13,10 @@
 // pattern's name, so the same seed gives byte-identical JSON, CSV, table and HTML,
 // whatever Config.Parallel is. [Patterns] lists the built-in patterns; a [Pattern] is
 // plain data plus an arrival generator, so callers can simulate their own.
+//
+// [RunOverload] is the overload scenario of bench/cmd/overload on the same kind of
+// virtual clock, behind `sluice simulate overload` ([RunOverloadCLI]): an upstream of
+// fixed capacity, a load stepped past it, and no protection, a fixed concurrency limit
+// and package overload's Limiter compared on the same arrivals, in a table and an HTML
+// report drawn like the first.
 package sim

@@ -3,11 +3,9 @@ package sim
 import (
 	_ "embed"
 	"fmt"
-	"html"
 	"html/template"
 	"io"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -16,7 +14,13 @@ import (
 //go:embed report.html.tmpl
 var reportTemplate string
 
+// reportCSS is the style sheet of every report.
+//
+//go:embed report.css
+var reportCSS string
+
 var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
+	"style": style,
 	"pct":   pct,
 	"dur":   humanDuration,
 	"ratio": func(f float64) string { return fmt.Sprintf("%.3f×", f) },
@@ -62,6 +66,9 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"missed":    missed,
 	"share":     shareOrNone,
 }).Parse(reportTemplate))
+
+// style is the reports' style sheet, for their <style> element.
+func style() template.CSS { return template.CSS(reportCSS) }
 
 type reportView struct {
 	Seed       uint64
@@ -156,80 +163,34 @@ func chartScale(rs []Result) scale {
 	return s
 }
 
-// Chart geometry, in SVG user units.
-const (
-	chartW     = 420
-	chartH     = 236
-	plotX      = 44
-	plotW      = 364
-	barsTop    = 34
-	barsH      = 78
-	windowTop  = 134
-	windowH    = 72
-	axisLabelY = 226
-)
-
 // chartSVG draws one algorithm's timeline: stacked admitted/denied bars per bin above, the
-// rolling-window count (a step line) against the limit (dashed) below. Each series is one
-// element with class "series <name>" so that tests and readers can find it.
+// rolling-window count (a step line) against the limit (dashed) below.
 func chartSVG(p Pattern, x Result, s scale) template.HTML {
 	tl := x.Timeline
-	n := len(tl.Admitted)
-	bw := float64(plotW) / float64(n)
-	var b strings.Builder
-	esc := html.EscapeString
-	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %d" role="img" data-pattern="%s" data-algorithm="%s" aria-label="%s under %s">`,
-		chartW, chartH, esc(p.Name), x.Algorithm, esc(p.Name), x.Algorithm)
-	fmt.Fprintf(&b, `<text class="title" x="%d" y="14">%s</text>`, plotX, x.Algorithm)
-	fmt.Fprintf(&b, `<text class="sub" x="%d" y="14" text-anchor="end">%d admitted · %d denied · peak %.2f× limit</text>`,
-		plotX+plotW, sum(tl.Admitted), sum(tl.Denied), float64(maxOf(tl.Window))/float64(tl.Rate))
-
-	// Bars.
-	y0 := float64(barsTop + barsH)
-	fmt.Fprintf(&b, `<line class="axis" x1="%d" y1="%.1f" x2="%d" y2="%.1f"/>`, plotX, y0, plotX+plotW, y0)
-	fmt.Fprintf(&b, `<text class="tick" x="%d" y="%d" text-anchor="end">%d</text>`, plotX-4, barsTop+4, s.perBin)
-	fmt.Fprintf(&b, `<text class="tick" x="%d" y="%.1f" text-anchor="end">0</text>`, plotX-4, y0)
-	fmt.Fprintf(&b, `<text class="tick" x="%d" y="%d">requests per %s</text>`, plotX+2, barsTop-4, humanDuration(tl.BinWidth))
-	var adm, den strings.Builder
-	for i := range n {
-		x0 := float64(plotX) + float64(i)*bw
-		ha := float64(tl.Admitted[i]) / float64(s.perBin) * barsH
-		hd := float64(tl.Denied[i]) / float64(s.perBin) * barsH
-		if ha > 0 {
-			fmt.Fprintf(&adm, "M%.2f %.2fh%.2fv%.2fh%.2fz", x0, y0-ha, bw*0.85, ha, -bw*0.85)
-		}
-		if hd > 0 {
-			fmt.Fprintf(&den, "M%.2f %.2fh%.2fv%.2fh%.2fz", x0, y0-ha-hd, bw*0.85, hd, -bw*0.85)
-		}
+	c := timeChart{
+		attrs: [][2]string{{"pattern", p.Name}, {"algorithm", x.Algorithm.String()}},
+		label: fmt.Sprintf("%s under %s", p.Name, x.Algorithm),
+		title: x.Algorithm.String(),
+		sub: fmt.Sprintf("%d admitted · %d denied · peak %.2f× limit",
+			sum(tl.Admitted), sum(tl.Denied), float64(maxOf(tl.Window))/float64(tl.Rate)),
+		span: p.Duration,
+		bars: panel{
+			label: "requests per " + humanDuration(tl.BinWidth),
+			top:   s.perBin,
+			series: []series{
+				{class: "admitted", title: "admitted", v: tl.Admitted},
+				{class: "denied", title: "denied", v: tl.Denied},
+			},
+		},
+		lines: panel{
+			label:  "units admitted in the last " + humanDuration(p.Limit.Period),
+			top:    s.window,
+			ticks:  []int64{0, s.rate, 2 * s.rate},
+			series: []series{{class: "window", title: "rolling window count", v: tl.Window}},
+			refs:   []ref{{class: "limit", title: fmt.Sprintf("limit %d", s.rate), v: s.rate}},
+		},
 	}
-	fmt.Fprintf(&b, `<path class="series admitted" d="%s"><title>admitted</title></path>`, adm.String())
-	fmt.Fprintf(&b, `<path class="series denied" d="%s"><title>denied</title></path>`, den.String())
-
-	// Rolling window against the limit.
-	wy := func(v int64) float64 { return float64(windowTop+windowH) - float64(v)/float64(s.window)*windowH }
-	fmt.Fprintf(&b, `<line class="axis" x1="%d" y1="%.1f" x2="%d" y2="%.1f"/>`, plotX, wy(0), plotX+plotW, wy(0))
-	fmt.Fprintf(&b, `<text class="tick" x="%d" y="%d">units admitted in the last %s</text>`, plotX+2, windowTop-4, humanDuration(p.Limit.Period))
-	for _, v := range []int64{0, s.rate, 2 * s.rate} {
-		fmt.Fprintf(&b, `<text class="tick" x="%d" y="%.1f" text-anchor="end">%d</text>`, plotX-4, wy(v)+3, v)
-	}
-	fmt.Fprintf(&b, `<line class="series limit" x1="%d" y1="%.2f" x2="%d" y2="%.2f"><title>limit %d</title></line>`,
-		plotX, wy(s.rate), plotX+plotW, wy(s.rate), s.rate)
-	var line strings.Builder
-	fmt.Fprintf(&line, "M%d %.2f", plotX, wy(0))
-	for i := range n {
-		fmt.Fprintf(&line, "V%.2fH%.2f", wy(tl.Window[i]), float64(plotX)+float64(i+1)*bw)
-	}
-	fmt.Fprintf(&b, `<path class="series window" d="%s"><title>rolling window count</title></path>`, line.String())
-
-	// Time axis.
-	d := p.Duration
-	for _, f := range []float64{0, 0.5, 1} {
-		anchor := map[float64]string{0: "start", 0.5: "middle", 1: "end"}[f]
-		fmt.Fprintf(&b, `<text class="tick" x="%.1f" y="%d" text-anchor="%s">%s</text>`,
-			float64(plotX)+f*plotW, axisLabelY, anchor, humanDuration(time.Duration(f*float64(d)).Round(time.Second)))
-	}
-	b.WriteString(`</svg>`)
-	return template.HTML(b.String())
+	return c.svg()
 }
 
 func sum(v []int64) int64 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"image/png"
+	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -81,23 +82,13 @@ func TestReportLeadsWithResults(t *testing.T) {
 	}
 }
 
-// TestReportRendersInChromium opens the report in headless Chromium, takes a screenshot,
-// and checks that every chart rendered its series with a non-zero size and that the
-// console stayed free of errors.
-func TestReportRendersInChromium(t *testing.T) {
+// chromiumPage opens the HTML file at path in headless Chromium at a laptop's window
+// size, waits until #summary-table shows, and calls measure with the browser's context.
+// It checks the screenshot of the whole page that it takes first, and returns the
+// console's errors, collected from before the page loaded until measure returned.
+func chromiumPage(t *testing.T, path string, measure func(ctx context.Context)) (consoleErrors []string) {
+	t.Helper()
 	exe := chromiumPath(t)
-	r := smallReport(t)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "report.html")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.WriteHTML(f); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a bound for a loaded machine; it takes seconds
 	defer cancel()
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx,
@@ -110,7 +101,7 @@ func TestReportRendersInChromium(t *testing.T) {
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(filepath.Join(dir, "profile")),
+		chromedp.UserDataDir(filepath.Join(t.TempDir(), "profile")),
 		chromedp.WindowSize(1366, 900), // a laptop screen
 	)
 	defer cancelAlloc()
@@ -121,7 +112,6 @@ func TestReportRendersInChromium(t *testing.T) {
 	// failed resource load) before the page loads, and collect until the checks are done.
 	msgCtx, stopMessages := context.WithCancel(bctx)
 	messages := chromedp.Console(msgCtx)
-	var consoleErrors []string
 	collected := make(chan struct{})
 	go func() {
 		defer close(collected)
@@ -134,6 +124,60 @@ func TestReportRendersInChromium(t *testing.T) {
 			}
 		}
 	}()
+	if err := chromedp.Do(bctx,
+		chromedp.Navigate("file://"+path),
+		chromedp.WaitVisible(chromedp.CSS("#summary-table")),
+	); err != nil {
+		t.Fatalf("loading the report in chromium: %v", err)
+	}
+	shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(80))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	measure(bctx)
+	stopMessages()
+	<-collected
+
+	img, err := png.Decode(bytes.NewReader(shot))
+	if err != nil {
+		// FullScreenshot with a quality below 100 returns JPEG.
+		if !bytes.HasPrefix(shot, []byte{0xff, 0xd8}) {
+			t.Fatalf("screenshot is neither PNG nor JPEG (%d bytes): %v", len(shot), err)
+		}
+	} else if img.Bounds().Dx() < 1000 {
+		t.Errorf("screenshot %v wide, want the laptop width", img.Bounds())
+	}
+	if len(shot) < 50_000 {
+		t.Errorf("screenshot of %d bytes: the page looks empty", len(shot))
+	}
+	os.WriteFile(filepath.Join(filepath.Dir(path), "report.jpg"), shot, 0o644)
+	return consoleErrors
+}
+
+// writeFile writes a report with write to a file of a new temporary directory and
+// returns its path.
+func writeFile(t *testing.T, write func(io.Writer) error) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "report.html")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := write(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestReportRendersInChromium opens the report in headless Chromium, takes a screenshot,
+// and checks that every chart rendered its series with a non-zero size and that the
+// console stayed free of errors.
+func TestReportRendersInChromium(t *testing.T) {
+	r := smallReport(t)
+	path := writeFile(t, r.WriteHTML)
 
 	type series struct {
 		Present bool    `json:"present"`
@@ -147,7 +191,7 @@ func TestReportRendersInChromium(t *testing.T) {
 		H         float64           `json:"h"`
 		Series    map[string]series `json:"series"`
 	}
-	const measure = `Array.from(document.querySelectorAll('svg.chart')).map(svg => {
+	const measureCharts = `Array.from(document.querySelectorAll('svg.chart')).map(svg => {
 		const r = svg.getBoundingClientRect();
 		const series = {};
 		for (const name of ['admitted', 'denied', 'window', 'limit']) {
@@ -157,24 +201,6 @@ func TestReportRendersInChromium(t *testing.T) {
 		}
 		return {pattern: svg.dataset.pattern, algorithm: svg.dataset.algorithm, w: r.width, h: r.height, series};
 	})`
-	if err := chromedp.Do(bctx,
-		chromedp.Navigate("file://"+path),
-		chromedp.WaitVisible(chromedp.CSS("#summary-table")),
-	); err != nil {
-		t.Fatalf("loading the report in chromium: %v", err)
-	}
-	shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(80))
-	if err != nil {
-		t.Fatalf("screenshot: %v", err)
-	}
-	charts, err := chromedp.Run(bctx, chromedp.Evaluate[[]chart](measure))
-	if err != nil {
-		t.Fatalf("measuring the charts: %v", err)
-	}
-	tableRows, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll('#summary-table tr').length`))
-	if err != nil {
-		t.Fatal(err)
-	}
 	type bar struct {
 		Ratio float64 `json:"ratio"`
 		W     float64 `json:"w"`
@@ -204,26 +230,21 @@ func TestReportRendersInChromium(t *testing.T) {
 			}),
 		};
 	})()`
-	head, err := chromedp.Run(bctx, chromedp.Evaluate[headline](measureHeadline))
-	if err != nil {
-		t.Fatalf("measuring the headline chart: %v", err)
-	}
-	stopMessages()
-	<-collected
-
-	img, err := png.Decode(bytes.NewReader(shot))
-	if err != nil {
-		// FullScreenshot with a quality below 100 returns JPEG.
-		if !bytes.HasPrefix(shot, []byte{0xff, 0xd8}) {
-			t.Fatalf("screenshot is neither PNG nor JPEG (%d bytes): %v", len(shot), err)
+	var charts []chart
+	var tableRows int
+	var head headline
+	consoleErrors := chromiumPage(t, path, func(bctx context.Context) {
+		var err error
+		if charts, err = chromedp.Run(bctx, chromedp.Evaluate[[]chart](measureCharts)); err != nil {
+			t.Fatalf("measuring the charts: %v", err)
 		}
-	} else if img.Bounds().Dx() < 1000 {
-		t.Errorf("screenshot %v wide, want the laptop width", img.Bounds())
-	}
-	if len(shot) < 50_000 {
-		t.Errorf("screenshot of %d bytes: the page looks empty", len(shot))
-	}
-	os.WriteFile(filepath.Join(dir, "report.jpg"), shot, 0o644)
+		if tableRows, err = chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll('#summary-table tr').length`)); err != nil {
+			t.Fatal(err)
+		}
+		if head, err = chromedp.Run(bctx, chromedp.Evaluate[headline](measureHeadline)); err != nil {
+			t.Fatalf("measuring the headline chart: %v", err)
+		}
+	})
 
 	if !head.First || !head.Order {
 		t.Errorf("headline chart first %v, order headline < summary < discussion < pattern charts %v", head.First, head.Order)

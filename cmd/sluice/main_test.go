@@ -586,3 +586,42 @@ func TestSimulateFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestSimulateOverload: `simulate overload` takes its own double-dash flags and their
+// environment variables, the command line winning; simulate's pattern flags are not its
+// own; a bad value is a usage error; and simulate without a subcommand still runs the
+// patterns.
+func TestSimulateOverload(t *testing.T) {
+	t.Setenv("SLUICE_SIMULATE_OVERLOAD_FORMAT", "json")
+	args := []string{"simulate", "overload", "--steps", "1,4", "--step", "1s", "--slow", "2s", "--protections", "sluice"}
+	code, out, errOut := runCmd(t, args...)
+	if code != exitOK || !strings.HasPrefix(strings.TrimSpace(out), "{") || !strings.Contains(out, `"protection": "sluice"`) || strings.Contains(out, `"protection": "none"`) {
+		t.Fatalf("with SLUICE_SIMULATE_OVERLOAD_FORMAT=json: exit %d, stderr %s, output %.300s", code, errOut, out)
+	}
+	code, out, errOut = runCmd(t, append(args, "--format", "csv", "--critical-max", "0.5")...)
+	if code != exitOK || !strings.HasPrefix(out, "protection,phase,") || !strings.Contains(out, "\nsluice,4× slow,4,true,") {
+		t.Fatalf("--format csv over the variable: exit %d, stderr %s, output %.300s", code, errOut, out)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--pattern", "boundary"}, "sluice simulate overload: unknown flag --pattern"},
+		{[]string{"--steps", "1,x"}, `sluice simulate overload: --steps: "x" is not a load`},
+		{[]string{"--protections", "failsafe"}, `unknown protection "failsafe"`},
+		{[]string{"--workers", "many"}, `sluice simulate overload: --workers: "many" is not valid`},
+		{[]string{"stray"}, `sluice simulate overload: takes no arguments, got "stray"`},
+	} {
+		code, _, errOut := runCmd(t, append(args, tc.args...)...)
+		if code != exitUsage || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("simulate overload %v: exit %d, stderr %q; want %d and one line holding %q", tc.args, code, errOut, exitUsage, tc.want)
+		}
+	}
+	if code, _, errOut := runCmd(t, "simulate", "overlaod"); code != exitUsage || !strings.Contains(errOut, "sluice simulate: unknown command overlaod; did you mean overload?") {
+		t.Errorf("simulate overlaod: exit %d, stderr %q", code, errOut)
+	}
+	t.Setenv("SLUICE_SIMULATE_FORMAT", "csv")
+	if code, out, errOut := runCmd(t, "simulate", "--pattern", "steady-1x", "--scale", "0.1", "--algorithms", "gcra"); code != exitOK || !strings.Contains(out, "steady-1x,gcra") {
+		t.Errorf("simulate beside its subcommand: exit %d, stderr %s, output %.200s", code, errOut, out)
+	}
+}

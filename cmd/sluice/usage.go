@@ -26,6 +26,8 @@ func usagef(c *cli.Command, format string, a ...any) error {
 // unixConventions makes every command in the tree under c report usage errors as
 // usageError: flag errors, an unknown command (CommandNotFound records it in *notFound,
 // since that hook returns nothing), and an argument given to a command that takes none.
+// A command with subcommands and an Action of its own (simulate) runs that Action when
+// no argument follows it.
 func unixConventions(c *cli.Command, notFound *error) {
 	c.OnUsageError = func(_ context.Context, c *cli.Command, err error, _ bool) error {
 		return flagUsageError(c, err)
@@ -34,14 +36,17 @@ func unixConventions(c *cli.Command, notFound *error) {
 		// The flags after a command are that command's.
 		one := 1
 		c.StopOnNthArg = &one
-		c.Action = func(_ context.Context, c *cli.Command) error {
-			if !c.Args().Present() {
-				if c.Root() == c {
-					return cli.ShowRootCommandHelp(c)
-				}
-				return cli.ShowSubcommandHelp(c)
+		own := c.Action
+		c.Action = func(ctx context.Context, c *cli.Command) error {
+			switch {
+			case c.Args().Present():
+				return unknownCommand(c, c.Args().First())
+			case own != nil:
+				return own(ctx, c)
+			case c.Root() == c:
+				return cli.ShowRootCommandHelp(c)
 			}
-			return unknownCommand(c, c.Args().First())
+			return cli.ShowSubcommandHelp(c)
 		}
 		c.CommandNotFound = func(_ context.Context, c *cli.Command, name string) {
 			*notFound = unknownCommand(c, name)
