@@ -180,6 +180,10 @@ func serve(ctx context.Context, c *cli.Command) error {
 		attrs = append(attrs, slog.String("failure_mode", e.opts.FailureMode.String()))
 	}
 	log.Info("sluice starting", attrs...)
+	if cfg.Overload != nil {
+		// The overload limit guards the requests a proxy forwards; serve forwards none.
+		log.Warn("config: the overload block applies to sluice proxy only; serve ignores it")
+	}
 	return srv.Serve(ctx, hl, gl)
 }
 
