@@ -12,8 +12,6 @@ import (
 	"unsafe"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
@@ -76,37 +74,6 @@ func TestShouldRateLimitDeniedAllocations(t *testing.T) {
 	}
 	if n > 2 {
 		t.Fatalf("%v allocations per denied ShouldRateLimit, want at most 2 (the answer and the counter key)", n)
-	}
-}
-
-// TestRLSCodecAllocations: rlsCodec decodes BenchmarkShouldRateLimit's request in two
-// allocations (its text and a block of its descriptor and entries) and encodes the
-// answer in one.
-func TestRLSCodecAllocations(t *testing.T) {
-	req, answer := codecBenchMessages(t)
-	data, err := proto.Marshal(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := mem.BufferSlice{mem.SliceBuffer(data)}
-	c := newRLSCodec()
-	got := new(rlsv3.RateLimitRequest)
-	if n := testing.AllocsPerRun(200, func() {
-		if err := c.Unmarshal(in, got); err != nil {
-			t.Fatal(err)
-		}
-	}); n > 2 {
-		t.Errorf("%v allocations per decoded request, want 2", n)
-	}
-	if !proto.Equal(got, req) {
-		t.Fatalf("decoded %v, want %v", got, req)
-	}
-	if n := testing.AllocsPerRun(200, func() {
-		if _, err := c.Marshal(answer); err != nil {
-			t.Fatal(err)
-		}
-	}); n > 1 {
-		t.Errorf("%v allocations per encoded answer, want 1", n)
 	}
 }
 

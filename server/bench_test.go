@@ -17,10 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc/encoding"
-	grpcproto "google.golang.org/grpc/encoding/proto"
-	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
@@ -345,56 +341,4 @@ func redisCPU(b *testing.B, srv *redistest.Server) float64 {
 		total += x
 	}
 	return total
-}
-
-// BenchmarkRLSCodec measures decoding BenchmarkShouldRateLimit's request and encoding
-// its answer, with gRPC's proto codec and with rlsCodec.
-func BenchmarkRLSCodec(b *testing.B) {
-	req, answer := codecBenchMessages(b)
-	data, err := proto.Marshal(req)
-	if err != nil {
-		b.Fatal(err)
-	}
-	in := mem.BufferSlice{mem.SliceBuffer(data)}
-	for _, c := range []struct {
-		name  string
-		codec encoding.CodecV2
-	}{{"proto", encoding.GetCodecV2(grpcproto.Name)}, {"rls", newRLSCodec()}} {
-		b.Run(c.name+"/decode", func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := c.codec.Unmarshal(in, new(rlsv3.RateLimitRequest)); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-		b.Run(c.name+"/encode", func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				out, err := c.codec.Marshal(answer)
-				if err != nil {
-					b.Fatal(err)
-				}
-				out.Free()
-			}
-		})
-	}
-}
-
-// codecBenchMessages returns BenchmarkShouldRateLimit's request and the server's answer
-// to it.
-func codecBenchMessages(t testing.TB) (*rlsv3.RateLimitRequest, *rlsv3.RateLimitResponse) {
-	store := memory.New()
-	t.Cleanup(func() { store.Close() })
-	s, err := New(Options{Limiter: store, Config: loadConfig(t, "edge.yaml")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := &rlsv3.RateLimitRequest{Domain: "edge",
-		Descriptors: []*ratelimitDescriptor{desc("message_type", "marketing", "to_number", "1234")}}
-	answer, err := s.ShouldRateLimit(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return req, answer
 }
