@@ -52,6 +52,11 @@ type OverloadConfig struct {
 	Limiter     overload.Config
 	// Sample is how often the limit and the requests in flight are sampled.
 	Sample time.Duration
+	// SettleWithin and Swing are the target the limit is judged by after the upstream
+	// halves its speed: within SettleWithin it comes within ±Swing (a fraction) of where
+	// it ends, and stays there (see [OverloadSettle]).
+	SettleWithin time.Duration
+	Swing        float64
 	// Seed seeds the arrivals, their classes and service times: the same seed gives the
 	// same report.
 	Seed uint64
@@ -60,13 +65,14 @@ type OverloadConfig struct {
 // DefaultOverload returns bench/cmd/overload's defaults: 16 workers, a 100 ms median
 // service time with σ 0.5 (about 141 requests a second), a queue of 1024, steps of
 // 0.5×, 1×, 2× and 4× of 6 s each, then 16 s of 4× at half speed, a 2 s client timeout,
-// none, fixed (16) and sluice (overload's defaults) compared, sampled every 100 ms.
+// none, fixed (16) and sluice (overload's defaults) compared, sampled every 100 ms, and
+// the limit judged on settling within 10 s to a swing of ±20%.
 func DefaultOverload() OverloadConfig {
 	return OverloadConfig{
 		Workers: 16, Median: 100 * time.Millisecond, Sigma: 0.5, Queue: 1024,
 		Steps: []float64{0.5, 1, 2, 4}, Step: 6 * time.Second, Slow: 16 * time.Second,
 		Timeout: 2 * time.Second, Protections: slices.Clone(OverloadProtections), Fixed: 16,
-		Sample: 100 * time.Millisecond, Seed: 1,
+		Sample: 100 * time.Millisecond, SettleWithin: 10 * time.Second, Swing: 0.2, Seed: 1,
 	}
 }
 
@@ -103,6 +109,8 @@ func (c OverloadConfig) check() error {
 		return bad("fixed must be at least 1, got %d", c.Fixed)
 	case c.Sample <= 0:
 		return bad("sample must be positive, got %v", c.Sample)
+	case c.SettleWithin <= 0 || !(c.Swing > 0):
+		return bad("settle and swing must be positive, got %v and %v", c.SettleWithin, c.Swing)
 	case len(c.Protections) == 0:
 		return bad("protections: none given")
 	}
@@ -152,9 +160,13 @@ type OverloadReport struct {
 	Fixed    int           `json:"fixed_limit"`
 	// Sluice names the overload.Config settings of the sluice protection that are not
 	// the package's defaults, as Go would write them ("Tolerance:20"); "" for none.
-	Sluice string          `json:"sluice_settings"`
-	Phases []OverloadPhase `json:"phases"`
-	Runs   []OverloadRun   `json:"runs"`
+	Sluice       string          `json:"sluice_settings"`
+	Phases       []OverloadPhase `json:"phases"`
+	SettleWithin time.Duration   `json:"settle_within_ns"`
+	Swing        float64         `json:"swing"`
+	Runs         []OverloadRun   `json:"runs"`
+	// Targets are issue 42's targets judged on each run, in the order of Runs.
+	Targets []OverloadTarget `json:"targets"`
 }
 
 // OverloadRun is one protection's run.
@@ -162,6 +174,9 @@ type OverloadRun struct {
 	Protection string           `json:"protection"`
 	Phases     []PhaseResult    `json:"phases"` // in the order of the report's Phases
 	Samples    []OverloadSample `json:"samples"`
+	// Settle is how the limit behaved after the upstream halved its speed; nil without
+	// a slow phase or a limit.
+	Settle *OverloadSettle `json:"settle,omitempty"`
 	// Seconds counts, a second of the run at a time, the successes answered in it.
 	Seconds []SecondResult `json:"-"`
 }
@@ -225,6 +240,7 @@ func RunOverload(ctx context.Context, c OverloadConfig) (*OverloadReport, error)
 	rep := &OverloadReport{
 		Seed: c.Seed, Capacity: c.Capacity(), Workers: c.Workers, Median: c.Median, Sigma: c.Sigma,
 		Queue: c.Queue, Timeout: c.Timeout, Fixed: c.Fixed, Sluice: settings(c.Limiter), Phases: phases,
+		SettleWithin: c.SettleWithin, Swing: c.Swing,
 	}
 	for _, name := range c.Protections {
 		s := newOverloadSim(c, phases, arrivals)
@@ -236,6 +252,7 @@ func RunOverload(ctx context.Context, c OverloadConfig) (*OverloadReport, error)
 		}
 		rep.Runs = append(rep.Runs, s.result(name))
 	}
+	rep.evaluate()
 	return rep, nil
 }
 
@@ -641,6 +658,9 @@ func (s *overloadSim) result(protection string) OverloadRun {
 		}
 		if n > 0 {
 			pr.LimitMean, pr.InFlight = float64(sum)/float64(n), float64(inflight)/float64(n)
+		}
+		if p.Slow && i > 0 && !s.phases[i-1].Slow {
+			r.Settle = settle(s.samples, bounds[i-1], bounds[i], bounds[i+1], s.cfg.SettleWithin, s.cfg.Sample, s.cfg.Swing)
 		}
 	}
 	return r

@@ -54,8 +54,8 @@ func (r *OverloadReport) WriteCSV(w io.Writer) error {
 	return nil
 }
 
-// WriteTable writes the scenario in one line and the results as an aligned text table
-// for a terminal, one row per protection and phase.
+// WriteTable writes the scenario in one line, the results as an aligned text table for
+// a terminal, one row per protection and phase, and then each target met or not.
 func (r *OverloadReport) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "%s\n\n", r.setup())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -78,7 +78,24 @@ func (r *OverloadReport) WriteTable(w io.Writer) error {
 				p.Shed(), c.Rejected+s.Rejected, c.TimedOut+s.TimedOut, limit)
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(r.Targets) > 0 {
+		fmt.Fprintln(w)
+	}
+	for _, t := range r.Targets {
+		fmt.Fprintf(w, "%-8s %s: %s — %s\n", t.Protection, t.What, t.Value, t.verdict())
+	}
+	return nil
+}
+
+// verdict is "met" or "NOT met".
+func (t OverloadTarget) verdict() string {
+	if t.Met {
+		return "met"
+	}
+	return "NOT met"
 }
 
 // setup describes the scenario in one line.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -382,5 +383,100 @@ func TestOverloadCLI(t *testing.T) {
 		if _, err := os.Stat(o.Out); err == nil {
 			t.Errorf("%q: the report was written despite the usage error", tc.want)
 		}
+	}
+}
+
+// TestOverloadSettle judges the limit after the upstream halves, as bench/cmd/overload
+// does: where it ends, when it came within ±Swing of that for good, and its swing after.
+func TestOverloadSettle(t *testing.T) {
+	// The phase before begins at 0, the upstream halves at 10 s, the run ends at 30 s.
+	series := func(f func(t time.Duration) int) []OverloadSample {
+		var s []OverloadSample
+		for i := range 300 {
+			at := time.Duration(i) * 100 * time.Millisecond
+			s = append(s, OverloadSample{At: at, Limit: f(at)})
+		}
+		return s
+	}
+	for _, c := range []struct {
+		name    string
+		limit   func(t time.Duration) int
+		settled bool
+		after   time.Duration
+		final   float64
+	}{
+		{"steps down and holds", func(t time.Duration) int {
+			if t < 13*time.Second {
+				return 40
+			}
+			return 20
+		}, true, 3 * time.Second, 20},
+		{"takes too long", func(t time.Duration) int {
+			if t < 22*time.Second {
+				return 40
+			}
+			return 20
+		}, false, 12 * time.Second, 20},
+		{"swings ±30%", func(t time.Duration) int {
+			if t/time.Second%2 == 0 {
+				return 13
+			}
+			return 10
+		}, false, 19 * time.Second, 10},
+		{"strays within the swing", func(t time.Duration) int {
+			if t >= 20*time.Second && t < 21*time.Second {
+				return 23
+			}
+			return 20
+		}, true, 0, 20},
+	} {
+		st := settle(series(c.limit), 0, int64(10*time.Second), int64(30*time.Second), 10*time.Second, 100*time.Millisecond, 0.2)
+		if st == nil {
+			t.Fatalf("%s: nil", c.name)
+		}
+		if st.Settled != c.settled || st.After != c.after || st.Final != c.final || st.Before != float64(c.limit(9*time.Second)) {
+			t.Errorf("%s: %+v; want settled %v after %v at %v", c.name, st, c.settled, c.after, c.final)
+		}
+	}
+	if st := settle(series(func(time.Duration) int { return 0 }), 0, int64(10*time.Second), int64(30*time.Second), 10*time.Second, 100*time.Millisecond, 0.2); st != nil {
+		t.Errorf("no limit: %+v, want nil", st)
+	}
+}
+
+// TestOverloadTargets: with critical arrivals capped at half the capacity, the report
+// judges issue 42's targets on each run: the unprotected upstream meets none of them and
+// sluice's defaults meet every one, the limit's settling included; the table and the
+// HTML report list them.
+func TestOverloadTargets(t *testing.T) {
+	r := overloadReports(t)["capped"]
+	met := map[string][]bool{}
+	for _, x := range r.Targets {
+		met[x.Protection] = append(met[x.Protection], x.Met)
+	}
+	if got := met["none"]; len(got) != 3 || slices.Contains(got, true) {
+		t.Errorf("none: targets met %v, want three, none met", got)
+	}
+	if got := met["sluice"]; len(got) != 4 || slices.Contains(got, false) {
+		t.Errorf("sluice: targets met %v, want four, all met:\n%+v", got, r.Targets)
+	}
+	if st := run(t, r, "sluice").Settle; st == nil || st.Final >= st.Before || !st.Settled {
+		t.Errorf("sluice's settling: %+v, want the limit lower after the slowdown, settled", st)
+	}
+	var table, html bytes.Buffer
+	if err := r.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WriteHTML(&html); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range r.Targets {
+		line := x.Protection + " " + x.What + ": " + x.Value + " — " + x.verdict()
+		if !strings.Contains(strings.Join(strings.Fields(table.String()), " "), line) {
+			t.Errorf("the table lacks %q", line)
+		}
+	}
+	_, targets, _ := strings.Cut(html.String(), `id="targets-table"`)
+	if n := strings.Count(targets, `<tr data-protection=`); n != len(r.Targets) {
+		t.Errorf("the HTML report has %d target rows, want %d", n, len(r.Targets))
 	}
 }

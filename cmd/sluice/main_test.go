@@ -602,6 +602,14 @@ func TestSimulateOverload(t *testing.T) {
 	if code != exitOK || !strings.HasPrefix(out, "protection,phase,") || !strings.Contains(out, "\nsluice,4× slow,4,true,") {
 		t.Fatalf("--format csv over the variable: exit %d, stderr %s, output %.300s", code, errOut, out)
 	}
+	limiter := []string{"--window", "250ms", "--min-samples", "20", "--long-window", "100", "--tolerance", "30", "--headroom", "2",
+		"--remeasure", "30s", "--critical-reserve", "30", "--default-reserve", "10", "--max-wait", "300ms", "--max-queue", "50",
+		"--settle", "1s", "--swing", "0.25", "--format", "table"}
+	code, out, errOut = runCmd(t, append(args, limiter...)...)
+	setup := "sluice: Window:250ms MinSamples:20 LongWindow:100 Tolerance:30 Headroom:2 Remeasure:30s CriticalReserve:30 DefaultReserve:10 MaxWait:300ms MaxQueue:50 ·"
+	if code != exitOK || !strings.Contains(out, setup) || !strings.Contains(out, "the limit settles within 1s and then swings ≤ ±25%") {
+		t.Fatalf("the limiter's and the target's flags: exit %d, stderr %s, output %s", code, errOut, out)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string

@@ -78,7 +78,8 @@ func simulateOverloadCommand() *cli.Command {
 			"its defaults unless the limiter's flags say otherwise). It reports per phase the\n" +
 			"goodput, the success rate and p50/p99 latency of each class, the requests shed and\n" +
 			"the limit: a table on stdout (--format), and with --out an HTML report with the limit\n" +
-			"over time.\n\n" +
+			"over time; then issue 42's targets, met or not, for each protection (--settle and\n" +
+			"--swing set the limit's).\n\n" +
 			"  sluice simulate overload --out overload.html\n" +
 			"  sluice simulate overload --critical-max 0.5 --protections fixed,sluice --format csv\n",
 		Flags: []cli.Flag{
@@ -96,10 +97,19 @@ func simulateOverloadCommand() *cli.Command {
 			&cli.IntFlag{Name: "min-limit", Usage: "sluice: overload's MinLimit (0: its default)", Sources: env("MIN_LIMIT")},
 			&cli.IntFlag{Name: "max-limit", Usage: "sluice: overload's MaxLimit (0: its default)", Sources: env("MAX_LIMIT")},
 			&cli.IntFlag{Name: "initial-limit", Usage: "sluice: overload's InitialLimit (0: its default)", Sources: env("INITIAL_LIMIT")},
+			&cli.DurationFlag{Name: "window", Usage: "sluice: overload's Window, how often the limit is recomputed (0: its default)", Sources: env("WINDOW")},
+			&cli.IntFlag{Name: "min-samples", Usage: "sluice: overload's MinSamples, latencies a window needs (0: its default)", Sources: env("MIN_SAMPLES")},
+			&cli.IntFlag{Name: "long-window", Usage: "sluice: overload's LongWindow, windows the long-term latency averages (0: its default)", Sources: env("LONG_WINDOW")},
 			&cli.IntFlag{Name: "tolerance", Usage: "sluice: overload's Tolerance, percent (0: its default)", Sources: env("TOLERANCE")},
+			&cli.IntFlag{Name: "headroom", Usage: "sluice: overload's Headroom, requests (0: its default)", Sources: env("HEADROOM")},
+			&cli.DurationFlag{Name: "remeasure", Usage: "sluice: overload's Remeasure (0: its default; < 0: never)", Sources: env("REMEASURE")},
 			&cli.IntFlag{Name: "critical-reserve", Usage: "sluice: overload's CriticalReserve, percent (0: its default; < 0: none)", Sources: env("CRITICAL_RESERVE")},
+			&cli.IntFlag{Name: "default-reserve", Usage: "sluice: overload's DefaultReserve, percent", Sources: env("DEFAULT_RESERVE")},
 			&cli.DurationFlag{Name: "max-wait", Usage: "sluice: overload's MaxWait, how long a critical request waits for a permit (0: its default; < 0: never)", Sources: env("MAX_WAIT")},
+			&cli.IntFlag{Name: "max-queue", Usage: "sluice: overload's MaxQueue (0: its default)", Sources: env("MAX_QUEUE")},
 			&cli.DurationFlag{Name: "sample", Value: d.Sample, Usage: "how often the limit and the requests in flight are sampled", Sources: env("SAMPLE")},
+			&cli.DurationFlag{Name: "settle", Value: d.SettleWithin, Usage: "target: after the upstream halves, the limit comes within ±--swing of where it ends within this long", Sources: env("SETTLE")},
+			&cli.FloatFlag{Name: "swing", Value: d.Swing, Usage: "target: the limit's largest swing once settled, a fraction", Sources: env("SWING")},
 			&cli.Uint64Flag{Name: "seed", Value: d.Seed, Usage: "random `SEED`; the same seed gives the same output", Sources: env("SEED")},
 			&cli.StringFlag{Name: "format", Value: "table", Usage: "output `FORMAT` on stdout: table, json or csv", Sources: env("FORMAT")},
 			&cli.StringFlag{Name: "out", Usage: "write the HTML report to this `FILE`", Sources: env("OUT")},
@@ -110,9 +120,13 @@ func simulateOverloadCommand() *cli.Command {
 					Workers: int(c.Int("workers")), Median: c.Duration("median"), Sigma: c.Float("sigma"), Queue: int(c.Int("queue")),
 					Step: c.Duration("step"), Slow: c.Duration("slow"), CriticalMax: c.Float("critical-max"), Timeout: c.Duration("timeout"),
 					Fixed: int(c.Int("fixed")), Sample: c.Duration("sample"), Seed: c.Uint64("seed"),
+					SettleWithin: c.Duration("settle"), Swing: c.Float("swing"),
 					Limiter: overload.Config{
 						MinLimit: int(c.Int("min-limit")), MaxLimit: int(c.Int("max-limit")), InitialLimit: int(c.Int("initial-limit")),
-						Tolerance: int(c.Int("tolerance")), CriticalReserve: int(c.Int("critical-reserve")), MaxWait: c.Duration("max-wait"),
+						Window: c.Duration("window"), MinSamples: int(c.Int("min-samples")), LongWindow: int(c.Int("long-window")),
+						Tolerance: int(c.Int("tolerance")), Headroom: int(c.Int("headroom")), Remeasure: c.Duration("remeasure"),
+						CriticalReserve: int(c.Int("critical-reserve")), DefaultReserve: int(c.Int("default-reserve")),
+						MaxWait: c.Duration("max-wait"), MaxQueue: int(c.Int("max-queue")),
 					},
 				},
 				Steps: c.String("steps"), Protections: c.String("protections"), Format: c.String("format"), Out: c.String("out"),
