@@ -234,7 +234,7 @@ func overloadViewOf(o *Overload) *overloadView {
 		Headroom:           "sqrt(limit)",
 		CriticalReserve:    max(cmp.Or(c.CriticalReserve, overload.DefaultCriticalReserve), 0),
 		DefaultReserve:     c.DefaultReserve,
-		MaxWait:            "long-term latency",
+		MaxWait:            fmt.Sprintf("%d× long-term latency", overload.DefaultWaitLatencies),
 		MaxQueue:           cmp.Or(c.MaxQueue, overload.DefaultMaxQueue),
 		CriticalityHeader:  o.CriticalityHeader,
 		DefaultCriticality: o.DefaultCriticality.String(),

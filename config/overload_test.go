@@ -115,7 +115,7 @@ func TestOverloadDefaults(t *testing.T) {
 	}
 	json.Unmarshal(dump, &view)
 	if view.Overload["max_limit"] != float64(overload.DefaultMaxLimit) || view.Overload["critical_reserve"] != float64(overload.DefaultCriticalReserve) ||
-		view.Overload["max_wait"] != "long-term latency" {
+		view.Overload["max_wait"] != "4× long-term latency" {
 		t.Errorf("dump of the defaults: %v", view.Overload)
 	}
 	c2, err := Parse(File{Name: "p.yaml", Data: []byte("policies:\n  - name: a\n    rate: 1\n    period: 1s\n")})

@@ -19,7 +19,7 @@ type Config struct {
 	// clamped to [MinLimit, MaxLimit]).
 	InitialLimit int
 
-	// Window is how often the limit is recomputed (default 500ms): a window closes at the
+	// Window is how often the limit is recomputed (default 250ms): a window closes at the
 	// first Release at least Window after it opened at which it holds MinSamples
 	// latency samples (default 10); until then it goes on collecting. A shorter window
 	// follows changes sooner and judges each change on fewer samples.
@@ -58,11 +58,11 @@ type Config struct {
 
 	// MaxWait is how long a Critical or Default request waits in the queue for a permit
 	// when none is free to it; a negative value never queues, and Sheddable requests
-	// never queue. 0 (the default) waits as long as the long-term latency when the
-	// request queues (1s before the first window has closed): in that time about a
-	// limit's worth of permits end, so a request not admitted by then stands behind more
-	// than the service finishes in one service time, and waiting longer would only add
-	// that queue's delay to its latency.
+	// never queue. 0 (the default) waits DefaultWaitLatencies times the long-term latency
+	// when the request queues (1s before the first window has closed): in that time about
+	// four limits' worth of permits end, enough to ride out a burst while the demand of
+	// the classes above Sheddable is near the capacity; a request not admitted by then
+	// stands behind more than the service finishes in four service times.
 	MaxWait time.Duration
 	// MaxQueue bounds the requests waiting (default 1000); a Default request arriving at a
 	// full queue is shed, and a Critical one takes the place of the newest Default waiter.
@@ -78,15 +78,17 @@ const (
 	DefaultMinLimit        = 4
 	DefaultMaxLimit        = 1000
 	DefaultInitialLimit    = 20
-	DefaultWindow          = 500 * time.Millisecond
+	DefaultWindow          = 250 * time.Millisecond
 	DefaultMinSamples      = 10
 	DefaultLongWindow      = 600
 	DefaultTolerance       = 50
 	DefaultRemeasure       = time.Minute
 	DefaultCriticalReserve = 20
-	// DefaultMaxWait is the zero MaxWait's wait before the long-term latency is known.
-	DefaultMaxWait  = time.Second
-	DefaultMaxQueue = 1000
+	DefaultMaxQueue        = 1000
+	// DefaultMaxWait is the zero MaxWait's wait before the long-term latency is known,
+	// and DefaultWaitLatencies its wait after, in long-term latencies.
+	DefaultMaxWait       = time.Second
+	DefaultWaitLatencies = 4
 )
 
 // ErrInvalidConfig is wrapped by every error New returns for a Config.
@@ -103,7 +105,7 @@ type settings struct {
 	headroom          int64         // requests; 0: ⌊√limit⌋
 	remeasure         int64         // ns; 0: never
 	share             [3]int64      // percent of the limit usable by Sheddable, Default, Critical
-	maxWait           time.Duration // 0: the long-term latency
+	maxWait           time.Duration // 0: DefaultWaitLatencies long-term latencies
 	queue             bool
 	maxQueue          int
 	clock             func() time.Time

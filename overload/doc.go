@@ -28,11 +28,11 @@
 // so at any occupancy a Sheddable request is shed before a Default one, and a Default one
 // before a Critical one, and no admission takes in flight above L (when L falls, the
 // requests in flight finish). A Sheddable request beyond its share is shed at once; a
-// Critical or Default one waits in a bounded queue for up to MaxWait (by default as long
-// as the long-term latency below). Waiters are admitted Critical first, then Default, each
-// class in arrival order, whenever a permit ends or the limit rises; a new arrival never
-// passes a waiter of its criticality or higher. The shares round down, so each reserve
-// holds at least its percentage; with a small limit a share can be 0.
+// Critical or Default one waits in a bounded queue for up to MaxWait (by default four
+// times the long-term latency below). Waiters are admitted Critical first, then Default,
+// each class in arrival order, whenever a permit ends or the limit rises; a new arrival
+// never passes a waiter of its criticality or higher. The shares round down, so each
+// reserve holds at least its percentage; with a small limit a share can be 0.
 //
 // # The limit
 //

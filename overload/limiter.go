@@ -232,13 +232,14 @@ func (l *Limiter) Stats() Stats {
 	return Stats{Limit: int(l.g.permits(&l.s)), InFlight: int(l.inflight), Queued: l.waiting[0].Len() + l.waiting[1].Len()}
 }
 
-// wait is how long a request queued now may wait: MaxWait, or the long-term latency.
+// wait is how long a request queued now may wait: MaxWait, or DefaultWaitLatencies
+// long-term latencies.
 func (l *Limiter) wait() time.Duration {
 	switch {
 	case l.s.maxWait > 0:
 		return l.s.maxWait
 	case l.g.long > 0:
-		return time.Duration(l.g.long)
+		return time.Duration(l.g.long * DefaultWaitLatencies)
 	}
 	return DefaultMaxWait
 }

@@ -171,8 +171,8 @@ func TestQueueFull(t *testing.T) {
 	}
 }
 
-// TestWaitIsLongTermLatency: with MaxWait 0 a request waits as long as the long-term
-// latency when it queues, and 1s before that is known.
+// TestWaitIsLongTermLatency: with MaxWait 0 a request waits DefaultWaitLatencies (4)
+// times the long-term latency when it queues, and 1s before that is known.
 func TestWaitIsLongTermLatency(t *testing.T) {
 	ctx := context.Background()
 	l, clk := newLimiter(t, Config{MinLimit: 1, MaxLimit: 1, CriticalReserve: -1, Window: time.Nanosecond, MinSamples: 1})
@@ -182,13 +182,13 @@ func TestWaitIsLongTermLatency(t *testing.T) {
 	p, _ := l.Acquire(ctx, Critical)
 	clk.advance(10 * time.Minute)
 	p.Release() // closes the first window: the long-term latency is 10m
-	if got := l.wait(); got != 10*time.Minute {
-		t.Fatalf("wait: %v, want 10m", got)
+	if got := l.wait(); got != 40*time.Minute {
+		t.Fatalf("wait: %v, want 40m", got)
 	}
 	start := waitQueued(l)
 	held, _ := l.Acquire(ctx, Critical)
 	out := start(ctx, Default)
-	clk.advance(10*time.Minute - 1)
+	clk.advance(40*time.Minute - 1)
 	l.Acquire(ctx, Sheddable)
 	select {
 	case r := <-out:
