@@ -105,7 +105,7 @@ func init() {
 	flag.IntVar(&sl.LongWindow, "sl-long", 0, "sluice: Config.LongWindow, windows the long-term latency averages over (0: overload's default)")
 	flag.IntVar(&sl.Tolerance, "sl-tolerance", 0, "sluice: Config.Tolerance, percent (0: overload's default)")
 	flag.IntVar(&sl.Headroom, "sl-headroom", 0, "sluice: Config.Headroom, requests (0: the square root of the limit)")
-	flag.DurationVar(&sl.Remeasure, "sl-remeasure", 0, "sluice: Config.Remeasure, the period of re-measuring the latency without queueing (0: never)")
+	flag.DurationVar(&sl.Remeasure, "sl-remeasure", 0, "sluice: Config.Remeasure, the period of re-measuring the latency without queueing (0: overload's default; < 0: never)")
 	flag.IntVar(&sl.CriticalReserve, "sl-critical-reserve", 0, "sluice: Config.CriticalReserve, percent (0: overload's default; < 0: none)")
 	flag.IntVar(&sl.DefaultReserve, "sl-default-reserve", 0, "sluice: Config.DefaultReserve, percent")
 	flag.DurationVar(&sl.MaxWait, "sl-max-wait", 0, "sluice: Config.MaxWait, how long a critical request waits for a permit (0: overload's default; < 0: never)")
