@@ -67,15 +67,12 @@ func ParsePrefixes(s ...string) ([]netip.Prefix, error) {
 	out := make([]netip.Prefix, 0, len(s))
 	for _, v := range s {
 		v = strings.TrimSpace(v)
-		if strings.IndexByte(v, '/') < 0 {
-			a, err := netip.ParseAddr(v)
-			if err != nil {
-				return nil, fmt.Errorf("keys: trusted proxy %q: %w", v, err)
-			}
-			out = append(out, netip.PrefixFrom(a, a.BitLen()))
-			continue
-		}
 		p, err := netip.ParsePrefix(v)
+		if !strings.Contains(v, "/") {
+			var a netip.Addr
+			a, err = netip.ParseAddr(v)
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
 		if err != nil {
 			return nil, fmt.Errorf("keys: trusted proxy %q: %w", v, err)
 		}
