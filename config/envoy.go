@@ -236,10 +236,9 @@ type step struct {
 
 // lookup returns the rules for entries and how each entry matched, appended to buf.
 func (d *Domain) lookup(entries []Entry, buf []step) ([]*Rule, []step) {
-	lvl := d.root
-	steps := buf
-	var rule []*Rule
-	for i, e := range entries {
+	lvl, steps := d.root, buf
+	var rules []*Rule // the last entry's
+	for _, e := range entries {
 		if lvl == nil {
 			return nil, nil
 		}
@@ -248,18 +247,12 @@ func (d *Domain) lookup(entries []Entry, buf []step) ([]*Rule, []step) {
 			return nil, nil
 		}
 		steps = append(steps, step{n, wild})
-		if n.rules != nil && i == len(entries)-1 {
-			rule = n.rules
-		}
-		if n.children == nil {
-			break
-		}
-		lvl = n.children
+		lvl, rules = n.children, n.rules
 	}
-	if rule == nil {
+	if rules == nil {
 		return nil, nil
 	}
-	return rule, steps
+	return rules, steps
 }
 
 // level is one list of descriptors.

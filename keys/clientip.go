@@ -92,14 +92,11 @@ func (c *ClientIP) Addr(r *http.Request) (netip.Addr, error) {
 		return peer, nil
 	}
 	name := cmp.Or(c.Header, HeaderXForwardedFor)
-	values := r.Header.Values(name)
-	var hops []string
+	hops := listHops
 	if http.CanonicalHeaderKey(name) == HeaderForwarded {
-		hops = forwardedFor(values)
-	} else {
-		hops = listHops(values)
+		hops = forwardedFor
 	}
-	return c.walk(peer, hops), nil
+	return c.walk(peer, hops(r.Header.Values(name))), nil
 }
 
 // Trusted reports whether r comes straight from one of TrustedProxies, whose headers are
