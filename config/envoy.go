@@ -83,9 +83,8 @@ type Rule struct {
 	// Pos is where the rule's rate_limit block is.
 	Pos Position
 
-	replacesPos   []Position
-	replacesField []string
-	suffix        string // FullKey's "#<name>" or "#<index>" of a rate_limits entry
+	replacesAt []written // where each of Replaces is written
+	suffix     string    // FullKey's "#<name>" or "#<index>" of a rate_limits entry
 }
 
 // Blocks reports whether the rule denies every request (requests_per_unit: 0).
@@ -455,14 +454,11 @@ func (d *decoder) envoyDomain(root *yaml.Node) *Domain {
 	for _, r := range dom.Rules {
 		for i, name := range r.Replaces {
 			if !names[name] {
-				d.warns = append(d.warns, &Error{
-					Pos:   r.replacesPos[i],
-					Field: r.replacesField[i],
-					Msg:   fmt.Sprintf("no rate_limit in domain %q is named %q: it replaces nothing", dom.Name, name),
-				})
+				at := r.replacesAt[i]
+				d.warnf(at.node, at.field, "no rate_limit in domain %q is named %q: it replaces nothing", dom.Name, name)
 			}
 		}
-		r.replacesPos, r.replacesField = nil, nil
+		r.replacesAt = nil
 	}
 	if o.has("quota_buckets") && dom.Name != "" {
 		// sluice's own section: its field names are checked strictly.
@@ -627,8 +623,7 @@ func (d *decoder) rateLimit(dom *Domain, n *yaml.Node, path string, at []Entry) 
 			d.errorf(nv, ro.field("name"), "a rate limit cannot replace itself (%q)", name)
 		default:
 			r.Replaces = append(r.Replaces, name)
-			r.replacesPos = append(r.replacesPos, d.pos(nv))
-			r.replacesField = append(r.replacesField, ro.field("name"))
+			r.replacesAt = append(r.replacesAt, written{nv, ro.field("name")})
 		}
 	}
 

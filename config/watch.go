@@ -285,18 +285,18 @@ func (w *Watcher) reload(trigger string) (bool, error) {
 func (w *Watcher) rewatch() error {
 	names := map[string]bool{}
 	dirs := map[string]bool{}
-	add := func(p string) {
-		d, err := filepath.EvalSymlinks(filepath.Dir(p))
-		if err != nil {
-			return // its directory is gone too: the parent's own entry covers its return
+	add := func(chain []string) {
+		for _, p := range chain {
+			d, err := filepath.EvalSymlinks(filepath.Dir(p))
+			if err != nil {
+				continue // its directory is gone too: the parent's own entry covers its return
+			}
+			names[filepath.Join(d, filepath.Base(p))] = true
+			dirs[d] = true
 		}
-		names[filepath.Join(d, filepath.Base(p))] = true
-		dirs[d] = true
 	}
 	chain := linkChain(w.path)
-	for _, p := range chain {
-		add(p)
-	}
+	add(chain)
 	w.dir = ""
 	r := chain[len(chain)-1]
 	if st, err := os.Stat(r); err == nil && st.IsDir() {
@@ -305,9 +305,7 @@ func (w *Watcher) rewatch() error {
 		entries, _ := os.ReadDir(r)
 		for _, e := range entries {
 			if watchedName(e.Name()) {
-				for _, p := range linkChain(filepath.Join(r, e.Name())) {
-					add(p)
-				}
+				add(linkChain(filepath.Join(r, e.Name())))
 			}
 		}
 	}
