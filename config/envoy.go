@@ -3,7 +3,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -330,18 +329,14 @@ func statsKey(domain string, r *Rule, entries []Entry, steps []step) string {
 	var b strings.Builder
 	b.WriteString(domain)
 	for i, e := range entries {
-		s := steps[i]
+		s, v := steps[i], steps[i].n.value
+		if (r.DetailedMetric || s.n.valueToMetric) && !(s.wildcard && s.n.shareThreshold) {
+			v = e.Value
+		}
 		b.WriteByte('.')
 		b.WriteString(e.Key)
-		switch {
-		case s.wildcard && s.n.shareThreshold:
-			b.WriteString("_" + s.n.value)
-		case r.DetailedMetric || s.n.valueToMetric:
-			if e.Value != "" {
-				b.WriteString("_" + e.Value)
-			}
-		case s.n.value != "":
-			b.WriteString("_" + s.n.value)
+		if v != "" {
+			b.WriteString("_" + v)
 		}
 	}
 	b.WriteString(r.suffix)
@@ -448,12 +443,11 @@ func (d *decoder) envoyDomain(root *yaml.Node) *Domain {
 		n := o.fields["domain"].key
 		d.errorf(n, "domain", "must not be empty")
 	}
-	var names map[string]bool
-	dom.root, names = d.descriptors(dom, o, "descriptors", nil)
+	dom.root = d.descriptors(dom, o, "descriptors", nil)
 	// A replaces name that matches nothing replaces nothing, as in the reference: warn.
 	for _, r := range dom.Rules {
 		for i, name := range r.Replaces {
-			if !names[name] {
+			if !slices.ContainsFunc(dom.Rules, func(o *Rule) bool { return o.Name == name }) {
 				at := r.replacesAt[i]
 				d.warnf(at.node, at.field, "no rate_limit in domain %q is named %q: it replaces nothing", dom.Name, name)
 			}
@@ -479,15 +473,14 @@ var rateLimitFields = []string{
 	"algorithm", "burst", "calendar", "zone", "anchor_day", // sluice extensions
 }
 
-// descriptors decodes the descriptor list under o[field] into a level, and returns the
-// rate_limit names of the subtree; parent is the entry path so far.
-func (d *decoder) descriptors(dom *Domain, o *object, field string, parent []Entry) (*level, map[string]bool) {
-	names := map[string]bool{}
+// descriptors decodes the descriptor list under o[field] into a level; parent is the entry
+// path so far.
+func (d *decoder) descriptors(dom *Domain, o *object, field string, parent []Entry) *level {
 	v, _ := o.get(field)
 	path := o.field(field)
 	items := d.seq(v, path)
 	if len(items) == 0 {
-		return nil, names
+		return nil
 	}
 	lvl := &level{exact: map[Entry]*node{}, keyOnly: map[string]*node{}}
 	for i, item := range items {
@@ -549,16 +542,11 @@ func (d *decoder) descriptors(dom *Domain, o *object, field string, parent []Ent
 		}
 		for _, r := range n.rules {
 			r.Shadow, r.QuotaMode, r.DetailedMetric = shadow, quota, detailed
-			if r.Name != "" {
-				names[r.Name] = true
-			}
 		}
-		var sub map[string]bool
-		n.children, sub = d.descriptors(dom, io, "descriptors", here)
-		maps.Copy(names, sub)
+		n.children = d.descriptors(dom, io, "descriptors", here)
 	}
 	slices.SortStableFunc(lvl.wildcards, func(a, b *node) int { return len(b.prefix) - len(a.prefix) })
-	return lvl, names
+	return lvl
 }
 
 // rateLimits decodes a descriptor's rate_limits (a sluice extension): rate_limit bodies

@@ -128,15 +128,7 @@ func (s *Set) Lookup(policy, id string, now time.Time) (*Override, bool) {
 // Expired reports whether an override of s has expired by now (it is ignored already;
 // a refresh deletes it).
 func (s *Set) Expired(now time.Time) bool {
-	if s == nil {
-		return false
-	}
-	for _, o := range s.all {
-		if o.Expired(now) {
-			return true
-		}
-	}
-	return false
+	return s != nil && slices.ContainsFunc(s.all, func(o Override) bool { return o.Expired(now) })
 }
 
 // Get returns the override of policy and identity exactly as set.
