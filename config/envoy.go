@@ -618,14 +618,12 @@ func (d *decoder) rateLimit(dom *Domain, n *yaml.Node, path string, at []Entry) 
 	unitNode, hasUnit := o.get("unit")
 	rpuNode, hasRPU := o.get("requests_per_unit")
 	if r.Unlimited {
-		if hasUnit {
-			// The reference rejects a valid unit beside unlimited, ignores any other.
-			if s, ok := d.str(unitNode, o.field("unit")); ok {
-				if _, err := ParseUnit(s); err == nil {
-					d.errorf(unitNode, o.field("unit"), "must not be set when unlimited is true")
-				} else {
-					d.warnf(unitNode, o.field("unit"), "%q is not a unit, and unlimited ignores it (remove it)", s)
-				}
+		// The reference rejects a valid unit beside unlimited, ignores any other.
+		if s, ok := d.str(unitNode, o.field("unit")); hasUnit && ok {
+			if _, err := ParseUnit(s); err == nil {
+				d.errorf(unitNode, o.field("unit"), "must not be set when unlimited is true")
+			} else {
+				d.warnf(unitNode, o.field("unit"), "%q is not a unit, and unlimited ignores it (remove it)", s)
 			}
 		}
 		for _, f := range []string{"algorithm", "burst", "calendar", "zone", "anchor_day"} {

@@ -207,25 +207,19 @@ func parseHop(s string) (netip.Addr, bool) {
 	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
 		s = s[1 : len(s)-1]
 	}
-	var a netip.Addr
-	if strings.HasPrefix(s, "[") {
-		end := strings.IndexByte(s, ']')
-		if end < 0 || end+1 < len(s) && !validPort(s[end+1:]) {
+	a, err := netip.ParseAddr(s)
+	if rest, ok := strings.CutPrefix(s, "["); ok {
+		host, port, closed := strings.Cut(rest, "]")
+		a, err = netip.ParseAddr(host)
+		if !closed || err == nil && !a.Is6() || port != "" && !validPort(port) {
 			return netip.Addr{}, false
 		}
-		v, err := netip.ParseAddr(s[1:end])
-		if err != nil || !v.Is6() {
-			return netip.Addr{}, false
-		}
-		a = v
-	} else if v, err := netip.ParseAddr(s); err == nil {
-		a = v
-	} else if ap, err := netip.ParseAddrPort(s); err == nil {
+	} else if err != nil {
+		var ap netip.AddrPort
+		ap, err = netip.ParseAddrPort(s)
 		a = ap.Addr()
-	} else {
-		return netip.Addr{}, false
 	}
-	return a.Unmap().WithZone(""), true
+	return a.Unmap().WithZone(""), err == nil
 }
 
 // validPort reports whether s is ":" followed by 1-5 digits or an obfuscated port
