@@ -149,7 +149,7 @@ func (d *Domain) Match(descs []Descriptor) ([]Match, error) {
 func (d *Domain) AppendMatches(dst []Match, descs []Descriptor) ([]Match, error) {
 	base := len(dst)
 	dst = slices.Grow(dst, len(descs))
-	var replaced map[string]bool // made only when a rule replaces others
+	var replaced []string // the names the matched rules replace
 	var stepBuf [8]step
 	for i, desc := range descs {
 		if o := desc.Override; o != nil {
@@ -175,19 +175,15 @@ func (d *Domain) AppendMatches(dst []Match, descs []Descriptor) ([]Match, error)
 			continue
 		}
 		for _, r := range rules {
-			for _, name := range r.Replaces {
-				if replaced == nil {
-					replaced = map[string]bool{}
-				}
-				replaced[name] = true
-			}
+			replaced = append(replaced, r.Replaces...)
 			dst = append(dst, d.matchOf(i, r, desc.Entries, steps))
 		}
 	}
 	if replaced != nil {
 		for i := base; i < len(dst); i++ {
 			m := &dst[i]
-			if (m.Status == Limited || m.Status == Blocked) && m.Rule.Name != "" && replaced[m.Rule.Name] {
+			if (m.Status == Limited || m.Status == Blocked) && m.Rule.Name != "" &&
+				slices.Contains(replaced, m.Rule.Name) {
 				*m = Match{Descriptor: m.Descriptor, Status: Replaced, Rule: m.Rule, StatsKey: m.StatsKey}
 			}
 		}

@@ -194,11 +194,9 @@ func (d *decoder) quotaDomain(name string, o *object, list string) *QuotaDomain 
 		}
 		seen[pat] = b
 		qd.Buckets = append(qd.Buckets, b)
-	}
-	for _, b := range qd.Buckets {
 		keys := make([]string, len(b.ID))
-		for i, e := range b.ID {
-			keys[i] = e.Key
+		for j, e := range b.ID {
+			keys[j] = e.Key
 		}
 		sig := strings.Join(keys, "\x00")
 		qd.bySig[sig] = append(qd.bySig[sig], b)

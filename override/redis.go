@@ -30,8 +30,6 @@ func NewRedis(client func() rueidis.Client, prefix string) *Redis {
 
 var errNotConnected = errors.New("override: Redis is not connected")
 
-func field(policy, identity string) string { return policy + "\x00" + identity }
-
 func (s *Redis) conn() (rueidis.Client, error) {
 	c := s.client()
 	if c == nil {
@@ -62,7 +60,7 @@ func (s *Redis) write(ctx context.Context, policy, identity string, v []byte) (*
 	if err != nil {
 		return nil, err
 	}
-	f := field(policy, identity)
+	f := policy + "\x00" + identity
 	prev, err := c.Do(ctx, c.B().Hget().Key(s.hash).Field(f).Build()).AsBytes()
 	if err != nil && !rueidis.IsRedisNil(err) {
 		return nil, fmt.Errorf("override: reading: %w", err)
