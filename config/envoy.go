@@ -436,8 +436,7 @@ func (d *decoder) envoyDomain(root *yaml.Node) *Domain {
 	dom.Pos = d.pos(dom.nameNode)
 	dom.keyPrefix = "envoy/" + escaped(dom.Name)
 	if dom.Name == "" {
-		n := o.fields["domain"].key
-		d.errorf(n, "domain", "must not be empty")
+		d.errorf(o.fields["domain"].key, "domain", "must not be empty")
 	}
 	dom.root = d.descriptors(dom, o, "descriptors", nil)
 	// A replaces name that matches nothing replaces nothing, as in the reference: warn.

@@ -70,9 +70,7 @@ func UnitOf(d time.Duration) (Unit, bool) {
 // second, minute, hour, day and week.
 func ParsePeriod(s string) (time.Duration, error) {
 	norm := strings.ToLower(strings.TrimSpace(s))
-	switch norm {
-	case "second", "minute", "hour", "day", "week":
-		u, _ := ParseUnit(norm)
+	if u, err := ParseUnit(norm); err == nil && u <= UnitWeek {
 		return u.Period(), nil
 	}
 	d, err := time.ParseDuration(norm)
