@@ -351,10 +351,7 @@ func Parse(files ...File) (*Config, error) {
 }
 
 func isEnvoyFile(root *yaml.Node) bool {
-	if root.Kind != yaml.MappingNode {
-		return false
-	}
-	for i := 0; i+1 < len(root.Content); i += 2 {
+	for i := 0; root.Kind == yaml.MappingNode && i+1 < len(root.Content); i += 2 {
 		if root.Content[i].Value == "domain" {
 			return true
 		}

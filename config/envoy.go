@@ -179,13 +179,11 @@ func (d *Domain) AppendMatches(dst []Match, descs []Descriptor) ([]Match, error)
 			dst = append(dst, d.matchOf(i, r, desc.Entries, steps))
 		}
 	}
-	if replaced != nil {
-		for i := base; i < len(dst); i++ {
-			m := &dst[i]
-			if (m.Status == Limited || m.Status == Blocked) && m.Rule.Name != "" &&
-				slices.Contains(replaced, m.Rule.Name) {
-				*m = Match{Descriptor: m.Descriptor, Status: Replaced, Rule: m.Rule, StatsKey: m.StatsKey}
-			}
+	for i := base; replaced != nil && i < len(dst); i++ {
+		m := &dst[i]
+		if (m.Status == Limited || m.Status == Blocked) && m.Rule.Name != "" &&
+			slices.Contains(replaced, m.Rule.Name) {
+			*m = Match{Descriptor: m.Descriptor, Status: Replaced, Rule: m.Rule, StatsKey: m.StatsKey}
 		}
 	}
 	return dst, nil
