@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -124,14 +125,7 @@ const (
 
 // Or returns l with each zero field taken from def, and the defaults for those still zero.
 func (l RequestLimits) Or(def RequestLimits) RequestLimits {
-	pick := func(v, d, builtin int) int {
-		for _, x := range []int{v, d} {
-			if x > 0 {
-				return x
-			}
-		}
-		return builtin
-	}
+	pick := func(v, d, builtin int) int { return cmp.Or(max(v, 0), max(d, 0), builtin) }
 	return RequestLimits{
 		MaxDescriptors: pick(l.MaxDescriptors, def.MaxDescriptors, DefaultMaxDescriptors),
 		MaxEntries:     pick(l.MaxEntries, def.MaxEntries, DefaultMaxEntries),
@@ -357,10 +351,7 @@ func Parse(files ...File) (*Config, error) {
 }
 
 func isEnvoyFile(root *yaml.Node) bool {
-	if root.Kind != yaml.MappingNode {
-		return false
-	}
-	for i := 0; i+1 < len(root.Content); i += 2 {
+	for i := 0; root.Kind == yaml.MappingNode && i+1 < len(root.Content); i += 2 {
 		if root.Content[i].Value == "domain" {
 			return true
 		}

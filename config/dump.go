@@ -15,8 +15,7 @@ import (
 // policy and rule with its limits, the files and the digest. Secrets are never in it (the
 // Redis URL's password is redacted; tokens appear as the names of their sources).
 func (c *Config) Dump() ([]byte, error) {
-	type limitView = LimitSpec
-	lv := func(l sluice.Limit) *limitView {
+	lv := func(l sluice.Limit) *LimitSpec {
 		if l.Rate == 0 {
 			return nil
 		}
@@ -25,13 +24,13 @@ func (c *Config) Dump() ([]byte, error) {
 	}
 	type named struct {
 		Name        string     `json:"name"`
-		Limit       *limitView `json:"limit"`
+		Limit       *LimitSpec `json:"limit"`
 		Criticality string     `json:"criticality,omitempty"`
 	}
 	type policyView struct {
 		Name              string     `json:"name"`
 		Source            string     `json:"source"`
-		Limit             *limitView `json:"limit,omitempty"`
+		Limit             *LimitSpec `json:"limit,omitempty"`
 		Key               string     `json:"key"`
 		KeyHeader         string     `json:"key_header,omitempty"`
 		Shadow            bool       `json:"shadow,omitempty"`
@@ -54,7 +53,7 @@ func (c *Config) Dump() ([]byte, error) {
 		Shadow          bool       `json:"shadow_mode,omitempty"`
 		QuotaMode       bool       `json:"quota_mode,omitempty"`
 		Replaces        []string   `json:"replaces,omitempty"`
-		Limit           *limitView `json:"limit,omitempty"`
+		Limit           *LimitSpec `json:"limit,omitempty"`
 		Source          string     `json:"source"`
 	}
 	type domainView struct {

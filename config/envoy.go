@@ -3,7 +3,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -83,9 +82,8 @@ type Rule struct {
 	// Pos is where the rule's rate_limit block is.
 	Pos Position
 
-	replacesPos   []Position
-	replacesField []string
-	suffix        string // FullKey's "#<name>" or "#<index>" of a rate_limits entry
+	replacesAt []written // where each of Replaces is written
+	suffix     string    // FullKey's "#<name>" or "#<index>" of a rate_limits entry
 }
 
 // Blocks reports whether the rule denies every request (requests_per_unit: 0).
@@ -151,7 +149,7 @@ func (d *Domain) Match(descs []Descriptor) ([]Match, error) {
 func (d *Domain) AppendMatches(dst []Match, descs []Descriptor) ([]Match, error) {
 	base := len(dst)
 	dst = slices.Grow(dst, len(descs))
-	var replaced map[string]bool // made only when a rule replaces others
+	var replaced []string // the names the matched rules replace
 	var stepBuf [8]step
 	for i, desc := range descs {
 		if o := desc.Override; o != nil {
@@ -177,21 +175,15 @@ func (d *Domain) AppendMatches(dst []Match, descs []Descriptor) ([]Match, error)
 			continue
 		}
 		for _, r := range rules {
-			for _, name := range r.Replaces {
-				if replaced == nil {
-					replaced = map[string]bool{}
-				}
-				replaced[name] = true
-			}
+			replaced = append(replaced, r.Replaces...)
 			dst = append(dst, d.matchOf(i, r, desc.Entries, steps))
 		}
 	}
-	if replaced != nil {
-		for i := base; i < len(dst); i++ {
-			m := &dst[i]
-			if (m.Status == Limited || m.Status == Blocked) && m.Rule.Name != "" && replaced[m.Rule.Name] {
-				*m = Match{Descriptor: m.Descriptor, Status: Replaced, Rule: m.Rule, StatsKey: m.StatsKey}
-			}
+	for i := base; replaced != nil && i < len(dst); i++ {
+		m := &dst[i]
+		if (m.Status == Limited || m.Status == Blocked) && m.Rule.Name != "" &&
+			slices.Contains(replaced, m.Rule.Name) {
+			*m = Match{Descriptor: m.Descriptor, Status: Replaced, Rule: m.Rule, StatsKey: m.StatsKey}
 		}
 	}
 	return dst, nil
@@ -236,10 +228,9 @@ type step struct {
 
 // lookup returns the rules for entries and how each entry matched, appended to buf.
 func (d *Domain) lookup(entries []Entry, buf []step) ([]*Rule, []step) {
-	lvl := d.root
-	steps := buf
-	var rule []*Rule
-	for i, e := range entries {
+	lvl, steps := d.root, buf
+	var rules []*Rule // the last entry's
+	for _, e := range entries {
 		if lvl == nil {
 			return nil, nil
 		}
@@ -248,18 +239,12 @@ func (d *Domain) lookup(entries []Entry, buf []step) ([]*Rule, []step) {
 			return nil, nil
 		}
 		steps = append(steps, step{n, wild})
-		if n.rules != nil && i == len(entries)-1 {
-			rule = n.rules
-		}
-		if n.children == nil {
-			break
-		}
-		lvl = n.children
+		lvl, rules = n.children, n.rules
 	}
-	if rule == nil {
+	if rules == nil {
 		return nil, nil
 	}
-	return rule, steps
+	return rules, steps
 }
 
 // level is one list of descriptors.
@@ -338,18 +323,14 @@ func statsKey(domain string, r *Rule, entries []Entry, steps []step) string {
 	var b strings.Builder
 	b.WriteString(domain)
 	for i, e := range entries {
-		s := steps[i]
+		s, v := steps[i], steps[i].n.value
+		if (r.DetailedMetric || s.n.valueToMetric) && !(s.wildcard && s.n.shareThreshold) {
+			v = e.Value
+		}
 		b.WriteByte('.')
 		b.WriteString(e.Key)
-		switch {
-		case s.wildcard && s.n.shareThreshold:
-			b.WriteString("_" + s.n.value)
-		case r.DetailedMetric || s.n.valueToMetric:
-			if e.Value != "" {
-				b.WriteString("_" + e.Value)
-			}
-		case s.n.value != "":
-			b.WriteString("_" + s.n.value)
+		if v != "" {
+			b.WriteString("_" + v)
 		}
 	}
 	b.WriteString(r.suffix)
@@ -453,23 +434,18 @@ func (d *decoder) envoyDomain(root *yaml.Node) *Domain {
 	dom.Pos = d.pos(dom.nameNode)
 	dom.keyPrefix = "envoy/" + escaped(dom.Name)
 	if dom.Name == "" {
-		n := o.fields["domain"].key
-		d.errorf(n, "domain", "must not be empty")
+		d.errorf(o.fields["domain"].key, "domain", "must not be empty")
 	}
-	var names map[string]bool
-	dom.root, names = d.descriptors(dom, o, "descriptors", nil)
+	dom.root = d.descriptors(dom, o, "descriptors", nil)
 	// A replaces name that matches nothing replaces nothing, as in the reference: warn.
 	for _, r := range dom.Rules {
 		for i, name := range r.Replaces {
-			if !names[name] {
-				d.warns = append(d.warns, &Error{
-					Pos:   r.replacesPos[i],
-					Field: r.replacesField[i],
-					Msg:   fmt.Sprintf("no rate_limit in domain %q is named %q: it replaces nothing", dom.Name, name),
-				})
+			if !slices.ContainsFunc(dom.Rules, func(o *Rule) bool { return o.Name == name }) {
+				at := r.replacesAt[i]
+				d.warnf(at.node, at.field, "no rate_limit in domain %q is named %q: it replaces nothing", dom.Name, name)
 			}
 		}
-		r.replacesPos, r.replacesField = nil, nil
+		r.replacesAt = nil
 	}
 	if o.has("quota_buckets") && dom.Name != "" {
 		// sluice's own section: its field names are checked strictly.
@@ -490,15 +466,14 @@ var rateLimitFields = []string{
 	"algorithm", "burst", "calendar", "zone", "anchor_day", // sluice extensions
 }
 
-// descriptors decodes the descriptor list under o[field] into a level, and returns the
-// rate_limit names of the subtree; parent is the entry path so far.
-func (d *decoder) descriptors(dom *Domain, o *object, field string, parent []Entry) (*level, map[string]bool) {
-	names := map[string]bool{}
+// descriptors decodes the descriptor list under o[field] into a level; parent is the entry
+// path so far.
+func (d *decoder) descriptors(dom *Domain, o *object, field string, parent []Entry) *level {
 	v, _ := o.get(field)
 	path := o.field(field)
 	items := d.seq(v, path)
 	if len(items) == 0 {
-		return nil, names
+		return nil
 	}
 	lvl := &level{exact: map[Entry]*node{}, keyOnly: map[string]*node{}}
 	for i, item := range items {
@@ -560,16 +535,11 @@ func (d *decoder) descriptors(dom *Domain, o *object, field string, parent []Ent
 		}
 		for _, r := range n.rules {
 			r.Shadow, r.QuotaMode, r.DetailedMetric = shadow, quota, detailed
-			if r.Name != "" {
-				names[r.Name] = true
-			}
 		}
-		var sub map[string]bool
-		n.children, sub = d.descriptors(dom, io, "descriptors", here)
-		maps.Copy(names, sub)
+		n.children = d.descriptors(dom, io, "descriptors", here)
 	}
 	slices.SortStableFunc(lvl.wildcards, func(a, b *node) int { return len(b.prefix) - len(a.prefix) })
-	return lvl, names
+	return lvl
 }
 
 // rateLimits decodes a descriptor's rate_limits (a sluice extension): rate_limit bodies
@@ -634,22 +604,19 @@ func (d *decoder) rateLimit(dom *Domain, n *yaml.Node, path string, at []Entry) 
 			d.errorf(nv, ro.field("name"), "a rate limit cannot replace itself (%q)", name)
 		default:
 			r.Replaces = append(r.Replaces, name)
-			r.replacesPos = append(r.replacesPos, d.pos(nv))
-			r.replacesField = append(r.replacesField, ro.field("name"))
+			r.replacesAt = append(r.replacesAt, written{nv, ro.field("name")})
 		}
 	}
 
 	unitNode, hasUnit := o.get("unit")
 	rpuNode, hasRPU := o.get("requests_per_unit")
 	if r.Unlimited {
-		if hasUnit {
-			// The reference rejects a valid unit beside unlimited, ignores any other.
-			if s, ok := d.str(unitNode, o.field("unit")); ok {
-				if _, err := ParseUnit(s); err == nil {
-					d.errorf(unitNode, o.field("unit"), "must not be set when unlimited is true")
-				} else {
-					d.warnf(unitNode, o.field("unit"), "%q is not a unit, and unlimited ignores it (remove it)", s)
-				}
+		// The reference rejects a valid unit beside unlimited, ignores any other.
+		if s, ok := d.str(unitNode, o.field("unit")); hasUnit && ok {
+			if _, err := ParseUnit(s); err == nil {
+				d.errorf(unitNode, o.field("unit"), "must not be set when unlimited is true")
+			} else {
+				d.warnf(unitNode, o.field("unit"), "%q is not a unit, and unlimited ignores it (remove it)", s)
 			}
 		}
 		for _, f := range []string{"algorithm", "burst", "calendar", "zone", "anchor_day"} {

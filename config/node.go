@@ -254,16 +254,25 @@ func (d *decoder) str(n *yaml.Node, path string) (string, bool) {
 	return n.Value, true
 }
 
+// scalar decodes a scalar tagged one of tags as T, reporting otherwise that n must be what.
+func scalar[T any](d *decoder, n *yaml.Node, path, what string, tags ...string) (T, bool) {
+	var v T
+	if n.Kind != yaml.ScalarNode || !slices.Contains(tags, n.Tag) {
+		d.errorf(n, path, "must be %s, got %s", what, describe(n))
+		return v, false
+	}
+	if err := n.Decode(&v); err != nil {
+		d.errorf(n, path, "must be %s, got %q", what, n.Value)
+		return *new(T), false
+	}
+	return v, true
+}
+
 // integer returns an integer scalar in [lo, hi].
 func (d *decoder) integer(n *yaml.Node, path string, lo, hi int64) (int64, bool) {
 	n = deref(n)
-	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
-		d.errorf(n, path, "must be an integer, got %s", describe(n))
-		return 0, false
-	}
-	var v int64
-	if err := n.Decode(&v); err != nil {
-		d.errorf(n, path, "must be an integer, got %q", n.Value)
+	v, ok := scalar[int64](d, n, path, "an integer", "!!int")
+	if !ok {
 		return 0, false
 	}
 	if v < lo || v > hi {
@@ -282,17 +291,7 @@ func (d *decoder) integer(n *yaml.Node, path string, lo, hi int64) (int64, bool)
 
 // number returns a float scalar (an integer is accepted too).
 func (d *decoder) number(n *yaml.Node, path string) (float64, bool) {
-	n = deref(n)
-	if n.Kind != yaml.ScalarNode || (n.Tag != "!!float" && n.Tag != "!!int") {
-		d.errorf(n, path, "must be a number, got %s", describe(n))
-		return 0, false
-	}
-	var v float64
-	if err := n.Decode(&v); err != nil {
-		d.errorf(n, path, "must be a number, got %q", n.Value)
-		return 0, false
-	}
-	return v, true
+	return scalar[float64](d, deref(n), path, "a number", "!!float", "!!int")
 }
 
 func (d *decoder) boolean(n *yaml.Node, path string) (bool, bool) {
@@ -309,16 +308,7 @@ func (d *decoder) boolean(n *yaml.Node, path string) (bool, bool) {
 			return false, true
 		}
 	}
-	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
-		d.errorf(n, path, "must be true or false, got %s", describe(n))
-		return false, false
-	}
-	var v bool
-	if err := n.Decode(&v); err != nil {
-		d.errorf(n, path, "must be true or false, got %q", n.Value)
-		return false, false
-	}
-	return v, true
+	return scalar[bool](d, n, path, "true or false", "!!bool")
 }
 
 // duration parses a Go duration ("1.5s", "250ms") with a positive value.

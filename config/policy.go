@@ -300,18 +300,10 @@ func (p *Policy) LimitFor(id, tier string) (sluice.Limit, string) {
 	if l, ok := p.Override(id); ok {
 		return l, "override"
 	}
-	if t, ok := p.idTiers[id]; ok {
-		l, _ := p.Tier(t.Tier)
-		return l, "tier:" + t.Tier
-	}
-	if tier != "" {
-		if l, ok := p.Tier(tier); ok {
-			return l, "tier:" + tier
+	for _, name := range [...]string{p.idTiers[id].Tier, tier, p.DefaultTier} {
+		if l, ok := p.tiers[name]; ok && name != "" {
+			return l, "tier:" + name
 		}
-	}
-	if p.DefaultTier != "" {
-		l, _ := p.Tier(p.DefaultTier)
-		return l, "tier:" + p.DefaultTier
 	}
 	return p.Limit, "policy"
 }

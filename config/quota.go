@@ -1,10 +1,12 @@
 package config
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -122,11 +124,7 @@ func ValidBucketID(id map[string]string) error {
 // Match returns the rule for a valid bucket id: among the rules with exactly its keys,
 // the first that matches by specificity (more exact values, longer prefixes, file order).
 func (d *QuotaDomain) Match(id map[string]string) (QuotaMatch, bool) {
-	keys := make([]string, 0, len(id))
-	for k := range id {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
+	keys := slices.Sorted(maps.Keys(id))
 	for _, b := range d.bySig[strings.Join(keys, "\x00")] {
 		if b.matches(id) {
 			return QuotaMatch{Bucket: b, Key: quotaKey(d.Name, keys, id)}, true
@@ -196,21 +194,16 @@ func (d *decoder) quotaDomain(name string, o *object, list string) *QuotaDomain 
 		}
 		seen[pat] = b
 		qd.Buckets = append(qd.Buckets, b)
-	}
-	for _, b := range qd.Buckets {
 		keys := make([]string, len(b.ID))
-		for i, e := range b.ID {
-			keys[i] = e.Key
+		for j, e := range b.ID {
+			keys[j] = e.Key
 		}
 		sig := strings.Join(keys, "\x00")
 		qd.bySig[sig] = append(qd.bySig[sig], b)
 	}
 	for _, rules := range qd.bySig {
 		slices.SortStableFunc(rules, func(a, b *QuotaBucket) int {
-			if a.exact != b.exact {
-				return b.exact - a.exact
-			}
-			return b.prefix - a.prefix
+			return cmp.Or(b.exact-a.exact, b.prefix-a.prefix)
 		})
 	}
 	return qd

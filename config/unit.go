@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -53,32 +54,23 @@ func (u Unit) Period() time.Duration {
 // ParseUnit parses a unit name case-insensitively, as the reference does; "unknown" is
 // an error.
 func ParseUnit(s string) (Unit, error) {
-	norm := strings.ToLower(strings.TrimSpace(s))
-	for i, name := range unitNames {
-		if i > 0 && norm == name {
-			return Unit(i), nil
-		}
+	if i := slices.Index(unitNames[1:], strings.ToLower(strings.TrimSpace(s))); i >= 0 {
+		return Unit(i + 1), nil
 	}
 	return UnitUnknown, fmt.Errorf("unknown unit %q (want second, minute, hour, day, week, month or year)", s)
 }
 
 // UnitOf returns the unit whose Period is exactly d, if there is one.
 func UnitOf(d time.Duration) (Unit, bool) {
-	for i, p := range unitPeriods {
-		if i > 0 && p == d {
-			return Unit(i), true
-		}
-	}
-	return UnitUnknown, false
+	i := slices.Index(unitPeriods[1:], d)
+	return Unit(i + 1), i >= 0
 }
 
 // ParsePeriod parses a policy's period: a positive Go duration ("90s", "24h") or one of
 // second, minute, hour, day and week.
 func ParsePeriod(s string) (time.Duration, error) {
 	norm := strings.ToLower(strings.TrimSpace(s))
-	switch norm {
-	case "second", "minute", "hour", "day", "week":
-		u, _ := ParseUnit(norm)
+	if u, err := ParseUnit(norm); err == nil && u <= UnitWeek {
 		return u.Period(), nil
 	}
 	d, err := time.ParseDuration(norm)

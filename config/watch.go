@@ -159,8 +159,7 @@ func (w *Watcher) LastError() error {
 // Reload loads the configuration again now, from any goroutine. It returns the load's
 // error when the new configuration was rejected.
 func (w *Watcher) Reload() error {
-	_, err := w.reload("reload")
-	return err
+	return w.reload("reload")
 }
 
 // Close stops watching. Config keeps returning the last configuration.
@@ -224,9 +223,9 @@ func (w *Watcher) ignore(ev fsnotify.Event) {
 	w.lastSummary, w.summarized = now, n
 }
 
-func (w *Watcher) reload(trigger string) (bool, error) {
+func (w *Watcher) reload(trigger string) error {
 	if w.path == "" {
-		return false, nil
+		return nil
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -239,7 +238,7 @@ func (w *Watcher) reload(trigger string) (bool, error) {
 		if trigger == "watch" && err.Error() == w.lastRej {
 			// The same rejection again (an editor's second write): already reported.
 			w.logger.Debug("config: reload rejected again with the same error", "path", w.path)
-			return false, err
+			return err
 		}
 		w.lastRej = err.Error()
 		w.rejectN.Add(1)
@@ -251,13 +250,13 @@ func (w *Watcher) reload(trigger string) (bool, error) {
 		if w.onError != nil {
 			w.onError(err)
 		}
-		return false, err
+		return err
 	}
 	w.lastErr.Store(nil)
 	w.lastRej = ""
 	old := w.cur.Load()
 	if old != nil && old.Digest == cfg.Digest {
-		return false, nil
+		return nil
 	}
 	w.cur.Store(cfg)
 	w.reloadN.Add(1)
@@ -275,7 +274,7 @@ func (w *Watcher) reload(trigger string) (bool, error) {
 	if w.onReload != nil {
 		w.onReload(cfg)
 	}
-	return true, nil
+	return nil
 }
 
 // rewatch makes the fsnotify watch set the directories holding the paths that matter now
@@ -285,18 +284,18 @@ func (w *Watcher) reload(trigger string) (bool, error) {
 func (w *Watcher) rewatch() error {
 	names := map[string]bool{}
 	dirs := map[string]bool{}
-	add := func(p string) {
-		d, err := filepath.EvalSymlinks(filepath.Dir(p))
-		if err != nil {
-			return // its directory is gone too: the parent's own entry covers its return
+	add := func(chain []string) {
+		for _, p := range chain {
+			d, err := filepath.EvalSymlinks(filepath.Dir(p))
+			if err != nil {
+				continue // its directory is gone too: the parent's own entry covers its return
+			}
+			names[filepath.Join(d, filepath.Base(p))] = true
+			dirs[d] = true
 		}
-		names[filepath.Join(d, filepath.Base(p))] = true
-		dirs[d] = true
 	}
 	chain := linkChain(w.path)
-	for _, p := range chain {
-		add(p)
-	}
+	add(chain)
 	w.dir = ""
 	r := chain[len(chain)-1]
 	if st, err := os.Stat(r); err == nil && st.IsDir() {
@@ -305,9 +304,7 @@ func (w *Watcher) rewatch() error {
 		entries, _ := os.ReadDir(r)
 		for _, e := range entries {
 			if watchedName(e.Name()) {
-				for _, p := range linkChain(filepath.Join(r, e.Name())) {
-					add(p)
-				}
+				add(linkChain(filepath.Join(r, e.Name())))
 			}
 		}
 	}

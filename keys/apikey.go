@@ -52,8 +52,7 @@ func (h *Hasher) Sum(apiKey string) string {
 	if h == nil || len(h.secret) == 0 {
 		return ""
 	}
-	m := h.pool.Get().(hash.Hash)
-	m.Reset()
+	m := h.pool.Get().(hash.Hash) // reset, as every Put below leaves it
 	m.Write([]byte(apiKey))
 	var sum [sha256.Size]byte
 	m.Sum(sum[:0])

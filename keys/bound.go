@@ -17,9 +17,5 @@ func Bound(key string) string {
 		return key
 	}
 	sum := sha256.Sum256([]byte(key))
-	b := make([]byte, 0, MaxStoreKeyLen+1+2*sha256.Size)
-	b = append(b, key[:MaxStoreKeyLen]...)
-	b = append(b, '#')
-	b = hex.AppendEncode(b, sum[:])
-	return string(b)
+	return key[:MaxStoreKeyLen] + "#" + hex.EncodeToString(sum[:])
 }

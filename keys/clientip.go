@@ -67,15 +67,12 @@ func ParsePrefixes(s ...string) ([]netip.Prefix, error) {
 	out := make([]netip.Prefix, 0, len(s))
 	for _, v := range s {
 		v = strings.TrimSpace(v)
-		if strings.IndexByte(v, '/') < 0 {
-			a, err := netip.ParseAddr(v)
-			if err != nil {
-				return nil, fmt.Errorf("keys: trusted proxy %q: %w", v, err)
-			}
-			out = append(out, netip.PrefixFrom(a, a.BitLen()))
-			continue
-		}
 		p, err := netip.ParsePrefix(v)
+		if !strings.Contains(v, "/") {
+			var a netip.Addr
+			a, err = netip.ParseAddr(v)
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
 		if err != nil {
 			return nil, fmt.Errorf("keys: trusted proxy %q: %w", v, err)
 		}
@@ -95,14 +92,11 @@ func (c *ClientIP) Addr(r *http.Request) (netip.Addr, error) {
 		return peer, nil
 	}
 	name := cmp.Or(c.Header, HeaderXForwardedFor)
-	values := r.Header.Values(name)
-	var hops []string
+	hops := listHops
 	if http.CanonicalHeaderKey(name) == HeaderForwarded {
-		hops = forwardedFor(values)
-	} else {
-		hops = listHops(values)
+		hops = forwardedFor
 	}
-	return c.walk(peer, hops), nil
+	return c.walk(peer, hops(r.Header.Values(name))), nil
 }
 
 // Trusted reports whether r comes straight from one of TrustedProxies, whose headers are
@@ -213,25 +207,19 @@ func parseHop(s string) (netip.Addr, bool) {
 	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
 		s = s[1 : len(s)-1]
 	}
-	var a netip.Addr
-	if strings.HasPrefix(s, "[") {
-		end := strings.IndexByte(s, ']')
-		if end < 0 || end+1 < len(s) && !validPort(s[end+1:]) {
+	a, err := netip.ParseAddr(s)
+	if rest, ok := strings.CutPrefix(s, "["); ok {
+		host, port, closed := strings.Cut(rest, "]")
+		a, err = netip.ParseAddr(host)
+		if !closed || err == nil && !a.Is6() || port != "" && !validPort(port) {
 			return netip.Addr{}, false
 		}
-		v, err := netip.ParseAddr(s[1:end])
-		if err != nil || !v.Is6() {
-			return netip.Addr{}, false
-		}
-		a = v
-	} else if v, err := netip.ParseAddr(s); err == nil {
-		a = v
-	} else if ap, err := netip.ParseAddrPort(s); err == nil {
+	} else if err != nil {
+		var ap netip.AddrPort
+		ap, err = netip.ParseAddrPort(s)
 		a = ap.Addr()
-	} else {
-		return netip.Addr{}, false
 	}
-	return a.Unmap().WithZone(""), true
+	return a.Unmap().WithZone(""), err == nil
 }
 
 // validPort reports whether s is ":" followed by 1-5 digits or an obfuscated port

@@ -53,12 +53,12 @@ func (k Key) String() string { return joinEscaped(k.Policy, string(k.Kind), k.ID
 
 // joinEscaped escapes each field and joins them with sep.
 func joinEscaped(fields ...string) string {
-	n := len(fields) - 1
+	n := len(fields)
 	for _, f := range fields {
-		n += escapedLen(f)
+		n += len(f)
 	}
 	var b strings.Builder
-	b.Grow(n)
+	b.Grow(n) // enough unless a byte needs escaping
 	for i, f := range fields {
 		if i > 0 {
 			b.WriteByte(sep)
@@ -71,19 +71,11 @@ func joinEscaped(fields ...string) string {
 // ParseIdentity is the inverse of Identity.String; any other string is an error wrapping
 // ErrMalformedKey.
 func ParseIdentity(s string) (Identity, error) {
-	kind, id, ok := strings.Cut(s, string(sep))
-	if !ok {
-		return Identity{}, fmt.Errorf("%w: no ':' between kind and ID", ErrMalformedKey)
-	}
-	k, err := unescape(kind)
+	f, err := splitEscaped(s, 2)
 	if err != nil {
 		return Identity{}, err
 	}
-	v, err := unescape(id)
-	if err != nil {
-		return Identity{}, err
-	}
-	return Identity{Kind: Kind(k), ID: v}, nil
+	return Identity{Kind: Kind(f[0]), ID: f[1]}, nil
 }
 
 // ErrMalformedKey is returned by ParseKey for a string that Key.String cannot produce.
@@ -92,25 +84,27 @@ var ErrMalformedKey = errors.New("keys: malformed key")
 // ParseKey is the inverse of Key.String; any other string is an error wrapping
 // ErrMalformedKey.
 func ParseKey(s string) (Key, error) {
-	var f [5]string
+	f, err := splitEscaped(s, 5)
+	if err != nil {
+		return Key{}, err
+	}
+	return Key{Policy: f[0], Kind: Kind(f[1]), ID: f[2], Route: f[3], Tier: f[4]}, nil
+}
+
+// splitEscaped splits s at sep into n fields and unescapes each.
+func splitEscaped(s string, n int) ([]string, error) {
+	f := strings.Split(s, string(sep))
+	if len(f) != n {
+		return nil, fmt.Errorf("%w: %d fields, want %d", ErrMalformedKey, len(f), n)
+	}
 	for i := range f {
-		field := s
-		if i < len(f)-1 {
-			j := strings.IndexByte(s, sep)
-			if j < 0 {
-				return Key{}, fmt.Errorf("%w: %d fields, want 5", ErrMalformedKey, i+1)
-			}
-			field, s = s[:j], s[j+1:]
-		} else if strings.IndexByte(s, sep) >= 0 {
-			return Key{}, fmt.Errorf("%w: more than 5 fields", ErrMalformedKey)
-		}
-		v, err := unescape(field)
+		v, err := unescape(f[i])
 		if err != nil {
-			return Key{}, err
+			return nil, err
 		}
 		f[i] = v
 	}
-	return Key{Policy: f[0], Kind: Kind(f[1]), ID: f[2], Route: f[3], Tier: f[4]}, nil
+	return f, nil
 }
 
 // mustEscape reports whether byte c is written as %XX.
@@ -119,16 +113,6 @@ func mustEscape(c byte) bool {
 }
 
 const upperhex = "0123456789ABCDEF"
-
-func escapedLen(s string) int {
-	n := len(s)
-	for i := 0; i < len(s); i++ {
-		if mustEscape(s[i]) {
-			n += 2
-		}
-	}
-	return n
-}
 
 func escapeTo(b *strings.Builder, s string) {
 	for i := 0; i < len(s); i++ {

@@ -71,15 +71,15 @@ var ErrNotFound = errors.New("override: not found")
 
 // Set is an immutable index of overrides.
 type Set struct {
-	exact    map[[2]string]*Override
-	patterns map[string][]*Override // by policy, longest prefix first
+	byKey    map[[2]string]*Override // by policy and identity, patterns included
+	patterns map[string][]*Override  // by policy, longest prefix first
 	all      []Override
 }
 
 // NewSet indexes list, leaving out those expired at now and those whose Spec is not a
 // valid limit.
 func NewSet(list []Override, now time.Time) *Set {
-	s := &Set{exact: map[[2]string]*Override{}, patterns: map[string][]*Override{}}
+	s := &Set{byKey: map[[2]string]*Override{}, patterns: map[string][]*Override{}}
 	for _, o := range list {
 		if o.Limit == (sluice.Limit{}) {
 			l, err := o.Spec.Limit(sluice.GCRA)
@@ -97,10 +97,9 @@ func NewSet(list []Override, now time.Time) *Set {
 	})
 	for i := range s.all {
 		o := &s.all[i]
+		s.byKey[[2]string{o.Policy, o.Identity}] = o
 		if o.Pattern() {
 			s.patterns[o.Policy] = append(s.patterns[o.Policy], o)
-		} else {
-			s.exact[[2]string{o.Policy, o.Identity}] = o
 		}
 	}
 	for _, ps := range s.patterns {
@@ -115,7 +114,7 @@ func (s *Set) Lookup(policy, id string, now time.Time) (*Override, bool) {
 	if s == nil {
 		return nil, false
 	}
-	if o, ok := s.exact[[2]string{policy, id}]; ok && !o.Expired(now) {
+	if o, ok := s.byKey[[2]string{policy, id}]; ok && !o.Pattern() && !o.Expired(now) {
 		return o, true
 	}
 	for _, o := range s.patterns[policy] {
@@ -129,15 +128,7 @@ func (s *Set) Lookup(policy, id string, now time.Time) (*Override, bool) {
 // Expired reports whether an override of s has expired by now (it is ignored already;
 // a refresh deletes it).
 func (s *Set) Expired(now time.Time) bool {
-	if s == nil {
-		return false
-	}
-	for _, o := range s.all {
-		if o.Expired(now) {
-			return true
-		}
-	}
-	return false
+	return s != nil && slices.ContainsFunc(s.all, func(o Override) bool { return o.Expired(now) })
 }
 
 // Get returns the override of policy and identity exactly as set.
@@ -145,13 +136,7 @@ func (s *Set) Get(policy, identity string, now time.Time) (*Override, bool) {
 	if s == nil {
 		return nil, false
 	}
-	o, ok := s.exact[[2]string{policy, identity}]
-	if strings.HasSuffix(identity, "*") {
-		i := slices.IndexFunc(s.patterns[policy], func(o *Override) bool { return o.Identity == identity })
-		if ok = i >= 0; ok {
-			o = s.patterns[policy][i]
-		}
-	}
+	o, ok := s.byKey[[2]string{policy, identity}]
 	if !ok || o.Expired(now) {
 		return nil, false
 	}

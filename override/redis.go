@@ -30,8 +30,6 @@ func NewRedis(client func() rueidis.Client, prefix string) *Redis {
 
 var errNotConnected = errors.New("override: Redis is not connected")
 
-func field(policy, identity string) string { return policy + "\x00" + identity }
-
 func (s *Redis) conn() (rueidis.Client, error) {
 	c := s.client()
 	if c == nil {
@@ -42,65 +40,48 @@ func (s *Redis) conn() (rueidis.Client, error) {
 
 // Put implements Store.
 func (s *Redis) Put(ctx context.Context, o Override) (*Override, error) {
-	c, err := s.conn()
-	if err != nil {
-		return nil, err
-	}
 	b, err := json.Marshal(o)
 	if err != nil {
 		return nil, err
 	}
-	f := field(o.Policy, o.Identity)
-	prev, err := s.get(ctx, c, f)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.commit(ctx, c, "storing", c.B().Hset().Key(s.hash).FieldValue().FieldValue(f, string(b)).Build()); err != nil {
-		return nil, err
-	}
-	return prev, nil
-}
-
-// commit makes change and increments the version in one transaction.
-func (s *Redis) commit(ctx context.Context, c rueidis.Client, what string, change rueidis.Completed) error {
-	for _, r := range c.DoMulti(ctx, c.B().Multi().Build(), change, c.B().Incr().Key(s.version).Build(), c.B().Exec().Build()) {
-		if err := r.Error(); err != nil {
-			return fmt.Errorf("override: %s: %w", what, err)
-		}
-	}
-	return nil
-}
-
-func (s *Redis) get(ctx context.Context, c rueidis.Client, f string) (*Override, error) {
-	v, err := c.Do(ctx, c.B().Hget().Key(s.hash).Field(f).Build()).ToString()
-	if rueidis.IsRedisNil(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("override: reading: %w", err)
-	}
-	var o Override
-	if err := json.Unmarshal([]byte(v), &o); err != nil {
-		return nil, nil // not ours to read: treated as absent
-	}
-	return &o, nil
+	return s.write(ctx, o.Policy, o.Identity, b)
 }
 
 // Delete implements Store.
 func (s *Redis) Delete(ctx context.Context, policy, identity string) (*Override, error) {
+	return s.write(ctx, policy, identity, nil)
+}
+
+// write sets the field of policy and identity to v, or deletes it when v is nil (if it
+// exists), and increments the version in the same transaction. It returns the override
+// the field held.
+func (s *Redis) write(ctx context.Context, policy, identity string, v []byte) (*Override, error) {
 	c, err := s.conn()
 	if err != nil {
 		return nil, err
 	}
-	f := field(policy, identity)
-	prev, err := s.get(ctx, c, f)
-	if err != nil || prev == nil {
-		return nil, err
+	f := policy + "\x00" + identity
+	prev, err := c.Do(ctx, c.B().Hget().Key(s.hash).Field(f).Build()).AsBytes()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return nil, fmt.Errorf("override: reading: %w", err)
 	}
-	if err := s.commit(ctx, c, "deleting", c.B().Hdel().Key(s.hash).Field(f).Build()); err != nil {
-		return nil, err
+	var old *Override
+	if json.Unmarshal(prev, &old) != nil {
+		old = nil // not ours to read: treated as absent
 	}
-	return prev, nil
+	what, change := "storing", c.B().Hset().Key(s.hash).FieldValue().FieldValue(f, string(v)).Build()
+	if v == nil {
+		if old == nil {
+			return nil, nil
+		}
+		what, change = "deleting", c.B().Hdel().Key(s.hash).Field(f).Build()
+	}
+	for _, r := range c.DoMulti(ctx, c.B().Multi().Build(), change, c.B().Incr().Key(s.version).Build(), c.B().Exec().Build()) {
+		if err := r.Error(); err != nil {
+			return nil, fmt.Errorf("override: %s: %w", what, err)
+		}
+	}
+	return old, nil
 }
 
 // Load implements Store. A field that does not hold an override's JSON is skipped.

@@ -60,10 +60,7 @@ func Demand(allowed, denied uint64, elapsed, period time.Duration, limit int64) 
 	if r != 0 {
 		q++
 	}
-	if q > uint64(limit) {
-		return limit
-	}
-	return int64(q)
+	return int64(min(q, uint64(limit)))
 }
 
 // Weight is a demand as a weight: ceil(min(demand, DemandCap·rate) × WeightScale /

@@ -3,6 +3,7 @@ package quota
 import (
 	"container/heap"
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -165,10 +166,7 @@ func (h expiryHeap[T]) Swap(i, j int) {
 }
 func (h *expiryHeap[T]) Push(x any) { t := x.(T); t.at().index = len(*h); *h = append(*h, t) }
 func (h *expiryHeap[T]) Pop() any {
-	old := *h
-	t := old[len(old)-1]
-	var zero T
-	old[len(old)-1] = zero
-	*h = old[:len(old)-1]
+	t := (*h)[len(*h)-1]
+	*h = slices.Delete(*h, len(*h)-1, len(*h)) // clears the vacated slot
 	return t
 }
