@@ -45,6 +45,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -372,9 +373,7 @@ func buildOptions(opts []Option) (options, error) {
 			return o, err
 		}
 	}
-	if o.logger == nil {
-		o.logger = slog.Default()
-	}
+	o.logger = cmp.Or(o.logger, slog.Default())
 	return o, nil
 }
 

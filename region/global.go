@@ -138,9 +138,7 @@ func NewGlobal(shared *redisstore.Store, opts ...GlobalOption) (*Global, error) 
 		_, _ = rand.Read(b[:])
 		g.node = host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
 	}
-	if g.lease == 0 {
-		g.lease = max(30*g.interval, 3*time.Second)
-	}
+	g.lease = cmp.Or(g.lease, max(30*g.interval, 3*time.Second))
 	switch {
 	case g.interval < time.Millisecond:
 		return nil, fmt.Errorf("region: sync interval %v below 1ms", g.interval)
