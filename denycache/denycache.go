@@ -77,7 +77,7 @@ type Cache struct {
 	inner    sluice.Limiter
 	maxAge   time.Duration
 	maxBytes int64
-	clock    func() time.Time // nil: the monotonic clock
+	clock    func() time.Time // time.Now unless WithClock
 	base     time.Time
 	seed     maphash.Seed
 	shards   [numShards]shard
@@ -133,20 +133,21 @@ func WithMaxAge(d time.Duration) Option {
 // WithClock makes the Cache measure time with clock instead of the monotonic clock: for
 // tests and simulations whose store reads the same clock.
 func WithClock(clock func() time.Time) Option {
-	return func(c *Cache) { c.clock = clock }
+	return func(c *Cache) {
+		if clock != nil { // nil: the monotonic clock, as by default
+			c.clock = clock
+		}
+	}
 }
 
 // New returns a Cache in front of inner.
 func New(inner sluice.Limiter, opts ...Option) *Cache {
-	c := &Cache{inner: inner, maxAge: DefaultMaxAge, maxBytes: DefaultMaxBytes, seed: maphash.MakeSeed()}
+	c := &Cache{inner: inner, maxAge: DefaultMaxAge, maxBytes: DefaultMaxBytes, clock: time.Now,
+		seed: maphash.MakeSeed()}
 	for _, o := range opts {
 		o(c)
 	}
-	if c.clock != nil {
-		c.base = c.clock()
-	} else {
-		c.base = time.Now()
-	}
+	c.base = c.clock()
 	for i := range c.shards {
 		c.shards[i].m = make(map[slot]entry)
 	}
@@ -162,12 +163,7 @@ func (c *Cache) Len() int {
 	return int(n)
 }
 
-func (c *Cache) now() time.Duration {
-	if c.clock != nil {
-		return c.clock().Sub(c.base)
-	}
-	return time.Since(c.base)
-}
+func (c *Cache) now() time.Duration { return c.clock().Sub(c.base) }
 
 func (c *Cache) shard(key string) *shard {
 	return &c.shards[maphash.String(c.seed, key)%numShards]

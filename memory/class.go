@@ -138,28 +138,11 @@ func newClass(st *Store, l sluice.Limit, id int, gone *atomic.Bool) class {
 		}
 		return newGCRAClass(st, p, id, gone)
 	case sluice.SlidingWindow:
-		return windowClass{newGen(st, p, id, gone, ops[algo.State]{
-			decide: func(s *algo.State, now int64, p algo.Params, n int64, commit bool) algo.Result {
-				ns, r := algo.SlidingWindow(*s, now, p, n)
-				if commit {
-					*s = ns
-				}
-				return r
-			},
-			expires: func(s *algo.State, p algo.Params) int64 { return algo.ExpiresAt(*s, p) },
-		})}
+		return windowClass{newGen(st, p, id, gone, stateOps(algo.SlidingWindow))}
 	case sluice.SlidingLog:
 		return newGen(st, p, id, gone, ops[*algo.Log]{
 			decide: func(s **algo.Log, now int64, p algo.Params, n int64, commit bool) algo.Result {
-				if *s == nil {
-					l := new(algo.Log)
-					r := algo.SlidingLog(l, now, p, n, commit)
-					if l.Len() > 0 {
-						*s = l
-					}
-					return r
-				}
-				return algo.SlidingLog(*s, now, p, n, commit)
+				return lazy(s, func(l *algo.Log) algo.Result { return algo.SlidingLog(l, now, p, n, commit) })
 			},
 			expires: func(s **algo.Log, p algo.Params) int64 {
 				if l := *s; l != nil && l.Len() > 0 {
@@ -202,16 +185,40 @@ func newCalendarClass(st *Store, c sluice.Calendar, p algo.Params, id int, gone 
 		cache.Store(&b)
 		return b
 	}
-	return calendarClass{newGen(st, p, id, gone, ops[algo.State]{
+	decide := func(s algo.State, now int64, p algo.Params, n int64) (algo.State, algo.Result) {
+		return algo.CalendarWindow(s, now, p, bounds(now), n)
+	}
+	return calendarClass{newGen(st, p, id, gone, stateOps(decide)), bounds}
+}
+
+// stateOps is the ops of an algorithm f whose state is one algo.State.
+func stateOps(f algoFunc) ops[algo.State] {
+	return ops[algo.State]{
 		decide: func(s *algo.State, now int64, p algo.Params, n int64, commit bool) algo.Result {
-			ns, r := algo.CalendarWindow(*s, now, p, bounds(now), n)
+			ns, r := f(*s, now, p, n)
 			if commit {
 				*s = ns
 			}
 			return r
 		},
 		expires: func(s *algo.State, p algo.Params) int64 { return algo.ExpiresAt(*s, p) },
-	}), bounds}
+	}
+}
+
+// lazy runs f on *s, or on a new T stored in *s only if f leaves it non-empty.
+func lazy[T any, P interface {
+	*T
+	Len() int
+}](s *P, f func(P) algo.Result) algo.Result {
+	if *s != nil {
+		return f(*s)
+	}
+	l := P(new(T))
+	r := f(l)
+	if l.Len() > 0 {
+		*s = l
+	}
+	return r
 }
 
 // outcomer is a class whose decisions carry more than algo.Result: a Concurrency limit's
@@ -265,15 +272,7 @@ func (c leaseClass) outcome(key string, h uint64, now, n int64, commit, locked b
 // takeLease decides a Concurrency request on the key's lease set, taking lease id if it
 // admits cost 1 with commit set; the set is made on the first lease.
 func takeLease(s **algo.Leases, now int64, p algo.Params, n int64, id uint64, commit bool) algo.Result {
-	if *s == nil {
-		l := new(algo.Leases)
-		r := algo.Concurrency(l, now, p, n, id, commit)
-		if l.Len() > 0 {
-			*s = l
-		}
-		return r
-	}
-	return algo.Concurrency(*s, now, p, n, id, commit)
+	return lazy(s, func(l *algo.Leases) algo.Result { return algo.Concurrency(l, now, p, n, id, commit) })
 }
 
 func newGen[S any](st *Store, p algo.Params, id int, gone *atomic.Bool, o ops[S]) *gen[S] {

@@ -21,8 +21,7 @@ func (s *Store) Reserve(ctx context.Context, key string, limit sluice.Limit, n i
 	if !algo.CanReserve(limit.Algorithm) {
 		return sluice.Reservation{}, fmt.Errorf("%w: %v cannot reserve; pacing needs gcra, token_bucket or leaky_bucket", sluice.ErrInvalidLimit, limit.Algorithm)
 	}
-	c := ref.c
-	u, ok := c.(updater)
+	u, ok := ref.c.(updater)
 	if !ok { // every reservable algorithm's class implements it; this guards a new one
 		return sluice.Reservation{}, fmt.Errorf("%w: %v cannot reserve", sluice.ErrInvalidLimit, limit.Algorithm)
 	}

@@ -344,7 +344,7 @@ func readResult(b []byte) algo.Result {
 // callBufs are the buffers a script call is built in (add), and what reading its reply
 // needs. A batch goroutine reuses its own from call to call; the strings of a call point
 // into them (unsafe.String), so they are reused only after a call that got its reply; after
-// an error they are dropped (drop).
+// an error they are dropped.
 type callBufs struct {
 	keys       []byte // every key of the call, back to back
 	ends       []int  // where each key ends in keys
@@ -439,12 +439,6 @@ func newCallCtx() *callCtx {
 	return c
 }
 
-// arm makes c end at deadline.
-func (c *callCtx) arm(deadline time.Time) { c.timer.Reset(time.Until(deadline)) }
-
-// disarm stops c's timer and reports whether c is still live.
-func (c *callCtx) disarm() bool { return c.timer.Stop() }
-
 func (c *callCtx) end() {
 	c.ended.Store(true)
 	close(c.done)
@@ -461,8 +455,6 @@ func (c *callCtx) Err() error {
 	}
 	return nil
 }
-
-func (b *callBufs) drop() { *b = callBufs{} }
 
 var callBufsPool = sync.Pool{New: func() any { return new(callBufs) }}
 
@@ -512,11 +504,11 @@ func (s *Store) exec(client rueidis.Client, batch []*call, bufs *callBufs) {
 			cc = newCallCtx()
 			bufs.ctx = cc
 		}
-		cc.arm(deadline)
+		cc.timer.Reset(time.Until(deadline))
 		ctx = cc
 	}
 	vals, err := s.eval(ctx, client, scriptFor(live), keys, args).AsBytes()
-	if cc != nil && !cc.disarm() {
+	if cc != nil && !cc.timer.Stop() {
 		bufs.ctx = nil // ended, or ending: the next call gets a new one
 		if errors.Is(err, context.Canceled) {
 			err = context.DeadlineExceeded // the callers' deadline passed
@@ -526,7 +518,7 @@ func (s *Store) exec(client rueidis.Client, batch []*call, bufs *callBufs) {
 		// The call's context ends only with the timer above; a cancellation while it is
 		// live came from another call, whose dial this one waited on (see failed).
 		err = wrap(ctx, "decide", err)
-		bufs.drop()
+		*bufs = callBufs{}
 	}
 	for _, c := range live {
 		if err != nil {

@@ -26,20 +26,20 @@ func TestCallCtx(t *testing.T) {
 			t.Error("a callCtx has a deadline")
 		}
 		for i := range 3 {
-			c.arm(time.Now().Add(time.Hour))
-			if !c.disarm() || c.Err() != nil {
+			c.timer.Reset(time.Hour)
+			if !c.timer.Stop() || c.Err() != nil {
 				t.Fatalf("call %d: disarmed before its deadline, the context is not live: %v", i, c.Err())
 			}
 		}
 		child, cancel := context.WithCancel(c)
 		defer cancel()
-		c.arm(time.Now().Add(time.Millisecond))
+		c.timer.Reset(time.Millisecond)
 		select {
 		case <-c.Done():
 		case <-time.After(10 * time.Second):
 			t.Fatal("Done not closed 10s after the deadline")
 		}
-		if c.disarm() {
+		if c.timer.Stop() {
 			t.Error("disarm after the deadline reports the context live")
 		}
 		if err := c.Err(); err != context.Canceled {

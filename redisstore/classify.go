@@ -29,8 +29,7 @@ func failed(ctx context.Context, err error) error {
 // storeError returns err as a sluice.StoreError of the kind classify gives it (err itself
 // when it is one already); a misconfiguration's error is a ConfigError naming its cause.
 func storeError(err error) error {
-	var se *sluice.StoreError
-	if errors.As(err, &se) {
+	if _, ok := errors.AsType[*sluice.StoreError](err); ok {
 		return err
 	}
 	if c := misconfiguration(err); c != "" {
@@ -82,15 +81,12 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 // misconfiguration returns the cause (one of ConfigCauses) of err when it is an error
 // retrying cannot fix, else "".
 func misconfiguration(err error) string {
-	var cv *tls.CertificateVerificationError
-	var ua x509.UnknownAuthorityError
-	var he x509.HostnameError
-	var ci x509.CertificateInvalidError
-	if errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci) {
+	if errors.As(err, new(*tls.CertificateVerificationError)) ||
+		errors.As(err, new(x509.UnknownAuthorityError)) || errors.As(err, new(x509.HostnameError)) ||
+		errors.As(err, new(x509.CertificateInvalidError)) {
 		return CauseTLS
 	}
-	var ce *ConfigError
-	if errors.As(err, &ce) {
+	if ce, ok := errors.AsType[*ConfigError](err); ok {
 		return ce.Cause
 	}
 	var cause string
@@ -163,12 +159,10 @@ func classify(err error) sluice.ErrorKind {
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
 		return store.KindReset
 	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 		return store.KindTimeout
 	}
-	var oe *net.OpError
-	if errors.As(err, &oe) && oe.Op == "dial" {
+	if oe, ok := errors.AsType[*net.OpError](err); ok && oe.Op == "dial" {
 		return store.KindRefused
 	}
 	msg := err.Error() // rueidis: "rueidis client is closing or unable to connect redis"

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"strconv"
 	"strings"
@@ -26,15 +27,11 @@ func (s *Store) CheckEviction(ctx context.Context) (string, error) {
 		}
 		if err != nil {
 			s.logger.Debug("redisstore: cannot read maxmemory-policy; eviction safety unchecked", "addr", addr, "error", err)
-			if firstErr == nil {
-				firstErr = wrap(ctx, "CONFIG GET maxmemory-policy on "+addr, err)
-			}
+			firstErr = cmp.Or(firstErr, wrap(ctx, "CONFIG GET maxmemory-policy on "+addr, err))
 			continue
 		}
 		p := kv["maxmemory-policy"]
-		if policy == "" {
-			policy = p
-		}
+		policy = cmp.Or(policy, p)
 		if p != "noeviction" {
 			s.logger.Warn("redisstore: Redis may evict rate-limit keys, which resets their quotas; set maxmemory-policy noeviction or give Redis enough memory",
 				"addr", addr, "maxmemory-policy", p)

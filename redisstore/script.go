@@ -144,15 +144,17 @@ func makeScript(src string) script {
 func withoutUnused(body string) string {
 	code := blankLuaComments(body) // offsets as in body
 	uses := map[string]int{}
-	forEachLuaName(code, func(w string) { uses[w]++ })
+	for _, w := range luaName.FindAllString(code, -1) {
+		uses[w]++
+	}
 	defs := luaFuncs(code)
 	own := make([]int, len(defs)) // how often each definition names itself
 	for k, d := range defs {
-		forEachLuaName(code[d.start:d.end], func(w string) {
+		for _, w := range luaName.FindAllString(code[d.start:d.end], -1) {
 			if w == d.name {
 				own[k]++
 			}
-		})
+		}
 	}
 	gone := make([]bool, len(defs))
 	for changed := true; changed; {
@@ -162,7 +164,9 @@ func withoutUnused(body string) string {
 				continue
 			}
 			gone[k], changed = true, true
-			forEachLuaName(code[d.start:d.end], func(w string) { uses[w]-- })
+			for _, w := range luaName.FindAllString(code[d.start:d.end], -1) {
+				uses[w]--
+			}
 		}
 	}
 	var b strings.Builder
@@ -198,7 +202,9 @@ type luaDef struct {
 
 var (
 	luaFuncHead = regexp.MustCompile(`(?m)^local function (\w+)\(`)
-	luaName     = regexp.MustCompile(`[A-Za-z_]\w*`)
+	// luaName matches every name (identifier or keyword), and the letters that follow a
+	// number's first digit (1e9), which no function is named as.
+	luaName = regexp.MustCompile(`[A-Za-z_]\w*`)
 )
 
 // luaFuncs finds the top-level function definitions of code.
@@ -214,14 +220,6 @@ func luaFuncs(code string) []luaDef {
 		defs = append(defs, luaDef{name: code[m[2]:m[3]], start: m[0], end: end})
 	}
 	return defs
-}
-
-// forEachLuaName calls f with every name (identifier or keyword) in code, and with the
-// letters that follow a number's first digit (1e9), which no function is named as.
-func forEachLuaName(code string, f func(string)) {
-	for _, w := range luaName.FindAllString(code, -1) {
-		f(w)
-	}
 }
 
 // blankLuaComments returns s with its "--" comments, to the end of their line, replaced

@@ -13,18 +13,14 @@
 // The limits of a request on one cluster slot are decided by one call of an embedded Lua
 // script (lua/*.lua, EVALSHA), a transcription of internal/algo; concurrent decisions for
 // one server or slot share a call ([WithBatchSize], [WithConcurrency]). A request whose
-// limits span slots is decided all or nothing in two phases: each slot decides and spends,
-// and if any denies, the slots that spent are refunded, which never over-admits (a
-// concurrent request may be under-admitted for about a round trip). "Now" is Redis's TIME,
-// in integer microseconds, unless [WithClock].
+// limits span slots is decided all or nothing in two phases that never over-admit
+// (docs/redis.md). "Now" is Redis's TIME, in integer microseconds, unless [WithClock].
 //
 // # Keys and TTLs
 //
-// One (identity, Limit) is one key ([Store.Key]; the layout and escaping are in key.go): a
-// string of little-endian doubles, or a sorted set for SlidingLog and Concurrency; a
-// reservation to settle is "<limiter key>:res:<id>", in the same slot. Every key's TTL is
-// the time until its state is equivalent to empty (algo.ExpiresAt), rounded up to a
-// millisecond, and at least [WithMinTTL]. A decision that spends nothing creates no key.
+// One (identity, Limit) is one key ([Store.Key]; the layout and escaping are in key.go),
+// whose TTL is the time until its state is equivalent to empty, at least [WithMinTTL]; a
+// decision that spends nothing creates no key. docs/redis.md describes the values.
 //
 // # Errors
 //
@@ -36,21 +32,20 @@
 //
 // # Connecting
 //
-// [Open] takes redis:// or rediss:// (TLS) URLs: standalone "host:port[/db]", a Cluster by
-// any seed nodes ("?addr=host2:port&addr=..."), Sentinel ("?addr=...&master_set=name"); ACL
-// user and password; dial_timeout, write_timeout, client_name, db, and for rediss ca_file
-// and skip_verify. [New] takes a rueidis.Client for anything else. A [ConfigError] fails
-// Open, [WithConnectRetry] or not; met later, [Store.Misconfigured] reports it.
+// [Open] takes redis:// or rediss:// (TLS) URLs of a standalone server, a Cluster or
+// Sentinel (docs/redis.md lists the forms and options); [New] takes a rueidis.Client for
+// anything else. A [ConfigError] fails Open, [WithConnectRetry] or not; met later,
+// [Store.Misconfigured] reports it.
 //
 // # Operating Redis
 //
 // Run it with maxmemory-policy noeviction (an evicted key is a reset quota: [New] warns
-// otherwise, [Store.EvictedKeys] counts them) and hz 100. After a failover to a replica, a
-// key can be admitted again at most what the old primary admitted during its replication
-// lag.
+// otherwise, [Store.EvictedKeys] counts them) and hz 100; docs/redis.md says why, and what
+// a failover to a replica may admit again.
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -378,9 +373,7 @@ func buildOptions(opts []Option) (options, error) {
 			return o, err
 		}
 	}
-	if o.logger == nil {
-		o.logger = slog.Default()
-	}
+	o.logger = cmp.Or(o.logger, slog.Default())
 	return o, nil
 }
 

@@ -138,9 +138,7 @@ func NewGlobal(shared *redisstore.Store, opts ...GlobalOption) (*Global, error) 
 		_, _ = rand.Read(b[:])
 		g.node = host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
 	}
-	if g.lease == 0 {
-		g.lease = max(30*g.interval, 3*time.Second)
-	}
+	g.lease = cmp.Or(g.lease, max(30*g.interval, 3*time.Second))
 	switch {
 	case g.interval < time.Millisecond:
 		return nil, fmt.Errorf("region: sync interval %v below 1ms", g.interval)
@@ -375,10 +373,7 @@ func (g *Global) decideLocked(e *entry, limit sluice.Limit, n, now int64, commit
 // share and credit start again from nothing at the next sync). Other nodes' shares and the
 // global state, which they still apply, are untouched.
 func (g *Global) Reset(ctx context.Context, key string, limit sluice.Limit) error {
-	if err := store.CheckRequest(key, limit, 0); err != nil {
-		return err
-	}
-	if err := checkBucket(limit); err != nil {
+	if err := cmp.Or(store.CheckRequest(key, limit, 0), checkBucket(limit)); err != nil {
 		return err
 	}
 	g.mu.Lock()
@@ -395,20 +390,14 @@ func (g *Global) Reset(ctx context.Context, key string, limit sluice.Limit) erro
 // Release implements sluice.Limiter. Global holds no Concurrency limit, so every release
 // is an error wrapping sluice.ErrInvalidLimit.
 func (g *Global) Release(ctx context.Context, key string, limit sluice.Limit, lease sluice.LeaseID) (bool, error) {
-	if err := store.CheckRelease(key, limit, lease); err != nil {
-		return false, err
-	}
-	return false, checkBucket(limit)
+	return false, cmp.Or(store.CheckRelease(key, limit, lease), checkBucket(limit))
 }
 
 // Settle implements sluice.Limiter. Global makes no reservations to settle (a request
 // with a SettleTTL is decided at its estimate, which stands): every settlement is an error
 // wrapping sluice.ErrUnknownReservation, or the error of its bad input.
 func (g *Global) Settle(ctx context.Context, key string, limit sluice.Limit, reservation sluice.ReservationID, cost int64) (sluice.Decision, error) {
-	if err := store.CheckSettle(key, limit, reservation, cost); err != nil {
-		return sluice.Decision{}, err
-	}
-	if err := checkBucket(limit); err != nil {
+	if err := cmp.Or(store.CheckSettle(key, limit, reservation, cost), checkBucket(limit)); err != nil {
 		return sluice.Decision{}, err
 	}
 	return sluice.Decision{}, fmt.Errorf("%w: region: global mode keeps no reservations", sluice.ErrUnknownReservation)

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -16,10 +17,7 @@ func CheckRequests(reqs []sluice.Request, ds []sluice.Decision) error {
 	}
 	for i := range reqs {
 		r := &reqs[i]
-		err := CheckRequest(r.Key, r.Limit, r.N)
-		if err == nil {
-			err = CheckSettleTTL(r.Limit, r.SettleTTL)
-		}
+		err := cmp.Or(CheckRequest(r.Key, r.Limit, r.N), CheckSettleTTL(r.Limit, r.SettleTTL))
 		if err != nil {
 			if len(reqs) == 1 {
 				return err
@@ -69,13 +67,7 @@ func CheckSettleTTL(limit sluice.Limit, ttl time.Duration) error {
 // CheckSettle validates a settlement ([sluice.Limiter.Settle]) the way every store does. A
 // reservation id that no store gives is an error wrapping [sluice.ErrUnknownReservation].
 func CheckSettle(key string, limit sluice.Limit, reservation sluice.ReservationID, cost int64) error {
-	if err := CheckKey(key); err != nil {
-		return err
-	}
-	if err := limit.Validate(); err != nil {
-		return err
-	}
-	if err := CheckSettleTTL(limit, time.Second); err != nil {
+	if err := cmp.Or(CheckKey(key), limit.Validate(), CheckSettleTTL(limit, time.Second)); err != nil {
 		return err
 	}
 	if cost < 0 {
@@ -90,10 +82,7 @@ func CheckSettle(key string, limit sluice.Limit, reservation sluice.ReservationI
 // CheckRequest validates a key, limit and cost the way every store does before deciding.
 // For a valid limit the cost is valid exactly when 0 ≤ n ≤ limit.MaxCost().
 func CheckRequest(key string, limit sluice.Limit, n int64) error {
-	if err := CheckKey(key); err != nil {
-		return err
-	}
-	if err := limit.Validate(); err != nil {
+	if err := cmp.Or(CheckKey(key), limit.Validate()); err != nil {
 		return err
 	}
 	if n < 0 {
@@ -132,10 +121,7 @@ func keyError(key string) error {
 // valid key, a Concurrency limit, and a lease id of the kind stores give (in [1,
 // MaxLeaseID]).
 func CheckRelease(key string, limit sluice.Limit, lease sluice.LeaseID) error {
-	if err := CheckKey(key); err != nil {
-		return err
-	}
-	if err := limit.Validate(); err != nil {
+	if err := cmp.Or(CheckKey(key), limit.Validate()); err != nil {
 		return err
 	}
 	if limit.Algorithm != sluice.Concurrency {
