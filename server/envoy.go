@@ -309,19 +309,12 @@ func (s *Server) addHeaders(a *answer, items []item, retryAfter time.Duration) {
 	if !h.IETF {
 		return
 	}
-	var r ratelimitheader.Refusal
-	if a.resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
-		r = ratelimitheader.Refusal{Refused: true, Wait: retryAfter}
-	}
+	r := ratelimitheader.Refusal{Refused: a.resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT, Wait: retryAfter}
 	p, l, retry := rateLimitHeaders(text[len(text):], items, r, s.opts.ShadowHeaders)
-	if p != "" {
-		a.addHeader("RateLimit-Policy", p)
-		if l != "" {
-			a.addHeader("RateLimit", l)
+	for _, f := range [...][2]string{{"RateLimit-Policy", p}, {"RateLimit", l}, {"Retry-After", retry}} {
+		if f[1] != "" {
+			a.addHeader(f[0], f[1])
 		}
-	}
-	if retry != "" {
-		a.addHeader("Retry-After", retry)
 	}
 }
 

@@ -2,12 +2,12 @@ package server
 
 import (
 	"bytes"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"unicode/utf8"
 )
 
@@ -73,10 +73,9 @@ func unicodeText(b []byte) bool {
 
 // hex4 is the value of the four hexadecimal digits that b starts with.
 func hex4(b []byte) (rune, bool) {
-	var d [2]byte
 	if len(b) < 4 {
 		return 0, false
 	}
-	_, err := hex.Decode(d[:], b[:4])
-	return rune(d[0])<<8 | rune(d[1]), err == nil
+	v, err := strconv.ParseUint(string(b[:4]), 16, 16)
+	return rune(v), err == nil
 }

@@ -11,6 +11,7 @@ package sfv
 import (
 	"encoding/base64"
 	"strconv"
+	"strings"
 )
 
 // MaxInteger is the largest Integer RFC 9651 can carry (§3.3.1); −MaxInteger the least.
@@ -19,12 +20,7 @@ const MaxInteger = 999_999_999_999_999
 // ValidString reports whether s can be a String as it is (§3.3.3): printable ASCII
 // only. AppendString writes any other byte as %XX.
 func ValidString(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
+	return !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r > 0x7e })
 }
 
 // AppendString appends s as a String (§4.1.6): quoted, with '"' and '\' escaped. Bytes a
