@@ -59,10 +59,7 @@ func newOverrideCache(store override.Store, every time.Duration, now func() time
 	if store == nil {
 		store = override.NewMemory()
 	}
-	if every <= 0 {
-		every = DefaultOverrideRefresh
-	}
-	c := &overrideCache{store: store, every: every, now: now, log: log, expire: expire}
+	c := &overrideCache{store: store, every: orPositive(every, DefaultOverrideRefresh), now: now, log: log, expire: expire}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if err := c.refresh(ctx, true); err != nil {

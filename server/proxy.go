@@ -155,9 +155,7 @@ const DefaultUpstreamIdleConns = 256
 // prior-knowledge cleartext for http upstreams). Other settings are
 // http.DefaultTransport's.
 func NewUpstreamTransport(idle int, h2 bool) *http.Transport {
-	if idle <= 0 {
-		idle = DefaultUpstreamIdleConns
-	}
+	idle = orPositive(idle, DefaultUpstreamIdleConns)
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = idle
 	t.MaxIdleConnsPerHost = idle // the default, 2, closes all but two after every burst
@@ -333,7 +331,8 @@ func policiesFor(cfg *config.Config, ip *keys.ClientIP, h *keys.Hasher, def slui
 		hp := httplimit.Policy{Name: p.Name, Limit: limit, Key: key, Shadow: p.Shadow,
 			Failure: failure, Settle: settleOf(ip, p.Settle, 0), Criticality: p.Criticality}
 		if len(p.Tiers) > 0 && p.TierHeader != "" {
-			if tierHeader != "" && !equalFoldHeader(tierHeader, p.TierHeader) {
+			canon := http.CanonicalHeaderKey
+			if tierHeader != "" && canon(tierHeader) != canon(p.TierHeader) {
 				return nil, nil, fmt.Errorf("policies %q and %q read tiers from different headers (%s, %s); the proxy supports one tier header",
 					tierPolicy, p.Name, tierHeader, p.TierHeader)
 			}
@@ -377,10 +376,6 @@ func settleOf(ip *keys.ClientIP, s *config.Settle, estimate int64) *httplimit.Se
 	}
 	return &httplimit.Settle{TTL: s.TTL, EstimateFrom: httplimit.TrustedHeader(ip, s.EstimateHeader),
 		CostHeader: s.CostHeader, Estimate: cmp.Or(estimate, s.Estimate)}
-}
-
-func equalFoldHeader(a, b string) bool {
-	return http.CanonicalHeaderKey(a) == http.CanonicalHeaderKey(b)
 }
 
 // clientIP is how the configuration finds and aggregates a client's address, for every

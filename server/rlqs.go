@@ -67,15 +67,9 @@ func newRLQS(s *Server, o QuotaOptions, reg prometheus.Registerer) (*rlqs, error
 	if o.Store == nil {
 		o.Store = quota.NewMemory(nil)
 	}
-	if o.MaxStreams <= 0 {
-		o.MaxStreams = DefaultQuotaMaxStreams
-	}
-	if o.MaxBucketsPerStream <= 0 {
-		o.MaxBucketsPerStream = DefaultQuotaMaxBucketsPerStream
-	}
-	if o.FirstReportTimeout <= 0 {
-		o.FirstReportTimeout = DefaultQuotaFirstReportTimeout
-	}
+	o.MaxStreams = orPositive(o.MaxStreams, DefaultQuotaMaxStreams)
+	o.MaxBucketsPerStream = orPositive(o.MaxBucketsPerStream, DefaultQuotaMaxBucketsPerStream)
+	o.FirstReportTimeout = orPositive(o.FirstReportTimeout, DefaultQuotaFirstReportTimeout)
 	q := &rlqs{s: s, opts: o, buckets: map[string]int{}}
 	var err error
 	q.m, err = newQuotaMetrics(reg, q)

@@ -214,9 +214,7 @@ func New(opts Options) (*Server, error) {
 	o.Config = cmp.Or(o.Config, config.Default())
 	o.Logger = cmp.Or(o.Logger, slog.New(slog.DiscardHandler))
 	o.HTTPTimeouts = o.HTTPTimeouts.Or(DefaultHTTPTimeouts)
-	if o.ShutdownTimeout <= 0 {
-		o.ShutdownTimeout = DefaultShutdownTimeout
-	}
+	o.ShutdownTimeout = orPositive(o.ShutdownTimeout, DefaultShutdownTimeout)
 	if o.Now == nil {
 		o.Now = time.Now
 	}

@@ -29,14 +29,17 @@ var DefaultProxyTimeouts = Timeouts{ReadHeader: 10 * time.Second, Read: 5 * time
 
 // Or returns t with each zero field taken from def.
 func (t Timeouts) Or(def Timeouts) Timeouts {
-	or := func(v, d time.Duration) time.Duration {
-		if v > 0 {
-			return v
-		}
-		return d
+	return Timeouts{ReadHeader: orPositive(t.ReadHeader, def.ReadHeader),
+		Read: orPositive(t.Read, def.Read), Write: orPositive(t.Write, def.Write),
+		Idle: orPositive(t.Idle, def.Idle)}
+}
+
+// orPositive is v when positive, else def.
+func orPositive[T int | time.Duration](v, def T) T {
+	if v > 0 {
+		return v
 	}
-	return Timeouts{ReadHeader: or(t.ReadHeader, def.ReadHeader), Read: or(t.Read, def.Read),
-		Write: or(t.Write, def.Write), Idle: or(t.Idle, def.Idle)}
+	return def
 }
 
 // Server returns an http.Server for h with these timeouts.
