@@ -553,18 +553,12 @@ func (s *Server) items(cfg *config.Config, req *CheckRequest) ([]item, scope, er
 				hits[i] = *d.Cost
 			}
 		}
-		if err := checkSize(s.requestLimits(cfg), descs); err != nil {
+		ed, items, err := s.domainItems(cfg, req.Domain, descs, mults, hits, nil)
+		switch {
+		case err != nil:
 			return nil, scope{}, badRequest("%v", err)
-		}
-		ed := s.envoyCache(cfg).domains[req.Domain]
-		if ed == nil {
-			// Unlike RLS's OK: a caller naming a domain that is not there is mistaken.
-			s.metrics.unknownDomain.Inc()
+		case ed == nil: // unlike RLS's OK: a caller naming a domain that is not there is mistaken
 			return nil, scope{}, unknownName(cfg, "domain", req.Domain)
-		}
-		items, err := s.domainItems(ed, descs, mults, hits, nil)
-		if err != nil {
-			return nil, scope{}, badRequest("%v", err)
 		}
 		return items, scope{name: ed.dom.Name}, nil
 	}

@@ -10,11 +10,21 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// domainItems matches the descriptors of one request against an envoyproxy/ratelimit
-// domain and returns one item per match. mults[i] > 1 is descriptor i's unit_multiplier,
-// hits[i] its cost. The error is about the request. With sc, the matches and the items
-// are made in its slices.
-func (s *Server) domainItems(ed *envoyDomain, descs []config.Descriptor, mults []uint32, hits []int64, sc *scratch) ([]item, error) {
+// domainItems matches the descriptors of one request, within the request limits, against
+// cfg's envoyproxy/ratelimit domain of that name (nil when there is none, counted) and
+// returns one item per match. mults[i] > 1 is descriptor i's unit_multiplier, hits[i] its
+// cost. The error is about the request. With sc, the matches and the items are made in
+// its slices.
+func (s *Server) domainItems(cfg *config.Config, domain string, descs []config.Descriptor, mults []uint32,
+	hits []int64, sc *scratch) (*envoyDomain, []item, error) {
+	if err := checkSize(s.requestLimits(cfg), descs); err != nil {
+		return nil, nil, err
+	}
+	ed := s.envoyCache(cfg).domains[domain]
+	if ed == nil {
+		s.metrics.unknownDomain.Inc()
+		return nil, nil, nil
+	}
 	var matches []config.Match
 	var items []item
 	if sc != nil {
@@ -22,7 +32,7 @@ func (s *Server) domainItems(ed *envoyDomain, descs []config.Descriptor, mults [
 	}
 	matches, err := ed.dom.AppendMatches(matches, descs)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Zero: fresh, or a scratch's (putScratch leaves them zero).
 	items = slices.Grow(items, len(matches))[:len(matches)]
@@ -44,7 +54,7 @@ func (s *Server) domainItems(ed *envoyDomain, descs []config.Descriptor, mults [
 		if k := mults[m.Descriptor]; k > 1 {
 			it.unitMultiplier = k
 			if period > store.MaxPeriod/time.Duration(k) {
-				return nil, fmt.Errorf("descriptor %d: limit override of %d × %v is too long", m.Descriptor, k, m.Rule.Unit)
+				return nil, nil, fmt.Errorf("descriptor %d: limit override of %d × %v is too long", m.Descriptor, k, m.Rule.Unit)
 			}
 			period *= time.Duration(k)
 			if limit.Rate > 0 {
@@ -56,7 +66,7 @@ func (s *Server) domainItems(ed *envoyDomain, descs []config.Descriptor, mults [
 			// Validated at load, unless scaled or made from a limit override.
 			if it.envoy == nil || it.unitMultiplier > 1 {
 				if err := limit.Validate(); err != nil {
-					return nil, fmt.Errorf("descriptor %d: %w", m.Descriptor, err)
+					return nil, nil, fmt.Errorf("descriptor %d: %w", m.Descriptor, err)
 				}
 			}
 			it.Key, it.Limit = m.Key, limit
@@ -82,5 +92,5 @@ func (s *Server) domainItems(ed *envoyDomain, descs []config.Descriptor, mults [
 			it.Decided = true
 		}
 	}
-	return items, nil
+	return ed, items, nil
 }

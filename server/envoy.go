@@ -93,20 +93,14 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			hits[i] = 0 // nothing to refund (a denial spends nothing): only look
 		}
 	}
-	if err := checkSize(s.requestLimits(cfg), descs); err != nil {
+	ed, items, err := s.domainItems(cfg, req.Domain, descs, mults, hits, sc)
+	switch {
+	case err != nil:
 		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	ed := s.envoyCache(cfg).domains[req.Domain]
-	if ed == nil {
-		// As the reference implementation: an unknown domain limits nothing.
-		s.metrics.unknownDomain.Inc()
+	case ed == nil: // as the reference implementation: an unknown domain limits nothing
 		return &newAnswer(len(req.Descriptors)).resp, nil
 	}
 	dom := ed.dom
-	items, err := s.domainItems(ed, descs, mults, hits, sc)
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
 
 	out, err := s.decide(s.tracer.ExtractGRPC(ctx), opRLS, cfg, scope{name: dom.Name}, items)
 	if err != nil {
