@@ -11,7 +11,8 @@
 //     (its bytes as a Byte Sequence).
 //   - RateLimit: the name with r, the Remaining, and t, [Wait] in whole seconds rounded up,
 //     capped at Retry-After in a refusal (§6: Retry-After must not point earlier than any
-//     effective window), and pk. A decision that failed open is left out ([Advertised]).
+//     effective window), and pk. A decision that failed open (sluice.PathOpen), whose
+//     quota is unknown, is left out; its limit is still named in RateLimit-Policy.
 //   - Retry-After, in a refusal only: the refusal's wait in whole seconds rounded up, at
 //     least 1, so that a client never retries at once.
 //   - With Fields.Legacy, X-RateLimit-Limit, -Remaining and -Reset for one limit: the one
@@ -114,11 +115,6 @@ func DecisionQuota(d *sluice.Decision) (q, w int64) {
 	return Quota(d.Limit)
 }
 
-// Advertised reports whether d's counts belong in the RateLimit field: not for a decision
-// that failed open (sluice.PathOpen), whose quota is unknown. Its limit is still named in
-// RateLimit-Policy.
-func Advertised(d *sluice.Decision) bool { return d.Path != sluice.PathOpen }
-
 // Member is one limit the fields describe.
 type Member struct {
 	// Name names the limit. Quoted, when not "", is Name already serialized as a String.
@@ -204,7 +200,7 @@ func Write(dst []byte, ms []Member, r Refusal, legacy bool) Fields {
 	start := len(b)
 	for i := range ms {
 		m := &ms[i]
-		if !Advertised(m.Decision) {
+		if m.Decision.Path == sluice.PathOpen {
 			continue
 		}
 		t := Seconds(Wait(m.Decision))

@@ -55,9 +55,6 @@ func NewTracer(tp trace.TracerProvider) Tracer {
 	return Tracer{tp.Tracer(Instrumentation)}
 }
 
-// On reports whether t records spans.
-func (t Tracer) On() bool { return t.t != nil }
-
 // Extract returns ctx with the remote span context of carrier's traceparent, when ctx
 // holds no span and t is on; ctx otherwise.
 func (t Tracer) Extract(ctx context.Context, carrier propagation.TextMapCarrier) context.Context {
