@@ -238,24 +238,17 @@ func Write(dst []byte, ms []Member, r Refusal, legacy bool) Fields {
 	if len(b) == 0 {
 		return Fields{}
 	}
-	if onlyPolicy != "" {
-		b = b[len(onlyPolicy):] // the member is not copied: Policy is its string
-		for i := range ends {
-			if ends[i] > 0 {
-				ends[i] -= len(onlyPolicy)
-			}
-		}
+	skip := len(onlyPolicy) // the member is not copied: Policy is its string
+	if cap(dst) < len(b)-skip {
+		dst = make([]byte, 0, len(b)-skip) // one copy into dst's memory, or one allocation
 	}
-	if cap(dst) < len(b) {
-		dst = make([]byte, 0, len(b)) // one copy into dst's memory, or one allocation
-	}
-	text := append(dst[:0], b...)
+	text := append(dst[:0], b[skip:]...)
 	s := unsafe.String(unsafe.SliceData(text), len(text))
 	var vals [6]string
-	from := 0
+	from := skip
 	for i, end := range ends {
-		if end > 0 || (i == 0 && onlyPolicy != "") {
-			vals[i] = s[from:end]
+		if end > 0 {
+			vals[i] = s[from-skip : end-skip]
 			from = end
 		}
 	}
