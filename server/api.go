@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/evaluator"
 	"github.com/sluicehq/sluice/internal/logattr"
 	"github.com/sluicehq/sluice/internal/ratelimitheader"
 	"github.com/sluicehq/sluice/keys"
@@ -617,13 +618,12 @@ func (s *Server) policyItems(cfg *config.Config, req *CheckRequest, n int64) ([]
 		ttl = p.Settle.TTL
 		n = min(n, limit.MaxCost()) // an estimate: the settlement charges the rest
 	}
-	items := []item{{
-		Item:     settleItem(keys.Of(p.Name, id, "", keyTier).String(), limit, n, p.Shadow, ttl),
-		name:     p.Name,
-		status:   config.Limited,
-		source:   source,
-		identity: id,
-	}}
+	limited := func(name, source, route, key string, limit sluice.Limit, n int64) item {
+		r := sluice.Request{Key: key, Limit: limit, N: n, Shadow: p.Shadow, SettleTTL: ttl}
+		return item{Item: evaluator.Item{Request: r}, name: name, status: config.Limited,
+			source: source, route: route, identity: id}
+	}
+	items := []item{limited(p.Name, source, "", keys.Of(p.Name, id, "", keyTier).String(), limit, n)}
 	if req.Path != "" || req.Method != "" {
 		rt, ok, err := policyRoute(p, req)
 		if err != nil {
@@ -631,14 +631,8 @@ func (s *Server) policyItems(cfg *config.Config, req *CheckRequest, n int64) ([]
 		}
 		if ok {
 			name := RouteLimitName(p.Name, rt.Pattern)
-			items = append(items, item{
-				Item:     settleItem(keys.Of(name, id, rt.Pattern, "").String(), rt.Limit, min(n, rt.Limit.MaxCost()), p.Shadow, ttl),
-				name:     name,
-				status:   config.Limited,
-				source:   "route",
-				route:    rt.Pattern,
-				identity: id,
-			})
+			items = append(items, limited(name, "route", rt.Pattern, keys.Of(name, id, rt.Pattern, "").String(),
+				rt.Limit, min(n, rt.Limit.MaxCost())))
 		}
 	}
 	return items, scope{p.Name, p}, nil

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/evaluator"
 	"github.com/sluicehq/sluice/internal/span"
@@ -33,13 +32,6 @@ type item struct {
 }
 
 func itemOf(it *item) *evaluator.Item { return &it.Item }
-
-// settleItem is the evaluator's part of a limit of key under limit at cost n: an
-// estimate, settled later, when ttl > 0.
-func settleItem(key string, limit sluice.Limit, n int64, shadow bool, ttl time.Duration) evaluator.Item {
-	r := sluice.Request{Key: key, Limit: limit, N: n, Shadow: shadow, SettleTTL: ttl}
-	return evaluator.Item{Request: r}
-}
 
 // scope is what the limits of one request share: the name of their policy or domain, and
 // the policy (nil for a domain), whose failure handling applies.
