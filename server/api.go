@@ -446,15 +446,8 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, req *CheckReques
 	for i := range items {
 		resp.Limits[i] = limitStatus(&items[i])
 	}
-	h := w.Header()
 	refusal := ratelimitheader.Refusal{Refused: enforce && !allowed, Wait: ra}
-	p, l, retry := rateLimitHeaders(nil, items, refusal, s.opts.ShadowHeaders)
-	for _, f := range [...][2]string{{httplimit.HeaderRateLimitPolicy, p}, {httplimit.HeaderRateLimit, l},
-		{httplimit.HeaderRetryAfter, retry}} {
-		if f[1] != "" {
-			h.Set(f[0], f[1])
-		}
-	}
+	rateLimitHeaders(nil, items, refusal, s.opts.ShadowHeaders, w.Header().Set)
 	status, code := http.StatusOK, codeOK
 	if !allowed {
 		code = codeOverLimit

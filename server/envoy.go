@@ -304,12 +304,7 @@ func (s *Server) addHeaders(a *answer, items []item, retryAfter time.Duration) {
 		return
 	}
 	r := ratelimitheader.Refusal{Refused: a.resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT, Wait: retryAfter}
-	p, l, retry := rateLimitHeaders(text[len(text):], items, r, s.opts.ShadowHeaders)
-	for _, f := range [...][2]string{{"RateLimit-Policy", p}, {"RateLimit", l}, {"Retry-After", retry}} {
-		if f[1] != "" {
-			a.addHeader(f[0], f[1])
-		}
-	}
+	rateLimitHeaders(text[len(text):], items, r, s.opts.ShadowHeaders, a.addHeader)
 }
 
 // referenceHeaders adds the headers of RLSHeaders.Reference to the answer, whose statuses

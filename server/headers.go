@@ -7,11 +7,13 @@ import (
 	"github.com/sluicehq/sluice/internal/ratelimitheader"
 )
 
-// rateLimitHeaders returns the RateLimit-Policy, RateLimit and Retry-After fields (as
-// httplimit sends them) of the decided items, one member per limit; a requests_per_unit
-// 0 rule is a limit of q=0, and shadow items are listed only with shadow. The strings
-// take their memory from dst's capacity when they fit (ratelimitheader.Write).
-func rateLimitHeaders(dst []byte, items []item, r ratelimitheader.Refusal, shadow bool) (policy, limit, retry string) {
+// rateLimitHeaders calls set with each of the RateLimit-Policy, RateLimit and Retry-After
+// fields (as httplimit sends them) that the decided items have, one member per limit; a
+// requests_per_unit 0 rule is a limit of q=0, and shadow items are listed only with
+// shadow. The values take their memory from dst's capacity when they fit
+// (ratelimitheader.Write).
+func rateLimitHeaders(dst []byte, items []item, r ratelimitheader.Refusal, shadow bool,
+	set func(name, value string)) {
 	var few [8]ratelimitheader.Member
 	ms := few[:0]
 	for i := range items {
@@ -32,7 +34,12 @@ func rateLimitHeaders(dst []byte, items []item, r ratelimitheader.Refusal, shado
 		ms = append(ms, m)
 	}
 	f := ratelimitheader.Write(dst, ms, r, false)
-	return f.Policy, f.RateLimit, f.RetryAfter
+	for _, kv := range [...][2]string{{"RateLimit-Policy", f.Policy}, {"RateLimit", f.RateLimit},
+		{"Retry-After", f.RetryAfter}} {
+		if kv[1] != "" {
+			set(kv[0], kv[1])
+		}
+	}
 }
 
 // ceilMillis rounds d up to whole milliseconds; d <= 0 gives 0.

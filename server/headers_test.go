@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,11 +23,16 @@ func TestHeadersFailOpen(t *testing.T) {
 	open := item{name: "b", status: config.Limited, Item: evaluator.Item{Request: sluice.Request{Limit: lim}, Decided: true,
 		Decision: sluice.Decision{Allowed: true, Limit: lim, Path: sluice.PathOpen}}}
 
-	p, l, _ := rateLimitHeaders(nil, []item{open, store}, ratelimitheader.Refusal{}, false)
+	fields := func(items ...item) (p, l string) {
+		h := http.Header{}
+		rateLimitHeaders(nil, items, ratelimitheader.Refusal{}, false, h.Set)
+		return h.Get("RateLimit-Policy"), h.Get("RateLimit")
+	}
+	p, l := fields(open, store)
 	if p != `"b";q=10;w=1, "a";q=10;w=1` || l != `"a";r=9;t=1` {
 		t.Errorf("open then store: policy %q, limit %q", p, l)
 	}
-	p, l, _ = rateLimitHeaders(nil, []item{open}, ratelimitheader.Refusal{}, false)
+	p, l = fields(open)
 	if p != `"b";q=10;w=1` || l != "" {
 		t.Errorf("open only: policy %q, limit %q", p, l)
 	}
