@@ -30,12 +30,10 @@ func appendCheckResponse(b []byte, r *CheckResponse) []byte {
 // appendLimitStatus appends ls as json.Marshal writes it (fields in order, omitempty
 // honoured).
 func appendLimitStatus(b []byte, ls *LimitStatus) []byte {
-	b = append(b, '{')
-	if ls.Name != "" {
-		b = appendStringField(b, `"name":`, ls.Name)
-		b = append(b, ',')
-	}
-	b = appendStringField(b, `"status":`, ls.Status)
+	start := len(b)
+	b = appendOptString(b, `,"name":`, ls.Name)
+	b = appendJSONString(append(b, `,"status":`...), ls.Status)
+	b[start] = '{' // the first field's comma opens the object
 	b = append(b, `,"over_limit":`...)
 	b = strconv.AppendBool(b, ls.OverLimit)
 	if ls.Shadow {
@@ -75,10 +73,6 @@ func appendOptString(b []byte, key, s string) []byte {
 	if s == "" {
 		return b
 	}
-	return appendStringField(b, key, s)
-}
-
-func appendStringField(b []byte, key, s string) []byte {
 	return appendJSONString(append(b, key...), s)
 }
 
