@@ -1,10 +1,7 @@
 // Package headroom paces Go's garbage collector by a heap headroom: between two
 // collections the heap may grow by at least a fixed number of bytes, and by Go's default
-// share of what is live (GOGC=100) once that share is larger.
-//
-// A service that keeps little state but allocates on every request would otherwise
-// collect many times a second, each collection costing work that does not shrink with the
-// heap; a headroom trades that many bytes for fewer collections.
+// share of what is live (GOGC=100) once that share is larger: a service that keeps little
+// state but allocates on every request trades those bytes for fewer collections.
 //
 // After each collection (a finalizer that re-arms itself), the GC percent is set
 // (debug.SetGCPercent) to Percent of the heap that collection marked live and the stacks

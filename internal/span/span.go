@@ -2,12 +2,9 @@
 // the evaluator decides, started by a front end (package server's JSON API and Envoy RLS,
 // package httplimit and so the proxy) and ended with what the decision was.
 //
-// A span carries the scope (sluice.policy, or sluice.domain for Envoy), sluice.result
-// (allowed, denied or error), sluice.path (store, cache, open, closed or local: how the
-// enforced limits were decided; absent when nothing was asked), sluice.store_latency_ms
-// (when the store was called) and sluice.error_kind (the sluice.ErrorKind of a store
-// failure a failure mode absorbed, or of the error returned). An error sets the span's
-// status to Error.
+// A span carries the attributes docs/service.md lists ("Traces"); sluice.error_kind is
+// the sluice.ErrorKind of a store failure a failure mode absorbed, or of the error
+// returned, which also sets the span's status to Error.
 //
 // The zero Tracer is off: Start returns its context unchanged and End does nothing, so
 // tracing off costs no allocation. Trace context crosses processes as W3C traceparent
