@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -82,10 +83,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 				mults[i] = m.GetValue()
 			}
 		}
-		hits[i] = int64(req.GetHitsAddend())
-		if hits[i] == 0 {
-			hits[i] = 1
-		}
+		hits[i] = cmp.Or(int64(req.GetHitsAddend()), 1)
 		if h := d.GetHitsAddend(); h != nil {
 			hits[i] = int64(min(h.GetValue(), math.MaxInt64))
 		}

@@ -316,6 +316,14 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 	defer stopRefresh()
 	go s.ovr.loop(rctx)
 	errc := make(chan error, 2)
+	serve := func(name string, ln net.Listener, run func(net.Listener) error, stopped error) {
+		go func() {
+			if err := run(ln); err != nil && !errors.Is(err, stopped) {
+				errc <- fmt.Errorf("server: %s: %w", name, err)
+			}
+		}()
+		s.log.Info("serving "+name, slog.String("addr", ln.Addr().String()), slog.Bool("tls", s.opts.TLS != nil))
+	}
 	var hs *http.Server
 	if httpLn != nil {
 		httpLn = s.conns.listener(httpLn, "http")
@@ -326,12 +334,7 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 			c.NextProtos = []string{"h2", "http/1.1"}
 			httpLn = tls.NewListener(httpLn, c)
 		}
-		go func() {
-			if err := hs.Serve(httpLn); !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("server: HTTP: %w", err)
-			}
-		}()
-		s.log.Info("serving HTTP", slog.String("addr", httpLn.Addr().String()), slog.Bool("tls", s.opts.TLS != nil))
+		serve("HTTP", httpLn, hs.Serve, http.ErrServerClosed)
 	}
 	var gs *grpc.Server
 	if grpcLn != nil {
@@ -342,12 +345,7 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 			opts = append(opts, grpc.Creds(credentials.NewTLS(s.opts.TLS)))
 		}
 		gs = s.NewGRPCServer(opts...)
-		go func() {
-			if err := gs.Serve(grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-				errc <- fmt.Errorf("server: gRPC: %w", err)
-			}
-		}()
-		s.log.Info("serving gRPC", slog.String("addr", grpcLn.Addr().String()), slog.Bool("tls", s.opts.TLS != nil))
+		serve("gRPC", grpcLn, gs.Serve, grpc.ErrServerStopped)
 	}
 	var err error
 	select {
