@@ -95,7 +95,7 @@ func (q *rlqs) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_StreamR
 	}
 	q.streams++
 	q.mu.Unlock()
-	st := &quotaStream{q: q, ctx: stream.Context(), id: newClientID(), buckets: map[string]*streamBucket{}}
+	st := &quotaStream{q: q, ctx: stream.Context(), id: rand.Text(), buckets: map[string]*streamBucket{}}
 	defer st.close()
 
 	msgs := make(chan *rlqsv3.RateLimitQuotaUsageReports)
@@ -154,9 +154,6 @@ type quotaStream struct {
 	out     []quota.Assignment
 	idx     []int // reps[j] answers usage idx[j]
 }
-
-// newClientID returns a random client id for a stream.
-func newClientID() string { return rand.Text() }
 
 func (st *quotaStream) close() {
 	q := st.q

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -64,7 +65,7 @@ func benchmarkRLQSReport(b *testing.B, qs quota.Store, redis rueidis.Client) {
 	runtime.ReadMemStats(&before)
 	streams := make([]*quotaStream, clients)
 	for c := range streams {
-		streams[c] = &quotaStream{q: s.rlqs, ctx: context.Background(), id: newClientID(), buckets: map[string]*streamBucket{}}
+		streams[c] = &quotaStream{q: s.rlqs, ctx: context.Background(), id: rand.Text(), buckets: map[string]*streamBucket{}}
 		if _, err := streams[c].report(msgs[c]); err != nil {
 			b.Fatal(err)
 		}

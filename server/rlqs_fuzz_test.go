@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ func FuzzRLQSReport(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		st := &quotaStream{q: s.rlqs, ctx: context.Background(), id: newClientID(), buckets: map[string]*streamBucket{}}
+		st := &quotaStream{q: s.rlqs, ctx: context.Background(), id: rand.Text(), buckets: map[string]*streamBucket{}}
 		defer st.close()
 		for len(data) >= 2 {
 			n := int(data[0]) | int(data[1])<<8
@@ -90,7 +91,7 @@ func TestRLQSBucketFull(t *testing.T) {
 		BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"name": "crowded"}}, NumRequestsAllowed: 1}}}
 	var sum int64
 	for i := range quota.MaxClients + 1 {
-		st := &quotaStream{q: s.rlqs, ctx: context.Background(), id: newClientID(), buckets: map[string]*streamBucket{}}
+		st := &quotaStream{q: s.rlqs, ctx: context.Background(), id: rand.Text(), buckets: map[string]*streamBucket{}}
 		resp, err := st.report(m)
 		if err != nil {
 			t.Fatal(err)
