@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -330,19 +331,14 @@ func (s *Server) changed(ctx context.Context, action string, before, after *over
 // appendOverrides adds the overrides in force to a configuration dump, as "api_overrides".
 func appendOverrides(dump []byte, list []override.Override) []byte {
 	dump = bytes.TrimRight(dump, " \n")
-	if len(dump) == 0 || dump[len(dump)-1] != '}' {
-		return dump
-	}
+	body, ok := bytes.CutSuffix(dump, []byte("}"))
 	b, err := json.MarshalIndent(list, "  ", "  ")
-	if err != nil {
+	if !ok || err != nil {
 		return dump
 	}
-	out := append([]byte{}, dump[:len(dump)-1]...)
-	out = bytes.TrimRight(out, " \n")
+	out := bytes.TrimRight(slices.Clone(body), " \n")
 	if len(out) > 1 {
 		out = append(out, ',')
 	}
-	out = append(out, "\n  \"api_overrides\": "...)
-	out = append(out, b...)
-	return append(out, "\n}\n"...)
+	return fmt.Appendf(out, "\n  \"api_overrides\": %s\n}\n", b)
 }
