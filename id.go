@@ -21,7 +21,7 @@ type ReservationID uint64
 const maxID = 1<<53 - 1
 
 // String returns the id in base 36, "" for the zero LeaseID.
-func (id LeaseID) String() string { return formatID(uint64(id)) }
+func (id LeaseID) String() string { return string(appendID(nil, uint64(id))) }
 
 // MarshalText implements encoding.TextMarshaler, as String.
 func (id LeaseID) MarshalText() ([]byte, error) { return appendID(nil, uint64(id)), nil }
@@ -36,7 +36,7 @@ func (id *LeaseID) UnmarshalText(b []byte) error {
 }
 
 // String returns the id in base 36, "" for the zero ReservationID.
-func (id ReservationID) String() string { return formatID(uint64(id)) }
+func (id ReservationID) String() string { return string(appendID(nil, uint64(id))) }
 
 // MarshalText implements encoding.TextMarshaler, as String.
 func (id ReservationID) MarshalText() ([]byte, error) { return appendID(nil, uint64(id)), nil }
@@ -47,13 +47,6 @@ func (id *ReservationID) UnmarshalText(b []byte) error {
 	v, err := unmarshalID(b, ErrUnknownReservation, "reservation")
 	*id = ReservationID(v)
 	return err
-}
-
-func formatID(v uint64) string {
-	if v == 0 {
-		return ""
-	}
-	return strconv.FormatUint(v, 36)
 }
 
 func appendID(b []byte, v uint64) []byte {

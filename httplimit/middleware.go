@@ -546,21 +546,12 @@ func (m *Middleware) decide(r *http.Request, routes []string, sp span.Span) (_ *
 		if !it.Decided {
 			continue
 		}
-		it.decided()
+		// Key as Evaluate bounded it; Evaluate fills a decision's zero Limit.
+		it.d.Key, it.d.Decision, it.d.blocks = it.Key, it.Decision, it.Blocks()
 		res.Decisions = append(res.Decisions, it.d)
 	}
 	m.log(ctx, r, res)
 	return res, nil
-}
-
-// decided fills p's PolicyDecision from what Evaluate decided of its item.
-func (p *pending) decided() {
-	d := &p.d
-	limit := d.Limit
-	d.Key, d.Decision, d.blocks = p.Key, p.Decision, p.Blocks() // Key as Evaluate bounded it
-	if d.Decision.Limit == (sluice.Limit{}) {
-		d.Decision.Limit = limit
-	}
 }
 
 func (m *Middleware) log(ctx context.Context, r *http.Request, res *Result) {

@@ -105,26 +105,11 @@ type DenyCache struct {
 // settings returns the deny cache in force: the defaults, then the configuration's
 // deny_cache, then o. maxBytes 0 means off.
 func (o DenyCache) settings(c config.DenyCache) (maxBytes int64, maxAge time.Duration) {
-	maxBytes, maxAge = denycache.DefaultMaxBytes, denycache.DefaultMaxAge
-	switch {
-	case c.Off:
-		maxBytes = 0
-	case c.MaxBytes > 0:
-		maxBytes = c.MaxBytes
-	}
-	if c.MaxAge > 0 {
-		maxAge = c.MaxAge
-	}
-	if o.MaxBytes > 0 {
-		maxBytes = o.MaxBytes
-	}
-	if o.MaxAge > 0 {
-		maxAge = o.MaxAge
-	}
-	if o.Off {
+	maxBytes = cmp.Or(max(o.MaxBytes, 0), max(c.MaxBytes, 0), denycache.DefaultMaxBytes)
+	if o.Off || c.Off && o.MaxBytes <= 0 {
 		maxBytes = 0
 	}
-	return maxBytes, maxAge
+	return maxBytes, cmp.Or(max(o.MaxAge, 0), max(c.MaxAge, 0), denycache.DefaultMaxAge)
 }
 
 // ServiceConcurrency is the script calls the stack's Redis store keeps in flight at once

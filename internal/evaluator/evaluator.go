@@ -238,11 +238,7 @@ func prepare(n int, at func(int) *Item) {
 			}
 		}
 		f := at(it.first)
-		if f == it {
-			f.sum = it.N
-		} else {
-			f.sum = addCost(f.sum, it.N)
-		}
+		f.sum = addCost(f.sum, it.N) // it.sum is 0 when f is it
 		if f.sum > it.Limit.MaxCost() {
 			it.TooBig = true
 		}
