@@ -546,13 +546,16 @@ func (m *Middleware) decide(r *http.Request, routes []string, sp span.Span) (_ *
 		if !it.Decided {
 			continue
 		}
-		// Key as Evaluate bounded it; Evaluate fills a decision's zero Limit.
-		it.d.Key, it.d.Decision, it.d.blocks = it.Key, it.Decision, it.Blocks()
+		it.decided()
 		res.Decisions = append(res.Decisions, it.d)
 	}
 	m.log(ctx, r, res)
 	return res, nil
 }
+
+// decided fills p's PolicyDecision from what Evaluate decided of its item: Key as Evaluate
+// bounded it, and the Decision, whose zero Limit Evaluate filled.
+func (p *pending) decided() { p.d.Key, p.d.Decision, p.d.blocks = p.Key, p.Decision, p.Blocks() }
 
 func (m *Middleware) log(ctx context.Context, r *http.Request, res *Result) {
 	l := m.cfg.Logger

@@ -204,17 +204,21 @@ func steady(d time.Duration, perSecond float64) []Arrival {
 	}
 }
 
-// poisson sends Poisson arrivals at perSecond on one key. Arrival times are rounded to
-// whole microseconds.
+// poisson sends Poisson arrivals at perSecond on one key.
 func poisson(r *rand.Rand, d time.Duration, perSecond float64, key int32) []Arrival {
 	var out []Arrival
-	mean := 1e6 / perSecond
-	t := r.ExpFloat64() * mean
-	for t < float64(d.Microseconds()) {
-		out = append(out, Arrival{At: int64(t), Key: key})
-		t += r.ExpFloat64() * mean
-	}
+	poissonAt(r, float64(d.Microseconds()), 1e6/perSecond, func(at int64) {
+		out = append(out, Arrival{At: at, Key: key})
+	})
 	return out
+}
+
+// poissonAt calls each with the instants, in µs truncated, of Poisson arrivals in [0, end)
+// with mean gap, drawn from r.
+func poissonAt(r *rand.Rand, end, gap float64, each func(at int64)) {
+	for at := r.ExpFloat64() * gap; at < end; at += r.ExpFloat64() * gap {
+		each(int64(at))
+	}
 }
 
 // onOff alternates on (Poisson at perSecond) and off, starting at a random phase.

@@ -192,17 +192,7 @@ func (t tally) estimator(i int, R int64) PopulationEstimator {
 	}
 }
 
-// traffic calls each with the instants (µs after the start) of a source's Poisson
-// requests at rate (per Period), in order, drawn from r.
-func (p Population) traffic(r *rand.Rand, rate float64, each func(at int64)) {
-	end := float64(p.Duration.Microseconds())
-	gap := float64(p.Limit.Period.Microseconds()) / rate
-	for at := r.ExpFloat64() * gap; at < end; at += r.ExpFloat64() * gap {
-		each(int64(at))
-	}
-}
-
-// judge streams one source's traffic at rate through k, which it resets first, and adds
+// judge streams one source's Poisson traffic at rate (per Period) through k, which it resets first, and adds
 // the verdicts to t.
 func (p Population) judge(k *keyState, r *rand.Rand, rate float64, t *tally) {
 	*k = keyState{win: k.win[:0]}
@@ -211,7 +201,7 @@ func (p Population) judge(k *keyState, r *rand.Rand, rate float64, t *tally) {
 	var exceeded bool
 	var flagged [2]bool
 	var peak int64
-	p.traffic(r, rate, func(at int64) {
+	poissonAt(r, float64(p.Duration.Microseconds()), float64(P)/rate, func(at int64) {
 		exact, est := k.count(start+at, P)
 		t.requests++
 		for i, e := range est {

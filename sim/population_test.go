@@ -48,7 +48,10 @@ func TestPopulationStreamsAsAPattern(t *testing.T) {
 			r := rand.New(pcg)
 			for i := range p.Sources {
 				seedSource(pcg, seed, name, i, false)
-				p.traffic(r, p.rate(r), func(at int64) { out = append(out, Arrival{At: at, Key: int32(i)}) })
+				gap := float64(p.Limit.Period.Microseconds()) / p.rate(r)
+				poissonAt(r, float64(p.Duration.Microseconds()), gap, func(at int64) {
+					out = append(out, Arrival{At: at, Key: int32(i)})
+				})
 			}
 			sortArrivals(out)
 			return out

@@ -27,7 +27,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	_ "time/tzdata" // calendar periods in a named zone work in images without /usr/share/zoneinfo
 
 	"github.com/urfave/cli/v3"
 )

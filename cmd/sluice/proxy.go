@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"slices"
 
 	"github.com/urfave/cli/v3"
 
@@ -15,7 +16,7 @@ import (
 )
 
 func proxyCommand() *cli.Command {
-	flags := []cli.Flag{
+	own := []cli.Flag{
 		&cli.StringFlag{Name: "upstream", Usage: "the `URL` allowed requests are forwarded to (required)", Sources: cli.EnvVars("SLUICE_UPSTREAM")},
 		&cli.StringFlag{Name: "listen", Value: ":8000", Usage: "listen `ADDR`ess of the proxy", Sources: cli.EnvVars("SLUICE_PROXY_ADDR")},
 		&cli.StringFlag{Name: "admin", Usage: "listen `ADDR`ess for /healthz, /readyz and /metrics (and the JSON API on the same store); empty disables it", Sources: cli.EnvVars("SLUICE_PROXY_ADMIN_ADDR")},
@@ -27,10 +28,7 @@ func proxyCommand() *cli.Command {
 		&cli.DurationFlag{Name: "read-timeout", Value: server.DefaultProxyTimeouts.Read, Usage: "the longest the proxy reads one request, body included (a client that sends slowly is cut off)", Sources: cli.EnvVars("SLUICE_PROXY_READ_TIMEOUT")},
 		&cli.DurationFlag{Name: "write-timeout", Value: server.DefaultProxyTimeouts.Write, Usage: "the longest the proxy takes to answer one request, the upstream's time included", Sources: cli.EnvVars("SLUICE_PROXY_WRITE_TIMEOUT")},
 	}
-	flags = append(flags, listenTLSFlags()...)
-	flags = append(flags, commonFlags()...)
-	flags = append(flags, pprofFlags()...)
-	flags = append(flags, logFlags()...)
+	flags := slices.Concat(own, listenTLSFlags(), commonFlags(), pprofFlags(), logFlags())
 	return &cli.Command{
 		Name:  "proxy",
 		Usage: "a reverse proxy that applies the configuration's sluice policies in front of an upstream",

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 
 	"github.com/urfave/cli/v3"
@@ -38,13 +39,11 @@ func commonFlags() []cli.Flag {
 }
 
 func serveCommand() *cli.Command {
-	flags := []cli.Flag{
+	listeners := []cli.Flag{
 		&cli.StringFlag{Name: "http", Value: ":8080", Usage: "listen `ADDR`ess of the HTTP API (/v1/check, /v1/peek, /v1/reset, /v1/config, /healthz, /readyz, /metrics); empty disables it", Sources: cli.EnvVars("SLUICE_HTTP_ADDR")},
 		&cli.StringFlag{Name: "grpc", Value: ":8081", Usage: "listen `ADDR`ess of Envoy's rate limit service (envoy.service.ratelimit.v3) and gRPC health; empty disables it", Sources: cli.EnvVars("SLUICE_GRPC_ADDR")},
 	}
-	flags = append(flags, listenTLSFlags()...)
-	flags = append(flags, commonFlags()...)
-	flags = append(flags,
+	service := []cli.Flag{
 		&cli.BoolFlag{Name: "shadow-mode", Usage: "answer every request as allowed while still deciding, counting and reporting limits (the reference implementation's SHADOW_MODE, also read)", Sources: cli.EnvVars("SLUICE_SHADOW_MODE", "SHADOW_MODE")},
 		&cli.BoolFlag{Name: "limit-response-headers", Usage: "add the reference implementation's three headers to Envoy rate limit answers (response_headers_to_add): the limit, the remaining quota and the seconds to the reset of the descriptor closest to its limit, as its LIMIT_RESPONSE_HEADERS_ENABLED (also read). Off: no such headers, as there", Sources: cli.EnvVars("SLUICE_LIMIT_RESPONSE_HEADERS", "LIMIT_RESPONSE_HEADERS_ENABLED")},
 		&cli.StringFlag{Name: "limit-limit-header", Value: server.DefaultLimitHeader, Usage: "the `NAME` of --limit-response-headers' limit header (the reference's LIMIT_LIMIT_HEADER, also read)", Sources: cli.EnvVars("SLUICE_LIMIT_LIMIT_HEADER", "LIMIT_LIMIT_HEADER")},
@@ -61,9 +60,8 @@ func serveCommand() *cli.Command {
 		&cli.IntFlag{Name: "max-connections", Usage: fmt.Sprintf("the most connections open at once on each listener (HTTP, gRPC); one more is closed as soon as it is accepted, counted in sluice_server_connections_refused_total (0: %d; -1: unbounded). bench/README.md has the bytes per connection", server.DefaultMaxConnections), Sources: cli.EnvVars("SLUICE_MAX_CONNECTIONS")},
 		&cli.IntFlag{Name: "rlqs-max-streams", Value: server.DefaultQuotaMaxStreams, Usage: "the most RLQS streams (connected proxies) open at once; one more is refused with RESOURCE_EXHAUSTED, counted in sluice_rlqs_streams_refused_total. Memory grows with streams times --rlqs-max-buckets-per-stream (bench/README.md has the bytes per bucket)", Sources: cli.EnvVars("SLUICE_RLQS_MAX_STREAMS")},
 		&cli.IntFlag{Name: "rlqs-max-buckets-per-stream", Value: server.DefaultQuotaMaxBucketsPerStream, Usage: "the most distinct RLQS buckets one stream reports on; a report on one more is answered with abandon_action (sluice_rlqs_bucket_actions_total{action=\"abandon_too_many_buckets\"})", Sources: cli.EnvVars("SLUICE_RLQS_MAX_BUCKETS_PER_STREAM")},
-	)
-	flags = append(flags, pprofFlags()...)
-	flags = append(flags, logFlags()...)
+	}
+	flags := slices.Concat(listeners, listenTLSFlags(), commonFlags(), service, pprofFlags(), logFlags())
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the rate limit service: HTTP JSON API and Envoy's rate limit service (gRPC)",

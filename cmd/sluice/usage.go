@@ -72,13 +72,17 @@ func unknownCommand(c *cli.Command, name string) error {
 			names = append(names, sub.Name)
 		}
 	}
-	msg := "unknown command " + name
-	if n := nearest(name, names); n != "" {
-		msg += "; did you mean " + n + "?"
-	} else {
-		msg += "; the commands are " + strings.Join(names, ", ")
+	return usagef(c, "unknown command %s%s", name,
+		suggest(name, "", names, "the commands are "+strings.Join(names, ", ")))
+}
+
+// suggest is "; did you mean <dashes><name>?" for the name of names nearest to s, else
+// "; " + otherwise.
+func suggest(s, dashes string, names []string, otherwise string) string {
+	if n := nearest(s, names); n != "" {
+		return "; did you mean " + dashes + n + "?"
 	}
-	return usagef(c, "%s", msg)
+	return "; " + otherwise
 }
 
 var (
@@ -97,12 +101,7 @@ func flagUsageError(c *cli.Command, err error) error {
 		for _, fl := range c.Flags {
 			names = append(names, fl.Names()...)
 		}
-		msg = "unknown flag --" + f
-		if n := nearest(f, names); n != "" {
-			msg += "; did you mean --" + n + "?"
-		} else {
-			msg += "; see " + c.FullName() + " --help"
-		}
+		msg = "unknown flag --" + f + suggest(f, "--", names, "see "+c.FullName()+" --help")
 	} else if f, ok := strings.CutPrefix(msg, "flag needs an argument: "); ok {
 		msg = "--" + strings.TrimLeft(f, "-") + " needs a value"
 	} else if m := requiredFlags.FindStringSubmatch(msg); m != nil {
