@@ -79,11 +79,9 @@ type Config struct {
 	// cost.
 	TracerProvider trace.TracerProvider
 
-	// Trust, when set, is the keys.ClientIP whose trusted proxies the middleware tests
-	// each request's peer against once (keys.ClientIP.Trusted), before anything reads a
-	// header: every reading built on this same ClientIP (TrustedHeader, ByTrustedHeader,
-	// TrustedCriticality) then uses that one verdict, carried in the request's context.
-	// Nil: each reading tests the peer itself.
+	// Trust, when set, is the keys.ClientIP whose verdict on a request's peer the
+	// middleware takes once, before anything reads a header, for every reading built on
+	// it (see Trust in the package doc). Nil: each reading tests the peer itself.
 	Trust *keys.ClientIP
 
 	// Overload, when set, is the adaptive concurrency limit of the wrapped handler

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/textproto"
 	"strconv"
 	"strings"
 	"time"
@@ -191,13 +190,7 @@ func Global() KeyFunc {
 
 // Header returns an extractor for ByAPIKey that reads the named request header, trimmed.
 func Header(name string) func(*http.Request) string {
-	key := textproto.CanonicalMIMEHeaderKey(name)
-	return func(r *http.Request) string {
-		if v := r.Header[key]; len(v) > 0 {
-			return strings.TrimSpace(v[0])
-		}
-		return ""
-	}
+	return func(r *http.Request) string { return strings.TrimSpace(r.Header.Get(name)) }
 }
 
 // ByTrustedHeader identifies a request that comes straight from one of c's trusted
