@@ -130,8 +130,7 @@ func KindOf(err error) ErrorKind {
 	case errors.Is(err, ErrClosed):
 		return kindClosed
 	}
-	var se *StoreError
-	if errors.As(err, &se) && se.Kind != "" {
+	if se, ok := errors.AsType[*StoreError](err); ok && se.Kind != "" {
 		return se.Kind
 	}
 	switch {

@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -51,11 +52,7 @@ type Option func(*Limiter)
 // WithDeadline sets the longest a decision waits for the store (default DefaultDeadline,
 // 5ms). A non-positive d takes the default.
 func WithDeadline(d time.Duration) Option {
-	return func(l *Limiter) {
-		if d > 0 {
-			l.deadline = d
-		}
-	}
+	return func(l *Limiter) { l.deadline = cmp.Or(max(d, 0), l.deadline) }
 }
 
 // WithBreaker configures the circuit breaker; zero fields take their defaults.
@@ -77,11 +74,7 @@ func WithDefault(f sluice.Failure) Option {
 // the failure mode without calling the store (store.KindOverload). A non-positive n
 // takes DefaultMaxPending.
 func WithMaxPending(n int) Option {
-	return func(l *Limiter) {
-		if n > 0 {
-			l.maxPending = int64(n)
-		}
-	}
+	return func(l *Limiter) { l.maxPending = cmp.Or(int64(max(n, 0)), l.maxPending) }
 }
 
 // WithInlineCalls calls the store on the caller's goroutine, with the deadline in its

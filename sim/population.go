@@ -192,8 +192,8 @@ func (t tally) estimator(i int, R int64) PopulationEstimator {
 	}
 }
 
-// judge streams one source's Poisson traffic at rate (per Period) through k, which it resets first, and adds
-// the verdicts to t.
+// judge streams one source's Poisson traffic at rate (per Period) through k, which it
+// resets first, and adds the verdicts to t.
 func (p Population) judge(k *keyState, r *rand.Rand, rate float64, t *tally) {
 	*k = keyState{win: k.win[:0]}
 	P, R := p.Limit.Period.Microseconds(), p.Limit.Rate

@@ -77,8 +77,7 @@ func deletePrefix(c rueidis.Client, prefix string) error {
 // isReplicaOnly reports a write refused by a replica (MOVED/READONLY): its primary, also
 // among the nodes, holds the keys.
 func isReplicaOnly(err error) bool {
-	var re *rueidis.RedisError
-	if errors.As(err, &re) {
+	if re, ok := errors.AsType[*rueidis.RedisError](err); ok {
 		_, moved := re.IsMoved()
 		return moved || strings.HasPrefix(re.Error(), "READONLY")
 	}

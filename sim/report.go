@@ -223,13 +223,9 @@ func humanDuration(d time.Duration) string {
 
 // per says "per second", "per minute", "per hour" or "per <duration>".
 func per(d time.Duration) string {
-	switch d {
-	case time.Second:
-		return "per second"
-	case time.Minute:
-		return "per minute"
-	case time.Hour:
-		return "per hour"
+	units := map[time.Duration]string{time.Second: "second", time.Minute: "minute", time.Hour: "hour"}
+	if unit, ok := units[d]; ok {
+		return "per " + unit
 	}
 	return "per " + humanDuration(d)
 }

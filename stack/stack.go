@@ -166,14 +166,8 @@ func Open(cfg *config.Config, o Options) (*Stack, error) {
 	if cfg == nil {
 		cfg = config.Default()
 	}
-	log := o.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	reg := o.Registry
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
+	log := cmp.Or(o.Logger, slog.New(slog.DiscardHandler))
+	reg := cmp.Or[prometheus.Registerer](o.Registry, prometheus.NewRegistry())
 	st := &Stack{kind: "memory", ready: func(context.Context) error { return nil }}
 	rawURL := cmp.Or(o.RedisURL, cfg.Store.RedisURL)
 	mopts := []observe.MetricsOption{observe.WithMetricsLogger(log)}

@@ -58,13 +58,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
-	var ue *usageError
-	if errors.As(err, &ue) {
+	if ue, ok := errors.AsType[*usageError](err); ok {
 		fmt.Fprintln(stderr, ue.Error())
 		return exitUsage
 	}
-	var ec cli.ExitCoder
-	if errors.As(err, &ec) {
+	if ec, ok := errors.AsType[cli.ExitCoder](err); ok {
 		if msg := ec.Error(); msg != "" {
 			fmt.Fprintln(stderr, "sluice:", msg)
 		}

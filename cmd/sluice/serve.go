@@ -61,7 +61,8 @@ func serveCommand() *cli.Command {
 		&cli.IntFlag{Name: "rlqs-max-streams", Value: server.DefaultQuotaMaxStreams, Usage: "the most RLQS streams (connected proxies) open at once; one more is refused with RESOURCE_EXHAUSTED, counted in sluice_rlqs_streams_refused_total. Memory grows with streams times --rlqs-max-buckets-per-stream (bench/README.md has the bytes per bucket)", Sources: cli.EnvVars("SLUICE_RLQS_MAX_STREAMS")},
 		&cli.IntFlag{Name: "rlqs-max-buckets-per-stream", Value: server.DefaultQuotaMaxBucketsPerStream, Usage: "the most distinct RLQS buckets one stream reports on; a report on one more is answered with abandon_action (sluice_rlqs_bucket_actions_total{action=\"abandon_too_many_buckets\"})", Sources: cli.EnvVars("SLUICE_RLQS_MAX_BUCKETS_PER_STREAM")},
 	}
-	flags := slices.Concat(listeners, listenTLSFlags(), commonFlags(), service, pprofFlags(), logFlags())
+	flags := slices.Concat(listeners, listenTLSFlags(), commonFlags(), service,
+		pprofFlags(), logFlags())
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the rate limit service: HTTP JSON API and Envoy's rate limit service (gRPC)",
