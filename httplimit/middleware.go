@@ -569,8 +569,6 @@ func (m *Middleware) log(ctx context.Context, r *http.Request, res *Result) {
 		case d.blocks:
 			level, msg = slog.LevelInfo, "rate limit denied"
 		case !d.Allowed:
-			// Passed on its own; the request was denied by another policy and this one
-			// spent nothing.
 			level, msg = slog.LevelDebug, "rate limit unspent (denied by another policy)"
 		}
 		if !l.Enabled(ctx, level) {
