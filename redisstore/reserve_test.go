@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -215,19 +216,24 @@ func TestWaitCancelledAcrossLatency(t *testing.T) {
 }
 
 // TestPacingSharedQuota: 16 workers in 4 store clients (4 connections) share one 50/s
-// quota on Redis's clock for 20 seconds, each calling sluice.Wait in a loop. The reserved
-// instants (Redis's clock) and the moments the workers proceed (local clock) are recorded.
+// quota on Redis's clock for 20 seconds, each calling sluice.Wait in a loop. Each
+// reservation's instant and the moment its call reached Redis (both on Redis's clock) are
+// recorded, and the moments the workers proceed (local clock). What is asserted holds
+// however late the workers run on a busy machine:
 //
-//   - The achieved rate, over the run after the initial burst, is within 1% of 50/s both
-//     by reserved instants and by the moments the workers proceeded.
-//   - With Burst 1, no open interval of 1/rate (20ms) holds two reserved instants, from
-//     the first on.
-//   - With Burst 10, every interval of length d holds at most Burst + ⌊(d-1)/T⌋ reserved
-//     instants (the bucket bound: a burst after any quiet moment, then one unit every
-//     20ms). "At most Burst in any Burst/rate" holds only while the workers keep the quota
-//     saturated; the test reports it.
+//   - Never over the rate. With Burst 1, no open interval of 1/rate (20ms) holds two
+//     reserved instants, from the first on. With Burst 10, every interval of length d
+//     holds at most Burst + ⌊(d-1)/T⌋ reserved instants (the bucket bound: a burst after
+//     any quiet moment, then one unit every 20ms).
+//   - The rate is reached whenever demand was continuous: a reservation that had to wait
+//     comes at most T after the instant before it, so the quota is never idle while a
+//     call waits. A gap longer than T ends only at a call that reached Redis after the
+//     gap began and was served at once.
+//   - Every unit proceeds at most once: no more workers proceed than units were reserved.
 //
-// The two run in parallel.
+// The rate achieved over the run, and how late the workers proceeded, are logged: they
+// measure the machine as much as the limiter (bench/ is where a rate is a target). The
+// two subtests run in parallel.
 func TestPacingSharedQuota(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -245,7 +251,7 @@ func TestPacingSharedQuota(t *testing.T) {
 			key := fmt.Sprintf("outbound-api-%d", burst)
 			var (
 				mu       sync.Mutex
-				reserved []int64         // Redis µs
+				reserved []reservedUnit  // Redis µs
 				proceed  []time.Time     // local
 				late     []time.Duration // proceed - At
 			)
@@ -277,42 +283,21 @@ func TestPacingSharedQuota(t *testing.T) {
 				}
 			}
 			wg.Wait()
-			slices.Sort(reserved)
+			slices.SortFunc(reserved, func(a, b reservedUnit) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.delay, b.delay)) })
 			slices.SortFunc(proceed, func(a, b time.Time) int { return a.Compare(b) })
-			if len(proceed) < 900 {
-				t.Fatalf("only %d units in %v", len(proceed), runFor)
+			if len(proceed) == 0 {
+				t.Fatalf("no unit in %v", runFor)
+			}
+			if len(proceed) > len(reserved) {
+				t.Errorf("%d workers proceeded on %d reserved units", len(proceed), len(reserved))
 			}
 			p := algo.ParamsOf(l)
 			ev := make([]algoEvent, 0, len(reserved))
-			for _, at := range reserved {
-				ev = append(ev, algoEvent{at})
+			for _, r := range reserved {
+				ev = append(ev, algoEvent{r.at})
 			}
-			first := reserved[0]
-			afterBurst := reserved[burst-1] // the initial burst is the first Burst instants
-			// Rate over [first + 1s, first + 19s], from both clocks.
-			from, to := first+1_000_000, first+19_000_000
-			var byRedis int
-			for _, at := range reserved {
-				if at > from && at <= to {
-					byRedis++
-				}
-			}
-			t0 := proceed[0]
-			var byLocal int
-			for _, pt := range proceed {
-				if d := pt.Sub(t0); d > time.Second && d <= 19*time.Second {
-					byLocal++
-				}
-			}
-			// Shaping on Redis's clock, which no test sets, with sluice.Wait's real sleeps:
-			// the rates are real time's, and 1% over 18s (9 units) is the slack.
-			rRedis, rLocal := float64(byRedis)/18, float64(byLocal)/18
-			for name, r := range map[string]float64{"reserved instants": rRedis, "workers proceeding": rLocal} {
-				if r < rate*0.99 || r > rate*1.01 {
-					t.Errorf("achieved rate by %s %.2f/s, want within 1%% of %d/s", name, r, rate)
-				}
-			}
-			// Windows of Burst/rate. With Burst 1 no interval of 1/rate ever holds two units,
+
+			// Never over the rate. With Burst 1 no interval of 1/rate ever holds two units,
 			// from the first instant on. With a larger burst that holds only while the
 			// workers keep the quota saturated (a quiet moment refills the bucket), so it is
 			// reported, and the algorithm's bound is what is asserted.
@@ -325,16 +310,66 @@ func TestPacingSharedQuota(t *testing.T) {
 					t.Errorf("an interval of %dµs holds %d, bound %d", dd, got, bound)
 				}
 			}
+
+			// The rate is reached whenever demand was continuous: a reservation that waited
+			// (Delay > 0: the quota was spoken for when its call reached Redis) comes at most
+			// T after the instant before it. The slack is 1µs, a delay's rounding up to a
+			// whole µs (T is a whole 20000µs here, so it is never used). Both instants are
+			// on Redis's clock, so no lateness of the workers or of this process enters.
+			waited, idle := 0, 0
+			for i := 1; i < len(reserved); i++ {
+				prev, r := reserved[i-1], reserved[i]
+				gap := r.at - prev.at
+				if gap > p.T {
+					idle++
+				}
+				if r.delay == 0 {
+					continue
+				}
+				waited++
+				if gap > p.T+1 {
+					if waited <= 10 {
+						t.Errorf("a reservation waited %dµs for instant %d, %dµs after the previous one: the quota was idle %dµs while it waited",
+							r.delay, r.at, gap, gap-p.T)
+					}
+				}
+			}
+			// 16 workers against 50/s keep calls waiting nearly throughout: without waited
+			// reservations the claim above judged nothing.
+			if waited < 100 {
+				t.Fatalf("only %d of %d reservations waited: the demand never held the quota", waited, len(reserved))
+			}
+
+			// The measurements: the rate over [first + 1s, first + 19s] on both clocks, and
+			// the workers' lateness. Under no load both are within 1% of 50/s; on a busy
+			// machine the workers are late and at moments none is asking.
+			first := reserved[0].at
+			afterBurst := reserved[burst-1].at // the initial burst is the first Burst instants
+			from, to := first+1_000_000, first+19_000_000
+			var byRedis int
+			for _, r := range reserved {
+				if r.at > from && r.at <= to {
+					byRedis++
+				}
+			}
+			t0 := proceed[0]
+			var byLocal int
+			for _, pt := range proceed {
+				if d := pt.Sub(t0); d > time.Second && d <= 19*time.Second {
+					byLocal++
+				}
+			}
+			rRedis, rLocal := float64(byRedis)/18, float64(byLocal)/18
 			slices.Sort(late)
 			local := make([]algoEvent, len(proceed))
 			for i, pt := range proceed {
 				local[i] = algoEvent{pt.Sub(t0).Microseconds()}
 			}
-			t.Logf("burst %d: %d units; rate by Redis instants %.3f/s, by local proceed %.3f/s; "+
+			t.Logf("burst %d: %d units, %d of them waited, %d gaps longer than 1/rate (no call waiting); rate by Redis instants %.3f/s, by local proceed %.3f/s; "+
 				"proceed lateness p50 %v p99 %v max %v; most in 1s: %d reserved, %d proceeding; most in %dms: %d reserved, %d proceeding",
-				burst, len(proceed), rRedis, rLocal, late[len(late)/2], late[len(late)*99/100], late[len(late)-1],
-				maxWindow(ev, 1_000_000, afterBurst), maxWindow(local, 1_000_000, local[burst-1].t),
-				d/1000, maxWindow(ev, d, afterBurst), maxWindow(local, d, local[burst-1].t))
+				burst, len(proceed), waited, idle, rRedis, rLocal, late[len(late)/2], late[len(late)*99/100], late[len(late)-1],
+				maxWindow(ev, 1_000_000, afterBurst), maxWindow(local, 1_000_000, local[min(burst, int64(len(local)))-1].t),
+				d/1000, maxWindow(ev, d, afterBurst), maxWindow(local, d, local[min(burst, int64(len(local)))-1].t))
 		})
 	}
 }
@@ -358,14 +393,18 @@ func maxWindow(ev []algoEvent, d, after int64) int64 {
 	return best
 }
 
-// recorder is one worker's sluice.Limiter: it records the reservations' instants on
-// Redis's clock (forgetting those whose cancellation gave them back) and the last
-// reservation, so the worker can see how late Wait let it proceed.
+// reservedUnit is one reservation of the pacing test, on Redis's clock: its instant, and
+// how long after the call reached Redis that instant is.
+type reservedUnit struct{ at, delay int64 }
+
+// recorder is one worker's sluice.Limiter: it records the reservations (forgetting those
+// whose cancellation gave them back) and the last reservation, so the worker can see how
+// late Wait let it proceed.
 type recorder struct {
 	*Store   // Decide and Reset; Reserve records
 	s        *Store
 	mu       *sync.Mutex
-	reserved *[]int64
+	reserved *[]reservedUnit
 	last     sluice.Reservation
 }
 
@@ -379,7 +418,7 @@ func (r *recorder) Reserve(ctx context.Context, key string, limit sluice.Limit, 
 		return res, err
 	}
 	r.mu.Lock()
-	*r.reserved = append(*r.reserved, ar.At)
+	*r.reserved = append(*r.reserved, reservedUnit{ar.At, ar.Delay})
 	r.mu.Unlock()
 	r.last = res
 	inner := res
@@ -387,7 +426,7 @@ func (r *recorder) Reserve(ctx context.Context, key string, limit sluice.Limit, 
 		ok, err := inner.Cancel(ctx)
 		if ok {
 			r.mu.Lock()
-			if i := slices.Index(*r.reserved, ar.At); i >= 0 {
+			if i := slices.Index(*r.reserved, reservedUnit{ar.At, ar.Delay}); i >= 0 {
 				*r.reserved = slices.Delete(*r.reserved, i, i+1)
 			}
 			r.mu.Unlock()
