@@ -316,7 +316,7 @@ func TestPacingSharedQuota(t *testing.T) {
 			// T after the instant before it. The slack is 1µs, a delay's rounding up to a
 			// whole µs (T is a whole 20000µs here, so it is never used). Both instants are
 			// on Redis's clock, so no lateness of the workers or of this process enters.
-			waited, idle := 0, 0
+			waited, idle, idleWhileWaiting := 0, 0, 0
 			for i := 1; i < len(reserved); i++ {
 				prev, r := reserved[i-1], reserved[i]
 				gap := r.at - prev.at
@@ -328,11 +328,14 @@ func TestPacingSharedQuota(t *testing.T) {
 				}
 				waited++
 				if gap > p.T+1 {
-					if waited <= 10 {
+					if idleWhileWaiting++; idleWhileWaiting <= 10 {
 						t.Errorf("a reservation waited %dµs for instant %d, %dµs after the previous one: the quota was idle %dµs while it waited",
 							r.delay, r.at, gap, gap-p.T)
 					}
 				}
+			}
+			if idleWhileWaiting > 0 {
+				t.Errorf("%d of %d reservations that waited came more than 1/rate after the instant before them", idleWhileWaiting, waited)
 			}
 			// 16 workers against 50/s keep calls waiting nearly throughout: without waited
 			// reservations the claim above judged nothing.
