@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -40,6 +41,15 @@ const (
 	healthyBefore  = 600 * time.Millisecond
 	healthyAfter   = 600 * time.Millisecond
 	recoverWithin  = 10 * time.Second
+	// settle is the start of a fault during which the breaker may still be closed: the
+	// share of decisions made by a failure mode is judged after it.
+	settle = 150 * time.Millisecond
+	// minJudged is the least number of decisions of each mode, started after settle,
+	// that a fault is judged on: it holds past its hold until they have been made, so
+	// that a process descheduled through the fault's span still has it judged on enough
+	// decisions. holdCap bounds that wait.
+	minJudged = 100
+	holdCap   = 30 * time.Second
 )
 
 var loadModes = [3]sluice.FailureMode{sluice.FailOpen, sluice.FailClosed, sluice.FailLocal}
@@ -53,12 +63,16 @@ type faultEnv struct {
 type fault struct {
 	name  string
 	proxy bool // connect through a fault proxy
-	// inject starts the fault; after hold, heal ends it (and may itself block until the
-	// server is healthy again).
+	// inject starts the fault; heal ends it (and may itself block until the server is
+	// healthy again). The fault lasts at least hold, and on until minJudged decisions of
+	// each mode were made during it.
 	inject func(t *testing.T, e *faultEnv) (heal func())
 	hold   time.Duration
+	// endsItself marks a fault that ends on its own, heal only waiting for that: to
+	// last longer it is injected again once it has ended.
+	endsItself bool
 	// minFallback is the least share of decisions that must be made by a failure mode
-	// while the fault lasts (after the first 150ms), showing the fault took hold.
+	// while the fault lasts (after settle), showing the fault took hold.
 	minFallback float64
 }
 
@@ -137,6 +151,7 @@ var faults = []fault{
 				}
 			}
 		},
+		endsItself:  true,
 		minFallback: 0.9,
 	},
 }
@@ -273,6 +288,13 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 	stalls := startStallMonitor(t)
 	begin := time.Now()
 	var stop atomic.Bool
+	// judgedFrom is when, since begin, decisions start to count towards minJudged (none
+	// before the fault is injected); enough is closed once every mode has minJudged.
+	var judgedFrom atomic.Int64
+	judgedFrom.Store(math.MaxInt64)
+	var judged [len(loadModes)]atomic.Int64
+	var modesJudged atomic.Int32
+	enough := make(chan struct{})
 	var wg sync.WaitGroup
 	results := make([][]sample, loadGoroutines)
 	for g := 0; g < loadGoroutines; g++ {
@@ -295,10 +317,18 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 				s := sample{at: start.Sub(begin), latency: lat, path: d.Path, mode: mode, allowed: d.Allowed}
 				s.bad = check(d, err, mode, limit, local)
 				results[g] = append(results[g], s)
+				if int64(s.at) >= judgedFrom.Load() && judged[g%3].Add(1) == minJudged && modesJudged.Add(1) == int32(len(loadModes)) {
+					close(enough)
+				}
 				time.Sleep(loadPause) // real-fault test: a steady load paced in real time
 			}
 		}()
 	}
+	// A test that ends early stops the load before the limiter closes.
+	t.Cleanup(func() {
+		stop.Store(true)
+		wg.Wait()
+	})
 
 	time.Sleep(healthyBefore) // real-fault test: load on the healthy store first, in real time
 	injectAt := time.Now()
@@ -307,11 +337,51 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 		t.Logf("the breaker changed state %d times before the fault (the store missed its %v deadline while healthy: a busy machine)", n, deadline)
 	}
 	tmu.Unlock()
+	judgedFrom.Store(int64(injectAt.Add(settle).Sub(begin)))
 	heal := f.inject(t, e)
-	time.Sleep(f.hold) // real-fault test: the fault lasts this long on the real clock
-	heal()
+	time.Sleep(f.hold) // real-fault test: the fault lasts at least this long on the real clock
+	// Then on until enough decisions were made while it held: a decision counted has
+	// returned, so it started before the heal.
+	capAt := injectAt.Add(holdCap)
+	haveEnough := func() bool {
+		select {
+		case <-enough:
+			return true
+		default:
+			return false
+		}
+	}
+	reinjected := 0
+	if f.endsItself {
+		for heal(); !haveEnough() && time.Now().Before(capAt); heal() {
+			heal = f.inject(t, e)
+			reinjected++
+		}
+	} else {
+		select {
+		case <-enough:
+		case <-time.After(time.Until(capAt)):
+		}
+		heal()
+	}
 	healAt := time.Now()
-	t.Logf("fault held %v", healAt.Sub(injectAt).Round(time.Millisecond))
+	t.Logf("fault held %v (injected again %d times), the process stalled %v of it", healAt.Sub(injectAt).Round(time.Millisecond),
+		reinjected, stalls.within(injectAt, healAt).Round(time.Millisecond))
+	if !haveEnough() {
+		stop.Store(true)
+		wg.Wait()
+		var made [len(loadModes)]int
+		for g, r := range results {
+			for _, s := range r {
+				if s.at >= injectAt.Add(settle).Sub(begin) && s.at < healAt.Sub(begin) {
+					made[g%3]++
+				}
+			}
+		}
+		t.Fatalf("the fault held %v (the process stalled %v of it), and the decisions by mode %v started after its first %v were %v: want %d of each to judge it",
+			healAt.Sub(injectAt).Round(time.Millisecond), stalls.within(injectAt, healAt).Round(time.Millisecond), loadModes, settle,
+			made, minJudged)
+	}
 
 	// Recovery: the breaker closes again, with no restart of anything on our side.
 	var recoveredAt time.Time
@@ -415,7 +485,7 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 	for i, s := range during {
 		lat[i] = s.latency
 		fig.share[s.path] += 1 / float64(len(during))
-		if s.at >= rel(injectAt.Add(150*time.Millisecond)) {
+		if s.at >= rel(injectAt.Add(settle)) {
 			settled++
 			if s.path != sluice.PathStore {
 				fallback++
