@@ -50,6 +50,11 @@ const (
 	// decisions. holdCap bounds that wait.
 	minJudged = 100
 	holdCap   = 30 * time.Second
+	// recoverySettle is the start of the recovery that the store's decisions after it
+	// are not counted in. The load runs on after recovery for at least healthyAfter, and
+	// on until the store has made minJudged decisions (within recoverWithin): a busy
+	// machine may open the breaker again for a while on a healthy store.
+	recoverySettle = 100 * time.Millisecond
 )
 
 var loadModes = [3]sluice.FailureMode{sluice.FailOpen, sluice.FailClosed, sluice.FailLocal}
@@ -295,6 +300,11 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 	var judged [len(loadModes)]atomic.Int64
 	var modesJudged atomic.Int32
 	enough := make(chan struct{})
+	// storeFrom is when, since begin, the store's decisions start to count towards
+	// storeBack, closed at minJudged of them.
+	var storeFrom, storeDecided atomic.Int64
+	storeFrom.Store(math.MaxInt64)
+	storeBack := make(chan struct{})
 	var wg sync.WaitGroup
 	results := make([][]sample, loadGoroutines)
 	for g := 0; g < loadGoroutines; g++ {
@@ -319,6 +329,9 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 				results[g] = append(results[g], s)
 				if int64(s.at) >= judgedFrom.Load() && judged[g%3].Add(1) == minJudged && modesJudged.Add(1) == int32(len(loadModes)) {
 					close(enough)
+				}
+				if s.path == sluice.PathStore && int64(s.at) > storeFrom.Load() && storeDecided.Add(1) == minJudged {
+					close(storeBack)
 				}
 				time.Sleep(loadPause) // real-fault test: a steady load paced in real time
 			}
@@ -399,7 +412,12 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 		}
 		return false
 	})
+	storeFrom.Store(int64(recoveredAt.Add(recoverySettle).Sub(begin)))
 	time.Sleep(healthyAfter) // real-fault test: load on the healed store, in real time
+	select {
+	case <-storeBack:
+	case <-time.After(recoverWithin):
+	}
 	stop.Store(true)
 	wg.Wait()
 	stalls.stop()
@@ -460,7 +478,7 @@ func runFault(t *testing.T, f fault, opts ...Option) figures {
 		switch {
 		case s.at >= rel(injectAt) && s.at < rel(healAt):
 			during = append(during, s)
-		case !recoveredAt.IsZero() && s.at > rel(recoveredAt.Add(100*time.Millisecond)):
+		case !recoveredAt.IsZero() && s.at > rel(recoveredAt.Add(recoverySettle)):
 			after++
 			if s.path == sluice.PathStore {
 				afterStore++
