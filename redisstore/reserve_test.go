@@ -343,9 +343,9 @@ func TestPacingSharedQuota(t *testing.T) {
 				t.Fatalf("only %d of %d reservations waited: the demand never held the quota", waited, len(reserved))
 			}
 
-			// The measurements: the rate over [first + 1s, first + 19s] on both clocks, and
-			// the workers' lateness. Under no load both are within 1% of 50/s; on a busy
-			// machine the workers are late and at moments none is asking.
+			// The measurements, logged: the rate over [first + 1s, first + 19s] on both
+			// clocks, and the workers' lateness. They depend on the machine: on a busy one
+			// the workers are late, and at moments none is asking.
 			first := reserved[0].at
 			afterBurst := reserved[burst-1].at // the initial burst is the first Burst instants
 			from, to := first+1_000_000, first+19_000_000
