@@ -562,8 +562,12 @@ func (b *bench) startReverseProxy(up string, idle int, pool, timeouts bool) (*ex
 }
 
 // sluiceConfig limits every client, named by its X-Client header, to far more than the
-// load gives one of them: the proxy decides every request and denies none.
-const sluiceConfig = `policies:
+// load gives one of them: the proxy decides every request and denies none. wrk connects
+// from loopback, which the configuration names a trusted proxy: a header that names an
+// identity is believed only from one, and without it every request is one client.
+const sluiceConfig = `identity:
+  trusted_proxies: [127.0.0.1/32, "::1/128"]
+policies:
   - name: clients
     key: {type: user, header: X-Client}
     rate: 1000
