@@ -84,14 +84,8 @@ func RunCLI(ctx context.Context, o CLI, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if o.Out != "" {
-		var html bytes.Buffer
-		if err := report.WriteHTML(&html); err != nil {
-			return err
-		}
-		if err := os.WriteFile(o.Out, html.Bytes(), 0o666); err != nil {
-			return fmt.Errorf("sim: %w", err)
-		}
+	if err := writeHTMLFile(o.Out, report); err != nil {
+		return err
 	}
 	return write(report, stdout)
 }
@@ -209,14 +203,24 @@ func RunOverloadCLI(ctx context.Context, o OverloadCLI, stdout io.Writer) error 
 	if err != nil {
 		return err
 	}
-	if o.Out != "" {
-		var html bytes.Buffer
-		if err := report.WriteHTML(&html); err != nil {
-			return err
-		}
-		if err := os.WriteFile(o.Out, html.Bytes(), 0o666); err != nil {
-			return fmt.Errorf("sim: %w", err)
-		}
+	if err := writeHTMLFile(o.Out, report); err != nil {
+		return err
 	}
 	return write(report, stdout)
+}
+
+// writeHTMLFile writes r's HTML report to path, whole or not at all; an empty path
+// writes nothing.
+func writeHTMLFile(path string, r interface{ WriteHTML(io.Writer) error }) error {
+	if path == "" {
+		return nil
+	}
+	var html bytes.Buffer
+	if err := r.WriteHTML(&html); err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, html.Bytes(), 0o666); err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
+	return nil
 }
